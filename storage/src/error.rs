@@ -1,0 +1,172 @@
+//! The one error type of the storage crate.
+//!
+//! Every variant carries the context a user needs to act (which file, which
+//! offset, what was expected). Each variant's doc says whether the caller
+//! should **retry**, **repair** or **give up**.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Result alias for storage operations.
+pub type StorageResult<T> = Result<T, StorageError>;
+
+/// Errors raised by the storage layer.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// An operating-system I/O call failed. Retry if the cause is transient
+    /// (disk full, permissions fixed); the store itself is unchanged.
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        /// File or directory the call was about.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// Another process holds the data directory. Give up, or stop the other
+    /// process first.
+    #[error("data directory {path} is in use by another process (lock file is held)")]
+    Locked {
+        /// The lock file.
+        path: PathBuf,
+    },
+
+    /// A segment header is unreadable. Repair: restore the segment from a
+    /// backup; the log cannot be opened past it.
+    #[error("segment {segment} ({path}): bad header: {reason}")]
+    BadSegmentHeader {
+        /// Segment number.
+        segment: u64,
+        /// Its file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// The segment was written by a newer format version. Give up: upgrade
+    /// Engram.
+    #[error(
+        "segment {segment} uses log format version {found}; this build reads up to {supported}"
+    )]
+    UnsupportedFormat {
+        /// Segment number.
+        segment: u64,
+        /// Version found on disk.
+        found: u16,
+        /// Highest version this build understands.
+        supported: u16,
+    },
+
+    /// A frame in the *middle* of the log is damaged and intact frames follow
+    /// it, so it is not a torn tail and was not truncated. Repair: restore
+    /// from a backup (`engram verify` lists every damaged frame).
+    #[error(
+        "segment {segment} offset {offset}: damaged frame inside the log ({reason}); \
+         intact frames follow, so nothing was truncated"
+    )]
+    CorruptLog {
+        /// Segment number.
+        segment: u64,
+        /// Byte offset of the damaged frame in its segment file.
+        offset: u64,
+        /// What the check found.
+        reason: String,
+    },
+
+    /// A frame is larger than the configured limit. Give up: split the
+    /// record.
+    #[error("frame payload of {len_bytes} bytes exceeds the limit of {limit_bytes} bytes")]
+    FrameTooLarge {
+        /// Payload size.
+        len_bytes: usize,
+        /// `frame_payload_bytes_max`.
+        limit_bytes: usize,
+    },
+
+    /// An atomic batch is larger than the configured limit. Give up: use
+    /// smaller batches.
+    #[error(
+        "batch of {n_frames} frames / {len_bytes} bytes exceeds the limit of {limit_bytes} bytes"
+    )]
+    BatchTooLarge {
+        /// Frames in the batch.
+        n_frames: usize,
+        /// Total encoded size.
+        len_bytes: usize,
+        /// `batch_bytes_max`.
+        limit_bytes: usize,
+    },
+
+    /// An empty batch was submitted. Give up: nothing to append.
+    #[error("empty batch: an append needs at least one frame")]
+    EmptyBatch,
+
+    /// An earlier write or fsync failed, so the writer stopped accepting
+    /// appends (the state of unsynced bytes is unknown after a failed
+    /// fsync). Repair: reopen the store, which recovers the log.
+    #[error("the log writer stopped after an I/O failure ({reason}); reopen the store to recover")]
+    Poisoned {
+        /// The failure that stopped the writer.
+        reason: String,
+    },
+
+    /// The log was closed. Give up: reopen.
+    #[error("the log is closed")]
+    Closed,
+
+    /// A location does not point at a valid frame. Repair: rebuild the
+    /// catalog (`engram rebuild --catalog`).
+    #[error("no valid frame at segment {segment} offset {offset}: {reason}")]
+    BadLocation {
+        /// Segment number.
+        segment: u64,
+        /// Byte offset.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// A derived-state file failed its checksum or format check. Repair:
+    /// delete it; it is rebuilt from the log.
+    #[error("derived file {path} is damaged: {reason}")]
+    BadDerivedFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// The redb catalog reported an error. Repair: `engram rebuild --catalog`.
+    #[error("catalog: {0}")]
+    Catalog(String),
+}
+
+impl StorageError {
+    /// Wraps an `io::Error` with the path it concerns.
+    pub fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
+        StorageError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+macro_rules! from_redb {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StorageError {
+            fn from(e: $t) -> Self {
+                StorageError::Catalog(e.to_string())
+            }
+        }
+    )*};
+}
+from_redb!(
+    redb::Error,
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError
+);

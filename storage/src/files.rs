@@ -1,0 +1,414 @@
+//! Files of derived state: whole-file snapshots replaced atomically, and
+//! append-only vector files read through a memory map.
+//!
+//! ```text
+//! derived file (snapshot) header, 48 bytes, little-endian
+//! offset size field
+//!  0     8    magic           chosen by the owner ("ENGRHNSW", "ENGRBM25", ...)
+//!  8     4    format_version  owner's version of the body encoding
+//! 12     4    reserved        zero
+//! 16     8    applied_lsn     last log LSN reflected in the body
+//! 24     8    body_len        bytes of body
+//! 32     4    body_crc        CRC32C of the body
+//! 36     8    reserved        zero
+//! 44     4    header_crc      CRC32C of bytes 0..44
+//! 48     ..   body (16-byte aligned)
+//!
+//! vector file header, 64 bytes, then rows of `dim` little-endian f32
+//!  0     8    magic           "ENGRVECT"
+//!  8     4    format_version  1
+//! 12     4    dim             u32
+//! 16    44    reserved        zero
+//! 60     4    header_crc      CRC32C of bytes 0..60
+//! ```
+//! Snapshots are written to `<name>.tmp`, synced, and renamed over the old
+//! file, so a reader sees the old or the new snapshot, never a mixture.
+//! Vector files are appended without fsync; they are synced before any
+//! snapshot that refers to their rows is written, and a torn last row is
+//! cut on open.
+//!
+//! This module must never decide what a snapshot means; a damaged file is
+//! reported and the owner rebuilds it from the log.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::aligned::AlignedBuf;
+use crate::backend::{Backend, BackendFile, Mapping, OpenMode};
+use crate::error::{StorageError, StorageResult};
+use crate::frame::Lsn;
+
+/// Size of a snapshot header.
+pub const SNAPSHOT_HEADER_BYTES: usize = 48;
+const _: () = assert!(SNAPSHOT_HEADER_BYTES.is_multiple_of(16));
+
+fn bad(path: &Path, reason: impl Into<String>) -> StorageError {
+    StorageError::BadDerivedFile {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+/// Writes a snapshot atomically (temporary file, fsync, rename, dir fsync).
+pub fn write_snapshot(
+    backend: &dyn Backend,
+    path: &Path,
+    magic: [u8; 8],
+    format_version: u32,
+    applied_lsn: Lsn,
+    body: &[u8],
+) -> StorageResult<()> {
+    let mut h = [0u8; SNAPSHOT_HEADER_BYTES];
+    h[0..8].copy_from_slice(&magic);
+    h[8..12].copy_from_slice(&format_version.to_le_bytes());
+    h[16..24].copy_from_slice(&applied_lsn.to_le_bytes());
+    h[24..32].copy_from_slice(&(body.len() as u64).to_le_bytes());
+    h[32..36].copy_from_slice(&crc32c::crc32c(body).to_le_bytes());
+    let hcrc = crc32c::crc32c(&h[..44]);
+    h[44..48].copy_from_slice(&hcrc.to_le_bytes());
+    let tmp = tmp_path(path);
+    let f = backend
+        .open(&tmp, OpenMode::Truncate)
+        .map_err(|e| StorageError::io(&tmp, e))?;
+    f.write_all_at(&h, 0)
+        .map_err(|e| StorageError::io(&tmp, e))?;
+    f.write_all_at(body, SNAPSHOT_HEADER_BYTES as u64)
+        .map_err(|e| StorageError::io(&tmp, e))?;
+    f.sync_data().map_err(|e| StorageError::io(&tmp, e))?;
+    drop(f);
+    backend
+        .rename(&tmp, path)
+        .map_err(|e| StorageError::io(path, e))?;
+    if let Some(dir) = path.parent() {
+        backend
+            .sync_dir(dir)
+            .map_err(|e| StorageError::io(dir, e))?;
+    }
+    Ok(())
+}
+
+fn tmp_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".tmp");
+    PathBuf::from(s)
+}
+
+/// A snapshot read back and verified.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// LSN the snapshot reflects.
+    pub applied_lsn: Lsn,
+    /// The body, 16-byte aligned.
+    pub body: AlignedBuf,
+}
+
+/// Reads and verifies a snapshot. `Ok(None)` if the file does not exist.
+pub fn read_snapshot(
+    backend: &dyn Backend,
+    path: &Path,
+    magic: [u8; 8],
+    format_version: u32,
+) -> StorageResult<Option<Snapshot>> {
+    if !backend.exists(path) {
+        return Ok(None);
+    }
+    let f = backend
+        .open(path, OpenMode::Read)
+        .map_err(|e| StorageError::io(path, e))?;
+    let len = f.len().map_err(|e| StorageError::io(path, e))?;
+    if len < SNAPSHOT_HEADER_BYTES as u64 {
+        return Err(bad(
+            path,
+            format!("only {len} bytes, shorter than a header"),
+        ));
+    }
+    let mut h = [0u8; SNAPSHOT_HEADER_BYTES];
+    f.read_exact_at(&mut h, 0)
+        .map_err(|e| StorageError::io(path, e))?;
+    let stored = u32::from_le_bytes(h[44..48].try_into().expect("4 bytes"));
+    if crc32c::crc32c(&h[..44]) != stored {
+        return Err(bad(path, "header checksum mismatch"));
+    }
+    if h[0..8] != magic {
+        return Err(bad(path, "wrong magic (not this kind of file)"));
+    }
+    let version = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes"));
+    if version != format_version {
+        return Err(bad(
+            path,
+            format!("format version {version}, this build uses {format_version}"),
+        ));
+    }
+    let applied_lsn = u64::from_le_bytes(h[16..24].try_into().expect("8 bytes"));
+    let body_len = u64::from_le_bytes(h[24..32].try_into().expect("8 bytes"));
+    if SNAPSHOT_HEADER_BYTES as u64 + body_len != len {
+        return Err(bad(
+            path,
+            format!("body length {body_len} does not match file length {len}"),
+        ));
+    }
+    let mut body = AlignedBuf::zeroed(body_len as usize);
+    f.read_exact_at(body.as_mut_slice(), SNAPSHOT_HEADER_BYTES as u64)
+        .map_err(|e| StorageError::io(path, e))?;
+    let body_crc = u32::from_le_bytes(h[32..36].try_into().expect("4 bytes"));
+    if crc32c::crc32c(body.as_slice()) != body_crc {
+        return Err(bad(path, "body checksum mismatch"));
+    }
+    Ok(Some(Snapshot { applied_lsn, body }))
+}
+
+/// Size of a vector file header.
+pub const VECTOR_HEADER_BYTES: usize = 64;
+const VECTOR_MAGIC: [u8; 8] = *b"ENGRVECT";
+const VECTOR_FORMAT_VERSION: u32 = 1;
+/// Rows appended before the mapping is refreshed.
+const REMAP_EVERY_ROWS: usize = 4096;
+
+/// An append-only file of fixed-dimension f32 rows, read through a memory
+/// map (plus a small in-memory tail of rows appended since the last remap).
+pub struct VectorFile {
+    file: Arc<dyn BackendFile>,
+    path: PathBuf,
+    dim: usize,
+    map: Mapping,
+    mapped_rows: usize,
+    tail: Vec<f32>,
+}
+
+impl std::fmt::Debug for VectorFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VectorFile")
+            .field("path", &self.path)
+            .field("dim", &self.dim)
+            .field("rows", &self.len())
+            .finish()
+    }
+}
+
+impl VectorFile {
+    /// Creates (or truncates) a vector file of dimension `dim`.
+    pub fn create(backend: &dyn Backend, path: &Path, dim: usize) -> StorageResult<VectorFile> {
+        let dim32 = u32::try_from(dim).map_err(|_| bad(path, "dimension too large"))?;
+        let file = backend
+            .open(path, OpenMode::Truncate)
+            .map_err(|e| StorageError::io(path, e))?;
+        let mut h = [0u8; VECTOR_HEADER_BYTES];
+        h[0..8].copy_from_slice(&VECTOR_MAGIC);
+        h[8..12].copy_from_slice(&VECTOR_FORMAT_VERSION.to_le_bytes());
+        h[12..16].copy_from_slice(&dim32.to_le_bytes());
+        let crc = crc32c::crc32c(&h[..60]);
+        h[60..64].copy_from_slice(&crc.to_le_bytes());
+        file.write_all_at(&h, 0)
+            .map_err(|e| StorageError::io(path, e))?;
+        Self::from_file(file, path, dim, 0)
+    }
+
+    /// Opens an existing vector file; a torn last row is cut off.
+    pub fn open(backend: &dyn Backend, path: &Path) -> StorageResult<VectorFile> {
+        let file = backend
+            .open(path, OpenMode::Write)
+            .map_err(|e| StorageError::io(path, e))?;
+        let len = file.len().map_err(|e| StorageError::io(path, e))?;
+        if len < VECTOR_HEADER_BYTES as u64 {
+            return Err(bad(path, "shorter than a header"));
+        }
+        let mut h = [0u8; VECTOR_HEADER_BYTES];
+        file.read_exact_at(&mut h, 0)
+            .map_err(|e| StorageError::io(path, e))?;
+        if h[0..8] != VECTOR_MAGIC {
+            return Err(bad(path, "wrong magic"));
+        }
+        let stored = u32::from_le_bytes(h[60..64].try_into().expect("4 bytes"));
+        if crc32c::crc32c(&h[..60]) != stored {
+            return Err(bad(path, "header checksum mismatch"));
+        }
+        let version = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes"));
+        if version != VECTOR_FORMAT_VERSION {
+            return Err(bad(path, format!("unknown format version {version}")));
+        }
+        let dim = u32::from_le_bytes(h[12..16].try_into().expect("4 bytes")) as usize;
+        if dim == 0 {
+            return Err(bad(path, "dimension 0"));
+        }
+        let row_bytes = (dim * 4) as u64;
+        let rows = (len - VECTOR_HEADER_BYTES as u64) / row_bytes;
+        let keep = VECTOR_HEADER_BYTES as u64 + rows * row_bytes;
+        if keep != len {
+            file.set_len(keep).map_err(|e| StorageError::io(path, e))?;
+        }
+        Self::from_file(file, path, dim, rows as usize)
+    }
+
+    fn from_file(
+        file: Arc<dyn BackendFile>,
+        path: &Path,
+        dim: usize,
+        rows: usize,
+    ) -> StorageResult<VectorFile> {
+        let map = file
+            .map((VECTOR_HEADER_BYTES + rows * dim * 4) as u64)
+            .map_err(|e| StorageError::io(path, e))?;
+        let vf = VectorFile {
+            file,
+            path: path.to_path_buf(),
+            dim,
+            map,
+            mapped_rows: rows,
+            tail: Vec::new(),
+        };
+        // Check the cast works once, so `get` cannot fail later.
+        vf.mapped_floats()?;
+        Ok(vf)
+    }
+
+    fn mapped_floats(&self) -> StorageResult<&[f32]> {
+        let bytes = &self.map[VECTOR_HEADER_BYTES.min(self.map.len())..];
+        bytemuck::try_cast_slice(bytes)
+            .map_err(|e| bad(&self.path, format!("mapping not castable to f32: {e}")))
+    }
+
+    /// Row dimension.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.mapped_rows + self.tail.len() / self.dim
+    }
+
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Appends a row; returns its index.
+    pub fn push(&mut self, row: &[f32]) -> StorageResult<usize> {
+        if row.len() != self.dim {
+            return Err(bad(
+                &self.path,
+                format!(
+                    "row of {} values in a file of dimension {}",
+                    row.len(),
+                    self.dim
+                ),
+            ));
+        }
+        let idx = self.len();
+        let offset = (VECTOR_HEADER_BYTES + idx * self.dim * 4) as u64;
+        let bytes: &[u8] = bytemuck::cast_slice(row);
+        self.file
+            .write_all_at(bytes, offset)
+            .map_err(|e| StorageError::io(&self.path, e))?;
+        self.tail.extend_from_slice(row);
+        if self.tail.len() / self.dim >= REMAP_EVERY_ROWS {
+            self.remap()?;
+        }
+        Ok(idx)
+    }
+
+    /// Row `idx`. Panics if out of range (callers index rows they pushed).
+    pub fn get(&self, idx: usize) -> &[f32] {
+        if idx < self.mapped_rows {
+            let floats = self.mapped_floats().expect("checked at open");
+            &floats[idx * self.dim..(idx + 1) * self.dim]
+        } else {
+            let t = idx - self.mapped_rows;
+            &self.tail[t * self.dim..(t + 1) * self.dim]
+        }
+    }
+
+    /// Moves the in-memory tail into the mapping.
+    pub fn remap(&mut self) -> StorageResult<()> {
+        let rows = self.len();
+        self.map = self
+            .file
+            .map((VECTOR_HEADER_BYTES + rows * self.dim * 4) as u64)
+            .map_err(|e| StorageError::io(&self.path, e))?;
+        self.mapped_rows = rows;
+        self.tail.clear();
+        self.mapped_floats()?;
+        Ok(())
+    }
+
+    /// Cuts the file to `rows` rows.
+    pub fn truncate(&mut self, rows: usize) -> StorageResult<()> {
+        if rows >= self.len() {
+            return Ok(());
+        }
+        self.file
+            .set_len((VECTOR_HEADER_BYTES + rows * self.dim * 4) as u64)
+            .map_err(|e| StorageError::io(&self.path, e))?;
+        self.mapped_rows = self.mapped_rows.min(rows);
+        self.tail.clear();
+        self.remap()
+    }
+
+    /// Makes every row durable.
+    pub fn sync(&self) -> StorageResult<()> {
+        self.file
+            .sync_data()
+            .map_err(|e| StorageError::io(&self.path, e))
+    }
+
+    /// The file path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{FsBackend, MemBackend};
+
+    #[test]
+    fn snapshot_roundtrip_and_damage() {
+        let b = MemBackend::new();
+        b.create_dir_all(Path::new("/d")).unwrap();
+        let p = Path::new("/d/x.snap");
+        assert!(read_snapshot(&b, p, *b"ENGRTEST", 1).unwrap().is_none());
+        write_snapshot(&b, p, *b"ENGRTEST", 1, 77, b"hello body").unwrap();
+        let s = read_snapshot(&b, p, *b"ENGRTEST", 1).unwrap().unwrap();
+        assert_eq!(s.applied_lsn, 77);
+        assert_eq!(s.body.as_slice(), b"hello body");
+        assert!(read_snapshot(&b, p, *b"ENGRTEST", 2).is_err());
+        assert!(read_snapshot(&b, p, *b"ENGROTHR", 1).is_err());
+        let mut bytes = b.read_file(p).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        b.write_file(p, &bytes);
+        let e = read_snapshot(&b, p, *b"ENGRTEST", 1).unwrap_err();
+        assert!(e.to_string().contains("body checksum"), "{e}");
+    }
+
+    #[test]
+    fn vector_file_append_reopen_and_torn_row() {
+        for backend in [
+            Box::new(MemBackend::new()) as Box<dyn Backend>,
+            Box::new(FsBackend),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            backend.create_dir_all(dir.path()).unwrap();
+            let p = dir.path().join("v.f32");
+            let mut vf = VectorFile::create(backend.as_ref(), &p, 3).unwrap();
+            for i in 0..5000 {
+                let x = i as f32;
+                assert_eq!(vf.push(&[x, x + 0.5, -x]).unwrap(), i);
+            }
+            assert_eq!(vf.get(4999), &[4999.0, 4999.5, -4999.0]);
+            assert_eq!(vf.get(10), &[10.0, 10.5, -10.0]);
+            assert!(vf.push(&[1.0]).is_err());
+            vf.sync().unwrap();
+            drop(vf);
+            // a torn row at the end
+            let f = backend.open(&p, OpenMode::Write).unwrap();
+            let len = f.len().unwrap();
+            f.write_all_at(&[1, 2, 3, 4, 5], len).unwrap();
+            drop(f);
+            let vf = VectorFile::open(backend.as_ref(), &p).unwrap();
+            assert_eq!(vf.len(), 5000);
+            assert_eq!(vf.get(1234), &[1234.0, 1234.5, -1234.0]);
+        }
+    }
+}

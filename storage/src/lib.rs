@@ -1,0 +1,49 @@
+//! # engram-storage
+//!
+//! The bottom layer of Engram: everything that touches a file lives here, and
+//! nothing here knows what a memory record *means*.
+//!
+//! It owns
+//! - [`backend`]: the small file-system trait every byte goes through, with a
+//!   real implementation ([`FsBackend`]) and an in-memory one ([`MemBackend`])
+//!   that can simulate a power cut (unsynced sectors lost or torn) and inject
+//!   I/O errors, so crash behaviour is testable without killing processes;
+//! - [`frame`]: the on-disk frame (length, CRC32C, type, version, LSN, flags);
+//! - [`log`]: the append-only segment log: bounded segment files, one writer
+//!   thread doing group commit (one fsync per group of batches, acknowledgement
+//!   only after the fsync), recovery on open that truncates a torn tail and
+//!   reports exactly what it dropped, and zero-copy reads through `memmap2`;
+//! - [`catalog`]: the redb catalog (id -> location, external id -> id,
+//!   supersedes chains, per-tenant listings, last applied LSN), which is
+//!   derived from the log and can be rebuilt from it;
+//! - [`files`]: whole-file helpers for derived state (atomic replace with a
+//!   checksummed header) and append-only fixed-width vector files that are read
+//!   through a memory map.
+//!
+//! It must never
+//! - interpret record payloads (they are opaque bytes with a type tag; the
+//!   engine decodes them);
+//! - acknowledge an append before the bytes are durable;
+//! - truncate anything but the unacknowledged tail of the last segment.
+//!
+//! The byte layouts are specified in `docs/format.md`; the constants in
+//! [`frame`] and [`log::segment`] mirror that document.
+
+pub mod aligned;
+pub mod backend;
+pub mod catalog;
+pub mod error;
+pub mod files;
+pub mod frame;
+pub mod log;
+mod mmap;
+
+pub use aligned::AlignedBuf;
+pub use backend::{Backend, BackendFile, FsBackend, Mapping, MemBackend, OpenMode};
+pub use catalog::Catalog;
+pub use error::{StorageError, StorageResult};
+pub use frame::{FrameType, Lsn};
+pub use log::{
+    AppendOutcome, FrameLoc, FrameRef, LogOptions, LogStats, RecoveryReport, SegmentLog,
+    Truncation, TruncationReason,
+};

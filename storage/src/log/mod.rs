@@ -1,0 +1,984 @@
+//! The append-only segment log, Engram's system of record.
+//!
+//! - **Writes**: callers hand atomic batches of frames to one writer thread
+//!   over a channel. The writer drains whatever is queued (a *group*), lays
+//!   the frames out back to back, writes them with one positional write per
+//!   segment touched, calls `fdatasync` once, runs the commit hook (the
+//!   engine applies the frames to its in-memory state), and only then
+//!   acknowledges every batch in the group. LSNs are assigned by the writer,
+//!   so LSN order is the order of durability and of application.
+//! - **Segments** are bounded (`segment_bytes_max`); a batch never spans two
+//!   segments. A new segment is created, its header synced and the directory
+//!   synced before any frame goes into it.
+//! - **Failure**: if a write or fsync fails, the writer stops ("poisoned"):
+//!   the batches of that group are answered with an error (their fate is
+//!   unknown, as after any failed fsync), and every later append fails until
+//!   the store is reopened, which runs recovery.
+//! - **Recovery** (on open): every segment is scanned; see [`recovery`] for
+//!   how a torn tail is told apart from damage. The torn tail of the last
+//!   segment is truncated and reported in a [`RecoveryReport`].
+//! - **Reads** are zero-copy: a [`FrameRef`] borrows the payload from a
+//!   memory map after checking both CRCs.
+//!
+//! This module must never acknowledge a batch before its fsync returned,
+//! never let a batch span segments, and never truncate a sealed segment.
+
+pub(crate) mod recovery;
+pub mod segment;
+
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Mutex, RwLock};
+
+use crate::aligned::AlignedBuf;
+use crate::backend::{Backend, OpenMode};
+use crate::error::{StorageError, StorageResult};
+use crate::frame::{self, FLAG_BATCH_END, FrameHeader, FrameType, Lsn};
+pub use segment::{FrameLoc, FrameRef};
+use segment::{SEGMENT_HEADER_BYTES, Segment};
+
+/// Default bound on a segment file's size.
+pub const SEGMENT_BYTES_MAX_DEFAULT: u64 = 64 << 20;
+/// Default bound on one frame's payload.
+pub const FRAME_PAYLOAD_BYTES_MAX_DEFAULT: usize = 16 << 20;
+/// Default bound on one atomic batch (all its frames, encoded).
+pub const BATCH_BYTES_MAX_DEFAULT: usize = 48 << 20;
+/// Default bound on the bytes one group commit gathers before writing.
+pub const GROUP_BYTES_MAX_DEFAULT: usize = 8 << 20;
+
+/// Tunables of the log.
+#[derive(Clone, Debug)]
+pub struct LogOptions {
+    /// A segment is sealed once it would grow past this (a single batch
+    /// larger than this still goes whole into a fresh segment).
+    pub segment_bytes_max: u64,
+    /// Largest accepted frame payload.
+    pub frame_payload_bytes_max: usize,
+    /// Largest accepted atomic batch (encoded bytes).
+    pub batch_bytes_max: usize,
+    /// A group commit stops gathering queued batches past this many bytes.
+    pub group_bytes_max: usize,
+}
+
+impl Default for LogOptions {
+    fn default() -> Self {
+        LogOptions {
+            segment_bytes_max: SEGMENT_BYTES_MAX_DEFAULT,
+            frame_payload_bytes_max: FRAME_PAYLOAD_BYTES_MAX_DEFAULT,
+            batch_bytes_max: BATCH_BYTES_MAX_DEFAULT,
+            group_bytes_max: GROUP_BYTES_MAX_DEFAULT,
+        }
+    }
+}
+
+/// A frame waiting to be appended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingFrame {
+    /// Type tag.
+    pub frame_type: FrameType,
+    /// Payload encoding version.
+    pub frame_version: u8,
+    /// The bytes.
+    pub payload: Vec<u8>,
+}
+
+/// A frame just made durable, as shown to the commit hook. The payload is
+/// 16-byte aligned.
+#[derive(Debug)]
+pub struct CommittedFrame<'a> {
+    /// Where it now lives.
+    pub loc: FrameLoc,
+    /// Its header.
+    pub header: FrameHeader,
+    /// Its payload.
+    pub payload: &'a [u8],
+}
+
+/// Called by the writer thread after each group's fsync and before the
+/// group is acknowledged, with the group's frames in LSN order.
+pub type CommitHook = Box<dyn FnMut(&[CommittedFrame<'_>]) + Send>;
+
+/// Result of an append: where each frame went.
+pub type AppendOutcome = Vec<FrameLoc>;
+
+/// Why recovery cut the tail of the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TruncationReason {
+    /// Bytes after the last good frame did not form a valid frame
+    /// (torn write, flipped bits, garbage or zero fill: `detail` says which).
+    InvalidTail {
+        /// The first problem found.
+        detail: String,
+    },
+    /// Complete frames of a batch whose final frame never made it.
+    UnfinishedBatch,
+}
+
+/// What recovery removed from the end of the log. None of it was ever
+/// acknowledged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Truncation {
+    /// Segment that was cut.
+    pub segment: u64,
+    /// New length of the segment file.
+    pub offset: u64,
+    /// Bytes removed.
+    pub bytes_dropped: u64,
+    /// LSNs of complete frames removed (members of an unfinished batch).
+    pub dropped_lsns: Vec<Lsn>,
+    /// Why.
+    pub reason: TruncationReason,
+}
+
+/// What opening the log found and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Segments scanned.
+    pub n_segments: usize,
+    /// Valid frames kept.
+    pub n_frames: u64,
+    /// Last LSN kept.
+    pub last_lsn: Option<Lsn>,
+    /// The cut made at the tail, if any.
+    pub truncation: Option<Truncation>,
+    /// A last segment that was being created when the process stopped and
+    /// held no frames; it was removed.
+    pub removed_incomplete_segment: Option<PathBuf>,
+}
+
+impl RecoveryReport {
+    /// Whether the log was found exactly as it was last left.
+    pub fn is_clean(&self) -> bool {
+        self.truncation.is_none() && self.removed_incomplete_segment.is_none()
+    }
+}
+
+/// Counters about the log.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogStats {
+    /// Number of segment files.
+    pub n_segments: usize,
+    /// Bytes in all segment files.
+    pub bytes: u64,
+    /// Last durable LSN (0 if the log is empty).
+    pub last_lsn: Lsn,
+    /// Group commits (= fsyncs of frames) since open.
+    pub n_groups: u64,
+    /// Frames appended since open.
+    pub n_frames_appended: u64,
+}
+
+/// One problem found by [`SegmentLog::verify`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogProblem {
+    /// Segment number.
+    pub segment: u64,
+    /// Offset of the problem.
+    pub offset: u64,
+    /// Description.
+    pub detail: String,
+}
+
+enum Request {
+    Append {
+        frames: Vec<PendingFrame>,
+        encoded_bytes: usize,
+        reply: Sender<StorageResult<AppendOutcome>>,
+    },
+    Rotate {
+        reply: Sender<StorageResult<()>>,
+    },
+}
+
+struct Shared {
+    backend: Arc<dyn Backend>,
+    dir: PathBuf,
+    opts: LogOptions,
+    segments: RwLock<Vec<Arc<Segment>>>,
+    poisoned: Mutex<Option<String>>,
+    last_lsn: AtomicU64,
+    n_groups: AtomicU64,
+    n_frames: AtomicU64,
+}
+
+/// The segment log. See the module documentation.
+pub struct SegmentLog {
+    shared: Arc<Shared>,
+    tx: Mutex<Option<Sender<Request>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for SegmentLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SegmentLog")
+            .field("dir", &self.shared.dir)
+            .finish()
+    }
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StorageError + '_ {
+    move |e| StorageError::io(path, e)
+}
+
+impl SegmentLog {
+    /// Opens (creating if needed) the log in `dir`, running recovery. The
+    /// log is readable at once; appends need [`SegmentLog::start_writer`].
+    pub fn open(
+        backend: Arc<dyn Backend>,
+        dir: &Path,
+        opts: LogOptions,
+    ) -> StorageResult<(SegmentLog, RecoveryReport)> {
+        backend.create_dir_all(dir).map_err(io_err(dir))?;
+        let mut numbers = Vec::new();
+        for entry in backend.list_dir(dir).map_err(io_err(dir))? {
+            if entry.is_dir {
+                continue;
+            }
+            if let Some(no) = segment::parse_segment_file_name(&entry.name) {
+                numbers.push(no);
+            } else if entry.name.ends_with(".tmp") {
+                // Leftover of an interrupted segment rewrite; the original
+                // segment is still in place.
+                let p = dir.join(&entry.name);
+                backend.remove_file(&p).map_err(io_err(&p))?;
+            }
+        }
+        numbers.sort_unstable();
+        let mut report = RecoveryReport::default();
+        let mut segments: Vec<Arc<Segment>> = Vec::new();
+        let mut prev_lsn: Option<Lsn> = None;
+        let n = numbers.len();
+        for (i, &no) in numbers.iter().enumerate() {
+            let is_last = i + 1 == n;
+            let path = segment::segment_path(dir, no);
+            let file = backend
+                .open(&path, OpenMode::Write)
+                .map_err(io_err(&path))?;
+            let len = file.len().map_err(io_err(&path))?;
+            let map = file.map(len).map_err(io_err(&path))?;
+            let header = match segment::decode_header(&map) {
+                Ok(h) => h,
+                Err(segment::HeaderProblem::Incomplete) if is_last => {
+                    drop(map);
+                    backend.remove_file(&path).map_err(io_err(&path))?;
+                    backend.sync_dir(dir).map_err(io_err(dir))?;
+                    report.removed_incomplete_segment = Some(path);
+                    continue;
+                }
+                Err(segment::HeaderProblem::Unsupported(v)) => {
+                    return Err(StorageError::UnsupportedFormat {
+                        segment: no,
+                        found: v,
+                        supported: segment::LOG_FORMAT_VERSION,
+                    });
+                }
+                Err(p) => {
+                    return Err(StorageError::BadSegmentHeader {
+                        segment: no,
+                        path,
+                        reason: format!("{p:?}"),
+                    });
+                }
+            };
+            if header.segment_no != no {
+                return Err(StorageError::BadSegmentHeader {
+                    segment: no,
+                    path,
+                    reason: format!("header says segment {}", header.segment_no),
+                });
+            }
+            let scan = recovery::scan(&map, SEGMENT_HEADER_BYTES as u64, prev_lsn);
+            let damaged = scan.stop.is_some() || scan.valid_end != scan.batch_end;
+            if damaged {
+                if let Some((offset, reason)) = &scan.stop {
+                    if !is_last || scan.durable_after_damage.is_some() {
+                        return Err(StorageError::CorruptLog {
+                            segment: no,
+                            offset: *offset,
+                            reason: reason.to_string(),
+                        });
+                    }
+                } else if !is_last {
+                    return Err(StorageError::CorruptLog {
+                        segment: no,
+                        offset: scan.batch_end,
+                        reason: "sealed segment ends inside a batch".into(),
+                    });
+                }
+                let reason = match &scan.stop {
+                    Some((_, r)) if scan.unfinished_batch_lsns.is_empty() => {
+                        TruncationReason::InvalidTail {
+                            detail: r.to_string(),
+                        }
+                    }
+                    _ => TruncationReason::UnfinishedBatch,
+                };
+                drop(map);
+                file.set_len(scan.batch_end).map_err(io_err(&path))?;
+                file.sync_data().map_err(io_err(&path))?;
+                report.truncation = Some(Truncation {
+                    segment: no,
+                    offset: scan.batch_end,
+                    bytes_dropped: len - scan.batch_end,
+                    dropped_lsns: scan.unfinished_batch_lsns.clone(),
+                    reason,
+                });
+            } else {
+                drop(map);
+            }
+            let kept_len = scan.batch_end;
+            report.n_frames += scan.frames;
+            if scan.last_lsn.is_some() {
+                prev_lsn = scan.last_lsn;
+            }
+            segments.push(Arc::new(Segment::new(
+                no,
+                path,
+                header.first_lsn,
+                file,
+                kept_len,
+            )?));
+        }
+        report.n_segments = segments.len();
+        report.last_lsn = prev_lsn;
+        let shared = Arc::new(Shared {
+            backend,
+            dir: dir.to_path_buf(),
+            opts,
+            segments: RwLock::new(segments),
+            poisoned: Mutex::new(None),
+            last_lsn: AtomicU64::new(prev_lsn.unwrap_or(0)),
+            n_groups: AtomicU64::new(0),
+            n_frames: AtomicU64::new(0),
+        });
+        if shared.segments.read().is_empty() {
+            let first = prev_lsn.map_or(1, |l| l + 1);
+            let seg = create_segment(&shared, 1.max(numbers.last().copied().unwrap_or(0)), first)?;
+            shared.segments.write().push(seg);
+        }
+        Ok((
+            SegmentLog {
+                shared,
+                tx: Mutex::new(None),
+                writer: Mutex::new(None),
+            },
+            report,
+        ))
+    }
+
+    /// Starts the writer thread. `hook` runs after each group's fsync and
+    /// before its acknowledgement.
+    pub fn start_writer(&self, hook: CommitHook) -> StorageResult<()> {
+        let mut tx_slot = self.tx.lock();
+        if tx_slot.is_some() {
+            return Ok(());
+        }
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let shared = self.shared.clone();
+        let handle = std::thread::Builder::new()
+            .name("engram-log-writer".into())
+            .spawn(move || writer_loop(shared, rx, hook))
+            .map_err(|e| StorageError::io(&self.shared.dir, e))?;
+        *tx_slot = Some(tx);
+        *self.writer.lock() = Some(handle);
+        Ok(())
+    }
+
+    /// Appends one atomic batch and waits until it is durable. See
+    /// [`SegmentLog::append_async`].
+    pub fn append(&self, frames: Vec<PendingFrame>) -> StorageResult<AppendOutcome> {
+        self.append_async(frames)?
+            .recv()
+            .map_err(|_| StorageError::Closed)?
+    }
+
+    /// Queues one atomic batch; the receiver yields its locations once the
+    /// batch is durable and applied (or an error: then the batch may or may
+    /// not survive a restart, exactly like a failed commit anywhere).
+    /// Batches queued by one thread are made durable in queue order.
+    pub fn append_async(
+        &self,
+        frames: Vec<PendingFrame>,
+    ) -> StorageResult<Receiver<StorageResult<AppendOutcome>>> {
+        if frames.is_empty() {
+            return Err(StorageError::EmptyBatch);
+        }
+        let mut encoded_bytes = 0usize;
+        for f in &frames {
+            if f.payload.len() > self.shared.opts.frame_payload_bytes_max {
+                return Err(StorageError::FrameTooLarge {
+                    len_bytes: f.payload.len(),
+                    limit_bytes: self.shared.opts.frame_payload_bytes_max,
+                });
+            }
+            encoded_bytes += frame::encoded_len(f.payload.len());
+        }
+        if encoded_bytes > self.shared.opts.batch_bytes_max {
+            return Err(StorageError::BatchTooLarge {
+                n_frames: frames.len(),
+                len_bytes: encoded_bytes,
+                limit_bytes: self.shared.opts.batch_bytes_max,
+            });
+        }
+        if let Some(reason) = self.shared.poisoned.lock().clone() {
+            return Err(StorageError::Poisoned { reason });
+        }
+        let (reply, rx) = crossbeam_channel::bounded(1);
+        let tx = self.tx.lock();
+        let tx = tx.as_ref().ok_or(StorageError::Closed)?;
+        tx.send(Request::Append {
+            frames,
+            encoded_bytes,
+            reply,
+        })
+        .map_err(|_| StorageError::Closed)?;
+        Ok(rx)
+    }
+
+    /// Seals the active segment and starts a new one (used before rewriting
+    /// sealed segments). Waits until done.
+    pub fn rotate(&self) -> StorageResult<()> {
+        let (reply, rx) = crossbeam_channel::bounded(1);
+        {
+            let tx = self.tx.lock();
+            let tx = tx.as_ref().ok_or(StorageError::Closed)?;
+            tx.send(Request::Rotate { reply })
+                .map_err(|_| StorageError::Closed)?;
+        }
+        rx.recv().map_err(|_| StorageError::Closed)?
+    }
+
+    /// Reads and verifies the frame at a location.
+    pub fn read(&self, segment: u64, offset: u64) -> StorageResult<FrameRef> {
+        let seg = self.segment(segment).ok_or(StorageError::BadLocation {
+            segment,
+            offset,
+            reason: "no such segment".into(),
+        })?;
+        seg.read_frame(offset)
+    }
+
+    fn segment(&self, no: u64) -> Option<Arc<Segment>> {
+        let segs = self.shared.segments.read();
+        segs.binary_search_by_key(&no, |s| s.no)
+            .ok()
+            .map(|i| segs[i].clone())
+    }
+
+    /// Calls `f` on every durable frame with LSN >= `from_lsn`, in LSN order,
+    /// until it returns `Break`.
+    pub fn scan(
+        &self,
+        from_lsn: Lsn,
+        mut f: impl FnMut(&FrameRef) -> StorageResult<ControlFlow<()>>,
+    ) -> StorageResult<()> {
+        let segs: Vec<Arc<Segment>> = self.shared.segments.read().clone();
+        // Start at the last segment whose first LSN is <= from_lsn.
+        let start_idx = segs
+            .iter()
+            .rposition(|s| s.first_lsn <= from_lsn)
+            .unwrap_or(0);
+        for seg in &segs[start_idx..] {
+            let end = seg.durable_len();
+            let map = seg.view(end)?;
+            let mut pos = SEGMENT_HEADER_BYTES as u64;
+            while pos < end {
+                let (header, _) = frame::decode(&map[pos as usize..end as usize]).map_err(|e| {
+                    StorageError::CorruptLog {
+                        segment: seg.no,
+                        offset: pos,
+                        reason: e.to_string(),
+                    }
+                })?;
+                let fr = FrameRef::new(map.clone(), seg.no, pos, header);
+                pos += header.encoded_len() as u64;
+                if header.lsn < from_lsn {
+                    continue;
+                }
+                if f(&fr)?.is_break() {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Re-reads every segment from the backend and checks every frame
+    /// (checksums, LSN order, batch ends). Returns the problems found.
+    pub fn verify(&self) -> StorageResult<(u64, Vec<LogProblem>)> {
+        let segs: Vec<Arc<Segment>> = self.shared.segments.read().clone();
+        let mut problems = Vec::new();
+        let mut n_frames = 0;
+        let mut prev = None;
+        for seg in &segs {
+            let end = seg.durable_len();
+            let mut buf = vec![0u8; end as usize];
+            seg.file
+                .read_exact_at(&mut buf, 0)
+                .map_err(io_err(&seg.path))?;
+            if let Err(p) = segment::decode_header(&buf) {
+                problems.push(LogProblem {
+                    segment: seg.no,
+                    offset: 0,
+                    detail: format!("segment header: {p:?}"),
+                });
+                continue;
+            }
+            let buf = AlignedBuf::copy_from(&buf);
+            let s = recovery::scan(buf.as_slice(), SEGMENT_HEADER_BYTES as u64, prev);
+            n_frames += s.frames;
+            if s.last_lsn.is_some() {
+                prev = s.last_lsn;
+            }
+            if let Some((offset, reason)) = s.stop {
+                problems.push(LogProblem {
+                    segment: seg.no,
+                    offset,
+                    detail: reason.to_string(),
+                });
+            } else if s.batch_end != end {
+                problems.push(LogProblem {
+                    segment: seg.no,
+                    offset: s.batch_end,
+                    detail: "segment ends inside a batch".into(),
+                });
+            }
+        }
+        Ok((n_frames, problems))
+    }
+
+    /// Last durable LSN (0 when empty).
+    pub fn last_lsn(&self) -> Lsn {
+        self.shared.last_lsn.load(Ordering::Acquire)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> LogStats {
+        let segs = self.shared.segments.read();
+        LogStats {
+            n_segments: segs.len(),
+            bytes: segs.iter().map(|s| s.durable_len()).sum(),
+            last_lsn: self.last_lsn(),
+            n_groups: self.shared.n_groups.load(Ordering::Relaxed),
+            n_frames_appended: self.shared.n_frames.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The directory holding the segments.
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// Numbers and paths of all segments, oldest first.
+    pub fn segments(&self) -> Vec<(u64, PathBuf)> {
+        self.shared
+            .segments
+            .read()
+            .iter()
+            .map(|s| (s.no, s.path.clone()))
+            .collect()
+    }
+
+    /// Replaces sealed segment `no` by a rewritten copy holding the frames
+    /// `keep` returns (a frame may be kept as is, dropped, or replaced by a
+    /// new payload under the same LSN). The new file is written under a
+    /// temporary name, synced, and renamed over the old one, so a crash
+    /// leaves either the old or the new segment. Returns the new location of
+    /// every kept frame, keyed by LSN. The active segment cannot be
+    /// rewritten: call [`SegmentLog::rotate`] first. Callers must ensure no
+    /// reader relies on old offsets afterwards.
+    pub fn rewrite_segment(
+        &self,
+        no: u64,
+        mut keep: impl FnMut(&FrameRef) -> Rewrite,
+    ) -> StorageResult<Vec<FrameLoc>> {
+        let seg = self.segment(no).ok_or(StorageError::BadLocation {
+            segment: no,
+            offset: 0,
+            reason: "no such segment".into(),
+        })?;
+        if self.shared.segments.read().last().map(|s| s.no) == Some(no) {
+            return Err(StorageError::BadLocation {
+                segment: no,
+                offset: 0,
+                reason: "the active segment cannot be rewritten; rotate first".into(),
+            });
+        }
+        let mut out = Vec::with_capacity(seg.durable_len() as usize);
+        out.extend_from_slice(&segment::encode_header(no, seg.first_lsn));
+        let mut locs = Vec::new();
+        let mut frames: Vec<(FrameRef, Rewrite)> = Vec::new();
+        let end = seg.durable_len();
+        let map = seg.view(end)?;
+        let mut pos = SEGMENT_HEADER_BYTES as u64;
+        while pos < end {
+            let (header, _) = frame::decode(&map[pos as usize..end as usize]).map_err(|e| {
+                StorageError::CorruptLog {
+                    segment: no,
+                    offset: pos,
+                    reason: e.to_string(),
+                }
+            })?;
+            let fr = FrameRef::new(map.clone(), no, pos, header);
+            pos += header.encoded_len() as u64;
+            let decision = keep(&fr);
+            frames.push((fr, decision));
+        }
+        // Keep batch boundaries: a kept frame that followed a dropped batch
+        // end inherits nothing; flags are recomputed so that every maximal
+        // run of kept frames of one original batch still ends with BATCH_END.
+        let n = frames.len();
+        for i in 0..n {
+            let (fr, decision) = &frames[i];
+            let payload: &[u8] = match decision {
+                Rewrite::Drop => continue,
+                Rewrite::Keep => fr.payload(),
+                Rewrite::Replace { payload, .. } => payload,
+            };
+            let (ft, fv) = match decision {
+                Rewrite::Replace {
+                    frame_type,
+                    frame_version,
+                    ..
+                } => (*frame_type, *frame_version),
+                _ => (fr.header.frame_type, fr.header.frame_version),
+            };
+            // The batch ends here if the original frame ended its batch, or
+            // every later frame of the same batch is dropped.
+            let mut ends = fr.header.is_batch_end();
+            if !ends {
+                ends = true;
+                for (later, d) in &frames[i + 1..] {
+                    if !matches!(d, Rewrite::Drop) {
+                        ends = false;
+                        break;
+                    }
+                    if later.header.is_batch_end() {
+                        break;
+                    }
+                }
+            }
+            let offset = out.len() as u64;
+            let durable_before = offset as u32;
+            frame::encode(
+                &mut out,
+                fr.header.lsn,
+                ft,
+                fv,
+                if ends { FLAG_BATCH_END } else { 0 },
+                durable_before,
+                payload,
+            );
+            locs.push(FrameLoc {
+                segment: no,
+                offset,
+                lsn: fr.header.lsn,
+            });
+        }
+        drop(frames);
+        drop(map);
+        let tmp = seg.path.with_extension("seg.tmp");
+        let backend = &self.shared.backend;
+        let f = backend
+            .open(&tmp, OpenMode::Truncate)
+            .map_err(io_err(&tmp))?;
+        f.write_all_at(&out, 0).map_err(io_err(&tmp))?;
+        f.sync_data().map_err(io_err(&tmp))?;
+        backend.rename(&tmp, &seg.path).map_err(io_err(&seg.path))?;
+        backend
+            .sync_dir(&self.shared.dir)
+            .map_err(io_err(&self.shared.dir))?;
+        let new_seg = Arc::new(Segment::new(
+            no,
+            seg.path.clone(),
+            seg.first_lsn,
+            f,
+            out.len() as u64,
+        )?);
+        let mut segs = self.shared.segments.write();
+        if let Ok(i) = segs.binary_search_by_key(&no, |s| s.no) {
+            segs[i] = new_seg;
+        }
+        Ok(locs)
+    }
+
+    /// Stops the writer thread after it has finished every queued batch.
+    pub fn close(&self) {
+        drop(self.tx.lock().take());
+        if let Some(h) = self.writer.lock().take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for SegmentLog {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// What [`SegmentLog::rewrite_segment`] does with one frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rewrite {
+    /// Keep the frame unchanged.
+    Keep,
+    /// Remove the frame.
+    Drop,
+    /// Keep the LSN, replace type, version and payload.
+    Replace {
+        /// New type tag.
+        frame_type: FrameType,
+        /// New payload version.
+        frame_version: u8,
+        /// New payload.
+        payload: Vec<u8>,
+    },
+}
+
+fn create_segment(shared: &Shared, no: u64, first_lsn: Lsn) -> StorageResult<Arc<Segment>> {
+    let path = segment::segment_path(&shared.dir, no);
+    let file = shared
+        .backend
+        .open(&path, OpenMode::CreateNew)
+        .map_err(io_err(&path))?;
+    file.write_all_at(&segment::encode_header(no, first_lsn), 0)
+        .map_err(io_err(&path))?;
+    file.sync_data().map_err(io_err(&path))?;
+    shared
+        .backend
+        .sync_dir(&shared.dir)
+        .map_err(io_err(&shared.dir))?;
+    Ok(Arc::new(Segment::new(
+        no,
+        path,
+        first_lsn,
+        file,
+        SEGMENT_HEADER_BYTES as u64,
+    )?))
+}
+
+struct Group {
+    frames: Vec<PendingFrame>,
+    encoded_bytes: usize,
+    reply: Sender<StorageResult<AppendOutcome>>,
+}
+
+fn writer_loop(shared: Arc<Shared>, rx: Receiver<Request>, mut hook: CommitHook) {
+    let mut next_lsn = shared.last_lsn.load(Ordering::Acquire) + 1;
+    while let Ok(first) = rx.recv() {
+        let mut batches: Vec<Group> = Vec::new();
+        let mut bytes = 0usize;
+        let mut pending = Some(first);
+        loop {
+            match pending.take() {
+                Some(Request::Append {
+                    frames,
+                    encoded_bytes,
+                    reply,
+                }) => {
+                    bytes += encoded_bytes;
+                    batches.push(Group {
+                        frames,
+                        encoded_bytes,
+                        reply,
+                    });
+                }
+                Some(Request::Rotate { reply }) => {
+                    // Finish what was gathered first, then rotate.
+                    commit_group(
+                        &shared,
+                        &mut next_lsn,
+                        std::mem::take(&mut batches),
+                        &mut hook,
+                    );
+                    let r = rotate_now(&shared, next_lsn);
+                    let _ = reply.send(r);
+                    bytes = 0;
+                }
+                None => {}
+            }
+            if bytes >= shared.opts.group_bytes_max {
+                break;
+            }
+            match rx.try_recv() {
+                Ok(r) => pending = Some(r),
+                Err(_) => break,
+            }
+        }
+        commit_group(&shared, &mut next_lsn, batches, &mut hook);
+    }
+}
+
+fn rotate_now(shared: &Shared, next_lsn: Lsn) -> StorageResult<()> {
+    if let Some(reason) = shared.poisoned.lock().clone() {
+        return Err(StorageError::Poisoned { reason });
+    }
+    let (no, empty) = {
+        let segs = shared.segments.read();
+        let cur = segs.last().expect("at least one segment");
+        (cur.no, cur.durable_len() == SEGMENT_HEADER_BYTES as u64)
+    };
+    if empty {
+        return Ok(());
+    }
+    let seg = create_segment(shared, no + 1, next_lsn)?;
+    shared.segments.write().push(seg);
+    Ok(())
+}
+
+fn poison(shared: &Shared, why: String) -> StorageError {
+    let mut p = shared.poisoned.lock();
+    if p.is_none() {
+        *p = Some(why.clone());
+    }
+    StorageError::Poisoned { reason: why }
+}
+
+fn commit_group(shared: &Shared, next_lsn: &mut Lsn, batches: Vec<Group>, hook: &mut CommitHook) {
+    if batches.is_empty() {
+        return;
+    }
+    if let Some(reason) = shared.poisoned.lock().clone() {
+        for b in batches {
+            let _ = b.reply.send(Err(StorageError::Poisoned {
+                reason: reason.clone(),
+            }));
+        }
+        return;
+    }
+    let (done, failure) = write_group(shared, next_lsn, &batches, hook);
+    shared.n_groups.fetch_add(1, Ordering::Relaxed);
+    let mut done = done.into_iter();
+    let reason = failure.map(|e| {
+        poison(shared, e.to_string());
+        e.to_string()
+    });
+    for b in batches {
+        match done.next() {
+            Some(l) => {
+                shared.n_frames.fetch_add(l.len() as u64, Ordering::Relaxed);
+                let _ = b.reply.send(Ok(l));
+            }
+            None => {
+                let _ = b.reply.send(Err(StorageError::Poisoned {
+                    reason: reason.clone().unwrap_or_default(),
+                }));
+            }
+        }
+    }
+}
+
+/// Writes the batches, segment by segment, syncs, runs the hook. Returns
+/// the locations of the batches made durable (a prefix of `batches`) and
+/// the error that stopped the rest, if any.
+fn write_group(
+    shared: &Shared,
+    next_lsn: &mut Lsn,
+    batches: &[Group],
+    hook: &mut CommitHook,
+) -> (Vec<AppendOutcome>, Option<StorageError>) {
+    let mut out: Vec<AppendOutcome> = Vec::with_capacity(batches.len());
+    match write_runs(shared, next_lsn, batches, hook, &mut out) {
+        Ok(()) => (out, None),
+        Err(e) => (out, Some(e)),
+    }
+}
+
+fn write_runs(
+    shared: &Shared,
+    next_lsn: &mut Lsn,
+    batches: &[Group],
+    hook: &mut CommitHook,
+    out: &mut Vec<AppendOutcome>,
+) -> StorageResult<()> {
+    let mut i = 0;
+    while i < batches.len() {
+        let seg = shared
+            .segments
+            .read()
+            .last()
+            .cloned()
+            .expect("at least one segment");
+        let start = seg.durable_len();
+        // Which batches fit in this segment? At least one if the segment is
+        // empty (an oversized batch gets a segment of its own).
+        let mut j = i;
+        let mut run_bytes = 0u64;
+        while j < batches.len() {
+            let b = batches[j].encoded_bytes as u64;
+            let seg_empty = start == SEGMENT_HEADER_BYTES as u64 && run_bytes == 0;
+            if start + run_bytes + b > shared.opts.segment_bytes_max && !seg_empty {
+                break;
+            }
+            run_bytes += b;
+            j += 1;
+        }
+        if j == i {
+            let new = create_segment(shared, seg.no + 1, *next_lsn)?;
+            shared.segments.write().push(new);
+            continue;
+        }
+        let mut buf = AlignedBuf::zeroed(run_bytes as usize);
+        let mut pos = 0usize;
+        let durable_before = u32::try_from(start).unwrap_or(u32::MAX);
+        let first_lsn = *next_lsn;
+        let mut metas: Vec<(FrameLoc, FrameHeader, usize)> = Vec::new();
+        let mut run_out: Vec<AppendOutcome> = Vec::with_capacity(j - i);
+        for b in &batches[i..j] {
+            let mut locs = Vec::with_capacity(b.frames.len());
+            for (k, f) in b.frames.iter().enumerate() {
+                let flags = if k + 1 == b.frames.len() {
+                    FLAG_BATCH_END
+                } else {
+                    0
+                };
+                let len = frame::encoded_len(f.payload.len());
+                frame::encode_into(
+                    &mut buf.as_mut_slice()[pos..pos + len],
+                    *next_lsn,
+                    f.frame_type,
+                    f.frame_version,
+                    flags,
+                    durable_before,
+                    &f.payload,
+                );
+                let loc = FrameLoc {
+                    segment: seg.no,
+                    offset: start + pos as u64,
+                    lsn: *next_lsn,
+                };
+                let header = frame::decode_header(&buf.as_slice()[pos..pos + len])
+                    .expect("a frame just encoded decodes");
+                metas.push((loc, header, pos + frame::FRAME_HEADER_BYTES));
+                locs.push(loc);
+                *next_lsn += 1;
+                pos += len;
+            }
+            run_out.push(locs);
+        }
+        seg.file
+            .write_all_at(buf.as_slice(), start)
+            .map_err(io_err(&seg.path))?;
+        seg.file.sync_data().map_err(io_err(&seg.path))?;
+        seg.durable_len.store(start + run_bytes, Ordering::Release);
+        shared.last_lsn.store(*next_lsn - 1, Ordering::Release);
+        debug_assert!(first_lsn < *next_lsn);
+        let committed: Vec<CommittedFrame<'_>> = metas
+            .iter()
+            .map(|(loc, header, at)| CommittedFrame {
+                loc: *loc,
+                header: *header,
+                payload: &buf.as_slice()[*at..*at + header.payload_len as usize],
+            })
+            .collect();
+        hook(&committed);
+        out.extend(run_out);
+        i = j;
+    }
+    Ok(())
+}

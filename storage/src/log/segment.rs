@@ -1,0 +1,349 @@
+//! One segment file: its header, its name, and read access to its frames.
+//!
+//! ```text
+//! segment header (64 bytes, little-endian)
+//! offset size field
+//!  0     8    magic           "ENGRAMLG"
+//!  8     2    format_version  u16 (this build writes and reads 1)
+//! 10     2    header_bytes    u16 = 64
+//! 12     4    reserved        zero
+//! 16     8    segment_no      u64, also in the file name
+//! 24     8    first_lsn       u64, LSN the first frame was given (or would be)
+//! 32    28    reserved        zero
+//! 60     4    header_crc      CRC32C of bytes 0..60
+//! 64     ..   frames (see crate::frame), each at a 16-byte aligned offset
+//! ```
+//! File name: `{segment_no:020}.seg` inside the log directory.
+//!
+//! A segment is append-only while it is the active one and immutable once
+//! sealed; readers see only bytes the writer has made durable.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::RwLock;
+
+use crate::backend::{BackendFile, Mapping};
+use crate::error::{StorageError, StorageResult};
+use crate::frame::{self, FrameHeader, Lsn};
+
+/// Segment magic.
+pub const SEGMENT_MAGIC: [u8; 8] = *b"ENGRAMLG";
+/// Log format version written by this build.
+pub const LOG_FORMAT_VERSION: u16 = 1;
+/// Size of the segment header.
+pub const SEGMENT_HEADER_BYTES: usize = 64;
+/// File-name suffix of segments.
+pub const SEGMENT_SUFFIX: &str = ".seg";
+
+mod offsets {
+    pub const MAGIC: usize = 0;
+    pub const FORMAT_VERSION: usize = 8;
+    pub const HEADER_BYTES: usize = 10;
+    pub const SEGMENT_NO: usize = 16;
+    pub const FIRST_LSN: usize = 24;
+    pub const HEADER_CRC: usize = 60;
+}
+const _: () = assert!(offsets::HEADER_CRC + 4 == SEGMENT_HEADER_BYTES);
+const _: () = assert!(SEGMENT_HEADER_BYTES.is_multiple_of(frame::FRAME_ALIGN));
+const _: () = assert!(offsets::MAGIC + 8 <= offsets::FORMAT_VERSION);
+const _: () = assert!(offsets::HEADER_BYTES + 2 <= offsets::SEGMENT_NO);
+
+/// The file name of segment `no`.
+pub fn segment_file_name(no: u64) -> String {
+    format!("{no:020}{SEGMENT_SUFFIX}")
+}
+
+/// Parses a segment file name back into its number.
+pub fn parse_segment_file_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(SEGMENT_SUFFIX)?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Encodes a segment header.
+pub fn encode_header(segment_no: u64, first_lsn: Lsn) -> [u8; SEGMENT_HEADER_BYTES] {
+    let mut h = [0u8; SEGMENT_HEADER_BYTES];
+    h[offsets::MAGIC..offsets::MAGIC + 8].copy_from_slice(&SEGMENT_MAGIC);
+    h[offsets::FORMAT_VERSION..offsets::FORMAT_VERSION + 2]
+        .copy_from_slice(&LOG_FORMAT_VERSION.to_le_bytes());
+    h[offsets::HEADER_BYTES..offsets::HEADER_BYTES + 2]
+        .copy_from_slice(&(SEGMENT_HEADER_BYTES as u16).to_le_bytes());
+    h[offsets::SEGMENT_NO..offsets::SEGMENT_NO + 8].copy_from_slice(&segment_no.to_le_bytes());
+    h[offsets::FIRST_LSN..offsets::FIRST_LSN + 8].copy_from_slice(&first_lsn.to_le_bytes());
+    let crc = crc32c::crc32c(&h[..offsets::HEADER_CRC]);
+    h[offsets::HEADER_CRC..].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// A decoded segment header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentHeader {
+    /// Segment number.
+    pub segment_no: u64,
+    /// LSN of the first frame.
+    pub first_lsn: Lsn,
+    /// Format version.
+    pub format_version: u16,
+}
+
+/// Why a segment header is unusable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HeaderProblem {
+    /// Shorter than a header, or all zero: the segment was being created
+    /// when the process stopped.
+    Incomplete,
+    /// Anything else.
+    Damaged(String),
+    /// A newer format.
+    Unsupported(u16),
+}
+
+/// Decodes and verifies a segment header.
+pub fn decode_header(bytes: &[u8]) -> Result<SegmentHeader, HeaderProblem> {
+    if bytes.len() < SEGMENT_HEADER_BYTES {
+        return Err(HeaderProblem::Incomplete);
+    }
+    let h = &bytes[..SEGMENT_HEADER_BYTES];
+    if h.iter().all(|&b| b == 0) {
+        return Err(HeaderProblem::Incomplete);
+    }
+    if h[..8] != SEGMENT_MAGIC {
+        return Err(HeaderProblem::Damaged("bad magic".into()));
+    }
+    let stored = u32::from_le_bytes(h[offsets::HEADER_CRC..].try_into().expect("4 bytes"));
+    let got = crc32c::crc32c(&h[..offsets::HEADER_CRC]);
+    if stored != got {
+        return Err(HeaderProblem::Damaged(format!(
+            "header checksum mismatch (stored {stored:#010x}, computed {got:#010x})"
+        )));
+    }
+    let version = u16::from_le_bytes(
+        h[offsets::FORMAT_VERSION..offsets::FORMAT_VERSION + 2]
+            .try_into()
+            .expect("2 bytes"),
+    );
+    if version > LOG_FORMAT_VERSION || version == 0 {
+        return Err(HeaderProblem::Unsupported(version));
+    }
+    Ok(SegmentHeader {
+        segment_no: u64::from_le_bytes(
+            h[offsets::SEGMENT_NO..offsets::SEGMENT_NO + 8]
+                .try_into()
+                .expect("8 bytes"),
+        ),
+        first_lsn: u64::from_le_bytes(
+            h[offsets::FIRST_LSN..offsets::FIRST_LSN + 8]
+                .try_into()
+                .expect("8 bytes"),
+        ),
+        format_version: version,
+    })
+}
+
+/// An open segment.
+#[derive(Debug)]
+pub(crate) struct Segment {
+    pub no: u64,
+    pub path: PathBuf,
+    pub first_lsn: Lsn,
+    pub file: Arc<dyn BackendFile>,
+    /// Bytes readers may see: everything up to here is durable.
+    pub durable_len: AtomicU64,
+    /// The most recent mapping; remapped on demand when it is too short.
+    map: RwLock<Arc<Mapping>>,
+}
+
+impl Segment {
+    pub fn new(
+        no: u64,
+        path: PathBuf,
+        first_lsn: Lsn,
+        file: Arc<dyn BackendFile>,
+        durable_len: u64,
+    ) -> StorageResult<Segment> {
+        let map = file
+            .map(durable_len)
+            .map_err(|e| StorageError::io(&path, e))?;
+        Ok(Segment {
+            no,
+            path,
+            first_lsn,
+            file,
+            durable_len: AtomicU64::new(durable_len),
+            map: RwLock::new(Arc::new(map)),
+        })
+    }
+
+    pub fn durable_len(&self) -> u64 {
+        self.durable_len.load(Ordering::Acquire)
+    }
+
+    /// A mapping covering at least `min_len` bytes (which must be durable).
+    pub fn view(&self, min_len: u64) -> StorageResult<Arc<Mapping>> {
+        {
+            let m = self.map.read();
+            if m.len() as u64 >= min_len {
+                return Ok(m.clone());
+            }
+        }
+        let durable = self.durable_len();
+        if min_len > durable {
+            return Err(StorageError::BadLocation {
+                segment: self.no,
+                offset: min_len,
+                reason: format!("past the durable end of the segment ({durable} bytes)"),
+            });
+        }
+        let mut m = self.map.write();
+        if (m.len() as u64) < min_len {
+            *m = Arc::new(
+                self.file
+                    .map(durable)
+                    .map_err(|e| StorageError::io(&self.path, e))?,
+            );
+        }
+        Ok(m.clone())
+    }
+
+    /// Reads and verifies the frame at `offset`.
+    pub fn read_frame(&self, offset: u64) -> StorageResult<FrameRef> {
+        let bad = |reason: String| StorageError::BadLocation {
+            segment: self.no,
+            offset,
+            reason,
+        };
+        if offset < SEGMENT_HEADER_BYTES as u64 || !offset.is_multiple_of(frame::FRAME_ALIGN as u64)
+        {
+            return Err(bad("not a frame boundary".into()));
+        }
+        let durable = self.durable_len();
+        if offset + frame::FRAME_HEADER_BYTES as u64 > durable {
+            return Err(bad(format!("past the durable end ({durable} bytes)")));
+        }
+        let map = self.view(offset + frame::FRAME_HEADER_BYTES as u64)?;
+        let start = offset as usize;
+        let header = frame::decode_header(&map[start..]).map_err(|e| bad(e.to_string()))?;
+        let end = offset + frame::FRAME_HEADER_BYTES as u64 + header.payload_len as u64;
+        if end > durable {
+            return Err(bad("frame extends past the durable end".into()));
+        }
+        let map = if (map.len() as u64) < end {
+            self.view(end)?
+        } else {
+            map
+        };
+        let (header, _) = frame::decode(&map[start..]).map_err(|e| bad(e.to_string()))?;
+        Ok(FrameRef {
+            map,
+            segment: self.no,
+            offset,
+            header,
+        })
+    }
+}
+
+/// Where a frame lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FrameLoc {
+    /// Segment number.
+    pub segment: u64,
+    /// Byte offset of the frame header in the segment file.
+    pub offset: u64,
+    /// The frame's LSN.
+    pub lsn: Lsn,
+}
+
+/// A verified frame, borrowed zero-copy from a segment mapping. The payload
+/// is 16-byte aligned.
+#[derive(Clone)]
+pub struct FrameRef {
+    map: Arc<Mapping>,
+    /// Segment number.
+    pub segment: u64,
+    /// Offset of the header.
+    pub offset: u64,
+    /// The verified header.
+    pub header: FrameHeader,
+}
+
+impl FrameRef {
+    pub(crate) fn new(map: Arc<Mapping>, segment: u64, offset: u64, header: FrameHeader) -> Self {
+        FrameRef {
+            map,
+            segment,
+            offset,
+            header,
+        }
+    }
+
+    /// The payload bytes (checksum already verified).
+    pub fn payload(&self) -> &[u8] {
+        let start = self.offset as usize + frame::FRAME_HEADER_BYTES;
+        &self.map[start..start + self.header.payload_len as usize]
+    }
+
+    /// The frame's location.
+    pub fn loc(&self) -> FrameLoc {
+        FrameLoc {
+            segment: self.segment,
+            offset: self.offset,
+            lsn: self.header.lsn,
+        }
+    }
+}
+
+impl std::fmt::Debug for FrameRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FrameRef")
+            .field("segment", &self.segment)
+            .field("offset", &self.offset)
+            .field("header", &self.header)
+            .finish()
+    }
+}
+
+/// Path of segment `no` in `dir`.
+pub fn segment_path(dir: &Path, no: u64) -> PathBuf {
+    dir.join(segment_file_name(no))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_roundtrip_and_damage() {
+        let h = encode_header(42, 1000);
+        let d = decode_header(&h).unwrap();
+        assert_eq!((d.segment_no, d.first_lsn, d.format_version), (42, 1000, 1));
+        let mut bad = h;
+        bad[20] ^= 1;
+        assert!(matches!(
+            decode_header(&bad),
+            Err(HeaderProblem::Damaged(_))
+        ));
+        assert_eq!(
+            decode_header(&[0u8; 64]).unwrap_err(),
+            HeaderProblem::Incomplete
+        );
+        assert_eq!(
+            decode_header(&h[..10]).unwrap_err(),
+            HeaderProblem::Incomplete
+        );
+    }
+
+    #[test]
+    fn names_roundtrip() {
+        assert_eq!(segment_file_name(7), "00000000000000000007.seg");
+        assert_eq!(parse_segment_file_name("00000000000000000007.seg"), Some(7));
+        assert_eq!(parse_segment_file_name("7.seg"), None);
+        assert_eq!(
+            parse_segment_file_name("00000000000000000007.seg.tmp"),
+            None
+        );
+    }
+}

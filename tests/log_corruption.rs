@@ -1,0 +1,157 @@
+//! Damage to the tail of a real segment file on disk: open succeeds, the
+//! report names exactly what was cut and why, and every intact frame stays.
+//! Damage to durable bytes in the middle is refused, never truncated.
+
+use std::fs::OpenOptions;
+use std::io::{Seek, SeekFrom, Write};
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use engram_storage::frame::FrameType;
+use engram_storage::log::{LogOptions, PendingFrame, RecoveryReport, TruncationReason};
+use engram_storage::{Backend, FsBackend, SegmentLog, StorageError};
+
+fn frame(i: u32) -> PendingFrame {
+    PendingFrame {
+        frame_type: FrameType(1),
+        frame_version: 1,
+        payload: format!("intact record {i:04} {}", "p".repeat(100)).into_bytes(),
+    }
+}
+
+/// Writes 10 single-frame batches; returns the segment path and its length
+/// after each batch.
+fn make_log(dir: &Path) -> (PathBuf, Vec<u64>) {
+    let backend: Arc<dyn Backend> = Arc::new(FsBackend);
+    let (log, _) = SegmentLog::open(backend, dir, LogOptions::default()).unwrap();
+    log.start_writer(Box::new(|_| {})).unwrap();
+    let mut ends = Vec::new();
+    for i in 0..10 {
+        let l = log.append(vec![frame(i)]).unwrap();
+        let fr = log.read(l[0].segment, l[0].offset).unwrap();
+        ends.push(l[0].offset + fr.header.encoded_len() as u64);
+    }
+    let path = log.segments()[0].1.clone();
+    (path, ends)
+}
+
+fn reopen(dir: &Path) -> Result<(Vec<Vec<u8>>, RecoveryReport), StorageError> {
+    let backend: Arc<dyn Backend> = Arc::new(FsBackend);
+    let (log, report) = SegmentLog::open(backend, dir, LogOptions::default())?;
+    let mut payloads = Vec::new();
+    log.scan(0, |f| {
+        payloads.push(f.payload().to_vec());
+        Ok(ControlFlow::Continue(()))
+    })?;
+    assert!(log.verify()?.1.is_empty());
+    Ok((payloads, report))
+}
+
+fn expect_records(payloads: &[Vec<u8>], n: u32) {
+    assert_eq!(payloads.len(), n as usize);
+    for (i, p) in payloads.iter().enumerate() {
+        assert_eq!(p, &frame(i as u32).payload);
+    }
+}
+
+#[test]
+fn truncated_tail_is_cut_at_the_last_whole_frame() {
+    let d = tempfile::tempdir().unwrap();
+    let (seg, ends) = make_log(d.path());
+    let f = OpenOptions::new().write(true).open(&seg).unwrap();
+    f.set_len(ends[9] - 50).unwrap();
+    let (payloads, report) = reopen(d.path()).unwrap();
+    expect_records(&payloads, 9);
+    let t = report.truncation.expect("a truncation is reported");
+    assert_eq!(t.offset, ends[8]);
+    assert_eq!(t.bytes_dropped, ends[9] - 50 - ends[8]);
+    assert!(
+        matches!(t.reason, TruncationReason::InvalidTail { ref detail } if detail.contains("truncated")),
+        "{t:?}"
+    );
+    // A second open finds a clean log.
+    let (payloads, report) = reopen(d.path()).unwrap();
+    expect_records(&payloads, 9);
+    assert!(report.is_clean());
+}
+
+#[test]
+fn flipped_bits_in_the_last_frame_drop_only_that_frame() {
+    let d = tempfile::tempdir().unwrap();
+    let (seg, ends) = make_log(d.path());
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&seg)
+        .unwrap();
+    f.seek(SeekFrom::Start(ends[8] + 40)).unwrap();
+    f.write_all(&[0xFF, 0x00, 0xAA]).unwrap();
+    drop(f);
+    let (payloads, report) = reopen(d.path()).unwrap();
+    expect_records(&payloads, 9);
+    let t = report.truncation.unwrap();
+    assert_eq!((t.offset, t.bytes_dropped), (ends[8], ends[9] - ends[8]));
+    assert!(
+        matches!(t.reason, TruncationReason::InvalidTail { ref detail } if detail.contains("payload checksum")),
+        "{t:?}"
+    );
+}
+
+#[test]
+fn garbage_appended_is_cut_and_named() {
+    let d = tempfile::tempdir().unwrap();
+    let (seg, ends) = make_log(d.path());
+    let mut f = OpenOptions::new().append(true).open(&seg).unwrap();
+    f.write_all(b"this is not a frame at all, just some garbage bytes")
+        .unwrap();
+    drop(f);
+    let (payloads, report) = reopen(d.path()).unwrap();
+    expect_records(&payloads, 10);
+    let t = report.truncation.unwrap();
+    assert_eq!((t.offset, t.bytes_dropped), (ends[9], 51));
+    assert!(
+        matches!(t.reason, TruncationReason::InvalidTail { ref detail } if detail.contains("magic")),
+        "{t:?}"
+    );
+}
+
+#[test]
+fn zero_filled_tail_is_cut_and_named() {
+    let d = tempfile::tempdir().unwrap();
+    let (seg, ends) = make_log(d.path());
+    let f = OpenOptions::new().write(true).open(&seg).unwrap();
+    f.set_len(ends[9] + 4096).unwrap();
+    let (payloads, report) = reopen(d.path()).unwrap();
+    expect_records(&payloads, 10);
+    let t = report.truncation.unwrap();
+    assert_eq!((t.offset, t.bytes_dropped), (ends[9], 4096));
+    assert!(
+        matches!(t.reason, TruncationReason::InvalidTail { ref detail } if detail.contains("zero-filled")),
+        "{t:?}"
+    );
+}
+
+#[test]
+fn damage_inside_durable_data_is_refused_not_truncated() {
+    let d = tempfile::tempdir().unwrap();
+    let (seg, ends) = make_log(d.path());
+    let len_before = std::fs::metadata(&seg).unwrap().len();
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&seg)
+        .unwrap();
+    f.seek(SeekFrom::Start(ends[3] + 45)).unwrap();
+    f.write_all(b"XX").unwrap();
+    drop(f);
+    match reopen(d.path()) {
+        Err(StorageError::CorruptLog { offset, .. }) => assert_eq!(offset, ends[3]),
+        other => panic!("expected CorruptLog, got {other:?}"),
+    }
+    assert_eq!(
+        std::fs::metadata(&seg).unwrap().len(),
+        len_before,
+        "nothing was cut"
+    );
+}
