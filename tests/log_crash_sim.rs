@@ -15,6 +15,9 @@ use engram_storage::log::{LogOptions, PendingFrame};
 use engram_storage::{Backend, MemBackend, SegmentLog};
 use parking_lot::Mutex;
 
+/// The crash image and the acknowledged frames (lsn -> payload) at that instant.
+type CrashCapture = (MemBackend, BTreeMap<u64, Vec<u8>>);
+
 fn payload(writer: u64, seq: u64, part: u64, rng_len: u64) -> Vec<u8> {
     let mut p = format!("w{writer}-s{seq}-p{part}-").into_bytes();
     p.resize(p.len() + (rng_len % 700) as usize, b'a' + (seq % 26) as u8);
@@ -69,7 +72,7 @@ fn run_round(seed: u64) -> bool {
     // write (and any earlier unsynced ones) torn at random, and everything
     // acknowledged so far must be durable in it.
     let crash_at_write = 5 + rng.next_u64() % 300;
-    let captured: Arc<Mutex<Option<(MemBackend, BTreeMap<u64, Vec<u8>>)>>> = Arc::default();
+    let captured: Arc<Mutex<Option<CrashCapture>>> = Arc::default();
     {
         let (b2, acked, captured, stop) =
             (b.clone(), acked.clone(), captured.clone(), stop.clone());

@@ -1,1 +1,35 @@
-//! placeholder
+//! # engram-engine
+//!
+//! The engine: Engram's data model, the write path (validation, admission,
+//! identity), the in-memory derived state (dense record table, eligibility
+//! bitmaps, lineage), the vector and lexical indexes, retrieval with
+//! manifests, and the lifecycle operations.
+//!
+//! It owns every rule about what a record *means*; the storage crate below it
+//! only moves bytes. It must never do file I/O except through
+//! `engram_storage`, and never let a record of one tenant reach a session of
+//! another.
+
+pub mod canonical;
+pub mod codec;
+pub mod db;
+pub mod embed;
+pub mod error;
+pub mod id;
+pub mod lexical;
+pub mod model;
+pub mod principal;
+pub mod state;
+pub mod time;
+pub mod vector;
+
+pub use db::{AppendOutcome, AppendResult, Engram, ListFilter, OpenReport, Options, Session};
+pub use embed::{Embedder, HashEmbedder};
+pub use error::{EngineError, Result};
+pub use id::RecordId;
+pub use model::{
+    AssertionKind, Body, Derivation, Embedding, NewRecord, Record, RecordRef, RecordType, Scope,
+    Status, Writer, WriterKind,
+};
+pub use principal::Principal;
+pub use time::{Clock, ManualClock, SystemClock};

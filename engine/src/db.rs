@@ -1,0 +1,1568 @@
+//! The store: opening (recovery, replay, catch-up of derived state), the
+//! write path, sessions, point reads, checkpoints and shutdown.
+//!
+//! Write path, for one atomic batch:
+//! 1. validate every record (no lock held);
+//! 2. under the write lock: resolve references (sources, supersedes,
+//!    subjects) inside the session's tenant, enforce external-id rules,
+//!    decide admission status, mint ids and the transaction time, encode
+//!    frames and queue them on the log;
+//! 3. the log's writer thread makes the group durable, then the commit hook
+//!    applies the frames to the in-memory state (and the catalog) in LSN
+//!    order; only then is the batch acknowledged.
+//!
+//! A batch is all or nothing: any invalid record rejects the whole batch
+//! with its position and field, before anything is queued.
+//!
+//! This module must never apply anything that is not in the log, and never
+//! acknowledge before the commit hook has run.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use engram_storage::backend::LockGuard;
+use engram_storage::catalog::CatalogOp;
+use engram_storage::files::{read_snapshot, write_snapshot};
+use engram_storage::log::{CommittedFrame, LogOptions, PendingFrame, RecoveryReport};
+use engram_storage::{Backend, Catalog, FrameLoc, FsBackend, SegmentLog, StorageError};
+use parking_lot::{Mutex, RwLock};
+
+use crate::canonical;
+use crate::codec::{self, StoredDerivation, StoredEmbedding, StoredRecord};
+use crate::embed::Embedder;
+use crate::error::{EngineError, Result};
+use crate::id::{IdGenerator, RecordId};
+use crate::lexical::{Bm25Index, Bm25Params};
+use crate::model::{
+    AssertionKind, Body, DEFAULT_RETENTION_CLASS, EmbeddingInfo, NewRecord, Record, RecordRef,
+    RecordType, SCHEMA_VERSION, Scope, Status, Writer, WriterKind, limits,
+};
+use crate::principal::Principal;
+use crate::state::{Idx, State};
+use crate::time::{Clock, SystemClock, format_rfc3339};
+use crate::vector::distance::Metric;
+use crate::vector::hnsw::HnswParams;
+use crate::vector::space::VectorSpaces;
+
+const LEXICAL_MAGIC: [u8; 8] = *b"ENGRBM25";
+const LEXICAL_SNAPSHOT_VERSION: u32 = 1;
+
+/// How a store is opened.
+#[derive(Clone)]
+pub struct Options {
+    /// The file system (default: the real one).
+    pub backend: Arc<dyn Backend>,
+    /// The transaction-time clock.
+    pub clock: Arc<dyn Clock>,
+    /// Segment log tunables.
+    pub log: LogOptions,
+    /// Embedder for derived vectors and query texts (None: clients send vectors).
+    pub embedder: Option<Arc<dyn Embedder>>,
+    /// Graph parameters of new vector spaces.
+    pub hnsw: HnswParams,
+    /// Metric of every vector space.
+    pub metric: Metric,
+    /// Index vectors on a background thread (off the write path). When false,
+    /// pending vectors are only indexed by [`Engram::wait_indexed`].
+    pub background_indexing: bool,
+    /// Seed for deterministic ids (tests); None mixes in process randomness.
+    pub id_seed: Option<u64>,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("log", &self.log)
+            .field("embedder", &self.embedder.as_ref().map(|e| e.model_id().to_string()))
+            .field("hnsw", &self.hnsw)
+            .field("metric", &self.metric)
+            .finish()
+    }
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            backend: Arc::new(FsBackend),
+            clock: Arc::new(SystemClock),
+            log: LogOptions::default(),
+            embedder: None,
+            hnsw: HnswParams::default(),
+            metric: Metric::Cosine,
+            background_indexing: true,
+            id_seed: None,
+        }
+    }
+}
+
+/// Outcome of one record of an append.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct AppendResult {
+    /// The record's id.
+    pub id: RecordId,
+    /// Its external id.
+    pub external_id: Option<String>,
+    /// Whether it was stored now or already existed with the same content.
+    pub outcome: AppendOutcome,
+    /// Admission status.
+    pub status: Status,
+    /// LSN of its frame (of the existing record for duplicates).
+    pub lsn: u64,
+}
+
+/// Whether an append stored something.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AppendOutcome {
+    /// Stored.
+    Created,
+    /// Same external id and same content already stored: nothing written.
+    Duplicate,
+}
+
+/// State of the write path shared by concurrent appenders.
+struct WriterState {
+    ids: IdGenerator,
+    last_ingested_at: i64,
+    /// (tenant, external id) -> (id, content hash) of batches in flight.
+    pending_ext: HashMap<(String, String), (RecordId, [u8; 32])>,
+    /// Records being superseded by batches in flight.
+    pending_superseded: HashSet<RecordId>,
+    /// Vector spaces being created by batches in flight.
+    pending_dims: HashMap<String, usize>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) dir: PathBuf,
+    pub(crate) backend: Arc<dyn Backend>,
+    lock: Mutex<Option<LockGuard>>,
+    pub(crate) log: SegmentLog,
+    pub(crate) catalog: Arc<Catalog>,
+    pub(crate) state: Arc<RwLock<State>>,
+    writer: Mutex<WriterState>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) opts: Options,
+    recovery: RecoveryReport,
+    apply_error: Arc<Mutex<Option<String>>>,
+    indexer: Mutex<Option<JoinHandle<()>>>,
+    indexer_tx: Mutex<Option<crossbeam_channel::Sender<()>>>,
+    closed: AtomicBool,
+    /// Held shared by appends, exclusively by maintenance (compaction, restore).
+    pub(crate) maintenance: RwLock<()>,
+}
+
+/// An open store. Cheap to clone; all clones share one store.
+#[derive(Clone)]
+pub struct Engram {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Engram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engram").field("dir", &self.inner.dir).finish()
+    }
+}
+
+/// What opening the store found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpenReport {
+    /// What log recovery did.
+    pub log: RecoveryReport,
+    /// Frames replayed into memory.
+    pub frames_replayed: u64,
+    /// Frames the catalog had to catch up on.
+    pub catalog_caught_up: u64,
+    /// Whether the catalog was unreadable and rebuilt.
+    pub catalog_rebuilt: bool,
+    /// Whether the lexical index was rebuilt (snapshot missing or stale).
+    pub lexical_rebuilt: bool,
+    /// Vector spaces rebuilt from the log.
+    pub vectors_rebuilt: Vec<String>,
+}
+
+/// Paths inside a data directory.
+pub mod layout {
+    use std::path::{Path, PathBuf};
+    /// The lock file.
+    pub fn lock(dir: &Path) -> PathBuf {
+        dir.join("LOCK")
+    }
+    /// The segment log.
+    pub fn log(dir: &Path) -> PathBuf {
+        dir.join("log")
+    }
+    /// The catalog.
+    pub fn catalog(dir: &Path) -> PathBuf {
+        dir.join("catalog.redb")
+    }
+    /// Derived state root.
+    pub fn derived(dir: &Path) -> PathBuf {
+        dir.join("derived")
+    }
+    /// Lexical snapshot.
+    pub fn lexical(dir: &Path) -> PathBuf {
+        derived(dir).join("lexical.snap")
+    }
+    /// Vector spaces.
+    pub fn vectors(dir: &Path) -> PathBuf {
+        derived(dir).join("vectors")
+    }
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
+    move |e| EngineError::Storage(StorageError::io(path, e))
+}
+
+impl Engram {
+    /// Opens (creating if needed) the store in `dir`.
+    pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Engram> {
+        Self::open_with_report(dir, opts).map(|(e, _)| e)
+    }
+
+    /// Opens the store and reports what recovery did.
+    pub fn open_with_report(dir: impl AsRef<Path>, opts: Options) -> Result<(Engram, OpenReport)> {
+        let dir = dir.as_ref().to_path_buf();
+        let backend = opts.backend.clone();
+        backend.create_dir_all(&dir).map_err(io(&dir))?;
+        let lock_path = layout::lock(&dir);
+        let lock = backend
+            .try_lock(&lock_path)
+            .map_err(io(&lock_path))?
+            .ok_or(EngineError::Storage(StorageError::Locked { path: lock_path }))?;
+        let (log, log_report) =
+            SegmentLog::open(backend.clone(), &layout::log(&dir), opts.log.clone())?;
+        let mut report = OpenReport {
+            log: log_report.clone(),
+            ..OpenReport::default()
+        };
+        let cat_path = layout::catalog(&dir);
+        let catalog = match Catalog::open(backend.as_ref(), &cat_path) {
+            Ok(c) => c,
+            Err(_) => {
+                let _ = backend.remove_file(&cat_path);
+                report.catalog_rebuilt = true;
+                Catalog::open(backend.as_ref(), &cat_path)?
+            }
+        };
+        let derived = layout::derived(&dir);
+        backend.create_dir_all(&derived).map_err(io(&derived))?;
+        let last_lsn = log.last_lsn();
+        let (lexical, lexical_lsn) = match read_snapshot(
+            backend.as_ref(),
+            &layout::lexical(&dir),
+            LEXICAL_MAGIC,
+            LEXICAL_SNAPSHOT_VERSION,
+        ) {
+            Ok(Some(s)) if s.applied_lsn <= last_lsn => match Bm25Index::read_from(s.body.as_slice()) {
+                Ok(ix) => (ix, s.applied_lsn),
+                Err(_) => (Bm25Index::new(Bm25Params::default()), 0),
+            },
+            _ => (Bm25Index::new(Bm25Params::default()), 0),
+        };
+        report.lexical_rebuilt = lexical_lsn == 0 && last_lsn > 0;
+        let vectors = VectorSpaces::open(backend.clone(), &layout::vectors(&dir), opts.hnsw, opts.metric)?;
+        let mut state = State::new(lexical, lexical_lsn, vectors, opts.embedder.clone());
+        let cat_applied = catalog.applied_lsn()?;
+        let mut cat_ops: Vec<CatalogOp> = Vec::new();
+        let mut caught_up = 0u64;
+        let mut replayed = 0u64;
+        log.scan(0, |f| {
+            let loc = f.loc();
+            apply_frame(&mut state, f.header.frame_type, f.payload(), loc)?;
+            replayed += 1;
+            if loc.lsn > cat_applied {
+                caught_up += 1;
+                catalog_ops_for(f.header.frame_type, f.payload(), loc, &mut cat_ops)?;
+                if cat_ops.len() >= 10_000 {
+                    catalog.apply(&cat_ops, loc.lsn, false)?;
+                    cat_ops.clear();
+                }
+            }
+            Ok(ControlFlow::Continue(()))
+        })?;
+        if caught_up > 0 {
+            catalog.apply(&cat_ops, last_lsn, true)?;
+        }
+        report.frames_replayed = replayed;
+        report.catalog_caught_up = caught_up;
+        // Vector spaces whose persisted files disagree with the log are rebuilt.
+        let ids: Vec<RecordId> = state.metas.iter().map(|m| m.id).collect();
+        let stale = state.vectors.finish_replay(&|i| ids[i as usize])?;
+        if !stale.is_empty() {
+            for m in &stale {
+                state.vectors.reset(m)?;
+            }
+            rebuild_spaces(&mut state, &log, &stale)?;
+            report.vectors_rebuilt = stale;
+        }
+        let mut ids = match opts.id_seed {
+            Some(s) => IdGenerator::deterministic(s),
+            None => IdGenerator::new(last_lsn),
+        };
+        if let Some(m) = state.metas.iter().map(|m| m.id).max() {
+            ids.observe(m);
+        }
+        let last_ingested_at = state.last_ingested_at;
+        let inner = Arc::new(Inner {
+            dir,
+            backend,
+            lock: Mutex::new(Some(lock)),
+            log,
+            catalog: Arc::new(catalog),
+            state: Arc::new(RwLock::new(state)),
+            writer: Mutex::new(WriterState {
+                ids,
+                last_ingested_at,
+                pending_ext: HashMap::new(),
+                pending_superseded: HashSet::new(),
+                pending_dims: HashMap::new(),
+            }),
+            clock: opts.clock.clone(),
+            opts,
+            recovery: log_report,
+            apply_error: Arc::new(Mutex::new(None)),
+            indexer: Mutex::new(None),
+            indexer_tx: Mutex::new(None),
+            closed: AtomicBool::new(false),
+            maintenance: RwLock::new(()),
+        });
+        Self::start_threads(&inner)?;
+        Ok((Engram { inner }, report))
+    }
+
+    fn start_threads(inner: &Arc<Inner>) -> Result<()> {
+        let (tx, rx) = crossbeam_channel::unbounded::<()>();
+        let hook_state = inner.state.clone();
+        let hook_catalog = inner.catalog.clone();
+        let hook_err = inner.apply_error.clone();
+        let hook_tx = tx.clone();
+        inner.log.start_writer(Box::new(move |frames: &[CommittedFrame<'_>]| {
+            let mut ops = Vec::new();
+            let mut last = 0;
+            {
+                let mut st = hook_state.write();
+                for f in frames {
+                    if let Err(e) = apply_frame(&mut st, f.header.frame_type, f.payload, f.loc) {
+                        hook_err.lock().get_or_insert(e.to_string());
+                    }
+                    let _ = catalog_ops_for(f.header.frame_type, f.payload, f.loc, &mut ops);
+                    last = f.loc.lsn;
+                }
+            }
+            if let Err(e) = hook_catalog.apply(&ops, last, false) {
+                hook_err.lock().get_or_insert(e.to_string());
+            }
+            let _ = hook_tx.send(());
+        }))?;
+        if inner.opts.background_indexing {
+            let st = inner.state.clone();
+            let handle = std::thread::Builder::new()
+                .name("engram-indexer".into())
+                .spawn(move || indexer_loop(st, rx))
+                .map_err(|e| EngineError::Storage(StorageError::io("indexer thread", e)))?;
+            *inner.indexer.lock() = Some(handle);
+        }
+        *inner.indexer_tx.lock() = Some(tx);
+        Ok(())
+    }
+
+    /// A session acting as `principal`.
+    pub fn session(&self, principal: Principal) -> Session {
+        Session {
+            db: self.clone(),
+            principal,
+        }
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// What log recovery did when this store was opened.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.inner.recovery
+    }
+
+    /// The last LSN applied to the in-memory state.
+    pub fn applied_lsn(&self) -> u64 {
+        self.inner.state.read().applied_lsn
+    }
+
+    /// Blocks until every vector is in its graph.
+    pub fn wait_indexed(&self) -> Result<()> {
+        loop {
+            let st = self.inner.state.read();
+            let done = st.vectors.index_pending(256)?;
+            if done == 0 && st.vectors.pending() == 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Makes derived state durable: vector files and graphs, the lexical
+    /// snapshot, and the catalog. (The log is always durable.)
+    pub fn checkpoint(&self) -> Result<()> {
+        self.check_open()?;
+        let mut st = self.inner.state.write();
+        let ids: Vec<RecordId> = st.metas.iter().map(|m| m.id).collect();
+        st.vectors.checkpoint(&|i| ids[i as usize])?;
+        let mut body = Vec::new();
+        st.lexical.write_to(&mut body);
+        write_snapshot(
+            self.inner.backend.as_ref(),
+            &layout::lexical(&self.inner.dir),
+            LEXICAL_MAGIC,
+            LEXICAL_SNAPSHOT_VERSION,
+            st.applied_lsn,
+            &body,
+        )?;
+        drop(st);
+        self.inner.catalog.checkpoint()?;
+        Ok(())
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(EngineError::Closed);
+        }
+        if let Some(e) = self.inner.apply_error.lock().clone() {
+            return Err(EngineError::Corrupt {
+                what: "log frame".into(),
+                detail: format!("could not be applied: {e}"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Finishes queued work, writes a checkpoint and closes the store.
+    pub fn close(&self) -> Result<()> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.inner.log.close();
+        drop(self.inner.indexer_tx.lock().take());
+        if let Some(h) = self.inner.indexer.lock().take() {
+            let _ = h.join();
+        }
+        self.inner.closed.store(false, Ordering::Release);
+        let r = self.wait_indexed().and_then(|_| self.checkpoint());
+        self.inner.closed.store(true, Ordering::Release);
+        // Release the directory: sessions that outlive the store now fail
+        // with `Closed`, and another handle may open it.
+        drop(self.inner.lock.lock().take());
+        r
+    }
+
+    pub(crate) fn now(&self) -> i64 {
+        self.inner.clock.now_ms()
+    }
+
+    /// Appends already-encoded frames as one atomic batch (lifecycle ops).
+    pub(crate) fn append_frames(&self, frames: Vec<PendingFrame>) -> Result<Vec<FrameLoc>> {
+        self.check_open()?;
+        let _m = self.inner.maintenance.read();
+        Ok(self.inner.log.append(frames)?)
+    }
+
+    /// Mints an id and a transaction time (monotonic).
+    pub(crate) fn mint(&self) -> (RecordId, i64) {
+        let mut w = self.inner.writer.lock();
+        let now = self
+            .now()
+            .max(w.last_ingested_at)
+            .max(self.inner.state.read().last_ingested_at);
+        w.last_ingested_at = now;
+        (w.ids.mint(now), now)
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Best effort: stop threads. `Engram::close` writes the checkpoint.
+        self.log.close();
+        drop(self.indexer_tx.lock().take());
+        if let Some(h) = self.indexer.lock().take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn indexer_loop(state: Arc<RwLock<State>>, rx: crossbeam_channel::Receiver<()>) {
+    loop {
+        // Index in small steps so writers and readers interleave.
+        let pending = state.read().vectors.pending();
+        if pending == 0 {
+            match rx.recv_timeout(Duration::from_millis(200)) {
+                Ok(()) => continue,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+            }
+        }
+        let st = state.read();
+        if st.vectors.index_pending(32).is_err() {
+            return;
+        }
+    }
+}
+
+/// Applies one frame to the state.
+pub(crate) fn apply_frame(
+    st: &mut State,
+    ft: engram_storage::frame::FrameType,
+    payload: &[u8],
+    loc: FrameLoc,
+) -> std::result::Result<(), StorageError> {
+    let r = if ft == codec::FRAME_RECORD {
+        codec::view_record(payload).and_then(|a| st.apply_record(a, loc))
+    } else if ft == codec::FRAME_OP {
+        codec::view_op(payload).and_then(|a| st.apply_op(a, loc.lsn))
+    } else if ft == codec::FRAME_TOMBSTONE {
+        codec::view_tombstone(payload).and_then(|a| st.apply_tombstone(a, loc))
+    } else {
+        Err(EngineError::Corrupt {
+            what: "frame".into(),
+            detail: format!("unknown frame type {}", ft.0),
+        })
+    };
+    r.map_err(|e| StorageError::CorruptLog {
+        segment: loc.segment,
+        offset: loc.offset,
+        reason: e.to_string(),
+    })
+}
+
+/// The catalog changes one frame implies.
+pub(crate) fn catalog_ops_for(
+    ft: engram_storage::frame::FrameType,
+    payload: &[u8],
+    loc: FrameLoc,
+    out: &mut Vec<CatalogOp>,
+) -> std::result::Result<(), StorageError> {
+    let bad = |e: EngineError| StorageError::CorruptLog {
+        segment: loc.segment,
+        offset: loc.offset,
+        reason: e.to_string(),
+    };
+    if ft == codec::FRAME_RECORD {
+        let a = codec::view_record(payload).map_err(bad)?;
+        out.push(CatalogOp::Insert {
+            id: a.id,
+            tenant: a.tenant.as_str().to_string(),
+            external_id: a.external_id.as_ref().map(|e| e.as_str().to_string()),
+            supersedes: a.supersedes.as_ref().copied(),
+            loc,
+        });
+    } else if ft == codec::FRAME_TOMBSTONE {
+        let a = codec::view_tombstone(payload).map_err(bad)?;
+        out.push(CatalogOp::Insert {
+            id: a.id,
+            tenant: a.tenant.as_str().to_string(),
+            external_id: None,
+            supersedes: None,
+            loc,
+        });
+    }
+    Ok(())
+}
+
+/// Re-pushes every vector of the given models (from the log or the embedder).
+fn rebuild_spaces(st: &mut State, log: &SegmentLog, models: &[String]) -> Result<()> {
+    let embedder = st.embedder.clone();
+    for idx in 0..st.metas.len() as Idx {
+        let m = st.metas[idx as usize].clone();
+        if m.tombstone {
+            continue;
+        }
+        let f = log.read(m.loc.segment, m.loc.offset)?;
+        let a = codec::view_record(f.payload())?;
+        for e in a.embeddings.iter() {
+            if models.iter().any(|x| x == e.model.as_str()) {
+                st.vectors.push(e.model.as_str(), false, idx, &e.vector.iter().map(|x| x.to_native()).collect::<Vec<f32>>())?;
+            }
+        }
+        if let (Some(emb), Some(t)) = (&embedder, a.text.as_ref()) {
+            if models.iter().any(|x| x == emb.model_id())
+                && crate::state::embeds(m.rtype, m.akind)
+                && !a.embeddings.iter().any(|e| e.model.as_str() == emb.model_id())
+            {
+                let v = emb.embed(t.as_str());
+                st.vectors.push(emb.model_id(), true, idx, &v)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A handle bound to one principal. Every read and write goes through one,
+/// and it can only ever see its principal's tenant.
+#[derive(Clone, Debug)]
+pub struct Session {
+    pub(crate) db: Engram,
+    pub(crate) principal: Principal,
+}
+
+/// A record as the write path prepared it.
+struct Prepared {
+    stored: StoredRecord,
+    outcome: AppendOutcome,
+    status: Status,
+    lsn: u64,
+}
+
+fn content_hash(r: &NewRecord, resolved: &Resolved, retention: &str, access: &[String]) -> Result<[u8; 32]> {
+    use serde_json::{Map, Value, json};
+    let mut o = Map::new();
+    o.insert("record".into(), json!(r.body.record_type().name()));
+    o.insert("kind".into(), json!(r.kind));
+    let mut scope = Map::new();
+    if let Some(u) = &r.scope.user {
+        scope.insert("user".into(), json!(u));
+    }
+    if let Some(c) = &r.scope.conversation {
+        scope.insert("conversation".into(), json!(c));
+    }
+    if let Some(a) = &r.scope.agent {
+        scope.insert("agent".into(), json!(a));
+    }
+    if !r.scope.labels.is_empty() {
+        let mut l = r.scope.labels.clone();
+        l.sort();
+        l.dedup();
+        scope.insert("labels".into(), json!(l));
+    }
+    if !scope.is_empty() {
+        o.insert("scope".into(), Value::Object(scope));
+    }
+    for (k, v) in [
+        ("occurred_at", r.occurred_at),
+        ("valid_from", r.valid_from),
+        ("valid_until", r.valid_until),
+        ("last_verified_at", r.last_verified_at),
+    ] {
+        if let Some(t) = v {
+            o.insert(k.into(), json!(format_rfc3339(t)));
+        }
+    }
+    if let Some(t) = &r.text {
+        o.insert("text".into(), json!(t));
+    }
+    if let Some(d) = &r.data {
+        o.insert("data".into(), d.clone());
+    }
+    o.insert("retention_class".into(), json!(retention));
+    if !access.is_empty() {
+        o.insert("access".into(), json!(access));
+    }
+    if let Some(s) = resolved.supersedes {
+        o.insert("supersedes".into(), json!(s.to_string()));
+    }
+    if !resolved.sources.is_empty() {
+        let s: Vec<String> = resolved.sources.iter().map(|i| i.to_string()).collect();
+        o.insert("sources".into(), json!(s));
+    }
+    match &r.body {
+        Body::Event => {}
+        Body::Entity {
+            entity_type,
+            name,
+            aliases,
+        } => {
+            o.insert("entity_type".into(), json!(entity_type));
+            o.insert("name".into(), json!(name));
+            if !aliases.is_empty() {
+                o.insert("aliases".into(), json!(aliases));
+            }
+        }
+        Body::Relation { predicate, .. } => {
+            o.insert("predicate".into(), json!(predicate));
+        }
+        Body::Assertion {
+            predicate, object, ..
+        } => {
+            if let Some(p) = predicate {
+                o.insert("predicate".into(), json!(p));
+            }
+            if let Some(v) = object {
+                o.insert("object".into(), json!(v));
+            }
+        }
+        Body::Summary { generator } => {
+            o.insert("generator".into(), json!(generator));
+        }
+    }
+    if let Some(s) = resolved.subject {
+        o.insert("subject".into(), json!(s.to_string()));
+    }
+    if let Some(s) = resolved.object {
+        o.insert("object_entity".into(), json!(s.to_string()));
+    }
+    if let Some(d) = &r.derivation {
+        let mut dm = Map::new();
+        dm.insert("extractor".into(), json!(d.extractor));
+        if let Some(m) = &d.model_config {
+            dm.insert("model_config".into(), json!(m));
+        }
+        dm.insert("generated".into(), json!(d.generated));
+        o.insert("derivation".into(), Value::Object(dm));
+    }
+    if let Some(c) = r.confidence {
+        o.insert("confidence".into(), json!(c as f64));
+    }
+    canonical::content_sha256(&Value::Object(o))
+        .map_err(|e| EngineError::invalid("data", e.to_string()))
+}
+
+#[derive(Default, Clone)]
+struct Resolved {
+    supersedes: Option<RecordId>,
+    sources: Vec<RecordId>,
+    subject: Option<RecordId>,
+    object: Option<RecordId>,
+}
+
+impl Session {
+    /// The principal.
+    pub fn principal(&self) -> &Principal {
+        &self.principal
+    }
+
+    /// The store.
+    pub fn engram(&self) -> &Engram {
+        &self.db
+    }
+
+    /// Appends an atomic batch. Every record is validated first; any error
+    /// rejects the whole batch and stores nothing. Re-sending a record with
+    /// the same external id and content is a no-op reported as
+    /// [`AppendOutcome::Duplicate`].
+    pub fn append(&self, records: Vec<NewRecord>) -> Result<Vec<AppendResult>> {
+        self.append_run(records, None)
+    }
+
+    /// Like [`Session::append`], recording `run_id` as the ingest run.
+    pub fn append_run(&self, records: Vec<NewRecord>, run_id: Option<RecordId>) -> Result<Vec<AppendResult>> {
+        let db = &self.db;
+        db.check_open()?;
+        if records.is_empty() {
+            return Err(EngineError::invalid("batch", "no records"));
+        }
+        if records.len() > limits::BATCH_RECORDS_MAX {
+            return Err(EngineError::LimitExceeded {
+                item: None,
+                what: "records in one batch".into(),
+                limit: limits::BATCH_RECORDS_MAX as u64,
+                got: records.len() as u64,
+            });
+        }
+        for (i, r) in records.iter().enumerate() {
+            r.validate().map_err(|e| e.at_item(i))?;
+        }
+        let data_json: Vec<Option<String>> = records
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                r.data
+                    .as_ref()
+                    .map(|d| {
+                        let s = canonical::to_canonical_string(d)
+                            .map_err(|e| EngineError::invalid("data", e.to_string()).at_item(i))?;
+                        if s.len() > limits::DATA_BYTES_MAX {
+                            return Err(EngineError::LimitExceeded {
+                                item: Some(i),
+                                what: "data length in bytes (canonical JSON)".into(),
+                                limit: limits::DATA_BYTES_MAX as u64,
+                                got: s.len() as u64,
+                            });
+                        }
+                        Ok(s)
+                    })
+                    .transpose()
+            })
+            .collect::<Result<_>>()?;
+        let _maintenance = db.inner.maintenance.read();
+        let tenant = self.principal.tenant().to_string();
+        let rx;
+        let mut prepared: Vec<Prepared>;
+        let mut pending_keys: Vec<(String, String)> = Vec::new();
+        let mut pending_sup: Vec<RecordId> = Vec::new();
+        let mut pending_models: Vec<String> = Vec::new();
+        {
+            let mut w = db.inner.writer.lock();
+            let st = db.inner.state.read();
+            let tsym = st.tenant_sym(&tenant);
+            let tstate = st.tenant(&tenant);
+            let now = db.now().max(w.last_ingested_at).max(st.last_ingested_at);
+            let run = run_id.unwrap_or_else(|| w.ids.mint(now));
+            prepared = Vec::with_capacity(records.len());
+            // ids minted for this batch, by external id and position
+            let mut batch_ext: HashMap<String, usize> = HashMap::new();
+            let mut batch_ids: Vec<RecordId> = Vec::with_capacity(records.len());
+            let mut superseded_here: HashMap<RecordId, usize> = HashMap::new();
+            let mut new_dims: HashMap<String, usize> = HashMap::new();
+            for (i, r) in records.iter().enumerate() {
+                let id = w.ids.mint(now);
+                batch_ids.push(id);
+                if let Some(e) = &r.external_id {
+                    if let Some(j) = batch_ext.insert(e.clone(), i) {
+                        return Err(EngineError::invalid(
+                            "external_id",
+                            format!("'{e}' appears twice in the batch (items {j} and {i})"),
+                        )
+                        .at_item(i));
+                    }
+                }
+            }
+            // resolve a reference to (id, record type, effective state)
+            let resolve = |rf: &RecordRef, field: &str, i: usize| -> Result<(RecordId, Option<Idx>)> {
+                match rf {
+                    RecordRef::Id(id) => {
+                        if let Some(j) = batch_ids.iter().position(|b| b == id) {
+                            if j >= i {
+                                return Err(EngineError::invalid(
+                                    field,
+                                    format!("{id} refers to a record later in the batch"),
+                                )
+                                .at_item(i));
+                            }
+                            return Ok((*id, None));
+                        }
+                        match tsym.and_then(|t| st.idx_in(t, *id)) {
+                            Some(ix) => Ok((*id, Some(ix))),
+                            None => Err(EngineError::invalid(
+                                field,
+                                format!("no record {id} in tenant '{tenant}'"),
+                            )
+                            .at_item(i)),
+                        }
+                    }
+                    RecordRef::External(e) => {
+                        // An item may name its own external id: that refers
+                        // to the stored record it corrects.
+                        if let Some(&j) = batch_ext.get(e).filter(|&&j| j != i) {
+                            if j > i {
+                                return Err(EngineError::invalid(
+                                    field,
+                                    format!("external id '{e}' is defined later in the batch (item {j})"),
+                                )
+                                .at_item(i));
+                            }
+                            return Ok((batch_ids[j], None));
+                        }
+                        match tstate.and_then(|t| t.external_ids.get(e.as_str())) {
+                            Some(&ix) => Ok((st.meta(ix).id, Some(ix))),
+                            None => Err(EngineError::invalid(
+                                field,
+                                format!("no record with external id '{e}' in tenant '{tenant}'"),
+                            )
+                            .at_item(i)),
+                        }
+                    }
+                }
+            };
+            for (i, r) in records.iter().enumerate() {
+                let mut res = Resolved::default();
+                let rtype = r.body.record_type();
+                if let Some(s) = &r.supersedes {
+                    let (sid, six) = resolve(s, "supersedes", i)?;
+                    if sid == batch_ids[i] {
+                        return Err(EngineError::SupersedesCycle {
+                            item: i,
+                            chain: format!("{s} supersedes itself"),
+                        });
+                    }
+                    if let Some(ix) = six {
+                        let m = st.meta(ix);
+                        if m.rtype != rtype {
+                            return Err(EngineError::invalid(
+                                "supersedes",
+                                format!(
+                                    "a {} cannot supersede a {}",
+                                    rtype.name(),
+                                    m.rtype.name()
+                                ),
+                            )
+                            .at_item(i));
+                        }
+                        if let Some(by) = m.superseded_by {
+                            return Err(EngineError::AlreadySuperseded {
+                                item: Some(i),
+                                target: sid,
+                                by: st.meta(by).id,
+                            });
+                        }
+                        if m.status == Status::Deleted {
+                            return Err(EngineError::invalid(
+                                "supersedes",
+                                format!("{sid} is deleted"),
+                            )
+                            .at_item(i));
+                        }
+                    }
+                    if w.pending_superseded.contains(&sid) {
+                        return Err(EngineError::invalid(
+                            "supersedes",
+                            format!("{sid} is being corrected by another batch in flight; retry"),
+                        )
+                        .at_item(i));
+                    }
+                    if let Some(j) = superseded_here.insert(sid, i) {
+                        return Err(EngineError::invalid(
+                            "supersedes",
+                            format!("{sid} is corrected twice in the batch (items {j} and {i})"),
+                        )
+                        .at_item(i));
+                    }
+                    res.supersedes = Some(sid);
+                }
+                for s in &r.sources {
+                    let (sid, six) = resolve(s, "sources", i)?;
+                    if let Some(ix) = six {
+                        let m = st.meta(ix);
+                        if m.status == Status::Deleted {
+                            return Err(EngineError::invalid(
+                                "sources",
+                                format!("source {sid} is deleted"),
+                            )
+                            .at_item(i));
+                        }
+                    }
+                    if !res.sources.contains(&sid) {
+                        res.sources.push(sid);
+                    }
+                }
+                match &r.body {
+                    Body::Relation {
+                        subject, object, ..
+                    } => {
+                        let (s, six) = resolve(subject, "subject", i)?;
+                        let (o, oix) = resolve(object, "object", i)?;
+                        for (ix, f) in [(six, "subject"), (oix, "object")] {
+                            if let Some(ix) = ix {
+                                if st.meta(ix).rtype != RecordType::Entity {
+                                    return Err(EngineError::invalid(
+                                        f,
+                                        "a relation connects entities",
+                                    )
+                                    .at_item(i));
+                                }
+                            }
+                        }
+                        res.subject = Some(s);
+                        res.object = Some(o);
+                    }
+                    Body::Assertion {
+                        subject: Some(subject),
+                        ..
+                    } => {
+                        res.subject = Some(resolve(subject, "subject", i)?.0);
+                    }
+                    _ => {}
+                }
+                // dims
+                for e in &r.embeddings {
+                    let known = st
+                        .vectors
+                        .dim_of(&e.model)
+                        .or_else(|| w.pending_dims.get(&e.model).copied())
+                        .or_else(|| new_dims.get(&e.model).copied());
+                    match known {
+                        Some(d) if d != e.vector.len() => {
+                            return Err(EngineError::DimensionMismatch {
+                                item: Some(i),
+                                field: "embedding.vector".into(),
+                                model: e.model.clone(),
+                                expected: d,
+                                got: e.vector.len(),
+                            });
+                        }
+                        Some(_) => {}
+                        None => {
+                            new_dims.insert(e.model.clone(), e.vector.len());
+                        }
+                    }
+                    if db.inner.opts.metric == Metric::Cosine && e.vector.iter().all(|x| *x == 0.0) {
+                        return Err(EngineError::invalid(
+                            "embedding.vector",
+                            "all components are zero (no direction for cosine similarity)",
+                        )
+                        .at_item(i));
+                    }
+                }
+                // access and retention
+                let mut access = r.access.clone();
+                access.sort();
+                access.dedup();
+                let retention = r
+                    .retention_class
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_RETENTION_CLASS.to_string());
+                let hash = content_hash(r, &res, &retention, &access)?;
+                // external id rules
+                let mut outcome = AppendOutcome::Created;
+                let mut existing: Option<(RecordId, u64, Status)> = None;
+                if let Some(e) = &r.external_id {
+                    let key = (tenant.clone(), e.clone());
+                    if let Some((pid, phash)) = w.pending_ext.get(&key) {
+                        if *phash == hash {
+                            outcome = AppendOutcome::Duplicate;
+                            existing = Some((*pid, 0, Status::Active));
+                        } else {
+                            return Err(EngineError::ExternalIdConflict {
+                                item: Some(i),
+                                external_id: e.clone(),
+                                existing: *pid,
+                            });
+                        }
+                    } else if let Some(&ix) = tstate.and_then(|t| t.external_ids.get(e.as_str())) {
+                        let m = st.meta(ix);
+                        if m.status == Status::Deleted {
+                            return Err(EngineError::invalid(
+                                "external_id",
+                                format!("'{e}' named record {} which was deleted; deleted content is not re-ingested", m.id),
+                            )
+                            .at_item(i));
+                        }
+                        let same = stored_hash(db, m.loc)? == hash;
+                        if same {
+                            outcome = AppendOutcome::Duplicate;
+                            existing = Some((m.id, m.loc.lsn, m.status));
+                        } else if res.supersedes != Some(m.id) {
+                            return Err(EngineError::ExternalIdConflict {
+                                item: Some(i),
+                                external_id: e.clone(),
+                                existing: m.id,
+                            });
+                        }
+                    }
+                }
+                if let Some((eid, lsn, status)) = existing {
+                    prepared.push(Prepared {
+                        stored: empty_stored(eid),
+                        outcome,
+                        status,
+                        lsn,
+                    });
+                    continue;
+                }
+                // writer and admission
+                let writer = match (&r.writer, self.principal.may_attribute()) {
+                    (Some(w), true) => w.clone(),
+                    _ => Writer {
+                        principal: self.principal.id().to_string(),
+                        kind: self.principal.kind(),
+                    },
+                };
+                let status = admission(rtype, &r.body, writer.kind, tstate);
+                let (entity_type, name, aliases) = match &r.body {
+                    Body::Entity {
+                        entity_type,
+                        name,
+                        aliases,
+                    } => (Some(entity_type.clone()), Some(name.clone()), aliases.clone()),
+                    _ => (None, None, Vec::new()),
+                };
+                let (predicate, object_value, generator) = match &r.body {
+                    Body::Relation { predicate, .. } => (Some(predicate.clone()), None, None),
+                    Body::Assertion {
+                        predicate, object, ..
+                    } => (predicate.clone(), object.clone(), None),
+                    Body::Summary { generator } => (None, None, Some(generator.clone())),
+                    _ => (None, None, None),
+                };
+                let occurred_at = r.occurred_at.unwrap_or(now);
+                let mut scope_labels = r.scope.labels.clone();
+                scope_labels.sort();
+                scope_labels.dedup();
+                let stored = StoredRecord {
+                    id: batch_ids[i].to_bytes(),
+                    record_type: rtype.code(),
+                    tenant: tenant.clone(),
+                    scope_user: r.scope.user.clone(),
+                    scope_conversation: r.scope.conversation.clone(),
+                    scope_agent: r.scope.agent.clone(),
+                    scope_labels,
+                    kind: r.kind.clone(),
+                    occurred_at_ms: occurred_at,
+                    ingested_at_ms: now,
+                    valid_from_ms: r.valid_from,
+                    valid_until_ms: r.valid_until,
+                    last_verified_at_ms: r.last_verified_at,
+                    text: r.text.clone(),
+                    data_json: data_json[i].clone(),
+                    content_sha256: hash,
+                    schema_version: SCHEMA_VERSION,
+                    ingest_run_id: run.to_bytes(),
+                    external_id: r.external_id.clone(),
+                    supersedes: res.supersedes.map(|x| x.to_bytes()),
+                    retention_class: retention,
+                    access,
+                    writer_principal: writer.principal,
+                    writer_kind: writer.kind.code(),
+                    embeddings: r
+                        .embeddings
+                        .iter()
+                        .map(|e| StoredEmbedding {
+                            model: e.model.clone(),
+                            vector: e.vector.clone(),
+                        })
+                        .collect(),
+                    status: status as u8,
+                    entity_type,
+                    name,
+                    aliases,
+                    subject: res.subject.map(|x| x.to_bytes()),
+                    predicate,
+                    object: res.object.map(|x| x.to_bytes()),
+                    object_value,
+                    sources: res.sources.iter().map(|x| x.to_bytes()).collect(),
+                    derivation: r.derivation.as_ref().map(|d| StoredDerivation {
+                        extractor: d.extractor.clone(),
+                        model_config: d.model_config.clone(),
+                        generated: d.generated,
+                    }),
+                    confidence: r.confidence,
+                    generator,
+                };
+                prepared.push(Prepared {
+                    stored,
+                    outcome,
+                    status,
+                    lsn: 0,
+                });
+            }
+            let frames: Vec<PendingFrame> = prepared
+                .iter()
+                .filter(|p| p.outcome == AppendOutcome::Created)
+                .map(|p| PendingFrame {
+                    frame_type: codec::FRAME_RECORD,
+                    frame_version: codec::PAYLOAD_VERSION,
+                    payload: codec::encode_record(&p.stored),
+                })
+                .collect();
+            if frames.is_empty() {
+                return Ok(results(&prepared, &records, &[]));
+            }
+            // register in-flight state, then queue
+            for (p, r) in prepared.iter().zip(&records) {
+                if p.outcome != AppendOutcome::Created {
+                    continue;
+                }
+                if let Some(e) = &r.external_id {
+                    let key = (tenant.clone(), e.clone());
+                    w.pending_ext.insert(
+                        key.clone(),
+                        (RecordId::from_bytes(p.stored.id), p.stored.content_sha256),
+                    );
+                    pending_keys.push(key);
+                }
+                if let Some(s) = p.stored.supersedes {
+                    let s = RecordId::from_bytes(s);
+                    w.pending_superseded.insert(s);
+                    pending_sup.push(s);
+                }
+            }
+            for (m, d) in new_dims {
+                w.pending_dims.insert(m.clone(), d);
+                pending_models.push(m);
+            }
+            w.last_ingested_at = now;
+            drop(st);
+            rx = db.inner.log.append_async(frames);
+        }
+        let reply = match rx {
+            Ok(rx) => rx.recv().map_err(|_| EngineError::Closed).and_then(|r| r.map_err(EngineError::from)),
+            Err(e) => Err(EngineError::from(e)),
+        };
+        {
+            let mut w = db.inner.writer.lock();
+            for k in &pending_keys {
+                w.pending_ext.remove(k);
+            }
+            for s in &pending_sup {
+                w.pending_superseded.remove(s);
+            }
+            for m in &pending_models {
+                w.pending_dims.remove(m);
+            }
+        }
+        let locs = reply?;
+        db.check_open()?;
+        Ok(results(&prepared, &records, &locs))
+    }
+
+    /// Resolves a reference within the session's tenant.
+    pub fn resolve(&self, r: &RecordRef) -> Result<RecordId> {
+        self.db.check_open()?;
+        let st = self.db.inner.state.read();
+        self.resolve_in(&st, r).map(|ix| st.meta(ix).id)
+    }
+
+    pub(crate) fn resolve_in(&self, st: &State, r: &RecordRef) -> Result<Idx> {
+        let tenant = self.principal.tenant();
+        let not_found = || EngineError::NotFound {
+            tenant: tenant.to_string(),
+            reference: match r {
+                RecordRef::Id(id) => id.to_string(),
+                RecordRef::External(e) => format!("with external id '{e}'"),
+            },
+        };
+        let t = st.tenant_sym(tenant).ok_or_else(not_found)?;
+        match r {
+            RecordRef::Id(id) => st.idx_in(t, *id).ok_or_else(not_found),
+            RecordRef::External(e) => st
+                .tenants
+                .get(&t)
+                .and_then(|ts| ts.external_ids.get(e.as_str()).copied())
+                .ok_or_else(not_found),
+        }
+    }
+
+    /// Whether the session may read record `idx` (tenant, labels; deleted
+    /// records are never readable).
+    pub(crate) fn can_read(&self, st: &State, idx: Idx) -> bool {
+        let m = st.meta(idx);
+        if st.strings.name(m.tenant) != self.principal.tenant() {
+            return false;
+        }
+        if m.status == Status::Deleted || m.tombstone {
+            return false;
+        }
+        let held = self.held_labels(st);
+        m.access.iter().all(|l| held.contains(st.strings.name(*l)))
+    }
+
+    /// Labels the principal holds now (admins: every label not revoked).
+    pub(crate) fn held_labels(&self, st: &State) -> BTreeSet<String> {
+        let Some(t) = st.tenant(self.principal.tenant()) else {
+            return BTreeSet::new();
+        };
+        let mut held: BTreeSet<String> = if self.principal.is_admin() {
+            t.labels.iter().map(|&s| st.strings.name(s).to_string()).collect()
+        } else {
+            t.grants
+                .get(self.principal.id())
+                .map(|g| g.labels.clone())
+                .unwrap_or_default()
+        };
+        for r in &t.revoked_labels {
+            held.remove(r);
+        }
+        held
+    }
+
+    /// Roles the principal holds now.
+    pub fn roles(&self) -> BTreeSet<String> {
+        if self.principal.is_admin() {
+            return [crate::principal::ROLE_ADMIN, crate::principal::ROLE_REVIEWER]
+                .into_iter()
+                .map(String::from)
+                .collect();
+        }
+        let st = self.db.inner.state.read();
+        st.tenant(self.principal.tenant())
+            .and_then(|t| t.grants.get(self.principal.id()))
+            .map(|g| g.roles.clone())
+            .unwrap_or_default()
+    }
+
+    /// Reads a record by id or external id. Records of other tenants, records
+    /// the principal may not read, and deleted records are all "not found".
+    pub fn get(&self, r: &RecordRef) -> Result<Record> {
+        self.db.check_open()?;
+        let st = self.db.inner.state.read();
+        let idx = self.resolve_in(&st, r)?;
+        if !self.can_read(&st, idx) {
+            return Err(EngineError::NotFound {
+                tenant: self.principal.tenant().to_string(),
+                reference: r.to_string(),
+            });
+        }
+        self.db.record_view(&st, idx)
+    }
+
+    /// Every version of a record's correction chain, oldest first, that the
+    /// principal may read.
+    pub fn history(&self, r: &RecordRef) -> Result<Vec<Record>> {
+        self.db.check_open()?;
+        let st = self.db.inner.state.read();
+        let idx = self.resolve_in(&st, r)?;
+        let chain = st.chain(idx);
+        let mut out = Vec::new();
+        for i in chain {
+            if self.can_read(&st, i) {
+                out.push(self.db.record_view(&st, i)?);
+            }
+        }
+        if out.is_empty() {
+            return Err(EngineError::NotFound {
+                tenant: self.principal.tenant().to_string(),
+                reference: r.to_string(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// The newest version of a record's correction chain.
+    pub fn current(&self, r: &RecordRef) -> Result<Record> {
+        let mut h = self.history(r)?;
+        Ok(h.pop().expect("history is never empty"))
+    }
+
+    /// Lists readable records of the tenant in log order.
+    pub fn list(&self, filter: &ListFilter) -> Result<Vec<Record>> {
+        self.db.check_open()?;
+        let st = self.db.inner.state.read();
+        let Some(t) = st.tenant_sym(self.principal.tenant()) else {
+            return Ok(Vec::new());
+        };
+        let Some(bm) = st.bm_tenant.get(&t) else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for idx in bm.iter() {
+            let m = st.meta(idx);
+            if filter.since.is_some_and(|s| m.occurred_at < s)
+                || filter.until.is_some_and(|u| m.occurred_at > u)
+                || filter
+                    .kind
+                    .as_ref()
+                    .is_some_and(|k| st.strings.name(m.kind) != k)
+                || filter.record.is_some_and(|r| m.rtype != r)
+                || (!filter.include_superseded && m.status == Status::Superseded)
+            {
+                continue;
+            }
+            if !self.can_read(&st, idx) {
+                continue;
+            }
+            out.push(self.db.record_view(&st, idx)?);
+            if out.len() >= filter.limit {
+                break;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Filter for [`Session::list`].
+#[derive(Clone, Debug)]
+pub struct ListFilter {
+    /// occurred_at >= since.
+    pub since: Option<i64>,
+    /// occurred_at <= until.
+    pub until: Option<i64>,
+    /// Only this kind.
+    pub kind: Option<String>,
+    /// Only this record type.
+    pub record: Option<RecordType>,
+    /// Include superseded versions.
+    pub include_superseded: bool,
+    /// At most this many.
+    pub limit: usize,
+}
+
+impl Default for ListFilter {
+    fn default() -> Self {
+        ListFilter {
+            since: None,
+            until: None,
+            kind: None,
+            record: None,
+            include_superseded: true,
+            limit: usize::MAX,
+        }
+    }
+}
+
+fn empty_stored(id: RecordId) -> StoredRecord {
+    StoredRecord {
+        id: id.to_bytes(),
+        record_type: 0,
+        tenant: String::new(),
+        scope_user: None,
+        scope_conversation: None,
+        scope_agent: None,
+        scope_labels: Vec::new(),
+        kind: String::new(),
+        occurred_at_ms: 0,
+        ingested_at_ms: 0,
+        valid_from_ms: None,
+        valid_until_ms: None,
+        last_verified_at_ms: None,
+        text: None,
+        data_json: None,
+        content_sha256: [0; 32],
+        schema_version: SCHEMA_VERSION,
+        ingest_run_id: [0; 16],
+        external_id: None,
+        supersedes: None,
+        retention_class: String::new(),
+        access: Vec::new(),
+        writer_principal: String::new(),
+        writer_kind: 0,
+        embeddings: Vec::new(),
+        status: 0,
+        entity_type: None,
+        name: None,
+        aliases: Vec::new(),
+        subject: None,
+        predicate: None,
+        object: None,
+        object_value: None,
+        sources: Vec::new(),
+        derivation: None,
+        confidence: None,
+        generator: None,
+    }
+}
+
+fn results(prepared: &[Prepared], records: &[NewRecord], locs: &[FrameLoc]) -> Vec<AppendResult> {
+    let mut locs = locs.iter();
+    prepared
+        .iter()
+        .zip(records)
+        .map(|(p, r)| {
+            let lsn = match p.outcome {
+                AppendOutcome::Created => locs.next().map(|l| l.lsn).unwrap_or(0),
+                AppendOutcome::Duplicate => p.lsn,
+            };
+            AppendResult {
+                id: RecordId::from_bytes(p.stored.id),
+                external_id: r.external_id.clone(),
+                outcome: p.outcome,
+                status: p.status,
+                lsn,
+            }
+        })
+        .collect()
+}
+
+fn stored_hash(db: &Engram, loc: FrameLoc) -> Result<[u8; 32]> {
+    let f = db.inner.log.read(loc.segment, loc.offset)?;
+    let a = codec::view_record(f.payload())?;
+    Ok(a.content_sha256)
+}
+
+/// Admission: the initial status of a new record.
+fn admission(
+    rtype: RecordType,
+    body: &Body,
+    writer: WriterKind,
+    tenant: Option<&crate::state::TenantState>,
+) -> Status {
+    match (rtype, body) {
+        (RecordType::Event, _) => Status::Active,
+        (RecordType::Assertion, Body::Assertion { kind, .. }) => {
+            let rule = tenant.and_then(|t| {
+                t.review_rules
+                    .get(&(kind.name().to_string(), writer.name().to_string()))
+                    .copied()
+            });
+            let review = rule.unwrap_or(kind.is_procedural() && writer == WriterKind::Model);
+            if review {
+                Status::Candidate
+            } else {
+                Status::Approved
+            }
+        }
+        _ => Status::Approved,
+    }
+}
+
+impl Engram {
+    /// Builds the public view of record `idx` (content read from the log).
+    pub(crate) fn record_view(&self, st: &State, idx: Idx) -> Result<Record> {
+        let m = st.meta(idx);
+        let f = self.inner.log.read(m.loc.segment, m.loc.offset)?;
+        let superseded_by = m.superseded_by.map(|i| st.meta(i).id);
+        if m.tombstone {
+            return Err(EngineError::NotFound {
+                tenant: st.strings.name(m.tenant).to_string(),
+                reference: m.id.to_string(),
+            });
+        }
+        let a = codec::view_record(f.payload())?;
+        let r = codec::record_to_owned(a);
+        let data = match &r.data_json {
+            Some(s) => Some(serde_json::from_str(s).map_err(|e| EngineError::Corrupt {
+                what: "record data".into(),
+                detail: e.to_string(),
+            })?),
+            None => None,
+        };
+        Ok(Record {
+            id: m.id,
+            external_id: r.external_id,
+            record: m.rtype,
+            tenant: r.tenant,
+            scope: Scope {
+                user: r.scope_user,
+                conversation: r.scope_conversation,
+                agent: r.scope_agent,
+                labels: r.scope_labels,
+            },
+            kind: r.kind,
+            status: m.status,
+            occurred_at: r.occurred_at_ms,
+            ingested_at: r.ingested_at_ms,
+            valid_from: r.valid_from_ms,
+            valid_until: m.valid_until,
+            last_verified_at: r.last_verified_at_ms,
+            text: r.text,
+            data,
+            content_sha256: hex(&r.content_sha256),
+            schema_version: r.schema_version,
+            ingest_run_id: RecordId::from_bytes(r.ingest_run_id),
+            supersedes: r.supersedes.map(RecordId::from_bytes),
+            superseded_by,
+            retention_class: r.retention_class,
+            access: r.access,
+            effective_access: st.access_names(idx),
+            writer: Writer {
+                principal: r.writer_principal,
+                kind: WriterKind::from_code(r.writer_kind).unwrap_or_default(),
+            },
+            embeddings: r
+                .embeddings
+                .iter()
+                .map(|e| EmbeddingInfo {
+                    model: e.model.clone(),
+                    dim: e.vector.len(),
+                })
+                .collect(),
+            entity_type: r.entity_type,
+            name: r.name,
+            aliases: r.aliases,
+            subject: r.subject.map(RecordId::from_bytes),
+            predicate: r.predicate,
+            object: r.object.map(RecordId::from_bytes),
+            object_value: r.object_value,
+            sources: r.sources.into_iter().map(RecordId::from_bytes).collect(),
+            derivation: r.derivation.map(|d| crate::model::Derivation {
+                extractor: d.extractor,
+                model_config: d.model_config,
+                generated: d.generated,
+            }),
+            confidence: r.confidence,
+            generator: r.generator,
+            lsn: m.loc.lsn,
+        })
+    }
+
+    /// Kind of an assertion record, if it is one.
+    pub fn assertion_kind(&self, id: RecordId) -> Option<AssertionKind> {
+        let st = self.inner.state.read();
+        st.idx(id).and_then(|i| st.meta(i).akind)
+    }
+}
+
+/// Lower-case hex.
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}

@@ -1,0 +1,234 @@
+//! The one error type of the engine.
+//!
+//! Each variant names what is wrong with enough context to fix it, and its
+//! doc says whether to **retry**, **repair** or **give up**. Input errors
+//! never leave anything half-written: a rejected batch stores nothing.
+
+use engram_storage::StorageError;
+
+use crate::id::RecordId;
+
+/// Result alias.
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+/// Engine errors.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The storage layer failed. See the inner error for retry/repair advice.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+
+    /// A field of a request is invalid. Give up: fix the input. `item` is
+    /// the position in the batch (0-based) when the request was a batch.
+    #[error("{}invalid {field}: {reason}", item.map(|i| format!("item {i}: ")).unwrap_or_default())]
+    InvalidInput {
+        /// Position in the batch, if any.
+        item: Option<usize>,
+        /// The field at fault (dotted path, e.g. `embedding.vector`).
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// A value is over one of Engram's limits. Give up: shrink the input.
+    #[error("{}{what} is {got}, over the limit of {limit}", item.map(|i| format!("item {i}: ")).unwrap_or_default())]
+    LimitExceeded {
+        /// Position in the batch, if any.
+        item: Option<usize>,
+        /// What was measured.
+        what: String,
+        /// The limit.
+        limit: u64,
+        /// The value found.
+        got: u64,
+    },
+
+    /// No record with this id or external id is visible to the session
+    /// (records of other tenants are reported exactly like missing ones).
+    /// Give up.
+    #[error("no record {reference} in tenant '{tenant}'")]
+    NotFound {
+        /// The tenant searched.
+        tenant: String,
+        /// The id or external id as given.
+        reference: String,
+    },
+
+    /// The external id is already used for different content. Give up, or
+    /// send the new content as a correction (`supersedes`).
+    #[error(
+        "{}external_id '{external_id}' already names record {existing} with different content; \
+         to change it, send a correction with \"supersedes\": \"{external_id}\"",
+        item.map(|i| format!("item {i}: ")).unwrap_or_default()
+    )]
+    ExternalIdConflict {
+        /// Position in the batch, if any.
+        item: Option<usize>,
+        /// The external id.
+        external_id: String,
+        /// The record holding it.
+        existing: RecordId,
+    },
+
+    /// The record to correct has already been corrected. Give up, or correct
+    /// the newest version instead.
+    #[error(
+        "{}record {target} was already superseded by {by}; correct {by} instead",
+        item.map(|i| format!("item {i}: ")).unwrap_or_default()
+    )]
+    AlreadySuperseded {
+        /// Position in the batch, if any.
+        item: Option<usize>,
+        /// The record named in `supersedes`.
+        target: RecordId,
+        /// Its current successor.
+        by: RecordId,
+    },
+
+    /// Corrections in the batch would form a cycle. Give up: fix the input.
+    #[error("item {item}: supersedes chain forms a cycle ({chain})")]
+    SupersedesCycle {
+        /// Position in the batch.
+        item: usize,
+        /// The references involved.
+        chain: String,
+    },
+
+    /// The session's principal may not do this. Give up, or use a principal
+    /// with the right role.
+    #[error("{principal} may not {action}: {reason}")]
+    Forbidden {
+        /// The acting principal.
+        principal: String,
+        /// What was attempted.
+        action: String,
+        /// Why it is refused.
+        reason: String,
+    },
+
+    /// A vector does not match its space. Give up: fix the vector or the
+    /// model id.
+    #[error(
+        "{}{field}: vector for model '{model}' has {got} dimensions; this store's '{model}' space has {expected}",
+        item.map(|i| format!("item {i}: ")).unwrap_or_default()
+    )]
+    DimensionMismatch {
+        /// Position in the batch, if any.
+        item: Option<usize>,
+        /// Field at fault.
+        field: String,
+        /// Model id.
+        model: String,
+        /// Dimension of the space.
+        expected: usize,
+        /// Dimension given.
+        got: usize,
+    },
+
+    /// A query names a model with no vectors, or leaves the model out when
+    /// several exist. Give up: pass `--model` with one of `available`.
+    #[error("{reason}; vector spaces in this store: [{}]", available.join(", "))]
+    UnknownModel {
+        /// What went wrong.
+        reason: String,
+        /// Model ids that have vectors.
+        available: Vec<String>,
+    },
+
+    /// A lifecycle operation is not valid for the target's state. Give up.
+    #[error("cannot {action} {target}: {reason}")]
+    InvalidState {
+        /// The operation.
+        action: String,
+        /// The record.
+        target: RecordId,
+        /// Why.
+        reason: String,
+    },
+
+    /// Stored bytes passed their checksum but do not decode (written by an
+    /// incompatible build, or a bug). Repair: restore from a backup.
+    #[error("undecodable {what}: {detail}")]
+    Corrupt {
+        /// What failed to decode.
+        what: String,
+        /// Details.
+        detail: String,
+    },
+
+    /// The store is closed. Give up: reopen it.
+    #[error("the store is closed")]
+    Closed,
+}
+
+impl EngineError {
+    /// Shorthand for [`EngineError::InvalidInput`].
+    pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        EngineError::InvalidInput {
+            item: None,
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Attaches a batch position to errors about one item.
+    pub fn at_item(self, idx: usize) -> Self {
+        match self {
+            EngineError::InvalidInput { field, reason, .. } => EngineError::InvalidInput {
+                item: Some(idx),
+                field,
+                reason,
+            },
+            EngineError::LimitExceeded {
+                what, limit, got, ..
+            } => EngineError::LimitExceeded {
+                item: Some(idx),
+                what,
+                limit,
+                got,
+            },
+            EngineError::ExternalIdConflict {
+                external_id,
+                existing,
+                ..
+            } => EngineError::ExternalIdConflict {
+                item: Some(idx),
+                external_id,
+                existing,
+            },
+            EngineError::AlreadySuperseded { target, by, .. } => EngineError::AlreadySuperseded {
+                item: Some(idx),
+                target,
+                by,
+            },
+            EngineError::DimensionMismatch {
+                field,
+                model,
+                expected,
+                got,
+                ..
+            } => EngineError::DimensionMismatch {
+                item: Some(idx),
+                field,
+                model,
+                expected,
+                got,
+            },
+            other => other,
+        }
+    }
+
+    /// The batch position this error is about, if any.
+    pub fn item(&self) -> Option<usize> {
+        match self {
+            EngineError::InvalidInput { item, .. }
+            | EngineError::LimitExceeded { item, .. }
+            | EngineError::ExternalIdConflict { item, .. }
+            | EngineError::AlreadySuperseded { item, .. }
+            | EngineError::DimensionMismatch { item, .. } => *item,
+            EngineError::SupersedesCycle { item, .. } => Some(*item),
+            _ => None,
+        }
+    }
+}

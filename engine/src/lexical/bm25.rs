@@ -1,0 +1,1724 @@
+//! BM25 inverted index over dense `u32` document ids, with scoring restricted
+//! to an eligibility bitmap.
+//!
+//! It owns the postings (one [`RoaringBitmap`] of documents per term plus the
+//! term frequencies), the document lengths, BM25 scoring, top-k selection and
+//! the index's versioned binary encoding. Terms come from
+//! [`super::tokenize::tokenize`], for documents and queries alike.
+//!
+//! It must never score or return a document outside the caller's `eligible`
+//! bitmap, never let a document outside `eligible` change any score, never
+//! panic on stored bytes (a malformed encoding is a typed [`Bm25Error`]), and
+//! never depend on hash-map iteration order for results or encodings.
+//!
+//! # Scoring
+//!
+//! For a query with terms `t` (after tokenization) and a document `d`:
+//!
+//! ```text
+//! score(d) = sum over distinct t of  qtf(t) * idf(t) * tf(t,d) * (k1 + 1)
+//!                                    / (tf(t,d) + k1 * (1 - b + b * dl(d) / avgdl))
+//! idf(t)   = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))          (Lucene's idf, always > 0)
+//! ```
+//!
+//! * The `(k1 + 1)` factor of the classic formula (which Lucene 8+ drops)
+//!   scales every score equally and does not change rankings.
+//! * `qtf(t)` is the number of times `t` occurs in the query: a repeated query
+//!   term counts once per occurrence (standard BM25 query-term frequency), so
+//!   `"backup backup restore"` weighs `backup` twice.
+//! * `N`, `df(t)` and `avgdl` are computed over the **eligible** documents
+//!   only, not the whole index: `N` is the number of eligible documents with
+//!   at least one token, `df(t)` the number of eligible documents containing
+//!   `t`, `avgdl` the mean token count of those `N` documents. So a tenant's
+//!   scores depend only on the documents it may see, never on another
+//!   tenant's. The price is that these statistics are computed per query: one
+//!   intersection of the non-empty-document bitmap with `eligible` (skipped
+//!   when every non-empty document is eligible) plus one
+//!   `postings & eligible` per query term, which the search needs anyway.
+//! * Documents added with no tokens are counted by [`Bm25Index::len`] but
+//!   contribute nothing: they are in no postings, not in `N` nor in `avgdl`.
+//! * Only documents containing at least one query term are returned (their
+//!   score is > 0). Results are ordered by score descending, ties broken by
+//!   document id ascending; the score compared is the returned `f32`.
+//!   Arithmetic is done in `f64`, per document summing terms in sorted term
+//!   order, so results are deterministic.
+//!
+//! # Postings layout
+//!
+//! Per term: a [`RoaringBitmap`] of the documents containing it, and the
+//! sorted list of the documents whose term frequency is at least 2 together
+//! with those frequencies (`multi_docs`, `multi_tfs`); every other document
+//! of the bitmap has tf = 1. Short texts make tf = 1 by far the common case,
+//! so this is smaller than one counter per posting, and looking up tf for a
+//! document never needs a rank query on the bitmap: documents are visited in
+//! ascending order, so a forward galloping cursor over `multi_docs` finds
+//! each tf in amortised O(log gap).
+//!
+//! Per query term the eligible postings are enumerated one of three ways:
+//! when every non-empty document is eligible (one `is_subset` test per
+//! query), the postings are taken as they are; otherwise, chosen by
+//! cardinality, when the term's postings are at most 1/`SCAN_RATIO` (1/16)
+//! of `eligible` they are scanned and each document tested with
+//! `eligible.contains` (no allocation, cost ~ |postings|), else the roaring
+//! intersection `postings & eligible` is materialised and iterated
+//! (container-wise intersection, cost ~ the smaller side).
+//!
+//! Scores are accumulated in a dense `f64` array over the span of matched
+//! document ids when that span is small compared to the number of matches,
+//! otherwise by sorting the (document, partial score) pairs; both add each
+//! document's partial scores in the same order and give identical results.
+//! Top-k uses a bounded binary heap.
+//!
+//! # Encoding
+//!
+//! [`Bm25Index::write_to`] emits, little-endian (`varint` is unsigned LEB128,
+//! shortest form only):
+//!
+//! ```text
+//! magic "ENGRBM25" | format version u32 | tokenizer version u32
+//! k1 f32 | b f32 | docs added u64 | has last doc u8 | last doc u32 (0 if none)
+//! doc-length count varint | doc length varint * count   (dense by doc id,
+//!                                                       up to the last non-empty doc)
+//! term count varint | per term, in ascending byte order:
+//!     term length varint | term UTF-8 bytes
+//!     bitmap length varint | bitmap (RoaringBitmap::serialize_into)
+//!     tf>=2 count varint | per entry: doc gap varint, tf - 2 varint
+//!                          (gap = doc for the first entry, doc - previous - 1 after)
+//! ```
+//!
+//! The encoding is canonical: two indexes holding the same documents encode
+//! byte-identically, and [`Bm25Index::read_from`] accepts only canonical,
+//! internally consistent input (terms are tokenizer fixed points in strictly
+//! ascending order, postings lie within non-empty documents, and every
+//! document's term frequencies add up to its length), so re-encoding accepted
+//! bytes reproduces them exactly. It does not detect every corruption that
+//! leaves a consistent index (e.g. a changed `k1`): the caller's checksum does.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+use std::fmt;
+
+use roaring::RoaringBitmap;
+
+use super::tokenize::{TOKENIZER_VERSION, tokenize, tokens};
+
+/// Version of the binary encoding written by [`Bm25Index::write_to`].
+pub const FORMAT_VERSION: u32 = 1;
+
+const MAGIC: [u8; 8] = *b"ENGRBM25";
+
+/// A term's postings are scanned (testing `eligible.contains` per document)
+/// instead of intersected when `postings * SCAN_RATIO <= |eligible|`.
+const SCAN_RATIO: u64 = 16;
+
+/// The dense score accumulator is used when the span of matched document ids
+/// is at most `DENSE_SPAN_RATIO` times the number of matches (plus a small
+/// constant); otherwise partial scores are sorted by document.
+const DENSE_SPAN_RATIO: usize = 32;
+const DENSE_SPAN_SLACK: usize = 4096;
+
+/// Rough in-memory size of one roaring container header (key + store enum).
+const ROARING_CONTAINER_BYTES: usize = 40;
+
+/// BM25 parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bm25Params {
+    /// Term-frequency saturation; finite and >= 0.
+    pub k1: f32,
+    /// Length normalisation; within `[0, 1]`.
+    pub b: f32,
+}
+
+impl Default for Bm25Params {
+    fn default() -> Self {
+        Bm25Params { k1: 1.2, b: 0.75 }
+    }
+}
+
+impl Bm25Params {
+    /// Whether `k1` is finite and >= 0 and `b` is within `[0, 1]`.
+    pub fn is_valid(&self) -> bool {
+        self.k1.is_finite() && self.k1 >= 0.0 && (0.0..=1.0).contains(&self.b)
+    }
+}
+
+/// Work counters of [`Bm25Index::search`]; each search adds to them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LexicalStats {
+    /// Distinct query terms looked up in the vocabulary.
+    pub terms_looked_up: u64,
+    /// Posting entries visited: the whole postings list of a scanned term,
+    /// the eligible postings of an intersected term.
+    pub postings_read: u64,
+    /// Distinct eligible documents that received a score.
+    pub docs_scored: u64,
+}
+
+/// One search result.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScoredDoc {
+    pub doc: u32,
+    pub score: f32,
+}
+
+/// Errors of the lexical index.
+#[non_exhaustive]
+#[derive(Debug)]
+pub enum Bm25Error {
+    /// [`Bm25Index::add`] was given a document id not greater than the last one.
+    DocOutOfOrder { last: u32, got: u32 },
+    /// The encoding is truncated, garbled or inconsistent at `offset`.
+    Format { offset: usize, reason: &'static str },
+    /// The encoding's format version is not [`FORMAT_VERSION`].
+    VersionMismatch { found: u32, expected: u32 },
+    /// The encoding was built with another tokenizer version: its terms do
+    /// not match what queries would produce, so the index must be rebuilt.
+    TokenizerVersionMismatch { found: u32, expected: u32 },
+}
+
+impl fmt::Display for Bm25Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Bm25Error::DocOutOfOrder { last, got } => write!(
+                f,
+                "lexical index: document {got} added after document {last}; ids must increase"
+            ),
+            Bm25Error::Format { offset, reason } => {
+                write!(
+                    f,
+                    "lexical index: malformed encoding at byte {offset}: {reason}"
+                )
+            }
+            Bm25Error::VersionMismatch { found, expected } => write!(
+                f,
+                "lexical index: encoding format version {found}, this build reads {expected}"
+            ),
+            Bm25Error::TokenizerVersionMismatch { found, expected } => write!(
+                f,
+                "lexical index: built with tokenizer version {found}, this build uses {expected}; \
+                 the index must be rebuilt"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Bm25Error {}
+
+/// Postings of one term.
+#[derive(Clone, Default)]
+struct Postings {
+    /// Documents containing the term.
+    docs: RoaringBitmap,
+    /// Documents of `docs` whose term frequency is >= 2, ascending.
+    multi_docs: Vec<u32>,
+    /// Term frequencies of `multi_docs`, parallel to it.
+    multi_tfs: Vec<u32>,
+}
+
+impl Postings {
+    /// Appends this term's eligible documents to `out`, ascending, and
+    /// returns the number of posting entries visited. `covers` says that
+    /// every non-empty document is eligible, hence every posting is.
+    fn eligible_docs(
+        &self,
+        eligible: &RoaringBitmap,
+        eligible_len: u64,
+        covers: bool,
+        out: &mut Vec<u32>,
+    ) -> u64 {
+        let len = self.docs.len();
+        if covers {
+            append_all(&self.docs, out);
+        } else if len.saturating_mul(SCAN_RATIO) <= eligible_len {
+            let mut it = self.docs.iter();
+            let mut buf = [0u32; 256];
+            loop {
+                let chunk = it.next_many(&mut buf);
+                if chunk.is_empty() {
+                    break;
+                }
+                out.extend(chunk.iter().copied().filter(|&d| eligible.contains(d)));
+            }
+        } else {
+            let both = &self.docs & eligible;
+            append_all(&both, out);
+            return both.len();
+        }
+        len
+    }
+
+    fn heap_bytes(&self) -> usize {
+        bitmap_heap_bytes(&self.docs)
+            + self.multi_docs.capacity() * size_of::<u32>()
+            + self.multi_tfs.capacity() * size_of::<u32>()
+    }
+}
+
+/// Appends the members of `b` to `out`, ascending, in batches.
+fn append_all(b: &RoaringBitmap, out: &mut Vec<u32>) {
+    out.reserve(b.len() as usize);
+    let mut it = b.iter();
+    let mut buf = [0u32; 256];
+    loop {
+        let chunk = it.next_many(&mut buf);
+        if chunk.is_empty() {
+            break;
+        }
+        out.extend_from_slice(chunk);
+    }
+}
+
+/// Term-frequency lookup for ascending documents of one term: a forward
+/// galloping cursor over the term's tf >= 2 entries.
+struct TfCursor<'a> {
+    docs: &'a [u32],
+    tfs: &'a [u32],
+}
+
+impl<'a> TfCursor<'a> {
+    fn new(p: &'a Postings) -> Self {
+        TfCursor {
+            docs: &p.multi_docs,
+            tfs: &p.multi_tfs,
+        }
+    }
+
+    /// The tf of `doc`, which must be in the term's postings and not below
+    /// any document asked before.
+    fn tf(&mut self, doc: u32) -> u32 {
+        if self.docs.is_empty() {
+            return 1;
+        }
+        let at = gallop(self.docs, doc);
+        self.docs = &self.docs[at..];
+        self.tfs = &self.tfs[at..];
+        if self.docs.first() == Some(&doc) {
+            let tf = self.tfs[0];
+            self.docs = &self.docs[1..];
+            self.tfs = &self.tfs[1..];
+            tf
+        } else {
+            1
+        }
+    }
+}
+
+/// Index of the first element of ascending `s` that is >= `x`, found by
+/// exponential then binary search: O(log i) for answer `i`.
+fn gallop(s: &[u32], x: u32) -> usize {
+    let mut hi = 1;
+    while hi <= s.len() && s[hi - 1] < x {
+        hi *= 2;
+    }
+    let lo = hi / 2;
+    let hi = hi.min(s.len());
+    lo + s[lo..hi].partition_point(|&v| v < x)
+}
+
+fn bitmap_heap_bytes(b: &RoaringBitmap) -> usize {
+    let s = b.statistics();
+    (s.n_bytes_array_containers + s.n_bytes_run_containers + s.n_bytes_bitset_containers) as usize
+        + s.n_containers as usize * ROARING_CONTAINER_BYTES
+}
+
+/// BM25 inverted index. See the module documentation.
+#[derive(Clone)]
+pub struct Bm25Index {
+    params: Bm25Params,
+    /// Term -> index into `postings`.
+    vocab: HashMap<String, u32>,
+    postings: Vec<Postings>,
+    /// Token count per document id, up to the last non-empty document.
+    doc_len: Vec<u32>,
+    /// Documents with at least one token.
+    nonempty: RoaringBitmap,
+    /// Sum of `doc_len`.
+    total_len: u64,
+    /// Documents added, including empty ones.
+    n_docs: u64,
+    last_doc: Option<u32>,
+}
+
+impl fmt::Debug for Bm25Index {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Bm25Index")
+            .field("params", &self.params)
+            .field("docs", &self.n_docs)
+            .field("nonempty_docs", &self.nonempty.len())
+            .field("terms", &self.vocab.len())
+            .field("last_doc", &self.last_doc)
+            .finish()
+    }
+}
+
+/// Matches of one query term among the eligible documents.
+struct TermMatches<'a> {
+    qtf: u32,
+    postings: &'a Postings,
+    docs: Vec<u32>,
+}
+
+/// A top-k candidate. Ordered so that the *worse* candidate is greater
+/// (lower score, then higher doc id), making `BinaryHeap` a heap of the
+/// current worst.
+#[derive(Clone, Copy, PartialEq)]
+struct Candidate {
+    score: f32,
+    doc: u32,
+}
+
+impl Eq for Candidate {}
+
+impl Ord for Candidate {
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .score
+            .total_cmp(&self.score)
+            .then(self.doc.cmp(&other.doc))
+    }
+}
+
+impl PartialOrd for Candidate {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Keeps the best `k` candidates seen, in any order of arrival.
+struct TopK {
+    k: usize,
+    heap: BinaryHeap<Candidate>,
+    /// Score of the worst kept candidate once `k` are kept (else -inf):
+    /// a score strictly below it can never enter, so callers skip
+    /// [`offer`](Self::offer) for it.
+    floor: f32,
+}
+
+impl TopK {
+    fn new(k: usize) -> Self {
+        TopK {
+            k,
+            heap: BinaryHeap::with_capacity(k.min(1024) + 1),
+            floor: f32::NEG_INFINITY,
+        }
+    }
+
+    fn offer(&mut self, doc: u32, score: f64) {
+        let c = Candidate {
+            score: score as f32,
+            doc,
+        };
+        if self.heap.len() < self.k {
+            self.heap.push(c);
+        } else if let Some(mut worst) = self.heap.peek_mut()
+            && c < *worst
+        {
+            *worst = c;
+        }
+        if self.heap.len() == self.k
+            && let Some(worst) = self.heap.peek()
+        {
+            self.floor = worst.score;
+        }
+    }
+
+    fn into_sorted(self) -> Vec<ScoredDoc> {
+        self.heap
+            .into_sorted_vec()
+            .into_iter()
+            .map(|c| ScoredDoc {
+                doc: c.doc,
+                score: c.score,
+            })
+            .collect()
+    }
+}
+
+/// BM25 with the corpus statistics of one search.
+struct Scorer<'a> {
+    n: f64,
+    /// `k1 + 1`.
+    k1_plus_1: f64,
+    /// `k1 * (1 - b)`: the length-independent part of the tf normaliser.
+    norm_const: f64,
+    /// `k1 * b / avgdl`: the per-token part of the tf normaliser.
+    norm_per_len: f64,
+    doc_len: &'a [u32],
+}
+
+impl<'a> Scorer<'a> {
+    /// `n` eligible non-empty documents holding `sum_len` tokens (both >= 1).
+    fn new(params: Bm25Params, n: u64, sum_len: u64, doc_len: &'a [u32]) -> Self {
+        let k1 = f64::from(params.k1);
+        let b = f64::from(params.b);
+        let avgdl = sum_len as f64 / n as f64;
+        Scorer {
+            n: n as f64,
+            k1_plus_1: k1 + 1.0,
+            norm_const: k1 * (1.0 - b),
+            norm_per_len: k1 * b / avgdl,
+            doc_len,
+        }
+    }
+
+    /// Calls `f(term index, doc, partial score)` for every match, term by
+    /// term, each term's documents ascending.
+    fn for_each_partial(&self, matches: &[TermMatches<'_>], mut f: impl FnMut(usize, u32, f64)) {
+        for (t, m) in matches.iter().enumerate() {
+            let df = m.docs.len() as f64;
+            let idf = ((self.n - df + 0.5) / (df + 0.5)).ln_1p();
+            let w = f64::from(m.qtf) * idf * self.k1_plus_1;
+            let mut tfs = TfCursor::new(m.postings);
+            for &d in &m.docs {
+                let tf = f64::from(tfs.tf(d));
+                let dl = f64::from(self.doc_len[d as usize]);
+                f(
+                    t,
+                    d,
+                    w * tf / (tf + self.norm_const + self.norm_per_len * dl),
+                );
+            }
+        }
+    }
+}
+
+impl Bm25Index {
+    /// An empty index.
+    ///
+    /// # Panics
+    /// If `params` is not valid ([`Bm25Params::is_valid`]): that is a
+    /// configuration bug, and scores would be meaningless.
+    pub fn new(params: Bm25Params) -> Self {
+        assert!(params.is_valid(), "invalid BM25 parameters {params:?}");
+        Bm25Index {
+            params,
+            vocab: HashMap::new(),
+            postings: Vec::new(),
+            doc_len: Vec::new(),
+            nonempty: RoaringBitmap::new(),
+            total_len: 0,
+            n_docs: 0,
+            last_doc: None,
+        }
+    }
+
+    /// The parameters the index scores with.
+    pub fn params(&self) -> Bm25Params {
+        self.params
+    }
+
+    /// Indexes `text` as document `doc`. `doc` must be greater than every
+    /// document added so far (else [`Bm25Error::DocOutOfOrder`] and the
+    /// index is unchanged). A text with no tokens is allowed: the document
+    /// counts in [`len`](Self::len) but contributes nothing to any score or
+    /// statistic. Document lengths are kept in an array indexed by id, so
+    /// ids are expected to be dense (memory grows with the largest id of a
+    /// non-empty document).
+    pub fn add(&mut self, doc: u32, text: &str) -> Result<(), Bm25Error> {
+        if let Some(last) = self.last_doc
+            && doc <= last
+        {
+            return Err(Bm25Error::DocOutOfOrder { last, got: doc });
+        }
+        let mut toks = Vec::new();
+        tokenize(text, &mut toks);
+        self.last_doc = Some(doc);
+        self.n_docs += 1;
+        if toks.is_empty() {
+            return Ok(());
+        }
+        let dl = u32::try_from(toks.len()).unwrap_or(u32::MAX);
+        toks.sort_unstable();
+        let mut i = 0;
+        while i < toks.len() {
+            let run = toks[i..].iter().take_while(|t| **t == toks[i]).count();
+            let tf = u32::try_from(run).unwrap_or(u32::MAX);
+            let term = std::mem::take(&mut toks[i]);
+            i += run;
+            let id = match self.vocab.get(term.as_str()) {
+                Some(&id) => id,
+                None => {
+                    let id = u32::try_from(self.postings.len()).expect("more than 2^32 terms");
+                    self.vocab.insert(term, id);
+                    self.postings.push(Postings::default());
+                    id
+                }
+            };
+            let p = &mut self.postings[id as usize];
+            let pushed = p.docs.try_push(doc);
+            debug_assert!(pushed.is_ok(), "doc ids increase");
+            if tf >= 2 {
+                p.multi_docs.push(doc);
+                p.multi_tfs.push(tf);
+            }
+        }
+        let slot = doc as usize;
+        self.doc_len.resize(slot + 1, 0);
+        self.doc_len[slot] = dl;
+        let pushed = self.nonempty.try_push(doc);
+        debug_assert!(pushed.is_ok(), "doc ids increase");
+        self.total_len += u64::from(dl);
+        Ok(())
+    }
+
+    /// Number of documents added, including those with no tokens.
+    pub fn len(&self) -> u64 {
+        self.n_docs
+    }
+
+    /// Whether no document was added.
+    pub fn is_empty(&self) -> bool {
+        self.n_docs == 0
+    }
+
+    /// The last document added.
+    pub fn last_doc(&self) -> Option<u32> {
+        self.last_doc
+    }
+
+    /// Number of distinct terms.
+    pub fn term_count(&self) -> usize {
+        self.vocab.len()
+    }
+
+    /// Top-`k` documents for `query` among `eligible` only, best first. No
+    /// document outside `eligible` is ever scored or returned, and corpus
+    /// statistics (N, df, avgdl) are computed over the eligible documents,
+    /// so documents outside `eligible` never change a score. See the module
+    /// documentation for the formula, query-term frequency and tie-breaking.
+    pub fn search(
+        &self,
+        query: &str,
+        eligible: &RoaringBitmap,
+        k: usize,
+        stats: &mut LexicalStats,
+    ) -> Vec<ScoredDoc> {
+        self.search_impl(query, eligible, k, stats, None)
+    }
+
+    /// [`search`](Self::search), optionally forcing the dense (`Some(true)`)
+    /// or sorted (`Some(false)`) score accumulator.
+    fn search_impl(
+        &self,
+        query: &str,
+        eligible: &RoaringBitmap,
+        k: usize,
+        stats: &mut LexicalStats,
+        force_dense: Option<bool>,
+    ) -> Vec<ScoredDoc> {
+        if k == 0 || eligible.is_empty() || self.vocab.is_empty() {
+            return Vec::new();
+        }
+        let mut qtoks = Vec::new();
+        tokenize(query, &mut qtoks);
+        qtoks.sort_unstable();
+
+        let eligible_len = eligible.len();
+        // When every non-empty document is eligible, postings need no
+        // filtering and the corpus statistics are the cached totals.
+        let covers = self.nonempty.is_subset(eligible);
+        let mut matches: Vec<TermMatches<'_>> = Vec::new();
+        let mut i = 0;
+        while i < qtoks.len() {
+            let run = qtoks[i..].iter().take_while(|t| **t == qtoks[i]).count();
+            let term = &qtoks[i];
+            i += run;
+            stats.terms_looked_up += 1;
+            let Some(&id) = self.vocab.get(term.as_str()) else {
+                continue;
+            };
+            let postings = &self.postings[id as usize];
+            let mut docs = Vec::new();
+            stats.postings_read +=
+                postings.eligible_docs(eligible, eligible_len, covers, &mut docs);
+            if !docs.is_empty() {
+                let qtf = u32::try_from(run).unwrap_or(u32::MAX);
+                matches.push(TermMatches {
+                    qtf,
+                    postings,
+                    docs,
+                });
+            }
+        }
+        if matches.is_empty() {
+            return Vec::new();
+        }
+
+        // Corpus statistics over the eligible documents only.
+        let (n, sum_len) = if covers {
+            (self.nonempty.len(), self.total_len)
+        } else {
+            let seen = &self.nonempty & eligible;
+            let sum: u64 = seen
+                .iter()
+                .map(|d| u64::from(self.doc_len[d as usize]))
+                .sum();
+            (seen.len(), sum)
+        };
+        // Every matched document is eligible and non-empty, so n >= 1 and sum_len >= 1.
+        let scorer = Scorer::new(self.params, n, sum_len, &self.doc_len);
+
+        let total: usize = matches.iter().map(|m| m.docs.len()).sum();
+        let lo = matches.iter().map(|m| m.docs[0]).min().unwrap_or(0);
+        let hi = matches
+            .iter()
+            .map(|m| m.docs[m.docs.len() - 1])
+            .max()
+            .unwrap_or(0);
+        let span = (hi - lo) as usize + 1;
+        let dense = force_dense.unwrap_or(
+            span <= total
+                .saturating_mul(DENSE_SPAN_RATIO)
+                .saturating_add(DENSE_SPAN_SLACK),
+        );
+
+        let mut top = TopK::new(k);
+        let mut scored = 0u64;
+        if dense {
+            let mut acc = vec![0.0f64; span];
+            // Documents in order of first touch, so only they are visited.
+            let mut touched: Vec<u32> = Vec::new();
+            scorer.for_each_partial(&matches, |_, d, p| {
+                let slot = &mut acc[(d - lo) as usize];
+                if *slot == 0.0 {
+                    touched.push(d);
+                }
+                *slot += p;
+            });
+            scored = touched.len() as u64;
+            for d in touched {
+                let s = acc[(d - lo) as usize];
+                if s as f32 >= top.floor {
+                    top.offer(d, s);
+                }
+            }
+        } else {
+            // (doc, term index, partial): sorting by (doc, term index) adds
+            // each document's partials in term order, as the dense path does.
+            let mut all: Vec<(u32, u32, f64)> = Vec::with_capacity(total);
+            scorer.for_each_partial(&matches, |t, d, p| all.push((d, t as u32, p)));
+            all.sort_unstable_by_key(|&(d, t, _)| (d, t));
+            let mut j = 0;
+            while j < all.len() {
+                let d = all[j].0;
+                let mut s = 0.0f64;
+                while j < all.len() && all[j].0 == d {
+                    s += all[j].2;
+                    j += 1;
+                }
+                scored += 1;
+                if s as f32 >= top.floor {
+                    top.offer(d, s);
+                }
+            }
+        }
+        stats.docs_scored += scored;
+        top.into_sorted()
+    }
+
+    /// Approximate bytes of heap memory held by the index.
+    pub fn heap_bytes(&self) -> usize {
+        let vocab_table = self.vocab.capacity() * (size_of::<(String, u32)>() + 1);
+        let vocab_strings: usize = self.vocab.keys().map(String::capacity).sum();
+        let postings_vec = self.postings.capacity() * size_of::<Postings>();
+        let postings: usize = self.postings.iter().map(Postings::heap_bytes).sum();
+        vocab_table
+            + vocab_strings
+            + postings_vec
+            + postings
+            + self.doc_len.capacity() * size_of::<u32>()
+            + bitmap_heap_bytes(&self.nonempty)
+    }
+
+    /// Appends the index's canonical binary encoding to `out` (layout in the
+    /// module documentation). The caller adds a checksum.
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&TOKENIZER_VERSION.to_le_bytes());
+        out.extend_from_slice(&self.params.k1.to_bits().to_le_bytes());
+        out.extend_from_slice(&self.params.b.to_bits().to_le_bytes());
+        out.extend_from_slice(&self.n_docs.to_le_bytes());
+        out.push(u8::from(self.last_doc.is_some()));
+        out.extend_from_slice(&self.last_doc.unwrap_or(0).to_le_bytes());
+        put_varint(out, self.doc_len.len() as u64);
+        for &dl in &self.doc_len {
+            put_varint(out, u64::from(dl));
+        }
+        let mut terms: Vec<(&str, u32)> =
+            self.vocab.iter().map(|(t, &id)| (t.as_str(), id)).collect();
+        terms.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        put_varint(out, terms.len() as u64);
+        for (term, id) in terms {
+            let p = &self.postings[id as usize];
+            put_varint(out, term.len() as u64);
+            out.extend_from_slice(term.as_bytes());
+            put_varint(out, p.docs.serialized_size() as u64);
+            p.docs
+                .serialize_into(&mut *out)
+                .expect("writing to a Vec<u8> cannot fail");
+            put_varint(out, p.multi_docs.len() as u64);
+            let mut next = 0u32;
+            for (&d, &tf) in p.multi_docs.iter().zip(&p.multi_tfs) {
+                put_varint(out, u64::from(d - next));
+                put_varint(out, u64::from(tf - 2));
+                next = d.wrapping_add(1);
+            }
+        }
+    }
+
+    /// Decodes an encoding produced by [`write_to`](Self::write_to).
+    /// Truncated, garbled, non-canonical or inconsistent input gives a typed
+    /// error; this never panics.
+    pub fn read_from(bytes: &[u8]) -> Result<Bm25Index, Bm25Error> {
+        let mut r = Reader { bytes, pos: 0 };
+        if r.take(MAGIC.len(), "truncated magic")? != MAGIC {
+            return Err(Bm25Error::Format {
+                offset: 0,
+                reason: "bad magic",
+            });
+        }
+        let found = r.u32()?;
+        if found != FORMAT_VERSION {
+            return Err(Bm25Error::VersionMismatch {
+                found,
+                expected: FORMAT_VERSION,
+            });
+        }
+        let found = r.u32()?;
+        if found != TOKENIZER_VERSION {
+            return Err(Bm25Error::TokenizerVersionMismatch {
+                found,
+                expected: TOKENIZER_VERSION,
+            });
+        }
+        let at = r.pos;
+        let params = Bm25Params {
+            k1: f32::from_bits(r.u32()?),
+            b: f32::from_bits(r.u32()?),
+        };
+        if !params.is_valid() {
+            return Err(r.err_at(at, "invalid BM25 parameters"));
+        }
+        let at = r.pos;
+        let n_docs = r.u64()?;
+        let has_last = r.u8()?;
+        let last = r.u32()?;
+        let last_doc = match has_last {
+            0 if last == 0 && n_docs == 0 => None,
+            1 if n_docs >= 1 && n_docs <= u64::from(last) + 1 => Some(last),
+            _ => return Err(r.err_at(at, "inconsistent document count")),
+        };
+
+        let at = r.pos;
+        let n_lens = r.varint()?;
+        let max_lens = last_doc.map_or(0, |l| u64::from(l) + 1);
+        // Each length takes at least one byte: bounds the allocation.
+        if n_lens > max_lens || n_lens > r.remaining() as u64 {
+            return Err(r.err_at(at, "document-length count out of range"));
+        }
+        let mut doc_len = Vec::with_capacity(n_lens as usize);
+        let mut nonempty = RoaringBitmap::new();
+        let mut total_len = 0u64;
+        for doc in 0..n_lens {
+            let at = r.pos;
+            let dl = u32::try_from(r.varint()?)
+                .map_err(|_| r.err_at(at, "document length too large"))?;
+            if dl > 0 {
+                // Ascending and below 2^32 (n_lens <= last doc + 1): cannot fail.
+                let _ = nonempty.try_push(doc as u32);
+                total_len += u64::from(dl);
+            }
+            doc_len.push(dl);
+        }
+        if doc_len.last() == Some(&0) {
+            return Err(r.err_at(r.pos, "trailing empty document lengths"));
+        }
+        if nonempty.len() > n_docs {
+            return Err(r.err_at(at, "more non-empty documents than documents"));
+        }
+
+        let at = r.pos;
+        let n_terms = r.varint()?;
+        if n_terms > r.remaining() as u64 {
+            return Err(r.err_at(at, "term count out of range"));
+        }
+        let mut vocab = HashMap::with_capacity(n_terms as usize);
+        let mut postings = Vec::with_capacity(n_terms as usize);
+        let mut tf_sum = vec![0u64; doc_len.len()];
+        let mut prev_term: Option<&str> = None;
+        let mut scratch = Vec::new();
+        for id in 0..n_terms as u32 {
+            let at = r.pos;
+            let len = r.varint()?;
+            if len == 0 || len > (4 * super::tokenize::MAX_TOKEN_CHARS) as u64 {
+                return Err(r.err_at(at, "term length out of range"));
+            }
+            let raw = r.take(len as usize, "truncated term")?;
+            let term = std::str::from_utf8(raw).map_err(|_| r.err_at(at, "term is not UTF-8"))?;
+            if prev_term.is_some_and(|p| p >= term) {
+                return Err(r.err_at(at, "terms not in strictly ascending order"));
+            }
+            if !is_token(term) {
+                return Err(r.err_at(at, "term is not a token"));
+            }
+            prev_term = Some(term);
+
+            let at = r.pos;
+            let bm_len = r.varint()?;
+            if bm_len > r.remaining() as u64 {
+                return Err(r.err_at(at, "truncated postings bitmap"));
+            }
+            let raw = r.take(bm_len as usize, "truncated postings bitmap")?;
+            let docs = RoaringBitmap::deserialize_from(raw)
+                .map_err(|_| r.err_at(at, "malformed postings bitmap"))?;
+            scratch.clear();
+            docs.serialize_into(&mut scratch)
+                .expect("writing to a Vec<u8> cannot fail");
+            // `add` never creates run containers, so a canonical encoding has
+            // none; together with the byte comparison this makes every
+            // accepted bitmap exactly what `write_to` would emit.
+            if scratch != raw || docs.statistics().n_run_containers != 0 {
+                return Err(r.err_at(at, "non-canonical postings bitmap"));
+            }
+            if docs.is_empty() || !docs.is_subset(&nonempty) {
+                return Err(r.err_at(at, "postings outside non-empty documents"));
+            }
+            for d in &docs {
+                tf_sum[d as usize] += 1;
+            }
+
+            let at = r.pos;
+            let n_multi = r.varint()?;
+            if n_multi > docs.len() {
+                return Err(r.err_at(at, "more tf entries than postings"));
+            }
+            let mut multi_docs = Vec::with_capacity(n_multi as usize);
+            let mut multi_tfs = Vec::with_capacity(n_multi as usize);
+            let mut next = 0u64;
+            for _ in 0..n_multi {
+                let at = r.pos;
+                let d = next.saturating_add(r.varint()?);
+                let tf = r.varint()?.saturating_add(2);
+                let (Ok(d), Ok(tf)) = (u32::try_from(d), u32::try_from(tf)) else {
+                    return Err(r.err_at(at, "tf entry out of range"));
+                };
+                if !docs.contains(d) {
+                    return Err(r.err_at(at, "tf entry for a document without the term"));
+                }
+                tf_sum[d as usize] += u64::from(tf) - 1;
+                multi_docs.push(d);
+                multi_tfs.push(tf);
+                next = u64::from(d) + 1;
+            }
+            vocab.insert(term.to_owned(), id);
+            postings.push(Postings {
+                docs,
+                multi_docs,
+                multi_tfs,
+            });
+        }
+        if r.remaining() != 0 {
+            return Err(r.err_at(r.pos, "trailing bytes"));
+        }
+        if tf_sum
+            .iter()
+            .zip(&doc_len)
+            .any(|(&s, &dl)| s != u64::from(dl))
+        {
+            return Err(r.err_at(0, "term frequencies do not add up to document lengths"));
+        }
+        Ok(Bm25Index {
+            params,
+            vocab,
+            postings,
+            doc_len,
+            nonempty,
+            total_len,
+            n_docs,
+            last_doc,
+        })
+    }
+}
+
+/// Whether `term` is exactly one token under the current tokenizer.
+fn is_token(term: &str) -> bool {
+    let t = tokens(term);
+    t.len() == 1 && t[0] == term
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Bounds-checked cursor over the encoding.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn err_at(&self, offset: usize, reason: &'static str) -> Bm25Error {
+        Bm25Error::Format { offset, reason }
+    }
+
+    fn remaining(&self) -> usize {
+        self.bytes.len() - self.pos
+    }
+
+    fn take(&mut self, n: usize, reason: &'static str) -> Result<&'a [u8], Bm25Error> {
+        if n > self.remaining() {
+            return Err(self.err_at(self.pos, reason));
+        }
+        let s = &self.bytes[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    fn u8(&mut self) -> Result<u8, Bm25Error> {
+        Ok(self.take(1, "unexpected end of input")?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32, Bm25Error> {
+        let b = self.take(4, "unexpected end of input")?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn u64(&mut self) -> Result<u64, Bm25Error> {
+        let b = self.take(8, "unexpected end of input")?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+
+    /// Unsigned LEB128, shortest form only.
+    fn varint(&mut self) -> Result<u64, Bm25Error> {
+        let start = self.pos;
+        let mut v = 0u64;
+        let mut shift = 0u32;
+        loop {
+            let byte = self.u8()?;
+            if shift == 63 && byte > 1 {
+                return Err(self.err_at(start, "varint overflows u64"));
+            }
+            v |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                if byte == 0 && shift > 0 {
+                    return Err(self.err_at(start, "non-canonical varint"));
+                }
+                return Ok(v);
+            }
+            shift += 7;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    /// splitmix64: a tiny deterministic generator for test corpora.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    const WORDS: &[&str] = &[
+        "memory",
+        "agent",
+        "graph",
+        "vector",
+        "retention",
+        "policy",
+        "incident",
+        "tenant",
+        "perché",
+        "città",
+        "rivista",
+        "dell'incidente",
+        "l'API",
+        "backup",
+        "restore",
+        "v2",
+        "2025",
+        "conv_993",
+        "the",
+        "di",
+        "è",
+        "log",
+        "append",
+        "Ünïcödé",
+        "東京",
+        "🚀",
+    ];
+
+    /// `n` documents with increasing, gappy ids; some have no text.
+    fn corpus(rng: &mut Rng, n: usize) -> Vec<(u32, String)> {
+        let vocab = 2 + rng.below(WORDS.len() as u64 - 1) as usize;
+        let mut id = rng.below(3) as u32;
+        (0..n)
+            .map(|_| {
+                id += 1 + rng.below(3) as u32;
+                let len = if rng.below(10) == 0 {
+                    0
+                } else {
+                    1 + rng.below(12) as usize
+                };
+                let words: Vec<&str> = (0..len)
+                    .map(|_| WORDS[rng.below(vocab as u64) as usize])
+                    .collect();
+                (id, words.join(" "))
+            })
+            .collect()
+    }
+
+    fn query(rng: &mut Rng) -> String {
+        let len = 1 + rng.below(5) as usize;
+        let mut q: Vec<&str> = (0..len)
+            .map(|_| WORDS[rng.below(WORDS.len() as u64) as usize])
+            .collect();
+        if rng.below(4) == 0 {
+            q.push("absent");
+        }
+        q.join(" ")
+    }
+
+    /// Eligible set: a random subset of the corpus ids plus a few ids that
+    /// are not in the index.
+    fn eligible(rng: &mut Rng, docs: &[(u32, String)]) -> RoaringBitmap {
+        let keep = rng.below(101);
+        let mut e: RoaringBitmap = docs
+            .iter()
+            .map(|d| d.0)
+            .filter(|_| rng.below(100) < keep)
+            .collect();
+        for _ in 0..rng.below(4) {
+            e.insert(rng.below(200) as u32);
+        }
+        e
+    }
+
+    fn build(params: Bm25Params, docs: &[(u32, String)]) -> Bm25Index {
+        let mut idx = Bm25Index::new(params);
+        for (id, text) in docs {
+            idx.add(*id, text).unwrap();
+        }
+        idx
+    }
+
+    /// Textbook BM25 straight from token lists, in f64, every query token
+    /// occurrence summed separately. Returns every matching eligible doc,
+    /// best first (ties by doc ascending).
+    fn naive(
+        params: Bm25Params,
+        docs: &[(u32, String)],
+        eligible: &RoaringBitmap,
+        query: &str,
+    ) -> Vec<(u32, f64)> {
+        let live: Vec<(u32, Vec<String>)> = docs
+            .iter()
+            .filter(|(id, _)| eligible.contains(*id))
+            .map(|(id, text)| (*id, tokens(text)))
+            .filter(|(_, t)| !t.is_empty())
+            .collect();
+        let n = live.len() as f64;
+        if live.is_empty() {
+            return Vec::new();
+        }
+        let avgdl = live.iter().map(|(_, t)| t.len() as f64).sum::<f64>() / n;
+        let (k1, b) = (f64::from(params.k1), f64::from(params.b));
+        let mut out = Vec::new();
+        for (id, toks) in &live {
+            let dl = toks.len() as f64;
+            let mut score = 0.0;
+            for q in tokens(query) {
+                let tf = toks.iter().filter(|t| **t == q).count() as f64;
+                if tf == 0.0 {
+                    continue;
+                }
+                let df = live.iter().filter(|(_, t)| t.contains(&q)).count() as f64;
+                let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
+                score += idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * dl / avgdl));
+            }
+            if score > 0.0 {
+                out.push((*id, score));
+            }
+        }
+        out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        out
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-4 * b.abs().max(1e-9)
+    }
+
+    /// `got` equals the naive top-k up to float rounding: same length, same
+    /// score at every rank, every returned doc eligible with its naive
+    /// score, and a doc differing from the naive one only where the naive
+    /// scores tie within tolerance.
+    fn check_against_naive(
+        got: &[ScoredDoc],
+        want: &[(u32, f64)],
+        eligible: &RoaringBitmap,
+        k: usize,
+    ) -> Result<(), TestCaseError> {
+        let naive_score: BTreeMap<u32, f64> = want.iter().copied().collect();
+        let want = &want[..want.len().min(k)];
+        prop_assert_eq!(got.len(), want.len(), "got {:?} want {:?}", got, want);
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            prop_assert!(eligible.contains(g.doc), "doc {} not eligible", g.doc);
+            prop_assert!(
+                close(f64::from(g.score), w.1),
+                "rank {}: {:?} vs {:?}",
+                i,
+                g,
+                w
+            );
+            if g.doc != w.0 {
+                // A near-tie: the returned doc must score like the naive one.
+                let gs = naive_score.get(&g.doc).copied();
+                prop_assert!(
+                    gs.is_some_and(|s| close(s, w.1)),
+                    "rank {}: {:?} vs {:?}",
+                    i,
+                    g,
+                    w
+                );
+            }
+            if i > 0 {
+                let p = got[i - 1];
+                prop_assert!(p.score > g.score || (p.score == g.score && p.doc < g.doc));
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// The index agrees with the naive scorer on random corpora,
+        /// eligibility sets, queries, k and parameters. The failing seed is
+        /// part of the reported input.
+        #[test]
+        fn matches_naive_scorer(seed in any::<u64>(), k in 1usize..25, n in 0usize..120, pi in 0usize..3) {
+            let params = [Bm25Params::default(), Bm25Params { k1: 0.9, b: 0.4 }, Bm25Params { k1: 0.0, b: 1.0 }][pi];
+            let mut rng = Rng(seed);
+            let docs = corpus(&mut rng, n);
+            let idx = build(params, &docs);
+            for _ in 0..8 {
+                let e = eligible(&mut rng, &docs);
+                let q = query(&mut rng);
+                let mut stats = LexicalStats::default();
+                let got = idx.search(&q, &e, k, &mut stats);
+                let want = naive(params, &docs, &e, &q);
+                check_against_naive(&got, &want, &e, k)?;
+                prop_assert_eq!(stats.docs_scored, want.len() as u64);
+                // Both accumulators give identical results.
+                let mut s = LexicalStats::default();
+                prop_assert_eq!(&idx.search_impl(&q, &e, k, &mut s, Some(true)), &got);
+                prop_assert_eq!(&idx.search_impl(&q, &e, k, &mut s, Some(false)), &got);
+            }
+        }
+
+        /// Documents outside `eligible` never change eligible scores: an
+        /// index holding only the tenant's documents gives bit-identical
+        /// results to one that also holds other tenants' documents.
+        #[test]
+        fn other_tenants_never_change_scores(seed in any::<u64>(), k in 1usize..30) {
+            let mut rng = Rng(seed);
+            let docs = corpus(&mut rng, 100);
+            let mine: Vec<(u32, String)> = docs.iter().filter(|_| rng.below(3) == 0).cloned().collect();
+            let e: RoaringBitmap = mine.iter().map(|d| d.0).collect();
+            let shared = build(Bm25Params::default(), &docs);
+            let alone = build(Bm25Params::default(), &mine);
+            for _ in 0..8 {
+                let q = query(&mut rng);
+                let mut stats = LexicalStats::default();
+                let a = shared.search(&q, &e, k, &mut stats);
+                let b = alone.search(&q, &e, k, &mut stats);
+                prop_assert!(a.iter().all(|d| e.contains(d.doc)));
+                prop_assert_eq!(a, b);
+            }
+        }
+
+        /// Accepted bytes re-encode identically; truncations are always
+        /// rejected; bit flips and garbage never panic.
+        #[test]
+        fn corrupted_encodings_never_panic(seed in any::<u64>(), flips in prop::collection::vec(any::<(usize, u8)>(), 1..4)) {
+            let mut rng = Rng(seed);
+            let docs = corpus(&mut rng, 30);
+            let mut bytes = Vec::new();
+            build(Bm25Params::default(), &docs).write_to(&mut bytes);
+            let cut = rng.below(bytes.len() as u64) as usize;
+            prop_assert!(Bm25Index::read_from(&bytes[..cut]).is_err());
+            let mut bad = bytes.clone();
+            for (pos, bit) in flips {
+                let i = pos % bad.len();
+                bad[i] ^= 1 << (bit % 8);
+            }
+            if let Ok(idx) = Bm25Index::read_from(&bad) {
+                let mut again = Vec::new();
+                idx.write_to(&mut again);
+                prop_assert_eq!(again, bad);
+            }
+            let garbage: Vec<u8> = (0..rng.below(200)).map(|_| rng.next() as u8).collect();
+            let mut prefixed = MAGIC.to_vec();
+            prefixed.extend_from_slice(&bytes[8..16.min(bytes.len())]);
+            prefixed.extend_from_slice(&garbage);
+            let _ = Bm25Index::read_from(&garbage);
+            let _ = Bm25Index::read_from(&prefixed);
+        }
+    }
+
+    fn memory_corpus() -> Bm25Index {
+        let mut idx = Bm25Index::new(Bm25Params::default());
+        let docs = [
+            (
+                0,
+                "The retention policy was revised after the incident review.",
+            ),
+            (
+                2,
+                "La policy di retention è stata rivista dopo l'analisi dell'incidente.",
+            ),
+            (3, ""),
+            (5, "Perché il deploy è fallito? Il database era pieno."),
+            (
+                8,
+                "Agent memory stores observations as a graph of entities.",
+            ),
+            (9, "Il gatto dorme sul divano tutto il giorno."),
+            (
+                12,
+                "Backup and restore of the vector store, version v2 (2025).",
+            ),
+            (
+                13,
+                "conv_993: user asked about the retention window of the logs",
+            ),
+        ];
+        for (id, text) in docs {
+            idx.add(id, text).unwrap();
+        }
+        idx
+    }
+
+    fn top_doc(idx: &Bm25Index, q: &str) -> Option<u32> {
+        let all: RoaringBitmap = (0..100).collect();
+        let mut stats = LexicalStats::default();
+        idx.search(q, &all, 3, &mut stats).first().map(|d| d.doc)
+    }
+
+    #[test]
+    fn english_and_italian_queries_find_their_documents() {
+        let idx = memory_corpus();
+        assert_eq!(top_doc(&idx, "policy di retention rivista"), Some(2));
+        assert_eq!(top_doc(&idx, "retention policy revised"), Some(0));
+        assert_eq!(top_doc(&idx, "perche"), Some(5));
+        assert_eq!(top_doc(&idx, "PERCHÉ è fallito"), Some(5));
+        assert_eq!(top_doc(&idx, "incidente"), Some(2));
+        assert_eq!(top_doc(&idx, "graph memory"), Some(8));
+        assert_eq!(top_doc(&idx, "conv 993"), Some(13));
+        assert_eq!(top_doc(&idx, "v2 restore"), Some(12));
+        assert_eq!(top_doc(&idx, "gatto"), Some(9));
+        assert_eq!(top_doc(&idx, "nothing matches zzz"), None);
+        assert_eq!(top_doc(&idx, ""), None);
+    }
+
+    #[test]
+    fn only_eligible_documents_are_returned() {
+        let idx = memory_corpus();
+        let mut stats = LexicalStats::default();
+        let e: RoaringBitmap = [0, 13].into_iter().collect();
+        let got = idx.search("retention policy", &e, 10, &mut stats);
+        assert_eq!(got.iter().map(|d| d.doc).collect::<Vec<_>>(), [0, 13]);
+        assert!(
+            idx.search("retention", &RoaringBitmap::new(), 10, &mut stats)
+                .is_empty()
+        );
+        let all: RoaringBitmap = (0..20).collect();
+        assert!(idx.search("retention", &all, 0, &mut stats).is_empty());
+    }
+
+    #[test]
+    fn duplicate_query_terms_count_per_occurrence() {
+        let idx = memory_corpus();
+        let all: RoaringBitmap = (0..20).collect();
+        let mut stats = LexicalStats::default();
+        let once = idx.search("gatto", &all, 1, &mut stats);
+        let twice = idx.search("gatto GATTO", &all, 1, &mut stats);
+        assert_eq!(once.len(), 1);
+        assert_eq!(twice[0].doc, once[0].doc);
+        assert_eq!(twice[0].score, 2.0 * once[0].score);
+    }
+
+    #[test]
+    fn stats_count_work() {
+        let idx = memory_corpus();
+        let all: RoaringBitmap = (0..20).collect();
+        let mut stats = LexicalStats::default();
+        let got = idx.search("retention retention zzz", &all, 10, &mut stats);
+        assert_eq!(got.len(), 3);
+        // "retention" once (deduplicated) and "zzz".
+        assert_eq!(stats.terms_looked_up, 2);
+        assert_eq!(stats.postings_read, 3);
+        assert_eq!(stats.docs_scored, 3);
+        idx.search("retention", &all, 10, &mut stats);
+        assert_eq!(stats.terms_looked_up, 3, "stats accumulate");
+    }
+
+    #[test]
+    fn ties_break_by_doc_ascending() {
+        let mut idx = Bm25Index::new(Bm25Params::default());
+        for id in [7, 3, 9, 1] {
+            // Not increasing on purpose for 3 and 1: those are rejected.
+            let _ = idx.add(id, "same words here");
+        }
+        idx.add(20, "same words here").unwrap();
+        idx.add(30, "same words here").unwrap();
+        let all: RoaringBitmap = (0..40).collect();
+        let mut stats = LexicalStats::default();
+        let got = idx.search("words", &all, 10, &mut stats);
+        assert_eq!(
+            got.iter().map(|d| d.doc).collect::<Vec<_>>(),
+            [7, 9, 20, 30]
+        );
+        assert!(got.windows(2).all(|w| w[0].score == w[1].score));
+        let top2 = idx.search("words", &all, 2, &mut stats);
+        assert_eq!(top2.iter().map(|d| d.doc).collect::<Vec<_>>(), [7, 9]);
+    }
+
+    #[test]
+    fn out_of_order_add_is_rejected_and_changes_nothing() {
+        let mut idx = Bm25Index::new(Bm25Params::default());
+        assert!(idx.is_empty());
+        idx.add(5, "alpha beta").unwrap();
+        let mut before = Vec::new();
+        idx.write_to(&mut before);
+        for bad in [5, 4, 0] {
+            match idx.add(bad, "gamma") {
+                Err(Bm25Error::DocOutOfOrder { last, got }) => {
+                    assert_eq!((last, got), (5, bad));
+                }
+                other => panic!("expected DocOutOfOrder, got {other:?}"),
+            }
+        }
+        let mut after = Vec::new();
+        idx.write_to(&mut after);
+        assert_eq!(before, after);
+        assert_eq!(idx.len(), 1);
+        idx.add(6, "gamma").unwrap();
+        assert_eq!((idx.len(), idx.last_doc()), (2, Some(6)));
+        let msg = Bm25Error::DocOutOfOrder { last: 5, got: 4 }.to_string();
+        assert!(msg.contains('5') && msg.contains('4'), "{msg}");
+    }
+
+    #[test]
+    fn empty_documents_count_but_contribute_nothing() {
+        let mut with_empty = Bm25Index::new(Bm25Params::default());
+        let mut without = Bm25Index::new(Bm25Params::default());
+        with_empty.add(0, "alpha beta").unwrap();
+        with_empty.add(1, "").unwrap();
+        with_empty.add(2, "!!! ...").unwrap();
+        with_empty.add(3, "beta gamma").unwrap();
+        without.add(0, "alpha beta").unwrap();
+        without.add(3, "beta gamma").unwrap();
+        assert_eq!((with_empty.len(), without.len()), (4, 2));
+        assert_eq!(with_empty.last_doc(), Some(3));
+        let all: RoaringBitmap = (0..4).collect();
+        let mut stats = LexicalStats::default();
+        assert_eq!(
+            with_empty.search("beta alpha", &all, 5, &mut stats),
+            without.search("beta alpha", &all, 5, &mut stats)
+        );
+        // A trailing empty document round-trips too.
+        with_empty.add(1000, "").unwrap();
+        let mut bytes = Vec::new();
+        with_empty.write_to(&mut bytes);
+        let back = Bm25Index::read_from(&bytes).unwrap();
+        assert_eq!((back.len(), back.last_doc()), (5, Some(1000)));
+    }
+
+    #[test]
+    fn round_trip_preserves_results_and_bytes() {
+        for seed in 0..20u64 {
+            let mut rng = Rng(seed);
+            let docs = corpus(&mut rng, 80);
+            let idx = build(Bm25Params { k1: 1.5, b: 0.6 }, &docs);
+            let mut bytes = Vec::new();
+            idx.write_to(&mut bytes);
+            let back = Bm25Index::read_from(&bytes).unwrap();
+            assert_eq!(back.params(), idx.params());
+            assert_eq!(
+                (back.len(), back.last_doc(), back.term_count()),
+                (idx.len(), idx.last_doc(), idx.term_count())
+            );
+            let mut again = Vec::new();
+            back.write_to(&mut again);
+            assert_eq!(again, bytes, "seed {seed}");
+            // An independently built index (different hash-map order) encodes identically.
+            let mut other = Vec::new();
+            build(Bm25Params { k1: 1.5, b: 0.6 }, &docs).write_to(&mut other);
+            assert_eq!(other, bytes, "seed {seed}");
+            for _ in 0..10 {
+                let e = eligible(&mut rng, &docs);
+                let q = query(&mut rng);
+                let (mut s1, mut s2) = (LexicalStats::default(), LexicalStats::default());
+                assert_eq!(
+                    idx.search(&q, &e, 7, &mut s1),
+                    back.search(&q, &e, 7, &mut s2)
+                );
+                assert_eq!(s1, s2);
+            }
+            // The decoded index keeps accepting documents like the original.
+            let (mut a, mut b) = (idx.clone(), back);
+            let next = idx.last_doc().map_or(0, |d| d + 1);
+            a.add(next, "memory graph memory").unwrap();
+            b.add(next, "memory graph memory").unwrap();
+            let (mut ba, mut bb) = (Vec::new(), Vec::new());
+            a.write_to(&mut ba);
+            b.write_to(&mut bb);
+            assert_eq!(ba, bb);
+        }
+        let mut empty = Vec::new();
+        Bm25Index::new(Bm25Params::default()).write_to(&mut empty);
+        let back = Bm25Index::read_from(&empty).unwrap();
+        assert!(back.is_empty() && back.last_doc().is_none());
+    }
+
+    #[test]
+    fn every_truncation_is_rejected() {
+        let idx = memory_corpus();
+        let mut bytes = Vec::new();
+        idx.write_to(&mut bytes);
+        for cut in 0..bytes.len() {
+            match Bm25Index::read_from(&bytes[..cut]) {
+                Err(Bm25Error::Format { offset, .. }) => assert!(offset <= cut),
+                other => panic!("cut {cut}: expected a format error, got {other:?}"),
+            }
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(matches!(
+            Bm25Index::read_from(&longer),
+            Err(Bm25Error::Format {
+                reason: "trailing bytes",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn every_single_bit_flip_is_rejected_or_canonical() {
+        let idx = memory_corpus();
+        let mut bytes = Vec::new();
+        idx.write_to(&mut bytes);
+        let mut accepted = 0;
+        for i in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut bad = bytes.clone();
+                bad[i] ^= 1 << bit;
+                if let Ok(back) = Bm25Index::read_from(&bad) {
+                    accepted += 1;
+                    let mut again = Vec::new();
+                    back.write_to(&mut again);
+                    assert_eq!(again, bad, "byte {i} bit {bit}");
+                }
+            }
+        }
+        // Only flips that leave a consistent index (e.g. in k1/b) pass.
+        assert!(
+            accepted < bytes.len(),
+            "{accepted} of {} flips accepted",
+            bytes.len() * 8
+        );
+    }
+
+    #[test]
+    fn large_postings_survive_round_trip_and_bit_flips() {
+        // "common" is in every document: a bitmap container (> 4096 docs).
+        let mut idx = Bm25Index::new(Bm25Params::default());
+        for d in 0..6000u32 {
+            let text = if d % 5 == 0 {
+                "common common rare"
+            } else {
+                "common"
+            };
+            idx.add(d * 2, text).unwrap();
+        }
+        let mut bytes = Vec::new();
+        idx.write_to(&mut bytes);
+        let back = Bm25Index::read_from(&bytes).unwrap();
+        let mut again = Vec::new();
+        back.write_to(&mut again);
+        assert_eq!(again, bytes);
+        let mut rng = Rng(42);
+        for _ in 0..300 {
+            let mut bad = bytes.clone();
+            let i = rng.below(bad.len() as u64) as usize;
+            bad[i] ^= 1 << rng.below(8);
+            if let Ok(back) = Bm25Index::read_from(&bad) {
+                let mut again = Vec::new();
+                back.write_to(&mut again);
+                assert_eq!(again, bad, "byte {i}");
+            }
+            let cut = rng.below(bytes.len() as u64) as usize;
+            assert!(Bm25Index::read_from(&bytes[..cut]).is_err());
+        }
+        // The same postings encoded with a run container are valid roaring
+        // but not what write_to emits: rejected.
+        let mut tiny = Bm25Index::new(Bm25Params::default());
+        for d in 0..50u32 {
+            tiny.add(d, "x").unwrap();
+        }
+        let mut tb = Vec::new();
+        tiny.write_to(&mut tb);
+        let mut plain = Vec::new();
+        tiny.postings[0].docs.serialize_into(&mut plain).unwrap();
+        let mut runs = tiny.postings[0].docs.clone();
+        runs.optimize();
+        assert!(runs.statistics().n_run_containers > 0);
+        let mut with_runs = Vec::new();
+        runs.serialize_into(&mut with_runs).unwrap();
+        let at = tb.windows(plain.len()).position(|w| w == plain).unwrap();
+        // The byte before the bitmap is its (one-byte varint) length.
+        assert_eq!(usize::from(tb[at - 1]), plain.len());
+        let mut forged = tb[..at - 1].to_vec();
+        forged.push(u8::try_from(with_runs.len()).unwrap());
+        forged.extend_from_slice(&with_runs);
+        forged.extend_from_slice(&tb[at + plain.len()..]);
+        assert!(matches!(
+            Bm25Index::read_from(&forged),
+            Err(Bm25Error::Format {
+                reason: "non-canonical postings bitmap",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn header_errors_are_typed() {
+        let mut bytes = Vec::new();
+        memory_corpus().write_to(&mut bytes);
+        let mut bad = bytes.clone();
+        bad[0] = b'X';
+        assert!(matches!(
+            Bm25Index::read_from(&bad),
+            Err(Bm25Error::Format {
+                offset: 0,
+                reason: "bad magic"
+            })
+        ));
+        let mut bad = bytes.clone();
+        bad[8..12].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
+        assert!(matches!(
+            Bm25Index::read_from(&bad),
+            Err(Bm25Error::VersionMismatch { found, expected }) if found == FORMAT_VERSION + 1 && expected == FORMAT_VERSION
+        ));
+        let mut bad = bytes.clone();
+        bad[12..16].copy_from_slice(&(TOKENIZER_VERSION + 7).to_le_bytes());
+        assert!(matches!(
+            Bm25Index::read_from(&bad),
+            Err(Bm25Error::TokenizerVersionMismatch { found, .. }) if found == TOKENIZER_VERSION + 7
+        ));
+        let mut bad = bytes.clone();
+        bad[16..20].copy_from_slice(&f32::NAN.to_bits().to_le_bytes());
+        assert!(matches!(
+            Bm25Index::read_from(&bad),
+            Err(Bm25Error::Format { offset: 16, .. })
+        ));
+        let e = Bm25Index::read_from(&bytes[..3]).unwrap_err();
+        assert!(e.to_string().contains("malformed"), "{e}");
+    }
+
+    #[test]
+    fn tf_lookup_handles_repeated_terms() {
+        let mut idx = Bm25Index::new(Bm25Params::default());
+        idx.add(1, "a b").unwrap();
+        idx.add(2, "a a a b").unwrap();
+        idx.add(3, "a").unwrap();
+        idx.add(4, "b b a a").unwrap();
+        let p = &idx.postings[idx.vocab["a"] as usize];
+        let tfs = |docs: &[u32]| {
+            let mut c = TfCursor::new(p);
+            docs.iter().map(|&d| c.tf(d)).collect::<Vec<u32>>()
+        };
+        assert_eq!(tfs(&[1, 2, 3, 4]), [1, 3, 1, 2]);
+        assert_eq!(tfs(&[2, 4]), [3, 2]);
+        assert_eq!(tfs(&[3]), [1]);
+        assert_eq!(tfs(&[4]), [2]);
+        for (s, x, want) in [
+            (&[][..], 5, 0),
+            (&[1, 3, 5][..], 0, 0),
+            (&[1, 3, 5][..], 3, 1),
+            (&[1, 3, 5][..], 4, 2),
+            (&[1, 3, 5][..], 9, 3),
+        ] {
+            assert_eq!(gallop(s, x), want, "{s:?} {x}");
+        }
+    }
+
+    #[test]
+    fn scan_and_intersection_paths_agree() {
+        let mut idx = Bm25Index::new(Bm25Params::default());
+        for d in 0..5000u32 {
+            let text = if d % 7 == 0 {
+                "rare common"
+            } else {
+                "common filler"
+            };
+            idx.add(d, text).unwrap();
+        }
+        let p = &idx.postings[idx.vocab["rare"] as usize];
+        let e: RoaringBitmap = (0..5000).filter(|d| d % 3 == 0).collect();
+        let (mut scan, mut inter, mut all) = (Vec::new(), Vec::new(), Vec::new());
+        let read_scan = p.eligible_docs(&e, u64::MAX, false, &mut scan);
+        let read_inter = p.eligible_docs(&e, 0, false, &mut inter);
+        assert_eq!(scan, inter);
+        assert_eq!(
+            scan,
+            (0..5000).filter(|d| d % 21 == 0).collect::<Vec<u32>>()
+        );
+        assert_eq!(read_scan, p.docs.len());
+        assert_eq!(read_inter, inter.len() as u64);
+        let read_all = p.eligible_docs(&e, 0, true, &mut all);
+        assert_eq!(all, (0..5000).filter(|d| d % 7 == 0).collect::<Vec<u32>>());
+        assert_eq!(read_all, all.len() as u64);
+    }
+
+    #[test]
+    fn heap_bytes_grows_with_content() {
+        let mut idx = Bm25Index::new(Bm25Params::default());
+        let empty = idx.heap_bytes();
+        for d in 0..1000u32 {
+            idx.add(d, &format!("memory record {d} about topic{}", d % 17))
+                .unwrap();
+        }
+        let full = idx.heap_bytes();
+        assert!(full > empty + 1000 * 4, "{empty} -> {full}");
+        assert!(full < 1 << 22, "{full}");
+    }
+
+    #[test]
+    #[should_panic(expected = "invalid BM25 parameters")]
+    fn invalid_params_panic_in_new() {
+        let _ = Bm25Index::new(Bm25Params { k1: -1.0, b: 0.5 });
+    }
+}

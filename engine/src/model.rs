@@ -1,0 +1,908 @@
+//! The data model: what clients write ([`NewRecord`]) and what they read
+//! back ([`Record`]), plus the limits every field is checked against.
+//!
+//! One record type covers the episodic log and the semantic layer, told
+//! apart by [`RecordType`]:
+//! - `event`: something that happened (a message, a tool result, an
+//!   observation, a decision, a document, a system action);
+//! - `entity`: a thing with a type, a canonical name and aliases;
+//! - `relation`: a typed edge `subject -predicate-> object` between entities;
+//! - `assertion`: a claim of some [`AssertionKind`] with provenance (`sources`);
+//! - `summary`: a compression of an ordered list of inputs.
+//!
+//! Every record has a stable id, a tenant, a scope, two clocks (valid time
+//! and transaction time), access labels, a writer and a retention class.
+//! Semantic records additionally carry provenance and a review status.
+//!
+//! This module must never read or write storage; it only describes and
+//! validates values.
+
+use serde::Serialize;
+
+use crate::error::{EngineError, Result};
+use crate::id::RecordId;
+use crate::time::{TIMESTAMP_MAX_MS, TIMESTAMP_MIN_MS, TimestampMs, format_rfc3339};
+
+/// Limits on every input, with a typed error past each.
+pub mod limits {
+    /// Bytes of a record's text.
+    pub const TEXT_BYTES_MAX: usize = 1 << 20;
+    /// Bytes of a record's `data` in canonical JSON.
+    pub const DATA_BYTES_MAX: usize = 1 << 20;
+    /// Bytes of a name-like field (tenant, kind, label, principal, model id, ...).
+    pub const NAME_BYTES_MAX: usize = 256;
+    /// Bytes of an external id.
+    pub const EXTERNAL_ID_BYTES_MAX: usize = 512;
+    /// Access labels on one record, scope labels on one record, aliases.
+    pub const LABELS_MAX: usize = 64;
+    /// Dimensions of a vector.
+    pub const VECTOR_DIM_MAX: usize = 4096;
+    /// Embeddings on one record (one per model).
+    pub const EMBEDDINGS_PER_RECORD_MAX: usize = 8;
+    /// Sources of one semantic record.
+    pub const SOURCES_MAX: usize = 1024;
+    /// Records in one atomic batch.
+    pub const BATCH_RECORDS_MAX: usize = 10_000;
+    /// Results of one retrieval.
+    pub const K_MAX: usize = 1000;
+    /// Bytes of a query text.
+    pub const QUERY_TEXT_BYTES_MAX: usize = 16 << 10;
+    /// Hops of graph expansion.
+    pub const GRAPH_DEPTH_MAX: usize = 4;
+    /// ef_search of the vector index.
+    pub const EF_MAX: usize = 10_000;
+    /// Bytes of a context budget.
+    pub const CONTEXT_BUDGET_BYTES_MAX: usize = 16 << 20;
+}
+
+/// Version of the record schema written by this build.
+pub const SCHEMA_VERSION: u16 = 1;
+
+/// Default retention class.
+pub const DEFAULT_RETENTION_CLASS: &str = "standard";
+
+/// What kind of record this is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordType {
+    /// An episodic event.
+    Event,
+    /// An entity.
+    Entity,
+    /// A relation between two entities.
+    Relation,
+    /// A claim with provenance.
+    Assertion,
+    /// A summary of ordered inputs.
+    Summary,
+}
+
+impl RecordType {
+    /// All types, in code order.
+    pub const ALL: [RecordType; 5] = [
+        RecordType::Event,
+        RecordType::Entity,
+        RecordType::Relation,
+        RecordType::Assertion,
+        RecordType::Summary,
+    ];
+    /// Stable numeric code (stored on disk).
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+    /// From the numeric code.
+    pub fn from_code(c: u8) -> Option<Self> {
+        Self::ALL.get(c as usize).copied()
+    }
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            RecordType::Event => "event",
+            RecordType::Entity => "entity",
+            RecordType::Relation => "relation",
+            RecordType::Assertion => "assertion",
+            RecordType::Summary => "summary",
+        }
+    }
+    /// Parses the lower-case name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.name() == s)
+    }
+    /// Whether records of this type carry provenance and review status.
+    pub fn is_semantic(self) -> bool {
+        self != RecordType::Event
+    }
+}
+
+/// Kinds of assertion. Observations are not hypotheses: the kind is data
+/// and survives summarization.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AssertionKind {
+    /// Something observed.
+    Observation,
+    /// Something suspected, not established.
+    Hypothesis,
+    /// Something established.
+    Fact,
+    /// A preference of a user.
+    Preference,
+    /// A knowledge note.
+    Note,
+    /// An instruction to the agent (procedural; needs approval when a model writes it).
+    Instruction,
+    /// A policy (procedural; needs approval when a model writes it).
+    Policy,
+    /// A procedure (procedural; needs approval when a model writes it).
+    Procedure,
+}
+
+impl AssertionKind {
+    /// All kinds.
+    pub const ALL: [AssertionKind; 8] = [
+        AssertionKind::Observation,
+        AssertionKind::Hypothesis,
+        AssertionKind::Fact,
+        AssertionKind::Preference,
+        AssertionKind::Note,
+        AssertionKind::Instruction,
+        AssertionKind::Policy,
+        AssertionKind::Procedure,
+    ];
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            AssertionKind::Observation => "observation",
+            AssertionKind::Hypothesis => "hypothesis",
+            AssertionKind::Fact => "fact",
+            AssertionKind::Preference => "preference",
+            AssertionKind::Note => "note",
+            AssertionKind::Instruction => "instruction",
+            AssertionKind::Policy => "policy",
+            AssertionKind::Procedure => "procedure",
+        }
+    }
+    /// Parses a name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == s)
+    }
+    /// Procedural memory: included in context deterministically once approved.
+    pub fn is_procedural(self) -> bool {
+        matches!(
+            self,
+            AssertionKind::Instruction | AssertionKind::Policy | AssertionKind::Procedure
+        )
+    }
+}
+
+/// Review and lifecycle status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// An event (or auto-applied record) that is current.
+    Active,
+    /// Awaiting review; invisible to ordinary retrieval.
+    Candidate,
+    /// Approved by a reviewer (or auto-applied by policy).
+    Approved,
+    /// Rejected by a reviewer.
+    Rejected,
+    /// Replaced by a correction; history only.
+    Superseded,
+    /// Withdrawn.
+    Retracted,
+    /// An input changed (corrected, deleted, revoked); excluded until regenerated.
+    Stale,
+    /// Deleted; content is purged at the next compaction.
+    Deleted,
+}
+
+impl Status {
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Active => "active",
+            Status::Candidate => "candidate",
+            Status::Approved => "approved",
+            Status::Rejected => "rejected",
+            Status::Superseded => "superseded",
+            Status::Retracted => "retracted",
+            Status::Stale => "stale",
+            Status::Deleted => "deleted",
+        }
+    }
+    /// Parses a name.
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            Status::Active,
+            Status::Candidate,
+            Status::Approved,
+            Status::Rejected,
+            Status::Superseded,
+            Status::Retracted,
+            Status::Stale,
+            Status::Deleted,
+        ]
+        .into_iter()
+        .find(|k| k.name() == s)
+    }
+}
+
+/// Who wrote a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum WriterKind {
+    /// A person.
+    #[default]
+    User,
+    /// A system adapter (telemetry, importer, the operator CLI).
+    System,
+    /// A model (LLM extraction, agent output).
+    Model,
+}
+
+impl WriterKind {
+    /// Numeric code (on disk).
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+    /// From the code.
+    pub fn from_code(c: u8) -> Option<Self> {
+        [WriterKind::User, WriterKind::System, WriterKind::Model]
+            .get(c as usize)
+            .copied()
+    }
+    /// Name.
+    pub fn name(self) -> &'static str {
+        match self {
+            WriterKind::User => "user",
+            WriterKind::System => "system",
+            WriterKind::Model => "model",
+        }
+    }
+    /// Parses a name.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "user" => Some(WriterKind::User),
+            "system" => Some(WriterKind::System),
+            "model" => Some(WriterKind::Model),
+            _ => None,
+        }
+    }
+}
+
+/// The principal and kind that wrote a record.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Writer {
+    /// Principal id.
+    pub principal: String,
+    /// Writer kind.
+    pub kind: WriterKind,
+}
+
+/// Where a record belongs inside its tenant.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct Scope {
+    /// The user it concerns.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// The conversation or thread.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<String>,
+    /// The agent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// Free labels (service names, environments, projects ...).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
+}
+
+/// A vector supplied with a record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Embedding {
+    /// Model id: one vector space per model id.
+    pub model: String,
+    /// The vector.
+    pub vector: Vec<f32>,
+}
+
+/// How a semantic record was derived.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Derivation {
+    /// Extractor, prompt or generator version.
+    pub extractor: String,
+    /// Model configuration, free text (model name, temperature, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_config: Option<String>,
+    /// Whether a model generated the content.
+    pub generated: bool,
+}
+
+/// A reference to a record: its id, or its external id in the session's tenant.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RecordRef {
+    /// An internal id.
+    Id(RecordId),
+    /// A client key.
+    External(String),
+}
+
+impl RecordRef {
+    /// Parses an id when the text is one, else treats it as an external id.
+    pub fn parse(s: &str) -> RecordRef {
+        match s.parse::<RecordId>() {
+            Ok(id) => RecordRef::Id(id),
+            Err(_) => RecordRef::External(s.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for RecordRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecordRef::Id(id) => write!(f, "{id}"),
+            RecordRef::External(e) => write!(f, "external id '{e}'"),
+        }
+    }
+}
+
+/// Type-specific content of a new record.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub enum Body {
+    /// An event.
+    #[default]
+    Event,
+    /// An entity.
+    Entity {
+        /// Its type (person, service, customer ...).
+        entity_type: String,
+        /// Canonical name.
+        name: String,
+        /// Other names.
+        aliases: Vec<String>,
+    },
+    /// A relation between two entities.
+    Relation {
+        /// Subject entity.
+        subject: RecordRef,
+        /// Predicate (`depends_on`, `owns` ...).
+        predicate: String,
+        /// Object entity.
+        object: RecordRef,
+    },
+    /// A claim.
+    Assertion {
+        /// Its kind.
+        kind: AssertionKind,
+        /// Entity the claim is about, if any.
+        subject: Option<RecordRef>,
+        /// Predicate, if structured.
+        predicate: Option<String>,
+        /// Object value, if structured.
+        object: Option<String>,
+    },
+    /// A summary; its inputs are the (ordered) `sources`.
+    Summary {
+        /// Generator version (prompt or algorithm).
+        generator: String,
+    },
+}
+
+impl Body {
+    /// The record type of this body.
+    pub fn record_type(&self) -> RecordType {
+        match self {
+            Body::Event => RecordType::Event,
+            Body::Entity { .. } => RecordType::Entity,
+            Body::Relation { .. } => RecordType::Relation,
+            Body::Assertion { .. } => RecordType::Assertion,
+            Body::Summary { .. } => RecordType::Summary,
+        }
+    }
+}
+
+/// A record as a client submits it. Tenant and authority come from the
+/// session, never from here.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NewRecord {
+    /// Type-specific content.
+    pub body: Body,
+    /// Client key, unique per tenant; makes ingest idempotent.
+    pub external_id: Option<String>,
+    /// Scope inside the tenant.
+    pub scope: Scope,
+    /// Kind: for events free text (`user_message`, `tool_result` ...); for
+    /// assertions it is the assertion kind; otherwise the record type name.
+    pub kind: String,
+    /// Valid time of the event; defaults to the ingest clock.
+    pub occurred_at: Option<TimestampMs>,
+    /// Start of validity (defaults to `occurred_at`).
+    pub valid_from: Option<TimestampMs>,
+    /// End of validity (`current_evidence_until` for events); past it the
+    /// record is historical.
+    pub valid_until: Option<TimestampMs>,
+    /// When the claim was last checked.
+    pub last_verified_at: Option<TimestampMs>,
+    /// Text payload.
+    pub text: Option<String>,
+    /// JSON payload.
+    pub data: Option<serde_json::Value>,
+    /// Retention class (default `standard`).
+    pub retention_class: Option<String>,
+    /// Access labels: a reader needs every one of them.
+    pub access: Vec<String>,
+    /// Attributed writer; honoured only from sessions allowed to attribute
+    /// (system adapters and admins), otherwise the session principal writes.
+    pub writer: Option<Writer>,
+    /// The record this one corrects.
+    pub supersedes: Option<RecordRef>,
+    /// Vectors.
+    pub embeddings: Vec<Embedding>,
+    /// Provenance of semantic records (events/records in the same tenant).
+    pub sources: Vec<RecordRef>,
+    /// Derivation of semantic records.
+    pub derivation: Option<Derivation>,
+    /// Confidence in [0, 1].
+    pub confidence: Option<f32>,
+}
+
+impl NewRecord {
+    /// An event with text.
+    pub fn event(kind: impl Into<String>, text: impl Into<String>) -> Self {
+        NewRecord {
+            kind: kind.into(),
+            text: Some(text.into()),
+            ..NewRecord::default()
+        }
+    }
+
+    /// An assertion with a statement and sources.
+    pub fn assertion(kind: AssertionKind, statement: impl Into<String>, sources: Vec<RecordRef>) -> Self {
+        NewRecord {
+            body: Body::Assertion {
+                kind,
+                subject: None,
+                predicate: None,
+                object: None,
+            },
+            kind: kind.name().to_string(),
+            text: Some(statement.into()),
+            sources,
+            ..NewRecord::default()
+        }
+    }
+
+    /// Builder: external id.
+    pub fn with_external_id(mut self, e: impl Into<String>) -> Self {
+        self.external_id = Some(e.into());
+        self
+    }
+    /// Builder: scope.
+    pub fn with_scope(mut self, s: Scope) -> Self {
+        self.scope = s;
+        self
+    }
+    /// Builder: access labels.
+    pub fn with_access(mut self, labels: &[&str]) -> Self {
+        self.access = labels.iter().map(|s| s.to_string()).collect();
+        self
+    }
+    /// Builder: occurred_at.
+    pub fn at(mut self, ms: TimestampMs) -> Self {
+        self.occurred_at = Some(ms);
+        self
+    }
+    /// Builder: supersedes.
+    pub fn superseding(mut self, r: RecordRef) -> Self {
+        self.supersedes = Some(r);
+        self
+    }
+    /// Builder: an embedding.
+    pub fn with_embedding(mut self, model: impl Into<String>, vector: Vec<f32>) -> Self {
+        self.embeddings.push(Embedding {
+            model: model.into(),
+            vector,
+        });
+        self
+    }
+}
+
+pub(crate) fn check_name(field: &str, s: &str) -> Result<()> {
+    if s.is_empty() {
+        return Err(EngineError::invalid(field, "must not be empty"));
+    }
+    if s.len() > limits::NAME_BYTES_MAX {
+        return Err(EngineError::LimitExceeded {
+            item: None,
+            what: format!("{field} length in bytes"),
+            limit: limits::NAME_BYTES_MAX as u64,
+            got: s.len() as u64,
+        });
+    }
+    if s.chars().any(char::is_control) {
+        return Err(EngineError::invalid(field, "must not contain control characters"));
+    }
+    if s.trim() != s {
+        return Err(EngineError::invalid(field, "must not start or end with whitespace"));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_time(field: &str, t: Option<TimestampMs>) -> Result<()> {
+    if let Some(t) = t {
+        if !(TIMESTAMP_MIN_MS..=TIMESTAMP_MAX_MS).contains(&t) {
+            return Err(EngineError::invalid(field, "outside years 0001..9999"));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn check_labels(field: &str, labels: &[String]) -> Result<()> {
+    if labels.len() > limits::LABELS_MAX {
+        return Err(EngineError::LimitExceeded {
+            item: None,
+            what: format!("number of {field}"),
+            limit: limits::LABELS_MAX as u64,
+            got: labels.len() as u64,
+        });
+    }
+    for l in labels {
+        check_name(field, l)?;
+    }
+    Ok(())
+}
+
+/// Checks a vector: dimension limits and finite components.
+pub fn check_vector(field: &str, v: &[f32]) -> Result<()> {
+    if v.is_empty() {
+        return Err(EngineError::invalid(field, "vector is empty"));
+    }
+    if v.len() > limits::VECTOR_DIM_MAX {
+        return Err(EngineError::LimitExceeded {
+            item: None,
+            what: format!("{field} dimensions"),
+            limit: limits::VECTOR_DIM_MAX as u64,
+            got: v.len() as u64,
+        });
+    }
+    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+        return Err(EngineError::invalid(
+            field,
+            format!("component {i} is {} (must be finite)", v[i]),
+        ));
+    }
+    Ok(())
+}
+
+impl NewRecord {
+    /// Checks every field against the model's rules and limits (not against
+    /// the store: references and external ids are checked at append).
+    pub fn validate(&self) -> Result<()> {
+        let rt = self.body.record_type();
+        if let Some(e) = &self.external_id {
+            if e.is_empty() {
+                return Err(EngineError::invalid("external_id", "must not be empty"));
+            }
+            if e.len() > limits::EXTERNAL_ID_BYTES_MAX {
+                return Err(EngineError::LimitExceeded {
+                    item: None,
+                    what: "external_id length in bytes".into(),
+                    limit: limits::EXTERNAL_ID_BYTES_MAX as u64,
+                    got: e.len() as u64,
+                });
+            }
+            if e.chars().any(char::is_control) {
+                return Err(EngineError::invalid(
+                    "external_id",
+                    "must not contain control characters",
+                ));
+            }
+        }
+        check_name("kind", &self.kind)?;
+        if let Body::Assertion { kind, .. } = &self.body {
+            if self.kind != kind.name() {
+                return Err(EngineError::invalid(
+                    "kind",
+                    format!("assertion kind is '{}' but kind says '{}'", kind.name(), self.kind),
+                ));
+            }
+        }
+        for (f, v) in [
+            ("scope.user", &self.scope.user),
+            ("scope.conversation", &self.scope.conversation),
+            ("scope.agent", &self.scope.agent),
+        ] {
+            if let Some(v) = v {
+                check_name(f, v)?;
+            }
+        }
+        check_labels("scope.labels", &self.scope.labels)?;
+        check_labels("access", &self.access)?;
+        if let Some(r) = &self.retention_class {
+            check_name("retention_class", r)?;
+        }
+        if let Some(w) = &self.writer {
+            check_name("writer.principal", &w.principal)?;
+        }
+        check_time("occurred_at", self.occurred_at)?;
+        check_time("valid_from", self.valid_from)?;
+        check_time("valid_until", self.valid_until)?;
+        check_time("last_verified_at", self.last_verified_at)?;
+        if let (Some(from), Some(until)) = (self.valid_from.or(self.occurred_at), self.valid_until) {
+            if until < from {
+                return Err(EngineError::invalid(
+                    "valid_until",
+                    format!(
+                        "{} is before the start of validity {}",
+                        format_rfc3339(until),
+                        format_rfc3339(from)
+                    ),
+                ));
+            }
+        }
+        let has_text = self.text.as_deref().is_some_and(|t| !t.is_empty());
+        if rt == RecordType::Event && !has_text && self.data.is_none() {
+            return Err(EngineError::invalid(
+                "text",
+                "an event needs `text` and/or `data`",
+            ));
+        }
+        if let Some(t) = &self.text {
+            if t.len() > limits::TEXT_BYTES_MAX {
+                return Err(EngineError::LimitExceeded {
+                    item: None,
+                    what: "text length in bytes".into(),
+                    limit: limits::TEXT_BYTES_MAX as u64,
+                    got: t.len() as u64,
+                });
+            }
+        }
+        if self.embeddings.len() > limits::EMBEDDINGS_PER_RECORD_MAX {
+            return Err(EngineError::LimitExceeded {
+                item: None,
+                what: "embeddings per record".into(),
+                limit: limits::EMBEDDINGS_PER_RECORD_MAX as u64,
+                got: self.embeddings.len() as u64,
+            });
+        }
+        for (i, e) in self.embeddings.iter().enumerate() {
+            check_name("embedding.model", &e.model)?;
+            check_vector("embedding.vector", &e.vector)?;
+            if self.embeddings[..i].iter().any(|o| o.model == e.model) {
+                return Err(EngineError::invalid(
+                    "embedding.model",
+                    format!("two vectors for model '{}' on one record", e.model),
+                ));
+            }
+        }
+        if let Some(c) = self.confidence {
+            if !(0.0..=1.0).contains(&c) {
+                return Err(EngineError::invalid("confidence", "must be within [0, 1]"));
+            }
+        }
+        if self.sources.len() > limits::SOURCES_MAX {
+            return Err(EngineError::LimitExceeded {
+                item: None,
+                what: "number of sources".into(),
+                limit: limits::SOURCES_MAX as u64,
+                got: self.sources.len() as u64,
+            });
+        }
+        match &self.body {
+            Body::Event => {
+                if !self.sources.is_empty() {
+                    return Err(EngineError::invalid(
+                        "sources",
+                        "events have no sources (they are the sources); use a semantic record",
+                    ));
+                }
+            }
+            Body::Entity {
+                entity_type,
+                name,
+                aliases,
+            } => {
+                check_name("entity_type", entity_type)?;
+                check_name("name", name)?;
+                check_labels("aliases", aliases)?;
+            }
+            Body::Relation { predicate, .. } => {
+                check_name("predicate", predicate)?;
+            }
+            Body::Assertion { predicate, .. } => {
+                if let Some(p) = predicate {
+                    check_name("predicate", p)?;
+                }
+                if !has_text && predicate.is_none() {
+                    return Err(EngineError::invalid(
+                        "text",
+                        "an assertion needs a statement (`text`) or subject/predicate/object",
+                    ));
+                }
+                if self.sources.is_empty() {
+                    return Err(EngineError::invalid(
+                        "sources",
+                        "an assertion needs at least one source (provenance)",
+                    ));
+                }
+            }
+            Body::Summary { generator } => {
+                check_name("generator", generator)?;
+                if !has_text {
+                    return Err(EngineError::invalid("text", "a summary needs text"));
+                }
+                if self.sources.is_empty() {
+                    return Err(EngineError::invalid(
+                        "sources",
+                        "a summary needs its ordered inputs in `sources`",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A stored record as read back.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Record {
+    /// Stable id.
+    pub id: RecordId,
+    /// Client key.
+    pub external_id: Option<String>,
+    /// Record type.
+    pub record: RecordType,
+    /// Tenant.
+    pub tenant: String,
+    /// Scope.
+    pub scope: Scope,
+    /// Kind.
+    pub kind: String,
+    /// Current status.
+    pub status: Status,
+    /// Valid time of the event.
+    #[serde(serialize_with = "ser_time")]
+    pub occurred_at: TimestampMs,
+    /// Transaction time.
+    #[serde(serialize_with = "ser_time")]
+    pub ingested_at: TimestampMs,
+    /// Start of validity.
+    #[serde(serialize_with = "ser_opt_time", skip_serializing_if = "Option::is_none")]
+    pub valid_from: Option<TimestampMs>,
+    /// End of validity (possibly set later by an expiry).
+    #[serde(serialize_with = "ser_opt_time", skip_serializing_if = "Option::is_none")]
+    pub valid_until: Option<TimestampMs>,
+    /// Last verification.
+    #[serde(serialize_with = "ser_opt_time", skip_serializing_if = "Option::is_none")]
+    pub last_verified_at: Option<TimestampMs>,
+    /// Text.
+    pub text: Option<String>,
+    /// JSON data.
+    pub data: Option<serde_json::Value>,
+    /// SHA-256 of the canonical content, hex.
+    pub content_sha256: String,
+    /// Schema version.
+    pub schema_version: u16,
+    /// Ingest run.
+    pub ingest_run_id: RecordId,
+    /// The record this one corrects.
+    pub supersedes: Option<RecordId>,
+    /// The record that corrects this one.
+    pub superseded_by: Option<RecordId>,
+    /// Retention class.
+    pub retention_class: String,
+    /// Access labels as written.
+    pub access: Vec<String>,
+    /// Effective access: own labels plus every source's (strictest of inputs).
+    pub effective_access: Vec<String>,
+    /// Writer.
+    pub writer: Writer,
+    /// Model ids of attached vectors, with dimensions.
+    pub embeddings: Vec<EmbeddingInfo>,
+    /// Entity type.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entity_type: Option<String>,
+    /// Entity name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Entity aliases.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub aliases: Vec<String>,
+    /// Relation/assertion subject.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject: Option<RecordId>,
+    /// Relation/assertion predicate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicate: Option<String>,
+    /// Relation object entity.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub object: Option<RecordId>,
+    /// Assertion object value.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub object_value: Option<String>,
+    /// Provenance (ordered inputs for summaries).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<RecordId>,
+    /// Derivation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub derivation: Option<Derivation>,
+    /// Confidence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f32>,
+    /// Summary generator.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generator: Option<String>,
+    /// Log sequence number of the record's frame.
+    pub lsn: u64,
+}
+
+/// A vector attached to a record (the vector itself is not repeated).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct EmbeddingInfo {
+    /// Model id.
+    pub model: String,
+    /// Dimensions.
+    pub dim: usize,
+}
+
+fn ser_time<S: serde::Serializer>(t: &TimestampMs, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&format_rfc3339(*t))
+}
+
+fn ser_opt_time<S: serde::Serializer>(
+    t: &Option<TimestampMs>,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => s.serialize_str(&format_rfc3339(*t)),
+        None => s.serialize_none(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_need_text_or_data() {
+        let mut r = NewRecord {
+            kind: "user_message".into(),
+            ..NewRecord::default()
+        };
+        assert!(r.validate().unwrap_err().to_string().contains("text"));
+        r.data = Some(serde_json::json!({"a": 1}));
+        r.validate().unwrap();
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let ok = NewRecord::event("user_message", "hi");
+        ok.validate().unwrap();
+        let cases: Vec<(NewRecord, &str)> = vec![
+            (NewRecord { kind: "".into(), ..ok.clone() }, "kind"),
+            (ok.clone().with_embedding("m", vec![1.0, f32::NAN]), "embedding.vector"),
+            (ok.clone().with_embedding("m", vec![]), "embedding.vector"),
+            (NewRecord { valid_until: Some(0), occurred_at: Some(10), ..ok.clone() }, "valid_until"),
+            (NewRecord { access: vec!["".into()], ..ok.clone() }, "access"),
+            (NewRecord { confidence: Some(1.5), ..ok.clone() }, "confidence"),
+            (NewRecord { sources: vec![RecordRef::External("x".into())], ..ok.clone() }, "sources"),
+            (NewRecord::assertion(AssertionKind::Fact, "x", vec![]), "sources"),
+        ];
+        for (r, field) in cases {
+            let e = r.validate().unwrap_err();
+            assert!(e.to_string().contains(field), "{field}: {e}");
+        }
+    }
+
+    #[test]
+    fn names_roundtrip() {
+        for t in RecordType::ALL {
+            assert_eq!(RecordType::parse(t.name()), Some(t));
+            assert_eq!(RecordType::from_code(t.code()), Some(t));
+        }
+        for k in AssertionKind::ALL {
+            assert_eq!(AssertionKind::parse(k.name()), Some(k));
+        }
+        assert_eq!(Status::parse("stale"), Some(Status::Stale));
+    }
+}

@@ -1,0 +1,874 @@
+//! The in-memory derived state: everything retrieval and lifecycle need,
+//! rebuilt from the log on open and kept current by the commit hook.
+//!
+//! - a dense record table: each record gets the next index (`Idx`) in log
+//!   order; [`Meta`] holds what eligibility needs (tenant, type, kind,
+//!   status, the two clocks, access, scope, lineage links);
+//! - roaring bitmaps over indexes, per tenant, scope value, kind, type,
+//!   status, retention class and effective access label;
+//! - lineage both ways (`sources` / `dependents`), correction chains, the
+//!   entity graph (relations as adjacency lists, assertions about entities,
+//!   a name/alias index);
+//! - per-tenant policy: grants, revoked labels, retention periods, holds,
+//!   external ids;
+//! - a status and expiry history, so `as_of` reads can see an earlier state;
+//! - the lexical index and the vector spaces.
+//!
+//! Because ingest time never decreases along the log, "ingested at or
+//! before t" is always a prefix of the index space.
+//!
+//! This module must never write to the log; it only applies what the log
+//! already holds, in LSN order, deterministically (replaying the same log
+//! gives the same indexes, bitmaps and lineage).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use engram_storage::frame::Lsn;
+use engram_storage::log::FrameLoc;
+use roaring::RoaringBitmap;
+
+use crate::codec::{ArchivedOpBody, ArchivedStoredOp, ArchivedStoredRecord, ArchivedStoredTombstone};
+use crate::embed::Embedder;
+use crate::error::Result;
+use crate::id::RecordId;
+use crate::lexical::Bm25Index;
+use crate::model::{AssertionKind, RecordType, Status, WriterKind};
+use crate::vector::space::VectorSpaces;
+
+/// Dense record index.
+pub type Idx = u32;
+
+/// Interned string id.
+pub type Sym = u32;
+
+/// Per-record metadata.
+#[derive(Clone, Debug)]
+pub struct Meta {
+    /// Record id.
+    pub id: RecordId,
+    /// Where its frame is.
+    pub loc: FrameLoc,
+    /// Tenant.
+    pub tenant: Sym,
+    /// Type.
+    pub rtype: RecordType,
+    /// Kind.
+    pub kind: Sym,
+    /// Assertion kind.
+    pub akind: Option<AssertionKind>,
+    /// Writer kind.
+    pub writer_kind: WriterKind,
+    /// Valid time of the event.
+    pub occurred_at: i64,
+    /// Transaction time.
+    pub ingested_at: i64,
+    /// Start of validity.
+    pub valid_from: i64,
+    /// End of validity (set at ingest or by an expiry).
+    pub valid_until: Option<i64>,
+    /// Current status.
+    pub status: Status,
+    /// Retention class.
+    pub retention: Sym,
+    /// Scope user.
+    pub user: Option<Sym>,
+    /// Scope conversation.
+    pub conversation: Option<Sym>,
+    /// Scope agent.
+    pub agent: Option<Sym>,
+    /// Scope labels.
+    pub scope_labels: Vec<Sym>,
+    /// Effective access labels (own + every source's), sorted.
+    pub access: Vec<Sym>,
+    /// The record this corrects.
+    pub supersedes: Option<Idx>,
+    /// The record correcting this one.
+    pub superseded_by: Option<Idx>,
+    /// Whether it has text.
+    pub has_text: bool,
+    /// Content purged by compaction (only identity and lineage remain).
+    pub tombstone: bool,
+    /// External id.
+    pub external_id: Option<Box<str>>,
+    /// Subject entity (relations, assertions).
+    pub subject: Option<Idx>,
+    /// Object entity (relations).
+    pub object: Option<Idx>,
+    /// Predicate (relations, assertions).
+    pub predicate: Option<Sym>,
+}
+
+/// Grants of one principal.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Grants {
+    /// Access labels.
+    pub labels: BTreeSet<String>,
+    /// Roles (`reviewer`, `admin`).
+    pub roles: BTreeSet<String>,
+}
+
+/// Per-tenant policy and lookups.
+#[derive(Clone, Debug, Default)]
+pub struct TenantState {
+    /// Tenant name.
+    pub name: String,
+    /// Grants per principal.
+    pub grants: BTreeMap<String, Grants>,
+    /// Labels revoked for everyone.
+    pub revoked_labels: BTreeSet<String>,
+    /// Retention period per class (None = forever).
+    pub retention: BTreeMap<String, Option<i64>>,
+    /// Scopes under legal hold.
+    pub holds: BTreeSet<String>,
+    /// External id -> newest record holding it.
+    pub external_ids: HashMap<Box<str>, Idx>,
+    /// Entity name/alias (lower case) -> entities.
+    pub entity_names: HashMap<String, Vec<Idx>>,
+    /// Every access label used in the tenant.
+    pub labels: BTreeSet<Sym>,
+    /// Review rules: (assertion kind, writer kind) -> review required.
+    pub review_rules: BTreeMap<(String, String), bool>,
+}
+
+/// One status transition (for `as_of` reads).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatusChange {
+    /// Transaction time.
+    pub at: i64,
+    /// Record.
+    pub idx: Idx,
+    /// Before.
+    pub from: Status,
+    /// After.
+    pub to: Status,
+}
+
+/// One expiry (for `as_of` reads).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExpiryChange {
+    /// Transaction time.
+    pub at: i64,
+    /// Record.
+    pub idx: Idx,
+    /// valid_until before.
+    pub before: Option<i64>,
+}
+
+/// An entry of the deletion and revocation ledger (survives restore).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LedgerEntry {
+    /// LSN of the operation.
+    pub lsn: Lsn,
+    /// Operation id.
+    pub op_id: RecordId,
+    /// Tenant.
+    pub tenant: String,
+    /// Transaction time.
+    pub at: i64,
+    /// Kind of entry.
+    pub what: LedgerWhat,
+}
+
+/// What a ledger entry records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LedgerWhat {
+    /// A record (and its derivatives) deleted.
+    Delete {
+        /// Target.
+        target: RecordId,
+        /// Reason.
+        reason: Option<String>,
+    },
+    /// A label or role revoked.
+    Revoke {
+        /// Principal (None: everyone).
+        principal: Option<String>,
+        /// Label.
+        label: Option<String>,
+        /// Role.
+        role: Option<String>,
+    },
+}
+
+/// Edge of the entity graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Edge {
+    /// The relation record.
+    pub relation: Idx,
+    /// The entity at the other end.
+    pub other: Idx,
+    /// Whether this entity is the subject.
+    pub outgoing: bool,
+}
+
+/// Interner for small repeated strings.
+#[derive(Clone, Debug, Default)]
+pub struct Interner {
+    map: HashMap<Box<str>, Sym>,
+    names: Vec<Box<str>>,
+}
+
+impl Interner {
+    /// The symbol of `s`, creating it.
+    pub fn intern(&mut self, s: &str) -> Sym {
+        if let Some(&x) = self.map.get(s) {
+            return x;
+        }
+        let x = self.names.len() as Sym;
+        self.names.push(s.into());
+        self.map.insert(s.into(), x);
+        x
+    }
+    /// The symbol of `s`, if it exists.
+    pub fn get(&self, s: &str) -> Option<Sym> {
+        self.map.get(s).copied()
+    }
+    /// The string of a symbol.
+    pub fn name(&self, x: Sym) -> &str {
+        &self.names[x as usize]
+    }
+}
+
+/// Everything derived from the log and held in memory.
+pub struct State {
+    /// Last LSN applied.
+    pub applied_lsn: Lsn,
+    /// Record table.
+    pub metas: Vec<Meta>,
+    /// Id -> index.
+    pub by_id: HashMap<RecordId, Idx>,
+    /// Strings.
+    pub strings: Interner,
+    /// Tenants by symbol.
+    pub tenants: HashMap<Sym, TenantState>,
+    /// Records per tenant.
+    pub bm_tenant: HashMap<Sym, RoaringBitmap>,
+    /// Records per status.
+    pub bm_status: BTreeMap<Status, RoaringBitmap>,
+    /// Records per type.
+    pub bm_type: BTreeMap<RecordType, RoaringBitmap>,
+    /// Records per kind.
+    pub bm_kind: HashMap<Sym, RoaringBitmap>,
+    /// Records per scope user.
+    pub bm_user: HashMap<Sym, RoaringBitmap>,
+    /// Records per scope conversation.
+    pub bm_conversation: HashMap<Sym, RoaringBitmap>,
+    /// Records per scope agent.
+    pub bm_agent: HashMap<Sym, RoaringBitmap>,
+    /// Records per scope label.
+    pub bm_scope_label: HashMap<Sym, RoaringBitmap>,
+    /// Records per retention class.
+    pub bm_retention: HashMap<Sym, RoaringBitmap>,
+    /// Records per effective access label.
+    pub bm_access: HashMap<Sym, RoaringBitmap>,
+    /// Records with a bounded validity.
+    pub bm_bounded: RoaringBitmap,
+    /// Lineage: record -> its sources (ordered).
+    pub sources: HashMap<Idx, Vec<Idx>>,
+    /// Lineage: record -> records built on it.
+    pub dependents: HashMap<Idx, Vec<Idx>>,
+    /// Entity graph.
+    pub edges: HashMap<Idx, Vec<Edge>>,
+    /// Entity -> assertions about it.
+    pub about: HashMap<Idx, Vec<Idx>>,
+    /// Status history.
+    pub status_log: Vec<StatusChange>,
+    /// Expiry history.
+    pub expiry_log: Vec<ExpiryChange>,
+    /// Deletions and revocations, in log order.
+    pub ledger: Vec<LedgerEntry>,
+    /// Lexical index.
+    pub lexical: Bm25Index,
+    /// LSN up to which the lexical index was loaded from its snapshot (adds
+    /// at or below it are skipped during replay).
+    pub lexical_loaded_lsn: Lsn,
+    /// Vector spaces.
+    pub vectors: VectorSpaces,
+    /// Embedder for derived vectors.
+    pub embedder: Option<std::sync::Arc<dyn Embedder>>,
+    /// Last transaction time applied.
+    pub last_ingested_at: i64,
+}
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State")
+            .field("applied_lsn", &self.applied_lsn)
+            .field("n_records", &self.metas.len())
+            .finish()
+    }
+}
+
+fn bm_add(map: &mut HashMap<Sym, RoaringBitmap>, key: Sym, idx: Idx) {
+    map.entry(key).or_default().insert(idx);
+}
+
+/// Whether derived vectors are computed for a record of this type/kind.
+pub fn embeds(rtype: RecordType, akind: Option<AssertionKind>) -> bool {
+    match rtype {
+        RecordType::Entity | RecordType::Relation => false,
+        RecordType::Assertion => !akind.is_some_and(|k| k.is_procedural()),
+        RecordType::Event | RecordType::Summary => true,
+    }
+}
+
+impl State {
+    /// Empty state.
+    pub fn new(lexical: Bm25Index, lexical_loaded_lsn: Lsn, vectors: VectorSpaces, embedder: Option<std::sync::Arc<dyn Embedder>>) -> Self {
+        State {
+            applied_lsn: 0,
+            metas: Vec::new(),
+            by_id: HashMap::new(),
+            strings: Interner::default(),
+            tenants: HashMap::new(),
+            bm_tenant: HashMap::new(),
+            bm_status: BTreeMap::new(),
+            bm_type: BTreeMap::new(),
+            bm_kind: HashMap::new(),
+            bm_user: HashMap::new(),
+            bm_conversation: HashMap::new(),
+            bm_agent: HashMap::new(),
+            bm_scope_label: HashMap::new(),
+            bm_retention: HashMap::new(),
+            bm_access: HashMap::new(),
+            bm_bounded: RoaringBitmap::new(),
+            sources: HashMap::new(),
+            dependents: HashMap::new(),
+            edges: HashMap::new(),
+            about: HashMap::new(),
+            status_log: Vec::new(),
+            expiry_log: Vec::new(),
+            ledger: Vec::new(),
+            lexical,
+            lexical_loaded_lsn,
+            vectors,
+            embedder,
+            last_ingested_at: i64::MIN,
+        }
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.metas.len()
+    }
+
+    /// Whether there are no records.
+    pub fn is_empty(&self) -> bool {
+        self.metas.is_empty()
+    }
+
+    /// The tenant symbol of `name`, if the tenant has records or policy.
+    pub fn tenant_sym(&self, name: &str) -> Option<Sym> {
+        self.strings.get(name).filter(|s| self.tenants.contains_key(s))
+    }
+
+    /// The tenant state of `name`.
+    pub fn tenant(&self, name: &str) -> Option<&TenantState> {
+        self.tenant_sym(name).and_then(|s| self.tenants.get(&s))
+    }
+
+    fn tenant_mut(&mut self, name: &str) -> (Sym, &mut TenantState) {
+        let sym = self.strings.intern(name);
+        let t = self.tenants.entry(sym).or_insert_with(|| TenantState {
+            name: name.to_string(),
+            ..TenantState::default()
+        });
+        (sym, t)
+    }
+
+    /// Index of a record id.
+    pub fn idx(&self, id: RecordId) -> Option<Idx> {
+        self.by_id.get(&id).copied()
+    }
+
+    /// Index of a record id within a tenant.
+    pub fn idx_in(&self, tenant: Sym, id: RecordId) -> Option<Idx> {
+        self.idx(id).filter(|&i| self.metas[i as usize].tenant == tenant)
+    }
+
+    /// Metadata of a record.
+    pub fn meta(&self, idx: Idx) -> &Meta {
+        &self.metas[idx as usize]
+    }
+
+    /// Records ingested at or before `t`: the prefix `[0, n)`.
+    pub fn ingested_prefix(&self, t: i64) -> u32 {
+        self.metas.partition_point(|m| m.ingested_at <= t) as u32
+    }
+
+    fn set_status(&mut self, idx: Idx, to: Status, at: i64) {
+        let from = self.metas[idx as usize].status;
+        if from == to {
+            return;
+        }
+        if let Some(b) = self.bm_status.get_mut(&from) {
+            b.remove(idx);
+        }
+        self.bm_status.entry(to).or_default().insert(idx);
+        self.metas[idx as usize].status = to;
+        self.status_log.push(StatusChange { at, idx, from, to });
+    }
+
+    /// Every record reachable through `dependents`, transitively (excluding `idx`).
+    pub fn derivatives(&self, idx: Idx) -> Vec<Idx> {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![idx];
+        while let Some(i) = stack.pop() {
+            if let Some(ds) = self.dependents.get(&i) {
+                for &d in ds {
+                    if d != idx && seen.insert(d) {
+                        stack.push(d);
+                    }
+                }
+            }
+        }
+        seen.into_iter().collect()
+    }
+
+    /// Every version in the correction chain of `idx` (oldest first).
+    pub fn chain(&self, idx: Idx) -> Vec<Idx> {
+        let mut first = idx;
+        let mut guard = 0;
+        while let Some(p) = self.metas[first as usize].supersedes {
+            first = p;
+            guard += 1;
+            if guard > self.metas.len() {
+                break;
+            }
+        }
+        let mut out = vec![first];
+        let mut cur = first;
+        while let Some(n) = self.metas[cur as usize].superseded_by {
+            out.push(n);
+            cur = n;
+            if out.len() > self.metas.len() {
+                break;
+            }
+        }
+        out
+    }
+
+    fn mark_dependents_stale(&mut self, idx: Idx, at: i64) {
+        for d in self.derivatives(idx) {
+            let st = self.metas[d as usize].status;
+            if matches!(st, Status::Active | Status::Approved | Status::Candidate) {
+                self.set_status(d, Status::Stale, at);
+            }
+        }
+    }
+
+    /// Applies a record frame.
+    pub fn apply_record(&mut self, a: &ArchivedStoredRecord, loc: FrameLoc) -> Result<()> {
+        let idx = self.metas.len() as Idx;
+        let id = RecordId::from_bytes(a.id);
+        let tenant_name = a.tenant.as_str();
+        let (tenant, _) = self.tenant_mut(tenant_name);
+        let rtype = RecordType::from_code(a.record_type).unwrap_or(RecordType::Event);
+        let kind = self.strings.intern(a.kind.as_str());
+        let akind = if rtype == RecordType::Assertion {
+            AssertionKind::parse(a.kind.as_str())
+        } else {
+            None
+        };
+        let retention = self.strings.intern(a.retention_class.as_str());
+        let user = a.scope_user.as_ref().map(|s| self.strings.intern(s.as_str()));
+        let conversation = a
+            .scope_conversation
+            .as_ref()
+            .map(|s| self.strings.intern(s.as_str()));
+        let agent = a.scope_agent.as_ref().map(|s| self.strings.intern(s.as_str()));
+        let scope_labels: Vec<Sym> = a
+            .scope_labels
+            .iter()
+            .map(|s| self.strings.intern(s.as_str()))
+            .collect();
+        let resolve = |st: &State, b: &[u8; 16]| st.idx_in(tenant, RecordId::from_bytes(*b));
+        let sources: Vec<Idx> = a.sources.iter().filter_map(|b| resolve(self, b)).collect();
+        let supersedes = a.supersedes.as_ref().and_then(|b| resolve(self, b));
+        let subject = a.subject.as_ref().and_then(|b| resolve(self, b));
+        let object = a.object.as_ref().and_then(|b| resolve(self, b));
+        let predicate = a.predicate.as_ref().map(|s| self.strings.intern(s.as_str()));
+        let mut access: BTreeSet<Sym> = a
+            .access
+            .iter()
+            .map(|s| self.strings.intern(s.as_str()))
+            .collect();
+        for &s in &sources {
+            access.extend(self.metas[s as usize].access.iter().copied());
+        }
+        // Relations and assertions about entities also inherit their
+        // endpoints' restrictions.
+        for e in [subject, object].into_iter().flatten() {
+            access.extend(self.metas[e as usize].access.iter().copied());
+        }
+        let access: Vec<Sym> = access.into_iter().collect();
+        let status = match a.status {
+            1 => Status::Candidate,
+            2 => Status::Approved,
+            _ => Status::Active,
+        };
+        let occurred_at = a.occurred_at_ms.to_native();
+        let ingested_at = a.ingested_at_ms.to_native();
+        let valid_from = a
+            .valid_from_ms
+            .as_ref()
+            .map(|v| v.to_native())
+            .unwrap_or(occurred_at);
+        let valid_until = a.valid_until_ms.as_ref().map(|v| v.to_native());
+        let text = a.text.as_ref().map(|t| t.as_str());
+        let external_id: Option<Box<str>> = a.external_id.as_ref().map(|e| e.as_str().into());
+        let meta = Meta {
+            id,
+            loc,
+            tenant,
+            rtype,
+            kind,
+            akind,
+            writer_kind: WriterKind::from_code(a.writer_kind).unwrap_or_default(),
+            occurred_at,
+            ingested_at,
+            valid_from,
+            valid_until,
+            status,
+            retention,
+            user,
+            conversation,
+            agent,
+            scope_labels: scope_labels.clone(),
+            access: access.clone(),
+            supersedes,
+            superseded_by: None,
+            has_text: text.is_some_and(|t| !t.is_empty()),
+            tombstone: false,
+            external_id: external_id.clone(),
+            subject,
+            object,
+            predicate,
+        };
+        self.metas.push(meta);
+        self.by_id.insert(id, idx);
+        self.last_ingested_at = self.last_ingested_at.max(ingested_at);
+        bm_add(&mut self.bm_tenant, tenant, idx);
+        self.bm_status.entry(status).or_default().insert(idx);
+        self.bm_type.entry(rtype).or_default().insert(idx);
+        bm_add(&mut self.bm_kind, kind, idx);
+        bm_add(&mut self.bm_retention, retention, idx);
+        if let Some(u) = user {
+            bm_add(&mut self.bm_user, u, idx);
+        }
+        if let Some(c) = conversation {
+            bm_add(&mut self.bm_conversation, c, idx);
+        }
+        if let Some(g) = agent {
+            bm_add(&mut self.bm_agent, g, idx);
+        }
+        for &l in &scope_labels {
+            bm_add(&mut self.bm_scope_label, l, idx);
+        }
+        for &l in &access {
+            bm_add(&mut self.bm_access, l, idx);
+        }
+        if valid_until.is_some() {
+            self.bm_bounded.insert(idx);
+        }
+        {
+            let t = self.tenants.get_mut(&tenant).expect("tenant created above");
+            t.labels.extend(access.iter().copied());
+            if let Some(e) = &external_id {
+                t.external_ids.insert(e.clone(), idx);
+            }
+            if rtype == RecordType::Entity {
+                let mut names: Vec<String> = Vec::new();
+                if let Some(n) = a.name.as_ref() {
+                    names.push(n.as_str().to_lowercase());
+                }
+                names.extend(a.aliases.iter().map(|s| s.as_str().to_lowercase()));
+                names.sort();
+                names.dedup();
+                for n in names {
+                    t.entity_names.entry(n).or_default().push(idx);
+                }
+            }
+        }
+        // lineage
+        if !sources.is_empty() {
+            for &s in &sources {
+                let d = self.dependents.entry(s).or_default();
+                if d.last() != Some(&idx) {
+                    d.push(idx);
+                }
+            }
+            self.sources.insert(idx, sources);
+        }
+        // graph
+        if rtype == RecordType::Relation {
+            if let (Some(s), Some(o)) = (subject, object) {
+                self.edges.entry(s).or_default().push(Edge {
+                    relation: idx,
+                    other: o,
+                    outgoing: true,
+                });
+                self.edges.entry(o).or_default().push(Edge {
+                    relation: idx,
+                    other: s,
+                    outgoing: false,
+                });
+            }
+        }
+        if rtype == RecordType::Assertion {
+            if let Some(s) = subject {
+                self.about.entry(s).or_default().push(idx);
+            }
+        }
+        // correction
+        if let Some(old) = supersedes {
+            self.metas[old as usize].superseded_by = Some(idx);
+            self.set_status(old, Status::Superseded, ingested_at);
+            self.mark_dependents_stale(old, ingested_at);
+        }
+        // indexes
+        if let Some(t) = text {
+            if loc.lsn > self.lexical_loaded_lsn && !t.is_empty() {
+                self.lexical
+                    .add(idx, t)
+                    .map_err(|e| crate::error::EngineError::Corrupt {
+                        what: "lexical index".into(),
+                        detail: e.to_string(),
+                    })?;
+            }
+        }
+        for e in a.embeddings.iter() {
+            self.vectors
+                .push(e.model.as_str(), false, idx, &e.vector.iter().map(|x| x.to_native()).collect::<Vec<f32>>())?;
+        }
+        if let (Some(emb), Some(t)) = (self.embedder.clone(), text) {
+            if embeds(rtype, akind) && !a.embeddings.iter().any(|e| e.model.as_str() == emb.model_id()) {
+                let v = emb.embed(t);
+                self.vectors.push(emb.model_id(), true, idx, &v)?;
+            }
+        }
+        self.applied_lsn = self.applied_lsn.max(loc.lsn);
+        Ok(())
+    }
+
+    /// Applies a tombstone frame: the record exists (identity, lineage) but
+    /// its content is gone, and it is deleted.
+    pub fn apply_tombstone(&mut self, a: &ArchivedStoredTombstone, loc: FrameLoc) -> Result<()> {
+        let idx = self.metas.len() as Idx;
+        let id = RecordId::from_bytes(a.id);
+        let (tenant, _) = self.tenant_mut(a.tenant.as_str());
+        let kind = self.strings.intern("deleted");
+        let retention = self.strings.intern("deleted");
+        let sources: Vec<Idx> = a
+            .sources
+            .iter()
+            .filter_map(|b| self.idx_in(tenant, RecordId::from_bytes(*b)))
+            .collect();
+        let ingested_at = a.ingested_at_ms.to_native();
+        self.metas.push(Meta {
+            id,
+            loc,
+            tenant,
+            rtype: RecordType::from_code(a.record_type).unwrap_or(RecordType::Event),
+            kind,
+            akind: None,
+            writer_kind: WriterKind::System,
+            occurred_at: ingested_at,
+            ingested_at,
+            valid_from: ingested_at,
+            valid_until: None,
+            status: Status::Deleted,
+            retention,
+            user: None,
+            conversation: None,
+            agent: None,
+            scope_labels: Vec::new(),
+            access: Vec::new(),
+            supersedes: None,
+            superseded_by: None,
+            has_text: false,
+            tombstone: true,
+            external_id: None,
+            subject: None,
+            object: None,
+            predicate: None,
+        });
+        self.by_id.insert(id, idx);
+        self.last_ingested_at = self.last_ingested_at.max(ingested_at);
+        bm_add(&mut self.bm_tenant, tenant, idx);
+        self.bm_status.entry(Status::Deleted).or_default().insert(idx);
+        for &s in &sources {
+            self.dependents.entry(s).or_default().push(idx);
+        }
+        if !sources.is_empty() {
+            self.sources.insert(idx, sources);
+        }
+        self.applied_lsn = self.applied_lsn.max(loc.lsn);
+        Ok(())
+    }
+
+    /// Applies a lifecycle operation frame.
+    pub fn apply_op(&mut self, a: &ArchivedStoredOp, lsn: Lsn) -> Result<()> {
+        let at = a.at_ms.to_native();
+        let tenant_name = a.tenant.as_str().to_string();
+        let (tenant, _) = self.tenant_mut(&tenant_name);
+        let target_idx = |st: &State, b: &[u8; 16]| st.idx_in(tenant, RecordId::from_bytes(*b));
+        let op_id = RecordId::from_bytes(a.id);
+        match &a.op {
+            ArchivedOpBody::Review { target, approve, .. } => {
+                if let Some(i) = target_idx(self, target) {
+                    if self.metas[i as usize].status == Status::Candidate {
+                        let to = if *approve {
+                            Status::Approved
+                        } else {
+                            Status::Rejected
+                        };
+                        self.set_status(i, to, at);
+                    }
+                }
+            }
+            ArchivedOpBody::Expire {
+                target,
+                valid_until_ms,
+            } => {
+                if let Some(i) = target_idx(self, target) {
+                    let before = self.metas[i as usize].valid_until;
+                    self.metas[i as usize].valid_until = Some(valid_until_ms.to_native());
+                    self.bm_bounded.insert(i);
+                    self.expiry_log.push(ExpiryChange { at, idx: i, before });
+                }
+            }
+            ArchivedOpBody::Delete { target, reason } => {
+                if let Some(i) = target_idx(self, target) {
+                    for v in self.deletion_set(i) {
+                        self.set_status(v, Status::Deleted, at);
+                    }
+                }
+                self.ledger.push(LedgerEntry {
+                    lsn,
+                    op_id,
+                    tenant: tenant_name.clone(),
+                    at,
+                    what: LedgerWhat::Delete {
+                        target: RecordId::from_bytes(*target),
+                        reason: reason.as_ref().map(|r| r.as_str().to_string()),
+                    },
+                });
+            }
+            ArchivedOpBody::Retract { target, .. } => {
+                if let Some(i) = target_idx(self, target) {
+                    if self.metas[i as usize].status != Status::Deleted {
+                        self.set_status(i, Status::Retracted, at);
+                        self.mark_dependents_stale(i, at);
+                    }
+                }
+            }
+            ArchivedOpBody::Grant {
+                principal,
+                label,
+                role,
+            } => {
+                let t = self.tenants.get_mut(&tenant).expect("tenant exists");
+                match principal.as_ref() {
+                    Some(p) => {
+                        let g = t.grants.entry(p.as_str().to_string()).or_default();
+                        if let Some(l) = label.as_ref() {
+                            g.labels.insert(l.as_str().to_string());
+                        }
+                        if let Some(r) = role.as_ref() {
+                            g.roles.insert(r.as_str().to_string());
+                        }
+                    }
+                    None => {
+                        if let Some(l) = label.as_ref() {
+                            t.revoked_labels.remove(l.as_str());
+                        }
+                    }
+                }
+            }
+            ArchivedOpBody::Revoke {
+                principal,
+                label,
+                role,
+            } => {
+                let t = self.tenants.get_mut(&tenant).expect("tenant exists");
+                match principal.as_ref() {
+                    Some(p) => {
+                        if let Some(g) = t.grants.get_mut(p.as_str()) {
+                            if let Some(l) = label.as_ref() {
+                                g.labels.remove(l.as_str());
+                            }
+                            if let Some(r) = role.as_ref() {
+                                g.roles.remove(r.as_str());
+                            }
+                        }
+                    }
+                    None => {
+                        if let Some(l) = label.as_ref() {
+                            t.revoked_labels.insert(l.as_str().to_string());
+                        }
+                    }
+                }
+                self.ledger.push(LedgerEntry {
+                    lsn,
+                    op_id,
+                    tenant: tenant_name.clone(),
+                    at,
+                    what: LedgerWhat::Revoke {
+                        principal: principal.as_ref().map(|s| s.as_str().to_string()),
+                        label: label.as_ref().map(|s| s.as_str().to_string()),
+                        role: role.as_ref().map(|s| s.as_str().to_string()),
+                    },
+                });
+            }
+            ArchivedOpBody::Retention { class, period_ms } => {
+                let t = self.tenants.get_mut(&tenant).expect("tenant exists");
+                t.retention.insert(
+                    class.as_str().to_string(),
+                    period_ms.as_ref().map(|p| p.to_native()),
+                );
+            }
+            ArchivedOpBody::ReviewRule {
+                kind,
+                writer,
+                review,
+            } => {
+                let t = self.tenants.get_mut(&tenant).expect("tenant exists");
+                t.review_rules.insert(
+                    (kind.as_str().to_string(), writer.as_str().to_string()),
+                    *review,
+                );
+            }
+            ArchivedOpBody::Hold { scope, on } => {
+                let t = self.tenants.get_mut(&tenant).expect("tenant exists");
+                if *on {
+                    t.holds.insert(scope.as_str().to_string());
+                } else {
+                    t.holds.remove(scope.as_str());
+                }
+            }
+        }
+        self.applied_lsn = self.applied_lsn.max(lsn);
+        Ok(())
+    }
+
+    /// What deleting `idx` removes: every version of its correction chain
+    /// and every derivative of any of them.
+    pub fn deletion_set(&self, idx: Idx) -> Vec<Idx> {
+        let mut out = BTreeSet::new();
+        for v in self.chain(idx) {
+            out.insert(v);
+            out.extend(self.derivatives(v));
+        }
+        out.into_iter().collect()
+    }
+
+    /// The effective label names of a record.
+    pub fn access_names(&self, idx: Idx) -> Vec<String> {
+        self.metas[idx as usize]
+            .access
+            .iter()
+            .map(|&s| self.strings.name(s).to_string())
+            .collect()
+    }
+}

@@ -1,0 +1,295 @@
+//! Time: the injectable engine clock and RFC 3339 timestamps.
+//!
+//! Engram keeps two clocks apart: *valid time* (`occurred_at`, `valid_from`,
+//! `valid_until`: when something was true in the world, supplied by clients)
+//! and *transaction time* (`ingested_at`: when the store learned it, read from
+//! the engine's [`Clock`]). Both are stored as milliseconds since the Unix
+//! epoch, UTC. Tests inject a [`ManualClock`].
+//!
+//! Text form: RFC 3339 with a `Z` or numeric offset, e.g.
+//! `2025-03-08T10:14:21Z`, `2025-03-08T10:14:21.250+01:00`; a bare date
+//! `2025-03-08` means midnight UTC. Output is always UTC with millisecond
+//! precision when non-zero (`2025-03-08T10:14:21Z`, `...21.250Z`).
+//!
+//! This module must never read the system clock except in [`SystemClock`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+/// Milliseconds since 1970-01-01T00:00:00Z.
+pub type TimestampMs = i64;
+
+/// Earliest accepted timestamp: 0001-01-01T00:00:00Z.
+pub const TIMESTAMP_MIN_MS: TimestampMs = -62_135_596_800_000;
+/// Latest accepted timestamp: 9999-12-31T23:59:59.999Z.
+pub const TIMESTAMP_MAX_MS: TimestampMs = 253_402_300_799_999;
+
+/// The engine clock (transaction time).
+pub trait Clock: Send + Sync + fmt::Debug {
+    /// Now, in ms since the epoch.
+    fn now_ms(&self) -> TimestampMs;
+}
+
+/// The system clock.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> TimestampMs {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0)
+    }
+}
+
+/// A clock that only moves when told to (tests, replayable evaluations).
+#[derive(Clone, Debug, Default)]
+pub struct ManualClock(Arc<AtomicI64>);
+
+impl ManualClock {
+    /// A clock reading `start_ms`.
+    pub fn new(start_ms: TimestampMs) -> Self {
+        ManualClock(Arc::new(AtomicI64::new(start_ms)))
+    }
+    /// Sets the time.
+    pub fn set(&self, ms: TimestampMs) {
+        self.0.store(ms, Ordering::SeqCst);
+    }
+    /// Moves the time forward.
+    pub fn advance(&self, ms: i64) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> TimestampMs {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Why a timestamp did not parse.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseTimeError {
+    /// The input (truncated).
+    pub input: String,
+    /// What is wrong.
+    pub reason: &'static str,
+}
+
+impl fmt::Display for ParseTimeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "'{}' is not an RFC 3339 timestamp ({}); expected e.g. 2025-03-08T10:14:21Z",
+            self.input, self.reason
+        )
+    }
+}
+
+impl std::error::Error for ParseTimeError {}
+
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    // Howard Hinnant's algorithm.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+fn days_in_month(y: i64, m: i64) -> i64 {
+    match m {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        _ if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
+        _ => 28,
+    }
+}
+
+/// Parses an RFC 3339 timestamp (or a bare `YYYY-MM-DD`) to ms since the epoch.
+pub fn parse_rfc3339(s: &str) -> Result<TimestampMs, ParseTimeError> {
+    let err = |reason| ParseTimeError {
+        input: s.chars().take(40).collect(),
+        reason,
+    };
+    let b = s.trim().as_bytes();
+    let num = |from: usize, len: usize| -> Result<i64, ParseTimeError> {
+        let part = b.get(from..from + len).ok_or(err("too short"))?;
+        if !part.iter().all(u8::is_ascii_digit) {
+            return Err(err("expected digits"));
+        }
+        Ok(std::str::from_utf8(part)
+            .expect("digits")
+            .parse()
+            .expect("digits"))
+    };
+    let y = num(0, 4)?;
+    if b.get(4) != Some(&b'-') || b.get(7) != Some(&b'-') {
+        return Err(err("expected YYYY-MM-DD"));
+    }
+    let mo = num(5, 2)?;
+    let d = num(8, 2)?;
+    if !(1..=12).contains(&mo) {
+        return Err(err("month out of range"));
+    }
+    if d < 1 || d > days_in_month(y, mo) {
+        return Err(err("day out of range"));
+    }
+    let days = days_from_civil(y, mo, d);
+    if b.len() == 10 {
+        return Ok(days * 86_400_000);
+    }
+    if !matches!(b.get(10), Some(b'T' | b't' | b' ')) {
+        return Err(err("expected 'T' between date and time"));
+    }
+    let h = num(11, 2)?;
+    let mi = num(14, 2)?;
+    let sec = num(17, 2)?;
+    if b.get(13) != Some(&b':') || b.get(16) != Some(&b':') {
+        return Err(err("expected HH:MM:SS"));
+    }
+    if h > 23 || mi > 59 || sec > 60 {
+        return Err(err("time out of range"));
+    }
+    let mut pos = 19;
+    let mut ms = 0i64;
+    if b.get(pos) == Some(&b'.') {
+        pos += 1;
+        let start = pos;
+        while pos < b.len() && b[pos].is_ascii_digit() {
+            pos += 1;
+        }
+        if pos == start {
+            return Err(err("empty fraction"));
+        }
+        let frac = &b[start..pos];
+        for (i, &c) in frac.iter().take(3).enumerate() {
+            ms += (c - b'0') as i64 * [100, 10, 1][i];
+        }
+    }
+    let offset_min = match b.get(pos) {
+        Some(b'Z' | b'z') if pos + 1 == b.len() => 0,
+        Some(&sign @ (b'+' | b'-')) if pos + 6 == b.len() && b[pos + 3] == b':' => {
+            let oh = num(pos + 1, 2)?;
+            let om = num(pos + 4, 2)?;
+            if oh > 23 || om > 59 {
+                return Err(err("offset out of range"));
+            }
+            let o = oh * 60 + om;
+            if sign == b'+' { o } else { -o }
+        }
+        None => return Err(err("missing time zone (use Z for UTC)")),
+        _ => return Err(err("bad time zone or trailing characters")),
+    };
+    let sec = sec.min(59); // a leap second is folded into :59
+    Ok(days * 86_400_000 + ((h * 60 + mi - offset_min) * 60 + sec) * 1000 + ms)
+}
+
+/// Formats ms since the epoch as RFC 3339 UTC.
+pub fn format_rfc3339(ms: TimestampMs) -> String {
+    let days = ms.div_euclid(86_400_000);
+    let rem = ms.rem_euclid(86_400_000);
+    let (y, m, d) = civil_from_days(days);
+    let (h, mi, s, milli) = (
+        rem / 3_600_000,
+        rem / 60_000 % 60,
+        rem / 1000 % 60,
+        rem % 1000,
+    );
+    if milli == 0 {
+        format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
+    } else {
+        format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{milli:03}Z")
+    }
+}
+
+/// Parses a duration like `90s`, `15m`, `6h`, `30d`, `2y` (365-day years)
+/// or a plain number of milliseconds.
+pub fn parse_duration_ms(s: &str) -> Option<i64> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: i64 = num.parse().ok()?;
+    let mult = match unit {
+        "" | "ms" => 1,
+        "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        "w" => 7 * 86_400_000,
+        "y" => 365 * 86_400_000,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn known_values() {
+        assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z").unwrap(), 0);
+        assert_eq!(
+            parse_rfc3339("2025-03-08T10:14:21Z").unwrap(),
+            1_741_428_861_000
+        );
+        assert_eq!(
+            parse_rfc3339("2025-03-08T11:14:21.5+01:00").unwrap(),
+            1_741_428_861_500
+        );
+        assert_eq!(parse_rfc3339("2025-03-08").unwrap(), 1_741_392_000_000);
+        assert_eq!(format_rfc3339(1_741_428_861_000), "2025-03-08T10:14:21Z");
+        assert_eq!(format_rfc3339(1_741_428_861_250), "2025-03-08T10:14:21.250Z");
+        assert_eq!(format_rfc3339(-1), "1969-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn bad_inputs_are_named() {
+        for bad in [
+            "",
+            "2025-13-01T00:00:00Z",
+            "2025-02-30T00:00:00Z",
+            "2025-03-08T10:14:21",
+            "2025-03-08T25:00:00Z",
+            "yesterday",
+            "2025-03-08T10:14:21Zjunk",
+        ] {
+            let e = parse_rfc3339(bad).unwrap_err();
+            assert!(e.to_string().contains("RFC 3339"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_ms("90s"), Some(90_000));
+        assert_eq!(parse_duration_ms("6h"), Some(21_600_000));
+        assert_eq!(parse_duration_ms("2y"), Some(2 * 365 * 86_400_000));
+        assert_eq!(parse_duration_ms("12"), Some(12));
+        assert_eq!(parse_duration_ms("6 hours"), None);
+    }
+
+    proptest! {
+        #[test]
+        fn format_then_parse_roundtrips(ms in TIMESTAMP_MIN_MS..TIMESTAMP_MAX_MS) {
+            prop_assert_eq!(parse_rfc3339(&format_rfc3339(ms)).unwrap(), ms);
+        }
+    }
+}

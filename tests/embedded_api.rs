@@ -1,0 +1,157 @@
+//! The embedded API end to end: append, read back, idempotent re-ingest,
+//! conflicts, corrections and history, isolation, reopen.
+
+use engram::{
+    AppendOutcome, EngineError, Engram, ListFilter, ManualClock, NewRecord, Options, Principal,
+    RecordRef, Scope, Status,
+};
+use std::sync::Arc;
+
+fn opts(clock: &ManualClock) -> Options {
+    Options {
+        clock: Arc::new(clock.clone()),
+        ..Options::default()
+    }
+}
+
+fn scope(user: &str, conv: &str) -> Scope {
+    Scope {
+        user: Some(user.into()),
+        conversation: Some(conv.into()),
+        ..Scope::default()
+    }
+}
+
+#[test]
+fn append_get_history_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_741_428_861_000);
+    let db = Engram::open(dir.path(), opts(&clock)).unwrap();
+    let s = db.session(Principal::user("tenant_42", "user_18"));
+    let r = s
+        .append(vec![
+            NewRecord::event("user_message", "Use the revised retention policy.")
+                .with_external_id("conv_993/17")
+                .with_scope(scope("user_18", "conv_993"))
+                .with_access(&[]),
+        ])
+        .unwrap();
+    assert_eq!(r[0].outcome, AppendOutcome::Created);
+    let id = r[0].id;
+    let rec = s.get(&RecordRef::Id(id)).unwrap();
+    assert_eq!(rec.text.as_deref(), Some("Use the revised retention policy."));
+    assert_eq!(rec.tenant, "tenant_42");
+    assert_eq!(rec.status, Status::Active);
+    assert_eq!(rec.ingested_at, 1_741_428_861_000);
+    assert_eq!(rec.occurred_at, 1_741_428_861_000, "defaults to the ingest clock");
+    assert_eq!(rec.writer.principal, "user_18");
+    assert_eq!(rec.content_sha256.len(), 64);
+    // by external id
+    let by_ext = s.get(&RecordRef::External("conv_993/17".into())).unwrap();
+    assert_eq!(by_ext.id, id);
+
+    // idempotent re-ingest: same content -> same id, nothing written
+    clock.advance(1000);
+    let again = s
+        .append(vec![
+            NewRecord::event("user_message", "Use the revised retention policy.")
+                .with_external_id("conv_993/17")
+                .with_scope(scope("user_18", "conv_993")),
+        ])
+        .unwrap();
+    assert_eq!(again[0].outcome, AppendOutcome::Duplicate);
+    assert_eq!(again[0].id, id);
+    let lsn_before = db.applied_lsn();
+
+    // same external id, different content -> error naming the fix
+    let err = s
+        .append(vec![
+            NewRecord::event("user_message", "Something else.").with_external_id("conv_993/17"),
+        ])
+        .unwrap_err();
+    assert!(matches!(err, EngineError::ExternalIdConflict { .. }), "{err}");
+    assert!(err.to_string().contains("supersedes"));
+    assert_eq!(db.applied_lsn(), lsn_before, "nothing written");
+
+    // a declared correction is accepted and moves the external id
+    let corr = s
+        .append(vec![
+            NewRecord::event("user_message", "Use the retention policy of March 2025.")
+                .with_external_id("conv_993/17")
+                .with_scope(scope("user_18", "conv_993"))
+                .superseding(RecordRef::External("conv_993/17".into())),
+        ])
+        .unwrap();
+    let new_id = corr[0].id;
+    assert!(new_id > id, "ids are time ordered");
+    let old = s.get(&RecordRef::Id(id)).unwrap();
+    assert_eq!(old.status, Status::Superseded);
+    assert_eq!(old.superseded_by, Some(new_id));
+    let hist = s.history(&RecordRef::Id(id)).unwrap();
+    assert_eq!(hist.iter().map(|r| r.id).collect::<Vec<_>>(), vec![id, new_id]);
+    assert_eq!(s.current(&RecordRef::Id(id)).unwrap().id, new_id);
+    assert_eq!(
+        s.get(&RecordRef::External("conv_993/17".into())).unwrap().id,
+        new_id
+    );
+    // correcting an already-corrected version is refused
+    let err = s
+        .append(vec![NewRecord::event("user_message", "x").superseding(RecordRef::Id(id))])
+        .unwrap_err();
+    assert!(matches!(err, EngineError::AlreadySuperseded { .. }), "{err}");
+
+    // another tenant sees nothing, even by id
+    let other = db.session(Principal::user("tenant_7", "user_18"));
+    assert!(matches!(
+        other.get(&RecordRef::Id(id)),
+        Err(EngineError::NotFound { .. })
+    ));
+    assert!(other.list(&ListFilter::default()).unwrap().is_empty());
+
+    db.close().unwrap();
+    drop(db);
+    let db = Engram::open(dir.path(), opts(&clock)).unwrap();
+    let s = db.session(Principal::user("tenant_42", "user_18"));
+    let hist = s.history(&RecordRef::External("conv_993/17".into())).unwrap();
+    assert_eq!(hist.len(), 2);
+    assert_eq!(hist[0].text.as_deref(), Some("Use the revised retention policy."));
+    assert_eq!(s.list(&ListFilter::default()).unwrap().len(), 2);
+}
+
+#[test]
+fn a_bad_record_rejects_the_whole_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Engram::open(dir.path(), Options::default()).unwrap();
+    let s = db.session(Principal::user("t", "u"));
+    let err = s
+        .append(vec![
+            NewRecord::event("note", "fine"),
+            NewRecord::event("note", "also fine").with_embedding("m", vec![1.0, f32::INFINITY]),
+        ])
+        .unwrap_err();
+    assert_eq!(err.item(), Some(1));
+    assert!(err.to_string().contains("embedding.vector"), "{err}");
+    assert!(s.list(&ListFilter::default()).unwrap().is_empty());
+    // wrong dimension against an existing space
+    s.append(vec![NewRecord::event("note", "v").with_embedding("m", vec![1.0, 0.0, 0.0])])
+        .unwrap();
+    let err = s
+        .append(vec![NewRecord::event("note", "w").with_embedding("m", vec![1.0, 0.0])])
+        .unwrap_err();
+    assert!(matches!(err, EngineError::DimensionMismatch { expected: 3, got: 2, .. }), "{err}");
+    // supersedes cycle / dangling reference
+    let err = s
+        .append(vec![NewRecord::event("note", "x").superseding(RecordRef::External("nope".into()))])
+        .unwrap_err();
+    assert!(err.to_string().contains("nope"), "{err}");
+}
+
+#[test]
+fn the_store_is_exclusive_to_one_process_handle() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Engram::open(dir.path(), Options::default()).unwrap();
+    let err = Engram::open(dir.path(), Options::default()).unwrap_err();
+    assert!(err.to_string().contains("in use"), "{err}");
+    drop(db);
+    Engram::open(dir.path(), Options::default()).unwrap();
+}
