@@ -31,7 +31,7 @@
 
 pub use engram_engine::*;
 
-/// The storage layer (segment log, catalog, backends), for tools and tests.
-pub use engram_storage as storage;
 /// Text forms of requests (JSONL ingest lines, recall requests, eval cases).
 pub use engram_query as query;
+/// The storage layer (segment log, catalog, backends), for tools and tests.
+pub use engram_storage as storage;

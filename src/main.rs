@@ -1,1 +1,5 @@
-fn main() {}
+//! The `engram` binary: see `engram --help` and the README.
+
+fn main() -> std::process::ExitCode {
+    engram_server::main_entry()
+}

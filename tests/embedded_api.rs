@@ -39,11 +39,17 @@ fn append_get_history_and_reopen() {
     assert_eq!(r[0].outcome, AppendOutcome::Created);
     let id = r[0].id;
     let rec = s.get(&RecordRef::Id(id)).unwrap();
-    assert_eq!(rec.text.as_deref(), Some("Use the revised retention policy."));
+    assert_eq!(
+        rec.text.as_deref(),
+        Some("Use the revised retention policy.")
+    );
     assert_eq!(rec.tenant, "tenant_42");
     assert_eq!(rec.status, Status::Active);
     assert_eq!(rec.ingested_at, 1_741_428_861_000);
-    assert_eq!(rec.occurred_at, 1_741_428_861_000, "defaults to the ingest clock");
+    assert_eq!(
+        rec.occurred_at, 1_741_428_861_000,
+        "defaults to the ingest clock"
+    );
     assert_eq!(rec.writer.principal, "user_18");
     assert_eq!(rec.content_sha256.len(), 64);
     // by external id
@@ -69,7 +75,10 @@ fn append_get_history_and_reopen() {
             NewRecord::event("user_message", "Something else.").with_external_id("conv_993/17"),
         ])
         .unwrap_err();
-    assert!(matches!(err, EngineError::ExternalIdConflict { .. }), "{err}");
+    assert!(
+        matches!(err, EngineError::ExternalIdConflict { .. }),
+        "{err}"
+    );
     assert!(err.to_string().contains("supersedes"));
     assert_eq!(db.applied_lsn(), lsn_before, "nothing written");
 
@@ -88,17 +97,27 @@ fn append_get_history_and_reopen() {
     assert_eq!(old.status, Status::Superseded);
     assert_eq!(old.superseded_by, Some(new_id));
     let hist = s.history(&RecordRef::Id(id)).unwrap();
-    assert_eq!(hist.iter().map(|r| r.id).collect::<Vec<_>>(), vec![id, new_id]);
+    assert_eq!(
+        hist.iter().map(|r| r.id).collect::<Vec<_>>(),
+        vec![id, new_id]
+    );
     assert_eq!(s.current(&RecordRef::Id(id)).unwrap().id, new_id);
     assert_eq!(
-        s.get(&RecordRef::External("conv_993/17".into())).unwrap().id,
+        s.get(&RecordRef::External("conv_993/17".into()))
+            .unwrap()
+            .id,
         new_id
     );
     // correcting an already-corrected version is refused
     let err = s
-        .append(vec![NewRecord::event("user_message", "x").superseding(RecordRef::Id(id))])
+        .append(vec![
+            NewRecord::event("user_message", "x").superseding(RecordRef::Id(id)),
+        ])
         .unwrap_err();
-    assert!(matches!(err, EngineError::AlreadySuperseded { .. }), "{err}");
+    assert!(
+        matches!(err, EngineError::AlreadySuperseded { .. }),
+        "{err}"
+    );
 
     // another tenant sees nothing, even by id
     let other = db.session(Principal::user("tenant_7", "user_18"));
@@ -112,9 +131,14 @@ fn append_get_history_and_reopen() {
     drop(db);
     let db = Engram::open(dir.path(), opts(&clock)).unwrap();
     let s = db.session(Principal::user("tenant_42", "user_18"));
-    let hist = s.history(&RecordRef::External("conv_993/17".into())).unwrap();
+    let hist = s
+        .history(&RecordRef::External("conv_993/17".into()))
+        .unwrap();
     assert_eq!(hist.len(), 2);
-    assert_eq!(hist[0].text.as_deref(), Some("Use the revised retention policy."));
+    assert_eq!(
+        hist[0].text.as_deref(),
+        Some("Use the revised retention policy.")
+    );
     assert_eq!(s.list(&ListFilter::default()).unwrap().len(), 2);
 }
 
@@ -133,15 +157,31 @@ fn a_bad_record_rejects_the_whole_batch() {
     assert!(err.to_string().contains("embedding.vector"), "{err}");
     assert!(s.list(&ListFilter::default()).unwrap().is_empty());
     // wrong dimension against an existing space
-    s.append(vec![NewRecord::event("note", "v").with_embedding("m", vec![1.0, 0.0, 0.0])])
-        .unwrap();
+    s.append(vec![
+        NewRecord::event("note", "v").with_embedding("m", vec![1.0, 0.0, 0.0]),
+    ])
+    .unwrap();
     let err = s
-        .append(vec![NewRecord::event("note", "w").with_embedding("m", vec![1.0, 0.0])])
+        .append(vec![
+            NewRecord::event("note", "w").with_embedding("m", vec![1.0, 0.0]),
+        ])
         .unwrap_err();
-    assert!(matches!(err, EngineError::DimensionMismatch { expected: 3, got: 2, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            EngineError::DimensionMismatch {
+                expected: 3,
+                got: 2,
+                ..
+            }
+        ),
+        "{err}"
+    );
     // supersedes cycle / dangling reference
     let err = s
-        .append(vec![NewRecord::event("note", "x").superseding(RecordRef::External("nope".into()))])
+        .append(vec![
+            NewRecord::event("note", "x").superseding(RecordRef::External("nope".into())),
+        ])
         .unwrap_err();
     assert!(err.to_string().contains("nope"), "{err}");
 }

@@ -78,7 +78,10 @@ impl std::fmt::Debug for Options {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Options")
             .field("log", &self.log)
-            .field("embedder", &self.embedder.as_ref().map(|e| e.model_id().to_string()))
+            .field(
+                "embedder",
+                &self.embedder.as_ref().map(|e| e.model_id().to_string()),
+            )
             .field("hnsw", &self.hnsw)
             .field("metric", &self.metric)
             .finish()
@@ -164,7 +167,9 @@ pub struct Engram {
 
 impl std::fmt::Debug for Engram {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engram").field("dir", &self.inner.dir).finish()
+        f.debug_struct("Engram")
+            .field("dir", &self.inner.dir)
+            .finish()
     }
 }
 
@@ -233,7 +238,9 @@ impl Engram {
         let lock = backend
             .try_lock(&lock_path)
             .map_err(io(&lock_path))?
-            .ok_or(EngineError::Storage(StorageError::Locked { path: lock_path }))?;
+            .ok_or(EngineError::Storage(StorageError::Locked {
+                path: lock_path,
+            }))?;
         let (log, log_report) =
             SegmentLog::open(backend.clone(), &layout::log(&dir), opts.log.clone())?;
         let mut report = OpenReport {
@@ -258,14 +265,21 @@ impl Engram {
             LEXICAL_MAGIC,
             LEXICAL_SNAPSHOT_VERSION,
         ) {
-            Ok(Some(s)) if s.applied_lsn <= last_lsn => match Bm25Index::read_from(s.body.as_slice()) {
-                Ok(ix) => (ix, s.applied_lsn),
-                Err(_) => (Bm25Index::new(Bm25Params::default()), 0),
-            },
+            Ok(Some(s)) if s.applied_lsn <= last_lsn => {
+                match Bm25Index::read_from(s.body.as_slice()) {
+                    Ok(ix) => (ix, s.applied_lsn),
+                    Err(_) => (Bm25Index::new(Bm25Params::default()), 0),
+                }
+            }
             _ => (Bm25Index::new(Bm25Params::default()), 0),
         };
         report.lexical_rebuilt = lexical_lsn == 0 && last_lsn > 0;
-        let vectors = VectorSpaces::open(backend.clone(), &layout::vectors(&dir), opts.hnsw, opts.metric)?;
+        let vectors = VectorSpaces::open(
+            backend.clone(),
+            &layout::vectors(&dir),
+            opts.hnsw,
+            opts.metric,
+        )?;
         let mut state = State::new(lexical, lexical_lsn, vectors, opts.embedder.clone());
         let cat_applied = catalog.applied_lsn()?;
         let mut cat_ops: Vec<CatalogOp> = Vec::new();
@@ -341,24 +355,27 @@ impl Engram {
         let hook_catalog = inner.catalog.clone();
         let hook_err = inner.apply_error.clone();
         let hook_tx = tx.clone();
-        inner.log.start_writer(Box::new(move |frames: &[CommittedFrame<'_>]| {
-            let mut ops = Vec::new();
-            let mut last = 0;
-            {
-                let mut st = hook_state.write();
-                for f in frames {
-                    if let Err(e) = apply_frame(&mut st, f.header.frame_type, f.payload, f.loc) {
-                        hook_err.lock().get_or_insert(e.to_string());
+        inner
+            .log
+            .start_writer(Box::new(move |frames: &[CommittedFrame<'_>]| {
+                let mut ops = Vec::new();
+                let mut last = 0;
+                {
+                    let mut st = hook_state.write();
+                    for f in frames {
+                        if let Err(e) = apply_frame(&mut st, f.header.frame_type, f.payload, f.loc)
+                        {
+                            hook_err.lock().get_or_insert(e.to_string());
+                        }
+                        let _ = catalog_ops_for(f.header.frame_type, f.payload, f.loc, &mut ops);
+                        last = f.loc.lsn;
                     }
-                    let _ = catalog_ops_for(f.header.frame_type, f.payload, f.loc, &mut ops);
-                    last = f.loc.lsn;
                 }
-            }
-            if let Err(e) = hook_catalog.apply(&ops, last, false) {
-                hook_err.lock().get_or_insert(e.to_string());
-            }
-            let _ = hook_tx.send(());
-        }))?;
+                if let Err(e) = hook_catalog.apply(&ops, last, false) {
+                    hook_err.lock().get_or_insert(e.to_string());
+                }
+                let _ = hook_tx.send(());
+            }))?;
         if inner.opts.background_indexing {
             let st = inner.state.clone();
             let handle = std::thread::Builder::new()
@@ -468,6 +485,21 @@ impl Engram {
         self.check_open()?;
         let _m = self.inner.maintenance.read();
         Ok(self.inner.log.append(frames)?)
+    }
+
+    /// A fresh id to label one ingest run (pass it to [`Session::append_run`]).
+    pub fn new_run_id(&self) -> RecordId {
+        self.mint().0
+    }
+
+    /// Counters of the segment log.
+    pub fn log_stats(&self) -> engram_storage::LogStats {
+        self.inner.log.stats()
+    }
+
+    /// Vectors waiting for the background indexer.
+    pub fn pending_vectors(&self) -> usize {
+        self.inner.state.read().vectors.pending()
     }
 
     /// Mints an id and a transaction time (monotonic).
@@ -583,13 +615,21 @@ fn rebuild_spaces(st: &mut State, log: &SegmentLog, models: &[String]) -> Result
         let a = codec::view_record(f.payload())?;
         for e in a.embeddings.iter() {
             if models.iter().any(|x| x == e.model.as_str()) {
-                st.vectors.push(e.model.as_str(), false, idx, &e.vector.iter().map(|x| x.to_native()).collect::<Vec<f32>>())?;
+                st.vectors.push(
+                    e.model.as_str(),
+                    false,
+                    idx,
+                    &e.vector.iter().map(|x| x.to_native()).collect::<Vec<f32>>(),
+                )?;
             }
         }
         if let (Some(emb), Some(t)) = (&embedder, a.text.as_ref()) {
             if models.iter().any(|x| x == emb.model_id())
                 && crate::state::embeds(m.rtype, m.akind)
-                && !a.embeddings.iter().any(|e| e.model.as_str() == emb.model_id())
+                && !a
+                    .embeddings
+                    .iter()
+                    .any(|e| e.model.as_str() == emb.model_id())
             {
                 let v = emb.embed(t.as_str());
                 st.vectors.push(emb.model_id(), true, idx, &v)?;
@@ -615,7 +655,12 @@ struct Prepared {
     lsn: u64,
 }
 
-fn content_hash(r: &NewRecord, resolved: &Resolved, retention: &str, access: &[String]) -> Result<[u8; 32]> {
+fn content_hash(
+    r: &NewRecord,
+    resolved: &Resolved,
+    retention: &str,
+    access: &[String],
+) -> Result<[u8; 32]> {
     use serde_json::{Map, Value, json};
     let mut o = Map::new();
     o.insert("record".into(), json!(r.body.record_type().name()));
@@ -746,7 +791,11 @@ impl Session {
     }
 
     /// Like [`Session::append`], recording `run_id` as the ingest run.
-    pub fn append_run(&self, records: Vec<NewRecord>, run_id: Option<RecordId>) -> Result<Vec<AppendResult>> {
+    pub fn append_run(
+        &self,
+        records: Vec<NewRecord>,
+        run_id: Option<RecordId>,
+    ) -> Result<Vec<AppendResult>> {
         let db = &self.db;
         db.check_open()?;
         if records.is_empty() {
@@ -760,6 +809,7 @@ impl Session {
                 got: records.len() as u64,
             });
         }
+        crate::model::check_tenant(self.principal.tenant())?;
         for (i, r) in records.iter().enumerate() {
             r.validate().map_err(|e| e.at_item(i))?;
         }
@@ -801,7 +851,9 @@ impl Session {
             let run = run_id.unwrap_or_else(|| w.ids.mint(now));
             prepared = Vec::with_capacity(records.len());
             // ids minted for this batch, by external id and position
-            let mut batch_ext: HashMap<String, usize> = HashMap::new();
+            // external id -> positions in the batch; an external id may appear
+            // again only on a record that corrects the earlier one.
+            let mut batch_ext: HashMap<String, Vec<usize>> = HashMap::new();
             let mut batch_ids: Vec<RecordId> = Vec::with_capacity(records.len());
             let mut superseded_here: HashMap<RecordId, usize> = HashMap::new();
             let mut new_dims: HashMap<String, usize> = HashMap::new();
@@ -809,17 +861,28 @@ impl Session {
                 let id = w.ids.mint(now);
                 batch_ids.push(id);
                 if let Some(e) = &r.external_id {
-                    if let Some(j) = batch_ext.insert(e.clone(), i) {
-                        return Err(EngineError::invalid(
-                            "external_id",
-                            format!("'{e}' appears twice in the batch (items {j} and {i})"),
-                        )
-                        .at_item(i));
+                    let pos = batch_ext.entry(e.clone()).or_default();
+                    if let Some(&j) = pos.last() {
+                        let corrects_it = r.supersedes.as_ref()
+                            == Some(&RecordRef::External(e.clone()))
+                            || r.supersedes.as_ref() == Some(&RecordRef::Id(batch_ids[j]));
+                        if !corrects_it {
+                            return Err(EngineError::invalid(
+                                "external_id",
+                                format!("'{e}' appears twice in the batch (items {j} and {i}) and item {i} does not supersede it"),
+                            )
+                            .at_item(i));
+                        }
                     }
+                    pos.push(i);
                 }
             }
             // resolve a reference to (id, record type, effective state)
-            let resolve = |rf: &RecordRef, field: &str, i: usize| -> Result<(RecordId, Option<Idx>)> {
+            let resolve = |batch_ids: &[RecordId],
+                           rf: &RecordRef,
+                           field: &str,
+                           i: usize|
+             -> Result<(RecordId, Option<Idx>)> {
                 match rf {
                     RecordRef::Id(id) => {
                         if let Some(j) = batch_ids.iter().position(|b| b == id) {
@@ -842,17 +905,22 @@ impl Session {
                         }
                     }
                     RecordRef::External(e) => {
-                        // An item may name its own external id: that refers
-                        // to the stored record it corrects.
-                        if let Some(&j) = batch_ext.get(e).filter(|&&j| j != i) {
-                            if j > i {
-                                return Err(EngineError::invalid(
-                                    field,
-                                    format!("external id '{e}' is defined later in the batch (item {j})"),
-                                )
-                                .at_item(i));
+                        // The latest earlier item with that external id; an
+                        // item naming its own external id refers to the
+                        // version it corrects (earlier in the batch or stored).
+                        if let Some(pos) = batch_ext.get(e) {
+                            if let Some(&j) = pos.iter().rev().find(|&&j| j < i) {
+                                return Ok((batch_ids[j], None));
                             }
-                            return Ok((batch_ids[j], None));
+                            if let Some(&j) = pos.iter().find(|&&j| j > i) {
+                                if !pos.contains(&i) {
+                                    return Err(EngineError::invalid(
+                                        field,
+                                        format!("external id '{e}' is defined later in the batch (item {j})"),
+                                    )
+                                    .at_item(i));
+                                }
+                            }
                         }
                         match tstate.and_then(|t| t.external_ids.get(e.as_str())) {
                             Some(&ix) => Ok((st.meta(ix).id, Some(ix))),
@@ -869,7 +937,7 @@ impl Session {
                 let mut res = Resolved::default();
                 let rtype = r.body.record_type();
                 if let Some(s) = &r.supersedes {
-                    let (sid, six) = resolve(s, "supersedes", i)?;
+                    let (sid, six) = resolve(&batch_ids, s, "supersedes", i)?;
                     if sid == batch_ids[i] {
                         return Err(EngineError::SupersedesCycle {
                             item: i,
@@ -881,11 +949,7 @@ impl Session {
                         if m.rtype != rtype {
                             return Err(EngineError::invalid(
                                 "supersedes",
-                                format!(
-                                    "a {} cannot supersede a {}",
-                                    rtype.name(),
-                                    m.rtype.name()
-                                ),
+                                format!("a {} cannot supersede a {}", rtype.name(), m.rtype.name()),
                             )
                             .at_item(i));
                         }
@@ -921,7 +985,7 @@ impl Session {
                     res.supersedes = Some(sid);
                 }
                 for s in &r.sources {
-                    let (sid, six) = resolve(s, "sources", i)?;
+                    let (sid, six) = resolve(&batch_ids, s, "sources", i)?;
                     if let Some(ix) = six {
                         let m = st.meta(ix);
                         if m.status == Status::Deleted {
@@ -940,8 +1004,8 @@ impl Session {
                     Body::Relation {
                         subject, object, ..
                     } => {
-                        let (s, six) = resolve(subject, "subject", i)?;
-                        let (o, oix) = resolve(object, "object", i)?;
+                        let (s, six) = resolve(&batch_ids, subject, "subject", i)?;
+                        let (o, oix) = resolve(&batch_ids, object, "object", i)?;
                         for (ix, f) in [(six, "subject"), (oix, "object")] {
                             if let Some(ix) = ix {
                                 if st.meta(ix).rtype != RecordType::Entity {
@@ -960,7 +1024,7 @@ impl Session {
                         subject: Some(subject),
                         ..
                     } => {
-                        res.subject = Some(resolve(subject, "subject", i)?.0);
+                        res.subject = Some(resolve(&batch_ids, subject, "subject", i)?.0);
                     }
                     _ => {}
                 }
@@ -986,7 +1050,8 @@ impl Session {
                             new_dims.insert(e.model.clone(), e.vector.len());
                         }
                     }
-                    if db.inner.opts.metric == Metric::Cosine && e.vector.iter().all(|x| *x == 0.0) {
+                    if db.inner.opts.metric == Metric::Cosine && e.vector.iter().all(|x| *x == 0.0)
+                    {
                         return Err(EngineError::invalid(
                             "embedding.vector",
                             "all components are zero (no direction for cosine similarity)",
@@ -1028,10 +1093,20 @@ impl Session {
                             )
                             .at_item(i));
                         }
-                        let same = stored_hash(db, m.loc)? == hash;
-                        if same {
+                        // Re-sending any version of the chain is a no-op (a
+                        // file holding a record and its correction re-ingests
+                        // cleanly).
+                        let mut same = None;
+                        for v in st.chain(ix) {
+                            let vm = st.meta(v);
+                            if !vm.tombstone && stored_hash(db, vm.loc)? == hash {
+                                same = Some(vm);
+                                break;
+                            }
+                        }
+                        if let Some(vm) = same {
                             outcome = AppendOutcome::Duplicate;
-                            existing = Some((m.id, m.loc.lsn, m.status));
+                            existing = Some((vm.id, vm.loc.lsn, vm.status));
                         } else if res.supersedes != Some(m.id) {
                             return Err(EngineError::ExternalIdConflict {
                                 item: Some(i),
@@ -1042,6 +1117,9 @@ impl Session {
                     }
                 }
                 if let Some((eid, lsn, status)) = existing {
+                    // Later items of the batch that name this one must
+                    // point at the stored record.
+                    batch_ids[i] = eid;
                     prepared.push(Prepared {
                         stored: empty_stored(eid),
                         outcome,
@@ -1064,7 +1142,11 @@ impl Session {
                         entity_type,
                         name,
                         aliases,
-                    } => (Some(entity_type.clone()), Some(name.clone()), aliases.clone()),
+                    } => (
+                        Some(entity_type.clone()),
+                        Some(name.clone()),
+                        aliases.clone(),
+                    ),
                     _ => (None, None, Vec::new()),
                 };
                 let (predicate, object_value, generator) = match &r.body {
@@ -1176,7 +1258,10 @@ impl Session {
             rx = db.inner.log.append_async(frames);
         }
         let reply = match rx {
-            Ok(rx) => rx.recv().map_err(|_| EngineError::Closed).and_then(|r| r.map_err(EngineError::from)),
+            Ok(rx) => rx
+                .recv()
+                .map_err(|_| EngineError::Closed)
+                .and_then(|r| r.map_err(EngineError::from)),
             Err(e) => Err(EngineError::from(e)),
         };
         {
@@ -1243,7 +1328,10 @@ impl Session {
             return BTreeSet::new();
         };
         let mut held: BTreeSet<String> = if self.principal.is_admin() {
-            t.labels.iter().map(|&s| st.strings.name(s).to_string()).collect()
+            t.labels
+                .iter()
+                .map(|&s| st.strings.name(s).to_string())
+                .collect()
         } else {
             t.grants
                 .get(self.principal.id())
@@ -1259,10 +1347,13 @@ impl Session {
     /// Roles the principal holds now.
     pub fn roles(&self) -> BTreeSet<String> {
         if self.principal.is_admin() {
-            return [crate::principal::ROLE_ADMIN, crate::principal::ROLE_REVIEWER]
-                .into_iter()
-                .map(String::from)
-                .collect();
+            return [
+                crate::principal::ROLE_ADMIN,
+                crate::principal::ROLE_REVIEWER,
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect();
         }
         let st = self.db.inner.state.read();
         st.tenant(self.principal.tenant())

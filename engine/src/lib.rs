@@ -10,6 +10,7 @@
 //! `engram_storage`, and never let a record of one tenant reach a session of
 //! another.
 
+pub mod admin;
 pub mod canonical;
 pub mod codec;
 pub mod db;

@@ -457,7 +457,11 @@ impl NewRecord {
     }
 
     /// An assertion with a statement and sources.
-    pub fn assertion(kind: AssertionKind, statement: impl Into<String>, sources: Vec<RecordRef>) -> Self {
+    pub fn assertion(
+        kind: AssertionKind,
+        statement: impl Into<String>,
+        sources: Vec<RecordRef>,
+    ) -> Self {
         NewRecord {
             body: Body::Assertion {
                 kind,
@@ -520,12 +524,23 @@ pub(crate) fn check_name(field: &str, s: &str) -> Result<()> {
         });
     }
     if s.chars().any(char::is_control) {
-        return Err(EngineError::invalid(field, "must not contain control characters"));
+        return Err(EngineError::invalid(
+            field,
+            "must not contain control characters",
+        ));
     }
     if s.trim() != s {
-        return Err(EngineError::invalid(field, "must not start or end with whitespace"));
+        return Err(EngineError::invalid(
+            field,
+            "must not start or end with whitespace",
+        ));
     }
     Ok(())
+}
+
+/// Checks a tenant name (same rules as every name-like field).
+pub fn check_tenant(t: &str) -> Result<()> {
+    check_name("tenant", t)
 }
 
 pub(crate) fn check_time(field: &str, t: Option<TimestampMs>) -> Result<()> {
@@ -603,7 +618,11 @@ impl NewRecord {
             if self.kind != kind.name() {
                 return Err(EngineError::invalid(
                     "kind",
-                    format!("assertion kind is '{}' but kind says '{}'", kind.name(), self.kind),
+                    format!(
+                        "assertion kind is '{}' but kind says '{}'",
+                        kind.name(),
+                        self.kind
+                    ),
                 ));
             }
         }
@@ -628,7 +647,8 @@ impl NewRecord {
         check_time("valid_from", self.valid_from)?;
         check_time("valid_until", self.valid_until)?;
         check_time("last_verified_at", self.last_verified_at)?;
-        if let (Some(from), Some(until)) = (self.valid_from.or(self.occurred_at), self.valid_until) {
+        if let (Some(from), Some(until)) = (self.valid_from.or(self.occurred_at), self.valid_until)
+        {
             if until < from {
                 return Err(EngineError::invalid(
                     "valid_until",
@@ -767,13 +787,22 @@ pub struct Record {
     #[serde(serialize_with = "ser_time")]
     pub ingested_at: TimestampMs,
     /// Start of validity.
-    #[serde(serialize_with = "ser_opt_time", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        serialize_with = "ser_opt_time",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub valid_from: Option<TimestampMs>,
     /// End of validity (possibly set later by an expiry).
-    #[serde(serialize_with = "ser_opt_time", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        serialize_with = "ser_opt_time",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub valid_until: Option<TimestampMs>,
     /// Last verification.
-    #[serde(serialize_with = "ser_opt_time", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        serialize_with = "ser_opt_time",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub last_verified_at: Option<TimestampMs>,
     /// Text.
     pub text: Option<String>,
@@ -879,14 +908,51 @@ mod tests {
         let ok = NewRecord::event("user_message", "hi");
         ok.validate().unwrap();
         let cases: Vec<(NewRecord, &str)> = vec![
-            (NewRecord { kind: "".into(), ..ok.clone() }, "kind"),
-            (ok.clone().with_embedding("m", vec![1.0, f32::NAN]), "embedding.vector"),
+            (
+                NewRecord {
+                    kind: "".into(),
+                    ..ok.clone()
+                },
+                "kind",
+            ),
+            (
+                ok.clone().with_embedding("m", vec![1.0, f32::NAN]),
+                "embedding.vector",
+            ),
             (ok.clone().with_embedding("m", vec![]), "embedding.vector"),
-            (NewRecord { valid_until: Some(0), occurred_at: Some(10), ..ok.clone() }, "valid_until"),
-            (NewRecord { access: vec!["".into()], ..ok.clone() }, "access"),
-            (NewRecord { confidence: Some(1.5), ..ok.clone() }, "confidence"),
-            (NewRecord { sources: vec![RecordRef::External("x".into())], ..ok.clone() }, "sources"),
-            (NewRecord::assertion(AssertionKind::Fact, "x", vec![]), "sources"),
+            (
+                NewRecord {
+                    valid_until: Some(0),
+                    occurred_at: Some(10),
+                    ..ok.clone()
+                },
+                "valid_until",
+            ),
+            (
+                NewRecord {
+                    access: vec!["".into()],
+                    ..ok.clone()
+                },
+                "access",
+            ),
+            (
+                NewRecord {
+                    confidence: Some(1.5),
+                    ..ok.clone()
+                },
+                "confidence",
+            ),
+            (
+                NewRecord {
+                    sources: vec![RecordRef::External("x".into())],
+                    ..ok.clone()
+                },
+                "sources",
+            ),
+            (
+                NewRecord::assertion(AssertionKind::Fact, "x", vec![]),
+                "sources",
+            ),
         ];
         for (r, field) in cases {
             let e = r.validate().unwrap_err();

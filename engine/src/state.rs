@@ -27,7 +27,9 @@ use engram_storage::frame::Lsn;
 use engram_storage::log::FrameLoc;
 use roaring::RoaringBitmap;
 
-use crate::codec::{ArchivedOpBody, ArchivedStoredOp, ArchivedStoredRecord, ArchivedStoredTombstone};
+use crate::codec::{
+    ArchivedOpBody, ArchivedStoredOp, ArchivedStoredRecord, ArchivedStoredTombstone,
+};
 use crate::embed::Embedder;
 use crate::error::Result;
 use crate::id::RecordId;
@@ -314,7 +316,12 @@ pub fn embeds(rtype: RecordType, akind: Option<AssertionKind>) -> bool {
 
 impl State {
     /// Empty state.
-    pub fn new(lexical: Bm25Index, lexical_loaded_lsn: Lsn, vectors: VectorSpaces, embedder: Option<std::sync::Arc<dyn Embedder>>) -> Self {
+    pub fn new(
+        lexical: Bm25Index,
+        lexical_loaded_lsn: Lsn,
+        vectors: VectorSpaces,
+        embedder: Option<std::sync::Arc<dyn Embedder>>,
+    ) -> Self {
         State {
             applied_lsn: 0,
             metas: Vec::new(),
@@ -359,7 +366,9 @@ impl State {
 
     /// The tenant symbol of `name`, if the tenant has records or policy.
     pub fn tenant_sym(&self, name: &str) -> Option<Sym> {
-        self.strings.get(name).filter(|s| self.tenants.contains_key(s))
+        self.strings
+            .get(name)
+            .filter(|s| self.tenants.contains_key(s))
     }
 
     /// The tenant state of `name`.
@@ -383,7 +392,8 @@ impl State {
 
     /// Index of a record id within a tenant.
     pub fn idx_in(&self, tenant: Sym, id: RecordId) -> Option<Idx> {
-        self.idx(id).filter(|&i| self.metas[i as usize].tenant == tenant)
+        self.idx(id)
+            .filter(|&i| self.metas[i as usize].tenant == tenant)
     }
 
     /// Metadata of a record.
@@ -471,12 +481,18 @@ impl State {
             None
         };
         let retention = self.strings.intern(a.retention_class.as_str());
-        let user = a.scope_user.as_ref().map(|s| self.strings.intern(s.as_str()));
+        let user = a
+            .scope_user
+            .as_ref()
+            .map(|s| self.strings.intern(s.as_str()));
         let conversation = a
             .scope_conversation
             .as_ref()
             .map(|s| self.strings.intern(s.as_str()));
-        let agent = a.scope_agent.as_ref().map(|s| self.strings.intern(s.as_str()));
+        let agent = a
+            .scope_agent
+            .as_ref()
+            .map(|s| self.strings.intern(s.as_str()));
         let scope_labels: Vec<Sym> = a
             .scope_labels
             .iter()
@@ -487,7 +503,10 @@ impl State {
         let supersedes = a.supersedes.as_ref().and_then(|b| resolve(self, b));
         let subject = a.subject.as_ref().and_then(|b| resolve(self, b));
         let object = a.object.as_ref().and_then(|b| resolve(self, b));
-        let predicate = a.predicate.as_ref().map(|s| self.strings.intern(s.as_str()));
+        let predicate = a
+            .predicate
+            .as_ref()
+            .map(|s| self.strings.intern(s.as_str()));
         let mut access: BTreeSet<Sym> = a
             .access
             .iter()
@@ -638,11 +657,20 @@ impl State {
             }
         }
         for e in a.embeddings.iter() {
-            self.vectors
-                .push(e.model.as_str(), false, idx, &e.vector.iter().map(|x| x.to_native()).collect::<Vec<f32>>())?;
+            self.vectors.push(
+                e.model.as_str(),
+                false,
+                idx,
+                &e.vector.iter().map(|x| x.to_native()).collect::<Vec<f32>>(),
+            )?;
         }
         if let (Some(emb), Some(t)) = (self.embedder.clone(), text) {
-            if embeds(rtype, akind) && !a.embeddings.iter().any(|e| e.model.as_str() == emb.model_id()) {
+            if embeds(rtype, akind)
+                && !a
+                    .embeddings
+                    .iter()
+                    .any(|e| e.model.as_str() == emb.model_id())
+            {
                 let v = emb.embed(t);
                 self.vectors.push(emb.model_id(), true, idx, &v)?;
             }
@@ -696,7 +724,10 @@ impl State {
         self.by_id.insert(id, idx);
         self.last_ingested_at = self.last_ingested_at.max(ingested_at);
         bm_add(&mut self.bm_tenant, tenant, idx);
-        self.bm_status.entry(Status::Deleted).or_default().insert(idx);
+        self.bm_status
+            .entry(Status::Deleted)
+            .or_default()
+            .insert(idx);
         for &s in &sources {
             self.dependents.entry(s).or_default().push(idx);
         }
@@ -715,7 +746,9 @@ impl State {
         let target_idx = |st: &State, b: &[u8; 16]| st.idx_in(tenant, RecordId::from_bytes(*b));
         let op_id = RecordId::from_bytes(a.id);
         match &a.op {
-            ArchivedOpBody::Review { target, approve, .. } => {
+            ArchivedOpBody::Review {
+                target, approve, ..
+            } => {
                 if let Some(i) = target_idx(self, target) {
                     if self.metas[i as usize].status == Status::Candidate {
                         let to = if *approve {

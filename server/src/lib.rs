@@ -1,1 +1,19 @@
-//! placeholder
+//! # engram-server
+//!
+//! The `engram` command line: the operator's door to a store (demo, ingest,
+//! reads, lifecycle operations, verification, benchmarks), and later the
+//! HTTP server. Every command compiles its arguments to the same engine
+//! requests the embedded API uses; nothing here decides what a record means.
+//!
+//! This crate must never read or write store files directly: it goes
+//! through `engram-engine`.
+
+pub mod bench;
+pub mod cli;
+pub mod demo;
+pub mod output;
+
+/// Runs the command line with the process arguments; returns the exit code.
+pub fn main_entry() -> std::process::ExitCode {
+    cli::run(std::env::args_os())
+}

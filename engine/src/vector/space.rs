@@ -130,7 +130,10 @@ impl VectorSpace {
     }
 
     /// Opens the persisted space in `dir` if it exists and is readable.
-    fn open_persisted(backend: &dyn Backend, dir: &Path) -> Result<Option<(SpaceHeader, Hnsw, VectorFile)>> {
+    fn open_persisted(
+        backend: &dyn Backend,
+        dir: &Path,
+    ) -> Result<Option<(SpaceHeader, Hnsw, VectorFile)>> {
         let snap_path = dir.join("hnsw.snap");
         let snap = match read_snapshot(backend, &snap_path, SNAPSHOT_MAGIC, SNAPSHOT_VERSION) {
             Ok(Some(s)) => s,
@@ -270,7 +273,12 @@ impl VectorSpace {
     }
 
     /// Exact distances from `query` to the given records (which must be members).
-    pub fn exact(&self, query: &[f32], idxs: impl Iterator<Item = Idx>, stats: &mut SearchStats) -> Vec<(Idx, f32)> {
+    pub fn exact(
+        &self,
+        query: &[f32],
+        idxs: impl Iterator<Item = Idx>,
+        stats: &mut SearchStats,
+    ) -> Vec<(Idx, f32)> {
         let m = self.internal_metric();
         let mut out = Vec::new();
         for idx in idxs {
@@ -297,7 +305,15 @@ impl VectorSpace {
         let vecs = self.vectors();
         let map = &self.slot_to_idx;
         let res: Vec<Neighbor> = match allow {
-            None => g.search(query, k, ef, &vecs, None::<&fn(u32) -> bool>, scratch, stats),
+            None => g.search(
+                query,
+                k,
+                ef,
+                &vecs,
+                None::<&fn(u32) -> bool>,
+                scratch,
+                stats,
+            ),
             Some(f) => {
                 let pred = |slot: u32| f(map[slot as usize]);
                 g.search(query, k, ef, &vecs, Some(&pred), scratch, stats)
@@ -324,7 +340,11 @@ impl VectorSpace {
     /// Syncs the vector file and writes the graph snapshot. `id_of` maps a
     /// record index to its id (stored to check the snapshot against the log
     /// on the next open).
-    pub fn checkpoint(&mut self, backend: &dyn Backend, id_of: &dyn Fn(Idx) -> RecordId) -> Result<()> {
+    pub fn checkpoint(
+        &mut self,
+        backend: &dyn Backend,
+        id_of: &dyn Fn(Idx) -> RecordId,
+    ) -> Result<()> {
         self.file.sync()?;
         self.rows_synced = self.file.len() as u64;
         self.last_row_record = self
@@ -412,7 +432,12 @@ impl std::fmt::Debug for VectorSpaces {
 impl VectorSpaces {
     /// Loads persisted spaces under `root` (they are matched to the log as
     /// replay pushes vectors; see [`VectorSpaces::finish_replay`]).
-    pub fn open(backend: Arc<dyn Backend>, root: &Path, params: HnswParams, metric: Metric) -> Result<Self> {
+    pub fn open(
+        backend: Arc<dyn Backend>,
+        root: &Path,
+        params: HnswParams,
+        metric: Metric,
+    ) -> Result<Self> {
         backend
             .create_dir_all(root)
             .map_err(|e| engram_storage::StorageError::io(root, e))?;
@@ -475,11 +500,9 @@ impl VectorSpaces {
             }
             return s.push(idx, vector);
         }
-        let space = match self
-            .persisted
-            .iter()
-            .position(|(h, ..)| h.model == model && h.dim == vector.len() && h.metric == self.metric)
-        {
+        let space = match self.persisted.iter().position(|(h, ..)| {
+            h.model == model && h.dim == vector.len() && h.metric == self.metric
+        }) {
             Some(i) => {
                 let (h, g, f, dir) = self.persisted.swap_remove(i);
                 VectorSpace {

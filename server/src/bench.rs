@@ -1,0 +1,276 @@
+//! `engram bench`: measurements a user can rerun on their own machine.
+//!
+//! - `engram bench ingest`: durable appends of realistic events (~500 bytes
+//!   of text) from 1, 4 and 16 concurrent writers, each append acknowledged
+//!   only once durable; reports events/s and p50/p99 acknowledgement latency;
+//!   plus one writer appending batches of 1000.
+//!
+//! Numbers from a shared or virtual machine are noisy: compare ratios
+//! measured in one run, not absolute figures across runs.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::{Args, Subcommand};
+use engram_engine::{Engram, NewRecord, Options, Principal, Scope};
+use serde::Serialize;
+
+use crate::cli::{CliError, CliResult};
+
+/// Benchmark commands.
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Durable ingest throughput and acknowledgement latency.
+    Ingest(IngestBenchArgs),
+}
+
+/// `engram bench ingest`.
+#[derive(Args, Debug)]
+pub struct IngestBenchArgs {
+    /// Events per configuration.
+    #[arg(long, default_value_t = 20_000)]
+    pub n: usize,
+    /// Concurrent writer counts to measure (single-event appends).
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+    pub writers: Vec<usize>,
+    /// Batch sizes to measure with one writer (in addition).
+    #[arg(long, value_delimiter = ',', default_value = "1000")]
+    pub batch: Vec<usize>,
+    /// Directory for the benchmark stores (default: a temporary directory).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One measured configuration.
+#[derive(Debug, Serialize, Clone)]
+pub struct IngestResult {
+    /// Concurrent writers.
+    pub writers: usize,
+    /// Events per append call.
+    pub batch: usize,
+    /// Events appended.
+    pub events: usize,
+    /// Wall-clock seconds.
+    pub seconds: f64,
+    /// Events per second.
+    pub events_per_s: f64,
+    /// Payload megabytes per second (text bytes).
+    pub mb_per_s: f64,
+    /// Median acknowledgement latency of one append call, microseconds.
+    pub ack_latency_us_p50: f64,
+    /// 99th percentile acknowledgement latency, microseconds.
+    pub ack_latency_us_p99: f64,
+    /// fsyncs (group commits) per second.
+    pub groups: u64,
+}
+
+/// Dispatches `engram bench ...`.
+pub fn run(_data: &Path, cmd: BenchCommand) -> CliResult {
+    match cmd {
+        BenchCommand::Ingest(a) => ingest(a),
+    }
+}
+
+const WORDS: &[&str] = &[
+    "checkout",
+    "service",
+    "latency",
+    "catalog",
+    "dependency",
+    "timeout",
+    "customer",
+    "billing",
+    "invoice",
+    "retention",
+    "policy",
+    "deploy",
+    "rollback",
+    "database",
+    "connection",
+    "pool",
+    "error",
+    "rate",
+    "health",
+    "check",
+    "failed",
+    "recovered",
+    "engineer",
+    "restarted",
+    "pods",
+    "release",
+    "preference",
+    "email",
+    "phone",
+    "contact",
+    "account",
+    "enterprise",
+    "plan",
+    "migration",
+    "quarter",
+    "decision",
+    "incident",
+    "runbook",
+    "alert",
+    "threshold",
+    "p99",
+    "region",
+    "cache",
+    "queue",
+    "backlog",
+    "request",
+    "response",
+    "user",
+    "agent",
+    "summary",
+];
+
+/// A deterministic event text of about `bytes` bytes.
+pub fn event_text(seed: u64, bytes: usize) -> String {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut s = String::with_capacity(bytes + 16);
+    while s.len() < bytes {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        if !s.is_empty() {
+            s.push(' ');
+        }
+        s.push_str(WORDS[(x % WORDS.len() as u64) as usize]);
+        if x % 11 == 0 {
+            s.push('.');
+        }
+    }
+    s
+}
+
+fn event(i: usize) -> NewRecord {
+    NewRecord::event("user_message", event_text(i as u64, 500)).with_scope(Scope {
+        user: Some(format!("user_{}", i % 97)),
+        conversation: Some(format!("conv_{}", i % 1013)),
+        ..Scope::default()
+    })
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// Runs one configuration on a fresh store in `dir`.
+pub fn measure(
+    dir: &Path,
+    n: usize,
+    writers: usize,
+    batch: usize,
+) -> Result<IngestResult, CliError> {
+    let db = Engram::open(dir, Options::default())?;
+    let per_writer = n.div_ceil(writers);
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    let db = Arc::new(db);
+    for w in 0..writers {
+        let db = db.clone();
+        handles.push(std::thread::spawn(move || -> Result<Vec<f64>, String> {
+            let s = db.session(Principal::system("bench", format!("writer-{w}")));
+            let mut lat = Vec::with_capacity(per_writer / batch + 1);
+            let mut i = 0;
+            while i < per_writer {
+                let take = batch.min(per_writer - i);
+                let records: Vec<NewRecord> =
+                    (0..take).map(|k| event(w * per_writer + i + k)).collect();
+                let t = Instant::now();
+                s.append(records).map_err(|e| e.to_string())?;
+                lat.push(t.elapsed().as_secs_f64() * 1e6);
+                i += take;
+            }
+            Ok(lat)
+        }));
+    }
+    let mut lat = Vec::new();
+    for h in handles {
+        lat.extend(
+            h.join()
+                .map_err(|_| CliError("a writer thread panicked".into()))?
+                .map_err(CliError)?,
+        );
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let events = per_writer * writers;
+    let groups = db.log_stats().n_groups;
+    lat.sort_by(f64::total_cmp);
+    let text_bytes = 500.0 * events as f64;
+    let db = Arc::try_unwrap(db).map_err(|_| CliError("store still shared".into()))?;
+    db.close()?;
+    Ok(IngestResult {
+        writers,
+        batch,
+        events,
+        seconds,
+        events_per_s: events as f64 / seconds,
+        mb_per_s: text_bytes / seconds / 1e6,
+        ack_latency_us_p50: percentile(&lat, 0.5),
+        ack_latency_us_p99: percentile(&lat, 0.99),
+        groups,
+    })
+}
+
+fn ingest(a: IngestBenchArgs) -> CliResult {
+    let tmp;
+    let root = match &a.dir {
+        Some(d) => d.clone(),
+        None => {
+            tmp = tempfile::tempdir()?;
+            tmp.path().to_path_buf()
+        }
+    };
+    let mut configs: Vec<(usize, usize)> = a.writers.iter().map(|&w| (w, 1)).collect();
+    configs.extend(a.batch.iter().filter(|&&b| b > 1).map(|&b| (1, b)));
+    let mut results = Vec::new();
+    for (i, (w, b)) in configs.into_iter().enumerate() {
+        if w == 0 || b == 0 {
+            return Err(CliError(
+                "--writers and --batch values must be at least 1".into(),
+            ));
+        }
+        let dir = root.join(format!("ingest-{i}-w{w}-b{b}"));
+        if !a.json {
+            eprintln!(
+                "bench ingest: {} events, {w} writer(s), {b} event(s) per append ...",
+                a.n
+            );
+        }
+        let r = measure(&dir, a.n, w, b)?;
+        let _ = std::fs::remove_dir_all(&dir);
+        if !a.json {
+            println!(
+                "writers {:>3}  batch {:>5}  {:>10.0} events/s  {:>7.1} MB/s  ack p50 {:>8.0} us  p99 {:>8.0} us  ({} fsync groups)",
+                r.writers,
+                r.batch,
+                r.events_per_s,
+                r.mb_per_s,
+                r.ack_latency_us_p50,
+                r.ack_latency_us_p99,
+                r.groups
+            );
+        }
+        results.push(r);
+    }
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({"bench": "ingest", "event_text_bytes": 500, "results": results})
+            )
+            .map_err(|e| CliError(e.to_string()))?
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

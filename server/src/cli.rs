@@ -1,0 +1,675 @@
+//! Argument parsing and the commands of the `engram` binary.
+//!
+//! Conventions shared by every command:
+//! - `--data DIR` (default `./engram-data`, or `$ENGRAM_DATA`) is the store;
+//! - an ID is an internal id, or an external id together with `--tenant T`;
+//! - the CLI acts as the tenant's admin unless `--principal P` is given, in
+//!   which case it acts as user `P` with exactly `P`'s grants;
+//! - `--json` switches to machine output on stdout; messages go to stderr;
+//! - exit codes: 0 success, 1 failure or problems found, 2 bad usage.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use engram_engine::db::layout;
+use engram_engine::time::{format_rfc3339, parse_rfc3339};
+use engram_engine::{
+    AppendOutcome, EngineError, Engram, HashEmbedder, ListFilter, Options, Principal, Record,
+    RecordId, RecordRef, Session, Status,
+};
+use engram_query::IngestLine;
+use serde::Serialize;
+
+use crate::output::{record_block, record_header};
+
+/// The `engram` command line.
+#[derive(Parser, Debug)]
+#[command(
+    name = "engram",
+    version,
+    about = "Engram: durable, explainable memory for AI agents",
+    long_about = "Engram: durable, explainable memory for AI agents.\n\nAn append-only event log is the system of record; semantic records keep provenance back to it; retrieval applies tenant, access, scope, deletion and time filters before ranking.\n\nStart with `engram demo`."
+)]
+pub struct Cli {
+    /// Data directory of the store.
+    #[arg(
+        long,
+        global = true,
+        env = "ENGRAM_DATA",
+        default_value = "./engram-data"
+    )]
+    pub data: PathBuf,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Commands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the guided demo on a fresh store (a temporary directory unless --dir is given).
+    Demo(DemoArgs),
+    /// Ingest a JSONL file of events and records (see docs/ingest.md).
+    Ingest(IngestArgs),
+    /// Show one record.
+    Get(IdArgs),
+    /// Show every version of a record's correction chain, oldest first.
+    History(IdArgs),
+    /// List records in log order.
+    Log(LogArgs),
+    /// Counts per tenant, kind and status; log and index sizes.
+    Stats(JsonArgs),
+    /// Check every frame's checksum and the catalog against the log (exit 1 on problems).
+    Verify(JsonArgs),
+    /// Rebuild derived state from the log.
+    Rebuild(RebuildArgs),
+    /// Benchmarks (`engram bench ingest`, `engram bench ann`).
+    #[command(subcommand)]
+    Bench(crate::bench::BenchCommand),
+}
+
+/// `engram demo`.
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Put the demo store here instead of a temporary directory (must be empty or absent).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+/// `engram ingest`.
+#[derive(Args, Debug)]
+pub struct IngestArgs {
+    /// The JSONL file (`-` for stdin).
+    pub file: PathBuf,
+    /// Tenant for lines that do not name one (lines naming another tenant are rejected).
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Records per atomic batch.
+    #[arg(long, default_value_t = 1000)]
+    pub batch_size: usize,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Commands taking an ID.
+#[derive(Args, Debug)]
+pub struct IdArgs {
+    /// Internal id, or external id with --tenant.
+    pub id: String,
+    /// Tenant (needed for external ids).
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Act as this principal instead of the tenant admin.
+    #[arg(long)]
+    pub principal: Option<String>,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `engram log`.
+#[derive(Args, Debug)]
+pub struct LogArgs {
+    /// Only this tenant (default: all).
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Only records that occurred at or after this time (RFC 3339).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Only records that occurred at or before this time (RFC 3339).
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Only this kind.
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// At most this many records.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Act as this principal instead of the tenant admin.
+    #[arg(long)]
+    pub principal: Option<String>,
+    /// One JSON record per line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Commands with only `--json`.
+#[derive(Args, Debug)]
+pub struct JsonArgs {
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `engram rebuild`.
+#[derive(Args, Debug)]
+pub struct RebuildArgs {
+    /// Rebuild only the catalog.
+    #[arg(long)]
+    pub catalog: bool,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A command failure: message for stderr, exit code 1.
+#[derive(Debug)]
+pub struct CliError(pub String);
+
+impl From<EngineError> for CliError {
+    fn from(e: EngineError) -> Self {
+        CliError(e.to_string())
+    }
+}
+
+impl From<std::io::Error> for CliError {
+    fn from(e: std::io::Error) -> Self {
+        CliError(e.to_string())
+    }
+}
+
+/// Result of a command.
+pub type CliResult = Result<ExitCode, CliError>;
+
+/// Parses `args` and runs the command.
+pub fn run<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    ExitCode::SUCCESS
+                }
+                _ => ExitCode::from(2),
+            };
+        }
+    };
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(CliError(msg)) => {
+            eprintln!("error: {msg}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> CliResult {
+    let data = cli.data;
+    match cli.command {
+        Command::Demo(a) => crate::demo::run(a.dir),
+        Command::Ingest(a) => cmd_ingest(&data, a),
+        Command::Get(a) => cmd_get(&data, a, false),
+        Command::History(a) => cmd_get(&data, a, true),
+        Command::Log(a) => cmd_log(&data, a),
+        Command::Stats(a) => cmd_stats(&data, a),
+        Command::Verify(a) => cmd_verify(&data, a),
+        Command::Rebuild(a) => cmd_rebuild(&data, a),
+        Command::Bench(b) => crate::bench::run(&data, b),
+    }
+}
+
+/// Options every CLI command opens a store with.
+pub fn store_options() -> Options {
+    Options {
+        embedder: Some(std::sync::Arc::new(HashEmbedder::default())),
+        ..Options::default()
+    }
+}
+
+/// Opens the store at `dir`, reporting recovery on stderr.
+pub fn open_store(dir: &Path) -> Result<Engram, CliError> {
+    let (db, report) = Engram::open_with_report(dir, store_options())
+        .map_err(|e| CliError(format!("cannot open store {}: {e}", dir.display())))?;
+    if let Some(t) = &report.log.truncation {
+        eprintln!(
+            "recovery: cut {} bytes at segment {} offset {} ({:?}); {} unacknowledged frame(s) dropped",
+            t.bytes_dropped,
+            t.segment,
+            t.offset,
+            t.reason,
+            t.dropped_lsns.len()
+        );
+    }
+    if let Some(p) = &report.log.removed_incomplete_segment {
+        eprintln!(
+            "recovery: removed empty segment {} left by an interrupted start",
+            p.display()
+        );
+    }
+    if report.catalog_rebuilt {
+        eprintln!("recovery: catalog was unreadable and has been rebuilt from the log");
+    }
+    for m in &report.vectors_rebuilt {
+        eprintln!("recovery: vector index for '{m}' rebuilt from the log");
+    }
+    Ok(db)
+}
+
+/// A session for `tenant`: the admin, or user `principal`.
+pub fn session_for(db: &Engram, tenant: &str, principal: Option<&str>) -> Session {
+    match principal {
+        Some(p) => db.session(Principal::user(tenant, p)),
+        None => db.session(Principal::admin(tenant)),
+    }
+}
+
+/// Resolves a command-line ID to (tenant, reference).
+pub fn resolve_cli_id(
+    db: &Engram,
+    id: &str,
+    tenant: Option<&str>,
+) -> Result<(String, RecordRef), CliError> {
+    match tenant {
+        Some(t) => Ok((t.to_string(), RecordRef::parse(id))),
+        None => {
+            let rid: RecordId = id.parse().map_err(|_| {
+                CliError(format!(
+                    "'{id}' is not an internal id; to look up an external id, add --tenant T"
+                ))
+            })?;
+            let t = db
+                .tenant_of(rid)
+                .ok_or_else(|| CliError(format!("no record {rid} in this store")))?;
+            Ok((t, RecordRef::Id(rid)))
+        }
+    }
+}
+
+fn print_json<T: Serialize>(v: &T) -> Result<(), CliError> {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(v).map_err(|e| CliError(e.to_string()))?
+    );
+    Ok(())
+}
+
+/// One line of an ingest report.
+#[derive(Debug, Serialize)]
+pub struct IngestedLine {
+    /// Line number in the file.
+    pub line: usize,
+    /// Tenant.
+    pub tenant: String,
+    /// Record id.
+    pub id: RecordId,
+    /// External id.
+    pub external_id: Option<String>,
+    /// created / duplicate.
+    pub outcome: AppendOutcome,
+    /// Admission status.
+    pub status: Status,
+}
+
+/// What an ingest did.
+#[derive(Debug, Serialize, Default)]
+pub struct IngestReport {
+    /// Records stored.
+    pub created: usize,
+    /// Records already present with the same content.
+    pub duplicates: usize,
+    /// Atomic batches written.
+    pub batches: usize,
+    /// Per line.
+    pub records: Vec<IngestedLine>,
+}
+
+/// Ingests parsed lines in atomic batches (consecutive lines of one tenant,
+/// at most `batch_size`). Tenants are checked for every line before anything
+/// is written.
+pub fn ingest_lines(
+    db: &Engram,
+    lines: Vec<IngestLine>,
+    default_tenant: Option<&str>,
+    batch_size: usize,
+    progress: bool,
+) -> Result<IngestReport, CliError> {
+    if batch_size == 0 {
+        return Err(CliError("--batch-size must be at least 1".into()));
+    }
+    let mut tenants = Vec::with_capacity(lines.len());
+    for l in &lines {
+        let t = match (&l.tenant, default_tenant) {
+            (Some(t), Some(d)) if t != d => {
+                return Err(CliError(format!(
+                    "line {}: tenant: '{t}' differs from --tenant '{d}'",
+                    l.line
+                )));
+            }
+            (Some(t), _) => t.clone(),
+            (None, Some(d)) => d.to_string(),
+            (None, None) => {
+                return Err(CliError(format!(
+                    "line {}: tenant: required (or pass --tenant T)",
+                    l.line
+                )));
+            }
+        };
+        if let Err(e) = engram_engine::model::check_tenant(&t) {
+            return Err(CliError(format!("line {}: {e}", l.line)));
+        }
+        tenants.push(t);
+    }
+    let run = db.new_run_id();
+    let mut report = IngestReport::default();
+    let total = lines.len();
+    let mut start = 0;
+    let mut last_progress = std::time::Instant::now();
+    while start < lines.len() {
+        let tenant = &tenants[start];
+        let mut end = start + 1;
+        while end < lines.len() && end - start < batch_size && &tenants[end] == tenant {
+            end += 1;
+        }
+        let session = db.session(Principal::admin(tenant.clone()));
+        let records: Vec<_> = lines[start..end].iter().map(|l| l.record.clone()).collect();
+        let results = session.append_run(records, Some(run)).map_err(|e| {
+            let at = e
+                .item()
+                .map(|i| format!("line {}: ", lines[start + i].line))
+                .unwrap_or_default();
+            let stored = if report.created + report.duplicates > 0 {
+                format!(
+                    " ({} earlier record(s) in {} batch(es) were stored)",
+                    report.created + report.duplicates,
+                    report.batches
+                )
+            } else {
+                " (nothing was stored)".to_string()
+            };
+            CliError(format!(
+                "batch of lines {}-{} rejected, nothing of it stored: {at}{e}{stored}",
+                lines[start].line,
+                lines[end - 1].line
+            ))
+        })?;
+        report.batches += 1;
+        for (l, r) in lines[start..end].iter().zip(results) {
+            match r.outcome {
+                AppendOutcome::Created => report.created += 1,
+                AppendOutcome::Duplicate => report.duplicates += 1,
+            }
+            report.records.push(IngestedLine {
+                line: l.line,
+                tenant: tenant.clone(),
+                id: r.id,
+                external_id: r.external_id,
+                outcome: r.outcome,
+                status: r.status,
+            });
+        }
+        if progress && last_progress.elapsed().as_secs() >= 2 {
+            eprintln!("ingest: {end}/{total} records");
+            last_progress = std::time::Instant::now();
+        }
+        start = end;
+    }
+    Ok(report)
+}
+
+fn cmd_ingest(data: &Path, a: IngestArgs) -> CliResult {
+    let text = if a.file.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())?
+    } else {
+        std::fs::read_to_string(&a.file)
+            .map_err(|e| CliError(format!("cannot read {}: {e}", a.file.display())))?
+    };
+    let lines = engram_query::parse_jsonl(&text)
+        .map_err(|e| CliError(format!("{}: {e} (nothing was stored)", a.file.display())))?;
+    if lines.is_empty() {
+        return Err(CliError(format!("{}: no records", a.file.display())));
+    }
+    let db = open_store(data)?;
+    let started = std::time::Instant::now();
+    let result = ingest_lines(&db, lines, a.tenant.as_deref(), a.batch_size, true);
+    if result.is_ok() && db.pending_vectors() > 1000 {
+        eprintln!("indexing {} vectors ...", db.pending_vectors());
+    }
+    db.close()?;
+    let report = result?;
+    if a.json {
+        print_json(&report)?;
+    } else {
+        println!(
+            "ingested {} record(s): {} created, {} duplicate(s), {} batch(es) in {:.2}s",
+            report.records.len(),
+            report.created,
+            report.duplicates,
+            report.batches,
+            started.elapsed().as_secs_f64()
+        );
+        for r in &report.records {
+            println!(
+                "  line {:>5}  {}  {:<9} {}{}",
+                r.line,
+                r.id,
+                match r.outcome {
+                    AppendOutcome::Created => "created",
+                    AppendOutcome::Duplicate => "duplicate",
+                },
+                r.status.name(),
+                r.external_id
+                    .as_ref()
+                    .map(|e| format!("  ext={e}"))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_get(data: &Path, a: IdArgs, history: bool) -> CliResult {
+    let db = open_store(data)?;
+    let (tenant, r) = resolve_cli_id(&db, &a.id, a.tenant.as_deref())?;
+    let s = session_for(&db, &tenant, a.principal.as_deref());
+    let records: Vec<Record> = if history {
+        s.history(&r)?
+    } else {
+        vec![s.get(&r)?]
+    };
+    if a.json {
+        if history {
+            print_json(&records)?;
+        } else {
+            print_json(&records[0])?;
+        }
+    } else {
+        if history {
+            println!(
+                "history of {} ({} version(s), oldest first):",
+                a.id,
+                records.len()
+            );
+        }
+        for r in &records {
+            println!("{}", record_block(r));
+        }
+    }
+    db.close()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_log(data: &Path, a: LogArgs) -> CliResult {
+    let parse = |s: &Option<String>, f: &str| -> Result<Option<i64>, CliError> {
+        s.as_deref()
+            .map(|t| parse_rfc3339(t).map_err(|e| CliError(format!("--{f}: {e}"))))
+            .transpose()
+    };
+    let filter = ListFilter {
+        since: parse(&a.since, "since")?,
+        until: parse(&a.until, "until")?,
+        kind: a.kind.clone(),
+        limit: a.limit.unwrap_or(usize::MAX),
+        ..ListFilter::default()
+    };
+    let db = open_store(data)?;
+    let tenants: Vec<String> = match &a.tenant {
+        Some(t) => vec![t.clone()],
+        None => db.stats()?.tenants.into_keys().collect(),
+    };
+    let mut all = Vec::new();
+    for t in tenants {
+        all.extend(session_for(&db, &t, a.principal.as_deref()).list(&filter)?);
+    }
+    all.sort_by_key(|r| r.lsn);
+    if let Some(l) = a.limit {
+        all.truncate(l);
+    }
+    for r in &all {
+        if a.json {
+            println!(
+                "{}",
+                serde_json::to_string(r).map_err(|e| CliError(e.to_string()))?
+            );
+        } else {
+            println!("{}  {}", r.tenant, record_header(r));
+            if let Some(t) = &r.text {
+                println!("    {t}");
+            }
+        }
+    }
+    if !a.json {
+        eprintln!("{} record(s)", all.len());
+    }
+    db.close()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_stats(data: &Path, a: JsonArgs) -> CliResult {
+    let db = open_store(data)?;
+    let s = db.stats()?;
+    if a.json {
+        print_json(&s)?;
+    } else {
+        println!("store      {}", data.display());
+        println!(
+            "log        {} segment(s), {} bytes, last LSN {}",
+            s.log_segments, s.log_bytes, s.last_lsn
+        );
+        println!("records    {} (catalog: {})", s.records, s.catalog_records);
+        println!(
+            "lexical    {} document(s), {} term(s)",
+            s.lexical_documents, s.lexical_terms
+        );
+        for v in &s.vector_spaces {
+            println!(
+                "vectors    {}: {} x {} dims, {} indexed{}",
+                v.model,
+                v.vectors,
+                v.dim,
+                v.indexed,
+                if v.derived {
+                    " (derived by the built-in lexical embedder)"
+                } else {
+                    ""
+                }
+            );
+        }
+        for (t, ts) in &s.tenants {
+            println!("tenant     {t}: {} record(s)", ts.records);
+            for (k, n) in &ts.by_kind {
+                println!("             kind {k:<24} {n}");
+            }
+            let statuses: Vec<String> = ts
+                .by_status
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            println!("             status {}", statuses.join(", "));
+        }
+    }
+    db.close()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_verify(data: &Path, a: JsonArgs) -> CliResult {
+    if !data.join("log").exists() {
+        return Err(CliError(format!("no store at {}", data.display())));
+    }
+    let db = match Engram::open_with_report(data, store_options()) {
+        Ok((db, report)) => {
+            if let Some(t) = &report.log.truncation {
+                eprintln!(
+                    "note: recovery cut an unacknowledged torn tail ({} bytes at segment {} offset {})",
+                    t.bytes_dropped, t.segment, t.offset
+                );
+            }
+            db
+        }
+        Err(e) => {
+            if a.json {
+                print_json(&serde_json::json!({"ok": false, "problems": [e.to_string()]}))?;
+            } else {
+                println!("PROBLEM  {e}");
+            }
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let r = db.verify()?;
+    db.close()?;
+    if a.json {
+        print_json(&serde_json::json!({
+            "ok": r.ok(), "frames": r.frames, "records": r.records, "problems": r.problems
+        }))?;
+    } else {
+        for p in &r.problems {
+            println!("PROBLEM  {p}");
+        }
+        println!(
+            "{}: {} frame(s) checked, {} record(s) checked against the catalog, {} problem(s)",
+            if r.ok() { "OK" } else { "FAILED" },
+            r.frames,
+            r.records,
+            r.problems.len()
+        );
+    }
+    Ok(if r.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn cmd_rebuild(data: &Path, a: RebuildArgs) -> CliResult {
+    if !data.join("log").exists() {
+        return Err(CliError(format!("no store at {}", data.display())));
+    }
+    let started = std::time::Instant::now();
+    let n = Engram::rebuild_catalog(data, &store_options())?;
+    if !a.catalog {
+        let derived = layout::derived(data);
+        if derived.exists() {
+            std::fs::remove_dir_all(&derived)?;
+        }
+        let db = open_store(data)?;
+        db.close()?;
+    }
+    if a.json {
+        print_json(
+            &serde_json::json!({"catalog_records": n, "derived": !a.catalog, "seconds": started.elapsed().as_secs_f64()}),
+        )?;
+    } else {
+        println!(
+            "rebuilt the catalog ({n} records){} from the log in {:.2}s",
+            if a.catalog {
+                ""
+            } else {
+                " and all derived state"
+            },
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Formats a timestamp for messages.
+pub fn ts(ms: i64) -> String {
+    format_rfc3339(ms)
+}

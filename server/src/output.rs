@@ -1,0 +1,116 @@
+//! Human-readable rendering of records and reports for the terminal.
+//! (`--json` output is the serde form of the engine's types.)
+
+use engram_engine::Record;
+use engram_engine::time::format_rfc3339;
+
+/// One-line header of a record.
+pub fn record_header(r: &Record) -> String {
+    let mut s = format!(
+        "{}  {} {}  {}  [{}]",
+        r.id,
+        r.record.name(),
+        r.kind,
+        format_rfc3339(r.occurred_at),
+        r.status.name()
+    );
+    if let Some(e) = &r.external_id {
+        s.push_str(&format!("  ext={e}"));
+    }
+    s
+}
+
+/// A record in a few indented lines.
+pub fn record_block(r: &Record) -> String {
+    let mut out = record_header(r);
+    let mut line = |k: &str, v: String| {
+        out.push_str(&format!("\n    {k:<14}{v}"));
+    };
+    let mut scope = Vec::new();
+    if let Some(u) = &r.scope.user {
+        scope.push(format!("user={u}"));
+    }
+    if let Some(c) = &r.scope.conversation {
+        scope.push(format!("conversation={c}"));
+    }
+    if let Some(a) = &r.scope.agent {
+        scope.push(format!("agent={a}"));
+    }
+    if !r.scope.labels.is_empty() {
+        scope.push(format!("labels={}", r.scope.labels.join(",")));
+    }
+    if !scope.is_empty() {
+        line("scope", scope.join(" "));
+    }
+    if let Some(t) = &r.text {
+        line("text", t.clone());
+    }
+    if let Some(d) = &r.data {
+        line("data", d.to_string());
+    }
+    if let Some(n) = &r.name {
+        line(
+            "entity",
+            format!(
+                "{} ({}){}",
+                n,
+                r.entity_type.clone().unwrap_or_default(),
+                if r.aliases.is_empty() {
+                    String::new()
+                } else {
+                    format!(" aka {}", r.aliases.join(", "))
+                }
+            ),
+        );
+    }
+    if let Some(p) = &r.predicate {
+        line(
+            "claim",
+            format!(
+                "{} -{}-> {}",
+                r.subject
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| "-".into()),
+                p,
+                r.object
+                    .map(|o| o.to_string())
+                    .or_else(|| r.object_value.clone())
+                    .unwrap_or_else(|| "-".into())
+            ),
+        );
+    }
+    if !r.sources.is_empty() {
+        line(
+            "sources",
+            r.sources
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+    }
+    line(
+        "writer",
+        format!("{} ({})", r.writer.principal, r.writer.kind.name()),
+    );
+    line("ingested_at", format_rfc3339(r.ingested_at));
+    if let Some(v) = r.valid_until {
+        line("valid_until", format_rfc3339(v));
+    }
+    if !r.effective_access.is_empty() {
+        line("access", r.effective_access.join(", "));
+    }
+    if r.retention_class != "standard" {
+        line("retention", r.retention_class.clone());
+    }
+    if let Some(s) = r.supersedes {
+        line("supersedes", s.to_string());
+    }
+    if let Some(s) = r.superseded_by {
+        line("superseded_by", s.to_string());
+    }
+    for e in &r.embeddings {
+        line("embedding", format!("{} ({} dims)", e.model, e.dim));
+    }
+    out
+}
