@@ -125,12 +125,14 @@ impl Engram {
             });
         }
         drop(st);
+        self.flush_catalog()?;
         s.catalog_records = self.inner.catalog.n_records()?;
         Ok(s)
     }
 
     /// Checks every frame's checksums and the catalog against the log.
     pub fn verify(&self) -> Result<VerifyReport> {
+        self.flush_catalog()?;
         let mut report = VerifyReport::default();
         let (frames, problems) = self.inner.log.verify()?;
         report.frames = frames;

@@ -154,6 +154,8 @@ pub(crate) struct Inner {
     apply_error: Arc<Mutex<Option<String>>>,
     indexer: Mutex<Option<JoinHandle<()>>>,
     indexer_tx: Mutex<Option<crossbeam_channel::Sender<()>>>,
+    catalog_tx: Mutex<Option<crossbeam_channel::Sender<CatalogMsg>>>,
+    catalog_thread: Mutex<Option<JoinHandle<()>>>,
     closed: AtomicBool,
     /// Held shared by appends, exclusively by maintenance (compaction, restore).
     pub(crate) maintenance: RwLock<()>,
@@ -342,6 +344,8 @@ impl Engram {
             apply_error: Arc::new(Mutex::new(None)),
             indexer: Mutex::new(None),
             indexer_tx: Mutex::new(None),
+            catalog_tx: Mutex::new(None),
+            catalog_thread: Mutex::new(None),
             closed: AtomicBool::new(false),
             maintenance: RwLock::new(()),
         });
@@ -351,10 +355,11 @@ impl Engram {
 
     fn start_threads(inner: &Arc<Inner>) -> Result<()> {
         let (tx, rx) = crossbeam_channel::unbounded::<()>();
+        let (cat_tx, cat_rx) = crossbeam_channel::unbounded::<CatalogMsg>();
         let hook_state = inner.state.clone();
-        let hook_catalog = inner.catalog.clone();
         let hook_err = inner.apply_error.clone();
         let hook_tx = tx.clone();
+        let hook_cat = cat_tx.clone();
         inner
             .log
             .start_writer(Box::new(move |frames: &[CommittedFrame<'_>]| {
@@ -371,21 +376,43 @@ impl Engram {
                         last = f.loc.lsn;
                     }
                 }
-                if let Err(e) = hook_catalog.apply(&ops, last, false) {
-                    hook_err.lock().get_or_insert(e.to_string());
-                }
+                let _ = hook_cat.send(CatalogMsg::Ops(ops, last));
                 let _ = hook_tx.send(());
             }))?;
+        let spawn_err = |e| EngineError::Storage(StorageError::io("background thread", e));
+        let cat = inner.catalog.clone();
+        let cat_err = inner.apply_error.clone();
+        let handle = std::thread::Builder::new()
+            .name("engram-catalog".into())
+            .spawn(move || catalog_loop(cat, cat_rx, cat_err))
+            .map_err(spawn_err)?;
+        *inner.catalog_thread.lock() = Some(handle);
+        *inner.catalog_tx.lock() = Some(cat_tx);
         if inner.opts.background_indexing {
             let st = inner.state.clone();
             let handle = std::thread::Builder::new()
                 .name("engram-indexer".into())
                 .spawn(move || indexer_loop(st, rx))
-                .map_err(|e| EngineError::Storage(StorageError::io("indexer thread", e)))?;
+                .map_err(spawn_err)?;
             *inner.indexer.lock() = Some(handle);
         }
         *inner.indexer_tx.lock() = Some(tx);
         Ok(())
+    }
+
+    /// Waits until the catalog reflects everything applied so far and makes
+    /// it durable.
+    pub(crate) fn flush_catalog(&self) -> Result<()> {
+        let tx = self.inner.catalog_tx.lock().clone();
+        match tx {
+            Some(tx) => {
+                let (rtx, rrx) = crossbeam_channel::bounded(1);
+                tx.send(CatalogMsg::Flush(rtx))
+                    .map_err(|_| EngineError::Closed)?;
+                rrx.recv().map_err(|_| EngineError::Closed)?
+            }
+            None => Ok(self.inner.catalog.checkpoint()?),
+        }
     }
 
     /// A session acting as `principal`.
@@ -440,8 +467,7 @@ impl Engram {
             &body,
         )?;
         drop(st);
-        self.inner.catalog.checkpoint()?;
-        Ok(())
+        self.flush_catalog()
     }
 
     fn check_open(&self) -> Result<()> {
@@ -467,6 +493,10 @@ impl Engram {
         if let Some(h) = self.inner.indexer.lock().take() {
             let _ = h.join();
         }
+        drop(self.inner.catalog_tx.lock().take());
+        if let Some(h) = self.inner.catalog_thread.lock().take() {
+            let _ = h.join();
+        }
         self.inner.closed.store(false, Ordering::Release);
         let r = self.wait_indexed().and_then(|_| self.checkpoint());
         self.inner.closed.store(true, Ordering::Release);
@@ -478,13 +508,6 @@ impl Engram {
 
     pub(crate) fn now(&self) -> i64 {
         self.inner.clock.now_ms()
-    }
-
-    /// Appends already-encoded frames as one atomic batch (lifecycle ops).
-    pub(crate) fn append_frames(&self, frames: Vec<PendingFrame>) -> Result<Vec<FrameLoc>> {
-        self.check_open()?;
-        let _m = self.inner.maintenance.read();
-        Ok(self.inner.log.append(frames)?)
     }
 
     /// A fresh id to label one ingest run (pass it to [`Session::append_run`]).
@@ -521,6 +544,54 @@ impl Drop for Inner {
         drop(self.indexer_tx.lock().take());
         if let Some(h) = self.indexer.lock().take() {
             let _ = h.join();
+        }
+        drop(self.catalog_tx.lock().take());
+        if let Some(h) = self.catalog_thread.lock().take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Work for the catalog thread.
+pub(crate) enum CatalogMsg {
+    /// Changes up to an LSN.
+    Ops(Vec<CatalogOp>, u64),
+    /// Apply everything queued, commit durably, then answer.
+    Flush(crossbeam_channel::Sender<Result<()>>),
+}
+
+/// Applies catalog changes off the write path: the catalog is derived and
+/// catches up from the log after a crash, so its commits need not be
+/// durable before an append is acknowledged.
+fn catalog_loop(
+    cat: Arc<Catalog>,
+    rx: crossbeam_channel::Receiver<CatalogMsg>,
+    err: Arc<Mutex<Option<String>>>,
+) {
+    while let Ok(first) = rx.recv() {
+        let mut ops = Vec::new();
+        let mut last = 0;
+        let mut flushes = Vec::new();
+        let mut next = Some(first);
+        while let Some(m) = next.take() {
+            match m {
+                CatalogMsg::Ops(o, l) => {
+                    ops.extend(o);
+                    last = last.max(l);
+                }
+                CatalogMsg::Flush(r) => flushes.push(r),
+            }
+            if ops.len() < 100_000 {
+                next = rx.try_recv().ok();
+            }
+        }
+        if !ops.is_empty() {
+            if let Err(e) = cat.apply(&ops, last, false) {
+                err.lock().get_or_insert(e.to_string());
+            }
+        }
+        for f in flushes {
+            let _ = f.send(cat.checkpoint().map_err(EngineError::from));
         }
     }
 }

@@ -87,16 +87,24 @@ impl Embedder for HashEmbedder {
             v[bucket] += sign * w;
         };
         let toks = tokenize::tokens(text);
+        let mut chars: Vec<char> = Vec::with_capacity(66);
+        let mut buf = [0u8; 12];
         for (i, t) in toks.iter().enumerate() {
             add(fnv1a(&[b"w", t.as_bytes()]), 1.0);
             if let Some(next) = toks.get(i + 1) {
                 add(fnv1a(&[b"b", t.as_bytes(), next.as_bytes()]), 0.5);
             }
-            let chars: Vec<char> = format!("^{t}$").chars().collect();
+            chars.clear();
+            chars.push('^');
+            chars.extend(t.chars());
+            chars.push('$');
             if chars.len() > 4 {
                 for w in chars.windows(3) {
-                    let s: String = w.iter().collect();
-                    add(fnv1a(&[b"c", s.as_bytes()]), 0.25);
+                    let mut n = 0;
+                    for c in w {
+                        n += c.encode_utf8(&mut buf[n..]).len();
+                    }
+                    add(fnv1a(&[b"c", &buf[..n]]), 0.25);
                 }
             }
         }

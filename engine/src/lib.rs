@@ -20,6 +20,7 @@ pub mod id;
 pub mod lexical;
 pub mod model;
 pub mod principal;
+pub mod settings;
 pub mod state;
 pub mod time;
 pub mod vector;

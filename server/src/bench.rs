@@ -141,7 +141,7 @@ pub fn event_text(seed: u64, bytes: usize) -> String {
             s.push(' ');
         }
         s.push_str(WORDS[(x % WORDS.len() as u64) as usize]);
-        if x % 11 == 0 {
+        if x.is_multiple_of(11) {
             s.push('.');
         }
     }
@@ -250,7 +250,7 @@ fn ingest(a: IngestBenchArgs) -> CliResult {
         let r = measure(&dir, a.n, w, b)?;
         let _ = std::fs::remove_dir_all(&dir);
         if !a.json {
-            println!(
+            crate::outln!(
                 "writers {:>3}  batch {:>5}  {:>10.0} events/s  {:>7.1} MB/s  ack p50 {:>8.0} us  p99 {:>8.0} us  ({} fsync groups)",
                 r.writers,
                 r.batch,
@@ -264,7 +264,7 @@ fn ingest(a: IngestBenchArgs) -> CliResult {
         results.push(r);
     }
     if a.json {
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string_pretty(
                 &serde_json::json!({"bench": "ingest", "event_text_bytes": 500, "results": results})

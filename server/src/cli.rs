@@ -14,10 +14,11 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use engram_engine::db::layout;
+use engram_engine::settings::StoreSettings;
 use engram_engine::time::{format_rfc3339, parse_rfc3339};
 use engram_engine::{
-    AppendOutcome, EngineError, Engram, HashEmbedder, ListFilter, Options, Principal, Record,
-    RecordId, RecordRef, Session, Status,
+    AppendOutcome, EngineError, Engram, ListFilter, Options, Principal, Record, RecordId,
+    RecordRef, Session, Status,
 };
 use engram_query::IngestLine;
 use serde::Serialize;
@@ -41,6 +42,11 @@ pub struct Cli {
         default_value = "./engram-data"
     )]
     pub data: PathBuf,
+    /// Built-in embedder deriving vectors from text: `none`, `hash` (lexical
+    /// feature hashing, 256 dims; not semantic) or `hash-<dims>`. Remembered
+    /// by the store; default for a new store: none (clients send vectors).
+    #[arg(long, global = true)]
+    pub embedder: Option<String>,
     /// The command.
     #[command(subcommand)]
     pub command: Command,
@@ -201,8 +207,11 @@ where
     }
 }
 
+static EMBEDDER_FLAG: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
 fn dispatch(cli: Cli) -> CliResult {
     let data = cli.data;
+    let _ = EMBEDDER_FLAG.set(cli.embedder.clone());
     match cli.command {
         Command::Demo(a) => crate::demo::run(a.dir),
         Command::Ingest(a) => cmd_ingest(&data, a),
@@ -216,17 +225,35 @@ fn dispatch(cli: Cli) -> CliResult {
     }
 }
 
-/// Options every CLI command opens a store with.
-pub fn store_options() -> Options {
-    Options {
-        embedder: Some(std::sync::Arc::new(HashEmbedder::default())),
-        ..Options::default()
+/// Options the CLI opens the store in `dir` with: the embedder comes from
+/// `--embedder`, else from the store's settings, else none. A new choice is
+/// saved in the store's settings.
+pub fn store_options(dir: &Path) -> Result<Options, CliError> {
+    let opts = Options::default();
+    let saved = engram_engine::settings::load(opts.backend.as_ref(), dir)?;
+    let flag = EMBEDDER_FLAG.get().cloned().flatten();
+    let name = flag
+        .clone()
+        .or_else(|| saved.as_ref().and_then(|s| s.embedder.clone()))
+        .unwrap_or_else(|| "none".to_string());
+    let embedder = engram_engine::settings::embedder_by_name(&name)?;
+    let wanted = StoreSettings {
+        embedder: (name != "none").then_some(name),
+    };
+    if flag.is_some() && saved.as_ref() != Some(&wanted) {
+        engram_engine::settings::save(opts.backend.as_ref(), dir, &wanted)?;
     }
+    Ok(Options { embedder, ..opts })
+}
+
+/// Opens a store with an explicit embedder choice (the demo).
+pub fn set_embedder_default(name: &str) {
+    let _ = EMBEDDER_FLAG.set(Some(name.to_string()));
 }
 
 /// Opens the store at `dir`, reporting recovery on stderr.
 pub fn open_store(dir: &Path) -> Result<Engram, CliError> {
-    let (db, report) = Engram::open_with_report(dir, store_options())
+    let (db, report) = Engram::open_with_report(dir, store_options(dir)?)
         .map_err(|e| CliError(format!("cannot open store {}: {e}", dir.display())))?;
     if let Some(t) = &report.log.truncation {
         eprintln!(
@@ -284,7 +311,7 @@ pub fn resolve_cli_id(
 }
 
 fn print_json<T: Serialize>(v: &T) -> Result<(), CliError> {
-    println!(
+    crate::outln!(
         "{}",
         serde_json::to_string_pretty(v).map_err(|e| CliError(e.to_string()))?
     );
@@ -321,9 +348,9 @@ pub struct IngestReport {
     pub records: Vec<IngestedLine>,
 }
 
-/// Ingests parsed lines in atomic batches (consecutive lines of one tenant,
-/// at most `batch_size`). Tenants are checked for every line before anything
-/// is written.
+/// Ingests parsed lines in atomic batches: windows of `batch_size` lines,
+/// one batch per tenant inside a window. Tenants are checked for every line
+/// before anything is written.
 pub fn ingest_lines(
     db: &Engram,
     lines: Vec<IngestLine>,
@@ -360,57 +387,69 @@ pub fn ingest_lines(
     let run = db.new_run_id();
     let mut report = IngestReport::default();
     let total = lines.len();
-    let mut start = 0;
     let mut last_progress = std::time::Instant::now();
-    while start < lines.len() {
-        let tenant = &tenants[start];
-        let mut end = start + 1;
-        while end < lines.len() && end - start < batch_size && &tenants[end] == tenant {
-            end += 1;
-        }
-        let session = db.session(Principal::admin(tenant.clone()));
-        let records: Vec<_> = lines[start..end].iter().map(|l| l.record.clone()).collect();
-        let results = session.append_run(records, Some(run)).map_err(|e| {
-            let at = e
-                .item()
-                .map(|i| format!("line {}: ", lines[start + i].line))
-                .unwrap_or_default();
-            let stored = if report.created + report.duplicates > 0 {
-                format!(
-                    " ({} earlier record(s) in {} batch(es) were stored)",
-                    report.created + report.duplicates,
-                    report.batches
-                )
-            } else {
-                " (nothing was stored)".to_string()
-            };
-            CliError(format!(
-                "batch of lines {}-{} rejected, nothing of it stored: {at}{e}{stored}",
-                lines[start].line,
-                lines[end - 1].line
-            ))
-        })?;
-        report.batches += 1;
-        for (l, r) in lines[start..end].iter().zip(results) {
-            match r.outcome {
-                AppendOutcome::Created => report.created += 1,
-                AppendOutcome::Duplicate => report.duplicates += 1,
+    // Windows of `batch_size` lines; inside a window, one atomic batch per
+    // tenant (lines keep their order within a tenant; tenants cannot refer
+    // to each other, so order across tenants does not matter).
+    let mut window_start = 0;
+    while window_start < lines.len() {
+        let window_end = (window_start + batch_size).min(lines.len());
+        let mut order: Vec<&String> = Vec::new();
+        for t in &tenants[window_start..window_end] {
+            if !order.contains(&t) {
+                order.push(t);
             }
-            report.records.push(IngestedLine {
-                line: l.line,
-                tenant: tenant.clone(),
-                id: r.id,
-                external_id: r.external_id,
-                outcome: r.outcome,
-                status: r.status,
-            });
+        }
+        for tenant in order {
+            let idxs: Vec<usize> = (window_start..window_end)
+                .filter(|&i| &tenants[i] == tenant)
+                .collect();
+            let session = db.session(Principal::admin(tenant.clone()));
+            let records: Vec<_> = idxs.iter().map(|&i| lines[i].record.clone()).collect();
+            let results = session.append_run(records, Some(run)).map_err(|e| {
+                let at = e
+                    .item()
+                    .map(|i| format!("line {}: ", lines[idxs[i]].line))
+                    .unwrap_or_default();
+                let stored = if report.created + report.duplicates > 0 {
+                    format!(
+                        " ({} earlier record(s) in {} batch(es) were stored)",
+                        report.created + report.duplicates,
+                        report.batches
+                    )
+                } else {
+                    " (nothing was stored)".to_string()
+                };
+                CliError(format!(
+                    "batch of {} line(s) of tenant '{tenant}' between lines {} and {} rejected, nothing of it stored: {at}{e}{stored}",
+                    idxs.len(),
+                    lines[window_start].line,
+                    lines[window_end - 1].line
+                ))
+            })?;
+            report.batches += 1;
+            for (&i, r) in idxs.iter().zip(results) {
+                match r.outcome {
+                    AppendOutcome::Created => report.created += 1,
+                    AppendOutcome::Duplicate => report.duplicates += 1,
+                }
+                report.records.push(IngestedLine {
+                    line: lines[i].line,
+                    tenant: tenant.clone(),
+                    id: r.id,
+                    external_id: r.external_id,
+                    outcome: r.outcome,
+                    status: r.status,
+                });
+            }
         }
         if progress && last_progress.elapsed().as_secs() >= 2 {
-            eprintln!("ingest: {end}/{total} records");
+            eprintln!("ingest: {window_end}/{total} records");
             last_progress = std::time::Instant::now();
         }
-        start = end;
+        window_start = window_end;
     }
+    report.records.sort_by_key(|r| r.line);
     Ok(report)
 }
 
@@ -437,7 +476,7 @@ fn cmd_ingest(data: &Path, a: IngestArgs) -> CliResult {
     if a.json {
         print_json(&report)?;
     } else {
-        println!(
+        crate::outln!(
             "ingested {} record(s): {} created, {} duplicate(s), {} batch(es) in {:.2}s",
             report.records.len(),
             report.created,
@@ -446,7 +485,7 @@ fn cmd_ingest(data: &Path, a: IngestArgs) -> CliResult {
             started.elapsed().as_secs_f64()
         );
         for r in &report.records {
-            println!(
+            crate::outln!(
                 "  line {:>5}  {}  {:<9} {}{}",
                 r.line,
                 r.id,
@@ -482,14 +521,14 @@ fn cmd_get(data: &Path, a: IdArgs, history: bool) -> CliResult {
         }
     } else {
         if history {
-            println!(
+            crate::outln!(
                 "history of {} ({} version(s), oldest first):",
                 a.id,
                 records.len()
             );
         }
         for r in &records {
-            println!("{}", record_block(r));
+            crate::outln!("{}", record_block(r));
         }
     }
     db.close()?;
@@ -524,14 +563,14 @@ fn cmd_log(data: &Path, a: LogArgs) -> CliResult {
     }
     for r in &all {
         if a.json {
-            println!(
+            crate::outln!(
                 "{}",
                 serde_json::to_string(r).map_err(|e| CliError(e.to_string()))?
             );
         } else {
-            println!("{}  {}", r.tenant, record_header(r));
+            crate::outln!("{}  {}", r.tenant, record_header(r));
             if let Some(t) = &r.text {
-                println!("    {t}");
+                crate::outln!("    {t}");
             }
         }
     }
@@ -548,18 +587,21 @@ fn cmd_stats(data: &Path, a: JsonArgs) -> CliResult {
     if a.json {
         print_json(&s)?;
     } else {
-        println!("store      {}", data.display());
-        println!(
+        crate::outln!("store      {}", data.display());
+        crate::outln!(
             "log        {} segment(s), {} bytes, last LSN {}",
-            s.log_segments, s.log_bytes, s.last_lsn
+            s.log_segments,
+            s.log_bytes,
+            s.last_lsn
         );
-        println!("records    {} (catalog: {})", s.records, s.catalog_records);
-        println!(
+        crate::outln!("records    {} (catalog: {})", s.records, s.catalog_records);
+        crate::outln!(
             "lexical    {} document(s), {} term(s)",
-            s.lexical_documents, s.lexical_terms
+            s.lexical_documents,
+            s.lexical_terms
         );
         for v in &s.vector_spaces {
-            println!(
+            crate::outln!(
                 "vectors    {}: {} x {} dims, {} indexed{}",
                 v.model,
                 v.vectors,
@@ -573,16 +615,16 @@ fn cmd_stats(data: &Path, a: JsonArgs) -> CliResult {
             );
         }
         for (t, ts) in &s.tenants {
-            println!("tenant     {t}: {} record(s)", ts.records);
+            crate::outln!("tenant     {t}: {} record(s)", ts.records);
             for (k, n) in &ts.by_kind {
-                println!("             kind {k:<24} {n}");
+                crate::outln!("             kind {k:<24} {n}");
             }
             let statuses: Vec<String> = ts
                 .by_status
                 .iter()
                 .map(|(k, n)| format!("{k} {n}"))
                 .collect();
-            println!("             status {}", statuses.join(", "));
+            crate::outln!("             status {}", statuses.join(", "));
         }
     }
     db.close()?;
@@ -593,7 +635,7 @@ fn cmd_verify(data: &Path, a: JsonArgs) -> CliResult {
     if !data.join("log").exists() {
         return Err(CliError(format!("no store at {}", data.display())));
     }
-    let db = match Engram::open_with_report(data, store_options()) {
+    let db = match Engram::open_with_report(data, store_options(data)?) {
         Ok((db, report)) => {
             if let Some(t) = &report.log.truncation {
                 eprintln!(
@@ -607,7 +649,7 @@ fn cmd_verify(data: &Path, a: JsonArgs) -> CliResult {
             if a.json {
                 print_json(&serde_json::json!({"ok": false, "problems": [e.to_string()]}))?;
             } else {
-                println!("PROBLEM  {e}");
+                crate::outln!("PROBLEM  {e}");
             }
             return Ok(ExitCode::from(1));
         }
@@ -620,9 +662,9 @@ fn cmd_verify(data: &Path, a: JsonArgs) -> CliResult {
         }))?;
     } else {
         for p in &r.problems {
-            println!("PROBLEM  {p}");
+            crate::outln!("PROBLEM  {p}");
         }
-        println!(
+        crate::outln!(
             "{}: {} frame(s) checked, {} record(s) checked against the catalog, {} problem(s)",
             if r.ok() { "OK" } else { "FAILED" },
             r.frames,
@@ -642,7 +684,7 @@ fn cmd_rebuild(data: &Path, a: RebuildArgs) -> CliResult {
         return Err(CliError(format!("no store at {}", data.display())));
     }
     let started = std::time::Instant::now();
-    let n = Engram::rebuild_catalog(data, &store_options())?;
+    let n = Engram::rebuild_catalog(data, &store_options(data)?)?;
     if !a.catalog {
         let derived = layout::derived(data);
         if derived.exists() {
@@ -656,7 +698,7 @@ fn cmd_rebuild(data: &Path, a: RebuildArgs) -> CliResult {
             &serde_json::json!({"catalog_records": n, "derived": !a.catalog, "seconds": started.elapsed().as_secs_f64()}),
         )?;
     } else {
-        println!(
+        crate::outln!(
             "rebuilt the catalog ({n} records){} from the log in {:.2}s",
             if a.catalog {
                 ""

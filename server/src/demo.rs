@@ -17,7 +17,7 @@ use crate::output::{record_block, record_header};
 pub const SAMPLE_JSONL: &str = include_str!("demo/sample.jsonl");
 
 fn section(title: &str) {
-    println!(
+    crate::outln!(
         "\n== {title} {}",
         "=".repeat(70usize.saturating_sub(title.len()))
     );
@@ -41,12 +41,15 @@ pub fn run(dir: Option<PathBuf>) -> CliResult {
             tmp.path().to_path_buf()
         }
     };
-    println!("Engram demo: a fresh embedded store in {}", dir.display());
+    crate::outln!("Engram demo: a fresh embedded store in {}", dir.display());
+    // The demo derives vectors with the built-in lexical embedder (not a
+    // semantic model: it hashes words and word pieces).
+    crate::cli::set_embedder_default("hash");
     let db = open_store(&dir)?;
     let result = tour(&db);
     db.close()?;
     result?;
-    println!(
+    crate::outln!(
         "\nDone. The store is in {} (deleted on exit unless --dir was given).",
         dir.display()
     );
@@ -58,29 +61,32 @@ fn tour(db: &Engram) -> Result<(), CliError> {
     let lines = engram_query::parse_jsonl(SAMPLE_JSONL)
         .map_err(|e| CliError(format!("bundled sample: {e}")))?;
     let report = ingest_lines(db, lines, None, 1000, false)?;
-    println!(
+    crate::outln!(
         "{} records written in {} atomic batch(es); every append was on disk (fsync) before it was acknowledged.",
-        report.created, report.batches
+        report.created,
+        report.batches
     );
     let ops = db.session(Principal::admin("acme-ops"));
     let support = db.session(Principal::admin("acme-support"));
 
     section("2. What the store holds: the incident timeline (tenant acme-ops)");
     for r in ops.list(&Default::default())? {
-        println!("{}", record_header(&r));
+        crate::outln!("{}", record_header(&r));
         if let Some(t) = &r.text {
-            println!("    {t}");
+            crate::outln!("    {t}");
         }
     }
 
     section("3. A correction: nothing is overwritten");
-    println!(
+    crate::outln!(
         "A voice transcript said \"by phone\"; after review it was corrected to \"by email\"."
     );
-    println!("The correction is a new event that supersedes the original; history keeps both:\n");
+    crate::outln!(
+        "The correction is a new event that supersedes the original; history keeps both:\n"
+    );
     let hist = support.history(&RecordRef::External("conv-993/17".into()))?;
     for (i, r) in hist.iter().enumerate() {
-        println!(
+        crate::outln!(
             "version {} of {}:\n{}\n",
             i + 1,
             hist.len(),
@@ -88,7 +94,7 @@ fn tour(db: &Engram) -> Result<(), CliError> {
         );
     }
     let current = support.current(&RecordRef::External("conv-993/17".into()))?;
-    println!(
+    crate::outln!(
         "The external id conv-993/17 now names the current version {} ({}).",
         current.id,
         current.text.as_deref().unwrap_or("")
@@ -96,7 +102,7 @@ fn tour(db: &Engram) -> Result<(), CliError> {
 
     section("4. Isolation: one tenant cannot see the other");
     let probe = ops.get(&RecordRef::Id(current.id));
-    println!(
+    crate::outln!(
         "acme-ops asks for acme-support's record {}: {}",
         current.id,
         match probe {
@@ -106,9 +112,12 @@ fn tour(db: &Engram) -> Result<(), CliError> {
     );
     let stats = db.stats()?;
     section("5. Store");
-    println!(
+    crate::outln!(
         "{} records, {} log segment(s), {} bytes of log; catalog holds {} records.",
-        stats.records, stats.log_segments, stats.log_bytes, stats.catalog_records
+        stats.records,
+        stats.log_segments,
+        stats.log_bytes,
+        stats.catalog_records
     );
     Ok(())
 }

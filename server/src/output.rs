@@ -1,6 +1,27 @@
 //! Human-readable rendering of records and reports for the terminal.
 //! (`--json` output is the serde form of the engine's types.)
 
+/// Writes one line to stdout. If stdout is closed (`engram log | head`),
+/// exits quietly instead of panicking.
+pub fn emit(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(line).and_then(|_| out.write_all(b"\n")) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: cannot write output: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// `println!` that tolerates a closed stdout (see [`emit`]).
+#[macro_export]
+macro_rules! outln {
+    () => { $crate::output::emit(format_args!("")) };
+    ($($arg:tt)*) => { $crate::output::emit(format_args!($($arg)*)) };
+}
+
 use engram_engine::Record;
 use engram_engine::time::format_rfc3339;
 

@@ -545,8 +545,10 @@ impl Bm25Index {
                 }
             };
             let p = &mut self.postings[id as usize];
-            let pushed = p.docs.try_push(doc);
-            debug_assert!(pushed.is_ok(), "doc ids increase");
+            // `insert`, not `push`: roaring's push finds the maximum of a
+            // bitmap container by scanning it, which made indexing dense
+            // terms quadratic. Doc ids still only increase (checked above).
+            p.docs.insert(doc);
             if tf >= 2 {
                 p.multi_docs.push(doc);
                 p.multi_tfs.push(tf);
@@ -555,8 +557,7 @@ impl Bm25Index {
         let slot = doc as usize;
         self.doc_len.resize(slot + 1, 0);
         self.doc_len[slot] = dl;
-        let pushed = self.nonempty.try_push(doc);
-        debug_assert!(pushed.is_ok(), "doc ids increase");
+        self.nonempty.insert(doc);
         self.total_len += u64::from(dl);
         Ok(())
     }

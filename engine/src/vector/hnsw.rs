@@ -428,7 +428,7 @@ impl Hnsw {
         let m = self.params.m as u64;
         let mut h = splitmix64(self.params.seed ^ splitmix64(u64::from(slot)));
         let mut level = 0;
-        while level < MAX_LEVEL && h % m == 0 {
+        while level < MAX_LEVEL && h.is_multiple_of(m) {
             level += 1;
             h = splitmix64(h);
         }

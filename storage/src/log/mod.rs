@@ -211,6 +211,7 @@ pub struct SegmentLog {
     shared: Arc<Shared>,
     tx: Mutex<Option<Sender<Request>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    applier: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for SegmentLog {
@@ -366,6 +367,7 @@ impl SegmentLog {
                 shared,
                 tx: Mutex::new(None),
                 writer: Mutex::new(None),
+                applier: Mutex::new(None),
             },
             report,
         ))
@@ -379,13 +381,22 @@ impl SegmentLog {
             return Ok(());
         }
         let (tx, rx) = crossbeam_channel::unbounded();
+        // Groups go from the writer (write + fsync) to the applier (hook +
+        // acknowledgements) in LSN order; the bound keeps the pipeline short.
+        let (apply_tx, apply_rx) = crossbeam_channel::bounded::<ApplyJob>(APPLY_QUEUE_GROUPS);
         let shared = self.shared.clone();
+        let io = |e| StorageError::io(&self.shared.dir, e);
+        let applier = std::thread::Builder::new()
+            .name("engram-log-apply".into())
+            .spawn(move || applier_loop(apply_rx, hook))
+            .map_err(io)?;
         let handle = std::thread::Builder::new()
             .name("engram-log-writer".into())
-            .spawn(move || writer_loop(shared, rx, hook))
-            .map_err(|e| StorageError::io(&self.shared.dir, e))?;
+            .spawn(move || writer_loop(shared, rx, apply_tx))
+            .map_err(io)?;
         *tx_slot = Some(tx);
         *self.writer.lock() = Some(handle);
+        *self.applier.lock() = Some(applier);
         Ok(())
     }
 
@@ -713,6 +724,9 @@ impl SegmentLog {
         if let Some(h) = self.writer.lock().take() {
             let _ = h.join();
         }
+        if let Some(h) = self.applier.lock().take() {
+            let _ = h.join();
+        }
     }
 }
 
@@ -768,7 +782,46 @@ struct Group {
     reply: Sender<StorageResult<AppendOutcome>>,
 }
 
-fn writer_loop(shared: Arc<Shared>, rx: Receiver<Request>, mut hook: CommitHook) {
+/// Groups a writer may hand to the applier before it waits.
+const APPLY_QUEUE_GROUPS: usize = 4;
+
+/// A durable group on its way to the commit hook and the acknowledgements.
+struct ApplyJob {
+    runs: Vec<Run>,
+    replies: Vec<(
+        Sender<StorageResult<AppendOutcome>>,
+        StorageResult<AppendOutcome>,
+    )>,
+}
+
+/// Frames written to one segment by one group: the bytes as written, and
+/// each frame's location, header and payload offset in `buf`.
+struct Run {
+    buf: AlignedBuf,
+    metas: Vec<(FrameLoc, FrameHeader, usize)>,
+}
+
+fn applier_loop(rx: Receiver<ApplyJob>, mut hook: CommitHook) {
+    while let Ok(job) = rx.recv() {
+        for run in &job.runs {
+            let committed: Vec<CommittedFrame<'_>> = run
+                .metas
+                .iter()
+                .map(|(loc, header, at)| CommittedFrame {
+                    loc: *loc,
+                    header: *header,
+                    payload: &run.buf.as_slice()[*at..*at + header.payload_len as usize],
+                })
+                .collect();
+            hook(&committed);
+        }
+        for (reply, result) in job.replies {
+            let _ = reply.send(result);
+        }
+    }
+}
+
+fn writer_loop(shared: Arc<Shared>, rx: Receiver<Request>, apply: Sender<ApplyJob>) {
     let mut next_lsn = shared.last_lsn.load(Ordering::Acquire) + 1;
     while let Ok(first) = rx.recv() {
         let mut batches: Vec<Group> = Vec::new();
@@ -790,12 +843,7 @@ fn writer_loop(shared: Arc<Shared>, rx: Receiver<Request>, mut hook: CommitHook)
                 }
                 Some(Request::Rotate { reply }) => {
                     // Finish what was gathered first, then rotate.
-                    commit_group(
-                        &shared,
-                        &mut next_lsn,
-                        std::mem::take(&mut batches),
-                        &mut hook,
-                    );
+                    commit_group(&shared, &mut next_lsn, std::mem::take(&mut batches), &apply);
                     let r = rotate_now(&shared, next_lsn);
                     let _ = reply.send(r);
                     bytes = 0;
@@ -810,7 +858,7 @@ fn writer_loop(shared: Arc<Shared>, rx: Receiver<Request>, mut hook: CommitHook)
                 Err(_) => break,
             }
         }
-        commit_group(&shared, &mut next_lsn, batches, &mut hook);
+        commit_group(&shared, &mut next_lsn, batches, &apply);
     }
 }
 
@@ -839,7 +887,12 @@ fn poison(shared: &Shared, why: String) -> StorageError {
     StorageError::Poisoned { reason: why }
 }
 
-fn commit_group(shared: &Shared, next_lsn: &mut Lsn, batches: Vec<Group>, hook: &mut CommitHook) {
+fn commit_group(
+    shared: &Shared,
+    next_lsn: &mut Lsn,
+    batches: Vec<Group>,
+    apply: &Sender<ApplyJob>,
+) {
     if batches.is_empty() {
         return;
     }
@@ -851,49 +904,44 @@ fn commit_group(shared: &Shared, next_lsn: &mut Lsn, batches: Vec<Group>, hook: 
         }
         return;
     }
-    let (done, failure) = write_group(shared, next_lsn, &batches, hook);
+    let mut runs = Vec::new();
+    let mut done: Vec<AppendOutcome> = Vec::with_capacity(batches.len());
+    let failure = write_runs(shared, next_lsn, &batches, &mut runs, &mut done).err();
     shared.n_groups.fetch_add(1, Ordering::Relaxed);
     let mut done = done.into_iter();
     let reason = failure.map(|e| {
         poison(shared, e.to_string());
         e.to_string()
     });
+    let mut replies = Vec::with_capacity(batches.len());
     for b in batches {
         match done.next() {
             Some(l) => {
                 shared.n_frames.fetch_add(l.len() as u64, Ordering::Relaxed);
-                let _ = b.reply.send(Ok(l));
+                replies.push((b.reply, Ok(l)));
             }
-            None => {
-                let _ = b.reply.send(Err(StorageError::Poisoned {
+            None => replies.push((
+                b.reply,
+                Err(StorageError::Poisoned {
                     reason: reason.clone().unwrap_or_default(),
-                }));
-            }
+                }),
+            )),
         }
     }
-}
-
-/// Writes the batches, segment by segment, syncs, runs the hook. Returns
-/// the locations of the batches made durable (a prefix of `batches`) and
-/// the error that stopped the rest, if any.
-fn write_group(
-    shared: &Shared,
-    next_lsn: &mut Lsn,
-    batches: &[Group],
-    hook: &mut CommitHook,
-) -> (Vec<AppendOutcome>, Option<StorageError>) {
-    let mut out: Vec<AppendOutcome> = Vec::with_capacity(batches.len());
-    match write_runs(shared, next_lsn, batches, hook, &mut out) {
-        Ok(()) => (out, None),
-        Err(e) => (out, Some(e)),
+    if let Err(e) = apply.send(ApplyJob { runs, replies }) {
+        // The applier is gone (shutdown): nobody is waiting for these.
+        drop(e);
     }
 }
 
+/// Writes the batches, segment by segment, each run followed by one fsync.
+/// Pushes the written runs and the locations of the batches made durable (a
+/// prefix of `batches`); stops at the first I/O error.
 fn write_runs(
     shared: &Shared,
     next_lsn: &mut Lsn,
     batches: &[Group],
-    hook: &mut CommitHook,
+    runs: &mut Vec<Run>,
     out: &mut Vec<AppendOutcome>,
 ) -> StorageResult<()> {
     let mut i = 0;
@@ -968,15 +1016,7 @@ fn write_runs(
         seg.durable_len.store(start + run_bytes, Ordering::Release);
         shared.last_lsn.store(*next_lsn - 1, Ordering::Release);
         debug_assert!(first_lsn < *next_lsn);
-        let committed: Vec<CommittedFrame<'_>> = metas
-            .iter()
-            .map(|(loc, header, at)| CommittedFrame {
-                loc: *loc,
-                header: *header,
-                payload: &buf.as_slice()[*at..*at + header.payload_len as usize],
-            })
-            .collect();
-        hook(&committed);
+        runs.push(Run { buf, metas });
         out.extend(run_out);
         i = j;
     }
