@@ -470,7 +470,7 @@ impl Engram {
         self.flush_catalog()
     }
 
-    fn check_open(&self) -> Result<()> {
+    pub(crate) fn check_open(&self) -> Result<()> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(EngineError::Closed);
         }

@@ -16,10 +16,13 @@ pub mod codec;
 pub mod db;
 pub mod embed;
 pub mod error;
+pub mod graph;
 pub mod id;
 pub mod lexical;
+pub mod lifecycle;
 pub mod model;
 pub mod principal;
+pub mod retrieval;
 pub mod settings;
 pub mod state;
 pub mod time;
@@ -34,4 +37,5 @@ pub use model::{
     Status, Writer, WriterKind,
 };
 pub use principal::Principal;
+pub use retrieval::{Filters, Hit, Manifest, Mode, RecallRequest, RecallResponse};
 pub use time::{Clock, ManualClock, SystemClock};

@@ -124,7 +124,7 @@ pub struct TenantState {
     pub holds: BTreeSet<String>,
     /// External id -> newest record holding it.
     pub external_ids: HashMap<Box<str>, Idx>,
-    /// Entity name/alias (lower case) -> entities.
+    /// Entity name/alias (see `graph::name_key`) -> entities.
     pub entity_names: HashMap<String, Vec<Idx>>,
     /// Every access label used in the tenant.
     pub labels: BTreeSet<Sym>,
@@ -599,9 +599,10 @@ impl State {
             if rtype == RecordType::Entity {
                 let mut names: Vec<String> = Vec::new();
                 if let Some(n) = a.name.as_ref() {
-                    names.push(n.as_str().to_lowercase());
+                    names.push(crate::graph::name_key(n.as_str()));
                 }
-                names.extend(a.aliases.iter().map(|s| s.as_str().to_lowercase()));
+                names.extend(a.aliases.iter().map(|s| crate::graph::name_key(s.as_str())));
+                names.retain(|n| !n.is_empty());
                 names.sort();
                 names.dedup();
                 for n in names {

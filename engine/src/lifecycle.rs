@@ -1,0 +1,376 @@
+//! Lifecycle operations: each is a record in the log (an operation frame),
+//! applied to the derived state in LSN order like everything else.
+//!
+//! | operation | effect |
+//! |---|---|
+//! | `expire` | sets the end of validity: the record is historical after it (still found with `valid_at` in the past) |
+//! | correction | not here: a record with `supersedes` (see `Session::append`); the old version and its dependents go stale |
+//! | `delete` | the record, every version of its correction chain and every derivative become ineligible at once; `compact` purges their bytes |
+//! | `revoke` / `grant` | change what principals may read, from the next read on (summaries and caches included, since access is checked at read time against effective labels) |
+//! | `retract` | withdraws a semantic record; its dependents go stale |
+//! | `approve` / `reject` | a reviewer's decision on a candidate |
+//! | `set_retention` | retention period of a class for the tenant; past it records are ineligible and purged by `compact` (unless under a hold) |
+//! | `hold` | a legal hold on a scope suspends purging |
+//!
+//! Authority: reviews need the `reviewer` role (or admin); every other
+//! operation needs the tenant admin. Targets are resolved inside the
+//! session's tenant only.
+//!
+//! This module must never mutate a record in place: every change is a new
+//! log entry.
+
+use engram_storage::log::PendingFrame;
+
+use crate::codec::{self, OpBody, StoredOp};
+use crate::db::Session;
+use crate::error::{EngineError, Result};
+use crate::id::RecordId;
+use crate::model::{RecordRef, RecordType, Status, check_name, check_time};
+use crate::principal::{ROLE_ADMIN, ROLE_REVIEWER};
+use crate::time::format_rfc3339;
+
+/// Result of a lifecycle operation.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct OpResult {
+    /// Id of the operation record.
+    pub op_id: RecordId,
+    /// LSN of the operation.
+    pub lsn: u64,
+    /// Records whose status changed (for deletes: everything removed).
+    pub affected: Vec<RecordId>,
+}
+
+impl Session {
+    fn require_admin(&self, action: &str) -> Result<()> {
+        if self.principal.is_admin() || self.roles().contains(ROLE_ADMIN) {
+            return Ok(());
+        }
+        Err(EngineError::Forbidden {
+            principal: self.principal.to_string(),
+            action: action.to_string(),
+            reason: "only the tenant admin may do this".into(),
+        })
+    }
+
+    fn write_op(&self, op: OpBody) -> Result<(RecordId, u64)> {
+        self.db.check_open()?;
+        let (id, at) = self.db.mint();
+        let stored = StoredOp {
+            id: id.to_bytes(),
+            tenant: self.principal.tenant().to_string(),
+            at_ms: at,
+            actor: self.principal.id().to_string(),
+            op,
+        };
+        let frame = PendingFrame {
+            frame_type: codec::FRAME_OP,
+            frame_version: codec::PAYLOAD_VERSION,
+            payload: codec::encode_op(&stored),
+        };
+        let _m = self.db.inner.maintenance.read();
+        let locs = self.db.inner.log.append(vec![frame])?;
+        self.db.check_open()?;
+        Ok((id, locs[0].lsn))
+    }
+
+    /// Sets the end of validity of a record: past `valid_until` it is
+    /// historical. Fails if `valid_until` is before the record's start of
+    /// validity.
+    pub fn expire(&self, target: &RecordRef, valid_until: i64) -> Result<OpResult> {
+        self.require_admin("expire records")?;
+        check_time("valid_until", Some(valid_until))?;
+        let (id, from) = {
+            let st = self.db.inner.state.read();
+            let idx = self.resolve_in(&st, target)?;
+            let m = st.meta(idx);
+            if m.status == Status::Deleted {
+                return Err(EngineError::InvalidState {
+                    action: "expire".into(),
+                    target: m.id,
+                    reason: "it is deleted".into(),
+                });
+            }
+            (m.id, m.valid_from)
+        };
+        if valid_until < from {
+            return Err(EngineError::InvalidInput {
+                item: None,
+                field: "valid_until".into(),
+                reason: format!(
+                    "{} is before the record's start of validity {}",
+                    format_rfc3339(valid_until),
+                    format_rfc3339(from)
+                ),
+            });
+        }
+        let (op_id, lsn) = self.write_op(OpBody::Expire {
+            target: id.to_bytes(),
+            valid_until_ms: valid_until,
+        })?;
+        Ok(OpResult {
+            op_id,
+            lsn,
+            affected: vec![id],
+        })
+    }
+
+    /// Deletes a record, every version of its correction chain and every
+    /// record derived from any of them. They are ineligible at once; their
+    /// bytes are purged by the next compaction.
+    pub fn delete(&self, target: &RecordRef, reason: Option<&str>) -> Result<OpResult> {
+        self.require_admin("delete records")?;
+        let (id, affected) = {
+            let st = self.db.inner.state.read();
+            let idx = self.resolve_in(&st, target)?;
+            let m = st.meta(idx);
+            if m.status == Status::Deleted {
+                return Err(EngineError::InvalidState {
+                    action: "delete".into(),
+                    target: m.id,
+                    reason: "it is already deleted".into(),
+                });
+            }
+            let affected: Vec<RecordId> = st
+                .deletion_set(idx)
+                .into_iter()
+                .map(|i| st.meta(i).id)
+                .collect();
+            (m.id, affected)
+        };
+        if let Some(r) = reason {
+            if r.len() > 4096 {
+                return Err(EngineError::invalid("reason", "longer than 4096 bytes"));
+            }
+        }
+        let (op_id, lsn) = self.write_op(OpBody::Delete {
+            target: id.to_bytes(),
+            reason: reason.map(str::to_string),
+        })?;
+        Ok(OpResult {
+            op_id,
+            lsn,
+            affected,
+        })
+    }
+
+    /// Withdraws a semantic record; its dependents become stale.
+    pub fn retract(&self, target: &RecordRef, reason: Option<&str>) -> Result<OpResult> {
+        self.require_admin("retract records")?;
+        let (id, affected) = {
+            let st = self.db.inner.state.read();
+            let idx = self.resolve_in(&st, target)?;
+            let m = st.meta(idx);
+            if m.rtype == RecordType::Event {
+                return Err(EngineError::InvalidState {
+                    action: "retract".into(),
+                    target: m.id,
+                    reason: "events are history and cannot be retracted; correct or delete them"
+                        .into(),
+                });
+            }
+            if matches!(m.status, Status::Deleted | Status::Retracted) {
+                return Err(EngineError::InvalidState {
+                    action: "retract".into(),
+                    target: m.id,
+                    reason: format!("it is {}", m.status.name()),
+                });
+            }
+            let mut a = vec![m.id];
+            a.extend(st.derivatives(idx).into_iter().map(|i| st.meta(i).id));
+            (m.id, a)
+        };
+        let (op_id, lsn) = self.write_op(OpBody::Retract {
+            target: id.to_bytes(),
+            reason: reason.map(str::to_string),
+        })?;
+        Ok(OpResult {
+            op_id,
+            lsn,
+            affected,
+        })
+    }
+
+    fn review(&self, target: &RecordRef, approve: bool, note: Option<&str>) -> Result<OpResult> {
+        let action = if approve { "approve" } else { "reject" };
+        if !self.principal.is_admin() && !self.roles().contains(ROLE_REVIEWER) {
+            return Err(EngineError::Forbidden {
+                principal: self.principal.to_string(),
+                action: format!("{action} review candidates"),
+                reason:
+                    "the reviewer role is required (grant it with `engram grant --role reviewer`)"
+                        .into(),
+            });
+        }
+        let id = {
+            let st = self.db.inner.state.read();
+            let idx = self.resolve_in(&st, target)?;
+            let m = st.meta(idx);
+            if m.status != Status::Candidate {
+                return Err(EngineError::InvalidState {
+                    action: action.into(),
+                    target: m.id,
+                    reason: format!("it is {}, not a review candidate", m.status.name()),
+                });
+            }
+            m.id
+        };
+        let (op_id, lsn) = self.write_op(OpBody::Review {
+            target: id.to_bytes(),
+            approve,
+            note: note.map(str::to_string),
+        })?;
+        Ok(OpResult {
+            op_id,
+            lsn,
+            affected: vec![id],
+        })
+    }
+
+    /// Approves a review candidate (needs the reviewer role).
+    pub fn approve(&self, target: &RecordRef, note: Option<&str>) -> Result<OpResult> {
+        self.review(target, true, note)
+    }
+
+    /// Rejects a review candidate (needs the reviewer role).
+    pub fn reject(&self, target: &RecordRef, note: Option<&str>) -> Result<OpResult> {
+        self.review(target, false, note)
+    }
+
+    /// Grants a label or role to a principal; with no principal, lifts a
+    /// tenant-wide revocation of the label.
+    pub fn grant(
+        &self,
+        principal: Option<&str>,
+        label: Option<&str>,
+        role: Option<&str>,
+    ) -> Result<OpResult> {
+        self.require_admin("grant access")?;
+        check_grant(principal, label, role)?;
+        let (op_id, lsn) = self.write_op(OpBody::Grant {
+            principal: principal.map(str::to_string),
+            label: label.map(str::to_string),
+            role: role.map(str::to_string),
+        })?;
+        Ok(OpResult {
+            op_id,
+            lsn,
+            affected: Vec::new(),
+        })
+    }
+
+    /// Revokes a label or role from a principal; with no principal, revokes
+    /// the label for everyone in the tenant (admins included) until granted
+    /// back tenant-wide. Applies from the next read on.
+    pub fn revoke(
+        &self,
+        principal: Option<&str>,
+        label: Option<&str>,
+        role: Option<&str>,
+    ) -> Result<OpResult> {
+        self.require_admin("revoke access")?;
+        check_grant(principal, label, role)?;
+        let (op_id, lsn) = self.write_op(OpBody::Revoke {
+            principal: principal.map(str::to_string),
+            label: label.map(str::to_string),
+            role: role.map(str::to_string),
+        })?;
+        Ok(OpResult {
+            op_id,
+            lsn,
+            affected: Vec::new(),
+        })
+    }
+
+    /// Sets the retention period of a class in this tenant (None: forever).
+    pub fn set_retention(&self, class: &str, period_ms: Option<i64>) -> Result<OpResult> {
+        self.require_admin("set retention")?;
+        check_name("retention_class", class)?;
+        if period_ms.is_some_and(|p| p <= 0) {
+            return Err(EngineError::invalid("period", "must be positive"));
+        }
+        let (op_id, lsn) = self.write_op(OpBody::Retention {
+            class: class.to_string(),
+            period_ms,
+        })?;
+        Ok(OpResult {
+            op_id,
+            lsn,
+            affected: Vec::new(),
+        })
+    }
+
+    /// Places (`on`) or lifts a legal hold on a scope: `tenant`,
+    /// `user:<id>`, `conversation:<id>`, `agent:<id>` or `label:<label>`.
+    pub fn hold(&self, scope: &str, on: bool) -> Result<OpResult> {
+        self.require_admin("place legal holds")?;
+        let ok = scope == "tenant"
+            || ["user:", "conversation:", "agent:", "label:"]
+                .iter()
+                .any(|p| scope.strip_prefix(p).is_some_and(|v| !v.is_empty()));
+        if !ok {
+            return Err(EngineError::invalid(
+                "scope",
+                format!(
+                    "'{scope}': expected tenant, user:<id>, conversation:<id>, agent:<id> or label:<label>"
+                ),
+            ));
+        }
+        let (op_id, lsn) = self.write_op(OpBody::Hold {
+            scope: scope.to_string(),
+            on,
+        })?;
+        Ok(OpResult {
+            op_id,
+            lsn,
+            affected: Vec::new(),
+        })
+    }
+
+    /// Overrides the review policy for one assertion kind written by one
+    /// writer kind in this tenant.
+    pub fn set_review_rule(
+        &self,
+        kind: crate::model::AssertionKind,
+        writer: crate::model::WriterKind,
+        review: bool,
+    ) -> Result<OpResult> {
+        self.require_admin("change the review policy")?;
+        let (op_id, lsn) = self.write_op(OpBody::ReviewRule {
+            kind: kind.name().to_string(),
+            writer: writer.name().to_string(),
+            review,
+        })?;
+        Ok(OpResult {
+            op_id,
+            lsn,
+            affected: Vec::new(),
+        })
+    }
+}
+
+fn check_grant(principal: Option<&str>, label: Option<&str>, role: Option<&str>) -> Result<()> {
+    if label.is_none() && role.is_none() {
+        return Err(EngineError::invalid("label", "give a label or a role"));
+    }
+    if let Some(p) = principal {
+        check_name("principal", p)?;
+    }
+    if let Some(l) = label {
+        check_name("label", l)?;
+    }
+    if let Some(r) = role {
+        if r != ROLE_REVIEWER && r != ROLE_ADMIN {
+            return Err(EngineError::invalid(
+                "role",
+                format!("'{r}' is not a role (reviewer, admin)"),
+            ));
+        }
+        if principal.is_none() {
+            return Err(EngineError::invalid(
+                "principal",
+                "roles are granted to a principal",
+            ));
+        }
+    }
+    Ok(())
+}

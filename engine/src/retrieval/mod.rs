@@ -1,0 +1,941 @@
+//! Retrieval: eligibility first, then separate candidate generators, then
+//! fusion, with a manifest that explains and replays every step.
+//!
+//! ```text
+//! request --> eligibility bitmap --> vector  (exact scan | filtered HNSW) --+
+//!                               \--> lexical (BM25 over eligible docs)  ---+--> weighted RRF --> top k
+//!                               \--> recency (newest eligible)          ---+
+//!                               \--> graph   (entity expansion; see graph)-+
+//! ```
+//!
+//! **Planner** (vector retriever). Let `E` be the number of eligible records
+//! that have a vector in the space and `s = E / |space|` its selectivity.
+//! - `E <= EXACT_SCAN_MAX` (4096) or `s < EXACT_SELECTIVITY_MAX` (5%): exact
+//!   scan of the eligible vectors (SIMD distances): exact results, and
+//!   cheaper than a graph walk that would have to skip most nodes;
+//! - otherwise the HNSW graph is walked with the eligibility test *inside*
+//!   the traversal: every node routes the search, only eligible nodes enter
+//!   the result list; `ef` is raised for moderate selectivity
+//!   (`ef / sqrt(s)`, capped at 8x) since fewer visited nodes qualify;
+//! - vectors not yet in the graph (indexing runs off the write path) are
+//!   scanned exactly and merged.
+//! The chosen plan is in the manifest.
+//!
+//! **Fusion**: weighted reciprocal rank fusion: `score(d) = sum over
+//! retrievers r of w_r / (rrf_k + rank_r(d))`, ranks from 1, `rrf_k = 60`;
+//! ties broken by id. Default weights: vector 1.0, lexical 1.0, graph 0.5,
+//! recency 0.1 (recency only orders otherwise equal or missing evidence).
+//!
+//! This module must never score a record outside the eligibility bitmap;
+//! debug builds assert it for every candidate list.
+
+pub mod eligibility;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Instant;
+
+use roaring::RoaringBitmap;
+use serde::Serialize;
+
+use crate::db::Session;
+use crate::error::{EngineError, Result};
+use crate::id::RecordId;
+use crate::lexical::LexicalStats;
+use crate::model::{check_vector, limits};
+use crate::state::{Idx, State};
+use crate::time::format_rfc3339;
+use crate::vector::hnsw::{SearchScratch, SearchStats};
+pub use eligibility::{Cut, Eligibility, Filters, Step};
+
+/// Version of the manifest layout.
+pub const MANIFEST_VERSION: u32 = 1;
+/// Exact scan at or below this many eligible vectors.
+pub const EXACT_SCAN_MAX: u64 = 4096;
+/// Exact scan below this selectivity.
+pub const EXACT_SELECTIVITY_MAX: f64 = 0.05;
+/// Default reciprocal-rank-fusion constant.
+pub const RRF_K: f64 = 60.0;
+/// Default ef_search.
+pub const EF_DEFAULT: usize = 64;
+/// Candidates each retriever contributes to fusion, as a multiple of k.
+pub const CANDIDATES_PER_K: usize = 3;
+
+/// Which retrievers run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Vector + lexical + recency (+ graph when entities match).
+    #[default]
+    Hybrid,
+    /// Vector only.
+    Vector,
+    /// Lexical only.
+    Lexical,
+}
+
+impl Mode {
+    /// Parses `hybrid`, `vector`, `lexical`.
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "hybrid" => Some(Mode::Hybrid),
+            "vector" => Some(Mode::Vector),
+            "lexical" => Some(Mode::Lexical),
+            _ => None,
+        }
+    }
+}
+
+/// Fusion weights.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Weights {
+    /// Vector retriever.
+    pub vector: f64,
+    /// Lexical retriever.
+    pub lexical: f64,
+    /// Recency retriever.
+    pub recency: f64,
+    /// Graph retriever.
+    pub graph: f64,
+}
+
+impl Default for Weights {
+    fn default() -> Self {
+        Weights {
+            vector: 1.0,
+            lexical: 1.0,
+            recency: 0.1,
+            graph: 0.5,
+        }
+    }
+}
+
+/// A retrieval request (plain data: the CLI, the query language and the
+/// server all build one of these).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RecallRequest {
+    /// Query text.
+    pub text: Option<String>,
+    /// Query vector.
+    #[serde(skip)]
+    pub vector: Option<Vec<f32>>,
+    /// Vector space (model id); may be left out when the store has one.
+    pub model: Option<String>,
+    /// Retrievers.
+    pub mode: Mode,
+    /// Results.
+    pub k: usize,
+    /// ef_search (default 64).
+    pub ef: Option<usize>,
+    /// Filters.
+    pub filters: Filters,
+    /// Transaction-time cut: what the store knew then.
+    pub as_of: Option<i64>,
+    /// Valid-time point: what was true then (default: now).
+    pub valid_at: Option<i64>,
+    /// Keep records whose validity ended (labelled historical).
+    pub include_historical: bool,
+    /// Fusion weights.
+    pub weights: Weights,
+    /// Return the manifest.
+    pub explain: bool,
+}
+
+impl Default for RecallRequest {
+    fn default() -> Self {
+        RecallRequest {
+            text: None,
+            vector: None,
+            model: None,
+            mode: Mode::Hybrid,
+            k: 10,
+            ef: None,
+            filters: Filters::default(),
+            as_of: None,
+            valid_at: None,
+            include_historical: false,
+            weights: Weights::default(),
+            explain: false,
+        }
+    }
+}
+
+impl RecallRequest {
+    /// A text query.
+    pub fn text(t: impl Into<String>) -> Self {
+        RecallRequest {
+            text: Some(t.into()),
+            ..Self::default()
+        }
+    }
+    /// A vector query.
+    pub fn vector(model: Option<&str>, v: Vec<f32>) -> Self {
+        RecallRequest {
+            vector: Some(v),
+            model: model.map(str::to_string),
+            mode: Mode::Vector,
+            ..Self::default()
+        }
+    }
+}
+
+/// One result.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Hit {
+    /// Rank from 1.
+    pub rank: usize,
+    /// Record id.
+    pub id: RecordId,
+    /// External id.
+    pub external_id: Option<String>,
+    /// Fused score.
+    pub score: f64,
+    /// Record type.
+    pub record: &'static str,
+    /// Kind.
+    pub kind: String,
+    /// Status.
+    pub status: &'static str,
+    /// Valid time.
+    pub occurred_at: String,
+    /// Validity ended before `valid_at` (only with `include_historical`).
+    pub historical: bool,
+    /// Text.
+    pub text: Option<String>,
+    /// Which retrievers found it, with rank.
+    pub found_by: Vec<(String, usize)>,
+}
+
+/// A candidate of one retriever.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Candidate {
+    /// Record id.
+    pub id: RecordId,
+    /// Rank from 1.
+    pub rank: usize,
+    /// Retriever's own score (similarity, BM25, ...).
+    pub score: f64,
+}
+
+/// One retriever's output.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RetrieverOutput {
+    /// `vector`, `lexical`, `recency`, `graph`.
+    pub retriever: String,
+    /// Why it did not run, if it did not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+    /// Ranked candidates.
+    pub candidates: Vec<Candidate>,
+}
+
+/// How the vector retriever ran.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct VectorPlan {
+    /// Space (model id).
+    pub model: String,
+    /// Metric.
+    pub metric: String,
+    /// Eligible records with a vector in the space.
+    pub eligible_in_space: u64,
+    /// Vectors in the space.
+    pub space_size: u64,
+    /// eligible / size.
+    pub selectivity: f64,
+    /// `exact` or `hnsw`.
+    pub strategy: String,
+    /// Why that strategy.
+    pub reason: String,
+    /// ef requested.
+    pub ef_requested: usize,
+    /// ef used.
+    pub ef_used: usize,
+    /// Vectors in the graph at query time.
+    pub indexed: u64,
+    /// Eligible vectors not yet in the graph, scanned exactly.
+    pub unindexed_scanned: u64,
+    /// Where the query vector came from (`request` or the embedder's model id).
+    pub query_vector: String,
+}
+
+/// Cost counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Cost {
+    /// Records examined by eligibility-restricted scans.
+    pub records_scanned: u64,
+    /// Vector distance computations.
+    pub distance_computations: u64,
+    /// Graph nodes visited.
+    pub graph_nodes_visited: u64,
+    /// Postings read by the lexical index.
+    pub postings_read: u64,
+    /// Documents given a lexical score.
+    pub lexical_docs_scored: u64,
+    /// Bytes of text returned.
+    pub bytes_returned: u64,
+}
+
+/// Timings (the only part of a manifest that differs between replays).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Timings {
+    /// Eligibility.
+    pub eligibility_us: u64,
+    /// Vector retriever.
+    pub vector_us: u64,
+    /// Lexical retriever.
+    pub lexical_us: u64,
+    /// Recency and graph retrievers.
+    pub other_us: u64,
+    /// Fusion and result assembly.
+    pub fusion_us: u64,
+    /// Everything.
+    pub total_us: u64,
+}
+
+/// One fused candidate with its inputs.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FusionInput {
+    /// Record id.
+    pub id: RecordId,
+    /// (retriever, rank, contribution).
+    pub contributions: Vec<(String, usize, f64)>,
+    /// Fused score.
+    pub score: f64,
+}
+
+/// The principal as the manifest records it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ManifestPrincipal {
+    /// Tenant.
+    pub tenant: String,
+    /// Principal id.
+    pub id: String,
+    /// Admin.
+    pub admin: bool,
+    /// Labels held at query time.
+    pub labels: Vec<String>,
+}
+
+/// The normalized query.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NormalizedQuery {
+    /// Text as given.
+    pub text: Option<String>,
+    /// Its tokens (tokenizer version in `versions`).
+    pub tokens: Vec<String>,
+    /// Dimensions of the request's vector.
+    pub vector_dims: Option<usize>,
+    /// Model.
+    pub model: Option<String>,
+    /// Mode.
+    pub mode: Mode,
+    /// k.
+    pub k: usize,
+    /// Filters (sorted, deduplicated).
+    pub filters: Filters,
+    /// as_of.
+    pub as_of: Option<String>,
+    /// valid_at.
+    pub valid_at: String,
+    /// include_historical.
+    pub include_historical: bool,
+    /// Weights.
+    pub weights: Weights,
+}
+
+/// Versions of everything that shaped the result.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Versions {
+    /// Engine crate version.
+    pub engine: String,
+    /// Manifest layout.
+    pub manifest: u32,
+    /// Tokenizer.
+    pub tokenizer: u32,
+    /// Lexical index documents.
+    pub lexical_documents: u64,
+    /// Vector spaces: model -> (dims, vectors, indexed).
+    pub vector_spaces: BTreeMap<String, (usize, u64, u64)>,
+    /// Graph parameters (m, ef_construction).
+    pub hnsw: (usize, usize),
+    /// Embedder model id, if any.
+    pub embedder: Option<String>,
+}
+
+/// Everything needed to explain and replay a retrieval.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Manifest {
+    /// Normalized query.
+    pub query: NormalizedQuery,
+    /// Principal.
+    pub principal: ManifestPrincipal,
+    /// LSN of the state read.
+    pub snapshot_lsn: u64,
+    /// Versions.
+    pub versions: Versions,
+    /// Eligibility steps.
+    pub eligibility: Vec<Step>,
+    /// Eligible count.
+    pub eligible: u64,
+    /// Vector plan.
+    pub vector_plan: Option<VectorPlan>,
+    /// Candidates per retriever.
+    pub retrievers: Vec<RetrieverOutput>,
+    /// Fusion.
+    pub fusion_method: String,
+    /// rrf_k.
+    pub rrf_k: f64,
+    /// Fusion inputs (every fused candidate).
+    pub fusion: Vec<FusionInput>,
+    /// Final selection (ids in rank order).
+    pub selection: Vec<RecordId>,
+    /// Cost counters.
+    pub cost: Cost,
+    /// Timings.
+    pub timings: Timings,
+}
+
+impl Manifest {
+    /// The manifest without timings (what replays must reproduce exactly).
+    pub fn without_timings(&self) -> Manifest {
+        let mut m = self.clone();
+        m.timings = Timings::default();
+        m
+    }
+}
+
+/// The answer to a recall.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RecallResponse {
+    /// Hits, best first.
+    pub hits: Vec<Hit>,
+    /// The manifest (always computed; `explain` only decides whether the
+    /// CLI prints it).
+    pub manifest: Manifest,
+}
+
+fn validate(req: &RecallRequest) -> Result<()> {
+    if req.k == 0 || req.k > limits::K_MAX {
+        return Err(EngineError::invalid(
+            "k",
+            format!("{} is out of range 1..={}", req.k, limits::K_MAX),
+        ));
+    }
+    if let Some(ef) = req.ef {
+        if ef == 0 || ef > limits::EF_MAX {
+            return Err(EngineError::invalid(
+                "ef",
+                format!("{ef} is out of range 1..={}", limits::EF_MAX),
+            ));
+        }
+    }
+    let text = req.text.as_deref().map(str::trim).filter(|t| !t.is_empty());
+    if let Some(t) = &req.text {
+        if t.len() > limits::QUERY_TEXT_BYTES_MAX {
+            return Err(EngineError::LimitExceeded {
+                item: None,
+                what: "query text length in bytes".into(),
+                limit: limits::QUERY_TEXT_BYTES_MAX as u64,
+                got: t.len() as u64,
+            });
+        }
+    }
+    if let Some(v) = &req.vector {
+        check_vector("vector", v)?;
+    }
+    match req.mode {
+        Mode::Lexical if text.is_none() => {
+            return Err(EngineError::invalid(
+                "text",
+                "lexical retrieval needs a non-empty query text",
+            ));
+        }
+        Mode::Vector if text.is_none() && req.vector.is_none() => {
+            return Err(EngineError::invalid(
+                "vector",
+                "vector retrieval needs a query vector, or a text and a configured embedder",
+            ));
+        }
+        Mode::Hybrid if text.is_none() && req.vector.is_none() => {
+            return Err(EngineError::invalid(
+                "text",
+                "empty query: give a text and/or a vector",
+            ));
+        }
+        _ => {}
+    }
+    for (f, w) in [
+        ("weights.vector", req.weights.vector),
+        ("weights.lexical", req.weights.lexical),
+        ("weights.recency", req.weights.recency),
+        ("weights.graph", req.weights.graph),
+    ] {
+        if !w.is_finite() || w < 0.0 {
+            return Err(EngineError::invalid(f, "must be a finite number >= 0"));
+        }
+    }
+    if let (Some(a), Some(b)) = (req.filters.occurred_after, req.filters.occurred_before) {
+        if a > b {
+            return Err(EngineError::invalid(
+                "filters",
+                "occurred_after is later than occurred_before",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn us(t: Instant) -> u64 {
+    t.elapsed().as_micros() as u64
+}
+
+/// Top `k` of `(idx, distance)` by distance then id, as similarity-ranked candidates.
+fn top_k(mut v: Vec<(Idx, f32)>, k: usize, st: &State) -> Vec<(Idx, f32)> {
+    v.sort_by(|a, b| {
+        a.1.total_cmp(&b.1)
+            .then_with(|| st.meta(a.0).id.cmp(&st.meta(b.0).id))
+    });
+    v.truncate(k);
+    v
+}
+
+impl Session {
+    /// Retrieves the records most relevant to `req` among those the session
+    /// may see. See the module documentation for the pipeline.
+    pub fn recall(&self, req: &RecallRequest) -> Result<RecallResponse> {
+        let t_total = Instant::now();
+        self.db.check_open()?;
+        validate(req)?;
+        let now = self.db.now();
+        let st = self.db.inner.state.read();
+        let held = self.held_labels(&st);
+        let cut = Cut {
+            as_of: req.as_of,
+            valid_at: req.valid_at.unwrap_or(now),
+            include_historical: req.include_historical,
+            now,
+            include_candidates: false,
+        };
+        let t_el = Instant::now();
+        let el = eligibility::compute(&st, self.principal.tenant(), &held, &req.filters, &cut);
+        let eligibility_us = us(t_el);
+        let n_candidates = (req.k * CANDIDATES_PER_K).max(req.k);
+        let mut cost = Cost::default();
+        let mut retrievers = Vec::new();
+        let mut vector_plan = None;
+        let text = req.text.as_deref().map(str::trim).filter(|t| !t.is_empty());
+
+        // vector
+        let t_vec = Instant::now();
+        if req.mode != Mode::Lexical {
+            let (out, plan) =
+                self.vector_retriever(&st, req, text, &el.bitmap, n_candidates, &mut cost)?;
+            if let Some(c) = out.as_ref().map(|o| &o.candidates) {
+                debug_assert!(
+                    c.iter()
+                        .all(|c| st.idx(c.id).is_some_and(|i| el.bitmap.contains(i)))
+                );
+            }
+            vector_plan = plan;
+            if let Some(o) = out {
+                retrievers.push(o);
+            }
+        }
+        let vector_us = us(t_vec);
+
+        // lexical
+        let t_lex = Instant::now();
+        if req.mode != Mode::Vector {
+            match text {
+                Some(t) => {
+                    let mut ls = LexicalStats::default();
+                    let hits = st.lexical.search(t, &el.bitmap, n_candidates, &mut ls);
+                    cost.postings_read += ls.postings_read;
+                    cost.lexical_docs_scored += ls.docs_scored;
+                    debug_assert!(hits.iter().all(|h| el.bitmap.contains(h.doc)));
+                    retrievers.push(RetrieverOutput {
+                        retriever: "lexical".into(),
+                        skipped: None,
+                        candidates: hits
+                            .iter()
+                            .enumerate()
+                            .map(|(i, h)| Candidate {
+                                id: st.meta(h.doc).id,
+                                rank: i + 1,
+                                score: h.score as f64,
+                            })
+                            .collect(),
+                    });
+                }
+                None => retrievers.push(RetrieverOutput {
+                    retriever: "lexical".into(),
+                    skipped: Some("no query text".into()),
+                    candidates: Vec::new(),
+                }),
+            }
+        }
+        let lexical_us = us(t_lex);
+
+        // recency and graph
+        let t_other = Instant::now();
+        if req.mode == Mode::Hybrid && req.weights.recency > 0.0 {
+            retrievers.push(recency(&st, &el.bitmap, n_candidates, &mut cost));
+        }
+        if req.mode == Mode::Hybrid && req.weights.graph > 0.0 {
+            if let Some(g) = crate::graph::graph_retriever(
+                &st,
+                text,
+                &el.bitmap,
+                &retrievers,
+                n_candidates,
+                &mut cost,
+            ) {
+                retrievers.push(g);
+            }
+        }
+        let other_us = us(t_other);
+
+        // fusion
+        let t_fus = Instant::now();
+        let weight = |r: &str| match r {
+            "vector" => req.weights.vector,
+            "lexical" => req.weights.lexical,
+            "recency" => req.weights.recency,
+            "graph" => req.weights.graph,
+            _ => 0.0,
+        };
+        let mut fused: HashMap<RecordId, FusionInput> = HashMap::new();
+        for r in &retrievers {
+            let w = weight(&r.retriever);
+            for c in &r.candidates {
+                let term = w / (RRF_K + c.rank as f64);
+                let e = fused.entry(c.id).or_insert_with(|| FusionInput {
+                    id: c.id,
+                    contributions: Vec::new(),
+                    score: 0.0,
+                });
+                e.contributions.push((r.retriever.clone(), c.rank, term));
+                e.score += term;
+            }
+        }
+        let mut fusion: Vec<FusionInput> = fused.into_values().collect();
+        fusion.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
+        let selection: Vec<RecordId> = fusion.iter().take(req.k).map(|f| f.id).collect();
+        let mut hits = Vec::with_capacity(selection.len());
+        for (i, f) in fusion.iter().take(req.k).enumerate() {
+            let idx = st.idx(f.id).expect("fused ids come from the state");
+            debug_assert!(
+                el.bitmap.contains(idx),
+                "a selected record must be eligible"
+            );
+            let r = self.db.record_view(&st, idx)?;
+            cost.bytes_returned += r.text.as_ref().map_or(0, |t| t.len() as u64);
+            hits.push(Hit {
+                rank: i + 1,
+                id: r.id,
+                external_id: r.external_id,
+                score: f.score,
+                record: r.record.name(),
+                kind: r.kind,
+                status: r.status.name(),
+                occurred_at: format_rfc3339(r.occurred_at),
+                historical: el.historical.contains(idx),
+                text: r.text,
+                found_by: f
+                    .contributions
+                    .iter()
+                    .map(|(n, rk, _)| (n.clone(), *rk))
+                    .collect(),
+            });
+        }
+        let fusion_us = us(t_fus);
+        let vector_spaces = st
+            .vectors
+            .all()
+            .iter()
+            .map(|s| {
+                (
+                    s.model.clone(),
+                    (s.dim, s.len() as u64, (s.len() - s.pending()) as u64),
+                )
+            })
+            .collect();
+        let manifest = Manifest {
+            query: NormalizedQuery {
+                text: req.text.clone(),
+                tokens: text.map(crate::lexical::tokens).unwrap_or_default(),
+                vector_dims: req.vector.as_ref().map(|v| v.len()),
+                model: req.model.clone(),
+                mode: req.mode,
+                k: req.k,
+                filters: req.filters.normalized(),
+                as_of: req.as_of.map(format_rfc3339),
+                valid_at: format_rfc3339(cut.valid_at),
+                include_historical: req.include_historical,
+                weights: req.weights,
+            },
+            principal: ManifestPrincipal {
+                tenant: self.principal.tenant().to_string(),
+                id: self.principal.id().to_string(),
+                admin: self.principal.is_admin(),
+                labels: held.into_iter().collect(),
+            },
+            snapshot_lsn: st.applied_lsn,
+            versions: Versions {
+                engine: env!("CARGO_PKG_VERSION").to_string(),
+                manifest: MANIFEST_VERSION,
+                tokenizer: crate::lexical::TOKENIZER_VERSION,
+                lexical_documents: st.lexical.len(),
+                vector_spaces,
+                hnsw: (
+                    self.db.inner.opts.hnsw.m,
+                    self.db.inner.opts.hnsw.ef_construction,
+                ),
+                embedder: st.embedder.as_ref().map(|e| e.model_id().to_string()),
+            },
+            eligibility: el.steps.clone(),
+            eligible: el.bitmap.len(),
+            vector_plan,
+            retrievers,
+            fusion_method: "weighted_rrf".into(),
+            rrf_k: RRF_K,
+            fusion,
+            selection,
+            cost,
+            timings: Timings {
+                eligibility_us,
+                vector_us,
+                lexical_us,
+                other_us,
+                fusion_us,
+                total_us: us(t_total),
+            },
+        };
+        Ok(RecallResponse { hits, manifest })
+    }
+
+    fn vector_retriever(
+        &self,
+        st: &State,
+        req: &RecallRequest,
+        text: Option<&str>,
+        eligible: &RoaringBitmap,
+        n: usize,
+        cost: &mut Cost,
+    ) -> Result<(Option<RetrieverOutput>, Option<VectorPlan>)> {
+        let skipped = |why: String| {
+            Ok((
+                Some(RetrieverOutput {
+                    retriever: "vector".into(),
+                    skipped: Some(why),
+                    candidates: Vec::new(),
+                }),
+                None,
+            ))
+        };
+        let models = st.vectors.models();
+        // Which space, and where the query vector comes from.
+        let (space, query, source) = match (&req.vector, &req.model) {
+            (Some(v), model) => {
+                let model = match model {
+                    Some(m) => m.clone(),
+                    None if models.len() == 1 => models[0].clone(),
+                    None if models.is_empty() => {
+                        return Err(EngineError::UnknownModel {
+                            reason: "the query has a vector but the store has no vectors".into(),
+                            available: models,
+                        });
+                    }
+                    None => {
+                        return Err(EngineError::UnknownModel {
+                            reason: "the store has several vector spaces: say which with `model`"
+                                .into(),
+                            available: models,
+                        });
+                    }
+                };
+                let Some(space) = st.vectors.get(&model) else {
+                    return Err(EngineError::UnknownModel {
+                        reason: format!("no vectors for model '{model}'"),
+                        available: models,
+                    });
+                };
+                if v.len() != space.dim {
+                    return Err(EngineError::DimensionMismatch {
+                        item: None,
+                        field: "vector".into(),
+                        model,
+                        expected: space.dim,
+                        got: v.len(),
+                    });
+                }
+                (space, space.prepare_query(v), "request".to_string())
+            }
+            (None, _) => {
+                let (Some(emb), Some(t)) = (st.embedder.as_ref(), text) else {
+                    return skipped(if text.is_none() {
+                        "no query vector or text".into()
+                    } else {
+                        "no query vector and no embedder configured".into()
+                    });
+                };
+                if let Some(m) = &req.model {
+                    if m != emb.model_id() {
+                        return skipped(format!(
+                            "no query vector for model '{m}' (the embedder produces '{}')",
+                            emb.model_id()
+                        ));
+                    }
+                }
+                let Some(space) = st.vectors.get(emb.model_id()) else {
+                    return skipped(format!(
+                        "no vectors yet for the embedder's model '{}'",
+                        emb.model_id()
+                    ));
+                };
+                (
+                    space,
+                    space.prepare_query(&emb.embed(t)),
+                    emb.model_id().to_string(),
+                )
+            }
+        };
+        let in_space = eligible & &space.members;
+        let e = in_space.len();
+        let size = space.len() as u64;
+        let selectivity = if size == 0 {
+            0.0
+        } else {
+            e as f64 / size as f64
+        };
+        let ef_req = req.ef.unwrap_or(EF_DEFAULT);
+        let mut stats = SearchStats::default();
+        let indexed_slots = space.hnsw.read().len();
+        let exact = e <= EXACT_SCAN_MAX || selectivity < EXACT_SELECTIVITY_MAX;
+        let (mut found, strategy, reason, ef_used, unindexed) = if exact {
+            cost.records_scanned += e;
+            let r = space.exact(&query, in_space.iter(), &mut stats);
+            (
+                r,
+                "exact",
+                if e <= EXACT_SCAN_MAX {
+                    format!(
+                        "{e} eligible vectors <= {EXACT_SCAN_MAX}: an exact scan is cheaper and exact"
+                    )
+                } else {
+                    format!(
+                        "selectivity {selectivity:.4} < {EXACT_SELECTIVITY_MAX}: a graph walk would skip most nodes"
+                    )
+                },
+                0,
+                0,
+            )
+        } else {
+            let all = in_space.len() == size;
+            let boost = if all {
+                1.0
+            } else {
+                (1.0 / selectivity.sqrt()).min(8.0)
+            };
+            let ef = ((ef_req.max(n) as f64) * boost).ceil() as usize;
+            let ef = ef.min(limits::EF_MAX);
+            let mut scratch = SearchScratch::new();
+            let allow = |idx: Idx| in_space.contains(idx);
+            let (mut r, indexed) = if all {
+                space.graph_search(&query, n, ef, None, &mut scratch, &mut stats)
+            } else {
+                space.graph_search(&query, n, ef, Some(&allow), &mut scratch, &mut stats)
+            };
+            // vectors not yet in the graph: exact
+            let tail: Vec<Idx> = space.slot_to_idx[indexed as usize..]
+                .iter()
+                .copied()
+                .filter(|i| in_space.contains(*i))
+                .collect();
+            cost.records_scanned += tail.len() as u64;
+            r.extend(space.exact(&query, tail.iter().copied(), &mut stats));
+            (
+                r,
+                "hnsw",
+                format!(
+                    "{e} eligible vectors, selectivity {selectivity:.4}: filtered graph walk{}",
+                    if all { "" } else { " with raised ef" }
+                ),
+                ef,
+                tail.len() as u64,
+            )
+        };
+        cost.distance_computations += stats.distance_computations;
+        cost.graph_nodes_visited += stats.nodes_visited;
+        found = top_k(found, n, st);
+        debug_assert!(found.iter().all(|(i, _)| eligible.contains(*i)));
+        let metric = space.metric;
+        let candidates = found
+            .iter()
+            .enumerate()
+            .map(|(i, (idx, d))| Candidate {
+                id: st.meta(*idx).id,
+                rank: i + 1,
+                score: similarity(metric, *d) as f64,
+            })
+            .collect();
+        Ok((
+            Some(RetrieverOutput {
+                retriever: "vector".into(),
+                skipped: None,
+                candidates,
+            }),
+            Some(VectorPlan {
+                model: space.model.clone(),
+                metric: metric.name().to_string(),
+                eligible_in_space: e,
+                space_size: size,
+                selectivity,
+                strategy: strategy.into(),
+                reason,
+                ef_requested: ef_req,
+                ef_used,
+                indexed: indexed_slots as u64,
+                unindexed_scanned: unindexed,
+                query_vector: source,
+            }),
+        ))
+    }
+}
+
+/// Similarity shown to users from an internal distance: cosine and dot
+/// spaces show the inner product, L2 the negative squared distance.
+fn similarity(metric: crate::vector::distance::Metric, d: f32) -> f32 {
+    use crate::vector::distance::Metric;
+    match metric {
+        Metric::Cosine | Metric::Dot => -d,
+        Metric::L2 => -d,
+    }
+}
+
+fn recency(st: &State, eligible: &RoaringBitmap, n: usize, cost: &mut Cost) -> RetrieverOutput {
+    cost.records_scanned += eligible.len();
+    let mut v: Vec<(i64, RecordId)> = eligible
+        .iter()
+        .map(|i| (st.meta(i).occurred_at, st.meta(i).id))
+        .collect();
+    v.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
+    v.truncate(n);
+    RetrieverOutput {
+        retriever: "recency".into(),
+        skipped: None,
+        candidates: v
+            .into_iter()
+            .enumerate()
+            .map(|(i, (t, id))| Candidate {
+                id,
+                rank: i + 1,
+                score: t as f64,
+            })
+            .collect(),
+    }
+}
+
+/// Ids of a candidate list, for tests and tools.
+pub fn candidate_ids(r: &RetrieverOutput) -> BTreeSet<RecordId> {
+    r.candidates.iter().map(|c| c.id).collect()
+}

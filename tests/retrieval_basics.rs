@@ -1,0 +1,285 @@
+//! Recall end to end: hybrid retrieval finds the right records, manifests
+//! explain and replay exactly, the planner picks exact scans for small
+//! eligible sets and the graph for large ones, bad requests are refused.
+
+use std::sync::Arc;
+
+use engram::retrieval::{Filters, Mode, RecallRequest};
+use engram::storage::MemBackend;
+use engram::{
+    EngineError, Engram, HashEmbedder, ManualClock, NewRecord, Options, Principal, Scope,
+};
+
+fn store(clock: &ManualClock, embedder: bool) -> Engram {
+    let opts = Options {
+        backend: Arc::new(MemBackend::new()),
+        clock: Arc::new(clock.clone()),
+        embedder: if embedder {
+            Some(Arc::new(HashEmbedder::default()))
+        } else {
+            None
+        },
+        id_seed: Some(7),
+        ..Options::default()
+    };
+    Engram::open("/store", opts).unwrap()
+}
+
+fn user(u: &str) -> Scope {
+    Scope {
+        user: Some(u.into()),
+        ..Scope::default()
+    }
+}
+
+#[test]
+fn hybrid_recall_finds_relevant_records_and_explains_itself() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let db = store(&clock, true);
+    let s = db.session(Principal::admin("acme"));
+    let texts = [
+        (
+            "a",
+            "The checkout service times out waiting on catalog_api.",
+            "u1",
+        ),
+        ("b", "Customer prefers email for billing questions.", "u2"),
+        (
+            "c",
+            "Runbook: check catalog_api and pricing_api when checkout latency spikes.",
+            "u1",
+        ),
+        ("d", "Quarterly invoice sent to Acme Corp.", "u2"),
+        (
+            "e",
+            "La policy di retention rivista si applica ai log di esportazione.",
+            "u3",
+        ),
+    ];
+    for (ext, t, u) in texts {
+        clock.advance(1000);
+        s.append(vec![
+            NewRecord::event("note", t)
+                .with_external_id(ext)
+                .with_scope(user(u)),
+        ])
+        .unwrap();
+    }
+    db.wait_indexed().unwrap();
+    let r = s
+        .recall(&RecallRequest::text("catalog_api checkout latency"))
+        .unwrap();
+    let top: Vec<_> = r
+        .hits
+        .iter()
+        .map(|h| h.external_id.clone().unwrap())
+        .collect();
+    assert!(
+        top[..2].contains(&"a".to_string()) && top[..2].contains(&"c".to_string()),
+        "{top:?}"
+    );
+    let m = &r.manifest;
+    assert_eq!(m.principal.tenant, "acme");
+    assert_eq!(m.eligible, 5);
+    assert!(
+        m.retrievers
+            .iter()
+            .any(|x| x.retriever == "vector" && x.skipped.is_none())
+    );
+    assert!(
+        m.retrievers
+            .iter()
+            .any(|x| x.retriever == "lexical" && !x.candidates.is_empty())
+    );
+    let plan = m.vector_plan.as_ref().unwrap();
+    assert_eq!(plan.strategy, "exact");
+    assert_eq!(plan.query_vector, "engram-lexical-hash-256@1");
+    assert!(m.cost.distance_computations >= 5);
+    assert!(m.cost.bytes_returned > 0);
+    // Italian text is found by its own words.
+    let it = s
+        .recall(&RecallRequest {
+            mode: Mode::Lexical,
+            ..RecallRequest::text("retention rivista")
+        })
+        .unwrap();
+    assert_eq!(it.hits[0].external_id.as_deref(), Some("e"));
+    // Filters: only user u2.
+    let f = s
+        .recall(&RecallRequest {
+            filters: Filters {
+                users: vec!["u2".into()],
+                ..Filters::default()
+            },
+            ..RecallRequest::text("billing email")
+        })
+        .unwrap();
+    assert!(
+        f.hits
+            .iter()
+            .all(|h| ["b", "d"].contains(&h.external_id.as_deref().unwrap()))
+    );
+    assert!(
+        f.manifest
+            .eligibility
+            .iter()
+            .any(|s| s.step == "scope.user" && s.remaining == 2)
+    );
+}
+
+#[test]
+fn same_snapshot_and_request_give_identical_manifests() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let db = store(&clock, true);
+    let s = db.session(Principal::admin("t"));
+    let recs: Vec<_> = (0..300)
+        .map(|i| {
+            NewRecord::event(
+                "note",
+                format!("record {i} about topic {} and {}", i % 7, i % 11),
+            )
+            .with_scope(user(&format!("u{}", i % 5)))
+        })
+        .collect();
+    s.append(recs).unwrap();
+    db.wait_indexed().unwrap();
+    let req = RecallRequest {
+        filters: Filters {
+            users: vec!["u1".into(), "u3".into()],
+            ..Filters::default()
+        },
+        explain: true,
+        ..RecallRequest::text("topic 3 and 4")
+    };
+    let a = s.recall(&req).unwrap();
+    let b = s.recall(&req).unwrap();
+    assert_eq!(a.manifest.without_timings(), b.manifest.without_timings());
+    assert_eq!(a.hits, b.hits);
+    let json_a = serde_json::to_string(&a.manifest.without_timings()).unwrap();
+    let json_b = serde_json::to_string(&b.manifest.without_timings()).unwrap();
+    assert_eq!(json_a, json_b);
+    // A write changes the snapshot, and the manifest says so.
+    s.append(vec![NewRecord::event("note", "topic 3 again")])
+        .unwrap();
+    let c = s.recall(&req).unwrap();
+    assert!(c.manifest.snapshot_lsn > a.manifest.snapshot_lsn);
+}
+
+#[test]
+fn planner_uses_the_graph_for_large_eligible_sets_and_exact_scans_for_small_ones() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let db = store(&clock, false);
+    let s = db.session(Principal::admin("t"));
+    let dim = 16;
+    let mut rng = 0x1234_5678_u64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng % 2000) as f32 / 1000.0 - 1.0
+    };
+    let mut batch = Vec::new();
+    for i in 0..6000 {
+        let v: Vec<f32> = (0..dim).map(|_| next()).collect();
+        batch.push(
+            NewRecord::event("point", format!("p{i}"))
+                .with_scope(user(if i % 100 == 0 { "rare" } else { "common" }))
+                .with_embedding("m", v),
+        );
+    }
+    s.append(batch).unwrap();
+    db.wait_indexed().unwrap();
+    let q: Vec<f32> = (0..dim).map(|_| next()).collect();
+    let all = s
+        .recall(&RecallRequest {
+            k: 10,
+            ef: Some(128),
+            ..RecallRequest::vector(Some("m"), q.clone())
+        })
+        .unwrap();
+    let plan = all.manifest.vector_plan.clone().unwrap();
+    assert_eq!(plan.strategy, "hnsw", "{plan:?}");
+    assert_eq!(plan.eligible_in_space, 6000);
+    // exact ground truth via an exact-scan plan of the same eligible set
+    // is checked in the HNSW unit tests; here: a selective filter goes exact
+    let rare = s
+        .recall(&RecallRequest {
+            filters: Filters {
+                users: vec!["rare".into()],
+                ..Filters::default()
+            },
+            ..RecallRequest::vector(Some("m"), q)
+        })
+        .unwrap();
+    let plan = rare.manifest.vector_plan.unwrap();
+    assert_eq!(plan.strategy, "exact");
+    assert_eq!(plan.eligible_in_space, 60);
+    assert_eq!(rare.hits.len(), 10);
+}
+
+#[test]
+fn bad_requests_are_refused_with_the_field_named() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let db = store(&clock, false);
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![
+        NewRecord::event("n", "x").with_embedding("m", vec![1.0, 0.0, 0.0]),
+    ])
+    .unwrap();
+    let cases: Vec<(RecallRequest, &str)> = vec![
+        (
+            RecallRequest {
+                k: 0,
+                ..RecallRequest::text("x")
+            },
+            "k",
+        ),
+        (
+            RecallRequest {
+                k: 100_000,
+                ..RecallRequest::text("x")
+            },
+            "k",
+        ),
+        (RecallRequest::text("   "), "text"),
+        (
+            RecallRequest::vector(Some("m"), vec![1.0, f32::NAN, 0.0]),
+            "vector",
+        ),
+        (
+            RecallRequest::vector(Some("m"), vec![1.0, 0.0]),
+            "dimensions",
+        ),
+        (
+            RecallRequest::vector(Some("nope"), vec![1.0, 0.0, 0.0]),
+            "nope",
+        ),
+        (
+            RecallRequest {
+                ef: Some(0),
+                ..RecallRequest::text("x")
+            },
+            "ef",
+        ),
+    ];
+    for (req, needle) in cases {
+        let e = s.recall(&req).unwrap_err();
+        assert!(e.to_string().contains(needle), "{needle}: {e}");
+    }
+    // Text without an embedder: vector retrieval is skipped and says so.
+    let r = s.recall(&RecallRequest::text("x")).unwrap();
+    let v = r
+        .manifest
+        .retrievers
+        .iter()
+        .find(|r| r.retriever == "vector")
+        .unwrap();
+    assert!(
+        v.skipped.as_deref().unwrap().contains("no embedder"),
+        "{v:?}"
+    );
+    assert!(matches!(
+        s.recall(&RecallRequest::vector(Some("nope"), vec![1.0; 3])),
+        Err(EngineError::UnknownModel { .. })
+    ));
+}
