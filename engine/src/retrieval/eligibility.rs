@@ -120,9 +120,9 @@ pub struct Eligibility {
     pub steps: Vec<Step>,
 }
 
-fn union_of<'a>(
+fn union_of(
     st: &State,
-    map: &'a HashMap<u32, RoaringBitmap>,
+    map: &HashMap<u32, RoaringBitmap>,
     values: &[String],
 ) -> RoaringBitmap {
     let mut out = RoaringBitmap::new();

@@ -19,6 +19,7 @@
 //!   (`ef / sqrt(s)`, capped at 8x) since fewer visited nodes qualify;
 //! - vectors not yet in the graph (indexing runs off the write path) are
 //!   scanned exactly and merged.
+//!
 //! The chosen plan is in the manifest.
 //!
 //! **Fusion**: weighted reciprocal rank fusion: `score(d) = sum over
