@@ -444,7 +444,8 @@ impl Engram {
             let st = self.inner.state.read();
             let done = st.vectors.index_pending(256)?;
             if done == 0 && st.vectors.pending() == 0 {
-                return Ok(());
+                drop(st);
+                return self.inner.state.write().vectors.remap_all();
             }
         }
     }
@@ -597,16 +598,23 @@ fn catalog_loop(
 }
 
 fn indexer_loop(state: Arc<RwLock<State>>, rx: crossbeam_channel::Receiver<()>) {
+    let mut remapped = true;
     loop {
         // Index in small steps so writers and readers interleave.
         let pending = state.read().vectors.pending();
         if pending == 0 {
+            if !remapped {
+                // Caught up: fold appended rows into the memory map.
+                let _ = state.write().vectors.remap_all();
+                remapped = true;
+            }
             match rx.recv_timeout(Duration::from_millis(200)) {
                 Ok(()) => continue,
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
             }
         }
+        remapped = false;
         let st = state.read();
         if st.vectors.index_pending(32).is_err() {
             return;
@@ -1638,6 +1646,21 @@ fn admission(
 }
 
 impl Engram {
+    /// External id and text of record `idx`, read in place from the log.
+    pub(crate) fn hit_content(
+        &self,
+        st: &State,
+        idx: Idx,
+    ) -> Result<(Option<String>, Option<String>)> {
+        let m = st.meta(idx);
+        let f = self.inner.log.read(m.loc.segment, m.loc.offset)?;
+        let a = codec::view_record(f.payload())?;
+        Ok((
+            a.external_id.as_ref().map(|s| s.as_str().to_string()),
+            a.text.as_ref().map(|s| s.as_str().to_string()),
+        ))
+    }
+
     /// Builds the public view of record `idx` (content read from the log).
     pub(crate) fn record_view(&self, st: &State, idx: Idx) -> Result<Record> {
         let m = st.meta(idx);

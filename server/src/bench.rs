@@ -24,6 +24,8 @@ use crate::cli::{CliError, CliResult};
 pub enum BenchCommand {
     /// Durable ingest throughput and acknowledgement latency.
     Ingest(IngestBenchArgs),
+    /// Vector search recall and queries/s on a dataset (see docs/benchmarks.md).
+    Ann(crate::bench_ann::AnnArgs),
 }
 
 /// `engram bench ingest`.
@@ -70,9 +72,10 @@ pub struct IngestResult {
 }
 
 /// Dispatches `engram bench ...`.
-pub fn run(_data: &Path, cmd: BenchCommand) -> CliResult {
+pub fn run(data: &Path, cmd: BenchCommand) -> CliResult {
     match cmd {
         BenchCommand::Ingest(a) => ingest(a),
+        BenchCommand::Ann(a) => crate::bench_ann::run(data, a),
     }
 }
 

@@ -71,6 +71,10 @@ pub enum Command {
     Verify(JsonArgs),
     /// Rebuild derived state from the log.
     Rebuild(RebuildArgs),
+    /// Retrieve records: eligibility first, then vector / lexical / recency / graph, fused.
+    Recall(Box<crate::recall_cmd::RecallArgs>),
+    /// Evaluate retrieval on a JSONL file of cases (recall@k, precision@k, MRR, forbidden-hit rate).
+    Eval(crate::recall_cmd::EvalArgs),
     /// Benchmarks (`engram bench ingest`, `engram bench ann`).
     #[command(subcommand)]
     Bench(crate::bench::BenchCommand),
@@ -221,6 +225,8 @@ fn dispatch(cli: Cli) -> CliResult {
         Command::Stats(a) => cmd_stats(&data, a),
         Command::Verify(a) => cmd_verify(&data, a),
         Command::Rebuild(a) => cmd_rebuild(&data, a),
+        Command::Recall(a) => crate::recall_cmd::recall(&data, *a),
+        Command::Eval(a) => crate::recall_cmd::eval(&data, a),
         Command::Bench(b) => crate::bench::run(&data, b),
     }
 }

@@ -9,9 +9,11 @@
 //! through `engram-engine`.
 
 pub mod bench;
+pub mod bench_ann;
 pub mod cli;
 pub mod demo;
 pub mod output;
+pub mod recall_cmd;
 
 /// Runs the command line with the process arguments; returns the exit code.
 pub fn main_entry() -> std::process::ExitCode {

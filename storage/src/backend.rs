@@ -99,14 +99,33 @@ pub trait BackendFile: Send + Sync + fmt::Debug {
     /// Truncates or extends the file.
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// A read-only view of the first `len` bytes (`len <= self.len()`).
-    fn map(&self, len: u64) -> io::Result<Mapping>;
+    /// `opts.reserve` asks for address space up to that many bytes, so the
+    /// view can later be extended (see [`Mapping::extend_valid`]) as the
+    /// file grows instead of being mapped again; `opts.populate` asks for the
+    /// pages to be faulted in at once (for data read at random, like vectors).
+    fn map(&self, len: u64, opts: MapOptions) -> io::Result<Mapping>;
+}
+
+/// Options of [`BackendFile::map`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MapOptions {
+    /// Address space to reserve (bytes); the view may grow up to it.
+    pub reserve: u64,
+    /// Fault the pages in at once.
+    pub populate: bool,
 }
 
 /// A read-only view of the start of a file: a memory map for [`FsBackend`],
 /// a 16-byte aligned heap copy for [`MemBackend`]. Either way the first byte
 /// is aligned to at least 16 bytes, so archived records can be read in place.
+///
+/// The view shows `valid` bytes; a memory map may reserve more address space
+/// than the file holds, and [`Mapping::extend_valid`] makes more of it
+/// visible once the file has grown. Bytes past the end of the file are never
+/// visible, so touching the view can never fault.
 pub struct Mapping {
     inner: MapInner,
+    valid: std::sync::atomic::AtomicUsize,
 }
 
 enum MapInner {
@@ -116,21 +135,48 @@ enum MapInner {
 }
 
 impl Mapping {
-    fn heap(bytes: &[u8]) -> Mapping {
+    fn new(inner: MapInner, valid: usize) -> Mapping {
         Mapping {
-            inner: MapInner::Heap(AlignedBuf::copy_from(bytes)),
+            inner,
+            valid: std::sync::atomic::AtomicUsize::new(valid),
         }
+    }
+
+    fn heap(bytes: &[u8]) -> Mapping {
+        Mapping::new(MapInner::Heap(AlignedBuf::copy_from(bytes)), bytes.len())
+    }
+
+    fn full(&self) -> &[u8] {
+        match &self.inner {
+            MapInner::Empty => &[],
+            MapInner::Mmap(m) => m,
+            MapInner::Heap(b) => b.as_slice(),
+        }
+    }
+
+    /// Bytes of address space this view can show.
+    pub fn capacity(&self) -> usize {
+        self.full().len()
+    }
+
+    /// Shows the first `len` bytes (if within capacity; never shrinks).
+    /// The caller guarantees the file is at least `len` bytes long.
+    /// Returns whether the view now covers `len` bytes.
+    pub fn extend_valid(&self, len: usize) -> bool {
+        if len > self.capacity() {
+            return false;
+        }
+        self.valid
+            .fetch_max(len, std::sync::atomic::Ordering::AcqRel);
+        true
     }
 }
 
 impl Deref for Mapping {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        match &self.inner {
-            MapInner::Empty => &[],
-            MapInner::Mmap(m) => m,
-            MapInner::Heap(b) => b.as_slice(),
-        }
+        let v = self.valid.load(std::sync::atomic::Ordering::Acquire);
+        &self.full()[..v]
     }
 }
 
@@ -248,7 +294,7 @@ impl BackendFile for FsFile {
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.file.set_len(len)
     }
-    fn map(&self, len: u64) -> io::Result<Mapping> {
+    fn map(&self, len: u64, opts: MapOptions) -> io::Result<Mapping> {
         let file_len = self.len()?;
         if len > file_len {
             return Err(io::Error::new(
@@ -256,15 +302,14 @@ impl BackendFile for FsFile {
                 format!("cannot map {len} bytes of a {file_len}-byte file"),
             ));
         }
-        if len == 0 {
-            return Ok(Mapping {
-                inner: MapInner::Empty,
-            });
+        let total = len.max(opts.reserve);
+        if total == 0 {
+            return Ok(Mapping::new(MapInner::Empty, 0));
         }
-        let len = usize::try_from(len).map_err(|_| io::Error::other("file too large to map"))?;
-        Ok(Mapping {
-            inner: MapInner::Mmap(crate::mmap::map_readonly(&self.file, len)?),
-        })
+        let total =
+            usize::try_from(total).map_err(|_| io::Error::other("file too large to map"))?;
+        let m = crate::mmap::map_readonly(&self.file, total, opts.populate)?;
+        Ok(Mapping::new(MapInner::Mmap(m), len as usize))
     }
 }
 
@@ -738,7 +783,7 @@ impl BackendFile for MemHandle {
         Ok(())
     }
 
-    fn map(&self, len: u64) -> io::Result<Mapping> {
+    fn map(&self, len: u64, _opts: MapOptions) -> io::Result<Mapping> {
         let st = self.file.state.lock();
         let len = usize::try_from(len).map_err(io::Error::other)?;
         if len > st.data.len() {
@@ -813,6 +858,31 @@ mod tests {
             assert_eq!(m.len(), n);
             assert_eq!(m.as_ptr() as usize % 16, 0);
         }
+    }
+
+    #[test]
+    fn a_reserved_map_grows_with_its_file_without_remapping() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let f = FsBackend.open(&p, OpenMode::Create).unwrap();
+        f.write_all_at(b"abcd", 0).unwrap();
+        let m = f
+            .map(
+                4,
+                MapOptions {
+                    reserve: 1 << 20,
+                    populate: false,
+                },
+            )
+            .unwrap();
+        assert_eq!(&m[..], b"abcd");
+        assert_eq!(m.capacity(), 1 << 20);
+        f.write_all_at(b"efgh", 4).unwrap();
+        assert!(m.extend_valid(8));
+        assert_eq!(&m[..], b"abcdefgh");
+        assert!(m.extend_valid(6), "never shrinks");
+        assert_eq!(m.len(), 8);
+        assert!(!m.extend_valid(2 << 20), "not beyond the reservation");
     }
 
     #[test]

@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::aligned::AlignedBuf;
-use crate::backend::{Backend, BackendFile, Mapping, OpenMode};
+use crate::backend::{Backend, BackendFile, MapOptions, Mapping, OpenMode};
 use crate::error::{StorageError, StorageResult};
 use crate::frame::Lsn;
 
@@ -161,6 +161,11 @@ pub fn read_snapshot(
 pub const VECTOR_HEADER_BYTES: usize = 64;
 const VECTOR_MAGIC: [u8; 8] = *b"ENGRVECT";
 const VECTOR_FORMAT_VERSION: u32 = 1;
+/// Vectors are read at random by graph walks: fault them in when mapped.
+const POPULATE: MapOptions = MapOptions {
+    reserve: 0,
+    populate: true,
+};
 /// Rows appended before the mapping is refreshed.
 const REMAP_EVERY_ROWS: usize = 4096;
 
@@ -246,7 +251,7 @@ impl VectorFile {
         rows: usize,
     ) -> StorageResult<VectorFile> {
         let map = file
-            .map((VECTOR_HEADER_BYTES + rows * dim * 4) as u64)
+            .map((VECTOR_HEADER_BYTES + rows * dim * 4) as u64, POPULATE)
             .map_err(|e| StorageError::io(path, e))?;
         let vf = VectorFile {
             file,
@@ -307,6 +312,18 @@ impl VectorFile {
         Ok(idx)
     }
 
+    /// All rows as two flat slices: the mapped ones, then the in-memory
+    /// tail (empty after [`VectorFile::remap`]).
+    pub fn flat(&self) -> (&[f32], &[f32]) {
+        let mapped = self.mapped_floats().expect("checked at open");
+        (&mapped[..self.mapped_rows * self.dim], &self.tail)
+    }
+
+    /// Rows that are not yet in the mapping.
+    pub fn tail_rows(&self) -> usize {
+        self.tail.len() / self.dim
+    }
+
     /// Row `idx`. Panics if out of range (callers index rows they pushed).
     pub fn get(&self, idx: usize) -> &[f32] {
         if idx < self.mapped_rows {
@@ -323,7 +340,7 @@ impl VectorFile {
         let rows = self.len();
         self.map = self
             .file
-            .map((VECTOR_HEADER_BYTES + rows * self.dim * 4) as u64)
+            .map((VECTOR_HEADER_BYTES + rows * self.dim * 4) as u64, POPULATE)
             .map_err(|e| StorageError::io(&self.path, e))?;
         self.mapped_rows = rows;
         self.tail.clear();

@@ -39,7 +39,7 @@ pub mod log;
 mod mmap;
 
 pub use aligned::AlignedBuf;
-pub use backend::{Backend, BackendFile, FsBackend, Mapping, MemBackend, OpenMode};
+pub use backend::{Backend, BackendFile, FsBackend, MapOptions, Mapping, MemBackend, OpenMode};
 pub use catalog::Catalog;
 pub use error::{StorageError, StorageResult};
 pub use frame::{FrameType, Lsn};

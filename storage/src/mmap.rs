@@ -14,14 +14,26 @@
 
 use std::fs::File;
 
-/// Maps `len` bytes of `file` read-only. `len` must not exceed the file
-/// length (checked by the caller, [`crate::backend::FsFile::map`]).
+/// Maps `len` bytes of `file` read-only. `len` may exceed the file length
+/// (address space reserved for growth): the caller ([`crate::backend::Mapping`])
+/// only ever exposes bytes that are inside the file, since touching a page
+/// past the end of a file raises SIGBUS.
 #[allow(unsafe_code)]
-pub(crate) fn map_readonly(file: &File, len: usize) -> std::io::Result<memmap2::Mmap> {
-    // SAFETY: see the module documentation: the mapped range is never
-    // modified or truncated while a mapping exists, and no other process may
-    // open the data directory while we hold its lock.
-    unsafe { memmap2::MmapOptions::new().len(len).map(file) }
+pub(crate) fn map_readonly(
+    file: &File,
+    len: usize,
+    populate: bool,
+) -> std::io::Result<memmap2::Mmap> {
+    let mut o = memmap2::MmapOptions::new();
+    o.len(len);
+    if populate {
+        o.populate();
+    }
+    // SAFETY: see the module documentation: the mapped bytes are never
+    // modified or truncated while a mapping exists, no other process may
+    // open the data directory while we hold its lock, and bytes past the end
+    // of the file are never exposed.
+    unsafe { o.map(file) }
 }
 
 #[cfg(test)]
@@ -33,10 +45,10 @@ mod tests {
     fn mapping_shows_file_bytes_and_survives_later_appends() {
         let mut f = tempfile::tempfile().unwrap();
         f.write_all(b"hello world").unwrap();
-        let m = map_readonly(&f, 5).unwrap();
+        let m = map_readonly(&f, 5, false).unwrap();
         f.write_all(b" and more").unwrap();
         assert_eq!(&m[..], b"hello");
-        let m2 = map_readonly(&f, 20).unwrap();
+        let m2 = map_readonly(&f, 20, true).unwrap();
         assert_eq!(&m2[..], b"hello world and more");
     }
 }

@@ -120,11 +120,7 @@ pub struct Eligibility {
     pub steps: Vec<Step>,
 }
 
-fn union_of(
-    st: &State,
-    map: &HashMap<u32, RoaringBitmap>,
-    values: &[String],
-) -> RoaringBitmap {
+fn union_of(st: &State, map: &HashMap<u32, RoaringBitmap>, values: &[String]) -> RoaringBitmap {
     let mut out = RoaringBitmap::new();
     for v in values {
         if let Some(sym) = st.strings.get(v) {

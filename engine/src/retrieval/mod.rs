@@ -491,10 +491,15 @@ fn us(t: Instant) -> u64 {
 
 /// Top `k` of `(idx, distance)` by distance then id, as similarity-ranked candidates.
 fn top_k(mut v: Vec<(Idx, f32)>, k: usize, st: &State) -> Vec<(Idx, f32)> {
-    v.sort_by(|a, b| {
+    let cmp = |a: &(Idx, f32), b: &(Idx, f32)| {
         a.1.total_cmp(&b.1)
             .then_with(|| st.meta(a.0).id.cmp(&st.meta(b.0).id))
-    });
+    };
+    if v.len() > k && k > 0 {
+        v.select_nth_unstable_by(k - 1, cmp);
+        v.truncate(k);
+    }
+    v.sort_by(cmp);
     v.truncate(k);
     v
 }
@@ -628,19 +633,20 @@ impl Session {
                 el.bitmap.contains(idx),
                 "a selected record must be eligible"
             );
-            let r = self.db.record_view(&st, idx)?;
-            cost.bytes_returned += r.text.as_ref().map_or(0, |t| t.len() as u64);
+            let m = st.meta(idx);
+            let (external_id, text) = self.db.hit_content(&st, idx)?;
+            cost.bytes_returned += text.as_ref().map_or(0, |t| t.len() as u64);
             hits.push(Hit {
                 rank: i + 1,
-                id: r.id,
-                external_id: r.external_id,
+                id: m.id,
+                external_id,
                 score: f.score,
-                record: r.record.name(),
-                kind: r.kind,
-                status: r.status.name(),
-                occurred_at: format_rfc3339(r.occurred_at),
+                record: m.rtype.name(),
+                kind: st.strings.name(m.kind).to_string(),
+                status: m.status.name(),
+                occurred_at: format_rfc3339(m.occurred_at),
                 historical: el.historical.contains(idx),
-                text: r.text,
+                text,
                 found_by: f
                     .contributions
                     .iter()

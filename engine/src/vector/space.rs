@@ -44,21 +44,32 @@ struct SpaceHeader {
     last_row_record: [u8; 16],
 }
 
-/// Vectors readable by slot from a space's file.
+/// Vectors readable by slot from a space's file: the memory-mapped rows,
+/// then the rows appended since the last mapping.
 pub struct SpaceVectors<'a> {
-    file: &'a VectorFile,
+    mapped: &'a [f32],
+    tail: &'a [f32],
+    mapped_rows: usize,
+    dim: usize,
     len: u32,
 }
 
 impl Vectors for SpaceVectors<'_> {
     fn dim(&self) -> usize {
-        self.file.dim()
+        self.dim
     }
     fn len(&self) -> u32 {
         self.len
     }
+    #[inline]
     fn get(&self, slot: u32) -> &[f32] {
-        self.file.get(slot as usize)
+        let s = slot as usize;
+        if s < self.mapped_rows {
+            &self.mapped[s * self.dim..(s + 1) * self.dim]
+        } else {
+            let t = s - self.mapped_rows;
+            &self.tail[t * self.dim..(t + 1) * self.dim]
+        }
     }
 }
 
@@ -212,8 +223,12 @@ impl VectorSpace {
 
     /// The vectors, for search.
     pub fn vectors(&self) -> SpaceVectors<'_> {
+        let (mapped, tail) = self.file.flat();
         SpaceVectors {
-            file: &self.file,
+            mapped,
+            tail,
+            mapped_rows: mapped.len() / self.dim,
+            dim: self.dim,
             len: self.slot_to_idx.len() as u32,
         }
     }
@@ -253,6 +268,15 @@ impl VectorSpace {
         Ok(())
     }
 
+    /// Moves rows appended since the last mapping into the mapping (so
+    /// reads see one flat slice).
+    pub fn remap(&mut self) -> Result<()> {
+        if self.file.tail_rows() > 0 {
+            self.file.remap()?;
+        }
+        Ok(())
+    }
+
     /// Inserts up to `max` pending slots into the graph. Returns how many.
     pub fn index_pending(&self, max: usize) -> Result<usize> {
         let mut done = 0;
@@ -280,12 +304,23 @@ impl VectorSpace {
         stats: &mut SearchStats,
     ) -> Vec<(Idx, f32)> {
         let m = self.internal_metric();
+        let (mapped, tail) = self.file.flat();
+        let mapped_rows = mapped.len() / self.dim;
+        let d = self.dim;
         let mut out = Vec::new();
         for idx in idxs {
-            if let Some(v) = self.vector_of(idx) {
-                stats.distance_computations += 1;
-                out.push((idx, distance(m, query, v)));
-            }
+            let Some(slot) = self.slot_of(idx) else {
+                continue;
+            };
+            let s = slot as usize;
+            let v = if s < mapped_rows {
+                &mapped[s * d..(s + 1) * d]
+            } else {
+                let t = s - mapped_rows;
+                &tail[t * d..(t + 1) * d]
+            };
+            stats.distance_computations += 1;
+            out.push((idx, distance(m, query, v)));
         }
         out
     }
@@ -585,6 +620,14 @@ impl VectorSpaces {
             done += s.index_pending(max - done)?;
         }
         Ok(done)
+    }
+
+    /// Folds appended rows of every space into its memory map.
+    pub fn remap_all(&mut self) -> Result<()> {
+        for s in &mut self.spaces {
+            s.remap()?;
+        }
+        Ok(())
     }
 
     /// Total pending slots.

@@ -36,7 +36,7 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Mutex, RwLock};
 
 use crate::aligned::AlignedBuf;
-use crate::backend::{Backend, OpenMode};
+use crate::backend::{Backend, MapOptions, OpenMode};
 use crate::error::{StorageError, StorageResult};
 use crate::frame::{self, FLAG_BATCH_END, FrameHeader, FrameType, Lsn};
 pub use segment::{FrameLoc, FrameRef};
@@ -261,7 +261,9 @@ impl SegmentLog {
                 .open(&path, OpenMode::Write)
                 .map_err(io_err(&path))?;
             let len = file.len().map_err(io_err(&path))?;
-            let map = file.map(len).map_err(io_err(&path))?;
+            let map = file
+                .map(len, MapOptions::default())
+                .map_err(io_err(&path))?;
             let header = match segment::decode_header(&map) {
                 Ok(h) => h,
                 Err(segment::HeaderProblem::Incomplete) if is_last => {
@@ -343,6 +345,7 @@ impl SegmentLog {
                 header.first_lsn,
                 file,
                 kept_len,
+                if is_last { opts.segment_bytes_max } else { 0 },
             )?));
         }
         report.n_segments = segments.len();
@@ -710,6 +713,7 @@ impl SegmentLog {
             seg.first_lsn,
             f,
             out.len() as u64,
+            0,
         )?);
         let mut segs = self.shared.segments.write();
         if let Ok(i) = segs.binary_search_by_key(&no, |s| s.no) {
@@ -773,6 +777,7 @@ fn create_segment(shared: &Shared, no: u64, first_lsn: Lsn) -> StorageResult<Arc
         first_lsn,
         file,
         SEGMENT_HEADER_BYTES as u64,
+        shared.opts.segment_bytes_max,
     )?))
 }
 

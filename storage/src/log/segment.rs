@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::RwLock;
 
-use crate::backend::{BackendFile, Mapping};
+use crate::backend::{BackendFile, MapOptions, Mapping};
 use crate::error::{StorageError, StorageResult};
 use crate::frame::{self, FrameHeader, Lsn};
 
@@ -158,15 +158,24 @@ pub(crate) struct Segment {
 }
 
 impl Segment {
+    /// `reserve`: address space to map up front (the active segment maps
+    /// its maximum size once and grows the view instead of remapping).
     pub fn new(
         no: u64,
         path: PathBuf,
         first_lsn: Lsn,
         file: Arc<dyn BackendFile>,
         durable_len: u64,
+        reserve: u64,
     ) -> StorageResult<Segment> {
         let map = file
-            .map(durable_len)
+            .map(
+                durable_len,
+                MapOptions {
+                    reserve,
+                    populate: false,
+                },
+            )
             .map_err(|e| StorageError::io(&path, e))?;
         Ok(Segment {
             no,
@@ -198,11 +207,19 @@ impl Segment {
                 reason: format!("past the durable end of the segment ({durable} bytes)"),
             });
         }
+        {
+            // Durable bytes are in the file: grow the view if the
+            // reservation covers them.
+            let m = self.map.read();
+            if m.extend_valid(durable as usize) {
+                return Ok(m.clone());
+            }
+        }
         let mut m = self.map.write();
         if (m.len() as u64) < min_len {
             *m = Arc::new(
                 self.file
-                    .map(durable)
+                    .map(durable, MapOptions::default())
                     .map_err(|e| StorageError::io(&self.path, e))?,
             );
         }

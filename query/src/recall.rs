@@ -1,0 +1,316 @@
+//! Recall requests as JSON objects (one per line in `engram recall --queries
+//! FILE.jsonl`), compiled to [`RecallRequest`]s. The fields mirror the CLI
+//! flags:
+//!
+//! | field | type | meaning |
+//! |---|---|---|
+//! | `tenant` | string | required unless given on the command line |
+//! | `principal` | string | read as this principal (default: the tenant admin) |
+//! | `text` | string | query text |
+//! | `vector` | numbers | query vector |
+//! | `model` | string | vector space (optional when the store has one) |
+//! | `mode` | string | `hybrid` (default), `vector`, `lexical` |
+//! | `k` | integer | results (default 10) |
+//! | `ef` | integer | HNSW ef_search (default 64) |
+//! | `user`, `conversation`, `agent`, `label`, `kind`, `record` | string or strings | filters (OR within a field, AND across fields) |
+//! | `as_of` | RFC 3339 | what the store knew then |
+//! | `valid_at` | RFC 3339 | what was true then (default: now) |
+//! | `include_historical` | bool | keep records whose validity ended |
+//! | `occurred_after`, `occurred_before` | RFC 3339 | valid-time range |
+//! | `id` | string | echoed back as `query_id` |
+//!
+//! This module must never touch a store.
+
+use engram_engine::model::RecordType;
+use engram_engine::retrieval::{Filters, Mode, RecallRequest};
+use engram_engine::time::parse_rfc3339;
+use serde_json::{Map, Value};
+
+use crate::ingest::{LineError, parse_vector};
+
+/// Known fields.
+pub const FIELDS: &[&str] = &[
+    "tenant",
+    "principal",
+    "text",
+    "vector",
+    "model",
+    "mode",
+    "k",
+    "ef",
+    "user",
+    "conversation",
+    "agent",
+    "label",
+    "kind",
+    "record",
+    "as_of",
+    "valid_at",
+    "include_historical",
+    "occurred_after",
+    "occurred_before",
+    "id",
+    "explain",
+];
+
+/// One parsed request line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecallLine {
+    /// Line number (1-based).
+    pub line: usize,
+    /// Tenant, if the line names one.
+    pub tenant: Option<String>,
+    /// Principal, if the line names one.
+    pub principal: Option<String>,
+    /// Client's query id.
+    pub query_id: Option<String>,
+    /// The request.
+    pub request: RecallRequest,
+}
+
+type R<T> = Result<T, (String, String)>;
+
+fn strs(o: &Map<String, Value>, f: &str) -> R<Vec<String>> {
+    match o.get(f) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::String(s)) => Ok(vec![s.clone()]),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| (f.to_string(), "expected strings".to_string()))
+            })
+            .collect(),
+        Some(_) => Err((
+            f.to_string(),
+            "expected a string or a list of strings".into(),
+        )),
+    }
+}
+
+fn opt_str(o: &Map<String, Value>, f: &str) -> R<Option<String>> {
+    match o.get(f) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err((f.to_string(), "expected a string".into())),
+    }
+}
+
+fn opt_time(o: &Map<String, Value>, f: &str) -> R<Option<i64>> {
+    opt_str(o, f)?
+        .map(|s| parse_rfc3339(&s).map_err(|e| (f.to_string(), e.to_string())))
+        .transpose()
+}
+
+fn opt_uint(o: &Map<String, Value>, f: &str) -> R<Option<usize>> {
+    match o.get(f) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .map(|x| Some(x as usize))
+            .ok_or_else(|| (f.to_string(), "expected a non-negative integer".into())),
+        Some(_) => Err((f.to_string(), "expected an integer".into())),
+    }
+}
+
+/// Builds a request from already-separated parts (shared with the CLI flags).
+#[allow(clippy::too_many_arguments)]
+pub fn build_request(
+    text: Option<String>,
+    vector: Option<Vec<f32>>,
+    model: Option<String>,
+    mode: Option<&str>,
+    k: Option<usize>,
+    ef: Option<usize>,
+    filters: Filters,
+    as_of: Option<i64>,
+    valid_at: Option<i64>,
+    include_historical: bool,
+) -> Result<RecallRequest, (String, String)> {
+    let mode = match mode {
+        None => {
+            if text.is_none() && vector.is_some() {
+                Mode::Vector
+            } else {
+                Mode::Hybrid
+            }
+        }
+        Some(m) => Mode::parse(m).ok_or_else(|| {
+            (
+                "mode".to_string(),
+                format!("'{m}' is not one of hybrid, vector, lexical"),
+            )
+        })?,
+    };
+    Ok(RecallRequest {
+        text,
+        vector,
+        model,
+        mode,
+        k: k.unwrap_or(10),
+        ef,
+        filters,
+        as_of,
+        valid_at,
+        include_historical,
+        ..RecallRequest::default()
+    })
+}
+
+/// Parses record type names.
+pub fn record_types(names: &[String]) -> Result<Vec<RecordType>, (String, String)> {
+    names
+        .iter()
+        .map(|n| {
+            RecordType::parse(n).ok_or_else(|| {
+                (
+                    "record".to_string(),
+                    format!("'{n}' is not one of event, entity, relation, assertion, summary"),
+                )
+            })
+        })
+        .collect()
+}
+
+/// Parses one request line.
+pub fn parse_recall_line(text: &str, line: usize) -> Result<RecallLine, LineError> {
+    let err = |(field, reason): (String, String)| LineError {
+        line,
+        field,
+        reason,
+    };
+    let v: Value = serde_json::from_str(text).map_err(|e| LineError {
+        line,
+        field: "-".into(),
+        reason: format!("not valid JSON: {e}"),
+    })?;
+    let Value::Object(o) = v else {
+        return Err(LineError {
+            line,
+            field: "-".into(),
+            reason: "expected a JSON object".into(),
+        });
+    };
+    parse_object(&o)
+        .map_err(err)
+        .map(|(tenant, principal, query_id, request)| RecallLine {
+            line,
+            tenant,
+            principal,
+            query_id,
+            request,
+        })
+}
+
+type Parsed = (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    RecallRequest,
+);
+
+fn parse_object(o: &Map<String, Value>) -> R<Parsed> {
+    for k in o.keys() {
+        if !FIELDS.contains(&k.as_str()) {
+            return Err((
+                k.clone(),
+                format!("unknown field; known fields: {}", FIELDS.join(", ")),
+            ));
+        }
+    }
+    let vector = match o.get("vector") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(parse_vector(v, "vector")?),
+    };
+    let filters = Filters {
+        users: strs(o, "user")?,
+        conversations: strs(o, "conversation")?,
+        agents: strs(o, "agent")?,
+        scope_labels: strs(o, "label")?,
+        kinds: strs(o, "kind")?,
+        record_types: record_types(&strs(o, "record")?)?,
+        occurred_after: opt_time(o, "occurred_after")?,
+        occurred_before: opt_time(o, "occurred_before")?,
+    };
+    let include_historical = match o.get("include_historical") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(("include_historical".into(), "expected a boolean".into())),
+    };
+    let query_id = match o.get("id") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(v) => Some(v.to_string()),
+    };
+    let req = build_request(
+        opt_str(o, "text")?,
+        vector,
+        opt_str(o, "model")?,
+        opt_str(o, "mode")?.as_deref(),
+        opt_uint(o, "k")?,
+        opt_uint(o, "ef")?,
+        filters,
+        opt_time(o, "as_of")?,
+        opt_time(o, "valid_at")?,
+        include_historical,
+    )?;
+    Ok((
+        opt_str(o, "tenant")?,
+        opt_str(o, "principal")?,
+        query_id,
+        req,
+    ))
+}
+
+/// Parses a JSONL file of requests (blank and `#` lines skipped).
+pub fn parse_recall_jsonl(text: &str) -> Result<Vec<RecallLine>, LineError> {
+    let mut out = Vec::new();
+    for (i, l) in text.lines().enumerate() {
+        let t = l.trim();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        out.push(parse_recall_line(t, i + 1)?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_filters_and_vectors() {
+        let l = parse_recall_line(
+            r#"{"tenant": "t", "text": "x", "user": ["a", "b"], "kind": "note", "k": 5, "as_of": "2025-01-01T00:00:00Z", "id": 7}"#,
+            3,
+        )
+        .unwrap();
+        assert_eq!(l.tenant.as_deref(), Some("t"));
+        assert_eq!(l.query_id.as_deref(), Some("7"));
+        assert_eq!(l.request.filters.users, vec!["a", "b"]);
+        assert_eq!(l.request.filters.kinds, vec!["note"]);
+        assert_eq!(l.request.k, 5);
+        assert!(l.request.as_of.is_some());
+        let v = parse_recall_line(r#"{"vector": [1, 0.5], "model": "m"}"#, 1).unwrap();
+        assert_eq!(v.request.mode, Mode::Vector);
+        assert_eq!(v.request.vector.unwrap(), vec![1.0, 0.5]);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        for (t, f) in [
+            (r#"{"text": "x", "mode": "fuzzy"}"#, "mode"),
+            (r#"{"text": "x", "k": -1}"#, "k"),
+            (r#"{"text": "x", "as_of": "soon"}"#, "as_of"),
+            (r#"{"text": "x", "vector": ["a"]}"#, "vector"),
+            (r#"{"text": "x", "record": "fact"}"#, "record"),
+            (r#"{"txt": "x"}"#, "txt"),
+        ] {
+            let e = parse_recall_line(t, 9).unwrap_err();
+            assert_eq!(e.field, f, "{t}: {e}");
+            assert_eq!(e.line, 9);
+        }
+    }
+}

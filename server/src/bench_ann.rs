@@ -1,0 +1,532 @@
+//! `engram bench ann`: vector search recall and queries/s on a dataset of
+//! real embeddings, through the same `recall` code path users call.
+//!
+//! Dataset directory layout (NumPy `.npy`, format 1.0, little-endian, C
+//! order): `base.npy` float32 [n, d], `queries.npy` float32 [q, d],
+//! `gt.npy` int32 [q, >=10] (exact neighbours by inner product); optional
+//! `attrs.npy` int64 [n, 3] (tenant, timestamp, deleted), `filters.json`
+//! and `gt_<filter>.npy` for filtered ground truth (-1 pads), `base.jsonl`
+//! texts (`{"id", "text"}` per line).
+//!
+//! How the dataset maps onto a store: row `i` is an event with external id
+//! `row-<i>`, its vector under model `dataset`, `scope.user =
+//! "tenant-<tenant>"`, `occurred_at = timestamp`. Phase 1 measures the
+//! unfiltered ground truth with every row live. Phase 2 deletes the rows
+//! marked deleted (lifecycle deletes, so the deletion bitmap does the work)
+//! and measures each filter: its tenants become a `user` filter, its
+//! `ts_min` an `occurred_after` filter.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Args;
+use engram_engine::retrieval::{Filters, Mode, RecallRequest};
+use engram_engine::vector::hnsw::HnswParams;
+use engram_engine::{Engram, NewRecord, Options, Principal, RecordId, RecordRef, Scope, Session};
+use serde::Serialize;
+
+use crate::cli::{CliError, CliResult};
+
+/// `engram bench ann`.
+#[derive(Args, Debug)]
+pub struct AnnArgs {
+    /// Dataset directory (see the module documentation for the layout).
+    #[arg(long)]
+    pub dataset: PathBuf,
+    /// HNSW M.
+    #[arg(long, default_value_t = 16)]
+    pub m: usize,
+    /// HNSW ef_construction.
+    #[arg(long, default_value_t = 200)]
+    pub ef_construction: usize,
+    /// ef_search values to measure.
+    #[arg(long, value_delimiter = ',', default_value = "16,32,64,128,256")]
+    pub ef: Vec<usize>,
+    /// Query threads (QPS is then the aggregate; 1 = one query at a time).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Use only the first N queries.
+    #[arg(long)]
+    pub queries: Option<usize>,
+    /// Skip the filtered ground truths.
+    #[arg(long)]
+    pub no_filters: bool,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A dense array from an .npy file.
+#[derive(Debug)]
+pub struct Npy<T> {
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Data, row-major.
+    pub data: Vec<T>,
+}
+
+/// Element types we read.
+pub trait NpyElem: Sized + Copy {
+    /// The dtype descriptor.
+    const DESCR: &'static str;
+    /// From little-endian bytes.
+    fn from_le(b: &[u8]) -> Self;
+}
+impl NpyElem for f32 {
+    const DESCR: &'static str = "<f4";
+    fn from_le(b: &[u8]) -> Self {
+        f32::from_le_bytes(b.try_into().expect("4 bytes"))
+    }
+}
+impl NpyElem for i32 {
+    const DESCR: &'static str = "<i4";
+    fn from_le(b: &[u8]) -> Self {
+        i32::from_le_bytes(b.try_into().expect("4 bytes"))
+    }
+}
+impl NpyElem for i64 {
+    const DESCR: &'static str = "<i8";
+    fn from_le(b: &[u8]) -> Self {
+        i64::from_le_bytes(b.try_into().expect("8 bytes"))
+    }
+}
+
+/// Reads an .npy file (format 1.0 or 2.0, little-endian, C order).
+pub fn read_npy<T: NpyElem>(path: &Path) -> Result<Npy<T>, CliError> {
+    let bytes = std::fs::read(path).map_err(|e| CliError(format!("{}: {e}", path.display())))?;
+    let bad = |why: &str| {
+        CliError(format!(
+            "{}: not a supported .npy file: {why}",
+            path.display()
+        ))
+    };
+    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
+        return Err(bad("bad magic"));
+    }
+    let (hlen, hstart) = match bytes[6] {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        2 | 3 => (
+            u32::from_le_bytes(bytes[8..12].try_into().map_err(|_| bad("short header"))?) as usize,
+            12,
+        ),
+        _ => return Err(bad("unknown version")),
+    };
+    let header = std::str::from_utf8(
+        bytes
+            .get(hstart..hstart + hlen)
+            .ok_or_else(|| bad("short header"))?,
+    )
+    .map_err(|_| bad("header is not text"))?;
+    if !header.contains(&format!("'descr': '{}'", T::DESCR)) {
+        return Err(bad(&format!(
+            "expected dtype {}, header is {header}",
+            T::DESCR
+        )));
+    }
+    if header.contains("'fortran_order': True") {
+        return Err(bad("Fortran order"));
+    }
+    let shape_src = header
+        .split("'shape':")
+        .nth(1)
+        .and_then(|s| s.split('(').nth(1))
+        .and_then(|s| s.split(')').next())
+        .ok_or_else(|| bad("no shape"))?;
+    let shape: Vec<usize> = shape_src
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().map_err(|_| bad("bad shape")))
+        .collect::<Result<_, _>>()?;
+    let n: usize = shape.iter().product();
+    let size = std::mem::size_of::<T>();
+    let body = &bytes[hstart + hlen..];
+    if body.len() != n * size {
+        return Err(bad("data length does not match the shape"));
+    }
+    let data = body.chunks_exact(size).map(T::from_le).collect();
+    Ok(Npy { shape, data })
+}
+
+/// Measurements for one ef.
+#[derive(Debug, Serialize, Clone)]
+pub struct EfResult {
+    /// ef_search.
+    pub ef: usize,
+    /// Mean recall@10 against the ground truth.
+    pub recall_at_10: f64,
+    /// Queries per second.
+    pub qps: f64,
+    /// Median latency, microseconds.
+    pub latency_us_p50: f64,
+    /// The planner's choice (most frequent).
+    pub plan: String,
+    /// Mean time in eligibility / vector retrieval / fusion and result
+    /// assembly, from the manifests, microseconds.
+    pub mean_us: (f64, f64, f64),
+}
+
+/// One ground truth's measurements.
+#[derive(Debug, Serialize, Clone)]
+pub struct FilterResult {
+    /// `none` or the filter name.
+    pub filter: String,
+    /// Eligible rows.
+    pub eligible: usize,
+    /// Per ef.
+    pub results: Vec<EfResult>,
+}
+
+/// The whole report.
+#[derive(Debug, Serialize)]
+pub struct AnnReport {
+    /// Dataset directory.
+    pub dataset: String,
+    /// Base vectors.
+    pub n: usize,
+    /// Dimensions.
+    pub dim: usize,
+    /// Queries measured.
+    pub queries: usize,
+    /// HNSW M.
+    pub m: usize,
+    /// HNSW ef_construction.
+    pub ef_construction: usize,
+    /// Query threads.
+    pub threads: usize,
+    /// Seconds to ingest (durable appends of 1000 rows each).
+    pub ingest_seconds: f64,
+    /// Seconds from the first append until the graph held every vector.
+    pub build_seconds: f64,
+    /// Graph bytes per vector (excluding the vectors).
+    pub index_bytes_per_vector: f64,
+    /// Per ground truth.
+    pub filters: Vec<FilterResult>,
+}
+
+fn recall_at_10(found: &[RecordId], gt_row: &[i32], ids: &[RecordId]) -> f64 {
+    let truth: Vec<RecordId> = gt_row
+        .iter()
+        .take(10)
+        .filter(|&&g| g >= 0)
+        .map(|&g| ids[g as usize])
+        .collect();
+    if truth.is_empty() {
+        return 1.0;
+    }
+    let hit = found.iter().take(10).filter(|f| truth.contains(f)).count();
+    hit as f64 / truth.len() as f64
+}
+
+#[allow(clippy::too_many_arguments)]
+fn measure(
+    session: &Session,
+    queries: &Npy<f32>,
+    n_queries: usize,
+    gt: &Npy<i32>,
+    ids: &[RecordId],
+    filters: &Filters,
+    ef: usize,
+    threads: usize,
+) -> Result<EfResult, CliError> {
+    let dim = queries.shape[1];
+    let gt_w = gt.shape[1];
+    let req_for = |qi: usize| RecallRequest {
+        vector: Some(queries.data[qi * dim..(qi + 1) * dim].to_vec()),
+        model: Some("dataset".into()),
+        mode: Mode::Vector,
+        k: 10,
+        ef: Some(ef),
+        filters: filters.clone(),
+        ..RecallRequest::default()
+    };
+    // warm-up
+    for qi in 0..n_queries.min(20) {
+        session.recall(&req_for(qi)).map_err(CliError::from)?;
+    }
+    let started = Instant::now();
+    type Row = (usize, Vec<RecordId>, f64, String, (u64, u64, u64));
+    let per_thread: Vec<Result<Vec<Row>, String>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let req_for = &req_for;
+                sc.spawn(move || {
+                    let mut out = Vec::new();
+                    let mut qi = t;
+                    while qi < n_queries {
+                        let req = req_for(qi);
+                        let t0 = Instant::now();
+                        let r = session.recall(&req).map_err(|e| e.to_string())?;
+                        let lat = t0.elapsed().as_secs_f64() * 1e6;
+                        let plan = r
+                            .manifest
+                            .vector_plan
+                            .as_ref()
+                            .map(|p| p.strategy.clone())
+                            .unwrap_or_default();
+                        let t = &r.manifest.timings;
+                        out.push((
+                            qi,
+                            r.hits.iter().map(|h| h.id).collect(),
+                            lat,
+                            plan,
+                            (t.eligibility_us, t.vector_us, t.fusion_us),
+                        ));
+                        qi += threads;
+                    }
+                    Ok(out)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("query thread panicked".into()))
+            })
+            .collect()
+    });
+    let secs = started.elapsed().as_secs_f64();
+    let mut recall = 0.0;
+    let mut lat = Vec::with_capacity(n_queries);
+    let mut plans: HashMap<String, usize> = HashMap::new();
+    let mut parts = (0u64, 0u64, 0u64);
+    for r in per_thread {
+        for (qi, found, l, plan, t) in r.map_err(CliError)? {
+            parts.0 += t.0;
+            parts.1 += t.1;
+            parts.2 += t.2;
+            recall += recall_at_10(&found, &gt.data[qi * gt_w..(qi + 1) * gt_w], ids);
+            lat.push(l);
+            *plans.entry(plan).or_default() += 1;
+        }
+    }
+    lat.sort_by(f64::total_cmp);
+    Ok(EfResult {
+        ef,
+        recall_at_10: recall / n_queries as f64,
+        qps: n_queries as f64 / secs,
+        latency_us_p50: lat[lat.len() / 2],
+        plan: plans
+            .into_iter()
+            .max_by_key(|(_, c)| *c)
+            .map(|(p, _)| p)
+            .unwrap_or_default(),
+        mean_us: (
+            parts.0 as f64 / n_queries as f64,
+            parts.1 as f64 / n_queries as f64,
+            parts.2 as f64 / n_queries as f64,
+        ),
+    })
+}
+
+/// Runs the benchmark.
+pub fn run(_data: &Path, a: AnnArgs) -> CliResult {
+    let d = &a.dataset;
+    if a.threads == 0 || a.ef.is_empty() || a.ef.contains(&0) || a.m < 2 || a.ef_construction == 0 {
+        return Err(CliError(
+            "--threads, --ef values, --m (>= 2) and --ef-construction must be positive".into(),
+        ));
+    }
+    let log = |s: String| {
+        if !a.json {
+            eprintln!("{s}");
+        } else {
+            eprintln!("bench ann: {s}");
+        }
+    };
+    let base = read_npy::<f32>(&d.join("base.npy"))?;
+    let queries = read_npy::<f32>(&d.join("queries.npy"))?;
+    let gt = read_npy::<i32>(&d.join("gt.npy"))?;
+    if base.shape.len() != 2 || queries.shape.len() != 2 || base.shape[1] != queries.shape[1] {
+        return Err(CliError(
+            "base.npy and queries.npy must be 2-d with the same width".into(),
+        ));
+    }
+    let (n, dim) = (base.shape[0], base.shape[1]);
+    let n_queries = a
+        .queries
+        .unwrap_or(queries.shape[0])
+        .min(queries.shape[0])
+        .min(gt.shape[0]);
+    let attrs = if d.join("attrs.npy").exists() {
+        Some(read_npy::<i64>(&d.join("attrs.npy"))?)
+    } else {
+        None
+    };
+    let texts: Vec<Option<String>> = match std::fs::read_to_string(d.join("base.jsonl")) {
+        Ok(t) => t
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l)
+                    .ok()
+                    .and_then(|v| v.get("text").and_then(|t| t.as_str()).map(str::to_string))
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("engram-bench-ann-")
+        .tempdir()?;
+    let opts = Options {
+        hnsw: HnswParams {
+            m: a.m,
+            ef_construction: a.ef_construction,
+            ..HnswParams::default()
+        },
+        ..Options::default()
+    };
+    let db = Engram::open(dir.path(), opts)?;
+    let s = db.session(Principal::admin("bench"));
+    log(format!("ingesting {n} vectors of {dim} dims ..."));
+    let started = Instant::now();
+    let mut ids: Vec<RecordId> = Vec::with_capacity(n);
+    for start in (0..n).step_by(1000) {
+        let end = (start + 1000).min(n);
+        let batch: Vec<NewRecord> = (start..end)
+            .map(|i| {
+                let (user, ts) = match &attrs {
+                    Some(at) => (
+                        format!("tenant-{}", at.data[i * 3]),
+                        Some(at.data[i * 3 + 1] * 1000),
+                    ),
+                    None => ("tenant-0".to_string(), None),
+                };
+                let mut r = NewRecord::event(
+                    "document",
+                    texts
+                        .get(i)
+                        .cloned()
+                        .flatten()
+                        .unwrap_or_else(|| format!("row {i}")),
+                )
+                .with_external_id(format!("row-{i}"))
+                .with_scope(Scope {
+                    user: Some(user),
+                    ..Scope::default()
+                })
+                .with_embedding("dataset", base.data[i * dim..(i + 1) * dim].to_vec());
+                r.occurred_at = ts;
+                r
+            })
+            .collect();
+        ids.extend(s.append(batch)?.into_iter().map(|r| r.id));
+    }
+    let ingest_seconds = started.elapsed().as_secs_f64();
+    log(format!(
+        "ingested in {ingest_seconds:.1}s; waiting for the graph ..."
+    ));
+    db.wait_indexed()?;
+    let build_seconds = started.elapsed().as_secs_f64();
+    let stats = db.stats()?;
+    let graph_bytes = stats
+        .vector_spaces
+        .iter()
+        .find(|v| v.model == "dataset")
+        .map(|v| v.graph_bytes)
+        .unwrap_or(0);
+    log(format!(
+        "graph built in {build_seconds:.1}s ({:.0} bytes/vector)",
+        graph_bytes as f64 / n as f64
+    ));
+    let mut report = AnnReport {
+        dataset: d.display().to_string(),
+        n,
+        dim,
+        queries: n_queries,
+        m: a.m,
+        ef_construction: a.ef_construction,
+        threads: a.threads,
+        ingest_seconds,
+        build_seconds,
+        index_bytes_per_vector: graph_bytes as f64 / n as f64,
+        filters: Vec::new(),
+    };
+    let run_gt = |name: &str,
+                  gt: &Npy<i32>,
+                  filters: &Filters,
+                  eligible: usize,
+                  report: &mut AnnReport|
+     -> Result<(), CliError> {
+        let mut fr = FilterResult {
+            filter: name.to_string(),
+            eligible,
+            results: Vec::new(),
+        };
+        for &ef in &a.ef {
+            let r = measure(&s, &queries, n_queries, gt, &ids, filters, ef, a.threads)?;
+            if !a.json {
+                crate::outln!(
+                    "{:<14} eligible {:>6}  ef {:>4}  recall@10 {:.4}  {:>8.0} q/s  p50 {:>6.0} us  plan {:<5}  (eligibility {:.0} us, vector {:.0} us, fusion {:.0} us)",
+                    name,
+                    eligible,
+                    ef,
+                    r.recall_at_10,
+                    r.qps,
+                    r.latency_us_p50,
+                    r.plan,
+                    r.mean_us.0,
+                    r.mean_us.1,
+                    r.mean_us.2
+                );
+            }
+            fr.results.push(r);
+        }
+        report.filters.push(fr);
+        Ok(())
+    };
+    run_gt("none", &gt, &Filters::default(), n, &mut report)?;
+    if !a.no_filters {
+        if let (Some(at), Ok(fjson)) = (&attrs, std::fs::read_to_string(d.join("filters.json"))) {
+            let defs: serde_json::Value =
+                serde_json::from_str(&fjson).map_err(|e| CliError(format!("filters.json: {e}")))?;
+            // Phase 2: delete the rows marked deleted.
+            let deleted: Vec<usize> = (0..n).filter(|&i| at.data[i * 3 + 2] != 0).collect();
+            log(format!(
+                "deleting {} rows marked deleted ...",
+                deleted.len()
+            ));
+            for &i in &deleted {
+                s.delete(
+                    &RecordRef::Id(ids[i]),
+                    Some("bench: dataset row marked deleted"),
+                )?;
+            }
+            let mut names: Vec<(&String, &serde_json::Value)> = defs
+                .as_object()
+                .map(|o| o.iter().collect())
+                .unwrap_or_default();
+            names.sort_by_key(|(k, _)| k.as_str());
+            for (name, def) in names {
+                let gt_path = d.join(format!("gt_{name}.npy"));
+                if !gt_path.exists() {
+                    continue;
+                }
+                let fgt = read_npy::<i32>(&gt_path)?;
+                let mut f = Filters::default();
+                if let Some(ts) = def.get("tenants").and_then(|t| t.as_array()) {
+                    f.users = ts
+                        .iter()
+                        .filter_map(|t| t.as_i64())
+                        .map(|t| format!("tenant-{t}"))
+                        .collect();
+                }
+                if let Some(ts) = def.get("ts_min").and_then(|t| t.as_i64()) {
+                    f.occurred_after = Some(ts * 1000);
+                }
+                let eligible = def.get("n_eligible").and_then(|x| x.as_u64()).unwrap_or(0) as usize;
+                run_gt(name, &fgt, &f, eligible, &mut report)?;
+            }
+        }
+    }
+    db.close()?;
+    if a.json {
+        crate::outln!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| CliError(e.to_string()))?
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,490 @@
+//! `engram recall` (one request from flags, or a JSONL file of requests) and
+//! `engram eval` (recall@k, precision@k, MRR, forbidden-hit rate, slices,
+//! with every manifest saved for replay).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+use engram_engine::retrieval::{Filters, Manifest, RecallResponse};
+use engram_engine::time::parse_rfc3339;
+use engram_engine::{Engram, Session};
+use engram_query::eval::{CaseResult, parse_cases, score_case, summarize};
+use engram_query::recall::{build_request, record_types};
+use serde::Serialize;
+
+use crate::cli::{CliError, CliResult, open_store, session_for};
+
+/// `engram recall`.
+#[derive(Args, Debug)]
+pub struct RecallArgs {
+    /// Tenant (lines of --queries may name their own).
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Read as this principal instead of the tenant admin.
+    #[arg(long)]
+    pub principal: Option<String>,
+    /// Query text.
+    #[arg(long)]
+    pub text: Option<String>,
+    /// Query vector as a JSON list, e.g. '[0.1, 0.2]'.
+    #[arg(long)]
+    pub vector: Option<String>,
+    /// Vector space (model id); optional when the store has one.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// hybrid (default), vector or lexical.
+    #[arg(long)]
+    pub mode: Option<String>,
+    /// Results.
+    #[arg(long, default_value_t = 10)]
+    pub k: usize,
+    /// HNSW ef_search.
+    #[arg(long)]
+    pub ef: Option<usize>,
+    /// Only this scope user (repeatable: any of them).
+    #[arg(long)]
+    pub user: Vec<String>,
+    /// Only this conversation (repeatable).
+    #[arg(long)]
+    pub conversation: Vec<String>,
+    /// Only this agent (repeatable).
+    #[arg(long)]
+    pub agent: Vec<String>,
+    /// Only this scope label (repeatable).
+    #[arg(long)]
+    pub label: Vec<String>,
+    /// Only this kind (repeatable).
+    #[arg(long)]
+    pub kind: Vec<String>,
+    /// Only this record type (repeatable): event, entity, relation, assertion, summary.
+    #[arg(long)]
+    pub record: Vec<String>,
+    /// What the store knew at this time (RFC 3339).
+    #[arg(long)]
+    pub as_of: Option<String>,
+    /// What was true at this time (RFC 3339; default now).
+    #[arg(long)]
+    pub valid_at: Option<String>,
+    /// Keep records whose validity ended (marked historical).
+    #[arg(long)]
+    pub include_historical: bool,
+    /// A JSONL file of requests (one result line per request, in order).
+    #[arg(long)]
+    pub queries: Option<PathBuf>,
+    /// Print the manifest (with --json: include it).
+    #[arg(long)]
+    pub explain: bool,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `engram eval`.
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    /// The JSONL file of cases.
+    pub cases: PathBuf,
+    /// Cutoff k (cases may set their own).
+    #[arg(long, default_value_t = 10)]
+    pub k: usize,
+    /// Save every manifest and result here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn time(flag: &str, v: &Option<String>) -> Result<Option<i64>, CliError> {
+    v.as_deref()
+        .map(|t| parse_rfc3339(t).map_err(|e| CliError(format!("--{flag}: {e}"))))
+        .transpose()
+}
+
+#[derive(Serialize)]
+struct ResultLine<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    line: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    query_id: Option<&'a str>,
+    hits: &'a [engram_engine::retrieval::Hit],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    manifest: Option<&'a Manifest>,
+}
+
+fn print_human(r: &RecallResponse, explain: bool) {
+    if r.hits.is_empty() {
+        crate::outln!("no results");
+    }
+    for h in &r.hits {
+        let text = h.text.as_deref().unwrap_or("");
+        let short: String = text.chars().take(100).collect();
+        crate::outln!(
+            "{:>3}. {}  {:<20} {:.4}  {} {}{}",
+            h.rank,
+            h.id,
+            h.external_id.as_deref().unwrap_or("-"),
+            h.score,
+            h.kind,
+            h.occurred_at,
+            if h.historical { "  [historical]" } else { "" }
+        );
+        crate::outln!(
+            "     {}{}",
+            short,
+            if short.len() < text.len() { " ..." } else { "" }
+        );
+        let by: Vec<String> = h.found_by.iter().map(|(r, k)| format!("{r}#{k}")).collect();
+        crate::outln!("     found by {}", by.join(", "));
+    }
+    if explain {
+        print_manifest(&r.manifest);
+    }
+}
+
+/// Prints a manifest readably.
+pub fn print_manifest(m: &Manifest) {
+    crate::outln!("\nmanifest (snapshot LSN {}):", m.snapshot_lsn);
+    crate::outln!(
+        "  principal  {} of tenant {}{}; labels held: [{}]",
+        m.principal.id,
+        m.principal.tenant,
+        if m.principal.admin { " (admin)" } else { "" },
+        m.principal.labels.join(", ")
+    );
+    crate::outln!(
+        "  query      mode {:?}, k {}, tokens [{}]{}",
+        m.query.mode,
+        m.query.k,
+        m.query.tokens.join(" "),
+        m.query
+            .as_of
+            .as_ref()
+            .map(|a| format!(", as of {a}"))
+            .unwrap_or_default()
+    );
+    let steps: Vec<String> = m
+        .eligibility
+        .iter()
+        .map(|s| format!("{} {}", s.step, s.remaining))
+        .collect();
+    crate::outln!("  eligible   {} -> {}", steps.join(" -> "), m.eligible);
+    if let Some(p) = &m.vector_plan {
+        crate::outln!(
+            "  plan       vector '{}': {} ({}); ef {} -> {}; {} indexed, {} scanned unindexed",
+            p.model,
+            p.strategy,
+            p.reason,
+            p.ef_requested,
+            p.ef_used,
+            p.indexed,
+            p.unindexed_scanned
+        );
+    }
+    for r in &m.retrievers {
+        match &r.skipped {
+            Some(why) => crate::outln!("  {:<10} skipped: {}", r.retriever, why),
+            None => {
+                let c: Vec<String> = r
+                    .candidates
+                    .iter()
+                    .take(5)
+                    .map(|c| format!("#{} {} ({:.3})", c.rank, c.id, c.score))
+                    .collect();
+                crate::outln!(
+                    "  {:<10} {} candidate(s): {}{}",
+                    r.retriever,
+                    r.candidates.len(),
+                    c.join(", "),
+                    if r.candidates.len() > 5 { ", ..." } else { "" }
+                );
+            }
+        }
+    }
+    crate::outln!(
+        "  fusion     {} (rrf_k {}) over {} candidate(s); weights vector {} lexical {} recency {} graph {}",
+        m.fusion_method,
+        m.rrf_k,
+        m.fusion.len(),
+        m.query.weights.vector,
+        m.query.weights.lexical,
+        m.query.weights.recency,
+        m.query.weights.graph
+    );
+    crate::outln!(
+        "  cost       {} scanned, {} distances, {} graph nodes, {} postings, {} bytes returned",
+        m.cost.records_scanned,
+        m.cost.distance_computations,
+        m.cost.graph_nodes_visited,
+        m.cost.postings_read,
+        m.cost.bytes_returned
+    );
+    crate::outln!("  time       {} us total", m.timings.total_us);
+}
+
+/// Runs `engram recall`.
+pub fn recall(data: &Path, a: RecallArgs) -> CliResult {
+    let db = open_store(data)?;
+    let r = recall_inner(&db, &a);
+    db.close()?;
+    r
+}
+
+fn recall_inner(db: &Engram, a: &RecallArgs) -> CliResult {
+    if let Some(file) = &a.queries {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| CliError(format!("cannot read {}: {e}", file.display())))?;
+        let lines = engram_query::parse_recall_jsonl(&text)
+            .map_err(|e| CliError(format!("{}: {e} (nothing was run)", file.display())))?;
+        let mut sessions: HashMap<(String, Option<String>), Session> = HashMap::new();
+        let mut failures = 0;
+        for l in &lines {
+            let tenant = match (&l.tenant, &a.tenant) {
+                (Some(t), Some(d)) if t != d => {
+                    return Err(CliError(format!(
+                        "line {}: tenant '{t}' differs from --tenant '{d}'",
+                        l.line
+                    )));
+                }
+                (Some(t), _) => t.clone(),
+                (None, Some(d)) => d.clone(),
+                (None, None) => {
+                    return Err(CliError(format!(
+                        "line {}: tenant: required (or pass --tenant)",
+                        l.line
+                    )));
+                }
+            };
+            let principal = l.principal.clone().or(a.principal.clone());
+            let s = sessions
+                .entry((tenant.clone(), principal.clone()))
+                .or_insert_with(|| session_for(db, &tenant, principal.as_deref()));
+            match s.recall(&l.request) {
+                Ok(r) => {
+                    let line = ResultLine {
+                        line: Some(l.line),
+                        query_id: l.query_id.as_deref(),
+                        hits: &r.hits,
+                        manifest: a.explain.then_some(&r.manifest),
+                    };
+                    if a.json {
+                        crate::outln!(
+                            "{}",
+                            serde_json::to_string(&line).map_err(|e| CliError(e.to_string()))?
+                        );
+                    } else {
+                        crate::outln!(
+                            "== line {}{}",
+                            l.line,
+                            l.query_id
+                                .as_ref()
+                                .map(|q| format!(" ({q})"))
+                                .unwrap_or_default()
+                        );
+                        print_human(&r, a.explain);
+                    }
+                }
+                Err(e) => {
+                    failures += 1;
+                    if a.json {
+                        crate::outln!(
+                            "{}",
+                            serde_json::json!({"line": l.line, "query_id": l.query_id, "error": e.to_string()})
+                        );
+                    } else {
+                        crate::outln!("== line {}: error: {e}", l.line);
+                    }
+                }
+            }
+        }
+        return Ok(if failures == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        });
+    }
+    let tenant = a
+        .tenant
+        .clone()
+        .ok_or_else(|| CliError("--tenant is required".into()))?;
+    let vector = match &a.vector {
+        None => None,
+        Some(v) => {
+            let val: serde_json::Value = serde_json::from_str(v)
+                .map_err(|e| CliError(format!("--vector: not a JSON list of numbers: {e}")))?;
+            Some(
+                engram_query::ingest::parse_vector(&val, "--vector")
+                    .map_err(|(f, r)| CliError(format!("{f}: {r}")))?,
+            )
+        }
+    };
+    let filters = Filters {
+        users: a.user.clone(),
+        conversations: a.conversation.clone(),
+        agents: a.agent.clone(),
+        scope_labels: a.label.clone(),
+        kinds: a.kind.clone(),
+        record_types: record_types(&a.record).map_err(|(f, r)| CliError(format!("--{f}: {r}")))?,
+        ..Filters::default()
+    };
+    let req = build_request(
+        a.text.clone(),
+        vector,
+        a.model.clone(),
+        a.mode.as_deref(),
+        Some(a.k),
+        a.ef,
+        filters,
+        time("as-of", &a.as_of)?,
+        time("valid-at", &a.valid_at)?,
+        a.include_historical,
+    )
+    .map_err(|(f, r)| CliError(format!("--{f}: {r}")))?;
+    let s = session_for(db, &tenant, a.principal.as_deref());
+    let r = s.recall(&req)?;
+    if a.json {
+        let line = ResultLine {
+            line: None,
+            query_id: None,
+            hits: &r.hits,
+            manifest: a.explain.then_some(&r.manifest),
+        };
+        crate::outln!(
+            "{}",
+            serde_json::to_string_pretty(&line).map_err(|e| CliError(e.to_string()))?
+        );
+    } else {
+        print_human(&r, a.explain);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `engram eval`.
+pub fn eval(data: &Path, a: EvalArgs) -> CliResult {
+    if a.k == 0 {
+        return Err(CliError("--k must be at least 1".into()));
+    }
+    let text = std::fs::read_to_string(&a.cases)
+        .map_err(|e| CliError(format!("cannot read {}: {e}", a.cases.display())))?;
+    let cases = parse_cases(&text)
+        .map_err(|e| CliError(format!("{}: {e} (nothing was run)", a.cases.display())))?;
+    if cases.is_empty() {
+        return Err(CliError(format!("{}: no cases", a.cases.display())));
+    }
+    if let Some(out) = &a.out {
+        std::fs::create_dir_all(out.join("manifests"))?;
+    }
+    let db = open_store(data)?;
+    let mut results: Vec<CaseResult> = Vec::new();
+    let mut errors = Vec::new();
+    let mut result_lines = String::new();
+    for c in &cases {
+        let k = if c.k_from_case { c.request.k } else { a.k };
+        let mut req = c.request.clone();
+        req.k = k;
+        let s = session_for(&db, &c.tenant, c.principal.as_deref());
+        match s.recall(&req) {
+            Ok(r) => {
+                let res = score_case(c, k, &r.hits);
+                if let Some(out) = &a.out {
+                    let name: String = c
+                        .case_id
+                        .chars()
+                        .map(|ch| {
+                            if ch.is_ascii_alphanumeric() || ch == '-' || ch == '_' {
+                                ch
+                            } else {
+                                '_'
+                            }
+                        })
+                        .collect();
+                    std::fs::write(
+                        out.join("manifests").join(format!("{name}.json")),
+                        serde_json::to_string_pretty(&r.manifest)
+                            .map_err(|e| CliError(e.to_string()))?,
+                    )?;
+                }
+                result_lines
+                    .push_str(&serde_json::to_string(&res).map_err(|e| CliError(e.to_string()))?);
+                result_lines.push('\n');
+                results.push(res);
+            }
+            Err(e) => errors.push(format!("case {} (line {}): {e}", c.case_id, c.line)),
+        }
+    }
+    db.close()?;
+    let (summary, slices) = summarize(&results);
+    if let Some(out) = &a.out {
+        std::fs::write(out.join("results.jsonl"), &result_lines)?;
+        std::fs::write(
+            out.join("summary.json"),
+            serde_json::to_string_pretty(
+                &serde_json::json!({"overall": summary, "slices": slices, "errors": errors}),
+            )
+            .map_err(|e| CliError(e.to_string()))?,
+        )?;
+    }
+    if a.json {
+        crate::outln!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({"overall": summary, "slices": slices, "cases": results, "errors": errors}))
+                .map_err(|e| CliError(e.to_string()))?
+        );
+    } else {
+        for r in &results {
+            crate::outln!(
+                "{:<24} recall@{} {:.3}  precision {:.3}  rr {:.3}{}",
+                r.case_id,
+                r.k,
+                r.recall,
+                r.precision,
+                r.reciprocal_rank,
+                if r.forbidden_hits.is_empty() {
+                    String::new()
+                } else {
+                    format!("  FORBIDDEN HITS: {}", r.forbidden_hits.join(", "))
+                }
+            );
+        }
+        for e in &errors {
+            crate::outln!("ERROR {e}");
+        }
+        crate::outln!(
+            "\n{} case(s): recall@k {:.3}  precision@k {:.3}  MRR {:.3}  forbidden-hit rate {} ({} of {} hits)",
+            summary.cases,
+            summary.recall_at_k,
+            summary.precision_at_k,
+            summary.mrr,
+            summary.forbidden_hit_rate,
+            summary.forbidden_hits,
+            summary.hits
+        );
+        for (name, s) in &slices {
+            crate::outln!(
+                "  slice {:<20} {} case(s): recall@k {:.3}  precision@k {:.3}  MRR {:.3}  forbidden {}",
+                name,
+                s.cases,
+                s.recall_at_k,
+                s.precision_at_k,
+                s.mrr,
+                s.forbidden_hits
+            );
+        }
+        if let Some(out) = &a.out {
+            crate::outln!("manifests and results saved under {}", out.display());
+        }
+    }
+    if summary.forbidden_hits > 0 {
+        eprintln!(
+            "error: forbidden-hit rate is {} (must be 0)",
+            summary.forbidden_hit_rate
+        );
+        return Ok(ExitCode::from(1));
+    }
+    if !errors.is_empty() {
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
