@@ -350,7 +350,10 @@ impl Engram {
             maintenance: RwLock::new(()),
         });
         Self::start_threads(&inner)?;
-        Ok((Engram { inner }, report))
+        let db = Engram { inner };
+        // The ledger file must hold every deletion and revocation of the log.
+        db.sync_ledger()?;
+        Ok((db, report))
     }
 
     fn start_threads(inner: &Arc<Inner>) -> Result<()> {

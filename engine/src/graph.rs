@@ -11,7 +11,9 @@
 //!
 //! Only eligible nodes and edges are traversed: an ineligible relation is
 //! not walked and an ineligible entity is not entered, so the graph never
-//! leaks across a tenant or access boundary.
+//! leaks across a tenant or access boundary. (The request's own filters,
+//! such as "relations only", restrict what is returned, not what may be
+//! walked through.)
 //!
 //! This module must never read record content beyond names and links.
 
@@ -60,14 +62,18 @@ pub fn seeds_from_text(st: &State, text: &str, eligible: &RoaringBitmap) -> Vec<
 
 /// The graph retriever (None when nothing in the query or the hits links
 /// to an entity).
+/// It walks `traversable` (eligibility without the request's own filters)
+/// and returns only records in `result_set`.
 pub fn graph_retriever(
     st: &State,
     text: Option<&str>,
-    eligible: &RoaringBitmap,
+    traversable: &RoaringBitmap,
+    result_set: &RoaringBitmap,
     prior: &[RetrieverOutput],
     n: usize,
     cost: &mut Cost,
 ) -> Option<RetrieverOutput> {
+    let eligible = traversable;
     let mut seeds: Vec<Idx> = text
         .map(|t| seeds_from_text(st, t, eligible))
         .unwrap_or_default();
@@ -129,7 +135,7 @@ pub fn graph_retriever(
     }
     let mut ranked: Vec<(f64, Idx)> = reached
         .into_iter()
-        .filter(|(i, _)| eligible.contains(*i))
+        .filter(|(i, _)| result_set.contains(*i))
         .map(|(i, d)| (1.0 / (1.0 + d as f64), i))
         .collect();
     ranked.sort_by(|a, b| {

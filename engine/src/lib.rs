@@ -13,6 +13,7 @@
 pub mod admin;
 pub mod canonical;
 pub mod codec;
+pub mod context;
 pub mod db;
 pub mod embed;
 pub mod error;
@@ -20,12 +21,14 @@ pub mod graph;
 pub mod id;
 pub mod lexical;
 pub mod lifecycle;
+pub mod maintenance;
 pub mod model;
 pub mod principal;
 pub mod retrieval;
 pub mod settings;
 pub mod state;
 pub mod time;
+pub mod trace;
 pub mod vector;
 
 pub use db::{AppendOutcome, AppendResult, Engram, ListFilter, OpenReport, Options, Session};

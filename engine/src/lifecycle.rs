@@ -146,6 +146,7 @@ impl Session {
             target: id.to_bytes(),
             reason: reason.map(str::to_string),
         })?;
+        self.db.sync_ledger()?;
         Ok(OpResult {
             op_id,
             lsn,
@@ -274,6 +275,7 @@ impl Session {
             label: label.map(str::to_string),
             role: role.map(str::to_string),
         })?;
+        self.db.sync_ledger()?;
         Ok(OpResult {
             op_id,
             lsn,

@@ -57,6 +57,9 @@ pub struct AnnArgs {
     /// Skip the filtered ground truths.
     #[arg(long)]
     pub no_filters: bool,
+    /// Measure only these ground truths (`none` = unfiltered; default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
@@ -329,7 +332,13 @@ fn measure(
 /// Runs the benchmark.
 pub fn run(_data: &Path, a: AnnArgs) -> CliResult {
     let d = &a.dataset;
-    if a.rounds == 0 || a.threads == 0 || a.ef.is_empty() || a.ef.contains(&0) || a.m < 2 || a.ef_construction == 0 {
+    if a.rounds == 0
+        || a.threads == 0
+        || a.ef.is_empty()
+        || a.ef.contains(&0)
+        || a.m < 2
+        || a.ef_construction == 0
+    {
         return Err(CliError(
             "--threads, --ef values, --m (>= 2) and --ef-construction must be positive".into(),
         ));

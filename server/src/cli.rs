@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use engram_engine::db::layout;
 use engram_engine::settings::StoreSettings;
 use engram_engine::time::{format_rfc3339, parse_rfc3339};
 use engram_engine::{
@@ -75,6 +74,33 @@ pub enum Command {
     Recall(Box<crate::recall_cmd::RecallArgs>),
     /// Evaluate retrieval on a JSONL file of cases (recall@k, precision@k, MRR, forbidden-hit rate).
     Eval(crate::recall_cmd::EvalArgs),
+    /// Assemble the working memory for one model call (procedural, semantic, episodic, recent).
+    Context(crate::lifecycle_cmd::ContextArgs),
+    /// Lineage of a record: its sources (upstream) and everything built on it (downstream).
+    Trace(crate::lifecycle_cmd::Target),
+    /// The review queue: list, approve, reject.
+    #[command(subcommand)]
+    Review(crate::lifecycle_cmd::ReviewCommand),
+    /// Set a record's end of validity: afterwards it is historical.
+    Expire(crate::lifecycle_cmd::ExpireArgs),
+    /// Correct a record: the file's record supersedes it (history keeps both).
+    Correct(crate::lifecycle_cmd::CorrectArgs),
+    /// Delete a record, its versions and its derivatives (bytes purged by `compact`).
+    Delete(crate::lifecycle_cmd::DeleteArgs),
+    /// Grant a label or role (to a principal, or lift a tenant-wide revocation).
+    Grant(crate::lifecycle_cmd::AccessArgs),
+    /// Revoke a label or role (from a principal, or from everyone in the tenant).
+    Revoke(crate::lifecycle_cmd::AccessArgs),
+    /// Set the retention period of a class in a tenant.
+    Retention(crate::lifecycle_cmd::RetentionArgs),
+    /// Place or lift a legal hold on a scope (suspends purging).
+    Hold(crate::lifecycle_cmd::HoldArgs),
+    /// Purge deleted and expired-by-retention records' bytes (store must not be in use).
+    Compact(JsonArgs),
+    /// Back up the store (log, settings, ledger) into a new directory.
+    Backup(crate::lifecycle_cmd::DirArgs),
+    /// Restore from a backup, re-applying later deletions and revocations.
+    Restore(crate::lifecycle_cmd::DirArgs),
     /// Benchmarks (`engram bench ingest`, `engram bench ann`).
     #[command(subcommand)]
     Bench(crate::bench::BenchCommand),
@@ -160,6 +186,10 @@ pub struct RebuildArgs {
     /// Rebuild only the catalog.
     #[arg(long)]
     pub catalog: bool,
+    /// Compare the deterministic parts of derived state before and after
+    /// (exit 1 on any difference).
+    #[arg(long)]
+    pub verify: bool,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
@@ -227,6 +257,19 @@ fn dispatch(cli: Cli) -> CliResult {
         Command::Rebuild(a) => cmd_rebuild(&data, a),
         Command::Recall(a) => crate::recall_cmd::recall(&data, *a),
         Command::Eval(a) => crate::recall_cmd::eval(&data, a),
+        Command::Context(a) => crate::lifecycle_cmd::context(&data, a),
+        Command::Trace(a) => crate::lifecycle_cmd::trace(&data, a),
+        Command::Review(a) => crate::lifecycle_cmd::review(&data, a),
+        Command::Expire(a) => crate::lifecycle_cmd::expire(&data, a),
+        Command::Correct(a) => crate::lifecycle_cmd::correct(&data, a),
+        Command::Delete(a) => crate::lifecycle_cmd::delete(&data, a),
+        Command::Grant(a) => crate::lifecycle_cmd::access(&data, a, false),
+        Command::Revoke(a) => crate::lifecycle_cmd::access(&data, a, true),
+        Command::Retention(a) => crate::lifecycle_cmd::retention(&data, a),
+        Command::Hold(a) => crate::lifecycle_cmd::hold(&data, a),
+        Command::Compact(a) => crate::lifecycle_cmd::compact(&data, a.json),
+        Command::Backup(a) => crate::lifecycle_cmd::backup(&data, a),
+        Command::Restore(a) => crate::lifecycle_cmd::restore(&data, a),
         Command::Bench(b) => crate::bench::run(&data, b),
     }
 }
@@ -689,28 +732,18 @@ fn cmd_rebuild(data: &Path, a: RebuildArgs) -> CliResult {
     if !data.join("log").exists() {
         return Err(CliError(format!("no store at {}", data.display())));
     }
+    if !a.catalog {
+        return crate::lifecycle_cmd::rebuild(data, a.verify, a.json);
+    }
     let started = std::time::Instant::now();
     let n = Engram::rebuild_catalog(data, &store_options(data)?)?;
-    if !a.catalog {
-        let derived = layout::derived(data);
-        if derived.exists() {
-            std::fs::remove_dir_all(&derived)?;
-        }
-        let db = open_store(data)?;
-        db.close()?;
-    }
     if a.json {
         print_json(
-            &serde_json::json!({"catalog_records": n, "derived": !a.catalog, "seconds": started.elapsed().as_secs_f64()}),
+            &serde_json::json!({"catalog_records": n, "seconds": started.elapsed().as_secs_f64()}),
         )?;
     } else {
         crate::outln!(
-            "rebuilt the catalog ({n} records){} from the log in {:.2}s",
-            if a.catalog {
-                ""
-            } else {
-                " and all derived state"
-            },
+            "rebuilt the catalog ({n} records) from the log in {:.2}s",
             started.elapsed().as_secs_f64()
         );
     }

@@ -12,6 +12,7 @@ pub mod bench;
 pub mod bench_ann;
 pub mod cli;
 pub mod demo;
+pub mod lifecycle_cmd;
 pub mod output;
 pub mod recall_cmd;
 

@@ -157,6 +157,54 @@ pub fn read_snapshot(
     Ok(Some(Snapshot { applied_lsn, body }))
 }
 
+/// Appends `bytes` to the file at `path` (created if missing) and makes
+/// them durable before returning.
+pub fn append_durable(backend: &dyn Backend, path: &Path, bytes: &[u8]) -> StorageResult<()> {
+    let f = backend
+        .open(path, OpenMode::Create)
+        .map_err(|e| StorageError::io(path, e))?;
+    let len = f.len().map_err(|e| StorageError::io(path, e))?;
+    f.write_all_at(bytes, len)
+        .map_err(|e| StorageError::io(path, e))?;
+    f.sync_data().map_err(|e| StorageError::io(path, e))
+}
+
+/// The whole content of a file, or None if it does not exist.
+pub fn read_all(backend: &dyn Backend, path: &Path) -> StorageResult<Option<Vec<u8>>> {
+    if !backend.exists(path) {
+        return Ok(None);
+    }
+    let f = backend
+        .open(path, OpenMode::Read)
+        .map_err(|e| StorageError::io(path, e))?;
+    let len = f.len().map_err(|e| StorageError::io(path, e))?;
+    let mut buf = vec![0u8; len as usize];
+    f.read_exact_at(&mut buf, 0)
+        .map_err(|e| StorageError::io(path, e))?;
+    Ok(Some(buf))
+}
+
+/// Writes a whole file durably (temporary file, fsync, rename, dir fsync).
+pub fn write_all_durable(backend: &dyn Backend, path: &Path, bytes: &[u8]) -> StorageResult<()> {
+    let tmp = tmp_path(path);
+    let f = backend
+        .open(&tmp, OpenMode::Truncate)
+        .map_err(|e| StorageError::io(&tmp, e))?;
+    f.write_all_at(bytes, 0)
+        .map_err(|e| StorageError::io(&tmp, e))?;
+    f.sync_data().map_err(|e| StorageError::io(&tmp, e))?;
+    drop(f);
+    backend
+        .rename(&tmp, path)
+        .map_err(|e| StorageError::io(path, e))?;
+    if let Some(dir) = path.parent() {
+        backend
+            .sync_dir(dir)
+            .map_err(|e| StorageError::io(dir, e))?;
+    }
+    Ok(())
+}
+
 /// Size of a vector file header.
 pub const VECTOR_HEADER_BYTES: usize = 64;
 const VECTOR_MAGIC: [u8; 8] = *b"ENGRVECT";

@@ -116,6 +116,10 @@ pub struct Eligibility {
     pub bitmap: RoaringBitmap,
     /// Of those, the ones whose validity ended before `valid_at`.
     pub historical: RoaringBitmap,
+    /// The set before the request's own filters (tenant, time, status,
+    /// access, retention, validity only): what graph expansion may walk
+    /// through; results are still restricted to `bitmap`.
+    pub traversable: RoaringBitmap,
     /// Steps with counts.
     pub steps: Vec<Step>,
 }
@@ -150,6 +154,7 @@ pub fn compute(
     let empty = Eligibility {
         bitmap: RoaringBitmap::new(),
         historical: RoaringBitmap::new(),
+        traversable: RoaringBitmap::new(),
         steps: Vec::new(),
     };
     let Some(tsym) = st.tenant_sym(tenant) else {
@@ -278,6 +283,7 @@ pub fn compute(
         historical.clear();
     }
     push("validity", &b);
+    let traversable = b.clone();
 
     // request filters
     let f = filters;
@@ -328,6 +334,7 @@ pub fn compute(
     Eligibility {
         bitmap: b,
         historical,
+        traversable,
         steps,
     }
 }

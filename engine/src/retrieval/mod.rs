@@ -25,7 +25,9 @@
 //! **Fusion**: weighted reciprocal rank fusion: `score(d) = sum over
 //! retrievers r of w_r / (rrf_k + rank_r(d))`, ranks from 1, `rrf_k = 60`;
 //! ties broken by id. Default weights: vector 1.0, lexical 1.0, graph 0.5,
-//! recency 0.1 (recency only orders otherwise equal or missing evidence).
+//! recency 0.1. Recency only re-orders records that a content retriever
+//! (vector, lexical, graph) found; a record found by recency alone is not
+//! returned.
 //!
 //! This module must never score a record outside the eligibility bitmap;
 //! debug builds assert it for every candidate list.
@@ -590,6 +592,7 @@ impl Session {
             if let Some(g) = crate::graph::graph_retriever(
                 &st,
                 text,
+                &el.traversable,
                 &el.bitmap,
                 &retrievers,
                 n_candidates,
@@ -623,7 +626,12 @@ impl Session {
                 e.score += term;
             }
         }
-        let mut fusion: Vec<FusionInput> = fused.into_values().collect();
+        // Recency orders evidence found by the content retrievers; it never
+        // brings in a record on its own.
+        let mut fusion: Vec<FusionInput> = fused
+            .into_values()
+            .filter(|f| f.contributions.iter().any(|(r, _, _)| r != "recency"))
+            .collect();
         fusion.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
         let selection: Vec<RecordId> = fusion.iter().take(req.k).map(|f| f.id).collect();
         let mut hits = Vec::with_capacity(selection.len());

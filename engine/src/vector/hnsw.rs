@@ -17,6 +17,17 @@
 //! `1 + M` words in a second flat array, located through `upper_at`. At
 //! M = 16 that is ~142 bytes per vector.
 //!
+//! Construction follows hnswlib (heuristic selection, pruned back-links)
+//! except on level 0, where a new node takes up to 2M diverse links and
+//! lists are topped up with the closest pruned candidates (the paper's
+//! `keepPrunedConnections`); see [`Hnsw::insert`] for the measured effect.
+//!
+//! Search cost is dominated by random reads of whole vectors. The search
+//! loop therefore prefetches the next candidate's neighbour list and the
+//! vectors a few neighbours ahead. Callers should keep their vectors on
+//! 2 MiB pages (e.g. `madvise(MADV_HUGEPAGE)`): measured +20-25% QPS on
+//! 20k x 384 vectors, from fewer TLB misses.
+//!
 //! Concurrency. [`Hnsw::search`] takes `&self` and may run on many threads
 //! at once, each with its own [`SearchScratch`]; [`Hnsw::insert`] takes
 //! `&mut self` and is serialised by the caller's write lock.
@@ -104,7 +115,8 @@ pub struct SearchStats {
     pub distance_computations: u64,
     /// Nodes expanded (their neighbour lists scanned).
     pub nodes_visited: u64,
-    /// Level-0 nodes evaluated but kept out of the results by the filter.
+    /// Nodes close enough to enter the results but rejected by the filter
+    /// (they still route the search).
     pub filtered_out: u64,
 }
 
@@ -237,8 +249,8 @@ fn splitmix64(x: u64) -> u64 {
 #[derive(Clone, Debug, Default)]
 pub struct SearchScratch {
     /// `visited[slot] == epoch` marks a slot seen by the current search.
-    visited: Vec<u32>,
-    epoch: u32,
+    visited: Vec<u16>,
+    epoch: u16,
     /// Frontier, closest first.
     candidates: BinaryHeap<Reverse<u64>>,
     /// Best `ef` admitted results, worst on top.
@@ -409,6 +421,20 @@ impl Hnsw {
         &arr[at + 1..at + 1 + n]
     }
 
+    #[inline(always)]
+    fn prefetch_links(&self, slot: u32, level: u8) {
+        let (zero, at) = self.list_start(slot, level);
+        let arr = if zero { &self.level0 } else { &self.upper };
+        let len = if zero {
+            self.stride0()
+        } else {
+            self.stride_upper()
+        };
+        if let Some(list) = arr.get(at..at + len) {
+            prefetch(list);
+        }
+    }
+
     /// Replaces the list of `slot` at `level` (caller respects capacity).
     fn set_links(&mut self, slot: u32, level: u8, links: &[u32]) {
         let (zero, at) = self.list_start(slot, level);
@@ -504,8 +530,10 @@ impl Hnsw {
         let mut stats = SearchStats::default();
         let mut cur = self.entry;
         let mut cur_d = distance(self.metric, q, vectors.get(cur));
+        scratch.begin(self.levels.len());
+        scratch.visit(cur);
         for lc in (level + 1..=self.max_level).rev() {
-            (cur, cur_d) = self.greedy(q, cur, cur_d, lc, vectors, &mut stats);
+            (cur, cur_d) = self.greedy(q, cur, cur_d, lc, vectors, &mut scratch, &mut stats);
         }
         let ef = self.params.ef_construction;
         for lc in (0..=level.min(self.max_level)).rev() {
@@ -523,8 +551,21 @@ impl Hnsw {
             scratch.drain_sorted();
             let closest = scratch.pool[0];
             (cur, cur_d) = (key_slot(closest), key_dist(closest));
+            // Level 0 departs from hnswlib (M diverse links on every level,
+            // no top-up) in two ways: like FAISS, a new node may take up to
+            // 2M diverse links there, and its list is then topped up to its
+            // full 2M capacity (fixed stride: no memory cost). Measured on
+            // 20k x 384 text embeddings, recall@10 at ef 32 / 64 / 256 went
+            // from 0.938 / 0.976 / 0.998 (hnswlib's rule, 670 / 1131 / 3340
+            // distances per query) to 0.955 / 0.985 / 0.999 (746 / 1262 /
+            // 3703): fewer distances at equal recall, for ~1.3x build time.
             let mut selected = std::mem::take(&mut scratch.selected);
-            self.select_neighbors(&scratch.pool, self.params.m, vectors, &mut selected);
+            let (m, fill) = if lc == 0 {
+                (self.m0(), self.m0())
+            } else {
+                (self.params.m, 0)
+            };
+            self.select_neighbors(&scratch.pool, m, fill, vectors, &mut selected);
             self.set_links(slot, lc, &selected);
             for &n in &selected {
                 self.link_back(n, slot, lc, vectors, &mut scratch);
@@ -566,12 +607,21 @@ impl Hnsw {
         let mut pool = std::mem::take(&mut scratch.pool);
         pool.clear();
         pool.push(key(distance(self.metric, nv, vectors.get(new)), new));
-        for &e in self.links(node, level) {
+        let links = self.links(node, level);
+        for (i, &e) in links.iter().enumerate() {
+            if let Some(&ahead) = links.get(i + PREFETCH_AHEAD) {
+                prefetch(vectors.get(ahead));
+            }
             pool.push(key(distance(self.metric, nv, vectors.get(e)), e));
         }
         pool.sort_unstable();
         let mut selected = std::mem::take(&mut scratch.selected);
-        self.select_neighbors(&pool, cap, vectors, &mut selected);
+        // A pruned level-0 list is topped up to 3/4 of capacity only: the
+        // free quarter absorbs the next back-links without another prune.
+        // (Topping up to full capacity gained little recall and made every
+        // later back-link prune: 2.2x the build time of no top-up.)
+        let fill = if level == 0 { cap - cap / 4 } else { 0 };
+        self.select_neighbors(&pool, cap, fill, vectors, &mut selected);
         self.set_links(node, level, &selected);
         scratch.pool = pool;
         scratch.selected = selected;
@@ -579,12 +629,15 @@ impl Hnsw {
 
     /// HNSW heuristic (paper Algorithm 4, hnswlib `getNeighborsByHeuristic2`):
     /// walk `sorted` (closest first) and keep a candidate only if it is
-    /// closer to the base point than to every candidate already kept. This
-    /// favours links in diverse directions, which keeps the graph navigable.
+    /// closer to the base point than to every candidate already kept, up to
+    /// `m`. This favours links in diverse directions, which keeps the graph
+    /// navigable. Then, as the paper's `keepPrunedConnections`, top the list
+    /// up to `fill` entries with the closest rejected candidates.
     fn select_neighbors<V: Vectors>(
         &self,
         sorted: &[u64],
         m: usize,
+        fill: usize,
         vectors: &V,
         out: &mut Vec<u32>,
     ) {
@@ -593,9 +646,12 @@ impl Hnsw {
             out.extend(sorted.iter().map(|&k| key_slot(k)));
             return;
         }
-        for &k in sorted {
+        for (i, &k) in sorted.iter().enumerate() {
             if out.len() >= m {
                 break;
+            }
+            if let Some(&ahead) = sorted.get(i + 1) {
+                prefetch(vectors.get(key_slot(ahead)));
             }
             let (c, dc) = (key_slot(k), key_dist(k));
             let cv = vectors.get(c);
@@ -606,12 +662,23 @@ impl Hnsw {
                 out.push(c);
             }
         }
+        let diverse = out.len();
+        for &k in sorted {
+            if out.len() >= fill {
+                break;
+            }
+            if !out[..diverse].contains(&key_slot(k)) {
+                out.push(key_slot(k));
+            }
+        }
     }
 
     // ---- search -----------------------------------------------------------
 
     /// Greedy descent on one upper level: move to the closest neighbour until
-    /// no neighbour is closer.
+    /// no neighbour is closer. Nodes already evaluated since
+    /// `scratch.begin()` are skipped: they cannot beat the current best.
+    #[allow(clippy::too_many_arguments)]
     fn greedy<V: Vectors>(
         &self,
         q: &[f32],
@@ -619,24 +686,59 @@ impl Hnsw {
         mut cur_d: f32,
         level: u8,
         vectors: &V,
+        scratch: &mut SearchScratch,
         stats: &mut SearchStats,
     ) -> (u32, f32) {
         let mut best = key(cur_d, cur);
         loop {
             let before = cur;
             stats.nodes_visited += 1;
-            for &n in self.links(before, level) {
-                let d = distance(self.metric, q, vectors.get(n));
-                stats.distance_computations += 1;
-                let k = key(d, n);
-                if k < best {
-                    (best, cur, cur_d) = (k, n, d);
-                }
-            }
+            stats.distance_computations +=
+                self.scan_neighbors(q, before, level, vectors, scratch, |_, n, d| {
+                    let k = key(d, n);
+                    if k < best {
+                        (best, cur, cur_d) = (k, n, d);
+                    }
+                });
             if cur == before {
                 return (cur, cur_d);
             }
         }
+    }
+
+    /// Marks every unvisited neighbour of `node` at `level` visited and
+    /// passes it with its distance to `q` to `f`; returns how many. The
+    /// vectors of the next `PREFETCH_AHEAD` neighbours stay in flight while
+    /// each distance is computed, so cache misses overlap with arithmetic.
+    #[inline(always)]
+    fn scan_neighbors<V: Vectors>(
+        &self,
+        q: &[f32],
+        node: u32,
+        level: u8,
+        vectors: &V,
+        scratch: &mut SearchScratch,
+        mut f: impl FnMut(&mut SearchScratch, u32, f32),
+    ) -> u64 {
+        let mut batch = std::mem::take(&mut scratch.batch);
+        batch.clear();
+        for &n in self.links(node, level) {
+            if scratch.visit(n) {
+                batch.push(n);
+            }
+        }
+        for &n in batch.iter().take(PREFETCH_AHEAD) {
+            prefetch(vectors.get(n));
+        }
+        for (i, &n) in batch.iter().enumerate() {
+            if let Some(&ahead) = batch.get(i + PREFETCH_AHEAD) {
+                prefetch(vectors.get(ahead));
+            }
+            f(scratch, n, distance(self.metric, q, vectors.get(n)));
+        }
+        let count = batch.len() as u64;
+        scratch.batch = batch;
+        count
     }
 
     /// Beam search of width `ef` on one level, starting at `ep`; leaves the
@@ -676,43 +778,29 @@ impl Hnsw {
                 break;
             }
             expanded += 1;
-            // Gather the unvisited neighbours first, then keep the vectors of
-            // the next PREFETCH_AHEAD of them in flight while computing each
-            // distance, so cache misses overlap with arithmetic.
-            let mut batch = std::mem::take(&mut scratch.batch);
-            batch.clear();
-            for &n in self.links(key_slot(c), level) {
-                if scratch.visit(n) {
-                    batch.push(n);
-                }
+            // The next candidate is most likely the current heap top: start
+            // loading its neighbour list now.
+            if let Some(&Reverse(next)) = scratch.candidates.peek() {
+                self.prefetch_links(key_slot(next), level);
             }
-            for &n in batch.iter().take(PREFETCH_AHEAD) {
-                prefetch(vectors.get(n));
-            }
-            for (i, &n) in batch.iter().enumerate() {
-                if let Some(&ahead) = batch.get(i + PREFETCH_AHEAD) {
-                    prefetch(vectors.get(ahead));
-                }
-                let d = distance(self.metric, q, vectors.get(n));
-                dists += 1;
+            dists += self.scan_neighbors(q, key_slot(c), level, vectors, scratch, |s, n, d| {
                 let k = key(d, n);
-                let full = scratch.results.len() >= ef;
-                if full && scratch.results.peek().is_some_and(|&w| k >= w) {
-                    continue;
+                let full = s.results.len() >= ef;
+                if full && s.results.peek().is_some_and(|&w| k >= w) {
+                    return;
                 }
-                scratch.candidates.push(Reverse(k));
+                s.candidates.push(Reverse(k));
                 if !passes(n) {
                     rejected += 1;
                 } else if full {
                     // Replace the worst result in one sift instead of push + pop.
-                    if let Some(mut worst) = scratch.results.peek_mut() {
+                    if let Some(mut worst) = s.results.peek_mut() {
                         *worst = k;
                     }
                 } else {
-                    scratch.results.push(k);
+                    s.results.push(k);
                 }
-            }
-            scratch.batch = batch;
+            });
         }
         stats.distance_computations += dists;
         stats.nodes_visited += expanded;
@@ -724,9 +812,16 @@ impl Hnsw {
     /// `k` if smaller): larger is slower and more accurate.
     ///
     /// The filter is applied inside the traversal: filtered-out nodes still
-    /// route the search but are never returned. `vectors` must cover every
-    /// inserted slot. Returns an empty result if the index is empty, `k` is
-    /// 0, `query` has the wrong dimension, or `vectors` is too short.
+    /// route the search but are never returned. `ef` counts filter-passing
+    /// results, so a filter passing a fraction `s` of slots costs on the
+    /// order of `ef / s` distance computations, and the whole reachable
+    /// graph when fewer than `ef` slots pass; for small eligible sets
+    /// [`Hnsw::exact_search`] is cheaper and exact (measured on 20k vectors:
+    /// 1861 eligible slots, exact 1861 distances vs 2718 at ef 16).
+    ///
+    /// `vectors` must cover every inserted slot. Returns an empty result if
+    /// the index is empty, `k` is 0, `query` or `vectors` has the wrong
+    /// dimension, or `vectors` is too short.
     #[allow(clippy::too_many_arguments)]
     pub fn search<V: Vectors, F: Fn(u32) -> bool>(
         &self,
@@ -738,14 +833,21 @@ impl Hnsw {
         scratch: &mut SearchScratch,
         stats: &mut SearchStats,
     ) -> Vec<Neighbor> {
-        if k == 0 || self.entry == NONE || query.len() != self.dim() || vectors.len() < self.len() {
+        if k == 0
+            || self.entry == NONE
+            || query.len() != self.dim()
+            || vectors.dim() != self.dim()
+            || vectors.len() < self.len()
+        {
             return Vec::new();
         }
         let mut cur = self.entry;
         let mut cur_d = distance(self.metric, query, vectors.get(cur));
         stats.distance_computations += 1;
+        scratch.begin(self.levels.len());
+        scratch.visit(cur);
         for lc in (1..=self.max_level).rev() {
-            (cur, cur_d) = self.greedy(query, cur, cur_d, lc, vectors, stats);
+            (cur, cur_d) = self.greedy(query, cur, cur_d, lc, vectors, scratch, stats);
         }
         self.search_layer(
             query,
@@ -766,6 +868,46 @@ impl Hnsw {
             .map(|&k| Neighbor {
                 slot: key_slot(k),
                 distance: key_dist(k),
+            })
+            .collect()
+    }
+
+    /// Exact k nearest among `slots`, by scanning them: the better plan when
+    /// a filter admits few slots (a filtered graph search visits on the
+    /// order of `ef / selectivity` nodes). Same distances, ordering and
+    /// empty-result rules as [`Hnsw::search`]; slots without a vector are
+    /// skipped.
+    pub fn exact_search<V: Vectors>(
+        &self,
+        query: &[f32],
+        k: usize,
+        vectors: &V,
+        slots: impl IntoIterator<Item = u32>,
+        stats: &mut SearchStats,
+    ) -> Vec<Neighbor> {
+        if k == 0 || query.len() != self.dim() || vectors.dim() != self.dim() {
+            return Vec::new();
+        }
+        let available = vectors.len().min(self.len());
+        let mut best = BinaryHeap::with_capacity(k + 1);
+        let mut slots = slots.into_iter().filter(|&s| s < available).peekable();
+        while let Some(s) = slots.next() {
+            if let Some(&next) = slots.peek() {
+                prefetch(vectors.get(next));
+            }
+            let kk = key(distance(self.metric, query, vectors.get(s)), s);
+            stats.distance_computations += 1;
+            if best.len() < k {
+                best.push(kk);
+            } else if let Some(mut worst) = best.peek_mut().filter(|w| kk < **w) {
+                *worst = kk;
+            }
+        }
+        best.into_sorted_vec()
+            .into_iter()
+            .map(|kk| Neighbor {
+                slot: key_slot(kk),
+                distance: key_dist(kk),
             })
             .collect()
     }
@@ -1019,6 +1161,7 @@ mod tests {
             let h = build(&v, HnswParams::default(), metric);
             let queries = random_vectors(seed + 100, 100, dim, metric == Metric::Dot);
             let r = recall(&h, &v, &queries, 10, 64, |_| true);
+            eprintln!("seed {seed} {metric:?}: recall@10 = {r:.4}");
             assert!(r >= 0.95, "seed {seed} {metric:?}: recall@10 {r:.3} < 0.95");
         }
     }
@@ -1032,11 +1175,12 @@ mod tests {
         let queries = random_vectors(8, 100, dim, false);
         let pass = |s: u32| splitmix64(u64::from(s) ^ 99) % 10 < 3;
         let r = recall(&h, &v, &queries, 10, 64, pass);
+        eprintln!("seed 7, 30% filter: recall@10 = {r:.4}");
         assert!(r >= 0.95, "seed 7: filtered recall@10 {r:.3} < 0.95");
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(48))]
+        #![proptest_config(ProptestConfig::with_cases(64))]
         /// Results only ever hold filter-passing slots; a filter passing
         /// fewer than `ef` slots makes the search exhaustive, so it returns
         /// exactly the filtered brute-force answer.
@@ -1050,7 +1194,7 @@ mod tests {
             let pass = move |s: u32| match kind {
                 0 => false,
                 1 => s == pick,
-                2 => splitmix64(u64::from(s) ^ seed) % 2 == 0,
+                2 => splitmix64(u64::from(s) ^ seed).is_multiple_of(2),
                 _ => s % 37 == pick % 37,
             };
             let mut scratch = SearchScratch::new();
@@ -1069,6 +1213,37 @@ mod tests {
                 prop_assert!(stats.filtered_out > 0);
             }
         }
+    }
+
+    #[test]
+    fn exact_search_matches_brute_force() {
+        let (n, dim) = (500, 8);
+        let data = random_vectors(81, n, dim, false);
+        let v = FlatVectors { data: &data, dim };
+        let h = build(&v, HnswParams::default(), Metric::L2);
+        let eligible = (0..n as u32).filter(|s| s % 7 == 3).count() as u64;
+        for q in random_vectors(82, 10, dim, false).chunks(dim) {
+            let pass = |s: u32| s % 7 == 3;
+            let mut stats = SearchStats::default();
+            let got = h.exact_search(q, 10, &v, (0..n as u32).filter(|&s| pass(s)), &mut stats);
+            assert_eq!(stats.distance_computations, eligible);
+            let slots: Vec<u32> = got.iter().map(|nb| nb.slot).collect();
+            assert_eq!(slots, brute_force(&v, Metric::L2, q, 10, pass));
+            assert!(
+                got.iter()
+                    .all(|nb| nb.distance == distance(Metric::L2, q, v.get(nb.slot)))
+            );
+            // An exhaustive graph search gives the same answer.
+            let mut scratch = SearchScratch::new();
+            let graph = h.search(q, 10, n, &v, Some(&pass), &mut scratch, &mut stats);
+            assert_eq!(graph, got);
+        }
+        let mut stats = SearchStats::default();
+        // Out-of-range slots are skipped; k = 0 and wrong dimensions are empty.
+        let q = &data[..dim];
+        assert_eq!(h.exact_search(q, 5, &v, [0, 9999], &mut stats).len(), 1);
+        assert!(h.exact_search(q, 0, &v, 0..10, &mut stats).is_empty());
+        assert!(h.exact_search(&q[1..], 5, &v, 0..10, &mut stats).is_empty());
     }
 
     #[test]
@@ -1310,10 +1485,11 @@ mod tests {
                 bytes[i] ^= b | 1;
             }
             if let Ok(h) = Hnsw::read_from(&bytes) {
-                let vv = FlatVectors { data: &data[..h.len() as usize * h.dim()], dim: h.dim() };
-                let q = vec![0.5; h.dim()];
-                let got = search_all(&h, &vv, &q, 5, 8);
+                // Whatever was garbled (dimension, length, links), searching
+                // with the original vectors must not panic.
+                let got = search_all(&h, &v, &[0.5; 4], 5, 8);
                 prop_assert!(got.len() <= 5);
+                prop_assert!(got.iter().all(|n| n.slot < h.len()));
             }
         }
     }
@@ -1348,6 +1524,18 @@ mod tests {
             Metric::L2,
         );
         assert!((0..1000).any(|s| h.level_for(s) != other.level_for(s)));
+    }
+
+    #[test]
+    fn prefetch_is_a_pure_hint() {
+        let data: Vec<f32> = (0..1000).map(|i| i as f32).collect();
+        let copy = data.clone();
+        for range in [0..0, 0..1, 3..19, 0..1000, 999..1000] {
+            prefetch(&data[range]);
+        }
+        prefetch::<u32>(&[]);
+        prefetch(&[0u8; 3]);
+        assert_eq!(data, copy);
     }
 
     #[test]
@@ -1410,13 +1598,16 @@ mod tests {
         let mut stats = SearchStats::default();
         let q = &data[..4];
         let want = h.search(q, 5, 16, &v, NO_FILTER, &mut scratch, &mut stats);
-        scratch.epoch = u32::MAX - 1;
+        // Stale marks from before the wrap must not hide nodes after it.
+        scratch.visited.fill(1);
+        scratch.epoch = u16::MAX - 1;
         for _ in 0..3 {
             assert_eq!(
                 h.search(q, 5, 16, &v, NO_FILTER, &mut scratch, &mut stats),
                 want
             );
         }
-        assert!(scratch.epoch < 3);
+        // Each search takes two epochs (upper levels, level 0): it wrapped.
+        assert!(scratch.epoch < 8, "epoch {}", scratch.epoch);
     }
 }

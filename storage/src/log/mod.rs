@@ -616,11 +616,13 @@ impl SegmentLog {
             offset: 0,
             reason: "no such segment".into(),
         })?;
-        if self.shared.segments.read().last().map(|s| s.no) == Some(no) {
+        if self.tx.lock().is_some() && self.shared.segments.read().last().map(|s| s.no) == Some(no)
+        {
             return Err(StorageError::BadLocation {
                 segment: no,
                 offset: 0,
-                reason: "the active segment cannot be rewritten; rotate first".into(),
+                reason: "the active segment cannot be rewritten while appends run; rotate first"
+                    .into(),
             });
         }
         let mut out = Vec::with_capacity(seg.durable_len() as usize);
@@ -720,6 +722,36 @@ impl SegmentLog {
             segs[i] = new_seg;
         }
         Ok(locs)
+    }
+
+    /// Copies every segment, up to its durable end at one instant, into
+    /// `dir` (same file names), each synced; returns the last LSN copied.
+    /// Appends may go on meanwhile: what they add is not part of the copy.
+    pub fn copy_to(&self, backend_dst: &dyn Backend, dir: &Path) -> StorageResult<Lsn> {
+        // LSN first: the lengths read after it cover at least that LSN.
+        let last = self.last_lsn();
+        let segs: Vec<(Arc<Segment>, u64)> = self
+            .shared
+            .segments
+            .read()
+            .iter()
+            .map(|s| (s.clone(), s.durable_len()))
+            .collect();
+        backend_dst.create_dir_all(dir).map_err(io_err(dir))?;
+        for (seg, len) in segs {
+            let mut buf = vec![0u8; len as usize];
+            seg.file
+                .read_exact_at(&mut buf, 0)
+                .map_err(io_err(&seg.path))?;
+            let dst = dir.join(segment::segment_file_name(seg.no));
+            let f = backend_dst
+                .open(&dst, OpenMode::Truncate)
+                .map_err(io_err(&dst))?;
+            f.write_all_at(&buf, 0).map_err(io_err(&dst))?;
+            f.sync_data().map_err(io_err(&dst))?;
+        }
+        backend_dst.sync_dir(dir).map_err(io_err(dir))?;
+        Ok(last)
     }
 
     /// Stops the writer thread after it has finished every queued batch.

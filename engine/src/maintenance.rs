@@ -1,0 +1,725 @@
+//! Maintenance: the review queue, the deletion/revocation ledger,
+//! compaction (purging deleted bytes), backup and restore, and the
+//! rebuild-and-compare check of derived state.
+//!
+//! - **Ledger** (`ledger.jsonl` in the data directory): a durable copy of
+//!   every deletion and revocation, appended when the operation is written
+//!   and reconciled with the log on every open. Restore does not replace it,
+//!   so restoring an older backup can re-apply what happened after it.
+//! - **Compaction** (store closed): records that are deleted (or past their
+//!   class's retention period, which is first recorded as a deletion with
+//!   reason `retention:<class>`) and not under a legal hold are replaced in
+//!   the log by tombstones (id, tenant, type, sources, hashed external id,
+//!   deleting operation): the segment is rewritten to a temporary file,
+//!   synced and renamed over the old one. The catalog and all derived files
+//!   are then deleted and rebuilt from the rewritten log, so the purged
+//!   content exists in no file under the data directory.
+//! - **Backup**: the log (each segment up to its durable end at one
+//!   instant) plus settings and the ledger, into a new directory.
+//! - **Restore** (store closed): the backup's log replaces the store's;
+//!   derived state is rebuilt; every ledger entry not in the restored log is
+//!   re-applied; a compaction then purges what those deletions cover.
+//! - **Rebuild and verify**: the deterministic parts of derived state (ids,
+//!   lineage, chunk boundaries, eligibility, index membership, content keys,
+//!   graph and lexical encodings, catalog entries) are listed before and
+//!   after deleting and rebuilding all derived state; any difference is
+//!   reported line by line.
+//!
+//! This module must never purge a record that is not deleted, and never
+//! purge under a legal hold.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+use engram_storage::files::{append_durable, read_all, write_all_durable};
+use engram_storage::frame::FrameType;
+use engram_storage::log::Rewrite;
+use engram_storage::{Backend, SegmentLog, StorageError};
+use serde::{Deserialize, Serialize};
+
+use crate::codec::{self, StoredTombstone};
+use crate::db::{Engram, Options, Session, layout};
+use crate::error::{EngineError, Result};
+use crate::id::RecordId;
+use crate::model::{Record, RecordRef, Status};
+use crate::state::{LedgerEntry, LedgerWhat, State};
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
+    move |e| EngineError::Storage(StorageError::io(path, e))
+}
+
+/// Path of the ledger.
+pub fn ledger_path(dir: &Path) -> PathBuf {
+    dir.join("ledger.jsonl")
+}
+
+/// One line of the ledger file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerLine {
+    /// Operation id.
+    pub op_id: String,
+    /// Tenant.
+    pub tenant: String,
+    /// Transaction time (ms).
+    pub at_ms: i64,
+    /// `delete` or `revoke`.
+    pub op: String,
+    /// Deleted record.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub target: Option<String>,
+    /// Deletion reason.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reason: Option<String>,
+    /// Revoked principal.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub principal: Option<String>,
+    /// Revoked label.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub label: Option<String>,
+    /// Revoked role.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub role: Option<String>,
+}
+
+impl From<&LedgerEntry> for LedgerLine {
+    fn from(e: &LedgerEntry) -> Self {
+        let mut l = LedgerLine {
+            op_id: e.op_id.to_string(),
+            tenant: e.tenant.clone(),
+            at_ms: e.at,
+            op: String::new(),
+            target: None,
+            reason: None,
+            principal: None,
+            label: None,
+            role: None,
+        };
+        match &e.what {
+            LedgerWhat::Delete { target, reason } => {
+                l.op = "delete".into();
+                l.target = Some(target.to_string());
+                l.reason = reason.clone();
+            }
+            LedgerWhat::Revoke {
+                principal,
+                label,
+                role,
+            } => {
+                l.op = "revoke".into();
+                l.principal = principal.clone();
+                l.label = label.clone();
+                l.role = role.clone();
+            }
+        }
+        l
+    }
+}
+
+/// Reads the ledger file (empty if absent). Unparseable lines are an error
+/// naming the line.
+pub fn read_ledger(backend: &dyn Backend, dir: &Path) -> Result<Vec<LedgerLine>> {
+    let Some(bytes) = read_all(backend, &ledger_path(dir))? else {
+        return Ok(Vec::new());
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let mut out = Vec::new();
+    for (i, l) in text.lines().enumerate() {
+        if l.trim().is_empty() {
+            continue;
+        }
+        // A torn last line (crash while appending) is ignored: the log
+        // still holds the operation and the next reconcile re-adds it.
+        match serde_json::from_str(l) {
+            Ok(x) => out.push(x),
+            Err(e) if i + 1 == text.lines().count() => {
+                let _ = e;
+            }
+            Err(e) => {
+                return Err(EngineError::Corrupt {
+                    what: format!("ledger line {}", i + 1),
+                    detail: e.to_string(),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Appends the log's ledger entries missing from the ledger file.
+pub(crate) fn reconcile_ledger(backend: &dyn Backend, dir: &Path, st: &State) -> Result<usize> {
+    let have: BTreeSet<String> = read_ledger(backend, dir)?
+        .into_iter()
+        .map(|l| l.op_id)
+        .collect();
+    let mut text = String::new();
+    let mut n = 0;
+    for e in &st.ledger {
+        if !have.contains(&e.op_id.to_string()) {
+            text.push_str(
+                &serde_json::to_string(&LedgerLine::from(e)).expect("ledger line serializes"),
+            );
+            text.push('\n');
+            n += 1;
+        }
+    }
+    if n > 0 {
+        append_durable(backend, &ledger_path(dir), text.as_bytes())?;
+    }
+    Ok(n)
+}
+
+impl Engram {
+    /// Brings the ledger file up to date with the log.
+    pub(crate) fn sync_ledger(&self) -> Result<()> {
+        let st = self.inner.state.read();
+        reconcile_ledger(self.inner.backend.as_ref(), &self.inner.dir, &st)?;
+        Ok(())
+    }
+}
+
+impl Session {
+    /// Review candidates of the tenant, oldest first.
+    pub fn review_queue(&self) -> Result<Vec<Record>> {
+        self.db.check_open()?;
+        let st = self.db.inner.state.read();
+        let Some(t) = st.tenant_sym(self.principal.tenant()) else {
+            return Ok(Vec::new());
+        };
+        let Some(c) = st.bm_status.get(&Status::Candidate) else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for i in (c & &st.bm_tenant[&t]).iter() {
+            if self.can_read(&st, i) {
+                out.push(self.db.record_view(&st, i)?);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// What compaction did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CompactReport {
+    /// Records whose content was purged (now tombstones).
+    pub purged: usize,
+    /// Records deleted now because their retention period passed.
+    pub retention_deleted: usize,
+    /// Deleted records kept because of a legal hold.
+    pub held: usize,
+    /// Segments rewritten.
+    pub segments_rewritten: usize,
+    /// Log bytes before and after.
+    pub log_bytes_before: u64,
+    /// Log bytes after.
+    pub log_bytes_after: u64,
+}
+
+fn under_hold(st: &State, idx: u32) -> bool {
+    let m = st.meta(idx);
+    let Some(t) = st.tenants.get(&m.tenant) else {
+        return false;
+    };
+    if t.holds.is_empty() {
+        return false;
+    }
+    if t.holds.contains("tenant") {
+        return true;
+    }
+    let name = |s: Option<u32>| s.map(|x| st.strings.name(x).to_string());
+    let mut keys = Vec::new();
+    if let Some(u) = name(m.user) {
+        keys.push(format!("user:{u}"));
+    }
+    if let Some(c) = name(m.conversation) {
+        keys.push(format!("conversation:{c}"));
+    }
+    if let Some(a) = name(m.agent) {
+        keys.push(format!("agent:{a}"));
+    }
+    for l in &m.scope_labels {
+        keys.push(format!("label:{}", st.strings.name(*l)));
+    }
+    keys.iter().any(|k| t.holds.contains(k))
+}
+
+fn lock_dir(opts: &Options, dir: &Path) -> Result<engram_storage::backend::LockGuard> {
+    let lock_path = layout::lock(dir);
+    opts.backend
+        .try_lock(&lock_path)
+        .map_err(io(&lock_path))?
+        .ok_or(EngineError::Storage(StorageError::Locked {
+            path: lock_path,
+        }))
+}
+
+fn remove_derived(backend: &dyn Backend, dir: &Path) -> Result<()> {
+    let cat = layout::catalog(dir);
+    if backend.exists(&cat) {
+        backend.remove_file(&cat).map_err(io(&cat))?;
+    }
+    let derived = layout::derived(dir);
+    backend.remove_dir_all(&derived).map_err(io(&derived))?;
+    backend.sync_dir(dir).map_err(io(dir))?;
+    Ok(())
+}
+
+impl Engram {
+    /// Compacts the (closed) store in `dir`: see the module documentation.
+    pub fn compact(dir: impl AsRef<Path>, opts: &Options) -> Result<CompactReport> {
+        let dir = dir.as_ref();
+        let mut report = CompactReport::default();
+        // 1. Record retention expiries as deletions; find what to purge.
+        let purge: HashMap<[u8; 16], StoredTombstone> = {
+            let db = Engram::open(dir, opts.clone())?;
+            let now = db.now();
+            let expired: Vec<(String, RecordId, String)> = {
+                let st = db.inner.state.read();
+                let mut v = Vec::new();
+                for t in st.tenants.values() {
+                    for (class, period) in &t.retention {
+                        let (Some(p), Some(sym)) = (period, st.strings.get(class)) else {
+                            continue;
+                        };
+                        let Some(bm) = st.bm_retention.get(&sym) else {
+                            continue;
+                        };
+                        let n = st.ingested_prefix(now.saturating_sub(*p));
+                        for i in bm.iter().take_while(|&i| i < n) {
+                            let m = st.meta(i);
+                            if st.strings.name(m.tenant) == t.name
+                                && m.status != Status::Deleted
+                                && !under_hold(&st, i)
+                            {
+                                v.push((t.name.clone(), m.id, class.clone()));
+                            }
+                        }
+                    }
+                }
+                v
+            };
+            for (tenant, id, class) in &expired {
+                let s = db.session(crate::principal::Principal::admin(tenant.clone()));
+                // A record may already be gone with an earlier one's chain.
+                match s.delete(&RecordRef::Id(*id), Some(&format!("retention:{class}"))) {
+                    Ok(_) | Err(EngineError::InvalidState { .. }) => report.retention_deleted += 1,
+                    Err(e) => return Err(e),
+                }
+            }
+            let st = db.inner.state.read();
+            let mut deleted_by: HashMap<u32, [u8; 16]> = HashMap::new();
+            for e in &st.ledger {
+                if let LedgerWhat::Delete { target, .. } = &e.what {
+                    if let Some(i) = st.idx(*target) {
+                        for v in st.deletion_set(i) {
+                            deleted_by.entry(v).or_insert(e.op_id.to_bytes());
+                        }
+                    }
+                }
+            }
+            let mut purge = HashMap::new();
+            for (i, m) in st.metas.iter().enumerate() {
+                let i = i as u32;
+                if m.status != Status::Deleted || m.tombstone {
+                    continue;
+                }
+                if under_hold(&st, i) {
+                    report.held += 1;
+                    continue;
+                }
+                purge.insert(
+                    m.id.to_bytes(),
+                    StoredTombstone {
+                        id: m.id.to_bytes(),
+                        tenant: st.strings.name(m.tenant).to_string(),
+                        record_type: m.rtype.code(),
+                        ingested_at_ms: m.ingested_at,
+                        sources: st
+                            .sources
+                            .get(&i)
+                            .map(|v| v.iter().map(|&s| st.meta(s).id.to_bytes()).collect())
+                            .unwrap_or_default(),
+                        external_id_sha256: m
+                            .external_id
+                            .as_ref()
+                            .map(|e| crate::canonical::sha256(e.as_bytes())),
+                        deleted_by: deleted_by.get(&i).copied().unwrap_or([0; 16]),
+                    },
+                );
+            }
+            drop(st);
+            db.close()?;
+            purge
+        };
+        // 2. Rewrite the segments holding purged records.
+        let _lock = lock_dir(opts, dir)?;
+        let (log, _) = SegmentLog::open(opts.backend.clone(), &layout::log(dir), opts.log.clone())?;
+        report.log_bytes_before = log.stats().bytes;
+        if !purge.is_empty() {
+            for (no, _) in log.segments() {
+                let mut touches = false;
+                log.scan(0, |f| {
+                    if f.segment == no && f.header.frame_type == codec::FRAME_RECORD {
+                        if let Ok(a) = codec::view_record(f.payload()) {
+                            if purge.contains_key(&a.id) {
+                                touches = true;
+                                return Ok(std::ops::ControlFlow::Break(()));
+                            }
+                        }
+                    }
+                    Ok(std::ops::ControlFlow::Continue(()))
+                })?;
+                if !touches {
+                    continue;
+                }
+                log.rewrite_segment(no, |f| {
+                    if f.header.frame_type != codec::FRAME_RECORD {
+                        return Rewrite::Keep;
+                    }
+                    match codec::view_record(f.payload())
+                        .ok()
+                        .and_then(|a| purge.get(&a.id))
+                    {
+                        Some(t) => Rewrite::Replace {
+                            frame_type: FrameType(codec::FRAME_TOMBSTONE.0),
+                            frame_version: codec::PAYLOAD_VERSION,
+                            payload: codec::encode_tombstone(t),
+                        },
+                        None => Rewrite::Keep,
+                    }
+                })?;
+                report.segments_rewritten += 1;
+            }
+            report.purged = purge.len();
+        }
+        report.log_bytes_after = log.stats().bytes;
+        drop(log);
+        // 3. Derived state held the purged content too: rebuild it all.
+        if !purge.is_empty() {
+            remove_derived(opts.backend.as_ref(), dir)?;
+        }
+        drop(_lock);
+        let db = Engram::open(dir, opts.clone())?;
+        db.close()?;
+        Ok(report)
+    }
+
+    /// Writes a backup of the store into `dest` (which must not exist or be
+    /// empty): the log up to one instant, the settings and the ledger.
+    /// The store stays open and writable meanwhile.
+    pub fn backup(&self, dest: impl AsRef<Path>) -> Result<BackupReport> {
+        self.check_open()?;
+        let dest = dest.as_ref();
+        let backend = self.inner.backend.as_ref();
+        if backend.exists(dest) && !backend.list_dir(dest).map_err(io(dest))?.is_empty() {
+            return Err(EngineError::invalid(
+                "backup directory",
+                format!("{} is not empty", dest.display()),
+            ));
+        }
+        let _m = self.inner.maintenance.read();
+        self.sync_ledger()?;
+        let last = self.inner.log.copy_to(backend, &layout::log(dest))?;
+        for name in ["settings.snap", "ledger.jsonl"] {
+            if let Some(bytes) = read_all(backend, &self.inner.dir.join(name))? {
+                write_all_durable(backend, &dest.join(name), &bytes)?;
+            }
+        }
+        let report = BackupReport {
+            last_lsn: last,
+            created_at_ms: self.now(),
+            records: self.inner.state.read().len() as u64,
+        };
+        write_all_durable(
+            backend,
+            &dest.join("backup.json"),
+            serde_json::to_string_pretty(&report)
+                .expect("report serializes")
+                .as_bytes(),
+        )?;
+        Ok(report)
+    }
+
+    /// Restores the (closed) store in `dir` from the backup in `src`, then
+    /// re-applies every deletion and revocation of the store's ledger that
+    /// the backup does not contain, and compacts. A ledger kept elsewhere
+    /// can be supplied with `extra_ledger`.
+    pub fn restore(
+        dir: impl AsRef<Path>,
+        src: impl AsRef<Path>,
+        opts: &Options,
+        extra_ledger: Option<&Path>,
+    ) -> Result<RestoreReport> {
+        let dir = dir.as_ref();
+        let src = src.as_ref();
+        let backend = opts.backend.clone();
+        let src_log = layout::log(src);
+        if !backend.exists(&src_log) {
+            return Err(EngineError::invalid(
+                "backup directory",
+                format!("{} holds no log/ (not an Engram backup)", src.display()),
+            ));
+        }
+        // The ledger that survives: the store's own, plus any extra one.
+        let mut ledger = read_ledger(backend.as_ref(), dir)?;
+        if let Some(p) = extra_ledger {
+            let parent = p.parent().unwrap_or(Path::new("."));
+            if p.file_name().map(|f| f != "ledger.jsonl").unwrap_or(true) {
+                return Err(EngineError::invalid(
+                    "ledger",
+                    "the ledger file must be named ledger.jsonl",
+                ));
+            }
+            ledger.extend(read_ledger(backend.as_ref(), parent)?);
+        }
+        {
+            let _lock = lock_dir(opts, dir)?;
+            // Replace the log with the backup's; drop derived state.
+            let log_dir = layout::log(dir);
+            backend.remove_dir_all(&log_dir).map_err(io(&log_dir))?;
+            backend.create_dir_all(&log_dir).map_err(io(&log_dir))?;
+            for e in backend.list_dir(&src_log).map_err(io(&src_log))? {
+                if e.is_dir {
+                    continue;
+                }
+                let from = src_log.join(&e.name);
+                let bytes = read_all(backend.as_ref(), &from)?.unwrap_or_default();
+                write_all_durable(backend.as_ref(), &log_dir.join(&e.name), &bytes)?;
+            }
+            if let Some(bytes) = read_all(backend.as_ref(), &src.join("settings.snap"))? {
+                write_all_durable(backend.as_ref(), &dir.join("settings.snap"), &bytes)?;
+            }
+            remove_derived(backend.as_ref(), dir)?;
+        }
+        let mut report = RestoreReport::default();
+        let db = Engram::open(dir, opts.clone())?;
+        report.restored_records = db.inner.state.read().len() as u64;
+        let present: BTreeSet<String> = db
+            .inner
+            .state
+            .read()
+            .ledger
+            .iter()
+            .map(|e| e.op_id.to_string())
+            .collect();
+        let mut seen = BTreeSet::new();
+        for l in ledger {
+            if present.contains(&l.op_id) || !seen.insert(l.op_id.clone()) {
+                continue;
+            }
+            let s = db.session(crate::principal::Principal::admin(l.tenant.clone()));
+            match l.op.as_str() {
+                "delete" => {
+                    let Some(t) = l.target.as_deref().and_then(|t| t.parse::<RecordId>().ok())
+                    else {
+                        continue;
+                    };
+                    let reason = format!("restore: re-applied {}", l.op_id);
+                    match s.delete(&RecordRef::Id(t), Some(&reason)) {
+                        Ok(_) => report.deletions_reapplied += 1,
+                        Err(EngineError::NotFound { .. }) => report.not_in_backup += 1,
+                        Err(EngineError::InvalidState { .. }) => report.already_applied += 1,
+                        Err(e) => return Err(e),
+                    }
+                }
+                "revoke" => {
+                    s.revoke(
+                        l.principal.as_deref(),
+                        l.label.as_deref(),
+                        l.role.as_deref(),
+                    )?;
+                    report.revocations_reapplied += 1;
+                }
+                _ => {}
+            }
+        }
+        db.close()?;
+        let c = Engram::compact(dir, opts)?;
+        report.purged = c.purged;
+        Ok(report)
+    }
+
+    /// Lists the deterministic parts of derived state (see the module doc).
+    pub fn derived_manifest(&self) -> Result<Vec<String>> {
+        self.flush_catalog()?;
+        let st = self.inner.state.read();
+        let mut out = Vec::new();
+        let catalog: BTreeMap<[u8; 16], (String, engram_storage::FrameLoc)> = self
+            .inner
+            .catalog
+            .all_records()?
+            .into_iter()
+            .map(|(t, id, loc)| (id, (t, loc)))
+            .collect();
+        for (i, m) in st.metas.iter().enumerate() {
+            let i = i as u32;
+            let sources: Vec<String> = st
+                .sources
+                .get(&i)
+                .map(|v| v.iter().map(|&s| st.meta(s).id.to_string()).collect())
+                .unwrap_or_default();
+            let vectors: Vec<String> = st
+                .vectors
+                .all()
+                .iter()
+                .filter_map(|s| s.slot_of(i).map(|slot| format!("{}:{slot}", s.model)))
+                .collect();
+            let (content, chunk) = if m.tombstone {
+                ("tombstone".to_string(), "-".to_string())
+            } else {
+                let f = self.inner.log.read(m.loc.segment, m.loc.offset)?;
+                let a = codec::view_record(f.payload())?;
+                (
+                    crate::db::hex(&a.content_sha256),
+                    a.text
+                        .as_ref()
+                        .map(|t| format!("[0,{})", t.len()))
+                        .unwrap_or_else(|| "-".into()),
+                )
+            };
+            let cat = catalog
+                .get(&m.id.to_bytes())
+                .map(|(t, l)| format!("{t}@{}:{}:{}", l.segment, l.offset, l.lsn))
+                .unwrap_or_else(|| "missing".into());
+            out.push(format!(
+                "record {} tenant={} type={} kind={} status={} access=[{}] sources=[{}] supersedes={} superseded_by={} chunk={} content={} vectors=[{}] catalog={}",
+                m.id,
+                st.strings.name(m.tenant),
+                m.rtype.name(),
+                st.strings.name(m.kind),
+                m.status.name(),
+                st.access_names(i).join(","),
+                sources.join(","),
+                m.supersedes.map(|s| st.meta(s).id.to_string()).unwrap_or_else(|| "-".into()),
+                m.superseded_by.map(|s| st.meta(s).id.to_string()).unwrap_or_else(|| "-".into()),
+                chunk,
+                content,
+                vectors.join(","),
+                cat,
+            ));
+        }
+        for (t, bm) in st
+            .bm_tenant
+            .iter()
+            .map(|(k, v)| (st.strings.name(*k).to_string(), v))
+            .collect::<BTreeMap<_, _>>()
+        {
+            for (s, sb) in &st.bm_status {
+                let n = (bm & sb).len();
+                if n > 0 {
+                    out.push(format!(
+                        "eligibility tenant={t} status={} count={n}",
+                        s.name()
+                    ));
+                }
+            }
+        }
+        let mut lex = Vec::new();
+        st.lexical.write_to(&mut lex);
+        out.push(format!(
+            "lexical documents={} encoding_crc32c={:08x}",
+            st.lexical.len(),
+            crc32c::crc32c(&lex)
+        ));
+        for s in st.vectors.all() {
+            let mut g = Vec::new();
+            s.hnsw.read().write_to(&mut g);
+            out.push(format!(
+                "vectors model={} dim={} vectors={} indexed={} graph_crc32c={:08x}",
+                s.model,
+                s.dim,
+                s.len(),
+                s.len() - s.pending(),
+                crc32c::crc32c(&g)
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Deletes all derived state of the (closed) store in `dir`, rebuilds it
+    /// from the log, and (with `verify`) compares the deterministic parts
+    /// before and after. Returns the differences (empty: identical).
+    pub fn rebuild(dir: impl AsRef<Path>, opts: &Options, verify: bool) -> Result<RebuildReport> {
+        let dir = dir.as_ref();
+        let before = if verify {
+            let db = Engram::open(dir, opts.clone())?;
+            db.wait_indexed()?;
+            let m = db.derived_manifest()?;
+            db.close()?;
+            Some(m)
+        } else {
+            None
+        };
+        {
+            let _lock = lock_dir(opts, dir)?;
+            remove_derived(opts.backend.as_ref(), dir)?;
+        }
+        let started = std::time::Instant::now();
+        let db = Engram::open(dir, opts.clone())?;
+        db.wait_indexed()?;
+        let after = db.derived_manifest()?;
+        let records = db.inner.state.read().len() as u64;
+        db.close()?;
+        let mut differences = Vec::new();
+        if let Some(before) = before {
+            let a: BTreeSet<&String> = before.iter().collect();
+            let b: BTreeSet<&String> = after.iter().collect();
+            for l in a.difference(&b) {
+                differences.push(format!("- {l}"));
+            }
+            for l in b.difference(&a) {
+                differences.push(format!("+ {l}"));
+            }
+        }
+        Ok(RebuildReport {
+            records,
+            checked_lines: after.len(),
+            seconds: started.elapsed().as_secs_f64(),
+            verified: verify,
+            differences,
+        })
+    }
+}
+
+/// What a backup wrote.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackupReport {
+    /// Last LSN in the backup.
+    pub last_lsn: u64,
+    /// When it was taken (ms).
+    pub created_at_ms: i64,
+    /// Records at the time.
+    pub records: u64,
+}
+
+/// What a restore did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RestoreReport {
+    /// Records in the restored log.
+    pub restored_records: u64,
+    /// Deletions re-applied from the ledger.
+    pub deletions_reapplied: usize,
+    /// Revocations re-applied from the ledger.
+    pub revocations_reapplied: usize,
+    /// Ledger deletions of records the backup does not hold.
+    pub not_in_backup: usize,
+    /// Ledger deletions already in effect.
+    pub already_applied: usize,
+    /// Records purged by the final compaction.
+    pub purged: usize,
+}
+
+/// What a rebuild did.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RebuildReport {
+    /// Records rebuilt.
+    pub records: u64,
+    /// Lines of the derived manifest compared.
+    pub checked_lines: usize,
+    /// Seconds to rebuild.
+    pub seconds: f64,
+    /// Whether before/after were compared.
+    pub verified: bool,
+    /// Differences (`-` before only, `+` after only).
+    pub differences: Vec<String>,
+}

@@ -1,0 +1,292 @@
+//! Lineage: from any record to everything it came from, and to everything
+//! built on it.
+//!
+//! `trace(id)` returns a graph: the record, its **upstream** (sources,
+//! recursively down to events; the version it corrects; for relations and
+//! assertions, the entities they are about) and its **downstream** (records
+//! derived from it, recursively; the version correcting it), plus the
+//! derived retrieval artifacts of every record in the graph: its chunk
+//! (Engram indexes each record's text as one chunk, boundaries `[0, len)`),
+//! its vector in each space (indexed in the graph or still pending) and its
+//! lexical index entry.
+//!
+//! Deleted records appear as tombstones (id, type, status) without content,
+//! so a trace shows that something was there and was removed. A trace only
+//! shows records the session may read; others appear as `restricted`
+//! placeholders when they are on a path, never with their content.
+//!
+//! This module must never reveal content of a record the session cannot read.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use serde::Serialize;
+
+use crate::db::Session;
+use crate::error::Result;
+use crate::id::RecordId;
+use crate::model::{RecordRef, RecordType, Status};
+use crate::state::{Idx, State};
+use crate::time::format_rfc3339;
+
+/// Depth limit of a trace in each direction.
+pub const TRACE_DEPTH_MAX: usize = 32;
+
+/// A node of the lineage graph.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TraceNode {
+    /// Record id.
+    pub id: RecordId,
+    /// Record type.
+    pub record: &'static str,
+    /// Kind.
+    pub kind: String,
+    /// Status.
+    pub status: &'static str,
+    /// `upstream`, `target` or `downstream`.
+    pub side: &'static str,
+    /// Hops from the target.
+    pub depth: usize,
+    /// External id (if readable).
+    pub external_id: Option<String>,
+    /// First 120 characters of the text (if readable).
+    pub text: Option<String>,
+    /// Valid time.
+    pub occurred_at: Option<String>,
+    /// Effective access labels.
+    pub access: Vec<String>,
+    /// Whether the session may read it (otherwise only id and type are shown).
+    pub readable: bool,
+    /// Content purged by compaction.
+    pub tombstone: bool,
+    /// Derived artifacts: chunk, vectors, lexical entry.
+    pub artifacts: Vec<String>,
+}
+
+/// An edge of the lineage graph.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct TraceEdge {
+    /// From.
+    pub from: RecordId,
+    /// To.
+    pub to: RecordId,
+    /// `source_of` (from is a source of to), `corrected_by`, `about` (to is
+    /// an entity the from-record is about).
+    pub relation: &'static str,
+}
+
+/// A lineage graph.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Trace {
+    /// The record traced.
+    pub target: RecordId,
+    /// Nodes (target first, then upstream, then downstream).
+    pub nodes: Vec<TraceNode>,
+    /// Edges.
+    pub edges: Vec<TraceEdge>,
+}
+
+impl Session {
+    /// The lineage graph of a record (see the module documentation).
+    pub fn trace(&self, r: &RecordRef) -> Result<Trace> {
+        self.db.check_open()?;
+        let st = self.db.inner.state.read();
+        let target = self.resolve_in(&st, r)?;
+        let mut edges: BTreeSet<TraceEdge> = BTreeSet::new();
+        let mut sides: BTreeMap<Idx, (&'static str, usize)> = BTreeMap::new();
+        sides.insert(target, ("target", 0));
+        // upstream
+        let mut q = VecDeque::from([(target, 0usize)]);
+        while let Some((i, d)) = q.pop_front() {
+            if d >= TRACE_DEPTH_MAX {
+                continue;
+            }
+            let m = st.meta(i);
+            let mut ups: Vec<(Idx, &'static str)> = Vec::new();
+            if let Some(srcs) = st.sources.get(&i) {
+                ups.extend(srcs.iter().map(|&s| (s, "source_of")));
+            }
+            if let Some(p) = m.supersedes {
+                ups.push((p, "corrected_by"));
+            }
+            for e in [m.subject, m.object].into_iter().flatten() {
+                ups.push((e, "about"));
+            }
+            for (u, rel) in ups {
+                let (from, to) = if rel == "about" {
+                    (st.meta(i).id, st.meta(u).id)
+                } else {
+                    (st.meta(u).id, st.meta(i).id)
+                };
+                edges.insert(TraceEdge {
+                    from,
+                    to,
+                    relation: rel,
+                });
+                if let std::collections::btree_map::Entry::Vacant(v) = sides.entry(u) {
+                    v.insert(("upstream", d + 1));
+                    q.push_back((u, d + 1));
+                }
+            }
+        }
+        // downstream
+        let mut q = VecDeque::from([(target, 0usize)]);
+        while let Some((i, d)) = q.pop_front() {
+            if d >= TRACE_DEPTH_MAX {
+                continue;
+            }
+            let m = st.meta(i);
+            let mut downs: Vec<(Idx, &'static str)> = Vec::new();
+            if let Some(ds) = st.dependents.get(&i) {
+                downs.extend(ds.iter().map(|&x| (x, "source_of")));
+            }
+            if let Some(n) = m.superseded_by {
+                downs.push((n, "corrected_by"));
+            }
+            for (x, rel) in downs {
+                edges.insert(TraceEdge {
+                    from: st.meta(i).id,
+                    to: st.meta(x).id,
+                    relation: rel,
+                });
+                if let std::collections::btree_map::Entry::Vacant(v) = sides.entry(x) {
+                    v.insert(("downstream", d + 1));
+                    q.push_back((x, d + 1));
+                }
+            }
+        }
+        let mut order: Vec<(Idx, &'static str, usize)> =
+            sides.into_iter().map(|(i, (s, d))| (i, s, d)).collect();
+        let rank = |s: &str| match s {
+            "target" => 0,
+            "upstream" => 1,
+            _ => 2,
+        };
+        order.sort_by(|a, b| {
+            rank(a.1)
+                .cmp(&rank(b.1))
+                .then(a.2.cmp(&b.2))
+                .then_with(|| st.meta(a.0).id.cmp(&st.meta(b.0).id))
+        });
+        let mut nodes = Vec::with_capacity(order.len());
+        for (i, side, depth) in order {
+            nodes.push(self.trace_node(&st, i, side, depth)?);
+        }
+        Ok(Trace {
+            target: st.meta(target).id,
+            nodes,
+            edges: edges.into_iter().collect(),
+        })
+    }
+
+    fn trace_node(
+        &self,
+        st: &State,
+        i: Idx,
+        side: &'static str,
+        depth: usize,
+    ) -> Result<TraceNode> {
+        let m = st.meta(i);
+        let same_tenant = st.strings.name(m.tenant) == self.principal.tenant();
+        let readable = same_tenant && self.can_read(st, i);
+        let visible_meta = same_tenant && (readable || m.status == Status::Deleted);
+        let mut node = TraceNode {
+            id: m.id,
+            record: m.rtype.name(),
+            kind: if visible_meta {
+                st.strings.name(m.kind).to_string()
+            } else {
+                "restricted".into()
+            },
+            status: m.status.name(),
+            side,
+            depth,
+            external_id: None,
+            text: None,
+            occurred_at: None,
+            access: if same_tenant {
+                st.access_names(i)
+            } else {
+                Vec::new()
+            },
+            readable,
+            tombstone: m.tombstone,
+            artifacts: Vec::new(),
+        };
+        if !readable {
+            return Ok(node);
+        }
+        let (ext, text) = self.db.hit_content(st, i)?;
+        node.external_id = ext;
+        node.occurred_at = Some(format_rfc3339(m.occurred_at));
+        if let Some(t) = &text {
+            node.artifacts
+                .push(format!("chunk 0: bytes [0, {})", t.len()));
+            node.text = Some(t.chars().take(120).collect());
+            if m.has_text {
+                node.artifacts.push("lexical index entry".into());
+            }
+        }
+        for s in st.vectors.all() {
+            if let Some(slot) = s.slot_of(i) {
+                let indexed = (slot as usize) < s.len() - s.pending();
+                node.artifacts.push(format!(
+                    "vector '{}' slot {slot} ({})",
+                    s.model,
+                    if indexed {
+                        "in the HNSW graph"
+                    } else {
+                        "pending indexing"
+                    }
+                ));
+            }
+        }
+        if m.rtype == RecordType::Entity {
+            let n = st.edges.get(&i).map_or(0, |e| e.len());
+            node.artifacts
+                .push(format!("graph node with {n} relation edge(s)"));
+        }
+        Ok(node)
+    }
+}
+
+/// Renders a trace as indented text.
+pub fn render_trace(t: &Trace) -> String {
+    let mut out = String::new();
+    for n in &t.nodes {
+        let indent = "  ".repeat(n.depth);
+        let marker = match n.side {
+            "target" => "*",
+            "upstream" => "^",
+            _ => "v",
+        };
+        out.push_str(&format!(
+            "{indent}{marker} {} {} {} [{}]{}{}\n",
+            n.id,
+            n.record,
+            n.kind,
+            n.status,
+            n.external_id
+                .as_ref()
+                .map(|e| format!(" ext={e}"))
+                .unwrap_or_default(),
+            if n.tombstone {
+                " (tombstone: content purged)"
+            } else if !n.readable {
+                " (not readable)"
+            } else {
+                ""
+            }
+        ));
+        if let Some(t) = &n.text {
+            out.push_str(&format!("{indent}    \"{t}\"\n"));
+        }
+        for a in &n.artifacts {
+            out.push_str(&format!("{indent}    - {a}\n"));
+        }
+    }
+    out.push_str("edges:\n");
+    for e in &t.edges {
+        out.push_str(&format!("  {} -{}-> {}\n", e.from, e.relation, e.to));
+    }
+    out
+}

@@ -1,0 +1,578 @@
+//! Lifecycle and maintenance commands: review, trace, expire, correct,
+//! delete, grant/revoke, retention, hold, compact, backup, restore,
+//! rebuild, context.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use engram_engine::context::ContextRequest;
+use engram_engine::time::{parse_duration_ms, parse_rfc3339};
+use engram_engine::trace::render_trace;
+use engram_engine::{Engram, RecordRef};
+use serde::Serialize;
+
+use crate::cli::{CliError, CliResult, open_store, resolve_cli_id, session_for, store_options};
+use crate::output::record_block;
+
+fn json<T: Serialize>(v: &T) -> Result<(), CliError> {
+    crate::outln!(
+        "{}",
+        serde_json::to_string_pretty(v).map_err(|e| CliError(e.to_string()))?
+    );
+    Ok(())
+}
+
+/// An ID argument with its tenant and principal.
+#[derive(Args, Debug)]
+pub struct Target {
+    /// Internal id, or external id with --tenant.
+    pub id: String,
+    /// Tenant (needed for external ids).
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Act as this principal instead of the tenant admin.
+    #[arg(long)]
+    pub principal: Option<String>,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `engram review`.
+#[derive(Subcommand, Debug)]
+pub enum ReviewCommand {
+    /// List review candidates.
+    List {
+        /// Only this tenant (default: all).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a candidate (needs the reviewer role; the admin has it).
+    Approve {
+        #[command(flatten)]
+        target: Target,
+        /// Reviewer's note.
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// Reject a candidate.
+    Reject {
+        #[command(flatten)]
+        target: Target,
+        /// Reviewer's note.
+        #[arg(long)]
+        note: Option<String>,
+    },
+}
+
+/// `engram expire`.
+#[derive(Args, Debug)]
+pub struct ExpireArgs {
+    #[command(flatten)]
+    target: Target,
+    /// End of validity (RFC 3339): after it the record is historical.
+    #[arg(long)]
+    at: String,
+}
+
+/// `engram correct`.
+#[derive(Args, Debug)]
+pub struct CorrectArgs {
+    #[command(flatten)]
+    target: Target,
+    /// A JSON file holding the corrected record (ingest format, one object).
+    file: PathBuf,
+}
+
+/// `engram delete`.
+#[derive(Args, Debug)]
+pub struct DeleteArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Why (recorded in the ledger).
+    #[arg(long)]
+    reason: Option<String>,
+}
+
+/// `engram grant` / `engram revoke`.
+#[derive(Args, Debug)]
+pub struct AccessArgs {
+    /// Tenant.
+    #[arg(long)]
+    tenant: String,
+    /// Access label.
+    #[arg(long)]
+    label: Option<String>,
+    /// Role (reviewer, admin).
+    #[arg(long)]
+    role: Option<String>,
+    /// Principal (without it: the label, for everyone in the tenant).
+    #[arg(long)]
+    principal: Option<String>,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `engram retention`.
+#[derive(Args, Debug)]
+pub struct RetentionArgs {
+    /// Tenant.
+    #[arg(long)]
+    tenant: String,
+    /// Retention class (e.g. ephemeral, standard, audit).
+    #[arg(long)]
+    class: String,
+    /// Period: 90s, 15m, 6h, 30d, 7y, or `forever`.
+    #[arg(long)]
+    period: String,
+}
+
+/// `engram hold`.
+#[derive(Args, Debug)]
+pub struct HoldArgs {
+    /// Tenant.
+    #[arg(long)]
+    tenant: String,
+    /// tenant, user:<id>, conversation:<id>, agent:<id> or label:<label>.
+    #[arg(long)]
+    scope: String,
+    /// Lift the hold instead of placing it.
+    #[arg(long)]
+    off: bool,
+}
+
+/// `engram backup` / `engram restore`.
+#[derive(Args, Debug)]
+pub struct DirArgs {
+    /// Backup directory.
+    pub dir: PathBuf,
+    /// restore: a ledger.jsonl kept outside the store, re-applied too.
+    #[arg(long)]
+    pub ledger: Option<PathBuf>,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `engram context`.
+#[derive(Args, Debug)]
+pub struct ContextArgs {
+    /// Tenant.
+    #[arg(long)]
+    tenant: String,
+    /// Act as this principal instead of the tenant admin.
+    #[arg(long)]
+    principal: Option<String>,
+    /// The user served.
+    #[arg(long)]
+    user: Option<String>,
+    /// The conversation continued.
+    #[arg(long)]
+    conversation: Option<String>,
+    /// The agent calling.
+    #[arg(long)]
+    agent: Option<String>,
+    /// What the call is about.
+    #[arg(long)]
+    text: String,
+    /// Byte budget.
+    #[arg(long, default_value_t = engram_engine::context::CONTEXT_BUDGET_BYTES_DEFAULT)]
+    budget_bytes: usize,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `engram review ...`.
+pub fn review(data: &Path, cmd: ReviewCommand) -> CliResult {
+    let db = open_store(data)?;
+    let r = review_inner(&db, cmd);
+    db.close()?;
+    r
+}
+
+fn review_inner(db: &Engram, cmd: ReviewCommand) -> CliResult {
+    match cmd {
+        ReviewCommand::List { tenant, json: j } => {
+            let tenants: Vec<String> = match tenant {
+                Some(t) => vec![t],
+                None => db.stats()?.tenants.into_keys().collect(),
+            };
+            let mut all = Vec::new();
+            for t in tenants {
+                all.extend(session_for(db, &t, None).review_queue()?);
+            }
+            if j {
+                json(&all)?;
+            } else {
+                for r in &all {
+                    crate::outln!("{}  {}", r.tenant, record_block(r));
+                }
+                crate::outln!("{} candidate(s)", all.len());
+            }
+        }
+        ReviewCommand::Approve { target, note } => decide(db, target, note, true)?,
+        ReviewCommand::Reject { target, note } => decide(db, target, note, false)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn decide(db: &Engram, t: Target, note: Option<String>, approve: bool) -> Result<(), CliError> {
+    let (tenant, r) = resolve_cli_id(db, &t.id, t.tenant.as_deref())?;
+    let s = session_for(db, &tenant, t.principal.as_deref());
+    let res = if approve {
+        s.approve(&r, note.as_deref())?
+    } else {
+        s.reject(&r, note.as_deref())?
+    };
+    if t.json {
+        json(&res)?;
+    } else {
+        crate::outln!(
+            "{} {} (operation {}, by {})",
+            if approve { "approved" } else { "rejected" },
+            res.affected[0],
+            res.op_id,
+            s.principal().id()
+        );
+    }
+    Ok(())
+}
+
+/// `engram trace`.
+pub fn trace(data: &Path, t: Target) -> CliResult {
+    let db = open_store(data)?;
+    let r = (|| -> CliResult {
+        let (tenant, r) = resolve_cli_id(&db, &t.id, t.tenant.as_deref())?;
+        let tr = session_for(&db, &tenant, t.principal.as_deref()).trace(&r)?;
+        if t.json {
+            json(&tr)?;
+        } else {
+            crate::outln!(
+                "lineage of {} (^ upstream, * the record, v downstream):",
+                tr.target
+            );
+            crate::outln!("{}", render_trace(&tr).trim_end());
+        }
+        Ok(ExitCode::SUCCESS)
+    })();
+    db.close()?;
+    r
+}
+
+/// `engram expire`.
+pub fn expire(data: &Path, a: ExpireArgs) -> CliResult {
+    let at = parse_rfc3339(&a.at).map_err(|e| CliError(format!("--at: {e}")))?;
+    let db = open_store(data)?;
+    let r = (|| -> CliResult {
+        let (tenant, r) = resolve_cli_id(&db, &a.target.id, a.target.tenant.as_deref())?;
+        let res = session_for(&db, &tenant, a.target.principal.as_deref()).expire(&r, at)?;
+        if a.target.json {
+            json(&res)?;
+        } else {
+            crate::outln!(
+                "{} is historical after {} (operation {})",
+                res.affected[0],
+                a.at,
+                res.op_id
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    })();
+    db.close()?;
+    r
+}
+
+/// `engram correct`.
+pub fn correct(data: &Path, a: CorrectArgs) -> CliResult {
+    let text = std::fs::read_to_string(&a.file)
+        .map_err(|e| CliError(format!("cannot read {}: {e}", a.file.display())))?;
+    let one_line: String = text.lines().map(str::trim).collect::<Vec<_>>().join(" ");
+    let parsed = engram_query::parse_line(&one_line, 1).map_err(|e| {
+        CliError(format!(
+            "{}: {}: {} (nothing was stored)",
+            a.file.display(),
+            e.field,
+            e.reason
+        ))
+    })?;
+    let db = open_store(data)?;
+    let r = (|| -> CliResult {
+        let (tenant, target) = resolve_cli_id(&db, &a.target.id, a.target.tenant.as_deref())?;
+        if let Some(t) = &parsed.tenant {
+            if t != &tenant {
+                return Err(CliError(format!(
+                    "{}: tenant '{t}' differs from the corrected record's tenant '{tenant}'",
+                    a.file.display()
+                )));
+            }
+        }
+        let s = session_for(&db, &tenant, a.target.principal.as_deref());
+        let target_id = s.resolve(&target)?;
+        let mut rec = parsed.record.clone();
+        match &rec.supersedes {
+            None => rec.supersedes = Some(RecordRef::Id(target_id)),
+            Some(other) if s.resolve(other)? == target_id => {}
+            Some(other) => {
+                return Err(CliError(format!(
+                    "{}: supersedes names {other}, not {}",
+                    a.file.display(),
+                    a.target.id
+                )));
+            }
+        }
+        let res = s.append(vec![rec])?;
+        let new = s.get(&RecordRef::Id(res[0].id))?;
+        if a.target.json {
+            json(&new)?;
+        } else {
+            crate::outln!("{target_id} is superseded by:\n{}", record_block(&new));
+        }
+        Ok(ExitCode::SUCCESS)
+    })();
+    db.close()?;
+    r
+}
+
+/// `engram delete`.
+pub fn delete(data: &Path, a: DeleteArgs) -> CliResult {
+    let db = open_store(data)?;
+    let r = (|| -> CliResult {
+        let (tenant, r) = resolve_cli_id(&db, &a.target.id, a.target.tenant.as_deref())?;
+        let res = session_for(&db, &tenant, a.target.principal.as_deref())
+            .delete(&r, a.reason.as_deref())?;
+        if a.target.json {
+            json(&res)?;
+        } else {
+            crate::outln!(
+                "deleted {} record(s) (the record, its versions and everything derived from them); operation {}",
+                res.affected.len(),
+                res.op_id
+            );
+            for id in &res.affected {
+                crate::outln!("  {id}");
+            }
+            crate::outln!("they are ineligible now; `engram compact` purges their bytes");
+        }
+        Ok(ExitCode::SUCCESS)
+    })();
+    db.close()?;
+    r
+}
+
+/// `engram grant` (`revoke = false`) and `engram revoke`.
+pub fn access(data: &Path, a: AccessArgs, revoke: bool) -> CliResult {
+    let db = open_store(data)?;
+    let r = (|| -> CliResult {
+        let s = session_for(&db, &a.tenant, None);
+        let res = if revoke {
+            s.revoke(
+                a.principal.as_deref(),
+                a.label.as_deref(),
+                a.role.as_deref(),
+            )?
+        } else {
+            s.grant(
+                a.principal.as_deref(),
+                a.label.as_deref(),
+                a.role.as_deref(),
+            )?
+        };
+        if a.json {
+            json(&res)?;
+        } else {
+            let what = match (&a.label, &a.role) {
+                (Some(l), _) => format!("label '{l}'"),
+                (None, Some(r)) => format!("role '{r}'"),
+                _ => String::new(),
+            };
+            let whom = a
+                .principal
+                .as_ref()
+                .map(|p| format!("principal '{p}'"))
+                .unwrap_or_else(|| "everyone in the tenant".into());
+            crate::outln!(
+                "{} {what} {} {whom} in tenant '{}' (operation {}); applies to every read from now on",
+                if revoke { "revoked" } else { "granted" },
+                if revoke { "from" } else { "to" },
+                a.tenant,
+                res.op_id
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    })();
+    db.close()?;
+    r
+}
+
+/// `engram retention`.
+pub fn retention(data: &Path, a: RetentionArgs) -> CliResult {
+    let period = if a.period == "forever" {
+        None
+    } else {
+        Some(parse_duration_ms(&a.period).ok_or_else(|| {
+            CliError(format!(
+                "--period: '{}' is not a duration (90s, 15m, 6h, 30d, 7y, forever)",
+                a.period
+            ))
+        })?)
+    };
+    let db = open_store(data)?;
+    let r = session_for(&db, &a.tenant, None).set_retention(&a.class, period);
+    db.close()?;
+    let res = r?;
+    crate::outln!(
+        "retention of class '{}' in tenant '{}': {} (operation {})",
+        a.class,
+        a.tenant,
+        a.period,
+        res.op_id
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `engram hold`.
+pub fn hold(data: &Path, a: HoldArgs) -> CliResult {
+    let db = open_store(data)?;
+    let r = session_for(&db, &a.tenant, None).hold(&a.scope, !a.off);
+    db.close()?;
+    let res = r?;
+    crate::outln!(
+        "legal hold on '{}' in tenant '{}' {} (operation {})",
+        a.scope,
+        a.tenant,
+        if a.off { "lifted" } else { "placed" },
+        res.op_id
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `engram compact`.
+pub fn compact(data: &Path, json_out: bool) -> CliResult {
+    if !data.join("log").exists() {
+        return Err(CliError(format!("no store at {}", data.display())));
+    }
+    let r = Engram::compact(data, &store_options(data)?)?;
+    if json_out {
+        json(&r)?;
+    } else {
+        crate::outln!(
+            "compacted: {} record(s) purged to tombstones ({} past retention), {} kept under legal hold; {} segment(s) rewritten; log {} -> {} bytes; derived state rebuilt",
+            r.purged,
+            r.retention_deleted,
+            r.held,
+            r.segments_rewritten,
+            r.log_bytes_before,
+            r.log_bytes_after
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `engram backup`.
+pub fn backup(data: &Path, a: DirArgs) -> CliResult {
+    let db = open_store(data)?;
+    let r = db.backup(&a.dir);
+    db.close()?;
+    let r = r?;
+    if a.json {
+        json(&r)?;
+    } else {
+        crate::outln!(
+            "backup of {} record(s) up to LSN {} written to {}",
+            r.records,
+            r.last_lsn,
+            a.dir.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `engram restore`.
+pub fn restore(data: &Path, a: DirArgs) -> CliResult {
+    let r = Engram::restore(data, &a.dir, &store_options(data)?, a.ledger.as_deref())?;
+    if a.json {
+        json(&r)?;
+    } else {
+        crate::outln!(
+            "restored {} record(s) from {}; re-applied {} deletion(s) and {} revocation(s) recorded after the backup ({} deletion(s) concerned records not in the backup); {} record(s) purged",
+            r.restored_records,
+            a.dir.display(),
+            r.deletions_reapplied,
+            r.revocations_reapplied,
+            r.not_in_backup,
+            r.purged
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `engram rebuild` (all derived state; `--verify` compares).
+pub fn rebuild(data: &Path, verify: bool, json_out: bool) -> CliResult {
+    let r = Engram::rebuild(data, &store_options(data)?, verify)?;
+    if json_out {
+        json(&r)?;
+    } else {
+        for d in &r.differences {
+            crate::outln!("{d}");
+        }
+        crate::outln!(
+            "rebuilt derived state of {} record(s) from the log in {:.2}s{}",
+            r.records,
+            r.seconds,
+            if verify {
+                format!(
+                    "; compared {} line(s): {}",
+                    r.checked_lines,
+                    if r.differences.is_empty() {
+                        "identical".to_string()
+                    } else {
+                        format!("{} DIFFERENCE(S)", r.differences.len())
+                    }
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(if r.differences.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// `engram context`.
+pub fn context(data: &Path, a: ContextArgs) -> CliResult {
+    let db = open_store(data)?;
+    let r = (|| -> CliResult {
+        let s = session_for(&db, &a.tenant, a.principal.as_deref());
+        let mut req = ContextRequest::new(a.text.clone());
+        req.user = a.user.clone();
+        req.conversation = a.conversation.clone();
+        req.agent = a.agent.clone();
+        req.budget_bytes = a.budget_bytes;
+        let c = s.context(&req)?;
+        if a.json {
+            let mut v = serde_json::to_value(&c).map_err(|e| CliError(e.to_string()))?;
+            v["text"] = serde_json::Value::String(c.render());
+            json(&v)?;
+        } else {
+            crate::outln!("{}", c.render().trim_end());
+            crate::outln!(
+                "\n({} of {} bytes used; snapshot LSN {}; not stored)",
+                c.used_bytes,
+                c.budget_bytes,
+                c.snapshot_lsn
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    })();
+    db.close()?;
+    r
+}

@@ -1,0 +1,118 @@
+//! Governance case 3: correct a suspected root cause. The hypothesis is
+//! superseded; the summary built on it goes stale and stops being presented
+//! (retrieval and context), while history and trace still show both.
+
+mod common;
+use common::*;
+use engram::context::ContextRequest;
+use engram::retrieval::RecallRequest;
+use engram::{
+    AssertionKind, Body, Derivation, ManualClock, NewRecord, Principal, RecordRef, Status,
+};
+
+#[test]
+fn dependents_of_a_corrected_hypothesis_go_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("acme-ops"));
+    s.append(vec![
+        NewRecord::event("tool_result", "catalog_api returned HTTP 503 on /health")
+            .with_external_id("hc-1"),
+        NewRecord::event(
+            "tool_result",
+            "db connection pool exhausted: 200 of 200 in use",
+        )
+        .with_external_id("pool-1"),
+    ])
+    .unwrap();
+    let mut hyp = NewRecord::assertion(
+        AssertionKind::Hypothesis,
+        "Root cause: checkout waits on the unhealthy catalog_api (suspected).",
+        vec![ext("hc-1")],
+    )
+    .with_external_id("rc-1");
+    hyp.derivation = Some(Derivation {
+        extractor: "triage@2".into(),
+        model_config: None,
+        generated: true,
+    });
+    s.append(vec![hyp]).unwrap();
+    let summary = NewRecord {
+        body: Body::Summary {
+            generator: "episode-summary@1".into(),
+        },
+        kind: "summary".into(),
+        text: Some("Incident 4711: root cause suspected in catalog_api; restart advised.".into()),
+        sources: vec![ext("hc-1"), ext("rc-1")],
+        external_id: Some("sum-4711".into()),
+        ..NewRecord::default()
+    };
+    s.append(vec![summary]).unwrap();
+    db.wait_indexed().unwrap();
+    let q = || RecallRequest::text("incident 4711 root cause catalog_api");
+    assert!(
+        s.recall(&q())
+            .unwrap()
+            .hits
+            .iter()
+            .any(|h| h.external_id.as_deref() == Some("sum-4711"))
+    );
+
+    // the correction
+    clock.advance(30 * MINUTE);
+    let fix = NewRecord::assertion(
+        AssertionKind::Fact,
+        "Root cause: the database connection pool was exhausted; catalog_api was a symptom.",
+        vec![ext("pool-1")],
+    )
+    .with_external_id("rc-1")
+    .superseding(ext("rc-1"));
+    s.append(vec![fix]).unwrap();
+
+    let sum = s.get(&ext("sum-4711")).unwrap();
+    assert_eq!(sum.status, Status::Stale);
+    let old = s.history(&ext("rc-1")).unwrap();
+    assert_eq!(old.len(), 2);
+    assert_eq!(old[0].status, Status::Superseded);
+    assert_eq!(old[1].kind, "fact");
+
+    let r = s.recall(&q()).unwrap();
+    let ids: Vec<_> = r
+        .hits
+        .iter()
+        .filter_map(|h| h.external_id.clone())
+        .collect();
+    assert!(
+        !ids.contains(&"sum-4711".to_string()),
+        "stale summary presented: {ids:?}"
+    );
+    assert!(
+        r.hits
+            .iter()
+            .all(|h| !h.text.as_deref().unwrap_or("").contains("(suspected)")),
+        "rejected hypothesis presented"
+    );
+    let c = s
+        .context(&ContextRequest::new(
+            "what was the root cause of incident 4711?",
+        ))
+        .unwrap();
+    let text = c.render();
+    assert!(!text.contains("restart advised"), "{text}");
+    assert!(text.contains("connection pool was exhausted"), "{text}");
+
+    // trace shows the stale summary downstream of the old hypothesis
+    let t = s.trace(&RecordRef::Id(old[0].id)).unwrap();
+    assert!(
+        t.nodes
+            .iter()
+            .any(|n| n.id == sum.id && n.status == "stale" && n.side == "downstream")
+    );
+    assert!(
+        t.nodes
+            .iter()
+            .any(|n| n.id == old[1].id && n.side == "downstream")
+    );
+    db.close().unwrap();
+}

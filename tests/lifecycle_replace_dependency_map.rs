@@ -1,0 +1,121 @@
+//! Governance case 1: replace an outdated dependency map. Current analysis
+//! uses the applicable version; the old map appears only when historical
+//! context is asked for (as of an earlier time, or its history).
+
+mod common;
+use common::*;
+use engram::retrieval::{Filters, RecallRequest};
+use engram::{Body, ManualClock, NewRecord, Principal, RecordRef, RecordType, Status};
+
+#[test]
+fn the_current_map_answers_and_the_old_one_is_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("acme-ops"));
+    let v1 = NewRecord::event(
+        "dependency_map",
+        "checkout_api depends on catalog_api and inventory_api",
+    )
+    .with_external_id("depmap/checkout");
+    s.append(vec![v1]).unwrap();
+    // the graph form of v1
+    s.append(vec![
+        NewRecord {
+            body: Body::Entity {
+                entity_type: "service".into(),
+                name: "checkout_api".into(),
+                aliases: vec![],
+            },
+            kind: "entity".into(),
+            external_id: Some("svc/checkout".into()),
+            ..NewRecord::default()
+        },
+        NewRecord {
+            body: Body::Entity {
+                entity_type: "service".into(),
+                name: "catalog_api".into(),
+                aliases: vec![],
+            },
+            kind: "entity".into(),
+            external_id: Some("svc/catalog".into()),
+            ..NewRecord::default()
+        },
+        NewRecord {
+            body: Body::Entity {
+                entity_type: "service".into(),
+                name: "pricing_api".into(),
+                aliases: vec![],
+            },
+            kind: "entity".into(),
+            external_id: Some("svc/pricing".into()),
+            ..NewRecord::default()
+        },
+        NewRecord {
+            body: Body::Relation {
+                subject: ext("svc/checkout"),
+                predicate: "depends_on".into(),
+                object: ext("svc/catalog"),
+            },
+            kind: "relation".into(),
+            external_id: Some("dep/checkout-catalog".into()),
+            ..NewRecord::default()
+        },
+    ])
+    .unwrap();
+    let t_before_v2 = engram::Clock::now_ms(&clock);
+    clock.advance(24 * 60 * MINUTE);
+    // v2 replaces v1; the old relation is replaced by a new one
+    s.append(vec![
+        NewRecord::event("dependency_map", "checkout_api depends on pricing_api and inventory_api; catalog_api was merged into pricing_api")
+            .with_external_id("depmap/checkout")
+            .superseding(ext("depmap/checkout")),
+        NewRecord { body: Body::Relation { subject: ext("svc/checkout"), predicate: "depends_on".into(), object: ext("svc/pricing") }, kind: "relation".into(), external_id: Some("dep/checkout-catalog".into()), supersedes: Some(ext("dep/checkout-catalog")), ..NewRecord::default() },
+    ])
+    .unwrap();
+    db.wait_indexed().unwrap();
+
+    let now = s
+        .recall(&RecallRequest::text("what does checkout_api depend on"))
+        .unwrap();
+    let texts: Vec<String> = now.hits.iter().filter_map(|h| h.text.clone()).collect();
+    assert!(texts.iter().any(|t| t.contains("pricing_api")), "{texts:?}");
+    assert!(
+        !texts.iter().any(|t| t.contains("depends on catalog_api")),
+        "old map presented as current: {texts:?}"
+    );
+    // the graph only walks the current relation
+    let g = s
+        .recall(&RecallRequest {
+            filters: Filters {
+                record_types: vec![RecordType::Relation],
+                ..Filters::default()
+            },
+            ..RecallRequest::text("checkout_api")
+        })
+        .unwrap();
+    assert_eq!(g.hits.len(), 1, "{:?}", g.hits);
+    let rel = s.get(&RecordRef::Id(g.hits[0].id)).unwrap();
+    assert_eq!(rel.object, Some(s.resolve(&ext("svc/pricing")).unwrap()));
+
+    // historical context when asked for: as of before v2, v1 is what the store knew
+    let then = s
+        .recall(&RecallRequest {
+            as_of: Some(t_before_v2),
+            ..RecallRequest::text("what does checkout_api depend on")
+        })
+        .unwrap();
+    let texts: Vec<String> = then.hits.iter().filter_map(|h| h.text.clone()).collect();
+    assert!(
+        texts.iter().any(|t| t.contains("depends on catalog_api")),
+        "{texts:?}"
+    );
+    assert!(
+        !texts.iter().any(|t| t.contains("pricing_api and")),
+        "{texts:?}"
+    );
+    let hist = s.history(&ext("depmap/checkout")).unwrap();
+    assert_eq!(hist.len(), 2);
+    assert_eq!(hist[0].status, Status::Superseded);
+    db.close().unwrap();
+}

@@ -1,0 +1,115 @@
+//! Governance case 4: revoke a caller's access. The restricted source and
+//! every derivative built on it (a summary that also used an ordinary
+//! ticket) stop reaching that caller on the very next read: recall,
+//! context, get, trace. Others keep their access; a tenant-wide revocation
+//! hides the label from everyone, admins included.
+
+mod common;
+use common::*;
+use engram::context::ContextRequest;
+use engram::retrieval::RecallRequest;
+use engram::{Body, EngineError, ManualClock, NewRecord, Principal, RecordRef};
+
+#[test]
+fn revocation_reaches_sources_and_derivatives() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let admin = db.session(Principal::admin("acme-ops"));
+    admin
+        .append(vec![
+            NewRecord::event(
+                "ticket",
+                "Ticket 88: checkout errors reported by customers in EU.",
+            )
+            .with_external_id("t-88"),
+            NewRecord::event(
+                "document",
+                "Security investigation: credential stuffing against checkout from botnet AS1234.",
+            )
+            .with_external_id("sec-1")
+            .with_access(&["security_investigation"]),
+        ])
+        .unwrap();
+    admin
+        .append(vec![NewRecord {
+            body: Body::Summary {
+                generator: "sum@1".into(),
+            },
+            kind: "summary".into(),
+            text: Some(
+                "Checkout errors in EU are caused by credential stuffing from AS1234.".into(),
+            ),
+            sources: vec![ext("t-88"), ext("sec-1")],
+            external_id: Some("sum-88".into()),
+            ..NewRecord::default()
+        }])
+        .unwrap();
+    admin
+        .grant(Some("dana"), Some("security_investigation"), None)
+        .unwrap();
+    admin
+        .grant(Some("eve"), Some("security_investigation"), None)
+        .unwrap();
+    db.wait_indexed().unwrap();
+    let summary = admin.get(&ext("sum-88")).unwrap();
+    assert_eq!(
+        summary.effective_access,
+        vec!["security_investigation"],
+        "a summary inherits the strictest access of its inputs"
+    );
+
+    let dana = db.session(Principal::user("acme-ops", "dana"));
+    let eve = db.session(Principal::user("acme-ops", "eve"));
+    let q = || RecallRequest::text("checkout errors credential stuffing");
+    let sees = |s: &engram::Session, e: &str| {
+        s.recall(&q())
+            .unwrap()
+            .hits
+            .iter()
+            .any(|h| h.external_id.as_deref() == Some(e))
+    };
+    assert!(sees(&dana, "sec-1") && sees(&dana, "sum-88"));
+
+    admin
+        .revoke(Some("dana"), Some("security_investigation"), None)
+        .unwrap();
+    assert!(
+        !sees(&dana, "sec-1"),
+        "source still visible after revocation"
+    );
+    assert!(
+        !sees(&dana, "sum-88"),
+        "derived summary still visible after revocation"
+    );
+    assert!(sees(&dana, "t-88"), "unrestricted records stay visible");
+    assert!(matches!(
+        dana.get(&ext("sum-88")),
+        Err(EngineError::NotFound { .. })
+    ));
+    let c = dana
+        .context(&ContextRequest::new("why do checkout errors happen in EU?"))
+        .unwrap()
+        .render();
+    assert!(!c.contains("AS1234"), "{c}");
+    let t = dana.trace(&ext("t-88")).unwrap();
+    let node = t.nodes.iter().find(|n| n.id == summary.id).unwrap();
+    assert!(
+        !node.readable && node.text.is_none(),
+        "trace must not reveal restricted content"
+    );
+    // eve keeps access
+    assert!(sees(&eve, "sum-88"));
+    // tenant-wide: nobody, admin included
+    admin
+        .revoke(None, Some("security_investigation"), None)
+        .unwrap();
+    assert!(!sees(&eve, "sec-1"));
+    assert!(!sees(&admin, "sum-88"));
+    admin
+        .grant(None, Some("security_investigation"), None)
+        .unwrap();
+    assert!(sees(&eve, "sum-88") && sees(&admin, "sec-1"));
+    assert!(!sees(&dana, "sec-1"));
+    db.close().unwrap();
+}
