@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use engram::context::ContextRequest;
 use engram::retrieval::RecallRequest;
-use engram::{Body, EngineError, ManualClock, NewRecord, Principal, RecordRef};
+use engram::{Body, EngineError, ManualClock, NewRecord, Principal};
 
 #[test]
 fn revocation_reaches_sources_and_derivatives() {
