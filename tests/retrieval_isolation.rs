@@ -104,6 +104,61 @@ fn no_query_ever_returns_a_forbidden_record() {
             grants.insert((t.to_string(), p.to_string()), g);
         }
     }
+    // a small entity graph per tenant, same names everywhere, some edges restricted
+    for t in TENANTS {
+        let s = db.session(Principal::admin(t));
+        for name in ["checkout", "catalog", "billing"] {
+            let r = NewRecord {
+                body: Body::Entity {
+                    entity_type: "service".into(),
+                    name: name.into(),
+                    aliases: vec![],
+                },
+                kind: "entity".into(),
+                external_id: Some(format!("svc/{name}")),
+                ..NewRecord::default()
+            };
+            let id = s.append(vec![r]).unwrap()[0].id;
+            model.insert(
+                id,
+                Model {
+                    tenant: t.into(),
+                    labels: BTreeSet::new(),
+                    user: String::new(),
+                    kind: "entity".into(),
+                    gone: false,
+                },
+            );
+        }
+        for (a, b) in [("checkout", "catalog"), ("catalog", "billing")] {
+            let labels: BTreeSet<String> = LABELS
+                .iter()
+                .filter(|_| rng.below(2) == 0)
+                .map(|s| s.to_string())
+                .collect();
+            let mut r = NewRecord {
+                body: Body::Relation {
+                    subject: RecordRef::External(format!("svc/{a}")),
+                    predicate: "depends_on".into(),
+                    object: RecordRef::External(format!("svc/{b}")),
+                },
+                kind: "relation".into(),
+                ..NewRecord::default()
+            };
+            r.access = labels.iter().cloned().collect();
+            let id = s.append(vec![r]).unwrap()[0].id;
+            model.insert(
+                id,
+                Model {
+                    tenant: t.into(),
+                    labels,
+                    user: String::new(),
+                    kind: "relation".into(),
+                    gone: false,
+                },
+            );
+        }
+    }
     // records: events with random labels, some with vectors of one model
     for round in 0..6 {
         for t in TENANTS {
@@ -233,6 +288,7 @@ fn no_query_ever_returns_a_forbidden_record() {
     // oracle recomputes it from the store's own view: status is checked below)
     db.wait_indexed().unwrap();
     let mut checked_hits = 0u64;
+    let mut graph_hits = 0u64;
     for q in 0..queries {
         let t = rng.pick(&TENANTS).to_string();
         let (session, held): (_, Option<BTreeSet<String>>) = match rng.below(4) {
@@ -254,12 +310,20 @@ fn no_query_ever_returns_a_forbidden_record() {
             filters.kinds = vec![rng.pick(&KINDS).to_string(), "summary".into()];
         }
         let mode = *rng.pick(&[Mode::Hybrid, Mode::Vector, Mode::Lexical]);
+        let mut qtext = text(&mut rng);
+        if rng.below(3) == 0 {
+            qtext.push_str(" checkout catalog");
+        }
         let mut req = RecallRequest {
             mode,
             k: 1 + rng.below(30) as usize,
             filters: filters.clone(),
-            ..RecallRequest::text(text(&mut rng))
+            ..RecallRequest::text(qtext)
         };
+        if rng.below(3) == 0 {
+            // let graph expansion win some rankings too
+            req.weights.graph = 4.0;
+        }
         if mode == Mode::Vector && rng.below(2) == 0 {
             req.vector = Some(
                 (0..8)
@@ -291,6 +355,9 @@ fn no_query_ever_returns_a_forbidden_record() {
                     "user filter violated: {ctx}"
                 );
             }
+            if h.found_by.iter().any(|(r, _)| r == "graph") {
+                graph_hits += 1;
+            }
             if !filters.kinds.is_empty() {
                 assert!(
                     filters.kinds.contains(&m.kind),
@@ -308,5 +375,11 @@ fn no_query_ever_returns_a_forbidden_record() {
         checked_hits > (queries as u64),
         "the queries returned too little to prove anything ({checked_hits} hits)"
     );
-    eprintln!("{queries} queries, {checked_hits} hits checked, 0 forbidden");
+    assert!(
+        graph_hits > 0,
+        "graph expansion never contributed: the test would not cover it"
+    );
+    eprintln!(
+        "{queries} queries, {checked_hits} hits checked ({graph_hits} via graph expansion), 0 forbidden"
+    );
 }

@@ -1,7 +1,8 @@
 //! # Canonical JSON form, version 1
 //!
-//! Every Engram event carries a `content_sha256`: the SHA-256 digest of the
-//! *canonical form* of its JSON content. The canonical form is the JSON
+//! Every Engram record carries a `content_sha256`: the SHA-256 digest of the
+//! *canonical form* of its content, a JSON object built from the record's
+//! client-supplied fields (see `docs/format.md` for which ones). The canonical form is the JSON
 //! Canonicalization Scheme (JCS) of RFC 8785, applied to a parsed JSON value.
 //! This section is the complete definition; [`CANONICAL_VERSION`] (currently
 //! `1`) names it, and any change to the bytes produced for any input requires

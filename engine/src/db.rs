@@ -243,6 +243,7 @@ impl Engram {
             .ok_or(EngineError::Storage(StorageError::Locked {
                 path: lock_path,
             }))?;
+        recover_log_swap(backend.as_ref(), &dir)?;
         let (log, log_report) =
             SegmentLog::open(backend.clone(), &layout::log(&dir), opts.log.clone())?;
         let mut report = OpenReport {
@@ -284,12 +285,29 @@ impl Engram {
         )?;
         let mut state = State::new(lexical, lexical_lsn, vectors, opts.embedder.clone());
         let cat_applied = catalog.applied_lsn()?;
+        // The catalog only ever applies frames after they are durable, so a
+        // catalog ahead of the log means durable frames were lost from it.
+        if cat_applied > last_lsn {
+            return Err(EngineError::Corrupt {
+                what: "log".into(),
+                detail: format!(
+                    "the catalog had applied LSN {cat_applied} but the log now ends at LSN {last_lsn}: \
+                     acknowledged records were lost from the log (damage at its end); restore from a backup"
+                ),
+            });
+        }
         let mut cat_ops: Vec<CatalogOp> = Vec::new();
         let mut caught_up = 0u64;
         let mut replayed = 0u64;
         log.scan(0, |f| {
             let loc = f.loc();
-            apply_frame(&mut state, f.header.frame_type, f.payload(), loc)?;
+            apply_frame(
+                &mut state,
+                f.header.frame_type,
+                f.header.frame_version,
+                f.payload(),
+                loc,
+            )?;
             replayed += 1;
             if loc.lsn > cat_applied {
                 caught_up += 1;
@@ -371,8 +389,13 @@ impl Engram {
                 {
                     let mut st = hook_state.write();
                     for f in frames {
-                        if let Err(e) = apply_frame(&mut st, f.header.frame_type, f.payload, f.loc)
-                        {
+                        if let Err(e) = apply_frame(
+                            &mut st,
+                            f.header.frame_type,
+                            f.header.frame_version,
+                            f.payload,
+                            f.loc,
+                        ) {
                             hook_err.lock().get_or_insert(e.to_string());
                         }
                         let _ = catalog_ops_for(f.header.frame_type, f.payload, f.loc, &mut ops);
@@ -625,13 +648,41 @@ fn indexer_loop(state: Arc<RwLock<State>>, rx: crossbeam_channel::Receiver<()>) 
     }
 }
 
+/// Finishes or rolls back a restore's swap of log directories interrupted
+/// by a crash: `log.restore` is the incoming copy, `log.old` the outgoing.
+fn recover_log_swap(backend: &dyn Backend, dir: &Path) -> Result<()> {
+    let log = layout::log(dir);
+    let old = dir.join("log.old");
+    let incoming = dir.join("log.restore");
+    if !backend.exists(&log) && backend.exists(&old) {
+        // crashed between the two renames: put the old log back
+        backend.rename(&old, &log).map_err(io(&old))?;
+    }
+    // an incoming copy that never became the log is abandoned (rerun the restore)
+    backend.remove_dir_all(&incoming).map_err(io(&incoming))?;
+    backend.remove_dir_all(&old).map_err(io(&old))?;
+    Ok(())
+}
+
 /// Applies one frame to the state.
 pub(crate) fn apply_frame(
     st: &mut State,
     ft: engram_storage::frame::FrameType,
+    version: u8,
     payload: &[u8],
     loc: FrameLoc,
 ) -> std::result::Result<(), StorageError> {
+    if version != codec::PAYLOAD_VERSION {
+        return Err(StorageError::CorruptLog {
+            segment: loc.segment,
+            offset: loc.offset,
+            reason: format!(
+                "payload version {version} of frame type {} is not readable by this build (reads {})",
+                ft.0,
+                codec::PAYLOAD_VERSION
+            ),
+        });
+    }
     let r = if ft == codec::FRAME_RECORD {
         codec::view_record(payload).and_then(|a| st.apply_record(a, loc))
     } else if ft == codec::FRAME_OP {

@@ -1,9 +1,10 @@
 //! Record identity: stable, time-ordered 128-bit ids.
 //!
 //! Layout (ULID-compatible): the top 48 bits are the Unix time in
-//! milliseconds at which the id was minted, the low 80 bits are random, and
-//! ids minted in the same millisecond by one store increase by one, so ids
-//! sort by creation order within a store. The text form is 26 characters of
+//! milliseconds at which the id was minted and the low 80 bits are random;
+//! the generator never returns an id below the last one it minted or
+//! observed (it adds one instead), so ids sort by creation order within a
+//! store. The text form is 26 characters of
 //! Crockford base32 (`0-9A-HJKMNP-TV-Z`), which sorts like the number.
 //! Parsing accepts lower case and treats `I`/`L` as `1` and `O` as `0`.
 //!

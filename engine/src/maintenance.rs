@@ -116,24 +116,29 @@ impl From<&LedgerEntry> for LedgerLine {
 }
 
 /// Reads the ledger file (empty if absent). Unparseable lines are an error
-/// naming the line.
+/// naming the line, except a torn last line (a crash while appending),
+/// which is dropped: the log still holds that operation and the next
+/// reconcile writes it again.
 pub fn read_ledger(backend: &dyn Backend, dir: &Path) -> Result<Vec<LedgerLine>> {
+    Ok(read_ledger_checked(backend, dir)?.0)
+}
+
+/// The ledger's lines, and whether its tail was torn.
+fn read_ledger_checked(backend: &dyn Backend, dir: &Path) -> Result<(Vec<LedgerLine>, bool)> {
     let Some(bytes) = read_all(backend, &ledger_path(dir))? else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), false));
     };
     let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.split('\n').collect();
     let mut out = Vec::new();
-    for (i, l) in text.lines().enumerate() {
+    let mut torn = !bytes.is_empty() && !bytes.ends_with(b"\n");
+    for (i, l) in lines.iter().enumerate() {
         if l.trim().is_empty() {
             continue;
         }
-        // A torn last line (crash while appending) is ignored: the log
-        // still holds the operation and the next reconcile re-adds it.
         match serde_json::from_str(l) {
             Ok(x) => out.push(x),
-            Err(e) if i + 1 == text.lines().count() => {
-                let _ = e;
-            }
+            Err(_) if i + 1 == lines.len() => torn = true,
             Err(e) => {
                 return Err(EngineError::Corrupt {
                     what: format!("ledger line {}", i + 1),
@@ -142,30 +147,36 @@ pub fn read_ledger(backend: &dyn Backend, dir: &Path) -> Result<Vec<LedgerLine>>
             }
         }
     }
-    Ok(out)
+    Ok((out, torn))
 }
 
-/// Appends the log's ledger entries missing from the ledger file.
+/// Appends the log's ledger entries missing from the ledger file (a torn
+/// tail is repaired by rewriting the file whole).
 pub(crate) fn reconcile_ledger(backend: &dyn Backend, dir: &Path, st: &State) -> Result<usize> {
-    let have: BTreeSet<String> = read_ledger(backend, dir)?
-        .into_iter()
-        .map(|l| l.op_id)
+    let (lines, torn) = read_ledger_checked(backend, dir)?;
+    let have: BTreeSet<String> = lines.iter().map(|l| l.op_id.clone()).collect();
+    let missing: Vec<LedgerLine> = st
+        .ledger
+        .iter()
+        .filter(|e| !have.contains(&e.op_id.to_string()))
+        .map(LedgerLine::from)
         .collect();
-    let mut text = String::new();
-    let mut n = 0;
-    for e in &st.ledger {
-        if !have.contains(&e.op_id.to_string()) {
-            text.push_str(
-                &serde_json::to_string(&LedgerLine::from(e)).expect("ledger line serializes"),
-            );
+    let render = |ls: &[LedgerLine]| {
+        let mut text = String::new();
+        for l in ls {
+            text.push_str(&serde_json::to_string(l).expect("ledger line serializes"));
             text.push('\n');
-            n += 1;
         }
+        text
+    };
+    if torn {
+        let mut all = lines;
+        all.extend(missing.iter().cloned());
+        write_all_durable(backend, &ledger_path(dir), render(&all).as_bytes())?;
+    } else if !missing.is_empty() {
+        append_durable(backend, &ledger_path(dir), render(&missing).as_bytes())?;
     }
-    if n > 0 {
-        append_durable(backend, &ledger_path(dir), text.as_bytes())?;
-    }
-    Ok(n)
+    Ok(missing.len())
 }
 
 impl Engram {
@@ -351,8 +362,13 @@ impl Engram {
             db.close()?;
             purge
         };
-        // 2. Rewrite the segments holding purged records.
+        // 2. Rewrite the segments holding purged records. Derived state (it
+        // holds the purged content too) goes first, so a crash in between
+        // never leaves it behind: it is rebuilt from the log on open.
         let _lock = lock_dir(opts, dir)?;
+        if !purge.is_empty() {
+            remove_derived(opts.backend.as_ref(), dir)?;
+        }
         let (log, _) = SegmentLog::open(opts.backend.clone(), &layout::log(dir), opts.log.clone())?;
         report.log_bytes_before = log.stats().bytes;
         if !purge.is_empty() {
@@ -394,10 +410,6 @@ impl Engram {
         }
         report.log_bytes_after = log.stats().bytes;
         drop(log);
-        // 3. Derived state held the purged content too: rebuild it all.
-        if !purge.is_empty() {
-            remove_derived(opts.backend.as_ref(), dir)?;
-        }
         drop(_lock);
         let db = Engram::open(dir, opts.clone())?;
         db.close()?;
@@ -474,22 +486,33 @@ impl Engram {
         }
         {
             let _lock = lock_dir(opts, dir)?;
-            // Replace the log with the backup's; drop derived state.
+            // Copy the backup's log beside the current one, then swap them
+            // with renames: a crash leaves either log whole (see
+            // `db::recover_log_swap`). Derived state is dropped.
             let log_dir = layout::log(dir);
-            backend.remove_dir_all(&log_dir).map_err(io(&log_dir))?;
-            backend.create_dir_all(&log_dir).map_err(io(&log_dir))?;
+            let incoming = dir.join("log.restore");
+            backend.remove_dir_all(&incoming).map_err(io(&incoming))?;
+            backend.create_dir_all(&incoming).map_err(io(&incoming))?;
             for e in backend.list_dir(&src_log).map_err(io(&src_log))? {
                 if e.is_dir {
                     continue;
                 }
                 let from = src_log.join(&e.name);
                 let bytes = read_all(backend.as_ref(), &from)?.unwrap_or_default();
-                write_all_durable(backend.as_ref(), &log_dir.join(&e.name), &bytes)?;
+                write_all_durable(backend.as_ref(), &incoming.join(&e.name), &bytes)?;
             }
+            remove_derived(backend.as_ref(), dir)?;
+            let old = dir.join("log.old");
+            backend.remove_dir_all(&old).map_err(io(&old))?;
+            if backend.exists(&log_dir) {
+                backend.rename(&log_dir, &old).map_err(io(&log_dir))?;
+            }
+            backend.rename(&incoming, &log_dir).map_err(io(&incoming))?;
+            backend.sync_dir(dir).map_err(io(dir))?;
+            backend.remove_dir_all(&old).map_err(io(&old))?;
             if let Some(bytes) = read_all(backend.as_ref(), &src.join("settings.snap"))? {
                 write_all_durable(backend.as_ref(), &dir.join("settings.snap"), &bytes)?;
             }
-            remove_derived(backend.as_ref(), dir)?;
         }
         let mut report = RestoreReport::default();
         let db = Engram::open(dir, opts.clone())?;

@@ -567,6 +567,15 @@ pub(crate) fn check_labels(field: &str, labels: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Nesting depth of a JSON value (a scalar is 0, `[]` and `{}` are 1).
+fn json_depth(v: &serde_json::Value) -> usize {
+    match v {
+        serde_json::Value::Array(a) => 1 + a.iter().map(json_depth).max().unwrap_or(0),
+        serde_json::Value::Object(o) => 1 + o.values().map(json_depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
 /// Checks a vector: dimension limits and finite components.
 pub fn check_vector(field: &str, v: &[f32]) -> Result<()> {
     if v.is_empty() {
@@ -666,6 +675,18 @@ impl NewRecord {
                 "text",
                 "an event needs `text` and/or `data`",
             ));
+        }
+        if let Some(d) = &self.data {
+            // The content hash nests `data` one level inside its object.
+            let depth = json_depth(d);
+            if depth >= crate::canonical::DEPTH_MAX {
+                return Err(EngineError::LimitExceeded {
+                    item: None,
+                    what: "nesting depth of data".into(),
+                    limit: crate::canonical::DEPTH_MAX as u64 - 1,
+                    got: depth as u64,
+                });
+            }
         }
         if let Some(t) = &self.text {
             if t.len() > limits::TEXT_BYTES_MAX {

@@ -3,8 +3,12 @@
 //! checksummed snapshot whose body is JSON) so every tool opening the store
 //! agrees on its derived vector spaces.
 //!
-//! This module must never hold anything that is not derivable or
-//! reconstructible: losing the file only means falling back to defaults.
+//! A missing file means defaults; a damaged one is reported (delete it to
+//! fall back to defaults: the derived vectors are then rebuilt for whatever
+//! embedder is chosen next). The engine itself never reads this file: the
+//! tools that open a store pass the embedder in `Options`.
+//!
+//! This module must never hold anything that is not reconstructible.
 
 use std::path::Path;
 

@@ -473,7 +473,14 @@ impl State {
         let id = RecordId::from_bytes(a.id);
         let tenant_name = a.tenant.as_str();
         let (tenant, _) = self.tenant_mut(tenant_name);
-        let rtype = RecordType::from_code(a.record_type).unwrap_or(RecordType::Event);
+        let bad = |what: &str, code: u8| crate::error::EngineError::Corrupt {
+            what: format!("record {id}"),
+            detail: format!("unknown {what} code {code}"),
+        };
+        let rtype = RecordType::from_code(a.record_type)
+            .ok_or_else(|| bad("record type", a.record_type))?;
+        let writer_kind = WriterKind::from_code(a.writer_kind)
+            .ok_or_else(|| bad("writer kind", a.writer_kind))?;
         let kind = self.strings.intern(a.kind.as_str());
         let akind = if rtype == RecordType::Assertion {
             AssertionKind::parse(a.kind.as_str())
@@ -522,9 +529,10 @@ impl State {
         }
         let access: Vec<Sym> = access.into_iter().collect();
         let status = match a.status {
+            0 => Status::Active,
             1 => Status::Candidate,
             2 => Status::Approved,
-            _ => Status::Active,
+            c => return Err(bad("status", c)),
         };
         let occurred_at = a.occurred_at_ms.to_native();
         let ingested_at = a.ingested_at_ms.to_native();
@@ -543,7 +551,7 @@ impl State {
             rtype,
             kind,
             akind,
-            writer_kind: WriterKind::from_code(a.writer_kind).unwrap_or_default(),
+            writer_kind,
             occurred_at,
             ingested_at,
             valid_from,

@@ -99,6 +99,13 @@ pub enum StorageError {
         limit_bytes: usize,
     },
 
+    /// Log options outside the format's limits. Give up: fix the options.
+    #[error("invalid log options: {reason}")]
+    InvalidOptions {
+        /// What is wrong.
+        reason: String,
+    },
+
     /// An empty batch was submitted. Give up: nothing to append.
     #[error("empty batch: an append needs at least one frame")]
     EmptyBatch,

@@ -14,7 +14,8 @@
 //! 44     4    header_crc      CRC32C of bytes 0..44
 //! 48     ..   body (16-byte aligned)
 //!
-//! vector file header, 64 bytes, then rows of `dim` little-endian f32
+//! vector file header, 64 bytes, then rows of `dim` f32 in little-endian
+//! order (the only byte order Engram builds for)
 //!  0     8    magic           "ENGRVECT"
 //!  8     4    format_version  1
 //! 12     4    dim             u32
@@ -32,6 +33,9 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+#[cfg(not(target_endian = "little"))]
+compile_error!("Engram's file formats are little-endian; big-endian targets are not supported");
 
 use crate::aligned::AlignedBuf;
 use crate::backend::{Backend, BackendFile, MapOptions, Mapping, OpenMode};
@@ -401,12 +405,23 @@ impl VectorFile {
         if rows >= self.len() {
             return Ok(());
         }
+        // No mapping may outlive the bytes it shows: drop it first.
+        self.map = self
+            .file
+            .map(0, MapOptions::default())
+            .map_err(|e| StorageError::io(&self.path, e))?;
+        self.mapped_rows = 0;
+        self.tail.clear();
         self.file
             .set_len((VECTOR_HEADER_BYTES + rows * self.dim * 4) as u64)
             .map_err(|e| StorageError::io(&self.path, e))?;
-        self.mapped_rows = self.mapped_rows.min(rows);
-        self.tail.clear();
-        self.remap()
+        self.map = self
+            .file
+            .map((VECTOR_HEADER_BYTES + rows * self.dim * 4) as u64, POPULATE)
+            .map_err(|e| StorageError::io(&self.path, e))?;
+        self.mapped_rows = rows;
+        self.mapped_floats()?;
+        Ok(())
     }
 
     /// Makes every row durable.
@@ -471,9 +486,14 @@ mod tests {
             let len = f.len().unwrap();
             f.write_all_at(&[1, 2, 3, 4, 5], len).unwrap();
             drop(f);
-            let vf = VectorFile::open(backend.as_ref(), &p).unwrap();
+            let mut vf = VectorFile::open(backend.as_ref(), &p).unwrap();
             assert_eq!(vf.len(), 5000);
             assert_eq!(vf.get(1234), &[1234.0, 1234.5, -1234.0]);
+            vf.truncate(40).unwrap();
+            assert_eq!(vf.len(), 40);
+            assert_eq!(vf.get(39), &[39.0, 39.5, -39.0]);
+            assert_eq!(vf.push(&[7.0, 7.0, 7.0]).unwrap(), 40);
+            assert_eq!(vf.flat().0.len() + vf.flat().1.len(), 41 * 3);
         }
     }
 }

@@ -23,7 +23,9 @@
 //! This module must never do I/O.
 
 /// A log sequence number: position of a frame in the whole log, strictly
-/// increasing, never reused (compaction keeps the numbers, leaving gaps).
+/// increasing. Acknowledged frames keep their number forever (compaction
+/// keeps the numbers); numbers of unacknowledged frames cut by recovery are
+/// given out again.
 pub type Lsn = u64;
 
 /// Frame magic, the bytes "EGRM".

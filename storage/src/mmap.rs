@@ -3,12 +3,15 @@
 //! Mapping a file is `unsafe` because another writer could change or truncate
 //! it underneath the mapping. Engram rules that out by construction:
 //! - a data directory is held by one process at a time (an exclusive lock
-//!   file, see [`crate::backend::Backend::lock`]);
+//!   file, see [`crate::backend::Backend::try_lock`]);
 //! - the files that are mapped (log segments, vector files) are append-only
-//!   while open: bytes inside a mapping are never rewritten, and they are only
-//!   truncated during recovery, before any mapping of them exists;
-//! - compaction writes *new* files and unlinks old ones; unlinking a mapped
-//!   file keeps the mapping valid on every supported platform.
+//!   while open: bytes inside a mapping are never rewritten; a file is only
+//!   truncated after its mappings are dropped (recovery before mapping,
+//!   `VectorFile::truncate` after replacing its mapping);
+//! - a segment rewrite writes a *new* file and renames it over the old one;
+//!   the old file stays valid for mappings that still refer to it;
+//! - a mapping never exposes bytes past the end of its file
+//!   ([`crate::backend::Mapping`] tracks the valid length).
 //!
 //! This module must never hand out a mutable mapping.
 

@@ -109,14 +109,17 @@ impl std::fmt::Debug for VectorSpace {
     }
 }
 
-fn space_dir_name(model: &str) -> String {
+/// Directory of a space: readable model prefix, metric, dimension and a
+/// hash of the model id, so two spaces never share files (a changed metric
+/// or dimension gets a new directory).
+fn space_dir_name(model: &str, metric: Metric, dim: usize) -> String {
     let h = crate::canonical::sha256_hex(model.as_bytes());
     let readable: String = model
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .take(40)
         .collect();
-    format!("{readable}-{}", &h[..12])
+    format!("{readable}-{}-{dim}-{}", metric.name(), &h[..12])
 }
 
 /// Normalises a vector for a cosine space (unit length).
@@ -180,7 +183,7 @@ impl VectorSpace {
         derived: bool,
         params: HnswParams,
     ) -> Result<VectorSpace> {
-        let dir = root.join(space_dir_name(model));
+        let dir = root.join(space_dir_name(model, metric, dim));
         backend
             .create_dir_all(&dir)
             .map_err(|e| engram_storage::StorageError::io(&dir, e))?;

@@ -2,8 +2,8 @@
 //!
 //! - **Writes**: callers hand atomic batches of frames to one writer thread
 //!   over a channel. The writer drains whatever is queued (a *group*), lays
-//!   the frames out back to back, writes them with one positional write per
-//!   segment touched, calls `fdatasync` once, runs the commit hook (the
+//!   the frames out back to back, writes them with one positional write and
+//!   one `fdatasync` per segment touched, runs the commit hook (the
 //!   engine applies the frames to its in-memory state), and only then
 //!   acknowledges every batch in the group. LSNs are assigned by the writer,
 //!   so LSN order is the order of durability and of application.
@@ -63,6 +63,33 @@ pub struct LogOptions {
     pub batch_bytes_max: usize,
     /// A group commit stops gathering queued batches past this many bytes.
     pub group_bytes_max: usize,
+}
+
+impl LogOptions {
+    /// Checks the options against the format's hard limits.
+    pub fn validate(&self) -> StorageResult<()> {
+        let bad = |reason: String| Err(StorageError::InvalidOptions { reason });
+        if self.frame_payload_bytes_max == 0
+            || self.frame_payload_bytes_max > frame::FRAME_PAYLOAD_BYTES_CEILING
+        {
+            return bad(format!(
+                "frame_payload_bytes_max must be within 1..={}",
+                frame::FRAME_PAYLOAD_BYTES_CEILING
+            ));
+        }
+        if self.segment_bytes_max < (SEGMENT_HEADER_BYTES as u64) * 2
+            || self.segment_bytes_max > u64::from(u32::MAX)
+        {
+            return bad("segment_bytes_max must be within 128 bytes..=4 GiB (offsets are 32-bit in frame headers)".into());
+        }
+        if self.batch_bytes_max < frame::encoded_len(self.frame_payload_bytes_max.min(1 << 20)) {
+            return bad("batch_bytes_max must hold at least one frame".into());
+        }
+        if self.group_bytes_max == 0 {
+            return bad("group_bytes_max must be positive".into());
+        }
+        Ok(())
+    }
 }
 
 impl Default for LogOptions {
@@ -234,6 +261,7 @@ impl SegmentLog {
         dir: &Path,
         opts: LogOptions,
     ) -> StorageResult<(SegmentLog, RecoveryReport)> {
+        opts.validate()?;
         backend.create_dir_all(dir).map_err(io_err(dir))?;
         let mut numbers = Vec::new();
         for entry in backend.list_dir(dir).map_err(io_err(dir))? {
@@ -247,6 +275,7 @@ impl SegmentLog {
                 // segment is still in place.
                 let p = dir.join(&entry.name);
                 backend.remove_file(&p).map_err(io_err(&p))?;
+                backend.sync_dir(dir).map_err(io_err(dir))?;
             }
         }
         numbers.sort_unstable();
@@ -266,7 +295,11 @@ impl SegmentLog {
                 .map_err(io_err(&path))?;
             let header = match segment::decode_header(&map) {
                 Ok(h) => h,
-                Err(segment::HeaderProblem::Incomplete) if is_last => {
+                Err(segment::HeaderProblem::Incomplete | segment::HeaderProblem::Damaged(_))
+                    if is_last && len <= SEGMENT_HEADER_BYTES as u64 =>
+                {
+                    // Created but the header never became whole: no frame
+                    // was ever written to it.
                     drop(map);
                     backend.remove_file(&path).map_err(io_err(&path))?;
                     backend.sync_dir(dir).map_err(io_err(dir))?;
@@ -288,6 +321,31 @@ impl SegmentLog {
                     });
                 }
             };
+            if let Some(prev) = segments.last() {
+                if no != prev.no + 1 {
+                    return Err(StorageError::CorruptLog {
+                        segment: prev.no + 1,
+                        offset: 0,
+                        reason: format!(
+                            "segment {} is missing (found {} after it)",
+                            prev.no + 1,
+                            no
+                        ),
+                    });
+                }
+            }
+            if let Some(p) = prev_lsn {
+                if header.first_lsn <= p {
+                    return Err(StorageError::CorruptLog {
+                        segment: no,
+                        offset: 0,
+                        reason: format!(
+                            "segment starts at LSN {} but earlier segments reach LSN {p}",
+                            header.first_lsn
+                        ),
+                    });
+                }
+            }
             if header.segment_no != no {
                 return Err(StorageError::BadSegmentHeader {
                     segment: no,
@@ -319,7 +377,13 @@ impl SegmentLog {
                             detail: r.to_string(),
                         }
                     }
-                    _ => TruncationReason::UnfinishedBatch,
+                    Some((_, r)) => TruncationReason::InvalidTail {
+                        detail: format!(
+                            "{r}; {} complete frame(s) of an unfinished batch before it were dropped too",
+                            scan.unfinished_batch_lsns.len()
+                        ),
+                    },
+                    None => TruncationReason::UnfinishedBatch,
                 };
                 drop(map);
                 file.set_len(scan.batch_end).map_err(io_err(&path))?;
@@ -338,6 +402,9 @@ impl SegmentLog {
             report.n_frames += scan.frames;
             if scan.last_lsn.is_some() {
                 prev_lsn = scan.last_lsn;
+            } else if header.first_lsn > 1 {
+                // An empty segment still fixes where numbering continues.
+                prev_lsn = Some(prev_lsn.unwrap_or(0).max(header.first_lsn - 1));
             }
             segments.push(Arc::new(Segment::new(
                 no,
@@ -882,6 +949,9 @@ fn writer_loop(shared: Arc<Shared>, rx: Receiver<Request>, apply: Sender<ApplyJo
                     // Finish what was gathered first, then rotate.
                     commit_group(&shared, &mut next_lsn, std::mem::take(&mut batches), &apply);
                     let r = rotate_now(&shared, next_lsn);
+                    if let Err(e) = &r {
+                        poison(&shared, e.to_string());
+                    }
                     let _ = reply.send(r);
                     bytes = 0;
                 }

@@ -129,6 +129,16 @@ pub fn decode_header(bytes: &[u8]) -> Result<SegmentHeader, HeaderProblem> {
     if version > LOG_FORMAT_VERSION || version == 0 {
         return Err(HeaderProblem::Unsupported(version));
     }
+    let header_bytes = u16::from_le_bytes(
+        h[offsets::HEADER_BYTES..offsets::HEADER_BYTES + 2]
+            .try_into()
+            .expect("2 bytes"),
+    );
+    if header_bytes as usize != SEGMENT_HEADER_BYTES {
+        return Err(HeaderProblem::Damaged(format!(
+            "header size {header_bytes}, expected {SEGMENT_HEADER_BYTES}"
+        )));
+    }
     Ok(SegmentHeader {
         segment_no: u64::from_le_bytes(
             h[offsets::SEGMENT_NO..offsets::SEGMENT_NO + 8]
