@@ -241,11 +241,18 @@ where
     }
 }
 
-static EMBEDDER_FLAG: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+/// `--embedder` of this invocation (the demo sets its own).
+static EMBEDDER_FLAG: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+fn embedder_flag() -> Option<String> {
+    EMBEDDER_FLAG.lock().map(|g| g.clone()).unwrap_or(None)
+}
 
 fn dispatch(cli: Cli) -> CliResult {
     let data = cli.data;
-    let _ = EMBEDDER_FLAG.set(cli.embedder.clone());
+    if let Ok(mut g) = EMBEDDER_FLAG.lock() {
+        *g = cli.embedder.clone();
+    }
     match cli.command {
         Command::Demo(a) => crate::demo::run(a.dir),
         Command::Ingest(a) => cmd_ingest(&data, a),
@@ -280,7 +287,7 @@ fn dispatch(cli: Cli) -> CliResult {
 pub fn store_options(dir: &Path) -> Result<Options, CliError> {
     let opts = Options::default();
     let saved = engram_engine::settings::load(opts.backend.as_ref(), dir)?;
-    let flag = EMBEDDER_FLAG.get().cloned().flatten();
+    let flag = embedder_flag();
     let name = flag
         .clone()
         .or_else(|| saved.as_ref().and_then(|s| s.embedder.clone()))
@@ -295,9 +302,11 @@ pub fn store_options(dir: &Path) -> Result<Options, CliError> {
     Ok(Options { embedder, ..opts })
 }
 
-/// Opens a store with an explicit embedder choice (the demo).
+/// Chooses the embedder for stores opened from now on (the demo).
 pub fn set_embedder_default(name: &str) {
-    let _ = EMBEDDER_FLAG.set(Some(name.to_string()));
+    if let Ok(mut g) = EMBEDDER_FLAG.lock() {
+        *g = Some(name.to_string());
+    }
 }
 
 /// Opens the store at `dir`, reporting recovery on stderr.

@@ -209,6 +209,31 @@ pub fn write_all_durable(backend: &dyn Backend, path: &Path, bytes: &[u8]) -> St
     Ok(())
 }
 
+/// Files under `dir` (recursively) whose bytes contain `needle`: the check
+/// behind "deleted means gone" (used by the demo and the tests).
+pub fn files_containing(
+    backend: &dyn Backend,
+    dir: &Path,
+    needle: &[u8],
+) -> StorageResult<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in backend.list_dir(&d).map_err(|e| StorageError::io(&d, e))? {
+            let p = d.join(&e.name);
+            if e.is_dir {
+                stack.push(p);
+            } else if let Some(bytes) = read_all(backend, &p)? {
+                if !needle.is_empty() && bytes.windows(needle.len()).any(|w| w == needle) {
+                    out.push(p);
+                }
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
 /// Size of a vector file header.
 pub const VECTOR_HEADER_BYTES: usize = 64;
 const VECTOR_MAGIC: [u8; 8] = *b"ENGRVECT";
