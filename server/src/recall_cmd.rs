@@ -172,16 +172,20 @@ pub fn print_manifest(m: &Manifest) {
         .collect();
     crate::outln!("  eligible   {} -> {}", steps.join(" -> "), m.eligible);
     if let Some(p) = &m.vector_plan {
-        crate::outln!(
-            "  plan       vector '{}': {} ({}); ef {} -> {}; {} indexed, {} scanned unindexed",
-            p.model,
-            p.strategy,
-            p.reason,
-            p.ef_requested,
-            p.ef_used,
-            p.indexed,
-            p.unindexed_scanned
-        );
+        if p.strategy == "exact" {
+            crate::outln!("  plan       vector '{}': exact scan ({})", p.model, p.reason);
+        } else {
+            crate::outln!(
+                "  plan       vector '{}': {} ({}); ef {} -> {}; {} indexed, {} unindexed scanned exactly",
+                p.model,
+                p.strategy,
+                p.reason,
+                p.ef_requested,
+                p.ef_used,
+                p.indexed,
+                p.unindexed_scanned
+            );
+        }
     }
     for r in &m.retrievers {
         match &r.skipped {
