@@ -144,7 +144,7 @@ pub fn graph_retriever(
     });
     ranked.truncate(n);
     Some(RetrieverOutput {
-        retriever: "graph".into(),
+        retriever: "graph",
         skipped: None,
         candidates: ranked
             .into_iter()

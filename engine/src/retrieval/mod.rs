@@ -205,7 +205,7 @@ pub struct Hit {
     /// Text.
     pub text: Option<String>,
     /// Which retrievers found it, with rank.
-    pub found_by: Vec<(String, usize)>,
+    pub found_by: Vec<(&'static str, usize)>,
 }
 
 /// A candidate of one retriever.
@@ -223,7 +223,7 @@ pub struct Candidate {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RetrieverOutput {
     /// `vector`, `lexical`, `recency`, `graph`.
-    pub retriever: String,
+    pub retriever: &'static str,
     /// Why it did not run, if it did not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skipped: Option<String>,
@@ -300,7 +300,7 @@ pub struct FusionInput {
     /// Record id.
     pub id: RecordId,
     /// (retriever, rank, contribution).
-    pub contributions: Vec<(String, usize, f64)>,
+    pub contributions: Vec<(&'static str, usize, f64)>,
     /// Fused score.
     pub score: f64,
 }
@@ -491,6 +491,11 @@ fn us(t: Instant) -> u64 {
     t.elapsed().as_micros() as u64
 }
 
+thread_local! {
+    /// Per-thread search buffers (visited marks, heaps), reused across queries.
+    static SCRATCH: std::cell::RefCell<SearchScratch> = std::cell::RefCell::new(SearchScratch::new());
+}
+
 /// Top `k` of `(idx, distance)` by distance then id, as similarity-ranked candidates.
 fn top_k(mut v: Vec<(Idx, f32)>, k: usize, st: &State) -> Vec<(Idx, f32)> {
     let cmp = |a: &(Idx, f32), b: &(Idx, f32)| {
@@ -526,7 +531,12 @@ impl Session {
         let t_el = Instant::now();
         let el = eligibility::compute(&st, self.principal.tenant(), &held, &req.filters, &cut);
         let eligibility_us = us(t_el);
-        let n_candidates = (req.k * CANDIDATES_PER_K).max(req.k);
+        // One retriever needs no extra candidates for fusion to choose from.
+        let n_candidates = if req.mode == Mode::Vector {
+            req.k
+        } else {
+            (req.k * CANDIDATES_PER_K).max(req.k)
+        };
         let mut cost = Cost::default();
         let mut retrievers = Vec::new();
         let mut vector_plan = None;
@@ -561,7 +571,7 @@ impl Session {
                     cost.lexical_docs_scored += ls.docs_scored;
                     debug_assert!(hits.iter().all(|h| el.bitmap.contains(h.doc)));
                     retrievers.push(RetrieverOutput {
-                        retriever: "lexical".into(),
+                        retriever: "lexical",
                         skipped: None,
                         candidates: hits
                             .iter()
@@ -575,7 +585,7 @@ impl Session {
                     });
                 }
                 None => retrievers.push(RetrieverOutput {
-                    retriever: "lexical".into(),
+                    retriever: "lexical",
                     skipped: Some("no query text".into()),
                     candidates: Vec::new(),
                 }),
@@ -614,7 +624,7 @@ impl Session {
         };
         let mut fused: HashMap<RecordId, FusionInput> = HashMap::new();
         for r in &retrievers {
-            let w = weight(&r.retriever);
+            let w = weight(r.retriever);
             for c in &r.candidates {
                 let term = w / (RRF_K + c.rank as f64);
                 let e = fused.entry(c.id).or_insert_with(|| FusionInput {
@@ -622,7 +632,7 @@ impl Session {
                     contributions: Vec::new(),
                     score: 0.0,
                 });
-                e.contributions.push((r.retriever.clone(), c.rank, term));
+                e.contributions.push((r.retriever, c.rank, term));
                 e.score += term;
             }
         }
@@ -630,7 +640,7 @@ impl Session {
         // brings in a record on its own.
         let mut fusion: Vec<FusionInput> = fused
             .into_values()
-            .filter(|f| f.contributions.iter().any(|(r, _, _)| r != "recency"))
+            .filter(|f| f.contributions.iter().any(|(r, _, _)| *r != "recency"))
             .collect();
         fusion.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
         let selection: Vec<RecordId> = fusion.iter().take(req.k).map(|f| f.id).collect();
@@ -658,7 +668,7 @@ impl Session {
                 found_by: f
                     .contributions
                     .iter()
-                    .map(|(n, rk, _)| (n.clone(), *rk))
+                    .map(|(n, rk, _)| (*n, *rk))
                     .collect(),
             });
         }
@@ -740,7 +750,7 @@ impl Session {
         let skipped = |why: String| {
             Ok((
                 Some(RetrieverOutput {
-                    retriever: "vector".into(),
+                    retriever: "vector",
                     skipped: Some(why),
                     candidates: Vec::new(),
                 }),
@@ -853,13 +863,15 @@ impl Session {
             };
             let ef = ((ef_req.max(n) as f64) * boost).ceil() as usize;
             let ef = ef.min(limits::EF_MAX);
-            let mut scratch = SearchScratch::new();
             let allow = |idx: Idx| in_space.contains(idx);
-            let (mut r, indexed) = if all {
-                space.graph_search(&query, n, ef, None, &mut scratch, &mut stats)
-            } else {
-                space.graph_search(&query, n, ef, Some(&allow), &mut scratch, &mut stats)
-            };
+            let (mut r, indexed) = SCRATCH.with(|cell| {
+                let mut scratch = cell.borrow_mut();
+                if all {
+                    space.graph_search(&query, n, ef, None, &mut scratch, &mut stats)
+                } else {
+                    space.graph_search(&query, n, ef, Some(&allow), &mut scratch, &mut stats)
+                }
+            });
             // vectors not yet in the graph: exact
             let tail: Vec<Idx> = space.slot_to_idx[indexed as usize..]
                 .iter()
@@ -895,7 +907,7 @@ impl Session {
             .collect();
         Ok((
             Some(RetrieverOutput {
-                retriever: "vector".into(),
+                retriever: "vector",
                 skipped: None,
                 candidates,
             }),
@@ -936,7 +948,7 @@ fn recency(st: &State, eligible: &RoaringBitmap, n: usize, cost: &mut Cost) -> R
     v.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
     v.truncate(n);
     RetrieverOutput {
-        retriever: "recency".into(),
+        retriever: "recency",
         skipped: None,
         candidates: v
             .into_iter()
