@@ -355,7 +355,7 @@ fn no_query_ever_returns_a_forbidden_record() {
                     "user filter violated: {ctx}"
                 );
             }
-            if h.found_by.iter().any(|(r, _)| r == "graph") {
+            if h.found_by.iter().any(|(r, _)| *r == "graph") {
                 graph_hits += 1;
             }
             if !filters.kinds.is_empty() {

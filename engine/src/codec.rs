@@ -8,6 +8,10 @@
 //! | 1 `RECORD` | 1 | [`StoredRecord`]: an event or semantic record |
 //! | 2 `OP` | 1 | [`StoredOp`]: a lifecycle operation (review, expire, delete, grant, revoke, retention, hold) |
 //! | 3 `TOMBSTONE` | 1 | [`StoredTombstone`]: what compaction leaves of a purged record |
+//! | 4 `VECTOR` | 1 | [`StoredVector`]: a client-supplied vector of the record just before it in the batch |
+//!
+//! Vectors travel in frames of their own so that reading a record (a
+//! retrieval hit, a trace) never touches kilobytes of floats.
 //!
 //! Payloads are validated (bytecheck) and then read in place from the memory
 //! map; nothing is copied to apply a frame. Ids are 16 big-endian bytes,
@@ -28,17 +32,10 @@ pub const FRAME_RECORD: FrameType = FrameType(1);
 pub const FRAME_OP: FrameType = FrameType(2);
 /// Frame type of tombstones.
 pub const FRAME_TOMBSTONE: FrameType = FrameType(3);
+/// Frame type of client vectors.
+pub const FRAME_VECTOR: FrameType = FrameType(4);
 /// Payload version written by this build (all three types).
 pub const PAYLOAD_VERSION: u8 = 1;
-
-/// A vector as stored.
-#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
-pub struct StoredEmbedding {
-    /// Model id.
-    pub model: String,
-    /// Components.
-    pub vector: Vec<f32>,
-}
 
 /// Derivation as stored.
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
@@ -102,8 +99,8 @@ pub struct StoredRecord {
     pub writer_principal: String,
     /// [`crate::model::WriterKind`] code.
     pub writer_kind: u8,
-    /// Vectors.
-    pub embeddings: Vec<StoredEmbedding>,
+    /// Model ids of the client vectors that follow in [`StoredVector`] frames.
+    pub vector_models: Vec<String>,
     /// Initial [`crate::model::Status`] decided at admission.
     pub status: u8,
     /// Entity type.
@@ -128,6 +125,17 @@ pub struct StoredRecord {
     pub confidence: Option<f32>,
     /// Summary generator.
     pub generator: Option<String>,
+}
+
+/// A client-supplied vector of a record.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
+pub struct StoredVector {
+    /// The record it belongs to.
+    pub record: [u8; 16],
+    /// Model id (vector space).
+    pub model: String,
+    /// Components.
+    pub vector: Vec<f32>,
 }
 
 /// A lifecycle operation.
@@ -267,6 +275,16 @@ pub fn encode_op(o: &StoredOp) -> Vec<u8> {
     encode(o)
 }
 
+/// Encodes a vector payload.
+pub fn encode_vector(v: &StoredVector) -> Vec<u8> {
+    encode(v)
+}
+
+/// Validates and views a vector payload in place.
+pub fn view_vector(payload: &[u8]) -> Result<&ArchivedStoredVector> {
+    rkyv::access::<ArchivedStoredVector, rancor::Error>(payload).map_err(|e| corrupt("vector", e))
+}
+
 /// Encodes a tombstone payload.
 pub fn encode_tombstone(t: &StoredTombstone) -> Vec<u8> {
     encode(t)
@@ -341,10 +359,7 @@ mod tests {
             access: vec!["incident_readers".into()],
             writer_principal: "user_18".into(),
             writer_kind: 0,
-            embeddings: vec![StoredEmbedding {
-                model: "m".into(),
-                vector: vec![0.5, -1.0, 2.0],
-            }],
+            vector_models: vec!["m".into()],
             status: 0,
             entity_type: None,
             name: None,
@@ -370,7 +385,14 @@ mod tests {
         let bytes = AlignedBuf::copy_from(&encode_record(&r));
         let a = view_record(bytes.as_slice()).unwrap();
         assert_eq!(a.tenant.as_str(), "tenant_42");
-        assert_eq!(a.embeddings[0].vector.len(), 3);
+        assert_eq!(a.vector_models[0].as_str(), "m");
+        let v = StoredVector {
+            record: [7; 16],
+            model: "m".into(),
+            vector: vec![0.5, -1.0, 2.0],
+        };
+        let vb = AlignedBuf::copy_from(&encode_vector(&v));
+        assert_eq!(view_vector(vb.as_slice()).unwrap().vector.len(), 3);
         assert_eq!(record_to_owned(a), r);
     }
 

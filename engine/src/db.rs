@@ -33,7 +33,7 @@ use engram_storage::{Backend, Catalog, FrameLoc, FsBackend, SegmentLog, StorageE
 use parking_lot::{Mutex, RwLock};
 
 use crate::canonical;
-use crate::codec::{self, StoredDerivation, StoredEmbedding, StoredRecord};
+use crate::codec::{self, StoredDerivation, StoredRecord, StoredVector};
 use crate::embed::Embedder;
 use crate::error::{EngineError, Result};
 use crate::id::{IdGenerator, RecordId};
@@ -689,6 +689,8 @@ pub(crate) fn apply_frame(
         codec::view_op(payload).and_then(|a| st.apply_op(a, loc.lsn))
     } else if ft == codec::FRAME_TOMBSTONE {
         codec::view_tombstone(payload).and_then(|a| st.apply_tombstone(a, loc))
+    } else if ft == codec::FRAME_VECTOR {
+        codec::view_vector(payload).and_then(|a| st.apply_vector(a, loc.lsn))
     } else {
         Err(EngineError::Corrupt {
             what: "frame".into(),
@@ -736,39 +738,47 @@ pub(crate) fn catalog_ops_for(
     Ok(())
 }
 
-/// Re-pushes every vector of the given models (from the log or the embedder).
+/// Re-pushes every vector of the given models, in log order exactly as
+/// replay does (client vectors from their frames, derived ones from the
+/// embedder), so slots come out the same.
 fn rebuild_spaces(st: &mut State, log: &SegmentLog, models: &[String]) -> Result<()> {
     let embedder = st.embedder.clone();
-    for idx in 0..st.metas.len() as Idx {
-        let m = st.metas[idx as usize].clone();
-        if m.tombstone {
-            continue;
-        }
-        let f = log.read(m.loc.segment, m.loc.offset)?;
-        let a = codec::view_record(f.payload())?;
-        for e in a.embeddings.iter() {
-            if models.iter().any(|x| x == e.model.as_str()) {
-                st.vectors.push(
-                    e.model.as_str(),
-                    false,
-                    idx,
-                    &e.vector.iter().map(|x| x.to_native()).collect::<Vec<f32>>(),
-                )?;
+    let mut by_id: HashMap<RecordId, Idx> = HashMap::new();
+    log.scan(0, |f| {
+        let r: Result<()> = (|| {
+            if f.header.frame_type == codec::FRAME_RECORD {
+                let a = codec::view_record(f.payload())?;
+                let id = RecordId::from_bytes(a.id);
+                let Some(idx) = st.idx(id) else { return Ok(()) };
+                by_id.insert(id, idx);
+                let m = st.meta(idx).clone();
+                if let (Some(emb), Some(t)) = (&embedder, a.text.as_ref()) {
+                    if models.iter().any(|x| x == emb.model_id())
+                        && crate::state::embeds(m.rtype, m.akind)
+                        && !a.vector_models.iter().any(|v| v.as_str() == emb.model_id())
+                    {
+                        let v = emb.embed(t.as_str());
+                        st.vectors.push(emb.model_id(), true, idx, &v)?;
+                    }
+                }
+            } else if f.header.frame_type == codec::FRAME_VECTOR {
+                let a = codec::view_vector(f.payload())?;
+                if models.iter().any(|x| x == a.model.as_str()) {
+                    if let Some(&idx) = by_id.get(&RecordId::from_bytes(a.record)) {
+                        let v: Vec<f32> = a.vector.iter().map(|x| x.to_native()).collect();
+                        st.vectors.push(a.model.as_str(), false, idx, &v)?;
+                    }
+                }
             }
-        }
-        if let (Some(emb), Some(t)) = (&embedder, a.text.as_ref()) {
-            if models.iter().any(|x| x == emb.model_id())
-                && crate::state::embeds(m.rtype, m.akind)
-                && !a
-                    .embeddings
-                    .iter()
-                    .any(|e| e.model.as_str() == emb.model_id())
-            {
-                let v = emb.embed(t.as_str());
-                st.vectors.push(emb.model_id(), true, idx, &v)?;
-            }
-        }
-    }
+            Ok(())
+        })();
+        r.map_err(|e| StorageError::CorruptLog {
+            segment: f.segment,
+            offset: f.offset,
+            reason: e.to_string(),
+        })?;
+        Ok(ControlFlow::Continue(()))
+    })?;
     Ok(())
 }
 
@@ -786,6 +796,8 @@ struct Prepared {
     outcome: AppendOutcome,
     status: Status,
     lsn: u64,
+    /// Position of its record frame in the batch (created records only).
+    frame: usize,
 }
 
 fn content_hash(
@@ -1258,6 +1270,7 @@ impl Session {
                         outcome,
                         status,
                         lsn,
+                        frame: 0,
                     });
                     continue;
                 }
@@ -1319,14 +1332,7 @@ impl Session {
                     access,
                     writer_principal: writer.principal,
                     writer_kind: writer.kind.code(),
-                    embeddings: r
-                        .embeddings
-                        .iter()
-                        .map(|e| StoredEmbedding {
-                            model: e.model.clone(),
-                            vector: e.vector.clone(),
-                        })
-                        .collect(),
+                    vector_models: r.embeddings.iter().map(|e| e.model.clone()).collect(),
                     status: status as u8,
                     entity_type,
                     name,
@@ -1349,17 +1355,34 @@ impl Session {
                     outcome,
                     status,
                     lsn: 0,
+                    frame: 0,
                 });
             }
-            let frames: Vec<PendingFrame> = prepared
-                .iter()
-                .filter(|p| p.outcome == AppendOutcome::Created)
-                .map(|p| PendingFrame {
+            // Each created record's frame, followed by one frame per client
+            // vector; `frame_of[i]` is the position of item i's record frame.
+            let mut frames: Vec<PendingFrame> = Vec::with_capacity(prepared.len());
+            for (p, r) in prepared.iter_mut().zip(&records) {
+                if p.outcome != AppendOutcome::Created {
+                    continue;
+                }
+                p.frame = frames.len();
+                frames.push(PendingFrame {
                     frame_type: codec::FRAME_RECORD,
                     frame_version: codec::PAYLOAD_VERSION,
                     payload: codec::encode_record(&p.stored),
-                })
-                .collect();
+                });
+                for e in &r.embeddings {
+                    frames.push(PendingFrame {
+                        frame_type: codec::FRAME_VECTOR,
+                        frame_version: codec::PAYLOAD_VERSION,
+                        payload: codec::encode_vector(&StoredVector {
+                            record: p.stored.id,
+                            model: e.model.clone(),
+                            vector: e.vector.clone(),
+                        }),
+                    });
+                }
+            }
             if frames.is_empty() {
                 return Ok(results(&prepared, &records, &[]));
             }
@@ -1630,7 +1653,7 @@ fn empty_stored(id: RecordId) -> StoredRecord {
         access: Vec::new(),
         writer_principal: String::new(),
         writer_kind: 0,
-        embeddings: Vec::new(),
+        vector_models: Vec::new(),
         status: 0,
         entity_type: None,
         name: None,
@@ -1647,13 +1670,12 @@ fn empty_stored(id: RecordId) -> StoredRecord {
 }
 
 fn results(prepared: &[Prepared], records: &[NewRecord], locs: &[FrameLoc]) -> Vec<AppendResult> {
-    let mut locs = locs.iter();
     prepared
         .iter()
         .zip(records)
         .map(|(p, r)| {
             let lsn = match p.outcome {
-                AppendOutcome::Created => locs.next().map(|l| l.lsn).unwrap_or(0),
+                AppendOutcome::Created => locs.get(p.frame).map(|l| l.lsn).unwrap_or(0),
                 AppendOutcome::Duplicate => p.lsn,
             };
             AppendResult {
@@ -1767,12 +1789,14 @@ impl Engram {
                 principal: r.writer_principal,
                 kind: WriterKind::from_code(r.writer_kind).unwrap_or_default(),
             },
-            embeddings: r
-                .embeddings
+            embeddings: st
+                .vectors
+                .all()
                 .iter()
-                .map(|e| EmbeddingInfo {
-                    model: e.model.clone(),
-                    dim: e.vector.len(),
+                .filter(|s| s.slot_of(idx).is_some())
+                .map(|s| EmbeddingInfo {
+                    model: s.model.clone(),
+                    dim: s.dim,
                 })
                 .collect(),
             entity_type: r.entity_type,

@@ -389,6 +389,13 @@ impl Engram {
                     continue;
                 }
                 log.rewrite_segment(no, |f| {
+                    if f.header.frame_type == codec::FRAME_VECTOR {
+                        // a vector is derived from the content: it goes too
+                        return match codec::view_vector(f.payload()) {
+                            Ok(a) if purge.contains_key(&a.record) => Rewrite::Drop,
+                            _ => Rewrite::Keep,
+                        };
+                    }
                     if f.header.frame_type != codec::FRAME_RECORD {
                         return Rewrite::Keep;
                     }

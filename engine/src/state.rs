@@ -665,26 +665,29 @@ impl State {
                     })?;
             }
         }
-        for e in a.embeddings.iter() {
-            self.vectors.push(
-                e.model.as_str(),
-                false,
-                idx,
-                &e.vector.iter().map(|x| x.to_native()).collect::<Vec<f32>>(),
-            )?;
-        }
         if let (Some(emb), Some(t)) = (self.embedder.clone(), text) {
-            if embeds(rtype, akind)
-                && !a
-                    .embeddings
-                    .iter()
-                    .any(|e| e.model.as_str() == emb.model_id())
+            if embeds(rtype, akind) && !a.vector_models.iter().any(|m| m.as_str() == emb.model_id())
             {
                 let v = emb.embed(t);
                 self.vectors.push(emb.model_id(), true, idx, &v)?;
             }
         }
         self.applied_lsn = self.applied_lsn.max(loc.lsn);
+        Ok(())
+    }
+
+    /// Applies a client vector frame (it follows its record in the batch).
+    pub fn apply_vector(&mut self, a: &crate::codec::ArchivedStoredVector, lsn: Lsn) -> Result<()> {
+        let id = RecordId::from_bytes(a.record);
+        let idx = self
+            .idx(id)
+            .ok_or_else(|| crate::error::EngineError::Corrupt {
+                what: format!("vector frame at LSN {lsn}"),
+                detail: format!("record {id} is not in the log before it"),
+            })?;
+        let v: Vec<f32> = a.vector.iter().map(|x| x.to_native()).collect();
+        self.vectors.push(a.model.as_str(), false, idx, &v)?;
+        self.applied_lsn = self.applied_lsn.max(lsn);
         Ok(())
     }
 

@@ -173,7 +173,11 @@ pub fn print_manifest(m: &Manifest) {
     crate::outln!("  eligible   {} -> {}", steps.join(" -> "), m.eligible);
     if let Some(p) = &m.vector_plan {
         if p.strategy == "exact" {
-            crate::outln!("  plan       vector '{}': exact scan ({})", p.model, p.reason);
+            crate::outln!(
+                "  plan       vector '{}': exact scan ({})",
+                p.model,
+                p.reason
+            );
         } else {
             crate::outln!(
                 "  plan       vector '{}': {} ({}); ef {} -> {}; {} indexed, {} unindexed scanned exactly",

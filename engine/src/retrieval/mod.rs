@@ -665,11 +665,7 @@ impl Session {
                 occurred_at: format_rfc3339(m.occurred_at),
                 historical: el.historical.contains(idx),
                 text,
-                found_by: f
-                    .contributions
-                    .iter()
-                    .map(|(n, rk, _)| (*n, *rk))
-                    .collect(),
+                found_by: f.contributions.iter().map(|(n, rk, _)| (*n, *rk)).collect(),
             });
         }
         let fusion_us = us(t_fus);
