@@ -33,6 +33,9 @@ fn make_log(dir: &Path) -> (PathBuf, Vec<u64>) {
         ends.push(l[0].offset + fr.header.encoded_len() as u64);
     }
     let path = log.segments()[0].1.clone();
+    drop(log);
+    // A cleanly closed log keeps no preallocated space on disk.
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), ends[9]);
     (path, ends)
 }
 
@@ -117,19 +120,36 @@ fn garbage_appended_is_cut_and_named() {
 }
 
 #[test]
-fn zero_filled_tail_is_cut_and_named() {
+fn zero_filled_tail_is_reported_as_preallocated_space_and_kept() {
     let d = tempfile::tempdir().unwrap();
     let (seg, ends) = make_log(d.path());
     let f = OpenOptions::new().write(true).open(&seg).unwrap();
     f.set_len(ends[9] + 4096).unwrap();
     let (payloads, report) = reopen(d.path()).unwrap();
     expect_records(&payloads, 10);
+    assert!(report.truncation.is_none(), "{report:?}");
+    let (_, at, bytes) = report.preallocated_tail.expect("the zero tail is reported");
+    assert_eq!(at, ends[9]);
+    assert!(bytes >= 4096, "{bytes}");
+}
+
+#[test]
+fn a_torn_frame_inside_preallocated_zeros_is_cut() {
+    let d = tempfile::tempdir().unwrap();
+    let (seg, ends) = make_log(d.path());
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&seg)
+        .unwrap();
+    f.set_len(ends[9] + 4096).unwrap();
+    f.seek(SeekFrom::Start(ends[9])).unwrap();
+    f.write_all(b"EGRM\x20\x00\x00\x00half a header").unwrap();
+    drop(f);
+    let (payloads, report) = reopen(d.path()).unwrap();
+    expect_records(&payloads, 10);
     let t = report.truncation.unwrap();
-    assert_eq!((t.offset, t.bytes_dropped), (ends[9], 4096));
-    assert!(
-        matches!(t.reason, TruncationReason::InvalidTail { ref detail } if detail.contains("zero-filled")),
-        "{t:?}"
-    );
+    assert_eq!(t.offset, ends[9]);
 }
 
 #[test]

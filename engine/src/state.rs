@@ -21,7 +21,9 @@
 //! already holds, in LSN order, deterministically (replaying the same log
 //! gives the same indexes, bitmaps and lineage).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::FxHashMap as HashMap;
 
 use engram_storage::frame::Lsn;
 use engram_storage::log::FrameLoc;
@@ -325,24 +327,24 @@ impl State {
         State {
             applied_lsn: 0,
             metas: Vec::new(),
-            by_id: HashMap::new(),
+            by_id: HashMap::default(),
             strings: Interner::default(),
-            tenants: HashMap::new(),
-            bm_tenant: HashMap::new(),
+            tenants: HashMap::default(),
+            bm_tenant: HashMap::default(),
             bm_status: BTreeMap::new(),
             bm_type: BTreeMap::new(),
-            bm_kind: HashMap::new(),
-            bm_user: HashMap::new(),
-            bm_conversation: HashMap::new(),
-            bm_agent: HashMap::new(),
-            bm_scope_label: HashMap::new(),
-            bm_retention: HashMap::new(),
-            bm_access: HashMap::new(),
+            bm_kind: HashMap::default(),
+            bm_user: HashMap::default(),
+            bm_conversation: HashMap::default(),
+            bm_agent: HashMap::default(),
+            bm_scope_label: HashMap::default(),
+            bm_retention: HashMap::default(),
+            bm_access: HashMap::default(),
             bm_bounded: RoaringBitmap::new(),
-            sources: HashMap::new(),
-            dependents: HashMap::new(),
-            edges: HashMap::new(),
-            about: HashMap::new(),
+            sources: HashMap::default(),
+            dependents: HashMap::default(),
+            edges: HashMap::default(),
+            about: HashMap::default(),
             status_log: Vec::new(),
             expiry_log: Vec::new(),
             ledger: Vec::new(),

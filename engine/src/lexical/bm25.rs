@@ -95,12 +95,19 @@
 //! leaves a consistent index (e.g. a changed `k1`): the caller's checksum does.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::fmt;
 
 use roaring::RoaringBitmap;
+use rustc_hash::FxHashMap;
 
-use super::tokenize::{TOKENIZER_VERSION, tokenize, tokens};
+use super::tokenize::{TOKENIZER_VERSION, tokenize, tokenize_spans, tokens};
+
+thread_local! {
+    /// Per-thread token buffer and spans for `add` (no allocation per token).
+    static SCRATCH: std::cell::RefCell<(String, Vec<(u32, u32)>)> =
+        const { std::cell::RefCell::new((String::new(), Vec::new())) };
+}
 
 /// Version of the binary encoding written by [`Bm25Index::write_to`].
 pub const FORMAT_VERSION: u32 = 1;
@@ -326,7 +333,7 @@ fn bitmap_heap_bytes(b: &RoaringBitmap) -> usize {
 pub struct Bm25Index {
     params: Bm25Params,
     /// Term -> index into `postings`.
-    vocab: HashMap<String, u32>,
+    vocab: FxHashMap<String, u32>,
     postings: Vec<Postings>,
     /// Token count per document id, up to the last non-empty document.
     doc_len: Vec<u32>,
@@ -492,7 +499,7 @@ impl Bm25Index {
         assert!(params.is_valid(), "invalid BM25 parameters {params:?}");
         Bm25Index {
             params,
-            vocab: HashMap::new(),
+            vocab: FxHashMap::default(),
             postings: Vec::new(),
             doc_len: Vec::new(),
             nonempty: RoaringBitmap::new(),
@@ -520,26 +527,36 @@ impl Bm25Index {
         {
             return Err(Bm25Error::DocOutOfOrder { last, got: doc });
         }
-        let mut toks = Vec::new();
-        tokenize(text, &mut toks);
+        SCRATCH.with(|cell| {
+            let (buf, spans) = &mut *cell.borrow_mut();
+            buf.clear();
+            spans.clear();
+            tokenize_spans(text, buf, spans);
+            self.add_tokens(doc, buf, spans);
+        });
+        Ok(())
+    }
+
+    fn add_tokens(&mut self, doc: u32, buf: &str, spans: &mut [(u32, u32)]) {
+        let term_of = |&(a, b): &(u32, u32)| &buf[a as usize..b as usize];
         self.last_doc = Some(doc);
         self.n_docs += 1;
-        if toks.is_empty() {
-            return Ok(());
+        if spans.is_empty() {
+            return;
         }
-        let dl = u32::try_from(toks.len()).unwrap_or(u32::MAX);
-        toks.sort_unstable();
+        let dl = u32::try_from(spans.len()).unwrap_or(u32::MAX);
+        spans.sort_unstable_by(|a, b| term_of(a).cmp(term_of(b)));
         let mut i = 0;
-        while i < toks.len() {
-            let run = toks[i..].iter().take_while(|t| **t == toks[i]).count();
+        while i < spans.len() {
+            let term = term_of(&spans[i]);
+            let run = spans[i..].iter().take_while(|t| term_of(t) == term).count();
             let tf = u32::try_from(run).unwrap_or(u32::MAX);
-            let term = std::mem::take(&mut toks[i]);
             i += run;
-            let id = match self.vocab.get(term.as_str()) {
+            let id = match self.vocab.get(term) {
                 Some(&id) => id,
                 None => {
                     let id = u32::try_from(self.postings.len()).expect("more than 2^32 terms");
-                    self.vocab.insert(term, id);
+                    self.vocab.insert(term.to_owned(), id);
                     self.postings.push(Postings::default());
                     id
                 }
@@ -559,7 +576,6 @@ impl Bm25Index {
         self.doc_len[slot] = dl;
         self.nonempty.insert(doc);
         self.total_len += u64::from(dl);
-        Ok(())
     }
 
     /// Number of documents added, including those with no tokens.
@@ -844,7 +860,7 @@ impl Bm25Index {
         if n_terms > r.remaining() as u64 {
             return Err(r.err_at(at, "term count out of range"));
         }
-        let mut vocab = HashMap::with_capacity(n_terms as usize);
+        let mut vocab = FxHashMap::with_capacity_and_hasher(n_terms as usize, Default::default());
         let mut postings = Vec::with_capacity(n_terms as usize);
         let mut tf_sum = vec![0u64; doc_len.len()];
         let mut prev_term: Option<&str> = None;

@@ -125,6 +125,54 @@ pub fn tokenize_with(text: &str, opts: TokenizerOptions, out: &mut Vec<String>) 
     cur.flush(opts, out);
 }
 
+/// Tokenizes `text` into one buffer: every token's bytes are appended to
+/// `buf` and its byte range pushed to `spans` (same rules as [`tokenize`],
+/// without stopword removal). No allocation per token: the form the index
+/// uses on its write path.
+pub fn tokenize_spans(text: &str, buf: &mut String, spans: &mut Vec<(u32, u32)>) {
+    let mut start = buf.len();
+    let mut chars = 0usize;
+    let flush =
+        |buf: &mut String, spans: &mut Vec<(u32, u32)>, start: &mut usize, chars: &mut usize| {
+            if *chars > 0 {
+                if *chars <= MAX_TOKEN_CHARS {
+                    spans.push((*start as u32, buf.len() as u32));
+                } else {
+                    buf.truncate(*start);
+                }
+            }
+            *start = buf.len();
+            *chars = 0;
+        };
+    let push = |buf: &mut String, chars: &mut usize, c: char| {
+        *chars += 1;
+        if *chars <= MAX_TOKEN_CHARS {
+            buf.push(c);
+        }
+    };
+    for c in text.chars() {
+        if c.is_ascii() {
+            if c.is_ascii_alphanumeric() {
+                push(buf, &mut chars, c.to_ascii_lowercase());
+            } else {
+                flush(buf, spans, &mut start, &mut chars);
+            }
+        } else if c.is_alphanumeric() {
+            for l in c.to_lowercase() {
+                if is_combining_mark(l) {
+                    continue;
+                }
+                push(buf, &mut chars, fold(l));
+            }
+        } else if is_combining_mark(c) && chars > 0 {
+            // a mark after a letter or digit is dropped, the token goes on
+        } else {
+            flush(buf, spans, &mut start, &mut chars);
+        }
+    }
+    flush(buf, spans, &mut start, &mut chars);
+}
+
 /// The token being built: its text and its length in chars. Characters past
 /// [`MAX_TOKEN_CHARS`] are counted but not stored, since the token will be
 /// dropped anyway.
@@ -222,6 +270,23 @@ const FOLD: &[(char, char)] = &[
     ('\u{1EE3}', 'o'), ('\u{1EE5}', 'u'), ('\u{1EE7}', 'u'), ('\u{1EE9}', 'u'), ('\u{1EEB}', 'u'), ('\u{1EED}', 'u'),
     ('\u{1EEF}', 'u'), ('\u{1EF1}', 'u'), ('\u{1EF3}', 'y'), ('\u{1EF5}', 'y'), ('\u{1EF7}', 'y'), ('\u{1EF9}', 'y'),
 ];
+
+#[cfg(test)]
+mod span_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn spans_agree_with_tokens(text in ".{0,200}") {
+            let mut buf = String::new();
+            let mut spans = Vec::new();
+            tokenize_spans(&text, &mut buf, &mut spans);
+            let from_spans: Vec<&str> = spans.iter().map(|&(a, b)| &buf[a as usize..b as usize]).collect();
+            prop_assert_eq!(from_spans, tokens(&text));
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -22,6 +22,7 @@
 //! This module must never consult scores or texts: eligibility is decided
 //! before and apart from ranking.
 
+use rustc_hash::FxHashMap;
 use std::collections::{BTreeSet, HashMap};
 
 use roaring::RoaringBitmap;
@@ -124,7 +125,7 @@ pub struct Eligibility {
     pub steps: Vec<Step>,
 }
 
-fn union_of(st: &State, map: &HashMap<u32, RoaringBitmap>, values: &[String]) -> RoaringBitmap {
+fn union_of(st: &State, map: &FxHashMap<u32, RoaringBitmap>, values: &[String]) -> RoaringBitmap {
     let mut out = RoaringBitmap::new();
     for v in values {
         if let Some(sym) = st.strings.get(v) {

@@ -50,6 +50,8 @@ pub const FRAME_PAYLOAD_BYTES_MAX_DEFAULT: usize = 16 << 20;
 pub const BATCH_BYTES_MAX_DEFAULT: usize = 48 << 20;
 /// Default bound on the bytes one group commit gathers before writing.
 pub const GROUP_BYTES_MAX_DEFAULT: usize = 8 << 20;
+/// Default preallocation step of the active segment.
+pub const PREALLOCATE_BYTES_DEFAULT: u64 = 4 << 20;
 
 /// Tunables of the log.
 #[derive(Clone, Debug)]
@@ -63,6 +65,10 @@ pub struct LogOptions {
     pub batch_bytes_max: usize,
     /// A group commit stops gathering queued batches past this many bytes.
     pub group_bytes_max: usize,
+    /// The active segment is extended with zeros (and synced) this many
+    /// bytes at a time ahead of the writes, so that each commit's
+    /// `fdatasync` flushes data only, not a new file size. 0 disables.
+    pub preallocate_bytes: u64,
 }
 
 impl LogOptions {
@@ -99,6 +105,7 @@ impl Default for LogOptions {
             frame_payload_bytes_max: FRAME_PAYLOAD_BYTES_MAX_DEFAULT,
             batch_bytes_max: BATCH_BYTES_MAX_DEFAULT,
             group_bytes_max: GROUP_BYTES_MAX_DEFAULT,
+            preallocate_bytes: PREALLOCATE_BYTES_DEFAULT,
         }
     }
 }
@@ -176,10 +183,14 @@ pub struct RecoveryReport {
     /// A last segment that was being created when the process stopped and
     /// held no frames; it was removed.
     pub removed_incomplete_segment: Option<PathBuf>,
+    /// Zero bytes after the last frame of the last segment: preallocated
+    /// space, kept for the next writes (segment, offset, bytes). Not damage.
+    pub preallocated_tail: Option<(u64, u64, u64)>,
 }
 
 impl RecoveryReport {
-    /// Whether the log was found exactly as it was last left.
+    /// Whether the log was found exactly as it was last left (preallocated
+    /// space counts as clean).
     pub fn is_clean(&self) -> bool {
         self.truncation.is_none() && self.removed_incomplete_segment.is_none()
     }
@@ -353,7 +364,19 @@ impl SegmentLog {
                     reason: format!("header says segment {}", header.segment_no),
                 });
             }
-            let scan = recovery::scan(&map, SEGMENT_HEADER_BYTES as u64, prev_lsn);
+            let mut scan = recovery::scan(&map, SEGMENT_HEADER_BYTES as u64, prev_lsn);
+            // Zeros from the end of the last frame to the end of the file are
+            // preallocated space, not damage.
+            let mut zero_tail = None;
+            if let Some((at, recovery::StopReason::Frame(crate::frame::FrameError::ZeroFilled))) =
+                &scan.stop
+            {
+                if *at == scan.batch_end && map[*at as usize..].iter().all(|&b| b == 0) {
+                    zero_tail = Some((*at, len - *at));
+                    scan.stop = None;
+                    scan.durable_after_damage = None;
+                }
+            }
             let damaged = scan.stop.is_some() || scan.valid_end != scan.batch_end;
             if damaged {
                 if let Some((offset, reason)) = &scan.stop {
@@ -397,6 +420,16 @@ impl SegmentLog {
                 });
             } else {
                 drop(map);
+                if let Some((at, bytes)) = zero_tail {
+                    if is_last {
+                        report.preallocated_tail = Some((no, at, bytes));
+                    } else {
+                        // A sealed segment is cut to its data when the next one
+                        // starts; a crash in between leaves zeros: cut them now.
+                        file.set_len(at).map_err(io_err(&path))?;
+                        file.sync_data().map_err(io_err(&path))?;
+                    }
+                }
             }
             let kept_len = scan.batch_end;
             report.n_frames += scan.frames;
@@ -967,6 +1000,16 @@ fn writer_loop(shared: Arc<Shared>, rx: Receiver<Request>, apply: Sender<ApplyJo
         }
         commit_group(&shared, &mut next_lsn, batches, &apply);
     }
+    // Closed cleanly: leave the active segment holding exactly its frames, so
+    // that a stopped store has no preallocated space on disk.
+    if shared.poisoned.lock().is_none() {
+        let cur = shared.segments.read().last().cloned();
+        if let Some(cur) = cur {
+            if let Err(e) = seal(&cur) {
+                poison(&shared, e.to_string());
+            }
+        }
+    }
 }
 
 fn rotate_now(shared: &Shared, next_lsn: Lsn) -> StorageResult<()> {
@@ -981,8 +1024,53 @@ fn rotate_now(shared: &Shared, next_lsn: Lsn) -> StorageResult<()> {
     if empty {
         return Ok(());
     }
+    let cur = shared
+        .segments
+        .read()
+        .last()
+        .cloned()
+        .expect("at least one segment");
+    seal(&cur)?;
     let seg = create_segment(shared, no + 1, next_lsn)?;
     shared.segments.write().push(seg);
+    Ok(())
+}
+
+/// Cuts a segment that is about to stop being the active one to its data
+/// (dropping preallocated zeros), durably.
+fn seal(seg: &Segment) -> StorageResult<()> {
+    let len = seg.durable_len();
+    if seg.zeroed_len.load(Ordering::Acquire) > len {
+        seg.file.set_len(len).map_err(io_err(&seg.path))?;
+        seg.file.sync_data().map_err(io_err(&seg.path))?;
+        seg.zeroed_len.store(len, Ordering::Release);
+    }
+    Ok(())
+}
+
+/// Makes sure the active segment is zero-filled and synced up to `end`,
+/// extending it by `preallocate_bytes` (within the segment bound) when not.
+fn preallocate(shared: &Shared, seg: &Segment, end: u64) -> StorageResult<()> {
+    let step = shared.opts.preallocate_bytes;
+    let zeroed = seg.zeroed_len.load(Ordering::Acquire);
+    if step == 0 || zeroed >= end {
+        return Ok(());
+    }
+    let target = end
+        .max(zeroed + step)
+        .min(shared.opts.segment_bytes_max.max(end));
+    const CHUNK: u64 = 1 << 20;
+    let zeros = vec![0u8; CHUNK as usize];
+    let mut at = zeroed;
+    while at < target {
+        let n = (target - at).min(CHUNK);
+        seg.file
+            .write_all_at(&zeros[..n as usize], at)
+            .map_err(io_err(&seg.path))?;
+        at += n;
+    }
+    seg.file.sync_data().map_err(io_err(&seg.path))?;
+    seg.zeroed_len.store(target, Ordering::Release);
     Ok(())
 }
 
@@ -1074,10 +1162,12 @@ fn write_runs(
             j += 1;
         }
         if j == i {
+            seal(&seg)?;
             let new = create_segment(shared, seg.no + 1, *next_lsn)?;
             shared.segments.write().push(new);
             continue;
         }
+        preallocate(shared, &seg, start + run_bytes)?;
         let mut buf = AlignedBuf::zeroed(run_bytes as usize);
         let mut pos = 0usize;
         let durable_before = u32::try_from(start).unwrap_or(u32::MAX);

@@ -163,6 +163,10 @@ pub(crate) struct Segment {
     pub file: Arc<dyn BackendFile>,
     /// Bytes readers may see: everything up to here is durable.
     pub durable_len: AtomicU64,
+    /// Length of the file, zero-filled past `durable_len` and synced, so
+    /// that writes into it do not change the file's size (an `fdatasync`
+    /// then has no metadata to flush).
+    pub zeroed_len: AtomicU64,
     /// The most recent mapping; remapped on demand when it is too short.
     map: RwLock<Arc<Mapping>>,
 }
@@ -187,12 +191,14 @@ impl Segment {
                 },
             )
             .map_err(|e| StorageError::io(&path, e))?;
+        let zeroed = file.len().map_err(|e| StorageError::io(&path, e))?;
         Ok(Segment {
             no,
             path,
             first_lsn,
             file,
             durable_len: AtomicU64::new(durable_len),
+            zeroed_len: AtomicU64::new(zeroed.max(durable_len)),
             map: RwLock::new(Arc::new(map)),
         })
     }
