@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use engram_storage::backend::LockGuard;
 use engram_storage::catalog::CatalogOp;
@@ -386,6 +386,7 @@ impl Engram {
             .start_writer(Box::new(move |frames: &[CommittedFrame<'_>]| {
                 let mut ops = Vec::new();
                 let mut last = 0;
+                let vectors_pending;
                 {
                     let mut st = hook_state.write();
                     for f in frames {
@@ -401,9 +402,13 @@ impl Engram {
                         let _ = catalog_ops_for(f.header.frame_type, f.payload, f.loc, &mut ops);
                         last = f.loc.lsn;
                     }
+                    vectors_pending = st.vectors.pending() > 0;
                 }
                 let _ = hook_cat.send(CatalogMsg::Ops(ops, last));
-                let _ = hook_tx.send(());
+                // Wake the indexer only when there is something to index.
+                if vectors_pending {
+                    let _ = hook_tx.send(());
+                }
             }))?;
         let spawn_err = |e| EngineError::Storage(StorageError::io("background thread", e));
         let cat = inner.catalog.clone();
@@ -590,6 +595,11 @@ pub(crate) enum CatalogMsg {
 /// Applies catalog changes off the write path: the catalog is derived and
 /// catches up from the log after a crash, so its commits need not be
 /// durable before an append is acknowledged.
+/// How long the catalog thread gathers applied frames before one commit.
+const CATALOG_GATHER: Duration = Duration::from_millis(20);
+/// Catalog operations that end a gathering early.
+const CATALOG_GATHER_OPS: usize = 100_000;
+
 fn catalog_loop(
     cat: Arc<Catalog>,
     rx: crossbeam_channel::Receiver<CatalogMsg>,
@@ -600,6 +610,11 @@ fn catalog_loop(
         let mut last = 0;
         let mut flushes = Vec::new();
         let mut next = Some(first);
+        // The catalog is derived and may lag the log (open catches it up),
+        // so commits are gathered for up to CATALOG_GATHER: one redb
+        // transaction per gathering instead of one per group commit. A flush
+        // request ends the gathering at once.
+        let deadline = Instant::now() + CATALOG_GATHER;
         while let Some(m) = next.take() {
             match m {
                 CatalogMsg::Ops(o, l) => {
@@ -608,8 +623,10 @@ fn catalog_loop(
                 }
                 CatalogMsg::Flush(r) => flushes.push(r),
             }
-            if ops.len() < 100_000 {
-                next = rx.try_recv().ok();
+            if ops.len() < CATALOG_GATHER_OPS && flushes.is_empty() {
+                next = rx.recv_deadline(deadline).ok();
+            } else {
+                next = None;
             }
         }
         if !ops.is_empty() {
@@ -800,34 +817,42 @@ struct Prepared {
     frame: usize,
 }
 
+/// SHA-256 of the record's canonical content (docs/format.md §6.1): the
+/// canonical JSON of an object holding what the record says, with references
+/// resolved to ids. Written straight from the record's parts; `data` is given
+/// already in canonical form.
 fn content_hash(
     r: &NewRecord,
     resolved: &Resolved,
     retention: &str,
     access: &[String],
-) -> Result<[u8; 32]> {
-    use serde_json::{Map, Value, json};
-    let mut o = Map::new();
-    o.insert("record".into(), json!(r.body.record_type().name()));
-    o.insert("kind".into(), json!(r.kind));
-    let mut scope = Map::new();
+    data_canonical: Option<&str>,
+) -> [u8; 32] {
+    use canonical::{Member, ObjectWriter};
+    use std::borrow::Cow;
+    let mut o = ObjectWriter::new();
+    o.member("record", Member::Str(r.body.record_type().name()));
+    o.member("kind", Member::Str(&r.kind));
+    let mut scope = ObjectWriter::new();
     if let Some(u) = &r.scope.user {
-        scope.insert("user".into(), json!(u));
+        scope.member("user", Member::Str(u));
     }
     if let Some(c) = &r.scope.conversation {
-        scope.insert("conversation".into(), json!(c));
+        scope.member("conversation", Member::Str(c));
     }
     if let Some(a) = &r.scope.agent {
-        scope.insert("agent".into(), json!(a));
+        scope.member("agent", Member::Str(a));
     }
+    let labels;
     if !r.scope.labels.is_empty() {
         let mut l = r.scope.labels.clone();
         l.sort();
         l.dedup();
-        scope.insert("labels".into(), json!(l));
+        labels = l;
+        scope.member("labels", Member::Strs(&labels));
     }
     if !scope.is_empty() {
-        o.insert("scope".into(), Value::Object(scope));
+        o.member("scope", Member::Canonical(Cow::Owned(scope.finish())));
     }
     for (k, v) in [
         ("occurred_at", r.occurred_at),
@@ -836,25 +861,26 @@ fn content_hash(
         ("last_verified_at", r.last_verified_at),
     ] {
         if let Some(t) = v {
-            o.insert(k.into(), json!(format_rfc3339(t)));
+            o.member(k, Member::String(format_rfc3339(t)));
         }
     }
     if let Some(t) = &r.text {
-        o.insert("text".into(), json!(t));
+        o.member("text", Member::Str(t));
     }
-    if let Some(d) = &r.data {
-        o.insert("data".into(), d.clone());
+    if let Some(d) = data_canonical {
+        o.member("data", Member::Canonical(Cow::Borrowed(d)));
     }
-    o.insert("retention_class".into(), json!(retention));
+    o.member("retention_class", Member::Str(retention));
     if !access.is_empty() {
-        o.insert("access".into(), json!(access));
+        o.member("access", Member::Strs(access));
     }
     if let Some(s) = resolved.supersedes {
-        o.insert("supersedes".into(), json!(s.to_string()));
+        o.member("supersedes", Member::String(s.to_string()));
     }
+    let sources: Vec<String>;
     if !resolved.sources.is_empty() {
-        let s: Vec<String> = resolved.sources.iter().map(|i| i.to_string()).collect();
-        o.insert("sources".into(), json!(s));
+        sources = resolved.sources.iter().map(|i| i.to_string()).collect();
+        o.member("sources", Member::Strs(&sources));
     }
     match &r.body {
         Body::Event => {}
@@ -863,49 +889,69 @@ fn content_hash(
             name,
             aliases,
         } => {
-            o.insert("entity_type".into(), json!(entity_type));
-            o.insert("name".into(), json!(name));
+            o.member("entity_type", Member::Str(entity_type));
+            o.member("name", Member::Str(name));
             if !aliases.is_empty() {
-                o.insert("aliases".into(), json!(aliases));
+                o.member("aliases", Member::Strs(aliases));
             }
         }
         Body::Relation { predicate, .. } => {
-            o.insert("predicate".into(), json!(predicate));
+            o.member("predicate", Member::Str(predicate));
         }
         Body::Assertion {
             predicate, object, ..
         } => {
             if let Some(p) = predicate {
-                o.insert("predicate".into(), json!(p));
+                o.member("predicate", Member::Str(p));
             }
             if let Some(v) = object {
-                o.insert("object".into(), json!(v));
+                o.member("object", Member::Str(v));
             }
         }
         Body::Summary { generator } => {
-            o.insert("generator".into(), json!(generator));
+            o.member("generator", Member::Str(generator));
         }
     }
     if let Some(s) = resolved.subject {
-        o.insert("subject".into(), json!(s.to_string()));
+        o.member("subject", Member::String(s.to_string()));
     }
     if let Some(s) = resolved.object {
-        o.insert("object_entity".into(), json!(s.to_string()));
+        o.member("object_entity", Member::String(s.to_string()));
     }
     if let Some(d) = &r.derivation {
-        let mut dm = Map::new();
-        dm.insert("extractor".into(), json!(d.extractor));
+        let mut dm = ObjectWriter::new();
+        dm.member("extractor", Member::Str(&d.extractor));
         if let Some(m) = &d.model_config {
-            dm.insert("model_config".into(), json!(m));
+            dm.member("model_config", Member::Str(m));
         }
-        dm.insert("generated".into(), json!(d.generated));
-        o.insert("derivation".into(), Value::Object(dm));
+        dm.member(
+            "generated",
+            Member::Canonical(Cow::Borrowed(if d.generated { "true" } else { "false" })),
+        );
+        o.member("derivation", Member::Canonical(Cow::Owned(dm.finish())));
     }
     if let Some(c) = r.confidence {
-        o.insert("confidence".into(), json!(c as f64));
+        let n = canonical::number_f64(f64::from(c)).unwrap_or_else(|| "null".to_string());
+        o.member("confidence", Member::Canonical(Cow::Owned(n)));
     }
-    canonical::content_sha256(&Value::Object(o))
-        .map_err(|e| EngineError::invalid("data", e.to_string()))
+    let mut out = String::with_capacity(256 + r.text.as_ref().map_or(0, |t| t.len() * 2));
+    o.write(&mut out);
+    canonical::sha256(out.as_bytes())
+}
+
+/// Whether the record names other records (its content hash then depends on
+/// resolving them against the store).
+fn has_references(r: &NewRecord) -> bool {
+    r.supersedes.is_some()
+        || !r.sources.is_empty()
+        || matches!(
+            r.body,
+            Body::Relation { .. }
+                | Body::Assertion {
+                    subject: Some(_),
+                    ..
+                }
+        )
 }
 
 #[derive(Default, Clone)]
@@ -980,6 +1026,25 @@ impl Session {
                     .transpose()
             })
             .collect::<Result<_>>()?;
+        // Normalized access and retention, and the content hash of every
+        // record that names no other record: computed before the writer lock.
+        let mut normalized: Vec<(Vec<String>, String, Option<[u8; 32]>)> = records
+            .iter()
+            .zip(&data_json)
+            .map(|(r, d)| {
+                let mut access = r.access.clone();
+                access.sort();
+                access.dedup();
+                let retention = r
+                    .retention_class
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_RETENTION_CLASS.to_string());
+                let hash = (!has_references(r)).then(|| {
+                    content_hash(r, &Resolved::default(), &retention, &access, d.as_deref())
+                });
+                (access, retention, hash)
+            })
+            .collect();
         let _maintenance = db.inner.maintenance.read();
         let tenant = self.principal.tenant().to_string();
         let rx;
@@ -1205,14 +1270,11 @@ impl Session {
                     }
                 }
                 // access and retention
-                let mut access = r.access.clone();
-                access.sort();
-                access.dedup();
-                let retention = r
-                    .retention_class
-                    .clone()
-                    .unwrap_or_else(|| DEFAULT_RETENTION_CLASS.to_string());
-                let hash = content_hash(r, &res, &retention, &access)?;
+                let (access, retention, pre_hash) = std::mem::take(&mut normalized[i]);
+                let hash = match pre_hash {
+                    Some(h) => h,
+                    None => content_hash(r, &res, &retention, &access, data_json[i].as_deref()),
+                };
                 // external id rules
                 let mut outcome = AppendOutcome::Created;
                 let mut existing: Option<(RecordId, u64, Status)> = None;
@@ -1828,4 +1890,215 @@ impl Engram {
 /// Lower-case hex.
 pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The content hash as first specified: the canonical form of a
+    /// `serde_json` object. The direct writer must give identical bytes.
+    #[allow(clippy::cast_lossless)]
+    fn content_hash_reference(
+        r: &NewRecord,
+        resolved: &Resolved,
+        retention: &str,
+        access: &[String],
+    ) -> Result<[u8; 32]> {
+        use serde_json::{Map, Value, json};
+        let mut o = Map::new();
+        o.insert("record".into(), json!(r.body.record_type().name()));
+        o.insert("kind".into(), json!(r.kind));
+        let mut scope = Map::new();
+        if let Some(u) = &r.scope.user {
+            scope.insert("user".into(), json!(u));
+        }
+        if let Some(c) = &r.scope.conversation {
+            scope.insert("conversation".into(), json!(c));
+        }
+        if let Some(a) = &r.scope.agent {
+            scope.insert("agent".into(), json!(a));
+        }
+        if !r.scope.labels.is_empty() {
+            let mut l = r.scope.labels.clone();
+            l.sort();
+            l.dedup();
+            scope.insert("labels".into(), json!(l));
+        }
+        if !scope.is_empty() {
+            o.insert("scope".into(), Value::Object(scope));
+        }
+        for (k, v) in [
+            ("occurred_at", r.occurred_at),
+            ("valid_from", r.valid_from),
+            ("valid_until", r.valid_until),
+            ("last_verified_at", r.last_verified_at),
+        ] {
+            if let Some(t) = v {
+                o.insert(k.into(), json!(format_rfc3339(t)));
+            }
+        }
+        if let Some(t) = &r.text {
+            o.insert("text".into(), json!(t));
+        }
+        if let Some(d) = &r.data {
+            o.insert("data".into(), d.clone());
+        }
+        o.insert("retention_class".into(), json!(retention));
+        if !access.is_empty() {
+            o.insert("access".into(), json!(access));
+        }
+        if let Some(s) = resolved.supersedes {
+            o.insert("supersedes".into(), json!(s.to_string()));
+        }
+        if !resolved.sources.is_empty() {
+            let s: Vec<String> = resolved.sources.iter().map(|i| i.to_string()).collect();
+            o.insert("sources".into(), json!(s));
+        }
+        match &r.body {
+            Body::Event => {}
+            Body::Entity {
+                entity_type,
+                name,
+                aliases,
+            } => {
+                o.insert("entity_type".into(), json!(entity_type));
+                o.insert("name".into(), json!(name));
+                if !aliases.is_empty() {
+                    o.insert("aliases".into(), json!(aliases));
+                }
+            }
+            Body::Relation { predicate, .. } => {
+                o.insert("predicate".into(), json!(predicate));
+            }
+            Body::Assertion {
+                predicate, object, ..
+            } => {
+                if let Some(p) = predicate {
+                    o.insert("predicate".into(), json!(p));
+                }
+                if let Some(v) = object {
+                    o.insert("object".into(), json!(v));
+                }
+            }
+            Body::Summary { generator } => {
+                o.insert("generator".into(), json!(generator));
+            }
+        }
+        if let Some(s) = resolved.subject {
+            o.insert("subject".into(), json!(s.to_string()));
+        }
+        if let Some(s) = resolved.object {
+            o.insert("object_entity".into(), json!(s.to_string()));
+        }
+        if let Some(d) = &r.derivation {
+            let mut dm = Map::new();
+            dm.insert("extractor".into(), json!(d.extractor));
+            if let Some(m) = &d.model_config {
+                dm.insert("model_config".into(), json!(m));
+            }
+            dm.insert("generated".into(), json!(d.generated));
+            o.insert("derivation".into(), Value::Object(dm));
+        }
+        if let Some(c) = r.confidence {
+            o.insert("confidence".into(), json!(c as f64));
+        }
+        canonical::content_sha256(&Value::Object(o))
+            .map_err(|e| EngineError::invalid("data", e.to_string()))
+    }
+
+    fn sample_records() -> Vec<(NewRecord, Resolved)> {
+        let id = |n: u64| {
+            RecordId::from_bytes({
+                let mut b = [0u8; 16];
+                b[8..].copy_from_slice(&n.to_be_bytes());
+                b
+            })
+        };
+        let mut out = Vec::new();
+        let mut e = NewRecord::event(
+            "user_message",
+            "Quote \" and \\ and \n, caf\u{e9} \u{1F600} \u{1}",
+        );
+        e.scope.user = Some("u1".into());
+        e.scope.labels = vec!["b".into(), "a".into(), "b".into()];
+        e.occurred_at = Some(1_700_000_000_123);
+        e.data = Some(
+            serde_json::json!({"z": [1, 2.5, null], "a": {"\u{10000}": true, "\u{e000}": false}}),
+        );
+        out.push((e, Resolved::default()));
+        let mut a = NewRecord::assertion(
+            crate::model::AssertionKind::Fact,
+            "Checkout depends on payments",
+            vec![],
+        );
+        if let Body::Assertion {
+            predicate, object, ..
+        } = &mut a.body
+        {
+            *predicate = Some("depends_on".into());
+            *object = Some("payments".into());
+        }
+        a.valid_from = Some(5);
+        a.valid_until = Some(6);
+        a.last_verified_at = Some(7);
+        a.confidence = Some(0.1);
+        a.derivation = Some(crate::model::Derivation {
+            extractor: "x/v1".into(),
+            model_config: Some("m".into()),
+            generated: true,
+        });
+        out.push((
+            a,
+            Resolved {
+                supersedes: Some(id(1)),
+                sources: vec![id(2), id(3)],
+                subject: Some(id(4)),
+                object: None,
+            },
+        ));
+        let en = NewRecord {
+            body: Body::Entity {
+                entity_type: "service".into(),
+                name: "payments-api".into(),
+                aliases: vec!["payments".into()],
+            },
+            kind: "entity".into(),
+            ..NewRecord::default()
+        };
+        out.push((en, Resolved::default()));
+        let r = NewRecord {
+            body: Body::Summary {
+                generator: "sum/v2".into(),
+            },
+            kind: "summary".into(),
+            text: Some(String::new()),
+            ..NewRecord::default()
+        };
+        out.push((
+            r,
+            Resolved {
+                object: Some(id(9)),
+                ..Resolved::default()
+            },
+        ));
+        out
+    }
+
+    #[test]
+    fn direct_content_hash_matches_the_value_based_definition() {
+        for (r, res) in sample_records() {
+            for access in [vec![], vec!["ops".to_string(), "sec".to_string()]] {
+                let data = r
+                    .data
+                    .as_ref()
+                    .map(|d| canonical::to_canonical_string(d).unwrap());
+                assert_eq!(
+                    content_hash(&r, &res, "standard", &access, data.as_deref()),
+                    content_hash_reference(&r, &res, "standard", &access).unwrap(),
+                    "{r:?}"
+                );
+            }
+        }
+    }
 }

@@ -37,6 +37,7 @@ pub mod files;
 pub mod frame;
 pub mod log;
 mod mmap;
+pub mod oneshot;
 
 pub use aligned::AlignedBuf;
 pub use backend::{Backend, BackendFile, FsBackend, MapOptions, Mapping, MemBackend, OpenMode};

@@ -103,10 +103,13 @@ use rustc_hash::FxHashMap;
 
 use super::tokenize::{TOKENIZER_VERSION, tokenize, tokenize_spans, tokens};
 
+/// Token bytes, token spans in them, and term ids: reused by `add`.
+type Scratch = (String, Vec<(u32, u32)>, Vec<u32>);
+
 thread_local! {
-    /// Per-thread token buffer and spans for `add` (no allocation per token).
-    static SCRATCH: std::cell::RefCell<(String, Vec<(u32, u32)>)> =
-        const { std::cell::RefCell::new((String::new(), Vec::new())) };
+    /// Per-thread buffers for `add` (no allocation per token).
+    static SCRATCH: std::cell::RefCell<Scratch> =
+        const { std::cell::RefCell::new((String::new(), Vec::new(), Vec::new())) };
 }
 
 /// Version of the binary encoding written by [`Bm25Index::write_to`].
@@ -528,30 +531,28 @@ impl Bm25Index {
             return Err(Bm25Error::DocOutOfOrder { last, got: doc });
         }
         SCRATCH.with(|cell| {
-            let (buf, spans) = &mut *cell.borrow_mut();
+            let (buf, spans, ids) = &mut *cell.borrow_mut();
             buf.clear();
             spans.clear();
             tokenize_spans(text, buf, spans);
-            self.add_tokens(doc, buf, spans);
+            self.add_tokens(doc, buf, spans, ids);
         });
         Ok(())
     }
 
-    fn add_tokens(&mut self, doc: u32, buf: &str, spans: &mut [(u32, u32)]) {
-        let term_of = |&(a, b): &(u32, u32)| &buf[a as usize..b as usize];
+    /// Indexes one document's tokens: each token becomes a term id (one
+    /// vocabulary lookup per token), the ids are sorted as integers, and
+    /// each run of equal ids is one posting with its term frequency.
+    fn add_tokens(&mut self, doc: u32, buf: &str, spans: &[(u32, u32)], ids: &mut Vec<u32>) {
         self.last_doc = Some(doc);
         self.n_docs += 1;
         if spans.is_empty() {
             return;
         }
         let dl = u32::try_from(spans.len()).unwrap_or(u32::MAX);
-        spans.sort_unstable_by(|a, b| term_of(a).cmp(term_of(b)));
-        let mut i = 0;
-        while i < spans.len() {
-            let term = term_of(&spans[i]);
-            let run = spans[i..].iter().take_while(|t| term_of(t) == term).count();
-            let tf = u32::try_from(run).unwrap_or(u32::MAX);
-            i += run;
+        ids.clear();
+        for &(a, b) in spans {
+            let term = &buf[a as usize..b as usize];
             let id = match self.vocab.get(term) {
                 Some(&id) => id,
                 None => {
@@ -561,6 +562,15 @@ impl Bm25Index {
                     id
                 }
             };
+            ids.push(id);
+        }
+        ids.sort_unstable();
+        let mut i = 0;
+        while i < ids.len() {
+            let id = ids[i];
+            let run = ids[i..].iter().take_while(|&&t| t == id).count();
+            let tf = u32::try_from(run).unwrap_or(u32::MAX);
+            i += run;
             let p = &mut self.postings[id as usize];
             // `insert`, not `push`: roaring's push finds the maximum of a
             // bitmap container by scanning it, which made indexing dense

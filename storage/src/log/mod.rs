@@ -39,6 +39,7 @@ use crate::aligned::AlignedBuf;
 use crate::backend::{Backend, MapOptions, OpenMode};
 use crate::error::{StorageError, StorageResult};
 use crate::frame::{self, FLAG_BATCH_END, FrameHeader, FrameType, Lsn};
+use crate::oneshot;
 pub use segment::{FrameLoc, FrameRef};
 use segment::{SEGMENT_HEADER_BYTES, Segment};
 
@@ -226,10 +227,10 @@ enum Request {
     Append {
         frames: Vec<PendingFrame>,
         encoded_bytes: usize,
-        reply: Sender<StorageResult<AppendOutcome>>,
+        reply: oneshot::Sender<StorageResult<AppendOutcome>>,
     },
     Rotate {
-        reply: Sender<StorageResult<()>>,
+        reply: oneshot::Sender<StorageResult<()>>,
     },
 }
 
@@ -518,7 +519,7 @@ impl SegmentLog {
     pub fn append_async(
         &self,
         frames: Vec<PendingFrame>,
-    ) -> StorageResult<Receiver<StorageResult<AppendOutcome>>> {
+    ) -> StorageResult<oneshot::Receiver<StorageResult<AppendOutcome>>> {
         if frames.is_empty() {
             return Err(StorageError::EmptyBatch);
         }
@@ -542,7 +543,7 @@ impl SegmentLog {
         if let Some(reason) = self.shared.poisoned.lock().clone() {
             return Err(StorageError::Poisoned { reason });
         }
-        let (reply, rx) = crossbeam_channel::bounded(1);
+        let (reply, rx) = oneshot::channel();
         let tx = self.tx.lock();
         let tx = tx.as_ref().ok_or(StorageError::Closed)?;
         tx.send(Request::Append {
@@ -557,7 +558,7 @@ impl SegmentLog {
     /// Seals the active segment and starts a new one (used before rewriting
     /// sealed segments). Waits until done.
     pub fn rotate(&self) -> StorageResult<()> {
-        let (reply, rx) = crossbeam_channel::bounded(1);
+        let (reply, rx) = oneshot::channel();
         {
             let tx = self.tx.lock();
             let tx = tx.as_ref().ok_or(StorageError::Closed)?;
@@ -916,7 +917,7 @@ fn create_segment(shared: &Shared, no: u64, first_lsn: Lsn) -> StorageResult<Arc
 struct Group {
     frames: Vec<PendingFrame>,
     encoded_bytes: usize,
-    reply: Sender<StorageResult<AppendOutcome>>,
+    reply: oneshot::Sender<StorageResult<AppendOutcome>>,
 }
 
 /// Groups a writer may hand to the applier before it waits.
@@ -926,7 +927,7 @@ const APPLY_QUEUE_GROUPS: usize = 4;
 struct ApplyJob {
     runs: Vec<Run>,
     replies: Vec<(
-        Sender<StorageResult<AppendOutcome>>,
+        oneshot::Sender<StorageResult<AppendOutcome>>,
         StorageResult<AppendOutcome>,
     )>,
 }
@@ -953,7 +954,7 @@ fn applier_loop(rx: Receiver<ApplyJob>, mut hook: CommitHook) {
             hook(&committed);
         }
         for (reply, result) in job.replies {
-            let _ = reply.send(result);
+            reply.send(result);
         }
     }
 }
@@ -985,7 +986,7 @@ fn writer_loop(shared: Arc<Shared>, rx: Receiver<Request>, apply: Sender<ApplyJo
                     if let Err(e) = &r {
                         poison(&shared, e.to_string());
                     }
-                    let _ = reply.send(r);
+                    reply.send(r);
                     bytes = 0;
                 }
                 None => {}
@@ -1093,7 +1094,7 @@ fn commit_group(
     }
     if let Some(reason) = shared.poisoned.lock().clone() {
         for b in batches {
-            let _ = b.reply.send(Err(StorageError::Poisoned {
+            b.reply.send(Err(StorageError::Poisoned {
                 reason: reason.clone(),
             }));
         }

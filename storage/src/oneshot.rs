@@ -1,0 +1,125 @@
+//! A one-value reply slot between two threads that blocks without spinning.
+//!
+//! Appending threads wait for their batch to become durable. With many of
+//! them on few cores, a channel receiver that spins and yields before
+//! sleeping takes the CPU from the writer and applier threads that would
+//! answer it; this slot parks the waiting thread at once (a mutex and a
+//! condition variable).
+
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+
+enum State<T> {
+    Empty,
+    Full(T),
+    /// The sender was dropped without sending, or the value was taken.
+    Closed,
+}
+
+struct Slot<T> {
+    state: Mutex<State<T>>,
+    ready: Condvar,
+}
+
+/// The sending half: sends one value, or closes the slot when dropped.
+pub struct Sender<T> {
+    slot: Option<Arc<Slot<T>>>,
+}
+
+/// The receiving half.
+pub struct Receiver<T> {
+    slot: Arc<Slot<T>>,
+}
+
+/// The sender went away without sending.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Disconnected;
+
+/// A connected pair.
+pub fn channel<T>() -> (Sender<T>, Receiver<T>) {
+    let slot = Arc::new(Slot {
+        state: Mutex::new(State::Empty),
+        ready: Condvar::new(),
+    });
+    (
+        Sender {
+            slot: Some(slot.clone()),
+        },
+        Receiver { slot },
+    )
+}
+
+impl<T> Sender<T> {
+    /// Delivers the value and wakes the receiver.
+    pub fn send(mut self, value: T) {
+        if let Some(slot) = self.slot.take() {
+            *slot.state.lock() = State::Full(value);
+            slot.ready.notify_one();
+        }
+    }
+}
+
+impl<T> Drop for Sender<T> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            let mut state = slot.state.lock();
+            if matches!(*state, State::Empty) {
+                *state = State::Closed;
+            }
+            drop(state);
+            slot.ready.notify_one();
+        }
+    }
+}
+
+impl<T> Receiver<T> {
+    /// Waits for the value.
+    pub fn recv(self) -> Result<T, Disconnected> {
+        let mut state = self.slot.state.lock();
+        loop {
+            match std::mem::replace(&mut *state, State::Closed) {
+                State::Full(v) => return Ok(v),
+                State::Closed => return Err(Disconnected),
+                State::Empty => {
+                    *state = State::Empty;
+                    self.slot.ready.wait(&mut state);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn value_crosses_threads() {
+        let (tx, rx) = channel();
+        let h = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            tx.send(42u32);
+        });
+        assert_eq!(rx.recv(), Ok(42));
+        h.join().unwrap();
+    }
+
+    #[test]
+    fn value_sent_before_waiting_is_kept() {
+        let (tx, rx) = channel();
+        tx.send("x");
+        assert_eq!(rx.recv(), Ok("x"));
+    }
+
+    #[test]
+    fn dropped_sender_disconnects_a_waiting_receiver() {
+        let (tx, rx) = channel::<u8>();
+        let h = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            drop(tx);
+        });
+        assert_eq!(rx.recv(), Err(Disconnected));
+        h.join().unwrap();
+    }
+}
