@@ -2,6 +2,11 @@
 //! synchronous=FULL), plus the raw sequential write bandwidth of the same
 //! disk with fsync.
 //!
+//! SQLite runs twice: a plain table (the least it can do), and the same
+//! table with an FTS5 full-text index on the text, which is what a store
+//! that answers keyword queries needs and what Engram maintains on every
+//! append (BM25 postings, eligibility bitmaps, content hash, catalog).
+//!
 //! Same workload for both engines: N events of ~500 bytes of text with a
 //! user and a conversation, appended by 1, 4 and 16 concurrent writers, one
 //! event per durable commit; then one writer committing batches of 1000.
@@ -19,7 +24,7 @@ use std::time::Instant;
 
 use engram_server::bench::{IngestResult, event_text, measure};
 
-fn sqlite_measure(dir: &Path, n: usize, writers: usize, batch: usize) -> IngestResult {
+fn sqlite_measure(dir: &Path, n: usize, writers: usize, batch: usize, fts: bool) -> IngestResult {
     std::fs::create_dir_all(dir).unwrap();
     let path = dir.join("events.db");
     {
@@ -30,6 +35,12 @@ fn sqlite_measure(dir: &Path, n: usize, writers: usize, batch: usize) -> IngestR
             "CREATE TABLE events (id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, user TEXT, conversation TEXT, kind TEXT NOT NULL, text TEXT, occurred_at INTEGER NOT NULL);",
         )
         .unwrap();
+        if fts {
+            c.execute_batch(
+                "CREATE VIRTUAL TABLE events_fts USING fts5(text, content='events', content_rowid='id');",
+            )
+            .unwrap();
+        }
     }
     let per_writer = n.div_ceil(writers);
     let path = Arc::new(path);
@@ -53,17 +64,26 @@ fn sqlite_measure(dir: &Path, n: usize, writers: usize, batch: usize) -> IngestR
                         let mut st = tx
                             .prepare_cached("INSERT INTO events (tenant, user, conversation, kind, text, occurred_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
                             .unwrap();
+                        let mut fts_st = fts.then(|| {
+                            tx.prepare_cached("INSERT INTO events_fts (rowid, text) VALUES (?1, ?2)")
+                                .unwrap()
+                        });
                         for k in 0..take {
                             let e = w * per_writer + i + k;
-                            st.execute(rusqlite::params![
-                                "bench",
-                                format!("user_{}", e % 97),
-                                format!("conv_{}", e % 1013),
-                                "user_message",
-                                event_text(e as u64, 500),
-                                e as i64
-                            ])
-                            .unwrap();
+                            let text = event_text(e as u64, 500);
+                            let rowid = st
+                                .insert(rusqlite::params![
+                                    "bench",
+                                    format!("user_{}", e % 97),
+                                    format!("conv_{}", e % 1013),
+                                    "user_message",
+                                    &text,
+                                    e as i64
+                                ])
+                                .unwrap();
+                            if let Some(f) = fts_st.as_mut() {
+                                f.execute(rusqlite::params![rowid, &text]).unwrap();
+                            }
                         }
                     }
                     tx.commit().unwrap();
@@ -128,7 +148,7 @@ fn main() {
         "durable ingest, {n} events of ~500 B text per configuration; every commit fsynced before it returns"
     );
     println!(
-        "{:<8} {:>6} | {:>12} {:>10} {:>10} | {:>12} {:>10} {:>10} | {:>7}",
+        "{:<8} {:>6} | {:>12} {:>9} {:>9} | {:>12} {:>9} {:>9} | {:>12} {:>9} | {:>7} {:>7}",
         "writers",
         "batch",
         "engram ev/s",
@@ -137,14 +157,18 @@ fn main() {
         "sqlite ev/s",
         "p50 us",
         "p99 us",
-        "ratio"
+        "+fts5 ev/s",
+        "p50 us",
+        "vs sql",
+        "vs fts5"
     );
     let mut batch1000 = None;
     for (i, (w, b)) in [(1, 1), (4, 1), (16, 1), (1, 1000)].into_iter().enumerate() {
         let e = measure(&root.path().join(format!("e{i}")), n, w, b).expect("engram run");
-        let s = sqlite_measure(&root.path().join(format!("s{i}")), n, w, b);
+        let s = sqlite_measure(&root.path().join(format!("s{i}")), n, w, b, false);
+        let f = sqlite_measure(&root.path().join(format!("f{i}")), n, w, b, true);
         println!(
-            "{:<8} {:>6} | {:>12.0} {:>10.0} {:>10.0} | {:>12.0} {:>10.0} {:>10.0} | {:>6.1}x",
+            "{:<8} {:>6} | {:>12.0} {:>9.0} {:>9.0} | {:>12.0} {:>9.0} {:>9.0} | {:>12.0} {:>9.0} | {:>6.1}x {:>6.1}x",
             w,
             b,
             e.events_per_s,
@@ -153,7 +177,10 @@ fn main() {
             s.events_per_s,
             s.ack_latency_us_p50,
             s.ack_latency_us_p99,
-            e.events_per_s / s.events_per_s
+            f.events_per_s,
+            f.ack_latency_us_p50,
+            e.events_per_s / s.events_per_s,
+            e.events_per_s / f.events_per_s
         );
         if b == 1000 {
             batch1000 = Some(e);

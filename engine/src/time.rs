@@ -213,11 +213,39 @@ pub fn format_rfc3339(ms: TimestampMs) -> String {
         rem / 1000 % 60,
         rem % 1000,
     );
-    if milli == 0 {
-        format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
-    } else {
-        format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{milli:03}Z")
+    if !(0..=9999).contains(&y) {
+        // Outside what records may hold; the general formatter handles it.
+        return if milli == 0 {
+            format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
+        } else {
+            format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{milli:03}Z")
+        };
     }
+    // Hot in result building: digits written directly, no format machinery.
+    fn digits(out: &mut String, v: i64, n: u32) {
+        for i in (0..n).rev() {
+            let digit = (v / 10_i64.pow(i)) % 10;
+            out.push(char::from(b'0' + digit as u8));
+        }
+    }
+    let mut out = String::with_capacity(24);
+    digits(&mut out, y, 4);
+    out.push('-');
+    digits(&mut out, m, 2);
+    out.push('-');
+    digits(&mut out, d, 2);
+    out.push('T');
+    digits(&mut out, h, 2);
+    out.push(':');
+    digits(&mut out, mi, 2);
+    out.push(':');
+    digits(&mut out, s, 2);
+    if milli != 0 {
+        out.push('.');
+        digits(&mut out, milli, 3);
+    }
+    out.push('Z');
+    out
 }
 
 /// Parses a duration like `90s`, `15m`, `6h`, `30d`, `2y` (365-day years)
@@ -293,6 +321,20 @@ mod tests {
         #[test]
         fn format_then_parse_roundtrips(ms in TIMESTAMP_MIN_MS..TIMESTAMP_MAX_MS) {
             prop_assert_eq!(parse_rfc3339(&format_rfc3339(ms)).unwrap(), ms);
+        }
+
+        #[test]
+        fn direct_formatting_matches_the_format_macro(ms in TIMESTAMP_MIN_MS..TIMESTAMP_MAX_MS) {
+            let days = ms.div_euclid(86_400_000);
+            let rem = ms.rem_euclid(86_400_000);
+            let (y, m, d) = civil_from_days(days);
+            let (h, mi, s, milli) = (rem / 3_600_000, rem / 60_000 % 60, rem / 1000 % 60, rem % 1000);
+            let expected = if milli == 0 {
+                format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
+            } else {
+                format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{milli:03}Z")
+            };
+            prop_assert_eq!(format_rfc3339(ms), expected);
         }
     }
 }

@@ -496,8 +496,12 @@ pub fn run(_data: &Path, a: AnnArgs) -> CliResult {
         report.filters.push(fr);
         Ok(())
     };
-    run_gt("none", &gt, &Filters::default(), n, &mut report)?;
-    if !a.no_filters {
+    let wanted = |name: &str| a.only.is_empty() || a.only.iter().any(|o| o == name);
+    if wanted("none") {
+        run_gt("none", &gt, &Filters::default(), n, &mut report)?;
+    }
+    let filtered_wanted = a.only.is_empty() || a.only.iter().any(|o| o != "none");
+    if !a.no_filters && filtered_wanted {
         if let (Some(at), Ok(fjson)) = (&attrs, std::fs::read_to_string(d.join("filters.json"))) {
             let defs: serde_json::Value =
                 serde_json::from_str(&fjson).map_err(|e| CliError(format!("filters.json: {e}")))?;
@@ -518,7 +522,24 @@ pub fn run(_data: &Path, a: AnnArgs) -> CliResult {
                 .map(|o| o.iter().collect())
                 .unwrap_or_default();
             names.sort_by_key(|(k, _)| k.as_str());
+            if let Some(unknown) = a
+                .only
+                .iter()
+                .find(|o| *o != "none" && !names.iter().any(|(k, _)| k == o))
+            {
+                return Err(CliError(format!(
+                    "--only: no ground truth named '{unknown}' (available: none, {})",
+                    names
+                        .iter()
+                        .map(|(k, _)| k.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
             for (name, def) in names {
+                if !wanted(name) {
+                    continue;
+                }
                 let gt_path = d.join(format!("gt_{name}.npy"));
                 if !gt_path.exists() {
                     continue;
