@@ -138,7 +138,7 @@ pub struct HoldArgs {
     /// Tenant.
     #[arg(long)]
     tenant: String,
-    /// tenant, user:<id>, conversation:<id>, agent:<id> or label:<label>.
+    /// tenant, user:ID, conversation:ID, agent:ID or label:LABEL.
     #[arg(long)]
     scope: String,
     /// Lift the hold instead of placing it.

@@ -1,4 +1,4 @@
-//! Lexical index: a Unicode-aware tokenizer ([`tokenize`]) and a BM25
+//! Lexical index: a Unicode-aware tokenizer ([`tokenize()`]) and a BM25
 //! inverted index over dense `u32` document ids ([`bm25`]) whose scoring is
 //! restricted to an eligibility bitmap.
 //!

@@ -14,7 +14,7 @@
 //!   the batches of that group are answered with an error (their fate is
 //!   unknown, as after any failed fsync), and every later append fails until
 //!   the store is reopened, which runs recovery.
-//! - **Recovery** (on open): every segment is scanned; see [`recovery`] for
+//! - **Recovery** (on open): every segment is scanned; see `log::recovery` for
 //!   how a torn tail is told apart from damage. The torn tail of the last
 //!   segment is truncated and reported in a [`RecoveryReport`].
 //! - **Reads** are zero-copy: a [`FrameRef`] borrows the payload from a
