@@ -3,7 +3,8 @@
 //! - `engram bench ingest`: durable appends of realistic events (~500 bytes
 //!   of text) from 1, 4 and 16 concurrent writers, each append acknowledged
 //!   only once durable; reports events/s and p50/p99 acknowledgement latency;
-//!   plus one writer appending batches of 1000.
+//!   plus batches of 1000 appended by one writer and by four concurrent
+//!   writers (`--batch-writers`).
 //!
 //! Numbers from a shared or virtual machine are noisy: compare ratios
 //! measured in one run, not absolute figures across runs.
@@ -37,9 +38,13 @@ pub struct IngestBenchArgs {
     /// Concurrent writer counts to measure (single-event appends).
     #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
     pub writers: Vec<usize>,
-    /// Batch sizes to measure with one writer (in addition).
+    /// Batch sizes to measure (in addition), each with every count of
+    /// `--batch-writers`.
     #[arg(long, value_delimiter = ',', default_value = "1000")]
     pub batch: Vec<usize>,
+    /// Concurrent writer counts for the batch configurations.
+    #[arg(long, value_delimiter = ',', default_value = "1,4")]
+    pub batch_writers: Vec<usize>,
     /// Directory for the benchmark stores (default: a temporary directory).
     #[arg(long)]
     pub dir: Option<PathBuf>,
@@ -235,7 +240,9 @@ fn ingest(a: IngestBenchArgs) -> CliResult {
         }
     };
     let mut configs: Vec<(usize, usize)> = a.writers.iter().map(|&w| (w, 1)).collect();
-    configs.extend(a.batch.iter().filter(|&&b| b > 1).map(|&b| (1, b)));
+    for &b in a.batch.iter().filter(|&&b| b > 1) {
+        configs.extend(a.batch_writers.iter().map(|&w| (w, b)));
+    }
     let mut results = Vec::new();
     for (i, (w, b)) in configs.into_iter().enumerate() {
         if w == 0 || b == 0 {
