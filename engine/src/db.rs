@@ -1482,7 +1482,7 @@ impl Session {
                 .and_then(|r| r.map_err(EngineError::from)),
             Err(e) => Err(EngineError::from(e)),
         };
-        {
+        if !(pending_keys.is_empty() && pending_sup.is_empty() && pending_models.is_empty()) {
             let mut w = db.inner.writer.lock();
             for k in &pending_keys {
                 w.pending_ext.remove(k);
