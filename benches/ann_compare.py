@@ -94,9 +94,12 @@ def main():
     gt = np.load(os.path.join(d, "gt.npy"))
     n, dim = base.shape
     rows = []  # (filter, library, method, ef, recall, qps)
+    dists = {}  # (library, ef) -> mean distance computations per query, unfiltered
     for f in eng["filters"]:
         for r in f["results"]:
             rows.append((f["filter"], "engram", r["plan"], r["ef"], r["recall_at_10"], r["qps"]))
+            if f["filter"] == "none":
+                dists[("engram", r["ef"])] = r["distances_per_query"]
 
     print("building hnswlib ...", file=sys.stderr)
     h = hnswlib.Index(space="ip", dim=dim)
@@ -119,7 +122,9 @@ def main():
         qps, found = timed(lambda q: h.knn_query(q, k=10)[0][0], queries, args.rounds)
         rows.append(("none", "hnswlib", "hnsw", ef, recall_at_10(found, gt), qps))
         fh.hnsw.efSearch = ef
+        faiss.cvar.hnsw_stats.reset()
         qps, found = timed(lambda q: fh.search(q, 10)[1][0], queries, args.rounds)
+        dists[("faiss", ef)] = faiss.cvar.hnsw_stats.ndis / (len(queries) * args.rounds)
         rows.append(("none", "faiss", "hnsw", ef, recall_at_10(found, gt), qps))
 
     filters = json.load(open(os.path.join(d, "filters.json")))
@@ -148,6 +153,15 @@ def main():
     print(f"{'filter':<14} {'library':<8} {'method':<14} {'ef':>4} {'recall@10':>10} {'QPS':>9}")
     for r in rows:
         print(f"{r[0]:<14} {r[1]:<8} {r[2]:<14} {r[3]:>4} {r[4]:>10.4f} {r[5]:>9.0f}")
+
+    print()
+    print("unfiltered search work: mean distance computations per query, and microseconds per query")
+    print(f"{'ef':>4} {'engram dist/q':>14} {'us/q':>7} {'faiss dist/q':>13} {'us/q':>7}")
+    for ef in efs:
+        e = next(r for r in rows if r[0] == "none" and r[1] == "engram" and r[3] == ef)
+        f = next(r for r in rows if r[0] == "none" and r[1] == "faiss" and r[3] == ef)
+        print(f"{ef:>4} {dists.get(('engram', ef), 0):>14.0f} {1e6 / e[5]:>7.0f} "
+              f"{dists.get(('faiss', ef), 0):>13.0f} {1e6 / f[5]:>7.0f}")
 
     def qps_at(lib_rows, target):
         """Best QPS among configurations reaching `target` recall."""

@@ -173,6 +173,8 @@ pub struct EfResult {
     /// Mean time in eligibility / vector retrieval / fusion and result
     /// assembly, from the manifests, microseconds.
     pub mean_us: (f64, f64, f64),
+    /// Mean distance computations per query (graph walk and exact scans).
+    pub distances_per_query: f64,
 }
 
 /// One ground truth's measurements.
@@ -254,7 +256,7 @@ fn measure(
         session.recall(&req_for(qi)).map_err(CliError::from)?;
     }
     let started = Instant::now();
-    type Row = (usize, Vec<RecordId>, f64, String, (u64, u64, u64));
+    type Row = (usize, Vec<RecordId>, f64, String, (u64, u64, u64), u64);
     let per_thread: Vec<Result<Vec<Row>, String>> = std::thread::scope(|sc| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
@@ -280,6 +282,7 @@ fn measure(
                             lat,
                             plan,
                             (t.eligibility_us, t.vector_us, t.fusion_us),
+                            r.manifest.cost.distance_computations,
                         ));
                         qi += threads;
                     }
@@ -300,8 +303,10 @@ fn measure(
     let mut lat = Vec::with_capacity(n_queries);
     let mut plans: HashMap<String, usize> = HashMap::new();
     let mut parts = (0u64, 0u64, 0u64);
+    let mut distances = 0u64;
     for r in per_thread {
-        for (qi, found, l, plan, t) in r.map_err(CliError)? {
+        for (qi, found, l, plan, t, dists) in r.map_err(CliError)? {
+            distances += dists;
             parts.0 += t.0;
             parts.1 += t.1;
             parts.2 += t.2;
@@ -326,6 +331,7 @@ fn measure(
             parts.1 as f64 / n_queries as f64,
             parts.2 as f64 / n_queries as f64,
         ),
+        distances_per_query: distances as f64 / n_queries as f64,
     })
 }
 
@@ -478,7 +484,7 @@ pub fn run(_data: &Path, a: AnnArgs) -> CliResult {
             }
             if !a.json {
                 crate::outln!(
-                    "{:<14} eligible {:>6}  ef {:>4}  recall@10 {:.4}  {:>8.0} q/s  p50 {:>6.0} us  plan {:<5}  (eligibility {:.0} us, vector {:.0} us, fusion {:.0} us)",
+                    "{:<14} eligible {:>6}  ef {:>4}  recall@10 {:.4}  {:>8.0} q/s  p50 {:>6.0} us  plan {:<5}  {:>6.0} dist/q  (eligibility {:.0} us, vector {:.0} us, fusion {:.0} us)",
                     name,
                     eligible,
                     ef,
@@ -486,6 +492,7 @@ pub fn run(_data: &Path, a: AnnArgs) -> CliResult {
                     r.qps,
                     r.latency_us_p50,
                     r.plan,
+                    r.distances_per_query,
                     r.mean_us.0,
                     r.mean_us.1,
                     r.mean_us.2
