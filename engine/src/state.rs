@@ -460,8 +460,14 @@ impl State {
         out
     }
 
-    fn mark_dependents_stale(&mut self, idx: Idx, at: i64) {
+    /// Marks every current record derived from `idx` stale, except `keep`:
+    /// a correction that lists the version it corrects (or something
+    /// derived from it) among its sources is itself current, not stale.
+    fn mark_dependents_stale(&mut self, idx: Idx, at: i64, keep: Option<Idx>) {
         for d in self.derivatives(idx) {
+            if Some(d) == keep {
+                continue;
+            }
             let st = self.metas[d as usize].status;
             if matches!(st, Status::Active | Status::Approved | Status::Candidate) {
                 self.set_status(d, Status::Stale, at);
@@ -654,7 +660,7 @@ impl State {
         if let Some(old) = supersedes {
             self.metas[old as usize].superseded_by = Some(idx);
             self.set_status(old, Status::Superseded, ingested_at);
-            self.mark_dependents_stale(old, ingested_at);
+            self.mark_dependents_stale(old, ingested_at, Some(idx));
         }
         // indexes
         if let Some(t) = text {
@@ -806,7 +812,7 @@ impl State {
                 if let Some(i) = target_idx(self, target) {
                     if self.metas[i as usize].status != Status::Deleted {
                         self.set_status(i, Status::Retracted, at);
-                        self.mark_dependents_stale(i, at);
+                        self.mark_dependents_stale(i, at, None);
                     }
                 }
             }
