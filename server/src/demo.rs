@@ -36,6 +36,7 @@ fn section(title: &str) {
 /// Runs the demo.
 pub fn run(dir: Option<PathBuf>) -> CliResult {
     let tmp;
+    let kept = dir.is_some();
     let dir = match dir {
         Some(d) => {
             if d.exists() && std::fs::read_dir(&d)?.next().is_some() {
@@ -58,20 +59,19 @@ pub fn run(dir: Option<PathBuf>) -> CliResult {
     // The demo derives vectors with the built-in lexical embedder.
     crate::cli::set_embedder_default("hash");
     tour(&dir)?;
-    crate::outln!(
-        "\nDone. Try `engram --data {} recall --tenant acme-ops --text \"checkout latency\" --explain`{}.",
-        dir.display(),
-        if tmp_kept(&dir) {
-            ""
-        } else {
-            " on a store of your own (this one is deleted on exit; pass --dir to keep it)"
-        }
-    );
+    let recall = "recall --tenant acme-ops --text \"checkout latency\" --explain";
+    if kept {
+        crate::outln!(
+            "\nDone. The store stays in {}: try `engram --data {} {recall}`.",
+            dir.display(),
+            dir.display()
+        );
+    } else {
+        crate::outln!(
+            "\nDone. This store was temporary and is now deleted. Keep one with `engram demo --dir ./demo-store`, then try `engram --data ./demo-store {recall}`."
+        );
+    }
     Ok(ExitCode::SUCCESS)
-}
-
-fn tmp_kept(dir: &Path) -> bool {
-    !dir.starts_with(std::env::temp_dir())
 }
 
 fn tour(dir: &Path) -> Result<(), CliError> {
