@@ -190,6 +190,8 @@ pub struct OpenReport {
     pub lexical_rebuilt: bool,
     /// Vector spaces rebuilt from the log.
     pub vectors_rebuilt: Vec<String>,
+    /// A restore's last step, found pending and finished by this open.
+    pub restore_resumed: Option<crate::maintenance::RestoreReport>,
 }
 
 /// Paths inside a data directory.
@@ -198,6 +200,10 @@ pub mod layout {
     /// The lock file.
     pub fn lock(dir: &Path) -> PathBuf {
         dir.join("LOCK")
+    }
+    /// Ledger entries an interrupted restore has yet to re-apply.
+    pub fn restore_pending(dir: &Path) -> PathBuf {
+        dir.join("restore.pending")
     }
     /// The segment log.
     pub fn log(dir: &Path) -> PathBuf {
@@ -371,6 +377,7 @@ impl Engram {
         let db = Engram { inner };
         // The ledger file must hold every deletion and revocation of the log.
         db.sync_ledger()?;
+        report.restore_resumed = crate::maintenance::resume_restore(&db)?;
         Ok((db, report))
     }
 
@@ -629,7 +636,9 @@ fn catalog_loop(
                 next = None;
             }
         }
-        if !ops.is_empty() {
+        // Frames without catalog entries (lifecycle operations) still move
+        // the catalog's applied LSN, or it would look behind the log.
+        if last > 0 {
             if let Err(e) = cat.apply(&ops, last, false) {
                 err.lock().get_or_insert(e.to_string());
             }

@@ -16,9 +16,16 @@
 //!   content exists in no file under the data directory.
 //! - **Backup**: the log (each segment up to its durable end at one
 //!   instant) plus settings and the ledger, into a new directory.
-//! - **Restore** (store closed): the backup's log replaces the store's;
-//!   derived state is rebuilt; every ledger entry not in the restored log is
-//!   re-applied; a compaction then purges what those deletions cover.
+//! - **Restore** (store closed): the entries to re-apply (the store's
+//!   ledger plus any extra one) are first written durably to
+//!   `restore.pending`; then the backup's log replaces the store's; derived
+//!   state is rebuilt; every entry not in the restored log is re-applied;
+//!   `restore.pending` is removed; a compaction then purges what those
+//!   deletions cover. If the process stops anywhere in between, the next
+//!   open finds `restore.pending` and re-applies its entries before the
+//!   store serves anything, so an interrupted restore never resurrects
+//!   deleted or revoked content (its purge then waits for the next
+//!   `compact`).
 //! - **Rebuild and verify**: the deterministic parts of derived state (ids,
 //!   lineage, chunk boundaries, eligibility, index membership, content keys,
 //!   graph and lexical encodings, catalog entries) are listed before and
@@ -125,7 +132,12 @@ pub fn read_ledger(backend: &dyn Backend, dir: &Path) -> Result<Vec<LedgerLine>>
 
 /// The ledger's lines, and whether its tail was torn.
 fn read_ledger_checked(backend: &dyn Backend, dir: &Path) -> Result<(Vec<LedgerLine>, bool)> {
-    let Some(bytes) = read_all(backend, &ledger_path(dir))? else {
+    read_ledger_file(backend, &ledger_path(dir))
+}
+
+/// Reads ledger lines from `path` (empty if absent); see [`read_ledger`].
+fn read_ledger_file(backend: &dyn Backend, path: &Path) -> Result<(Vec<LedgerLine>, bool)> {
+    let Some(bytes) = read_all(backend, path)? else {
         return Ok((Vec::new(), false));
     };
     let text = String::from_utf8_lossy(&bytes);
@@ -150,6 +162,79 @@ fn read_ledger_checked(backend: &dyn Backend, dir: &Path) -> Result<(Vec<LedgerL
     Ok((out, torn))
 }
 
+/// Ledger lines as JSONL text.
+fn render(lines: &[LedgerLine]) -> String {
+    let mut text = String::new();
+    for l in lines {
+        text.push_str(&serde_json::to_string(l).expect("ledger line serializes"));
+        text.push('\n');
+    }
+    text
+}
+
+/// Re-applies the deletions and revocations of `lines` that the store's log
+/// does not hold. Idempotent: a deletion already in effect is counted, not
+/// repeated, so an interrupted run can simply run again.
+fn reapply_ledger(db: &Engram, lines: Vec<LedgerLine>, report: &mut RestoreReport) -> Result<()> {
+    let present: BTreeSet<String> = db
+        .inner
+        .state
+        .read()
+        .ledger
+        .iter()
+        .map(|e| e.op_id.to_string())
+        .collect();
+    let mut seen = BTreeSet::new();
+    for l in lines {
+        if present.contains(&l.op_id) || !seen.insert(l.op_id.clone()) {
+            continue;
+        }
+        let s = db.session(crate::principal::Principal::admin(l.tenant.clone()));
+        match l.op.as_str() {
+            "delete" => {
+                let Some(t) = l.target.as_deref().and_then(|t| t.parse::<RecordId>().ok()) else {
+                    continue;
+                };
+                let reason = format!("restore: re-applied {}", l.op_id);
+                match s.delete(&RecordRef::Id(t), Some(&reason)) {
+                    Ok(_) => report.deletions_reapplied += 1,
+                    Err(EngineError::NotFound { .. }) => report.not_in_backup += 1,
+                    Err(EngineError::InvalidState { .. }) => report.already_applied += 1,
+                    Err(e) => return Err(e),
+                }
+            }
+            "revoke" => {
+                s.revoke(
+                    l.principal.as_deref(),
+                    l.label.as_deref(),
+                    l.role.as_deref(),
+                )?;
+                report.revocations_reapplied += 1;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Re-applies the entries of `restore.pending` and removes it: the last
+/// step of a restore, run by every open so that a restore interrupted after
+/// its log swap is finished before the store serves anything (see the
+/// module documentation). `None` without `restore.pending`.
+pub(crate) fn resume_restore(db: &Engram) -> Result<Option<RestoreReport>> {
+    let backend = db.inner.backend.clone();
+    let marker = layout::restore_pending(&db.inner.dir);
+    if !backend.exists(&marker) {
+        return Ok(None);
+    }
+    let (lines, _) = read_ledger_file(backend.as_ref(), &marker)?;
+    let mut report = RestoreReport::default();
+    reapply_ledger(db, lines, &mut report)?;
+    backend.remove_file(&marker).map_err(io(&marker))?;
+    backend.sync_dir(&db.inner.dir).map_err(io(&db.inner.dir))?;
+    Ok(Some(report))
+}
+
 /// Appends the log's ledger entries missing from the ledger file (a torn
 /// tail is repaired by rewriting the file whole).
 pub(crate) fn reconcile_ledger(backend: &dyn Backend, dir: &Path, st: &State) -> Result<usize> {
@@ -161,14 +246,6 @@ pub(crate) fn reconcile_ledger(backend: &dyn Backend, dir: &Path, st: &State) ->
         .filter(|e| !have.contains(&e.op_id.to_string()))
         .map(LedgerLine::from)
         .collect();
-    let render = |ls: &[LedgerLine]| {
-        let mut text = String::new();
-        for l in ls {
-            text.push_str(&serde_json::to_string(l).expect("ledger line serializes"));
-            text.push('\n');
-        }
-        text
-    };
     if torn {
         let mut all = lines;
         all.extend(missing.iter().cloned());
@@ -493,6 +570,10 @@ impl Engram {
         }
         {
             let _lock = lock_dir(opts, dir)?;
+            // What must be re-applied goes to disk first: from here on, an
+            // interrupted restore is finished by the next open.
+            let marker = layout::restore_pending(dir);
+            write_all_durable(backend.as_ref(), &marker, render(&ledger).as_bytes())?;
             // Copy the backup's log beside the current one, then swap them
             // with renames: a crash leaves either log whole (see
             // `db::recover_log_swap`). Derived state is dropped.
@@ -521,48 +602,10 @@ impl Engram {
                 write_all_durable(backend.as_ref(), &dir.join("settings.snap"), &bytes)?;
             }
         }
-        let mut report = RestoreReport::default();
-        let db = Engram::open(dir, opts.clone())?;
+        // Opening finds `restore.pending` and re-applies its entries.
+        let (db, opened) = Engram::open_with_report(dir, opts.clone())?;
+        let mut report = opened.restore_resumed.unwrap_or_default();
         report.restored_records = db.inner.state.read().len() as u64;
-        let present: BTreeSet<String> = db
-            .inner
-            .state
-            .read()
-            .ledger
-            .iter()
-            .map(|e| e.op_id.to_string())
-            .collect();
-        let mut seen = BTreeSet::new();
-        for l in ledger {
-            if present.contains(&l.op_id) || !seen.insert(l.op_id.clone()) {
-                continue;
-            }
-            let s = db.session(crate::principal::Principal::admin(l.tenant.clone()));
-            match l.op.as_str() {
-                "delete" => {
-                    let Some(t) = l.target.as_deref().and_then(|t| t.parse::<RecordId>().ok())
-                    else {
-                        continue;
-                    };
-                    let reason = format!("restore: re-applied {}", l.op_id);
-                    match s.delete(&RecordRef::Id(t), Some(&reason)) {
-                        Ok(_) => report.deletions_reapplied += 1,
-                        Err(EngineError::NotFound { .. }) => report.not_in_backup += 1,
-                        Err(EngineError::InvalidState { .. }) => report.already_applied += 1,
-                        Err(e) => return Err(e),
-                    }
-                }
-                "revoke" => {
-                    s.revoke(
-                        l.principal.as_deref(),
-                        l.label.as_deref(),
-                        l.role.as_deref(),
-                    )?;
-                    report.revocations_reapplied += 1;
-                }
-                _ => {}
-            }
-        }
         db.close()?;
         let c = Engram::compact(dir, opts)?;
         report.purged = c.purged;

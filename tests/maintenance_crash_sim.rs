@@ -1,8 +1,10 @@
-//! Power cuts during compaction. Compaction rewrites log segments and drops
-//! derived files; a crash at any write it makes must leave a store that
-//! opens, verifies clean, still holds every live record with its content,
-//! still treats the deleted record as deleted, and purges it completely when
-//! compaction is run again.
+//! Power cuts during the offline maintenance operations. Compaction rewrites
+//! log segments and drops derived files; restore swaps in an older log and
+//! re-applies later deletions. A power cut after any write either makes
+//! must leave a store that opens, verifies clean, still holds every live
+//! record with its content, still treats the deleted record as deleted (a
+//! restore never resurrects it), and purges it completely when compaction
+//! is run (again).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -50,8 +52,9 @@ fn grep(b: &MemBackend, needle: &str) -> Vec<String> {
     out
 }
 
-/// A closed store with 40 live notes, a deleted canary and a summary of it.
-fn build(clock: &ManualClock) -> MemBackend {
+/// A closed store with 40 live notes, a deleted canary and a summary of it;
+/// with `backup`, a backup taken there before the deletion.
+fn build(clock: &ManualClock, backup: Option<&str>) -> MemBackend {
     let b = MemBackend::new();
     let db = Engram::open(DIR, options(&b, clock)).unwrap();
     let s = db.session(Principal::admin("t"));
@@ -82,6 +85,9 @@ fn build(clock: &ManualClock) -> MemBackend {
     }])
     .unwrap();
     notes(20, "billing cache");
+    if let Some(dest) = backup {
+        db.backup(dest).unwrap();
+    }
     s.delete(&RecordRef::Id(canary), Some("user request"))
         .unwrap();
     db.close().unwrap();
@@ -119,36 +125,29 @@ fn check_sound(b: &MemBackend, clock: &ManualClock, what: &str) {
     db.close().unwrap();
 }
 
-#[test]
-fn a_power_cut_at_any_write_of_compaction_loses_nothing_and_resurrects_nothing() {
-    let clock = ManualClock::new(1_760_000_000_000);
-    let pristine = build(&clock);
-    assert!(
-        !grep(&pristine, CANARY).is_empty(),
-        "canary on disk before compaction"
-    );
-
-    // How many writes does a full compaction make?
+/// Runs `op` on images of `pristine`, cutting the power after each of its
+/// writes (at most about 40 cuts, two tearing seeds each), and checks every
+/// crash image with `check`. Returns (images with the canary still on disk,
+/// images already purged).
+fn at_every_write(
+    pristine: &MemBackend,
+    op: impl Fn(&MemBackend),
+    check: impl Fn(&MemBackend, &str),
+) -> (usize, usize) {
     let counted = pristine.crash_image(0);
     let writes = Arc::new(Mutex::new(0u64));
     {
         let writes = writes.clone();
         counted.on_write(Arc::new(move |n| *writes.lock() = n));
     }
-    Engram::compact(DIR, &options(&counted, &clock)).unwrap();
-    let total = *writes.lock();
+    op(&counted);
     counted.clear_faults();
-    assert!(total > 0, "compaction wrote nothing");
-    assert!(
-        grep(&counted, CANARY).is_empty(),
-        "compaction purges the canary"
-    );
-    check_sound(&counted, &clock, "after a full compaction");
-
-    // A power cut after each of those writes (sampled evenly, at most 40).
+    let total = *writes.lock();
+    assert!(total > 0, "the operation wrote nothing");
+    check(&counted, "after the whole operation");
+    let (mut unpurged, mut purged) = (0, 0);
     let step = (total / 40).max(1);
     let mut cut = 1;
-    let (mut purged_at_cut, mut unpurged_at_cut) = (0, 0);
     while cut <= total {
         for seed in [1u64, 2] {
             // A fresh image counts its writes from zero.
@@ -165,34 +164,71 @@ fn a_power_cut_at_any_write_of_compaction_loses_nothing_and_resurrects_nothing()
                     }
                 }));
             }
-            Engram::compact(DIR, &options(&image, &clock)).unwrap();
+            op(&image);
             let crashed = captured
                 .lock()
                 .take()
                 .unwrap_or_else(|| panic!("no crash image at write {cut} of {total}"));
-            let what = format!("power cut after write {cut} of {total} (seed {seed})");
             if grep(&crashed, CANARY).is_empty() {
-                purged_at_cut += 1;
+                purged += 1;
             } else {
-                unpurged_at_cut += 1;
+                unpurged += 1;
             }
-            check_sound(&crashed, &clock, &what);
-            // Compaction run again finishes the job.
-            Engram::compact(DIR, &options(&crashed, &clock))
-                .unwrap_or_else(|e| panic!("{what}: compaction again: {e}"));
-            assert!(
-                grep(&crashed, CANARY).is_empty(),
-                "{what}: canary left after a second compaction in {:?}",
-                grep(&crashed, CANARY)
+            check(
+                &crashed,
+                &format!("power cut after write {cut} of {total} (seed {seed})"),
             );
-            check_sound(&crashed, &clock, &format!("{what}, compacted again"));
         }
         cut += step;
     }
-    eprintln!(
-        "{total} writes; crash images with the canary still on disk: {unpurged_at_cut}, already purged: {purged_at_cut}"
+    (unpurged, purged)
+}
+
+/// The crash image is sound, and compaction purges the canary from it.
+fn sound_then_purged(b: &MemBackend, clock: &ManualClock, what: &str) {
+    check_sound(b, clock, what);
+    Engram::compact(DIR, &options(b, clock)).unwrap_or_else(|e| panic!("{what}: compaction: {e}"));
+    assert!(
+        grep(b, CANARY).is_empty(),
+        "{what}: canary left after compaction in {:?}",
+        grep(b, CANARY)
     );
+    check_sound(b, clock, &format!("{what}, compacted"));
+}
+
+#[test]
+fn a_power_cut_at_any_write_of_compaction_loses_nothing_and_resurrects_nothing() {
+    let clock = ManualClock::new(1_760_000_000_000);
+    let pristine = build(&clock, None);
+    assert!(
+        !grep(&pristine, CANARY).is_empty(),
+        "canary on disk before compaction"
+    );
+    let (unpurged, purged) = at_every_write(
+        &pristine,
+        |b| {
+            Engram::compact(DIR, &options(b, &clock)).unwrap();
+        },
+        |b, what| sound_then_purged(b, &clock, what),
+    );
+    eprintln!("compaction: crash images with the canary on disk {unpurged}, purged {purged}");
     // The cuts must land both before and after the purge, or the test
     // proves little.
-    assert!(unpurged_at_cut > 0 && purged_at_cut > 0);
+    assert!(unpurged > 0 && purged > 0);
+}
+
+#[test]
+fn a_power_cut_at_any_write_of_restore_never_resurrects_a_later_deletion() {
+    let clock = ManualClock::new(1_760_000_000_000);
+    // The backup is taken while the canary is live; it is deleted after.
+    let pristine = build(&clock, Some("/backup"));
+    let (unpurged, purged) = at_every_write(
+        &pristine,
+        |b| {
+            Engram::restore(DIR, "/backup", &options(b, &clock), None).unwrap();
+        },
+        |b, what| sound_then_purged(b, &clock, what),
+    );
+    eprintln!("restore: crash images with the canary on disk {unpurged}, purged {purged}");
+    assert!(unpurged > 0 && purged > 0);
 }
