@@ -84,3 +84,59 @@ fn restore_reapplies_later_deletions_and_revocations() {
     ));
     db.close().unwrap();
 }
+
+/// A backup that did not finish (no `backup.json`) or whose log is shorter
+/// than `backup.json` records is refused, and the store is left as it was.
+#[test]
+fn a_partial_or_damaged_backup_is_refused_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let backups = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    for i in 0..20 {
+        s.append(vec![
+            NewRecord::event("note", format!("note {i}")).with_external_id(format!("n{i}")),
+        ])
+        .unwrap();
+    }
+    let partial = backups.path().join("partial");
+    let damaged = backups.path().join("damaged");
+    db.backup(&partial).unwrap();
+    db.backup(&damaged).unwrap();
+    s.append(vec![
+        NewRecord::event("note", "after the backups").with_external_id("late"),
+    ])
+    .unwrap();
+    db.close().unwrap();
+
+    // interrupted before its last step
+    std::fs::remove_file(partial.join("backup.json")).unwrap();
+    let e = Engram::restore(dir.path(), &partial, &opts(&clock), None).unwrap_err();
+    assert!(e.to_string().contains("backup.json"), "{e}");
+
+    // its log cut short: the last segment loses its tail
+    let seg = std::fs::read_dir(damaged.join("log"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .max()
+        .unwrap();
+    let len = std::fs::metadata(&seg).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+    f.set_len(len - 200).unwrap();
+    drop(f);
+    let e = Engram::restore(dir.path(), &damaged, &opts(&clock), None).unwrap_err();
+    assert!(e.to_string().contains("damaged"), "{e}");
+
+    // the store is untouched: everything, including what came after the backups
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    for i in 0..20 {
+        assert!(s.get(&ext(&format!("n{i}"))).is_ok());
+    }
+    assert!(s.get(&ext("late")).is_ok());
+    assert!(!dir.path().join("restore.pending").exists());
+    assert!(!dir.path().join("log.restore").exists());
+    assert!(db.verify().unwrap().ok());
+    db.close().unwrap();
+}

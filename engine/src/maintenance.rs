@@ -556,6 +556,22 @@ impl Engram {
                 format!("{} holds no log/ (not an Engram backup)", src.display()),
             ));
         }
+        // `backup.json` is written last: without it the backup is partial.
+        let manifest = src.join("backup.json");
+        let Some(bytes) = read_all(backend.as_ref(), &manifest)? else {
+            return Err(EngineError::invalid(
+                "backup directory",
+                format!(
+                    "{} has no backup.json: the backup did not finish; take a new one",
+                    src.display()
+                ),
+            ));
+        };
+        let taken: BackupReport =
+            serde_json::from_slice(&bytes).map_err(|e| EngineError::Corrupt {
+                what: manifest.display().to_string(),
+                detail: e.to_string(),
+            })?;
         // The ledger that survives: the store's own, plus any extra one.
         let mut ledger = read_ledger(backend.as_ref(), dir)?;
         if let Some(p) = extra_ledger {
@@ -570,10 +586,6 @@ impl Engram {
         }
         {
             let _lock = lock_dir(opts, dir)?;
-            // What must be re-applied goes to disk first: from here on, an
-            // interrupted restore is finished by the next open.
-            let marker = layout::restore_pending(dir);
-            write_all_durable(backend.as_ref(), &marker, render(&ledger).as_bytes())?;
             // Copy the backup's log beside the current one, then swap them
             // with renames: a crash leaves either log whole (see
             // `db::recover_log_swap`). Derived state is dropped.
@@ -589,6 +601,29 @@ impl Engram {
                 let bytes = read_all(backend.as_ref(), &from)?.unwrap_or_default();
                 write_all_durable(backend.as_ref(), &incoming.join(&e.name), &bytes)?;
             }
+            // The copy must hold everything the backup recorded.
+            let copied = SegmentLog::open(backend.clone(), &incoming, opts.log.clone())
+                .map(|(log, _)| log.last_lsn());
+            let short = match copied {
+                Ok(lsn) if lsn >= taken.last_lsn => None,
+                Ok(lsn) => Some(format!(
+                    "its log ends at LSN {lsn} but backup.json records {}",
+                    taken.last_lsn
+                )),
+                Err(e) => Some(format!("its log does not open: {e}")),
+            };
+            if let Some(why) = short {
+                backend.remove_dir_all(&incoming).map_err(io(&incoming))?;
+                return Err(EngineError::invalid(
+                    "backup directory",
+                    format!("{} is damaged: {why}; nothing was changed", src.display()),
+                ));
+            }
+            // What must be re-applied goes to disk before the log is
+            // touched: from here on, an interrupted restore is finished by
+            // the next open.
+            let marker = layout::restore_pending(dir);
+            write_all_durable(backend.as_ref(), &marker, render(&ledger).as_bytes())?;
             remove_derived(backend.as_ref(), dir)?;
             let old = dir.join("log.old");
             backend.remove_dir_all(&old).map_err(io(&old))?;
