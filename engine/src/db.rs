@@ -2110,4 +2110,62 @@ mod tests {
             }
         }
     }
+
+    /// A write prepared before a deletion was applied (its checks passed)
+    /// but logged after it: a summary of the deleted record and a
+    /// correction of it. Applying them must not revive anything.
+    #[test]
+    fn a_write_that_raced_a_deletion_is_deleted_when_applied() {
+        let db = Engram::open(
+            "/race",
+            Options {
+                backend: Arc::new(engram_storage::MemBackend::new()),
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        let s = db.session(Principal::admin("t"));
+        let x = s.append(vec![NewRecord::event("note", "x")]).unwrap()[0].id;
+        let keep = s.append(vec![NewRecord::event("note", "keep")]).unwrap()[0].id;
+        s.delete(&RecordRef::Id(x), None).unwrap();
+        let frame = |r: StoredRecord| PendingFrame {
+            frame_type: codec::FRAME_RECORD,
+            frame_version: codec::PAYLOAD_VERSION,
+            payload: codec::encode_record(&r),
+        };
+        let record = |rtype: RecordType, text: &str| {
+            let id = db.inner.writer.lock().ids.mint(db.now());
+            let mut r = empty_stored(id);
+            r.record_type = rtype.code();
+            r.tenant = "t".into();
+            r.kind = "note".into();
+            r.text = Some(text.into());
+            r.retention_class = DEFAULT_RETENTION_CLASS.into();
+            r.status = Status::Active as u8;
+            r.writer_kind = WriterKind::System.code();
+            r
+        };
+        let mut summary = record(RecordType::Summary, "summary of x");
+        summary.sources = vec![x.to_bytes()];
+        summary.generator = Some("g".into());
+        let mut fix = record(RecordType::Event, "x corrected");
+        fix.supersedes = Some(x.to_bytes());
+        let (sid, fid) = (
+            RecordId::from_bytes(summary.id),
+            RecordId::from_bytes(fix.id),
+        );
+        db.inner
+            .log
+            .append(vec![frame(summary), frame(fix)])
+            .unwrap();
+        for id in [x, sid, fid] {
+            assert!(
+                matches!(s.get(&RecordRef::Id(id)), Err(EngineError::NotFound { .. })),
+                "{id} is readable"
+            );
+        }
+        assert!(s.get(&RecordRef::Id(keep)).is_ok());
+        assert!(db.verify().unwrap().ok());
+        db.close().unwrap();
+    }
 }

@@ -147,6 +147,20 @@ impl Session {
             reason: reason.map(str::to_string),
         })?;
         self.db.sync_ledger()?;
+        // What the deletion covered when it was applied: a derivative
+        // written concurrently may have joined the set since it was listed.
+        let affected = {
+            let st = self.db.inner.state.read();
+            match st.idx(id) {
+                Some(i) => st
+                    .deletion_set(i)
+                    .into_iter()
+                    .filter(|&v| st.meta(v).status == Status::Deleted)
+                    .map(|v| st.meta(v).id)
+                    .collect(),
+                None => affected,
+            }
+        };
         Ok(OpResult {
             op_id,
             lsn,

@@ -410,7 +410,9 @@ impl State {
 
     fn set_status(&mut self, idx: Idx, to: Status, at: i64) {
         let from = self.metas[idx as usize].status;
-        if from == to {
+        // Deleted is terminal: no later frame (a correction or review that
+        // raced the deletion) brings a record back.
+        if from == to || from == Status::Deleted {
             return;
         }
         if let Some(b) = self.bm_status.get_mut(&from) {
@@ -626,6 +628,13 @@ impl State {
                 }
             }
         }
+        // A record whose input was deleted before it was applied (a write
+        // that raced the deletion) is deleted too: nothing derived from
+        // deleted content, and no version of a deleted chain, ever lives.
+        let born_deleted = sources
+            .iter()
+            .chain(supersedes.as_ref())
+            .any(|&s| self.metas[s as usize].status == Status::Deleted);
         // lineage
         if !sources.is_empty() {
             for &s in &sources {
@@ -661,6 +670,9 @@ impl State {
             self.metas[old as usize].superseded_by = Some(idx);
             self.set_status(old, Status::Superseded, ingested_at);
             self.mark_dependents_stale(old, ingested_at, Some(idx));
+        }
+        if born_deleted {
+            self.set_status(idx, Status::Deleted, ingested_at);
         }
         // indexes
         if let Some(t) = text {

@@ -55,3 +55,24 @@ pub fn grep(dir: &Path, needle: &str) -> Vec<std::path::PathBuf> {
         })
         .collect()
 }
+
+/// A small seeded generator (xorshift64) for scenario tests; the seed must
+/// be non-zero.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    pub fn pick<'a, T>(&mut self, v: &'a [T]) -> &'a T {
+        &v[self.below(v.len() as u64) as usize]
+    }
+}
