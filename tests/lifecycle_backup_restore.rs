@@ -71,11 +71,18 @@ fn restore_reapplies_later_deletions_and_revocations() {
     );
     assert!(db.verify().unwrap().ok());
     db.close().unwrap();
-    // restoring the same backup again re-applies the ledger again (the
-    // original deletion and its re-application): still deleted, still purged
+    // restoring the same backup again re-applies the ledger again: the
+    // re-applied operations kept their original ids, so each is applied
+    // once, not once per restore; still deleted, still purged
     let again = Engram::restore(dir.path(), &bdir, &opts(&clock), None).unwrap();
-    assert_eq!(again.deletions_reapplied, 1, "{again:?}");
-    assert_eq!(again.already_applied, 1, "{again:?}");
+    assert_eq!(
+        (again.deletions_reapplied, again.revocations_reapplied),
+        (1, 1),
+        "{again:?}"
+    );
+    assert_eq!(again.already_applied, 0, "{again:?}");
+    let lines = std::fs::read_to_string(dir.path().join("ledger.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 2, "one line per operation:\n{lines}");
     assert!(grep(dir.path(), "restore-canary-x").is_empty());
     let db = open(dir.path(), &clock);
     assert!(matches!(
@@ -138,5 +145,81 @@ fn a_partial_or_damaged_backup_is_refused_and_changes_nothing() {
     assert!(!dir.path().join("restore.pending").exists());
     assert!(!dir.path().join("log.restore").exists());
     assert!(db.verify().unwrap().ok());
+    db.close().unwrap();
+}
+
+/// The three ways a restore could apply the wrong ledger: a restore that
+/// stopped before its log swap (its entries must not touch the store's own
+/// log), a ledger file that lags the log (a crash between a deletion and
+/// its ledger line), and a malformed extra ledger (refused, nothing
+/// changed).
+#[test]
+fn restore_applies_exactly_the_ledger_of_the_log_it_restores() {
+    let dir = tempfile::tempdir().unwrap();
+    let backups = tempfile::tempdir().unwrap();
+    let bdir = backups.path().join("b");
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    let some_id = s
+        .append(vec![
+            NewRecord::event("note", "lag-canary-q7 secret").with_external_id("x"),
+            NewRecord::event("note", "restricted")
+                .with_external_id("r")
+                .with_access(&["hr"]),
+        ])
+        .unwrap()[0]
+        .id;
+    s.grant(Some("pat"), Some("hr"), None).unwrap();
+    db.backup(&bdir).unwrap();
+    s.delete(&ext("x"), None).unwrap();
+    db.close().unwrap();
+
+    // 1. An interrupted restore before its swap: `log.restore/` still there,
+    // `restore.pending` holding a revocation. Opening rolls the swap back
+    // and drops the marker without applying it.
+    let pending = format!(
+        "{{\"op_id\":\"{some_id}\",\"tenant\":\"t\",\"at_ms\":0,\"op\":\"revoke\",\"principal\":\"pat\",\"label\":\"hr\"}}\n"
+    );
+    std::fs::write(dir.path().join("restore.pending"), &pending).unwrap();
+    std::fs::create_dir_all(dir.path().join("log.restore")).unwrap();
+    let db = open(dir.path(), &clock);
+    assert!(!dir.path().join("restore.pending").exists());
+    let pat = db.session(Principal::user("t", "pat"));
+    assert!(
+        pat.get(&ext("r")).is_ok(),
+        "a rolled-back restore revoked access"
+    );
+    db.close().unwrap();
+
+    // 2. The ledger file lags the log: the deletion is only in the log.
+    std::fs::write(dir.path().join("ledger.jsonl"), "").unwrap();
+    // 3. A malformed extra ledger is refused before anything changes.
+    let extra = backups.path().join("extra");
+    std::fs::create_dir_all(&extra).unwrap();
+    std::fs::write(
+        extra.join("ledger.jsonl"),
+        format!("{{\"op_id\":\"{some_id}\",\"tenant\":\"t\",\"at_ms\":0,\"op\":\"revoke\"}}\n"),
+    )
+    .unwrap();
+    let e = Engram::restore(
+        dir.path(),
+        &bdir,
+        &opts(&clock),
+        Some(&extra.join("ledger.jsonl")),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("label"), "{e}");
+    assert!(dir.path().join("log").exists() && !dir.path().join("restore.pending").exists());
+
+    let r = Engram::restore(dir.path(), &bdir, &opts(&clock), None).unwrap();
+    assert_eq!(r.deletions_reapplied, 1, "{r:?}");
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    assert!(matches!(
+        s.get(&ext("x")),
+        Err(EngineError::NotFound { .. })
+    ));
+    assert!(grep(dir.path(), "lag-canary-q7").is_empty());
     db.close().unwrap();
 }

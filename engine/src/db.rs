@@ -680,6 +680,9 @@ fn recover_log_swap(backend: &dyn Backend, dir: &Path) -> Result<()> {
     let log = layout::log(dir);
     let old = dir.join("log.old");
     let incoming = dir.join("log.restore");
+    // The incoming copy is renamed to `log/` in one step: while it exists,
+    // the swap has not happened and the store keeps its own log.
+    let swapped = !backend.exists(&incoming);
     if !backend.exists(&log) && backend.exists(&old) {
         // crashed between the two renames: put the old log back
         backend.rename(&old, &log).map_err(io(&old))?;
@@ -687,6 +690,13 @@ fn recover_log_swap(backend: &dyn Backend, dir: &Path) -> Result<()> {
     // an incoming copy that never became the log is abandoned (rerun the restore)
     backend.remove_dir_all(&incoming).map_err(io(&incoming))?;
     backend.remove_dir_all(&old).map_err(io(&old))?;
+    // The entries a restore was to re-apply belong to the restored log only:
+    // with the swap undone they must not touch the store's own log.
+    let marker = layout::restore_pending(dir);
+    if !swapped && backend.exists(&marker) {
+        backend.remove_file(&marker).map_err(io(&marker))?;
+    }
+    backend.sync_dir(dir).map_err(io(dir))?;
     Ok(())
 }
 

@@ -53,8 +53,16 @@ impl Session {
     }
 
     fn write_op(&self, op: OpBody) -> Result<(RecordId, u64)> {
+        self.write_op_as(op, None)
+    }
+
+    /// Writes an operation; `reuse` gives it the id of an operation that a
+    /// restore re-applies, so that the re-applied operation is recognised
+    /// as already present by any later restore or resume.
+    fn write_op_as(&self, op: OpBody, reuse: Option<RecordId>) -> Result<(RecordId, u64)> {
         self.db.check_open()?;
-        let (id, at) = self.db.mint();
+        let (minted, at) = self.db.mint();
+        let id = reuse.unwrap_or(minted);
         let stored = StoredOp {
             id: id.to_bytes(),
             tenant: self.principal.tenant().to_string(),
@@ -118,6 +126,16 @@ impl Session {
     /// record derived from any of them. They are ineligible at once; their
     /// bytes are purged by the next compaction.
     pub fn delete(&self, target: &RecordRef, reason: Option<&str>) -> Result<OpResult> {
+        self.delete_as(target, reason, None)
+    }
+
+    /// [`Session::delete`], re-applying the operation `reuse` (restore).
+    pub(crate) fn delete_as(
+        &self,
+        target: &RecordRef,
+        reason: Option<&str>,
+        reuse: Option<RecordId>,
+    ) -> Result<OpResult> {
         self.require_admin("delete records")?;
         let (id, affected) = {
             let st = self.db.inner.state.read();
@@ -142,10 +160,13 @@ impl Session {
                 return Err(EngineError::invalid("reason", "longer than 4096 bytes"));
             }
         }
-        let (op_id, lsn) = self.write_op(OpBody::Delete {
-            target: id.to_bytes(),
-            reason: reason.map(str::to_string),
-        })?;
+        let (op_id, lsn) = self.write_op_as(
+            OpBody::Delete {
+                target: id.to_bytes(),
+                reason: reason.map(str::to_string),
+            },
+            reuse,
+        )?;
         self.db.sync_ledger()?;
         // What the deletion covered when it was applied: a derivative
         // written concurrently may have joined the set since it was listed.
@@ -282,13 +303,27 @@ impl Session {
         label: Option<&str>,
         role: Option<&str>,
     ) -> Result<OpResult> {
+        self.revoke_as(principal, label, role, None)
+    }
+
+    /// [`Session::revoke`], re-applying the operation `reuse` (restore).
+    pub(crate) fn revoke_as(
+        &self,
+        principal: Option<&str>,
+        label: Option<&str>,
+        role: Option<&str>,
+        reuse: Option<RecordId>,
+    ) -> Result<OpResult> {
         self.require_admin("revoke access")?;
         check_grant(principal, label, role)?;
-        let (op_id, lsn) = self.write_op(OpBody::Revoke {
-            principal: principal.map(str::to_string),
-            label: label.map(str::to_string),
-            role: role.map(str::to_string),
-        })?;
+        let (op_id, lsn) = self.write_op_as(
+            OpBody::Revoke {
+                principal: principal.map(str::to_string),
+                label: label.map(str::to_string),
+                role: role.map(str::to_string),
+            },
+            reuse,
+        )?;
         self.db.sync_ledger()?;
         Ok(OpResult {
             op_id,
@@ -364,7 +399,11 @@ impl Session {
     }
 }
 
-fn check_grant(principal: Option<&str>, label: Option<&str>, role: Option<&str>) -> Result<()> {
+pub(crate) fn check_grant(
+    principal: Option<&str>,
+    label: Option<&str>,
+    role: Option<&str>,
+) -> Result<()> {
     if label.is_none() && role.is_none() {
         return Err(EngineError::invalid("label", "give a label or a role"));
     }

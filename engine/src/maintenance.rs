@@ -172,9 +172,46 @@ fn render(lines: &[LedgerLine]) -> String {
     text
 }
 
+/// Checks a ledger line that a restore is about to re-apply: its operation
+/// id, tenant and, for a deletion, its target must parse; a revocation must
+/// name a label or role as `revoke` requires.
+fn check_line(l: &LedgerLine) -> Result<()> {
+    let bad = |field: &str, why: &str| {
+        Err(EngineError::invalid(
+            "ledger",
+            format!("entry {}: {field}: {why}", l.op_id),
+        ))
+    };
+    if l.op_id.parse::<RecordId>().is_err() {
+        return bad("op_id", "not an id");
+    }
+    if l.tenant.is_empty() {
+        return bad("tenant", "empty");
+    }
+    match l.op.as_str() {
+        "delete" => {
+            if l.target
+                .as_deref()
+                .and_then(|t| t.parse::<RecordId>().ok())
+                .is_none()
+            {
+                return bad("target", "missing or not an id");
+            }
+            Ok(())
+        }
+        "revoke" => crate::lifecycle::check_grant(
+            l.principal.as_deref(),
+            l.label.as_deref(),
+            l.role.as_deref(),
+        ),
+        other => bad("op", &format!("'{other}' is not delete or revoke")),
+    }
+}
+
 /// Re-applies the deletions and revocations of `lines` that the store's log
-/// does not hold. Idempotent: a deletion already in effect is counted, not
-/// repeated, so an interrupted run can simply run again.
+/// does not hold, each under its original operation id. Idempotent: an
+/// operation already in the log is skipped and a deletion already in effect
+/// is counted, not repeated, so an interrupted run can simply run again.
 fn reapply_ledger(db: &Engram, lines: Vec<LedgerLine>, report: &mut RestoreReport) -> Result<()> {
     let present: BTreeSet<String> = db
         .inner
@@ -189,6 +226,12 @@ fn reapply_ledger(db: &Engram, lines: Vec<LedgerLine>, report: &mut RestoreRepor
         if present.contains(&l.op_id) || !seen.insert(l.op_id.clone()) {
             continue;
         }
+        // Lines were checked before the restore started; one that is not
+        // valid now is skipped rather than blocking every open.
+        let (Ok(()), Ok(op_id)) = (check_line(&l), l.op_id.parse::<RecordId>()) else {
+            report.skipped += 1;
+            continue;
+        };
         let s = db.session(crate::principal::Principal::admin(l.tenant.clone()));
         match l.op.as_str() {
             "delete" => {
@@ -196,7 +239,7 @@ fn reapply_ledger(db: &Engram, lines: Vec<LedgerLine>, report: &mut RestoreRepor
                     continue;
                 };
                 let reason = format!("restore: re-applied {}", l.op_id);
-                match s.delete(&RecordRef::Id(t), Some(&reason)) {
+                match s.delete_as(&RecordRef::Id(t), Some(&reason), Some(op_id)) {
                     Ok(_) => report.deletions_reapplied += 1,
                     Err(EngineError::NotFound { .. }) => report.not_in_backup += 1,
                     Err(EngineError::InvalidState { .. }) => report.already_applied += 1,
@@ -204,14 +247,15 @@ fn reapply_ledger(db: &Engram, lines: Vec<LedgerLine>, report: &mut RestoreRepor
                 }
             }
             "revoke" => {
-                s.revoke(
+                s.revoke_as(
                     l.principal.as_deref(),
                     l.label.as_deref(),
                     l.role.as_deref(),
+                    Some(op_id),
                 )?;
                 report.revocations_reapplied += 1;
             }
-            _ => {}
+            _ => report.skipped += 1,
         }
     }
     Ok(())
@@ -572,6 +616,12 @@ impl Engram {
                 what: manifest.display().to_string(),
                 detail: e.to_string(),
             })?;
+        // Bring the ledger file up to date with the current log (a crash
+        // between a deletion and its ledger line leaves the file behind);
+        // best effort: a store too damaged to open is a reason to restore.
+        if let Ok(db) = Engram::open(dir, opts.clone()) {
+            db.close()?;
+        }
         // The ledger that survives: the store's own, plus any extra one.
         let mut ledger = read_ledger(backend.as_ref(), dir)?;
         if let Some(p) = extra_ledger {
@@ -583,6 +633,9 @@ impl Engram {
                 ));
             }
             ledger.extend(read_ledger(backend.as_ref(), parent)?);
+        }
+        for l in &ledger {
+            check_line(l)?;
         }
         {
             let _lock = lock_dir(opts, dir)?;
@@ -601,18 +654,30 @@ impl Engram {
                 let bytes = read_all(backend.as_ref(), &from)?.unwrap_or_default();
                 write_all_durable(backend.as_ref(), &incoming.join(&e.name), &bytes)?;
             }
-            // The copy must hold everything the backup recorded.
-            let copied = SegmentLog::open(backend.clone(), &incoming, opts.log.clone())
-                .map(|(log, _)| log.last_lsn());
-            let short = match copied {
-                Ok(lsn) if lsn >= taken.last_lsn => None,
-                Ok(lsn) => Some(format!(
-                    "its log ends at LSN {lsn} but backup.json records {}",
+            // The copy must hold the whole log the backup recorded: from
+            // LSN 1 up to the last LSN in backup.json.
+            let checked = SegmentLog::open(backend.clone(), &incoming, opts.log.clone()).and_then(
+                |(log, _)| {
+                    let mut first = None;
+                    log.scan(0, |f| {
+                        first = Some(f.header.lsn);
+                        Ok(std::ops::ControlFlow::Break(()))
+                    })?;
+                    Ok((first, log.last_lsn()))
+                },
+            );
+            let damage = match checked {
+                Ok((_, last)) if last < taken.last_lsn => Some(format!(
+                    "its log ends at LSN {last} but backup.json records {}",
                     taken.last_lsn
                 )),
+                Ok((Some(first), _)) if first != 1 => Some(format!(
+                    "its log starts at LSN {first}: segments are missing"
+                )),
+                Ok(_) => None,
                 Err(e) => Some(format!("its log does not open: {e}")),
             };
-            if let Some(why) = short {
+            if let Some(why) = damage {
                 backend.remove_dir_all(&incoming).map_err(io(&incoming))?;
                 return Err(EngineError::invalid(
                     "backup directory",
@@ -621,9 +686,16 @@ impl Engram {
             }
             // What must be re-applied goes to disk before the log is
             // touched: from here on, an interrupted restore is finished by
-            // the next open.
+            // the next open. A marker left by an earlier interrupted restore
+            // keeps its entries.
             let marker = layout::restore_pending(dir);
-            write_all_durable(backend.as_ref(), &marker, render(&ledger).as_bytes())?;
+            let (earlier, _) = read_ledger_file(backend.as_ref(), &marker)?;
+            let mut pending = earlier;
+            pending.extend(ledger);
+            write_all_durable(backend.as_ref(), &marker, render(&pending).as_bytes())?;
+            if let Some(bytes) = read_all(backend.as_ref(), &src.join("settings.snap"))? {
+                write_all_durable(backend.as_ref(), &dir.join("settings.snap"), &bytes)?;
+            }
             remove_derived(backend.as_ref(), dir)?;
             let old = dir.join("log.old");
             backend.remove_dir_all(&old).map_err(io(&old))?;
@@ -633,9 +705,6 @@ impl Engram {
             backend.rename(&incoming, &log_dir).map_err(io(&incoming))?;
             backend.sync_dir(dir).map_err(io(dir))?;
             backend.remove_dir_all(&old).map_err(io(&old))?;
-            if let Some(bytes) = read_all(backend.as_ref(), &src.join("settings.snap"))? {
-                write_all_durable(backend.as_ref(), &dir.join("settings.snap"), &bytes)?;
-            }
         }
         // Opening finds `restore.pending` and re-applies its entries.
         let (db, opened) = Engram::open_with_report(dir, opts.clone())?;
@@ -815,6 +884,8 @@ pub struct RestoreReport {
     pub already_applied: usize,
     /// Records purged by the final compaction.
     pub purged: usize,
+    /// Ledger entries that could not be re-applied (malformed).
+    pub skipped: usize,
 }
 
 /// What a rebuild did.
