@@ -129,7 +129,8 @@ impl Session {
         self.delete_as(target, reason, None)
     }
 
-    /// [`Session::delete`], re-applying the operation `reuse` (restore).
+    /// [`Session::delete`], re-applying the operation `reuse` (restore; the
+    /// caller then brings the ledger file up to date once).
     pub(crate) fn delete_as(
         &self,
         target: &RecordRef,
@@ -167,7 +168,10 @@ impl Session {
             },
             reuse,
         )?;
-        self.db.sync_ledger()?;
+        // A restore re-applying operations syncs the ledger once at its end.
+        if reuse.is_none() {
+            self.db.sync_ledger()?;
+        }
         // What the deletion covered when it was applied: a derivative
         // written concurrently may have joined the set since it was listed.
         let affected = {
@@ -306,7 +310,8 @@ impl Session {
         self.revoke_as(principal, label, role, None)
     }
 
-    /// [`Session::revoke`], re-applying the operation `reuse` (restore).
+    /// [`Session::revoke`], re-applying the operation `reuse` (restore; the
+    /// caller then brings the ledger file up to date once).
     pub(crate) fn revoke_as(
         &self,
         principal: Option<&str>,
@@ -324,7 +329,10 @@ impl Session {
             },
             reuse,
         )?;
-        self.db.sync_ledger()?;
+        // A restore re-applying operations syncs the ledger once at its end.
+        if reuse.is_none() {
+            self.db.sync_ledger()?;
+        }
         Ok(OpResult {
             op_id,
             lsn,

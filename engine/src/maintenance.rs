@@ -258,6 +258,7 @@ fn reapply_ledger(db: &Engram, lines: Vec<LedgerLine>, report: &mut RestoreRepor
             _ => report.skipped += 1,
         }
     }
+    db.sync_ledger()?;
     Ok(())
 }
 
