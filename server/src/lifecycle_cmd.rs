@@ -508,6 +508,12 @@ pub fn restore(data: &Path, a: DirArgs) -> CliResult {
             r.not_in_backup,
             r.purged
         );
+        if r.skipped > 0 {
+            crate::outln!(
+                "{} malformed ledger entr(y/ies) could not be re-applied",
+                r.skipped
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
