@@ -165,10 +165,12 @@ fn at_every_write(
                 }));
             }
             op(&image);
-            let crashed = captured
-                .lock()
-                .take()
-                .unwrap_or_else(|| panic!("no crash image at write {cut} of {total}"));
+            // Background threads (catalog, checkpoints) make the number of
+            // writes vary a little from run to run: a run that ended before
+            // this cut has nothing to check here.
+            let Some(crashed) = captured.lock().take() else {
+                continue;
+            };
             if grep(&crashed, CANARY).is_empty() {
                 purged += 1;
             } else {
@@ -181,6 +183,11 @@ fn at_every_write(
         }
         cut += step;
     }
+    assert!(
+        unpurged + purged >= 20.min(total as usize),
+        "too few crash points were reached ({} of {total} writes)",
+        unpurged + purged
+    );
     (unpurged, purged)
 }
 
