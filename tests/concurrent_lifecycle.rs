@@ -155,3 +155,47 @@ fn racing_writers_and_readers_leave_a_store_that_verifies_and_rebuilds_identical
     let r = Engram::rebuild(dir.path(), &opts, true).unwrap();
     assert!(r.checked_lines > 0, "{r:?}");
 }
+
+/// `ledger.jsonl` under concurrent deletions and revocations: every
+/// operation gets exactly one whole line.
+#[test]
+fn concurrent_lifecycle_operations_each_get_one_whole_ledger_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Engram::open(dir.path(), Options::default()).unwrap();
+    let notes = db
+        .session(Principal::admin("t"))
+        .append(
+            (0..64)
+                .map(|i| NewRecord::event("note", format!("note {i}")))
+                .collect(),
+        )
+        .unwrap();
+    let notes: Vec<RecordId> = notes.into_iter().map(|r| r.id).collect();
+    std::thread::scope(|sc| {
+        for w in 0..8usize {
+            let (db, notes) = (&db, &notes);
+            sc.spawn(move || {
+                let s = db.session(Principal::admin("t"));
+                for i in 0..24usize {
+                    s.revoke(Some(&format!("p{w}-{i}")), Some("hr"), None)
+                        .unwrap();
+                    if i < 8 {
+                        s.delete(&RecordRef::Id(notes[w * 8 + i]), None).unwrap();
+                    }
+                }
+            });
+        }
+    });
+    db.close().unwrap();
+    let text = std::fs::read_to_string(dir.path().join("ledger.jsonl")).unwrap();
+    let mut ids = BTreeSet::new();
+    for (n, line) in text.lines().enumerate() {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("ledger line {}: {e}: {line}", n + 1));
+        assert!(
+            ids.insert(v["op_id"].as_str().unwrap().to_string()),
+            "duplicate line {line}"
+        );
+    }
+    assert_eq!(ids.len(), 8 * 24 + 64, "one line per operation");
+}

@@ -159,6 +159,9 @@ pub(crate) struct Inner {
     closed: AtomicBool,
     /// Held shared by appends, exclusively by maintenance (compaction, restore).
     pub(crate) maintenance: RwLock<()>,
+    /// Serialises reconciling `ledger.jsonl` with the log: two deletions
+    /// reconciling at once would interleave their appends.
+    pub(crate) ledger_sync: Mutex<()>,
 }
 
 /// An open store. Cheap to clone; all clones share one store.
@@ -372,6 +375,7 @@ impl Engram {
             catalog_thread: Mutex::new(None),
             closed: AtomicBool::new(false),
             maintenance: RwLock::new(()),
+            ledger_sync: Mutex::new(()),
         });
         Self::start_threads(&inner)?;
         let db = Engram { inner };

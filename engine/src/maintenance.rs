@@ -304,6 +304,7 @@ pub(crate) fn reconcile_ledger(backend: &dyn Backend, dir: &Path, st: &State) ->
 impl Engram {
     /// Brings the ledger file up to date with the log.
     pub(crate) fn sync_ledger(&self) -> Result<()> {
+        let _one_at_a_time = self.inner.ledger_sync.lock();
         let st = self.inner.state.read();
         reconcile_ledger(self.inner.backend.as_ref(), &self.inner.dir, &st)?;
         Ok(())
