@@ -218,3 +218,34 @@ fn verify_right_after_a_lifecycle_operation_is_clean() {
     assert!(v.ok(), "{:?}", v.problems);
     db.close().unwrap();
 }
+
+/// A handle kept alive after `close` never touches the store again: the
+/// next handle's writes survive the old one being dropped later.
+#[test]
+fn a_closed_handle_that_lives_on_does_not_write_behind_the_next_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_741_428_861_000);
+    let old = Engram::open(dir.path(), opts(&clock)).unwrap();
+    let s = old.session(Principal::admin("t"));
+    s.append(vec![
+        NewRecord::event("note", "first").with_external_id("a"),
+    ])
+    .unwrap();
+    old.close().unwrap();
+    let new = Engram::open(dir.path(), opts(&clock)).unwrap();
+    new.session(Principal::admin("t"))
+        .append(vec![
+            NewRecord::event("note", "second").with_external_id("b"),
+        ])
+        .unwrap();
+    new.close().unwrap();
+    drop(new);
+    drop(s);
+    drop(old);
+    let db = Engram::open(dir.path(), opts(&clock)).unwrap();
+    let s = db.session(Principal::admin("t"));
+    assert!(s.get(&RecordRef::External("a".into())).is_ok());
+    assert!(s.get(&RecordRef::External("b".into())).is_ok());
+    assert!(db.verify().unwrap().ok());
+    db.close().unwrap();
+}

@@ -4,15 +4,26 @@
 
 mod common;
 use common::*;
+
+/// A data directory, a directory for backups (with the path `b` in it),
+/// and a clock.
+fn dirs() -> (
+    tempfile::TempDir,
+    tempfile::TempDir,
+    std::path::PathBuf,
+    ManualClock,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let backups = tempfile::tempdir().unwrap();
+    let bdir = backups.path().join("b");
+    (dir, backups, bdir, ManualClock::new(T0))
+}
 use engram::retrieval::RecallRequest;
 use engram::{EngineError, Engram, ManualClock, NewRecord, Principal};
 
 #[test]
 fn restore_reapplies_later_deletions_and_revocations() {
-    let dir = tempfile::tempdir().unwrap();
-    let backup = tempfile::tempdir().unwrap();
-    let bdir = backup.path().join("b1");
-    let clock = ManualClock::new(T0);
+    let (dir, _backups, bdir, clock) = dirs();
     let db = open(dir.path(), &clock);
     let s = db.session(Principal::admin("t"));
     s.append(vec![
@@ -96,9 +107,7 @@ fn restore_reapplies_later_deletions_and_revocations() {
 /// than `backup.json` records is refused, and the store is left as it was.
 #[test]
 fn a_partial_or_damaged_backup_is_refused_and_changes_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let backups = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
+    let (dir, backups, _, clock) = dirs();
     let db = open(dir.path(), &clock);
     let s = db.session(Principal::admin("t"));
     for i in 0..20 {
@@ -155,10 +164,7 @@ fn a_partial_or_damaged_backup_is_refused_and_changes_nothing() {
 /// changed).
 #[test]
 fn restore_applies_exactly_the_ledger_of_the_log_it_restores() {
-    let dir = tempfile::tempdir().unwrap();
-    let backups = tempfile::tempdir().unwrap();
-    let bdir = backups.path().join("b");
-    let clock = ManualClock::new(T0);
+    let (dir, backups, bdir, clock) = dirs();
     let db = open(dir.path(), &clock);
     let s = db.session(Principal::admin("t"));
     let some_id = s
@@ -221,5 +227,56 @@ fn restore_applies_exactly_the_ledger_of_the_log_it_restores() {
         Err(EngineError::NotFound { .. })
     ));
     assert!(grep(dir.path(), "lag-canary-q7").is_empty());
+    db.close().unwrap();
+}
+
+/// An operation already in the restored log is not applied again, however a
+/// ledger kept elsewhere spells its id: re-applying a revocation after a
+/// later grant would take the grant back.
+#[test]
+fn a_ledger_entry_already_in_the_backup_is_not_reapplied_whatever_its_spelling() {
+    let (dir, backups, bdir, clock) = dirs();
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![
+        NewRecord::event("note", "restricted")
+            .with_external_id("r")
+            .with_access(&["hr"]),
+    ])
+    .unwrap();
+    s.grant(Some("pat"), Some("hr"), None).unwrap();
+    s.revoke(Some("pat"), Some("hr"), None).unwrap();
+    clock.advance(MINUTE);
+    s.grant(Some("pat"), Some("hr"), None).unwrap();
+    db.backup(&bdir).unwrap();
+    db.close().unwrap();
+    let extra = backups.path().join("extra");
+    std::fs::create_dir_all(&extra).unwrap();
+    let ledger = std::fs::read_to_string(dir.path().join("ledger.jsonl")).unwrap();
+    let lowered: String = ledger
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let id = v["op_id"].as_str().unwrap().to_lowercase();
+            v["op_id"] = serde_json::Value::String(id);
+            format!("{v}\n")
+        })
+        .collect();
+    std::fs::write(extra.join("ledger.jsonl"), lowered).unwrap();
+    let r = Engram::restore(
+        dir.path(),
+        &bdir,
+        &opts(&clock),
+        Some(&extra.join("ledger.jsonl")),
+    )
+    .unwrap();
+    assert_eq!(r.revocations_reapplied, 0, "{r:?}");
+    let db = open(dir.path(), &clock);
+    assert!(
+        db.session(Principal::user("t", "pat"))
+            .get(&ext("r"))
+            .is_ok(),
+        "the later grant was taken back"
+    );
     db.close().unwrap();
 }

@@ -129,8 +129,8 @@ pub enum AppendOutcome {
 }
 
 /// State of the write path shared by concurrent appenders.
-struct WriterState {
-    ids: IdGenerator,
+pub(crate) struct WriterState {
+    pub(crate) ids: IdGenerator,
     last_ingested_at: i64,
     /// (tenant, external id) -> (id, content hash) of batches in flight.
     pending_ext: HashMap<(String, String), (RecordId, [u8; 32])>,
@@ -147,7 +147,7 @@ pub(crate) struct Inner {
     pub(crate) log: SegmentLog,
     pub(crate) catalog: Arc<Catalog>,
     pub(crate) state: Arc<RwLock<State>>,
-    writer: Mutex<WriterState>,
+    pub(crate) writer: Mutex<WriterState>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) opts: Options,
     recovery: RecoveryReport,
@@ -350,6 +350,11 @@ impl Engram {
         if let Some(m) = state.metas.iter().map(|m| m.id).max() {
             ids.observe(m);
         }
+        // Operation ids too: a restore re-applies operations under their
+        // original ids, which may be newer than any record.
+        if let Some(m) = state.ledger.iter().map(|e| e.op_id).max() {
+            ids.observe(m);
+        }
         let last_ingested_at = state.last_ingested_at;
         let inner = Arc::new(Inner {
             dir,
@@ -543,6 +548,9 @@ impl Engram {
         self.inner.closed.store(false, Ordering::Release);
         let r = self.wait_indexed().and_then(|_| self.checkpoint());
         self.inner.closed.store(true, Ordering::Release);
+        // The catalog file is released with the directory: a handle kept
+        // after `close` must never write it behind the next open's back.
+        self.inner.catalog.shutdown();
         // Release the directory: sessions that outlive the store now fail
         // with `Closed`, and another handle may open it.
         drop(self.inner.lock.lock().take());

@@ -62,7 +62,14 @@ impl Session {
     fn write_op_as(&self, op: OpBody, reuse: Option<RecordId>) -> Result<(RecordId, u64)> {
         self.db.check_open()?;
         let (minted, at) = self.db.mint();
-        let id = reuse.unwrap_or(minted);
+        let id = match reuse {
+            Some(r) => {
+                // later ids must stay above it
+                self.db.inner.writer.lock().ids.observe(r);
+                r
+            }
+            None => minted,
+        };
         let stored = StoredOp {
             id: id.to_bytes(),
             tenant: self.principal.tenant().to_string(),

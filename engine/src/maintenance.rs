@@ -213,25 +213,27 @@ fn check_line(l: &LedgerLine) -> Result<()> {
 /// operation already in the log is skipped and a deletion already in effect
 /// is counted, not repeated, so an interrupted run can simply run again.
 fn reapply_ledger(db: &Engram, lines: Vec<LedgerLine>, report: &mut RestoreReport) -> Result<()> {
-    let present: BTreeSet<String> = db
+    // Ids compare as ids, not as text: a ledger kept elsewhere may spell
+    // them differently.
+    let present: BTreeSet<RecordId> = db
         .inner
         .state
         .read()
         .ledger
         .iter()
-        .map(|e| e.op_id.to_string())
+        .map(|e| e.op_id)
         .collect();
     let mut seen = BTreeSet::new();
     for l in lines {
-        if present.contains(&l.op_id) || !seen.insert(l.op_id.clone()) {
-            continue;
-        }
         // Lines were checked before the restore started; one that is not
         // valid now is skipped rather than blocking every open.
         let (Ok(()), Ok(op_id)) = (check_line(&l), l.op_id.parse::<RecordId>()) else {
             report.skipped += 1;
             continue;
         };
+        if present.contains(&op_id) || !seen.insert(op_id) {
+            continue;
+        }
         let s = db.session(crate::principal::Principal::admin(l.tenant.clone()));
         match l.op.as_str() {
             "delete" => {
@@ -621,8 +623,19 @@ impl Engram {
         // Bring the ledger file up to date with the current log (a crash
         // between a deletion and its ledger line leaves the file behind);
         // best effort: a store too damaged to open is a reason to restore.
-        if let Ok(db) = Engram::open(dir, opts.clone()) {
-            db.close()?;
+        let opened = Engram::open(dir, opts.clone()).and_then(|db| db.close());
+        // That open also finishes an earlier restore interrupted after its
+        // swap; if it could not, its entries must not be lost under a new
+        // restore.
+        if backend.exists(&layout::restore_pending(dir)) {
+            let why = opened.err().map(|e| e.to_string()).unwrap_or_default();
+            return Err(EngineError::invalid(
+                "restore",
+                format!(
+                    "an earlier restore of {} is unfinished and opening the store could not finish it ({why}); nothing was changed",
+                    dir.display()
+                ),
+            ));
         }
         // The ledger that survives: the store's own, plus any extra one.
         let mut ledger = read_ledger(backend.as_ref(), dir)?;
@@ -688,13 +701,9 @@ impl Engram {
             }
             // What must be re-applied goes to disk before the log is
             // touched: from here on, an interrupted restore is finished by
-            // the next open. A marker left by an earlier interrupted restore
-            // keeps its entries.
+            // the next open.
             let marker = layout::restore_pending(dir);
-            let (earlier, _) = read_ledger_file(backend.as_ref(), &marker)?;
-            let mut pending = earlier;
-            pending.extend(ledger);
-            write_all_durable(backend.as_ref(), &marker, render(&pending).as_bytes())?;
+            write_all_durable(backend.as_ref(), &marker, render(&ledger).as_bytes())?;
             if let Some(bytes) = read_all(backend.as_ref(), &src.join("settings.snap"))? {
                 write_all_durable(backend.as_ref(), &dir.join("settings.snap"), &bytes)?;
             }

@@ -77,7 +77,9 @@ pub enum CatalogOp {
 
 /// The catalog.
 pub struct Catalog {
-    db: Database,
+    /// `None` once shut down: the file is then released for good, even if
+    /// handles to this catalog outlive the store that owned it.
+    db: parking_lot::RwLock<Option<Database>>,
     path: PathBuf,
 }
 
@@ -117,11 +119,7 @@ impl Catalog {
             .open(path, OpenMode::Create)
             .map_err(|e| StorageError::io(path, e))?;
         let db = Database::builder().create_with_backend(RedbFile(file))?;
-        let cat = Catalog {
-            db,
-            path: path.to_path_buf(),
-        };
-        let mut tx = cat.db.begin_write()?;
+        let mut tx = db.begin_write()?;
         tx.set_durability(Durability::Immediate)
             .map_err(|e| StorageError::Catalog(e.to_string()))?;
         {
@@ -145,7 +143,23 @@ impl Catalog {
             tx.open_table(SUPERSEDES)?;
         }
         tx.commit()?;
-        Ok(cat)
+        Ok(Catalog {
+            db: parking_lot::RwLock::new(Some(db)),
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The open database, or `Closed` after [`Catalog::shutdown`].
+    fn db(&self) -> StorageResult<parking_lot::MappedRwLockReadGuard<'_, Database>> {
+        parking_lot::RwLockReadGuard::try_map(self.db.read(), Option::as_ref)
+            .map_err(|_| StorageError::Closed)
+    }
+
+    /// Closes the database file now (later calls fail with `Closed`), so
+    /// that the next open of the store is the only writer of the file even
+    /// while handles to this store are still alive.
+    pub fn shutdown(&self) {
+        drop(self.db.write().take());
     }
 
     /// The file path.
@@ -157,7 +171,7 @@ impl Catalog {
     /// the commit is not fsynced (a later durable commit or a replay after a
     /// crash covers it).
     pub fn apply(&self, ops: &[CatalogOp], applied_lsn: Lsn, durable: bool) -> StorageResult<()> {
-        let mut tx = self.db.begin_write()?;
+        let mut tx = self.db()?.begin_write()?;
         tx.set_durability(if durable {
             Durability::Immediate
         } else {
@@ -220,14 +234,14 @@ impl Catalog {
 
     /// The last LSN reflected in the catalog (0 if none).
     pub fn applied_lsn(&self) -> StorageResult<Lsn> {
-        let tx = self.db.begin_read()?;
+        let tx = self.db()?.begin_read()?;
         let meta = tx.open_table(META)?;
         Ok(meta.get("applied_lsn")?.map(|v| v.value()).unwrap_or(0))
     }
 
     /// Where record `id` is stored.
     pub fn location(&self, id: &IdBytes) -> StorageResult<Option<FrameLoc>> {
-        let tx = self.db.begin_read()?;
+        let tx = self.db()?.begin_read()?;
         let t = tx.open_table(RECORDS)?;
         Ok(t.get(id)?.map(|v| {
             let (segment, offset, lsn) = v.value();
@@ -245,21 +259,21 @@ impl Catalog {
         tenant: &str,
         external_id: &str,
     ) -> StorageResult<Option<IdBytes>> {
-        let tx = self.db.begin_read()?;
+        let tx = self.db()?.begin_read()?;
         let t = tx.open_table(EXTERNAL_IDS)?;
         Ok(t.get((tenant, external_id))?.map(|v| v.value()))
     }
 
     /// The record that corrects `id`, if any.
     pub fn superseded_by(&self, id: &IdBytes) -> StorageResult<Option<IdBytes>> {
-        let tx = self.db.begin_read()?;
+        let tx = self.db()?.begin_read()?;
         let t = tx.open_table(SUPERSEDED_BY)?;
         Ok(t.get(id)?.map(|v| v.value()))
     }
 
     /// The record `id` corrects, if any.
     pub fn supersedes(&self, id: &IdBytes) -> StorageResult<Option<IdBytes>> {
-        let tx = self.db.begin_read()?;
+        let tx = self.db()?.begin_read()?;
         let t = tx.open_table(SUPERSEDES)?;
         Ok(t.get(id)?.map(|v| v.value()))
     }
@@ -272,7 +286,7 @@ impl Catalog {
         after: Option<IdBytes>,
         limit: usize,
     ) -> StorageResult<Vec<IdBytes>> {
-        let tx = self.db.begin_read()?;
+        let tx = self.db()?.begin_read()?;
         let t = tx.open_table(TENANT_RECORDS)?;
         let start = after.unwrap_or([0u8; 16]);
         let mut out = Vec::new();
@@ -292,7 +306,7 @@ impl Catalog {
 
     /// Every (tenant, id, location) in the catalog, for verification.
     pub fn all_records(&self) -> StorageResult<Vec<(String, IdBytes, FrameLoc)>> {
-        let tx = self.db.begin_read()?;
+        let tx = self.db()?.begin_read()?;
         let tr = tx.open_table(TENANT_RECORDS)?;
         let rec = tx.open_table(RECORDS)?;
         let mut out = Vec::new();
@@ -317,7 +331,7 @@ impl Catalog {
 
     /// Number of records with a location.
     pub fn n_records(&self) -> StorageResult<u64> {
-        let tx = self.db.begin_read()?;
+        let tx = self.db()?.begin_read()?;
         let t = tx.open_table(RECORDS)?;
         Ok(t.len()?)
     }
