@@ -59,6 +59,30 @@ fn the_demo_runs_and_leaves_a_sound_store() {
         assert!(h["id"].is_string() && h.get("external_id").is_some(), "{h}");
     }
 
+    // Backup and restore through the binary leave a store that verifies.
+    let b = tmp.path().join("backup");
+    let bk = engram(&["--data", d, "backup", b.to_str().unwrap()]);
+    assert!(bk.status.success(), "backup failed:\n{}", text(&bk));
+    let rs = engram(&["--data", d, "restore", b.to_str().unwrap()]);
+    assert!(rs.status.success(), "restore failed:\n{}", text(&rs));
+    let v = engram(&["--data", d, "verify"]);
+    assert!(
+        v.status.success(),
+        "verify after restore failed:\n{}",
+        text(&v)
+    );
+    let again = engram(&[
+        "--data",
+        d,
+        "recall",
+        "--tenant",
+        "acme-ops",
+        "--text",
+        "checkout latency",
+        "--json",
+    ]);
+    assert!(again.status.success(), "{}", text(&again));
+
     // A second demo into the same, now non-empty, directory is refused.
     let again = engram(&["demo", "--dir", d]);
     assert!(!again.status.success());
