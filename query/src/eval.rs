@@ -93,23 +93,7 @@ fn one(o: &Map<String, Value>, keys: &[&str]) -> Result<Option<String>, (String,
 
 /// Parses one case.
 pub fn parse_case(text: &str, line: usize) -> Result<EvalCase, LineError> {
-    let wrap = |(field, reason): (String, String)| LineError {
-        line,
-        field,
-        reason,
-    };
-    let v: Value = serde_json::from_str(text).map_err(|e| LineError {
-        line,
-        field: "-".into(),
-        reason: format!("not valid JSON: {e}"),
-    })?;
-    let Value::Object(o) = v else {
-        return Err(LineError {
-            line,
-            field: "-".into(),
-            reason: "expected a JSON object".into(),
-        });
-    };
+    let o = crate::ingest::json_object(text, line)?;
     (|| {
         let case_id = match o.get("case_id") {
             Some(Value::String(s)) => s.clone(),
@@ -175,7 +159,7 @@ pub fn parse_case(text: &str, line: usize) -> Result<EvalCase, LineError> {
             k_from_case: k.is_some(),
         })
     })()
-    .map_err(wrap)
+    .map_err(crate::ingest::at_line(line))
 }
 
 /// Parses a JSONL file of cases.

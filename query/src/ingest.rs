@@ -206,27 +206,49 @@ fn embedding(v: &Value, field: &str) -> FieldResult<Embedding> {
     Ok(Embedding { model, vector })
 }
 
-/// Parses one line. `default_tenant` is the command line's `--tenant`.
-pub fn parse_line(text: &str, line: usize) -> Result<IngestLine, LineError> {
-    let wrap = |(field, reason): (String, String)| LineError {
+/// The JSON object on line `line` (shared by every JSONL form).
+pub(crate) fn json_object(text: &str, line: usize) -> Result<Map<String, Value>, LineError> {
+    let whole = |reason: String| LineError {
+        line,
+        field: "-".into(),
+        reason,
+    };
+    match serde_json::from_str(text) {
+        Ok(Value::Object(o)) => Ok(o),
+        Ok(v) => Err(whole(format!(
+            "expected a JSON object, found {}",
+            kind_of(&v)
+        ))),
+        Err(e) => Err(whole(format!("not valid JSON: {e}"))),
+    }
+}
+
+/// A field error `(field, reason)` placed on line `line`.
+pub(crate) fn at_line(line: usize) -> impl Fn((String, String)) -> LineError {
+    move |(field, reason)| LineError {
         line,
         field,
         reason,
-    };
-    let v: Value = serde_json::from_str(text).map_err(|e| LineError {
-        line,
-        field: "-".into(),
-        reason: format!("not valid JSON: {e}"),
-    })?;
-    let Value::Object(o) = v else {
-        return Err(LineError {
-            line,
-            field: "-".into(),
-            reason: format!("expected a JSON object, found {}", kind_of(&v)),
-        });
-    };
+    }
+}
+
+/// Refuses any key of `o` not in `fields` (a misspelt field would
+/// otherwise be silently lost).
+pub(crate) fn known_fields(o: &Map<String, Value>, fields: &[&str]) -> FieldResult<()> {
+    match o.keys().find(|k| !fields.contains(&k.as_str())) {
+        Some(k) => err(
+            k,
+            format!("unknown field; known fields: {}", fields.join(", ")),
+        ),
+        None => Ok(()),
+    }
+}
+
+/// Parses one line. `default_tenant` is the command line's `--tenant`.
+pub fn parse_line(text: &str, line: usize) -> Result<IngestLine, LineError> {
+    let o = json_object(text, line)?;
     parse_object(&o)
-        .map_err(wrap)
+        .map_err(at_line(line))
         .map(|(tenant, record)| IngestLine {
             line,
             tenant,
@@ -235,14 +257,7 @@ pub fn parse_line(text: &str, line: usize) -> Result<IngestLine, LineError> {
 }
 
 fn parse_object(o: &Map<String, Value>) -> FieldResult<(Option<String>, NewRecord)> {
-    for k in o.keys() {
-        if !FIELDS.contains(&k.as_str()) {
-            return err(
-                k,
-                format!("unknown field; known fields: {}", FIELDS.join(", ")),
-            );
-        }
-    }
+    known_fields(o, FIELDS)?;
     let rtype = match opt_str(o, "record")? {
         None => RecordType::Event,
         Some(s) => RecordType::parse(&s).ok_or_else(|| {

@@ -175,32 +175,16 @@ pub fn record_types(names: &[String]) -> Result<Vec<RecordType>, (String, String
 
 /// Parses one request line.
 pub fn parse_recall_line(text: &str, line: usize) -> Result<RecallLine, LineError> {
-    let err = |(field, reason): (String, String)| LineError {
-        line,
-        field,
-        reason,
-    };
-    let v: Value = serde_json::from_str(text).map_err(|e| LineError {
-        line,
-        field: "-".into(),
-        reason: format!("not valid JSON: {e}"),
-    })?;
-    let Value::Object(o) = v else {
-        return Err(LineError {
-            line,
-            field: "-".into(),
-            reason: "expected a JSON object".into(),
-        });
-    };
-    parse_object(&o)
-        .map_err(err)
-        .map(|(tenant, principal, query_id, request)| RecallLine {
+    let o = crate::ingest::json_object(text, line)?;
+    parse_object(&o).map_err(crate::ingest::at_line(line)).map(
+        |(tenant, principal, query_id, request)| RecallLine {
             line,
             tenant,
             principal,
             query_id,
             request,
-        })
+        },
+    )
 }
 
 type Parsed = (
@@ -211,14 +195,7 @@ type Parsed = (
 );
 
 fn parse_object(o: &Map<String, Value>) -> R<Parsed> {
-    for k in o.keys() {
-        if !FIELDS.contains(&k.as_str()) {
-            return Err((
-                k.clone(),
-                format!("unknown field; known fields: {}", FIELDS.join(", ")),
-            ));
-        }
-    }
+    crate::ingest::known_fields(o, FIELDS)?;
     let vector = match o.get("vector") {
         None | Some(Value::Null) => None,
         Some(v) => Some(parse_vector(v, "vector")?),
