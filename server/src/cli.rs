@@ -77,7 +77,7 @@ pub enum Command {
     /// Assemble the working memory for one model call (procedural, semantic, episodic, recent).
     Context(crate::lifecycle_cmd::ContextArgs),
     /// Lineage of a record: its sources (upstream) and everything built on it (downstream).
-    Trace(crate::lifecycle_cmd::Target),
+    Trace(IdArgs),
     /// The review queue: list, approve, reject.
     #[command(subcommand)]
     Review(crate::lifecycle_cmd::ReviewCommand),

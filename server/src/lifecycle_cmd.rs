@@ -12,7 +12,9 @@ use engram_engine::trace::render_trace;
 use engram_engine::{Engram, RecordRef};
 use serde::Serialize;
 
-use crate::cli::{CliError, CliResult, open_store, resolve_cli_id, session_for, store_options};
+use crate::cli::{
+    CliError, CliResult, IdArgs, open_store, resolve_cli_id, session_for, store_options,
+};
 use crate::output::record_block;
 
 fn json<T: Serialize>(v: &T) -> Result<(), CliError> {
@@ -21,22 +23,6 @@ fn json<T: Serialize>(v: &T) -> Result<(), CliError> {
         serde_json::to_string_pretty(v).map_err(|e| CliError(e.to_string()))?
     );
     Ok(())
-}
-
-/// An ID argument with its tenant and principal.
-#[derive(Args, Debug)]
-pub struct Target {
-    /// Internal id, or external id with --tenant.
-    pub id: String,
-    /// Tenant (needed for external ids).
-    #[arg(long)]
-    pub tenant: Option<String>,
-    /// Act as this principal instead of the tenant admin.
-    #[arg(long)]
-    pub principal: Option<String>,
-    /// Machine-readable output.
-    #[arg(long)]
-    pub json: bool,
 }
 
 /// `engram review`.
@@ -54,7 +40,7 @@ pub enum ReviewCommand {
     /// Approve a candidate (needs the reviewer role; the admin has it).
     Approve {
         #[command(flatten)]
-        target: Target,
+        target: IdArgs,
         /// Reviewer's note.
         #[arg(long)]
         note: Option<String>,
@@ -62,7 +48,7 @@ pub enum ReviewCommand {
     /// Reject a candidate.
     Reject {
         #[command(flatten)]
-        target: Target,
+        target: IdArgs,
         /// Reviewer's note.
         #[arg(long)]
         note: Option<String>,
@@ -73,7 +59,7 @@ pub enum ReviewCommand {
 #[derive(Args, Debug)]
 pub struct ExpireArgs {
     #[command(flatten)]
-    target: Target,
+    target: IdArgs,
     /// End of validity (RFC 3339): after it the record is historical.
     #[arg(long)]
     at: String,
@@ -83,7 +69,7 @@ pub struct ExpireArgs {
 #[derive(Args, Debug)]
 pub struct CorrectArgs {
     #[command(flatten)]
-    target: Target,
+    target: IdArgs,
     /// A JSON file holding the corrected record (ingest format, one object).
     file: PathBuf,
 }
@@ -92,7 +78,7 @@ pub struct CorrectArgs {
 #[derive(Args, Debug)]
 pub struct DeleteArgs {
     #[command(flatten)]
-    target: Target,
+    target: IdArgs,
     /// Why (recorded in the ledger).
     #[arg(long)]
     reason: Option<String>,
@@ -222,7 +208,7 @@ fn review_inner(db: &Engram, cmd: ReviewCommand) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
-fn decide(db: &Engram, t: Target, note: Option<String>, approve: bool) -> Result<(), CliError> {
+fn decide(db: &Engram, t: IdArgs, note: Option<String>, approve: bool) -> Result<(), CliError> {
     let (tenant, r) = resolve_cli_id(db, &t.id, t.tenant.as_deref())?;
     let s = session_for(db, &tenant, t.principal.as_deref());
     let res = if approve {
@@ -245,7 +231,7 @@ fn decide(db: &Engram, t: Target, note: Option<String>, approve: bool) -> Result
 }
 
 /// `engram trace`.
-pub fn trace(data: &Path, t: Target) -> CliResult {
+pub fn trace(data: &Path, t: IdArgs) -> CliResult {
     let db = open_store(data)?;
     let r = (|| -> CliResult {
         let (tenant, r) = resolve_cli_id(&db, &t.id, t.tenant.as_deref())?;
