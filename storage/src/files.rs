@@ -70,25 +70,7 @@ pub fn write_snapshot(
     h[32..36].copy_from_slice(&crc32c::crc32c(body).to_le_bytes());
     let hcrc = crc32c::crc32c(&h[..44]);
     h[44..48].copy_from_slice(&hcrc.to_le_bytes());
-    let tmp = tmp_path(path);
-    let f = backend
-        .open(&tmp, OpenMode::Truncate)
-        .map_err(|e| StorageError::io(&tmp, e))?;
-    f.write_all_at(&h, 0)
-        .map_err(|e| StorageError::io(&tmp, e))?;
-    f.write_all_at(body, SNAPSHOT_HEADER_BYTES as u64)
-        .map_err(|e| StorageError::io(&tmp, e))?;
-    f.sync_data().map_err(|e| StorageError::io(&tmp, e))?;
-    drop(f);
-    backend
-        .rename(&tmp, path)
-        .map_err(|e| StorageError::io(path, e))?;
-    if let Some(dir) = path.parent() {
-        backend
-            .sync_dir(dir)
-            .map_err(|e| StorageError::io(dir, e))?;
-    }
-    Ok(())
+    write_parts_durable(backend, path, &[&h, body])
 }
 
 fn tmp_path(path: &Path) -> PathBuf {
@@ -190,12 +172,21 @@ pub fn read_all(backend: &dyn Backend, path: &Path) -> StorageResult<Option<Vec<
 
 /// Writes a whole file durably (temporary file, fsync, rename, dir fsync).
 pub fn write_all_durable(backend: &dyn Backend, path: &Path, bytes: &[u8]) -> StorageResult<()> {
+    write_parts_durable(backend, path, &[bytes])
+}
+
+/// [`write_all_durable`] of the concatenation of `parts`, without building it.
+fn write_parts_durable(backend: &dyn Backend, path: &Path, parts: &[&[u8]]) -> StorageResult<()> {
     let tmp = tmp_path(path);
     let f = backend
         .open(&tmp, OpenMode::Truncate)
         .map_err(|e| StorageError::io(&tmp, e))?;
-    f.write_all_at(bytes, 0)
-        .map_err(|e| StorageError::io(&tmp, e))?;
+    let mut at = 0u64;
+    for p in parts {
+        f.write_all_at(p, at)
+            .map_err(|e| StorageError::io(&tmp, e))?;
+        at += p.len() as u64;
+    }
     f.sync_data().map_err(|e| StorageError::io(&tmp, e))?;
     drop(f);
     backend
