@@ -145,7 +145,7 @@ impl Session {
         reuse: Option<RecordId>,
     ) -> Result<OpResult> {
         self.require_admin("delete records")?;
-        let (id, affected) = {
+        let id = {
             let st = self.db.inner.state.read();
             let idx = self.resolve_in(&st, target)?;
             let m = st.meta(idx);
@@ -156,12 +156,7 @@ impl Session {
                     reason: "it is already deleted".into(),
                 });
             }
-            let affected: Vec<RecordId> = st
-                .deletion_set(idx)
-                .into_iter()
-                .map(|i| st.meta(i).id)
-                .collect();
-            (m.id, affected)
+            m.id
         };
         if let Some(r) = reason {
             if r.len() > 4096 {
@@ -179,19 +174,19 @@ impl Session {
         if reuse.is_none() {
             self.db.sync_ledger()?;
         }
-        // What the deletion covered when it was applied: a derivative
-        // written concurrently may have joined the set since it was listed.
+        // What the deletion covered when it was applied (listed after, not
+        // before: a derivative written concurrently may have joined it).
         let affected = {
             let st = self.db.inner.state.read();
-            match st.idx(id) {
-                Some(i) => st
-                    .deletion_set(i)
-                    .into_iter()
-                    .filter(|&v| st.meta(v).status == Status::Deleted)
-                    .map(|v| st.meta(v).id)
-                    .collect(),
-                None => affected,
-            }
+            st.idx(id)
+                .map(|i| {
+                    st.deletion_set(i)
+                        .into_iter()
+                        .filter(|&v| st.meta(v).status == Status::Deleted)
+                        .map(|v| st.meta(v).id)
+                        .collect()
+                })
+                .unwrap_or_default()
         };
         Ok(OpResult {
             op_id,

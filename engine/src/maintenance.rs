@@ -174,19 +174,17 @@ fn render(lines: &[LedgerLine]) -> String {
 
 /// Checks a ledger line that a restore is about to re-apply: its operation
 /// id, tenant and, for a deletion, its target must parse; a revocation must
-/// name a label or role as `revoke` requires.
-fn check_line(l: &LedgerLine) -> Result<()> {
+/// name a label or role as `revoke` requires. Returns the operation id.
+fn check_line(l: &LedgerLine) -> Result<RecordId> {
     let bad = |field: &str, why: &str| {
-        Err(EngineError::invalid(
-            "ledger",
-            format!("entry {}: {field}: {why}", l.op_id),
-        ))
+        EngineError::invalid("ledger", format!("entry {}: {field}: {why}", l.op_id))
     };
-    if l.op_id.parse::<RecordId>().is_err() {
-        return bad("op_id", "not an id");
-    }
+    let op_id = l
+        .op_id
+        .parse::<RecordId>()
+        .map_err(|_| bad("op_id", "not an id"))?;
     if l.tenant.is_empty() {
-        return bad("tenant", "empty");
+        return Err(bad("tenant", "empty"));
     }
     match l.op.as_str() {
         "delete" => {
@@ -195,17 +193,17 @@ fn check_line(l: &LedgerLine) -> Result<()> {
                 .and_then(|t| t.parse::<RecordId>().ok())
                 .is_none()
             {
-                return bad("target", "missing or not an id");
+                return Err(bad("target", "missing or not an id"));
             }
-            Ok(())
         }
         "revoke" => crate::lifecycle::check_grant(
             l.principal.as_deref(),
             l.label.as_deref(),
             l.role.as_deref(),
-        ),
-        other => bad("op", &format!("'{other}' is not delete or revoke")),
+        )?,
+        other => return Err(bad("op", &format!("'{other}' is not delete or revoke"))),
     }
+    Ok(op_id)
 }
 
 /// Re-applies the deletions and revocations of `lines` that the store's log
@@ -227,7 +225,7 @@ fn reapply_ledger(db: &Engram, lines: Vec<LedgerLine>, report: &mut RestoreRepor
     for l in lines {
         // Lines were checked before the restore started; one that is not
         // valid now is skipped rather than blocking every open.
-        let (Ok(()), Ok(op_id)) = (check_line(&l), l.op_id.parse::<RecordId>()) else {
+        let Ok(op_id) = check_line(&l) else {
             report.skipped += 1;
             continue;
         };
