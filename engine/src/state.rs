@@ -462,14 +462,9 @@ impl State {
         out
     }
 
-    /// Marks every current record derived from `idx` stale, except `keep`:
-    /// a correction that lists the version it corrects (or something
-    /// derived from it) among its sources is itself current, not stale.
-    fn mark_dependents_stale(&mut self, idx: Idx, at: i64, keep: Option<Idx>) {
+    /// Marks every current record derived from `idx` stale.
+    fn mark_dependents_stale(&mut self, idx: Idx, at: i64) {
         for d in self.derivatives(idx) {
-            if Some(d) == keep {
-                continue;
-            }
             let st = self.metas[d as usize].status;
             if matches!(st, Status::Active | Status::Approved | Status::Candidate) {
                 self.set_status(d, Status::Stale, at);
@@ -635,6 +630,14 @@ impl State {
             .iter()
             .chain(supersedes.as_ref())
             .any(|&s| self.metas[s as usize].status == Status::Deleted);
+        // correction, before this record joins the lineage: what was
+        // derived from the old version goes stale, never the correction
+        // itself, even when it cites the old version among its sources
+        if let Some(old) = supersedes {
+            self.metas[old as usize].superseded_by = Some(idx);
+            self.set_status(old, Status::Superseded, ingested_at);
+            self.mark_dependents_stale(old, ingested_at);
+        }
         // lineage
         if !sources.is_empty() {
             for &s in &sources {
@@ -664,12 +667,6 @@ impl State {
             if let Some(s) = subject {
                 self.about.entry(s).or_default().push(idx);
             }
-        }
-        // correction
-        if let Some(old) = supersedes {
-            self.metas[old as usize].superseded_by = Some(idx);
-            self.set_status(old, Status::Superseded, ingested_at);
-            self.mark_dependents_stale(old, ingested_at, Some(idx));
         }
         if born_deleted {
             self.set_status(idx, Status::Deleted, ingested_at);
@@ -824,7 +821,7 @@ impl State {
                 if let Some(i) = target_idx(self, target) {
                     if self.metas[i as usize].status != Status::Deleted {
                         self.set_status(i, Status::Retracted, at);
-                        self.mark_dependents_stale(i, at, None);
+                        self.mark_dependents_stale(i, at);
                     }
                 }
             }
