@@ -130,6 +130,19 @@ impl Engram {
         Ok(s)
     }
 
+    /// Every catalog entry, by record id: (tenant, location).
+    pub(crate) fn catalog_by_id(
+        &self,
+    ) -> Result<HashMap<[u8; 16], (String, engram_storage::FrameLoc)>> {
+        Ok(self
+            .inner
+            .catalog
+            .all_records()?
+            .into_iter()
+            .map(|(t, id, loc)| (id, (t, loc)))
+            .collect())
+    }
+
     /// Checks every frame's checksums and the catalog against the log.
     pub fn verify(&self) -> Result<VerifyReport> {
         self.flush_catalog()?;
@@ -143,13 +156,7 @@ impl Engram {
             ));
         }
         let st = self.inner.state.read();
-        let mut in_catalog: HashMap<[u8; 16], (String, engram_storage::FrameLoc)> = self
-            .inner
-            .catalog
-            .all_records()?
-            .into_iter()
-            .map(|(t, id, loc)| (id, (t, loc)))
-            .collect();
+        let mut in_catalog = self.catalog_by_id()?;
         let cat_lsn = self.inner.catalog.applied_lsn()?;
         if cat_lsn < st.applied_lsn {
             report.problems.push(format!(

@@ -730,13 +730,7 @@ impl Engram {
         self.flush_catalog()?;
         let st = self.inner.state.read();
         let mut out = Vec::new();
-        let catalog: BTreeMap<[u8; 16], (String, engram_storage::FrameLoc)> = self
-            .inner
-            .catalog
-            .all_records()?
-            .into_iter()
-            .map(|(t, id, loc)| (id, (t, loc)))
-            .collect();
+        let catalog = self.catalog_by_id()?;
         for (i, m) in st.metas.iter().enumerate() {
             let i = i as u32;
             let sources: Vec<String> = st
