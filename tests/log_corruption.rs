@@ -12,6 +12,11 @@ use engram_storage::frame::FrameType;
 use engram_storage::log::{LogOptions, PendingFrame, RecoveryReport, TruncationReason};
 use engram_storage::{Backend, FsBackend, SegmentLog, StorageError};
 
+/// The segment file, open for reading and writing in place.
+fn open_rw(seg: &std::path::Path) -> std::fs::File {
+    OpenOptions::new().read(true).write(true).open(seg).unwrap()
+}
+
 fn frame(i: u32) -> PendingFrame {
     PendingFrame {
         frame_type: FrameType(1),
@@ -83,11 +88,7 @@ fn truncated_tail_is_cut_at_the_last_whole_frame() {
 fn flipped_bits_in_the_last_frame_drop_only_that_frame() {
     let d = tempfile::tempdir().unwrap();
     let (seg, ends) = make_log(d.path());
-    let mut f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&seg)
-        .unwrap();
+    let mut f = open_rw(&seg);
     f.seek(SeekFrom::Start(ends[8] + 40)).unwrap();
     f.write_all(&[0xFF, 0x00, 0xAA]).unwrap();
     drop(f);
@@ -137,11 +138,7 @@ fn zero_filled_tail_is_reported_as_preallocated_space_and_kept() {
 fn a_torn_frame_inside_preallocated_zeros_is_cut() {
     let d = tempfile::tempdir().unwrap();
     let (seg, ends) = make_log(d.path());
-    let mut f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&seg)
-        .unwrap();
+    let mut f = open_rw(&seg);
     f.set_len(ends[9] + 4096).unwrap();
     f.seek(SeekFrom::Start(ends[9])).unwrap();
     f.write_all(b"EGRM\x20\x00\x00\x00half a header").unwrap();
@@ -157,11 +154,7 @@ fn damage_inside_durable_data_is_refused_not_truncated() {
     let d = tempfile::tempdir().unwrap();
     let (seg, ends) = make_log(d.path());
     let len_before = std::fs::metadata(&seg).unwrap().len();
-    let mut f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&seg)
-        .unwrap();
+    let mut f = open_rw(&seg);
     f.seek(SeekFrom::Start(ends[3] + 45)).unwrap();
     f.write_all(b"XX").unwrap();
     drop(f);
