@@ -12,6 +12,27 @@ fn engram(args: &[&str]) -> Output {
         .expect("the engram binary runs")
 }
 
+/// Runs `engram args` and insists it succeeds.
+fn engram_ok(args: &[&str]) -> Output {
+    let o = engram(args);
+    assert!(o.status.success(), "engram {args:?} failed:\n{}", text(&o));
+    o
+}
+
+/// The recall the demo's closing hint suggests, as JSON.
+fn suggested_recall(d: &str) -> Output {
+    engram_ok(&[
+        "--data",
+        d,
+        "recall",
+        "--tenant",
+        "acme-ops",
+        "--text",
+        "checkout latency",
+        "--json",
+    ])
+}
+
 fn text(o: &Output) -> String {
     format!(
         "{}{}",
@@ -25,9 +46,7 @@ fn the_demo_runs_and_leaves_a_sound_store() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("demo-store");
     let d = dir.to_str().unwrap();
-    let o = engram(&["demo", "--dir", d]);
-    assert!(o.status.success(), "demo failed:\n{}", text(&o));
-    let out = text(&o);
+    let out = text(&engram_ok(&["demo", "--dir", d]));
     for section in [
         "1. Ingest",
         "6. Working memory",
@@ -38,20 +57,8 @@ fn the_demo_runs_and_leaves_a_sound_store() {
     }
     assert!(out.contains(&format!("engram --data {d} recall")), "{out}");
 
-    let v = engram(&["--data", d, "verify"]);
-    assert!(v.status.success(), "verify failed:\n{}", text(&v));
-
-    let r = engram(&[
-        "--data",
-        d,
-        "recall",
-        "--tenant",
-        "acme-ops",
-        "--text",
-        "checkout latency",
-        "--json",
-    ]);
-    assert!(r.status.success(), "recall failed:\n{}", text(&r));
+    engram_ok(&["--data", d, "verify"]);
+    let r = suggested_recall(d);
     let json: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
     let hits = json["hits"].as_array().expect("hits");
     assert!(!hits.is_empty(), "the suggested recall finds nothing");
@@ -61,27 +68,10 @@ fn the_demo_runs_and_leaves_a_sound_store() {
 
     // Backup and restore through the binary leave a store that verifies.
     let b = tmp.path().join("backup");
-    let bk = engram(&["--data", d, "backup", b.to_str().unwrap()]);
-    assert!(bk.status.success(), "backup failed:\n{}", text(&bk));
-    let rs = engram(&["--data", d, "restore", b.to_str().unwrap()]);
-    assert!(rs.status.success(), "restore failed:\n{}", text(&rs));
-    let v = engram(&["--data", d, "verify"]);
-    assert!(
-        v.status.success(),
-        "verify after restore failed:\n{}",
-        text(&v)
-    );
-    let again = engram(&[
-        "--data",
-        d,
-        "recall",
-        "--tenant",
-        "acme-ops",
-        "--text",
-        "checkout latency",
-        "--json",
-    ]);
-    assert!(again.status.success(), "{}", text(&again));
+    engram_ok(&["--data", d, "backup", b.to_str().unwrap()]);
+    engram_ok(&["--data", d, "restore", b.to_str().unwrap()]);
+    engram_ok(&["--data", d, "verify"]);
+    suggested_recall(d);
 
     // A second demo into the same, now non-empty, directory is refused.
     let again = engram(&["demo", "--dir", d]);
