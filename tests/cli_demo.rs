@@ -82,7 +82,8 @@ fn the_demo_runs_and_leaves_a_sound_store() {
 #[test]
 fn bad_input_names_what_is_wrong() {
     let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path().to_str().unwrap();
+    let store = tmp.path().join("store");
+    let d = store.to_str().unwrap();
     let file = tmp.path().join("bad.jsonl");
     std::fs::write(
         &file,
@@ -93,6 +94,11 @@ fn bad_input_names_what_is_wrong() {
     assert!(!o.status.success());
     let msg = text(&o);
     assert!(msg.contains("line 2") && msg.contains("text"), "{msg}");
+    // a file rejected whole does not even create the store
+    assert!(!store.exists(), "a rejected ingest created {d}");
+    engram_ok(&["--data", d, "init"]);
+    let o = engram(&["--data", d, "ingest", file.to_str().unwrap()]);
+    assert!(!o.status.success());
     // the whole batch was rejected: nothing stored
     let s = engram(&["--data", d, "stats", "--json"]);
     assert!(s.status.success(), "{}", text(&s));

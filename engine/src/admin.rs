@@ -221,6 +221,8 @@ impl Engram {
     pub fn rebuild_catalog(dir: impl AsRef<Path>, opts: &Options) -> Result<u64> {
         let dir = dir.as_ref();
         let backend = opts.backend.clone();
+        crate::store_dir::prepare(backend.as_ref(), dir, false, true)?;
+        crate::maintenance::check_opens(dir, opts)?;
         let lock_path = layout::lock(dir);
         let _lock = backend
             .try_lock(&lock_path)

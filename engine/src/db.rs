@@ -28,7 +28,9 @@ use std::time::{Duration, Instant};
 use engram_storage::backend::LockGuard;
 use engram_storage::catalog::CatalogOp;
 use engram_storage::files::{read_snapshot, write_snapshot};
-use engram_storage::log::{CommittedFrame, LogOptions, PendingFrame, RecoveryReport};
+use engram_storage::log::{
+    CommittedFrame, LogOptions, PendingFrame, RecoveryOptions, RecoveryReport,
+};
 use engram_storage::{Backend, Catalog, FrameLoc, FsBackend, SegmentLog, StorageError};
 use parking_lot::{Mutex, RwLock};
 
@@ -72,6 +74,16 @@ pub struct Options {
     pub background_indexing: bool,
     /// Seed for deterministic ids (tests); None mixes in process randomness.
     pub id_seed: Option<u64>,
+    /// Create the store when the directory is missing or empty (default
+    /// true, as for an embedded database; the CLI creates stores only in
+    /// `init`, `ingest` and `demo`). A directory holding other files is
+    /// never used.
+    pub create_if_missing: bool,
+    /// Open without changing a byte on disk: the log is not recovered in
+    /// place (a torn tail is reported, not cut), derived state is rebuilt
+    /// in memory if needed, and every write fails with `ReadOnly`. Takes a
+    /// shared lock, so it excludes a writer but not other readers.
+    pub read_only: bool,
 }
 
 impl std::fmt::Debug for Options {
@@ -99,6 +111,8 @@ impl Default for Options {
             metric: Metric::Cosine,
             background_indexing: true,
             id_seed: None,
+            create_if_missing: true,
+            read_only: false,
         }
     }
 }
@@ -195,6 +209,29 @@ pub struct OpenReport {
     pub vectors_rebuilt: Vec<String>,
     /// A restore's last step, found pending and finished by this open.
     pub restore_resumed: Option<crate::maintenance::RestoreReport>,
+    /// A read-only open found a restore's last step pending (the next
+    /// writable open finishes it).
+    pub restore_pending: bool,
+}
+
+/// The LSN the lexical snapshot of the store in `dir` covers (0 when it is
+/// missing or unreadable).
+pub(crate) fn lexical_snapshot_lsn(backend: &dyn Backend, dir: &Path) -> u64 {
+    read_snapshot(
+        backend,
+        &layout::lexical(dir),
+        LEXICAL_MAGIC,
+        LEXICAL_SNAPSHOT_VERSION,
+    )
+    .ok()
+    .flatten()
+    .map_or(0, |s| s.applied_lsn)
+}
+
+fn backend_has_restore_pending(db: &Engram) -> bool {
+    db.inner
+        .backend
+        .exists(&layout::restore_pending(&db.inner.dir))
 }
 
 /// Paths inside a data directory.
@@ -243,22 +280,42 @@ impl Engram {
     /// Opens the store and reports what recovery did.
     pub fn open_with_report(dir: impl AsRef<Path>, opts: Options) -> Result<(Engram, OpenReport)> {
         let dir = dir.as_ref().to_path_buf();
-        let backend = opts.backend.clone();
-        backend.create_dir_all(&dir).map_err(io(&dir))?;
-        let lock_path = layout::lock(&dir);
-        let lock = backend
-            .try_lock(&lock_path)
-            .map_err(io(&lock_path))?
-            .ok_or(EngineError::Storage(StorageError::Locked {
-                path: lock_path,
-            }))?;
-        recover_log_swap(backend.as_ref(), &dir)?;
-        let (log, log_report) =
-            SegmentLog::open(backend.clone(), &layout::log(&dir), opts.log.clone())?;
-        let mut report = OpenReport {
-            log: log_report.clone(),
-            ..OpenReport::default()
+        let real = opts.backend.clone();
+        crate::store_dir::prepare(real.as_ref(), &dir, opts.create_if_missing, !opts.read_only)?;
+        // A read-only open works through a copy-on-write overlay: it may
+        // rebuild derived state in memory, and never changes a byte on disk.
+        let backend: Arc<dyn Backend> = if opts.read_only {
+            Arc::new(engram_storage::OverlayBackend::new(real.clone()))
+        } else {
+            real.clone()
         };
+        let lock_path = layout::lock(&dir);
+        let lock = if opts.read_only {
+            real.try_lock_shared(&lock_path)
+        } else {
+            real.try_lock(&lock_path)
+        }
+        .map_err(io(&lock_path))?
+        .ok_or(EngineError::Storage(StorageError::Locked {
+            path: lock_path,
+        }))?;
+        recover_log_swap(backend.as_ref(), &dir)?;
+        let mut report = OpenReport::default();
+        // Derived state read (without changing it) before the log: what
+        // it has applied was durable in the log, so recovery must not cut
+        // below it.
+        let (durable_lsn, durable_evidence) = crate::repair::durable_evidence(&backend, &dir);
+        let (log, log_report) = SegmentLog::open_with(
+            backend.clone(),
+            &layout::log(&dir),
+            opts.log.clone(),
+            &RecoveryOptions {
+                read_only: opts.read_only,
+                durable_lsn,
+                durable_evidence: durable_evidence.to_string(),
+            },
+        )?;
+        report.log = log_report.clone();
         let cat_path = layout::catalog(&dir);
         let catalog = match Catalog::open(backend.as_ref(), &cat_path) {
             Ok(c) => c,
@@ -268,21 +325,23 @@ impl Engram {
                 Catalog::open(backend.as_ref(), &cat_path)?
             }
         };
-        let derived = layout::derived(&dir);
-        backend.create_dir_all(&derived).map_err(io(&derived))?;
-        let last_lsn = log.last_lsn();
-        let (lexical, lexical_lsn) = match read_snapshot(
+        let cat_applied = catalog.applied_lsn()?;
+        let lexical_snapshot = read_snapshot(
             backend.as_ref(),
             &layout::lexical(&dir),
             LEXICAL_MAGIC,
             LEXICAL_SNAPSHOT_VERSION,
-        ) {
-            Ok(Some(s)) if s.applied_lsn <= last_lsn => {
-                match Bm25Index::read_from(s.body.as_slice()) {
-                    Ok(ix) => (ix, s.applied_lsn),
-                    Err(_) => (Bm25Index::new(Bm25Params::default()), 0),
-                }
-            }
+        )
+        .ok()
+        .flatten();
+        let derived = layout::derived(&dir);
+        backend.create_dir_all(&derived).map_err(io(&derived))?;
+        let last_lsn = log.last_lsn();
+        let (lexical, lexical_lsn) = match lexical_snapshot {
+            Some(s) if s.applied_lsn <= last_lsn => match Bm25Index::read_from(s.body.as_slice()) {
+                Ok(ix) => (ix, s.applied_lsn),
+                Err(_) => (Bm25Index::new(Bm25Params::default()), 0),
+            },
             _ => (Bm25Index::new(Bm25Params::default()), 0),
         };
         report.lexical_rebuilt = lexical_lsn == 0 && last_lsn > 0;
@@ -293,18 +352,6 @@ impl Engram {
             opts.metric,
         )?;
         let mut state = State::new(lexical, lexical_lsn, vectors, opts.embedder.clone());
-        let cat_applied = catalog.applied_lsn()?;
-        // The catalog only ever applies frames after they are durable, so a
-        // catalog ahead of the log means durable frames were lost from it.
-        if cat_applied > last_lsn {
-            return Err(EngineError::Corrupt {
-                what: "log".into(),
-                detail: format!(
-                    "the catalog had applied LSN {cat_applied} but the log now ends at LSN {last_lsn}: \
-                     acknowledged records were lost from the log (damage at its end); restore from a backup"
-                ),
-            });
-        }
         let mut cat_ops: Vec<CatalogOp> = Vec::new();
         let mut caught_up = 0u64;
         let mut replayed = 0u64;
@@ -386,7 +433,11 @@ impl Engram {
         let db = Engram { inner };
         // The ledger file must hold every deletion and revocation of the log.
         db.sync_ledger()?;
-        report.restore_resumed = crate::maintenance::resume_restore(&db)?;
+        if db.inner.opts.read_only {
+            report.restore_pending = backend_has_restore_pending(&db);
+        } else {
+            report.restore_resumed = crate::maintenance::resume_restore(&db)?;
+        }
         Ok((db, report))
     }
 
@@ -397,35 +448,38 @@ impl Engram {
         let hook_err = inner.apply_error.clone();
         let hook_tx = tx.clone();
         let hook_cat = cat_tx.clone();
-        inner
-            .log
-            .start_writer(Box::new(move |frames: &[CommittedFrame<'_>]| {
-                let mut ops = Vec::new();
-                let mut last = 0;
-                let vectors_pending;
-                {
-                    let mut st = hook_state.write();
-                    for f in frames {
-                        if let Err(e) = apply_frame(
-                            &mut st,
-                            f.header.frame_type,
-                            f.header.frame_version,
-                            f.payload,
-                            f.loc,
-                        ) {
-                            hook_err.lock().get_or_insert(e.to_string());
+        if !inner.opts.read_only {
+            inner
+                .log
+                .start_writer(Box::new(move |frames: &[CommittedFrame<'_>]| {
+                    let mut ops = Vec::new();
+                    let mut last = 0;
+                    let vectors_pending;
+                    {
+                        let mut st = hook_state.write();
+                        for f in frames {
+                            if let Err(e) = apply_frame(
+                                &mut st,
+                                f.header.frame_type,
+                                f.header.frame_version,
+                                f.payload,
+                                f.loc,
+                            ) {
+                                hook_err.lock().get_or_insert(e.to_string());
+                            }
+                            let _ =
+                                catalog_ops_for(f.header.frame_type, f.payload, f.loc, &mut ops);
+                            last = f.loc.lsn;
                         }
-                        let _ = catalog_ops_for(f.header.frame_type, f.payload, f.loc, &mut ops);
-                        last = f.loc.lsn;
+                        vectors_pending = st.vectors.pending() > 0;
                     }
-                    vectors_pending = st.vectors.pending() > 0;
-                }
-                let _ = hook_cat.send(CatalogMsg::Ops(ops, last));
-                // Wake the indexer only when there is something to index.
-                if vectors_pending {
-                    let _ = hook_tx.send(());
-                }
-            }))?;
+                    let _ = hook_cat.send(CatalogMsg::Ops(ops, last));
+                    // Wake the indexer only when there is something to index.
+                    if vectors_pending {
+                        let _ = hook_tx.send(());
+                    }
+                }))?;
+        }
         let spawn_err = |e| EngineError::Storage(StorageError::io("background thread", e));
         let cat = inner.catalog.clone();
         let cat_err = inner.apply_error.clone();
@@ -571,6 +625,15 @@ impl Engram {
         self.inner.log.stats()
     }
 
+    /// Model id of the built-in embedder this store was opened with.
+    pub fn embedder_model(&self) -> Option<String> {
+        self.inner
+            .opts
+            .embedder
+            .as_ref()
+            .map(|e| e.model_id().to_string())
+    }
+
     /// Vectors waiting for the background indexer.
     pub fn pending_vectors(&self) -> usize {
         self.inner.state.read().vectors.pending()
@@ -700,8 +763,8 @@ fn recover_log_swap(backend: &dyn Backend, dir: &Path) -> Result<()> {
         backend.rename(&old, &log).map_err(io(&old))?;
     }
     // an incoming copy that never became the log is abandoned (rerun the restore)
-    backend.remove_dir_all(&incoming).map_err(io(&incoming))?;
-    backend.remove_dir_all(&old).map_err(io(&old))?;
+    crate::store_dir::remove_owned(backend, &incoming)?;
+    crate::store_dir::remove_owned(backend, &old)?;
     // The entries a restore was to re-apply belong to the restored log only:
     // with the swap undone they must not touch the store's own log.
     let marker = layout::restore_pending(dir);

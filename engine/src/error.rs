@@ -160,6 +160,56 @@ pub enum EngineError {
     /// The store is closed. Give up: reopen it.
     #[error("the store is closed")]
     Closed,
+
+    /// There is no store in the directory, and the command does not create
+    /// one. Give up: check the path, or create a store (`engram init`).
+    #[error("no store at {} (create one with `engram init`, or check the path)", dir.display())]
+    NoStore {
+        /// The directory.
+        dir: std::path::PathBuf,
+    },
+
+    /// The directory is not an Engram store, so Engram writes nothing
+    /// into it. Give up: point at a store, or at an empty directory to
+    /// create one.
+    #[error("{} is not an Engram store: {found}; Engram will not write into it", dir.display())]
+    NotAStore {
+        /// The directory.
+        dir: std::path::PathBuf,
+        /// What was found instead.
+        found: String,
+    },
+
+    /// The store was opened read-only. Give up: open it writable.
+    #[error("the store was opened read-only; {action} needs a writable open")]
+    ReadOnly {
+        /// What was attempted.
+        action: String,
+    },
+
+    /// A background worker (catalog, indexer) failed; the operation that
+    /// reports it did not run. Repair: reopen the store (derived state is
+    /// rebuilt from the log).
+    #[error("background {worker} failed: {detail}; reopen the store")]
+    Background {
+        /// Which worker.
+        worker: String,
+        /// Its error.
+        detail: String,
+    },
+
+    /// A reference is both an internal id and another record's external
+    /// id. Give up: say which one is meant.
+    #[error(
+        "'{reference}' is both an internal id and an external id in tenant '{tenant}'; \
+         write id:{reference} for the internal id or ext:{reference} for the external id"
+    )]
+    AmbiguousReference {
+        /// The tenant.
+        tenant: String,
+        /// The reference as given.
+        reference: String,
+    },
 }
 
 impl EngineError {

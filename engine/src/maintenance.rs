@@ -163,7 +163,7 @@ fn read_ledger_file(backend: &dyn Backend, path: &Path) -> Result<(Vec<LedgerLin
 }
 
 /// Ledger lines as JSONL text.
-fn render(lines: &[LedgerLine]) -> String {
+pub(crate) fn render_ledger(lines: &[LedgerLine]) -> String {
     let mut text = String::new();
     for l in lines {
         text.push_str(&serde_json::to_string(l).expect("ledger line serializes"));
@@ -294,9 +294,13 @@ pub(crate) fn reconcile_ledger(backend: &dyn Backend, dir: &Path, st: &State) ->
     if torn {
         let mut all = lines;
         all.extend(missing.iter().cloned());
-        write_all_durable(backend, &ledger_path(dir), render(&all).as_bytes())?;
+        write_all_durable(backend, &ledger_path(dir), render_ledger(&all).as_bytes())?;
     } else if !missing.is_empty() {
-        append_durable(backend, &ledger_path(dir), render(&missing).as_bytes())?;
+        append_durable(
+            backend,
+            &ledger_path(dir),
+            render_ledger(&missing).as_bytes(),
+        )?;
     }
     Ok(missing.len())
 }
@@ -377,6 +381,30 @@ fn under_hold(st: &State, idx: u32) -> bool {
     keys.iter().any(|k| t.holds.contains(k))
 }
 
+/// Whether `path` is `dir` or below it (compared after making both
+/// absolute, without requiring them to exist).
+fn inside(path: &Path, dir: &Path) -> bool {
+    let abs = |p: &Path| {
+        let p = if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            std::env::current_dir().unwrap_or_default().join(p)
+        };
+        let mut out = std::path::PathBuf::new();
+        for c in p.components() {
+            match c {
+                std::path::Component::ParentDir => {
+                    out.pop();
+                }
+                std::path::Component::CurDir => {}
+                c => out.push(c),
+            }
+        }
+        out
+    };
+    abs(path).starts_with(abs(dir))
+}
+
 fn lock_dir(opts: &Options, dir: &Path) -> Result<engram_storage::backend::LockGuard> {
     let lock_path = layout::lock(dir);
     opts.backend
@@ -387,27 +415,46 @@ fn lock_dir(opts: &Options, dir: &Path) -> Result<engram_storage::backend::LockG
         }))
 }
 
-fn remove_derived(backend: &dyn Backend, dir: &Path) -> Result<()> {
-    let cat = layout::catalog(dir);
-    if backend.exists(&cat) {
-        backend.remove_file(&cat).map_err(io(&cat))?;
-    }
-    let derived = layout::derived(dir);
-    backend.remove_dir_all(&derived).map_err(io(&derived))?;
+/// Removes the derived state of the store in `dir` (catalog, snapshots,
+/// vector files): only files Engram names; anything else stays.
+pub(crate) fn remove_derived(backend: &dyn Backend, dir: &Path) -> Result<()> {
+    crate::store_dir::remove_owned(backend, &layout::catalog(dir))?;
+    crate::store_dir::remove_owned(backend, &layout::derived(dir))?;
     backend.sync_dir(dir).map_err(io(dir))?;
     Ok(())
+}
+
+/// Checks, without changing anything, that the store in `dir` opens: its
+/// log runs from LSN 1 without gaps and holds everything its derived state
+/// proves durable. Run before derived state (the evidence) is removed.
+pub(crate) fn check_opens(dir: &Path, opts: &Options) -> Result<()> {
+    let ro = Options {
+        read_only: true,
+        create_if_missing: false,
+        background_indexing: false,
+        ..opts.clone()
+    };
+    Engram::open(dir, ro)?.close()
 }
 
 impl Engram {
     /// Compacts the (closed) store in `dir`: see the module documentation.
     pub fn compact(dir: impl AsRef<Path>, opts: &Options) -> Result<CompactReport> {
-        let dir = dir.as_ref();
+        Self::compact_with(dir.as_ref(), opts, true)
+    }
+
+    /// Compaction; `retention` also deletes records past their retention
+    /// period first (a backup's copy is only purged of what was deleted
+    /// when it was taken, so it runs without).
+    fn compact_with(dir: &Path, opts: &Options, retention: bool) -> Result<CompactReport> {
         let mut report = CompactReport::default();
         // 1. Record retention expiries as deletions; find what to purge.
         let purge: HashMap<[u8; 16], StoredTombstone> = {
             let db = Engram::open(dir, opts.clone())?;
             let now = db.now();
-            let expired: Vec<(String, RecordId, String)> = {
+            let expired: Vec<(String, RecordId, String)> = if !retention {
+                Vec::new()
+            } else {
                 let st = db.inner.state.read();
                 let mut v = Vec::new();
                 for t in st.tenants.values() {
@@ -553,24 +600,44 @@ impl Engram {
         self.check_open()?;
         let dest = dest.as_ref();
         let backend = self.inner.backend.as_ref();
-        if backend.exists(dest) && !backend.list_dir(dest).map_err(io(dest))?.is_empty() {
+        crate::store_dir::check_empty_target(backend, dest, "backup directory")?;
+        if inside(dest, &self.inner.dir) {
             return Err(EngineError::invalid(
                 "backup directory",
-                format!("{} is not empty", dest.display()),
+                format!(
+                    "{} is inside the store {}: a backup must live outside it",
+                    dest.display(),
+                    self.inner.dir.display()
+                ),
             ));
         }
         let _m = self.inner.maintenance.read();
         self.sync_ledger()?;
+        backend.create_dir_all(dest).map_err(io(dest))?;
+        crate::store_dir::write_marker(backend, dest)?;
         let last = self.inner.log.copy_to(backend, &layout::log(dest))?;
         for name in ["settings.snap", "ledger.jsonl"] {
             if let Some(bytes) = read_all(backend, &self.inner.dir.join(name))? {
                 write_all_durable(backend, &dest.join(name), &bytes)?;
             }
         }
+        let created_at_ms = self.now();
+        // Content deleted before the backup must not leave with it: the
+        // copy is compacted (its deleted records become tombstones), then
+        // its derived state, which held them too, is dropped.
+        let copy_opts = Options {
+            create_if_missing: false,
+            read_only: false,
+            background_indexing: false,
+            ..self.inner.opts.clone()
+        };
+        let c = Self::compact_with(dest, &copy_opts, false)?;
+        remove_derived(backend, dest)?;
         let report = BackupReport {
             last_lsn: last,
-            created_at_ms: self.now(),
+            created_at_ms,
             records: self.inner.state.read().len() as u64,
+            purged: c.purged as u64,
         };
         write_all_durable(
             backend,
@@ -595,6 +662,9 @@ impl Engram {
         let dir = dir.as_ref();
         let src = src.as_ref();
         let backend = opts.backend.clone();
+        // Restore goes into a store or an empty directory, never into a
+        // directory holding anything else.
+        crate::store_dir::prepare(backend.as_ref(), dir, true, true)?;
         let src_log = layout::log(src);
         if !backend.exists(&src_log) {
             return Err(EngineError::invalid(
@@ -657,10 +727,12 @@ impl Engram {
             // `db::recover_log_swap`). Derived state is dropped.
             let log_dir = layout::log(dir);
             let incoming = dir.join("log.restore");
-            backend.remove_dir_all(&incoming).map_err(io(&incoming))?;
+            crate::store_dir::remove_owned(backend.as_ref(), &incoming)?;
             backend.create_dir_all(&incoming).map_err(io(&incoming))?;
             for e in backend.list_dir(&src_log).map_err(io(&src_log))? {
-                if e.is_dir {
+                if e.is_dir
+                    || engram_storage::log::segment::parse_segment_file_name(&e.name).is_none()
+                {
                     continue;
                 }
                 let from = src_log.join(&e.name);
@@ -684,6 +756,11 @@ impl Engram {
                     "its log ends at LSN {last} but backup.json records {}",
                     taken.last_lsn
                 )),
+                Ok((_, last)) if last > taken.last_lsn => Some(format!(
+                    "its log holds LSNs up to {last} but backup.json records {}: \
+                     backup.json does not describe this log",
+                    taken.last_lsn
+                )),
                 Ok((Some(first), _)) if first != 1 => Some(format!(
                     "its log starts at LSN {first}: segments are missing"
                 )),
@@ -691,7 +768,7 @@ impl Engram {
                 Err(e) => Some(format!("its log does not open: {e}")),
             };
             if let Some(why) = damage {
-                backend.remove_dir_all(&incoming).map_err(io(&incoming))?;
+                crate::store_dir::remove_owned(backend.as_ref(), &incoming)?;
                 return Err(EngineError::invalid(
                     "backup directory",
                     format!("{} is damaged: {why}; nothing was changed", src.display()),
@@ -701,19 +778,19 @@ impl Engram {
             // touched: from here on, an interrupted restore is finished by
             // the next open.
             let marker = layout::restore_pending(dir);
-            write_all_durable(backend.as_ref(), &marker, render(&ledger).as_bytes())?;
+            write_all_durable(backend.as_ref(), &marker, render_ledger(&ledger).as_bytes())?;
             if let Some(bytes) = read_all(backend.as_ref(), &src.join("settings.snap"))? {
                 write_all_durable(backend.as_ref(), &dir.join("settings.snap"), &bytes)?;
             }
             remove_derived(backend.as_ref(), dir)?;
             let old = dir.join("log.old");
-            backend.remove_dir_all(&old).map_err(io(&old))?;
+            crate::store_dir::remove_owned(backend.as_ref(), &old)?;
             if backend.exists(&log_dir) {
                 backend.rename(&log_dir, &old).map_err(io(&log_dir))?;
             }
             backend.rename(&incoming, &log_dir).map_err(io(&incoming))?;
             backend.sync_dir(dir).map_err(io(dir))?;
-            backend.remove_dir_all(&old).map_err(io(&old))?;
+            crate::store_dir::remove_owned(backend.as_ref(), &old)?;
         }
         // Opening finds `restore.pending` and re-applies its entries.
         let (db, opened) = Engram::open_with_report(dir, opts.clone())?;
@@ -830,6 +907,7 @@ impl Engram {
         } else {
             None
         };
+        check_opens(dir, opts)?;
         {
             let _lock = lock_dir(opts, dir)?;
             remove_derived(opts.backend.as_ref(), dir)?;
@@ -870,6 +948,9 @@ pub struct BackupReport {
     pub created_at_ms: i64,
     /// Records at the time.
     pub records: u64,
+    /// Deleted records whose content was left out (as tombstones).
+    #[serde(default)]
+    pub purged: u64,
 }
 
 /// What a restore did.

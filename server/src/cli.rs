@@ -56,6 +56,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the guided demo on a fresh store (a temporary directory unless --dir is given).
     Demo(DemoArgs),
+    /// Create an empty store in --data (a missing or empty directory).
+    Init(JsonArgs),
     /// Ingest a JSONL file of events and records (see docs/ingest.md).
     Ingest(IngestArgs),
     /// Show one record.
@@ -70,6 +72,9 @@ pub enum Command {
     Verify(JsonArgs),
     /// Rebuild derived state from the log.
     Rebuild(RebuildArgs),
+    /// Show how far a damaged log is intact; with --truncate-after, cut it there
+    /// (the cut bytes are moved to quarantine/, never deleted).
+    Repair(RepairArgs),
     /// Retrieve records: eligibility first, then vector / lexical / recency / graph, fused.
     Recall(Box<crate::recall_cmd::RecallArgs>),
     /// Evaluate retrieval on a JSONL file of cases (recall@k, precision@k, MRR, forbidden-hit rate).
@@ -195,6 +200,19 @@ pub struct RebuildArgs {
     pub json: bool,
 }
 
+/// `engram repair`.
+#[derive(Args, Debug)]
+pub struct RepairArgs {
+    /// Cut the log after this LSN (an intact batch end shown by `engram
+    /// repair`); every later byte is moved to quarantine/. Records after it
+    /// are lost from the store.
+    #[arg(long, value_name = "LSN")]
+    pub truncate_after: Option<u64>,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// A command failure: message for stderr, exit code 1.
 #[derive(Debug)]
 pub struct CliError(pub String);
@@ -255,6 +273,8 @@ fn dispatch(cli: Cli) -> CliResult {
     }
     match cli.command {
         Command::Demo(a) => crate::demo::run(a.dir),
+        Command::Init(a) => cmd_init(&data, a),
+        Command::Repair(a) => cmd_repair(&data, a),
         Command::Ingest(a) => cmd_ingest(&data, a),
         Command::Get(a) => cmd_get(&data, a, false),
         Command::History(a) => cmd_get(&data, a, true),
@@ -285,9 +305,24 @@ fn dispatch(cli: Cli) -> CliResult {
 /// `--embedder`, else from the store's settings, else none. A new choice is
 /// saved in the store's settings.
 pub fn store_options(dir: &Path) -> Result<Options, CliError> {
-    let opts = Options::default();
-    let saved = engram_engine::settings::load(opts.backend.as_ref(), dir)?;
+    let opts = Options {
+        create_if_missing: false,
+        ..Options::default()
+    };
     let flag = embedder_flag();
+    let saved = match engram_engine::settings::load(opts.backend.as_ref(), dir) {
+        Ok(s) => s,
+        // A damaged settings file is replaced by an explicit choice.
+        Err(_) if flag.is_some() => None,
+        Err(e) => {
+            return Err(CliError(format!(
+                "{e}; the store's embedder choice is unknown: name it again with \
+                 `engram --data {} --embedder NAME rebuild` (NAME: none, hash or hash-<dims>), \
+                 which rewrites the settings and rebuilds derived vectors",
+                dir.display()
+            )));
+        }
+    };
     let name = flag
         .clone()
         .or_else(|| saved.as_ref().and_then(|s| s.embedder.clone()))
@@ -296,10 +331,25 @@ pub fn store_options(dir: &Path) -> Result<Options, CliError> {
     let wanted = StoreSettings {
         embedder: (name != "none").then_some(name),
     };
-    if flag.is_some() && saved.as_ref() != Some(&wanted) {
+    if flag.is_some()
+        && saved.as_ref() != Some(&wanted)
+        && engram_engine::store_dir::classify(opts.backend.as_ref(), dir)?
+            != engram_engine::store_dir::DirKind::Empty
+    {
         engram_engine::settings::save(opts.backend.as_ref(), dir, &wanted)?;
     }
     Ok(Options { embedder, ..opts })
+}
+
+/// Saves the `--embedder` choice into a store just created.
+fn save_embedder_choice(dir: &Path) -> Result<(), CliError> {
+    if let Some(name) = embedder_flag() {
+        let wanted = StoreSettings {
+            embedder: (name != "none").then_some(name),
+        };
+        engram_engine::settings::save(Options::default().backend.as_ref(), dir, &wanted)?;
+    }
+    Ok(())
 }
 
 /// Chooses the embedder for stores opened from now on (the demo).
@@ -309,10 +359,33 @@ pub fn set_embedder_default(name: &str) {
     }
 }
 
-/// Opens the store at `dir`, reporting recovery on stderr.
+/// Opens the existing store at `dir`, reporting recovery on stderr.
 pub fn open_store(dir: &Path) -> Result<Engram, CliError> {
-    let (db, report) = Engram::open_with_report(dir, store_options(dir)?)
-        .map_err(|e| CliError(format!("cannot open store {}: {e}", dir.display())))?;
+    open_store_with(dir, false)
+}
+
+/// Opens the store at `dir`, creating it when `create` and the directory is
+/// missing or empty (commands that store records: ingest, demo).
+pub fn open_store_with(dir: &Path, create: bool) -> Result<Engram, CliError> {
+    if let Ok(m) = std::fs::metadata(dir)
+        && !m.is_dir()
+    {
+        return Err(CliError(format!(
+            "--data {}: is a file, not a store directory",
+            dir.display()
+        )));
+    }
+    let opts = Options {
+        create_if_missing: create,
+        ..store_options(dir)?
+    };
+    let (db, report) = Engram::open_with_report(dir, opts).map_err(|e| match e {
+        EngineError::NoStore { .. } | EngineError::NotAStore { .. } => CliError(e.to_string()),
+        e => CliError(format!("cannot open store {}: {e}", dir.display())),
+    })?;
+    if create {
+        save_embedder_choice(dir)?;
+    }
     if let Some(t) = &report.log.truncation {
         eprintln!(
             "recovery: cut {} bytes at segment {} offset {} ({:?}); {} unacknowledged frame(s) dropped",
@@ -523,7 +596,7 @@ fn cmd_ingest(data: &Path, a: IngestArgs) -> CliResult {
     if lines.is_empty() {
         return Err(CliError(format!("{}: no records", a.file.display())));
     }
-    let db = open_store(data)?;
+    let db = open_store_with(data, true)?;
     let started = std::time::Instant::now();
     let result = ingest_lines(&db, lines, a.tenant.as_deref(), a.batch_size, true);
     if result.is_ok() && db.pending_vectors() > 1000 {
@@ -690,51 +763,180 @@ fn cmd_stats(data: &Path, a: JsonArgs) -> CliResult {
 }
 
 fn cmd_verify(data: &Path, a: JsonArgs) -> CliResult {
-    if !data.join("log").exists() {
-        return Err(CliError(format!("no store at {}", data.display())));
-    }
-    let db = match Engram::open_with_report(data, store_options(data)?) {
-        Ok((db, report)) => {
-            if let Some(t) = &report.log.truncation {
-                eprintln!(
-                    "note: recovery cut an unacknowledged torn tail ({} bytes at segment {} offset {})",
-                    t.bytes_dropped, t.segment, t.offset
-                );
+    // Read-only: verify never changes a byte of the store (a torn tail is
+    // reported, and left for the next writable open to cut).
+    let mut problems: Vec<String> = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
+    let opts = match store_options(data) {
+        Ok(o) => o,
+        Err(CliError(e)) => {
+            problems.push(e);
+            Options {
+                create_if_missing: false,
+                ..Options::default()
             }
-            db
-        }
-        Err(e) => {
-            if a.json {
-                print_json(&serde_json::json!({"ok": false, "problems": [e.to_string()]}))?;
-            } else {
-                crate::outln!("PROBLEM  {e}");
-            }
-            return Ok(ExitCode::from(1));
         }
     };
-    let r = db.verify()?;
-    db.close()?;
+    let opts = Options {
+        read_only: true,
+        background_indexing: false,
+        ..opts
+    };
+    let (mut frames, mut records) = (0, 0);
+    match Engram::open_with_report(data, opts) {
+        Ok((db, report)) => {
+            if let Some(t) = &report.log.torn_tail_pending {
+                notes.push(format!(
+                    "the log ends with an unacknowledged torn write ({} bytes at segment {} offset {}: {:?}); \
+                     the next command that writes cuts it",
+                    t.bytes_dropped, t.segment, t.offset, t.reason
+                ));
+            }
+            if report.restore_pending {
+                notes.push(
+                    "a restore's last step (re-applying later deletions) is pending; the next command that writes finishes it"
+                        .into(),
+                );
+            }
+            let r = db.verify();
+            db.close()?;
+            let r = r?;
+            frames = r.frames;
+            records = r.records;
+            problems.extend(r.problems);
+        }
+        Err(e @ (EngineError::NoStore { .. } | EngineError::NotAStore { .. })) => {
+            return Err(CliError(e.to_string()));
+        }
+        Err(e) => problems.push(e.to_string()),
+    }
+    let ok = problems.is_empty();
     if a.json {
         print_json(&serde_json::json!({
-            "ok": r.ok(), "frames": r.frames, "records": r.records, "problems": r.problems
+            "ok": ok, "frames": frames, "records": records, "problems": problems, "notes": notes
         }))?;
     } else {
-        for p in &r.problems {
+        for n in &notes {
+            crate::outln!("NOTE     {n}");
+        }
+        for p in &problems {
             crate::outln!("PROBLEM  {p}");
         }
         crate::outln!(
-            "{}: {} frame(s) checked, {} record(s) checked against the catalog, {} problem(s)",
-            if r.ok() { "OK" } else { "FAILED" },
-            r.frames,
-            r.records,
-            r.problems.len()
+            "{}: {frames} frame(s) checked, {records} record(s) checked against the catalog, {} problem(s)",
+            if ok { "OK" } else { "FAILED" },
+            problems.len()
         );
     }
-    Ok(if r.ok() {
+    Ok(if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+fn cmd_init(data: &Path, a: JsonArgs) -> CliResult {
+    use engram_engine::store_dir::{DirKind, classify};
+    match classify(Options::default().backend.as_ref(), data)? {
+        DirKind::Empty => {}
+        DirKind::Store | DirKind::Unmarked => {
+            return Err(CliError(format!(
+                "{} is already an Engram store; nothing was changed",
+                data.display()
+            )));
+        }
+        DirKind::Foreign(_) => {
+            return Err(CliError(format!(
+                "{} is not empty; a store is created only in a missing or empty directory",
+                data.display()
+            )));
+        }
+    }
+    let db = open_store_with(data, true)?;
+    let embedder = db.embedder_model().unwrap_or_else(|| "none".into());
+    db.close()?;
+    if a.json {
+        print_json(
+            &serde_json::json!({"created": data.display().to_string(), "embedder": embedder}),
+        )?;
+    } else {
+        crate::outln!(
+            "created an empty store at {} (embedder: {embedder})",
+            data.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_repair(data: &Path, a: RepairArgs) -> CliResult {
+    let opts = store_options(data).unwrap_or(Options {
+        create_if_missing: false,
+        ..Options::default()
+    });
+    let Some(keep) = a.truncate_after else {
+        let i = Engram::inspect_log(data, &opts)?;
+        if a.json {
+            print_json(&i)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        match &i.problem {
+            None => crate::outln!(
+                "the log ({} segment(s)) is intact through LSN {}; nothing to repair",
+                i.segments,
+                i.intact_through
+            ),
+            Some(p) => {
+                crate::outln!("problem: {p}");
+                crate::outln!(
+                    "the log is intact from LSN 1 through LSN {} (batch ends nearby: {})",
+                    i.intact_through,
+                    i.recent_batch_ends
+                        .iter()
+                        .rev()
+                        .take(5)
+                        .map(|l| l.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                let lost_to = i.highest_lsn_seen.max(i.durable_lsn);
+                if lost_to > i.intact_through {
+                    crate::outln!(
+                        "cutting there loses LSNs {}..={} at least ({} shows LSN {} was acknowledged; intact frames up to LSN {} exist past the damage)",
+                        i.intact_through + 1,
+                        lost_to,
+                        i.durable_evidence,
+                        i.durable_lsn,
+                        i.highest_lsn_seen
+                    );
+                }
+                crate::outln!(
+                    "{} byte(s) would move to {}/quarantine/ (kept, not deleted); deletions and revocations in ledger.jsonl are applied again",
+                    i.bytes_after,
+                    data.display()
+                );
+                crate::outln!(
+                    "prefer restoring from a backup; to cut: engram --data {} repair --truncate-after {}",
+                    data.display(),
+                    i.intact_through
+                );
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let r = Engram::repair_log(data, &opts, keep)?;
+    if a.json {
+        print_json(&r)?;
+    } else {
+        crate::outln!(
+            "cut the log after LSN {}; {} byte(s) moved to {}; {} deletion(s) and {} revocation(s) applied again from the ledger; derived state rebuilt",
+            r.kept_through,
+            r.bytes_quarantined,
+            r.quarantine.display(),
+            r.reapplied.deletions_reapplied,
+            r.reapplied.revocations_reapplied
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn cmd_rebuild(data: &Path, a: RebuildArgs) -> CliResult {

@@ -19,7 +19,7 @@ use engram_engine::retrieval::RecallRequest;
 use engram_engine::trace::render_trace;
 use engram_engine::{AssertionKind, Body, Derivation, Engram, NewRecord, Principal, RecordRef};
 
-use crate::cli::{CliError, CliResult, ingest_lines, open_store, store_options};
+use crate::cli::{CliError, CliResult, ingest_lines, open_store, open_store_with, store_options};
 use crate::output::{record_block, record_header};
 use crate::recall_cmd::print_manifest;
 
@@ -75,7 +75,7 @@ pub fn run(dir: Option<PathBuf>) -> CliResult {
 }
 
 fn tour(dir: &Path) -> Result<(), CliError> {
-    let db = open_store(dir)?;
+    let db = open_store_with(dir, true)?;
     let r = first_half(&db);
     db.close()?;
     r?;

@@ -80,6 +80,11 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Takes an exclusive lock on `path` (created if missing). `Ok(None)`
     /// means another holder has it.
     fn try_lock(&self, path: &Path) -> io::Result<Option<LockGuard>>;
+    /// Takes a shared lock on `path` (readers; excludes an exclusive
+    /// holder). A lock file that is missing and cannot be created (a store
+    /// on read-only media) gives a guard that holds nothing: no writer can
+    /// exist there either.
+    fn try_lock_shared(&self, path: &Path) -> io::Result<Option<LockGuard>>;
 }
 
 /// An open file. All offsets are absolute; there is no cursor.
@@ -276,6 +281,31 @@ impl Backend for FsBackend {
             Err(fs::TryLockError::Error(e)) => Err(e),
         }
     }
+
+    fn try_lock_shared(&self, path: &Path) -> io::Result<Option<LockGuard>> {
+        let file = match File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                match OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(path)
+                {
+                    Ok(f) => f,
+                    // read-only media: nobody can hold a write lock here
+                    Err(_) => return Ok(Some(LockGuard(Box::new(())))),
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        match file.try_lock_shared() {
+            Ok(()) => Ok(Some(LockGuard(Box::new(file)))),
+            Err(fs::TryLockError::WouldBlock) => Ok(None),
+            Err(fs::TryLockError::Error(e)) => Err(e),
+        }
+    }
 }
 
 impl BackendFile for FsFile {
@@ -381,7 +411,8 @@ struct MemFile {
 struct MemFs {
     files: BTreeMap<PathBuf, Arc<MemFile>>,
     dirs: BTreeSet<PathBuf>,
-    locks: BTreeSet<PathBuf>,
+    /// Held locks: -1 exclusive, n > 0 shared by n holders.
+    locks: BTreeMap<PathBuf, i64>,
 }
 
 /// An in-memory file system for tests; cheap to clone (clones share state).
@@ -398,7 +429,14 @@ struct MemLock {
 
 impl Drop for MemLock {
     fn drop(&mut self) {
-        self.fs.lock().locks.remove(&self.path);
+        let mut fs = self.fs.lock();
+        if let Some(n) = fs.locks.get_mut(&self.path) {
+            if *n > 1 {
+                *n -= 1;
+                return;
+            }
+        }
+        fs.locks.remove(&self.path);
     }
 }
 
@@ -477,7 +515,7 @@ impl MemBackend {
             fs: Arc::new(Mutex::new(MemFs {
                 files,
                 dirs: fs.dirs.clone(),
-                locks: BTreeSet::new(),
+                locks: BTreeMap::new(),
             })),
             faults,
         }
@@ -704,9 +742,23 @@ impl Backend for MemBackend {
 
     fn try_lock(&self, path: &Path) -> io::Result<Option<LockGuard>> {
         let mut fs = self.fs.lock();
-        if !fs.locks.insert(path.to_path_buf()) {
+        if fs.locks.contains_key(path) {
             return Ok(None);
         }
+        fs.locks.insert(path.to_path_buf(), -1);
+        Ok(Some(LockGuard(Box::new(MemLock {
+            fs: self.fs.clone(),
+            path: path.to_path_buf(),
+        }))))
+    }
+
+    fn try_lock_shared(&self, path: &Path) -> io::Result<Option<LockGuard>> {
+        let mut fs = self.fs.lock();
+        let n = fs.locks.entry(path.to_path_buf()).or_insert(0);
+        if *n < 0 {
+            return Ok(None);
+        }
+        *n += 1;
         Ok(Some(LockGuard(Box::new(MemLock {
             fs: self.fs.clone(),
             path: path.to_path_buf(),

@@ -149,6 +149,29 @@ impl Catalog {
         })
     }
 
+    /// The applied LSN recorded in the catalog at `path`, read without
+    /// changing the file (or creating it). `Ok(None)` when there is no
+    /// catalog; an error when it cannot be read without a repair (redb
+    /// refuses a read-only open of a file that needs recovery).
+    pub fn peek_applied_lsn(backend: &dyn Backend, path: &Path) -> StorageResult<Option<Lsn>> {
+        if !backend.exists(path) {
+            return Ok(None);
+        }
+        let file = backend
+            .open(path, OpenMode::Read)
+            .map_err(|e| StorageError::io(path, e))?;
+        let db = Database::builder().open_read_only_with_backend(RedbFile(file))?;
+        let tx = db.begin_read()?;
+        let meta = match tx.open_table(META) {
+            Ok(m) => m,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Some(0)),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(Some(
+            meta.get("applied_lsn")?.map(|v| v.value()).unwrap_or(0),
+        ))
+    }
+
     /// The open database, or `Closed` after [`Catalog::shutdown`].
     fn db(&self) -> StorageResult<parking_lot::MappedRwLockReadGuard<'_, Database>> {
         parking_lot::RwLockReadGuard::try_map(self.db.read(), Option::as_ref)

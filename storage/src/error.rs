@@ -59,12 +59,13 @@ pub enum StorageError {
         supported: u16,
     },
 
-    /// A frame in the *middle* of the log is damaged and intact frames follow
-    /// it, so it is not a torn tail and was not truncated. Repair: restore
-    /// from a backup (`engram verify` lists every damaged frame).
+    /// A frame in the *middle* of the log is damaged (or an intact frame is
+    /// out of place), so it is not a torn tail; nothing was changed.
+    /// Repair: restore from a backup, or cut the log there with `engram
+    /// repair` (`engram verify` lists every damaged frame).
     #[error(
-        "segment {segment} offset {offset}: damaged frame inside the log ({reason}); \
-         intact frames follow, so nothing was truncated"
+        "segment {segment} offset {offset}: damaged log data ({reason}); nothing was changed: \
+         restore from a backup, or run `engram repair` to see what cutting the log would lose"
     )]
     CorruptLog {
         /// Segment number.
@@ -74,6 +75,54 @@ pub enum StorageError {
         /// What the check found.
         reason: String,
     },
+
+    /// Damaged data at the end of the log that something outside the log
+    /// (the catalog, an index snapshot, a checkpoint) proves was durable, so
+    /// it was acknowledged: cutting it would lose acknowledged records.
+    /// Nothing was changed. Repair: restore from a backup, or cut the log
+    /// at an LSN with `engram repair` (the cut bytes are kept in
+    /// quarantine), accepting the loss it names.
+    #[error(
+        "segment {segment} offset {offset}: damaged log data ({reason}); LSNs {first_lsn}..={last_lsn} \
+         were acknowledged ({evidence} shows LSN {last_lsn} was durable), so nothing was cut or changed; \
+         restore from a backup, or run `engram repair` to see what cutting the log would lose"
+    )]
+    AcknowledgedDataDamaged {
+        /// Segment number.
+        segment: u64,
+        /// Byte offset where the intact data ends.
+        offset: u64,
+        /// First LSN that cutting would lose.
+        first_lsn: u64,
+        /// Last LSN known to have been durable.
+        last_lsn: u64,
+        /// What the check found at `offset`.
+        reason: String,
+        /// What proves durability.
+        evidence: String,
+    },
+
+    /// LSNs are missing from the log: a segment file is missing, or a
+    /// segment was cut, or the log ends before what derived state proves
+    /// was durable. Nothing was changed. Repair: put the missing segment
+    /// back (from a backup), or restore from a backup.
+    #[error(
+        "the log is missing LSNs {first_lsn}..={last_lsn}: {detail}; nothing was changed \
+         (put the missing segment files back or restore from a backup)"
+    )]
+    LogGap {
+        /// First missing LSN.
+        first_lsn: u64,
+        /// Last missing LSN (as far as is known).
+        last_lsn: u64,
+        /// Which files or bounds show the gap.
+        detail: String,
+    },
+
+    /// The log was opened read-only and cannot take appends. Give up:
+    /// open it writable.
+    #[error("the log was opened read-only")]
+    ReadOnly,
 
     /// A frame is larger than the configured limit. Give up: split the
     /// record.

@@ -38,6 +38,7 @@ pub mod frame;
 pub mod log;
 mod mmap;
 pub mod oneshot;
+pub mod overlay;
 
 pub use aligned::AlignedBuf;
 pub use backend::{Backend, BackendFile, FsBackend, MapOptions, Mapping, MemBackend, OpenMode};
@@ -45,6 +46,7 @@ pub use catalog::Catalog;
 pub use error::{StorageError, StorageResult};
 pub use frame::{FrameType, Lsn};
 pub use log::{
-    AppendOutcome, FrameLoc, FrameRef, LogOptions, LogStats, RecoveryReport, SegmentLog,
-    Truncation, TruncationReason,
+    AppendOutcome, FrameLoc, FrameRef, LogOptions, LogStats, RecoveryOptions, RecoveryReport,
+    SegmentLog, Truncation, TruncationReason,
 };
+pub use overlay::OverlayBackend;

@@ -24,6 +24,7 @@
 //! never let a batch span segments, and never truncate a sealed segment.
 
 pub(crate) mod recovery;
+pub mod repair;
 pub mod segment;
 
 use std::ops::ControlFlow;
@@ -187,6 +188,32 @@ pub struct RecoveryReport {
     /// Zero bytes after the last frame of the last segment: preallocated
     /// space, kept for the next writes (segment, offset, bytes). Not damage.
     pub preallocated_tail: Option<(u64, u64, u64)>,
+    /// Read-only opens change nothing: the unacknowledged tail a writable
+    /// open would cut (readers do not see it).
+    pub torn_tail_pending: Option<Truncation>,
+}
+
+/// What is known about the log from outside it, and how it may be changed.
+#[derive(Clone, Debug, Default)]
+pub struct RecoveryOptions {
+    /// Open for reading only: no file is created, cut or removed, and no
+    /// writer can start. What a writable open would cut is reported in
+    /// [`RecoveryReport::torn_tail_pending`].
+    pub read_only: bool,
+    /// The highest LSN that state derived from the log (catalog, index
+    /// snapshots, checkpoints) proves was durable, and therefore may have
+    /// been acknowledged. Recovery never cuts at or below it.
+    pub durable_lsn: Lsn,
+    /// What proves `durable_lsn`, for messages ("the catalog", ...).
+    pub durable_evidence: String,
+}
+
+/// A cut of the last segment decided by recovery, made only once every
+/// check has passed.
+struct PendingCut {
+    file: Arc<dyn crate::backend::BackendFile>,
+    path: PathBuf,
+    truncation: Truncation,
 }
 
 impl RecoveryReport {
@@ -238,6 +265,7 @@ struct Shared {
     backend: Arc<dyn Backend>,
     dir: PathBuf,
     opts: LogOptions,
+    read_only: bool,
     segments: RwLock<Vec<Arc<Segment>>>,
     poisoned: Mutex<Option<String>>,
     last_lsn: AtomicU64,
@@ -273,16 +301,42 @@ impl SegmentLog {
         dir: &Path,
         opts: LogOptions,
     ) -> StorageResult<(SegmentLog, RecoveryReport)> {
+        Self::open_with(backend, dir, opts, &RecoveryOptions::default())
+    }
+
+    /// Opens the log in `dir` as [`SegmentLog::open`] does, with what is
+    /// known from outside the log (see [`RecoveryOptions`]).
+    ///
+    /// Recovery refuses, changing no byte, when the log is not a gapless
+    /// run of LSNs from 1 (a missing or cut segment), when damage is
+    /// followed by frames that prove it had been durable, when an intact
+    /// frame is out of place, and when cutting a damaged tail would drop an
+    /// LSN at or below `durable_lsn`. Only a damaged or unfinished tail of
+    /// the last segment that nothing proves acknowledged is cut.
+    pub fn open_with(
+        backend: Arc<dyn Backend>,
+        dir: &Path,
+        opts: LogOptions,
+        ropts: &RecoveryOptions,
+    ) -> StorageResult<(SegmentLog, RecoveryReport)> {
         opts.validate()?;
-        backend.create_dir_all(dir).map_err(io_err(dir))?;
+        let read_only = ropts.read_only;
         let mut numbers = Vec::new();
-        for entry in backend.list_dir(dir).map_err(io_err(dir))? {
+        if !read_only {
+            backend.create_dir_all(dir).map_err(io_err(dir))?;
+        }
+        let entries = if backend.exists(dir) {
+            backend.list_dir(dir).map_err(io_err(dir))?
+        } else {
+            Vec::new()
+        };
+        for entry in entries {
             if entry.is_dir {
                 continue;
             }
             if let Some(no) = segment::parse_segment_file_name(&entry.name) {
                 numbers.push(no);
-            } else if entry.name.ends_with(".tmp") {
+            } else if entry.name.ends_with(".tmp") && !read_only {
                 // Leftover of an interrupted segment rewrite; the original
                 // segment is still in place.
                 let p = dir.join(&entry.name);
@@ -293,14 +347,20 @@ impl SegmentLog {
         numbers.sort_unstable();
         let mut report = RecoveryReport::default();
         let mut segments: Vec<Arc<Segment>> = Vec::new();
-        let mut prev_lsn: Option<Lsn> = None;
+        // The last LSN the segments so far cover: frames must continue from it.
+        let mut prev_end: Lsn = 0;
+        let mut expected_no = 1u64;
+        let mut cut: Option<PendingCut> = None;
         let n = numbers.len();
+        let file_mode = if read_only {
+            OpenMode::Read
+        } else {
+            OpenMode::Write
+        };
         for (i, &no) in numbers.iter().enumerate() {
             let is_last = i + 1 == n;
             let path = segment::segment_path(dir, no);
-            let file = backend
-                .open(&path, OpenMode::Write)
-                .map_err(io_err(&path))?;
+            let file = backend.open(&path, file_mode).map_err(io_err(&path))?;
             let len = file.len().map_err(io_err(&path))?;
             let map = file
                 .map(len, MapOptions::default())
@@ -313,8 +373,10 @@ impl SegmentLog {
                     // Created but the header never became whole: no frame
                     // was ever written to it.
                     drop(map);
-                    backend.remove_file(&path).map_err(io_err(&path))?;
-                    backend.sync_dir(dir).map_err(io_err(dir))?;
+                    if !read_only {
+                        backend.remove_file(&path).map_err(io_err(&path))?;
+                        backend.sync_dir(dir).map_err(io_err(dir))?;
+                    }
                     report.removed_incomplete_segment = Some(path);
                     continue;
                 }
@@ -333,31 +395,6 @@ impl SegmentLog {
                     });
                 }
             };
-            if let Some(prev) = segments.last() {
-                if no != prev.no + 1 {
-                    return Err(StorageError::CorruptLog {
-                        segment: prev.no + 1,
-                        offset: 0,
-                        reason: format!(
-                            "segment {} is missing (found {} after it)",
-                            prev.no + 1,
-                            no
-                        ),
-                    });
-                }
-            }
-            if let Some(p) = prev_lsn {
-                if header.first_lsn <= p {
-                    return Err(StorageError::CorruptLog {
-                        segment: no,
-                        offset: 0,
-                        reason: format!(
-                            "segment starts at LSN {} but earlier segments reach LSN {p}",
-                            header.first_lsn
-                        ),
-                    });
-                }
-            }
             if header.segment_no != no {
                 return Err(StorageError::BadSegmentHeader {
                     segment: no,
@@ -365,7 +402,54 @@ impl SegmentLog {
                     reason: format!("header says segment {}", header.segment_no),
                 });
             }
-            let mut scan = recovery::scan(&map, SEGMENT_HEADER_BYTES as u64, prev_lsn);
+            // The log is one gapless run of LSNs from 1: segment numbers
+            // follow each other, and each segment starts where the one
+            // before it ended.
+            if no != expected_no {
+                let files = if no == expected_no + 1 {
+                    format!("segment file {expected_no} is missing")
+                } else {
+                    format!("segment files {expected_no}..={} are missing", no - 1)
+                };
+                return Err(StorageError::LogGap {
+                    first_lsn: prev_end + 1,
+                    last_lsn: header.first_lsn.saturating_sub(1).max(prev_end + 1),
+                    detail: format!("{files}; segment {no} starts at LSN {}", header.first_lsn),
+                });
+            }
+            if header.first_lsn > prev_end + 1 {
+                return Err(StorageError::LogGap {
+                    first_lsn: prev_end + 1,
+                    last_lsn: header.first_lsn - 1,
+                    detail: if no == 1 {
+                        format!("the first segment starts at LSN {}", header.first_lsn)
+                    } else {
+                        format!(
+                            "segment {} ends at LSN {prev_end} but segment {no} starts at LSN {}",
+                            no - 1,
+                            header.first_lsn
+                        )
+                    },
+                });
+            }
+            if header.first_lsn <= prev_end {
+                return Err(StorageError::CorruptLog {
+                    segment: no,
+                    offset: 0,
+                    reason: format!(
+                        "segment starts at LSN {} but earlier segments reach LSN {prev_end}",
+                        header.first_lsn
+                    ),
+                });
+            }
+            expected_no = no + 1;
+            let gaps_through = header.end_lsn.unwrap_or(0);
+            let mut scan = recovery::scan(
+                &map,
+                SEGMENT_HEADER_BYTES as u64,
+                header.first_lsn - 1,
+                gaps_through,
+            );
             // Zeros from the end of the last frame to the end of the file are
             // preallocated space, not damage.
             let mut zero_tail = None;
@@ -378,21 +462,43 @@ impl SegmentLog {
                     scan.durable_after_damage = None;
                 }
             }
+            let last_kept = scan.last_lsn.unwrap_or(header.first_lsn - 1);
             let damaged = scan.stop.is_some() || scan.valid_end != scan.batch_end;
             if damaged {
                 if let Some((offset, reason)) = &scan.stop {
-                    if !is_last || scan.durable_after_damage.is_some() {
+                    let why_not_torn = if !is_last {
+                        Some(
+                            "a later segment exists, so this one was complete and durable"
+                                .to_string(),
+                        )
+                    } else if let Some((at, before)) = scan.durable_after_damage {
+                        Some(format!(
+                            "the intact frame at offset {at} was written after bytes up to {before} were durable"
+                        ))
+                    } else if !reason.may_be_torn() {
+                        Some(
+                            "an interrupted write cannot leave an intact frame out of place"
+                                .to_string(),
+                        )
+                    } else {
+                        None
+                    };
+                    if let Some(why) = why_not_torn {
                         return Err(StorageError::CorruptLog {
                             segment: no,
                             offset: *offset,
-                            reason: reason.to_string(),
+                            reason: format!(
+                                "{reason}, after LSN {last_kept}; not a torn tail: {why}"
+                            ),
                         });
                     }
                 } else if !is_last {
                     return Err(StorageError::CorruptLog {
                         segment: no,
                         offset: scan.batch_end,
-                        reason: "sealed segment ends inside a batch".into(),
+                        reason: format!(
+                            "sealed segment ends inside a batch, after LSN {last_kept}"
+                        ),
                     });
                 }
                 let reason = match &scan.stop {
@@ -410,21 +516,23 @@ impl SegmentLog {
                     None => TruncationReason::UnfinishedBatch,
                 };
                 drop(map);
-                file.set_len(scan.batch_end).map_err(io_err(&path))?;
-                file.sync_data().map_err(io_err(&path))?;
-                report.truncation = Some(Truncation {
-                    segment: no,
-                    offset: scan.batch_end,
-                    bytes_dropped: len - scan.batch_end,
-                    dropped_lsns: scan.unfinished_batch_lsns.clone(),
-                    reason,
+                cut = Some(PendingCut {
+                    file: file.clone(),
+                    path: path.clone(),
+                    truncation: Truncation {
+                        segment: no,
+                        offset: scan.batch_end,
+                        bytes_dropped: len - scan.batch_end,
+                        dropped_lsns: scan.unfinished_batch_lsns.clone(),
+                        reason,
+                    },
                 });
             } else {
                 drop(map);
                 if let Some((at, bytes)) = zero_tail {
                     if is_last {
                         report.preallocated_tail = Some((no, at, bytes));
-                    } else {
+                    } else if !read_only {
                         // A sealed segment is cut to its data when the next one
                         // starts; a crash in between leaves zeros: cut them now.
                         file.set_len(at).map_err(io_err(&path))?;
@@ -434,36 +542,83 @@ impl SegmentLog {
             }
             let kept_len = scan.batch_end;
             report.n_frames += scan.frames;
-            if scan.last_lsn.is_some() {
-                prev_lsn = scan.last_lsn;
-            } else if header.first_lsn > 1 {
-                // An empty segment still fixes where numbering continues.
-                prev_lsn = Some(prev_lsn.unwrap_or(0).max(header.first_lsn - 1));
-            }
+            prev_end = last_kept.max(header.end_lsn.unwrap_or(0));
             segments.push(Arc::new(Segment::new(
                 no,
                 path,
                 header.first_lsn,
+                header.end_lsn,
                 file,
                 kept_len,
-                if is_last { opts.segment_bytes_max } else { 0 },
+                if is_last && !read_only {
+                    opts.segment_bytes_max
+                } else {
+                    0
+                },
             )?));
         }
+        // Something outside the log proves LSNs up to `durable_lsn` were
+        // durable: the log must still hold them.
+        if ropts.durable_lsn > prev_end {
+            let evidence = if ropts.durable_evidence.is_empty() {
+                "derived state".to_string()
+            } else {
+                ropts.durable_evidence.clone()
+            };
+            return Err(match cut {
+                Some(c) => StorageError::AcknowledgedDataDamaged {
+                    segment: c.truncation.segment,
+                    offset: c.truncation.offset,
+                    first_lsn: prev_end + 1,
+                    last_lsn: ropts.durable_lsn,
+                    reason: match &c.truncation.reason {
+                        TruncationReason::InvalidTail { detail } => detail.clone(),
+                        TruncationReason::UnfinishedBatch => {
+                            "the segment ends inside a batch".to_string()
+                        }
+                    },
+                    evidence,
+                },
+                None => StorageError::LogGap {
+                    first_lsn: prev_end + 1,
+                    last_lsn: ropts.durable_lsn,
+                    detail: format!(
+                        "the log ends at LSN {prev_end} but {evidence} shows LSN {} was durable",
+                        ropts.durable_lsn
+                    ),
+                },
+            });
+        }
+        if let Some(c) = cut {
+            if read_only {
+                report.torn_tail_pending = Some(c.truncation);
+            } else {
+                c.file
+                    .set_len(c.truncation.offset)
+                    .map_err(io_err(&c.path))?;
+                c.file.sync_data().map_err(io_err(&c.path))?;
+                report.truncation = Some(c.truncation);
+            }
+        }
         report.n_segments = segments.len();
-        report.last_lsn = prev_lsn;
+        report.last_lsn = (prev_end > 0).then_some(prev_end);
         let shared = Arc::new(Shared {
             backend,
             dir: dir.to_path_buf(),
             opts,
+            read_only,
             segments: RwLock::new(segments),
             poisoned: Mutex::new(None),
-            last_lsn: AtomicU64::new(prev_lsn.unwrap_or(0)),
+            last_lsn: AtomicU64::new(prev_end),
             n_groups: AtomicU64::new(0),
             n_frames: AtomicU64::new(0),
         });
-        if shared.segments.read().is_empty() {
-            let first = prev_lsn.map_or(1, |l| l + 1);
-            let seg = create_segment(&shared, 1.max(numbers.last().copied().unwrap_or(0)), first)?;
+        if shared.segments.read().is_empty() && !read_only {
+            let seg = create_segment(
+                &shared,
+                1.max(numbers.last().copied().unwrap_or(0)),
+                prev_end + 1,
+            )?;
             shared.segments.write().push(seg);
         }
         Ok((
@@ -480,6 +635,9 @@ impl SegmentLog {
     /// Starts the writer thread. `hook` runs after each group's fsync and
     /// before its acknowledgement.
     pub fn start_writer(&self, hook: CommitHook) -> StorageResult<()> {
+        if self.shared.read_only {
+            return Err(StorageError::ReadOnly);
+        }
         let mut tx_slot = self.tx.lock();
         if tx_slot.is_some() {
             return Ok(());
@@ -520,6 +678,9 @@ impl SegmentLog {
         &self,
         frames: Vec<PendingFrame>,
     ) -> StorageResult<oneshot::Receiver<StorageResult<AppendOutcome>>> {
+        if self.shared.read_only {
+            return Err(StorageError::ReadOnly);
+        }
         if frames.is_empty() {
             return Err(StorageError::EmptyBatch);
         }
@@ -558,6 +719,9 @@ impl SegmentLog {
     /// Seals the active segment and starts a new one (used before rewriting
     /// sealed segments). Waits until done.
     pub fn rotate(&self) -> StorageResult<()> {
+        if self.shared.read_only {
+            return Err(StorageError::ReadOnly);
+        }
         let (reply, rx) = oneshot::channel();
         {
             let tx = self.tx.lock();
@@ -629,7 +793,6 @@ impl SegmentLog {
         let segs: Vec<Arc<Segment>> = self.shared.segments.read().clone();
         let mut problems = Vec::new();
         let mut n_frames = 0;
-        let mut prev = None;
         for seg in &segs {
             let end = seg.durable_len();
             let mut buf = vec![0u8; end as usize];
@@ -645,11 +808,13 @@ impl SegmentLog {
                 continue;
             }
             let buf = AlignedBuf::copy_from(&buf);
-            let s = recovery::scan(buf.as_slice(), SEGMENT_HEADER_BYTES as u64, prev);
+            let s = recovery::scan(
+                buf.as_slice(),
+                SEGMENT_HEADER_BYTES as u64,
+                seg.first_lsn - 1,
+                seg.end_lsn.unwrap_or(0),
+            );
             n_frames += s.frames;
-            if s.last_lsn.is_some() {
-                prev = s.last_lsn;
-            }
             if let Some((offset, reason)) = s.stop {
                 problems.push(LogProblem {
                     segment: seg.no,
@@ -727,7 +892,6 @@ impl SegmentLog {
             });
         }
         let mut out = Vec::with_capacity(seg.durable_len() as usize);
-        out.extend_from_slice(&segment::encode_header(no, seg.first_lsn));
         let mut locs = Vec::new();
         let mut frames: Vec<(FrameRef, Rewrite)> = Vec::new();
         let end = seg.durable_len();
@@ -746,6 +910,17 @@ impl SegmentLog {
             let decision = keep(&fr);
             frames.push((fr, decision));
         }
+        // The rewritten segment still covers every LSN the original did, so
+        // the log's continuity stays checkable when frames are dropped.
+        let end_lsn = frames
+            .last()
+            .map_or(seg.first_lsn - 1, |(f, _)| f.header.lsn)
+            .max(seg.end_lsn.unwrap_or(0));
+        out.extend_from_slice(&segment::encode_header_with_end(
+            no,
+            seg.first_lsn,
+            (end_lsn >= seg.first_lsn).then_some(end_lsn),
+        ));
         // Keep batch boundaries: a kept frame that followed a dropped batch
         // end inherits nothing; flags are recomputed so that every maximal
         // run of kept frames of one original batch still ends with BATCH_END.
@@ -814,6 +989,7 @@ impl SegmentLog {
             no,
             seg.path.clone(),
             seg.first_lsn,
+            Some(end_lsn),
             f,
             out.len() as u64,
             0,
@@ -908,6 +1084,7 @@ fn create_segment(shared: &Shared, no: u64, first_lsn: Lsn) -> StorageResult<Arc
         no,
         path,
         first_lsn,
+        None,
         file,
         SEGMENT_HEADER_BYTES as u64,
         shared.opts.segment_bytes_max,

@@ -20,7 +20,25 @@ use crate::frame::{self, FrameError, Lsn};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum StopReason {
     Frame(FrameError),
-    LsnNotIncreasing { previous: Lsn, found: Lsn },
+    LsnNotIncreasing {
+        previous: Lsn,
+        found: Lsn,
+    },
+    /// An intact frame whose LSN skips some: frames are missing before it.
+    /// A torn write cannot produce this (frames are written at positions
+    /// that follow each other), so it is never treated as a torn tail.
+    LsnGap {
+        previous: Lsn,
+        found: Lsn,
+    },
+}
+
+impl StopReason {
+    /// Whether the stop could be the end of an interrupted write. An intact
+    /// frame in the wrong place cannot.
+    pub(crate) fn may_be_torn(&self) -> bool {
+        matches!(self, StopReason::Frame(_))
+    }
 }
 
 impl std::fmt::Display for StopReason {
@@ -30,6 +48,12 @@ impl std::fmt::Display for StopReason {
             StopReason::LsnNotIncreasing { previous, found } => {
                 write!(f, "LSN {found} does not follow {previous}")
             }
+            StopReason::LsnGap { previous, found } => write!(
+                f,
+                "LSN {found} follows {previous}: LSNs {}..={} are missing",
+                previous + 1,
+                found - 1
+            ),
         }
     }
 }
@@ -54,8 +78,12 @@ pub(crate) struct SegmentScan {
     pub durable_after_damage: Option<(u64, u32)>,
 }
 
-/// Scans `bytes` (a whole segment file) from `start`.
-pub(crate) fn scan(bytes: &[u8], start: u64, prev_lsn: Option<Lsn>) -> SegmentScan {
+/// Scans `bytes` (a whole segment file) from `start`. `prev_lsn` is the
+/// LSN just before the segment's first (0 before the log's first frame).
+/// LSNs must follow each other without gaps, except that LSNs up to
+/// `gaps_through` may be missing (a compaction rewrite dropped them; 0 for
+/// segments written only by appends).
+pub(crate) fn scan(bytes: &[u8], start: u64, prev_lsn: Lsn, gaps_through: Lsn) -> SegmentScan {
     let mut s = SegmentScan {
         batch_end: start,
         valid_end: start,
@@ -83,19 +111,27 @@ pub(crate) fn scan(bytes: &[u8], start: u64, prev_lsn: Option<Lsn>) -> SegmentSc
                 break;
             }
         };
-        if let Some(p) = last
-            && header.lsn <= p
-        {
+        if header.lsn <= last {
             s.stop = Some((
                 pos as u64,
                 StopReason::LsnNotIncreasing {
-                    previous: p,
+                    previous: last,
                     found: header.lsn,
                 },
             ));
             break;
         }
-        last = Some(header.lsn);
+        if header.lsn != last + 1 && header.lsn - 1 > gaps_through {
+            s.stop = Some((
+                pos as u64,
+                StopReason::LsnGap {
+                    previous: last,
+                    found: header.lsn,
+                },
+            ));
+            break;
+        }
+        last = header.lsn;
         pos += header.encoded_len();
         s.valid_end = pos as u64;
         pending.push(header.lsn);
@@ -162,7 +198,7 @@ mod tests {
     fn a_frame_missing_its_padding_is_torn() {
         let v = log_bytes(&[&[10], &[3]], &[64, 64]);
         let cut = v.len() - 5; // inside the last frame's padding
-        let s = scan(&v[..cut], 64, None);
+        let s = scan(&v[..cut], 64, 0, 0);
         assert_eq!(s.batch_end, (64 + frame::encoded_len(10)) as u64);
         assert!(matches!(
             s.stop,
@@ -171,9 +207,40 @@ mod tests {
     }
 
     #[test]
+    fn a_skipped_lsn_is_a_gap_unless_rewritten() {
+        let mut v = log_bytes(&[&[10]], &[64]);
+        let keep = v.len();
+        encode(
+            &mut v,
+            3,
+            FrameType(1),
+            1,
+            FLAG_BATCH_END,
+            keep as u32,
+            b"x",
+        );
+        let s = scan(&v, 64, 0, 0);
+        assert_eq!(s.batch_end, keep as u64);
+        assert_eq!(
+            s.stop,
+            Some((
+                keep as u64,
+                StopReason::LsnGap {
+                    previous: 1,
+                    found: 3
+                }
+            ))
+        );
+        assert!(!s.stop.as_ref().unwrap().1.may_be_torn());
+        let s = scan(&v, 64, 0, 2);
+        assert_eq!(s.stop, None);
+        assert_eq!(s.last_lsn, Some(3));
+    }
+
+    #[test]
     fn clean_log_scans_fully() {
         let v = log_bytes(&[&[10, 20], &[5]], &[64, 64]);
-        let s = scan(&v, 64, None);
+        let s = scan(&v, 64, 0, 0);
         assert_eq!(s.batch_end, v.len() as u64);
         assert_eq!(s.frames, 3);
         assert_eq!(s.last_lsn, Some(3));
@@ -185,7 +252,7 @@ mod tests {
         let mut v = log_bytes(&[&[10]], &[64]);
         let keep = v.len();
         encode(&mut v, 2, FrameType(1), 1, 0, keep as u32, b"partial");
-        let s = scan(&v, 64, None);
+        let s = scan(&v, 64, 0, 0);
         assert_eq!(s.batch_end, keep as u64);
         assert_eq!(s.unfinished_batch_lsns, vec![2]);
         assert_eq!(s.valid_end, v.len() as u64);
@@ -207,7 +274,7 @@ mod tests {
             b"x",
         );
         v[second_start + 40] ^= 0xFF; // damage the second frame's payload
-        let s = scan(&v, 64, None);
+        let s = scan(&v, 64, 0, 0);
         assert_eq!(s.stop.as_ref().unwrap().0, second_start as u64);
         assert!(s.durable_after_damage.is_some());
     }
@@ -236,7 +303,7 @@ mod tests {
         );
         let torn = v1.len() + 100;
         v[torn] ^= 0xFF;
-        let s = scan(&v, 64, None);
+        let s = scan(&v, 64, 0, 0);
         assert_eq!(s.batch_end, v1.len() as u64);
         assert!(s.durable_after_damage.is_none());
     }

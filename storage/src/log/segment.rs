@@ -9,7 +9,11 @@
 //! 12     4    reserved        zero
 //! 16     8    segment_no      u64, also in the file name
 //! 24     8    first_lsn       u64, LSN the first frame was given (or would be)
-//! 32    28    reserved        zero
+//! 32     8    end_lsn         u64, last LSN the segment covers, written by a
+//!                             rewrite (compaction) that may have dropped
+//!                             frames; 0 for segments written by appends,
+//!                             whose LSNs run without gaps
+//! 40    20    reserved        zero
 //! 60     4    header_crc      CRC32C of bytes 0..60
 //! 64     ..   frames (see crate::frame), each at a 16-byte aligned offset
 //! ```
@@ -43,12 +47,15 @@ mod offsets {
     pub const HEADER_BYTES: usize = 10;
     pub const SEGMENT_NO: usize = 16;
     pub const FIRST_LSN: usize = 24;
+    pub const END_LSN: usize = 32;
     pub const HEADER_CRC: usize = 60;
 }
 const _: () = assert!(offsets::HEADER_CRC + 4 == SEGMENT_HEADER_BYTES);
 const _: () = assert!(SEGMENT_HEADER_BYTES.is_multiple_of(frame::FRAME_ALIGN));
 const _: () = assert!(offsets::MAGIC + 8 <= offsets::FORMAT_VERSION);
 const _: () = assert!(offsets::HEADER_BYTES + 2 <= offsets::SEGMENT_NO);
+const _: () = assert!(offsets::FIRST_LSN + 8 <= offsets::END_LSN);
+const _: () = assert!(offsets::END_LSN + 8 <= offsets::HEADER_CRC);
 
 /// The file name of segment `no`.
 pub fn segment_file_name(no: u64) -> String {
@@ -64,8 +71,18 @@ pub fn parse_segment_file_name(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
-/// Encodes a segment header.
+/// Encodes the header of a segment written by appends.
 pub fn encode_header(segment_no: u64, first_lsn: Lsn) -> [u8; SEGMENT_HEADER_BYTES] {
+    encode_header_with_end(segment_no, first_lsn, None)
+}
+
+/// Encodes a segment header; `end_lsn` is set by rewrites, which may drop
+/// frames, so that the log's continuity can still be checked.
+pub fn encode_header_with_end(
+    segment_no: u64,
+    first_lsn: Lsn,
+    end_lsn: Option<Lsn>,
+) -> [u8; SEGMENT_HEADER_BYTES] {
     let mut h = [0u8; SEGMENT_HEADER_BYTES];
     h[offsets::MAGIC..offsets::MAGIC + 8].copy_from_slice(&SEGMENT_MAGIC);
     h[offsets::FORMAT_VERSION..offsets::FORMAT_VERSION + 2]
@@ -74,6 +91,7 @@ pub fn encode_header(segment_no: u64, first_lsn: Lsn) -> [u8; SEGMENT_HEADER_BYT
         .copy_from_slice(&(SEGMENT_HEADER_BYTES as u16).to_le_bytes());
     h[offsets::SEGMENT_NO..offsets::SEGMENT_NO + 8].copy_from_slice(&segment_no.to_le_bytes());
     h[offsets::FIRST_LSN..offsets::FIRST_LSN + 8].copy_from_slice(&first_lsn.to_le_bytes());
+    h[offsets::END_LSN..offsets::END_LSN + 8].copy_from_slice(&end_lsn.unwrap_or(0).to_le_bytes());
     let crc = crc32c::crc32c(&h[..offsets::HEADER_CRC]);
     h[offsets::HEADER_CRC..].copy_from_slice(&crc.to_le_bytes());
     h
@@ -88,6 +106,9 @@ pub struct SegmentHeader {
     pub first_lsn: Lsn,
     /// Format version.
     pub format_version: u16,
+    /// Last LSN the segment covers, when a rewrite set it (frames may then
+    /// be missing inside `first_lsn..=end_lsn`: compaction dropped them).
+    pub end_lsn: Option<Lsn>,
 }
 
 /// Why a segment header is unusable.
@@ -151,6 +172,14 @@ pub fn decode_header(bytes: &[u8]) -> Result<SegmentHeader, HeaderProblem> {
                 .expect("8 bytes"),
         ),
         format_version: version,
+        end_lsn: match u64::from_le_bytes(
+            h[offsets::END_LSN..offsets::END_LSN + 8]
+                .try_into()
+                .expect("8 bytes"),
+        ) {
+            0 => None,
+            l => Some(l),
+        },
     })
 }
 
@@ -160,6 +189,8 @@ pub(crate) struct Segment {
     pub no: u64,
     pub path: PathBuf,
     pub first_lsn: Lsn,
+    /// From the header: LSNs up to here may be missing (a rewrite dropped them).
+    pub end_lsn: Option<Lsn>,
     pub file: Arc<dyn BackendFile>,
     /// Bytes readers may see: everything up to here is durable.
     pub durable_len: AtomicU64,
@@ -178,6 +209,7 @@ impl Segment {
         no: u64,
         path: PathBuf,
         first_lsn: Lsn,
+        end_lsn: Option<Lsn>,
         file: Arc<dyn BackendFile>,
         durable_len: u64,
         reserve: u64,
@@ -196,6 +228,7 @@ impl Segment {
             no,
             path,
             first_lsn,
+            end_lsn,
             file,
             durable_len: AtomicU64::new(durable_len),
             zeroed_len: AtomicU64::new(zeroed.max(durable_len)),
@@ -353,6 +386,9 @@ mod tests {
         let h = encode_header(42, 1000);
         let d = decode_header(&h).unwrap();
         assert_eq!((d.segment_no, d.first_lsn, d.format_version), (42, 1000, 1));
+        assert_eq!(d.end_lsn, None);
+        let r = decode_header(&encode_header_with_end(42, 1000, Some(1500))).unwrap();
+        assert_eq!(r.end_lsn, Some(1500));
         let mut bad = h;
         bad[20] ^= 1;
         assert!(matches!(

@@ -1,0 +1,177 @@
+//! Operator repair of a store whose log recovery refused to open: see how
+//! far the log is intact and what cutting it would lose, then cut it at a
+//! named LSN (the cut bytes go to `quarantine/`, never deleted).
+//!
+//! After the cut, derived state (which may describe records past the cut)
+//! is dropped and rebuilt, and every deletion and revocation recorded in
+//! `ledger.jsonl` that the shortened log no longer holds is applied again,
+//! exactly as after a restore: a repair never brings back deleted content.
+//!
+//! This module must never cut a log without an explicit LSN from the
+//! operator.
+
+use std::path::{Path, PathBuf};
+
+use engram_storage::files::write_all_durable;
+use engram_storage::log::repair::{self as log_repair, LogInspection};
+use engram_storage::{Catalog, OverlayBackend, StorageError};
+use serde::Serialize;
+
+use crate::db::{Engram, Options, layout};
+use crate::error::{EngineError, Result};
+use crate::maintenance::{RestoreReport, read_ledger, remove_derived, render_ledger};
+
+/// What [`Engram::inspect_log`] found.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Inspection {
+    /// Segment files.
+    pub segments: usize,
+    /// Every LSN up to this one is intact (and ends a batch).
+    pub intact_through: u64,
+    /// Batch ends a cut may keep (the latest few).
+    pub recent_batch_ends: Vec<u64>,
+    /// The first problem after `intact_through`.
+    pub problem: Option<String>,
+    /// Bytes after `intact_through`.
+    pub bytes_after: u64,
+    /// The highest LSN seen in any intact frame (after damage too).
+    pub highest_lsn_seen: u64,
+    /// The highest LSN derived state proves was durable (acknowledged).
+    pub durable_lsn: u64,
+    /// What proves it.
+    pub durable_evidence: String,
+}
+
+/// What [`Engram::repair_log`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RepairReport {
+    /// The log now ends at this LSN.
+    pub kept_through: u64,
+    /// Where the cut bytes went.
+    pub quarantine: PathBuf,
+    /// Bytes moved there.
+    pub bytes_quarantined: u64,
+    /// Deletions and revocations applied again from the ledger.
+    pub reapplied: RestoreReport,
+}
+
+/// The highest LSN the derived state of the store in `dir` has applied
+/// (and so proves was durable), and what holds it. Reads through `backend`
+/// without changing anything when it is an overlay.
+pub(crate) fn durable_evidence(
+    backend: &std::sync::Arc<dyn engram_storage::Backend>,
+    dir: &Path,
+) -> (u64, &'static str) {
+    let path = layout::catalog(dir);
+    let cat = match Catalog::peek_applied_lsn(backend.as_ref(), &path) {
+        Ok(l) => l.unwrap_or(0),
+        // A catalog that needs redb's recovery is read through a copy in
+        // memory: recovering it in place would change the store.
+        Err(_) => {
+            let overlay = OverlayBackend::new(backend.clone());
+            Catalog::open(&overlay, &path)
+                .and_then(|c| {
+                    let l = c.applied_lsn();
+                    c.shutdown();
+                    l
+                })
+                .unwrap_or(0)
+        }
+    };
+    let lex = crate::db::lexical_snapshot_lsn(backend.as_ref(), dir);
+    if lex > cat {
+        (lex, "the lexical index snapshot")
+    } else {
+        (cat, "the catalog")
+    }
+}
+
+impl Engram {
+    /// Reads the log of the (closed) store in `dir` and reports how far it
+    /// is intact, changing nothing.
+    pub fn inspect_log(dir: impl AsRef<Path>, opts: &Options) -> Result<Inspection> {
+        let dir = dir.as_ref();
+        crate::store_dir::prepare(opts.backend.as_ref(), dir, false, false)?;
+        let (durable_lsn, evidence) = durable_evidence(&opts.backend, dir);
+        let LogInspection {
+            n_segments,
+            intact_through,
+            recent_batch_ends,
+            problem,
+            bytes_after,
+            highest_lsn_seen,
+        } = log_repair::inspect(opts.backend.as_ref(), &layout::log(dir))?;
+        Ok(Inspection {
+            segments: n_segments,
+            intact_through,
+            recent_batch_ends,
+            problem,
+            bytes_after,
+            highest_lsn_seen,
+            durable_lsn,
+            durable_evidence: evidence.to_string(),
+        })
+    }
+
+    /// Cuts the log of the (closed) store in `dir` after `keep_through` (a
+    /// batch-end LSN within the intact part; see [`Engram::inspect_log`]),
+    /// moving the cut bytes into `quarantine/repair-N/`, drops derived
+    /// state, and opens the store once to rebuild it and re-apply the
+    /// ledger's deletions and revocations that the cut removed.
+    pub fn repair_log(
+        dir: impl AsRef<Path>,
+        opts: &Options,
+        keep_through: u64,
+    ) -> Result<RepairReport> {
+        let dir = dir.as_ref();
+        let backend = opts.backend.clone();
+        crate::store_dir::prepare(backend.as_ref(), dir, false, true)?;
+        let io = |p: &Path, e| EngineError::Storage(StorageError::io(p, e));
+        let quarantine = {
+            let root = dir.join("quarantine");
+            backend.create_dir_all(&root).map_err(|e| io(&root, e))?;
+            let n = backend.list_dir(&root).map_err(|e| io(&root, e))?.len() + 1;
+            root.join(format!("repair-{n}"))
+        };
+        let cut = {
+            let lock_path = layout::lock(dir);
+            let _lock = backend
+                .try_lock(&lock_path)
+                .map_err(|e| io(&lock_path, e))?
+                .ok_or(EngineError::Storage(StorageError::Locked {
+                    path: lock_path.clone(),
+                }))?;
+            // The ledger's deletions and revocations are applied again after
+            // the cut (by the next open, even if this process stops now).
+            let ledger = read_ledger(backend.as_ref(), dir)?;
+            write_all_durable(
+                backend.as_ref(),
+                &layout::restore_pending(dir),
+                render_ledger(&ledger).as_bytes(),
+            )?;
+            let r = log_repair::repair(
+                backend.as_ref(),
+                &layout::log(dir),
+                keep_through,
+                &quarantine,
+            )?;
+            remove_derived(backend.as_ref(), dir)?;
+            r
+        };
+        let (db, opened) = Engram::open_with_report(
+            dir,
+            Options {
+                create_if_missing: false,
+                read_only: false,
+                ..opts.clone()
+            },
+        )?;
+        db.close()?;
+        Ok(RepairReport {
+            kept_through: cut.kept_through,
+            quarantine,
+            bytes_quarantined: cut.bytes_quarantined,
+            reapplied: opened.restore_resumed.unwrap_or_default(),
+        })
+    }
+}

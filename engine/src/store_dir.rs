@@ -1,0 +1,312 @@
+//! The store directory: the marker file that says a directory is an Engram
+//! store, what may be created where, and which files inside it are
+//! Engram's own (the only ones it ever removes).
+//!
+//! A store directory holds `ENGRAM` (this marker: a small JSON document
+//! with the store format version), `LOCK`, `log/`, `derived/`,
+//! `catalog.redb`, `ledger.jsonl`, `settings.snap`, and transiently
+//! `restore.pending`, `log.restore/`, `log.old/`, `quarantine/`.
+//!
+//! Rules:
+//! - a store is created only in a missing or empty directory, and only when
+//!   the caller asked for creation (`Options::create_if_missing`);
+//! - a directory that holds files but no marker is not a store: nothing is
+//!   written into it (a store written by a build from before the marker,
+//!   recognised by its `log/00000000000000000001.seg`, gets the marker at
+//!   its first writable open);
+//! - removals go through [`remove_owned`], which removes only names Engram
+//!   gives its files, so a file someone put inside a store survives.
+//!
+//! This module must never remove a file whose name Engram does not give.
+
+use std::path::Path;
+
+use engram_storage::files::{read_all, write_all_durable};
+use engram_storage::{Backend, StorageError};
+
+use crate::error::{EngineError, Result};
+
+/// Name of the marker file.
+pub const MARKER_FILE: &str = "ENGRAM";
+/// Store format version written in the marker by this build.
+pub const STORE_FORMAT_VERSION: u64 = 1;
+
+/// What a directory is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DirKind {
+    /// Missing, or holding nothing (a `LOCK` left by a failed create counts
+    /// as nothing).
+    Empty,
+    /// Has the marker.
+    Store,
+    /// A store from before the marker (it has a first log segment).
+    Unmarked,
+    /// Holds something else: the first few names.
+    Foreign(Vec<String>),
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
+    move |e| EngineError::Storage(StorageError::io(path, e))
+}
+
+/// Classifies `dir`.
+pub fn classify(backend: &dyn Backend, dir: &Path) -> Result<DirKind> {
+    if !backend.exists(dir) {
+        return Ok(DirKind::Empty);
+    }
+    let entries = backend.list_dir(dir).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotADirectory {
+            EngineError::NotAStore {
+                dir: dir.to_path_buf(),
+                found: "a file, not a directory".into(),
+            }
+        } else {
+            EngineError::Storage(StorageError::io(dir, e))
+        }
+    })?;
+    if entries.iter().any(|e| e.name == MARKER_FILE && !e.is_dir) {
+        return Ok(DirKind::Store);
+    }
+    let names: Vec<String> = entries
+        .iter()
+        .filter(|e| e.name != "LOCK")
+        .map(|e| e.name.clone())
+        .collect();
+    if names.is_empty() {
+        return Ok(DirKind::Empty);
+    }
+    if backend.exists(&dir.join("log").join(first_segment_name())) {
+        return Ok(DirKind::Unmarked);
+    }
+    Ok(DirKind::Foreign(names.into_iter().take(5).collect()))
+}
+
+fn first_segment_name() -> String {
+    engram_storage::log::segment::segment_file_name(1)
+}
+
+/// Checks the marker's format version.
+fn check_marker(backend: &dyn Backend, dir: &Path) -> Result<()> {
+    let path = dir.join(MARKER_FILE);
+    let bytes = read_all(backend, &path)?.unwrap_or_default();
+    let v: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| EngineError::Corrupt {
+            what: path.display().to_string(),
+            detail: format!(
+                "the store marker is not valid JSON ({e}); if this is an Engram store, \
+                 write {{\"engram_store\": {STORE_FORMAT_VERSION}}} into it"
+            ),
+        })?;
+    match v.get("engram_store").and_then(|x| x.as_u64()) {
+        Some(n) if (1..=STORE_FORMAT_VERSION).contains(&n) => Ok(()),
+        Some(n) => Err(EngineError::Corrupt {
+            what: path.display().to_string(),
+            detail: format!(
+                "store format version {n}; this build reads up to {STORE_FORMAT_VERSION}: upgrade Engram"
+            ),
+        }),
+        None => Err(EngineError::Corrupt {
+            what: path.display().to_string(),
+            detail: format!(
+                "the store marker has no \"engram_store\" version; if this is an Engram store, \
+                 write {{\"engram_store\": {STORE_FORMAT_VERSION}}} into it"
+            ),
+        }),
+    }
+}
+
+/// Writes the marker (durably, with its directory entry).
+pub fn write_marker(backend: &dyn Backend, dir: &Path) -> Result<()> {
+    let body = serde_json::json!({
+        "engram_store": STORE_FORMAT_VERSION,
+        "about": "This directory is an Engram store. Do not edit or remove files in it by hand: use the engram command.",
+    });
+    write_all_durable(
+        backend,
+        &dir.join(MARKER_FILE),
+        format!("{body:#}\n").as_bytes(),
+    )?;
+    backend.sync_dir(dir).map_err(io(dir))?;
+    Ok(())
+}
+
+/// Makes sure `dir` is a store before it is opened: creates it when
+/// `create` allows (missing or empty directory), adds the marker to an
+/// unmarked store when `writable`, and refuses anything else.
+pub fn prepare(backend: &dyn Backend, dir: &Path, create: bool, writable: bool) -> Result<()> {
+    match classify(backend, dir)? {
+        DirKind::Store => check_marker(backend, dir),
+        DirKind::Unmarked => {
+            if writable {
+                write_marker(backend, dir)?;
+            }
+            Ok(())
+        }
+        DirKind::Empty if create && writable => {
+            backend.create_dir_all(dir).map_err(io(dir))?;
+            write_marker(backend, dir)
+        }
+        DirKind::Empty => Err(EngineError::NoStore {
+            dir: dir.to_path_buf(),
+        }),
+        DirKind::Foreign(names) => Err(EngineError::NotAStore {
+            dir: dir.to_path_buf(),
+            found: format!("it holds {} and no {MARKER_FILE} marker", names.join(", ")),
+        }),
+    }
+}
+
+/// Whether `dir` can receive a new store or a copy of one (backup target):
+/// missing or empty.
+pub fn check_empty_target(backend: &dyn Backend, dir: &Path, what: &str) -> Result<()> {
+    match classify(backend, dir)? {
+        DirKind::Empty => Ok(()),
+        _ => Err(EngineError::invalid(
+            what,
+            format!("{} exists and is not empty", dir.display()),
+        )),
+    }
+}
+
+/// Whether Engram gives a file this name somewhere in a store (segments,
+/// their rewrite temporaries, snapshots, vector files, catalog, ledger).
+pub fn is_owned_name(name: &str) -> bool {
+    let base = name.strip_suffix(".tmp").unwrap_or(name);
+    engram_storage::log::segment::parse_segment_file_name(base).is_some()
+        || matches!(
+            base,
+            "catalog.redb"
+                | "lexical.snap"
+                | "hnsw.snap"
+                | "vectors.f32"
+                | "space.json"
+                | "checkpoint.snap"
+                | "settings.snap"
+                | "ledger.jsonl"
+                | "restore.pending"
+        )
+        || base.ends_with(".seg")
+}
+
+/// Removes the files Engram owns under `path` (a file or a directory tree)
+/// and every directory left empty; anything else stays, and its names are
+/// returned. A missing path is not an error.
+pub fn remove_owned(backend: &dyn Backend, path: &Path) -> Result<Vec<String>> {
+    let mut foreign = Vec::new();
+    remove_owned_inner(backend, path, &mut foreign)?;
+    Ok(foreign)
+}
+
+fn remove_owned_inner(backend: &dyn Backend, path: &Path, foreign: &mut Vec<String>) -> Result<()> {
+    if !backend.exists(path) {
+        return Ok(());
+    }
+    let entries = match backend.list_dir(path) {
+        Ok(e) => e,
+        Err(_) => {
+            // a file
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if is_owned_name(&name) {
+                backend.remove_file(path).map_err(io(path))?;
+            } else {
+                foreign.push(path.display().to_string());
+            }
+            return Ok(());
+        }
+    };
+    for e in entries {
+        let p = path.join(&e.name);
+        if e.is_dir {
+            remove_owned_inner(backend, &p, foreign)?;
+        } else if is_owned_name(&e.name) {
+            backend.remove_file(&p).map_err(io(&p))?;
+        } else {
+            foreign.push(p.display().to_string());
+        }
+    }
+    if backend.list_dir(path).map_err(io(path))?.is_empty() {
+        backend.remove_dir_all(path).map_err(io(path))?;
+    }
+    if let Some(parent) = path.parent() {
+        if backend.exists(parent) {
+            backend.sync_dir(parent).map_err(io(parent))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engram_storage::{MemBackend, OpenMode};
+    use std::path::PathBuf;
+
+    fn touch(b: &MemBackend, p: &str) {
+        let p = PathBuf::from(p);
+        b.create_dir_all(p.parent().unwrap()).unwrap();
+        b.open(&p, OpenMode::Create).unwrap();
+    }
+
+    #[test]
+    fn a_directory_with_other_files_is_not_a_store_and_is_left_alone() {
+        let b = MemBackend::new();
+        touch(&b, "/u/derived/reports/q3.txt");
+        touch(&b, "/u/log/app.log");
+        assert!(matches!(
+            classify(&b, Path::new("/u")).unwrap(),
+            DirKind::Foreign(_)
+        ));
+        let e = prepare(&b, Path::new("/u"), true, true).unwrap_err();
+        assert!(matches!(e, EngineError::NotAStore { .. }), "{e}");
+        assert!(b.exists(Path::new("/u/log/app.log")));
+        assert!(!b.exists(Path::new("/u/ENGRAM")));
+    }
+
+    #[test]
+    fn stores_are_created_only_when_asked_and_only_in_empty_directories() {
+        let b = MemBackend::new();
+        let e = prepare(&b, Path::new("/s"), false, true).unwrap_err();
+        assert!(matches!(e, EngineError::NoStore { .. }), "{e}");
+        assert!(!b.exists(Path::new("/s")));
+        prepare(&b, Path::new("/s"), true, true).unwrap();
+        assert_eq!(classify(&b, Path::new("/s")).unwrap(), DirKind::Store);
+        prepare(&b, Path::new("/s"), false, false).unwrap();
+    }
+
+    #[test]
+    fn an_unmarked_store_gets_its_marker_at_a_writable_open() {
+        let b = MemBackend::new();
+        touch(&b, "/s/log/00000000000000000001.seg");
+        assert_eq!(classify(&b, Path::new("/s")).unwrap(), DirKind::Unmarked);
+        prepare(&b, Path::new("/s"), false, false).unwrap();
+        assert_eq!(classify(&b, Path::new("/s")).unwrap(), DirKind::Unmarked);
+        prepare(&b, Path::new("/s"), false, true).unwrap();
+        assert_eq!(classify(&b, Path::new("/s")).unwrap(), DirKind::Store);
+    }
+
+    #[test]
+    fn a_damaged_marker_is_named() {
+        let b = MemBackend::new();
+        b.create_dir_all(Path::new("/s")).unwrap();
+        b.write_file(Path::new("/s/ENGRAM"), b"{\"engram_store\": 99}");
+        let e = prepare(&b, Path::new("/s"), false, true).unwrap_err();
+        assert!(e.to_string().contains("upgrade Engram"), "{e}");
+    }
+
+    #[test]
+    fn only_owned_files_are_removed() {
+        let b = MemBackend::new();
+        touch(&b, "/s/derived/lexical.snap");
+        touch(&b, "/s/derived/vectors/m-cosine-3-abc/vectors.f32");
+        touch(&b, "/s/derived/vectors/m-cosine-3-abc/hnsw.snap");
+        touch(&b, "/s/derived/reports/q3.txt");
+        let left = remove_owned(&b, Path::new("/s/derived")).unwrap();
+        assert_eq!(left, vec!["/s/derived/reports/q3.txt".to_string()]);
+        assert!(b.exists(Path::new("/s/derived/reports/q3.txt")));
+        assert!(!b.exists(Path::new("/s/derived/lexical.snap")));
+        assert!(!b.exists(Path::new("/s/derived/vectors")));
+    }
+}

@@ -1,0 +1,369 @@
+//! Operator repair of a log that recovery refused to open: find how far the
+//! log is intact, and cut it at an LSN the operator names, moving every cut
+//! byte into a quarantine directory instead of deleting it.
+//!
+//! Recovery itself only ever cuts a torn tail that nothing proves was
+//! acknowledged. Anything else (damage in the middle of the log, a damaged
+//! tail that the catalog or a checkpoint proves durable, a missing
+//! segment) stops the store from opening; cutting the log there loses
+//! acknowledged records, which is an operator's decision, made here.
+//!
+//! This module must never delete bytes of a segment: what it cuts is
+//! written to quarantine and synced before the segment is shortened.
+
+use std::path::{Path, PathBuf};
+
+use crate::backend::{Backend, MapOptions, OpenMode};
+use crate::error::{StorageError, StorageResult};
+use crate::frame::Lsn;
+use crate::log::recovery;
+use crate::log::segment::{self, SEGMENT_HEADER_BYTES};
+
+/// How far the log is intact, as [`inspect`] found it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogInspection {
+    /// Segment files found.
+    pub n_segments: usize,
+    /// Every LSN from 1 through this one is present, intact, and ends an
+    /// atomic batch: the largest LSN a cut may keep.
+    pub intact_through: Lsn,
+    /// Batch-end LSNs a cut may keep, newest last (at most the last 20).
+    pub recent_batch_ends: Vec<Lsn>,
+    /// The first problem found after `intact_through`, if any.
+    pub problem: Option<String>,
+    /// Bytes after `intact_through` (what cutting there would quarantine).
+    pub bytes_after: u64,
+    /// Highest LSN of an intact frame found anywhere after the problem
+    /// (what cutting at `intact_through` would lose, at least).
+    pub highest_lsn_seen: Lsn,
+}
+
+/// What [`repair`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RepairReport {
+    /// The log now ends at this LSN.
+    pub kept_through: Lsn,
+    /// Files written or moved into quarantine.
+    pub quarantined: Vec<PathBuf>,
+    /// Bytes moved into quarantine.
+    pub bytes_quarantined: u64,
+}
+
+struct SegInfo {
+    no: u64,
+    path: PathBuf,
+    len: u64,
+    first_lsn: Lsn,
+    end_lsn: Option<Lsn>,
+    /// (batch-end LSN, offset just past that frame)
+    batch_ends: Vec<(Lsn, u64)>,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StorageError + '_ {
+    move |e| StorageError::io(path, e)
+}
+
+/// What [`walk`] found.
+struct Walk {
+    /// Segments walked (the last one possibly cut short by the problem).
+    intact: Vec<SegInfo>,
+    /// The first problem.
+    problem: Option<String>,
+    /// Segments not walked: (number, path, length).
+    rest: Vec<(u64, PathBuf, u64)>,
+    /// Highest LSN of an intact frame seen past the problem.
+    highest: Lsn,
+}
+
+/// Walks the log from its start and stops at the first problem.
+fn walk(backend: &dyn Backend, dir: &Path) -> StorageResult<Walk> {
+    let mut numbers = Vec::new();
+    if backend.exists(dir) {
+        for e in backend.list_dir(dir).map_err(io_err(dir))? {
+            if !e.is_dir {
+                if let Some(no) = segment::parse_segment_file_name(&e.name) {
+                    numbers.push(no);
+                }
+            }
+        }
+    }
+    numbers.sort_unstable();
+    let mut intact: Vec<SegInfo> = Vec::new();
+    let mut problem = None;
+    let mut rest = Vec::new();
+    let mut highest = 0;
+    let mut prev_end: Lsn = 0;
+    let mut expected_no = 1;
+    for (i, &no) in numbers.iter().enumerate() {
+        let path = segment::segment_path(dir, no);
+        let file = backend.open(&path, OpenMode::Read).map_err(io_err(&path))?;
+        let len = file.len().map_err(io_err(&path))?;
+        if problem.is_some() {
+            highest = highest.max(highest_lsn_in(&*file, len));
+            rest.push((no, path, len));
+            continue;
+        }
+        let map = file
+            .map(len, MapOptions::default())
+            .map_err(io_err(&path))?;
+        let header = match segment::decode_header(&map) {
+            Ok(h) => h,
+            Err(segment::HeaderProblem::Incomplete) if i + 1 == numbers.len() => {
+                // never written to: not a problem, nothing to keep
+                rest.push((no, path, len));
+                continue;
+            }
+            Err(p) => {
+                problem = Some(format!("segment {no}: bad header: {p:?}"));
+                rest.push((no, path, len));
+                continue;
+            }
+        };
+        if no != expected_no || header.first_lsn != prev_end + 1 {
+            problem = Some(format!(
+                "LSNs {}..={} are missing (segment {no} starts at LSN {}{})",
+                prev_end + 1,
+                header.first_lsn.saturating_sub(1).max(prev_end + 1),
+                header.first_lsn,
+                if no != expected_no {
+                    format!("; segment file {expected_no} is missing")
+                } else {
+                    String::new()
+                }
+            ));
+            highest = highest.max(highest_lsn_in(&*file, len));
+            rest.push((no, path, len));
+            continue;
+        }
+        expected_no = no + 1;
+        let scan = recovery::scan(
+            &map,
+            SEGMENT_HEADER_BYTES as u64,
+            header.first_lsn - 1,
+            header.end_lsn.unwrap_or(0),
+        );
+        let mut info = SegInfo {
+            no,
+            path: path.clone(),
+            len,
+            first_lsn: header.first_lsn,
+            end_lsn: header.end_lsn,
+            batch_ends: Vec::new(),
+        };
+        // Batch ends of the intact prefix, found by walking it again.
+        let mut pos = SEGMENT_HEADER_BYTES as u64;
+        while pos < scan.batch_end {
+            let Ok((h, _)) = crate::frame::decode(&map[pos as usize..]) else {
+                break;
+            };
+            pos += h.encoded_len() as u64;
+            if h.is_batch_end() {
+                info.batch_ends.push((h.lsn, pos));
+            }
+        }
+        let last_kept = scan.last_lsn.unwrap_or(header.first_lsn - 1);
+        let zero_tail = matches!(
+            &scan.stop,
+            Some((at, recovery::StopReason::Frame(crate::frame::FrameError::ZeroFilled)))
+                if *at == scan.batch_end && map[*at as usize..].iter().all(|&b| b == 0)
+        );
+        if let Some((at, why)) = &scan.stop
+            && !zero_tail
+        {
+            problem = Some(format!("segment {no} offset {at}: {why}"));
+        } else if scan.valid_end != scan.batch_end {
+            problem = Some(format!(
+                "segment {no} offset {}: the segment ends inside a batch",
+                scan.batch_end
+            ));
+        }
+        if problem.is_some() {
+            highest = highest.max(scan.unfinished_batch_lsns.last().copied().unwrap_or(0));
+            highest = highest.max(highest_lsn_in(&*file, len));
+        }
+        prev_end = last_kept.max(header.end_lsn.unwrap_or(0));
+        intact.push(info);
+    }
+    Ok(Walk {
+        intact,
+        problem,
+        rest,
+        highest,
+    })
+}
+
+/// Highest LSN of any intact frame in a file (looked for at every aligned
+/// offset, so it also finds frames after damage).
+fn highest_lsn_in(file: &dyn crate::backend::BackendFile, len: u64) -> Lsn {
+    let Ok(map) = file.map(len, MapOptions::default()) else {
+        return 0;
+    };
+    let mut best = 0;
+    let mut pos = SEGMENT_HEADER_BYTES;
+    while pos + crate::frame::FRAME_HEADER_BYTES <= map.len() {
+        if let Ok((h, _)) = crate::frame::decode(&map[pos..]) {
+            best = best.max(h.lsn);
+            pos += h.encoded_len();
+        } else {
+            pos += crate::frame::FRAME_ALIGN;
+        }
+    }
+    best
+}
+
+/// Reads the log in `dir` without changing anything and reports how far it
+/// is intact and what is wrong after that.
+pub fn inspect(backend: &dyn Backend, dir: &Path) -> StorageResult<LogInspection> {
+    let Walk {
+        intact,
+        problem,
+        rest,
+        highest,
+    } = walk(backend, dir)?;
+    let all_ends: Vec<Lsn> = std::iter::once(0)
+        .chain(
+            intact
+                .iter()
+                .flat_map(|s| s.batch_ends.iter().map(|&(l, _)| l)),
+        )
+        .collect();
+    let intact_through = intact
+        .iter()
+        .map(|s| {
+            s.batch_ends
+                .last()
+                .map_or(s.first_lsn - 1, |&(l, _)| l)
+                .max(s.end_lsn.unwrap_or(0))
+        })
+        .max()
+        .unwrap_or(0);
+    let mut bytes_after = rest.iter().map(|r| r.2).sum::<u64>();
+    if let Some(last) = intact.last() {
+        let kept = last
+            .batch_ends
+            .last()
+            .map_or(SEGMENT_HEADER_BYTES as u64, |&(_, o)| o);
+        bytes_after += last.len.saturating_sub(kept);
+    }
+    Ok(LogInspection {
+        n_segments: intact.len() + rest.len(),
+        intact_through,
+        recent_batch_ends: all_ends[all_ends.len().saturating_sub(20)..].to_vec(),
+        problem,
+        bytes_after,
+        highest_lsn_seen: highest.max(intact_through),
+    })
+}
+
+/// Cuts the log in `dir` so that it ends at `keep_through` (a batch-end
+/// LSN inside the intact part, or 0 for an empty log). Every byte after
+/// it is written to (or, for whole segments, moved into) `quarantine`,
+/// synced, before anything is shortened. The store must be closed.
+pub fn repair(
+    backend: &dyn Backend,
+    dir: &Path,
+    keep_through: Lsn,
+    quarantine: &Path,
+) -> StorageResult<RepairReport> {
+    let Walk { intact, rest, .. } = walk(backend, dir)?;
+    // Where the cut goes: segment index and offset.
+    let mut at: Option<(usize, u64)> = None;
+    if keep_through == 0 {
+        if !intact.is_empty() {
+            at = Some((0, SEGMENT_HEADER_BYTES as u64));
+        }
+    } else {
+        for (i, s) in intact.iter().enumerate() {
+            if let Some(&(_, off)) = s.batch_ends.iter().find(|&&(l, _)| l == keep_through) {
+                at = Some((i, off));
+                break;
+            }
+            // A rewritten segment whose frames all were dropped still covers its LSNs.
+            if s.batch_ends.is_empty() && s.end_lsn == Some(keep_through) {
+                at = Some((i, SEGMENT_HEADER_BYTES as u64));
+                break;
+            }
+        }
+        if at.is_none() {
+            let ends: Vec<String> = intact
+                .iter()
+                .flat_map(|s| s.batch_ends.iter().map(|&(l, _)| l))
+                .rev()
+                .take(5)
+                .map(|l| l.to_string())
+                .collect();
+            return Err(StorageError::InvalidOptions {
+                reason: format!(
+                    "LSN {keep_through} is not the end of an intact atomic batch of this log \
+                     (the latest are: {}); a cut may only keep whole batches of intact data",
+                    if ends.is_empty() {
+                        "none".to_string()
+                    } else {
+                        ends.join(", ")
+                    }
+                ),
+            });
+        }
+    }
+    backend
+        .create_dir_all(quarantine)
+        .map_err(io_err(quarantine))?;
+    let mut report = RepairReport {
+        kept_through: keep_through,
+        ..RepairReport::default()
+    };
+    let mut moves: Vec<(PathBuf, u64)> = Vec::new();
+    if let Some((idx, offset)) = at {
+        let s = &intact[idx];
+        if s.len > offset {
+            let file = backend
+                .open(&s.path, OpenMode::Write)
+                .map_err(io_err(&s.path))?;
+            let mut buf = vec![0u8; (s.len - offset) as usize];
+            file.read_exact_at(&mut buf, offset)
+                .map_err(io_err(&s.path))?;
+            let q = quarantine.join(format!(
+                "{}.from-{offset}",
+                segment::segment_file_name(s.no)
+            ));
+            let qf = backend.open(&q, OpenMode::Truncate).map_err(io_err(&q))?;
+            qf.write_all_at(&buf, 0).map_err(io_err(&q))?;
+            qf.sync_data().map_err(io_err(&q))?;
+            backend.sync_dir(quarantine).map_err(io_err(quarantine))?;
+            report.bytes_quarantined += buf.len() as u64;
+            report.quarantined.push(q);
+            file.set_len(offset).map_err(io_err(&s.path))?;
+            if let Some(end) = s.end_lsn
+                && end > keep_through
+            {
+                // The segment now covers LSNs only up to the cut.
+                let new_end = (keep_through >= s.first_lsn).then_some(keep_through);
+                file.write_all_at(
+                    &segment::encode_header_with_end(s.no, s.first_lsn, new_end),
+                    0,
+                )
+                .map_err(io_err(&s.path))?;
+            }
+            file.sync_data().map_err(io_err(&s.path))?;
+        }
+        for later in &intact[idx + 1..] {
+            moves.push((later.path.clone(), later.len));
+        }
+    }
+    for (_, path, len) in &rest {
+        moves.push((path.clone(), *len));
+    }
+    for (path, len) in moves {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let q = quarantine.join(name);
+        backend.rename(&path, &q).map_err(io_err(&path))?;
+        report.bytes_quarantined += len;
+        report.quarantined.push(q);
+    }
+    backend.sync_dir(quarantine).map_err(io_err(quarantine))?;
+    backend.sync_dir(dir).map_err(io_err(dir))?;
+    Ok(report)
+}

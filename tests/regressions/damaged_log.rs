@@ -1,0 +1,233 @@
+//! A damaged or incomplete log is refused, never silently cut: only a torn
+//! tail that nothing proves acknowledged may be cut, and `verify` changes
+//! nothing. `engram repair` cuts at an LSN the operator names and keeps
+//! the cut bytes in quarantine.
+
+use std::path::Path;
+
+use engram::storage::LogOptions;
+use engram::{EngineError, Engram, NewRecord, Options, Principal};
+use engram_storage::StorageError;
+
+use super::cli::{self, fails, ok, snapshot};
+
+fn flip(path: &Path, from_end: usize) {
+    let mut b = std::fs::read(path).unwrap();
+    let at = b.len() - from_end;
+    b[at] ^= 0x5A;
+    std::fs::write(path, b).unwrap();
+}
+
+#[test]
+fn damage_inside_an_acknowledged_batch_is_refused_and_nothing_is_cut() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 3000);
+    ok(
+        &store,
+        &[
+            "ingest",
+            file.to_str().unwrap(),
+            "--batch-size",
+            "1000",
+            "--json",
+        ],
+    );
+    let seg = cli::segments(&store).pop().unwrap();
+    flip(&seg, 300);
+    let before = snapshot(&store);
+
+    let v = cli::at(&store, &["verify", "--json"]);
+    assert!(!v.status.success());
+    let report = cli::json(&v);
+    let problem = report["problems"][0].as_str().unwrap().to_string();
+    assert!(
+        problem.contains("segment 1")
+            && problem.contains("LSNs")
+            && problem.contains("nothing was cut"),
+        "{problem}"
+    );
+    cli::assert_same(&before, &snapshot(&store), "verify changed the store");
+    let msg = fails(&store, &["get", "e/5", "--tenant", "t"]);
+    assert!(msg.contains("engram repair"), "{msg}");
+    cli::assert_same(
+        &before,
+        &snapshot(&store),
+        "a refused open changed the store",
+    );
+
+    // The operator's way out: see the loss, then cut at an intact batch end.
+    let plan = cli::json(&ok(&store, &["repair", "--json"]));
+    let intact = plan["intact_through"].as_u64().unwrap();
+    assert_eq!(intact, 2000, "{plan}");
+    assert_eq!(plan["durable_lsn"].as_u64().unwrap(), 3000, "{plan}");
+    cli::assert_same(&before, &snapshot(&store), "inspecting changed the store");
+    let r = cli::json(&ok(
+        &store,
+        &["repair", "--truncate-after", "2000", "--json"],
+    ));
+    let q = Path::new(r["quarantine"].as_str().unwrap());
+    let kept: usize = std::fs::read_dir(q)
+        .unwrap()
+        .map(|e| std::fs::metadata(e.unwrap().path()).unwrap().len() as usize)
+        .sum();
+    assert!(kept > 900 * 400, "the cut bytes were not kept: {kept}");
+    ok(&store, &["verify"]);
+    let stats = cli::json(&ok(&store, &["stats", "--json"]));
+    assert_eq!(stats["records"], 2000);
+}
+
+#[test]
+fn a_cut_at_a_batch_that_is_not_intact_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 30);
+    ok(
+        &store,
+        &["ingest", file.to_str().unwrap(), "--batch-size", "10"],
+    );
+    let msg = fails(&store, &["repair", "--truncate-after", "15"]);
+    assert!(
+        msg.contains("not the end of an intact atomic batch"),
+        "{msg}"
+    );
+    ok(&store, &["verify"]);
+}
+
+fn small_segments() -> Options {
+    Options {
+        log: LogOptions {
+            segment_bytes_max: 64 << 10,
+            ..LogOptions::default()
+        },
+        ..Options::default()
+    }
+}
+
+/// A store of 300 records in batches of 10, over several segments.
+fn multi_segment_store(dir: &Path) -> usize {
+    let db = Engram::open(dir, small_segments()).unwrap();
+    let s = db.session(Principal::admin("t"));
+    for b in 0..30 {
+        let batch = (0..10)
+            .map(|i| NewRecord::event("note", format!("batch {b} record {i} {}", "x".repeat(400))))
+            .collect();
+        s.append(batch).unwrap();
+    }
+    db.close().unwrap();
+    let n = cli::segments(dir).len();
+    assert!(n >= 3, "{n} segments");
+    n
+}
+
+fn open_err(dir: &Path) -> EngineError {
+    Engram::open(dir, small_segments()).unwrap_err()
+}
+
+#[test]
+fn a_missing_first_segment_is_refused_by_open_verify_and_rebuild() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    multi_segment_store(&store);
+    std::fs::remove_file(&cli::segments(&store)[0]).unwrap();
+    let e = open_err(&store);
+    assert!(
+        matches!(
+            e,
+            EngineError::Storage(StorageError::LogGap { first_lsn: 1, .. })
+        ),
+        "{e}"
+    );
+    let before = snapshot(&store);
+    let v = fails(&store, &["verify"]);
+    assert!(v.contains("missing LSNs 1..="), "{v}");
+    let r = fails(&store, &["rebuild"]);
+    assert!(r.contains("missing LSNs 1..="), "{r}");
+    cli::assert_same(
+        &before,
+        &snapshot(&store),
+        "a refused rebuild changed the store",
+    );
+    // Without the catalog (nothing else remembers the log's length) the
+    // first segment is still known to be missing.
+    std::fs::remove_file(store.join("catalog.redb")).unwrap();
+    std::fs::remove_dir_all(store.join("derived")).unwrap();
+    let e = open_err(&store);
+    assert!(
+        matches!(e, EngineError::Storage(StorageError::LogGap { .. })),
+        "{e}"
+    );
+    fails(&store, &["stats"]);
+}
+
+#[test]
+fn a_missing_middle_segment_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    multi_segment_store(&store);
+    std::fs::remove_file(&cli::segments(&store)[1]).unwrap();
+    let e = open_err(&store);
+    assert!(e.to_string().contains("segment file 2 is missing"), "{e}");
+}
+
+#[test]
+fn a_missing_last_segment_is_refused_when_derived_state_proves_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    multi_segment_store(&store);
+    std::fs::remove_file(cli::segments(&store).last().unwrap()).unwrap();
+    let e = open_err(&store);
+    assert!(
+        matches!(
+            e,
+            EngineError::Storage(StorageError::LogGap { last_lsn: 300, .. })
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_sealed_segment_cut_at_a_batch_boundary_is_a_gap() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    multi_segment_store(&store);
+    let first = cli::segments(&store)[0].clone();
+    // Cut the first segment after its first batch (10 frames): the file
+    // still parses, but LSNs 11.. up to the second segment are gone.
+    let bytes = std::fs::read(&first).unwrap();
+    let mut pos = 64;
+    for _ in 0..10 {
+        let len = u32::from_le_bytes(bytes[pos + 4..pos + 8].try_into().unwrap()) as usize;
+        pos += (32 + len).div_ceil(16) * 16;
+    }
+    std::fs::write(&first, &bytes[..pos]).unwrap();
+    let e = open_err(&store);
+    assert!(
+        matches!(
+            e,
+            EngineError::Storage(StorageError::LogGap { first_lsn: 11, .. })
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn verify_changes_nothing_and_reports_a_torn_tail_that_a_writer_then_cuts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 20);
+    ok(&store, &["ingest", file.to_str().unwrap()]);
+    let seg = cli::segments(&store).pop().unwrap();
+    let mut b = std::fs::read(&seg).unwrap();
+    b.extend_from_slice(&[0xAB; 100]); // a write torn after its first bytes
+    std::fs::write(&seg, &b).unwrap();
+    let before = snapshot(&store);
+    let v = cli::json(&ok(&store, &["verify", "--json"]));
+    assert_eq!(v["ok"], true, "{v}");
+    assert!(v["notes"][0].as_str().unwrap().contains("torn"), "{v}");
+    cli::assert_same(&before, &snapshot(&store), "verify changed the store");
+    ok(&store, &["stats"]);
+    assert_eq!(std::fs::read(&seg).unwrap().len(), b.len() - 100);
+    let v = cli::json(&ok(&store, &["verify", "--json"]));
+    assert!(v["notes"].as_array().unwrap().is_empty(), "{v}");
+}

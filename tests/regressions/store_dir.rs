@@ -1,0 +1,148 @@
+//! Engram writes only into its own stores: a directory that is not a store
+//! is refused by every command that writes, commands other than the ones
+//! that create never create, and rebuild/restore remove only files Engram
+//! names.
+
+use std::path::Path;
+
+use super::cli::{self, fails, ok, snapshot};
+
+fn foreign_dir(root: &Path) -> std::path::PathBuf {
+    let u = root.join("u");
+    std::fs::create_dir_all(u.join("derived/reports")).unwrap();
+    std::fs::create_dir_all(u.join("log")).unwrap();
+    std::fs::write(u.join("derived/reports/q3.txt"), "q3").unwrap();
+    std::fs::write(u.join("log/app.log"), "app").unwrap();
+    u
+}
+
+#[test]
+fn commands_refuse_a_directory_that_is_not_a_store_and_touch_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let u = foreign_dir(tmp.path());
+    let before = snapshot(&u);
+    let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 3);
+    for args in [
+        vec!["rebuild"],
+        vec!["rebuild", "--catalog"],
+        vec!["compact"],
+        vec!["stats"],
+        vec!["verify"],
+        vec!["ingest", file.to_str().unwrap()],
+        vec!["init"],
+        vec!["repair"],
+    ] {
+        let msg = fails(&u, &args);
+        assert!(
+            msg.contains("not an Engram store")
+                || msg.contains("no store")
+                || msg.contains("not empty"),
+            "{args:?}: {msg}"
+        );
+        cli::assert_same(
+            &before,
+            &snapshot(&u),
+            &format!("{args:?} changed a foreign directory"),
+        );
+    }
+    // restore into it
+    let src = tmp.path().join("src");
+    ok(&src, &["ingest", file.to_str().unwrap()]);
+    let bk = tmp.path().join("bk");
+    ok(&src, &["backup", bk.to_str().unwrap()]);
+    let msg = fails(&u, &["restore", bk.to_str().unwrap()]);
+    assert!(msg.contains("not an Engram store"), "{msg}");
+    cli::assert_same(&before, &snapshot(&u), "unchanged");
+}
+
+#[test]
+fn rebuild_and_restore_leave_files_engram_does_not_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 5);
+    ok(&store, &["ingest", file.to_str().unwrap()]);
+    std::fs::create_dir_all(store.join("derived/reports")).unwrap();
+    std::fs::write(store.join("derived/reports/q3.txt"), "q3").unwrap();
+    std::fs::write(store.join("log/app.log"), "app").unwrap();
+    ok(&store, &["rebuild"]);
+    let bk = tmp.path().join("bk");
+    ok(&store, &["backup", bk.to_str().unwrap()]);
+    ok(&store, &["restore", bk.to_str().unwrap()]);
+    assert_eq!(
+        std::fs::read_to_string(store.join("derived/reports/q3.txt")).unwrap(),
+        "q3"
+    );
+    assert!(
+        cli::json(&ok(&store, &["stats", "--json"]))["records"] == 5,
+        "restore lost records"
+    );
+    assert!(
+        crate::common::files_under(&store)
+            .iter()
+            .any(|p| p.ends_with("app.log")),
+        "restore deleted a file it does not own"
+    );
+}
+
+#[test]
+fn only_creating_commands_create_a_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let typo = tmp.path().join("nonexistent/deep/dir");
+    for args in [
+        vec!["stats"],
+        vec!["verify"],
+        vec!["get", "x", "--tenant", "t"],
+        vec!["log"],
+    ] {
+        let msg = fails(&typo, &args);
+        assert!(msg.contains("no store at"), "{args:?}: {msg}");
+        assert!(
+            !tmp.path().join("nonexistent").exists(),
+            "{args:?} created the path"
+        );
+    }
+    ok(&typo, &["init"]);
+    let msg = fails(&typo, &["init"]);
+    assert!(msg.contains("already an Engram store"), "{msg}");
+    ok(&typo, &["stats"]);
+}
+
+#[test]
+fn a_file_as_data_directory_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let f = tmp.path().join("afile");
+    std::fs::write(&f, "x").unwrap();
+    let msg = fails(&f, &["stats"]);
+    assert!(
+        msg.contains("not a store directory") || msg.contains("not an Engram store"),
+        "{msg}"
+    );
+    let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 1);
+    let msg = fails(&f, &["ingest", file.to_str().unwrap()]);
+    assert!(!msg.contains("os error 17"), "{msg}");
+}
+
+#[test]
+fn a_damaged_settings_file_names_its_repair_and_verify_still_checks_the_log() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 5);
+    ok(
+        &store,
+        &["--embedder", "hash", "ingest", file.to_str().unwrap()],
+    );
+    let settings = store.join("settings.snap");
+    let mut b = std::fs::read(&settings).unwrap();
+    let n = b.len();
+    b[n - 3] ^= 0xFF;
+    std::fs::write(&settings, b).unwrap();
+    let msg = fails(&store, &["stats"]);
+    assert!(msg.contains("--embedder NAME rebuild"), "{msg}");
+    let v = cli::at(&store, &["verify", "--json"]);
+    let j = cli::json(&v);
+    assert_eq!(j["frames"], 5, "verify did not check the log: {j}");
+    assert_eq!(j["ok"], false);
+    ok(&store, &["--embedder", "hash", "rebuild"]);
+    ok(&store, &["stats"]);
+    ok(&store, &["verify"]);
+}
