@@ -130,6 +130,10 @@ pub struct AppendResult {
     pub status: Status,
     /// LSN of its frame (of the existing record for duplicates).
     pub lsn: u64,
+    /// What the engine decided beyond what the record said: labels a
+    /// correction inherited, or access an admin lowered.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// Whether an append stored something.
@@ -907,6 +911,9 @@ struct Prepared {
     outcome: AppendOutcome,
     status: Status,
     lsn: u64,
+    /// What the engine decided for the record beyond what it said
+    /// (inherited labels, lowered access).
+    notes: Vec<String>,
     /// Position of its record frame in the batch (created records only).
     frame: usize,
 }
@@ -1048,6 +1055,37 @@ fn has_references(r: &NewRecord) -> bool {
         )
 }
 
+/// How messages name a reference: `<id>` or `with external id '<e>'`.
+pub(crate) fn reference_phrase(r: &RecordRef) -> String {
+    match r {
+        RecordRef::Id(id) => id.to_string(),
+        RecordRef::External(e) => format!("with external id '{e}'"),
+        RecordRef::IdOrExternal(s) => s.clone(),
+    }
+}
+
+/// The record a reference names, from its two readings (internal id,
+/// external id), counting only records `visible` says exist for the
+/// caller. `None`: names nothing; `Some(Err)`: names two different records.
+fn one_of(
+    by_id: Option<Idx>,
+    by_ext: Option<Idx>,
+    r: &RecordRef,
+    tenant: &str,
+    visible: impl Fn(Idx) -> bool,
+) -> Option<Result<Idx>> {
+    let by_id = by_id.filter(|&i| visible(i));
+    let by_ext = by_ext.filter(|&i| visible(i));
+    match (by_id, by_ext) {
+        (Some(a), Some(b)) if a != b => Some(Err(EngineError::AmbiguousReference {
+            tenant: tenant.to_string(),
+            reference: r.to_string(),
+        })),
+        (Some(a), _) | (None, Some(a)) => Some(Ok(a)),
+        (None, None) => None,
+    }
+}
+
 #[derive(Default, Clone)]
 struct Resolved {
     supersedes: Option<RecordId>,
@@ -1161,6 +1199,16 @@ impl Session {
             let mut batch_ids: Vec<RecordId> = Vec::with_capacity(records.len());
             let mut superseded_here: HashMap<RecordId, usize> = HashMap::new();
             let mut new_dims: HashMap<String, usize> = HashMap::new();
+            // A stored record the principal cannot read does not exist for
+            // it: naming it as a source, a correction target or an endpoint
+            // is answered exactly like naming nothing.
+            let held = if records.iter().any(has_references) {
+                self.held_labels(&st)
+            } else {
+                BTreeSet::new()
+            };
+            let visible = |ix: Idx| self.target(&st, ix, &held).readable;
+            let actor = self.actor(&st);
             for (i, r) in records.iter().enumerate() {
                 let id = w.ids.mint(now);
                 batch_ids.push(id);
@@ -1187,59 +1235,63 @@ impl Session {
                            field: &str,
                            i: usize|
              -> Result<(RecordId, Option<Idx>)> {
-                match rf {
-                    RecordRef::Id(id) => {
-                        if let Some(j) = batch_ids.iter().position(|b| b == id) {
-                            if j >= i {
+                // An earlier item of the batch, by the id minted for it.
+                if let Some(id) = rf.as_id() {
+                    if let Some(j) = batch_ids.iter().position(|b| *b == id) {
+                        if j >= i {
+                            return Err(EngineError::invalid(
+                                field,
+                                format!("{id} refers to a record later in the batch"),
+                            )
+                            .at_item(i));
+                        }
+                        return Ok((id, None));
+                    }
+                }
+                // The latest earlier item with that external id; an item
+                // naming its own external id refers to the version it
+                // corrects (earlier in the batch or stored).
+                if let Some(e) = rf.as_external() {
+                    if let Some(pos) = batch_ext.get(e) {
+                        if let Some(&j) = pos.iter().rev().find(|&&j| j < i) {
+                            return Ok((batch_ids[j], None));
+                        }
+                        if let Some(&j) = pos.iter().find(|&&j| j > i) {
+                            if !pos.contains(&i) {
                                 return Err(EngineError::invalid(
                                     field,
-                                    format!("{id} refers to a record later in the batch"),
+                                    format!(
+                                        "external id '{e}' is defined later in the batch (item {j})"
+                                    ),
                                 )
                                 .at_item(i));
                             }
-                            return Ok((*id, None));
-                        }
-                        match tsym.and_then(|t| st.idx_in(t, *id)) {
-                            Some(ix) => Ok((*id, Some(ix))),
-                            None => Err(EngineError::invalid(
-                                field,
-                                format!("no record {id} in tenant '{tenant}'"),
-                            )
-                            .at_item(i)),
                         }
                     }
-                    RecordRef::External(e) => {
-                        // The latest earlier item with that external id; an
-                        // item naming its own external id refers to the
-                        // version it corrects (earlier in the batch or stored).
-                        if let Some(pos) = batch_ext.get(e) {
-                            if let Some(&j) = pos.iter().rev().find(|&&j| j < i) {
-                                return Ok((batch_ids[j], None));
-                            }
-                            if let Some(&j) = pos.iter().find(|&&j| j > i) {
-                                if !pos.contains(&i) {
-                                    return Err(EngineError::invalid(
-                                        field,
-                                        format!("external id '{e}' is defined later in the batch (item {j})"),
-                                    )
-                                    .at_item(i));
-                                }
-                            }
-                        }
-                        match tstate.and_then(|t| t.external_ids.get(e.as_str())) {
-                            Some(&ix) => Ok((st.meta(ix).id, Some(ix))),
-                            None => Err(EngineError::invalid(
-                                field,
-                                format!("no record with external id '{e}' in tenant '{tenant}'"),
-                            )
-                            .at_item(i)),
-                        }
-                    }
+                }
+                let by_id = rf
+                    .as_id()
+                    .and_then(|id| tsym.and_then(|t| st.idx_in(t, id)));
+                let by_ext = rf
+                    .as_external()
+                    .and_then(|e| tstate.and_then(|t| t.external_ids.get(e).copied()));
+                match one_of(by_id, by_ext, rf, &tenant, visible) {
+                    Some(Ok(ix)) => Ok((st.meta(ix).id, Some(ix))),
+                    Some(Err(e)) => Err(e),
+                    None => Err(EngineError::invalid(
+                        field,
+                        format!("no record {} in tenant '{tenant}'", reference_phrase(rf)),
+                    )
+                    .at_item(i)),
                 }
             };
             for (i, r) in records.iter().enumerate() {
                 let mut res = Resolved::default();
                 let rtype = r.body.record_type();
+                let mut notes: Vec<String> = Vec::new();
+                // A correction of a stored record inherits what it leaves out.
+                let inherited: NewRecord;
+                let mut r = r;
                 if let Some(s) = &r.supersedes {
                     let (sid, six) = resolve(&batch_ids, s, "supersedes", i)?;
                     if sid == batch_ids[i] {
@@ -1270,6 +1322,78 @@ impl Session {
                                 format!("{sid} is deleted"),
                             )
                             .at_item(i));
+                        }
+                        let target = self.target(&st, ix, &held);
+                        if let crate::authz::Decision::Forbidden(reason) = crate::authz::decide(
+                            actor,
+                            crate::authz::Operation::Correct,
+                            Some(target),
+                        ) {
+                            return Err(EngineError::Forbidden {
+                                principal: self.principal.to_string(),
+                                action: format!("correct {sid} (item {i})"),
+                                reason: reason.to_string(),
+                            });
+                        }
+                        let (given, _, _) = &mut normalized[i];
+                        let old: Vec<String> = st.access_names(ix);
+                        let dropped: Vec<String> =
+                            old.iter().filter(|l| !given.contains(l)).cloned().collect();
+                        if !dropped.is_empty() {
+                            if r.replace_access {
+                                if let crate::authz::Decision::Forbidden(reason) =
+                                    crate::authz::decide(
+                                        actor,
+                                        crate::authz::Operation::LowerAccess,
+                                        Some(target),
+                                    )
+                                {
+                                    return Err(EngineError::Forbidden {
+                                        principal: self.principal.to_string(),
+                                        action: format!(
+                                            "drop access label(s) {} of {sid} (item {i})",
+                                            dropped.join(", ")
+                                        ),
+                                        reason: reason.to_string(),
+                                    });
+                                }
+                                notes.push(format!(
+                                    "access lowered by the tenant admin: label(s) {} of the corrected record dropped",
+                                    dropped.join(", ")
+                                ));
+                            } else {
+                                given.extend(dropped.iter().cloned());
+                                given.sort();
+                                given.dedup();
+                                notes.push(format!(
+                                    "inherited access label(s) {} from the corrected record",
+                                    dropped.join(", ")
+                                ));
+                            }
+                        }
+                        let scope_empty = r.scope == Scope::default();
+                        let ext_missing = r.external_id.is_none() && m.external_id.is_some();
+                        if scope_empty || ext_missing {
+                            let mut c = r.clone();
+                            if scope_empty {
+                                let name =
+                                    |x: Option<u32>| x.map(|x| st.strings.name(x).to_string());
+                                c.scope = Scope {
+                                    user: name(m.user),
+                                    conversation: name(m.conversation),
+                                    agent: name(m.agent),
+                                    labels: m
+                                        .scope_labels
+                                        .iter()
+                                        .map(|&l| st.strings.name(l).to_string())
+                                        .collect(),
+                                };
+                            }
+                            if ext_missing {
+                                c.external_id = m.external_id.as_deref().map(str::to_string);
+                            }
+                            inherited = c;
+                            r = &inherited;
                         }
                     }
                     if w.pending_superseded.contains(&sid) {
@@ -1426,6 +1550,7 @@ impl Session {
                         outcome,
                         status,
                         lsn,
+                        notes: Vec::new(),
                         frame: 0,
                     });
                     continue;
@@ -1511,6 +1636,7 @@ impl Session {
                     outcome,
                     status,
                     lsn: 0,
+                    notes,
                     frame: 0,
                 });
             }
@@ -1601,23 +1727,35 @@ impl Session {
     }
 
     pub(crate) fn resolve_in(&self, st: &State, r: &RecordRef) -> Result<Idx> {
+        self.resolve_filtered(st, r, true)
+    }
+
+    /// Resolves `r` in the session's tenant whatever labels the session
+    /// holds: only for re-applying operations the tenant already decided
+    /// (a restore's deletions), never for a request.
+    pub(crate) fn resolve_unfiltered(&self, st: &State, r: &RecordRef) -> Result<Idx> {
+        self.resolve_filtered(st, r, false)
+    }
+
+    fn resolve_filtered(&self, st: &State, r: &RecordRef, filter: bool) -> Result<Idx> {
         let tenant = self.principal.tenant();
-        let not_found = || EngineError::NotFound {
-            tenant: tenant.to_string(),
-            reference: match r {
-                RecordRef::Id(id) => id.to_string(),
-                RecordRef::External(e) => format!("with external id '{e}'"),
-            },
-        };
+        let not_found = || self.not_found(r);
         let t = st.tenant_sym(tenant).ok_or_else(not_found)?;
-        match r {
-            RecordRef::Id(id) => st.idx_in(t, *id).ok_or_else(not_found),
-            RecordRef::External(e) => st
-                .tenants
+        let by_id = r.as_id().and_then(|id| st.idx_in(t, id));
+        let by_ext = r.as_external().and_then(|e| {
+            st.tenants
                 .get(&t)
-                .and_then(|ts| ts.external_ids.get(e.as_str()).copied())
-                .ok_or_else(not_found),
-        }
+                .and_then(|ts| ts.external_ids.get(e).copied())
+        });
+        let held = if filter {
+            self.held_labels(st)
+        } else {
+            BTreeSet::new()
+        };
+        one_of(by_id, by_ext, r, tenant, |ix| {
+            !filter || self.target(st, ix, &held).readable
+        })
+        .ok_or_else(not_found)?
     }
 
     /// Whether the session may read record `idx` (tenant, labels; deleted
@@ -1658,6 +1796,12 @@ impl Session {
 
     /// Roles the principal holds now.
     pub fn roles(&self) -> BTreeSet<String> {
+        let st = self.db.inner.state.read();
+        self.roles_in(&st)
+    }
+
+    /// [`Session::roles`] under a held state lock.
+    pub(crate) fn roles_in(&self, st: &State) -> BTreeSet<String> {
         if self.principal.is_admin() {
             return [
                 crate::principal::ROLE_ADMIN,
@@ -1667,11 +1811,72 @@ impl Session {
             .map(String::from)
             .collect();
         }
-        let st = self.db.inner.state.read();
         st.tenant(self.principal.tenant())
             .and_then(|t| t.grants.get(self.principal.id()))
             .map(|g| g.roles.clone())
             .unwrap_or_default()
+    }
+
+    /// The session as the authorization matrix sees it.
+    pub(crate) fn actor<'a>(&'a self, st: &State) -> crate::authz::Actor<'a> {
+        let roles = self.roles_in(st);
+        crate::authz::Actor::Principal {
+            id: self.principal.id(),
+            kind: self.principal.kind(),
+            admin: self.principal.is_admin() || roles.contains(crate::principal::ROLE_ADMIN),
+            reviewer: roles.contains(crate::principal::ROLE_REVIEWER),
+        }
+    }
+
+    /// Record `idx` as the matrix sees it: readable when it is in the
+    /// session's tenant and the principal holds all its effective labels
+    /// (deleted records and tombstones count as readable here: operations
+    /// refuse them with their own error, reads never show their content,
+    /// and a trace shows a tombstone as removed).
+    pub(crate) fn target(
+        &self,
+        st: &State,
+        idx: Idx,
+        held: &BTreeSet<String>,
+    ) -> crate::authz::Target {
+        let m = st.meta(idx);
+        crate::authz::Target {
+            readable: st.strings.name(m.tenant) == self.principal.tenant()
+                && m.access.iter().all(|l| held.contains(st.strings.name(*l))),
+            own: st.strings.name(m.writer) == self.principal.id(),
+        }
+    }
+
+    /// Asks the matrix about `op` on `target` (a resolved record, with the
+    /// reference as the caller gave it). A hidden target is reported as
+    /// missing, exactly like a reference to nothing.
+    pub(crate) fn authorize(
+        &self,
+        st: &State,
+        op: crate::authz::Operation,
+        target: Option<(Idx, &RecordRef)>,
+    ) -> Result<()> {
+        let t = target.map(|(idx, _)| self.target(st, idx, &self.held_labels(st)));
+        match crate::authz::decide(self.actor(st), op, t) {
+            crate::authz::Decision::Allow => Ok(()),
+            crate::authz::Decision::Hidden => {
+                Err(self.not_found(target.map(|(_, r)| r).expect("only targets are hidden")))
+            }
+            crate::authz::Decision::Forbidden(reason) => Err(EngineError::Forbidden {
+                principal: self.principal.to_string(),
+                action: op.name().to_string(),
+                reason: reason.to_string(),
+            }),
+        }
+    }
+
+    /// The one "not found" of the session: the same for a missing record, a
+    /// record of another tenant and one the principal may not read.
+    pub(crate) fn not_found(&self, r: &RecordRef) -> EngineError {
+        EngineError::NotFound {
+            tenant: self.principal.tenant().to_string(),
+            reference: reference_phrase(r),
+        }
     }
 
     /// Reads a record by id or external id. Records of other tenants, records
@@ -1681,10 +1886,7 @@ impl Session {
         let st = self.db.inner.state.read();
         let idx = self.resolve_in(&st, r)?;
         if !self.can_read(&st, idx) {
-            return Err(EngineError::NotFound {
-                tenant: self.principal.tenant().to_string(),
-                reference: r.to_string(),
-            });
+            return Err(self.not_found(r));
         }
         self.db.record_view(&st, idx)
     }
@@ -1703,10 +1905,7 @@ impl Session {
             }
         }
         if out.is_empty() {
-            return Err(EngineError::NotFound {
-                tenant: self.principal.tenant().to_string(),
-                reference: r.to_string(),
-            });
+            return Err(self.not_found(r));
         }
         Ok(out)
     }
@@ -1836,10 +2035,15 @@ fn results(prepared: &[Prepared], records: &[NewRecord], locs: &[FrameLoc]) -> V
             };
             AppendResult {
                 id: RecordId::from_bytes(p.stored.id),
-                external_id: r.external_id.clone(),
+                external_id: p
+                    .stored
+                    .external_id
+                    .clone()
+                    .or_else(|| r.external_id.clone()),
                 outcome: p.outcome,
                 status: p.status,
                 lsn,
+                notes: p.notes.clone(),
             }
         })
         .collect()

@@ -11,6 +11,7 @@
 //! another.
 
 pub mod admin;
+pub mod authz;
 pub mod canonical;
 pub mod codec;
 pub mod context;

@@ -12,15 +12,19 @@
 //! | `set_retention` | retention period of a class for the tenant; past it records are ineligible and purged by `compact` (unless under a hold) |
 //! | `hold` | a legal hold on a scope suspends purging |
 //!
-//! Authority: reviews need the `reviewer` role (or admin); every other
-//! operation needs the tenant admin. Targets are resolved inside the
-//! session's tenant only.
+//! Authority is decided by the authorization matrix (`crate::authz`):
+//! expire, delete and retract need the tenant admin or the record's writer;
+//! reviews need the `reviewer` role; the tenant-wide operations (grants,
+//! revocations, retention, holds, review rules) need the tenant admin.
+//! Targets are resolved inside the session's tenant only, and a record the
+//! principal cannot read is reported as missing.
 //!
 //! This module must never mutate a record in place: every change is a new
 //! log entry.
 
 use engram_storage::log::PendingFrame;
 
+use crate::authz::Operation;
 use crate::codec::{self, OpBody, StoredOp};
 use crate::db::Session;
 use crate::error::{EngineError, Result};
@@ -41,15 +45,10 @@ pub struct OpResult {
 }
 
 impl Session {
-    fn require_admin(&self, action: &str) -> Result<()> {
-        if self.principal.is_admin() || self.roles().contains(ROLE_ADMIN) {
-            return Ok(());
-        }
-        Err(EngineError::Forbidden {
-            principal: self.principal.to_string(),
-            action: action.to_string(),
-            reason: "only the tenant admin may do this".into(),
-        })
+    /// Asks the authorization matrix about an operation with no target.
+    fn require(&self, op: Operation) -> Result<()> {
+        let st = self.db.inner.state.read();
+        self.authorize(&st, op, None)
     }
 
     fn write_op(&self, op: OpBody) -> Result<(RecordId, u64)> {
@@ -92,11 +91,11 @@ impl Session {
     /// historical. Fails if `valid_until` is before the record's start of
     /// validity.
     pub fn expire(&self, target: &RecordRef, valid_until: i64) -> Result<OpResult> {
-        self.require_admin("expire records")?;
         check_time("valid_until", Some(valid_until))?;
         let (id, from) = {
             let st = self.db.inner.state.read();
             let idx = self.resolve_in(&st, target)?;
+            self.authorize(&st, Operation::Expire, Some((idx, target)))?;
             let m = st.meta(idx);
             if m.status == Status::Deleted {
                 return Err(EngineError::InvalidState {
@@ -144,10 +143,17 @@ impl Session {
         reason: Option<&str>,
         reuse: Option<RecordId>,
     ) -> Result<OpResult> {
-        self.require_admin("delete records")?;
         let id = {
             let st = self.db.inner.state.read();
-            let idx = self.resolve_in(&st, target)?;
+            // A restore re-applies a deletion the tenant already decided,
+            // whatever labels are held (or revoked) now.
+            let idx = if reuse.is_none() {
+                let idx = self.resolve_in(&st, target)?;
+                self.authorize(&st, Operation::Delete, Some((idx, target)))?;
+                idx
+            } else {
+                self.resolve_unfiltered(&st, target)?
+            };
             let m = st.meta(idx);
             if m.status == Status::Deleted {
                 return Err(EngineError::InvalidState {
@@ -197,10 +203,10 @@ impl Session {
 
     /// Withdraws a semantic record; its dependents become stale.
     pub fn retract(&self, target: &RecordRef, reason: Option<&str>) -> Result<OpResult> {
-        self.require_admin("retract records")?;
         let (id, affected) = {
             let st = self.db.inner.state.read();
             let idx = self.resolve_in(&st, target)?;
+            self.authorize(&st, Operation::Retract, Some((idx, target)))?;
             let m = st.meta(idx);
             if m.rtype == RecordType::Event {
                 return Err(EngineError::InvalidState {
@@ -234,18 +240,10 @@ impl Session {
 
     fn review(&self, target: &RecordRef, approve: bool, note: Option<&str>) -> Result<OpResult> {
         let action = if approve { "approve" } else { "reject" };
-        if !self.principal.is_admin() && !self.roles().contains(ROLE_REVIEWER) {
-            return Err(EngineError::Forbidden {
-                principal: self.principal.to_string(),
-                action: format!("{action} review candidates"),
-                reason:
-                    "the reviewer role is required (grant it with `engram grant --role reviewer`)"
-                        .into(),
-            });
-        }
         let id = {
             let st = self.db.inner.state.read();
             let idx = self.resolve_in(&st, target)?;
+            self.authorize(&st, Operation::Review, Some((idx, target)))?;
             let m = st.meta(idx);
             if m.status != Status::Candidate {
                 return Err(EngineError::InvalidState {
@@ -286,7 +284,7 @@ impl Session {
         label: Option<&str>,
         role: Option<&str>,
     ) -> Result<OpResult> {
-        self.require_admin("grant access")?;
+        self.require(Operation::Grant)?;
         check_grant(principal, label, role)?;
         let (op_id, lsn) = self.write_op(OpBody::Grant {
             principal: principal.map(str::to_string),
@@ -321,7 +319,7 @@ impl Session {
         role: Option<&str>,
         reuse: Option<RecordId>,
     ) -> Result<OpResult> {
-        self.require_admin("revoke access")?;
+        self.require(Operation::Revoke)?;
         check_grant(principal, label, role)?;
         let (op_id, lsn) = self.write_op_as(
             OpBody::Revoke {
@@ -344,7 +342,7 @@ impl Session {
 
     /// Sets the retention period of a class in this tenant (None: forever).
     pub fn set_retention(&self, class: &str, period_ms: Option<i64>) -> Result<OpResult> {
-        self.require_admin("set retention")?;
+        self.require(Operation::Retention)?;
         check_name("retention_class", class)?;
         if period_ms.is_some_and(|p| p <= 0) {
             return Err(EngineError::invalid("period", "must be positive"));
@@ -363,7 +361,7 @@ impl Session {
     /// Places (`on`) or lifts a legal hold on a scope: `tenant`,
     /// `user:<id>`, `conversation:<id>`, `agent:<id>` or `label:<label>`.
     pub fn hold(&self, scope: &str, on: bool) -> Result<OpResult> {
-        self.require_admin("place legal holds")?;
+        self.require(Operation::Hold)?;
         let ok = scope == "tenant"
             || ["user:", "conversation:", "agent:", "label:"]
                 .iter()
@@ -395,7 +393,7 @@ impl Session {
         writer: crate::model::WriterKind,
         review: bool,
     ) -> Result<OpResult> {
-        self.require_admin("change the review policy")?;
+        self.require(Operation::ReviewRule)?;
         let (op_id, lsn) = self.write_op(OpBody::ReviewRule {
             kind: kind.name().to_string(),
             writer: writer.name().to_string(),

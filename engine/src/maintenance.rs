@@ -320,6 +320,7 @@ impl Session {
     pub fn review_queue(&self) -> Result<Vec<Record>> {
         self.db.check_open()?;
         let st = self.db.inner.state.read();
+        self.authorize(&st, crate::authz::Operation::Review, None)?;
         let Some(t) = st.tenant_sym(self.principal.tenant()) else {
             return Ok(Vec::new());
         };

@@ -325,14 +325,56 @@ pub enum RecordRef {
     Id(RecordId),
     /// A client key.
     External(String),
+    /// Text that is a valid internal id and could also be an external id
+    /// (from [`RecordRef::parse`] of unprefixed text). It resolves to the
+    /// one record it names; when it names one record as an internal id
+    /// and another as an external id, resolution refuses
+    /// ([`crate::EngineError::AmbiguousReference`]): never a guess.
+    IdOrExternal(String),
 }
 
 impl RecordRef {
-    /// Parses an id when the text is one, else treats it as an external id.
-    pub fn parse(s: &str) -> RecordRef {
-        match s.parse::<RecordId>() {
-            Ok(id) => RecordRef::Id(id),
+    /// Parses a reference written as text: `id:<id>` is an internal id,
+    /// `ext:<text>` an external id, and unprefixed text an external id
+    /// unless it is also a valid internal id (then
+    /// [`RecordRef::IdOrExternal`]). An `id:` prefix on text that is not
+    /// an id is an error.
+    pub fn parse_text(s: &str) -> std::result::Result<RecordRef, String> {
+        if let Some(rest) = s.strip_prefix("id:") {
+            return rest
+                .parse::<RecordId>()
+                .map(RecordRef::Id)
+                .map_err(|_| format!("'{rest}' after id: is not an internal id"));
+        }
+        if let Some(rest) = s.strip_prefix("ext:") {
+            return Ok(RecordRef::External(rest.to_string()));
+        }
+        Ok(match s.parse::<RecordId>() {
+            Ok(_) => RecordRef::IdOrExternal(s.to_string()),
             Err(_) => RecordRef::External(s.to_string()),
+        })
+    }
+
+    /// [`RecordRef::parse_text`], treating a malformed `id:` reference as
+    /// an external id that names nothing.
+    pub fn parse(s: &str) -> RecordRef {
+        Self::parse_text(s).unwrap_or_else(|_| RecordRef::External(s.to_string()))
+    }
+
+    /// The internal id this reference may name.
+    pub fn as_id(&self) -> Option<RecordId> {
+        match self {
+            RecordRef::Id(id) => Some(*id),
+            RecordRef::IdOrExternal(s) => s.parse().ok(),
+            RecordRef::External(_) => None,
+        }
+    }
+
+    /// The external id this reference may name.
+    pub fn as_external(&self) -> Option<&str> {
+        match self {
+            RecordRef::External(e) | RecordRef::IdOrExternal(e) => Some(e),
+            RecordRef::Id(_) => None,
         }
     }
 }
@@ -342,6 +384,7 @@ impl std::fmt::Display for RecordRef {
         match self {
             RecordRef::Id(id) => write!(f, "{id}"),
             RecordRef::External(e) => write!(f, "external id '{e}'"),
+            RecordRef::IdOrExternal(s) => write!(f, "{s}"),
         }
     }
 }
@@ -434,8 +477,13 @@ pub struct NewRecord {
     /// Attributed writer; honoured only from sessions allowed to attribute
     /// (system adapters and admins), otherwise the session principal writes.
     pub writer: Option<Writer>,
-    /// The record this one corrects.
+    /// The record this one corrects. A correction inherits the corrected
+    /// record's access labels, and its scope and external id when it gives
+    /// none.
     pub supersedes: Option<RecordRef>,
+    /// For a correction: `access` replaces the corrected record's labels
+    /// instead of adding to them. Dropping a label needs the tenant admin.
+    pub replace_access: bool,
     /// Vectors.
     pub embeddings: Vec<Embedding>,
     /// Provenance of semantic records (events/records in the same tenant).

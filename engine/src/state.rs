@@ -62,6 +62,8 @@ pub struct Meta {
     pub akind: Option<AssertionKind>,
     /// Writer kind.
     pub writer_kind: WriterKind,
+    /// Principal that wrote the record (interned).
+    pub writer: Sym,
     /// Valid time of the event.
     pub occurred_at: i64,
     /// Transaction time.
@@ -487,6 +489,7 @@ impl State {
         let writer_kind = WriterKind::from_code(a.writer_kind)
             .ok_or_else(|| bad("writer kind", a.writer_kind))?;
         let kind = self.strings.intern(a.kind.as_str());
+        let writer = self.strings.intern(a.writer_principal.as_str());
         let akind = if rtype == RecordType::Assertion {
             AssertionKind::parse(a.kind.as_str())
         } else {
@@ -557,6 +560,7 @@ impl State {
             kind,
             akind,
             writer_kind,
+            writer,
             occurred_at,
             ingested_at,
             valid_from,
@@ -730,6 +734,7 @@ impl State {
             kind,
             akind: None,
             writer_kind: WriterKind::System,
+            writer: kind,
             occurred_at: ingested_at,
             ingested_at,
             valid_from: ingested_at,

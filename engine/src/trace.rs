@@ -11,11 +11,14 @@
 //! lexical index entry.
 //!
 //! Deleted records appear as tombstones (id, type, status) without content,
-//! so a trace shows that something was there and was removed. A trace only
-//! shows records the session may read; others appear as `restricted`
-//! placeholders when they are on a path, never with their content.
+//! so a trace shows that something was there and was removed. A trace shows
+//! only records whose labels the session holds: a record it may not read
+//! is not in the graph at all (no node, no edge, no placeholder), so nothing
+//! in a trace depends on records the principal cannot read. Tracing such a
+//! record is "not found", exactly like a missing one.
 //!
-//! This module must never reveal content of a record the session cannot read.
+//! This module must never reveal anything of a record the session cannot
+//! read, not even that it exists.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -24,7 +27,7 @@ use serde::Serialize;
 use crate::db::Session;
 use crate::error::Result;
 use crate::id::RecordId;
-use crate::model::{RecordRef, RecordType, Status};
+use crate::model::{RecordRef, RecordType};
 use crate::state::{Idx, State};
 use crate::time::format_rfc3339;
 
@@ -91,6 +94,9 @@ impl Session {
         self.db.check_open()?;
         let st = self.db.inner.state.read();
         let target = self.resolve_in(&st, r)?;
+        self.authorize(&st, crate::authz::Operation::Read, Some((target, r)))?;
+        let held = self.held_labels(&st);
+        let visible = |i: Idx| self.target(&st, i, &held).readable;
         let mut edges: BTreeSet<TraceEdge> = BTreeSet::new();
         let mut sides: BTreeMap<Idx, (&'static str, usize)> = BTreeMap::new();
         sides.insert(target, ("target", 0));
@@ -112,6 +118,9 @@ impl Session {
                 ups.push((e, "about"));
             }
             for (u, rel) in ups {
+                if !visible(u) {
+                    continue;
+                }
                 let (from, to) = if rel == "about" {
                     (st.meta(i).id, st.meta(u).id)
                 } else {
@@ -143,6 +152,9 @@ impl Session {
                 downs.push((n, "corrected_by"));
             }
             for (x, rel) in downs {
+                if !visible(x) {
+                    continue;
+                }
                 edges.insert(TraceEdge {
                     from: st.meta(i).id,
                     to: st.meta(x).id,
@@ -186,28 +198,20 @@ impl Session {
         depth: usize,
     ) -> Result<TraceNode> {
         let m = st.meta(i);
-        let same_tenant = st.strings.name(m.tenant) == self.principal.tenant();
-        let readable = same_tenant && self.can_read(st, i);
-        let visible_meta = same_tenant && (readable || m.status == Status::Deleted);
+        // Only visible records reach here (same tenant, labels held); a
+        // deleted one shows as a tombstone without content.
+        let readable = self.can_read(st, i);
         let mut node = TraceNode {
             id: m.id,
             record: m.rtype.name(),
-            kind: if visible_meta {
-                st.strings.name(m.kind).to_string()
-            } else {
-                "restricted".into()
-            },
+            kind: st.strings.name(m.kind).to_string(),
             status: m.status.name(),
             side,
             depth,
             external_id: None,
             text: None,
             occurred_at: None,
-            access: if same_tenant {
-                st.access_names(i)
-            } else {
-                Vec::new()
-            },
+            access: st.access_names(i),
             readable,
             tombstone: m.tombstone,
             artifacts: Vec::new(),

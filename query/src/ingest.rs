@@ -65,6 +65,7 @@ pub const FIELDS: &[&str] = &[
     "access",
     "writer",
     "supersedes",
+    "replace_access",
     "embedding",
     "embeddings",
     "sources",
@@ -106,6 +107,13 @@ type FieldResult<T> = Result<T, (String, String)>;
 
 fn err<T>(field: &str, reason: impl Into<String>) -> FieldResult<T> {
     Err((field.to_string(), reason.into()))
+}
+
+/// A record reference (`id:<id>`, `ext:<external id>`, or unprefixed).
+fn opt_ref(o: &Map<String, Value>, f: &str) -> FieldResult<Option<RecordRef>> {
+    opt_str(o, f)?
+        .map(|s| RecordRef::parse_text(&s).map_err(|e| (f.to_string(), e)))
+        .transpose()
 }
 
 fn opt_str(o: &Map<String, Value>, f: &str) -> FieldResult<Option<String>> {
@@ -385,11 +393,9 @@ fn parse_object(o: &Map<String, Value>) -> FieldResult<(Option<String>, NewRecor
     };
     let sources: Vec<RecordRef> = str_list(o, "sources")?
         .iter()
-        .map(|s| RecordRef::parse(s))
-        .collect();
-    let refs = |f: &str| -> FieldResult<Option<RecordRef>> {
-        Ok(opt_str(o, f)?.map(|s| RecordRef::parse(&s)))
-    };
+        .map(|s| RecordRef::parse_text(s).map_err(|e| ("sources".to_string(), e)))
+        .collect::<FieldResult<_>>()?;
+    let refs = |f: &str| opt_ref(o, f);
     let body = match rtype {
         RecordType::Event => {
             for f in [
@@ -486,7 +492,17 @@ fn parse_object(o: &Map<String, Value>) -> FieldResult<(Option<String>, NewRecor
         retention_class: opt_str(o, "retention_class")?,
         access: str_list(o, "access")?,
         writer,
-        supersedes: opt_str(o, "supersedes")?.map(|s| RecordRef::parse(&s)),
+        supersedes: opt_ref(o, "supersedes")?,
+        replace_access: match o.get("replace_access") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err((
+                    "replace_access".to_string(),
+                    "expected true or false".to_string(),
+                ));
+            }
+        },
         embeddings,
         sources,
         derivation,
@@ -597,7 +613,21 @@ mod tests {
             }
         ));
         assert_eq!(a.sources.len(), 2);
-        assert!(matches!(a.sources[1], RecordRef::Id(_)));
+        // unprefixed text that is a valid id may still be an external id
+        assert!(matches!(a.sources[1], RecordRef::IdOrExternal(_)));
+        let p = parse_line(
+            r#"{"record": "assertion", "kind": "fact", "text": "x", "sources": ["id:01J7X6A7YV9ZX0000000000000", "ext:01J7X6A7YV9ZX0000000000000"]}"#,
+            1,
+        )
+        .unwrap()
+        .record;
+        assert!(matches!(p.sources[0], RecordRef::Id(_)));
+        assert!(
+            matches!(&p.sources[1], RecordRef::External(e) if e == "01J7X6A7YV9ZX0000000000000")
+        );
+        let bad =
+            parse_line(r#"{"kind": "k", "text": "x", "supersedes": "id:nope"}"#, 4).unwrap_err();
+        assert_eq!(bad.field, "supersedes");
         let r = parse_line(
             r#"{"record": "relation", "subject": "svc:checkout", "predicate": "depends_on", "object": "svc:catalog"}"#,
             2,

@@ -13,7 +13,7 @@ pub mod ingest;
 pub mod recall;
 
 pub use ingest::{IngestLine, LineError, parse_jsonl, parse_line};
-pub use recall::{RecallLine, parse_recall_jsonl, parse_recall_line};
+pub use recall::{RecallLine, parse_recall_jsonl, parse_recall_line, parse_recall_lines};
 
 /// No input panics a parser: arbitrary text, and JSON objects made of the
 /// documented field names with values of every JSON shape (so parsing gets

@@ -2,10 +2,12 @@
 //! FILE.jsonl`), compiled to [`RecallRequest`]s. The fields mirror the CLI
 //! flags:
 //!
+//! A line never names a tenant or principal (`tenant` and `principal` are
+//! refused): they come from the session, i.e. `--tenant` and `--principal`
+//! on the command line, or the server's API key.
+//!
 //! | field | type | meaning |
 //! |---|---|---|
-//! | `tenant` | string | required unless given on the command line |
-//! | `principal` | string | read as this principal (default: the tenant admin) |
 //! | `text` | string | query text |
 //! | `vector` | numbers | query vector |
 //! | `model` | string | vector space (optional when the store has one) |
@@ -30,8 +32,6 @@ use crate::ingest::{LineError, parse_vector};
 
 /// Known fields.
 pub const FIELDS: &[&str] = &[
-    "tenant",
-    "principal",
     "text",
     "vector",
     "model",
@@ -58,10 +58,6 @@ pub const FIELDS: &[&str] = &[
 pub struct RecallLine {
     /// Line number (1-based).
     pub line: usize,
-    /// Tenant, if the line names one.
-    pub tenant: Option<String>,
-    /// Principal, if the line names one.
-    pub principal: Option<String>,
     /// Client's query id.
     pub query_id: Option<String>,
     /// The request.
@@ -176,25 +172,29 @@ pub fn record_types(names: &[String]) -> Result<Vec<RecordType>, (String, String
 /// Parses one request line.
 pub fn parse_recall_line(text: &str, line: usize) -> Result<RecallLine, LineError> {
     let o = crate::ingest::json_object(text, line)?;
-    parse_object(&o).map_err(crate::ingest::at_line(line)).map(
-        |(tenant, principal, query_id, request)| RecallLine {
+    parse_object(&o)
+        .map_err(crate::ingest::at_line(line))
+        .map(|(query_id, request)| RecallLine {
             line,
-            tenant,
-            principal,
             query_id,
             request,
-        },
-    )
+        })
 }
 
-type Parsed = (
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    RecallRequest,
-);
+/// Fields a request never carries: who asks comes from the session.
+pub const SESSION_FIELDS: &[&str] = &["tenant", "principal"];
 
-fn parse_object(o: &Map<String, Value>) -> R<Parsed> {
+fn parse_object(o: &Map<String, Value>) -> R<(Option<String>, RecallRequest)> {
+    for f in SESSION_FIELDS {
+        if o.contains_key(*f) {
+            return Err((
+                (*f).to_string(),
+                "a request cannot name a tenant or principal: they come from the session \
+                 (--tenant and --principal on the command line, or the server's API key)"
+                    .to_string(),
+            ));
+        }
+    }
     crate::ingest::known_fields(o, FIELDS)?;
     let vector = match o.get("vector") {
         None | Some(Value::Null) => None,
@@ -232,12 +232,7 @@ fn parse_object(o: &Map<String, Value>) -> R<Parsed> {
         opt_time(o, "valid_at")?,
         include_historical,
     )?;
-    Ok((
-        opt_str(o, "tenant")?,
-        opt_str(o, "principal")?,
-        query_id,
-        req,
-    ))
+    Ok((query_id, req))
 }
 
 /// Parses a JSONL file of requests (blank and `#` lines skipped).
@@ -253,18 +248,51 @@ pub fn parse_recall_jsonl(text: &str) -> Result<Vec<RecallLine>, LineError> {
     Ok(out)
 }
 
+/// Parses a JSONL file of requests line by line (blank and `#` lines
+/// skipped): a malformed line is an error for that line only.
+pub fn parse_recall_lines(text: &str) -> Vec<Result<RecallLine, LineError>> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| {
+            let t = l.trim();
+            !t.is_empty() && !t.starts_with('#')
+        })
+        .map(|(i, l)| parse_recall_line(l.trim(), i + 1))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
+    fn a_request_line_cannot_name_who_asks() {
+        for (t, f) in [
+            (r#"{"text": "x", "principal": "alice"}"#, "principal"),
+            (r#"{"text": "x", "tenant": "A"}"#, "tenant"),
+        ] {
+            let e = parse_recall_line(t, 2).unwrap_err();
+            assert_eq!(e.field, f, "{e}");
+            assert!(e.reason.contains("come from the session"), "{e}");
+        }
+    }
+
+    #[test]
+    fn one_bad_line_does_not_hide_the_others() {
+        let r = parse_recall_lines("{\"text\": \"a\"}\nnot json\n\n{\"text\": \"b\"}\n");
+        assert_eq!(r.len(), 3);
+        assert!(r[0].is_ok() && r[1].is_err() && r[2].is_ok());
+        assert_eq!(r[1].as_ref().unwrap_err().line, 2);
+        assert_eq!(r[2].as_ref().unwrap().line, 4);
+    }
+
+    #[test]
     fn parses_filters_and_vectors() {
         let l = parse_recall_line(
-            r#"{"tenant": "t", "text": "x", "user": ["a", "b"], "kind": "note", "k": 5, "as_of": "2025-01-01T00:00:00Z", "id": 7}"#,
+            r#"{"text": "x", "user": ["a", "b"], "kind": "note", "k": 5, "as_of": "2025-01-01T00:00:00Z", "id": 7}"#,
             3,
         )
         .unwrap();
-        assert_eq!(l.tenant.as_deref(), Some("t"));
         assert_eq!(l.query_id.as_deref(), Some("7"));
         assert_eq!(l.request.filters.users, vec!["a", "b"]);
         assert_eq!(l.request.filters.kinds, vec!["note"]);

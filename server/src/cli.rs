@@ -138,7 +138,8 @@ pub struct IngestArgs {
 /// Commands taking an ID.
 #[derive(Args, Debug)]
 pub struct IdArgs {
-    /// Internal id, or external id with --tenant.
+    /// Internal id, or external id with --tenant (`id:<id>` and
+    /// `ext:<key>` say which when an external id looks like an internal id).
     pub id: String,
     /// Tenant (needed for external ids).
     #[arg(long)]
@@ -420,15 +421,26 @@ pub fn session_for(db: &Engram, tenant: &str, principal: Option<&str>) -> Sessio
 }
 
 /// Resolves a command-line ID to (tenant, reference).
-pub fn resolve_cli_id(
-    db: &Engram,
-    id: &str,
-    tenant: Option<&str>,
-) -> Result<(String, RecordRef), CliError> {
-    match tenant {
-        Some(t) => Ok((t.to_string(), RecordRef::parse(id))),
-        None => {
-            let rid: RecordId = id.parse().map_err(|_| {
+///
+/// With `--tenant`, the ID is read in that tenant: `id:<id>`, `ext:<key>`,
+/// or unprefixed (an internal id or an external id; refused as ambiguous
+/// when it names two records). Without `--tenant` it must be an internal
+/// id, and its tenant is looked up: only for the operator acting as the
+/// tenant admin. A principal belongs to one tenant, so `--principal` needs
+/// `--tenant` and never reaches a record through another tenant's id.
+pub fn resolve_cli_id(db: &Engram, a: &IdArgs) -> Result<(String, RecordRef), CliError> {
+    let id = a.id.as_str();
+    match (&a.tenant, &a.principal) {
+        (Some(t), _) => {
+            let r = RecordRef::parse_text(id).map_err(|e| CliError(format!("ID: {e}")))?;
+            Ok((t.clone(), r))
+        }
+        (None, Some(p)) => Err(CliError(format!(
+            "--principal {p} needs --tenant: a principal belongs to one tenant"
+        ))),
+        (None, None) => {
+            let raw = id.strip_prefix("id:").unwrap_or(id);
+            let rid: RecordId = raw.parse().map_err(|_| {
                 CliError(format!(
                     "'{id}' is not an internal id; to look up an external id, add --tenant T"
                 ))
@@ -637,7 +649,7 @@ fn cmd_ingest(data: &Path, a: IngestArgs) -> CliResult {
 
 fn cmd_get(data: &Path, a: IdArgs, history: bool) -> CliResult {
     let db = open_store(data)?;
-    let (tenant, r) = resolve_cli_id(&db, &a.id, a.tenant.as_deref())?;
+    let (tenant, r) = resolve_cli_id(&db, &a)?;
     let s = session_for(&db, &tenant, a.principal.as_deref());
     let records: Vec<Record> = if history {
         s.history(&r)?

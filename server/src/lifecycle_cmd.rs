@@ -71,7 +71,13 @@ pub struct CorrectArgs {
     #[command(flatten)]
     target: IdArgs,
     /// A JSON file holding the corrected record (ingest format, one object).
+    /// The correction keeps the corrected record's access labels, and its
+    /// scope and external id when the file gives none.
     file: PathBuf,
+    /// The file's `access` replaces the corrected record's labels instead of
+    /// adding to them (dropping a label needs the tenant admin).
+    #[arg(long)]
+    replace_access: bool,
 }
 
 /// `engram delete`.
@@ -209,7 +215,7 @@ fn review_inner(db: &Engram, cmd: ReviewCommand) -> CliResult {
 }
 
 fn decide(db: &Engram, t: IdArgs, note: Option<String>, approve: bool) -> Result<(), CliError> {
-    let (tenant, r) = resolve_cli_id(db, &t.id, t.tenant.as_deref())?;
+    let (tenant, r) = resolve_cli_id(db, &t)?;
     let s = session_for(db, &tenant, t.principal.as_deref());
     let res = if approve {
         s.approve(&r, note.as_deref())?
@@ -234,7 +240,7 @@ fn decide(db: &Engram, t: IdArgs, note: Option<String>, approve: bool) -> Result
 pub fn trace(data: &Path, t: IdArgs) -> CliResult {
     let db = open_store(data)?;
     let r = (|| -> CliResult {
-        let (tenant, r) = resolve_cli_id(&db, &t.id, t.tenant.as_deref())?;
+        let (tenant, r) = resolve_cli_id(&db, &t)?;
         let tr = session_for(&db, &tenant, t.principal.as_deref()).trace(&r)?;
         if t.json {
             json(&tr)?;
@@ -256,7 +262,7 @@ pub fn expire(data: &Path, a: ExpireArgs) -> CliResult {
     let at = parse_rfc3339(&a.at).map_err(|e| CliError(format!("--at: {e}")))?;
     let db = open_store(data)?;
     let r = (|| -> CliResult {
-        let (tenant, r) = resolve_cli_id(&db, &a.target.id, a.target.tenant.as_deref())?;
+        let (tenant, r) = resolve_cli_id(&db, &a.target)?;
         let res = session_for(&db, &tenant, a.target.principal.as_deref()).expire(&r, at)?;
         if a.target.json {
             json(&res)?;
@@ -289,7 +295,7 @@ pub fn correct(data: &Path, a: CorrectArgs) -> CliResult {
     })?;
     let db = open_store(data)?;
     let r = (|| -> CliResult {
-        let (tenant, target) = resolve_cli_id(&db, &a.target.id, a.target.tenant.as_deref())?;
+        let (tenant, target) = resolve_cli_id(&db, &a.target)?;
         if let Some(t) = &parsed.tenant {
             if t != &tenant {
                 return Err(CliError(format!(
@@ -301,6 +307,7 @@ pub fn correct(data: &Path, a: CorrectArgs) -> CliResult {
         let s = session_for(&db, &tenant, a.target.principal.as_deref());
         let target_id = s.resolve(&target)?;
         let mut rec = parsed.record.clone();
+        rec.replace_access |= a.replace_access;
         match &rec.supersedes {
             None => rec.supersedes = Some(RecordRef::Id(target_id)),
             Some(other) if s.resolve(other)? == target_id => {}
@@ -316,8 +323,14 @@ pub fn correct(data: &Path, a: CorrectArgs) -> CliResult {
         let new = s.get(&RecordRef::Id(res[0].id))?;
         if a.target.json {
             json(&new)?;
+            for n in &res[0].notes {
+                eprintln!("note: {n}");
+            }
         } else {
             crate::outln!("{target_id} is superseded by:\n{}", record_block(&new));
+            for n in &res[0].notes {
+                crate::outln!("note: {n}");
+            }
         }
         Ok(ExitCode::SUCCESS)
     })();
@@ -329,7 +342,7 @@ pub fn correct(data: &Path, a: CorrectArgs) -> CliResult {
 pub fn delete(data: &Path, a: DeleteArgs) -> CliResult {
     let db = open_store(data)?;
     let r = (|| -> CliResult {
-        let (tenant, r) = resolve_cli_id(&db, &a.target.id, a.target.tenant.as_deref())?;
+        let (tenant, r) = resolve_cli_id(&db, &a.target)?;
         let res = session_for(&db, &tenant, a.target.principal.as_deref())
             .delete(&r, a.reason.as_deref())?;
         if a.target.json {

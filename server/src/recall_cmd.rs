@@ -2,14 +2,13 @@
 //! `engram eval` (recall@k, precision@k, MRR, forbidden-hit rate, slices,
 //! with every manifest saved for replay).
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
+use engram_engine::Engram;
 use engram_engine::retrieval::{Filters, Manifest, RecallResponse};
 use engram_engine::time::parse_rfc3339;
-use engram_engine::{Engram, Session};
 use engram_query::eval::{CaseResult, parse_cases, score_case, summarize};
 use engram_query::recall::{build_request, record_types};
 use serde::Serialize;
@@ -244,31 +243,27 @@ fn recall_inner(db: &Engram, a: &RecallArgs) -> CliResult {
     if let Some(file) = &a.queries {
         let text = std::fs::read_to_string(file)
             .map_err(|e| CliError(format!("cannot read {}: {e}", file.display())))?;
-        let lines = engram_query::parse_recall_jsonl(&text)
-            .map_err(|e| CliError(format!("{}: {e} (nothing was run)", file.display())))?;
-        let mut sessions: HashMap<(String, Option<String>), Session> = HashMap::new();
+        let tenant = a.tenant.clone().ok_or_else(|| {
+            CliError("--tenant is required: request lines never name a tenant or principal".into())
+        })?;
+        let s = session_for(db, &tenant, a.principal.as_deref());
         let mut failures = 0;
-        for l in &lines {
-            let tenant = match (&l.tenant, &a.tenant) {
-                (Some(t), Some(d)) if t != d => {
-                    return Err(CliError(format!(
-                        "line {}: tenant '{t}' differs from --tenant '{d}'",
-                        l.line
-                    )));
-                }
-                (Some(t), _) => t.clone(),
-                (None, Some(d)) => d.clone(),
-                (None, None) => {
-                    return Err(CliError(format!(
-                        "line {}: tenant: required (or pass --tenant)",
-                        l.line
-                    )));
+        for parsed in engram_query::parse_recall_lines(&text) {
+            let l = match parsed {
+                Ok(l) => l,
+                Err(e) => {
+                    failures += 1;
+                    if a.json {
+                        crate::outln!(
+                            "{}",
+                            serde_json::json!({"line": e.line, "error": format!("{}: {}", e.field, e.reason)})
+                        );
+                    } else {
+                        crate::outln!("== line {}: error: {}: {}", e.line, e.field, e.reason);
+                    }
+                    continue;
                 }
             };
-            let principal = l.principal.clone().or(a.principal.clone());
-            let s = sessions
-                .entry((tenant.clone(), principal.clone()))
-                .or_insert_with(|| session_for(db, &tenant, principal.as_deref()));
             match s.recall(&l.request) {
                 Ok(r) => {
                     let line = ResultLine {

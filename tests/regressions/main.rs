@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod access;
 mod cli;
 mod damaged_log;
 mod store_dir;

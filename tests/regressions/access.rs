@@ -1,0 +1,315 @@
+//! Authority over records: a record a principal cannot read does not exist
+//! for it (not to read, correct, trace or name), corrections keep the
+//! corrected record's protection, a request never chooses who asks, and a
+//! reference never resolves by guessing.
+
+use std::path::Path;
+
+use engram::{EngineError, Engram, NewRecord, Options, Principal, RecordRef};
+
+use super::cli::{self, fails, ok};
+
+fn secret_store(root: &Path) -> std::path::PathBuf {
+    let store = root.join("store");
+    let f = root.join("secret.jsonl");
+    std::fs::write(
+        &f,
+        r#"{"external_id":"a/1","tenant":"A","kind":"m","text":"secret hunter2","access":["secret"],"scope":{"user":"u1"}}
+{"external_id":"a/2","tenant":"A","kind":"m","text":"public note"}
+"#,
+    )
+    .unwrap();
+    ok(&store, &["ingest", f.to_str().unwrap()]);
+    store
+}
+
+#[test]
+fn a_principal_cannot_correct_a_record_it_cannot_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = secret_store(tmp.path());
+    let fix = tmp.path().join("fix.json");
+    std::fs::write(&fix, r#"{"kind":"m","text":"pwned"}"#).unwrap();
+    let got = fails(
+        &store,
+        &["get", "a/1", "--tenant", "A", "--principal", "mallory"],
+    );
+    let corrected = fails(
+        &store,
+        &[
+            "correct",
+            "a/1",
+            fix.to_str().unwrap(),
+            "--tenant",
+            "A",
+            "--principal",
+            "mallory",
+        ],
+    );
+    assert!(got.contains("no record with external id 'a/1'"), "{got}");
+    assert!(
+        corrected.contains("no record with external id 'a/1'"),
+        "{corrected}"
+    );
+    // without --tenant a principal never reaches a record by its internal id
+    let id = cli::json(&ok(&store, &["get", "a/1", "--tenant", "A", "--json"]))["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let msg = fails(
+        &store,
+        &[
+            "correct",
+            &id,
+            fix.to_str().unwrap(),
+            "--principal",
+            "mallory",
+        ],
+    );
+    assert!(msg.contains("needs --tenant"), "{msg}");
+    let msg = fails(
+        &store,
+        &[
+            "correct",
+            &id,
+            fix.to_str().unwrap(),
+            "--tenant",
+            "B",
+            "--principal",
+            "mallory",
+        ],
+    );
+    assert!(msg.contains("no record"), "{msg}");
+    let now = cli::json(&ok(&store, &["get", "a/1", "--tenant", "A", "--json"]));
+    assert_eq!(now["text"], "secret hunter2");
+    assert_eq!(now["status"], "active");
+}
+
+#[test]
+fn a_missing_and_a_hidden_record_get_the_same_answer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = secret_store(tmp.path());
+    for cmd in ["get", "history", "trace", "delete", "expire"] {
+        let mut hidden = vec![cmd, "a/1", "--tenant", "A", "--principal", "mallory"];
+        let mut missing = vec![cmd, "a/9", "--tenant", "A", "--principal", "mallory"];
+        if cmd == "expire" {
+            hidden.extend(["--at", "2030-01-01T00:00:00Z"]);
+            missing.extend(["--at", "2030-01-01T00:00:00Z"]);
+        }
+        let h = fails(&store, &hidden);
+        let m = fails(&store, &missing);
+        assert_eq!(
+            h.replace("a/1", "a/9"),
+            m,
+            "{cmd}: hidden and missing differ"
+        );
+    }
+}
+
+#[test]
+fn a_correction_keeps_labels_scope_and_external_id_unless_an_admin_lowers_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = secret_store(tmp.path());
+    let fix = tmp.path().join("fix.json");
+    std::fs::write(&fix, r#"{"kind":"m","text":"secret hunter3"}"#).unwrap();
+    let o = ok(
+        &store,
+        &["correct", "a/1", fix.to_str().unwrap(), "--tenant", "A"],
+    );
+    assert!(
+        cli::text(&o).contains("inherited access label(s) secret"),
+        "{}",
+        cli::text(&o)
+    );
+    let now = cli::json(&ok(&store, &["get", "a/1", "--tenant", "A", "--json"]));
+    assert_eq!(now["text"], "secret hunter3");
+    assert_eq!(now["external_id"], "a/1");
+    assert_eq!(now["access"], serde_json::json!(["secret"]), "{now}");
+    assert_eq!(now["scope"]["user"], "u1", "{now}");
+    fails(
+        &store,
+        &["get", "a/1", "--tenant", "A", "--principal", "mallory"],
+    );
+    // lowering access: only the tenant admin, and it says so
+    ok(
+        &store,
+        &[
+            "grant",
+            "--tenant",
+            "A",
+            "--principal",
+            "bob",
+            "--label",
+            "secret",
+        ],
+    );
+    std::fs::write(&fix, r#"{"kind":"m","text":"declassified"}"#).unwrap();
+    let msg = fails(
+        &store,
+        &[
+            "correct",
+            "a/1",
+            fix.to_str().unwrap(),
+            "--tenant",
+            "A",
+            "--principal",
+            "bob",
+            "--replace-access",
+        ],
+    );
+    assert!(msg.contains("may not"), "{msg}");
+    let o = ok(
+        &store,
+        &[
+            "correct",
+            "a/1",
+            fix.to_str().unwrap(),
+            "--tenant",
+            "A",
+            "--replace-access",
+        ],
+    );
+    assert!(
+        cli::text(&o).contains("access lowered by the tenant admin"),
+        "{}",
+        cli::text(&o)
+    );
+    let seen = cli::json(&ok(
+        &store,
+        &[
+            "get",
+            "a/1",
+            "--tenant",
+            "A",
+            "--principal",
+            "mallory",
+            "--json",
+        ],
+    ));
+    assert_eq!(seen["text"], "declassified");
+}
+
+#[test]
+fn only_the_writer_or_the_admin_may_change_a_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let bob = db.session(Principal::user("A", "bob"));
+    let alice = db.session(Principal::user("A", "alice"));
+    bob.append(vec![
+        NewRecord::event("m", "bob's note").with_external_id("n"),
+    ])
+    .unwrap();
+    let mut fix = NewRecord::event("m", "alice's version");
+    fix.supersedes = Some(RecordRef::External("n".into()));
+    let e = alice.append(vec![fix.clone()]).unwrap_err();
+    assert!(matches!(e, EngineError::Forbidden { .. }), "{e}");
+    let e = alice
+        .delete(&RecordRef::External("n".into()), None)
+        .unwrap_err();
+    assert!(matches!(e, EngineError::Forbidden { .. }), "{e}");
+    assert_eq!(
+        bob.get(&RecordRef::External("n".into()))
+            .unwrap()
+            .text
+            .as_deref(),
+        Some("bob's note")
+    );
+    bob.append(vec![{
+        let mut f = NewRecord::event("m", "bob's fix");
+        f.supersedes = Some(RecordRef::External("n".into()));
+        f
+    }])
+    .unwrap();
+    db.session(Principal::admin("A"))
+        .delete(&RecordRef::External("n".into()), None)
+        .unwrap();
+    db.close().unwrap();
+}
+
+#[test]
+fn a_request_line_cannot_choose_its_principal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = secret_store(tmp.path());
+    ok(
+        &store,
+        &[
+            "grant",
+            "--tenant",
+            "A",
+            "--principal",
+            "alice",
+            "--label",
+            "secret",
+        ],
+    );
+    let q = tmp.path().join("q.jsonl");
+    std::fs::write(
+        &q,
+        "{\"text\": \"secret\", \"principal\": \"alice\"}\n{\"text\": \"note\"}\n",
+    )
+    .unwrap();
+    let o = cli::at(
+        &store,
+        &[
+            "recall",
+            "--tenant",
+            "A",
+            "--principal",
+            "ua",
+            "--queries",
+            q.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    let out = cli::text(&o);
+    assert!(!o.status.success());
+    assert!(!out.contains("hunter2"), "{out}");
+    assert!(out.contains("come from the session"), "{out}");
+    // the other line still ran
+    assert!(out.contains("public note"), "{out}");
+}
+
+#[test]
+fn an_external_id_that_looks_like_an_internal_id_is_never_confused_with_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let a = db.session(Principal::admin("A"));
+    let x = a.append(vec![NewRecord::event("m", "record x")]).unwrap()[0].id;
+    let lookalike = x.to_string();
+    let y = a
+        .append(vec![
+            NewRecord::event("m", "record y").with_external_id(lookalike.clone()),
+        ])
+        .unwrap()[0]
+        .id;
+    db.close().unwrap();
+    let store = tmp.path().join("s");
+    let msg = fails(&store, &["delete", &lookalike, "--tenant", "A"]);
+    assert!(
+        msg.contains("both an internal id and an external id"),
+        "{msg}"
+    );
+    ok(
+        &store,
+        &["get", &format!("id:{lookalike}"), "--tenant", "A"],
+    );
+    let got = cli::json(&ok(
+        &store,
+        &[
+            "get",
+            &format!("ext:{lookalike}"),
+            "--tenant",
+            "A",
+            "--json",
+        ],
+    ));
+    assert_eq!(got["id"], y.to_string());
+    ok(
+        &store,
+        &["delete", &format!("ext:{lookalike}"), "--tenant", "A"],
+    );
+    let kept = cli::json(&ok(
+        &store,
+        &["get", &format!("id:{lookalike}"), "--tenant", "A", "--json"],
+    ));
+    assert_eq!(kept["text"], "record x");
+}
