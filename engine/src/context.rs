@@ -460,7 +460,7 @@ impl Session {
         Ok(Context {
             tenant: self.principal.tenant().to_string(),
             principal: self.principal.id().to_string(),
-            snapshot_lsn: st.applied_lsn,
+            snapshot_lsn: st.tenant(self.principal.tenant()).map_or(0, |t| t.last_lsn),
             budget_bytes: req.budget_bytes,
             used_bytes: used,
             sections,

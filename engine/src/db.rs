@@ -155,7 +155,7 @@ pub(crate) struct WriterState {
     /// Records being superseded by batches in flight.
     pending_superseded: HashSet<RecordId>,
     /// Vector spaces being created by batches in flight.
-    pending_dims: HashMap<String, usize>,
+    pending_dims: HashMap<(String, String), usize>,
 }
 
 pub(crate) struct Inner {
@@ -392,7 +392,10 @@ impl Engram {
                 state.vectors.reset(m)?;
             }
             rebuild_spaces(&mut state, &log, &stale)?;
-            report.vectors_rebuilt = stale;
+            report.vectors_rebuilt = stale
+                .into_iter()
+                .map(|(t, m)| format!("{m} (tenant {t})"))
+                .collect();
         }
         let mut ids = match opts.id_seed {
             Some(s) => IdGenerator::deterministic(s),
@@ -856,7 +859,12 @@ pub(crate) fn catalog_ops_for(
 /// Re-pushes every vector of the given models, in log order exactly as
 /// replay does (client vectors from their frames, derived ones from the
 /// embedder), so slots come out the same.
-fn rebuild_spaces(st: &mut State, log: &SegmentLog, models: &[String]) -> Result<()> {
+fn rebuild_spaces(
+    st: &mut State,
+    log: &SegmentLog,
+    keys: &[crate::vector::space::SpaceKey],
+) -> Result<()> {
+    let wanted = |tenant: &str, model: &str| keys.iter().any(|(t, m)| t == tenant && m == model);
     let embedder = st.embedder.clone();
     let mut by_id: HashMap<RecordId, Idx> = HashMap::new();
     log.scan(0, |f| {
@@ -867,21 +875,23 @@ fn rebuild_spaces(st: &mut State, log: &SegmentLog, models: &[String]) -> Result
                 let Some(idx) = st.idx(id) else { return Ok(()) };
                 by_id.insert(id, idx);
                 let m = st.meta(idx).clone();
+                let tenant = st.strings.name(m.tenant).to_string();
                 if let (Some(emb), Some(t)) = (&embedder, a.text.as_ref()) {
-                    if models.iter().any(|x| x == emb.model_id())
+                    if wanted(&tenant, emb.model_id())
                         && crate::state::embeds(m.rtype, m.akind)
                         && !a.vector_models.iter().any(|v| v.as_str() == emb.model_id())
                     {
                         let v = emb.embed(t.as_str());
-                        st.vectors.push(emb.model_id(), true, idx, &v)?;
+                        st.vectors.push(&tenant, emb.model_id(), true, idx, &v)?;
                     }
                 }
             } else if f.header.frame_type == codec::FRAME_VECTOR {
                 let a = codec::view_vector(f.payload())?;
-                if models.iter().any(|x| x == a.model.as_str()) {
-                    if let Some(&idx) = by_id.get(&RecordId::from_bytes(a.record)) {
+                if let Some(&idx) = by_id.get(&RecordId::from_bytes(a.record)) {
+                    let tenant = st.strings.name(st.meta(idx).tenant).to_string();
+                    if wanted(&tenant, a.model.as_str()) {
                         let v: Vec<f32> = a.vector.iter().map(|x| x.to_native()).collect();
-                        st.vectors.push(a.model.as_str(), false, idx, &v)?;
+                        st.vectors.push(&tenant, a.model.as_str(), false, idx, &v)?;
                     }
                 }
             }
@@ -1183,7 +1193,7 @@ impl Session {
         let mut prepared: Vec<Prepared>;
         let mut pending_keys: Vec<(String, String)> = Vec::new();
         let mut pending_sup: Vec<RecordId> = Vec::new();
-        let mut pending_models: Vec<String> = Vec::new();
+        let mut pending_models: Vec<(String, String)> = Vec::new();
         {
             let mut w = db.inner.writer.lock();
             let st = db.inner.state.read();
@@ -1460,8 +1470,12 @@ impl Session {
                 for e in &r.embeddings {
                     let known = st
                         .vectors
-                        .dim_of(&e.model)
-                        .or_else(|| w.pending_dims.get(&e.model).copied())
+                        .dim_of(&tenant, &e.model)
+                        .or_else(|| {
+                            w.pending_dims
+                                .get(&(tenant.clone(), e.model.clone()))
+                                .copied()
+                        })
                         .or_else(|| new_dims.get(&e.model).copied());
                     match known {
                         Some(d) if d != e.vector.len() => {
@@ -1688,8 +1702,9 @@ impl Session {
                 }
             }
             for (m, d) in new_dims {
-                w.pending_dims.insert(m.clone(), d);
-                pending_models.push(m);
+                let key = (tenant.clone(), m);
+                w.pending_dims.insert(key.clone(), d);
+                pending_models.push(key);
             }
             w.last_ingested_at = now;
             drop(st);

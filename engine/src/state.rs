@@ -118,6 +118,10 @@ pub struct Grants {
 pub struct TenantState {
     /// Tenant name.
     pub name: String,
+    /// LSN of the last log entry of this tenant applied: the tenant's
+    /// snapshot position (what a manifest reports; it moves only with the
+    /// tenant's own writes, so it says nothing about other tenants).
+    pub last_lsn: u64,
     /// Grants per principal.
     pub grants: BTreeMap<String, Grants>,
     /// Labels revoked for everyone.
@@ -479,7 +483,8 @@ impl State {
         let idx = self.metas.len() as Idx;
         let id = RecordId::from_bytes(a.id);
         let tenant_name = a.tenant.as_str();
-        let (tenant, _) = self.tenant_mut(tenant_name);
+        let (tenant, ts) = self.tenant_mut(tenant_name);
+        ts.last_lsn = ts.last_lsn.max(loc.lsn);
         let bad = |what: &str, code: u8| crate::error::EngineError::Corrupt {
             what: format!("record {id}"),
             detail: format!("unknown {what} code {code}"),
@@ -690,7 +695,8 @@ impl State {
             if embeds(rtype, akind) && !a.vector_models.iter().any(|m| m.as_str() == emb.model_id())
             {
                 let v = emb.embed(t);
-                self.vectors.push(emb.model_id(), true, idx, &v)?;
+                self.vectors
+                    .push(tenant_name, emb.model_id(), true, idx, &v)?;
             }
         }
         self.applied_lsn = self.applied_lsn.max(loc.lsn);
@@ -707,7 +713,11 @@ impl State {
                 detail: format!("record {id} is not in the log before it"),
             })?;
         let v: Vec<f32> = a.vector.iter().map(|x| x.to_native()).collect();
-        self.vectors.push(a.model.as_str(), false, idx, &v)?;
+        let tenant = self.strings.name(self.meta(idx).tenant).to_string();
+        self.vectors
+            .push(&tenant, a.model.as_str(), false, idx, &v)?;
+        let (_, ts) = self.tenant_mut(&tenant);
+        ts.last_lsn = ts.last_lsn.max(lsn);
         self.applied_lsn = self.applied_lsn.max(lsn);
         Ok(())
     }
@@ -717,7 +727,8 @@ impl State {
     pub fn apply_tombstone(&mut self, a: &ArchivedStoredTombstone, loc: FrameLoc) -> Result<()> {
         let idx = self.metas.len() as Idx;
         let id = RecordId::from_bytes(a.id);
-        let (tenant, _) = self.tenant_mut(a.tenant.as_str());
+        let (tenant, ts) = self.tenant_mut(a.tenant.as_str());
+        ts.last_lsn = ts.last_lsn.max(loc.lsn);
         let kind = self.strings.intern("deleted");
         let retention = self.strings.intern("deleted");
         let sources: Vec<Idx> = a
@@ -776,7 +787,8 @@ impl State {
     pub fn apply_op(&mut self, a: &ArchivedStoredOp, lsn: Lsn) -> Result<()> {
         let at = a.at_ms.to_native();
         let tenant_name = a.tenant.as_str().to_string();
-        let (tenant, _) = self.tenant_mut(&tenant_name);
+        let (tenant, ts) = self.tenant_mut(&tenant_name);
+        ts.last_lsn = ts.last_lsn.max(lsn);
         let target_idx = |st: &State, b: &[u8; 16]| st.idx_in(tenant, RecordId::from_bytes(*b));
         let op_id = RecordId::from_bytes(a.id);
         match &a.op {

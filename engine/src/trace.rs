@@ -230,7 +230,7 @@ impl Session {
                 node.artifacts.push("lexical index entry".into());
             }
         }
-        for s in st.vectors.all() {
+        for s in st.vectors.of_tenant(self.principal.tenant()) {
             if let Some(slot) = s.slot_of(i) {
                 let indexed = (slot as usize) < s.len() - s.pending();
                 node.artifacts.push(format!(

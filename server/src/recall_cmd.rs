@@ -185,7 +185,7 @@ pub fn print_manifest(m: &Manifest) {
                 p.reason,
                 p.ef_requested,
                 p.ef_used,
-                p.indexed,
+                p.indexed.map_or("-".to_string(), |n| n.to_string()),
                 p.unindexed_scanned
             );
         }

@@ -11,4 +11,5 @@ mod common;
 mod access;
 mod cli;
 mod damaged_log;
+mod metadata;
 mod store_dir;

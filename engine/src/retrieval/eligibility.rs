@@ -6,13 +6,16 @@
 //! recorded with the count left after it, for the manifest.
 //!
 //! Order of steps (each narrows the set):
-//! 1. `tenant`: the session's tenant, nothing else, ever;
+//! 1. `tenant and access`: the session's tenant, nothing else, ever, minus
+//!    records carrying a label the principal does not hold now
+//!    (revocations apply to every read after them, time travel included).
+//!    One step, so that no count in a manifest includes records the
+//!    principal may not read;
 //! 2. `as_of`: records ingested at or before the cut (a prefix of the log);
 //! 3. `status`: current versions that passed review (active, approved), as
 //!    they stood at `as_of` (a version superseded or approved later counts
 //!    as it was then); deleted records are excluded whatever the time;
-//! 4. `access`: records carrying a label the principal does not hold now
-//!    (revocations apply to every read after them, time travel included);
+//! 4. (access is step 1)
 //! 5. `retention`: records past their class's retention period;
 //! 6. `validity`: records whose validity ended before `valid_at` (kept, and
 //!    labelled historical, when history is requested);
@@ -161,14 +164,27 @@ pub fn compute(
     let Some(tsym) = st.tenant_sym(tenant) else {
         let mut e = empty;
         e.steps.push(Step {
-            step: "tenant".into(),
+            step: "tenant and access".into(),
             remaining: 0,
         });
         return e;
     };
     let tstate = &st.tenants[&tsym];
     let mut b = st.bm_tenant.get(&tsym).cloned().unwrap_or_default();
-    push("tenant", &b);
+    // access, in the same step as the tenant: no count a principal sees
+    // ever includes records it may not read
+    let mut denied = RoaringBitmap::new();
+    for &l in &tstate.labels {
+        if !held.contains(st.strings.name(l)) {
+            if let Some(x) = st.bm_access.get(&l) {
+                denied |= x;
+            }
+        }
+    }
+    if !denied.is_empty() {
+        b -= &denied;
+    }
+    push("tenant and access", &b);
 
     // as_of: ingestion prefix
     let as_of = cut.as_of;
@@ -211,20 +227,6 @@ pub fn compute(
     }
     b &= &by_status;
     push("status", &b);
-
-    // access: subtract every label of the tenant the principal does not hold
-    let mut denied = RoaringBitmap::new();
-    for &l in &tstate.labels {
-        if !held.contains(st.strings.name(l)) {
-            if let Some(x) = st.bm_access.get(&l) {
-                denied |= x;
-            }
-        }
-    }
-    if !denied.is_empty() {
-        b -= &denied;
-    }
-    push("access", &b);
 
     // retention
     let mut expired_by_policy = RoaringBitmap::new();

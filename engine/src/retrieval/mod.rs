@@ -240,10 +240,13 @@ pub struct VectorPlan {
     pub metric: String,
     /// Eligible records with a vector in the space.
     pub eligible_in_space: u64,
-    /// Vectors in the space.
-    pub space_size: u64,
-    /// eligible / size.
-    pub selectivity: f64,
+    /// Vectors in the space (shown to the tenant admin only: the space
+    /// holds vectors of records other principals may not read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub space_size: Option<u64>,
+    /// eligible / size (tenant admin only, as `space_size`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub selectivity: Option<f64>,
     /// `exact` or `hnsw`.
     pub strategy: String,
     /// Why that strategy.
@@ -252,8 +255,9 @@ pub struct VectorPlan {
     pub ef_requested: usize,
     /// ef used.
     pub ef_used: usize,
-    /// Vectors in the graph at query time.
-    pub indexed: u64,
+    /// Vectors in the graph at query time (tenant admin only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub indexed: Option<u64>,
     /// Eligible vectors not yet in the graph, scanned exactly.
     pub unindexed_scanned: u64,
     /// Where the query vector came from (`request` or the embedder's model id).
@@ -354,9 +358,10 @@ pub struct Versions {
     pub manifest: u32,
     /// Tokenizer.
     pub tokenizer: u32,
-    /// Lexical index documents.
-    pub lexical_documents: u64,
-    /// Vector spaces: model -> (dims, vectors, indexed).
+    /// The session tenant's vector spaces: model -> (dims, vectors,
+    /// indexed); the counts are shown to the tenant admin only (0 for
+    /// other principals: a space holds vectors of records they may not
+    /// read). Nothing of other tenants' spaces appears here.
     pub vector_spaces: BTreeMap<String, (usize, u64, u64)>,
     /// Graph parameters (m, ef_construction).
     pub hnsw: (usize, usize),
@@ -371,7 +376,8 @@ pub struct Manifest {
     pub query: NormalizedQuery,
     /// Principal.
     pub principal: ManifestPrincipal,
-    /// LSN of the state read.
+    /// The tenant's snapshot position: LSN of the tenant's last log entry
+    /// in the state read (moves only with the tenant's own writes).
     pub snapshot_lsn: u64,
     /// Versions.
     pub versions: Versions,
@@ -669,17 +675,37 @@ impl Session {
             });
         }
         let fusion_us = us(t_fus);
+        // Facts about whole spaces count records the principal may not
+        // read: only the tenant admin sees them.
+        let space_facts = self.principal.is_admin();
         let vector_spaces = st
             .vectors
-            .all()
-            .iter()
+            .of_tenant(self.principal.tenant())
             .map(|s| {
-                (
-                    s.model.clone(),
-                    (s.dim, s.len() as u64, (s.len() - s.pending()) as u64),
-                )
+                let (n, indexed) = if space_facts {
+                    (s.len() as u64, (s.len() - s.pending()) as u64)
+                } else {
+                    (0, 0)
+                };
+                (s.model.clone(), (s.dim, n, indexed))
             })
             .collect();
+        if !space_facts {
+            if let Some(p) = vector_plan.as_mut() {
+                p.space_size = None;
+                p.selectivity = None;
+                p.indexed = None;
+                p.reason = format!(
+                    "{} eligible vectors: {}",
+                    p.eligible_in_space,
+                    if p.strategy == "exact" {
+                        "exact scan"
+                    } else {
+                        "filtered graph walk"
+                    }
+                );
+            }
+        }
         let manifest = Manifest {
             query: NormalizedQuery {
                 text: req.text.clone(),
@@ -700,12 +726,11 @@ impl Session {
                 admin: self.principal.is_admin(),
                 labels: held.into_iter().collect(),
             },
-            snapshot_lsn: st.applied_lsn,
+            snapshot_lsn: st.tenant(self.principal.tenant()).map_or(0, |t| t.last_lsn),
             versions: Versions {
                 engine: env!("CARGO_PKG_VERSION").to_string(),
                 manifest: MANIFEST_VERSION,
                 tokenizer: crate::lexical::TOKENIZER_VERSION,
-                lexical_documents: st.lexical.len(),
                 vector_spaces,
                 hnsw: (
                     self.db.inner.opts.hnsw.m,
@@ -753,7 +778,8 @@ impl Session {
                 None,
             ))
         };
-        let models = st.vectors.models();
+        let tenant = self.principal.tenant();
+        let models = st.vectors.models(tenant);
         // Which space, and where the query vector comes from.
         let (space, query, source) = match (&req.vector, &req.model) {
             (Some(v), model) => {
@@ -774,7 +800,7 @@ impl Session {
                         });
                     }
                 };
-                let Some(space) = st.vectors.get(&model) else {
+                let Some(space) = st.vectors.get(tenant, &model) else {
                     return Err(EngineError::UnknownModel {
                         reason: format!("no vectors for model '{model}'"),
                         available: models,
@@ -807,7 +833,7 @@ impl Session {
                         ));
                     }
                 }
-                let Some(space) = st.vectors.get(emb.model_id()) else {
+                let Some(space) = st.vectors.get(tenant, emb.model_id()) else {
                     return skipped(format!(
                         "no vectors yet for the embedder's model '{}'",
                         emb.model_id()
@@ -911,13 +937,13 @@ impl Session {
                 model: space.model.clone(),
                 metric: metric.name().to_string(),
                 eligible_in_space: e,
-                space_size: size,
-                selectivity,
+                space_size: Some(size),
+                selectivity: Some(selectivity),
                 strategy: strategy.into(),
                 reason,
                 ef_requested: ef_req,
                 ef_used,
-                indexed: indexed_slots as u64,
+                indexed: Some(indexed_slots as u64),
                 unindexed_scanned: unindexed,
                 query_vector: source,
             }),

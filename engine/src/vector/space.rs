@@ -1,5 +1,12 @@
-//! Vector spaces: one per model id, each a memory-mapped vector file, the
-//! slot <-> record maps, and an HNSW graph over the slots indexed so far.
+//! Vector spaces: one per (tenant, model id), each a memory-mapped vector
+//! file, the slot <-> record maps, and an HNSW graph over the slots indexed
+//! so far.
+//!
+//! Spaces are per tenant so that nothing one tenant does is visible to
+//! another: a model id, a dimension or a vector count of tenant A never
+//! appears in what tenant B is told (tenant B can even use the same model
+//! id with another dimension), and a tenant's searches walk a graph of its
+//! own vectors only.
 //!
 //! A space's dimension is fixed by its first vector and checked on every
 //! later one. Cosine spaces store unit vectors and search with the dot
@@ -28,7 +35,9 @@ use crate::error::{EngineError, Result};
 use crate::id::RecordId;
 
 const SNAPSHOT_MAGIC: [u8; 8] = *b"ENGRHNSW";
-const SNAPSHOT_VERSION: u32 = 1;
+/// Version 2 added the tenant (spaces of version 1 were per model for the
+/// whole store; they are discarded and rebuilt from the log).
+const SNAPSHOT_VERSION: u32 = 2;
 
 /// Dense record index (see `state`).
 pub type Idx = u32;
@@ -36,6 +45,7 @@ pub type Idx = u32;
 /// What a space persists next to its graph, to check it still matches the log.
 #[derive(Clone, Debug, PartialEq)]
 struct SpaceHeader {
+    tenant: String,
     model: String,
     dim: usize,
     metric: Metric,
@@ -75,6 +85,8 @@ impl Vectors for SpaceVectors<'_> {
 
 /// One vector space.
 pub struct VectorSpace {
+    /// Tenant whose vectors these are.
+    pub tenant: String,
     /// Model id.
     pub model: String,
     /// Dimensions.
@@ -102,6 +114,7 @@ pub struct VectorSpace {
 impl std::fmt::Debug for VectorSpace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("VectorSpace")
+            .field("tenant", &self.tenant)
             .field("model", &self.model)
             .field("dim", &self.dim)
             .field("rows", &self.file.len())
@@ -109,17 +122,28 @@ impl std::fmt::Debug for VectorSpace {
     }
 }
 
-/// Directory of a space: readable model prefix, metric, dimension and a
-/// hash of the model id, so two spaces never share files (a changed metric
-/// or dimension gets a new directory).
-fn space_dir_name(model: &str, metric: Metric, dim: usize) -> String {
-    let h = crate::canonical::sha256_hex(model.as_bytes());
-    let readable: String = model
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .take(40)
-        .collect();
-    format!("{readable}-{}-{dim}-{}", metric.name(), &h[..12])
+/// Directory of a space: readable tenant and model prefixes, metric,
+/// dimension and a hash of (tenant, model), so two spaces never share files
+/// (a changed metric or dimension gets a new directory).
+fn space_dir_name(tenant: &str, model: &str, metric: Metric, dim: usize) -> String {
+    let mut key = Vec::with_capacity(tenant.len() + model.len() + 1);
+    key.extend_from_slice(tenant.as_bytes());
+    key.push(0);
+    key.extend_from_slice(model.as_bytes());
+    let h = crate::canonical::sha256_hex(&key);
+    let readable = |x: &str| -> String {
+        x.chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .take(24)
+            .collect()
+    };
+    format!(
+        "{}-{}-{}-{dim}-{}",
+        readable(tenant),
+        readable(model),
+        metric.name(),
+        &h[..16]
+    )
 }
 
 /// Normalises a vector for a cosine space (unit length).
@@ -174,16 +198,18 @@ impl VectorSpace {
     }
 
     /// Creates an empty space (truncating any old files).
+    #[allow(clippy::too_many_arguments)]
     fn create(
         backend: &dyn Backend,
         root: &Path,
+        tenant: &str,
         model: &str,
         dim: usize,
         metric: Metric,
         derived: bool,
         params: HnswParams,
     ) -> Result<VectorSpace> {
-        let dir = root.join(space_dir_name(model, metric, dim));
+        let dir = root.join(space_dir_name(tenant, model, metric, dim));
         backend
             .create_dir_all(&dir)
             .map_err(|e| engram_storage::StorageError::io(&dir, e))?;
@@ -194,6 +220,7 @@ impl VectorSpace {
             metric
         };
         Ok(VectorSpace {
+            tenant: tenant.to_string(),
             model: model.to_string(),
             dim,
             metric,
@@ -391,6 +418,7 @@ impl VectorSpace {
             .map(|&idx| id_of(idx).to_bytes())
             .unwrap_or([0u8; 16]);
         let header = SpaceHeader {
+            tenant: self.tenant.clone(),
             model: self.model.clone(),
             dim: self.dim,
             metric: self.metric,
@@ -414,6 +442,8 @@ impl VectorSpace {
 
 fn encode_header(h: &SpaceHeader) -> Vec<u8> {
     let mut out = Vec::new();
+    out.extend_from_slice(&(h.tenant.len() as u32).to_le_bytes());
+    out.extend_from_slice(h.tenant.as_bytes());
     out.extend_from_slice(&(h.model.len() as u32).to_le_bytes());
     out.extend_from_slice(h.model.as_bytes());
     out.extend_from_slice(&(h.dim as u32).to_le_bytes());
@@ -425,6 +455,9 @@ fn encode_header(h: &SpaceHeader) -> Vec<u8> {
 }
 
 fn decode_header(b: &[u8]) -> Option<(SpaceHeader, &[u8])> {
+    let t = u32::from_le_bytes(b.get(0..4)?.try_into().ok()?) as usize;
+    let tenant = std::str::from_utf8(b.get(4..4 + t)?).ok()?.to_string();
+    let b = &b[4 + t..];
     let n = u32::from_le_bytes(b.get(0..4)?.try_into().ok()?) as usize;
     let model = std::str::from_utf8(b.get(4..4 + n)?).ok()?.to_string();
     let mut p = 4 + n;
@@ -439,6 +472,7 @@ fn decode_header(b: &[u8]) -> Option<(SpaceHeader, &[u8])> {
     p += 16;
     Some((
         SpaceHeader {
+            tenant,
             model,
             dim,
             metric,
@@ -457,9 +491,14 @@ pub struct VectorSpaces {
     params: HnswParams,
     metric: Metric,
     spaces: Vec<VectorSpace>,
+    /// (tenant, model) -> position in `spaces`.
+    index: std::collections::HashMap<(String, String), usize>,
     /// Persisted spaces found at open, waiting to be matched by replay.
     persisted: Vec<(SpaceHeader, Hnsw, VectorFile, PathBuf)>,
 }
+
+/// Which space: a tenant's vectors of one model.
+pub type SpaceKey = (String, String);
 
 impl std::fmt::Debug for VectorSpaces {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -488,8 +527,13 @@ impl VectorSpaces {
                 continue;
             }
             let dir = root.join(&entry.name);
-            if let Some((h, g, f)) = VectorSpace::open_persisted(backend.as_ref(), &dir)? {
-                persisted.push((h, g, f, dir));
+            match VectorSpace::open_persisted(backend.as_ref(), &dir)? {
+                Some((h, g, f)) => persisted.push((h, g, f, dir)),
+                // Unreadable, or of an older layout: derived state, rebuilt
+                // from the log by the replay that follows.
+                None => {
+                    crate::store_dir::remove_owned(backend.as_ref(), &dir)?;
+                }
             }
         }
         Ok(VectorSpaces {
@@ -498,33 +542,56 @@ impl VectorSpaces {
             params,
             metric,
             spaces: Vec::new(),
+            index: std::collections::HashMap::new(),
             persisted,
         })
     }
 
-    /// The space of `model`.
-    pub fn get(&self, model: &str) -> Option<&VectorSpace> {
-        self.spaces.iter().find(|s| s.model == model)
+    fn position(&self, tenant: &str, model: &str) -> Option<usize> {
+        self.index
+            .get(&(tenant.to_string(), model.to_string()))
+            .copied()
     }
 
-    /// All spaces.
+    /// The space of `tenant`'s vectors of `model`.
+    pub fn get(&self, tenant: &str, model: &str) -> Option<&VectorSpace> {
+        self.position(tenant, model).map(|i| &self.spaces[i])
+    }
+
+    /// All spaces of every tenant (operator views only; a session sees its
+    /// tenant's through [`VectorSpaces::of_tenant`]).
     pub fn all(&self) -> &[VectorSpace] {
         &self.spaces
     }
 
-    /// Model ids.
-    pub fn models(&self) -> Vec<String> {
-        self.spaces.iter().map(|s| s.model.clone()).collect()
+    /// The spaces of one tenant.
+    pub fn of_tenant<'a>(&'a self, tenant: &'a str) -> impl Iterator<Item = &'a VectorSpace> + 'a {
+        self.spaces.iter().filter(move |s| s.tenant == tenant)
     }
 
-    /// Dimension of `model`'s space, if it exists.
-    pub fn dim_of(&self, model: &str) -> Option<usize> {
-        self.get(model).map(|s| s.dim)
+    /// Model ids of one tenant's spaces, sorted.
+    pub fn models(&self, tenant: &str) -> Vec<String> {
+        let mut v: Vec<String> = self.of_tenant(tenant).map(|s| s.model.clone()).collect();
+        v.sort();
+        v
+    }
+
+    /// Dimension of `tenant`'s `model` space, if it exists.
+    pub fn dim_of(&self, tenant: &str, model: &str) -> Option<usize> {
+        self.get(tenant, model).map(|s| s.dim)
     }
 
     /// Appends a vector, creating the space on first use.
-    pub fn push(&mut self, model: &str, derived: bool, idx: Idx, vector: &[f32]) -> Result<()> {
-        if let Some(s) = self.spaces.iter_mut().find(|s| s.model == model) {
+    pub fn push(
+        &mut self,
+        tenant: &str,
+        model: &str,
+        derived: bool,
+        idx: Idx,
+        vector: &[f32],
+    ) -> Result<()> {
+        if let Some(i) = self.position(tenant, model) {
+            let s = &mut self.spaces[i];
             if s.dim != vector.len() {
                 // Validated on the write path; a mismatch here means the log
                 // disagrees with itself.
@@ -539,11 +606,15 @@ impl VectorSpaces {
             return s.push(idx, vector);
         }
         let space = match self.persisted.iter().position(|(h, ..)| {
-            h.model == model && h.dim == vector.len() && h.metric == self.metric
+            h.tenant == tenant
+                && h.model == model
+                && h.dim == vector.len()
+                && h.metric == self.metric
         }) {
             Some(i) => {
                 let (h, g, f, dir) = self.persisted.swap_remove(i);
                 VectorSpace {
+                    tenant: h.tenant.clone(),
                     model: h.model.clone(),
                     dim: h.dim,
                     metric: h.metric,
@@ -561,6 +632,7 @@ impl VectorSpaces {
             None => VectorSpace::create(
                 self.backend.as_ref(),
                 &self.root,
+                tenant,
                 model,
                 vector.len(),
                 self.metric,
@@ -568,6 +640,8 @@ impl VectorSpaces {
                 self.params,
             )?,
         };
+        self.index
+            .insert((tenant.to_string(), model.to_string()), self.spaces.len());
         self.spaces.push(space);
         self.spaces
             .last_mut()
@@ -578,12 +652,10 @@ impl VectorSpaces {
     /// Called after replay. Persisted spaces no vector of the log matched are
     /// removed. A restored space whose file or graph does not match the log
     /// (more rows than the log produced, or a different record at the last
-    /// persisted row) must be rebuilt by the caller: its model id is returned.
-    pub fn finish_replay(&mut self, id_of: &dyn Fn(Idx) -> RecordId) -> Result<Vec<String>> {
+    /// persisted row) must be rebuilt by the caller: its key is returned.
+    pub fn finish_replay(&mut self, id_of: &dyn Fn(Idx) -> RecordId) -> Result<Vec<SpaceKey>> {
         for (_, _, _, dir) in self.persisted.drain(..) {
-            self.backend
-                .remove_dir_all(&dir)
-                .map_err(|e| engram_storage::StorageError::io(&dir, e))?;
+            crate::store_dir::remove_owned(self.backend.as_ref(), &dir)?;
         }
         let mut stale = Vec::new();
         for s in &self.spaces {
@@ -594,21 +666,25 @@ impl VectorSpaces {
                     .get(s.rows_synced as usize - 1)
                     .is_none_or(|&idx| id_of(idx).to_bytes() != s.last_row_record);
             if too_many || mismatch {
-                stale.push(s.model.clone());
+                stale.push((s.tenant.clone(), s.model.clone()));
             }
         }
         Ok(stale)
     }
 
     /// Drops a space's files and state (it will be recreated by pushes).
-    pub fn reset(&mut self, model: &str) -> Result<()> {
-        if let Some(i) = self.spaces.iter().position(|s| s.model == model) {
+    pub fn reset(&mut self, key: &SpaceKey) -> Result<()> {
+        if let Some(i) = self.position(&key.0, &key.1) {
             let s = self.spaces.remove(i);
             let dir = s.dir.clone();
             drop(s);
-            self.backend
-                .remove_dir_all(&dir)
-                .map_err(|e| engram_storage::StorageError::io(&dir, e))?;
+            self.index = self
+                .spaces
+                .iter()
+                .enumerate()
+                .map(|(i, s)| ((s.tenant.clone(), s.model.clone()), i))
+                .collect();
+            crate::store_dir::remove_owned(self.backend.as_ref(), &dir)?;
         }
         Ok(())
     }
