@@ -1803,6 +1803,7 @@ impl Session {
                 .map(|g| g.labels.clone())
                 .unwrap_or_default()
         };
+        held.extend(self.principal.credential_labels().iter().cloned());
         for r in &t.revoked_labels {
             held.remove(r);
         }
@@ -1826,10 +1827,13 @@ impl Session {
             .map(String::from)
             .collect();
         }
-        st.tenant(self.principal.tenant())
+        let mut roles: BTreeSet<String> = st
+            .tenant(self.principal.tenant())
             .and_then(|t| t.grants.get(self.principal.id()))
             .map(|g| g.roles.clone())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        roles.extend(self.principal.credential_roles().iter().cloned());
+        roles
     }
 
     /// The session as the authorization matrix sees it.

@@ -30,6 +30,10 @@ pub struct Principal {
     id: String,
     kind: WriterKind,
     admin: bool,
+    /// Labels and roles its credential (an API key) grants, on top of the
+    /// store's grants; tenant-wide revocations still apply.
+    credential_labels: std::collections::BTreeSet<String>,
+    credential_roles: std::collections::BTreeSet<String>,
 }
 
 impl Principal {
@@ -40,6 +44,8 @@ impl Principal {
             id: id.into(),
             kind: WriterKind::User,
             admin: false,
+            credential_labels: Default::default(),
+            credential_roles: Default::default(),
         }
     }
 
@@ -50,6 +56,8 @@ impl Principal {
             id: id.into(),
             kind: WriterKind::Model,
             admin: false,
+            credential_labels: Default::default(),
+            credential_roles: Default::default(),
         }
     }
 
@@ -61,6 +69,8 @@ impl Principal {
             id: id.into(),
             kind: WriterKind::System,
             admin: false,
+            credential_labels: Default::default(),
+            credential_roles: Default::default(),
         }
     }
 
@@ -71,7 +81,41 @@ impl Principal {
             id: ROLE_ADMIN.into(),
             kind: WriterKind::System,
             admin: true,
+            credential_labels: Default::default(),
+            credential_roles: Default::default(),
         }
+    }
+
+    /// The tenant's administrator acting under its own name (an admin API
+    /// key names its principal).
+    pub fn admin_named(tenant: impl Into<String>, id: impl Into<String>) -> Self {
+        Principal {
+            id: id.into(),
+            ..Principal::admin(tenant)
+        }
+    }
+
+    /// Adds labels the principal's credential grants (held on top of the
+    /// store's grants, except while revoked tenant-wide).
+    pub fn with_labels<I: IntoIterator<Item = String>>(mut self, labels: I) -> Self {
+        self.credential_labels.extend(labels);
+        self
+    }
+
+    /// Adds a role the principal's credential grants (`reviewer`, `admin`).
+    pub fn with_role(mut self, role: impl Into<String>) -> Self {
+        self.credential_roles.insert(role.into());
+        self
+    }
+
+    /// Labels granted by the credential.
+    pub fn credential_labels(&self) -> &std::collections::BTreeSet<String> {
+        &self.credential_labels
+    }
+
+    /// Roles granted by the credential.
+    pub fn credential_roles(&self) -> &std::collections::BTreeSet<String> {
+        &self.credential_roles
     }
 
     /// The tenant.
