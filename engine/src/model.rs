@@ -559,7 +559,9 @@ impl NewRecord {
     }
 }
 
-pub(crate) fn check_name(field: &str, s: &str) -> Result<()> {
+/// Checks a name (tenant, principal, label, kind, ...): non-empty, within
+/// `NAME_BYTES_MAX`, no control characters.
+pub fn check_name(field: &str, s: &str) -> Result<()> {
     if s.is_empty() {
         return Err(EngineError::invalid(field, "must not be empty"));
     }

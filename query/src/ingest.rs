@@ -221,13 +221,18 @@ pub(crate) fn json_object(text: &str, line: usize) -> Result<Map<String, Value>,
         field: "-".into(),
         reason,
     };
-    match serde_json::from_str(text) {
+    match crate::strict::parse(text) {
         Ok(Value::Object(o)) => Ok(o),
         Ok(v) => Err(whole(format!(
             "expected a JSON object, found {}",
             kind_of(&v)
         ))),
-        Err(e) => Err(whole(format!("not valid JSON: {e}"))),
+        Err(Ok((field, reason))) => Err(LineError {
+            line,
+            field,
+            reason,
+        }),
+        Err(Err(e)) => Err(whole(format!("not valid JSON: {e}"))),
     }
 }
 
@@ -510,6 +515,11 @@ fn parse_object(o: &Map<String, Value>) -> FieldResult<(Option<String>, NewRecor
     };
     record.validate().map_err(|e| match e {
         engram_engine::EngineError::InvalidInput { field, reason, .. } => (field, reason),
+        // `what` starts with the field it measures ("text length in bytes")
+        engram_engine::EngineError::LimitExceeded { ref what, .. } => (
+            what.split_whitespace().next().unwrap_or("-").to_string(),
+            e.to_string(),
+        ),
         other => ("-".to_string(), other.to_string()),
     })?;
     Ok((tenant, record))

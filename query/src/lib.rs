@@ -11,6 +11,8 @@
 pub mod eval;
 pub mod ingest;
 pub mod recall;
+pub mod strict;
+pub mod text;
 
 pub use ingest::{IngestLine, LineError, parse_jsonl, parse_line};
 pub use recall::{RecallLine, parse_recall_jsonl, parse_recall_line, parse_recall_lines};

@@ -125,7 +125,7 @@ pub struct IngestArgs {
     /// The JSONL file (`-` for stdin).
     pub file: PathBuf,
     /// Tenant for lines that do not name one (lines naming another tenant are rejected).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::name_arg)]
     pub tenant: Option<String>,
     /// Records per atomic batch.
     #[arg(long, default_value_t = 1000)]
@@ -142,10 +142,10 @@ pub struct IdArgs {
     /// `ext:<key>` say which when an external id looks like an internal id).
     pub id: String,
     /// Tenant (needed for external ids).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::name_arg)]
     pub tenant: Option<String>,
     /// Act as this principal instead of the tenant admin.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::name_arg)]
     pub principal: Option<String>,
     /// Machine-readable output.
     #[arg(long)]
@@ -156,7 +156,7 @@ pub struct IdArgs {
 #[derive(Args, Debug)]
 pub struct LogArgs {
     /// Only this tenant (default: all).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::name_arg)]
     pub tenant: Option<String>,
     /// Only records that occurred at or after this time (RFC 3339).
     #[arg(long)]
@@ -171,7 +171,7 @@ pub struct LogArgs {
     #[arg(long)]
     pub limit: Option<usize>,
     /// Act as this principal instead of the tenant admin.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::name_arg)]
     pub principal: Option<String>,
     /// One JSON record per line.
     #[arg(long)]
@@ -212,6 +212,17 @@ pub struct RepairArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Parses a tenant or principal argument: a non-empty name within the
+/// engine's limits.
+pub fn name_arg(s: &str) -> Result<String, String> {
+    engram_engine::model::check_name("name", s)
+        .map(|()| s.to_string())
+        .map_err(|e| match e {
+            EngineError::InvalidInput { reason, .. } => reason,
+            e => e.to_string(),
+        })
 }
 
 /// A command failure: message for stderr, exit code 1.
@@ -596,13 +607,21 @@ pub fn ingest_lines(
     Ok(report)
 }
 
-fn cmd_ingest(data: &Path, a: IngestArgs) -> CliResult {
-    let text = if a.file.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin())?
+/// Reads an input file (`-`: stdin) as UTF-8 text; an invalid byte is
+/// reported with its line.
+pub fn read_input(file: &Path) -> Result<String, CliError> {
+    let bytes = if file.as_os_str() == "-" {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)?;
+        b
     } else {
-        std::fs::read_to_string(&a.file)
-            .map_err(|e| CliError(format!("cannot read {}: {e}", a.file.display())))?
+        std::fs::read(file).map_err(|e| CliError(format!("cannot read {}: {e}", file.display())))?
     };
+    engram_query::text::decode(&bytes).map_err(|e| CliError(format!("{}: {e}", file.display())))
+}
+
+fn cmd_ingest(data: &Path, a: IngestArgs) -> CliResult {
+    let text = read_input(&a.file)?;
     let lines = engram_query::parse_jsonl(&text)
         .map_err(|e| CliError(format!("{}: {e} (nothing was stored)", a.file.display())))?;
     if lines.is_empty() {

@@ -31,7 +31,7 @@ pub enum ReviewCommand {
     /// List review candidates.
     List {
         /// Only this tenant (default: all).
-        #[arg(long)]
+        #[arg(long, value_parser = crate::cli::name_arg)]
         tenant: Option<String>,
         /// Machine-readable output.
         #[arg(long)]
@@ -94,7 +94,7 @@ pub struct DeleteArgs {
 #[derive(Args, Debug)]
 pub struct AccessArgs {
     /// Tenant.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::name_arg)]
     tenant: String,
     /// Access label.
     #[arg(long)]
@@ -103,7 +103,7 @@ pub struct AccessArgs {
     #[arg(long)]
     role: Option<String>,
     /// Principal (without it: the label, for everyone in the tenant).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::name_arg)]
     principal: Option<String>,
     /// Machine-readable output.
     #[arg(long)]
@@ -114,7 +114,7 @@ pub struct AccessArgs {
 #[derive(Args, Debug)]
 pub struct RetentionArgs {
     /// Tenant.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::name_arg)]
     tenant: String,
     /// Retention class (e.g. ephemeral, standard, audit).
     #[arg(long)]
@@ -128,7 +128,7 @@ pub struct RetentionArgs {
 #[derive(Args, Debug)]
 pub struct HoldArgs {
     /// Tenant.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::name_arg)]
     tenant: String,
     /// tenant, user:ID, conversation:ID, agent:ID or label:LABEL.
     #[arg(long)]
@@ -155,10 +155,10 @@ pub struct DirArgs {
 #[derive(Args, Debug)]
 pub struct ContextArgs {
     /// Tenant.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::name_arg)]
     tenant: String,
     /// Act as this principal instead of the tenant admin.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::name_arg)]
     principal: Option<String>,
     /// The user served.
     #[arg(long)]
@@ -282,8 +282,7 @@ pub fn expire(data: &Path, a: ExpireArgs) -> CliResult {
 
 /// `engram correct`.
 pub fn correct(data: &Path, a: CorrectArgs) -> CliResult {
-    let text = std::fs::read_to_string(&a.file)
-        .map_err(|e| CliError(format!("cannot read {}: {e}", a.file.display())))?;
+    let text = crate::cli::read_input(&a.file)?;
     let one_line: String = text.lines().map(str::trim).collect::<Vec<_>>().join(" ");
     let parsed = engram_query::parse_line(&one_line, 1).map_err(|e| {
         CliError(format!(

@@ -19,10 +19,10 @@ use crate::cli::{CliError, CliResult, open_store, session_for};
 #[derive(Args, Debug)]
 pub struct RecallArgs {
     /// Tenant (lines of --queries may name their own).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::name_arg)]
     pub tenant: Option<String>,
     /// Read as this principal instead of the tenant admin.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::name_arg)]
     pub principal: Option<String>,
     /// Query text.
     #[arg(long)]
@@ -241,8 +241,7 @@ pub fn recall(data: &Path, a: RecallArgs) -> CliResult {
 
 fn recall_inner(db: &Engram, a: &RecallArgs) -> CliResult {
     if let Some(file) = &a.queries {
-        let text = std::fs::read_to_string(file)
-            .map_err(|e| CliError(format!("cannot read {}: {e}", file.display())))?;
+        let text = crate::cli::read_input(file)?;
         let tenant = a.tenant.clone().ok_or_else(|| {
             CliError("--tenant is required: request lines never name a tenant or principal".into())
         })?;
@@ -369,8 +368,7 @@ pub fn eval(data: &Path, a: EvalArgs) -> CliResult {
     if a.k == 0 {
         return Err(CliError("--k must be at least 1".into()));
     }
-    let text = std::fs::read_to_string(&a.cases)
-        .map_err(|e| CliError(format!("cannot read {}: {e}", a.cases.display())))?;
+    let text = crate::cli::read_input(&a.cases)?;
     let cases = parse_cases(&text)
         .map_err(|e| CliError(format!("{}: {e} (nothing was run)", a.cases.display())))?;
     if cases.is_empty() {

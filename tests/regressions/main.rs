@@ -11,5 +11,6 @@ mod common;
 mod access;
 mod cli;
 mod damaged_log;
+mod input;
 mod metadata;
 mod store_dir;

@@ -1,0 +1,86 @@
+//! Bad input is refused with the line and field at fault, and nothing is
+//! changed silently: values a JSON parse would alter, invalid UTF-8, a
+//! byte-order mark, empty names.
+
+use super::cli::{self, fails, ok};
+
+fn one(dir: &std::path::Path, name: &str, body: &[u8]) -> std::path::PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, body).unwrap();
+    p
+}
+
+#[test]
+fn a_payload_that_json_would_change_is_refused_with_line_and_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    ok(&store, &["init"]);
+    let big = one(
+        tmp.path(),
+        "big.jsonl",
+        b"{\"tenant\":\"t\",\"kind\":\"k\",\"text\":\"x\"}\n{\"tenant\":\"t\",\"kind\":\"k\",\"text\":\"y\",\"data\":{\"id\":1234567890123456789}}\n",
+    );
+    let msg = fails(&store, &["ingest", big.to_str().unwrap()]);
+    assert!(msg.contains("line 2") && msg.contains("data.id"), "{msg}");
+    let dup = one(
+        tmp.path(),
+        "dup.jsonl",
+        b"{\"tenant\":\"t\",\"kind\":\"k\",\"text\":\"x\",\"data\":{\"a\":1,\"a\":2}}\n",
+    );
+    let msg = fails(&store, &["ingest", dup.to_str().unwrap()]);
+    assert!(
+        msg.contains("line 1") && msg.contains("data.a") && msg.contains("twice"),
+        "{msg}"
+    );
+    // exact values within range go through unchanged
+    let fine = one(
+        tmp.path(),
+        "fine.jsonl",
+        b"{\"external_id\":\"f\",\"tenant\":\"t\",\"kind\":\"k\",\"text\":\"x\",\"data\":{\"id\":9007199254740992,\"s\":\"1234567890123456789\"}}\n",
+    );
+    ok(&store, &["ingest", fine.to_str().unwrap()]);
+    let r = cli::json(&ok(&store, &["get", "f", "--tenant", "t", "--json"]));
+    assert_eq!(r["data"]["id"], 9007199254740992u64);
+    assert_eq!(r["data"]["s"], "1234567890123456789");
+    assert_eq!(cli::json(&ok(&store, &["stats", "--json"]))["records"], 1);
+}
+
+#[test]
+fn invalid_utf8_names_its_line_and_a_bom_is_accepted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let bad = one(
+        tmp.path(),
+        "bad.jsonl",
+        b"{\"tenant\":\"t\",\"kind\":\"k\",\"text\":\"ok\"}\n{\"tenant\":\"t\",\"kind\":\"k\",\"text\":\"caf\xe9\"}\n",
+    );
+    let msg = fails(&store, &["ingest", bad.to_str().unwrap()]);
+    assert!(msg.contains("line 2") && msg.contains("UTF-8"), "{msg}");
+    let bom = one(
+        tmp.path(),
+        "bom.jsonl",
+        b"\xEF\xBB\xBF{\"tenant\":\"t\",\"kind\":\"k\",\"text\":\"with a bom\"}\n",
+    );
+    ok(&store, &["ingest", bom.to_str().unwrap()]);
+}
+
+#[test]
+fn empty_names_and_oversized_fields_are_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    ok(&store, &["init"]);
+    let msg = fails(&store, &["recall", "--tenant", "", "--text", "x"]);
+    assert!(msg.contains("--tenant") && msg.contains("empty"), "{msg}");
+    let msg = fails(&store, &["get", "x", "--tenant", "t", "--principal", ""]);
+    assert!(
+        msg.contains("--principal") && msg.contains("empty"),
+        "{msg}"
+    );
+    let huge = format!(
+        "{{\"tenant\":\"t\",\"kind\":\"k\",\"text\":\"{}\"}}\n",
+        "a".repeat(2 << 20)
+    );
+    let f = one(tmp.path(), "huge.jsonl", huge.as_bytes());
+    let msg = fails(&store, &["ingest", f.to_str().unwrap()]);
+    assert!(msg.contains("line 1: text:"), "{msg}");
+}
