@@ -633,8 +633,16 @@ fn cmd_ingest(data: &Path, a: IngestArgs) -> CliResult {
     if result.is_ok() && db.pending_vectors() > 1000 {
         eprintln!("indexing {} vectors ...", db.pending_vectors());
     }
-    db.close()?;
+    // The records are durable once appended: a failure to write derived
+    // state at close (a full disk, say) is reported, but does not turn a
+    // successful ingest into a failed one.
+    let closed = db.close();
     let report = result?;
+    if let Err(e) = closed {
+        eprintln!(
+            "warning: every record reported below is stored and durable; writing derived state at close failed ({e}); it is rebuilt from the log at the next open"
+        );
+    }
     if a.json {
         print_json(&report)?;
     } else {

@@ -368,11 +368,37 @@ struct FaultState {
     syncs_left: Option<u64>,
     n_writes: u64,
     on_write: Option<WriteHook>,
+    /// A disk of this many bytes: growing a file past it fails with
+    /// ENOSPC, as a full file system does.
+    capacity_bytes: Option<u64>,
+    /// Bytes held by all files.
+    used_bytes: u64,
+}
+
+impl FaultState {
+    /// Accounts for a file growing (or shrinking) from `old` to `new`
+    /// bytes; refuses growth past the capacity.
+    fn resize(&mut self, old: usize, new: usize) -> io::Result<()> {
+        if new > old {
+            let grow = (new - old) as u64;
+            if let Some(cap) = self.capacity_bytes {
+                if self.used_bytes + grow > cap {
+                    return Err(io::Error::from_raw_os_error(28)); // ENOSPC
+                }
+            }
+            self.used_bytes += grow;
+        } else {
+            self.used_bytes = self.used_bytes.saturating_sub((old - new) as u64);
+        }
+        Ok(())
+    }
 }
 
 impl fmt::Debug for FaultState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FaultState")
+            .field("capacity_bytes", &self.capacity_bytes)
+            .field("used_bytes", &self.used_bytes)
             .field("writes_left", &self.writes_left)
             .field("syncs_left", &self.syncs_left)
             .field("n_writes", &self.n_writes)
@@ -462,9 +488,27 @@ impl MemBackend {
         }
     }
 
-    /// Removes every armed fault and the write hook.
+    /// Removes every armed fault and the write hook (the capacity stays).
     pub fn clear_faults(&self) {
-        *self.faults.lock() = FaultState::default();
+        let mut f = self.faults.lock();
+        let (capacity_bytes, used_bytes) = (f.capacity_bytes, f.used_bytes);
+        *f = FaultState {
+            capacity_bytes,
+            used_bytes,
+            ..FaultState::default()
+        };
+    }
+
+    /// Makes the file system this many bytes large (None: unbounded):
+    /// writes and extensions past it fail with ENOSPC until space is freed
+    /// or the capacity raised.
+    pub fn set_capacity(&self, capacity_bytes: Option<u64>) {
+        self.faults.lock().capacity_bytes = capacity_bytes;
+    }
+
+    /// Bytes held by all files.
+    pub fn used_bytes(&self) -> u64 {
+        self.faults.lock().used_bytes
     }
 
     /// Installs a hook run after every write (outside all internal locks),
@@ -510,7 +554,15 @@ impl MemBackend {
                     }),
                 )
             })
-            .collect();
+            .collect::<BTreeMap<PathBuf, Arc<MemFile>>>();
+        {
+            let mut f = faults.lock();
+            f.used_bytes = files
+                .values()
+                .map(|x| x.state.lock().data.len() as u64)
+                .sum();
+            f.capacity_bytes = self.faults.lock().capacity_bytes;
+        }
         MemBackend {
             fs: Arc::new(Mutex::new(MemFs {
                 files,
@@ -545,6 +597,12 @@ impl MemBackend {
             })
         });
         let mut st = f.state.lock();
+        {
+            // bypasses the capacity, but keeps the count right
+            let mut fa = self.faults.lock();
+            let (old, new) = (st.data.len(), bytes.len());
+            fa.used_bytes = (fa.used_bytes + new as u64).saturating_sub(old as u64);
+        }
         st.data = bytes.to_vec();
         st.durable = bytes.to_vec();
     }
@@ -658,7 +716,10 @@ impl Backend for MemBackend {
                 ));
             }
             (OpenMode::Truncate, Some(f)) => {
-                f.state.lock().data.clear();
+                let mut st = f.state.lock();
+                let _ = self.faults.lock().resize(st.data.len(), 0);
+                st.data.clear();
+                drop(st);
                 f
             }
             (_, Some(f)) => f,
@@ -678,16 +739,26 @@ impl Backend for MemBackend {
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
-        self.fs
+        let f = self
+            .fs
             .lock()
             .files
             .remove(path)
-            .map(|_| ())
-            .ok_or_else(|| not_found(path))
+            .ok_or_else(|| not_found(path))?;
+        let len = f.state.lock().data.len();
+        let _ = self.faults.lock().resize(len, 0);
+        Ok(())
     }
 
     fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
         let mut fs = self.fs.lock();
+        let freed: usize = fs
+            .files
+            .iter()
+            .filter(|(p, _)| p.starts_with(path))
+            .map(|(_, f)| f.state.lock().data.len())
+            .sum();
+        let _ = self.faults.lock().resize(freed, 0);
         fs.files.retain(|p, _| !p.starts_with(path));
         fs.dirs.retain(|p| !p.starts_with(path));
         Ok(())
@@ -696,7 +767,10 @@ impl Backend for MemBackend {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut fs = self.fs.lock();
         if let Some(f) = fs.files.remove(from) {
-            fs.files.insert(to.to_path_buf(), f);
+            if let Some(old) = fs.files.insert(to.to_path_buf(), f) {
+                let len = old.state.lock().data.len();
+                let _ = self.faults.lock().resize(len, 0);
+            }
             return Ok(());
         }
         if fs.dirs.contains(from) {
@@ -806,6 +880,22 @@ impl BackendFile for MemHandle {
             let start = usize::try_from(offset).map_err(io::Error::other)?;
             let end = start + buf.len();
             if st.data.len() < end {
+                let mut f = self.file.faults.lock();
+                if let Err(e) = f.resize(st.data.len(), end) {
+                    // A full disk takes what fits, then fails (a short write).
+                    let room = f
+                        .capacity_bytes
+                        .map_or(0, |c| c.saturating_sub(f.used_bytes))
+                        as usize;
+                    let fit = (st.data.len() + room).min(end);
+                    if fit > start {
+                        let old = st.data.len();
+                        let _ = f.resize(old, fit);
+                        st.data.resize(fit.max(old), 0);
+                        st.data[start..fit].copy_from_slice(&buf[..fit - start]);
+                    }
+                    return Err(e);
+                }
                 st.data.resize(end, 0);
             }
             st.data[start..end].copy_from_slice(buf);
@@ -831,7 +921,9 @@ impl BackendFile for MemHandle {
             ));
         }
         let len = usize::try_from(len).map_err(io::Error::other)?;
-        self.file.state.lock().data.resize(len, 0);
+        let mut st = self.file.state.lock();
+        self.file.faults.lock().resize(st.data.len(), len)?;
+        st.data.resize(len, 0);
         Ok(())
     }
 

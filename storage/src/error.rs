@@ -25,6 +25,19 @@ pub enum StorageError {
         source: io::Error,
     },
 
+    /// The file system is full (ENOSPC). Nothing of the operation that
+    /// hit it was stored; everything acknowledged before it is durable and
+    /// readable, and writes resume once space is freed. Retry after
+    /// freeing space.
+    #[error(
+        "no space left on the device writing {path}: nothing of this write was stored \
+         (everything acknowledged before it is intact); free space and retry"
+    )]
+    DiskFull {
+        /// File the write was for.
+        path: PathBuf,
+    },
+
     /// Another process holds the data directory. Give up, or stop the other
     /// process first.
     #[error("data directory {path} is in use by another process (lock file is held)")]
@@ -200,8 +213,12 @@ pub enum StorageError {
 }
 
 impl StorageError {
-    /// Wraps an `io::Error` with the path it concerns.
+    /// Wraps an `io::Error` with the path it concerns (a full disk becomes
+    /// [`StorageError::DiskFull`]).
     pub fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
+        if source.raw_os_error() == Some(28) || source.kind() == io::ErrorKind::StorageFull {
+            return StorageError::DiskFull { path: path.into() };
+        }
         StorageError::Io {
             path: path.into(),
             source,

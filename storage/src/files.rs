@@ -178,17 +178,24 @@ pub fn write_all_durable(backend: &dyn Backend, path: &Path, bytes: &[u8]) -> St
 /// [`write_all_durable`] of the concatenation of `parts`, without building it.
 fn write_parts_durable(backend: &dyn Backend, path: &Path, parts: &[&[u8]]) -> StorageResult<()> {
     let tmp = tmp_path(path);
-    let f = backend
-        .open(&tmp, OpenMode::Truncate)
-        .map_err(|e| StorageError::io(&tmp, e))?;
-    let mut at = 0u64;
-    for p in parts {
-        f.write_all_at(p, at)
+    let written = (|| {
+        let f = backend
+            .open(&tmp, OpenMode::Truncate)
             .map_err(|e| StorageError::io(&tmp, e))?;
-        at += p.len() as u64;
+        let mut at = 0u64;
+        for p in parts {
+            f.write_all_at(p, at)
+                .map_err(|e| StorageError::io(&tmp, e))?;
+            at += p.len() as u64;
+        }
+        f.sync_data().map_err(|e| StorageError::io(&tmp, e))
+    })();
+    if let Err(e) = written {
+        // A half-written temporary file must not hold on to disk space
+        // (a full disk is the usual reason to be here).
+        let _ = backend.remove_file(&tmp);
+        return Err(e);
     }
-    f.sync_data().map_err(|e| StorageError::io(&tmp, e))?;
-    drop(f);
     backend
         .rename(&tmp, path)
         .map_err(|e| StorageError::io(path, e))?;

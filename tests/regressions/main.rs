@@ -11,6 +11,7 @@ mod common;
 mod access;
 mod cli;
 mod damaged_log;
+mod disk_full;
 mod input;
 mod metadata;
 mod store_dir;

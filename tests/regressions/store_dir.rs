@@ -146,3 +146,30 @@ fn a_damaged_settings_file_names_its_repair_and_verify_still_checks_the_log() {
     ok(&store, &["stats"]);
     ok(&store, &["verify"]);
 }
+
+#[test]
+fn a_backup_carries_no_content_deleted_before_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let f = tmp.path().join("e.jsonl");
+    std::fs::write(
+        &f,
+        "{\"external_id\":\"gone\",\"tenant\":\"t\",\"kind\":\"k\",\"text\":\"CANARY-7f3a deleted before the backup\"}\n{\"external_id\":\"kept\",\"tenant\":\"t\",\"kind\":\"k\",\"text\":\"kept note\"}\n",
+    )
+    .unwrap();
+    ok(&store, &["ingest", f.to_str().unwrap()]);
+    ok(&store, &["delete", "gone", "--tenant", "t"]);
+    let bk = tmp.path().join("bk");
+    ok(&store, &["backup", bk.to_str().unwrap()]);
+    let left = crate::common::grep(&bk, "CANARY-7f3a");
+    assert!(left.is_empty(), "deleted content in the backup: {left:?}");
+    // the backup restores to a store holding the kept record
+    let other = tmp.path().join("other");
+    ok(&other, &["restore", bk.to_str().unwrap()]);
+    let got = cli::json(&ok(&other, &["get", "kept", "--tenant", "t", "--json"]));
+    assert_eq!(got["text"], "kept note");
+    fails(&other, &["get", "gone", "--tenant", "t"]);
+    // a backup inside the store is refused
+    let msg = fails(&store, &["backup", store.join("log/sub").to_str().unwrap()]);
+    assert!(msg.contains("inside the store"), "{msg}");
+}

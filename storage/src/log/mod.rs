@@ -1230,7 +1230,12 @@ fn seal(seg: &Segment) -> StorageResult<()> {
 /// extending it by `preallocate_bytes` (within the segment bound) when not.
 fn preallocate(shared: &Shared, seg: &Segment, end: u64) -> StorageResult<()> {
     let step = shared.opts.preallocate_bytes;
-    let zeroed = seg.zeroed_len.load(Ordering::Acquire);
+    // Never below the durable end: a write without preallocation (a full
+    // disk) extends the file past the last preallocated byte.
+    let zeroed = seg
+        .zeroed_len
+        .load(Ordering::Acquire)
+        .max(seg.durable_len());
     if step == 0 || zeroed >= end {
         return Ok(());
     }
@@ -1240,16 +1245,29 @@ fn preallocate(shared: &Shared, seg: &Segment, end: u64) -> StorageResult<()> {
     const CHUNK: u64 = 1 << 20;
     let zeros = vec![0u8; CHUNK as usize];
     let mut at = zeroed;
-    while at < target {
-        let n = (target - at).min(CHUNK);
-        seg.file
-            .write_all_at(&zeros[..n as usize], at)
-            .map_err(io_err(&seg.path))?;
-        at += n;
+    let filled = (|| {
+        while at < target {
+            let n = (target - at).min(CHUNK);
+            seg.file
+                .write_all_at(&zeros[..n as usize], at)
+                .map_err(io_err(&seg.path))?;
+            at += n;
+        }
+        seg.file.sync_data().map_err(io_err(&seg.path))
+    })();
+    match filled {
+        Ok(()) => {
+            seg.zeroed_len.store(target, Ordering::Release);
+            Ok(())
+        }
+        // Preallocation is an optimisation: without room for it, write
+        // without it (each commit's fsync then also flushes the file size).
+        Err(StorageError::DiskFull { .. }) => {
+            seg.file.set_len(zeroed).map_err(io_err(&seg.path))?;
+            Ok(())
+        }
+        Err(e) => Err(e),
     }
-    seg.file.sync_data().map_err(io_err(&seg.path))?;
-    seg.zeroed_len.store(target, Ordering::Release);
-    Ok(())
 }
 
 fn poison(shared: &Shared, why: String) -> StorageError {
@@ -1282,9 +1300,17 @@ fn commit_group(
     let failure = write_runs(shared, next_lsn, &batches, &mut runs, &mut done).err();
     shared.n_groups.fetch_add(1, Ordering::Relaxed);
     let mut done = done.into_iter();
-    let reason = failure.map(|e| {
-        poison(shared, e.to_string());
-        e.to_string()
+    // A failure before any fsync of the group (a full disk) leaves the log
+    // as it was: those batches fail, later ones may succeed. A failure
+    // after bytes may have reached the disk unacknowledged stops the
+    // writer until the store is reopened and recovered.
+    let failed: Option<StorageError> = failure.map(|f| match f {
+        WriteFailure::Clean(e) => e,
+        WriteFailure::Fatal(e) => {
+            let why = e.to_string();
+            poison(shared, why.clone());
+            StorageError::Poisoned { reason: why }
+        }
     });
     let mut replies = Vec::with_capacity(batches.len());
     for b in batches {
@@ -1293,17 +1319,38 @@ fn commit_group(
                 shared.n_frames.fetch_add(l.len() as u64, Ordering::Relaxed);
                 replies.push((b.reply, Ok(l)));
             }
-            None => replies.push((
-                b.reply,
-                Err(StorageError::Poisoned {
-                    reason: reason.clone().unwrap_or_default(),
-                }),
-            )),
+            None => replies.push((b.reply, Err(clone_failure(failed.as_ref())))),
         }
     }
     if let Err(e) = apply.send(ApplyJob { runs, replies }) {
         // The applier is gone (shutdown): nobody is waiting for these.
         drop(e);
+    }
+}
+
+/// How writing a group failed.
+enum WriteFailure {
+    /// Nothing of the failed run can reach the disk as a frame of the log:
+    /// the segment was put back as it was (a full disk). The writer goes on.
+    Clean(StorageError),
+    /// The state of the segment is unknown (a failed fsync, or a failed
+    /// repair of a failed write): the writer stops.
+    Fatal(StorageError),
+}
+
+/// The error each batch of a failed group is answered with.
+fn clone_failure(e: Option<&StorageError>) -> StorageError {
+    match e {
+        Some(StorageError::DiskFull { path }) => StorageError::DiskFull { path: path.clone() },
+        Some(StorageError::Poisoned { reason }) => StorageError::Poisoned {
+            reason: reason.clone(),
+        },
+        Some(other) => StorageError::Poisoned {
+            reason: other.to_string(),
+        },
+        None => StorageError::Poisoned {
+            reason: String::new(),
+        },
     }
 }
 
@@ -1316,7 +1363,8 @@ fn write_runs(
     batches: &[Group],
     runs: &mut Vec<Run>,
     out: &mut Vec<AppendOutcome>,
-) -> StorageResult<()> {
+) -> Result<(), WriteFailure> {
+    use WriteFailure::{Clean, Fatal};
     let mut i = 0;
     while i < batches.len() {
         let seg = shared
@@ -1340,12 +1388,22 @@ fn write_runs(
             j += 1;
         }
         if j == i {
-            seal(&seg)?;
-            let new = create_segment(shared, seg.no + 1, *next_lsn)?;
+            seal(&seg).map_err(Fatal)?;
+            let new = match create_segment(shared, seg.no + 1, *next_lsn) {
+                Ok(s) => s,
+                Err(e) => {
+                    // A segment that never became whole is removed; with
+                    // none left behind the log is unchanged.
+                    let path = segment::segment_path(&shared.dir, seg.no + 1);
+                    let gone =
+                        !shared.backend.exists(&path) || shared.backend.remove_file(&path).is_ok();
+                    return Err(if gone { Clean(e) } else { Fatal(e) });
+                }
+            };
             shared.segments.write().push(new);
             continue;
         }
-        preallocate(shared, &seg, start + run_bytes)?;
+        preallocate(shared, &seg, start + run_bytes).map_err(Fatal)?;
         let mut buf = AlignedBuf::zeroed(run_bytes as usize);
         let mut pos = 0usize;
         let durable_before = u32::try_from(start).unwrap_or(u32::MAX);
@@ -1384,10 +1442,23 @@ fn write_runs(
             }
             run_out.push(locs);
         }
+        if let Err(e) = seg.file.write_all_at(buf.as_slice(), start) {
+            // Nothing of this run was fsynced: cut what reached the file
+            // and give the LSNs back, so the log continues exactly where
+            // it ended.
+            let e = StorageError::io(&seg.path, e);
+            if seg.file.set_len(start).is_err() {
+                return Err(Fatal(e));
+            }
+            seg.zeroed_len.store(start, Ordering::Release);
+            *next_lsn = first_lsn;
+            return Err(Clean(e));
+        }
         seg.file
-            .write_all_at(buf.as_slice(), start)
-            .map_err(io_err(&seg.path))?;
-        seg.file.sync_data().map_err(io_err(&seg.path))?;
+            .sync_data()
+            .map_err(|e| Fatal(StorageError::io(&seg.path, e)))?;
+        seg.zeroed_len
+            .fetch_max(start + run_bytes, Ordering::AcqRel);
         seg.durable_len.store(start + run_bytes, Ordering::Release);
         shared.last_lsn.store(*next_lsn - 1, Ordering::Release);
         debug_assert!(first_lsn < *next_lsn);

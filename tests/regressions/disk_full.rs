@@ -1,0 +1,109 @@
+//! A full disk: preallocation gives way instead of failing small writes, a
+//! write that does not fit fails with a typed error and stores nothing,
+//! reads keep working, writes resume once space is freed, and nothing
+//! acknowledged is lost or duplicated (also when derived state cannot be
+//! written at close).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use engram::storage::MemBackend;
+use engram::storage::StorageError;
+use engram::{EngineError, Engram, NewRecord, Options, Principal, RecordRef};
+
+fn opts(b: &MemBackend) -> Options {
+    Options {
+        backend: Arc::new(b.clone()),
+        ..Options::default()
+    }
+}
+
+fn batch(n0: usize, n: usize) -> Vec<NewRecord> {
+    (n0..n0 + n)
+        .map(|i| {
+            NewRecord::event("note", format!("record {i} {}", "x".repeat(900)))
+                .with_external_id(format!("r/{i}"))
+        })
+        .collect()
+}
+
+#[test]
+fn a_full_disk_fails_writes_cleanly_and_they_resume_once_space_is_freed() {
+    let b = MemBackend::new();
+    let dir = Path::new("/store");
+    // Smaller than one preallocation step (4 MiB): small writes still work.
+    b.set_capacity(Some(3 << 20));
+    let db = Engram::open(dir, opts(&b)).unwrap();
+    let s = db.session(Principal::admin("t"));
+    s.append(batch(0, 6))
+        .expect("a small write fits without preallocation");
+    let mut acked = 6;
+    let err = loop {
+        match s.append(batch(acked, 50)) {
+            Ok(_) => acked += 50,
+            Err(e) => break e,
+        }
+        assert!(acked < 10_000, "the disk never filled");
+    };
+    assert!(
+        matches!(err, EngineError::Storage(StorageError::DiskFull { .. })),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("nothing of this write was stored"),
+        "{err}"
+    );
+    // reads keep working
+    s.get(&RecordRef::External("r/0".into()))
+        .expect("reads keep working");
+    assert!(
+        s.get(&RecordRef::External(format!("r/{}", acked - 1)))
+            .is_ok()
+    );
+    assert!(s.get(&RecordRef::External(format!("r/{acked}"))).is_err());
+    // the same batch again once there is room: stored once
+    b.set_capacity(None);
+    s.append(batch(acked, 50))
+        .expect("writes resume once space is freed");
+    acked += 50;
+    db.close().unwrap();
+
+    for image in [b.clone(), b.crash_image(7)] {
+        let db = Engram::open(dir, opts(&image)).unwrap();
+        let s = db.session(Principal::admin("t"));
+        for i in 0..acked {
+            s.get(&RecordRef::External(format!("r/{i}")))
+                .unwrap_or_else(|e| panic!("acknowledged r/{i} lost: {e}"));
+        }
+        assert_eq!(
+            db.stats().unwrap().records as usize,
+            acked,
+            "duplicates or losses"
+        );
+        assert!(db.verify().unwrap().ok());
+        db.close().unwrap();
+    }
+}
+
+#[test]
+fn derived_state_that_cannot_be_written_at_close_loses_nothing() {
+    let b = MemBackend::new();
+    let dir = Path::new("/store");
+    let mut o = opts(&b);
+    o.log.preallocate_bytes = 0;
+    let db = Engram::open(dir, o).unwrap();
+    let s = db.session(Principal::admin("t"));
+    s.append(batch(0, 200)).unwrap();
+    b.set_capacity(Some(b.used_bytes()));
+    let closed = db.close();
+    assert!(
+        closed.is_err(),
+        "the lexical snapshot could not have been written"
+    );
+    // no half-written temporary file holds on to space
+    b.set_capacity(None);
+    let db = Engram::open(dir, opts(&b)).unwrap();
+    assert_eq!(db.stats().unwrap().records, 200);
+    assert!(db.verify().unwrap().ok());
+    db.close().unwrap();
+}
