@@ -469,11 +469,13 @@ impl Engram {
                         let n = st.ingested_prefix(now.saturating_sub(*p));
                         for i in bm.iter().take_while(|&i| i < n) {
                             let m = st.meta(i);
-                            if st.strings.name(m.tenant) == t.name
-                                && m.status != Status::Deleted
-                                && !under_hold(&st, i)
-                            {
-                                v.push((t.name.clone(), m.id, class.clone()));
+                            if st.strings.name(m.tenant) == t.name && m.status != Status::Deleted {
+                                if under_hold(&st, i) {
+                                    // past retention, kept by the hold
+                                    report.held += 1;
+                                } else {
+                                    v.push((t.name.clone(), m.id, class.clone()));
+                                }
                             }
                         }
                     }
@@ -600,7 +602,11 @@ impl Engram {
     pub fn backup(&self, dest: impl AsRef<Path>) -> Result<BackupReport> {
         self.check_open()?;
         let dest = dest.as_ref();
-        let backend = self.inner.backend.as_ref();
+        // The copy goes to the real file system even from a read-only open
+        // (whose own backend keeps changes in memory); the store's files are
+        // read through the store's backend.
+        let backend = self.inner.opts.backend.as_ref();
+        let store_files = self.inner.backend.as_ref();
         crate::store_dir::check_empty_target(backend, dest, "backup directory")?;
         if inside(dest, &self.inner.dir) {
             return Err(EngineError::invalid(
@@ -618,7 +624,7 @@ impl Engram {
         crate::store_dir::write_marker(backend, dest)?;
         let last = self.inner.log.copy_to(backend, &layout::log(dest))?;
         for name in ["settings.snap", "ledger.jsonl"] {
-            if let Some(bytes) = read_all(backend, &self.inner.dir.join(name))? {
+            if let Some(bytes) = read_all(store_files, &self.inner.dir.join(name))? {
                 write_all_durable(backend, &dest.join(name), &bytes)?;
             }
         }

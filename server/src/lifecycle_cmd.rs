@@ -474,7 +474,17 @@ pub fn compact(data: &Path, json_out: bool) -> CliResult {
 
 /// `engram backup`.
 pub fn backup(data: &Path, a: DirArgs) -> CliResult {
-    let db = open_store(data)?;
+    // Read-only: a backup changes nothing in the store (and works on a
+    // store the user may not write, e.g. a read-only mount).
+    let db = Engram::open(
+        data,
+        engram_engine::Options {
+            read_only: true,
+            background_indexing: false,
+            ..store_options(data)?
+        },
+    )
+    .map_err(|e| CliError(format!("cannot open store {}: {e}", data.display())))?;
     let r = db.backup(&a.dir);
     db.close()?;
     let r = r?;

@@ -390,7 +390,10 @@ pub fn eval(data: &Path, a: EvalArgs) -> CliResult {
             Ok(r) => {
                 let res = score_case(c, k, &r.hits);
                 if let Some(out) = &a.out {
-                    let name: String = c
+                    // Position first: ids that differ only in characters a
+                    // file name cannot hold (x/y, x_y) or that repeat still
+                    // get files of their own.
+                    let safe: String = c
                         .case_id
                         .chars()
                         .map(|ch| {
@@ -400,7 +403,9 @@ pub fn eval(data: &Path, a: EvalArgs) -> CliResult {
                                 '_'
                             }
                         })
+                        .take(80)
                         .collect();
+                    let name = format!("{:05}-{safe}", results.len() + errors.len() + 1);
                     std::fs::write(
                         out.join("manifests").join(format!("{name}.json")),
                         serde_json::to_string_pretty(&r.manifest)

@@ -14,4 +14,5 @@ mod damaged_log;
 mod disk_full;
 mod input;
 mod metadata;
+mod minor;
 mod store_dir;

@@ -450,6 +450,12 @@ fn validate(req: &RecallRequest) -> Result<()> {
     }
     if let Some(v) = &req.vector {
         check_vector("vector", v)?;
+        if v.iter().all(|x| *x == 0.0) {
+            return Err(EngineError::invalid(
+                "vector",
+                "all components are zero: a zero vector has no direction to compare",
+            ));
+        }
     }
     match req.mode {
         Mode::Lexical if text.is_none() => {
@@ -524,6 +530,18 @@ impl Session {
         let t_total = Instant::now();
         self.db.check_open()?;
         validate(req)?;
+        let has_text = req.text.as_deref().is_some_and(|t| !t.trim().is_empty());
+        if req.mode == Mode::Vector
+            && req.vector.is_none()
+            && has_text
+            && self.db.inner.opts.embedder.is_none()
+        {
+            return Err(EngineError::invalid(
+                "vector",
+                "vector retrieval of a text needs a built-in embedder (this store has none: \
+                 clients send vectors); pass a query vector, or use mode hybrid or lexical",
+            ));
+        }
         let now = self.db.now();
         let st = self.db.inner.state.read();
         let held = self.held_labels(&st);

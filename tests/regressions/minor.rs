@@ -1,0 +1,95 @@
+//! Smaller things a careful user trips over: each says what is wrong or
+//! does what it reports.
+
+use super::cli::{self, fails, ok, snapshot};
+
+fn small_store(root: &std::path::Path) -> std::path::PathBuf {
+    let store = root.join("store");
+    let f = root.join("e.jsonl");
+    std::fs::write(
+        &f,
+        "{\"external_id\":\"a\",\"tenant\":\"t\",\"kind\":\"k\",\"text\":\"checkout latency alert\",\"retention_class\":\"ephemeral\",\"scope\":{\"user\":\"u\"}}\n{\"external_id\":\"b\",\"tenant\":\"t\",\"kind\":\"k\",\"text\":\"catalog outage\",\"scope\":{\"user\":\"u\"}}\n",
+    )
+    .unwrap();
+    ok(&store, &["ingest", f.to_str().unwrap()]);
+    store
+}
+
+#[test]
+fn vector_mode_without_a_vector_or_embedder_says_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path());
+    let msg = fails(
+        &store,
+        &[
+            "recall", "--tenant", "t", "--text", "checkout", "--mode", "vector",
+        ],
+    );
+    assert!(msg.contains("needs a built-in embedder"), "{msg}");
+    let msg = fails(&store, &["recall", "--tenant", "t", "--vector", "[0,0,0]"]);
+    assert!(msg.contains("all components are zero"), "{msg}");
+}
+
+#[test]
+fn eval_manifests_of_similar_or_repeated_case_ids_do_not_overwrite_each_other() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path());
+    let cases = tmp.path().join("cases.jsonl");
+    let mut s = String::new();
+    for id in ["x/y", "x_y", "x_y", "z"] {
+        s.push_str(&format!(
+            "{{\"case_id\":\"{id}\",\"tenant\":\"t\",\"query\":\"checkout\",\"relevant\":[\"a\"]}}\n"
+        ));
+    }
+    std::fs::write(&cases, s).unwrap();
+    let out = tmp.path().join("out");
+    ok(
+        &store,
+        &[
+            "eval",
+            cases.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    let n = std::fs::read_dir(out.join("manifests")).unwrap().count();
+    assert_eq!(n, 4, "manifests overwrote each other");
+}
+
+#[test]
+fn compaction_counts_what_a_legal_hold_keeps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path());
+    ok(
+        &store,
+        &[
+            "retention",
+            "--tenant",
+            "t",
+            "--class",
+            "ephemeral",
+            "--period",
+            "1ms",
+        ],
+    );
+    ok(&store, &["hold", "--tenant", "t", "--scope", "user:u"]);
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let r = cli::json(&ok(&store, &["compact", "--json"]));
+    assert_eq!(r["held"], 1, "{r}");
+    assert_eq!(r["retention_deleted"], 0, "{r}");
+    ok(&store, &["get", "a", "--tenant", "t"]);
+}
+
+#[test]
+fn verify_and_backup_change_nothing_in_the_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path());
+    let before = snapshot(&store);
+    ok(&store, &["verify"]);
+    ok(&store, &["backup", tmp.path().join("bk").to_str().unwrap()]);
+    cli::assert_same(
+        &before,
+        &snapshot(&store),
+        "verify or backup changed the store",
+    );
+}
