@@ -169,7 +169,15 @@ pub(crate) struct Inner {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) opts: Options,
     recovery: RecoveryReport,
+    /// A durable frame that could not be applied to memory: the state no
+    /// longer follows the log, so every later call fails until reopen.
     apply_error: Arc<Mutex<Option<String>>>,
+    /// The catalog thread's first failure (the catalog then stops, stays at
+    /// its last good LSN and catches up at the next open).
+    pub(crate) catalog_error: Arc<Mutex<Option<String>>>,
+    /// The indexer thread's failure (unindexed vectors are still searched
+    /// exactly, so results stay complete).
+    pub(crate) indexer_error: Arc<Mutex<Option<String>>>,
     indexer: Mutex<Option<JoinHandle<()>>>,
     indexer_tx: Mutex<Option<crossbeam_channel::Sender<()>>>,
     catalog_tx: Mutex<Option<crossbeam_channel::Sender<CatalogMsg>>>,
@@ -428,6 +436,8 @@ impl Engram {
             opts,
             recovery: log_report,
             apply_error: Arc::new(Mutex::new(None)),
+            catalog_error: Arc::new(Mutex::new(None)),
+            indexer_error: Arc::new(Mutex::new(None)),
             indexer: Mutex::new(None),
             indexer_tx: Mutex::new(None),
             catalog_tx: Mutex::new(None),
@@ -489,7 +499,7 @@ impl Engram {
         }
         let spawn_err = |e| EngineError::Storage(StorageError::io("background thread", e));
         let cat = inner.catalog.clone();
-        let cat_err = inner.apply_error.clone();
+        let cat_err = inner.catalog_error.clone();
         let handle = std::thread::Builder::new()
             .name("engram-catalog".into())
             .spawn(move || catalog_loop(cat, cat_rx, cat_err))
@@ -498,9 +508,10 @@ impl Engram {
         *inner.catalog_tx.lock() = Some(cat_tx);
         if inner.opts.background_indexing {
             let st = inner.state.clone();
+            let ix_err = inner.indexer_error.clone();
             let handle = std::thread::Builder::new()
                 .name("engram-indexer".into())
-                .spawn(move || indexer_loop(st, rx))
+                .spawn(move || indexer_loop(st, rx, ix_err))
                 .map_err(spawn_err)?;
             *inner.indexer.lock() = Some(handle);
         }
@@ -519,7 +530,22 @@ impl Engram {
                     .map_err(|_| EngineError::Closed)?;
                 rrx.recv().map_err(|_| EngineError::Closed)?
             }
-            None => Ok(self.inner.catalog.checkpoint()?),
+            None => {
+                let failed = self.inner.catalog_error.lock().clone();
+                let r = match failed {
+                    Some(e) => Err(e),
+                    None => self.inner.catalog.checkpoint().map_err(|e| e.to_string()),
+                };
+                r.map_err(|e| {
+                    self.inner.catalog_error.lock().get_or_insert(e.clone());
+                    EngineError::Background {
+                        worker: "catalog".into(),
+                        detail: format!(
+                            "{e}; the catalog stopped at its last good LSN and catches up from the log at the next open"
+                        ),
+                    }
+                })
+            }
         }
     }
 
@@ -548,6 +574,14 @@ impl Engram {
 
     /// Blocks until every vector is in its graph.
     pub fn wait_indexed(&self) -> Result<()> {
+        if let Some(e) = self.inner.indexer_error.lock().clone() {
+            return Err(EngineError::Background {
+                worker: "indexer".into(),
+                detail: format!(
+                    "{e}; vectors not in the graph are still searched exactly; reopen the store to index them"
+                ),
+            });
+        }
         loop {
             let st = self.inner.state.read();
             let done = st.vectors.index_pending(256)?;
@@ -584,9 +618,9 @@ impl Engram {
             return Err(EngineError::Closed);
         }
         if let Some(e) = self.inner.apply_error.lock().clone() {
-            return Err(EngineError::Corrupt {
-                what: "log frame".into(),
-                detail: format!("could not be applied: {e}"),
+            return Err(EngineError::Background {
+                worker: "apply (a durable log frame could not be applied to memory)".into(),
+                detail: e,
             });
         }
         Ok(())
@@ -719,19 +753,38 @@ fn catalog_loop(
             }
         }
         // Frames without catalog entries (lifecycle operations) still move
-        // the catalog's applied LSN, or it would look behind the log.
-        if last > 0 {
+        // the catalog's applied LSN, or it would look behind the log. After
+        // a failure nothing more is applied: the catalog stays exactly at
+        // its last good LSN and the next open catches it up from there.
+        let failed = err.lock().clone();
+        if last > 0 && failed.is_none() {
             if let Err(e) = cat.apply(&ops, last, false) {
                 err.lock().get_or_insert(e.to_string());
             }
         }
         for f in flushes {
-            let _ = f.send(cat.checkpoint().map_err(EngineError::from));
+            let r = match err.lock().clone() {
+                Some(e) => Err(EngineError::Background {
+                    worker: "catalog".into(),
+                    detail: format!(
+                        "{e}; the catalog stopped at its last good LSN and catches up from the log at the next open"
+                    ),
+                }),
+                None => cat.checkpoint().map_err(|e| {
+                    err.lock().get_or_insert(e.to_string());
+                    EngineError::from(e)
+                }),
+            };
+            let _ = f.send(r);
         }
     }
 }
 
-fn indexer_loop(state: Arc<RwLock<State>>, rx: crossbeam_channel::Receiver<()>) {
+fn indexer_loop(
+    state: Arc<RwLock<State>>,
+    rx: crossbeam_channel::Receiver<()>,
+    err: Arc<Mutex<Option<String>>>,
+) {
     let mut remapped = true;
     loop {
         // Index in small steps so writers and readers interleave.
@@ -750,7 +803,8 @@ fn indexer_loop(state: Arc<RwLock<State>>, rx: crossbeam_channel::Receiver<()>) 
         }
         remapped = false;
         let st = state.read();
-        if st.vectors.index_pending(32).is_err() {
+        if let Err(e) = st.vectors.index_pending(32) {
+            err.lock().get_or_insert(e.to_string());
             return;
         }
     }
