@@ -844,6 +844,14 @@ pub(crate) fn apply_frame(
     payload: &[u8],
     loc: FrameLoc,
 ) -> std::result::Result<(), StorageError> {
+    // Frames are applied once each, in LSN order: the state is a function
+    // of the log prefix it has seen.
+    assert!(
+        loc.lsn > st.applied_lsn,
+        "invariant violated: frame LSN {} applied after LSN {}",
+        loc.lsn,
+        st.applied_lsn
+    );
     if version != codec::PAYLOAD_VERSION {
         return Err(StorageError::CorruptLog {
             segment: loc.segment,
@@ -1197,6 +1205,15 @@ impl Session {
             });
         }
         crate::model::check_tenant(self.principal.tenant())?;
+        let n_records = db.inner.state.read().len();
+        if n_records + records.len() > limits::RECORDS_MAX {
+            return Err(EngineError::LimitExceeded {
+                item: None,
+                what: "records in the store".into(),
+                limit: limits::RECORDS_MAX as u64,
+                got: (n_records + records.len()) as u64,
+            });
+        }
         for (i, r) in records.iter().enumerate() {
             r.validate().map_err(|e| e.at_item(i))?;
         }
@@ -2496,8 +2513,10 @@ mod tests {
             payload: codec::encode_record(&r),
         };
         let record = |rtype: RecordType, text: &str| {
-            let id = db.inner.writer.lock().ids.mint(db.now());
+            let now = db.now();
+            let id = db.inner.writer.lock().ids.mint(now);
             let mut r = empty_stored(id);
+            r.ingested_at_ms = now;
             r.record_type = rtype.code();
             r.tenant = "t".into();
             r.kind = "note".into();
@@ -2529,5 +2548,63 @@ mod tests {
         assert!(s.get(&RecordRef::Id(keep)).is_ok());
         assert!(db.verify().unwrap().ok());
         db.close().unwrap();
+    }
+
+    fn store_with(n: usize) -> (Engram, Vec<RecordId>) {
+        let db = Engram::open(
+            "/inv",
+            Options {
+                backend: Arc::new(engram_storage::MemBackend::new()),
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        let s = db.session(Principal::admin("t"));
+        let ids = (0..n)
+            .map(|i| {
+                s.append(vec![NewRecord::event("note", format!("r{i}"))])
+                    .unwrap()[0]
+                    .id
+            })
+            .collect();
+        (db, ids)
+    }
+
+    #[test]
+    #[should_panic(expected = "invariant violated: frame LSN")]
+    fn a_frame_applied_out_of_order_stops_the_engine() {
+        let (db, ids) = store_with(2);
+        let mut st = db.inner.state.write();
+        let m = st.meta(st.idx(ids[0]).unwrap()).clone();
+        let f = db.inner.log.read(m.loc.segment, m.loc.offset).unwrap();
+        let _ = apply_frame(
+            &mut st,
+            f.header.frame_type,
+            f.header.frame_version,
+            f.payload(),
+            m.loc,
+        );
+    }
+
+    #[test]
+    fn transaction_time_going_back_on_replay_is_refused() {
+        let (db, _) = store_with(1);
+        let now = db.now();
+        let id = db.inner.writer.lock().ids.mint(now);
+        let mut r = empty_stored(id);
+        r.tenant = "t".into();
+        r.kind = "note".into();
+        r.retention_class = DEFAULT_RETENTION_CLASS.into();
+        r.ingested_at_ms = 1; // long before the stored record
+        let payload = codec::encode_record(&r);
+        let a = codec::view_record(&payload).unwrap();
+        let mut st = db.inner.state.write();
+        let loc = FrameLoc {
+            segment: 1,
+            offset: 0,
+            lsn: st.applied_lsn + 1,
+        };
+        let e = st.apply_record(a, loc).unwrap_err();
+        assert!(e.to_string().contains("ingested_at"), "{e}");
     }
 }

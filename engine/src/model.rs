@@ -53,6 +53,9 @@ pub mod limits {
     pub const EF_MAX: usize = 10_000;
     /// Bytes of a context budget.
     pub const CONTEXT_BUDGET_BYTES_MAX: usize = 16 << 20;
+    /// Records in one store (dense record indexes are 32-bit; the top
+    /// values are reserved as "none" markers).
+    pub const RECORDS_MAX: usize = (u32::MAX - 1) as usize;
 }
 
 /// Version of the record schema written by this build.

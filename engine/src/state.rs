@@ -480,6 +480,16 @@ impl State {
 
     /// Applies a record frame.
     pub fn apply_record(&mut self, a: &ArchivedStoredRecord, loc: FrameLoc) -> Result<()> {
+        // The write path refuses records past the limit; a log holding more
+        // could not be indexed without wrapping.
+        if self.metas.len() >= crate::model::limits::RECORDS_MAX {
+            return Err(crate::error::EngineError::LimitExceeded {
+                item: None,
+                what: "records in the store".into(),
+                limit: crate::model::limits::RECORDS_MAX as u64,
+                got: self.metas.len() as u64 + 1,
+            });
+        }
         let idx = self.metas.len() as Idx;
         let id = RecordId::from_bytes(a.id);
         let tenant_name = a.tenant.as_str();
@@ -549,6 +559,16 @@ impl State {
         };
         let occurred_at = a.occurred_at_ms.to_native();
         let ingested_at = a.ingested_at_ms.to_native();
+        // Transaction time follows the log: `as_of` cuts rely on it.
+        if ingested_at < self.last_ingested_at {
+            return Err(crate::error::EngineError::Corrupt {
+                what: format!("record {id} at LSN {}", loc.lsn),
+                detail: format!(
+                    "ingested_at {ingested_at} is before the previous record's {}",
+                    self.last_ingested_at
+                ),
+            });
+        }
         let valid_from = a
             .valid_from_ms
             .as_ref()

@@ -30,7 +30,7 @@
 //! returned.
 //!
 //! This module must never score a record outside the eligibility bitmap;
-//! debug builds assert it for every candidate list.
+//! every build asserts it for every candidate list and every hit.
 
 pub mod eligibility;
 
@@ -571,12 +571,6 @@ impl Session {
         if req.mode != Mode::Lexical {
             let (out, plan) =
                 self.vector_retriever(&st, req, text, &el.bitmap, n_candidates, &mut cost)?;
-            if let Some(c) = out.as_ref().map(|o| &o.candidates) {
-                debug_assert!(
-                    c.iter()
-                        .all(|c| st.idx(c.id).is_some_and(|i| el.bitmap.contains(i)))
-                );
-            }
             vector_plan = plan;
             if let Some(o) = out {
                 retrievers.push(o);
@@ -593,7 +587,6 @@ impl Session {
                     let hits = st.lexical.search(t, &el.bitmap, n_candidates, &mut ls);
                     cost.postings_read += ls.postings_read;
                     cost.lexical_docs_scored += ls.docs_scored;
-                    debug_assert!(hits.iter().all(|h| el.bitmap.contains(h.doc)));
                     retrievers.push(RetrieverOutput {
                         retriever: "lexical",
                         skipped: None,
@@ -637,6 +630,11 @@ impl Session {
         }
         let other_us = us(t_other);
 
+        // The invariant the whole design rests on, checked in every build
+        // (a few hundred bitmap probes): nothing outside the eligibility
+        // bitmap ever became a candidate.
+        assert_eligible(&st, &el.bitmap, &retrievers);
+
         // fusion
         let t_fus = Instant::now();
         let weight = |r: &str| match r {
@@ -671,9 +669,10 @@ impl Session {
         let mut hits = Vec::with_capacity(selection.len());
         for (i, f) in fusion.iter().take(req.k).enumerate() {
             let idx = st.idx(f.id).expect("fused ids come from the state");
-            debug_assert!(
+            assert!(
                 el.bitmap.contains(idx),
-                "a selected record must be eligible"
+                "invariant violated: selected record {} is not eligible",
+                f.id
             );
             let m = st.meta(idx);
             let (external_id, text) = self.db.hit_content(&st, idx)?;
@@ -934,7 +933,6 @@ impl Session {
         cost.distance_computations += stats.distance_computations;
         cost.graph_nodes_visited += stats.nodes_visited;
         found = top_k(found, n, st);
-        debug_assert!(found.iter().all(|(i, _)| eligible.contains(*i)));
         let metric = space.metric;
         let candidates = found
             .iter()
@@ -1002,7 +1000,57 @@ fn recency(st: &State, eligible: &RoaringBitmap, n: usize, cost: &mut Cost) -> R
     }
 }
 
+/// Panics if any candidate of any retriever is outside the eligibility
+/// bitmap: a forbidden record reaching ranking is a bug that must stop the
+/// read, never a result.
+fn assert_eligible(st: &State, eligible: &RoaringBitmap, retrievers: &[RetrieverOutput]) {
+    for r in retrievers {
+        for c in &r.candidates {
+            let ok = st.idx(c.id).is_some_and(|i| eligible.contains(i));
+            assert!(
+                ok,
+                "invariant violated: retriever {} proposed {}, which is not eligible",
+                r.retriever, c.id
+            );
+        }
+    }
+}
+
 /// Ids of a candidate list, for tests and tools.
 pub fn candidate_ids(r: &RetrieverOutput) -> BTreeSet<RecordId> {
     r.candidates.iter().map(|c| c.id).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[should_panic(expected = "invariant violated: retriever lexical proposed")]
+    fn a_candidate_outside_the_eligible_set_stops_the_read() {
+        let db = crate::Engram::open(
+            "/el",
+            crate::Options {
+                backend: std::sync::Arc::new(engram_storage::MemBackend::new()),
+                ..crate::Options::default()
+            },
+        )
+        .unwrap();
+        let s = db.session(crate::Principal::admin("t"));
+        let id = s
+            .append(vec![crate::NewRecord::event("note", "x")])
+            .unwrap()[0]
+            .id;
+        let st = db.inner.state.read();
+        let out = RetrieverOutput {
+            retriever: "lexical",
+            skipped: None,
+            candidates: vec![Candidate {
+                id,
+                rank: 1,
+                score: 1.0,
+            }],
+        };
+        assert_eligible(&st, &RoaringBitmap::new(), &[out]);
+    }
 }
