@@ -105,6 +105,9 @@ pub struct AccessArgs {
     /// Principal (without it: the label, for everyone in the tenant).
     #[arg(long, value_parser = crate::cli::name_arg)]
     principal: Option<String>,
+    /// Act as this principal of the tenant instead of the tenant admin.
+    #[arg(long = "as", value_name = "PRINCIPAL", value_parser = crate::cli::name_arg)]
+    act_as: Option<String>,
     /// Machine-readable output.
     #[arg(long)]
     json: bool,
@@ -122,6 +125,9 @@ pub struct RetentionArgs {
     /// Period: 90s, 15m, 6h, 30d, 7y, or `forever`.
     #[arg(long)]
     period: String,
+    /// Act as this principal of the tenant instead of the tenant admin.
+    #[arg(long = "as", value_name = "PRINCIPAL", value_parser = crate::cli::name_arg)]
+    act_as: Option<String>,
 }
 
 /// `engram hold`.
@@ -136,6 +142,9 @@ pub struct HoldArgs {
     /// Lift the hold instead of placing it.
     #[arg(long)]
     off: bool,
+    /// Act as this principal of the tenant instead of the tenant admin.
+    #[arg(long = "as", value_name = "PRINCIPAL", value_parser = crate::cli::name_arg)]
+    act_as: Option<String>,
 }
 
 /// `engram backup` / `engram restore`.
@@ -367,7 +376,7 @@ pub fn delete(data: &Path, a: DeleteArgs) -> CliResult {
 pub fn access(data: &Path, a: AccessArgs, revoke: bool) -> CliResult {
     let db = open_store(data)?;
     let r = (|| -> CliResult {
-        let s = session_for(&db, &a.tenant, None);
+        let s = session_for(&db, &a.tenant, a.act_as.as_deref());
         let res = if revoke {
             s.revoke(
                 a.principal.as_deref(),
@@ -421,7 +430,7 @@ pub fn retention(data: &Path, a: RetentionArgs) -> CliResult {
         })?)
     };
     let db = open_store(data)?;
-    let r = session_for(&db, &a.tenant, None).set_retention(&a.class, period);
+    let r = session_for(&db, &a.tenant, a.act_as.as_deref()).set_retention(&a.class, period);
     db.close()?;
     let res = r?;
     crate::outln!(
@@ -437,7 +446,7 @@ pub fn retention(data: &Path, a: RetentionArgs) -> CliResult {
 /// `engram hold`.
 pub fn hold(data: &Path, a: HoldArgs) -> CliResult {
     let db = open_store(data)?;
-    let r = session_for(&db, &a.tenant, None).hold(&a.scope, !a.off);
+    let r = session_for(&db, &a.tenant, a.act_as.as_deref()).hold(&a.scope, !a.off);
     db.close()?;
     let res = r?;
     crate::outln!(

@@ -453,6 +453,7 @@ mod tests {
             c.apply(&[ins(1)], 1, true).unwrap();
             c.apply(&[ins(2)], 2, false).unwrap();
         }
+        b.sync_dir(Path::new("/s")).unwrap();
         for seed in 0..5 {
             let img = b.crash_image(seed);
             let c = Catalog::open(&img, p).unwrap();

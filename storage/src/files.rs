@@ -146,13 +146,23 @@ pub fn read_snapshot(
 /// Appends `bytes` to the file at `path` (created if missing) and makes
 /// them durable before returning.
 pub fn append_durable(backend: &dyn Backend, path: &Path, bytes: &[u8]) -> StorageResult<()> {
+    let existed = backend.exists(path);
     let f = backend
         .open(path, OpenMode::Create)
         .map_err(|e| StorageError::io(path, e))?;
     let len = f.len().map_err(|e| StorageError::io(path, e))?;
     f.write_all_at(bytes, len)
         .map_err(|e| StorageError::io(path, e))?;
-    f.sync_data().map_err(|e| StorageError::io(path, e))
+    f.sync_data().map_err(|e| StorageError::io(path, e))?;
+    // A new file's name is durable only once its directory is synced.
+    if !existed {
+        if let Some(dir) = path.parent() {
+            backend
+                .sync_dir(dir)
+                .map_err(|e| StorageError::io(dir, e))?;
+        }
+    }
+    Ok(())
 }
 
 /// The whole content of a file, or None if it does not exist.

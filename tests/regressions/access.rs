@@ -25,6 +25,7 @@ fn secret_store(root: &Path) -> std::path::PathBuf {
 
 #[test]
 fn a_principal_cannot_correct_a_record_it_cannot_read() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let store = secret_store(tmp.path());
     let fix = tmp.path().join("fix.json");
@@ -86,6 +87,7 @@ fn a_principal_cannot_correct_a_record_it_cannot_read() {
 
 #[test]
 fn a_missing_and_a_hidden_record_get_the_same_answer() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let store = secret_store(tmp.path());
     for cmd in ["get", "history", "trace", "delete", "expire"] {
@@ -107,6 +109,7 @@ fn a_missing_and_a_hidden_record_get_the_same_answer() {
 
 #[test]
 fn a_correction_keeps_labels_scope_and_external_id_unless_an_admin_lowers_them() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let store = secret_store(tmp.path());
     let fix = tmp.path().join("fix.json");
@@ -190,6 +193,7 @@ fn a_correction_keeps_labels_scope_and_external_id_unless_an_admin_lowers_them()
 
 #[test]
 fn only_the_writer_or_the_admin_may_change_a_record() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
     let bob = db.session(Principal::user("A", "bob"));
@@ -227,6 +231,7 @@ fn only_the_writer_or_the_admin_may_change_a_record() {
 
 #[test]
 fn a_request_line_cannot_choose_its_principal() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let store = secret_store(tmp.path());
     ok(
@@ -270,6 +275,7 @@ fn a_request_line_cannot_choose_its_principal() {
 
 #[test]
 fn an_external_id_that_looks_like_an_internal_id_is_never_confused_with_one() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
     let a = db.session(Principal::admin("A"));

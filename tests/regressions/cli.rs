@@ -1,4 +1,9 @@
 //! Running the `engram` binary from tests.
+//!
+//! Tests of this binary run one at a time ([`serial`]): a child process
+//! forked by one test briefly holds copies of every descriptor of this
+//! process, including another test's store lock, which would make that
+//! test's next command find its store "in use".
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -108,4 +113,10 @@ pub fn assert_same(
             b.len()
         );
     }
+}
+
+/// Serialises the tests of this binary (see the module documentation).
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }

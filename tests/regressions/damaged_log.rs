@@ -20,6 +20,7 @@ fn flip(path: &Path, from_end: usize) {
 
 #[test]
 fn damage_inside_an_acknowledged_batch_is_refused_and_nothing_is_cut() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
     let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 3000);
@@ -79,6 +80,7 @@ fn damage_inside_an_acknowledged_batch_is_refused_and_nothing_is_cut() {
 
 #[test]
 fn a_cut_at_a_batch_that_is_not_intact_is_refused() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
     let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 30);
@@ -126,6 +128,7 @@ fn open_err(dir: &Path) -> EngineError {
 
 #[test]
 fn a_missing_first_segment_is_refused_by_open_verify_and_rebuild() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
     multi_segment_store(&store);
@@ -162,6 +165,7 @@ fn a_missing_first_segment_is_refused_by_open_verify_and_rebuild() {
 
 #[test]
 fn a_missing_middle_segment_is_refused() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
     multi_segment_store(&store);
@@ -172,6 +176,7 @@ fn a_missing_middle_segment_is_refused() {
 
 #[test]
 fn a_missing_last_segment_is_refused_when_derived_state_proves_it() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
     multi_segment_store(&store);
@@ -188,6 +193,7 @@ fn a_missing_last_segment_is_refused_when_derived_state_proves_it() {
 
 #[test]
 fn a_sealed_segment_cut_at_a_batch_boundary_is_a_gap() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
     multi_segment_store(&store);
@@ -213,6 +219,7 @@ fn a_sealed_segment_cut_at_a_batch_boundary_is_a_gap() {
 
 #[test]
 fn verify_changes_nothing_and_reports_a_torn_tail_that_a_writer_then_cuts() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
     let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 20);

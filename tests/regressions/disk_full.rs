@@ -29,6 +29,7 @@ fn batch(n0: usize, n: usize) -> Vec<NewRecord> {
 
 #[test]
 fn a_full_disk_fails_writes_cleanly_and_they_resume_once_space_is_freed() {
+    let _serial = crate::cli::serial();
     let b = MemBackend::new();
     let dir = Path::new("/store");
     // Smaller than one preallocation step (4 MiB): small writes still work.
@@ -94,6 +95,7 @@ fn a_full_disk_fails_writes_cleanly_and_they_resume_once_space_is_freed() {
 
 #[test]
 fn derived_state_that_cannot_be_written_at_close_loses_nothing() {
+    let _serial = crate::cli::serial();
     let b = MemBackend::new();
     let dir = Path::new("/store");
     let mut o = opts(&b);

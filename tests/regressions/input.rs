@@ -12,6 +12,7 @@ fn one(dir: &std::path::Path, name: &str, body: &[u8]) -> std::path::PathBuf {
 
 #[test]
 fn a_payload_that_json_would_change_is_refused_with_line_and_field() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
     ok(&store, &["init"]);
@@ -47,6 +48,7 @@ fn a_payload_that_json_would_change_is_refused_with_line_and_field() {
 
 #[test]
 fn invalid_utf8_names_its_line_and_a_bom_is_accepted() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
     let bad = one(
@@ -66,6 +68,7 @@ fn invalid_utf8_names_its_line_and_a_bom_is_accepted() {
 
 #[test]
 fn empty_names_and_oversized_fields_are_named() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
     ok(&store, &["init"]);

@@ -9,6 +9,7 @@
 mod common;
 
 mod access;
+mod authz_matrix;
 mod cli;
 mod damaged_log;
 mod disk_full;

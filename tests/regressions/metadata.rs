@@ -24,6 +24,7 @@ fn two_tenants(root: &std::path::Path) -> std::path::PathBuf {
 
 #[test]
 fn another_tenants_vector_spaces_and_counts_never_show() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let store = two_tenants(tmp.path());
     let o = ok(
@@ -123,6 +124,7 @@ fn another_tenants_vector_spaces_and_counts_never_show() {
 
 #[test]
 fn a_principal_without_a_label_sees_no_count_that_includes_what_it_carries() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let store = two_tenants(tmp.path());
     let o = ok(

@@ -17,6 +17,7 @@ fn small_store(root: &std::path::Path) -> std::path::PathBuf {
 
 #[test]
 fn vector_mode_without_a_vector_or_embedder_says_why() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let store = small_store(tmp.path());
     let msg = fails(
@@ -32,6 +33,7 @@ fn vector_mode_without_a_vector_or_embedder_says_why() {
 
 #[test]
 fn eval_manifests_of_similar_or_repeated_case_ids_do_not_overwrite_each_other() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let store = small_store(tmp.path());
     let cases = tmp.path().join("cases.jsonl");
@@ -58,6 +60,7 @@ fn eval_manifests_of_similar_or_repeated_case_ids_do_not_overwrite_each_other() 
 
 #[test]
 fn compaction_counts_what_a_legal_hold_keeps() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let store = small_store(tmp.path());
     ok(
@@ -82,6 +85,7 @@ fn compaction_counts_what_a_legal_hold_keeps() {
 
 #[test]
 fn verify_and_backup_change_nothing_in_the_store() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let store = small_store(tmp.path());
     let before = snapshot(&store);

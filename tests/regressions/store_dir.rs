@@ -18,6 +18,7 @@ fn foreign_dir(root: &Path) -> std::path::PathBuf {
 
 #[test]
 fn commands_refuse_a_directory_that_is_not_a_store_and_touch_nothing() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let u = foreign_dir(tmp.path());
     let before = snapshot(&u);
@@ -57,6 +58,7 @@ fn commands_refuse_a_directory_that_is_not_a_store_and_touch_nothing() {
 
 #[test]
 fn rebuild_and_restore_leave_files_engram_does_not_name() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
     let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 5);
@@ -86,6 +88,7 @@ fn rebuild_and_restore_leave_files_engram_does_not_name() {
 
 #[test]
 fn only_creating_commands_create_a_store() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let typo = tmp.path().join("nonexistent/deep/dir");
     for args in [
@@ -109,6 +112,7 @@ fn only_creating_commands_create_a_store() {
 
 #[test]
 fn a_file_as_data_directory_is_named() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let f = tmp.path().join("afile");
     std::fs::write(&f, "x").unwrap();
@@ -124,6 +128,7 @@ fn a_file_as_data_directory_is_named() {
 
 #[test]
 fn a_damaged_settings_file_names_its_repair_and_verify_still_checks_the_log() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
     let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 5);
@@ -149,6 +154,7 @@ fn a_damaged_settings_file_names_its_repair_and_verify_still_checks_the_log() {
 
 #[test]
 fn a_backup_carries_no_content_deleted_before_it() {
+    let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
     let f = tmp.path().join("e.jsonl");
