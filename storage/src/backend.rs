@@ -357,7 +357,16 @@ pub enum Fault {
     FailWritesAfter(u64),
     /// The `n`-th sync from now and every later sync fail.
     FailSyncsAfter(u64),
+    /// The `n`-th read from now and every later read fail (an unreadable
+    /// sector).
+    FailReadsAfter(u64),
+    /// The `n`-th write from now lands [`MISDIRECT_BYTES`] further into the
+    /// file than asked (a misdirected write), reporting success.
+    MisdirectWrite(u64),
 }
+
+/// How far a misdirected write lands from where it was aimed.
+pub const MISDIRECT_BYTES: u64 = 4096;
 
 /// Called after every write with the write's sequence number (from 0).
 pub type WriteHook = Arc<dyn Fn(u64) + Send + Sync>;
@@ -368,6 +377,8 @@ struct FaultState {
     syncs_left: Option<u64>,
     n_writes: u64,
     on_write: Option<WriteHook>,
+    reads_left: Option<u64>,
+    misdirect_in: Option<u64>,
     /// A disk of this many bytes: growing a file past it fails with
     /// ENOSPC, as a full file system does.
     capacity_bytes: Option<u64>,
@@ -490,6 +501,8 @@ impl MemBackend {
         match fault {
             Fault::FailWritesAfter(n) => f.writes_left = Some(n),
             Fault::FailSyncsAfter(n) => f.syncs_left = Some(n),
+            Fault::FailReadsAfter(n) => f.reads_left = Some(n),
+            Fault::MisdirectWrite(n) => f.misdirect_in = Some(n),
         }
     }
 
@@ -509,6 +522,21 @@ impl MemBackend {
     /// or the capacity raised.
     pub fn set_capacity(&self, capacity_bytes: Option<u64>) {
         self.faults.lock().capacity_bytes = capacity_bytes;
+    }
+
+    /// Flips one bit of a file in place, durably (a bit rotted on disk).
+    pub fn flip_bit(&self, path: &Path, offset: usize, bit: u8) -> bool {
+        let fs = self.fs.lock();
+        let Some(f) = fs.files.get(path) else {
+            return false;
+        };
+        let mut st = f.state.lock();
+        if offset >= st.data.len() {
+            return false;
+        }
+        st.data[offset] ^= 1 << (bit % 8);
+        st.durable = st.data.clone();
+        true
     }
 
     /// Bytes held by all files.
@@ -890,6 +918,7 @@ impl BackendFile for MemHandle {
     }
 
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        FaultState::check(&mut self.file.faults.lock().reads_left, "read")?;
         let st = self.file.state.lock();
         let start = usize::try_from(offset).map_err(io::Error::other)?;
         let end = start
@@ -907,11 +936,22 @@ impl BackendFile for MemHandle {
                 "file opened read-only",
             ));
         }
-        let (n, hook) = {
+        let (n, hook, offset) = {
             let mut f = self.file.faults.lock();
             FaultState::check(&mut f.writes_left, "write")?;
             f.n_writes += 1;
-            (f.n_writes - 1, f.on_write.clone())
+            let offset = match f.misdirect_in {
+                Some(0) => {
+                    f.misdirect_in = None;
+                    offset + MISDIRECT_BYTES
+                }
+                Some(k) => {
+                    f.misdirect_in = Some(k - 1);
+                    offset
+                }
+                None => offset,
+            };
+            (f.n_writes - 1, f.on_write.clone(), offset)
         };
         {
             let mut st = self.file.state.lock();
@@ -966,6 +1006,7 @@ impl BackendFile for MemHandle {
     }
 
     fn map(&self, len: u64, _opts: MapOptions) -> io::Result<Mapping> {
+        FaultState::check(&mut self.file.faults.lock().reads_left, "read")?;
         let st = self.file.state.lock();
         let len = usize::try_from(len).map_err(io::Error::other)?;
         if len > st.data.len() {

@@ -76,3 +76,19 @@ impl Rng {
         &v[self.below(v.len() as u64) as usize]
     }
 }
+
+/// The seed of a randomized test: `ENGRAM_TEST_SEED` or the clock; printed
+/// so that a failure can be replayed.
+pub fn seed() -> u64 {
+    let s = std::env::var("ENGRAM_TEST_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        });
+    eprintln!("seed {s} (ENGRAM_TEST_SEED={s} replays)");
+    s
+}

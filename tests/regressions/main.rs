@@ -13,6 +13,7 @@ mod authz_matrix;
 mod cli;
 mod damaged_log;
 mod disk_full;
+mod faults;
 mod input;
 mod metadata;
 mod minor;
