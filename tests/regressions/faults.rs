@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use engram::storage::backend::Fault;
-use engram::storage::{Backend, MemBackend};
+use engram::storage::MemBackend;
 use engram::{Engram, NewRecord, Options, Principal, RecordRef};
 
 const DIR: &str = "/store";
