@@ -238,7 +238,9 @@ pub fn retriever(r: &Retriever) -> String {
             }
             if let Some(v) = &e.via {
                 match v {
-                    StrList::Items { items: v, .. } if v.len() == 1 => {
+                    // A lone `$p` would read as a list parameter: only a
+                    // literal goes without parentheses.
+                    StrList::Items { items: v, .. } if v.len() == 1 && v[0].as_lit().is_some() => {
                         out.push_str(&format!(" VIA {}", arg_str(&v[0])));
                     }
                     StrList::Items { items: v, .. } => {
@@ -295,7 +297,7 @@ fn clauses(s: &Statement) -> Vec<String> {
             let mut first = format!("{explain}FIND {targets}");
             if let Some(k) = &f.kinds {
                 match k {
-                    StrList::Items { items: v, .. } if v.len() == 1 => {
+                    StrList::Items { items: v, .. } if v.len() == 1 && v[0].as_lit().is_some() => {
                         first.push_str(&format!(" KIND {}", arg_str(&v[0])));
                     }
                     StrList::Items { items: v, .. } => {
