@@ -1292,7 +1292,36 @@ pub struct Find {
     pub span: Span,
 }
 
+/// `TOP` of a retriever that has none, in a statement returning `limit`
+/// results: [`DEFAULT_TOP_PER_LIMIT`] times the limit, at most
+/// [`super::limits::TOP_MAX`].
+pub fn default_top(limit: u64) -> u64 {
+    limit
+        .saturating_mul(DEFAULT_TOP_PER_LIMIT)
+        .min(super::limits::TOP_MAX)
+}
+
 impl Find {
+    /// The fields each result carries: `RETURN`'s, in its order, or
+    /// [`DEFAULT_RETURN_FIND`] without what this statement cannot produce
+    /// (`score` and `ranks` without retrievers, `sources` and
+    /// `derivatives` unless attached).
+    pub fn projection(&self) -> Vec<ReturnField> {
+        if !self.returns.is_empty() {
+            return self.returns.iter().map(|f| f.value).collect();
+        }
+        DEFAULT_RETURN_FIND
+            .iter()
+            .copied()
+            .filter(|f| match f {
+                ReturnField::Score | ReturnField::Ranks => !self.retrievers.is_empty(),
+                ReturnField::Sources => self.sources.is_some(),
+                ReturnField::Derivatives => self.derivatives.is_some(),
+                _ => true,
+            })
+            .collect()
+    }
+
     /// The retriever of that (effective) name.
     pub fn retriever(&self, name: &str) -> Option<&Retriever> {
         self.retrievers.iter().find(|r| r.name() == name)
@@ -1347,6 +1376,17 @@ pub struct Trace {
     pub span: Span,
 }
 
+impl Trace {
+    /// The fields each record carries: `RETURN`'s, or [`DEFAULT_RETURN_TRACE`].
+    pub fn projection(&self) -> Vec<ReturnField> {
+        if self.returns.is_empty() {
+            DEFAULT_RETURN_TRACE.to_vec()
+        } else {
+            self.returns.iter().map(|f| f.value).collect()
+        }
+    }
+}
+
 /// The two statement forms.
 #[allow(
     clippy::large_enum_variant,
@@ -1372,4 +1412,58 @@ pub struct Statement {
     /// Where (the whole text but leading comments and spaces).
     #[serde(default)]
     pub span: Span,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lang::parse;
+
+    fn find(text: &str) -> Find {
+        match parse(text).map(|s| s.body) {
+            Ok(Body::Find(f)) => f,
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn projections_leave_out_what_cannot_be_produced() {
+        use ReturnField as F;
+        let listing = find("FIND events");
+        assert_eq!(
+            listing.projection(),
+            [
+                F::Id,
+                F::ExternalId,
+                F::Record,
+                F::Kind,
+                F::Status,
+                F::Text,
+                F::OccurredAt
+            ]
+        );
+        let search = find("FIND ANY MATCH 'x' WITH SOURCES");
+        assert!(
+            search
+                .projection()
+                .ends_with(&[F::Score, F::Ranks, F::Sources])
+        );
+        assert_eq!(
+            find("FIND ANY RETURN text, id").projection(),
+            [F::Text, F::Id]
+        );
+    }
+
+    #[test]
+    fn effective_names_and_defaults() {
+        let f = find("FIND ANY MATCH 'x' SIMILAR TO 'y' AS sem RECENT");
+        let names: Vec<&str> = f.retrievers.iter().map(Retriever::name).collect();
+        assert_eq!(names, ["match", "sem", "recent"]);
+        assert!(f.retriever("sem").is_some());
+        assert!(f.default_status_applies());
+        assert!(!find("FIND ANY WHERE NOT status = stale").default_status_applies());
+        assert_eq!(default_top(DEFAULT_LIMIT), 30);
+        assert_eq!(default_top(u64::MAX), super::super::limits::TOP_MAX);
+        assert_eq!(RetrieverKind::Expand.default_weight(), 0.5);
+    }
 }

@@ -958,9 +958,9 @@ impl<'s> Parser<'s> {
         };
         let wanted = format!("`=`, `!=`, IN or NOT IN after {}", field.name());
         let (negated, values) = if self.eat(TokenKind::Eq, "`=`").is_some() {
-            (false, self.single_value(&wanted)?)
+            (false, self.single_value()?)
         } else if self.eat(TokenKind::Ne, "`!=`").is_some() {
-            (true, self.single_value(&wanted)?)
+            (true, self.single_value()?)
         } else if self.eat_kw("IN").is_some() {
             (false, self.list_after_in("a list after IN")?)
         } else if self.eat_kw("NOT").is_some() {
@@ -977,7 +977,7 @@ impl<'s> Parser<'s> {
         }))
     }
 
-    fn single_value(&mut self, _wanted: &str) -> PResult<StrList> {
+    fn single_value(&mut self) -> PResult<StrList> {
         let v = self.string_arg("a string or a $parameter")?;
         Ok(StrList::Items {
             span: v.span(),
