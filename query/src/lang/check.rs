@@ -377,7 +377,7 @@ impl Checker<'_> {
     }
 
     fn trace(&mut self, t: &Trace) {
-        self.record_ref(&t.target);
+        let _ = self.record_ref(&t.target, false);
         if let Some(d) = &t.depth {
             self.within("TRACE DEPTH", d.value, 1, LINEAGE_DEPTH_MAX, d.span);
         }
@@ -390,31 +390,43 @@ impl Checker<'_> {
         });
     }
 
-    fn record_ref(&mut self, r: &RecordRef) {
+    /// A record reference; `many` when a parameter may be bound to a list
+    /// (EXPAND seeds), not for the one record a TRACE starts from. Returns
+    /// how many records it names.
+    fn record_ref(&mut self, r: &RecordRef, many: bool) -> usize {
+        let bound = |c: &mut Self, value: &Arg<String>| {
+            if many {
+                c.ok(c.bind.strings_of(value))
+            } else {
+                c.ok(c.bind.string(value)).map(|s| vec![s])
+            }
+        };
         match r {
             RecordRef::Id { value, .. } => {
-                let Some(ids) = self.ok(self.bind.strings_of(value)) else {
-                    return;
+                let Some(ids) = bound(self, value) else {
+                    return 0;
                 };
-                for id in ids {
+                for id in &ids {
                     if id.parse::<RecordId>().is_err() {
                         self.push_hint(
                             ErrorKind::InvalidRecordId {
-                                text: truncated(&id),
+                                text: truncated(id),
                             },
                             value.span(),
                             "an external id is written without ID: 'evt_9f2'",
                         );
                     }
                 }
+                ids.len()
             }
             RecordRef::External { value, .. } => {
-                let Some(ids) = self.ok(self.bind.strings_of(value)) else {
-                    return;
+                let Some(ids) = bound(self, value) else {
+                    return 0;
                 };
-                for id in ids {
-                    self.text_value("the external id", &id, EXTERNAL_ID_BYTES_MAX, value.span());
+                for id in &ids {
+                    self.text_value("the external id", id, EXTERNAL_ID_BYTES_MAX, value.span());
                 }
+                ids.len()
             }
         }
     }
@@ -678,10 +690,7 @@ impl Checker<'_> {
                         }
                     }
                 }
-                Seed::Record(r) => {
-                    n_seeds += 1;
-                    self.record_ref(r);
-                }
+                Seed::Record(r) => n_seeds += self.record_ref(r, true),
                 Seed::Retriever(n) => {
                     n_seeds += 1;
                     if n.value == f.retrievers[idx].name() {
