@@ -83,7 +83,10 @@ pub struct Spanned<T> {
 }
 
 #[derive(Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "a value, or {\"value\": value, \"span\": \"a..b\"}"
+)]
 enum SpannedRepr<T> {
     Full {
         value: T,
@@ -143,7 +146,10 @@ pub enum Arg<T> {
 }
 
 #[derive(Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "a literal, {\"lit\": literal, \"span\": \"a..b\"} or {\"param\": name}"
+)]
 enum ArgRepr<T> {
     Lit {
         lit: T,
@@ -217,7 +223,10 @@ pub enum StrList {
 }
 
 #[derive(Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "a list of strings or parameters, {\"items\": [...]} or {\"param\": name}"
+)]
 enum StrListRepr {
     Items {
         items: Vec<Arg<String>>,
@@ -1452,6 +1461,27 @@ mod tests {
             find("FIND ANY RETURN text, id").projection(),
             [F::Text, F::Id]
         );
+    }
+
+    #[test]
+    fn json_form_takes_bare_literals_and_no_spans() {
+        let json = r#"{"body": {"statement": "find", "targets": ["summary"],
+            "filter": {"expr": "or", "items": [
+              {"expr": "text", "field": "scope.label", "values": ["apollo"]},
+              {"expr": "text", "field": "scope.conversation", "values": ["apollo"]}]},
+            "valid_at": {"time": "now"},
+            "retrievers": [{"retriever": "similar", "query": {"param": "qvec"},
+                            "model": "text-embedding-3-small", "min": 0.35}]}}"#;
+        let s: Statement = serde_json::from_str(json).unwrap();
+        assert_eq!(
+            s.to_line(),
+            "FIND summaries WHERE scope.label = 'apollo' OR scope.conversation = 'apollo' \
+             VALID AT now SIMILAR TO $qvec MODEL 'text-embedding-3-small' MIN 0.35"
+        );
+        let e =
+            serde_json::from_str::<Statement>(r#"{"body": {"statement": "find", "limit": "ten"}}"#)
+                .unwrap_err();
+        assert!(e.to_string().contains(r#"{"param": name}"#), "{e}");
     }
 
     #[test]

@@ -98,8 +98,9 @@ struct Parser<'s> {
     src: &'s str,
     toks: Vec<Token>,
     pos: usize,
-    /// What the checks at the current token looked for.
-    expected: Vec<String>,
+    /// What the checks at the current token looked for (static text: noting
+    /// costs no allocation, and most checks fail on the way to a match).
+    expected: Vec<&'static str>,
     /// Parentheses and NOTs entered (recursion depth of `not_expr`).
     nesting: usize,
     /// End of the last consumed token.
@@ -147,10 +148,14 @@ impl<'s> Parser<'s> {
         self.word_at(n).is_some_and(|w| w.eq_ignore_ascii_case(kw))
     }
 
-    fn note(&mut self, what: &str) {
-        if !self.expected.iter().any(|e| e == what) {
-            self.expected.push(what.to_string());
+    fn note(&mut self, what: &'static str) {
+        if !self.expected.contains(&what) {
+            self.expected.push(what);
         }
+    }
+
+    fn expected_list(&self) -> Vec<String> {
+        self.expected.iter().map(|e| e.to_string()).collect()
     }
 
     fn bump(&mut self) -> Span {
@@ -181,7 +186,7 @@ impl<'s> Parser<'s> {
     }
 
     /// Consumes punctuation `kind` if it is next; otherwise records `what`.
-    fn eat(&mut self, kind: TokenKind, what: &str) -> Option<Span> {
+    fn eat(&mut self, kind: TokenKind, what: &'static str) -> Option<Span> {
         if self.peek().kind == kind {
             Some(self.bump())
         } else {
@@ -190,7 +195,7 @@ impl<'s> Parser<'s> {
         }
     }
 
-    fn expect(&mut self, kind: TokenKind, what: &str, wanted: &str) -> PResult<Span> {
+    fn expect(&mut self, kind: TokenKind, what: &'static str, wanted: &str) -> PResult<Span> {
         match self.eat(kind, what) {
             Some(s) => Ok(s),
             None => Err(self.unexpected(wanted)),
@@ -240,7 +245,7 @@ impl<'s> Parser<'s> {
                 found: self.describe(t),
             }
         };
-        let mut e = LangError::new(kind, t.span).with_expected(self.expected.clone());
+        let mut e = LangError::new(kind, t.span).with_expected(self.expected_list());
         if let Some(h) = self.hint() {
             e = e.with_hint(h);
         }
@@ -560,7 +565,7 @@ impl<'s> Parser<'s> {
                     },
                     t.span,
                 )
-                .with_expected(self.expected.clone());
+                .with_expected(self.expected_list());
                 if let Some(k) = closest(&w, &self.expected) {
                     e = e.with_hint(format!("did you mean `{k}`?"));
                 }
@@ -890,7 +895,7 @@ impl<'s> Parser<'s> {
                                 },
                                 t.span.to(sub.span),
                             )
-                            .with_expected(self.expected.clone());
+                            .with_expected(self.expected_list());
                             let hint = if o == "labels" {
                                 Some("`scope.label = 'x'` holds when x is one of the record's scope labels".to_string())
                             } else {
@@ -938,7 +943,7 @@ impl<'s> Parser<'s> {
                 if let Some(w) = word.filter(|w| !is_keyword(w)) {
                     let mut e =
                         LangError::new(ErrorKind::UnknownField { name: truncated(w) }, t.span)
-                            .with_expected(self.expected.clone());
+                            .with_expected(self.expected_list());
                     if let Some(k) = closest(w, &self.expected) {
                         e = e.with_hint(format!("did you mean `{k}`?"));
                     } else if w.eq_ignore_ascii_case("user")
@@ -1060,7 +1065,7 @@ impl<'s> Parser<'s> {
                     },
                     t.span,
                 )
-                .with_expected(self.expected.clone());
+                .with_expected(self.expected_list());
                 if let Some(k) = closest(&w, &self.expected) {
                     e = e.with_hint(format!("did you mean `{k}`?"));
                 } else if w.eq_ignore_ascii_case("approved") {
@@ -1430,7 +1435,7 @@ impl<'s> Parser<'s> {
                     Some(w) => {
                         let mut e =
                             LangError::new(ErrorKind::UnknownField { name: truncated(w) }, t.span)
-                                .with_expected(self.expected.clone());
+                                .with_expected(self.expected_list());
                         if let Some(k) = closest(w, &self.expected) {
                             e = e.with_hint(format!("did you mean `{k}`?"));
                         }
@@ -1448,7 +1453,7 @@ impl<'s> Parser<'s> {
 
 /// The expected word closest to `word` (case-insensitive edit distance at
 /// most 1 for short words, 2 for longer ones), if any.
-fn closest(word: &str, expected: &[String]) -> Option<String> {
+fn closest(word: &str, expected: &[&str]) -> Option<String> {
     if word.len() < 3 {
         return None;
     }
@@ -1463,7 +1468,7 @@ fn closest(word: &str, expected: &[String]) -> Option<String> {
         .map(|e| (edit_distance(&w, &e.to_ascii_lowercase()), e))
         .filter(|(d, _)| *d <= limit && *d > 0)
         .min_by_key(|(d, _)| *d)
-        .map(|(_, e)| e.clone())
+        .map(|(_, e)| e.to_string())
 }
 
 /// Levenshtein distance between `a` and `b`, in characters.
