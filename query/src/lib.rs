@@ -1,8 +1,9 @@
 //! # engram-query
 //!
 //! The text forms through which requests reach the engine: JSONL ingest
-//! lines ([`ingest`]), recall requests ([`recall`]) and evaluation cases
-//! ([`eval`]); later the query language. Each compiles to a plain request type of `engram-engine`; the
+//! lines ([`ingest`]), recall requests ([`recall`]), evaluation cases
+//! ([`eval`]) and the query language ([`lang`]: parse, check, print).
+//! Each compiles to a plain request type of `engram-engine`; the
 //! CLI, the query language and the server all go through here, so a request
 //! means the same thing whichever door it came in by.
 //!
@@ -10,6 +11,7 @@
 
 pub mod eval;
 pub mod ingest;
+pub mod lang;
 pub mod recall;
 pub mod strict;
 pub mod text;

@@ -1,0 +1,910 @@
+//! The checker: everything about a statement's meaning that can be decided
+//! before execution, without a store, each reported with its span.
+//!
+//! It runs on any [`Statement`], parsed or received as JSON, so it
+//! re-checks what the parser guarantees for text (nesting, list sizes,
+//! names) and then: retriever names (duplicates, unknown names in `WEIGHTS`
+//! and `EXPAND FROM`, `EXPAND` cycles), ranges and limits (`TOP`, `LIMIT`,
+//! `HOPS`, `MAX`, `DEPTH`, `K`, `MIN` in [-1, 1], weights >= 0), parameters
+//! (bound, of the right type, times in range), `status = deleted`, `RETURN`
+//! fields the statement cannot produce, and, from what the caller knows of
+//! the store ([`CheckContext`]), models, vector dimensions and the embedder.
+//!
+//! Decisions recorded here (see `docs/query-language.md`):
+//! - an empty `models` map means "not known": model and dimension checks
+//!   are skipped (the engine checks again); a non-empty map is the store's
+//!   full list, and a model not in it is an error;
+//! - a `FIND` with no retriever is valid (a listing, newest first); so is
+//!   one whose only retriever is `RECENT`. The one retriever that can be
+//!   known to produce nothing is `SIMILAR TO 'text'` with no embedder for
+//!   its model, and that is an error ([`ErrorKind::NoEmbedder`]);
+//! - parameters a statement does not use are ignored.
+//!
+//! This module must never open a store or read a clock: what it knows of
+//! them comes in the [`CheckContext`].
+
+use std::collections::{BTreeMap, HashMap};
+
+use engram_engine::id::RecordId;
+use engram_engine::lexical::tokens;
+
+use super::ast::*;
+use super::error::{ErrorKind, LangError};
+use super::lexer::{DEFAULT_NAMES, is_identifier, is_keyword, truncated};
+use super::limits::*;
+use super::params::{Binder, Params, QueryInput};
+use super::span::Span;
+
+/// What the store's embedder is, as far as the caller knows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Embedder {
+    /// Not known: embedder checks are skipped.
+    #[default]
+    Unknown,
+    /// The store has no embedder: `SIMILAR TO 'text'` cannot run.
+    Absent,
+    /// The store embeds texts into this model's space.
+    Model(String),
+}
+
+/// What the checker knows besides the statement.
+#[derive(Clone, Debug, Default)]
+pub struct CheckContext {
+    /// The request's parameters.
+    pub params: Params,
+    /// The store's vector spaces: model id -> dimensions. Empty means not
+    /// known (model and dimension checks are skipped).
+    pub models: BTreeMap<String, usize>,
+    /// The store's embedder.
+    pub embedder: Embedder,
+    /// The engine clock's reading, ms since the epoch: `now` in times.
+    pub now_ms: i64,
+}
+
+impl CheckContext {
+    /// A context with parameters and a clock reading; nothing known of the
+    /// store.
+    pub fn new(params: Params, now_ms: i64) -> CheckContext {
+        CheckContext {
+            params,
+            now_ms,
+            ..CheckContext::default()
+        }
+    }
+    /// The binder for these parameters and this clock reading.
+    pub fn binder(&self) -> Binder<'_> {
+        Binder::new(&self.params, self.now_ms)
+    }
+}
+
+/// Checks `stmt`; on failure, every error found, in source order (not yet
+/// located: call [`LangError::located`] with the text, or use
+/// [`super::compile`]).
+pub fn check(stmt: &Statement, ctx: &CheckContext) -> Result<(), Vec<LangError>> {
+    let mut c = Checker {
+        ctx,
+        bind: ctx.binder(),
+        errors: Vec::new(),
+    };
+    match &stmt.body {
+        Body::Find(f) => c.find(f),
+        Body::Trace(t) => c.trace(t),
+    }
+    if c.errors.is_empty() {
+        Ok(())
+    } else {
+        c.errors.sort_by_key(|e| (e.span().start, e.span().end));
+        Err(c.errors)
+    }
+}
+
+fn models_hint(available: &[String]) -> String {
+    let names: Vec<String> = available.iter().map(|m| format!("'{m}'")).collect();
+    format!("the store's models are {}", names.join(", "))
+}
+
+struct Checker<'a> {
+    ctx: &'a CheckContext,
+    bind: Binder<'a>,
+    errors: Vec<LangError>,
+}
+
+impl Checker<'_> {
+    fn push(&mut self, kind: ErrorKind, span: Span) {
+        self.errors.push(LangError::new(kind, span));
+    }
+
+    fn push_hint(&mut self, kind: ErrorKind, span: Span, hint: impl Into<String>) {
+        self.errors.push(LangError::new(kind, span).with_hint(hint));
+    }
+
+    /// The value, or `None` after recording the error.
+    fn ok<T>(&mut self, r: Result<T, LangError>) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.errors.push(e);
+                None
+            }
+        }
+    }
+
+    /// `min <= v <= max`: below is out of range, above exceeds the limit.
+    fn within(&mut self, what: &str, v: u64, min: u64, max: u64, span: Span) {
+        if v < min {
+            self.push(
+                ErrorKind::OutOfRange {
+                    what: what.into(),
+                    got: v.to_string(),
+                    range: format!("{min}..={max}"),
+                },
+                span,
+            );
+        } else if v > max {
+            self.push(
+                ErrorKind::LimitExceeded {
+                    what: what.into(),
+                    limit: max,
+                    got: v,
+                },
+                span,
+            );
+        }
+    }
+
+    fn text_value(&mut self, what: &str, s: &str, bytes_max: usize, span: Span) {
+        if s.trim().is_empty() {
+            self.push(ErrorKind::EmptyValue { what: what.into() }, span);
+        } else if s.len() > bytes_max {
+            self.push(
+                ErrorKind::LimitExceeded {
+                    what: format!("{what} length in bytes"),
+                    limit: bytes_max as u64,
+                    got: s.len() as u64,
+                },
+                span,
+            );
+        }
+    }
+
+    /// A list of names (kinds, scope values, predicates) after binding.
+    fn str_list(&mut self, l: &StrList, list_what: &str, item_what: &str) {
+        let Some(values) = self.ok(self.bind.strings(l)) else {
+            return;
+        };
+        if values.is_empty() {
+            self.push(
+                ErrorKind::EmptyList {
+                    what: list_what.into(),
+                },
+                l.span(),
+            );
+        }
+        if values.len() > IN_LIST_LEN_MAX {
+            self.push(
+                ErrorKind::LimitExceeded {
+                    what: format!("items in {list_what}"),
+                    limit: IN_LIST_LEN_MAX as u64,
+                    got: values.len() as u64,
+                },
+                l.span(),
+            );
+        }
+        match l {
+            StrList::Items { items, .. } => {
+                for (a, v) in items.iter().zip(&values) {
+                    self.text_value(item_what, v, NAME_BYTES_MAX, a.span());
+                }
+            }
+            StrList::Param { span, .. } => {
+                for v in &values {
+                    self.text_value(item_what, v, NAME_BYTES_MAX, *span);
+                }
+            }
+        }
+    }
+
+    fn time(&mut self, t: &TimeExpr) {
+        let _ = self.ok(self.bind.time(t));
+    }
+
+    fn expr(&mut self, e: &Expr) {
+        let depth = e.depth();
+        if depth > NESTING_DEPTH_MAX {
+            self.push(
+                ErrorKind::LimitExceeded {
+                    what: "nesting depth of the WHERE expression".into(),
+                    limit: NESTING_DEPTH_MAX as u64,
+                    got: depth as u64,
+                },
+                e.span(),
+            );
+            return;
+        }
+        let nodes = e.nodes();
+        let n_predicates = nodes
+            .iter()
+            .filter(|n| !matches!(n, Expr::And { .. } | Expr::Or { .. } | Expr::Not { .. }))
+            .count();
+        if n_predicates > PREDICATES_MAX {
+            self.push(
+                ErrorKind::LimitExceeded {
+                    what: "predicates in the WHERE expression".into(),
+                    limit: PREDICATES_MAX as u64,
+                    got: n_predicates as u64,
+                },
+                e.span(),
+            );
+        }
+        for n in nodes {
+            match n {
+                Expr::And { items, span } | Expr::Or { items, span } if items.is_empty() => {
+                    let what = if matches!(n, Expr::And { .. }) {
+                        "AND"
+                    } else {
+                        "OR"
+                    };
+                    self.push(ErrorKind::EmptyList { what: what.into() }, *span);
+                }
+                Expr::Text(p) => {
+                    let list = format!("the values of {}", p.field.name());
+                    let item = format!("a value of {}", p.field.name());
+                    self.str_list(&p.values, &list, &item);
+                }
+                Expr::Record(p) => self.enum_list("record", &p.values, p.span),
+                Expr::Status(p) => {
+                    self.enum_list("status", &p.values, p.span);
+                    for v in &p.values {
+                        if v.value == RecordStatus::Deleted {
+                            self.push_hint(
+                                ErrorKind::DeletedNotAllowed,
+                                v.span,
+                                "select active, superseded, historical or stale; TRACE shows deleted records as tombstones",
+                            );
+                        }
+                    }
+                }
+                Expr::Time(p) => self.time(&p.value),
+                _ => {}
+            }
+        }
+    }
+
+    fn enum_list<T>(&mut self, field: &str, values: &[Spanned<T>], span: Span) {
+        if values.is_empty() {
+            self.push(
+                ErrorKind::EmptyList {
+                    what: format!("the values of {field}"),
+                },
+                span,
+            );
+        } else if values.len() > IN_LIST_LEN_MAX {
+            self.push(
+                ErrorKind::LimitExceeded {
+                    what: format!("items in the values of {field}"),
+                    limit: IN_LIST_LEN_MAX as u64,
+                    got: values.len() as u64,
+                },
+                span,
+            );
+        }
+    }
+
+    fn name(&mut self, n: &Name) {
+        let v = &n.value;
+        if !is_identifier(v) || v.len() > IDENT_BYTES_MAX {
+            self.push(ErrorKind::InvalidName { name: truncated(v) }, n.span);
+        } else if is_keyword(v) && !DEFAULT_NAMES.contains(&v.as_str()) {
+            self.push(ErrorKind::ReservedName { name: v.clone() }, n.span);
+        }
+    }
+
+    fn find(&mut self, f: &Find) {
+        if let Some(k) = &f.kinds {
+            self.str_list(k, "KIND", "a kind");
+        }
+        if let Some(e) = &f.filter {
+            self.expr(e);
+        }
+        if let Some(t) = &f.as_of {
+            self.time(t);
+        }
+        if let Some(t) = &f.valid_at {
+            self.time(t);
+        }
+        self.retrievers(f);
+        self.fusion(f);
+        for (a, clause) in [
+            (&f.sources, "WITH SOURCES DEPTH"),
+            (&f.derivatives, "WITH DERIVATIVES DEPTH"),
+        ] {
+            if let Some(d) = a.as_ref().and_then(|a| a.depth.as_ref()) {
+                self.within(clause, d.value, 1, LINEAGE_DEPTH_MAX, d.span);
+            }
+        }
+        if let Some(l) = &f.limit {
+            if let Some(k) = self.ok(self.bind.count(l)) {
+                self.within("LIMIT", k, 1, LIMIT_MAX, l.span());
+            }
+        }
+        let unavailable = |field: ReturnField| -> Option<&'static str> {
+            match field {
+                ReturnField::Score | ReturnField::Ranks if f.retrievers.is_empty() => {
+                    Some("a FIND without retrievers lists records newest first and scores nothing")
+                }
+                ReturnField::Sources if f.sources.is_none() => {
+                    Some("add WITH SOURCES to attach them")
+                }
+                ReturnField::Derivatives if f.derivatives.is_none() => {
+                    Some("add WITH DERIVATIVES to attach them")
+                }
+                ReturnField::Depth => {
+                    Some("depth is the distance from a traced record, a TRACE field")
+                }
+                _ => None,
+            }
+        };
+        self.returns(&f.returns, unavailable);
+    }
+
+    fn returns(
+        &mut self,
+        fields: &[Spanned<ReturnField>],
+        unavailable: impl Fn(ReturnField) -> Option<&'static str>,
+    ) {
+        let mut seen = Vec::new();
+        for r in fields {
+            if seen.contains(&r.value) {
+                self.push(
+                    ErrorKind::DuplicateField {
+                        name: r.value.name().into(),
+                    },
+                    r.span,
+                );
+                continue;
+            }
+            seen.push(r.value);
+            if let Some(reason) = unavailable(r.value) {
+                self.push(
+                    ErrorKind::FieldUnavailable {
+                        field: r.value.name().into(),
+                        reason: reason.into(),
+                    },
+                    r.span,
+                );
+            }
+        }
+    }
+
+    fn trace(&mut self, t: &Trace) {
+        let _ = self.record_ref(&t.target, false);
+        if let Some(d) = &t.depth {
+            self.within("TRACE DEPTH", d.value, 1, LINEAGE_DEPTH_MAX, d.span);
+        }
+        self.returns(&t.returns, |field| match field {
+            ReturnField::Score | ReturnField::Ranks => Some("TRACE does not search, so nothing is scored"),
+            ReturnField::Sources | ReturnField::Derivatives => Some(
+                "TRACE returns the lineage itself as records; choose SOURCES, DERIVATIVES or BOTH after the record",
+            ),
+            _ => None,
+        });
+    }
+
+    /// A record reference; `many` when a parameter may be bound to a list
+    /// (EXPAND seeds), not for the one record a TRACE starts from. Returns
+    /// how many records it names.
+    fn record_ref(&mut self, r: &RecordRef, many: bool) -> usize {
+        let bound = |c: &mut Self, value: &Arg<String>| {
+            if many {
+                c.ok(c.bind.strings_of(value))
+            } else {
+                c.ok(c.bind.string(value)).map(|s| vec![s])
+            }
+        };
+        match r {
+            RecordRef::Id { value, .. } => {
+                let Some(ids) = bound(self, value) else {
+                    return 0;
+                };
+                for id in &ids {
+                    if id.parse::<RecordId>().is_err() {
+                        self.push_hint(
+                            ErrorKind::InvalidRecordId {
+                                text: truncated(id),
+                            },
+                            value.span(),
+                            "an external id is written without ID: 'evt_9f2'",
+                        );
+                    }
+                }
+                ids.len()
+            }
+            RecordRef::External { value, .. } => {
+                let Some(ids) = bound(self, value) else {
+                    return 0;
+                };
+                for id in &ids {
+                    self.text_value("the external id", id, EXTERNAL_ID_BYTES_MAX, value.span());
+                }
+                ids.len()
+            }
+        }
+    }
+
+    fn retrievers(&mut self, f: &Find) {
+        if f.retrievers.len() > RETRIEVERS_MAX {
+            self.push(
+                ErrorKind::LimitExceeded {
+                    what: "retrievers".into(),
+                    limit: RETRIEVERS_MAX as u64,
+                    got: f.retrievers.len() as u64,
+                },
+                f.retrievers[RETRIEVERS_MAX].span(),
+            );
+        }
+        // Names: first retriever of each name, by position.
+        let mut by_name: HashMap<&str, usize> = HashMap::new();
+        for (i, r) in f.retrievers.iter().enumerate() {
+            if let Some(n) = r.explicit_name() {
+                self.name(n);
+            }
+            match by_name.get(r.name()) {
+                Some(&first) => {
+                    let span = r.explicit_name().map_or(r.span(), |n| n.span);
+                    let hint = if r.explicit_name().is_none()
+                        && f.retrievers[first].explicit_name().is_none()
+                    {
+                        format!(
+                            "an unnamed {} is called `{}`: name each with AS, e.g. `AS {}2`",
+                            r.kind().keyword(),
+                            r.name(),
+                            r.name()
+                        )
+                    } else {
+                        "each retriever needs its own name".to_string()
+                    };
+                    self.push_hint(
+                        ErrorKind::DuplicateRetriever {
+                            name: r.name().into(),
+                        },
+                        span,
+                        hint,
+                    );
+                }
+                None => {
+                    by_name.insert(r.name(), i);
+                }
+            }
+            if let Some(t) = r.top() {
+                if let Some(n) = self.ok(self.bind.count(t)) {
+                    self.within(&format!("TOP of `{}`", r.name()), n, 1, TOP_MAX, t.span());
+                }
+            }
+            match r {
+                Retriever::Similar(s) => self.similar(s),
+                Retriever::Match(m) => {
+                    if let Some(text) = self.ok(self.bind.string(&m.text)) {
+                        self.text_value(
+                            "the MATCH text",
+                            &text,
+                            QUERY_TEXT_BYTES_MAX,
+                            m.text.span(),
+                        );
+                        if !text.trim().is_empty() && tokens(&text).is_empty() {
+                            self.push_hint(
+                                ErrorKind::EmptyValue {
+                                    what: "the MATCH text, as words,".into(),
+                                },
+                                m.text.span(),
+                                "keyword search looks for letters and digits, and this text has none",
+                            );
+                        }
+                    }
+                }
+                Retriever::Recent(_) => {}
+                Retriever::Expand(e) => self.expand(f, i, e),
+            }
+        }
+        self.expand_cycles(f);
+    }
+
+    fn similar(&mut self, s: &Similar) {
+        let model = match &s.model {
+            Some(m) => self.ok(self.bind.string(m)).map(|v| (v, m.span())),
+            None => None,
+        };
+        if let Some((m, span)) = &model {
+            self.text_value("the model id", m, NAME_BYTES_MAX, *span);
+        }
+        if let Some(min) = &s.min {
+            if let Some(v) = self.ok(self.bind.number(min)) {
+                if !(v.is_finite() && (-1.0..=1.0).contains(&v)) {
+                    self.push(
+                        ErrorKind::OutOfRange {
+                            what: "MIN".into(),
+                            got: v.to_string(),
+                            range: "[-1, 1] (a similarity)".into(),
+                        },
+                        min.span(),
+                    );
+                }
+            }
+        }
+        let Some(query) = self.ok(self.bind.query(&s.query)) else {
+            return;
+        };
+        let available: Vec<String> = self.ctx.models.keys().cloned().collect();
+        match query {
+            QueryInput::Text(text) => {
+                self.text_value(
+                    "the SIMILAR TO text",
+                    &text,
+                    QUERY_TEXT_BYTES_MAX,
+                    s.query.span(),
+                );
+                match (&self.ctx.embedder, &model) {
+                    (Embedder::Absent, _) => self.push_hint(
+                        ErrorKind::NoEmbedder {
+                            reason: "the store has no embedder, so SIMILAR TO cannot embed a text".into(),
+                        },
+                        s.query.span(),
+                        "pass the query vector as a parameter: SIMILAR TO $qvec MODEL '...'",
+                    ),
+                    (Embedder::Model(e), Some((m, span))) if e != m => self.push_hint(
+                        ErrorKind::NoEmbedder {
+                            reason: format!(
+                                "the store's embedder makes '{e}' vectors, so a text cannot be compared in '{m}'"
+                            ),
+                        },
+                        *span,
+                        format!("drop MODEL, or pass a '{m}' vector as a parameter"),
+                    ),
+                    (Embedder::Unknown, Some((m, span)))
+                        if !self.ctx.models.is_empty() && !self.ctx.models.contains_key(m) =>
+                    {
+                        let hint = models_hint(&available);
+                        self.push_hint(
+                            ErrorKind::UnknownModel {
+                                model: m.clone(),
+                                available,
+                            },
+                            *span,
+                            hint,
+                        );
+                    }
+                    _ => {}
+                }
+            }
+            QueryInput::Vector(v) => {
+                let name = match &s.query {
+                    Arg::Param { name, .. } => name.clone(),
+                    Arg::Lit { .. } => String::new(),
+                };
+                if v.is_empty() {
+                    self.push(
+                        ErrorKind::InvalidParam {
+                            name,
+                            reason: "the vector is empty".into(),
+                        },
+                        s.query.span(),
+                    );
+                    return;
+                }
+                if v.len() > VECTOR_DIM_MAX {
+                    self.push(
+                        ErrorKind::LimitExceeded {
+                            what: "query vector dimensions".into(),
+                            limit: VECTOR_DIM_MAX as u64,
+                            got: v.len() as u64,
+                        },
+                        s.query.span(),
+                    );
+                    return;
+                }
+                if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+                    self.push(
+                        ErrorKind::InvalidParam {
+                            name,
+                            reason: format!("component {i} is not finite"),
+                        },
+                        s.query.span(),
+                    );
+                    return;
+                }
+                if self.ctx.models.is_empty() {
+                    return;
+                }
+                let space = match &model {
+                    Some((m, span)) => match self.ctx.models.get(m) {
+                        Some(dims) => Some((m.clone(), *dims)),
+                        None => {
+                            let hint = models_hint(&available);
+                            self.push_hint(
+                                ErrorKind::UnknownModel {
+                                    model: m.clone(),
+                                    available,
+                                },
+                                *span,
+                                hint,
+                            );
+                            None
+                        }
+                    },
+                    None if self.ctx.models.len() == 1 => {
+                        self.ctx.models.iter().next().map(|(m, d)| (m.clone(), *d))
+                    }
+                    None => {
+                        let hint = format!(
+                            "add MODEL '{}'",
+                            available.first().cloned().unwrap_or_default()
+                        );
+                        self.push_hint(
+                            ErrorKind::ModelRequired { available },
+                            s.query.span(),
+                            hint,
+                        );
+                        None
+                    }
+                };
+                if let Some((model, dims)) = space {
+                    if dims != v.len() {
+                        self.push(
+                            ErrorKind::DimensionMismatch {
+                                model,
+                                expected: dims,
+                                got: v.len(),
+                            },
+                            s.query.span(),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    fn expand(&mut self, f: &Find, idx: usize, e: &Expand) {
+        if e.from.is_empty() {
+            self.push(
+                ErrorKind::EmptyList {
+                    what: "EXPAND FROM".into(),
+                },
+                e.span,
+            );
+        }
+        let mut n_seeds = 0usize;
+        for seed in &e.from {
+            match seed {
+                Seed::Entity { name, .. } => {
+                    if let Some(names) = self.ok(self.bind.strings_of(name)) {
+                        if names.is_empty() {
+                            self.push(
+                                ErrorKind::EmptyList {
+                                    what: "ENTITY".into(),
+                                },
+                                name.span(),
+                            );
+                        }
+                        n_seeds += names.len();
+                        for n in names {
+                            self.text_value("the entity name", &n, NAME_BYTES_MAX, name.span());
+                        }
+                    }
+                }
+                Seed::Record(r) => n_seeds += self.record_ref(r, true),
+                Seed::Retriever(n) => {
+                    n_seeds += 1;
+                    if n.value == f.retrievers[idx].name() {
+                        // reported as a cycle by expand_cycles
+                    } else if f.retriever(&n.value).is_none() {
+                        let e = self.unknown_retriever(f, n);
+                        self.errors.push(e);
+                    }
+                }
+            }
+        }
+        if n_seeds > SEEDS_MAX {
+            self.push(
+                ErrorKind::LimitExceeded {
+                    what: "seeds of EXPAND".into(),
+                    limit: SEEDS_MAX as u64,
+                    got: n_seeds as u64,
+                },
+                e.span,
+            );
+        }
+        if let Some(h) = &e.hops {
+            if h.max == 0 {
+                self.push(
+                    ErrorKind::OutOfRange {
+                        what: "HOPS".into(),
+                        got: "0".into(),
+                        range: format!("1..={HOPS_MAX}"),
+                    },
+                    h.span,
+                );
+            } else if h.min > h.max {
+                self.push_hint(
+                    ErrorKind::InvertedRange {
+                        min: h.min,
+                        max: h.max,
+                    },
+                    h.span,
+                    format!("write the fewer hops first: HOPS {}..{}", h.max, h.min),
+                );
+            } else if h.max > HOPS_MAX {
+                self.push(
+                    ErrorKind::LimitExceeded {
+                        what: "HOPS".into(),
+                        limit: HOPS_MAX,
+                        got: h.max,
+                    },
+                    h.span,
+                );
+            }
+        }
+        if let Some(v) = &e.via {
+            self.str_list(v, "VIA", "a relation predicate");
+        }
+        if let Some(m) = &e.max {
+            self.within(
+                "MAX (nodes expanded)",
+                m.value,
+                1,
+                EXPANDED_NODES_MAX,
+                m.span,
+            );
+        }
+    }
+
+    fn unknown_retriever(&self, f: &Find, n: &Name) -> LangError {
+        let known: Vec<String> = f.retrievers.iter().map(|r| r.name().to_string()).collect();
+        let close = known
+            .iter()
+            .find(|k| k.eq_ignore_ascii_case(&n.value))
+            .or_else(|| {
+                known
+                    .iter()
+                    .find(|k| super::parser::edit_distance(k, &n.value) <= 2 && n.value.len() > 2)
+            });
+        let hint = match close {
+            Some(k) => format!("did you mean `{k}`? (names are case-sensitive)"),
+            None if known.is_empty() => "this statement has no retrievers".to_string(),
+            None => format!(
+                "the retrievers here are {}; an unnamed retriever is called similar, match, recent or expand",
+                known
+                    .iter()
+                    .map(|k| format!("`{k}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        LangError::new(
+            ErrorKind::UnknownRetriever {
+                name: n.value.clone(),
+                known,
+            },
+            n.span,
+        )
+        .with_hint(hint)
+    }
+
+    /// EXPAND retrievers seeded (directly or not) by their own hits.
+    fn expand_cycles(&mut self, f: &Find) {
+        // Edges from an EXPAND to the EXPANDs it is seeded by, with the
+        // seed's span.
+        let idx_of = |name: &str| f.retrievers.iter().position(|r| r.name() == name);
+        let edges: Vec<Vec<(usize, Span)>> = f
+            .retrievers
+            .iter()
+            .map(|r| match r {
+                Retriever::Expand(e) => e
+                    .from
+                    .iter()
+                    .filter_map(|s| match s {
+                        Seed::Retriever(n) => idx_of(&n.value)
+                            .filter(|&j| matches!(f.retrievers[j], Retriever::Expand(_)))
+                            .map(|j| (j, n.span)),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        // Iterative DFS with colours: 0 unvisited, 1 on the path, 2 done.
+        let mut colour = vec![0u8; edges.len()];
+        for root in 0..edges.len() {
+            if colour[root] != 0 {
+                continue;
+            }
+            let mut path: Vec<(usize, usize)> = vec![(root, 0)];
+            colour[root] = 1;
+            while let Some(&mut (node, ref mut next)) = path.last_mut() {
+                if let Some(&(to, span)) = edges[node].get(*next) {
+                    *next += 1;
+                    match colour[to] {
+                        0 => {
+                            colour[to] = 1;
+                            path.push((to, 0));
+                        }
+                        1 => {
+                            let from = path.iter().position(|(n, _)| *n == to).unwrap_or(0);
+                            let mut cycle: Vec<String> = path[from..]
+                                .iter()
+                                .map(|(n, _)| f.retrievers[*n].name().to_string())
+                                .collect();
+                            cycle.push(f.retrievers[to].name().to_string());
+                            let hint = if cycle.len() == 2 {
+                                "an EXPAND cannot start from its own hits".to_string()
+                            } else {
+                                "seed one of them from ENTITY, ID or a SIMILAR/MATCH/RECENT retriever".to_string()
+                            };
+                            self.push_hint(ErrorKind::ExpandCycle { cycle }, span, hint);
+                        }
+                        _ => {}
+                    }
+                } else {
+                    colour[node] = 2;
+                    path.pop();
+                }
+            }
+        }
+    }
+
+    fn fusion(&mut self, f: &Find) {
+        if f.retrievers.is_empty() {
+            let hint =
+                "add a retriever (SIMILAR TO, MATCH, RECENT, EXPAND FROM) or drop the clause";
+            if let Some(fu) = &f.fusion {
+                self.push_hint(
+                    ErrorKind::FusionWithoutRetrievers {
+                        clause: "FUSE".into(),
+                    },
+                    fu.span(),
+                    hint,
+                );
+            }
+            if let (Some(first), Some(last)) = (f.weights.first(), f.weights.last()) {
+                self.push_hint(
+                    ErrorKind::FusionWithoutRetrievers {
+                        clause: "WEIGHTS".into(),
+                    },
+                    first.span.to(last.span),
+                    hint,
+                );
+            }
+            return;
+        }
+        if let Some(Fusion::Rrf { k: Some(k), .. }) = &f.fusion {
+            self.within("K", k.value, 1, RRF_K_MAX, k.span);
+        }
+        let mut seen: Vec<&str> = Vec::new();
+        for w in &f.weights {
+            if seen.contains(&w.name.value.as_str()) {
+                self.push(
+                    ErrorKind::DuplicateWeight {
+                        name: w.name.value.clone(),
+                    },
+                    w.name.span,
+                );
+            } else {
+                seen.push(&w.name.value);
+                if f.retriever(&w.name.value).is_none() {
+                    let e = self.unknown_retriever(f, &w.name);
+                    self.errors.push(e);
+                }
+            }
+            if let Some(v) = self.ok(self.bind.number(&w.value)) {
+                if !(v.is_finite() && v >= 0.0) {
+                    self.push(
+                        ErrorKind::OutOfRange {
+                            what: format!("the weight of `{}`", w.name.value),
+                            got: v.to_string(),
+                            range: "finite numbers >= 0".into(),
+                        },
+                        w.value.span(),
+                    );
+                }
+            }
+        }
+    }
+}
