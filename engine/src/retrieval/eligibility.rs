@@ -26,7 +26,7 @@
 //! before and apart from ranking.
 
 use rustc_hash::FxHashMap;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use roaring::RoaringBitmap;
 use serde::Serialize;
@@ -140,12 +140,321 @@ fn union_of(st: &State, map: &FxHashMap<u32, RoaringBitmap>, values: &[String]) 
     out
 }
 
-/// Computes eligibility for `tenant` with the labels `held`.
+/// A status class a statement may select. `Active` is the default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StatusClass {
+    /// Current versions that passed review (active, approved), valid at
+    /// `valid_at`.
+    Active,
+    /// Versions replaced by a correction.
+    Superseded,
+    /// Current versions whose validity ended before `valid_at`.
+    Historical,
+    /// Records one of whose inputs changed, not yet regenerated.
+    Stale,
+}
+
+/// A field compared with a list of names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NameField {
+    /// `scope.user`.
+    User,
+    /// `scope.conversation`.
+    Conversation,
+    /// `scope.agent`.
+    Agent,
+    /// One of the record's scope labels.
+    ScopeLabel,
+    /// The record's kind.
+    Kind,
+}
+
+/// A time field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeField {
+    /// Valid time.
+    OccurredAt,
+    /// Transaction time.
+    IngestedAt,
+}
+
+/// A time comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CmpOp {
+    /// <
+    Lt,
+    /// <=
+    Le,
+    /// >
+    Gt,
+    /// >=
+    Ge,
+}
+
+impl CmpOp {
+    fn holds(self, a: i64, b: i64) -> bool {
+        match self {
+            CmpOp::Lt => a < b,
+            CmpOp::Le => a <= b,
+            CmpOp::Gt => a > b,
+            CmpOp::Ge => a >= b,
+        }
+    }
+}
+
+/// A boolean eligibility filter: what a request may narrow the eligible
+/// set to. Evaluated over the session's universe (tenant, access, time,
+/// retention, validity), always before any scoring.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum FilterExpr {
+    /// Every record of the universe.
+    All,
+    /// All of these.
+    And {
+        /// Terms.
+        terms: Vec<FilterExpr>,
+    },
+    /// Any of these.
+    Or {
+        /// Terms.
+        terms: Vec<FilterExpr>,
+    },
+    /// Not this.
+    Not {
+        /// Term.
+        term: Box<FilterExpr>,
+    },
+    /// The field is one of the values.
+    In {
+        /// Field.
+        field: NameField,
+        /// Values (sorted, deduplicated in normalized form).
+        values: Vec<String>,
+    },
+    /// The record type is one of these.
+    RecordIn {
+        /// Types.
+        types: Vec<RecordType>,
+    },
+    /// The status class is one of these (without any status term the
+    /// selection is `Active`).
+    StatusIn {
+        /// Classes.
+        statuses: Vec<StatusClass>,
+    },
+    /// A time comparison.
+    Time {
+        /// Field.
+        field: TimeField,
+        /// Comparison.
+        cmp: CmpOp,
+        /// The time compared with (ms since the epoch).
+        at_ms: i64,
+    },
+}
+
+impl FilterExpr {
+    /// Whether a status term appears anywhere.
+    pub fn mentions_status(&self) -> bool {
+        match self {
+            FilterExpr::StatusIn { .. } => true,
+            FilterExpr::And { terms } | FilterExpr::Or { terms } => {
+                terms.iter().any(FilterExpr::mentions_status)
+            }
+            FilterExpr::Not { term } => term.mentions_status(),
+            _ => false,
+        }
+    }
+
+    /// The expression of the classic filters: fields AND-ed, values of one
+    /// field OR-ed, `include_historical` adding the historical class.
+    pub fn from_filters(f: &Filters, include_historical: bool) -> FilterExpr {
+        let f = f.normalized();
+        let mut terms = Vec::new();
+        if include_historical {
+            terms.push(FilterExpr::StatusIn {
+                statuses: vec![StatusClass::Active, StatusClass::Historical],
+            });
+        }
+        for (field, values) in [
+            (NameField::User, &f.users),
+            (NameField::Conversation, &f.conversations),
+            (NameField::Agent, &f.agents),
+            (NameField::ScopeLabel, &f.scope_labels),
+            (NameField::Kind, &f.kinds),
+        ] {
+            if !values.is_empty() {
+                terms.push(FilterExpr::In {
+                    field,
+                    values: values.clone(),
+                });
+            }
+        }
+        if !f.record_types.is_empty() {
+            terms.push(FilterExpr::RecordIn {
+                types: f.record_types.clone(),
+            });
+        }
+        if let Some(t) = f.occurred_after {
+            terms.push(FilterExpr::Time {
+                field: TimeField::OccurredAt,
+                cmp: CmpOp::Ge,
+                at_ms: t,
+            });
+        }
+        if let Some(t) = f.occurred_before {
+            terms.push(FilterExpr::Time {
+                field: TimeField::OccurredAt,
+                cmp: CmpOp::Le,
+                at_ms: t,
+            });
+        }
+        match terms.len() {
+            0 => FilterExpr::All,
+            _ => FilterExpr::And { terms },
+        }
+    }
+
+    /// The manifest's name of a term.
+    fn step_name(&self) -> String {
+        match self {
+            FilterExpr::In { field, .. } => match field {
+                NameField::User => "scope.user",
+                NameField::Conversation => "scope.conversation",
+                NameField::Agent => "scope.agent",
+                NameField::ScopeLabel => "scope.labels",
+                NameField::Kind => "kind",
+            }
+            .into(),
+            FilterExpr::RecordIn { .. } => "record".into(),
+            FilterExpr::StatusIn { .. } => "status".into(),
+            FilterExpr::Time { field, .. } => match field {
+                TimeField::OccurredAt => "occurred_at".into(),
+                TimeField::IngestedAt => "ingested_at".into(),
+            },
+            _ => "filter".into(),
+        }
+    }
+}
+
+/// The status classes of the universe, at the request's times.
+struct Classes {
+    active: RoaringBitmap,
+    superseded: RoaringBitmap,
+    historical: RoaringBitmap,
+    stale: RoaringBitmap,
+    universe: RoaringBitmap,
+}
+
+fn eval(st: &State, e: &FilterExpr, c: &Classes) -> RoaringBitmap {
+    let u = &c.universe;
+    match e {
+        FilterExpr::All => u.clone(),
+        FilterExpr::And { terms } => {
+            let mut b = u.clone();
+            for t in terms {
+                b &= eval(st, t, c);
+            }
+            b
+        }
+        FilterExpr::Or { terms } => {
+            let mut b = RoaringBitmap::new();
+            for t in terms {
+                b |= eval(st, t, c);
+            }
+            b
+        }
+        FilterExpr::Not { term } => u - &eval(st, term, c),
+        FilterExpr::In { field, values } => {
+            let map = match field {
+                NameField::User => &st.bm_user,
+                NameField::Conversation => &st.bm_conversation,
+                NameField::Agent => &st.bm_agent,
+                NameField::ScopeLabel => &st.bm_scope_label,
+                NameField::Kind => &st.bm_kind,
+            };
+            union_of(st, map, values) & u
+        }
+        FilterExpr::RecordIn { types } => {
+            let mut t = RoaringBitmap::new();
+            for r in types {
+                if let Some(x) = st.bm_type.get(r) {
+                    t |= x;
+                }
+            }
+            t & u
+        }
+        FilterExpr::StatusIn { statuses } => {
+            let mut b = RoaringBitmap::new();
+            for s in statuses {
+                b |= match s {
+                    StatusClass::Active => &c.active,
+                    StatusClass::Superseded => &c.superseded,
+                    StatusClass::Historical => &c.historical,
+                    StatusClass::Stale => &c.stale,
+                };
+            }
+            b
+        }
+        FilterExpr::Time { field, cmp, at_ms } => match field {
+            TimeField::OccurredAt => u
+                .iter()
+                .filter(|&i| cmp.holds(st.meta(i).occurred_at, *at_ms))
+                .collect(),
+            // Transaction time follows the log: a prefix or a suffix.
+            TimeField::IngestedAt => {
+                let n = match cmp {
+                    CmpOp::Lt => st.ingested_prefix(at_ms.saturating_sub(1)),
+                    CmpOp::Le | CmpOp::Gt => st.ingested_prefix(*at_ms),
+                    CmpOp::Ge => st.ingested_prefix(at_ms.saturating_sub(1)),
+                };
+                let mut b = u.clone();
+                match cmp {
+                    CmpOp::Lt | CmpOp::Le => {
+                        if n < st.len() as u32 {
+                            b.remove_range(n..);
+                        }
+                    }
+                    CmpOp::Gt | CmpOp::Ge => {
+                        b.remove_range(..n);
+                    }
+                }
+                b
+            }
+        },
+    }
+}
+
+/// Computes eligibility for `tenant` with the labels `held`, from the
+/// classic filters (see [`FilterExpr::from_filters`]).
 pub fn compute(
     st: &State,
     tenant: &str,
     held: &BTreeSet<String>,
     filters: &Filters,
+    cut: &Cut,
+) -> Eligibility {
+    compute_expr(
+        st,
+        tenant,
+        held,
+        &FilterExpr::from_filters(filters, cut.include_historical),
+        cut,
+    )
+}
+
+/// Computes eligibility for `tenant` with the labels `held` and a filter
+/// expression. See the module documentation for the steps.
+pub fn compute_expr(
+    st: &State,
+    tenant: &str,
+    held: &BTreeSet<String>,
+    filter: &FilterExpr,
     cut: &Cut,
 ) -> Eligibility {
     let mut steps = Vec::new();
@@ -196,17 +505,18 @@ pub fn compute(
         push("as_of", &b);
     }
 
-    // status (as it stood at as_of), deleted always excluded
-    let mut allowed_status = vec![Status::Active, Status::Approved];
-    if cut.include_candidates {
-        allowed_status.push(Status::Candidate);
-    }
-    let mut by_status = RoaringBitmap::new();
-    for s in &allowed_status {
-        if let Some(x) = st.bm_status.get(s) {
-            by_status |= x;
-        }
-    }
+    // status as it stood at as_of; deleted always excluded
+    let statuses = [
+        Status::Active,
+        Status::Approved,
+        Status::Superseded,
+        Status::Stale,
+        Status::Candidate,
+    ];
+    let mut at: BTreeMap<Status, RoaringBitmap> = statuses
+        .iter()
+        .map(|s| (*s, st.bm_status.get(s).cloned().unwrap_or_default()))
+        .collect();
     if let Some(t) = as_of {
         // Revert transitions made after t: the status at t is the `from`
         // of the first later transition.
@@ -217,15 +527,24 @@ pub fn compute(
             }
         }
         for (idx, s) in then {
+            for bm in at.values_mut() {
+                bm.remove(idx);
+            }
             let now_deleted = st.meta(idx).status == Status::Deleted;
-            if allowed_status.contains(&s) && !now_deleted {
-                by_status.insert(idx);
-            } else {
-                by_status.remove(idx);
+            if !now_deleted {
+                if let Some(bm) = at.get_mut(&s) {
+                    bm.insert(idx);
+                }
             }
         }
     }
-    b &= &by_status;
+    let mut current = &at[&Status::Active] | &at[&Status::Approved];
+    if cut.include_candidates {
+        current |= &at[&Status::Candidate];
+    }
+    let mut superseded = &at[&Status::Superseded] & &b;
+    let mut stale = &at[&Status::Stale] & &b;
+    b &= &(&current | &(&superseded | &stale));
     push("status", &b);
 
     // retention
@@ -263,7 +582,8 @@ pub fn compute(
         }
         None => HashMap::new(),
     };
-    for idx in (&b & &st.bm_bounded).iter() {
+    let current_now = &b & &current;
+    for idx in (&current_now & &st.bm_bounded).iter() {
         let until = match reverted.get(&idx) {
             Some(u) => *u,
             None => st.meta(idx).valid_until,
@@ -281,61 +601,41 @@ pub fn compute(
         }
         b -= &not_yet;
     }
-    if !cut.include_historical {
-        b -= &historical;
-        historical.clear();
-    }
-    push("validity", &b);
-    let traversable = b.clone();
-
-    // request filters
-    let f = filters;
-    if !f.users.is_empty() {
-        b &= union_of(st, &st.bm_user, &f.users);
-        push("scope.user", &b);
-    }
-    if !f.conversations.is_empty() {
-        b &= union_of(st, &st.bm_conversation, &f.conversations);
-        push("scope.conversation", &b);
-    }
-    if !f.agents.is_empty() {
-        b &= union_of(st, &st.bm_agent, &f.agents);
-        push("scope.agent", &b);
-    }
-    if !f.scope_labels.is_empty() {
-        b &= union_of(st, &st.bm_scope_label, &f.scope_labels);
-        push("scope.labels", &b);
-    }
-    if !f.kinds.is_empty() {
-        b &= union_of(st, &st.bm_kind, &f.kinds);
-        push("kind", &b);
-    }
-    if !f.record_types.is_empty() {
-        let mut t = RoaringBitmap::new();
-        for r in &f.record_types {
-            if let Some(x) = st.bm_type.get(r) {
-                t |= x;
-            }
-        }
-        b &= t;
-        push("record", &b);
-    }
-    if f.occurred_after.is_some() || f.occurred_before.is_some() {
-        let lo = f.occurred_after.unwrap_or(i64::MIN);
-        let hi = f.occurred_before.unwrap_or(i64::MAX);
-        let out: RoaringBitmap = b
-            .iter()
-            .filter(|&i| {
-                let t = st.meta(i).occurred_at;
-                t < lo || t > hi
-            })
-            .collect();
-        b -= out;
-        push("occurred_at", &b);
-    }
+    superseded &= &b;
+    stale &= &b;
     historical &= &b;
+    let classes = Classes {
+        active: &(&b & &current) - &historical,
+        superseded,
+        historical,
+        stale,
+        universe: b,
+    };
+    // Without a status term a request selects the active class.
+    let selected = if filter.mentions_status() {
+        classes.universe.clone()
+    } else {
+        classes.active.clone()
+    };
+    push("validity", &selected);
+    // Graph expansion may walk through what the request's own filters
+    // leave out, but only within the selected statuses.
+    let traversable = selected.clone();
+
+    // request filters, one step per top-level term
+    let mut out = selected;
+    let terms: Vec<&FilterExpr> = match filter {
+        FilterExpr::All => Vec::new(),
+        FilterExpr::And { terms } => terms.iter().collect(),
+        other => vec![other],
+    };
+    for t in terms {
+        out &= eval(st, t, &classes);
+        push(&t.step_name(), &out);
+    }
+    let historical = &classes.historical & &out;
     Eligibility {
-        bitmap: b,
+        bitmap: out,
         historical,
         traversable,
         steps,
