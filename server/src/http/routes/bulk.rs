@@ -146,9 +146,12 @@ fn error_json(e: &ServerError) -> Value {
 impl Bulk {
     async fn run(mut self, body: Body) {
         let outcome = self.read_all(body).await;
+        // complete lines received before a failure of the body are still
+        // appended (and answered)
         let failure = match outcome {
             Ok(()) => self.flush().await.err(),
-            Err(s) => Some(s),
+            Err(Stop::Gone) => Some(Stop::Gone),
+            Err(failed) => Some(self.flush().await.err().unwrap_or(failed)),
         };
         let complete = failure.is_none();
         match failure {
