@@ -17,6 +17,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use engram_engine::{Engram, Options};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -40,10 +41,7 @@ const EXTRA_BLOCKING_THREADS: usize = 8;
 pub fn serve(data: &Path, config: Option<&Path>, listen: Option<&str>) -> ServerResult<()> {
     let cfg = Config::load(data, config, listen)?;
     let keys = KeyStore::open(&cfg.key_file)?;
-    let db = crate::cli::open_store(data).map_err(|e| ServerError::Config {
-        path: data.to_path_buf(),
-        reason: e.0,
-    })?;
+    let db = open(data)?;
     if keys.n_active() == 0 {
         log(
             "warn",
@@ -76,6 +74,51 @@ pub fn serve(data: &Path, config: Option<&Path>, listen: Option<&str>) -> Server
     closed.map_err(ServerError::Engine)?;
     log("info", "stopped", &[]);
     Ok(())
+}
+
+/// Opens the existing store in `data` (never creates one) with the
+/// embedder its settings name, logging what recovery did.
+fn open(data: &Path) -> ServerResult<Engram> {
+    let opts = crate::cli::store_options(data).map_err(|e| ServerError::Config {
+        path: data.to_path_buf(),
+        reason: e.0,
+    })?;
+    let opts = Options {
+        create_if_missing: false,
+        ..opts
+    };
+    let (db, report) = Engram::open_with_report(data, opts).map_err(ServerError::Engine)?;
+    let mut fields = vec![
+        ("store", json!(data.display().to_string())),
+        ("frames_replayed", json!(report.frames_replayed)),
+        ("catalog_caught_up", json!(report.catalog_caught_up)),
+    ];
+    if let Some(t) = &report.log.truncation {
+        fields.push((
+            "log_tail_cut",
+            json!({
+                "segment": t.segment,
+                "offset": t.offset,
+                "bytes": t.bytes_dropped,
+                "unacknowledged_frames": t.dropped_lsns.len(),
+                "reason": format!("{:?}", t.reason),
+            }),
+        ));
+    }
+    if report.catalog_rebuilt {
+        fields.push(("catalog_rebuilt", json!(true)));
+    }
+    if report.lexical_rebuilt {
+        fields.push(("lexical_rebuilt", json!(true)));
+    }
+    if !report.vectors_rebuilt.is_empty() {
+        fields.push(("vectors_rebuilt", json!(report.vectors_rebuilt)));
+    }
+    if report.restore_resumed.is_some() {
+        fields.push(("restore_resumed", json!(true)));
+    }
+    log("info", "store opened", &fields);
+    Ok(db)
 }
 
 async fn run(app: Shared) -> ServerResult<()> {
