@@ -426,3 +426,19 @@ fn sigterm_finishes_the_request_in_flight_then_closes_the_store() {
     let s = Server::start(&dir, None);
     s.json("GET", "/v1/records/e39", Some(&k), None, 200);
 }
+
+#[test]
+fn metrics_can_require_the_store_key() {
+    let (_tmp, dir) = new_store();
+    let tenant = tenant_key(&dir, "t", "p", "admin");
+    let store = key(&dir, &["--admin"]);
+    let s = Server::start(&dir, Some("metrics_auth = \"admin\"\n"));
+    assert_eq!(s.call("GET", "/metrics", None, None).status, 401);
+    assert_eq!(s.call("GET", "/metrics", Some(&tenant), None).status, 403);
+    let m = s.call("GET", "/metrics", Some(&store), None);
+    assert_eq!(m.status, 200);
+    assert!(m.text().contains("engram_up 1"));
+    // the probes stay open
+    s.json("GET", "/healthz", None, None, 200);
+    s.json("GET", "/readyz", None, None, 200);
+}
