@@ -1,6 +1,6 @@
-//! Operator views of a store: statistics, verification (log checksums and
-//! catalog-vs-log agreement), lookup of a record's tenant, and the catalog
-//! rebuild.
+//! Operator views of a store: statistics (of the whole store, or of one
+//! tenant for its admin), verification (log checksums and catalog-vs-log
+//! agreement), lookup of a record's tenant, and the catalog rebuild.
 //!
 //! This module must never change records; the only thing it rewrites is the
 //! derived catalog.
@@ -13,7 +13,7 @@ use engram_storage::catalog::CatalogOp;
 use engram_storage::{Catalog, SegmentLog, StorageError};
 use serde::Serialize;
 
-use crate::db::{Engram, Options, catalog_ops_for, layout};
+use crate::db::{Engram, Options, Session, catalog_ops_for, layout};
 use crate::error::{EngineError, Result};
 use crate::id::RecordId;
 
@@ -72,6 +72,38 @@ pub struct StoreStats {
     /// the next open).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub catalog_problem: Option<String>,
+}
+
+/// Counts of the session's tenant, for its admin
+/// ([`Session::tenant_stats`]): nothing of any other tenant.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct TenantView {
+    /// The tenant.
+    pub tenant: String,
+    /// Its records by kind, type and status (all versions, all statuses).
+    #[serde(flatten)]
+    pub counts: TenantStats,
+    /// Its vector spaces.
+    pub vector_spaces: Vec<SpaceStats>,
+    /// Its vectors not yet in their graph (searched exactly meanwhile).
+    pub pending_vectors: usize,
+}
+
+/// Store-wide counts cheap enough to read on every metrics scrape (no
+/// walk over the records, no catalog flush).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StoreGauges {
+    /// Records in the store (all tenants, versions and statuses).
+    pub records: u64,
+    /// Vectors in every space.
+    pub vectors: u64,
+    /// Vectors waiting for the background indexer (searched exactly
+    /// meanwhile): the indexing lag.
+    pub pending_vectors: u64,
+    /// Vector spaces (one per tenant and model).
+    pub vector_spaces: u64,
+    /// Last LSN applied to the in-memory state.
+    pub applied_lsn: u64,
 }
 
 /// What `verify` found.
@@ -161,6 +193,19 @@ impl Engram {
         }
         s.catalog_records = self.inner.catalog.n_records()?;
         Ok(s)
+    }
+
+    /// Store-wide counts for monitoring (see [`StoreGauges`]).
+    pub fn gauges(&self) -> StoreGauges {
+        let st = self.inner.state.read();
+        let spaces = st.vectors.all();
+        StoreGauges {
+            records: st.len() as u64,
+            vectors: spaces.iter().map(|s| s.len() as u64).sum(),
+            pending_vectors: st.vectors.pending() as u64,
+            vector_spaces: spaces.len() as u64,
+            applied_lsn: st.applied_lsn,
+        }
     }
 
     /// Every catalog entry, by record id: (tenant, location).
@@ -289,5 +334,75 @@ impl Engram {
         n += ops.len() as u64;
         cat.apply(&ops, last, true)?;
         Ok(n)
+    }
+}
+
+impl Session {
+    /// Counts of the session's tenant (records by kind, type and status;
+    /// its vector spaces): what [`Engram::stats`] shows of this tenant,
+    /// and nothing of any other. Needs the tenant admin.
+    pub fn tenant_stats(&self) -> Result<TenantView> {
+        self.db.check_open()?;
+        let st = self.db.inner.state.read();
+        self.authorize(&st, crate::authz::Operation::TenantStats, None)?;
+        let tenant = self.principal.tenant();
+        let mut view = TenantView {
+            tenant: tenant.to_string(),
+            ..TenantView::default()
+        };
+        if let Some(bm) = st.tenant_sym(tenant).and_then(|t| st.bm_tenant.get(&t)) {
+            for idx in bm.iter() {
+                let m = st.meta(idx);
+                let c = &mut view.counts;
+                c.records += 1;
+                *c.by_kind
+                    .entry(st.strings.name(m.kind).to_string())
+                    .or_default() += 1;
+                *c.by_type.entry(m.rtype.name().to_string()).or_default() += 1;
+                *c.by_status.entry(m.status.name().to_string()).or_default() += 1;
+            }
+        }
+        for sp in st.vectors.of_tenant(tenant) {
+            view.pending_vectors += sp.pending();
+            view.vector_spaces.push(SpaceStats {
+                model: sp.model.clone(),
+                dim: sp.dim,
+                vectors: sp.len(),
+                indexed: sp.len() - sp.pending(),
+                derived: sp.derived,
+                graph_bytes: sp.graph_bytes(),
+            });
+        }
+        Ok(view)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{EngineError, Engram, NewRecord, Options, Principal};
+
+    #[test]
+    fn tenant_stats_count_the_tenant_only_and_need_its_admin() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Engram::open(dir.path(), Options::default()).unwrap();
+        for (tenant, n) in [("a", 2), ("b", 3)] {
+            let s = db.session(Principal::user(tenant, "u"));
+            let batch = (0..n)
+                .map(|i| NewRecord::event("note", format!("{tenant} {i}")))
+                .collect();
+            s.append(batch).unwrap();
+        }
+        let view = db.session(Principal::admin("a")).tenant_stats().unwrap();
+        assert_eq!(view.tenant, "a");
+        assert_eq!(view.counts.records, 2);
+        assert_eq!(view.counts.by_kind.get("note"), Some(&2));
+        assert!(view.vector_spaces.is_empty());
+        let empty = db.session(Principal::admin("c")).tenant_stats().unwrap();
+        assert_eq!(empty.counts.records, 0);
+        assert!(matches!(
+            db.session(Principal::user("a", "u")).tenant_stats(),
+            Err(EngineError::Forbidden { .. })
+        ));
+        db.close().unwrap();
     }
 }

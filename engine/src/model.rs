@@ -562,8 +562,9 @@ impl NewRecord {
     }
 }
 
-/// Checks a name (tenant, principal, label, kind, ...): non-empty, within
-/// `NAME_BYTES_MAX`, no control characters.
+/// Checks a name (tenant, principal, label, kind, ...): non-empty, at most
+/// [`limits::NAME_BYTES_MAX`] bytes, no control characters, no surrounding
+/// whitespace. `field` names it in the error.
 pub fn check_name(field: &str, s: &str) -> Result<()> {
     if s.is_empty() {
         return Err(EngineError::invalid(field, "must not be empty"));

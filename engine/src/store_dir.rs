@@ -5,7 +5,9 @@
 //! A store directory holds `ENGRAM` (this marker: a small JSON document
 //! with the store format version), `LOCK`, `log/`, `derived/`,
 //! `catalog.redb`, `ledger.jsonl`, `settings.snap`, and transiently
-//! `restore.pending`, `log.restore/`, `log.old/`, `quarantine/`.
+//! `restore.pending`, `log.restore/`, `log.old/`, `quarantine/`. The
+//! server keeps its API key hashes beside them in `keys.json` (with its
+//! lock file `keys.json.lock`; neither is part of a backup).
 //!
 //! Rules:
 //! - a store is created only in a missing or empty directory, and only when

@@ -93,6 +93,35 @@ fn one(o: &Map<String, Value>, keys: &[&str]) -> Result<Option<String>, (String,
 
 /// Parses one case.
 pub fn parse_case(text: &str, line: usize) -> Result<EvalCase, LineError> {
+    parse_case_as(text, line, false)
+}
+
+/// Parses one case run as a session's principal (the server's API key):
+/// the case may not name a tenant or principal (`tenant`, `tenant_id`,
+/// `principal` at the top level or in `scope`), and its `tenant` is left
+/// empty for the caller to ignore.
+pub fn parse_session_case(text: &str, line: usize) -> Result<EvalCase, LineError> {
+    parse_case_as(text, line, true)
+}
+
+/// Parses a JSONL text of cases run as a session's principal (see
+/// [`parse_session_case`]); blank and `#` lines are skipped.
+pub fn parse_session_cases(text: &str) -> Result<Vec<EvalCase>, LineError> {
+    let mut out = Vec::new();
+    for (i, l) in text.lines().enumerate() {
+        let t = l.trim();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        out.push(parse_session_case(t, i + 1)?);
+    }
+    Ok(out)
+}
+
+/// Fields of a case that name who runs it.
+const SESSION_FIELDS: &[&str] = &["tenant", "tenant_id", "principal"];
+
+fn parse_case_as(text: &str, line: usize, session: bool) -> Result<EvalCase, LineError> {
     let o = crate::ingest::json_object(text, line)?;
     (|| {
         let case_id = match o.get("case_id") {
@@ -106,9 +135,23 @@ pub fn parse_case(text: &str, line: usize) -> Result<EvalCase, LineError> {
             None | Some(Value::Null) => &empty,
             Some(_) => return Err(("scope".to_string(), "expected an object".to_string())),
         };
-        let tenant = one(scope, &["tenant", "tenant_id"])?
-            .or(one(&o, &["tenant", "tenant_id"])?)
-            .ok_or_else(|| ("scope.tenant".to_string(), "required".to_string()))?;
+        let tenant = if session {
+            for (prefix, m) in [("", &o), ("scope.", scope)] {
+                if let Some(f) = SESSION_FIELDS.iter().find(|f| m.contains_key(**f)) {
+                    return Err((
+                        format!("{prefix}{f}"),
+                        "a case cannot name a tenant or principal here: it runs as the \
+                         principal of the API key"
+                            .to_string(),
+                    ));
+                }
+            }
+            String::new()
+        } else {
+            one(scope, &["tenant", "tenant_id"])?
+                .or(one(&o, &["tenant", "tenant_id"])?)
+                .ok_or_else(|| ("scope.tenant".to_string(), "required".to_string()))?
+        };
         let filters = Filters {
             users: strs(scope, &["user", "user_id"])?,
             conversations: strs(scope, &["conversation", "conversation_id"])?,
@@ -317,6 +360,27 @@ mod tests {
         assert!(c.request.as_of.is_some());
         let e = parse_case(r#"{"query": "x"}"#, 4).unwrap_err();
         assert_eq!(e.field, "scope.tenant");
+    }
+
+    #[test]
+    fn session_cases_name_no_tenant_or_principal() {
+        let c = parse_session_case(r#"{"query": "x", "scope": {"user": "u"}}"#, 2).unwrap();
+        assert_eq!(c.tenant, "");
+        assert_eq!(c.request.filters.users, vec!["u"]);
+        for (line, field) in [
+            (r#"{"query": "x", "tenant": "t"}"#, "tenant"),
+            (r#"{"query": "x", "principal": "p"}"#, "principal"),
+            (
+                r#"{"query": "x", "scope": {"tenant_id": "t"}}"#,
+                "scope.tenant_id",
+            ),
+        ] {
+            let e = parse_session_case(line, 3).unwrap_err();
+            assert_eq!((e.line, e.field.as_str()), (3, field), "{line}");
+        }
+        let e = parse_session_cases("{\"query\": \"a\"}\n\n{\"query\": \"b\", \"tenant\": \"t\"}")
+            .unwrap_err();
+        assert_eq!(e.line, 3);
     }
 
     fn hit(ext: &str, rank: usize) -> Hit {

@@ -20,6 +20,7 @@
 //! | `include_historical` | bool | keep records whose validity ended |
 //! | `occurred_after`, `occurred_before` | RFC 3339 | valid-time range |
 //! | `id` | string | echoed back as `query_id` |
+//! | `explain` | bool | return the manifest with the hits |
 //!
 //! This module must never touch a store.
 
@@ -220,7 +221,12 @@ fn parse_object(o: &Map<String, Value>) -> R<(Option<String>, RecallRequest)> {
         Some(Value::String(s)) => Some(s.clone()),
         Some(v) => Some(v.to_string()),
     };
-    let req = build_request(
+    let explain = match o.get("explain") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(("explain".into(), "expected a boolean".into())),
+    };
+    let mut req = build_request(
         opt_str(o, "text")?,
         vector,
         opt_str(o, "model")?,
@@ -232,6 +238,7 @@ fn parse_object(o: &Map<String, Value>) -> R<(Option<String>, RecallRequest)> {
         opt_time(o, "valid_at")?,
         include_historical,
     )?;
+    req.explain = explain;
     Ok((query_id, req))
 }
 

@@ -109,6 +109,11 @@ pub enum Command {
     /// Benchmarks (`engram bench ingest`, `engram bench ann`).
     #[command(subcommand)]
     Bench(crate::bench::BenchCommand),
+    /// Serve the store over HTTP/1.1 + JSON (API keys from `engram keys create`; see docs/server.md).
+    Serve(crate::keys_cmd::ServeArgs),
+    /// API keys of the server: create, list, revoke.
+    #[command(subcommand)]
+    Keys(crate::keys_cmd::KeysCommand),
 }
 
 /// `engram demo`.
@@ -310,6 +315,8 @@ fn dispatch(cli: Cli) -> CliResult {
         Command::Backup(a) => crate::lifecycle_cmd::backup(&data, a),
         Command::Restore(a) => crate::lifecycle_cmd::restore(&data, a),
         Command::Bench(b) => crate::bench::run(&data, b),
+        Command::Serve(a) => crate::keys_cmd::serve(&data, a),
+        Command::Keys(k) => crate::keys_cmd::keys(&data, k),
     }
 }
 

@@ -1,8 +1,8 @@
 //! # engram-server
 //!
 //! The `engram` command line: the operator's door to a store (demo, ingest,
-//! reads, lifecycle operations, verification, benchmarks), and later the
-//! HTTP server. Every command compiles its arguments to the same engine
+//! reads, lifecycle operations, verification, benchmarks), and the HTTP
+//! server (`engram serve`, [`http`]) with its API keys (`engram keys`). Every command compiles its arguments to the same engine
 //! requests the embedded API uses; nothing here decides what a record means.
 //!
 //! This crate must never read or write store files directly: it goes
@@ -12,6 +12,8 @@ pub mod bench;
 pub mod bench_ann;
 pub mod cli;
 pub mod demo;
+pub mod http;
+pub mod keys_cmd;
 pub mod lifecycle_cmd;
 pub mod output;
 pub mod recall_cmd;

@@ -39,6 +39,10 @@ pub enum OpenMode {
     CreateNew,
     /// Read and write; created or truncated to zero length.
     Truncate,
+    /// Like `Truncate`, for secrets: on a real file system the file is
+    /// readable and writable by its owner only (mode 0600, also imposed on
+    /// a file that already existed).
+    TruncatePrivate,
 }
 
 /// One entry of a directory listing.
@@ -239,10 +243,17 @@ impl Backend for FsBackend {
             OpenMode::Truncate => {
                 o.write(true).create(true).truncate(true);
             }
+            OpenMode::TruncatePrivate => {
+                use std::os::unix::fs::OpenOptionsExt;
+                o.write(true).create(true).truncate(true).mode(0o600);
+            }
         }
-        Ok(Arc::new(FsFile {
-            file: o.open(path)?,
-        }))
+        let file = o.open(path)?;
+        if mode == OpenMode::TruncatePrivate {
+            use std::os::unix::fs::PermissionsExt;
+            file.set_permissions(fs::Permissions::from_mode(0o600))?;
+        }
+        Ok(Arc::new(FsFile { file }))
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
@@ -771,7 +782,7 @@ impl Backend for MemBackend {
                     format!("{} exists", path.display()),
                 ));
             }
-            (OpenMode::Truncate, Some(f)) => {
+            (OpenMode::Truncate | OpenMode::TruncatePrivate, Some(f)) => {
                 let mut st = f.state.lock();
                 let _ = self.faults.lock().resize(st.data.len(), 0);
                 st.data.clear();

@@ -185,12 +185,34 @@ pub fn write_all_durable(backend: &dyn Backend, path: &Path, bytes: &[u8]) -> St
     write_parts_durable(backend, path, &[bytes])
 }
 
+/// [`write_all_durable`] for a file holding secrets: readable and
+/// writable by its owner only (mode 0600 on a real file system) from the
+/// moment it is created, so no other user can ever read it.
+pub fn write_private_durable(
+    backend: &dyn Backend,
+    path: &Path,
+    bytes: &[u8],
+) -> StorageResult<()> {
+    write_file_durable(backend, path, &[bytes], OpenMode::TruncatePrivate)
+}
+
 /// [`write_all_durable`] of the concatenation of `parts`, without building it.
 fn write_parts_durable(backend: &dyn Backend, path: &Path, parts: &[&[u8]]) -> StorageResult<()> {
+    write_file_durable(backend, path, parts, OpenMode::Truncate)
+}
+
+/// Writes `parts` to a temporary file opened with `mode`, syncs it, renames
+/// it over `path` and syncs the directory.
+fn write_file_durable(
+    backend: &dyn Backend,
+    path: &Path,
+    parts: &[&[u8]],
+    mode: OpenMode,
+) -> StorageResult<()> {
     let tmp = tmp_path(path);
     let written = (|| {
         let f = backend
-            .open(&tmp, OpenMode::Truncate)
+            .open(&tmp, mode)
             .map_err(|e| StorageError::io(&tmp, e))?;
         let mut at = 0u64;
         for p in parts {
@@ -493,6 +515,24 @@ mod tests {
         b.write_file(p, &bytes);
         let e = read_snapshot(&b, p, *b"ENGRTEST", 1).unwrap_err();
         assert!(e.to_string().contains("body checksum"), "{e}");
+    }
+
+    #[test]
+    fn private_files_are_owner_only_even_when_replacing_a_readable_one() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("secret.json");
+        std::fs::write(&p, b"old").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        // a temporary file left readable by an earlier crash
+        let tmp = tmp_path(&p);
+        std::fs::write(&tmp, b"stale").unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644)).unwrap();
+        write_private_durable(&FsBackend, &p, b"new").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"new");
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert!(!tmp.exists());
     }
 
     #[test]

@@ -237,6 +237,14 @@ pub struct LogStats {
     pub n_groups: u64,
     /// Frames appended since open.
     pub n_frames_appended: u64,
+    /// Time spent in the `fdatasync` of appended frames since open, in
+    /// microseconds (one or more per group commit).
+    pub fsync_us_total: u64,
+    /// `fdatasync` calls of appended frames since open.
+    pub n_fsyncs: u64,
+    /// Time from the start of writing a group to its frames being durable,
+    /// summed over the group commits since open, in microseconds.
+    pub group_commit_us_total: u64,
 }
 
 /// One problem found by [`SegmentLog::verify`].
@@ -271,6 +279,9 @@ struct Shared {
     last_lsn: AtomicU64,
     n_groups: AtomicU64,
     n_frames: AtomicU64,
+    fsync_us_total: AtomicU64,
+    n_fsyncs: AtomicU64,
+    group_commit_us_total: AtomicU64,
 }
 
 /// The segment log. See the module documentation.
@@ -612,6 +623,9 @@ impl SegmentLog {
             last_lsn: AtomicU64::new(prev_end),
             n_groups: AtomicU64::new(0),
             n_frames: AtomicU64::new(0),
+            fsync_us_total: AtomicU64::new(0),
+            n_fsyncs: AtomicU64::new(0),
+            group_commit_us_total: AtomicU64::new(0),
         });
         if shared.segments.read().is_empty() && !read_only {
             let seg = create_segment(
@@ -846,6 +860,9 @@ impl SegmentLog {
             last_lsn: self.last_lsn(),
             n_groups: self.shared.n_groups.load(Ordering::Relaxed),
             n_frames_appended: self.shared.n_frames.load(Ordering::Relaxed),
+            fsync_us_total: self.shared.fsync_us_total.load(Ordering::Relaxed),
+            n_fsyncs: self.shared.n_fsyncs.load(Ordering::Relaxed),
+            group_commit_us_total: self.shared.group_commit_us_total.load(Ordering::Relaxed),
         }
     }
 
@@ -1270,6 +1287,11 @@ fn preallocate(shared: &Shared, seg: &Segment, end: u64) -> StorageResult<()> {
     }
 }
 
+/// Microseconds since `t` (saturating).
+fn micros_since(t: std::time::Instant) -> u64 {
+    u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
 fn poison(shared: &Shared, why: String) -> StorageError {
     let mut p = shared.poisoned.lock();
     if p.is_none() {
@@ -1297,7 +1319,11 @@ fn commit_group(
     }
     let mut runs = Vec::new();
     let mut done: Vec<AppendOutcome> = Vec::with_capacity(batches.len());
+    let started = std::time::Instant::now();
     let failure = write_runs(shared, next_lsn, &batches, &mut runs, &mut done).err();
+    shared
+        .group_commit_us_total
+        .fetch_add(micros_since(started), Ordering::Relaxed);
     shared.n_groups.fetch_add(1, Ordering::Relaxed);
     let mut done = done.into_iter();
     // A failure before any fsync of the group (a full disk) leaves the log
@@ -1454,9 +1480,14 @@ fn write_runs(
             *next_lsn = first_lsn;
             return Err(Clean(e));
         }
+        let synced = std::time::Instant::now();
         seg.file
             .sync_data()
             .map_err(|e| Fatal(StorageError::io(&seg.path, e)))?;
+        shared
+            .fsync_us_total
+            .fetch_add(micros_since(synced), Ordering::Relaxed);
+        shared.n_fsyncs.fetch_add(1, Ordering::Relaxed);
         seg.zeroed_len
             .fetch_max(start + run_bytes, Ordering::AcqRel);
         seg.durable_len.store(start + run_bytes, Ordering::Release);

@@ -1,0 +1,237 @@
+//! The state every handler shares: the open store, the keys, the limits,
+//! the metrics, and the bounded queues through which handlers reach the
+//! engine.
+//!
+//! Engine calls block (an append waits for its group commit's fsync), so
+//! they run on tokio's blocking pool, and only after taking a slot of a
+//! queue: writes ([`App::write`]: appends, lifecycle operations, bulk
+//! batches) into the single group-commit writer, reads ([`App::read`]),
+//! and backups. A full queue answers 429 with `Retry-After` instead of
+//! buffering requests; the slot is held until the engine call returns,
+//! even when the client has gone (a request past its deadline), so the
+//! work in the blocking pool stays bounded by the queue sizes.
+//!
+//! This module must never decide what a caller may do (that is
+//! `engram_engine::authz`) nor touch a file of the store.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use engram_engine::{EngineError, Engram};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::http::config::Config;
+use crate::http::error::{ServerError, ServerResult};
+use crate::http::keys::KeyStore;
+use crate::http::logging;
+use crate::http::metrics::{Metrics, Snapshot};
+
+/// Everything the handlers share.
+#[derive(Debug)]
+pub struct App {
+    /// The open store.
+    pub db: Engram,
+    /// The API keys.
+    pub keys: KeyStore,
+    /// Configuration and limits.
+    pub cfg: Config,
+    /// Counters.
+    pub metrics: Metrics,
+    writes: Arc<Semaphore>,
+    reads: Arc<Semaphore>,
+    backups: Arc<Semaphore>,
+    ready: AtomicBool,
+    request_seq: AtomicU64,
+    request_prefix: String,
+    last_key_problem: Mutex<Option<String>>,
+}
+
+/// What handlers hold.
+pub type Shared = Arc<App>;
+
+/// Which bounded queue a call goes through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Queue {
+    /// Into the group-commit writer.
+    Write,
+    /// Reads.
+    Read,
+    /// Online backups (one at a time).
+    Backup,
+}
+
+impl App {
+    /// The state of a server over `db`.
+    pub fn new(db: Engram, keys: KeyStore, cfg: Config) -> App {
+        let l = &cfg.limits;
+        let mut prefix = [0u8; 4];
+        let _ = getrandom::fill(&mut prefix);
+        App {
+            db,
+            keys,
+            writes: Arc::new(Semaphore::new(l.appends_in_flight_max)),
+            reads: Arc::new(Semaphore::new(l.queries_in_flight_max)),
+            backups: Arc::new(Semaphore::new(1)),
+            cfg,
+            metrics: Metrics::default(),
+            ready: AtomicBool::new(true),
+            request_seq: AtomicU64::new(0),
+            request_prefix: engram_engine::db::hex(&prefix),
+            last_key_problem: Mutex::new(None),
+        }
+    }
+
+    /// A fresh request id (`<process prefix>-<sequence>`).
+    pub fn next_request_id(&self) -> String {
+        let n = self.request_seq.fetch_add(1, Ordering::Relaxed) + 1;
+        format!("{}-{n}", self.request_prefix)
+    }
+
+    /// Whether the server still accepts requests.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Marks the server as shutting down (`/readyz` answers 503).
+    pub fn stop_accepting(&self) {
+        self.ready.store(false, Ordering::Release);
+    }
+
+    /// Logs a key-file problem once (until it changes).
+    pub fn key_problem(&self, problem: String) {
+        if let Ok(mut last) = self.last_key_problem.lock() {
+            if last.as_deref() != Some(problem.as_str()) {
+                logging::log(
+                    "error",
+                    "key file unusable: every key is refused until it is fixed",
+                    &[("error", problem.clone().into())],
+                );
+                *last = Some(problem);
+            }
+        }
+    }
+
+    /// What `/metrics` shows of the engine and the queues now.
+    pub fn snapshot(&self) -> Snapshot {
+        let l = &self.cfg.limits;
+        Snapshot {
+            log: self.db.log_stats(),
+            store: self.db.gauges(),
+            appends_in_flight: (
+                l.appends_in_flight_max - self.writes.available_permits(),
+                l.appends_in_flight_max,
+            ),
+            queries_in_flight: (
+                l.queries_in_flight_max - self.reads.available_permits(),
+                l.queries_in_flight_max,
+            ),
+            keys_active: self.keys.n_active(),
+            ready: self.is_ready(),
+        }
+    }
+
+    /// Takes a slot of `queue`, waiting at most its configured time.
+    pub async fn slot(&self, queue: Queue) -> ServerResult<OwnedSemaphorePermit> {
+        let l = &self.cfg.limits;
+        let (sem, wait_ms, what) = match queue {
+            Queue::Write => (&self.writes, l.append_queue_wait_ms, "appends"),
+            Queue::Read => (&self.reads, l.query_queue_wait_ms, "queries"),
+            Queue::Backup => (&self.backups, 0, "backups"),
+        };
+        let got = match sem.clone().try_acquire_owned() {
+            Ok(p) => Some(p),
+            Err(_) if wait_ms == 0 => None,
+            Err(_) => {
+                tokio::time::timeout(Duration::from_millis(wait_ms), sem.clone().acquire_owned())
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+            }
+        };
+        got.ok_or_else(|| {
+            self.metrics.throttled(what);
+            ServerError::Busy {
+                what,
+                retry_after_s: 1,
+            }
+        })
+    }
+
+    /// Takes a slot of `queue`, waiting as long as it takes (bulk ingest:
+    /// the stream's backpressure).
+    pub async fn wait_slot(&self, queue: Queue) -> OwnedSemaphorePermit {
+        let sem = match queue {
+            Queue::Write => &self.writes,
+            Queue::Read => &self.reads,
+            Queue::Backup => &self.backups,
+        };
+        loop {
+            // the semaphores are never closed
+            if let Ok(p) = sem.clone().acquire_owned().await {
+                return p;
+            }
+        }
+    }
+
+    /// Runs the blocking engine call `f` through `queue`.
+    pub async fn run<T, F>(&self, queue: Queue, f: F) -> ServerResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> Result<T, EngineError> + Send + 'static,
+    {
+        let permit = self.slot(queue).await?;
+        run_blocking(move || {
+            let r = f();
+            drop(permit);
+            r.map_err(ServerError::from)
+        })
+        .await
+    }
+
+    /// [`App::run`] through the write queue.
+    pub async fn write<T, F>(&self, f: F) -> ServerResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> Result<T, EngineError> + Send + 'static,
+    {
+        self.run(Queue::Write, f).await
+    }
+
+    /// [`App::run`] through the read queue.
+    pub async fn read<T, F>(&self, f: F) -> ServerResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> Result<T, EngineError> + Send + 'static,
+    {
+        self.run(Queue::Read, f).await
+    }
+
+    /// Runs an append batch of `n_records` through the write queue and
+    /// records its size and engine time.
+    pub async fn append<T, F>(&self, n_records: usize, f: F) -> ServerResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> Result<T, EngineError> + Send + 'static,
+    {
+        let started = Instant::now();
+        let r = self.write(f).await?;
+        self.metrics
+            .append(n_records, started.elapsed().as_secs_f64());
+        Ok(r)
+    }
+}
+
+/// Runs `f` on the blocking pool; a panic in it is an internal error.
+pub async fn run_blocking<T, F>(f: F) -> ServerResult<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> ServerResult<T> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ServerError::Internal {
+            detail: format!("engine call failed: {e}"),
+        })?
+}

@@ -1,0 +1,171 @@
+//! Request bodies: read under the size limit, checked as UTF-8 and JSON
+//! with the position of the first fault, and refused when they name a
+//! tenant or principal.
+//!
+//! Typed bodies ([`JsonBody`]) are deserialized into the handlers' request
+//! types with the path of a bad field (`reason`, `period`); ingest records
+//! and recall requests go through `engram-query`'s parsers, which name
+//! their fields the same way for every door (CLI, server).
+//!
+//! This module must never hold more than the configured limit of a body
+//! in memory, nor log a body.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::http::app::Shared;
+use crate::http::error::{ServerError, ServerResult};
+
+/// Top-level fields no request body may carry: who acts comes from the key.
+pub const SESSION_FIELDS: &[&str] = &["tenant", "principal"];
+
+/// A whole request body, at most `limits.body_bytes_max` bytes.
+#[derive(Debug)]
+pub struct RawBody(pub Bytes);
+
+impl FromRequest<Shared> for RawBody {
+    type Rejection = ServerError;
+
+    async fn from_request(req: Request, app: &Shared) -> Result<Self, Self::Rejection> {
+        let limit = app.cfg.limits.body_bytes_max;
+        read_limited(req.into_body(), limit).await.map(RawBody)
+    }
+}
+
+/// Reads `body` whole, refusing it past `limit` bytes (without reading
+/// further).
+pub async fn read_limited(body: axum::body::Body, limit: u64) -> ServerResult<Bytes> {
+    let limit_usize = usize::try_from(limit).unwrap_or(usize::MAX);
+    match Limited::new(body, limit_usize).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            Err(ServerError::TooLarge { limit_bytes: limit })
+        }
+        Err(e) => Err(ServerError::bad_request(
+            "body",
+            format!("could not read the request body: {e}"),
+        )),
+    }
+}
+
+/// `bytes` as UTF-8, or a 400 naming the line and column of the first
+/// invalid byte.
+pub fn utf8(bytes: &[u8]) -> ServerResult<&str> {
+    std::str::from_utf8(bytes).map_err(|e| {
+        let good = &bytes[..e.valid_up_to()];
+        let line = 1 + good.iter().filter(|&&b| b == b'\n').count();
+        let line_start = good.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        let column = 1 + String::from_utf8_lossy(&good[line_start..]).chars().count();
+        ServerError::BadJson {
+            item: None,
+            line,
+            column,
+            reason: "invalid UTF-8".to_string(),
+        }
+    })
+}
+
+/// Refuses an object naming a session field.
+pub fn no_session_fields(o: &serde_json::Map<String, Value>) -> ServerResult<()> {
+    match SESSION_FIELDS.iter().find(|f| o.contains_key(**f)) {
+        Some(f) => Err(ServerError::SessionField {
+            item: None,
+            line: None,
+            field: (*f).to_string(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Parses `text` as one JSON object (syntax errors: 400 with position; a
+/// non-object: 400; a session field: 400).
+pub fn json_object(text: &str) -> ServerResult<serde_json::Map<String, Value>> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(o)) => {
+            no_session_fields(&o)?;
+            Ok(o)
+        }
+        Ok(_) => Err(ServerError::bad_request("body", "expected a JSON object")),
+        Err(e) => Err(ServerError::bad_json(&e, None)),
+    }
+}
+
+/// A body deserialized into `T` (a request type of a handler): JSON
+/// errors are 400 with their position, field errors 422 with the field's
+/// path.
+#[derive(Debug)]
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<Shared> for JsonBody<T> {
+    type Rejection = ServerError;
+
+    async fn from_request(req: Request, app: &Shared) -> Result<Self, Self::Rejection> {
+        let RawBody(bytes) = RawBody::from_request(req, app).await?;
+        parse_typed(&bytes).map(JsonBody)
+    }
+}
+
+/// See [`JsonBody`]. An empty body is read as `{}`.
+pub fn parse_typed<T: DeserializeOwned>(bytes: &[u8]) -> ServerResult<T> {
+    let text = utf8(bytes)?;
+    let text = if text.trim().is_empty() { "{}" } else { text };
+    let o = json_object(text)?;
+    serde_path_to_error::deserialize(Value::Object(o)).map_err(|e| {
+        let field = e.path().to_string();
+        let field = if field == "." {
+            "body".to_string()
+        } else {
+            field
+        };
+        ServerError::invalid(None, field, e.into_inner().to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Req {
+        reason: Option<String>,
+        n: Option<u32>,
+    }
+
+    #[test]
+    fn faults_are_named_with_their_position_or_field() {
+        let e = parse_typed::<Req>(b"{\n  \"reason\": \"x\",\n  \"n\": }").unwrap_err();
+        assert!(matches!(e, ServerError::BadJson { line: 3, .. }), "{e:?}");
+        let e = parse_typed::<Req>(b"{\"n\": -1}").unwrap_err();
+        assert_eq!(e.details()["field"], "n");
+        assert_eq!(e.status(), 422);
+        let e = parse_typed::<Req>(b"{\"reasn\": \"x\"}").unwrap_err();
+        assert!(e.to_string().contains("reasn"), "{e}");
+        let e = parse_typed::<Req>(b"{\"tenant\": \"t\"}").unwrap_err();
+        assert!(matches!(e, ServerError::SessionField { .. }), "{e:?}");
+        let e = parse_typed::<Req>(b"[1]").unwrap_err();
+        assert_eq!(e.status(), 400);
+        let e = parse_typed::<Req>(b"{\"reason\":\n\"a\xffb\"}").unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ServerError::BadJson {
+                    line: 2,
+                    column: 3,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(parse_typed::<Req>(b"").unwrap().reason.is_none());
+        let deep = "[".repeat(100_000);
+        assert_eq!(
+            parse_typed::<Req>(deep.as_bytes()).unwrap_err().status(),
+            400
+        );
+    }
+}

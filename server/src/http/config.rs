@@ -1,0 +1,339 @@
+//! Configuration of `engram serve`: the listen address, the key file and
+//! every limit, as named constants with defaults that an optional TOML file
+//! (`--config engram.toml`) overrides.
+//!
+//! ```toml
+//! listen = "127.0.0.1:7878"
+//! key_file = "keys.json"        # relative to the data directory
+//! metrics_auth = "none"         # or "admin": /metrics needs the store key
+//!
+//! [limits]
+//! body_bytes_max = 16777216
+//! request_timeout_ms = 30000
+//! appends_in_flight_max = 64
+//! ```
+//!
+//! Limits the engine also enforces (batch size, k, query text) may only be
+//! lowered here. This module must never read anything but the file it is
+//! given, and never accept an unknown setting silently.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use engram_engine::model::limits as engine;
+use serde::Deserialize;
+
+use crate::http::error::{ServerError, ServerResult};
+
+/// Default listen address.
+pub const LISTEN_DEFAULT: &str = "127.0.0.1:7878";
+/// Bytes of a request body (bulk ingest has its own limit).
+pub const BODY_BYTES_MAX_DEFAULT: u64 = 16 << 20;
+/// Bytes of a bulk ingest body (streamed: never held whole in memory).
+pub const BULK_BODY_BYTES_MAX_DEFAULT: u64 = 4 << 30;
+/// Bytes of one line of a bulk ingest body.
+pub const BULK_LINE_BYTES_MAX_DEFAULT: usize = 4 << 20;
+/// Records of one append request (and most lines of one bulk batch).
+pub const BATCH_RECORDS_MAX_DEFAULT: usize = engine::BATCH_RECORDS_MAX;
+/// Lines per atomic batch of bulk ingest when the request does not say.
+pub const BULK_BATCH_DEFAULT: usize = 1000;
+/// Results of one recall.
+pub const K_MAX_DEFAULT: usize = engine::K_MAX;
+/// Bytes of a query text.
+pub const QUERY_TEXT_BYTES_MAX_DEFAULT: usize = engine::QUERY_TEXT_BYTES_MAX;
+/// Byte budget of one context assembly.
+pub const CONTEXT_BUDGET_BYTES_MAX_DEFAULT: usize = 1 << 20;
+/// Items of one context section (semantic, episodic, recent).
+pub const CONTEXT_ITEMS_MAX_DEFAULT: usize = 200;
+/// Cases of one eval request.
+pub const EVAL_CASES_MAX_DEFAULT: usize = 1000;
+/// Records of one list request.
+pub const LIST_LIMIT_MAX_DEFAULT: usize = 1000;
+/// Deadline of one request (bulk ingest: until its response starts).
+pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+/// Time a client has to send the request head.
+pub const HEADER_READ_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+/// Longest silence within a streamed bulk ingest body.
+pub const BODY_IDLE_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+/// Writes (appends, lifecycle operations, bulk batches) in flight.
+pub const APPENDS_IN_FLIGHT_MAX_DEFAULT: usize = 64;
+/// How long a write waits for a slot before 429.
+pub const APPEND_QUEUE_WAIT_MS_DEFAULT: u64 = 0;
+/// Reads (get, recall, context, eval, verify, ...) in flight.
+pub const QUERIES_IN_FLIGHT_MAX_DEFAULT: usize = 32;
+/// How long a read waits for a slot before 429.
+pub const QUERY_QUEUE_WAIT_MS_DEFAULT: u64 = 250;
+/// Open connections; more are closed at once.
+pub const CONNECTIONS_MAX_DEFAULT: usize = 1024;
+/// How long shutdown waits for in-flight requests.
+pub const SHUTDOWN_GRACE_MS_DEFAULT: u64 = 30_000;
+
+/// Limits of the server.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// See [`BODY_BYTES_MAX_DEFAULT`].
+    pub body_bytes_max: u64,
+    /// See [`BULK_BODY_BYTES_MAX_DEFAULT`].
+    pub bulk_body_bytes_max: u64,
+    /// See [`BULK_LINE_BYTES_MAX_DEFAULT`].
+    pub bulk_line_bytes_max: usize,
+    /// See [`BATCH_RECORDS_MAX_DEFAULT`].
+    pub batch_records_max: usize,
+    /// See [`BULK_BATCH_DEFAULT`].
+    pub bulk_batch_default: usize,
+    /// See [`K_MAX_DEFAULT`].
+    pub k_max: usize,
+    /// See [`QUERY_TEXT_BYTES_MAX_DEFAULT`].
+    pub query_text_bytes_max: usize,
+    /// See [`CONTEXT_BUDGET_BYTES_MAX_DEFAULT`].
+    pub context_budget_bytes_max: usize,
+    /// See [`CONTEXT_ITEMS_MAX_DEFAULT`].
+    pub context_items_max: usize,
+    /// See [`EVAL_CASES_MAX_DEFAULT`].
+    pub eval_cases_max: usize,
+    /// See [`LIST_LIMIT_MAX_DEFAULT`].
+    pub list_limit_max: usize,
+    /// See [`REQUEST_TIMEOUT_MS_DEFAULT`].
+    pub request_timeout_ms: u64,
+    /// See [`HEADER_READ_TIMEOUT_MS_DEFAULT`].
+    pub header_read_timeout_ms: u64,
+    /// See [`BODY_IDLE_TIMEOUT_MS_DEFAULT`].
+    pub body_idle_timeout_ms: u64,
+    /// See [`APPENDS_IN_FLIGHT_MAX_DEFAULT`].
+    pub appends_in_flight_max: usize,
+    /// See [`APPEND_QUEUE_WAIT_MS_DEFAULT`].
+    pub append_queue_wait_ms: u64,
+    /// See [`QUERIES_IN_FLIGHT_MAX_DEFAULT`].
+    pub queries_in_flight_max: usize,
+    /// See [`QUERY_QUEUE_WAIT_MS_DEFAULT`].
+    pub query_queue_wait_ms: u64,
+    /// See [`CONNECTIONS_MAX_DEFAULT`].
+    pub connections_max: usize,
+    /// See [`SHUTDOWN_GRACE_MS_DEFAULT`].
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            body_bytes_max: BODY_BYTES_MAX_DEFAULT,
+            bulk_body_bytes_max: BULK_BODY_BYTES_MAX_DEFAULT,
+            bulk_line_bytes_max: BULK_LINE_BYTES_MAX_DEFAULT,
+            batch_records_max: BATCH_RECORDS_MAX_DEFAULT,
+            bulk_batch_default: BULK_BATCH_DEFAULT,
+            k_max: K_MAX_DEFAULT,
+            query_text_bytes_max: QUERY_TEXT_BYTES_MAX_DEFAULT,
+            context_budget_bytes_max: CONTEXT_BUDGET_BYTES_MAX_DEFAULT,
+            context_items_max: CONTEXT_ITEMS_MAX_DEFAULT,
+            eval_cases_max: EVAL_CASES_MAX_DEFAULT,
+            list_limit_max: LIST_LIMIT_MAX_DEFAULT,
+            request_timeout_ms: REQUEST_TIMEOUT_MS_DEFAULT,
+            header_read_timeout_ms: HEADER_READ_TIMEOUT_MS_DEFAULT,
+            body_idle_timeout_ms: BODY_IDLE_TIMEOUT_MS_DEFAULT,
+            appends_in_flight_max: APPENDS_IN_FLIGHT_MAX_DEFAULT,
+            append_queue_wait_ms: APPEND_QUEUE_WAIT_MS_DEFAULT,
+            queries_in_flight_max: QUERIES_IN_FLIGHT_MAX_DEFAULT,
+            query_queue_wait_ms: QUERY_QUEUE_WAIT_MS_DEFAULT,
+            connections_max: CONNECTIONS_MAX_DEFAULT,
+            shutdown_grace_ms: SHUTDOWN_GRACE_MS_DEFAULT,
+        }
+    }
+}
+
+/// Who may read `/metrics`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsAuth {
+    /// Anyone who can reach the listener (the default: the metrics carry
+    /// no tenant ids, texts or keys).
+    #[default]
+    None,
+    /// Only the store admin key.
+    Admin,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct ConfigFile {
+    listen: Option<String>,
+    key_file: Option<PathBuf>,
+    metrics_auth: MetricsAuth,
+    limits: Limits,
+}
+
+/// The resolved configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// The key file.
+    pub key_file: PathBuf,
+    /// Who may read `/metrics`.
+    pub metrics_auth: MetricsAuth,
+    /// Limits.
+    pub limits: Limits,
+}
+
+impl Config {
+    /// Resolves the configuration: `--listen` over the file's `listen` over
+    /// [`LISTEN_DEFAULT`]; the file's `key_file` (relative to `data_dir`)
+    /// over `data_dir/keys.json`.
+    pub fn load(
+        data_dir: &Path,
+        file: Option<&Path>,
+        listen_flag: Option<&str>,
+    ) -> ServerResult<Config> {
+        let parsed = match file {
+            None => ConfigFile::default(),
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|e| ServerError::Config {
+                    path: p.to_path_buf(),
+                    reason: format!("cannot read: {e}"),
+                })?;
+                toml::from_str(&text).map_err(|e| ServerError::Config {
+                    path: p.to_path_buf(),
+                    reason: e.to_string().trim_end().to_string(),
+                })?
+            }
+        };
+        let cfg_path = || file.map_or_else(|| PathBuf::from("--config"), Path::to_path_buf);
+        let (listen_text, listen_source) = match (listen_flag, &parsed.listen) {
+            (Some(l), _) => (l.to_string(), PathBuf::from("--listen")),
+            (None, Some(l)) => (l.clone(), cfg_path()),
+            (None, None) => (LISTEN_DEFAULT.to_string(), PathBuf::from("--listen")),
+        };
+        let listen = listen_text.parse().map_err(|_| ServerError::Config {
+            path: listen_source,
+            reason: format!("'{listen_text}' is not an address like 127.0.0.1:7878"),
+        })?;
+        let key_file = match parsed.key_file {
+            Some(k) if k.is_absolute() => k,
+            Some(k) => data_dir.join(k),
+            None => crate::http::keys::default_key_file(data_dir),
+        };
+        let cfg = Config {
+            listen,
+            key_file,
+            metrics_auth: parsed.metrics_auth,
+            limits: parsed.limits,
+        };
+        cfg.limits.check().map_err(|reason| ServerError::Config {
+            path: cfg_path(),
+            reason,
+        })?;
+        Ok(cfg)
+    }
+}
+
+impl Limits {
+    /// Refuses zero limits and limits above what the engine enforces.
+    pub fn check(&self) -> Result<(), String> {
+        let nonzero: [(&str, u64); 14] = [
+            ("body_bytes_max", self.body_bytes_max),
+            ("bulk_body_bytes_max", self.bulk_body_bytes_max),
+            ("bulk_line_bytes_max", self.bulk_line_bytes_max as u64),
+            ("batch_records_max", self.batch_records_max as u64),
+            ("bulk_batch_default", self.bulk_batch_default as u64),
+            ("k_max", self.k_max as u64),
+            ("query_text_bytes_max", self.query_text_bytes_max as u64),
+            (
+                "context_budget_bytes_max",
+                self.context_budget_bytes_max as u64,
+            ),
+            ("eval_cases_max", self.eval_cases_max as u64),
+            ("list_limit_max", self.list_limit_max as u64),
+            ("request_timeout_ms", self.request_timeout_ms),
+            ("appends_in_flight_max", self.appends_in_flight_max as u64),
+            ("queries_in_flight_max", self.queries_in_flight_max as u64),
+            ("connections_max", self.connections_max as u64),
+        ];
+        for (name, v) in nonzero {
+            if v == 0 {
+                return Err(format!("limits.{name} must be at least 1"));
+            }
+        }
+        let capped: [(&str, usize, usize); 4] = [
+            (
+                "batch_records_max",
+                self.batch_records_max,
+                engine::BATCH_RECORDS_MAX,
+            ),
+            ("k_max", self.k_max, engine::K_MAX),
+            (
+                "query_text_bytes_max",
+                self.query_text_bytes_max,
+                engine::QUERY_TEXT_BYTES_MAX,
+            ),
+            (
+                "context_budget_bytes_max",
+                self.context_budget_bytes_max,
+                engine::CONTEXT_BUDGET_BYTES_MAX,
+            ),
+        ];
+        for (name, v, cap) in capped {
+            if v > cap {
+                return Err(format!(
+                    "limits.{name} is {v}, over the engine's limit of {cap}"
+                ));
+            }
+        }
+        if self.bulk_batch_default > self.batch_records_max {
+            return Err(format!(
+                "limits.bulk_batch_default ({}) is over limits.batch_records_max ({})",
+                self.bulk_batch_default, self.batch_records_max
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_flags_and_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Config::load(dir.path(), None, None).unwrap();
+        assert_eq!(c.listen.to_string(), LISTEN_DEFAULT);
+        assert_eq!(c.key_file, dir.path().join("keys.json"));
+        assert_eq!(c.limits, Limits::default());
+
+        let f = dir.path().join("engram.toml");
+        std::fs::write(
+            &f,
+            "listen = \"127.0.0.1:9\"\nkey_file = \"k.json\"\nmetrics_auth = \"admin\"\n[limits]\nk_max = 50\n",
+        )
+        .unwrap();
+        let c = Config::load(dir.path(), Some(&f), None).unwrap();
+        assert_eq!(c.listen.port(), 9);
+        assert_eq!(c.key_file, dir.path().join("k.json"));
+        assert_eq!(c.metrics_auth, MetricsAuth::Admin);
+        assert_eq!(c.limits.k_max, 50);
+        assert_eq!(c.limits.body_bytes_max, BODY_BYTES_MAX_DEFAULT);
+        let c = Config::load(dir.path(), Some(&f), Some("127.0.0.1:0")).unwrap();
+        assert_eq!(c.listen.port(), 0);
+    }
+
+    #[test]
+    fn bad_settings_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("engram.toml");
+        for (text, needle) in [
+            ("[limits]\nk_maxx = 5\n", "k_maxx"),
+            ("[limits]\nk_max = 5000\n", "k_max"),
+            ("[limits]\nbody_bytes_max = 0\n", "body_bytes_max"),
+            ("listen = \"nowhere\"\n", "nowhere"),
+            ("lisen = 1\n", "lisen"),
+        ] {
+            std::fs::write(&f, text).unwrap();
+            let e = Config::load(dir.path(), Some(&f), None)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(needle), "{text}: {e}");
+        }
+        let e = Config::load(dir.path(), None, Some("x")).unwrap_err();
+        assert!(e.to_string().contains("--listen"), "{e}");
+    }
+}

@@ -1,0 +1,534 @@
+//! API keys: creating, listing and revoking them (`engram keys`), and
+//! checking the key a request presents (`engram serve`).
+//!
+//! A key is `egk_` followed by 64 lower-case hex digits: 32 random bytes
+//! from the operating system. Its id is its first 8 hex digits (so a key
+//! shows its own id). The key file (default `DIR/keys.json`) stores, per
+//! key, its id, the SHA-256 of the whole key, what it grants and when it
+//! was created or revoked:
+//!
+//! ```json
+//! {"version": 1, "keys": [
+//!   {"id": "3f9a0c1d", "sha256": "…", "scope": "tenant", "tenant": "acme",
+//!    "principal": "support-bot", "role": "agent", "labels": ["support"],
+//!    "created_at": "2026-12-01T10:00:00.000Z"},
+//!   {"id": "77b2e410", "sha256": "…", "scope": "store", "created_at": "…"}]}
+//! ```
+//!
+//! A `tenant` key acts as one principal of one tenant, with its role and
+//! labels ([`Grant::principal`]); the `store` key is the store operator
+//! (store-wide operations only: backup, verify, store stats). The file is
+//! rewritten whole, atomically and durably (temporary file, fsync, rename,
+//! directory fsync), readable by its owner only; writers take a lock file
+//! beside it. A running server notices a changed file on the next request,
+//! so created and revoked keys apply at once.
+//!
+//! This module must never store, log or print a key after [`create`]
+//! returned it, and never compare key material in time that depends on
+//! its content.
+
+use std::path::{Path, PathBuf};
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+use engram_engine::Principal;
+use engram_engine::time::{Clock, SystemClock, format_rfc3339};
+use engram_storage::files::{read_all, write_private_durable};
+use engram_storage::{Backend, FsBackend};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::http::error::{ServerError, ServerResult};
+
+/// Every key starts with this.
+pub const KEY_PREFIX: &str = "egk_";
+/// Random bytes in a key.
+pub const KEY_SECRET_BYTES: usize = 32;
+/// Hex digits of a key id (the first digits of the key).
+pub const KEY_ID_CHARS: usize = 8;
+/// Name of the key file in the data directory.
+pub const KEY_FILE_NAME: &str = "keys.json";
+/// Layout version of the key file.
+pub const KEY_FILE_VERSION: u32 = 1;
+/// How long a key command waits for another one holding the key file lock.
+pub const KEY_FILE_LOCK_WAIT_MS: u64 = 5_000;
+
+/// What a tenant key may do inside its tenant (the authorization matrix
+/// decides the rest).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The tenant administrator.
+    Admin,
+    /// A person holding the `reviewer` role.
+    Reviewer,
+    /// A person.
+    User,
+    /// A model or agent (procedural records it writes need review).
+    Agent,
+}
+
+impl Role {
+    /// Parses `admin`, `reviewer`, `user`, `agent`.
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "admin" => Some(Role::Admin),
+            "reviewer" => Some(Role::Reviewer),
+            "user" => Some(Role::User),
+            "agent" => Some(Role::Agent),
+            _ => None,
+        }
+    }
+
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Reviewer => "reviewer",
+            Role::User => "user",
+            Role::Agent => "agent",
+        }
+    }
+}
+
+/// What a key grants.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "scope", rename_all = "lowercase")]
+pub enum Grant {
+    /// The store operator: store-wide operations, no tenant's records.
+    Store,
+    /// One principal of one tenant.
+    Tenant {
+        /// The tenant.
+        tenant: String,
+        /// The principal id.
+        principal: String,
+        /// Its role.
+        role: Role,
+        /// Labels the key holds on top of the store's grants.
+        #[serde(default)]
+        labels: Vec<String>,
+    },
+}
+
+impl Grant {
+    /// The engine principal a tenant key acts as: user => a person, agent
+    /// => a model writer, reviewer => a person with the `reviewer` role,
+    /// admin => the tenant admin under the key's principal name; each with
+    /// the key's labels. `None` for the store key.
+    pub fn principal(&self) -> Option<Principal> {
+        let Grant::Tenant {
+            tenant,
+            principal,
+            role,
+            labels,
+        } = self
+        else {
+            return None;
+        };
+        let p = match role {
+            Role::User => Principal::user(tenant, principal),
+            Role::Agent => Principal::model(tenant, principal),
+            Role::Reviewer => Principal::user(tenant, principal)
+                .with_role(engram_engine::principal::ROLE_REVIEWER),
+            Role::Admin => Principal::admin_named(tenant, principal),
+        };
+        Some(p.with_labels(labels.iter().cloned()))
+    }
+}
+
+/// One key as the file stores it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyEntry {
+    /// The key's first 8 hex digits.
+    pub id: String,
+    /// Hex SHA-256 of the whole key (`egk_…`).
+    pub sha256: String,
+    /// What it grants.
+    #[serde(flatten)]
+    pub grant: Grant,
+    /// When it was created (RFC 3339).
+    pub created_at: String,
+    /// When it was revoked, if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked_at: Option<String>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyFile {
+    version: u32,
+    keys: Vec<KeyEntry>,
+}
+
+/// The key file of the store in `data_dir`, unless configured elsewhere.
+pub fn default_key_file(data_dir: &Path) -> PathBuf {
+    data_dir.join(KEY_FILE_NAME)
+}
+
+fn key_err(path: &Path, reason: impl Into<String>) -> ServerError {
+    ServerError::KeyFile {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+fn sha256_hex(key: &str) -> String {
+    engram_engine::db::hex(&Sha256::digest(key.as_bytes()))
+}
+
+fn read_file(path: &Path) -> ServerResult<KeyFile> {
+    let Some(bytes) = read_all(&FsBackend, path).map_err(|e| key_err(path, e.to_string()))? else {
+        return Ok(KeyFile {
+            version: KEY_FILE_VERSION,
+            keys: Vec::new(),
+        });
+    };
+    let f: KeyFile = serde_json::from_slice(&bytes).map_err(|e| {
+        key_err(
+            path,
+            format!("damaged ({e}); restore it, or move it away and create keys again"),
+        )
+    })?;
+    if f.version != KEY_FILE_VERSION {
+        return Err(key_err(
+            path,
+            format!(
+                "version {} is not supported by this build (it reads version {KEY_FILE_VERSION})",
+                f.version
+            ),
+        ));
+    }
+    Ok(f)
+}
+
+fn write_file(path: &Path, f: &KeyFile) -> ServerResult<()> {
+    let mut text = serde_json::to_string_pretty(f).map_err(|e| key_err(path, e.to_string()))?;
+    text.push('\n');
+    write_private_durable(&FsBackend, path, text.as_bytes())
+        .map_err(|e| key_err(path, e.to_string()))
+}
+
+/// Runs `f` on the key file under its lock (`<file>.lock`), writing the
+/// file back if `f` says so.
+fn with_locked_file<T>(
+    path: &Path,
+    f: impl FnOnce(&mut KeyFile) -> ServerResult<(T, bool)>,
+) -> ServerResult<T> {
+    let mut lock_name = path.as_os_str().to_owned();
+    lock_name.push(".lock");
+    let lock_path = PathBuf::from(lock_name);
+    let deadline = Instant::now() + Duration::from_millis(KEY_FILE_LOCK_WAIT_MS);
+    let _guard = loop {
+        match FsBackend.try_lock(&lock_path) {
+            Ok(Some(g)) => break g,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) => {
+                return Err(key_err(path, "locked by another key command; try again"));
+            }
+            Err(e) => return Err(key_err(&lock_path, e.to_string())),
+        }
+    };
+    let mut file = read_file(path)?;
+    let (out, changed) = f(&mut file)?;
+    if changed {
+        write_file(path, &file)?;
+    }
+    Ok(out)
+}
+
+/// Creates a key granting `grant`, stores its hash in the key file at
+/// `path`, and returns the key (the only time it exists outside the
+/// caller's hands) with its entry.
+pub fn create(path: &Path, grant: Grant) -> ServerResult<(String, KeyEntry)> {
+    if let Grant::Tenant {
+        tenant,
+        principal,
+        labels,
+        ..
+    } = &grant
+    {
+        let check = |field: &str, v: &str| {
+            engram_engine::model::check_name(field, v)
+                .map_err(|e| ServerError::KeyUsage(e.to_string()))
+        };
+        check("tenant", tenant)?;
+        check("principal", principal)?;
+        for l in labels {
+            check("label", l)?;
+        }
+    }
+    with_locked_file(path, |file| {
+        let key = loop {
+            let mut secret = [0u8; KEY_SECRET_BYTES];
+            getrandom::fill(&mut secret).map_err(|e| {
+                key_err(
+                    path,
+                    format!("no randomness from the operating system: {e}"),
+                )
+            })?;
+            let key = format!("{KEY_PREFIX}{}", engram_engine::db::hex(&secret));
+            // ids are 32 bits: draw again on the rare collision
+            if !file.keys.iter().any(|k| k.id == key_id_of(&key)) {
+                break key;
+            }
+        };
+        let entry = KeyEntry {
+            id: key_id_of(&key).to_string(),
+            sha256: sha256_hex(&key),
+            grant,
+            created_at: format_rfc3339(SystemClock.now_ms()),
+            revoked_at: None,
+        };
+        file.keys.push(entry.clone());
+        Ok(((key, entry), true))
+    })
+}
+
+/// Every key of the file (revoked ones included).
+pub fn list(path: &Path) -> ServerResult<Vec<KeyEntry>> {
+    Ok(read_file(path)?.keys)
+}
+
+/// Revokes key `id`; it is refused from the next request on.
+pub fn revoke(path: &Path, id: &str) -> ServerResult<KeyEntry> {
+    with_locked_file(path, |file| {
+        let Some(k) = file.keys.iter_mut().find(|k| k.id == id) else {
+            return Err(ServerError::KeyUsage(format!(
+                "no key with id '{id}' (see `engram keys list`)"
+            )));
+        };
+        if k.revoked_at.is_some() {
+            return Ok((k.clone(), false));
+        }
+        k.revoked_at = Some(format_rfc3339(SystemClock.now_ms()));
+        Ok((k.clone(), true))
+    })
+}
+
+/// The id a key shows (its first hex digits); empty for a malformed key.
+fn key_id_of(key: &str) -> &str {
+    key.strip_prefix(KEY_PREFIX)
+        .and_then(|s| s.get(..KEY_ID_CHARS))
+        .unwrap_or("")
+}
+
+/// Whether `key` has the shape of a key (prefix, 64 lower-case hex digits).
+fn well_formed(key: &str) -> bool {
+    key.strip_prefix(KEY_PREFIX).is_some_and(|s| {
+        s.len() == 2 * KEY_SECRET_BYTES && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
+}
+
+/// Identity of the key file on disk, to notice when it was replaced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    inode: u64,
+    len: u64,
+    modified_ns: i128,
+}
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some(Stamp {
+        inode: m.ino(),
+        len: m.len(),
+        modified_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+    })
+}
+
+struct Loaded {
+    stamp: Option<Stamp>,
+    keys: Vec<KeyEntry>,
+}
+
+/// The keys a running server accepts, re-read whenever the file changes.
+pub struct KeyStore {
+    path: PathBuf,
+    loaded: RwLock<Loaded>,
+}
+
+impl std::fmt::Debug for KeyStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyStore")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl KeyStore {
+    /// Loads the key file at `path` (a missing file means no keys yet).
+    pub fn open(path: &Path) -> ServerResult<KeyStore> {
+        let st = stamp(path);
+        let keys = read_file(path)?.keys;
+        Ok(KeyStore {
+            path: path.to_path_buf(),
+            loaded: RwLock::new(Loaded { stamp: st, keys }),
+        })
+    }
+
+    /// The key file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Keys that are not revoked.
+    pub fn n_active(&self) -> usize {
+        self.loaded
+            .read()
+            .map(|l| l.keys.iter().filter(|k| k.revoked_at.is_none()).count())
+            .unwrap_or(0)
+    }
+
+    /// Re-reads the file if it changed. A file that became unreadable or
+    /// damaged leaves no key valid (failing closed) until it is fixed;
+    /// the error is returned for the log.
+    fn refresh(&self) -> Result<(), String> {
+        let now = stamp(&self.path);
+        let current = self.loaded.read().map(|l| l.stamp).unwrap_or(None);
+        if now == current {
+            return Ok(());
+        }
+        let (keys, err) = match read_file(&self.path) {
+            Ok(f) => (f.keys, None),
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        };
+        if let Ok(mut l) = self.loaded.write() {
+            *l = Loaded { stamp: now, keys };
+        }
+        err.map_or(Ok(()), Err)
+    }
+
+    /// What `key` grants, or `None` for a malformed, unknown or revoked
+    /// key. The stored hash is compared in constant time. The second
+    /// value is a key-file problem to log, if one was found.
+    pub fn authenticate(&self, key: &str) -> (Option<(String, Grant)>, Option<String>) {
+        let problem = self.refresh().err();
+        if !well_formed(key) {
+            return (None, problem);
+        }
+        let id = key_id_of(key);
+        let presented = Sha256::digest(key.as_bytes());
+        let Ok(l) = self.loaded.read() else {
+            return (None, problem);
+        };
+        let found = l
+            .keys
+            .iter()
+            .find(|k| k.id == id && k.revoked_at.is_none())
+            .and_then(|k| {
+                let stored = decode_hex32(&k.sha256)?;
+                bool::from(stored.ct_eq(presented.as_slice()))
+                    .then(|| (k.id.clone(), k.grant.clone()))
+            });
+        (found, problem)
+    }
+}
+
+fn decode_hex32(s: &str) -> Option<[u8; 32]> {
+    if s.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tenant_grant(role: Role) -> Grant {
+        Grant::Tenant {
+            tenant: "acme".into(),
+            principal: "ann".into(),
+            role,
+            labels: vec!["hr".into()],
+        }
+    }
+
+    #[test]
+    fn a_created_key_authenticates_and_only_its_hash_is_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(KEY_FILE_NAME);
+        let (key, entry) = create(&path, tenant_grant(Role::User)).unwrap();
+        assert!(well_formed(&key), "{key}");
+        assert_eq!(entry.id, &key[4..12]);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.contains(&key[4..]), "the key itself is never stored");
+        assert!(text.contains(&sha256_hex(&key)));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+
+        let store = KeyStore::open(&path).unwrap();
+        let (found, problem) = store.authenticate(&key);
+        assert!(problem.is_none());
+        assert_eq!(found.unwrap().1, tenant_grant(Role::User));
+        // same id, different secret
+        let mut forged = key.clone();
+        let last = if forged.ends_with('0') { "1" } else { "0" };
+        forged.replace_range(forged.len() - 1.., last);
+        assert!(store.authenticate(&forged).0.is_none());
+        for bad in ["", "egk_", "Bearer x", &key[..20], &key.to_uppercase()] {
+            assert!(store.authenticate(bad).0.is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn revoked_and_new_keys_apply_to_a_running_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(KEY_FILE_NAME);
+        let store = KeyStore::open(&path).unwrap();
+        assert_eq!(store.n_active(), 0);
+        let (k1, e1) = create(&path, Grant::Store).unwrap();
+        assert_eq!(store.authenticate(&k1).0.unwrap().1, Grant::Store);
+        revoke(&path, &e1.id).unwrap();
+        assert!(store.authenticate(&k1).0.is_none());
+        assert!(revoke(&path, "nope").is_err());
+        assert_eq!(list(&path).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_damaged_key_file_fails_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(KEY_FILE_NAME);
+        let (k, _) = create(&path, Grant::Store).unwrap();
+        let store = KeyStore::open(&path).unwrap();
+        assert!(store.authenticate(&k).0.is_some());
+        std::fs::write(&path, b"{ not json").unwrap();
+        let (found, problem) = store.authenticate(&k);
+        assert!(found.is_none());
+        assert!(problem.unwrap().contains("damaged"));
+        assert!(KeyStore::open(&path).is_err());
+    }
+
+    #[test]
+    fn roles_map_to_engine_principals() {
+        let p = tenant_grant(Role::Agent).principal().unwrap();
+        assert_eq!(p.kind(), engram_engine::WriterKind::Model);
+        assert!(p.credential_labels().contains("hr"));
+        let p = tenant_grant(Role::Reviewer).principal().unwrap();
+        assert!(p.credential_roles().contains("reviewer"));
+        let p = tenant_grant(Role::Admin).principal().unwrap();
+        assert!(p.is_admin());
+        assert_eq!(p.id(), "ann");
+        assert!(Grant::Store.principal().is_none());
+        assert!(
+            create(
+                &std::env::temp_dir().join("unused-keys.json"),
+                Grant::Tenant {
+                    tenant: " bad".into(),
+                    principal: "p".into(),
+                    role: Role::User,
+                    labels: vec![]
+                }
+            )
+            .is_err()
+        );
+    }
+}

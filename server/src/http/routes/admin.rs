@@ -1,0 +1,152 @@
+//! Store operations: statistics, verification and online backup.
+//!
+//! The store key acts as the store operator (`Actor::Operator` of the
+//! authorization matrix): store-wide statistics, verify, backup. A tenant
+//! key asking for statistics gets its own tenant's counts, which the
+//! matrix gives to the tenant admin only. This module must never show one
+//! tenant anything of another.
+
+use std::path::PathBuf;
+
+use axum::Json;
+use axum::extract::State;
+use engram_engine::authz::Operation;
+use engram_engine::maintenance::BackupReport;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::http::app::{Queue, Shared};
+use crate::http::auth::Caller;
+use crate::http::body::JsonBody;
+use crate::http::error::{ErrorBody, ServerError, ServerResult};
+
+/// Statistics: with the store key, of the whole store (per tenant, log,
+/// indexes); with a tenant admin key, of its tenant only.
+#[utoipa::path(
+    get, path = "/v1/stats", tag = "admin",
+    responses(
+        (status = 200, description = "Store statistics (store key) or the tenant's counts (tenant admin)", body = Object),
+        (status = 403, description = "A tenant key that is not the tenant admin", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn stats(
+    State(app): State<Shared>,
+    caller: Caller,
+) -> ServerResult<Json<serde_json::Value>> {
+    let to_json = |v: Result<serde_json::Value, serde_json::Error>| {
+        v.map_err(|e| ServerError::Internal {
+            detail: e.to_string(),
+        })
+    };
+    if caller.is_operator() {
+        caller.operator(Operation::StoreStats)?;
+        let db = app.db.clone();
+        let s = app.read(move || db.stats()).await?;
+        return to_json(serde_json::to_value(s)).map(Json);
+    }
+    let session = caller.session(&app, Operation::TenantStats)?;
+    let s = app.read(move || session.tenant_stats()).await?;
+    to_json(serde_json::to_value(s)).map(Json)
+}
+
+/// What verify found.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct VerifyResponse {
+    /// No problem found.
+    pub ok: bool,
+    /// Log frames whose checksums were checked.
+    pub frames: u64,
+    /// Records checked against the catalog.
+    pub records: u64,
+    /// Problems, one line each.
+    pub problems: Vec<String>,
+}
+
+/// Check every log frame's checksums and the catalog against the log, on
+/// the open store (store key).
+#[utoipa::path(
+    get, path = "/v1/verify", tag = "admin",
+    responses((status = 200, body = VerifyResponse), (status = 403, body = ErrorBody)),
+    security(("api_key" = []))
+)]
+pub async fn verify(
+    State(app): State<Shared>,
+    caller: Caller,
+) -> ServerResult<Json<VerifyResponse>> {
+    caller.operator(Operation::Verify)?;
+    let db = app.db.clone();
+    let r = app.read(move || db.verify()).await?;
+    Ok(Json(VerifyResponse {
+        ok: r.ok(),
+        frames: r.frames,
+        records: r.records,
+        problems: r.problems,
+    }))
+}
+
+/// Where to write a backup.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BackupRequest {
+    /// An absolute directory on the server's machine, missing or empty,
+    /// outside the store.
+    pub dest: String,
+}
+
+/// What a backup wrote.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BackupResponse {
+    /// Last log sequence number in the backup.
+    pub last_lsn: u64,
+    /// When it was taken (ms since the epoch).
+    pub created_at_ms: i64,
+    /// Records at the time.
+    pub records: u64,
+    /// Deleted records whose content was left out (as tombstones).
+    pub purged: u64,
+}
+
+impl From<BackupReport> for BackupResponse {
+    fn from(r: BackupReport) -> Self {
+        BackupResponse {
+            last_lsn: r.last_lsn,
+            created_at_ms: r.created_at_ms,
+            records: r.records,
+            purged: r.purged,
+        }
+    }
+}
+
+/// Back up the open store (log, settings, ledger) into a new directory
+/// on the server's machine (store key; one backup at a time). Writes go on
+/// meanwhile. API keys are not part of a backup.
+#[utoipa::path(
+    post, path = "/v1/backup", tag = "admin",
+    request_body = BackupRequest,
+    responses(
+        (status = 200, body = BackupResponse),
+        (status = 403, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 429, description = "A backup is already running", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn backup(
+    State(app): State<Shared>,
+    caller: Caller,
+    JsonBody(req): JsonBody<BackupRequest>,
+) -> ServerResult<Json<BackupResponse>> {
+    caller.operator(Operation::Backup)?;
+    let dest = PathBuf::from(&req.dest);
+    if !dest.is_absolute() {
+        return Err(ServerError::invalid(
+            None,
+            "dest",
+            "must be an absolute path on the server's machine",
+        ));
+    }
+    let db = app.db.clone();
+    let r = app.run(Queue::Backup, move || db.backup(&dest)).await?;
+    app.metrics.lifecycle("backup");
+    Ok(Json(r.into()))
+}

@@ -1,0 +1,420 @@
+//! Bulk streaming ingest: an NDJSON request body (one record per line, the
+//! ingest format without tenant), cut into atomic batches of `batch` lines
+//! (default 1000), each appended once the previous one is durable, with
+//! one result line per input line streamed back as NDJSON after its
+//! batch's fsync, then a summary line.
+//!
+//! Memory stays bounded: the body is read as it arrives, a line longer
+//! than `limits.bulk_line_bytes_max` is skipped (and reported), at most one
+//! batch is parsed at a time, and the response channel is bounded, so a
+//! client that stops reading stops the server reading its body. A batch
+//! with an invalid line is rejected whole (every line of it says so) and
+//! the stream goes on with the next batch; re-sending lines is idempotent
+//! by external id.
+//!
+//! This module must never acknowledge a line before the engine returned
+//! for its batch.
+
+use std::convert::Infallible;
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, header};
+use axum::response::Response;
+use engram_engine::authz::Operation;
+use engram_engine::{AppendOutcome, EngineError, NewRecord, Session};
+use futures_util::StreamExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use utoipa::IntoParams;
+
+use crate::http::app::{Queue, Shared, run_blocking};
+use crate::http::auth::Caller;
+use crate::http::error::{ErrorBody, ServerError, ServerResult};
+use crate::http::routes::Params;
+use crate::http::routes::records::line_error;
+
+/// Chunks of the response waiting for the client.
+const RESPONSE_CHUNKS_BUFFERED: usize = 4;
+
+/// Options of a bulk ingest.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct BulkParams {
+    /// Lines per atomic batch (default limits.bulk_batch_default, at most
+    /// limits.batch_records_max).
+    pub batch: Option<usize>,
+}
+
+/// Bulk ingest: an NDJSON body of records (ingest format, no tenant), one
+/// per line; atomic batches of `batch` lines; one result line per input
+/// line streamed back as NDJSON after its batch is durable, then
+/// `{"summary": {...}}`.
+///
+/// A result line is `{"line": n, "id", "external_id", "outcome", "status",
+/// "lsn"}` or `{"line": n, "error": {"code", "message", "details"}}`; a
+/// batch with an invalid line stores nothing (its other lines answer
+/// `batch_rejected`) and the stream goes on. Blank lines and lines
+/// starting with `#` are skipped. Read the response while sending: the
+/// server stops reading the body when the client stops reading results.
+#[utoipa::path(
+    post, path = "/v1/records/bulk", tag = "records", params(BulkParams),
+    request_body(content = String, description = "One record per line (ingest format, without tenant)", content_type = "application/x-ndjson"),
+    responses(
+        (status = 200, description = "NDJSON: one result per line, then a summary", body = String, content_type = "application/x-ndjson"),
+        (status = 400, body = ErrorBody), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn ingest(
+    State(app): State<Shared>,
+    caller: Caller,
+    Params(p): Params<BulkParams>,
+    req: Request,
+) -> ServerResult<Response> {
+    let session = caller.session(&app, Operation::Append)?;
+    let max = app.cfg.limits.batch_records_max;
+    let batch = p.batch.unwrap_or(app.cfg.limits.bulk_batch_default);
+    if batch == 0 || batch > max {
+        return Err(ServerError::invalid(
+            None,
+            "batch",
+            format!("{batch} is out of range 1..={max}"),
+        ));
+    }
+    let (tx, rx) = mpsc::channel::<Bytes>(RESPONSE_CHUNKS_BUFFERED);
+    let job = Bulk {
+        app: app.clone(),
+        session,
+        batch,
+        tx,
+        pending: Vec::with_capacity(batch),
+        totals: Totals::default(),
+    };
+    tokio::spawn(job.run(req.into_body()));
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
+    });
+    let mut resp = Response::new(Body::from_stream(stream));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
+    Ok(resp)
+}
+
+#[derive(Debug, Default)]
+struct Totals {
+    lines: u64,
+    created: u64,
+    duplicates: u64,
+    rejected: u64,
+    batches: u64,
+    batches_rejected: u64,
+}
+
+/// One line waiting for its batch.
+struct Pending {
+    line: usize,
+    record: Result<NewRecord, ServerError>,
+}
+
+struct Bulk {
+    app: Shared,
+    session: Session,
+    batch: usize,
+    tx: mpsc::Sender<Bytes>,
+    pending: Vec<Pending>,
+    totals: Totals,
+}
+
+/// Why a stream ended early.
+enum Stop {
+    /// The client went away.
+    Gone,
+    /// A failure of the body or the store, reported in the stream.
+    Failed(ServerError),
+}
+
+fn error_json(e: &ServerError) -> Value {
+    json!({"code": e.code(), "message": e.public_message(), "details": e.details()})
+}
+
+impl Bulk {
+    async fn run(mut self, body: Body) {
+        let outcome = self.read_all(body).await;
+        // complete lines received before a failure of the body are still
+        // appended (and answered)
+        let failure = match outcome {
+            Ok(()) => self.flush().await.err(),
+            Err(Stop::Gone) => Some(Stop::Gone),
+            Err(failed) => Some(self.flush().await.err().unwrap_or(failed)),
+        };
+        let complete = failure.is_none();
+        match failure {
+            Some(Stop::Gone) => return,
+            Some(Stop::Failed(e)) => {
+                let _ = self.send(json!({"error": error_json(&e)})).await;
+            }
+            None => {}
+        }
+        let t = &self.totals;
+        self.app.metrics.bulk_lines(t.lines);
+        let _ = self
+            .send(json!({"summary": {
+                "lines": t.lines,
+                "created": t.created,
+                "duplicates": t.duplicates,
+                "rejected": t.rejected,
+                "batches": t.batches,
+                "batches_rejected": t.batches_rejected,
+                "complete": complete,
+            }}))
+            .await;
+    }
+
+    /// Reads the body line by line, flushing full batches.
+    async fn read_all(&mut self, body: Body) -> Result<(), Stop> {
+        let limits = self.app.cfg.limits.clone();
+        let idle = Duration::from_millis(limits.body_idle_timeout_ms);
+        let mut data = body.into_data_stream();
+        let mut line: Vec<u8> = Vec::new();
+        let mut overlong = false;
+        let mut n_line = 0usize;
+        let mut total_bytes = 0u64;
+        loop {
+            let chunk = match tokio::time::timeout(idle, data.next()).await {
+                Err(_) => {
+                    return Err(Stop::Failed(ServerError::Timeout {
+                        after_ms: limits.body_idle_timeout_ms,
+                    }));
+                }
+                Ok(None) => break,
+                Ok(Some(Err(e))) => {
+                    return Err(Stop::Failed(ServerError::bad_request(
+                        "body",
+                        format!("could not read the request body: {e}"),
+                    )));
+                }
+                Ok(Some(Ok(b))) => b,
+            };
+            total_bytes += chunk.len() as u64;
+            if total_bytes > limits.bulk_body_bytes_max {
+                return Err(Stop::Failed(ServerError::TooLarge {
+                    limit_bytes: limits.bulk_body_bytes_max,
+                }));
+            }
+            let mut rest: &[u8] = &chunk;
+            while !rest.is_empty() {
+                let (part, ended) = match rest.iter().position(|&b| b == b'\n') {
+                    Some(i) => (&rest[..i], true),
+                    None => (rest, false),
+                };
+                rest = if ended { &rest[part.len() + 1..] } else { &[] };
+                if !overlong {
+                    if line.len() + part.len() > limits.bulk_line_bytes_max {
+                        overlong = true;
+                        line = Vec::new();
+                    } else {
+                        line.extend_from_slice(part);
+                    }
+                }
+                if ended {
+                    n_line += 1;
+                    self.take_line(n_line, &line, overlong).await?;
+                    line.clear();
+                    overlong = false;
+                }
+            }
+        }
+        if !line.is_empty() || overlong {
+            n_line += 1;
+            self.take_line(n_line, &line, overlong).await?;
+        }
+        Ok(())
+    }
+
+    /// Parses one line into the pending batch; flushes a full batch.
+    async fn take_line(&mut self, n: usize, bytes: &[u8], overlong: bool) -> Result<(), Stop> {
+        let limit = self.app.cfg.limits.bulk_line_bytes_max;
+        let record = if overlong {
+            Err(ServerError::Invalid {
+                code: "limit_exceeded",
+                message: format!("line {n}: longer than the limit of {limit} bytes"),
+                details: json!({"line": n, "what": "line length in bytes", "limit": limit}),
+            })
+        } else {
+            let Ok(text) = std::str::from_utf8(bytes) else {
+                return self
+                    .push(
+                        n,
+                        Err(ServerError::BadRequest {
+                            item: None,
+                            line: Some(n),
+                            field: "body".into(),
+                            reason: "invalid UTF-8".into(),
+                        }),
+                    )
+                    .await;
+            };
+            let t = text.trim();
+            if t.is_empty() || t.starts_with('#') {
+                return Ok(());
+            }
+            parse_line(t, n)
+        };
+        self.push(n, record).await
+    }
+
+    async fn push(
+        &mut self,
+        line: usize,
+        record: Result<NewRecord, ServerError>,
+    ) -> Result<(), Stop> {
+        self.totals.lines += 1;
+        self.pending.push(Pending { line, record });
+        if self.pending.len() >= self.batch {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Appends the pending batch and streams its result lines.
+    async fn flush(&mut self) -> Result<(), Stop> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let pending = std::mem::take(&mut self.pending);
+        let first = pending[0].line;
+        let bad = pending.iter().find(|p| p.record.is_err()).map(|p| p.line);
+        let mut out = String::new();
+        if let Some(bad) = bad {
+            let rows = pending
+                .into_iter()
+                .map(|p| (p.line, p.record.err().map(|e| error_json(&e))))
+                .collect();
+            self.reject(rows, bad, &mut out);
+            return self.send_text(out).await;
+        }
+        let lines: Vec<usize> = pending.iter().map(|p| p.line).collect();
+        let records: Vec<NewRecord> = pending.into_iter().filter_map(|p| p.record.ok()).collect();
+        let n = records.len();
+        // a full writer queue makes the stream wait (backpressure) rather
+        // than fail half-way
+        let permit = self.app.wait_slot(Queue::Write).await;
+        let session = self.session.clone();
+        let started = Instant::now();
+        let r = run_blocking(move || {
+            let r = session.append(records);
+            drop(permit);
+            Ok(r)
+        })
+        .await;
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => return Err(Stop::Failed(e)),
+        };
+        match r {
+            Ok(results) => {
+                self.app.metrics.append(n, started.elapsed().as_secs_f64());
+                self.totals.batches += 1;
+                for (line, res) in lines.iter().zip(results) {
+                    match res.outcome {
+                        AppendOutcome::Created => self.totals.created += 1,
+                        AppendOutcome::Duplicate => self.totals.duplicates += 1,
+                    }
+                    push_json(
+                        &mut out,
+                        &json!({
+                            "line": line,
+                            "id": res.id.to_string(),
+                            "external_id": res.external_id,
+                            "outcome": match res.outcome {
+                                AppendOutcome::Created => "created",
+                                AppendOutcome::Duplicate => "duplicate",
+                            },
+                            "status": res.status.name(),
+                            "lsn": res.lsn,
+                        }),
+                    );
+                }
+                self.send_text(out).await
+            }
+            Err(e) => {
+                let fatal = matches!(
+                    e,
+                    EngineError::Storage(_) | EngineError::Closed | EngineError::Background { .. }
+                );
+                let at = e.item().and_then(|i| lines.get(i).copied());
+                let err = ServerError::from(e);
+                if fatal {
+                    return Err(Stop::Failed(err));
+                }
+                let rows = lines
+                    .iter()
+                    .map(|&l| (l, (at.is_none() || at == Some(l)).then(|| error_json(&err))))
+                    .collect();
+                self.reject(rows, at.unwrap_or(first), &mut out);
+                self.send_text(out).await
+            }
+        }
+    }
+
+    /// Writes the result lines of a rejected batch: `rows` are (line, its
+    /// own error); lines without one answer `batch_rejected`, naming the
+    /// `culprit` line.
+    fn reject(&mut self, rows: Vec<(usize, Option<Value>)>, culprit: usize, out: &mut String) {
+        let first = rows.first().map_or(0, |r| r.0);
+        let last = rows.last().map_or(0, |r| r.0);
+        self.totals.batches_rejected += 1;
+        self.totals.rejected += rows.len() as u64;
+        for (line, own) in rows {
+            let error = own.unwrap_or_else(|| {
+                json!({
+                    "code": "batch_rejected",
+                    "message": format!(
+                        "the batch of lines {first}..={last} was rejected because of line {culprit}; nothing of it was stored"
+                    ),
+                    "details": {"culprit_line": culprit, "first_line": first, "last_line": last},
+                })
+            });
+            push_json(out, &json!({"line": line, "error": error}));
+        }
+    }
+
+    async fn send(&self, v: Value) -> Result<(), Stop> {
+        let mut s = String::new();
+        push_json(&mut s, &v);
+        self.send_text(s).await
+    }
+
+    async fn send_text(&self, s: String) -> Result<(), Stop> {
+        let idle = Duration::from_millis(self.app.cfg.limits.body_idle_timeout_ms);
+        match tokio::time::timeout(idle, self.tx.send(Bytes::from(s))).await {
+            Ok(Ok(())) => Ok(()),
+            // the client closed the response, or stopped reading it
+            _ => Err(Stop::Gone),
+        }
+    }
+}
+
+fn push_json(out: &mut String, v: &Value) {
+    out.push_str(&v.to_string());
+    out.push('\n');
+}
+
+/// One NDJSON line: a record without tenant or principal.
+fn parse_line(text: &str, n: usize) -> Result<NewRecord, ServerError> {
+    let l = engram_query::parse_line(text, n).map_err(|e| line_error(e, None, Some(n)))?;
+    if l.tenant.is_some() {
+        return Err(ServerError::SessionField {
+            item: None,
+            line: Some(n),
+            field: "tenant".into(),
+        });
+    }
+    Ok(l.record)
+}

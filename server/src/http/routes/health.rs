@@ -1,0 +1,96 @@
+//! Endpoints without a tenant: liveness (`/healthz`), readiness
+//! (`/readyz`), metrics (`/metrics`) and the API description
+//! (`/v1/openapi.json`).
+//!
+//! None needs a key, except `/metrics` when `metrics_auth = "admin"`. This
+//! module must never expose anything of a tenant: metrics carry no tenant,
+//! principal, key or record content.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::{OpenApi, ToSchema};
+
+use crate::http::app::Shared;
+use crate::http::auth::{Caller, authenticate};
+use crate::http::config::MetricsAuth;
+use crate::http::error::{ErrorBody, ServerError, ServerResult};
+use crate::http::openapi::ApiDoc;
+
+/// Liveness or readiness.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Status {
+    /// `ok` (alive) or `ready`.
+    pub status: &'static str,
+}
+
+/// The process is up (no key needed).
+#[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, body = Status)))]
+pub async fn healthz() -> Json<Status> {
+    Json(Status { status: "ok" })
+}
+
+/// The store is open and the server accepts requests (no key needed); 503
+/// while it shuts down.
+#[utoipa::path(
+    get, path = "/readyz", tag = "health",
+    responses((status = 200, body = Status), (status = 503, body = ErrorBody))
+)]
+pub async fn readyz(State(app): State<Shared>) -> ServerResult<Json<Status>> {
+    if !app.is_ready() {
+        return Err(ServerError::Unavailable {
+            reason: "the server is shutting down",
+            detail: "readyz during shutdown".into(),
+        });
+    }
+    let db = app.db.clone();
+    // a read of the store's state proves it is open and applying
+    crate::http::app::run_blocking(move || Ok(db.applied_lsn())).await?;
+    Ok(Json(Status { status: "ready" }))
+}
+
+/// Metrics in the Prometheus text format: requests and latency per route
+/// template and status, append batch sizes and latency, group commits and
+/// fsync time, writer queue depth, records, vectors, indexing lag,
+/// lifecycle operations, rejected and throttled requests. No tenant ids.
+#[utoipa::path(
+    get, path = "/metrics", tag = "health",
+    responses(
+        (status = 200, description = "Prometheus text format 0.0.4", body = String, content_type = "text/plain"),
+        (status = 401, description = "Only with metrics_auth = \"admin\" and no store key", body = ErrorBody),
+    )
+)]
+pub async fn metrics(State(app): State<Shared>, parts: Parts) -> Response {
+    if app.cfg.metrics_auth == MetricsAuth::Admin {
+        match authenticate(&app, &parts) {
+            Ok(Caller::Operator) => {}
+            Ok(Caller::Tenant(_)) => {
+                return ServerError::Forbidden {
+                    action: "read metrics".into(),
+                    message: "metrics need the store admin key".into(),
+                }
+                .into_response();
+            }
+            Err(e) => return e.into_response(),
+        }
+    }
+    let text = app.metrics.render(&app.snapshot());
+    let mut resp = (StatusCode::OK, text).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    resp
+}
+
+/// This API's OpenAPI 3.1 description (no key needed).
+#[utoipa::path(
+    get, path = "/v1/openapi.json", tag = "health",
+    responses((status = 200, description = "OpenAPI document", body = Object))
+)]
+pub async fn openapi() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}

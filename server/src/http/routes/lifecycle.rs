@@ -1,0 +1,410 @@
+//! Lifecycle operations: correct, expire, delete, retract a record;
+//! the review queue; grants and revocations of labels and roles;
+//! retention periods; legal holds. Each is a log entry, written by the
+//! engine after the authorization matrix allowed it for the key's
+//! principal.
+//!
+//! This module must never change a record itself nor decide authority: it
+//! builds the engine call and maps its result.
+
+use axum::Json;
+use axum::extract::State;
+use engram_engine::authz::Operation;
+use engram_engine::lifecycle::OpResult;
+use engram_engine::time::{parse_duration_ms, parse_rfc3339};
+use engram_engine::{Record, RecordRef};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::http::app::Shared;
+use crate::http::auth::Caller;
+use crate::http::body::{JsonBody, RawBody, json_object, utf8};
+use crate::http::error::{ErrorBody, ServerError, ServerResult};
+use crate::http::routes::records::{ItemResult, parse_record};
+use crate::http::routes::{Params, RefPath};
+
+/// What a lifecycle operation did.
+#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
+pub struct OpResponse {
+    /// Id of the operation (itself a record of the log).
+    pub op_id: String,
+    /// Its log sequence number; durable when this is sent.
+    pub lsn: u64,
+    /// Records whose status changed (for a delete: everything removed).
+    pub affected: Vec<String>,
+}
+
+impl From<OpResult> for OpResponse {
+    fn from(r: OpResult) -> Self {
+        OpResponse {
+            op_id: r.op_id.to_string(),
+            lsn: r.lsn,
+            affected: r.affected.iter().map(ToString::to_string).collect(),
+        }
+    }
+}
+
+async fn op(
+    app: &Shared,
+    name: &'static str,
+    f: impl FnOnce() -> engram_engine::Result<OpResult> + Send + 'static,
+) -> ServerResult<Json<OpResponse>> {
+    let r = app.write(f).await?;
+    app.metrics.lifecycle(name);
+    Ok(Json(r.into()))
+}
+
+/// A correction and the record it stored.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CorrectResponse {
+    /// The append result of the correction.
+    pub result: ItemResult,
+    /// The new version (docs/ingest.md).
+    #[schema(value_type = Object)]
+    pub record: Record,
+}
+
+/// Correct a record: the body (one record in the ingest format, without
+/// tenant) supersedes it.
+///
+/// The correction keeps the corrected record's access labels, and its
+/// scope and external id when the body gives none; `replace_access: true`
+/// replaces the labels instead (dropping one needs the tenant admin).
+/// History keeps both versions; derivatives of the old one go stale.
+#[utoipa::path(
+    post, path = "/v1/records/{ref}/correct", tag = "lifecycle",
+    params(("ref" = String, Path, description = "The record to correct")),
+    request_body(content = Object, description = "One record in the ingest format", content_type = "application/json"),
+    responses(
+        (status = 200, body = CorrectResponse),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn correct(
+    State(app): State<Shared>,
+    caller: Caller,
+    RefPath(target): RefPath,
+    RawBody(bytes): RawBody,
+) -> ServerResult<Json<CorrectResponse>> {
+    let session = caller.session(&app, Operation::Correct)?;
+    let text = utf8(&bytes)?;
+    json_object(text)?;
+    let mut rec = parse_record(text, None)?;
+    let (result, record) = app
+        .write(move || {
+            let target_id = session.resolve(&target)?;
+            match &rec.supersedes {
+                None => rec.supersedes = Some(RecordRef::Id(target_id)),
+                Some(other) if session.resolve(other)? == target_id => {}
+                Some(other) => {
+                    return Err(engram_engine::EngineError::invalid(
+                        "supersedes",
+                        format!("names {other}, not the record in the path"),
+                    ));
+                }
+            }
+            let mut res = session.append(vec![rec])?;
+            let r = res.remove(0);
+            let record = session.get(&RecordRef::Id(r.id))?;
+            Ok((r, record))
+        })
+        .await?;
+    app.metrics.lifecycle("correct");
+    Ok(Json(CorrectResponse {
+        result: ItemResult::new(0, result),
+        record,
+    }))
+}
+
+/// Body of an expiry.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExpireRequest {
+    /// End of validity (RFC 3339): after it the record is historical.
+    pub at: String,
+}
+
+/// Set a record's end of validity: afterwards it is historical (still
+/// found with `valid_at` in the past).
+#[utoipa::path(
+    post, path = "/v1/records/{ref}/expire", tag = "lifecycle",
+    params(("ref" = String, Path, description = "The record")),
+    request_body = ExpireRequest,
+    responses((status = 200, body = OpResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("api_key" = []))
+)]
+pub async fn expire(
+    State(app): State<Shared>,
+    caller: Caller,
+    RefPath(target): RefPath,
+    JsonBody(req): JsonBody<ExpireRequest>,
+) -> ServerResult<Json<OpResponse>> {
+    let session = caller.session(&app, Operation::Expire)?;
+    let at = parse_rfc3339(&req.at).map_err(|e| ServerError::invalid(None, "at", e.to_string()))?;
+    op(&app, "expire", move || session.expire(&target, at)).await
+}
+
+/// Why a record is deleted.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct DeleteParams {
+    /// Why (recorded in the ledger).
+    pub reason: Option<String>,
+}
+
+/// Delete a record, every version of its correction chain and everything
+/// derived from them. They are ineligible at once; `engram compact`
+/// purges their bytes.
+#[utoipa::path(
+    delete, path = "/v1/records/{ref}", tag = "lifecycle",
+    params(("ref" = String, Path, description = "The record"), DeleteParams),
+    responses((status = 200, body = OpResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("api_key" = []))
+)]
+pub async fn delete(
+    State(app): State<Shared>,
+    caller: Caller,
+    RefPath(target): RefPath,
+    Params(p): Params<DeleteParams>,
+) -> ServerResult<Json<OpResponse>> {
+    let session = caller.session(&app, Operation::Delete)?;
+    op(&app, "delete", move || {
+        session.delete(&target, p.reason.as_deref())
+    })
+    .await
+}
+
+/// A reason or a note.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoteRequest {
+    /// Why (retract) or the reviewer's note (approve, reject).
+    #[serde(alias = "note")]
+    pub reason: Option<String>,
+}
+
+/// Withdraw a semantic record; its dependents go stale.
+#[utoipa::path(
+    post, path = "/v1/records/{ref}/retract", tag = "lifecycle",
+    params(("ref" = String, Path, description = "The record")),
+    request_body = NoteRequest,
+    responses((status = 200, body = OpResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
+    security(("api_key" = []))
+)]
+pub async fn retract(
+    State(app): State<Shared>,
+    caller: Caller,
+    RefPath(target): RefPath,
+    JsonBody(req): JsonBody<NoteRequest>,
+) -> ServerResult<Json<OpResponse>> {
+    let session = caller.session(&app, Operation::Retract)?;
+    op(&app, "retract", move || {
+        session.retract(&target, req.reason.as_deref())
+    })
+    .await
+}
+
+/// Review candidates.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReviewQueue {
+    /// Candidates of the key's tenant it may read, oldest first.
+    #[schema(value_type = Vec<Object>)]
+    pub candidates: Vec<Record>,
+}
+
+/// The review queue of the key's tenant (needs the reviewer role).
+#[utoipa::path(
+    get, path = "/v1/review", tag = "lifecycle",
+    responses((status = 200, body = ReviewQueue), (status = 403, body = ErrorBody)),
+    security(("api_key" = []))
+)]
+pub async fn review_queue(
+    State(app): State<Shared>,
+    caller: Caller,
+) -> ServerResult<Json<ReviewQueue>> {
+    let session = caller.session(&app, Operation::Review)?;
+    let candidates = app.read(move || session.review_queue()).await?;
+    Ok(Json(ReviewQueue { candidates }))
+}
+
+/// Approve a review candidate (needs the reviewer role).
+#[utoipa::path(
+    post, path = "/v1/review/{ref}/approve", tag = "lifecycle",
+    params(("ref" = String, Path, description = "The candidate")),
+    request_body = NoteRequest,
+    responses((status = 200, body = OpResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
+    security(("api_key" = []))
+)]
+pub async fn approve(
+    State(app): State<Shared>,
+    caller: Caller,
+    RefPath(target): RefPath,
+    JsonBody(req): JsonBody<NoteRequest>,
+) -> ServerResult<Json<OpResponse>> {
+    let session = caller.session(&app, Operation::Review)?;
+    op(&app, "approve", move || {
+        session.approve(&target, req.reason.as_deref())
+    })
+    .await
+}
+
+/// Reject a review candidate (needs the reviewer role).
+#[utoipa::path(
+    post, path = "/v1/review/{ref}/reject", tag = "lifecycle",
+    params(("ref" = String, Path, description = "The candidate")),
+    request_body = NoteRequest,
+    responses((status = 200, body = OpResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
+    security(("api_key" = []))
+)]
+pub async fn reject(
+    State(app): State<Shared>,
+    caller: Caller,
+    RefPath(target): RefPath,
+    JsonBody(req): JsonBody<NoteRequest>,
+) -> ServerResult<Json<OpResponse>> {
+    let session = caller.session(&app, Operation::Review)?;
+    op(&app, "reject", move || {
+        session.reject(&target, req.reason.as_deref())
+    })
+    .await
+}
+
+/// A grant or revocation. (The principal it is about is the `grantee`:
+/// no body names the acting principal.)
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AccessRequest {
+    /// The principal granted to or revoked from; without it, the label for
+    /// everyone in the tenant (a tenant-wide revocation, or lifting one).
+    pub grantee: Option<String>,
+    /// An access label.
+    pub label: Option<String>,
+    /// A role: `reviewer` or `admin` (needs a grantee).
+    pub role: Option<String>,
+}
+
+/// Grant a label or role (tenant admin). Applies from the next read on.
+#[utoipa::path(
+    post, path = "/v1/access/grant", tag = "lifecycle",
+    request_body = AccessRequest,
+    responses((status = 200, body = OpResponse), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("api_key" = []))
+)]
+pub async fn grant(
+    State(app): State<Shared>,
+    caller: Caller,
+    JsonBody(req): JsonBody<AccessRequest>,
+) -> ServerResult<Json<OpResponse>> {
+    let session = caller.session(&app, Operation::Grant)?;
+    op(&app, "grant", move || {
+        session.grant(
+            req.grantee.as_deref(),
+            req.label.as_deref(),
+            req.role.as_deref(),
+        )
+    })
+    .await
+}
+
+/// Revoke a label or role (tenant admin): from a grantee, or the label
+/// from everyone in the tenant. Applies from the next read on, to
+/// summaries and caches too.
+#[utoipa::path(
+    post, path = "/v1/access/revoke", tag = "lifecycle",
+    request_body = AccessRequest,
+    responses((status = 200, body = OpResponse), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("api_key" = []))
+)]
+pub async fn revoke(
+    State(app): State<Shared>,
+    caller: Caller,
+    JsonBody(req): JsonBody<AccessRequest>,
+) -> ServerResult<Json<OpResponse>> {
+    let session = caller.session(&app, Operation::Revoke)?;
+    op(&app, "revoke", move || {
+        session.revoke(
+            req.grantee.as_deref(),
+            req.label.as_deref(),
+            req.role.as_deref(),
+        )
+    })
+    .await
+}
+
+/// A retention period.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionRequest {
+    /// Retention class (e.g. `ephemeral`, `standard`, `audit`).
+    pub class: String,
+    /// `90s`, `15m`, `6h`, `30d`, `7y`, or `forever`.
+    pub period: String,
+}
+
+/// Set the retention period of a class in the key's tenant (tenant admin).
+#[utoipa::path(
+    post, path = "/v1/retention", tag = "lifecycle",
+    request_body = RetentionRequest,
+    responses((status = 200, body = OpResponse), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("api_key" = []))
+)]
+pub async fn retention(
+    State(app): State<Shared>,
+    caller: Caller,
+    JsonBody(req): JsonBody<RetentionRequest>,
+) -> ServerResult<Json<OpResponse>> {
+    let session = caller.session(&app, Operation::Retention)?;
+    let period = if req.period == "forever" {
+        None
+    } else {
+        Some(parse_duration_ms(&req.period).ok_or_else(|| {
+            ServerError::invalid(
+                None,
+                "period",
+                format!(
+                    "'{}': expected 90s, 15m, 6h, 30d, 7y or forever",
+                    req.period
+                ),
+            )
+        })?)
+    };
+    op(&app, "retention", move || {
+        session.set_retention(&req.class, period)
+    })
+    .await
+}
+
+/// A legal hold.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HoldRequest {
+    /// `tenant`, `user:<id>`, `conversation:<id>`, `agent:<id>` or `label:<label>`.
+    pub scope: String,
+    /// Place (true, the default) or lift (false) the hold.
+    #[serde(default = "yes")]
+    pub on: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Place or lift a legal hold on a scope (tenant admin): held records are
+/// not purged by compaction or retention.
+#[utoipa::path(
+    post, path = "/v1/holds", tag = "lifecycle",
+    request_body = HoldRequest,
+    responses((status = 200, body = OpResponse), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("api_key" = []))
+)]
+pub async fn hold(
+    State(app): State<Shared>,
+    caller: Caller,
+    JsonBody(req): JsonBody<HoldRequest>,
+) -> ServerResult<Json<OpResponse>> {
+    let session = caller.session(&app, Operation::Hold)?;
+    op(&app, "hold", move || session.hold(&req.scope, req.on)).await
+}

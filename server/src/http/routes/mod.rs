@@ -1,0 +1,194 @@
+//! The routes of `engram serve` and the middleware around them: request
+//! ids, the request log and metrics, the early body-size check, and the
+//! per-request deadline.
+//!
+//! Handlers are thin: each authenticates ([`Caller`](crate::http::auth::Caller)), passes the gate
+//! for its [`Operation`](engram_engine::authz::Operation), builds one
+//! engine request, runs it through a bounded queue ([`App`]) and maps the
+//! result. Endpoints, by module: [`records`] (append, bulk, get, history,
+//! trace, list), [`lifecycle`] (correct, expire, delete, retract, review,
+//! grant, revoke, retention, holds), [`query`] (recall, context, eval),
+//! [`admin`] (stats, verify, backup), [`health`] (`/healthz`, `/readyz`,
+//! `/metrics`, `/v1/openapi.json`).
+//!
+//! This module must never hold store logic: what a request means is the
+//! engine's, what a caller may do is the matrix's.
+
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::error_handling::HandleErrorLayer;
+use axum::extract::{FromRequestParts, MatchedPath, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use engram_engine::RecordRef;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tower::ServiceBuilder;
+
+use crate::http::app::{App, Shared};
+use crate::http::error::{ErrorCode, LoggedDetail, ServerError};
+use crate::http::logging;
+use crate::http::metrics::method_label;
+
+pub mod admin;
+pub mod bulk;
+pub mod health;
+pub mod lifecycle;
+pub mod query;
+pub mod records;
+
+/// Route template of bulk ingest (it has its own body limit).
+pub const BULK_ROUTE: &str = "/v1/records/bulk";
+
+/// The router of the server over `app`.
+pub fn router(app: Shared) -> Router {
+    let timeout_ms = app.cfg.limits.request_timeout_ms;
+    let v1 = Router::new()
+        .route("/v1/records", post(records::append).get(records::list))
+        .route(BULK_ROUTE, post(bulk::ingest))
+        .route(
+            "/v1/records/{ref}",
+            get(records::get).delete(lifecycle::delete),
+        )
+        .route("/v1/records/{ref}/history", get(records::history))
+        .route("/v1/records/{ref}/trace", get(records::trace))
+        .route("/v1/records/{ref}/correct", post(lifecycle::correct))
+        .route("/v1/records/{ref}/expire", post(lifecycle::expire))
+        .route("/v1/records/{ref}/retract", post(lifecycle::retract))
+        .route("/v1/review", get(lifecycle::review_queue))
+        .route("/v1/review/{ref}/approve", post(lifecycle::approve))
+        .route("/v1/review/{ref}/reject", post(lifecycle::reject))
+        .route("/v1/access/grant", post(lifecycle::grant))
+        .route("/v1/access/revoke", post(lifecycle::revoke))
+        .route("/v1/retention", post(lifecycle::retention))
+        .route("/v1/holds", post(lifecycle::hold))
+        .route("/v1/recall", post(query::recall))
+        .route("/v1/context", post(query::context))
+        .route("/v1/eval", post(query::eval))
+        .route("/v1/stats", get(admin::stats))
+        .route("/v1/verify", get(admin::verify))
+        .route("/v1/backup", post(admin::backup))
+        .route("/v1/openapi.json", get(health::openapi))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .fallback(no_route)
+        .method_not_allowed_fallback(method_not_allowed);
+    v1.layer(
+        ServiceBuilder::new()
+            .layer(HandleErrorLayer::new(
+                move |_: tower::BoxError| async move {
+                    ServerError::Timeout {
+                        after_ms: timeout_ms,
+                    }
+                },
+            ))
+            .timeout(Duration::from_millis(timeout_ms)),
+    )
+    .layer(axum::middleware::from_fn_with_state(app.clone(), observe))
+    .with_state(app)
+}
+
+async fn no_route(req: Request) -> ServerError {
+    ServerError::NoRoute {
+        method: req.method().to_string(),
+        path: req.uri().path().chars().take(200).collect(),
+    }
+}
+
+async fn method_not_allowed() -> ServerError {
+    ServerError::MethodNotAllowed
+}
+
+/// The body limit of a route.
+fn body_limit(app: &App, route: &str) -> u64 {
+    if route == BULK_ROUTE {
+        app.cfg.limits.bulk_body_bytes_max
+    } else {
+        app.cfg.limits.body_bytes_max
+    }
+}
+
+/// Request id, early size check, log line and metrics of every request.
+async fn observe(State(app): State<Shared>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let request_id = app.next_request_id();
+    let method = method_label(req.method());
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |m| m.as_str().to_string());
+    let declared_len = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let limit = body_limit(&app, &route);
+    let mut resp = match declared_len {
+        // refused before a byte of the body is read
+        Some(n) if n > limit => ServerError::TooLarge { limit_bytes: limit }.into_response(),
+        _ => next.run(req).await,
+    };
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        resp.headers_mut().insert("x-request-id", v);
+    }
+    let status = resp.status().as_u16();
+    let latency = started.elapsed();
+    app.metrics
+        .request(&route, method, status, latency.as_secs_f64());
+    let mut fields = vec![
+        ("request_id", json!(request_id)),
+        ("method", json!(method)),
+        ("route", json!(route)),
+        ("status", json!(status)),
+        ("latency_us", json!(latency.as_micros() as u64)),
+    ];
+    if let Some(code) = resp.extensions().get::<ErrorCode>() {
+        app.metrics.rejected(code.0);
+        fields.push(("error", json!(code.0)));
+    }
+    let level = if status >= 500 { "error" } else { "info" };
+    if let Some(LoggedDetail(d)) = resp.extensions_mut().remove::<LoggedDetail>() {
+        fields.push(("detail", json!(d)));
+    }
+    logging::log(level, "request", &fields);
+    resp
+}
+
+/// A record reference from the path: an internal id, `id:<id>`,
+/// `ext:<external id>`, or an external id (percent-encode `/` as `%2F`).
+#[derive(Debug)]
+pub struct RefPath(pub RecordRef);
+
+impl FromRequestParts<Shared> for RefPath {
+    type Rejection = ServerError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Shared) -> Result<Self, Self::Rejection> {
+        let axum::extract::Path(raw) =
+            axum::extract::Path::<String>::from_request_parts(parts, app)
+                .await
+                .map_err(|e| ServerError::bad_request("ref", e.body_text()))?;
+        RecordRef::parse_text(&raw)
+            .map(RefPath)
+            .map_err(|e| ServerError::bad_request("ref", e))
+    }
+}
+
+/// Query parameters deserialized into `T`, with errors in the JSON shape.
+#[derive(Debug)]
+pub struct Params<T>(pub T);
+
+impl<T: DeserializeOwned + Send> FromRequestParts<Shared> for Params<T> {
+    type Rejection = ServerError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Shared) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, app)
+            .await
+            .map(|q| Params(q.0))
+            .map_err(|e| ServerError::bad_request("query", e.body_text()))
+    }
+}

@@ -1,0 +1,310 @@
+//! Reads that rank: recall, context assembly, and evaluation of recall
+//! against cases, all as the key's principal.
+//!
+//! A recall body is the JSON object of one `engram recall --queries` line,
+//! parsed by `engram_query::parse_recall_line`; eval cases are lines of
+//! the `engram eval` format, parsed by `engram_query::eval`, that may not
+//! name a tenant or principal. This module must never filter or rank
+//! anything itself: eligibility and ranking are the engine's.
+
+use axum::Json;
+use axum::extract::State;
+use engram_engine::authz::Operation;
+use engram_engine::context::{CONTEXT_BUDGET_BYTES_DEFAULT, Context, ContextRequest};
+use engram_engine::retrieval::{Hit, Manifest};
+use engram_query::eval::{CaseResult, Summary, parse_session_cases, score_case, summarize};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use utoipa::{IntoParams, ToSchema};
+
+use crate::http::app::Shared;
+use crate::http::auth::Caller;
+use crate::http::body::{JsonBody, RawBody, json_object, utf8};
+use crate::http::error::{ErrorBody, ServerError, ServerResult};
+use crate::http::routes::Params;
+use crate::http::routes::records::line_error;
+
+/// The answer to a recall.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RecallResponse {
+    /// The request's `id`, echoed.
+    pub query_id: Option<String>,
+    /// Hits, best first: id, external_id, score, record, kind, status,
+    /// occurred_at, historical, text, found_by.
+    #[schema(value_type = Vec<Object>)]
+    pub hits: Vec<Hit>,
+    /// With `"explain": true`: the manifest (normalized query, principal,
+    /// eligibility steps and counts, snapshot position, versions,
+    /// candidates per retriever, fusion, cost, timings; docs/retrieval.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub manifest: Option<Manifest>,
+}
+
+/// Recall: eligibility first (tenant, access, scope, deletion, retention,
+/// time), then vector / lexical / recency / graph retrievers, fused.
+///
+/// The body is one recall request as in `engram recall --queries`
+/// (docs/ingest.md): `text`, `vector`, `model`, `mode`, `k`, `ef`, filters
+/// (`user`, `conversation`, `agent`, `label`, `kind`, `record`,
+/// `occurred_after`, `occurred_before`), `as_of`, `valid_at`,
+/// `include_historical`, `id`, `explain`. It may not name a tenant or
+/// principal.
+#[utoipa::path(
+    post, path = "/v1/recall", tag = "query",
+    request_body(content = Object, description = "One recall request (docs/ingest.md)", content_type = "application/json"),
+    responses(
+        (status = 200, body = RecallResponse),
+        (status = 400, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn recall(
+    State(app): State<Shared>,
+    caller: Caller,
+    RawBody(bytes): RawBody,
+) -> ServerResult<Json<RecallResponse>> {
+    let session = caller.session(&app, Operation::Read)?;
+    let text = utf8(&bytes)?;
+    json_object(text)?;
+    let line = engram_query::parse_recall_line(text, 1).map_err(|e| line_error(e, None, None))?;
+    let l = &app.cfg.limits;
+    if line.request.k > l.k_max {
+        return Err(ServerError::invalid(
+            None,
+            "k",
+            format!("{} is out of range 1..={}", line.request.k, l.k_max),
+        ));
+    }
+    if let Some(t) = &line.request.text {
+        if t.len() > l.query_text_bytes_max {
+            return Err(ServerError::Invalid {
+                code: "limit_exceeded",
+                message: format!(
+                    "query text length in bytes is {}, over the limit of {}",
+                    t.len(),
+                    l.query_text_bytes_max
+                ),
+                details: serde_json::json!({"field": "text", "limit": l.query_text_bytes_max, "got": t.len()}),
+            });
+        }
+    }
+    let explain = line.request.explain;
+    let req = line.request;
+    let r = app.read(move || session.recall(&req)).await?;
+    Ok(Json(RecallResponse {
+        query_id: line.query_id,
+        hits: r.hits,
+        manifest: explain.then_some(r.manifest),
+    }))
+}
+
+/// A context request.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ContextBody {
+    /// What the model call is about.
+    pub text: String,
+    /// The user the call serves.
+    pub user: Option<String>,
+    /// The conversation being continued.
+    pub conversation: Option<String>,
+    /// The agent making the call.
+    pub agent: Option<String>,
+    /// Byte budget of the rendered items (default 8192).
+    pub budget_bytes: Option<usize>,
+    /// Semantic items to consider (default 8).
+    pub semantic_k: Option<usize>,
+    /// Summaries to consider (default 3).
+    pub episodic_k: Option<usize>,
+    /// Recent turns to include (default 6).
+    pub recent_turns: Option<usize>,
+    /// Include (labelled) records whose validity ended (default true).
+    pub include_historical: Option<bool>,
+}
+
+/// The working memory for one model call.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ContextResponse {
+    /// Sections (procedural, semantic, episodic, recent) with their items,
+    /// provenance and conflicts.
+    #[schema(value_type = Object)]
+    pub context: Context,
+    /// The same, rendered as text for a prompt.
+    pub rendered: String,
+}
+
+/// Assemble the working memory for one model call: approved procedural
+/// rules, relevant facts with provenance, episodic summaries and recent
+/// turns, within a byte budget; historical items labelled, conflicts shown.
+#[utoipa::path(
+    post, path = "/v1/context", tag = "query",
+    request_body = ContextBody,
+    responses((status = 200, body = ContextResponse), (status = 400, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("api_key" = []))
+)]
+pub async fn context(
+    State(app): State<Shared>,
+    caller: Caller,
+    JsonBody(b): JsonBody<ContextBody>,
+) -> ServerResult<Json<ContextResponse>> {
+    let session = caller.session(&app, Operation::Read)?;
+    let l = &app.cfg.limits;
+    let mut req = ContextRequest::new(b.text);
+    req.user = b.user;
+    req.conversation = b.conversation;
+    req.agent = b.agent;
+    req.budget_bytes = b.budget_bytes.unwrap_or(CONTEXT_BUDGET_BYTES_DEFAULT);
+    if let Some(k) = b.semantic_k {
+        req.semantic_k = k;
+    }
+    if let Some(k) = b.episodic_k {
+        req.episodic_k = k;
+    }
+    if let Some(n) = b.recent_turns {
+        req.recent_turns = n;
+    }
+    if let Some(h) = b.include_historical {
+        req.include_historical = h;
+    }
+    if req.text.len() > l.query_text_bytes_max {
+        return Err(ServerError::invalid(
+            None,
+            "text",
+            format!("over the limit of {} bytes", l.query_text_bytes_max),
+        ));
+    }
+    if req.budget_bytes == 0 || req.budget_bytes > l.context_budget_bytes_max {
+        return Err(ServerError::invalid(
+            None,
+            "budget_bytes",
+            format!(
+                "{} is out of range 1..={}",
+                req.budget_bytes, l.context_budget_bytes_max
+            ),
+        ));
+    }
+    for (f, v) in [
+        ("semantic_k", req.semantic_k),
+        ("episodic_k", req.episodic_k),
+        ("recent_turns", req.recent_turns),
+    ] {
+        if v > l.context_items_max {
+            return Err(ServerError::invalid(
+                None,
+                f,
+                format!("{v} is over the limit of {}", l.context_items_max),
+            ));
+        }
+    }
+    let context = app.read(move || session.context(&req)).await?;
+    let rendered = context.render();
+    Ok(Json(ContextResponse { context, rendered }))
+}
+
+/// Options of an evaluation.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct EvalParams {
+    /// Cutoff for cases that do not set their own `k` (default 10).
+    pub k: Option<usize>,
+}
+
+/// Evaluation results.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EvalResponse {
+    /// Means over all cases: recall@k, precision@k, MRR, forbidden-hit rate.
+    #[schema(value_type = Object)]
+    pub overall: Summary,
+    /// The same per slice.
+    #[schema(value_type = Object)]
+    pub slices: BTreeMap<String, Summary>,
+    /// Per case.
+    #[schema(value_type = Vec<Object>)]
+    pub cases: Vec<CaseResult>,
+    /// Cases whose recall failed, with the reason.
+    pub errors: Vec<String>,
+}
+
+/// Evaluate recall on cases in the `engram eval` format (NDJSON body, one
+/// case per line), run as the key's principal: recall@k, precision@k,
+/// MRR and the forbidden-hit rate. Cases may not name a tenant or
+/// principal.
+#[utoipa::path(
+    post, path = "/v1/eval", tag = "query", params(EvalParams),
+    request_body(content = String, description = "Eval cases, one JSON object per line (docs/ingest.md)", content_type = "application/x-ndjson"),
+    responses((status = 200, body = EvalResponse), (status = 400, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("api_key" = []))
+)]
+pub async fn eval(
+    State(app): State<Shared>,
+    caller: Caller,
+    Params(p): Params<EvalParams>,
+    RawBody(bytes): RawBody,
+) -> ServerResult<Json<EvalResponse>> {
+    let session = caller.session(&app, Operation::Read)?;
+    let l = &app.cfg.limits;
+    let k_default = p.k.unwrap_or(10);
+    if k_default == 0 || k_default > l.k_max {
+        return Err(ServerError::invalid(
+            None,
+            "k",
+            format!("{k_default} is out of range 1..={}", l.k_max),
+        ));
+    }
+    let text = utf8(&bytes)?;
+    let cases = parse_session_cases(text).map_err(|e| {
+        let line = e.line;
+        line_error(e, None, Some(line))
+    })?;
+    if cases.is_empty() {
+        return Err(ServerError::invalid(None, "body", "no cases"));
+    }
+    if cases.len() > l.eval_cases_max {
+        return Err(ServerError::invalid(
+            None,
+            "body",
+            format!(
+                "{} cases, over the limit of {}",
+                cases.len(),
+                l.eval_cases_max
+            ),
+        ));
+    }
+    let k_max = l.k_max;
+    let resp = app
+        .read(move || {
+            let mut results = Vec::new();
+            let mut errors = Vec::new();
+            for c in &cases {
+                let k = if c.k_from_case {
+                    c.request.k
+                } else {
+                    k_default
+                };
+                if k == 0 || k > k_max {
+                    errors.push(format!(
+                        "case {} (line {}): k {k} is out of range 1..={k_max}",
+                        c.case_id, c.line
+                    ));
+                    continue;
+                }
+                let mut req = c.request.clone();
+                req.k = k;
+                match session.recall(&req) {
+                    Ok(r) => results.push(score_case(c, k, &r.hits)),
+                    Err(e) => errors.push(format!("case {} (line {}): {e}", c.case_id, c.line)),
+                }
+            }
+            let (overall, slices) = summarize(&results);
+            Ok(EvalResponse {
+                overall,
+                slices,
+                cases: results,
+                errors,
+            })
+        })
+        .await?;
+    Ok(Json(resp))
+}

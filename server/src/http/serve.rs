@@ -1,0 +1,233 @@
+//! `engram serve`: opens the store once, listens, serves connections until
+//! SIGTERM or SIGINT, then stops accepting, lets in-flight requests finish
+//! (up to `limits.shutdown_grace_ms`), and closes the store (which
+//! checkpoints derived state).
+//!
+//! Connections are HTTP/1.1 (hyper) with a deadline on reading the request
+//! head and a cap on open connections; requests go through the axum router
+//! of [`crate::http::routes`]. Durability needs nothing here: the engine
+//! acknowledges an append only after its fsync, and a response is sent
+//! only after the engine returned, so every 2xx append survives a kill -9.
+//!
+//! This module must never answer a request itself, nor buffer an
+//! acknowledgement.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use engram_engine::{Engram, Options};
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::http::app::{App, Shared};
+use crate::http::config::Config;
+use crate::http::error::{ServerError, ServerResult};
+use crate::http::keys::KeyStore;
+use crate::http::logging::log;
+use crate::http::routes;
+
+/// Blocking threads beyond the read and write queues (readiness probes,
+/// a backup, the store's close).
+const EXTRA_BLOCKING_THREADS: usize = 8;
+
+/// Runs the server for the store in `data` until a signal stops it.
+pub fn serve(data: &Path, config: Option<&Path>, listen: Option<&str>) -> ServerResult<()> {
+    let cfg = Config::load(data, config, listen)?;
+    let keys = KeyStore::open(&cfg.key_file)?;
+    let db = open(data)?;
+    if keys.n_active() == 0 {
+        log(
+            "warn",
+            "no API keys yet: every /v1 request will be refused; create one with `engram keys create`",
+            &[("key_file", json!(cfg.key_file.display().to_string()))],
+        );
+    }
+    let l = &cfg.limits;
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .max(2);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .max_blocking_threads(
+            l.appends_in_flight_max + l.queries_in_flight_max + EXTRA_BLOCKING_THREADS,
+        )
+        .enable_all()
+        .thread_name("engram-serve")
+        .build()
+        .map_err(|e| ServerError::Listen {
+            addr: cfg.listen.to_string(),
+            source: e,
+        })?;
+    let app: Shared = Arc::new(App::new(db.clone(), keys, cfg));
+    let served = rt.block_on(run(app.clone()));
+    log("info", "closing the store", &[]);
+    let closed = db.close();
+    rt.shutdown_timeout(Duration::from_secs(5));
+    served?;
+    closed.map_err(ServerError::Engine)?;
+    log("info", "stopped", &[]);
+    Ok(())
+}
+
+/// Opens the existing store in `data` (never creates one) with the
+/// embedder its settings name, logging what recovery did.
+fn open(data: &Path) -> ServerResult<Engram> {
+    let opts = crate::cli::store_options(data).map_err(|e| ServerError::Config {
+        path: data.to_path_buf(),
+        reason: e.0,
+    })?;
+    let opts = Options {
+        create_if_missing: false,
+        ..opts
+    };
+    let (db, report) = Engram::open_with_report(data, opts).map_err(ServerError::Engine)?;
+    let mut fields = vec![
+        ("store", json!(data.display().to_string())),
+        ("frames_replayed", json!(report.frames_replayed)),
+        ("catalog_caught_up", json!(report.catalog_caught_up)),
+    ];
+    if let Some(t) = &report.log.truncation {
+        fields.push((
+            "log_tail_cut",
+            json!({
+                "segment": t.segment,
+                "offset": t.offset,
+                "bytes": t.bytes_dropped,
+                "unacknowledged_frames": t.dropped_lsns.len(),
+                "reason": format!("{:?}", t.reason),
+            }),
+        ));
+    }
+    if report.catalog_rebuilt {
+        fields.push(("catalog_rebuilt", json!(true)));
+    }
+    if report.lexical_rebuilt {
+        fields.push(("lexical_rebuilt", json!(true)));
+    }
+    if !report.vectors_rebuilt.is_empty() {
+        fields.push(("vectors_rebuilt", json!(report.vectors_rebuilt)));
+    }
+    if report.restore_resumed.is_some() {
+        fields.push(("restore_resumed", json!(true)));
+    }
+    log("info", "store opened", &fields);
+    Ok(db)
+}
+
+async fn run(app: Shared) -> ServerResult<()> {
+    let addr: SocketAddr = app.cfg.listen;
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| ServerError::Listen {
+            addr: addr.to_string(),
+            source: e,
+        })?;
+    let bound = listener.local_addr().map_err(|e| ServerError::Listen {
+        addr: addr.to_string(),
+        source: e,
+    })?;
+    {
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "listening on http://{bound}");
+        let _ = out.flush();
+    }
+    log(
+        "info",
+        "listening",
+        &[
+            ("addr", json!(bound.to_string())),
+            ("store", json!(app.db.dir().display().to_string())),
+            ("key_file", json!(app.keys.path().display().to_string())),
+        ],
+    );
+    let router = routes::router(app.clone());
+    let mut conn_builder = http1::Builder::new();
+    conn_builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_millis(app.cfg.limits.header_read_timeout_ms))
+        .keep_alive(true);
+    let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(app.cfg.limits.connections_max));
+    let signal = shutdown_signal();
+    tokio::pin!(signal);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((s, _peer)) => s,
+                    Err(e) => {
+                        // out of file descriptors and the like: pause, go on
+                        log("warn", "accept failed", &[("error", json!(e.to_string()))]);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    app.metrics.throttled("connections");
+                    drop(stream);
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let conn = conn_builder.serve_connection(
+                    TokioIo::new(stream),
+                    TowerToHyperService::new(router.clone()),
+                );
+                let watched = graceful.watch(conn);
+                let app = app.clone();
+                app.metrics.connection_opened();
+                tokio::spawn(async move {
+                    // a client that sends garbage or stalls its head just
+                    // loses its connection
+                    let _ = watched.await;
+                    app.metrics.connection_closed();
+                    drop(slot);
+                });
+            }
+            which = &mut signal => {
+                log("info", "shutting down: no new connections; finishing requests in flight", &[("signal", json!(which))]);
+                break;
+            }
+        }
+    }
+    app.stop_accepting();
+    drop(listener);
+    let grace = Duration::from_millis(app.cfg.limits.shutdown_grace_ms);
+    tokio::select! {
+        () = graceful.shutdown() => log("info", "requests in flight finished", &[]),
+        () = tokio::time::sleep(grace) => log(
+            "warn",
+            "shutdown grace period over; closing with requests still in flight",
+            &[("grace_ms", json!(app.cfg.limits.shutdown_grace_ms))],
+        ),
+    }
+    Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT with the signal's name.
+async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            log(
+                "warn",
+                "cannot watch SIGTERM",
+                &[("error", json!(e.to_string()))],
+            );
+            let _ = tokio::signal::ctrl_c().await;
+            return "SIGINT";
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+    }
+}

@@ -1,0 +1,200 @@
+//! `engram serve` and `engram keys` on the command line: arguments, and
+//! printing what the key commands did.
+//!
+//! A key is printed once, by `keys create`, on stdout (and nowhere else);
+//! `keys list` shows ids, scopes, principals and roles, never hashes.
+//! This module must never print a key anywhere but in `keys create`'s
+//! answer, nor write the key file except through `crate::http::keys`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+
+use crate::cli::{CliError, CliResult};
+use crate::http::keys::{self, Grant, KeyEntry, Role};
+
+/// `engram serve`.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on (`127.0.0.1:0` picks a free port; the line
+    /// `listening on http://ADDR` on stdout says which).
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// TOML configuration: listen address, key file, limits (see docs/server.md).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+/// `engram keys`.
+#[derive(Subcommand, Debug)]
+pub enum KeysCommand {
+    /// Create an API key and print it once (only its SHA-256 is stored).
+    Create(CreateArgs),
+    /// List keys: id, scope, tenant, principal, role, labels (never the keys).
+    List(KeyFileArgs),
+    /// Revoke a key by id; a running server refuses it from its next request.
+    Revoke {
+        /// The key id (its first 8 hex digits; see `engram keys list`).
+        id: String,
+        #[command(flatten)]
+        file: KeyFileArgs,
+    },
+}
+
+/// Where the keys are.
+#[derive(Args, Debug)]
+pub struct KeyFileArgs {
+    /// The key file (default: keys.json in --data).
+    #[arg(long)]
+    pub key_file: Option<PathBuf>,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `engram keys create`.
+#[derive(Args, Debug)]
+pub struct CreateArgs {
+    /// The store-wide admin key (backup, verify, store stats): no tenant.
+    #[arg(long, conflicts_with_all = ["tenant", "principal", "role", "label"])]
+    pub admin: bool,
+    /// Tenant of the key's principal.
+    #[arg(long, required_unless_present = "admin")]
+    pub tenant: Option<String>,
+    /// Principal the key acts as.
+    #[arg(long, required_unless_present = "admin")]
+    pub principal: Option<String>,
+    /// Role: admin (the tenant admin), reviewer, user (default) or agent
+    /// (a model writer: procedural records it writes need review).
+    #[arg(long, default_value = "user")]
+    pub role: String,
+    /// Access label the key holds (repeatable), on top of the store's grants.
+    #[arg(long = "label")]
+    pub label: Vec<String>,
+    #[command(flatten)]
+    pub file: KeyFileArgs,
+}
+
+/// `engram serve`.
+pub fn serve(data: &Path, a: ServeArgs) -> CliResult {
+    crate::http::serve::serve(data, a.config.as_deref(), a.listen.as_deref())
+        .map_err(|e| CliError(e.to_string()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn key_file(data: &Path, a: &KeyFileArgs) -> Result<PathBuf, CliError> {
+    if let Some(k) = &a.key_file {
+        return Ok(k.clone());
+    }
+    use engram_engine::store_dir::{DirKind, classify};
+    match classify(&engram_storage::FsBackend, data)? {
+        DirKind::Store | DirKind::Unmarked => Ok(keys::default_key_file(data)),
+        _ => Err(CliError(format!(
+            "no store at {} (create one with `engram init`, or pass --key-file)",
+            data.display()
+        ))),
+    }
+}
+
+fn describe(k: &KeyEntry) -> String {
+    let state = match &k.revoked_at {
+        Some(t) => format!("  REVOKED {t}"),
+        None => String::new(),
+    };
+    match &k.grant {
+        Grant::Store => format!("{}  store admin  created {}{state}", k.id, k.created_at),
+        Grant::Tenant {
+            tenant,
+            principal,
+            role,
+            labels,
+        } => format!(
+            "{}  tenant '{tenant}' principal '{principal}' role {}{}  created {}{state}",
+            k.id,
+            role.name(),
+            if labels.is_empty() {
+                String::new()
+            } else {
+                format!(" labels {}", labels.join(","))
+            },
+            k.created_at
+        ),
+    }
+}
+
+/// The public view of an entry (no hash).
+fn public(k: &KeyEntry) -> serde_json::Value {
+    let mut v = serde_json::to_value(k).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.remove("sha256");
+    }
+    v
+}
+
+/// `engram keys ...`.
+pub fn keys(data: &Path, cmd: KeysCommand) -> CliResult {
+    let err = |e: crate::http::error::ServerError| CliError(e.to_string());
+    match cmd {
+        KeysCommand::Create(a) => {
+            let path = key_file(data, &a.file)?;
+            let grant = if a.admin {
+                Grant::Store
+            } else {
+                let role = Role::parse(&a.role).ok_or_else(|| {
+                    CliError(format!(
+                        "--role {}: expected admin, reviewer, user or agent",
+                        a.role
+                    ))
+                })?;
+                Grant::Tenant {
+                    tenant: a.tenant.unwrap_or_default(),
+                    principal: a.principal.unwrap_or_default(),
+                    role,
+                    labels: a.label,
+                }
+            };
+            let (key, entry) = keys::create(&path, grant).map_err(err)?;
+            if a.file.json {
+                let mut v = public(&entry);
+                v["key"] = key.into();
+                crate::outln!("{v}");
+            } else {
+                crate::outln!("{key}");
+                eprintln!(
+                    "created key {} ({}); it is shown only now: store it safely",
+                    entry.id,
+                    describe(&entry)
+                        .split_once("  ")
+                        .map_or("", |x| x.1)
+                        .split("  created")
+                        .next()
+                        .unwrap_or("")
+                );
+            }
+        }
+        KeysCommand::List(a) => {
+            let path = key_file(data, &a)?;
+            let all = keys::list(&path).map_err(err)?;
+            if a.json {
+                let v: Vec<_> = all.iter().map(public).collect();
+                crate::outln!("{}", serde_json::Value::Array(v));
+            } else {
+                for k in &all {
+                    crate::outln!("{}", describe(k));
+                }
+                eprintln!("{} key(s) in {}", all.len(), path.display());
+            }
+        }
+        KeysCommand::Revoke { id, file } => {
+            let path = key_file(data, &file)?;
+            let k = keys::revoke(&path, &id).map_err(err)?;
+            if file.json {
+                crate::outln!("{}", public(&k));
+            } else {
+                crate::outln!("revoked {}", describe(&k));
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

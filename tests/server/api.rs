@@ -1,0 +1,444 @@
+//! Every endpoint doing its job for the right key, the served OpenAPI
+//! document, the request log, metrics, keys applied to a running server,
+//! and shutdown on SIGTERM.
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+struct Keys {
+    boss: String,
+    ann: String,
+    rev: String,
+    bot: String,
+    store: String,
+}
+
+fn keys(dir: &std::path::Path) -> Keys {
+    Keys {
+        boss: tenant_key(dir, "acme", "boss", "admin"),
+        ann: tenant_key(dir, "acme", "ann", "user"),
+        rev: tenant_key(dir, "acme", "rev", "reviewer"),
+        bot: tenant_key(dir, "acme", "bot", "agent"),
+        store: key(dir, &["--admin"]),
+    }
+}
+
+#[test]
+fn endpoints_do_their_job() {
+    let (tmp, dir) = new_store();
+    let k = keys(&dir);
+    let s = Server::start(&dir, None);
+
+    assert_eq!(
+        s.json("GET", "/healthz", None, None, 200),
+        json!({"status": "ok"})
+    );
+    assert_eq!(s.json("GET", "/readyz", None, None, 200)["status"], "ready");
+    let committed: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/openapi.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        s.json("GET", "/v1/openapi.json", None, None, 200),
+        committed
+    );
+
+    // append: per-item results after fsync
+    let r = append(
+        &s,
+        &k.ann,
+        r#"[{"kind": "user_message", "external_id": "conv/1", "text": "checkout is slow since the deploy", "scope": {"user": "u1", "conversation": "c1"}},
+            {"kind": "user_message", "external_id": "n2", "text": "the payment provider timed out"}]"#,
+    );
+    assert_eq!(r.len(), 2);
+    assert_eq!(r[0]["outcome"], "created");
+    assert_eq!(r[0]["item"], 0);
+    let id1 = r[0]["id"].as_str().unwrap().to_string();
+    // the same again is idempotent by external id
+    let again = s.json(
+        "POST",
+        "/v1/records",
+        Some(&k.ann),
+        Some(r#"[{"kind": "user_message", "external_id": "n2", "text": "the payment provider timed out"}]"#),
+        200,
+    );
+    assert_eq!(again["duplicates"], 1);
+
+    // reads by id, id:, ext:, and a percent-encoded external id
+    for path in [
+        format!("/v1/records/{id1}"),
+        format!("/v1/records/id:{id1}"),
+        format!("/v1/records/{}", enc("ext:conv/1")),
+        format!("/v1/records/{}", enc("conv/1")),
+    ] {
+        let rec = s.json("GET", &path, Some(&k.ann), None, 200);
+        assert_eq!(rec["id"], id1.as_str(), "{path}");
+        assert_eq!(rec["tenant"], "acme");
+        assert_eq!(rec["writer"]["principal"], "ann");
+    }
+    let list = s.json(
+        "GET",
+        "/v1/records?kind=user_message&limit=10",
+        Some(&k.ann),
+        None,
+        200,
+    );
+    assert_eq!(list["records"].as_array().unwrap().len(), 2);
+
+    // recall, with and without the manifest
+    let hits = s.json(
+        "POST",
+        "/v1/recall",
+        Some(&k.ann),
+        Some(r#"{"text": "checkout slow", "k": 5, "id": "q1"}"#),
+        200,
+    );
+    assert_eq!(hits["query_id"], "q1");
+    assert_eq!(hits["hits"][0]["external_id"], "conv/1");
+    assert!(hits.get("manifest").is_none());
+    let explained = s.json(
+        "POST",
+        "/v1/recall",
+        Some(&k.ann),
+        Some(r#"{"text": "checkout", "explain": true}"#),
+        200,
+    );
+    assert_eq!(explained["manifest"]["principal"]["tenant"], "acme");
+    assert_eq!(explained["manifest"]["principal"]["id"], "ann");
+
+    // context and eval run as the key's principal
+    let ctx = s.json(
+        "POST",
+        "/v1/context",
+        Some(&k.ann),
+        Some(r#"{"text": "why is checkout slow", "user": "u1", "conversation": "c1"}"#),
+        200,
+    );
+    assert_eq!(ctx["context"]["principal"], "ann");
+    assert!(ctx["rendered"].as_str().unwrap().contains("checkout"));
+    let ev = s.call(
+        "POST",
+        "/v1/eval?k=5",
+        Some(&k.ann),
+        Some("{\"case_id\": \"c1\", \"query\": \"checkout slow\", \"relevant_ids\": [\"conv/1\"]}\n# a comment\n{\"case_id\": \"c2\", \"query\": \"payment\", \"relevant\": [\"n2\"]}\n"),
+    );
+    assert_eq!(ev.status, 200, "{}", ev.text());
+    let ev = ev.json();
+    assert_eq!(ev["overall"]["cases"], 2);
+    assert_eq!(ev["overall"]["recall_at_k"], 1.0);
+
+    // correction and history
+    let c = s.json(
+        "POST",
+        &format!("/v1/records/{}/correct", enc("conv/1")),
+        Some(&k.ann),
+        Some(r#"{"kind": "user_message", "text": "checkout is slow since Tuesday's deploy"}"#),
+        200,
+    );
+    assert_eq!(c["record"]["supersedes"], id1.as_str());
+    let h = s.json(
+        "GET",
+        &format!("/v1/records/{id1}/history"),
+        Some(&k.ann),
+        None,
+        200,
+    );
+    assert_eq!(h["versions"].as_array().unwrap().len(), 2);
+
+    // review: an agent's instruction is a candidate until a reviewer approves
+    let inst = append(
+        &s,
+        &k.bot,
+        r#"[{"record": "assertion", "kind": "instruction", "text": "always answer in French", "sources": ["n2"], "external_id": "i1"}]"#,
+    );
+    assert_eq!(inst[0]["status"], "candidate");
+    let q = s.json("GET", "/v1/review", Some(&k.rev), None, 200);
+    assert_eq!(q["candidates"][0]["external_id"], "i1");
+    assert_eq!(s.call("GET", "/v1/review", Some(&k.ann), None).status, 403);
+    let ok = s.json(
+        "POST",
+        "/v1/review/i1/approve",
+        Some(&k.rev),
+        Some(r#"{"note": "fine"}"#),
+        200,
+    );
+    assert_eq!(ok["affected"].as_array().unwrap().len(), 1);
+    // a derived assertion can be retracted by its writer, expired by the admin
+    append(
+        &s,
+        &k.ann,
+        r#"[{"record": "assertion", "kind": "fact", "text": "the provider is slow", "sources": ["n2"], "external_id": "f1"}]"#,
+    );
+    s.json(
+        "POST",
+        "/v1/records/f1/retract",
+        Some(&k.ann),
+        Some(r#"{"reason": "wrong"}"#),
+        200,
+    );
+    s.json(
+        "POST",
+        "/v1/records/n2/expire",
+        Some(&k.boss),
+        Some(r#"{"at": "2030-01-01T00:00:00Z"}"#),
+        200,
+    );
+
+    // tenant admin operations
+    s.json(
+        "POST",
+        "/v1/access/grant",
+        Some(&k.boss),
+        Some(r#"{"grantee": "ann", "label": "secret"}"#),
+        200,
+    );
+    s.json(
+        "POST",
+        "/v1/access/revoke",
+        Some(&k.boss),
+        Some(r#"{"grantee": "ann", "label": "secret"}"#),
+        200,
+    );
+    s.json(
+        "POST",
+        "/v1/retention",
+        Some(&k.boss),
+        Some(r#"{"class": "ephemeral", "period": "6h"}"#),
+        200,
+    );
+    s.json(
+        "POST",
+        "/v1/holds",
+        Some(&k.boss),
+        Some(r#"{"scope": "user:u1"}"#),
+        200,
+    );
+    s.json(
+        "POST",
+        "/v1/holds",
+        Some(&k.boss),
+        Some(r#"{"scope": "user:u1", "on": false}"#),
+        200,
+    );
+    let st = s.json("GET", "/v1/stats", Some(&k.boss), None, 200);
+    assert_eq!(st["tenant"], "acme");
+    assert!(st["records"].as_u64().unwrap() >= 4);
+
+    // delete: gone at once, the same 404 as a record that never existed
+    let d = s.json(
+        "DELETE",
+        "/v1/records/n2?reason=user%20asked",
+        Some(&k.ann),
+        None,
+        200,
+    );
+    assert!(d["affected"].as_array().unwrap().len() >= 2, "{d}");
+    let gone = s.call("GET", "/v1/records/n2", Some(&k.ann), None);
+    let never = s.call("GET", "/v1/records/never-existed", Some(&k.ann), None);
+    assert_eq!((gone.status, never.status), (404, 404));
+    assert_eq!(gone.body, never.body);
+
+    // bulk ingest: results per line after each batch, idempotent by external id
+    let lines = "{\"kind\": \"note\", \"text\": \"b1\", \"external_id\": \"b1\"}\n{\"kind\": \"note\", \"text\": \"b2\", \"external_id\": \"b2\"}\n\n{\"kind\": \"note\", \"text\": \"b3\", \"external_id\": \"b3\"}\n";
+    for expected in ["created", "duplicate"] {
+        let r = request(
+            &s.addr,
+            "POST",
+            "/v1/records/bulk?batch=2",
+            Some(&k.ann),
+            Some(lines.as_bytes()),
+            "application/x-ndjson",
+        )
+        .unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("content-type"), Some("application/x-ndjson"));
+        let out = r.ndjson();
+        assert_eq!(out.len(), 4, "{out:?}");
+        assert_eq!(
+            out.iter()
+                .map(|l| l["line"].as_u64().unwrap_or(0))
+                .collect::<Vec<_>>(),
+            [1, 2, 4, 0]
+        );
+        assert!(out[..3].iter().all(|l| l["outcome"] == expected), "{out:?}");
+        assert_eq!(out[3]["summary"]["batches"], 2);
+        assert_eq!(out[3]["summary"]["complete"], true);
+    }
+
+    // store operations with the store key
+    let st = s.json("GET", "/v1/stats", Some(&k.store), None, 200);
+    assert!(st["tenants"]["acme"]["records"].as_u64().unwrap() >= 7);
+    let v = s.json("GET", "/v1/verify", Some(&k.store), None, 200);
+    assert_eq!(v["ok"], true, "{v}");
+    let dest = tmp.path().join("backup");
+    let b = s.json(
+        "POST",
+        "/v1/backup",
+        Some(&k.store),
+        Some(&json!({"dest": dest.to_str().unwrap()}).to_string()),
+        200,
+    );
+    assert!(b["last_lsn"].as_u64().unwrap() > 0);
+    engram(&dest, &["verify"]);
+
+    // metrics: route templates, batch sizes, engine counters; no tenant
+    let m = s.call("GET", "/metrics", None, None);
+    assert_eq!(m.status, 200);
+    assert!(m.header("content-type").unwrap().starts_with("text/plain"));
+    let text = m.text();
+    for needle in [
+        "engram_http_requests_total{route=\"/v1/records\",method=\"POST\",status=\"200\"}",
+        "engram_http_request_duration_seconds_bucket{route=\"/v1/records/{ref}\",method=\"GET\",status=\"404\",le=\"+Inf\"} 2",
+        "engram_append_batch_records_count",
+        "engram_log_group_commits_total",
+        "engram_log_fsync_seconds_total",
+        "engram_writer_queue_depth 0",
+        "engram_pending_vectors",
+        "engram_lifecycle_operations_total{op=\"delete\"} 1",
+        "engram_http_rejected_total{code=\"not_found\"} 2",
+    ] {
+        assert!(text.contains(needle), "metrics lack {needle}:\n{text}");
+    }
+    for secret in ["acme", "ann", &k.ann[4..12]] {
+        assert!(!text.contains(secret), "metrics name {secret}");
+    }
+
+    // the log: one JSON object per request line, no keys, no bodies
+    let log = s.log_text();
+    let requests: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("every log line is JSON"))
+        .filter(|v| v["msg"] == "request")
+        .collect();
+    assert!(requests.len() > 30);
+    for f in ["request_id", "method", "route", "status", "latency_us"] {
+        assert!(requests.iter().all(|r| !r[f].is_null()), "{f}");
+    }
+    for secret in [&k.ann[4..], "checkout is slow", "always answer in French"] {
+        assert!(!log.contains(secret), "the log holds {secret}");
+    }
+}
+
+#[test]
+fn keys_created_and_revoked_apply_to_a_running_server() {
+    let (_tmp, dir) = new_store();
+    let s = Server::start(&dir, None);
+    // no key yet: refused
+    assert_eq!(s.call("GET", "/v1/records", None, None).status, 401);
+    let k = tenant_key(&dir, "t", "p", "user");
+    s.json("GET", "/v1/records", Some(&k), None, 200);
+    let list = engram(&dir, &["keys", "list", "--json"]);
+    let entries: Value = serde_json::from_str(list.trim()).unwrap();
+    assert_eq!(entries[0]["id"], &k[4..12]);
+    assert!(
+        entries[0].get("sha256").is_none(),
+        "list never shows hashes"
+    );
+    assert!(!list.contains(&k[12..]));
+    engram(&dir, &["keys", "revoke", &k[4..12]]);
+    let r = s.call("GET", "/v1/records", Some(&k), None);
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(dir.join("keys.json"))
+            .unwrap()
+            .permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+}
+
+#[test]
+fn a_missing_store_is_an_error_naming_engram_init() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(bin())
+        .arg("--data")
+        .arg(tmp.path().join("nothing"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("engram init"), "{err}");
+    assert!(out.stdout.is_empty());
+    let out = std::process::Command::new(bin())
+        .arg("--data")
+        .arg(tmp.path().join("nothing"))
+        .args(["keys", "create", "--admin"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("engram init"));
+}
+
+#[test]
+fn sigterm_finishes_the_request_in_flight_then_closes_the_store() {
+    let (_tmp, dir) = new_store();
+    let k = tenant_key(&dir, "t", "p", "user");
+    let mut s = Server::start(&dir, None);
+    let body: String = (0..40)
+        .map(|i| {
+            format!("{{\"kind\": \"note\", \"text\": \"line {i}\", \"external_id\": \"e{i}\"}}\n")
+        })
+        .collect();
+    let (first, second) = body.as_bytes().split_at(body.len() / 2);
+    let mut c = TcpStream::connect(&s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    c.write_all(
+        head(
+            "POST",
+            "/v1/records/bulk?batch=5",
+            Some(&k),
+            "application/x-ndjson",
+            Some(body.len() as u64),
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    c.write_all(first).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    s.signal_term();
+    std::thread::sleep(Duration::from_millis(300));
+    // new connections are refused while the one in flight goes on
+    assert!(
+        request(&s.addr, "GET", "/healthz", None, None, "").is_err(),
+        "a new connection was served after SIGTERM"
+    );
+    c.write_all(second).unwrap();
+    let r = read_response(&mut c).unwrap();
+    assert_eq!(r.status, 200);
+    let out = r.ndjson();
+    let summary = &out.last().unwrap()["summary"];
+    assert_eq!(summary["created"], 40, "{out:?}");
+    assert_eq!(summary["complete"], true);
+    let st = s.wait(Duration::from_secs(20));
+    assert!(st.success(), "{st:?}");
+    let log = s.log_text();
+    assert!(log.contains("\"signal\":\"SIGTERM\""), "{log}");
+    assert!(log.contains("\"msg\":\"stopped\""), "{log}");
+    // closed cleanly: it verifies, and everything acknowledged is there
+    engram(&dir, &["verify"]);
+    let s = Server::start(&dir, None);
+    s.json("GET", "/v1/records/e39", Some(&k), None, 200);
+}
+
+#[test]
+fn metrics_can_require_the_store_key() {
+    let (_tmp, dir) = new_store();
+    let tenant = tenant_key(&dir, "t", "p", "admin");
+    let store = key(&dir, &["--admin"]);
+    let s = Server::start(&dir, Some("metrics_auth = \"admin\"\n"));
+    assert_eq!(s.call("GET", "/metrics", None, None).status, 401);
+    assert_eq!(s.call("GET", "/metrics", Some(&tenant), None).status, 403);
+    let m = s.call("GET", "/metrics", Some(&store), None);
+    assert_eq!(m.status, 200);
+    assert!(m.text().contains("engram_up 1"));
+    // the probes stay open
+    s.json("GET", "/healthz", None, None, 200);
+    s.json("GET", "/readyz", None, None, 200);
+}

@@ -1,0 +1,527 @@
+//! Hostile input: random and malformed bodies on every endpoint that
+//! takes one (property test with a bounded number of cases), deep
+//! nesting, huge numbers, invalid UTF-8, a 100 MB body, slow clients, a
+//! full writer queue. Never a 5xx for bad input, never a crash.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config as PropConfig, TestRunner};
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+/// Small limits so that the limit paths are cheap to reach.
+const CONFIG: &str = "[limits]
+body_bytes_max = 1048576
+request_timeout_ms = 1500
+header_read_timeout_ms = 1000
+body_idle_timeout_ms = 1000
+";
+
+const BODY_ENDPOINTS: &[(&str, &str)] = &[
+    ("POST", "/v1/records"),
+    ("POST", "/v1/records/bulk"),
+    ("POST", "/v1/recall"),
+    ("POST", "/v1/context"),
+    ("POST", "/v1/eval"),
+    ("POST", "/v1/records/seed/correct"),
+    ("POST", "/v1/records/seed/expire"),
+    ("POST", "/v1/records/seed/retract"),
+    ("POST", "/v1/review/seed/approve"),
+    ("POST", "/v1/access/grant"),
+    ("POST", "/v1/retention"),
+    ("POST", "/v1/holds"),
+    ("POST", "/v1/backup"),
+    ("GET", "/v1/records?limit=abc&kind=%FF"),
+];
+
+/// Field names the parsers know, so values reach the per-field checks.
+const FIELDS: &[&str] = &[
+    "kind",
+    "text",
+    "record",
+    "external_id",
+    "scope",
+    "occurred_at",
+    "valid_until",
+    "data",
+    "access",
+    "supersedes",
+    "sources",
+    "embedding",
+    "vector",
+    "model",
+    "mode",
+    "k",
+    "ef",
+    "as_of",
+    "valid_at",
+    "user",
+    "label",
+    "at",
+    "reason",
+    "grantee",
+    "role",
+    "class",
+    "period",
+    "scope",
+    "on",
+    "dest",
+    "budget_bytes",
+    "semantic_k",
+    "query",
+    "relevant",
+    "confidence",
+    "subject",
+    "name",
+];
+
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        any::<f64>()
+            .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+        Just(json!(1e308)),
+        Just(json!(-0.0)),
+        ".{0,16}".prop_map(Value::String),
+        "20[0-9]{2}-[01][0-9]-[0-3][0-9]T[0-2][0-9]:[0-5][0-9]:[0-6][0-9]Z".prop_map(Value::String),
+        Just(json!("hybrid")),
+        Just(json!("seed")),
+    ];
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::vec((prop::sample::select(FIELDS), inner), 0..5).prop_map(|kv| {
+                Value::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+            }),
+        ]
+    })
+}
+
+/// Bodies: JSON of the right and wrong shapes, texts JSON cannot hold,
+/// random bytes, and JSON with raw non-UTF-8 bytes spliced in.
+fn body() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        json_value().prop_map(|v| v.to_string().into_bytes()),
+        prop::collection::vec(json_value(), 0..4)
+            .prop_map(|v| Value::Array(v).to_string().into_bytes()),
+        prop::collection::vec(json_value(), 0..4).prop_map(|v| {
+            v.iter()
+                .map(|x| format!("{x}\n"))
+                .collect::<String>()
+                .into_bytes()
+        }),
+        prop::collection::vec(any::<u8>(), 0..256),
+        (
+            json_value(),
+            any::<usize>(),
+            prop::collection::vec(128u8..=255, 1..4)
+        )
+            .prop_map(|(v, at, junk)| {
+                let mut b = v.to_string().into_bytes();
+                let at = at % (b.len() + 1);
+                b.splice(at..at, junk);
+                b
+            }),
+        Just(b"{\"k\": 1e400, \"text\": \"x\"}".to_vec()),
+        Just(b"{\"k\": 18446744073709551616, \"text\": \"x\"}".to_vec()),
+        Just(b"[NaN, Infinity]".to_vec()),
+        Just(b"{\"text\": \"\\ud800\"}".to_vec()),
+    ]
+}
+
+fn assert_sane(r: &Resp, what: &str) {
+    assert!(r.status < 500, "{what}: {} {}", r.status, r.text());
+    assert!(r.status >= 200, "{what}: {}", r.status);
+    if r.status >= 400 {
+        let v = r.json();
+        assert!(v["error"]["code"].is_string(), "{what}: {v}");
+        assert!(v["error"]["message"].is_string(), "{what}: {v}");
+    }
+}
+
+#[test]
+fn hostile_bodies_never_get_a_5xx() {
+    let (_tmp, dir) = new_store();
+    let k = tenant_key(&dir, "t", "p", "admin");
+    let s = Server::start(&dir, Some(CONFIG));
+    append(
+        &s,
+        &k,
+        r#"[{"kind": "note", "text": "seed", "external_id": "seed"}]"#,
+    );
+    let cases: u32 = std::env::var("ENGRAM_SERVER_FUZZ_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(96);
+    let mut runner = TestRunner::new(PropConfig {
+        cases,
+        failure_persistence: None,
+        ..PropConfig::default()
+    });
+    let addr = s.addr.clone();
+    let key = k.clone();
+    runner
+        .run(
+            &(prop::sample::select(BODY_ENDPOINTS), body()),
+            |((method, path), bytes)| {
+                let ct = if path.contains("bulk") || path.contains("eval") {
+                    "application/x-ndjson"
+                } else {
+                    "application/json"
+                };
+                let r = request(&addr, method, path, Some(&key), Some(&bytes), ct)
+                    .map_err(|e| TestCaseError::fail(format!("{method} {path}: {e}")))?;
+                prop_assert!(
+                    r.status < 500,
+                    "{} {}: {} {}",
+                    method,
+                    path,
+                    r.status,
+                    r.text()
+                );
+                if r.status >= 400 {
+                    let v: Value = serde_json::from_slice(&r.body)
+                        .map_err(|e| TestCaseError::fail(format!("{path}: not JSON: {e}")))?;
+                    prop_assert!(v["error"]["code"].is_string());
+                } else if path.contains("bulk") {
+                    // every line answered, then a summary
+                    let lines = r.ndjson();
+                    prop_assert!(
+                        lines.last().is_some_and(|l| l["summary"].is_object()),
+                        "{lines:?}"
+                    );
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+    s.json("GET", "/healthz", None, None, 200);
+    assert!(!s.log_text().contains("panicked"), "{}", s.log_text());
+}
+
+#[test]
+fn deep_nesting_huge_numbers_invalid_utf8_and_limits() {
+    let (_tmp, dir) = new_store();
+    let k = tenant_key(&dir, "t", "p", "user");
+    let s = Server::start(&dir, Some(CONFIG));
+    let send = |path: &str, body: &[u8]| -> Resp {
+        let r = request(
+            &s.addr,
+            "POST",
+            path,
+            Some(&k),
+            Some(body),
+            "application/json",
+        )
+        .unwrap();
+        assert_sane(&r, path);
+        r
+    };
+    // deep nesting, in every body position
+    let deep = format!("{}{}", "[".repeat(200_000), "]".repeat(200_000));
+    for path in ["/v1/records", "/v1/recall", "/v1/context", "/v1/holds"] {
+        assert_eq!(send(path, deep.as_bytes()).status, 400, "{path}");
+    }
+    let nested_item = format!(
+        "[{{\"kind\": \"n\", \"data\": {}1{}}}]",
+        "[".repeat(5000),
+        "]".repeat(5000)
+    );
+    assert_eq!(send("/v1/records", nested_item.as_bytes()).status, 400);
+    // huge and odd numbers
+    for (body, field) in [
+        (r#"{"text": "x", "k": 1e400}"#, None),
+        (r#"{"text": "x", "k": 18446744073709551616}"#, Some("k")),
+        (r#"{"text": "x", "k": -1}"#, Some("k")),
+        (r#"{"text": "x", "k": 1.5}"#, Some("k")),
+        (r#"{"text": "x", "k": 1001}"#, Some("k")),
+        (r#"{"text": "x", "ef": 0}"#, Some("ef")),
+        (r#"{"vector": [1e39, 1], "model": "m"}"#, Some("vector")),
+    ] {
+        let r = send("/v1/recall", body.as_bytes());
+        assert!(r.status == 400 || r.status == 422, "{body}: {}", r.text());
+        if let Some(f) = field {
+            let e = r.json();
+            assert_eq!(e["error"]["details"]["field"], f, "{body}: {e}");
+        }
+    }
+    // invalid UTF-8: the position is named
+    let r = send("/v1/recall", b"{\"text\":\n  \"caf\xe9\"}");
+    assert_eq!(r.status, 400);
+    let e = r.json();
+    assert_eq!(
+        (
+            e["error"]["details"]["line"].as_u64(),
+            e["error"]["details"]["column"].as_u64()
+        ),
+        (Some(2), Some(7)),
+        "{e}"
+    );
+    // malformed JSON names line and column
+    let r = send("/v1/records", b"[\n {\"kind\": \"n\",\n  \"text\": }]");
+    assert_eq!(r.status, 400);
+    let e = r.json();
+    assert_eq!(e["error"]["code"], "invalid_json");
+    assert_eq!(e["error"]["details"]["line"], 3, "{e}");
+    assert!(
+        e["error"]["message"].as_str().unwrap().contains("line 3"),
+        "{e}"
+    );
+    // an invalid field of one item rejects the batch, naming item and field
+    let r = send(
+        "/v1/records",
+        br#"[{"kind": "n", "text": "ok"}, {"kind": "n", "text": "x", "occurred_at": "yesterday"}]"#,
+    );
+    assert_eq!(r.status, 422);
+    let e = r.json();
+    assert_eq!(
+        (
+            e["error"]["details"]["item"].as_u64(),
+            e["error"]["details"]["field"].as_str()
+        ),
+        (Some(1), Some("occurred_at"))
+    );
+    assert_eq!(
+        s.json("GET", "/v1/records", Some(&k), None, 200)["records"],
+        json!([]),
+        "nothing of it was stored"
+    );
+    // limits: batch size, body size
+    let many = format!("[{}]", vec![r#"{"kind":"n","text":"x"}"#; 10_001].join(","));
+    let r = send("/v1/records", many.as_bytes());
+    assert_eq!(r.status, 422);
+    assert_eq!(r.json()["error"]["code"], "limit_exceeded");
+    let big = format!(
+        "[{{\"kind\": \"n\", \"text\": \"{}\"}}]",
+        "x".repeat(2 << 20)
+    );
+    let r = send("/v1/records", big.as_bytes());
+    assert_eq!(r.status, 413);
+    assert_eq!(r.json()["error"]["details"]["limit_bytes"], 1_048_576);
+    // bulk: a bad line (invalid UTF-8, too long, wrong type) fails its batch only
+    let mut bulk = b"{\"kind\": \"n\", \"text\": \"one\"}\n{\"kind\": \"n\", \"text\": \"t\xffo\"}\n{\"kind\": \"n\", \"text\": \"three\"}\n".to_vec();
+    bulk.extend_from_slice(b"{\"kind\": 7}\n{\"kind\": \"n\", \"text\": \"five\"}\n");
+    let r = request(
+        &s.addr,
+        "POST",
+        "/v1/records/bulk?batch=1",
+        Some(&k),
+        Some(&bulk),
+        "application/x-ndjson",
+    )
+    .unwrap();
+    assert_eq!(r.status, 200);
+    let out = r.ndjson();
+    assert_eq!(out[0]["outcome"], "created");
+    assert_eq!(out[1]["error"]["code"], "bad_request");
+    assert_eq!(out[2]["outcome"], "created");
+    assert_eq!(out[3]["error"]["details"]["field"], "kind");
+    assert_eq!(out[4]["outcome"], "created");
+    assert_eq!(out[5]["summary"]["rejected"], 2);
+    // unknown query parameters and bad path references
+    assert_eq!(
+        s.call("GET", "/v1/records?colour=red", Some(&k), None)
+            .status,
+        400
+    );
+    assert_eq!(
+        s.call("GET", "/v1/records/id:not-an-id", Some(&k), None)
+            .status,
+        400
+    );
+    s.json("GET", "/healthz", None, None, 200);
+}
+
+#[test]
+fn a_100_mb_body_is_refused_before_it_is_read() {
+    let (_tmp, dir) = new_store();
+    let k = tenant_key(&dir, "t", "p", "user");
+    let s = Server::start(&dir, Some(CONFIG));
+    const HUNDRED_MB: u64 = 100 << 20;
+    // declared: answered at once, after 64 KiB of the 100 MB were sent
+    let started = Instant::now();
+    let mut c = TcpStream::connect(&s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(
+        head(
+            "POST",
+            "/v1/records",
+            Some(&k),
+            "application/json",
+            Some(HUNDRED_MB),
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    c.write_all(&vec![b' '; 64 << 10]).unwrap();
+    let r = read_response(&mut c).unwrap();
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "payload_too_large");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // chunked (no length): refused once the limit is passed; the client
+    // never gets to send the 100 MB
+    let mut c = TcpStream::connect(&s.addr).unwrap();
+    c.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut reader = c.try_clone().unwrap();
+    let got = std::thread::spawn(move || {
+        let mut raw = Vec::new();
+        reader
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let _ = reader.read_to_end(&mut raw);
+        raw
+    });
+    c.write_all(
+        format!("POST /v1/records HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {k}\r\nTransfer-Encoding: chunked\r\n\r\n")
+            .as_bytes(),
+    )
+    .unwrap();
+    let chunk = format!("{:x}\r\n{}\r\n", 64 << 10, " ".repeat(64 << 10));
+    let mut sent = 0u64;
+    while sent < HUNDRED_MB {
+        if c.write_all(chunk.as_bytes()).is_err() {
+            break;
+        }
+        sent += 64 << 10;
+    }
+    let raw = got.join().unwrap();
+    assert!(sent < HUNDRED_MB, "the server read all of a 100 MB body");
+    let r = parse_response(&raw).expect("a response before the connection closed");
+    assert_eq!(r.status, 413, "{}", r.text());
+    s.json("GET", "/healthz", None, None, 200);
+}
+
+#[test]
+fn slow_clients_time_out() {
+    let (_tmp, dir) = new_store();
+    let k = tenant_key(&dir, "t", "p", "user");
+    let s = Server::start(&dir, Some(CONFIG));
+    // a body that stops arriving: 503 timeout after the request deadline
+    let started = Instant::now();
+    let mut c = TcpStream::connect(&s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(
+        head(
+            "POST",
+            "/v1/records",
+            Some(&k),
+            "application/json",
+            Some(1000),
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    c.write_all(b"[{\"kind\"").unwrap();
+    let r = read_response(&mut c).unwrap();
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "timeout");
+    assert!(r.header("retry-after").is_some());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // a head that never ends: the connection is closed
+    let started = Instant::now();
+    let mut c = TcpStream::connect(&s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n")
+        .unwrap();
+    let mut raw = Vec::new();
+    let _ = c.read_to_end(&mut raw);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    if let Ok(r) = parse_response(&raw) {
+        assert!((400..500).contains(&r.status), "{}", r.status);
+    }
+    // a bulk body that stalls: the stream ends with a timeout line
+    let mut c = TcpStream::connect(&s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(
+        head(
+            "POST",
+            "/v1/records/bulk",
+            Some(&k),
+            "application/x-ndjson",
+            Some(10_000),
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    c.write_all(b"{\"kind\": \"n\", \"text\": \"a\"}\n")
+        .unwrap();
+    let r = read_response(&mut c).unwrap();
+    assert_eq!(r.status, 200);
+    let out = r.ndjson();
+    assert!(
+        out.iter().any(|l| l["error"]["code"] == "timeout"),
+        "{out:?}"
+    );
+    assert_eq!(out.last().unwrap()["summary"]["complete"], false);
+    s.json("GET", "/healthz", None, None, 200);
+}
+
+#[test]
+fn a_full_writer_queue_answers_429_with_retry_after() {
+    let (_tmp, dir) = new_store();
+    let k = tenant_key(&dir, "t", "p", "user");
+    let s = Server::start(&dir, Some("[limits]\nappends_in_flight_max = 1\n"));
+    let batch = format!(
+        "[{}]",
+        (0..2000)
+            .map(|i| format!(r#"{{"kind": "n", "text": "record {i} with some words to index"}}"#))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let mut throttled = None;
+    for _attempt in 0..5 {
+        let results: Vec<Resp> = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..12)
+                .map(|_| {
+                    sc.spawn(|| {
+                        request(
+                            &s.addr,
+                            "POST",
+                            "/v1/records",
+                            Some(&k),
+                            Some(batch.as_bytes()),
+                            "application/json",
+                        )
+                        .unwrap()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for r in &results {
+            assert!(
+                r.status == 200 || r.status == 429,
+                "{}: {}",
+                r.status,
+                r.text()
+            );
+        }
+        if let Some(r) = results.into_iter().find(|r| r.status == 429) {
+            throttled = Some(r);
+            break;
+        }
+    }
+    let r = throttled.expect("12 concurrent appends through one slot: some must be refused");
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(r.json()["error"]["code"], "busy");
+    let m = s.call("GET", "/metrics", None, None).text();
+    assert!(
+        m.contains("engram_http_throttled_total{queue=\"appends\"}"),
+        "{m}"
+    );
+}
