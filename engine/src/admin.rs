@@ -124,33 +124,6 @@ impl VerifyReport {
     }
 }
 
-impl crate::db::Session {
-    /// Counts of the session's tenant (the tenant admin only: counts cover
-    /// records other principals may not read).
-    pub fn stats(&self) -> Result<TenantStats> {
-        self.engram().check_open()?;
-        let st = self.engram().inner.state.read();
-        self.authorize(&st, crate::authz::Operation::TenantStats, None)?;
-        let mut t = TenantStats::default();
-        let Some(sym) = st.tenant_sym(self.principal().tenant()) else {
-            return Ok(t);
-        };
-        let Some(bm) = st.bm_tenant.get(&sym) else {
-            return Ok(t);
-        };
-        for i in bm.iter() {
-            let m = st.meta(i);
-            t.records += 1;
-            *t.by_kind
-                .entry(st.strings.name(m.kind).to_string())
-                .or_default() += 1;
-            *t.by_type.entry(m.rtype.name().to_string()).or_default() += 1;
-            *t.by_status.entry(m.status.name().to_string()).or_default() += 1;
-        }
-        Ok(t)
-    }
-}
-
 impl Engram {
     /// Counts per tenant, kind, type and status; log and index sizes.
     pub fn stats(&self) -> Result<StoreStats> {

@@ -1,13 +1,15 @@
 //! Graph expansion as a retriever.
 //!
-//! Seeds: entities whose canonical name or alias matches a phrase of the
-//! query (1 to 4 consecutive tokens, compared token by token), plus entities
-//! that the other retrievers' best hits are or talk about (an entity hit, a
-//! relation's endpoints, an assertion's subject). From the seeds the
-//! retriever walks typed relations breadth-first up to
-//! [`GRAPH_DEPTH`] hops and returns what it reached, scored by path length
-//! (`1 / (1 + hops)`): entities, the relations walked, and the assertions
-//! about reached entities.
+//! Seeds (chosen by `retrieval::search`): entities named in the query (a
+//! phrase of 1 to 4 consecutive tokens matching a canonical name or alias,
+//! compared token by token), entities named or given by id, and entities
+//! that other retrievers' hits are or talk about (an entity hit, a
+//! relation's endpoints, an assertion's subject). From the seeds,
+//! [`expand`] walks typed relations breadth-first (within a hop range, over
+//! chosen predicates, in a chosen direction, up to a node cap) and returns
+//! what it reached, scored by path length (`1 / (1 + hops)`): entities, the
+//! relations walked, and the assertions about reached entities. A recall's
+//! implicit expansion walks up to [`GRAPH_DEPTH`] hops.
 //!
 //! Only eligible nodes and edges are traversed: an ineligible relation is
 //! not walked and an ineligible entity is not entered, so the graph never
@@ -22,9 +24,8 @@ use std::collections::{BTreeMap, VecDeque};
 use roaring::RoaringBitmap;
 
 use crate::lexical::tokens;
-use crate::model::RecordType;
-use crate::retrieval::{Candidate, Cost, RetrieverOutput};
-use crate::state::{Idx, State};
+use crate::retrieval::{Candidate, Cost, Direction, RetrieverOutput};
+use crate::state::{Idx, State, Sym};
 
 /// Hops of expansion.
 pub const GRAPH_DEPTH: usize = 2;
@@ -60,72 +61,87 @@ pub fn seeds_from_text(st: &State, text: &str, eligible: &RoaringBitmap) -> Vec<
     out
 }
 
-/// The graph retriever (None when nothing in the query or the hits links
-/// to an entity).
-/// It walks `traversable` (eligibility without the request's own filters)
-/// and returns only records in `result_set`.
-pub fn graph_retriever(
+/// How an expansion walks.
+pub struct Walk<'a> {
+    /// What it may walk through (eligibility without the request's own
+    /// filters).
+    pub traversable: &'a RoaringBitmap,
+    /// What it may return.
+    pub result_set: &'a RoaringBitmap,
+    /// Hops returned, `min..=max` (0: the seeds themselves).
+    pub hops: (usize, usize),
+    /// Relation predicates followed (None: all).
+    pub via: Option<&'a [Sym]>,
+    /// Which way relations are followed.
+    pub direction: Direction,
+    /// Nodes reached at most (seeds included).
+    pub max_nodes: usize,
+}
+
+/// Expands from entity `seeds` over relations, breadth-first: entities
+/// reached, the relations walked and the assertions about reached entities,
+/// each scored by its distance (`1 / (1 + hops)`), best first, at most `n`.
+/// Only traversable nodes and edges are walked; only records in the result
+/// set are returned.
+pub fn expand(
     st: &State,
-    text: Option<&str>,
-    traversable: &RoaringBitmap,
-    result_set: &RoaringBitmap,
-    prior: &[RetrieverOutput],
+    seeds: &[Idx],
+    w: &Walk<'_>,
     n: usize,
     cost: &mut Cost,
-) -> Option<RetrieverOutput> {
-    let eligible = traversable;
-    let mut seeds: Vec<Idx> = text
-        .map(|t| seeds_from_text(st, t, eligible))
-        .unwrap_or_default();
-    for r in prior {
-        for c in r.candidates.iter().take(SEEDS_FROM_HITS) {
-            let Some(i) = st.idx(c.id) else { continue };
-            let m = st.meta(i);
-            let linked: Vec<Idx> = match m.rtype {
-                RecordType::Entity => vec![i],
-                RecordType::Relation | RecordType::Assertion => {
-                    [m.subject, m.object].into_iter().flatten().collect()
-                }
-                _ => Vec::new(),
-            };
-            for e in linked {
-                if eligible.contains(e) && !seeds.contains(&e) {
-                    seeds.push(e);
-                }
-            }
-        }
-    }
-    if seeds.is_empty() {
-        return None;
-    }
-    // breadth-first expansion over eligible relations and entities
+) -> RetrieverOutput {
     let mut depth: BTreeMap<Idx, usize> = BTreeMap::new();
     let mut queue = VecDeque::new();
-    for &s in &seeds {
+    for &s in seeds {
+        if depth.len() >= w.max_nodes {
+            break;
+        }
         depth.insert(s, 0);
         queue.push_back(s);
     }
     let mut reached: BTreeMap<Idx, usize> = BTreeMap::new();
+    let note = |i: Idx, d: usize, reached: &mut BTreeMap<Idx, usize>| {
+        if d >= w.hops.0 && d <= w.hops.1 {
+            reached.entry(i).or_insert(d);
+        }
+    };
     while let Some(e) = queue.pop_front() {
         let d = depth[&e];
-        reached.entry(e).or_insert(d);
+        note(e, d, &mut reached);
         cost.records_scanned += 1;
         if let Some(about) = st.about.get(&e) {
             for &a in about {
-                if eligible.contains(a) {
-                    reached.entry(a).or_insert(d);
+                if w.traversable.contains(a) {
+                    note(a, d, &mut reached);
                 }
             }
         }
-        if d >= GRAPH_DEPTH {
+        if d >= w.hops.1 {
             continue;
         }
         if let Some(edges) = st.edges.get(&e) {
             for edge in edges {
-                if !eligible.contains(edge.relation) || !eligible.contains(edge.other) {
+                let dir_ok = match w.direction {
+                    Direction::Both => true,
+                    Direction::Out => edge.outgoing,
+                    Direction::In => !edge.outgoing,
+                };
+                let pred_ok = w.via.is_none_or(|via| {
+                    st.meta(edge.relation)
+                        .predicate
+                        .is_some_and(|p| via.contains(&p))
+                });
+                if !dir_ok
+                    || !pred_ok
+                    || !w.traversable.contains(edge.relation)
+                    || !w.traversable.contains(edge.other)
+                {
                     continue;
                 }
-                reached.entry(edge.relation).or_insert(d);
+                note(edge.relation, d + 1, &mut reached);
+                if depth.len() >= w.max_nodes {
+                    continue;
+                }
                 if let std::collections::btree_map::Entry::Vacant(v) = depth.entry(edge.other) {
                     v.insert(d + 1);
                     queue.push_back(edge.other);
@@ -135,7 +151,7 @@ pub fn graph_retriever(
     }
     let mut ranked: Vec<(f64, Idx)> = reached
         .into_iter()
-        .filter(|(i, _)| result_set.contains(*i))
+        .filter(|(i, _)| w.result_set.contains(*i))
         .map(|(i, d)| (1.0 / (1.0 + d as f64), i))
         .collect();
     ranked.sort_by(|a, b| {
@@ -143,10 +159,8 @@ pub fn graph_retriever(
             .then_with(|| st.meta(a.1).id.cmp(&st.meta(b.1).id))
     });
     ranked.truncate(n);
-    Some(RetrieverOutput {
-        retriever: "graph",
-        skipped: None,
-        candidates: ranked
+    RetrieverOutput::ran(
+        ranked
             .into_iter()
             .enumerate()
             .map(|(i, (score, idx))| Candidate {
@@ -155,5 +169,5 @@ pub fn graph_retriever(
                 score,
             })
             .collect(),
-    })
+    )
 }

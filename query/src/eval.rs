@@ -396,6 +396,9 @@ mod tests {
             historical: false,
             text: None,
             found_by: vec![],
+            ranks: vec![],
+            sources: vec![],
+            derivatives: vec![],
         }
     }
 

@@ -153,11 +153,17 @@ pub fn print_manifest(m: &Manifest) {
         if m.principal.admin { " (admin)" } else { "" },
         m.principal.labels.join(", ")
     );
+    let tokens: Vec<String> = m
+        .query
+        .retrievers
+        .iter()
+        .find(|r| !r.tokens.is_empty())
+        .map(|r| r.tokens.clone())
+        .unwrap_or_default();
     crate::outln!(
-        "  query      mode {:?}, k {}, tokens [{}]{}",
-        m.query.mode,
-        m.query.k,
-        m.query.tokens.join(" "),
+        "  query      limit {}, tokens [{}]{}",
+        m.query.limit,
+        tokens.join(" "),
         m.query
             .as_of
             .as_ref()
@@ -210,15 +216,18 @@ pub fn print_manifest(m: &Manifest) {
             }
         }
     }
+    let weights: Vec<String> = m
+        .query
+        .retrievers
+        .iter()
+        .map(|r| format!("{} {}", r.name, r.weight))
+        .collect();
     crate::outln!(
-        "  fusion     {} (rrf_k {}) over {} candidate(s); weights vector {} lexical {} recency {} graph {}",
+        "  fusion     {} (rrf_k {}) over {} candidate(s); weights {}",
         m.fusion_method,
         m.rrf_k,
         m.fusion.len(),
-        m.query.weights.vector,
-        m.query.weights.lexical,
-        m.query.weights.recency,
-        m.query.weights.graph
+        weights.join(", ")
     );
     crate::outln!(
         "  cost       {} scanned, {} distances, {} graph nodes, {} postings, {} bytes returned",

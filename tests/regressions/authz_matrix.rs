@@ -194,7 +194,7 @@ fn perform(db: &Engram, op: Op, who: Who, id: RecordId) -> Out {
         Op::Grant => s.grant(Some("someone"), Some("l2"), None).map(drop),
         Op::Retention => s.set_retention("ephemeral", Some(3_600_000)).map(drop),
         Op::Hold => s.hold("tenant", true).map(drop),
-        Op::TenantStats => s.stats().map(drop),
+        Op::TenantStats => s.tenant_stats().map(drop),
     })
 }
 

@@ -6,8 +6,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use engram::storage::backend::Fault;
 use engram::storage::MemBackend;
+use engram::storage::backend::Fault;
 use engram::{Engram, NewRecord, Options, Principal, RecordRef};
 
 const DIR: &str = "/store";

@@ -33,8 +33,9 @@
 //! every build asserts it for every candidate list and every hit.
 
 pub mod eligibility;
+pub mod search;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use roaring::RoaringBitmap;
@@ -43,12 +44,14 @@ use serde::Serialize;
 use crate::db::Session;
 use crate::error::{EngineError, Result};
 use crate::id::RecordId;
-use crate::lexical::LexicalStats;
 use crate::model::{check_vector, limits};
 use crate::state::{Idx, State};
-use crate::time::format_rfc3339;
 use crate::vector::hnsw::{SearchScratch, SearchStats};
-pub use eligibility::{Cut, Eligibility, Filters, Step};
+pub use eligibility::{Cut, Eligibility, FilterExpr, Filters, StatusClass, Step};
+pub use search::{
+    Attach, Direction, Fusion, Linked, Norm, NormalizedQuery, RetrieverKind, RetrieverParams,
+    RetrieverSpec, SearchRequest, SearchResponse, Seed,
+};
 
 /// Version of the manifest layout.
 pub const MANIFEST_VERSION: u32 = 1;
@@ -205,7 +208,26 @@ pub struct Hit {
     /// Text.
     pub text: Option<String>,
     /// Which retrievers found it, with rank.
-    pub found_by: Vec<(&'static str, usize)>,
+    pub found_by: Vec<(String, usize)>,
+    /// Each retriever that found it: rank and its own score.
+    pub ranks: Vec<RankInfo>,
+    /// Sources attached (`attach.sources`), nearest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<search::Linked>,
+    /// Derivatives attached (`attach.derivatives`), nearest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub derivatives: Vec<search::Linked>,
+}
+
+/// A retriever's rank and own score for one hit.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RankInfo {
+    /// Retriever name.
+    pub retriever: String,
+    /// Rank from 1.
+    pub rank: usize,
+    /// Its own score (similarity, BM25, recency time, path score).
+    pub score: f64,
 }
 
 /// A candidate of one retriever.
@@ -222,13 +244,47 @@ pub struct Candidate {
 /// One retriever's output.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RetrieverOutput {
-    /// `vector`, `lexical`, `recency`, `graph`.
-    pub retriever: &'static str,
+    /// Its name (`vector`, `lexical`, `recency`, `graph` for a recall).
+    pub retriever: String,
+    /// Its kind.
+    pub kind: search::RetrieverKind,
     /// Why it did not run, if it did not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skipped: Option<String>,
+    /// How a similarity retriever ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<VectorPlan>,
     /// Ranked candidates.
     pub candidates: Vec<Candidate>,
+}
+
+impl RetrieverOutput {
+    /// Candidates of a retriever that ran (name and kind set by the caller).
+    pub(crate) fn ran(candidates: Vec<Candidate>) -> Self {
+        RetrieverOutput {
+            retriever: String::new(),
+            kind: search::RetrieverKind::Match,
+            skipped: None,
+            plan: None,
+            candidates,
+        }
+    }
+
+    /// A retriever that could not run, and why.
+    pub(crate) fn skipped(why: impl Into<String>) -> Self {
+        RetrieverOutput {
+            skipped: Some(why.into()),
+            ..Self::ran(Vec::new())
+        }
+    }
+}
+
+/// The query of a similarity retriever.
+pub(crate) struct VectorQuery<'a> {
+    pub vector: Option<&'a [f32]>,
+    pub model: Option<&'a str>,
+    pub ef: Option<usize>,
+    pub text: Option<&'a str>,
 }
 
 /// How the vector retriever ran.
@@ -262,6 +318,25 @@ pub struct VectorPlan {
     pub unindexed_scanned: u64,
     /// Where the query vector came from (`request` or the embedder's model id).
     pub query_vector: String,
+}
+
+impl VectorPlan {
+    /// Removes whole-space facts (they count vectors of records the
+    /// principal may not read): for everyone but the tenant admin.
+    pub(crate) fn redact(&mut self) {
+        self.space_size = None;
+        self.selectivity = None;
+        self.indexed = None;
+        self.reason = format!(
+            "{} eligible vectors: {}",
+            self.eligible_in_space,
+            if self.strategy == "exact" {
+                "exact scan"
+            } else {
+                "filtered graph walk"
+            }
+        );
+    }
 }
 
 /// Cost counters.
@@ -304,7 +379,7 @@ pub struct FusionInput {
     /// Record id.
     pub id: RecordId,
     /// (retriever, rank, contribution).
-    pub contributions: Vec<(&'static str, usize, f64)>,
+    pub contributions: Vec<(String, usize, f64)>,
     /// Fused score.
     pub score: f64,
 }
@@ -320,33 +395,6 @@ pub struct ManifestPrincipal {
     pub admin: bool,
     /// Labels held at query time.
     pub labels: Vec<String>,
-}
-
-/// The normalized query.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct NormalizedQuery {
-    /// Text as given.
-    pub text: Option<String>,
-    /// Its tokens (tokenizer version in `versions`).
-    pub tokens: Vec<String>,
-    /// Dimensions of the request's vector.
-    pub vector_dims: Option<usize>,
-    /// Model.
-    pub model: Option<String>,
-    /// Mode.
-    pub mode: Mode,
-    /// k.
-    pub k: usize,
-    /// Filters (sorted, deduplicated).
-    pub filters: Filters,
-    /// as_of.
-    pub as_of: Option<String>,
-    /// valid_at.
-    pub valid_at: String,
-    /// include_historical.
-    pub include_historical: bool,
-    /// Weights.
-    pub weights: Weights,
 }
 
 /// Versions of everything that shaped the result.
@@ -499,7 +547,7 @@ fn validate(req: &RecallRequest) -> Result<()> {
     Ok(())
 }
 
-fn us(t: Instant) -> u64 {
+pub(crate) fn us(t: Instant) -> u64 {
     t.elapsed().as_micros() as u64
 }
 
@@ -523,11 +571,78 @@ fn top_k(mut v: Vec<(Idx, f32)>, k: usize, st: &State) -> Vec<(Idx, f32)> {
     v
 }
 
+impl RecallRequest {
+    /// The search request this recall means: the classic filters as an
+    /// expression, and the mode's retrievers under the names manifests
+    /// have always used (`vector`, `lexical`, `recency`, `graph`).
+    pub fn to_search(&self) -> SearchRequest {
+        let text = self
+            .text
+            .as_deref()
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_string);
+        // One retriever needs no extra candidates for fusion to choose from.
+        let top = if self.mode == Mode::Vector {
+            self.k
+        } else {
+            (self.k * CANDIDATES_PER_K).max(self.k)
+        };
+        let mut retrievers = Vec::new();
+        if self.mode != Mode::Lexical {
+            retrievers.push(RetrieverSpec {
+                name: "vector".into(),
+                top,
+                weight: self.weights.vector,
+                params: RetrieverParams::Similar {
+                    text: text.clone(),
+                    vector: self.vector.clone(),
+                    model: self.model.clone(),
+                    min: None,
+                    ef: self.ef,
+                },
+            });
+        }
+        if self.mode != Mode::Vector {
+            retrievers.push(RetrieverSpec {
+                name: "lexical".into(),
+                top,
+                weight: self.weights.lexical,
+                params: RetrieverParams::Match { text: text.clone() },
+            });
+        }
+        if self.mode == Mode::Hybrid && self.weights.recency > 0.0 {
+            retrievers.push(RetrieverSpec {
+                name: "recency".into(),
+                top,
+                weight: self.weights.recency,
+                params: RetrieverParams::Recent,
+            });
+        }
+        if self.mode == Mode::Hybrid && self.weights.graph > 0.0 {
+            retrievers.push(search::implicit_expansion(
+                "graph",
+                text.as_deref(),
+                top,
+                self.weights.graph,
+            ));
+        }
+        SearchRequest {
+            filter: FilterExpr::from_filters(&self.filters, self.include_historical),
+            as_of: self.as_of,
+            valid_at: self.valid_at,
+            retrievers,
+            fusion: Fusion::Rrf { k: RRF_K },
+            limit: self.k,
+            attach: Attach::default(),
+        }
+    }
+}
+
 impl Session {
     /// Retrieves the records most relevant to `req` among those the session
-    /// may see. See the module documentation for the pipeline.
+    /// may see: the search its [`RecallRequest::to_search`] means.
     pub fn recall(&self, req: &RecallRequest) -> Result<RecallResponse> {
-        let t_total = Instant::now();
         self.db.check_open()?;
         validate(req)?;
         let has_text = req.text.as_deref().is_some_and(|t| !t.trim().is_empty());
@@ -542,266 +657,30 @@ impl Session {
                  clients send vectors); pass a query vector, or use mode hybrid or lexical",
             ));
         }
-        let now = self.db.now();
-        let st = self.db.inner.state.read();
-        let held = self.held_labels(&st);
-        let cut = Cut {
-            as_of: req.as_of,
-            valid_at: req.valid_at.unwrap_or(now),
-            include_historical: req.include_historical,
-            now,
-            include_candidates: false,
-        };
-        let t_el = Instant::now();
-        let el = eligibility::compute(&st, self.principal.tenant(), &held, &req.filters, &cut);
-        let eligibility_us = us(t_el);
-        // One retriever needs no extra candidates for fusion to choose from.
-        let n_candidates = if req.mode == Mode::Vector {
-            req.k
-        } else {
-            (req.k * CANDIDATES_PER_K).max(req.k)
-        };
-        let mut cost = Cost::default();
-        let mut retrievers = Vec::new();
-        let mut vector_plan = None;
-        let text = req.text.as_deref().map(str::trim).filter(|t| !t.is_empty());
-
-        // vector
-        let t_vec = Instant::now();
-        if req.mode != Mode::Lexical {
-            let (out, plan) =
-                self.vector_retriever(&st, req, text, &el.bitmap, n_candidates, &mut cost)?;
-            vector_plan = plan;
-            if let Some(o) = out {
-                retrievers.push(o);
-            }
-        }
-        let vector_us = us(t_vec);
-
-        // lexical
-        let t_lex = Instant::now();
-        if req.mode != Mode::Vector {
-            match text {
-                Some(t) => {
-                    let mut ls = LexicalStats::default();
-                    let hits = st.lexical.search(t, &el.bitmap, n_candidates, &mut ls);
-                    cost.postings_read += ls.postings_read;
-                    cost.lexical_docs_scored += ls.docs_scored;
-                    retrievers.push(RetrieverOutput {
-                        retriever: "lexical",
-                        skipped: None,
-                        candidates: hits
-                            .iter()
-                            .enumerate()
-                            .map(|(i, h)| Candidate {
-                                id: st.meta(h.doc).id,
-                                rank: i + 1,
-                                score: h.score as f64,
-                            })
-                            .collect(),
-                    });
-                }
-                None => retrievers.push(RetrieverOutput {
-                    retriever: "lexical",
-                    skipped: Some("no query text".into()),
-                    candidates: Vec::new(),
-                }),
-            }
-        }
-        let lexical_us = us(t_lex);
-
-        // recency and graph
-        let t_other = Instant::now();
-        if req.mode == Mode::Hybrid && req.weights.recency > 0.0 {
-            retrievers.push(recency(&st, &el.bitmap, n_candidates, &mut cost));
-        }
-        if req.mode == Mode::Hybrid && req.weights.graph > 0.0 {
-            if let Some(g) = crate::graph::graph_retriever(
-                &st,
-                text,
-                &el.traversable,
-                &el.bitmap,
-                &retrievers,
-                n_candidates,
-                &mut cost,
-            ) {
-                retrievers.push(g);
-            }
-        }
-        let other_us = us(t_other);
-
-        // The invariant the whole design rests on, checked in every build
-        // (a few hundred bitmap probes): nothing outside the eligibility
-        // bitmap ever became a candidate.
-        assert_eligible(&st, &el.bitmap, &retrievers);
-
-        // fusion
-        let t_fus = Instant::now();
-        let weight = |r: &str| match r {
-            "vector" => req.weights.vector,
-            "lexical" => req.weights.lexical,
-            "recency" => req.weights.recency,
-            "graph" => req.weights.graph,
-            _ => 0.0,
-        };
-        let mut fused: HashMap<RecordId, FusionInput> = HashMap::new();
-        for r in &retrievers {
-            let w = weight(r.retriever);
-            for c in &r.candidates {
-                let term = w / (RRF_K + c.rank as f64);
-                let e = fused.entry(c.id).or_insert_with(|| FusionInput {
-                    id: c.id,
-                    contributions: Vec::new(),
-                    score: 0.0,
-                });
-                e.contributions.push((r.retriever, c.rank, term));
-                e.score += term;
-            }
-        }
-        // Recency orders evidence found by the content retrievers; it never
-        // brings in a record on its own.
-        let mut fusion: Vec<FusionInput> = fused
-            .into_values()
-            .filter(|f| f.contributions.iter().any(|(r, _, _)| *r != "recency"))
-            .collect();
-        fusion.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
-        let selection: Vec<RecordId> = fusion.iter().take(req.k).map(|f| f.id).collect();
-        let mut hits = Vec::with_capacity(selection.len());
-        for (i, f) in fusion.iter().take(req.k).enumerate() {
-            let idx = st.idx(f.id).expect("fused ids come from the state");
-            assert!(
-                el.bitmap.contains(idx),
-                "invariant violated: selected record {} is not eligible",
-                f.id
-            );
-            let m = st.meta(idx);
-            let (external_id, text) = self.db.hit_content(&st, idx)?;
-            cost.bytes_returned += text.as_ref().map_or(0, |t| t.len() as u64);
-            hits.push(Hit {
-                rank: i + 1,
-                id: m.id,
-                external_id,
-                score: f.score,
-                record: m.rtype.name(),
-                kind: st.strings.name(m.kind).to_string(),
-                status: m.status.name(),
-                occurred_at: format_rfc3339(m.occurred_at),
-                historical: el.historical.contains(idx),
-                text,
-                found_by: f.contributions.iter().map(|(n, rk, _)| (*n, *rk)).collect(),
-            });
-        }
-        let fusion_us = us(t_fus);
-        // Facts about whole spaces count records the principal may not
-        // read: only the tenant admin sees them.
-        let space_facts = self.principal.is_admin();
-        let vector_spaces = st
-            .vectors
-            .of_tenant(self.principal.tenant())
-            .map(|s| {
-                let (n, indexed) = if space_facts {
-                    (s.len() as u64, (s.len() - s.pending()) as u64)
-                } else {
-                    (0, 0)
-                };
-                (s.model.clone(), (s.dim, n, indexed))
-            })
-            .collect();
-        if !space_facts {
-            if let Some(p) = vector_plan.as_mut() {
-                p.space_size = None;
-                p.selectivity = None;
-                p.indexed = None;
-                p.reason = format!(
-                    "{} eligible vectors: {}",
-                    p.eligible_in_space,
-                    if p.strategy == "exact" {
-                        "exact scan"
-                    } else {
-                        "filtered graph walk"
-                    }
-                );
-            }
-        }
-        let manifest = Manifest {
-            query: NormalizedQuery {
-                text: req.text.clone(),
-                tokens: text.map(crate::lexical::tokens).unwrap_or_default(),
-                vector_dims: req.vector.as_ref().map(|v| v.len()),
-                model: req.model.clone(),
-                mode: req.mode,
-                k: req.k,
-                filters: req.filters.normalized(),
-                as_of: req.as_of.map(format_rfc3339),
-                valid_at: format_rfc3339(cut.valid_at),
-                include_historical: req.include_historical,
-                weights: req.weights,
-            },
-            principal: ManifestPrincipal {
-                tenant: self.principal.tenant().to_string(),
-                id: self.principal.id().to_string(),
-                admin: self.principal.is_admin(),
-                labels: held.into_iter().collect(),
-            },
-            snapshot_lsn: st.tenant(self.principal.tenant()).map_or(0, |t| t.last_lsn),
-            versions: Versions {
-                engine: env!("CARGO_PKG_VERSION").to_string(),
-                manifest: MANIFEST_VERSION,
-                tokenizer: crate::lexical::TOKENIZER_VERSION,
-                vector_spaces,
-                hnsw: (
-                    self.db.inner.opts.hnsw.m,
-                    self.db.inner.opts.hnsw.ef_construction,
-                ),
-                embedder: st.embedder.as_ref().map(|e| e.model_id().to_string()),
-            },
-            eligibility: el.steps.clone(),
-            eligible: el.bitmap.len(),
-            vector_plan,
-            retrievers,
-            fusion_method: "weighted_rrf".into(),
-            rrf_k: RRF_K,
-            fusion,
-            selection,
-            cost,
-            timings: Timings {
-                eligibility_us,
-                vector_us,
-                lexical_us,
-                other_us,
-                fusion_us,
-                total_us: us(t_total),
-            },
-        };
-        Ok(RecallResponse { hits, manifest })
+        let r = self.search(&req.to_search())?;
+        Ok(RecallResponse {
+            hits: r.hits,
+            manifest: r.manifest,
+        })
     }
 
-    fn vector_retriever(
+    pub(crate) fn vector_retriever(
         &self,
         st: &State,
-        req: &RecallRequest,
-        text: Option<&str>,
+        q: VectorQuery<'_>,
         eligible: &RoaringBitmap,
         n: usize,
         cost: &mut Cost,
-    ) -> Result<(Option<RetrieverOutput>, Option<VectorPlan>)> {
-        let skipped = |why: String| {
-            Ok((
-                Some(RetrieverOutput {
-                    retriever: "vector",
-                    skipped: Some(why),
-                    candidates: Vec::new(),
-                }),
-                None,
-            ))
-        };
+    ) -> Result<(RetrieverOutput, Option<VectorPlan>)> {
+        let text = q.text;
+        let skipped = |why: String| Ok((RetrieverOutput::skipped(why), None));
         let tenant = self.principal.tenant();
         let models = st.vectors.models(tenant);
         // Which space, and where the query vector comes from.
-        let (space, query, source) = match (&req.vector, &req.model) {
+        let (space, query, source) = match (q.vector, q.model) {
             (Some(v), model) => {
                 let model = match model {
-                    Some(m) => m.clone(),
+                    Some(m) => m.to_string(),
                     None if models.len() == 1 => models[0].clone(),
                     None if models.is_empty() => {
                         return Err(EngineError::UnknownModel {
@@ -842,7 +721,7 @@ impl Session {
                         "no query vector and no embedder configured".into()
                     });
                 };
-                if let Some(m) = &req.model {
+                if let Some(m) = q.model {
                     if m != emb.model_id() {
                         return skipped(format!(
                             "no query vector for model '{m}' (the embedder produces '{}')",
@@ -871,7 +750,7 @@ impl Session {
         } else {
             e as f64 / size as f64
         };
-        let ef_req = req.ef.unwrap_or(EF_DEFAULT);
+        let ef_req = q.ef.unwrap_or(EF_DEFAULT);
         let mut stats = SearchStats::default();
         let indexed_slots = space.hnsw.read().len();
         let exact = e <= EXACT_SCAN_MAX || selectivity < EXACT_SELECTIVITY_MAX;
@@ -944,11 +823,7 @@ impl Session {
             })
             .collect();
         Ok((
-            Some(RetrieverOutput {
-                retriever: "vector",
-                skipped: None,
-                candidates,
-            }),
+            RetrieverOutput::ran(candidates),
             Some(VectorPlan {
                 model: space.model.clone(),
                 metric: metric.name().to_string(),
@@ -977,7 +852,12 @@ fn similarity(metric: crate::vector::distance::Metric, d: f32) -> f32 {
     }
 }
 
-fn recency(st: &State, eligible: &RoaringBitmap, n: usize, cost: &mut Cost) -> RetrieverOutput {
+pub(crate) fn recency(
+    st: &State,
+    eligible: &RoaringBitmap,
+    n: usize,
+    cost: &mut Cost,
+) -> RetrieverOutput {
     cost.records_scanned += eligible.len();
     let mut v: Vec<(i64, RecordId)> = eligible
         .iter()
@@ -985,11 +865,8 @@ fn recency(st: &State, eligible: &RoaringBitmap, n: usize, cost: &mut Cost) -> R
         .collect();
     v.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
     v.truncate(n);
-    RetrieverOutput {
-        retriever: "recency",
-        skipped: None,
-        candidates: v
-            .into_iter()
+    RetrieverOutput::ran(
+        v.into_iter()
             .enumerate()
             .map(|(i, (t, id))| Candidate {
                 id,
@@ -997,13 +874,17 @@ fn recency(st: &State, eligible: &RoaringBitmap, n: usize, cost: &mut Cost) -> R
                 score: t as f64,
             })
             .collect(),
-    }
+    )
 }
 
 /// Panics if any candidate of any retriever is outside the eligibility
 /// bitmap: a forbidden record reaching ranking is a bug that must stop the
 /// read, never a result.
-fn assert_eligible(st: &State, eligible: &RoaringBitmap, retrievers: &[RetrieverOutput]) {
+pub(crate) fn assert_eligible(
+    st: &State,
+    eligible: &RoaringBitmap,
+    retrievers: &[RetrieverOutput],
+) {
     for r in retrievers {
         for c in &r.candidates {
             let ok = st.idx(c.id).is_some_and(|i| eligible.contains(i));
@@ -1043,13 +924,12 @@ mod tests {
             .id;
         let st = db.inner.state.read();
         let out = RetrieverOutput {
-            retriever: "lexical",
-            skipped: None,
-            candidates: vec![Candidate {
+            retriever: "lexical".into(),
+            ..RetrieverOutput::ran(vec![Candidate {
                 id,
                 rank: 1,
                 score: 1.0,
-            }],
+            }])
         };
         assert_eligible(&st, &RoaringBitmap::new(), &[out]);
     }

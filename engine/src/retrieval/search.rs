@@ -1,0 +1,1040 @@
+//! The one retrieval path: a [`SearchRequest`] names an eligibility filter,
+//! any number of named retrievers (similarity, keyword, recency, graph
+//! expansion), a fusion, a limit and lineage to attach. The recall request,
+//! the query language and the server all compile to it.
+//!
+//! Order of work: eligibility bitmap (filter, `as_of`, `valid_at`) ->
+//! retrievers in the order given, each restricted to the bitmap (an
+//! expansion may walk through records the request's own filter leaves out,
+//! never outside the session's world) -> fusion -> limit -> lineage
+//! attachment (only records the principal may read) -> manifest.
+//!
+//! This module must never score, return or attach a record the session may
+//! not read.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::time::Instant;
+
+use roaring::RoaringBitmap;
+use serde::Serialize;
+
+use super::eligibility::{self, Cut, FilterExpr};
+use super::{
+    Candidate, Cost, FusionInput, Hit, MANIFEST_VERSION, Manifest, ManifestPrincipal, RRF_K,
+    RetrieverOutput, Timings, Versions, assert_eligible, us,
+};
+use crate::db::Session;
+use crate::error::{EngineError, Result};
+use crate::id::RecordId;
+use crate::lexical::LexicalStats;
+use crate::model::{RecordRef, RecordType, check_vector, limits};
+use crate::state::{Idx, State};
+use crate::time::format_rfc3339;
+
+/// Largest candidate budget of one retriever.
+pub const TOP_MAX: usize = 10_000;
+/// Largest number of retrievers in one request.
+pub const RETRIEVERS_MAX: usize = 16;
+/// Largest number of nodes an expansion may reach.
+pub const EXPAND_NODES_MAX: usize = 10_000;
+/// Deepest lineage attachment.
+pub const ATTACH_DEPTH_MAX: usize = 16;
+/// Hits of each earlier retriever an implicit expansion starts from.
+pub const SEEDS_FROM_HITS: usize = crate::graph::SEEDS_FROM_HITS;
+
+/// What kind of candidate generator a retriever is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RetrieverKind {
+    /// Vector similarity.
+    Similar,
+    /// BM25 keyword match.
+    Match,
+    /// Newest first.
+    Recent,
+    /// Graph expansion.
+    Expand,
+}
+
+impl RetrieverKind {
+    /// Name used in manifests.
+    pub fn name(self) -> &'static str {
+        match self {
+            RetrieverKind::Similar => "similar",
+            RetrieverKind::Match => "match",
+            RetrieverKind::Recent => "recent",
+            RetrieverKind::Expand => "expand",
+        }
+    }
+}
+
+/// Where an expansion starts.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "seed", rename_all = "snake_case")]
+pub enum Seed {
+    /// Entities with this canonical name or alias.
+    Entity {
+        /// Name.
+        name: String,
+    },
+    /// A record: an entity itself, or the entities a relation or assertion
+    /// is about.
+    Record {
+        /// The record.
+        #[serde(serialize_with = "ser_ref")]
+        reference: RecordRef,
+    },
+    /// The entities another retriever's candidates are or talk about.
+    Retriever {
+        /// Its name.
+        name: String,
+    },
+    /// Entities named by phrases of a text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// The entities the best `n` candidates of every earlier retriever are
+    /// or talk about (the recall's implicit expansion).
+    EarlierHits {
+        /// Candidates of each retriever.
+        n: usize,
+    },
+}
+
+fn ser_ref<S: serde::Serializer>(r: &RecordRef, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&r.to_string())
+}
+
+/// Which relations an expansion follows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// Subject to object.
+    Out,
+    /// Object to subject.
+    In,
+    /// Both.
+    #[default]
+    Both,
+}
+
+/// One retriever: what it does and its parameters.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum RetrieverParams {
+    /// Vector similarity, of a text (through the store's embedder) or of a
+    /// vector in `model`'s space.
+    Similar {
+        /// Query text.
+        text: Option<String>,
+        /// Query vector.
+        #[serde(skip)]
+        vector: Option<Vec<f32>>,
+        /// Vector space.
+        model: Option<String>,
+        /// Drop candidates below this similarity.
+        min: Option<f64>,
+        /// ef_search.
+        ef: Option<usize>,
+    },
+    /// BM25 over the eligible records' texts.
+    Match {
+        /// Query text.
+        text: Option<String>,
+    },
+    /// Newest first by `occurred_at`.
+    Recent,
+    /// Graph expansion over relations.
+    Expand {
+        /// Where to start.
+        seeds: Vec<Seed>,
+        /// Hops returned, `min..=max` (0 includes the seeds).
+        hops: (usize, usize),
+        /// Relation predicates followed (empty: all).
+        via: Vec<String>,
+        /// Direction.
+        direction: Direction,
+        /// Nodes reached at most.
+        max_nodes: usize,
+    },
+}
+
+impl RetrieverParams {
+    /// The kind.
+    pub fn kind(&self) -> RetrieverKind {
+        match self {
+            RetrieverParams::Similar { .. } => RetrieverKind::Similar,
+            RetrieverParams::Match { .. } => RetrieverKind::Match,
+            RetrieverParams::Recent => RetrieverKind::Recent,
+            RetrieverParams::Expand { .. } => RetrieverKind::Expand,
+        }
+    }
+}
+
+/// A named retriever of a request.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RetrieverSpec {
+    /// Name (unique in the request).
+    pub name: String,
+    /// Candidates it contributes at most.
+    pub top: usize,
+    /// Fusion weight (>= 0).
+    pub weight: f64,
+    /// What it does.
+    #[serde(flatten)]
+    pub params: RetrieverParams,
+}
+
+/// How a retriever's own scores are normalised for linear fusion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Norm {
+    /// `(s - min) / (max - min)`.
+    MinMax,
+    /// `(s - mean) / stddev`.
+    ZScore,
+}
+
+/// How candidates of several retrievers become one ranking.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(tag = "method", rename_all = "snake_case")]
+pub enum Fusion {
+    /// Weighted reciprocal rank fusion: `sum w_r / (k + rank_r)`.
+    Rrf {
+        /// The constant k.
+        k: f64,
+    },
+    /// Weighted sum of normalised scores.
+    Linear {
+        /// Normalisation.
+        norm: Norm,
+    },
+}
+
+impl Default for Fusion {
+    fn default() -> Self {
+        Fusion::Rrf { k: RRF_K }
+    }
+}
+
+/// Lineage attached to each hit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Attach {
+    /// Sources up to this many levels.
+    pub sources: Option<usize>,
+    /// Derivatives down to this many levels.
+    pub derivatives: Option<usize>,
+}
+
+/// A retrieval request: the plain data every front end compiles to.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SearchRequest {
+    /// Eligibility filter (before any scoring).
+    pub filter: FilterExpr,
+    /// Transaction-time cut.
+    pub as_of: Option<i64>,
+    /// Valid-time point (default: now).
+    pub valid_at: Option<i64>,
+    /// Retrievers, run in this order (an expansion may use earlier ones).
+    /// None: a listing of the eligible records, newest first.
+    pub retrievers: Vec<RetrieverSpec>,
+    /// Fusion.
+    pub fusion: Fusion,
+    /// Hits at most.
+    pub limit: usize,
+    /// Lineage to attach to each hit.
+    pub attach: Attach,
+}
+
+impl Default for SearchRequest {
+    fn default() -> Self {
+        SearchRequest {
+            filter: FilterExpr::All,
+            as_of: None,
+            valid_at: None,
+            retrievers: Vec::new(),
+            fusion: Fusion::default(),
+            limit: 10,
+            attach: Attach::default(),
+        }
+    }
+}
+
+/// A record attached to a hit by lineage.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Linked {
+    /// Record id.
+    pub id: RecordId,
+    /// External id.
+    pub external_id: Option<String>,
+    /// Record type.
+    pub record: &'static str,
+    /// Kind.
+    pub kind: String,
+    /// Status.
+    pub status: &'static str,
+    /// Levels from the hit.
+    pub depth: usize,
+    /// Text (none for a tombstone).
+    pub text: Option<String>,
+}
+
+impl SearchRequest {
+    /// Checks limits and parameters (the query language checks them before
+    /// this, with positions; a request built in code is checked here).
+    pub fn validate(&self) -> Result<()> {
+        let bad = |f: &str, r: String| Err(EngineError::invalid(f, r));
+        if self.limit == 0 || self.limit > limits::K_MAX {
+            return bad(
+                "limit",
+                format!("{} is out of range 1..={}", self.limit, limits::K_MAX),
+            );
+        }
+        if self.retrievers.len() > RETRIEVERS_MAX {
+            return Err(EngineError::LimitExceeded {
+                item: None,
+                what: "retrievers in one request".into(),
+                limit: RETRIEVERS_MAX as u64,
+                got: self.retrievers.len() as u64,
+            });
+        }
+        let mut names = BTreeSet::new();
+        for (i, r) in self.retrievers.iter().enumerate() {
+            if !names.insert(r.name.as_str()) {
+                return bad(
+                    "retrievers",
+                    format!("two retrievers are named '{}'", r.name),
+                );
+            }
+            if r.top == 0 || r.top > TOP_MAX {
+                return bad(
+                    "top",
+                    format!(
+                        "{} (retriever '{}') is out of range 1..={TOP_MAX}",
+                        r.top, r.name
+                    ),
+                );
+            }
+            if !(r.weight.is_finite() && r.weight >= 0.0) {
+                return bad("weight", format!("retriever '{}': must be >= 0", r.name));
+            }
+            match &r.params {
+                RetrieverParams::Similar {
+                    text,
+                    vector,
+                    min,
+                    ef,
+                    ..
+                } => {
+                    if let Some(v) = vector {
+                        check_vector("vector", v)?;
+                        if v.iter().all(|x| *x == 0.0) {
+                            return bad(
+                                "vector",
+                                "all components are zero: a zero vector has no direction to compare"
+                                    .into(),
+                            );
+                        }
+                    }
+                    if let Some(t) = text {
+                        check_query_text(t)?;
+                    }
+                    if min.is_some_and(|m| !(-1.0..=1.0).contains(&m)) {
+                        return bad("min", "must be within -1..=1".into());
+                    }
+                    if let Some(ef) = ef {
+                        if *ef == 0 || *ef > limits::EF_MAX {
+                            return bad(
+                                "ef",
+                                format!("{ef} is out of range 1..={}", limits::EF_MAX),
+                            );
+                        }
+                    }
+                }
+                RetrieverParams::Match { text } => {
+                    if let Some(t) = text {
+                        check_query_text(t)?;
+                    }
+                }
+                RetrieverParams::Recent => {}
+                RetrieverParams::Expand {
+                    seeds,
+                    hops,
+                    max_nodes,
+                    ..
+                } => {
+                    if hops.0 > hops.1 || hops.1 > limits::GRAPH_DEPTH_MAX {
+                        return bad(
+                            "hops",
+                            format!(
+                                "{}..{} (retriever '{}'): must be within 0..={}, low before high",
+                                hops.0,
+                                hops.1,
+                                r.name,
+                                limits::GRAPH_DEPTH_MAX
+                            ),
+                        );
+                    }
+                    if *max_nodes == 0 || *max_nodes > EXPAND_NODES_MAX {
+                        return bad(
+                            "max",
+                            format!("{max_nodes} is out of range 1..={EXPAND_NODES_MAX}"),
+                        );
+                    }
+                    for s in seeds {
+                        if let Seed::Retriever { name } = s {
+                            let earlier = self.retrievers[..i].iter().any(|x| &x.name == name);
+                            if !earlier {
+                                return bad(
+                                    "seeds",
+                                    format!(
+                                        "retriever '{}' expands from '{name}', which is not an earlier retriever",
+                                        r.name
+                                    ),
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for (what, d) in [
+            ("sources depth", self.attach.sources),
+            ("derivatives depth", self.attach.derivatives),
+        ] {
+            if d.is_some_and(|d| d == 0 || d > ATTACH_DEPTH_MAX) {
+                return bad(what, format!("must be within 1..={ATTACH_DEPTH_MAX}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_query_text(t: &str) -> Result<()> {
+    if t.len() > limits::QUERY_TEXT_BYTES_MAX {
+        return Err(EngineError::LimitExceeded {
+            item: None,
+            what: "query text length in bytes".into(),
+            limit: limits::QUERY_TEXT_BYTES_MAX as u64,
+            got: t.len() as u64,
+        });
+    }
+    Ok(())
+}
+
+/// What a retriever of the manifest was asked (the normalised request).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NormalizedRetriever {
+    /// Name.
+    pub name: String,
+    /// Kind.
+    pub kind: RetrieverKind,
+    /// Candidate budget.
+    pub top: usize,
+    /// Fusion weight.
+    pub weight: f64,
+    /// Query text, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Its tokens (tokenizer version in `versions`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tokens: Vec<String>,
+    /// Dimensions of the query vector, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vector_dims: Option<usize>,
+    /// Everything else the retriever was given.
+    pub params: RetrieverParams,
+}
+
+/// The normalised request a manifest records.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NormalizedQuery {
+    /// The eligibility filter.
+    pub filter: FilterExpr,
+    /// `as_of`.
+    pub as_of: Option<String>,
+    /// `valid_at`.
+    pub valid_at: String,
+    /// Retrievers in order.
+    pub retrievers: Vec<NormalizedRetriever>,
+    /// Fusion.
+    pub fusion: Fusion,
+    /// Hits at most.
+    pub limit: usize,
+    /// Lineage attached.
+    pub attach: Attach,
+}
+
+/// The answer to a search.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SearchResponse {
+    /// Hits, best first.
+    pub hits: Vec<Hit>,
+    /// The manifest.
+    pub manifest: Manifest,
+}
+
+impl Session {
+    /// Runs a search request: see the module documentation.
+    pub fn search(&self, req: &SearchRequest) -> Result<SearchResponse> {
+        let t_total = Instant::now();
+        self.db.check_open()?;
+        req.validate()?;
+        let now = self.db.now();
+        let st = self.db.inner.state.read();
+        let held = self.held_labels(&st);
+        let cut = Cut {
+            as_of: req.as_of,
+            valid_at: req.valid_at.unwrap_or(now),
+            include_historical: false,
+            now,
+            include_candidates: false,
+        };
+        let t_el = Instant::now();
+        let el = eligibility::compute_expr(&st, self.principal.tenant(), &held, &req.filter, &cut);
+        let eligibility_us = us(t_el);
+        let mut cost = Cost::default();
+        let mut outputs: Vec<RetrieverOutput> = Vec::new();
+        let mut times = (0u64, 0u64, 0u64);
+        let mut vector_plan = None;
+
+        for spec in &req.retrievers {
+            let t = Instant::now();
+            let out = match &spec.params {
+                RetrieverParams::Similar {
+                    text,
+                    vector,
+                    model,
+                    min,
+                    ef,
+                } => {
+                    let text = text.as_deref().map(str::trim).filter(|t| !t.is_empty());
+                    let (mut out, plan) = self.vector_retriever(
+                        &st,
+                        super::VectorQuery {
+                            vector: vector.as_deref(),
+                            model: model.as_deref(),
+                            ef: *ef,
+                            text,
+                        },
+                        &el.bitmap,
+                        spec.top,
+                        &mut cost,
+                    )?;
+                    if let Some(m) = min {
+                        out.candidates.retain(|c| c.score >= *m);
+                    }
+                    if vector_plan.is_none() {
+                        vector_plan = plan.clone();
+                    }
+                    out.plan = plan;
+                    times.0 += us(t);
+                    out
+                }
+                RetrieverParams::Match { text } => {
+                    let out = match text.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
+                        Some(t) => {
+                            let mut ls = LexicalStats::default();
+                            let hits = st.lexical.search(t, &el.bitmap, spec.top, &mut ls);
+                            cost.postings_read += ls.postings_read;
+                            cost.lexical_docs_scored += ls.docs_scored;
+                            RetrieverOutput::ran(
+                                hits.iter()
+                                    .enumerate()
+                                    .map(|(i, h)| Candidate {
+                                        id: st.meta(h.doc).id,
+                                        rank: i + 1,
+                                        score: h.score as f64,
+                                    })
+                                    .collect(),
+                            )
+                        }
+                        None => RetrieverOutput::skipped("no query text"),
+                    };
+                    times.1 += us(t);
+                    out
+                }
+                RetrieverParams::Recent => {
+                    let out = super::recency(&st, &el.bitmap, spec.top, &mut cost);
+                    times.2 += us(t);
+                    out
+                }
+                RetrieverParams::Expand {
+                    seeds,
+                    hops,
+                    via,
+                    direction,
+                    max_nodes,
+                } => {
+                    let seed_idx = self.expansion_seeds(&st, seeds, &el.traversable, &outputs);
+                    let out = match seed_idx {
+                        Some(s) if !s.is_empty() => {
+                            // predicates the store never saw match no relation
+                            let via_syms: Vec<u32> =
+                                via.iter().filter_map(|p| st.strings.get(p)).collect();
+                            crate::graph::expand(
+                                &st,
+                                &s,
+                                &crate::graph::Walk {
+                                    traversable: &el.traversable,
+                                    result_set: &el.bitmap,
+                                    hops: *hops,
+                                    via: (!via.is_empty()).then_some(&via_syms[..]),
+                                    direction: *direction,
+                                    max_nodes: *max_nodes,
+                                },
+                                spec.top,
+                                &mut cost,
+                            )
+                        }
+                        _ => RetrieverOutput::skipped("no seed entity"),
+                    };
+                    times.2 += us(t);
+                    out
+                }
+            };
+            outputs.push(RetrieverOutput {
+                retriever: spec.name.clone(),
+                kind: spec.params.kind(),
+                ..out
+            });
+        }
+        // The invariant the whole design rests on, checked in every build
+        // (a few hundred bitmap probes): nothing outside the eligibility
+        // bitmap ever became a candidate.
+        assert_eligible(&st, &el.bitmap, &outputs);
+
+        // fusion
+        let t_fus = Instant::now();
+        let fusion = if req.retrievers.is_empty() {
+            listing(&st, &el.bitmap, req.limit, &mut cost)
+        } else {
+            fuse(&req.retrievers, &outputs, req.fusion)
+        };
+        let selection: Vec<RecordId> = fusion.iter().take(req.limit).map(|f| f.id).collect();
+        let mut hits = Vec::with_capacity(selection.len());
+        for (i, f) in fusion.iter().take(req.limit).enumerate() {
+            let idx = st.idx(f.id).expect("fused ids come from the state");
+            assert!(
+                el.bitmap.contains(idx),
+                "invariant violated: selected record {} is not eligible",
+                f.id
+            );
+            let m = st.meta(idx);
+            let (external_id, text) = self.db.hit_content(&st, idx)?;
+            cost.bytes_returned += text.as_ref().map_or(0, |t| t.len() as u64);
+            let (sources, derivatives) = self.attach(&st, idx, req.attach, &held)?;
+            hits.push(Hit {
+                rank: i + 1,
+                id: m.id,
+                external_id,
+                score: f.score,
+                record: m.rtype.name(),
+                kind: st.strings.name(m.kind).to_string(),
+                status: if el.historical.contains(idx) {
+                    "historical"
+                } else {
+                    m.status.name()
+                },
+                occurred_at: format_rfc3339(m.occurred_at),
+                historical: el.historical.contains(idx),
+                text,
+                found_by: f
+                    .contributions
+                    .iter()
+                    .map(|(n, rk, _)| (n.clone(), *rk))
+                    .collect(),
+                ranks: f
+                    .contributions
+                    .iter()
+                    .map(|(n, rk, _)| {
+                        let score = outputs
+                            .iter()
+                            .find(|o| &o.retriever == n)
+                            .and_then(|o| o.candidates.iter().find(|c| c.id == m.id))
+                            .map_or(0.0, |c| c.score);
+                        super::RankInfo {
+                            retriever: n.clone(),
+                            rank: *rk,
+                            score,
+                        }
+                    })
+                    .collect(),
+                sources,
+                derivatives,
+            });
+        }
+        let fusion_us = us(t_fus);
+
+        // Facts about whole spaces count records the principal may not
+        // read: only the tenant admin sees them.
+        let space_facts = self.principal.is_admin();
+        let vector_spaces = st
+            .vectors
+            .of_tenant(self.principal.tenant())
+            .map(|s| {
+                let (n, indexed) = if space_facts {
+                    (s.len() as u64, (s.len() - s.pending()) as u64)
+                } else {
+                    (0, 0)
+                };
+                (s.model.clone(), (s.dim, n, indexed))
+            })
+            .collect();
+        if !space_facts {
+            for p in outputs
+                .iter_mut()
+                .filter_map(|o| o.plan.as_mut())
+                .chain(vector_plan.as_mut())
+            {
+                p.redact();
+            }
+        }
+        let manifest = Manifest {
+            query: normalize(req, cut.valid_at),
+            principal: ManifestPrincipal {
+                tenant: self.principal.tenant().to_string(),
+                id: self.principal.id().to_string(),
+                admin: self.principal.is_admin(),
+                labels: held.into_iter().collect(),
+            },
+            snapshot_lsn: st.tenant(self.principal.tenant()).map_or(0, |t| t.last_lsn),
+            versions: Versions {
+                engine: env!("CARGO_PKG_VERSION").to_string(),
+                manifest: MANIFEST_VERSION,
+                tokenizer: crate::lexical::TOKENIZER_VERSION,
+                vector_spaces,
+                hnsw: (
+                    self.db.inner.opts.hnsw.m,
+                    self.db.inner.opts.hnsw.ef_construction,
+                ),
+                embedder: st.embedder.as_ref().map(|e| e.model_id().to_string()),
+            },
+            eligibility: el.steps.clone(),
+            eligible: el.bitmap.len(),
+            vector_plan,
+            retrievers: outputs,
+            fusion_method: match req.fusion {
+                Fusion::Rrf { .. } => "weighted_rrf".into(),
+                Fusion::Linear { norm: Norm::MinMax } => "linear_minmax".into(),
+                Fusion::Linear { norm: Norm::ZScore } => "linear_zscore".into(),
+            },
+            rrf_k: match req.fusion {
+                Fusion::Rrf { k } => k,
+                Fusion::Linear { .. } => 0.0,
+            },
+            fusion,
+            selection,
+            cost,
+            timings: Timings {
+                eligibility_us,
+                vector_us: times.0,
+                lexical_us: times.1,
+                other_us: times.2,
+                fusion_us,
+                total_us: us(t_total),
+            },
+        };
+        Ok(SearchResponse { hits, manifest })
+    }
+
+    /// Entity seeds of an expansion (None: an `EarlierHits` seed found no
+    /// earlier retriever output at all; the caller skips then).
+    fn expansion_seeds(
+        &self,
+        st: &State,
+        seeds: &[Seed],
+        traversable: &RoaringBitmap,
+        earlier: &[RetrieverOutput],
+    ) -> Option<Vec<Idx>> {
+        let mut out: Vec<Idx> = Vec::new();
+        let add = |i: Idx, out: &mut Vec<Idx>| {
+            if traversable.contains(i) && !out.contains(&i) {
+                out.push(i);
+            }
+        };
+        // entities a record is or talks about
+        let linked = |i: Idx| -> Vec<Idx> {
+            let m = st.meta(i);
+            match m.rtype {
+                RecordType::Entity => vec![i],
+                RecordType::Relation | RecordType::Assertion => {
+                    [m.subject, m.object].into_iter().flatten().collect()
+                }
+                _ => Vec::new(),
+            }
+        };
+        let tenant = st.tenant(self.principal.tenant())?;
+        for s in seeds {
+            match s {
+                Seed::Entity { name } => {
+                    if let Some(es) = tenant.entity_names.get(&crate::graph::name_key(name)) {
+                        for &e in es {
+                            add(e, &mut out);
+                        }
+                    }
+                }
+                Seed::Record { reference } => {
+                    if let Ok(i) = self.resolve_in(st, reference) {
+                        for e in linked(i) {
+                            add(e, &mut out);
+                        }
+                    }
+                }
+                Seed::Retriever { name } => {
+                    if let Some(o) = earlier.iter().find(|o| &o.retriever == name) {
+                        for c in &o.candidates {
+                            if let Some(i) = st.idx(c.id) {
+                                for e in linked(i) {
+                                    add(e, &mut out);
+                                }
+                            }
+                        }
+                    }
+                }
+                Seed::Text { text } => {
+                    for e in crate::graph::seeds_from_text(st, text, traversable) {
+                        add(e, &mut out);
+                    }
+                }
+                Seed::EarlierHits { n } => {
+                    for o in earlier {
+                        for c in o.candidates.iter().take(*n) {
+                            if let Some(i) = st.idx(c.id) {
+                                for e in linked(i) {
+                                    add(e, &mut out);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Some(out)
+    }
+
+    /// Sources and derivatives of a hit, as far as the principal may read.
+    fn attach(
+        &self,
+        st: &State,
+        idx: Idx,
+        attach: Attach,
+        held: &BTreeSet<String>,
+    ) -> Result<(Vec<Linked>, Vec<Linked>)> {
+        let walk = |depth_max: Option<usize>, up: bool| -> Result<Vec<Linked>> {
+            let Some(depth_max) = depth_max else {
+                return Ok(Vec::new());
+            };
+            let mut seen: BTreeMap<Idx, usize> = BTreeMap::new();
+            let mut q = VecDeque::from([(idx, 0usize)]);
+            while let Some((i, d)) = q.pop_front() {
+                if d >= depth_max {
+                    continue;
+                }
+                let next: Vec<Idx> = if up {
+                    st.sources.get(&i).cloned().unwrap_or_default()
+                } else {
+                    st.dependents
+                        .get(&i)
+                        .map(|v| v.to_vec())
+                        .unwrap_or_default()
+                };
+                for n in next {
+                    if n == idx || seen.contains_key(&n) || !self.target(st, n, held).readable {
+                        continue;
+                    }
+                    seen.insert(n, d + 1);
+                    q.push_back((n, d + 1));
+                }
+            }
+            let mut out = Vec::with_capacity(seen.len());
+            for (i, depth) in seen {
+                let m = st.meta(i);
+                let (external_id, text) = if m.tombstone || !self.can_read(st, i) {
+                    (None, None)
+                } else {
+                    self.db.hit_content(st, i)?
+                };
+                out.push(Linked {
+                    id: m.id,
+                    external_id,
+                    record: m.rtype.name(),
+                    kind: st.strings.name(m.kind).to_string(),
+                    status: m.status.name(),
+                    depth,
+                    text,
+                });
+            }
+            out.sort_by(|a, b| a.depth.cmp(&b.depth).then(a.id.cmp(&b.id)));
+            Ok(out)
+        };
+        Ok((
+            walk(attach.sources, true)?,
+            walk(attach.derivatives, false)?,
+        ))
+    }
+}
+
+/// The eligible records newest first: a request without retrievers.
+fn listing(
+    st: &State,
+    eligible: &RoaringBitmap,
+    limit: usize,
+    cost: &mut Cost,
+) -> Vec<FusionInput> {
+    cost.records_scanned += eligible.len();
+    let mut v: Vec<(i64, RecordId)> = eligible
+        .iter()
+        .map(|i| (st.meta(i).occurred_at, st.meta(i).id))
+        .collect();
+    v.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
+    v.truncate(limit);
+    v.into_iter()
+        .map(|(_, id)| FusionInput {
+            id,
+            contributions: Vec::new(),
+            score: 0.0,
+        })
+        .collect()
+}
+
+/// Fuses the retrievers' candidates. A record found only by recency
+/// retrievers is dropped when a content retriever ran: recency re-orders
+/// evidence, it is not evidence.
+fn fuse(specs: &[RetrieverSpec], outputs: &[RetrieverOutput], fusion: Fusion) -> Vec<FusionInput> {
+    let mut fused: HashMap<RecordId, FusionInput> = HashMap::new();
+    for (spec, r) in specs.iter().zip(outputs) {
+        let w = spec.weight;
+        let normed: Vec<f64> = match fusion {
+            Fusion::Rrf { .. } => Vec::new(),
+            Fusion::Linear { norm } => normalize_scores(&r.candidates, norm),
+        };
+        for (ci, c) in r.candidates.iter().enumerate() {
+            let term = match fusion {
+                Fusion::Rrf { k } => w / (k + c.rank as f64),
+                Fusion::Linear { .. } => w * normed[ci],
+            };
+            let e = fused.entry(c.id).or_insert_with(|| FusionInput {
+                id: c.id,
+                contributions: Vec::new(),
+                score: 0.0,
+            });
+            e.contributions.push((r.retriever.clone(), c.rank, term));
+            e.score += term;
+        }
+    }
+    let content: BTreeSet<&str> = specs
+        .iter()
+        .filter(|s| s.params.kind() != RetrieverKind::Recent)
+        .map(|s| s.name.as_str())
+        .collect();
+    let mut out: Vec<FusionInput> = fused
+        .into_values()
+        .filter(|f| {
+            content.is_empty()
+                || f.contributions
+                    .iter()
+                    .any(|(r, _, _)| content.contains(r.as_str()))
+        })
+        .collect();
+    out.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
+    out
+}
+
+/// A retriever's own scores normalised over its candidates.
+fn normalize_scores(c: &[Candidate], norm: Norm) -> Vec<f64> {
+    if c.is_empty() {
+        return Vec::new();
+    }
+    let s: Vec<f64> = c.iter().map(|x| x.score).collect();
+    match norm {
+        Norm::MinMax => {
+            let (lo, hi) = s
+                .iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| {
+                    (l.min(x), h.max(x))
+                });
+            if hi > lo {
+                s.iter().map(|x| (x - lo) / (hi - lo)).collect()
+            } else {
+                vec![1.0; s.len()]
+            }
+        }
+        Norm::ZScore => {
+            let n = s.len() as f64;
+            let mean = s.iter().sum::<f64>() / n;
+            let sd = (s.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n).sqrt();
+            if sd > 0.0 {
+                s.iter().map(|x| (x - mean) / sd).collect()
+            } else {
+                vec![0.0; s.len()]
+            }
+        }
+    }
+}
+
+fn normalize(req: &SearchRequest, valid_at: i64) -> NormalizedQuery {
+    NormalizedQuery {
+        filter: req.filter.clone(),
+        as_of: req.as_of.map(format_rfc3339),
+        valid_at: format_rfc3339(valid_at),
+        retrievers: req
+            .retrievers
+            .iter()
+            .map(|r| {
+                let (text, vector_dims) = match &r.params {
+                    RetrieverParams::Similar { text, vector, .. } => {
+                        (text.clone(), vector.as_ref().map(Vec::len))
+                    }
+                    RetrieverParams::Match { text } => (text.clone(), None),
+                    _ => (None, None),
+                };
+                NormalizedRetriever {
+                    name: r.name.clone(),
+                    kind: r.params.kind(),
+                    top: r.top,
+                    weight: r.weight,
+                    tokens: text
+                        .as_deref()
+                        .map(crate::lexical::tokens)
+                        .unwrap_or_default(),
+                    text,
+                    vector_dims,
+                    params: r.params.clone(),
+                }
+            })
+            .collect(),
+        fusion: req.fusion,
+        limit: req.limit,
+        attach: req.attach,
+    }
+}
+
+/// Used by tests and tools: an implicit expansion like the recall's.
+pub fn implicit_expansion(
+    name: &str,
+    text: Option<&str>,
+    top: usize,
+    weight: f64,
+) -> RetrieverSpec {
+    let mut seeds = Vec::new();
+    if let Some(t) = text {
+        seeds.push(Seed::Text {
+            text: t.to_string(),
+        });
+    }
+    seeds.push(Seed::EarlierHits { n: SEEDS_FROM_HITS });
+    RetrieverSpec {
+        name: name.to_string(),
+        top,
+        weight,
+        params: RetrieverParams::Expand {
+            seeds,
+            hops: (0, crate::graph::GRAPH_DEPTH),
+            via: Vec::new(),
+            direction: Direction::Both,
+            max_nodes: EXPAND_NODES_MAX,
+        },
+    }
+}
