@@ -666,6 +666,12 @@ impl Engram {
         self.inner.log.stats()
     }
 
+    /// The engine clock's reading (ms since the epoch): what `now` means in
+    /// requests.
+    pub fn now_ms(&self) -> i64 {
+        self.now()
+    }
+
     /// Model id of the built-in embedder this store was opened with.
     pub fn embedder_model(&self) -> Option<String> {
         self.inner
@@ -1905,6 +1911,16 @@ impl Session {
             .unwrap_or_default();
         roles.extend(self.principal.credential_roles().iter().cloned());
         roles
+    }
+
+    /// The session tenant's vector spaces: model id -> dimensions (what a
+    /// query may name in `MODEL`).
+    pub fn vector_models(&self) -> std::collections::BTreeMap<String, usize> {
+        let st = self.db.inner.state.read();
+        st.vectors
+            .of_tenant(self.principal.tenant())
+            .map(|s| (s.model.clone(), s.dim))
+            .collect()
     }
 
     /// The session as the authorization matrix sees it.

@@ -1,7 +1,7 @@
-//! How long the front end takes on a statement: parse + check of each of
-//! the six acceptance examples (`tests/lang/ok/example*.eql`), in a plain
-//! loop of about 200 ms per example after a warm-up. Prints the mean ns per
-//! parse+check and per parse alone.
+//! How long the front end takes on a statement: parse, parse + check, and
+//! parse + check + plan (to the engine's request type) of each of the six
+//! acceptance examples (`tests/lang/ok/example*.eql`), in a plain loop of
+//! about 200 ms per example after a warm-up. Prints the mean ns of each.
 //!
 //! Run: `cargo bench -p engram-query --bench lang_parse`.
 
@@ -66,8 +66,8 @@ fn main() {
     ]);
     ctx.embedder = Embedder::Model("mini-embed".into());
     println!(
-        "{:<24} {:>7} {:>12} {:>18}",
-        "statement", "bytes", "parse ns", "parse+check ns"
+        "{:<24} {:>7} {:>12} {:>18} {:>22}",
+        "statement", "bytes", "parse ns", "parse+check ns", "parse+check+plan ns"
     );
     for (name, text) in EXAMPLES {
         if let Err(errors) = lang::compile(text, &ctx) {
@@ -83,6 +83,16 @@ fn main() {
             let ok = lang::parse(black_box(text)).is_ok_and(|s| lang::check(&s, &ctx).is_ok());
             black_box(ok);
         });
-        println!("{name:<24} {:>7} {parse:>12.0} {both:>18.0}", text.len());
+        let binder = lang::Binder::new(&ctx.params, ctx.now_ms);
+        let all = mean_ns(|| {
+            let ok = lang::parse(black_box(text)).is_ok_and(|s| {
+                lang::check(&s, &ctx).is_ok() && lang::plan(&s, &binder).is_ok()
+            });
+            black_box(ok);
+        });
+        println!(
+            "{name:<24} {:>7} {parse:>12.0} {both:>18.0} {all:>22.0}",
+            text.len()
+        );
     }
 }

@@ -77,6 +77,10 @@ pub enum Command {
     Repair(RepairArgs),
     /// Retrieve records: eligibility first, then vector / lexical / recency / graph, fused.
     Recall(Box<crate::recall_cmd::RecallArgs>),
+    /// Run one query-language statement (FIND ... / TRACE ...; see docs/query-language.md).
+    Query(crate::query_cmd::QueryArgs),
+    /// An interactive prompt for query-language statements.
+    Shell(crate::query_cmd::ShellArgs),
     /// Evaluate retrieval on a JSONL file of cases (recall@k, precision@k, MRR, forbidden-hit rate).
     Eval(crate::recall_cmd::EvalArgs),
     /// Assemble the working memory for one model call (procedural, semantic, episodic, recent).
@@ -316,6 +320,8 @@ fn dispatch(cli: Cli) -> CliResult {
         Command::Restore(a) => crate::lifecycle_cmd::restore(&data, a),
         Command::Bench(b) => crate::bench::run(&data, b),
         Command::Serve(a) => crate::keys_cmd::serve(&data, a),
+        Command::Query(a) => crate::query_cmd::query(&data, a),
+        Command::Shell(a) => crate::query_cmd::shell(&data, a),
         Command::Keys(k) => crate::keys_cmd::keys(&data, k),
     }
 }

@@ -16,6 +16,7 @@ pub mod http;
 pub mod keys_cmd;
 pub mod lifecycle_cmd;
 pub mod output;
+pub mod query_cmd;
 pub mod recall_cmd;
 
 /// Runs the command line with the process arguments; returns the exit code.

@@ -442,3 +442,66 @@ fn metrics_can_require_the_store_key() {
     s.json("GET", "/healthz", None, None, 200);
     s.json("GET", "/readyz", None, None, 200);
 }
+
+#[test]
+fn query_runs_statements_as_the_key_and_locates_errors() {
+    let (_tmp, dir) = new_store();
+    let k = keys(&dir);
+    let other = tenant_key(&dir, "globex", "gus", "admin");
+    let s = Server::start(&dir, None);
+    append(
+        &s,
+        &k.ann,
+        r#"[{"kind": "note", "external_id": "q/1", "text": "checkout latency after the deploy"},
+            {"kind": "note", "external_id": "q/2", "text": "the catalog cache is cold", "access": ["ops"]}]"#,
+    );
+    let r = s.json(
+        "POST",
+        "/v1/query",
+        Some(&k.boss),
+        Some(r#"{"query": "EXPLAIN FIND ANY MATCH $t AS kw LIMIT 5 RETURN id, text, score", "params": {"t": "checkout"}}"#),
+        200,
+    );
+    assert_eq!(r["columns"], json!(["id", "text", "score"]));
+    assert_eq!(r["rows"][0]["text"], "checkout latency after the deploy");
+    assert_eq!(r["manifest"]["retrievers"][0]["retriever"], "kw");
+    // the JSON form
+    let ast = json!({"ast": {"body": {"statement": "find", "retrievers": [{"retriever": "match", "text": "cache"}]}}});
+    let r = s.json(
+        "POST",
+        "/v1/query",
+        Some(&k.boss),
+        Some(&ast.to_string()),
+        200,
+    );
+    assert_eq!(r["rows"][0]["text"], "the catalog cache is cold");
+    // another tenant's key and a reader without the label see nothing
+    for key in [&other, &k.ann] {
+        let r = s.json(
+            "POST",
+            "/v1/query",
+            Some(key),
+            Some(r#"{"query": "FIND ANY MATCH 'cache'"}"#),
+            200,
+        );
+        assert_eq!(r["rows"], json!([]), "{r}");
+    }
+    // a wrong statement: 422 with the position
+    let e = s.json(
+        "POST",
+        "/v1/query",
+        Some(&k.boss),
+        Some(r#"{"query": "FIND ANY LIMIT 0"}"#),
+        422,
+    );
+    assert_eq!(e["error"]["code"], "query_error");
+    assert_eq!(e["error"]["details"]["line"], 1);
+    // the body never names who asks
+    s.json(
+        "POST",
+        "/v1/query",
+        Some(&k.boss),
+        Some(r#"{"query": "FIND ANY", "tenant": "globex"}"#),
+        400,
+    );
+}

@@ -320,6 +320,85 @@ impl FilterExpr {
         }
     }
 
+    /// The canonical form: nested `And`s flattened, `All` terms dropped,
+    /// the top-level terms in a fixed order (status, scope, kind, record
+    /// type, times, then the rest as given), lists sorted. Two requests that
+    /// mean the same filter in the same order have the same form, so their
+    /// eligibility steps and manifests are identical.
+    pub fn normalized(&self) -> FilterExpr {
+        fn flatten(e: &FilterExpr, out: &mut Vec<FilterExpr>) {
+            match e {
+                FilterExpr::All => {}
+                FilterExpr::And { terms } => {
+                    for t in terms {
+                        flatten(t, out);
+                    }
+                }
+                other => out.push(other.normalized_term()),
+            }
+        }
+        let mut terms = Vec::new();
+        flatten(self, &mut terms);
+        // stable: terms of equal rank keep their order
+        terms.sort_by_key(FilterExpr::rank);
+        match terms.len() {
+            0 => FilterExpr::All,
+            _ => FilterExpr::And { terms },
+        }
+    }
+
+    fn normalized_term(&self) -> FilterExpr {
+        match self {
+            FilterExpr::In { field, values } => {
+                let mut v = values.clone();
+                v.sort();
+                v.dedup();
+                FilterExpr::In {
+                    field: *field,
+                    values: v,
+                }
+            }
+            FilterExpr::RecordIn { types } => {
+                let mut t = types.clone();
+                t.sort();
+                t.dedup();
+                FilterExpr::RecordIn { types: t }
+            }
+            FilterExpr::StatusIn { statuses } => {
+                let mut t = statuses.clone();
+                t.sort();
+                t.dedup();
+                FilterExpr::StatusIn { statuses: t }
+            }
+            FilterExpr::Or { terms } => FilterExpr::Or {
+                terms: terms.iter().map(FilterExpr::normalized).collect(),
+            },
+            FilterExpr::Not { term } => FilterExpr::Not {
+                term: Box::new(term.normalized()),
+            },
+            other => other.clone(),
+        }
+    }
+
+    fn rank(&self) -> u8 {
+        match self {
+            FilterExpr::StatusIn { .. } => 0,
+            FilterExpr::In { field, .. } => match field {
+                NameField::User => 1,
+                NameField::Conversation => 2,
+                NameField::Agent => 3,
+                NameField::ScopeLabel => 4,
+                NameField::Kind => 5,
+            },
+            FilterExpr::RecordIn { .. } => 6,
+            FilterExpr::Time { field, .. } => match field {
+                TimeField::OccurredAt => 7,
+                TimeField::IngestedAt => 8,
+            },
+            _ => 9,
+        }
+    }
+
     /// The manifest's name of a term.
     fn step_name(&self) -> String {
         match self {
@@ -457,6 +536,7 @@ pub fn compute_expr(
     filter: &FilterExpr,
     cut: &Cut,
 ) -> Eligibility {
+    let filter = &filter.normalized();
     let mut steps = Vec::new();
     let mut push = |name: &str, b: &RoaringBitmap| {
         steps.push(Step {

@@ -976,7 +976,7 @@ fn normalize_scores(c: &[Candidate], norm: Norm) -> Vec<f64> {
 
 fn normalize(req: &SearchRequest, valid_at: i64) -> NormalizedQuery {
     NormalizedQuery {
-        filter: req.filter.clone(),
+        filter: req.filter.normalized(),
         as_of: req.as_of.map(format_rfc3339),
         valid_at: format_rfc3339(valid_at),
         retrievers: req

@@ -19,8 +19,9 @@
 //! - [`limits`], [`span`].
 //!
 //! Tenant and principal never appear in a statement: they come from the
-//! session that executes it. Executing a statement (compiling it to the
-//! engine's request types) is the engine side's job, not this module's.
+//! session that executes it. [`plan`] compiles a checked statement to the
+//! engine's request types (`SearchRequest` for `FIND`, a trace for
+//! `TRACE`), and [`exec`] runs it on a session ([`QueryExt`]).
 //!
 //! Dependencies: none beyond the crate's (`serde`, `serde_json`,
 //! `thiserror`, `engram-engine` for RFC 3339 times, record ids, the
@@ -28,24 +29,29 @@
 //! hand: the grammar is small, and a hand-written parser gives the exact
 //! expected-token lists and hints the error reports need.
 //!
-//! This module must never open a store, read a clock or splice a parameter
-//! value into text.
+//! Apart from [`exec`] (which runs statements through a session), this
+//! module must never open a store, read a clock or splice a parameter value
+//! into text.
 
 pub mod ast;
 pub mod check;
 pub mod error;
+pub mod exec;
 pub mod lexer;
 pub mod limits;
 pub mod params;
 pub mod parser;
+pub mod plan;
 pub mod print;
 pub mod span;
 
 pub use ast::Statement;
 pub use check::{CheckContext, Embedder, check};
 pub use error::{ErrorKind, LangError};
+pub use exec::{QueryError, QueryExt, QueryOutput};
 pub use params::{Binder, ParamValue, Params, QueryInput};
 pub use parser::parse;
+pub use plan::{Plan, plan};
 pub use span::Span;
 
 /// Parses and checks `text`: the statement, or every error found (parse

@@ -38,6 +38,7 @@ use crate::http::routes::{admin, bulk, health, lifecycle, query, records};
         lifecycle::retention,
         lifecycle::hold,
         query::recall,
+        query::query,
         query::context,
         query::eval,
         admin::stats,

@@ -67,6 +67,7 @@ pub fn router(app: Shared) -> Router {
         .route("/v1/retention", post(lifecycle::retention))
         .route("/v1/holds", post(lifecycle::hold))
         .route("/v1/recall", post(query::recall))
+        .route("/v1/query", post(query::query))
         .route("/v1/context", post(query::context))
         .route("/v1/eval", post(query::eval))
         .route("/v1/stats", get(admin::stats))

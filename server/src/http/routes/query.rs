@@ -308,3 +308,115 @@ pub async fn eval(
         .await?;
     Ok(Json(resp))
 }
+
+/// A query-language statement: its text or its JSON form (the AST), with
+/// parameters bound to its `$name`s. Tenant and principal come from the
+/// key; the body may not name them.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QueryBody {
+    /// The statement text (`FIND ...` or `TRACE ...`; docs/query-language.md).
+    pub query: Option<String>,
+    /// The statement as its JSON form (instead of `query`).
+    #[schema(value_type = Option<Object>)]
+    pub ast: Option<serde_json::Value>,
+    /// Parameters: `{"qvec": [0.1, ...], "since": "2025-03-01T00:00:00Z"}`.
+    #[schema(value_type = Option<Object>)]
+    pub params: Option<serde_json::Value>,
+}
+
+/// The rows of a statement.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct QueryResponse {
+    /// Column names, in `RETURN` order.
+    pub columns: Vec<String>,
+    /// One object per result.
+    #[schema(value_type = Vec<Object>)]
+    pub rows: Vec<serde_json::Map<String, serde_json::Value>>,
+    /// `EXPLAIN FIND ...`: the manifest.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub manifest: Option<Manifest>,
+    /// The statement in canonical form.
+    pub statement: String,
+}
+
+fn query_error(e: engram_query::lang::QueryError) -> ServerError {
+    match e {
+        engram_query::lang::QueryError::Engine(e) => e.into(),
+        other => {
+            let errors = other.to_json();
+            let first = errors.get(0).cloned().unwrap_or_default();
+            ServerError::Invalid {
+                code: "query_error",
+                message: other.to_string(),
+                details: serde_json::json!({
+                    "line": first.get("line"),
+                    "column": first.get("column"),
+                    "expected": first.get("expected"),
+                    "hint": first.get("hint"),
+                    "errors": errors,
+                }),
+            }
+        }
+    }
+}
+
+/// Run a query-language statement (`FIND ...` or `TRACE ...`) as the key's
+/// principal: eligibility filters before any ranking, named retrievers,
+/// fusion, lineage; `EXPLAIN` adds the manifest. Send the text in `query`
+/// or the JSON form in `ast`, and values in `params`.
+#[utoipa::path(
+    post, path = "/v1/query", tag = "query",
+    request_body(content = QueryBody, content_type = "application/json"),
+    responses(
+        (status = 200, body = QueryResponse),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 422, body = ErrorBody, description = "query_error: the statement is wrong; details hold line, column, expected, hint"),
+        (status = 429, body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn query(
+    State(app): State<Shared>,
+    caller: Caller,
+    JsonBody(body): JsonBody<QueryBody>,
+) -> ServerResult<Json<QueryResponse>> {
+    use engram_query::lang::{Params as QParams, QueryExt, Statement};
+    let session = caller.session(&app, Operation::Read)?;
+    let params = match &body.params {
+        None => QParams::new(),
+        Some(v) => QParams::from_json(&v.to_string()).map_err(|e| {
+            query_error(engram_query::lang::QueryError::Language {
+                errors: vec![e],
+                text: None,
+            })
+        })?,
+    };
+    let out = match (body.query, body.ast) {
+        (Some(text), None) => app
+            .read(move || Ok(session.query(&text, &params)))
+            .await?
+            .map_err(query_error)?,
+        (None, Some(ast)) => {
+            let stmt: Statement = serde_json::from_value(ast)
+                .map_err(|e| ServerError::invalid(None, "ast", e.to_string()))?;
+            app.read(move || Ok(session.query_ast(&stmt, &params)))
+                .await?
+                .map_err(query_error)?
+        }
+        _ => {
+            return Err(ServerError::invalid(
+                None,
+                "query",
+                "give exactly one of `query` (the statement text) and `ast` (its JSON form)",
+            ));
+        }
+    };
+    Ok(Json(QueryResponse {
+        columns: out.columns,
+        rows: out.rows,
+        manifest: out.manifest,
+        statement: out.statement,
+    }))
+}

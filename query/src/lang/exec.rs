@@ -1,0 +1,297 @@
+//! Running statements on a session: parse (or take the JSON form), check
+//! against what the session's tenant has (its vector spaces, its embedder,
+//! the engine clock), plan to the engine's request types, run them, and
+//! project the results to the `RETURN` columns.
+//!
+//! [`QueryExt`] adds `query` and `query_ast` to `engram_engine::Session`:
+//!
+//! ```no_run
+//! use engram_engine::{Engram, Options, Principal};
+//! use engram_query::lang::{Params, QueryExt};
+//!
+//! let db = Engram::open("./memory", Options::default())?;
+//! let me = db.session(Principal::user("tenant_42", "user_18"));
+//! let out = me.query("FIND ANY MATCH 'retention policy' LIMIT 5", &Params::new())?;
+//! for row in &out.rows {
+//!     println!("{}", row["text"]);
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! This module must never bypass the session: every read goes through
+//! `Session::search`, `Session::trace` or `Session::get`, so tenant and
+//! access rules apply exactly as to any other request.
+
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use engram_engine::retrieval::{Hit, Linked, Manifest};
+use engram_engine::time::format_rfc3339;
+use engram_engine::{EngineError, Record, RecordRef, Session};
+
+use super::ast::{ReturnField, Statement, TraceDirection};
+use super::check::{CheckContext, Embedder, check};
+use super::error::LangError;
+use super::params::{Binder, Params};
+use super::plan::{Plan, plan};
+
+/// The result of a statement: rows of the `RETURN` columns.
+#[derive(Clone, Debug, Serialize)]
+pub struct QueryOutput {
+    /// Column names, in order.
+    pub columns: Vec<String>,
+    /// One object per result, keys in `columns` order.
+    pub rows: Vec<Map<String, Value>>,
+    /// The manifest (`EXPLAIN FIND ...` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<Manifest>,
+    /// The statement in canonical form.
+    pub statement: String,
+}
+
+/// Why a statement did not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum QueryError {
+    /// The statement is wrong (parse, check or parameter errors, located in
+    /// the text when there is one). Give up: fix the statement.
+    #[error("{}", render_all(errors, text.as_deref()))]
+    Language {
+        /// Every error found.
+        errors: Vec<LangError>,
+        /// The statement text, for rendering.
+        text: Option<String>,
+    },
+    /// The engine refused or failed (see its retry advice).
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+fn render_all(errors: &[LangError], source: Option<&str>) -> String {
+    errors
+        .iter()
+        .map(|e| match source {
+            Some(s) => e.render(s),
+            None => e.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl QueryError {
+    /// The errors as JSON objects (for programs and the server).
+    pub fn to_json(&self) -> Value {
+        match self {
+            QueryError::Language { errors, .. } => {
+                Value::Array(errors.iter().map(|e| e.to_json()).collect())
+            }
+            QueryError::Engine(e) => json!([{"code": "engine", "message": e.to_string()}]),
+        }
+    }
+}
+
+/// `query` and `query_ast` on a session.
+pub trait QueryExt {
+    /// Parses, checks and runs a statement in its text form.
+    fn query(&self, text: &str, params: &Params) -> Result<QueryOutput, QueryError>;
+    /// Checks and runs a statement in its JSON (AST) form.
+    fn query_ast(&self, stmt: &Statement, params: &Params) -> Result<QueryOutput, QueryError>;
+}
+
+/// What the checker should know of the session's store.
+fn context(s: &Session, params: &Params) -> CheckContext {
+    CheckContext {
+        params: params.clone(),
+        models: s.vector_models(),
+        embedder: match s.engram().embedder_model() {
+            Some(m) => Embedder::Model(m),
+            None => Embedder::Absent,
+        },
+        now_ms: s.engram().now_ms(),
+    }
+}
+
+impl QueryExt for Session {
+    fn query(&self, text: &str, params: &Params) -> Result<QueryOutput, QueryError> {
+        let lang = |errors: Vec<LangError>| QueryError::Language {
+            errors,
+            text: Some(text.to_string()),
+        };
+        let stmt = super::parse(text).map_err(|e| lang(vec![e]))?;
+        let ctx = context(self, params);
+        check(&stmt, &ctx).map_err(|es| lang(es.into_iter().map(|e| e.located(text)).collect()))?;
+        run(self, &stmt, &ctx).map_err(|e| match e {
+            QueryError::Language { errors, .. } => {
+                lang(errors.into_iter().map(|e| e.located(text)).collect())
+            }
+            other => other,
+        })
+    }
+
+    fn query_ast(&self, stmt: &Statement, params: &Params) -> Result<QueryOutput, QueryError> {
+        let ctx = context(self, params);
+        check(stmt, &ctx).map_err(|errors| QueryError::Language { errors, text: None })?;
+        run(self, stmt, &ctx)
+    }
+}
+
+fn run(s: &Session, stmt: &Statement, ctx: &CheckContext) -> Result<QueryOutput, QueryError> {
+    let binder = Binder::new(&ctx.params, ctx.now_ms);
+    let p = plan(stmt, &binder).map_err(|e| QueryError::Language {
+        errors: vec![e],
+        text: None,
+    })?;
+    let statement = stmt.to_string();
+    match p {
+        Plan::Find { request, returns } => {
+            let r = s.search(&request)?;
+            let mut rows = Vec::with_capacity(r.hits.len());
+            for h in &r.hits {
+                rows.push(find_row(s, h, &returns)?);
+            }
+            Ok(QueryOutput {
+                columns: returns.iter().map(|f| f.name().to_string()).collect(),
+                rows,
+                manifest: stmt.explain.then_some(r.manifest),
+                statement,
+            })
+        }
+        Plan::Trace {
+            target,
+            direction,
+            depth,
+            include_superseded,
+            returns,
+        } => {
+            let t = s.trace(&target)?;
+            let mut rows = Vec::new();
+            for n in &t.nodes {
+                let side_ok = match direction {
+                    TraceDirection::Sources => n.side == "upstream",
+                    TraceDirection::Derivatives => n.side == "downstream",
+                    TraceDirection::Both => n.side != "target",
+                };
+                if !side_ok || n.depth > depth || (!include_superseded && n.status == "superseded")
+                {
+                    continue;
+                }
+                let full = if needs_record(&returns) && n.readable {
+                    s.get(&RecordRef::Id(n.id)).ok()
+                } else {
+                    None
+                };
+                let mut row = Map::new();
+                for f in &returns {
+                    let v = match f {
+                        ReturnField::Id => json!(n.id.to_string()),
+                        ReturnField::ExternalId => json!(n.external_id),
+                        ReturnField::Record => json!(n.record),
+                        ReturnField::Kind => json!(n.kind),
+                        ReturnField::Status => json!(n.status),
+                        ReturnField::Text => json!(full.as_ref().and_then(|r| r.text.clone())),
+                        ReturnField::OccurredAt => json!(n.occurred_at),
+                        ReturnField::Depth => json!(n.depth),
+                        other => record_field(full.as_ref(), *other),
+                    };
+                    row.insert(f.name().to_string(), v);
+                }
+                rows.push(row);
+            }
+            Ok(QueryOutput {
+                columns: returns.iter().map(|f| f.name().to_string()).collect(),
+                rows,
+                manifest: None,
+                statement,
+            })
+        }
+    }
+}
+
+/// Whether a projection needs fields only the full record has.
+fn needs_record(returns: &[ReturnField]) -> bool {
+    returns.iter().any(|f| {
+        matches!(
+            f,
+            ReturnField::Text
+                | ReturnField::IngestedAt
+                | ReturnField::ValidFrom
+                | ReturnField::ValidUntil
+                | ReturnField::Scope
+                | ReturnField::Labels
+        )
+    })
+}
+
+fn record_field(r: Option<&Record>, f: ReturnField) -> Value {
+    let Some(r) = r else {
+        return Value::Null;
+    };
+    match f {
+        ReturnField::IngestedAt => json!(format_rfc3339(r.ingested_at)),
+        ReturnField::ValidFrom => json!(r.valid_from.map(format_rfc3339)),
+        ReturnField::ValidUntil => json!(r.valid_until.map(format_rfc3339)),
+        ReturnField::Scope => json!({
+            "user": r.scope.user, "conversation": r.scope.conversation,
+            "agent": r.scope.agent, "labels": r.scope.labels,
+        }),
+        ReturnField::Labels => json!(r.scope.labels),
+        _ => Value::Null,
+    }
+}
+
+fn linked(v: &[Linked]) -> Value {
+    Value::Array(
+        v.iter()
+            .map(|l| {
+                json!({"id": l.id.to_string(), "external_id": l.external_id, "record": l.record,
+                       "kind": l.kind, "status": l.status, "depth": l.depth, "text": l.text})
+            })
+            .collect(),
+    )
+}
+
+fn find_row(
+    s: &Session,
+    h: &Hit,
+    returns: &[ReturnField],
+) -> Result<Map<String, Value>, EngineError> {
+    let full = if returns.iter().any(|f| {
+        matches!(
+            f,
+            ReturnField::IngestedAt
+                | ReturnField::ValidFrom
+                | ReturnField::ValidUntil
+                | ReturnField::Scope
+                | ReturnField::Labels
+        )
+    }) {
+        Some(s.get(&RecordRef::Id(h.id))?)
+    } else {
+        None
+    };
+    let mut row = Map::new();
+    for f in returns {
+        let v = match f {
+            ReturnField::Id => json!(h.id.to_string()),
+            ReturnField::ExternalId => json!(h.external_id),
+            ReturnField::Record => json!(h.record),
+            ReturnField::Kind => json!(h.kind),
+            ReturnField::Status => json!(h.status),
+            ReturnField::Text => json!(h.text),
+            ReturnField::Score => json!(h.score),
+            ReturnField::Ranks => Value::Array(
+                h.ranks
+                    .iter()
+                    .map(|r| json!({"retriever": r.retriever, "rank": r.rank, "score": r.score}))
+                    .collect(),
+            ),
+            ReturnField::Sources => linked(&h.sources),
+            ReturnField::Derivatives => linked(&h.derivatives),
+            ReturnField::OccurredAt => json!(h.occurred_at),
+            ReturnField::Depth => Value::Null,
+            other => record_field(full.as_ref(), *other),
+        };
+        row.insert(f.name().to_string(), v);
+    }
+    Ok(row)
+}

@@ -1,0 +1,485 @@
+//! `engram query` (one statement) and `engram shell` (an interactive
+//! prompt): the query language from the command line. Both run statements
+//! through `engram_query::lang::QueryExt` on a session of `--tenant`
+//! (acting as the tenant admin, or `--principal`), print readable tables or
+//! JSON, and show errors with a caret under the offending text.
+//!
+//! This module must never interpret a statement itself: it only reads
+//! input, calls the session and prints.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Args;
+use engram_engine::{Engram, Session};
+use engram_query::lang::{ParamValue, Params, QueryError, QueryExt, QueryOutput};
+use serde_json::Value;
+
+use crate::cli::{CliError, CliResult, open_store, read_input, session_for};
+
+/// `engram query`.
+#[derive(Args, Debug)]
+pub struct QueryArgs {
+    /// The statement (or use -f FILE).
+    pub statement: Option<String>,
+    /// Read the statement from a file (`-` for stdin).
+    #[arg(short = 'f', long = "file", conflicts_with = "statement")]
+    pub file: Option<PathBuf>,
+    /// Tenant.
+    #[arg(long, value_parser = crate::cli::name_arg)]
+    pub tenant: String,
+    /// Act as this principal instead of the tenant admin.
+    #[arg(long, value_parser = crate::cli::name_arg)]
+    pub principal: Option<String>,
+    /// A parameter: name=value (value read as JSON when it parses, else as a string).
+    #[arg(long = "param", value_name = "NAME=VALUE")]
+    pub params: Vec<String>,
+    /// Parameters from a JSON object file.
+    #[arg(long)]
+    pub param_file: Option<PathBuf>,
+    /// Machine-readable output: {"columns", "rows", "manifest"?, "statement"}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `engram shell`.
+#[derive(Args, Debug)]
+pub struct ShellArgs {
+    /// Tenant.
+    #[arg(long, value_parser = crate::cli::name_arg)]
+    pub tenant: String,
+    /// Act as this principal instead of the tenant admin.
+    #[arg(long, value_parser = crate::cli::name_arg)]
+    pub principal: Option<String>,
+    /// History file (default: ~/.engram_history).
+    #[arg(long)]
+    pub history: Option<PathBuf>,
+}
+
+/// Builds the parameters of `--param` and `--param-file`.
+fn params(a: &QueryArgs) -> Result<Params, CliError> {
+    let mut p = match &a.param_file {
+        Some(f) => {
+            let text = read_input(f)?;
+            Params::from_json(&text).map_err(|e| CliError(format!("{}: {e}", f.display())))?
+        }
+        None => Params::new(),
+    };
+    for kv in &a.params {
+        let Some((name, value)) = kv.split_once('=') else {
+            return Err(CliError(format!("--param {kv}: expected NAME=VALUE")));
+        };
+        let name = name.trim_start_matches('$');
+        let v = match serde_json::from_str::<Value>(value) {
+            Ok(j) => {
+                ParamValue::from_json(&j).map_err(|e| CliError(format!("--param {name}: {e}")))?
+            }
+            Err(_) => ParamValue::String(value.to_string()),
+        };
+        p.insert(name, v);
+    }
+    Ok(p)
+}
+
+/// Runs `engram query`.
+pub fn query(data: &Path, a: QueryArgs) -> CliResult {
+    let text = match (&a.statement, &a.file) {
+        (Some(s), None) => s.clone(),
+        (None, Some(f)) => read_input(f)?,
+        _ => return Err(CliError("give a statement, or -f FILE".into())),
+    };
+    let params = params(&a)?;
+    let db = open_store(data)?;
+    let s = session_for(&db, &a.tenant, a.principal.as_deref());
+    let r = s.query(&text, &params);
+    db.close()?;
+    match r {
+        Ok(out) => {
+            if a.json {
+                crate::outln!(
+                    "{}",
+                    serde_json::to_string_pretty(&out).map_err(|e| CliError(e.to_string()))?
+                );
+            } else {
+                print_output(&out, true);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            if a.json {
+                crate::outln!("{}", serde_json::json!({"errors": e.to_json()}));
+                Ok(ExitCode::from(1))
+            } else {
+                Err(CliError(error_text(&e)))
+            }
+        }
+    }
+}
+
+fn error_text(e: &QueryError) -> String {
+    match e {
+        QueryError::Language { .. } => format!("\n{e}"),
+        other => other.to_string(),
+    }
+}
+
+/// A cell as one line of at most `width` characters.
+fn cell(v: &Value, width: usize) -> String {
+    let s = match v {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        Value::Array(a) if a.iter().all(|x| x.get("retriever").is_some()) => a
+            .iter()
+            .map(|x| {
+                format!(
+                    "{}#{}",
+                    x["retriever"].as_str().unwrap_or(""),
+                    x["rank"].as_u64().unwrap_or(0)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+        Value::Array(a) if a.iter().all(|x| x.get("id").is_some()) => a
+            .iter()
+            .map(|x| x["id"].as_str().unwrap_or("").to_string())
+            .collect::<Vec<_>>()
+            .join(" "),
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if n.is_f64() => format!("{f:.4}"),
+            _ => n.to_string(),
+        },
+        other => other.to_string(),
+    };
+    let one_line: String = s.replace(['\n', '\r', '\t'], " ");
+    if one_line.chars().count() > width {
+        let mut t: String = one_line.chars().take(width.saturating_sub(1)).collect();
+        t.push('…');
+        t
+    } else {
+        one_line
+    }
+}
+
+/// Prints rows as an aligned table (and the manifest, for EXPLAIN).
+pub fn print_output(out: &QueryOutput, summary: bool) {
+    const WIDTH_MAX: usize = 60;
+    let cols = &out.columns;
+    let cells: Vec<Vec<String>> = out
+        .rows
+        .iter()
+        .map(|r| {
+            cols.iter()
+                .map(|c| cell(r.get(c).unwrap_or(&Value::Null), WIDTH_MAX))
+                .collect()
+        })
+        .collect();
+    let widths: Vec<usize> = cols
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            cells
+                .iter()
+                .map(|r| r[i].chars().count())
+                .chain(std::iter::once(c.len()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |vals: Vec<String>| -> String {
+        vals.iter()
+            .zip(&widths)
+            .map(|(v, w)| format!("{v:<w$}"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+            .trim_end()
+            .to_string()
+    };
+    if !out.rows.is_empty() {
+        crate::outln!("{}", line(cols.clone()));
+        crate::outln!(
+            "{}",
+            widths
+                .iter()
+                .map(|w| "-".repeat(*w))
+                .collect::<Vec<_>>()
+                .join("-+-")
+        );
+        for r in cells {
+            crate::outln!("{}", line(r));
+        }
+    }
+    if summary {
+        crate::outln!(
+            "({} row{})",
+            out.rows.len(),
+            if out.rows.len() == 1 { "" } else { "s" }
+        );
+    }
+    if let Some(m) = &out.manifest {
+        crate::recall_cmd::print_manifest(m);
+    }
+}
+
+const HELP: &str = "\
+Statements end with `;` and may span lines. Commands:
+  \\help            this help
+  \\explain on|off  prefix every statement with EXPLAIN (print the manifest)
+  \\timing          show how long each statement took
+  \\tenant          show the tenant and principal of this session
+  \\d               describe what this principal can see: kinds, record types, models
+  \\param NAME VALUE  bind $NAME for the following statements (JSON or text)
+  \\q               quit (also Ctrl-D)
+Examples:
+  FIND ANY MATCH 'checkout latency' LIMIT 5;
+  FIND assertions KIND 'preference' WHERE ingested_at >= now - 30d MATCH 'diet';
+  TRACE 'inc-4711/alert' DERIVATIVES;
+See docs/query-language.md for the grammar.";
+
+struct Shell {
+    explain: bool,
+    timing: bool,
+    params: Params,
+}
+
+/// Runs `engram shell`.
+pub fn shell(data: &Path, a: ShellArgs) -> CliResult {
+    let db = open_store(data)?;
+    let s = session_for(&db, &a.tenant, a.principal.as_deref());
+    let r = shell_loop(&db, &s, &a);
+    db.close()?;
+    r
+}
+
+fn history_path(a: &ShellArgs) -> Option<PathBuf> {
+    a.history
+        .clone()
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".engram_history")))
+}
+
+fn shell_loop(db: &Engram, s: &Session, a: &ShellArgs) -> CliResult {
+    let mut sh = Shell {
+        explain: false,
+        timing: false,
+        params: Params::new(),
+    };
+    let who = format!(
+        "{} of tenant {}",
+        a.principal.as_deref().unwrap_or("admin"),
+        a.tenant
+    );
+    let interactive = std::io::stdin().is_terminal();
+    if interactive {
+        crate::outln!(
+            "engram shell: {who} on {} (\\help for help, \\q to quit)",
+            db.dir().display()
+        );
+    }
+    let mut buf = String::new();
+    let mut editor = if interactive {
+        let mut e = rustyline::DefaultEditor::new()
+            .map_err(|e| CliError(format!("cannot start the line editor: {e}")))?;
+        if let Some(h) = history_path(a) {
+            let _ = e.load_history(&h);
+        }
+        Some(e)
+    } else {
+        None
+    };
+    let mut stdin = std::io::stdin().lock();
+    loop {
+        let prompt = if buf.trim().is_empty() {
+            "engram> "
+        } else {
+            "   ...> "
+        };
+        let line = match editor.as_mut() {
+            Some(e) => match e.readline(prompt) {
+                Ok(l) => {
+                    let _ = e.add_history_entry(l.as_str());
+                    l
+                }
+                Err(rustyline::error::ReadlineError::Interrupted) => {
+                    buf.clear();
+                    continue;
+                }
+                Err(_) => break,
+            },
+            None => {
+                let mut l = String::new();
+                match stdin.read_line(&mut l) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => l,
+                }
+            }
+        };
+        let trimmed = line.trim();
+        if buf.trim().is_empty() && trimmed.starts_with('\\') {
+            if !command(&mut sh, s, trimmed, &who) {
+                break;
+            }
+            continue;
+        }
+        buf.push_str(&line);
+        buf.push('\n');
+        // A statement ends at a `;` outside a string.
+        if ends_statement(&buf) {
+            let text = std::mem::take(&mut buf);
+            run_one(&sh, s, &text);
+            let _ = std::io::stdout().flush();
+        }
+    }
+    if !buf.trim().is_empty() {
+        run_one(&sh, s, &buf);
+    }
+    if let (Some(e), Some(h)) = (editor.as_mut(), history_path(a)) {
+        let _ = e.save_history(&h);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Whether `text` ends with a `;` that is not inside a string or a comment.
+fn ends_statement(text: &str) -> bool {
+    let mut in_str = false;
+    let mut last_semicolon = false;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if in_str {
+            if c == '\'' {
+                if chars.peek() == Some(&'\'') {
+                    chars.next();
+                } else {
+                    in_str = false;
+                }
+            }
+            continue;
+        }
+        match c {
+            '\'' => {
+                in_str = true;
+                last_semicolon = false;
+            }
+            '-' if chars.peek() == Some(&'-') => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        break;
+                    }
+                }
+            }
+            ';' => last_semicolon = true,
+            c if c.is_whitespace() => {}
+            _ => last_semicolon = false,
+        }
+    }
+    last_semicolon
+}
+
+fn run_one(sh: &Shell, s: &Session, text: &str) {
+    let stmt = if sh.explain
+        && !text
+            .trim_start()
+            .to_ascii_uppercase()
+            .starts_with("EXPLAIN")
+    {
+        format!("EXPLAIN {text}")
+    } else {
+        text.to_string()
+    };
+    let started = Instant::now();
+    match s.query(&stmt, &sh.params) {
+        Ok(out) => print_output(&out, true),
+        Err(e) => crate::outln!("{}", error_text(&e).trim_start()),
+    }
+    if sh.timing {
+        crate::outln!("time: {:.3} ms", started.elapsed().as_secs_f64() * 1e3);
+    }
+}
+
+/// Runs a backslash command; false to quit.
+fn command(sh: &mut Shell, s: &Session, cmd: &str, who: &str) -> bool {
+    let mut parts = cmd.split_whitespace();
+    match parts.next().unwrap_or("") {
+        "\\q" | "\\quit" => return false,
+        "\\help" | "\\h" | "\\?" => crate::outln!("{HELP}"),
+        "\\explain" => match parts.next() {
+            Some("on") => sh.explain = true,
+            Some("off") => sh.explain = false,
+            _ => crate::outln!("explain is {}", if sh.explain { "on" } else { "off" }),
+        },
+        "\\timing" => {
+            sh.timing = !sh.timing;
+            crate::outln!("timing is {}", if sh.timing { "on" } else { "off" });
+        }
+        "\\tenant" => crate::outln!("{who}"),
+        "\\param" => match (parts.next(), parts.next()) {
+            (Some(name), Some(value)) => {
+                let rest: Vec<&str> = std::iter::once(value).chain(parts).collect();
+                let value = rest.join(" ");
+                let v = match serde_json::from_str::<Value>(&value) {
+                    Ok(j) => ParamValue::from_json(&j),
+                    Err(_) => Ok(ParamValue::String(value)),
+                };
+                match v {
+                    Ok(v) => {
+                        sh.params.insert(name.trim_start_matches('$'), v);
+                    }
+                    Err(e) => crate::outln!("error: {e}"),
+                }
+            }
+            _ => crate::outln!("usage: \\param NAME VALUE"),
+        },
+        "\\d" => describe(s),
+        other => crate::outln!("unknown command {other}; \\help lists them"),
+    }
+    true
+}
+
+/// What the principal can see: counts by record type and kind of the
+/// records it may read, and its tenant's vector spaces.
+fn describe(s: &Session) {
+    let filter = engram_engine::ListFilter::default();
+    match s.list(&filter) {
+        Ok(records) => {
+            let mut by_type: std::collections::BTreeMap<String, u64> = Default::default();
+            let mut by_kind: std::collections::BTreeMap<String, u64> = Default::default();
+            for r in &records {
+                *by_type.entry(r.record.name().to_string()).or_default() += 1;
+                *by_kind.entry(r.kind.clone()).or_default() += 1;
+            }
+            crate::outln!("{} record(s) readable", records.len());
+            for (t, n) in by_type {
+                crate::outln!("  record {t:<12} {n}");
+            }
+            for (k, n) in by_kind {
+                crate::outln!("  kind   {k:<24} {n}");
+            }
+        }
+        Err(e) => crate::outln!("error: {e}"),
+    }
+    let models = s.vector_models();
+    if models.is_empty() {
+        crate::outln!("no vector spaces");
+    }
+    for (m, d) in models {
+        crate::outln!("  model  {m} ({d} dims)");
+    }
+    if let Some(e) = s.engram().embedder_model() {
+        crate::outln!("  embedder {e} (SIMILAR TO 'text' embeds with it)");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_statement_ends_at_a_semicolon_outside_strings_and_comments() {
+        assert!(ends_statement("FIND ANY;"));
+        assert!(ends_statement("FIND ANY\nLIMIT 3 ;  \n"));
+        assert!(!ends_statement("FIND ANY MATCH 'a;b'"));
+        assert!(ends_statement("FIND ANY MATCH 'it''s;';"));
+        assert!(!ends_statement("FIND ANY -- done;\n"));
+        assert!(!ends_statement("FIND ANY; LIMIT"));
+    }
+}
