@@ -85,9 +85,8 @@ fn main() {
         });
         let binder = lang::Binder::new(&ctx.params, ctx.now_ms);
         let all = mean_ns(|| {
-            let ok = lang::parse(black_box(text)).is_ok_and(|s| {
-                lang::check(&s, &ctx).is_ok() && lang::plan(&s, &binder).is_ok()
-            });
+            let ok = lang::parse(black_box(text))
+                .is_ok_and(|s| lang::check(&s, &ctx).is_ok() && lang::plan(&s, &binder).is_ok());
             black_box(ok);
         });
         println!(
