@@ -1,7 +1,7 @@
 //! The typed AST of a statement: what the parser produces, the checker
 //! validates, the printer prints and the engine compiles. It is also the
 //! statement's JSON wire form (serde): a program may send the JSON instead
-//! of text, and it must then pass [`super::check`] exactly as parsed text
+//! of text, and it must then pass [`super::check()`] exactly as parsed text
 //! does (the checker re-checks everything the parser guarantees).
 //!
 //! The AST records what was written: an absent clause is `None` or empty,

@@ -12,14 +12,14 @@
 //! - [`parser`]: recursive descent over a fixed clause order, exact
 //!   `expected` lists, bounded nesting;
 //! - [`ast`]: the statement types (also the JSON form) and the defaults;
-//! - [`check`]: meaning: names, ranges, limits, parameters, models;
+//! - [`mod@check`]: meaning: names, ranges, limits, parameters, models;
 //! - [`params`]: request parameters and the [`Binder`] that resolves `$name`s;
-//! - [`print`]: canonical text (`Display`);
+//! - [`mod@print`]: canonical text (`Display`);
 //! - [`error`]: [`LangError`] with codes, rendering and JSON;
 //! - [`limits`], [`span`].
 //!
 //! Tenant and principal never appear in a statement: they come from the
-//! session that executes it. [`plan`] compiles a checked statement to the
+//! session that executes it. [`plan()`] compiles a checked statement to the
 //! engine's request types (`SearchRequest` for `FIND`, a trace for
 //! `TRACE`), and [`exec`] runs it on a session ([`QueryExt`]).
 //!

@@ -12,7 +12,7 @@
 //! counted against [`NESTING_DEPTH_MAX`] before descending, and the depth
 //! of every `AND`/`OR`/`NOT` node built is checked against the same limit.
 //! It never resolves parameters or checks meaning beyond syntax (that is
-//! [`super::check`]).
+//! [`super::check()`]).
 
 use engram_engine::time::parse_rfc3339;
 

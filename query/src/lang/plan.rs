@@ -51,7 +51,7 @@ pub enum Plan {
     },
 }
 
-/// Plans a checked statement (run [`super::check`] first: this trusts its
+/// Plans a checked statement (run [`super::check()`] first: this trusts its
 /// ranges and names, and fails only on parameters).
 pub fn plan(stmt: &Statement, b: &Binder<'_>) -> Result<Plan, LangError> {
     match &stmt.body {

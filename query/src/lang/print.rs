@@ -11,7 +11,7 @@
 //! This module must never print a value that would parse differently:
 //! every literal goes through the quoting and number rules here. It
 //! recurses on `WHERE` nesting, so it expects a statement that passed
-//! [`super::check`] (depth at most [`super::limits::NESTING_DEPTH_MAX`]).
+//! [`super::check()`] (depth at most [`super::limits::NESTING_DEPTH_MAX`]).
 
 use std::fmt;
 
