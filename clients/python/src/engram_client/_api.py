@@ -1,0 +1,531 @@
+"""What the sync and async clients share: how each endpoint's request is
+built, which requests may be retried, the retry policy, and the bulk
+ingest line handling. No I/O happens here.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import enum
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, Mapping, Optional, Tuple, Union
+from urllib.parse import quote
+
+from .errors import EngramError, TransportError, error_class
+
+__version__ = "0.1.0"
+
+USER_AGENT = f"engram-client-python/{__version__}"
+
+DEFAULT_BULK_BATCH = 1000
+"""Lines per atomic batch the client asks for when ``batch`` is not given."""
+
+BULK_BATCHES_PER_REQUEST = 2
+"""Batches sent in one bulk HTTP request (see ``Client.bulk``)."""
+
+TimeLike = Union[str, _dt.datetime, _dt.date]
+
+
+class Retry(enum.Enum):
+    """Which failures a request may be retried after."""
+
+    IDEMPOTENT = "idempotent"
+    """Reads, and appends whose records all carry an external id: retried
+    after 429, 503 and lost connections."""
+    BUSY_ONLY = "busy_only"
+    """Other writes: retried only when the server certainly did nothing
+    (429 ``busy``, or a connection that could not be opened)."""
+    NEVER = "never"
+    """Never retried (a streamed body cannot be sent twice)."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with jitter, honouring ``Retry-After``.
+
+    A failed attempt ``n`` (1-based) waits ``min(max_delay, base_delay *
+    2 ** (n - 1))``, scaled by a random factor in ``[0.5, 1]`` (``jitter``),
+    or the server's ``Retry-After`` (capped at ``max_delay``) when it sent
+    one. At most ``max_attempts`` attempts in all; ``max_attempts=1``
+    disables retries.
+
+    What is retried (see :class:`Retry`): 429 ``busy`` for every request,
+    since the server refuses it before doing anything; 503 (``timeout``,
+    ``unavailable``) and lost connections only for idempotent requests:
+    reads, and appends whose records all carry an ``external_id`` (the
+    server stores a re-sent record once and reports it as ``duplicate``).
+    Appends without external ids, corrections and lifecycle operations are
+    not re-sent after a 503 or a dropped connection: the first attempt may
+    have been stored. Bulk ingest is never retried by the client.
+    """
+
+    max_attempts: int = 4
+    base_delay: float = 0.1
+    max_delay: float = 5.0
+    jitter: bool = True
+    retry_statuses: Tuple[int, ...] = (429, 503)
+
+    def delay(self, attempt: int, retry_after: Optional[float]) -> float:
+        """Seconds to wait after failed attempt ``attempt`` (1-based)."""
+        if retry_after is not None:
+            return max(0.0, min(self.max_delay, retry_after))
+        d = min(self.max_delay, self.base_delay * (2 ** (attempt - 1)))
+        if self.jitter:
+            d *= random.uniform(0.5, 1.0)
+        return d
+
+    def should_retry(self, kind: Retry, err: EngramError, attempt: int) -> bool:
+        """Whether to try again after ``err`` ended attempt ``attempt``."""
+        if attempt >= self.max_attempts or kind is Retry.NEVER:
+            return False
+        if isinstance(err, TransportError):
+            connect = bool(err.details.get("connect"))
+            return connect or kind is Retry.IDEMPOTENT
+        if err.status not in self.retry_statuses:
+            return False
+        if err.status == 429:
+            return True
+        return kind is Retry.IDEMPOTENT
+
+
+NO_RETRY = RetryPolicy(max_attempts=1)
+"""A policy that never retries."""
+
+
+@dataclass
+class Call:
+    """One HTTP request to make: everything but the connection."""
+
+    method: str
+    path: str
+    retry: Retry
+    params: Dict[str, str] = field(default_factory=dict)
+    body: Optional[bytes] = None
+    content_type: Optional[str] = None
+    auth: bool = True
+    answer: str = "json"
+    """``json`` or ``text``."""
+
+
+def dumps(obj: Any) -> bytes:
+    """Compact UTF-8 JSON."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def ref_path(ref: str) -> str:
+    """A record reference as one path segment: ``/`` and everything but
+    unreserved characters and ``:`` percent-encoded."""
+    if not isinstance(ref, str) or not ref:
+        raise ValueError("a record reference must be a non-empty string")
+    return quote(ref, safe=":")
+
+
+def time_str(t: TimeLike) -> str:
+    """RFC 3339 text for a time. A naive ``datetime`` is taken as UTC; a
+    ``date`` is midnight UTC; a string is sent as given."""
+    if isinstance(t, str):
+        return t
+    if isinstance(t, _dt.datetime):
+        if t.tzinfo is None:
+            t = t.replace(tzinfo=_dt.timezone.utc)
+        return t.isoformat().replace("+00:00", "Z")
+    if isinstance(t, _dt.date):
+        return t.isoformat() + "T00:00:00Z"
+    raise TypeError(f"expected an RFC 3339 string, a datetime or a date, got {type(t).__name__}")
+
+
+def _params(**kw: Any) -> Dict[str, str]:
+    out: Dict[str, str] = {}
+    for k, v in kw.items():
+        if v is None:
+            continue
+        if isinstance(v, bool):
+            out[k] = "true" if v else "false"
+        elif isinstance(v, (_dt.date, _dt.datetime)):
+            out[k] = time_str(v)
+        else:
+            out[k] = str(v)
+    return out
+
+
+def _json_call(method: str, path: str, body: Any, retry: Retry, **params: Any) -> Call:
+    return Call(
+        method,
+        path,
+        retry,
+        params=_params(**params),
+        body=None if body is None else dumps(body),
+        content_type=None if body is None else "application/json",
+    )
+
+
+def _drop_none(d: Mapping[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+# --- records ---------------------------------------------------------------
+
+
+def append(records: Iterable[Mapping[str, Any]]) -> Call:
+    """``POST /v1/records``: retried like a read only when every record has
+    an external id."""
+    items = list(records)
+    if not items:
+        raise ValueError("append needs at least one record")
+    safe = all(isinstance(r, Mapping) and r.get("external_id") for r in items)
+    return _json_call("POST", "/v1/records", items, Retry.IDEMPOTENT if safe else Retry.BUSY_ONLY)
+
+
+def list_records(
+    kind: Optional[str],
+    record: Optional[str],
+    since: Optional[TimeLike],
+    until: Optional[TimeLike],
+    include_superseded: Optional[bool],
+    limit: Optional[int],
+) -> Call:
+    """``GET /v1/records``."""
+    return _json_call(
+        "GET",
+        "/v1/records",
+        None,
+        Retry.IDEMPOTENT,
+        kind=kind,
+        record=record,
+        since=None if since is None else time_str(since),
+        until=None if until is None else time_str(until),
+        include_superseded=include_superseded,
+        limit=limit,
+    )
+
+
+def get(ref: str) -> Call:
+    """``GET /v1/records/{ref}``."""
+    return _json_call("GET", f"/v1/records/{ref_path(ref)}", None, Retry.IDEMPOTENT)
+
+
+def history(ref: str) -> Call:
+    """``GET /v1/records/{ref}/history``."""
+    return _json_call("GET", f"/v1/records/{ref_path(ref)}/history", None, Retry.IDEMPOTENT)
+
+
+def trace(ref: str) -> Call:
+    """``GET /v1/records/{ref}/trace``."""
+    return _json_call("GET", f"/v1/records/{ref_path(ref)}/trace", None, Retry.IDEMPOTENT)
+
+
+# --- lifecycle -------------------------------------------------------------
+
+
+def correct(ref: str, record: Mapping[str, Any], replace_access: Optional[bool]) -> Call:
+    """``POST /v1/records/{ref}/correct``."""
+    body = dict(record)
+    if replace_access is not None:
+        body["replace_access"] = replace_access
+    return _json_call("POST", f"/v1/records/{ref_path(ref)}/correct", body, Retry.BUSY_ONLY)
+
+
+def expire(ref: str, at: TimeLike) -> Call:
+    """``POST /v1/records/{ref}/expire``."""
+    return _json_call(
+        "POST", f"/v1/records/{ref_path(ref)}/expire", {"at": time_str(at)}, Retry.BUSY_ONLY
+    )
+
+
+def delete(ref: str, reason: Optional[str]) -> Call:
+    """``DELETE /v1/records/{ref}``."""
+    return _json_call(
+        "DELETE", f"/v1/records/{ref_path(ref)}", None, Retry.BUSY_ONLY, reason=reason
+    )
+
+
+def retract(ref: str, reason: Optional[str]) -> Call:
+    """``POST /v1/records/{ref}/retract``."""
+    return _json_call(
+        "POST",
+        f"/v1/records/{ref_path(ref)}/retract",
+        _drop_none({"reason": reason}),
+        Retry.BUSY_ONLY,
+    )
+
+
+def review_list() -> Call:
+    """``GET /v1/review``."""
+    return _json_call("GET", "/v1/review", None, Retry.IDEMPOTENT)
+
+
+def review_decide(ref: str, decision: str, note: Optional[str]) -> Call:
+    """``POST /v1/review/{ref}/approve`` or ``.../reject``."""
+    return _json_call(
+        "POST",
+        f"/v1/review/{ref_path(ref)}/{decision}",
+        _drop_none({"note": note}),
+        Retry.BUSY_ONLY,
+    )
+
+
+def access(op: str, grantee: Optional[str], label: Optional[str], role: Optional[str]) -> Call:
+    """``POST /v1/access/grant`` or ``/v1/access/revoke``."""
+    if label is None and role is None:
+        raise ValueError(f"{op} needs a label or a role")
+    body = _drop_none({"grantee": grantee, "label": label, "role": role})
+    return _json_call("POST", f"/v1/access/{op}", body, Retry.BUSY_ONLY)
+
+
+def retention(retention_class: str, period: str) -> Call:
+    """``POST /v1/retention``."""
+    body = {"class": retention_class, "period": period}
+    return _json_call("POST", "/v1/retention", body, Retry.BUSY_ONLY)
+
+
+def hold(scope: str, on: bool) -> Call:
+    """``POST /v1/holds``."""
+    return _json_call("POST", "/v1/holds", {"scope": scope, "on": on}, Retry.BUSY_ONLY)
+
+
+# --- reads that rank ---------------------------------------------------------
+
+
+def recall(request: Optional[Mapping[str, Any]], fields: Mapping[str, Any]) -> Call:
+    """``POST /v1/recall``: a request dict and/or keyword fields."""
+    body = dict(request or {})
+    body.update(_drop_none(fields))
+    for k in ("as_of", "valid_at", "occurred_after", "occurred_before"):
+        if k in body and not isinstance(body[k], str):
+            body[k] = time_str(body[k])
+    if "text" not in body and "vector" not in body:
+        raise ValueError("recall needs text and/or a vector")
+    return _json_call("POST", "/v1/recall", body, Retry.IDEMPOTENT)
+
+
+def context(text: str, fields: Mapping[str, Any]) -> Call:
+    """``POST /v1/context``."""
+    body: Dict[str, Any] = {"text": text}
+    body.update(_drop_none(fields))
+    return _json_call("POST", "/v1/context", body, Retry.IDEMPOTENT)
+
+
+def eval_cases(cases: Iterable[Union[Mapping[str, Any], str]], k: Optional[int]) -> Call:
+    """``POST /v1/eval``: the cases as NDJSON."""
+    lines = [c if isinstance(c, str) else dumps(c).decode("utf-8") for c in cases]
+    if not lines:
+        raise ValueError("eval needs at least one case")
+    body = ("\n".join(lines) + "\n").encode("utf-8")
+    return Call(
+        "POST",
+        "/v1/eval",
+        Retry.IDEMPOTENT,
+        params=_params(k=k),
+        body=body,
+        content_type="application/x-ndjson",
+    )
+
+
+def query(body: Dict[str, Any], params: Optional[Mapping[str, Any]]) -> Call:
+    """``POST /v1/query`` with ``query`` text or an ``ast``, and parameters."""
+    if params:
+        body["params"] = dict(params)
+    return _json_call("POST", "/v1/query", body, Retry.IDEMPOTENT)
+
+
+# --- store -------------------------------------------------------------------
+
+
+def stats() -> Call:
+    """``GET /v1/stats``."""
+    return _json_call("GET", "/v1/stats", None, Retry.IDEMPOTENT)
+
+
+def verify() -> Call:
+    """``GET /v1/verify``."""
+    return _json_call("GET", "/v1/verify", None, Retry.IDEMPOTENT)
+
+
+def backup(dest: str) -> Call:
+    """``POST /v1/backup``: not retried after a 503 (the destination would
+    no longer be empty)."""
+    return _json_call("POST", "/v1/backup", {"dest": dest}, Retry.BUSY_ONLY)
+
+
+def probe(path: str) -> Call:
+    """``/healthz``, ``/readyz``: no key, retried like reads."""
+    return Call("GET", path, Retry.IDEMPOTENT, auth=False)
+
+
+def metrics() -> Call:
+    """``GET /metrics`` (Prometheus text); the key is sent when the client
+    has one, for servers with ``metrics_auth = "admin"``."""
+    return Call("GET", "/metrics", Retry.IDEMPOTENT, answer="text")
+
+
+def openapi() -> Call:
+    """``GET /v1/openapi.json``."""
+    return Call("GET", "/v1/openapi.json", Retry.IDEMPOTENT, auth=False)
+
+
+# --- bulk --------------------------------------------------------------------
+
+_CODE_STATUS = {
+    "invalid_json": 400,
+    "bad_request": 400,
+    "session_field": 400,
+    "unauthorized": 401,
+    "forbidden": 403,
+    "not_found": 404,
+    "external_id_conflict": 409,
+    "already_superseded": 409,
+    "invalid_state": 409,
+    "payload_too_large": 413,
+    "invalid_input": 422,
+    "limit_exceeded": 422,
+    "ambiguous_reference": 422,
+    "busy": 429,
+    "internal": 500,
+    "timeout": 503,
+    "unavailable": 503,
+}
+
+
+def stream_error(err: Mapping[str, Any]) -> EngramError:
+    """The exception for an ``{"error": ...}`` line that ends a bulk stream
+    (a failure of the body or of the store, not of one line)."""
+    code = str(err.get("code") or "internal")
+    status = _CODE_STATUS.get(code, 500)
+    details = err.get("details")
+    return error_class(status, code)(
+        status, code, str(err.get("message") or ""), details if isinstance(details, dict) else {}
+    )
+
+
+def bulk_line(item: Any) -> bytes:
+    """One NDJSON line (with its newline) for a bulk item: a record dict, or
+    a JSON line as ``str``/``bytes`` (it may not contain a newline)."""
+    if isinstance(item, Mapping):
+        return dumps(item) + b"\n"
+    if isinstance(item, str):
+        item = item.encode("utf-8")
+    if isinstance(item, (bytes, bytearray)):
+        b = bytes(item).rstrip(b"\r\n")
+        if b"\n" in b:
+            raise ValueError("a bulk item must be one line: it contains a newline")
+        return b + b"\n"
+    raise TypeError(f"a bulk item must be a dict, str or bytes, not {type(item).__name__}")
+
+
+def bulk_call(batch: int) -> Call:
+    """``POST /v1/records/bulk?batch=N`` (the body is streamed separately)."""
+    return Call(
+        "POST",
+        "/v1/records/bulk",
+        Retry.NEVER,
+        params=_params(batch=batch),
+        content_type="application/x-ndjson",
+    )
+
+
+class BulkTotals:
+    """Adds up the summaries of the requests of one bulk ingest and
+    renumbers result lines over the whole iterable."""
+
+    def __init__(self) -> None:
+        self.summary: Dict[str, Any] = {
+            "lines": 0,
+            "created": 0,
+            "duplicates": 0,
+            "rejected": 0,
+            "batches": 0,
+            "batches_rejected": 0,
+            "complete": True,
+            "requests": 0,
+        }
+        self._summaries_seen = 0
+
+    def take(self, raw: bytes, offset: int) -> Optional[Dict[str, Any]]:
+        """Handles one response line of a request whose first line is
+        ``offset + 1`` overall: returns a result line to yield, ``None`` for
+        a summary; raises the error of a failed stream."""
+        raw = raw.strip()
+        if not raw:
+            return None
+        obj = json.loads(raw)
+        if "summary" in obj:
+            s = obj["summary"]
+            for k in ("lines", "created", "duplicates", "rejected", "batches", "batches_rejected"):
+                self.summary[k] += int(s.get(k, 0))
+            self.summary["complete"] = self.summary["complete"] and bool(s.get("complete", False))
+            self._summaries_seen += 1
+            return None
+        if "line" in obj:
+            obj["line"] = int(obj["line"]) + offset
+            err = obj.get("error")
+            details = err.get("details") if isinstance(err, dict) else None
+            if isinstance(details, dict) and offset:
+                for k in ("line", "culprit_line", "first_line", "last_line"):
+                    if isinstance(details.get(k), int):
+                        details[k] += offset
+            return obj
+        if "error" in obj:
+            self.summary["complete"] = False
+            raise stream_error(obj["error"])
+        return obj
+
+    def request_ended(self) -> None:
+        """Checks that the request's stream ended with its summary."""
+        self.summary["requests"] += 1
+        if self._summaries_seen != self.summary["requests"]:
+            self.summary["complete"] = False
+            raise TransportError(
+                0, "transport", "the bulk response ended before its summary line", {}
+            )
+
+
+def bulk_sizes(batch: Optional[int], lines_per_request: Optional[int]) -> Tuple[int, int]:
+    """The batch to ask for, and the lines to send per HTTP request."""
+    b = DEFAULT_BULK_BATCH if batch is None else int(batch)
+    if b < 1:
+        raise ValueError("batch must be at least 1")
+    per = b * BULK_BATCHES_PER_REQUEST if lines_per_request is None else int(lines_per_request)
+    if per < 1:
+        raise ValueError("lines_per_request must be at least 1")
+    return b, per
+
+
+def headers(extra: Optional[Mapping[str, str]]) -> Dict[str, str]:
+    """Default headers of a client: user agent and accepted type, plus
+    ``extra`` (which may not try to name a tenant or principal)."""
+    h = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+    for k, v in (extra or {}).items():
+        if k.lower() in ("authorization", "x-tenant", "x-principal"):
+            raise ValueError(f"{k}: the key is given as `key`; tenant and principal come from it")
+        h[k] = v
+    return h
+
+
+def request_headers(call: Call, key: Optional[str]) -> Dict[str, str]:
+    """Per-request headers: the key as a bearer token (not for the open
+    probes and documents), and the body's content type."""
+    h: Dict[str, str] = {}
+    if call.auth and key:
+        h["Authorization"] = f"Bearer {key}"
+    if call.content_type:
+        h["Content-Type"] = call.content_type
+    return h
+
+
+def transport_error(exc: Exception) -> TransportError:
+    """Wraps an ``httpx.TransportError``; ``details.connect`` tells whether
+    the connection was never opened (so nothing was sent)."""
+    import httpx
+
+    connect = isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
+    message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return TransportError(0, "transport", message, {"connect": connect})
+
+
+def decode(call: Call, content: bytes) -> Any:
+    """The answer of a successful request."""
+    if call.answer == "text":
+        return content.decode("utf-8")
+    return json.loads(content) if content else None

@@ -1,0 +1,481 @@
+"""The asynchronous client (asyncio or trio, through httpx and anyio)."""
+
+from __future__ import annotations
+
+from typing import (
+    Any,
+    AsyncIterable,
+    AsyncIterator,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Union,
+    cast,
+)
+
+import anyio
+import httpx
+
+from . import _api
+from ._api import Call, RetryPolicy, TimeLike
+from .errors import EngramError, error_from_response
+from .models import (
+    AppendResponse,
+    BackupResponse,
+    BulkLine,
+    BulkSummary,
+    ContextResponse,
+    CorrectResponse,
+    EvalResponse,
+    History,
+    NewRecord,
+    OpResponse,
+    QueryResponse,
+    RecallRequest,
+    RecallResponse,
+    Record,
+    RecordList,
+    ReviewQueue,
+    Status,
+    Trace,
+    VerifyResponse,
+)
+
+__all__ = ["AsyncClient", "AsyncBulkStream"]
+
+
+class AsyncClient:
+    """The asynchronous twin of :class:`~engram_client.Client`: the same
+    methods, as coroutines; :meth:`bulk` returns an async iterator.
+
+    A client of one ``engram serve``, acting as the principal of ``key``.
+
+    The key alone decides the tenant and the principal: no method takes
+    either. Every write returns once the server has made it durable.
+
+    Args:
+        base_url: the server, e.g. ``http://127.0.0.1:7878``.
+        key: an API key (``egk_...``) from ``engram keys create``; ``None``
+            reaches only the open endpoints (health, readiness, metrics,
+            OpenAPI).
+        timeout: seconds for connecting, and for each read and write of a
+            request (the server's own deadline is 30 s by default).
+        retry: the :class:`RetryPolicy` (``RetryPolicy(max_attempts=1)``
+            disables retries).
+        headers: extra headers for every request.
+        transport: an ``httpx`` transport (e.g. ``httpx.MockTransport`` in
+            tests).
+        http_client: an ``httpx.AsyncClient`` to use instead of creating one
+            (``base_url``, ``timeout``, ``headers`` and ``transport`` are
+            then ignored; the caller closes it).
+
+    Use it as a context manager, or call :meth:`close`.
+
+    Example::
+
+        async with AsyncClient("http://127.0.0.1:7878", key) as db:
+            await db.append([{"kind": "note", "text": "hello", "external_id": "n1"}])
+            hits = (await db.recall(text="hello", k=5))["hits"]
+    """
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:7878",
+        key: Optional[str] = None,
+        *,
+        timeout: float = 60.0,
+        retry: Optional[RetryPolicy] = None,
+        headers: Optional[Mapping[str, str]] = None,
+        transport: Optional[httpx.AsyncBaseTransport] = None,
+        http_client: Optional[httpx.AsyncClient] = None,
+    ) -> None:
+        self.key = key
+        self.retry = retry or RetryPolicy()
+        self._owns_http = http_client is None
+        self._http = http_client or httpx.AsyncClient(
+            base_url=base_url.rstrip("/"),
+            timeout=timeout,
+            headers=_api.headers(headers),
+            transport=transport,
+        )
+
+    # --- plumbing -------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Closes the connections (unless ``http_client`` was given)."""
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _sleep(self, seconds: float) -> None:
+        await anyio.sleep(seconds)
+
+    async def _call(self, call: Call) -> Any:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                resp = await self._http.request(
+                    call.method,
+                    call.path,
+                    params=call.params or None,
+                    content=call.body,
+                    headers=_api.request_headers(call, self.key),
+                )
+            except httpx.TransportError as exc:
+                err: EngramError = _api.transport_error(exc)
+                if self.retry.should_retry(call.retry, err, attempt):
+                    await self._sleep(self.retry.delay(attempt, None))
+                    continue
+                raise err from exc
+            if resp.is_success:
+                return _api.decode(call, resp.content)
+            err = error_from_response(resp)
+            if self.retry.should_retry(call.retry, err, attempt):
+                await self._sleep(self.retry.delay(attempt, err.retry_after))
+                continue
+            raise err
+
+    # --- probes and documents ---------------------------------------------------
+
+    async def health(self) -> Status:
+        """``GET /healthz``: ``{"status": "ok"}`` while the process is up."""
+        return cast(Status, await self._call(_api.probe("/healthz")))
+
+    async def ready(self) -> Status:
+        """``GET /readyz``: ``{"status": "ready"}``; raises
+        :class:`~engram_client.Unavailable` while the server shuts down."""
+        return cast(Status, await self._call(_api.probe("/readyz")))
+
+    async def metrics(self) -> str:
+        """``GET /metrics``: the Prometheus text (sends the key if the client
+        has one, for servers with ``metrics_auth = "admin"``)."""
+        return cast(str, await self._call(_api.metrics()))
+
+    async def openapi(self) -> Dict[str, Any]:
+        """``GET /v1/openapi.json``: the server's OpenAPI 3.1 document."""
+        return cast(Dict[str, Any], await self._call(_api.openapi()))
+
+    # --- records -----------------------------------------------------------------
+
+    async def append(self, records: Iterable[NewRecord]) -> AppendResponse:
+        """Appends an atomic batch (``POST /v1/records``); answered after fsync.
+
+        Any invalid record rejects the whole batch
+        (:class:`~engram_client.InvalidInput` naming ``details.item`` and
+        ``details.field``). Re-sending records with the same external ids and
+        content is reported as ``duplicate``. The batch is retried after a
+        429, a 503 or a lost connection only when **every** record carries an
+        ``external_id``; otherwise only after a 429 (which stores nothing).
+        """
+        return cast(AppendResponse, await self._call(_api.append(records)))
+
+    def bulk(
+        self,
+        records: Union[Iterable[Union[NewRecord, str, bytes]], AsyncIterable[Any]],
+        *,
+        batch: Optional[int] = None,
+        lines_per_request: Optional[int] = None,
+    ) -> "AsyncBulkStream":
+        """Bulk NDJSON ingest from an iterable (``POST /v1/records/bulk``).
+
+        ``records`` yields record dicts, or ready JSON lines (``str`` or
+        ``bytes``, one line each), from a sync or an async iterable; it is
+        consumed lazily and streamed as the request body. Returns an
+        :class:`AsyncBulkStream`: ``async for`` over it for one result per
+        line (``{"line", "id", "external_id", "outcome", "status", "lsn"}`` or
+        ``{"line", "error"}``), each arriving once its batch is
+        durable; then ``.summary`` holds the totals.
+
+        The server cuts the lines into atomic batches of ``batch`` (default
+        1000): a batch with an invalid line stores nothing and every line of
+        it reports an error (``batch_rejected`` for the valid ones), and the
+        stream goes on. ``line`` numbers count items of ``records`` from 1.
+
+        An HTTP/1.1 client built on httpx sends a request body whole before
+        it reads the answer, while the server stops reading a bulk body when
+        a few batches of results wait unread. So the iterable is sent as
+        consecutive requests of ``lines_per_request`` lines (default two
+        batches): memory stays bounded, and results arrive as each request's
+        batches are stored (a request's end also ends its last batch).
+        Bulk ingest is not retried; re-sending lines
+        with external ids is idempotent, and the results say which lines
+        were stored. A failure of the whole stream (the store failing, the
+        body timing out) raises after the lines stored before it.
+        """
+        return AsyncBulkStream(self, records, batch, lines_per_request)
+
+    async def list(
+        self,
+        *,
+        kind: Optional[str] = None,
+        record: Optional[str] = None,
+        since: Optional[TimeLike] = None,
+        until: Optional[TimeLike] = None,
+        include_superseded: Optional[bool] = None,
+        limit: Optional[int] = None,
+    ) -> RecordList:
+        """Lists records the key may read, in log order (``GET /v1/records``).
+
+        ``record`` is a record type (``event``, ``entity``, ...); ``since`` and
+        ``until`` bound the ingest time; ``limit`` is at most 1000 by default.
+        """
+        call = _api.list_records(kind, record, since, until, include_superseded, limit)
+        return cast(RecordList, await self._call(call))
+
+    async def get(self, ref: str) -> Record:
+        """One record (``GET /v1/records/{ref}``). ``ref`` is an internal id,
+        ``id:<id>``, ``ext:<external id>`` or an external id.
+        Raises :class:`~engram_client.NotFound` for anything the key cannot see."""
+        return cast(Record, await self._call(_api.get(ref)))
+
+    async def history(self, ref: str) -> History:
+        """Every version of a record's correction chain, oldest first."""
+        return cast(History, await self._call(_api.history(ref)))
+
+    async def trace(self, ref: str) -> Trace:
+        """Lineage of a record: ``{"target", "nodes", "edges"}``."""
+        return cast(Trace, await self._call(_api.trace(ref)))
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    async def correct(
+        self, ref: str, record: NewRecord, *, replace_access: Optional[bool] = None
+    ) -> CorrectResponse:
+        """Supersedes ``ref`` with ``record`` (ingest format). The correction
+        keeps the old version's labels, scope and external id unless it
+        gives its own; ``replace_access=True`` replaces the labels (dropping
+        one needs the tenant admin). Not retried after a 503."""
+        return cast(CorrectResponse, await self._call(_api.correct(ref, record, replace_access)))
+
+    async def expire(self, ref: str, at: TimeLike) -> OpResponse:
+        """Ends the record's validity at ``at``; afterwards it is historical."""
+        return cast(OpResponse, await self._call(_api.expire(ref, at)))
+
+    async def delete(self, ref: str, *, reason: Optional[str] = None) -> OpResponse:
+        """Deletes the record, its versions and everything derived from them."""
+        return cast(OpResponse, await self._call(_api.delete(ref, reason)))
+
+    async def retract(self, ref: str, *, reason: Optional[str] = None) -> OpResponse:
+        """Withdraws a semantic record; its dependents go stale."""
+        return cast(OpResponse, await self._call(_api.retract(ref, reason)))
+
+    async def review_list(self) -> ReviewQueue:
+        """The review queue (needs the reviewer role): ``{"candidates": [...]}``."""
+        return cast(ReviewQueue, await self._call(_api.review_list()))
+
+    async def approve(self, ref: str, *, note: Optional[str] = None) -> OpResponse:
+        """Approves a review candidate (reviewer role)."""
+        return cast(OpResponse, await self._call(_api.review_decide(ref, "approve", note)))
+
+    async def reject(self, ref: str, *, note: Optional[str] = None) -> OpResponse:
+        """Rejects a review candidate (reviewer role)."""
+        return cast(OpResponse, await self._call(_api.review_decide(ref, "reject", note)))
+
+    async def grant(
+        self,
+        *,
+        grantee: Optional[str] = None,
+        label: Optional[str] = None,
+        role: Optional[str] = None,
+    ) -> OpResponse:
+        """Grants a label or a role (``reviewer``, ``admin``) to ``grantee``
+        (tenant admin). Without a grantee, lifts a tenant-wide revocation."""
+        return cast(OpResponse, await self._call(_api.access("grant", grantee, label, role)))
+
+    async def revoke(
+        self,
+        *,
+        grantee: Optional[str] = None,
+        label: Optional[str] = None,
+        role: Optional[str] = None,
+    ) -> OpResponse:
+        """Revokes a label or role from ``grantee``; without a grantee, the
+        label for everyone in the tenant (tenant admin)."""
+        return cast(OpResponse, await self._call(_api.access("revoke", grantee, label, role)))
+
+    async def retention(self, retention_class: str, period: str) -> OpResponse:
+        """Sets a retention class's period (``"30d"``, ``"6h"``, ``"forever"``;
+        tenant admin)."""
+        return cast(OpResponse, await self._call(_api.retention(retention_class, period)))
+
+    async def hold(self, scope: str, *, on: bool = True) -> OpResponse:
+        """Places (or with ``on=False`` lifts) a legal hold on ``scope``:
+        ``tenant``, ``user:U``, ``conversation:C``, ``agent:A``,
+        ``label:L`` (tenant admin)."""
+        return cast(OpResponse, await self._call(_api.hold(scope, on)))
+
+    # --- reads that rank ---------------------------------------------------------------
+
+    async def recall(
+        self, request: Optional[RecallRequest] = None, **fields: Any
+    ) -> RecallResponse:
+        """Recall (``POST /v1/recall``): eligibility first, then the vector,
+        lexical, recency and graph retrievers, fused.
+
+        Give a request dict, keyword fields, or both (keywords win):
+        ``text``, ``vector``, ``model``, ``mode`` (``hybrid``, ``vector``,
+        ``lexical``), ``k``, ``ef``, filters ``user``, ``conversation``,
+        ``agent``, ``label``, ``kind``, ``record`` (a value or a list),
+        ``as_of``, ``valid_at``, ``occurred_after``, ``occurred_before``,
+        ``include_historical``, ``id``, ``explain`` (adds the manifest).
+        """
+        return cast(RecallResponse, await self._call(_api.recall(request, fields)))
+
+    async def context(self, text: str, **fields: Any) -> ContextResponse:
+        """Assembles the working memory for one model call
+        (``POST /v1/context``): ``user``, ``conversation``, ``agent``,
+        ``budget_bytes``, ``semantic_k``, ``episodic_k``, ``recent_turns``,
+        ``include_historical``. ``["rendered"]`` is prompt-ready text."""
+        return cast(ContextResponse, await self._call(_api.context(text, fields)))
+
+    async def eval(
+        self, cases: Iterable[Union[Mapping[str, Any], str]], *, k: Optional[int] = None
+    ) -> EvalResponse:
+        """Scores recall against cases (``engram eval`` format, no tenant or
+        principal): recall@k, precision@k, MRR, forbidden-hit rate."""
+        return cast(EvalResponse, await self._call(_api.eval_cases(cases, k)))
+
+    async def query(self, text: str, params: Optional[Mapping[str, Any]] = None) -> QueryResponse:
+        """Runs a query-language statement (``POST /v1/query``, see
+        docs/query-language.md) with ``$name`` parameters bound from
+        ``params``; values are never spliced into the text.
+
+        Returns ``{"columns", "rows"}`` (and ``manifest`` for ``EXPLAIN``).
+        A wrong statement raises :class:`~engram_client.QueryError` with
+        ``line``, ``column``, ``expected`` and ``hint``.
+        """
+        return cast(QueryResponse, await self._call(_api.query({"query": text}, params)))
+
+    async def query_ast(
+        self, ast: Mapping[str, Any], params: Optional[Mapping[str, Any]] = None
+    ) -> QueryResponse:
+        """Runs a statement given in its JSON form (the AST's serde form)."""
+        return cast(QueryResponse, await self._call(_api.query({"ast": dict(ast)}, params)))
+
+    # --- store (store key; stats also for the tenant admin) -----------------------------
+
+    async def stats(self) -> Dict[str, Any]:
+        """Statistics: of the whole store with the store key, of the key's
+        tenant with a tenant admin key."""
+        return cast(Dict[str, Any], await self._call(_api.stats()))
+
+    async def verify(self) -> VerifyResponse:
+        """Checks every log frame and the catalog (store key)."""
+        return cast(VerifyResponse, await self._call(_api.verify()))
+
+    async def backup(self, dest: str) -> BackupResponse:
+        """Online backup into ``dest``, an absolute, missing or empty
+        directory on the server's machine (store key)."""
+        return cast(BackupResponse, await self._call(_api.backup(dest)))
+
+
+class AsyncBulkStream(AsyncIterator[BulkLine]):
+    """Results of :meth:`AsyncClient.bulk`, one per input line, in order.
+
+    Nothing is sent until iteration starts. ``summary`` holds the running
+    totals; it is final once the iteration has ended. :meth:`run` consumes
+    the stream and returns the summary.
+    """
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        records: Union[Iterable[Any], AsyncIterable[Any]],
+        batch: Optional[int],
+        lines_per_request: Optional[int],
+    ) -> None:
+        self._client = client
+        self._batch, self._per = _api.bulk_sizes(batch, lines_per_request)
+        self._totals = _api.BulkTotals()
+        self._gen = self._run(_aiter(records))
+
+    @property
+    def summary(self) -> BulkSummary:
+        """Totals so far."""
+        return cast(BulkSummary, self._totals.summary)
+
+    def __aiter__(self) -> "AsyncBulkStream":
+        return self
+
+    async def __anext__(self) -> BulkLine:
+        return await self._gen.__anext__()
+
+    async def run(self) -> BulkSummary:
+        """Consumes the results; returns the summary."""
+        async for _ in self:
+            pass
+        return self.summary
+
+    async def results(self) -> List[BulkLine]:
+        """Consumes the results and returns them all (small inputs)."""
+        return [r async for r in self]
+
+    async def aclose(self) -> None:
+        """Stops early: closes the request in flight."""
+        await self._gen.aclose()
+
+    async def _run(self, it: AsyncIterator[Any]) -> AsyncIterator[BulkLine]:
+        client = self._client
+        call = _api.bulk_call(self._batch)
+        offset = 0
+        sentinel = object()
+        while True:
+            first = await _anext(it, sentinel)
+            if first is sentinel:
+                return
+            sent = [0]
+
+            async def body(first: Any = first, sent: List[int] = sent) -> AsyncIterator[bytes]:
+                yield _api.bulk_line(first)
+                sent[0] = 1
+                while sent[0] < self._per:
+                    item = await _anext(it, sentinel)
+                    if item is sentinel:
+                        return
+                    yield _api.bulk_line(item)
+                    sent[0] += 1
+
+            try:
+                async with client._http.stream(
+                    call.method,
+                    call.path,
+                    params=call.params,
+                    content=body(),
+                    headers=_api.request_headers(call, client.key),
+                ) as resp:
+                    if not resp.is_success:
+                        await resp.aread()
+                        raise error_from_response(resp)
+                    async for raw in resp.aiter_lines():
+                        out = self._totals.take(raw.encode("utf-8"), offset)
+                        if out is not None:
+                            yield cast(BulkLine, out)
+            except httpx.TransportError as exc:
+                self._totals.summary["complete"] = False
+                raise _api.transport_error(exc) from exc
+            self._totals.request_ended()
+            offset += sent[0]
+
+
+async def _anext(it: AsyncIterator[Any], default: Any) -> Any:
+    try:
+        return await it.__anext__()
+    except StopAsyncIteration:
+        return default
+
+
+async def _aiter(records: Union[Iterable[Any], AsyncIterable[Any]]) -> AsyncIterator[Any]:
+    if hasattr(records, "__aiter__"):
+        async for r in cast(AsyncIterable[Any], records):
+            yield r
+    else:
+        for r in cast(Iterable[Any], records):
+            yield r

@@ -1,0 +1,351 @@
+"""Typed shapes of requests and answers (``TypedDict``: plain JSON dicts).
+
+They describe the wire format of ``engram serve`` (docs/server.md,
+docs/ingest.md, docs/openapi.json) for type checkers and editors; at run
+time every value is the ``dict`` the server sent, so fields the server adds
+later are kept rather than dropped. Request dicts are ``total=False``: only
+what you set is sent.
+
+Records are in the ingest format without ``tenant`` (the API key decides
+the tenant and the principal; a body naming either is refused).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, TypedDict, Union
+
+__all__ = [
+    "Scope",
+    "Embedding",
+    "Writer",
+    "NewRecord",
+    "Record",
+    "ItemResult",
+    "AppendResponse",
+    "BulkLine",
+    "BulkSummary",
+    "RecordList",
+    "History",
+    "Trace",
+    "CorrectResponse",
+    "OpResponse",
+    "ReviewQueue",
+    "RecallRequest",
+    "Hit",
+    "RecallResponse",
+    "ContextRequest",
+    "ContextResponse",
+    "EvalCase",
+    "EvalResponse",
+    "VerifyResponse",
+    "BackupResponse",
+    "QueryResponse",
+    "Status",
+    "JSON",
+]
+
+JSON = Union[None, bool, int, float, str, List[Any], Dict[str, Any]]
+"""Any JSON value."""
+
+
+class Scope(TypedDict, total=False):
+    """Who and what a record is about."""
+
+    user: str
+    conversation: str
+    agent: str
+    labels: List[str]
+
+
+class Embedding(TypedDict):
+    """A client-computed vector in the space of ``model``."""
+
+    model: str
+    vector: List[float]
+
+
+class Writer(TypedDict, total=False):
+    """Who wrote a record (honoured from the tenant admin only)."""
+
+    principal: str
+    kind: str
+
+
+class NewRecord(TypedDict, total=False):
+    """A record to append, in the ingest format (docs/ingest.md), no tenant.
+
+    Events need ``kind`` and ``text`` and/or ``data``; assertions and
+    summaries need ``sources``. Give ``external_id`` to make re-sending
+    idempotent (and appends retryable).
+    """
+
+    record: str
+    kind: str
+    external_id: str
+    scope: Scope
+    occurred_at: str
+    valid_from: str
+    valid_until: str
+    last_verified_at: str
+    text: str
+    data: JSON
+    retention_class: str
+    access: List[str]
+    writer: Writer
+    supersedes: str
+    embedding: Embedding
+    embeddings: List[Embedding]
+    sources: List[str]
+    derivation: Dict[str, Any]
+    confidence: float
+    entity_type: str
+    name: str
+    aliases: List[str]
+    subject: str
+    predicate: str
+    object: JSON
+    generator: str
+    replace_access: bool
+
+
+class Record(TypedDict, total=False):
+    """A stored record as the server shows it (more fields may be present)."""
+
+    id: str
+    tenant: str
+    external_id: Optional[str]
+    record: str
+    kind: str
+    scope: Scope
+    occurred_at: str
+    ingested_at: str
+    text: Optional[str]
+    data: JSON
+    access: List[str]
+    writer: Writer
+    supersedes: Optional[str]
+    sources: List[str]
+    status: str
+
+
+class ItemResult(TypedDict, total=False):
+    """The outcome of one record of an append."""
+
+    item: int
+    id: str
+    external_id: Optional[str]
+    outcome: str
+    """``created`` or ``duplicate``."""
+    status: str
+    """``active``, or ``candidate`` when the record waits for review."""
+    lsn: int
+    notes: List[str]
+
+
+class AppendResponse(TypedDict):
+    """What an append stored; every record is durable when this arrives."""
+
+    created: int
+    duplicates: int
+    results: List[ItemResult]
+
+
+class BulkLine(TypedDict, total=False):
+    """One result line of a bulk ingest: a stored record, or ``error``.
+
+    ``line`` is 1-based over the whole iterable given to ``bulk``.
+    """
+
+    line: int
+    id: str
+    external_id: Optional[str]
+    outcome: str
+    status: str
+    lsn: int
+    error: Dict[str, Any]
+
+
+class BulkSummary(TypedDict, total=False):
+    """Totals of a bulk ingest."""
+
+    lines: int
+    created: int
+    duplicates: int
+    rejected: int
+    batches: int
+    batches_rejected: int
+    complete: bool
+    requests: int
+    """HTTP requests the client used (see ``Client.bulk``)."""
+
+
+class RecordList(TypedDict):
+    """Records the key may read, in log order."""
+
+    records: List[Record]
+
+
+class History(TypedDict):
+    """Every version of a correction chain, oldest first."""
+
+    versions: List[Record]
+
+
+class Trace(TypedDict, total=False):
+    """Lineage of a record: up to its events, down to its derivatives."""
+
+    target: str
+    nodes: List[Dict[str, Any]]
+    edges: List[Dict[str, Any]]
+
+
+class CorrectResponse(TypedDict):
+    """A correction's append result and the new version."""
+
+    result: ItemResult
+    record: Record
+
+
+class OpResponse(TypedDict):
+    """What a lifecycle operation did (itself a durable log record)."""
+
+    op_id: str
+    lsn: int
+    affected: List[str]
+
+
+class ReviewQueue(TypedDict):
+    """Review candidates the key may read, oldest first."""
+
+    candidates: List[Record]
+
+
+class RecallRequest(TypedDict, total=False):
+    """One recall request (a line of ``engram recall --queries``)."""
+
+    text: str
+    vector: List[float]
+    model: str
+    mode: str
+    """``hybrid`` (default), ``vector`` or ``lexical``."""
+    k: int
+    ef: int
+    user: Union[str, List[str]]
+    conversation: Union[str, List[str]]
+    agent: Union[str, List[str]]
+    label: Union[str, List[str]]
+    kind: Union[str, List[str]]
+    record: Union[str, List[str]]
+    as_of: str
+    valid_at: str
+    include_historical: bool
+    occurred_after: str
+    occurred_before: str
+    id: Any
+    explain: bool
+
+
+class Hit(TypedDict, total=False):
+    """One recall hit, best first."""
+
+    rank: int
+    id: str
+    external_id: Optional[str]
+    score: float
+    record: str
+    kind: str
+    status: str
+    occurred_at: str
+    historical: bool
+    text: Optional[str]
+    found_by: List[List[Any]]
+
+
+class RecallResponse(TypedDict, total=False):
+    """Hits, and with ``explain`` the manifest."""
+
+    query_id: Optional[str]
+    hits: List[Hit]
+    manifest: Dict[str, Any]
+
+
+class ContextRequest(TypedDict, total=False):
+    """A context-assembly request."""
+
+    text: str
+    user: str
+    conversation: str
+    agent: str
+    budget_bytes: int
+    semantic_k: int
+    episodic_k: int
+    recent_turns: int
+    include_historical: bool
+
+
+class ContextResponse(TypedDict):
+    """The working memory for one model call, structured and rendered."""
+
+    context: Dict[str, Any]
+    rendered: str
+
+
+class EvalCase(TypedDict, total=False):
+    """One evaluation case (``engram eval`` format, no tenant/principal)."""
+
+    case_id: str
+    query: str
+    text: str
+    vector: List[float]
+    model: str
+    scope: Dict[str, str]
+    as_of: str
+    valid_at: str
+    relevant_ids: List[str]
+    forbidden_ids: List[str]
+    mode: str
+    k: int
+    kind: Union[str, List[str]]
+    slice: Union[str, List[str]]
+
+
+class EvalResponse(TypedDict):
+    """Evaluation results: means overall and per slice, per case, errors."""
+
+    overall: Dict[str, Any]
+    slices: Dict[str, Any]
+    cases: List[Dict[str, Any]]
+    errors: List[str]
+
+
+class VerifyResponse(TypedDict):
+    """What verify found on the open store."""
+
+    ok: bool
+    frames: int
+    records: int
+    problems: List[str]
+
+
+class BackupResponse(TypedDict):
+    """What an online backup wrote."""
+
+    last_lsn: int
+    created_at_ms: int
+    records: int
+    purged: int
+
+
+class QueryResponse(TypedDict, total=False):
+    """The answer to a query-language statement: ``columns`` in order, one
+    dict per row, and for ``EXPLAIN`` the manifest."""
+
+    columns: List[str]
+    rows: List[Dict[str, Any]]
+    manifest: Dict[str, Any]
+
+
+class Status(TypedDict):
+    """Liveness (``ok``) or readiness (``ready``)."""
+
+    status: str

@@ -1,0 +1,88 @@
+"""Bulk NDJSON ingest from an iterable: streamed, per-line results numbered
+over the whole iterable, rejected batches, idempotent re-sends."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, Iterator, List
+
+import pytest
+
+from engram_client import Client, NotFound
+
+
+def records(prefix: str, n: int) -> Iterator[Dict[str, Any]]:
+    for i in range(n):
+        yield {"kind": "note", "external_id": f"{prefix}-{i}", "text": f"bulk note {i}"}
+
+
+def test_bulk_streams_an_iterable_over_several_requests(user: Client, uniq: str) -> None:
+    pulled: List[int] = []
+
+    def lazy() -> Iterator[Any]:
+        for i, r in enumerate(records(uniq, 25)):
+            pulled.append(i)
+            # dicts, ready JSON text and bytes are all accepted
+            yield r if i % 3 == 0 else (json.dumps(r) if i % 3 == 1 else json.dumps(r).encode())
+
+    stream = user.bulk(lazy(), batch=5, lines_per_request=10)
+    assert pulled == []  # nothing is read before iterating
+    first = next(stream)
+    assert first["line"] == 1 and first["outcome"] == "created"
+    assert len(pulled) <= 11  # only the first request's lines were consumed
+    rest = list(stream)
+    out = [first, *rest]
+    assert [r["line"] for r in out] == list(range(1, 26))
+    assert [r["external_id"] for r in out] == [f"{uniq}-{i}" for i in range(25)]
+    s = stream.summary
+    assert (s["lines"], s["created"], s["duplicates"], s["rejected"]) == (25, 25, 0, 0)
+    assert s["batches"] == 5 and s["requests"] == 3 and s["complete"] is True
+    assert user.get(f"{uniq}-24")["text"] == "bulk note 24"
+
+    # re-sending is idempotent by external id
+    again = user.bulk(records(uniq, 25), batch=5).run()
+    assert (again["created"], again["duplicates"], again["requests"]) == (0, 25, 3)
+
+
+def test_a_bad_line_rejects_its_batch_and_the_stream_goes_on(user: Client, uniq: str) -> None:
+    items: List[Any] = list(records(uniq, 6))
+    items[3] = {"kind": "note", "text": "bad", "occurred_at": "not a time"}
+    items.insert(5, "# a comment line is skipped")
+    items.insert(6, "")
+    out = user.bulk(items, batch=3, lines_per_request=100)  # one request
+    results = out.results()
+    by_line = {r["line"]: r for r in results}
+    # lines 1-3 are one batch, stored; 4-6 (+ the skipped 6,7) hold the bad line
+    assert all(by_line[n]["outcome"] == "created" for n in (1, 2, 3))
+    assert by_line[4]["error"]["code"] == "invalid_input"
+    assert by_line[5]["error"]["code"] == "batch_rejected"
+    assert 6 not in by_line and 7 not in by_line  # comment and blank line
+    assert by_line[8]["error"]["code"] == "batch_rejected"
+    s = out.summary
+    assert (s["created"], s["rejected"], s["batches_rejected"]) == (3, 3, 1)
+    assert s["complete"] is True
+    with pytest.raises(NotFound):
+        user.get(f"{uniq}-4")
+
+
+def test_bulk_refuses_multi_line_items_and_empty_input(user: Client) -> None:
+    with pytest.raises(ValueError):
+        user.bulk(['{"kind": "note",\n"text": "x"}']).run()
+    empty = user.bulk([]).run()
+    assert (empty["lines"], empty["requests"], empty["complete"]) == (0, 0, True)
+
+
+def test_line_numbers_in_error_details_count_over_the_whole_iterable(
+    user: Client, uniq: str
+) -> None:
+    items = [
+        {"kind": "note", "external_id": f"{uniq}-a", "text": "a"},
+        {"kind": "note", "text": "bad", "occurred_at": "not a time"},
+        {"kind": "note", "external_id": f"{uniq}-b", "text": "b"},
+    ]
+    stream = user.bulk(items, batch=1, lines_per_request=1)
+    out = {r["line"]: r for r in stream}
+    assert stream.summary["requests"] == 3
+    assert out[1]["outcome"] == "created" and out[3]["outcome"] == "created"
+    assert out[2]["error"]["details"]["line"] == 2
+    assert out[2]["error"]["details"]["field"] == "occurred_at"

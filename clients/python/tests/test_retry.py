@@ -1,0 +1,302 @@
+"""Retries, backoff and error mapping, against an ``httpx.MockTransport``
+(no server): which calls are retried after 429, 503 and lost connections,
+``Retry-After``, exponential delays, and the exception per status."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, List, Optional
+
+import httpx
+import pytest
+
+from engram_client import (
+    AsyncClient,
+    BadRequest,
+    Busy,
+    Client,
+    Conflict,
+    EngramError,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    QueryError,
+    RetryPolicy,
+    ServerError,
+    Timeout,
+    TransportError,
+    Unauthorized,
+    Unavailable,
+    _api,
+)
+
+FAST = RetryPolicy(max_attempts=4, base_delay=0.1, max_delay=5.0, jitter=False)
+
+
+def error(
+    status: int, code: str, retry_after: Optional[str] = None, **details: Any
+) -> httpx.Response:
+    headers = {"x-request-id": "req-1"}
+    if retry_after is not None:
+        headers["retry-after"] = retry_after
+    body = {"error": {"code": code, "message": f"{code} happened", "details": details}}
+    return httpx.Response(status, json=body, headers=headers)
+
+
+class Script:
+    """Answers requests from a list of responses (or exceptions), in order,
+    and records what was asked."""
+
+    def __init__(self, *answers: Any) -> None:
+        self.answers = list(answers)
+        self.requests: List[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        a = self.answers.pop(0)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+
+def client(script: Script, policy: RetryPolicy = FAST) -> tuple:
+    slept: List[float] = []
+    c = Client(
+        "http://engram.test", "egk_" + "1" * 64, retry=policy, transport=httpx.MockTransport(script)
+    )
+    c._sleep = slept.append  # type: ignore[method-assign]
+    return c, slept
+
+
+OK_APPEND = httpx.Response(200, json={"created": 1, "duplicates": 0, "results": []})
+
+
+def test_429_is_retried_honouring_retry_after() -> None:
+    s = Script(error(429, "busy", "1"), error(429, "busy", "2"), OK_APPEND)
+    c, slept = client(s)
+    r = c.append([{"kind": "note", "text": "no external id"}])
+    assert r["created"] == 1
+    assert len(s.requests) == 3
+    assert slept == [1.0, 2.0]
+    # every attempt carried the key and the same body
+    assert all(q.headers["authorization"] == "Bearer egk_" + "1" * 64 for q in s.requests)
+    assert len({q.content for q in s.requests}) == 1
+
+
+def test_backoff_is_exponential_and_gives_up_with_the_last_error() -> None:
+    s = Script(*[error(429, "busy") for _ in range(4)])
+    c, slept = client(s)
+    with pytest.raises(Busy) as e:
+        c.recall(text="x")
+    assert len(s.requests) == 4
+    assert slept == [0.1, 0.2, 0.4]
+    assert e.value.status == 429 and e.value.code == "busy"
+    assert e.value.request_id == "req-1"
+
+
+def test_retry_after_is_capped_and_jitter_stays_within_bounds() -> None:
+    p = RetryPolicy(base_delay=1.0, max_delay=3.0, jitter=True)
+    assert p.delay(1, 60.0) == 3.0
+    for attempt in (1, 2, 3, 4):
+        d = p.delay(attempt, None)
+        full = min(3.0, 2 ** (attempt - 1))
+        assert full / 2 <= d <= full
+
+
+def test_503_retried_for_appends_with_external_ids_only() -> None:
+    s = Script(error(503, "timeout", "1"), OK_APPEND)
+    c, slept = client(s)
+    c.append(
+        [
+            {"kind": "note", "text": "a", "external_id": "e1"},
+            {"kind": "note", "text": "b", "external_id": "e2"},
+        ]
+    )
+    assert len(s.requests) == 2 and slept == [1.0]
+
+    s = Script(error(503, "timeout", "1"), OK_APPEND)
+    c, slept = client(s)
+    with pytest.raises(Timeout) as e:
+        c.append(
+            [{"kind": "note", "text": "a", "external_id": "e1"}, {"kind": "note", "text": "b"}]
+        )
+    assert len(s.requests) == 1 and slept == []
+    assert isinstance(e.value, Unavailable)
+
+
+def test_503_not_retried_for_other_writes_but_429_is() -> None:
+    for call in (
+        lambda c: c.delete("x"),
+        lambda c: c.correct("x", {"kind": "note", "text": "y"}),
+        lambda c: c.grant(grantee="a", label="l"),
+        lambda c: c.backup("/tmp/b"),
+    ):
+        s = Script(error(503, "unavailable"))
+        c, _ = client(s)
+        with pytest.raises(Unavailable):
+            call(c)
+        assert len(s.requests) == 1
+        op = httpx.Response(200, json={"op_id": "o", "lsn": 1, "affected": []})
+        s = Script(error(429, "busy", "0"), op)
+        c, _ = client(s)
+        call(c)
+        assert len(s.requests) == 2
+
+
+def test_reads_retry_503_and_lost_connections() -> None:
+    rec = httpx.Response(200, json={"id": "r1"})
+    s = Script(error(503, "unavailable"), httpx.ReadError("reset"), rec)
+    c, slept = client(s)
+    assert c.get("r1") == {"id": "r1"}
+    assert len(s.requests) == 3 and slept == [0.1, 0.2]
+
+
+def test_lost_connection_after_sending_a_write_is_not_retried() -> None:
+    s = Script(httpx.ReadError("reset"))
+    c, _ = client(s)
+    with pytest.raises(TransportError) as e:
+        c.delete("x")
+    assert e.value.status == 0 and e.value.code == "transport"
+    assert isinstance(e.value.__cause__, httpx.ReadError)
+    # a connection that never opened sent nothing: retried for any call
+    op = httpx.Response(200, json={"op_id": "o", "lsn": 1, "affected": []})
+    s = Script(httpx.ConnectError("refused"), op)
+    c, _ = client(s)
+    assert c.delete("x")["lsn"] == 1
+
+
+def test_no_retry_policy() -> None:
+    s = Script(error(429, "busy", "0"))
+    c, _ = client(s, RetryPolicy(max_attempts=1))
+    with pytest.raises(Busy):
+        c.list()
+    assert len(s.requests) == 1
+
+
+@pytest.mark.parametrize(
+    "status,code,cls",
+    [
+        (400, "invalid_json", BadRequest),
+        (400, "session_field", BadRequest),
+        (401, "unauthorized", Unauthorized),
+        (403, "forbidden", Forbidden),
+        (404, "not_found", NotFound),
+        (409, "external_id_conflict", Conflict),
+        (413, "payload_too_large", PayloadTooLarge),
+        (422, "invalid_input", InvalidInput),
+        (429, "busy", Busy),
+        (503, "timeout", Timeout),
+        (503, "unavailable", Unavailable),
+        (500, "internal", ServerError),
+    ],
+)
+def test_each_status_has_its_exception(status: int, code: str, cls: type) -> None:
+    s = Script(error(status, code, item=2, field="kind"))
+    c, _ = client(s, RetryPolicy(max_attempts=1))
+    with pytest.raises(cls) as e:
+        c.list()
+    assert type(e.value) is cls
+    assert isinstance(e.value, EngramError)
+    assert (e.value.status, e.value.code) == (status, code)
+    assert e.value.message == f"{code} happened"
+    assert e.value.details == {"item": 2, "field": "kind"}
+
+
+def test_query_errors_expose_position_and_hint() -> None:
+    s = Script(
+        error(
+            400,
+            "query_error",
+            line=4,
+            column=1,
+            expected=["RETURN", "`;`"],
+            hint="WHERE goes before LIMIT",
+        )
+    )
+    c, _ = client(s)
+    with pytest.raises(QueryError) as e:
+        c.query("FIND ANY LIMIT 5\nWHERE kind = 'note'")
+    assert isinstance(e.value, BadRequest) and isinstance(e.value, InvalidInput)
+    assert (e.value.line, e.value.column) == (4, 1)
+    assert e.value.expected == ["RETURN", "`;`"]
+    assert e.value.hint == "WHERE goes before LIMIT"
+    assert len(s.requests) == 1  # never retried
+    body = json.loads(s.requests[0].content)
+    assert body == {"query": "FIND ANY LIMIT 5\nWHERE kind = 'note'"}
+
+
+def test_requests_on_the_wire() -> None:
+    seen: List[httpx.Request] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        seen.append(req)
+        if req.url.path == "/metrics":
+            return httpx.Response(200, text="engram_up 1\n")
+        return httpx.Response(200, json={})
+
+    c = Client("http://engram.test/", "egk_k", transport=httpx.MockTransport(handler))
+    c.get("conv_993/17")
+    c.delete("ext:a b/c", reason="user asked")
+    c.list(kind="note", include_superseded=True, limit=5)
+    c.query("FIND ANY WHERE scope.user = $u", params={"u": "user_18"})
+    c.query_ast({"body": {"statement": "find"}}, params={"q": [0.1]})
+    c.eval([{"case_id": "a", "query": "x"}], k=3)
+    c.health()
+    c.openapi()
+    assert c.metrics() == "engram_up 1\n"
+    paths = [r.url.raw_path.decode() for r in seen]
+    assert paths[0] == "/v1/records/conv_993%2F17"
+    assert paths[1] == "/v1/records/ext:a%20b%2Fc?reason=user+asked"
+    assert paths[2] == "/v1/records?kind=note&include_superseded=true&limit=5"
+    assert json.loads(seen[3].content) == {
+        "query": "FIND ANY WHERE scope.user = $u",
+        "params": {"u": "user_18"},
+    }
+    assert json.loads(seen[4].content) == {
+        "ast": {"body": {"statement": "find"}},
+        "params": {"q": [0.1]},
+    }
+    assert seen[5].headers["content-type"] == "application/x-ndjson"
+    assert seen[5].content == b'{"case_id":"a","query":"x"}\n'
+    # the open probes and documents carry no key; everything else does
+    assert "authorization" not in seen[6].headers and "authorization" not in seen[7].headers
+    assert all(r.headers["authorization"] == "Bearer egk_k" for r in seen[:6])
+    # tenant and principal are never something a client can send
+    with pytest.raises(ValueError):
+        Client("http://x", "k", headers={"X-Tenant": "globex"})
+
+
+def test_time_and_reference_helpers() -> None:
+    import datetime as dt
+
+    assert _api.time_str(dt.datetime(2025, 3, 8, 10, 14, 21)) == "2025-03-08T10:14:21Z"
+    assert _api.time_str(dt.date(2025, 3, 8)) == "2025-03-08T00:00:00Z"
+    tz = dt.timezone(dt.timedelta(hours=2))
+    assert _api.time_str(dt.datetime(2025, 3, 8, 12, tzinfo=tz)) == "2025-03-08T12:00:00+02:00"
+    assert _api.ref_path("id:01J/x") == "id:01J%2Fx"
+    with pytest.raises(ValueError):
+        _api.ref_path("")
+
+
+@pytest.mark.anyio
+async def test_async_client_retries_too() -> None:
+    calls: List[int] = []
+
+    async def handler(req: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        if len(calls) < 3:
+            return error(429, "busy", "0")
+        return httpx.Response(200, json={"query_id": None, "hits": []})
+
+    slept: List[float] = []
+    async with AsyncClient(
+        "http://engram.test", "egk_k", retry=FAST, transport=httpx.MockTransport(handler)
+    ) as c:
+
+        async def fake_sleep(s: float) -> None:
+            slept.append(s)
+
+        c._sleep = fake_sleep  # type: ignore[method-assign]
+        assert (await c.recall(text="x"))["hits"] == []
+    assert len(calls) == 3 and slept == [0.0, 0.0]
