@@ -10,6 +10,11 @@
 # turn CI red. A failing test exits non-zero. Extra arguments go to pytest.
 set -uo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
+# A relative ENGRAM_BIN means relative to where this script was called from.
+if [ -n "${ENGRAM_BIN:-}" ]; then
+    case "$ENGRAM_BIN" in /*) ;; *) ENGRAM_BIN="$PWD/$ENGRAM_BIN" ;; esac
+    export ENGRAM_BIN
+fi
 cd "$HERE"
 PY="${PYTHON:-python3}"
 VENV="$HERE/.venv"
