@@ -53,6 +53,22 @@ fn bad(path: &Path, reason: impl Into<String>) -> StorageError {
     }
 }
 
+// Field offsets of the snapshot header (see the module doc).
+const SNAP_MAGIC: std::ops::Range<usize> = 0..8;
+const SNAP_VERSION: std::ops::Range<usize> = 8..12;
+const SNAP_APPLIED_LSN: std::ops::Range<usize> = 16..24;
+const SNAP_BODY_LEN: std::ops::Range<usize> = 24..32;
+const SNAP_BODY_CRC: std::ops::Range<usize> = 32..36;
+const SNAP_HEADER_CRC: std::ops::Range<usize> = 44..48;
+
+fn le_u32(b: &[u8], r: std::ops::Range<usize>) -> u32 {
+    u32::from_le_bytes(b[r].try_into().expect("4-byte field"))
+}
+
+fn le_u64(b: &[u8], r: std::ops::Range<usize>) -> u64 {
+    u64::from_le_bytes(b[r].try_into().expect("8-byte field"))
+}
+
 /// Writes a snapshot atomically (temporary file, fsync, rename, dir fsync).
 pub fn write_snapshot(
     backend: &dyn Backend,
@@ -63,13 +79,13 @@ pub fn write_snapshot(
     body: &[u8],
 ) -> StorageResult<()> {
     let mut h = [0u8; SNAPSHOT_HEADER_BYTES];
-    h[0..8].copy_from_slice(&magic);
-    h[8..12].copy_from_slice(&format_version.to_le_bytes());
-    h[16..24].copy_from_slice(&applied_lsn.to_le_bytes());
-    h[24..32].copy_from_slice(&(body.len() as u64).to_le_bytes());
-    h[32..36].copy_from_slice(&crc32c::crc32c(body).to_le_bytes());
-    let hcrc = crc32c::crc32c(&h[..44]);
-    h[44..48].copy_from_slice(&hcrc.to_le_bytes());
+    h[SNAP_MAGIC].copy_from_slice(&magic);
+    h[SNAP_VERSION].copy_from_slice(&format_version.to_le_bytes());
+    h[SNAP_APPLIED_LSN].copy_from_slice(&applied_lsn.to_le_bytes());
+    h[SNAP_BODY_LEN].copy_from_slice(&(body.len() as u64).to_le_bytes());
+    h[SNAP_BODY_CRC].copy_from_slice(&crc32c::crc32c(body).to_le_bytes());
+    let hcrc = crc32c::crc32c(&h[..SNAP_HEADER_CRC.start]);
+    h[SNAP_HEADER_CRC].copy_from_slice(&hcrc.to_le_bytes());
     write_parts_durable(backend, path, &[&h, body])
 }
 
@@ -88,6 +104,78 @@ pub struct Snapshot {
     pub body: AlignedBuf,
 }
 
+/// What a snapshot's header says (its own checksum verified, the body not
+/// read).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapshotHeader {
+    /// LSN the snapshot reflects.
+    pub applied_lsn: Lsn,
+    /// Bytes of body.
+    pub body_len: u64,
+    /// CRC32C of the body.
+    pub body_crc: u32,
+}
+
+fn read_header(
+    f: &dyn BackendFile,
+    path: &Path,
+    magic: [u8; 8],
+    format_version: u32,
+) -> StorageResult<SnapshotHeader> {
+    let len = f.len().map_err(|e| StorageError::io(path, e))?;
+    if len < SNAPSHOT_HEADER_BYTES as u64 {
+        return Err(bad(
+            path,
+            format!("only {len} bytes, shorter than a header"),
+        ));
+    }
+    let mut h = [0u8; SNAPSHOT_HEADER_BYTES];
+    f.read_exact_at(&mut h, 0)
+        .map_err(|e| StorageError::io(path, e))?;
+    if crc32c::crc32c(&h[..SNAP_HEADER_CRC.start]) != le_u32(&h, SNAP_HEADER_CRC) {
+        return Err(bad(path, "header checksum mismatch"));
+    }
+    if h[SNAP_MAGIC] != magic {
+        return Err(bad(path, "wrong magic (not this kind of file)"));
+    }
+    let version = le_u32(&h, SNAP_VERSION);
+    if version != format_version {
+        return Err(bad(
+            path,
+            format!("format version {version}, this build uses {format_version}"),
+        ));
+    }
+    let body_len = le_u64(&h, SNAP_BODY_LEN);
+    if SNAPSHOT_HEADER_BYTES as u64 + body_len != len {
+        return Err(bad(
+            path,
+            format!("body length {body_len} does not match file length {len}"),
+        ));
+    }
+    Ok(SnapshotHeader {
+        applied_lsn: le_u64(&h, SNAP_APPLIED_LSN),
+        body_len,
+        body_crc: le_u32(&h, SNAP_BODY_CRC),
+    })
+}
+
+/// Reads and verifies a snapshot's header only (cheap: the body is not
+/// read). `Ok(None)` if the file does not exist.
+pub fn read_snapshot_header(
+    backend: &dyn Backend,
+    path: &Path,
+    magic: [u8; 8],
+    format_version: u32,
+) -> StorageResult<Option<SnapshotHeader>> {
+    if !backend.exists(path) {
+        return Ok(None);
+    }
+    let f = backend
+        .open(path, OpenMode::Read)
+        .map_err(|e| StorageError::io(path, e))?;
+    read_header(f.as_ref(), path, magic, format_version).map(Some)
+}
+
 /// Reads and verifies a snapshot. `Ok(None)` if the file does not exist.
 pub fn read_snapshot(
     backend: &dyn Backend,
@@ -101,46 +189,17 @@ pub fn read_snapshot(
     let f = backend
         .open(path, OpenMode::Read)
         .map_err(|e| StorageError::io(path, e))?;
-    let len = f.len().map_err(|e| StorageError::io(path, e))?;
-    if len < SNAPSHOT_HEADER_BYTES as u64 {
-        return Err(bad(
-            path,
-            format!("only {len} bytes, shorter than a header"),
-        ));
-    }
-    let mut h = [0u8; SNAPSHOT_HEADER_BYTES];
-    f.read_exact_at(&mut h, 0)
-        .map_err(|e| StorageError::io(path, e))?;
-    let stored = u32::from_le_bytes(h[44..48].try_into().expect("4 bytes"));
-    if crc32c::crc32c(&h[..44]) != stored {
-        return Err(bad(path, "header checksum mismatch"));
-    }
-    if h[0..8] != magic {
-        return Err(bad(path, "wrong magic (not this kind of file)"));
-    }
-    let version = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes"));
-    if version != format_version {
-        return Err(bad(
-            path,
-            format!("format version {version}, this build uses {format_version}"),
-        ));
-    }
-    let applied_lsn = u64::from_le_bytes(h[16..24].try_into().expect("8 bytes"));
-    let body_len = u64::from_le_bytes(h[24..32].try_into().expect("8 bytes"));
-    if SNAPSHOT_HEADER_BYTES as u64 + body_len != len {
-        return Err(bad(
-            path,
-            format!("body length {body_len} does not match file length {len}"),
-        ));
-    }
-    let mut body = AlignedBuf::zeroed(body_len as usize);
+    let h = read_header(f.as_ref(), path, magic, format_version)?;
+    let mut body = AlignedBuf::zeroed(h.body_len as usize);
     f.read_exact_at(body.as_mut_slice(), SNAPSHOT_HEADER_BYTES as u64)
         .map_err(|e| StorageError::io(path, e))?;
-    let body_crc = u32::from_le_bytes(h[32..36].try_into().expect("4 bytes"));
-    if crc32c::crc32c(body.as_slice()) != body_crc {
+    if crc32c::crc32c(body.as_slice()) != h.body_crc {
         return Err(bad(path, "body checksum mismatch"));
     }
-    Ok(Some(Snapshot { applied_lsn, body }))
+    Ok(Some(Snapshot {
+        applied_lsn: h.applied_lsn,
+        body,
+    }))
 }
 
 /// Appends `bytes` to the file at `path` (created if missing) and makes
@@ -264,6 +323,12 @@ pub fn files_containing(
     Ok(out)
 }
 
+// Field offsets of the vector file header (see the module doc).
+const VEC_MAGIC: std::ops::Range<usize> = 0..8;
+const VEC_VERSION: std::ops::Range<usize> = 8..12;
+const VEC_DIM: std::ops::Range<usize> = 12..16;
+const VEC_HEADER_CRC: std::ops::Range<usize> = 60..64;
+
 /// Size of a vector file header.
 pub const VECTOR_HEADER_BYTES: usize = 64;
 const VECTOR_MAGIC: [u8; 8] = *b"ENGRVECT";
@@ -305,11 +370,11 @@ impl VectorFile {
             .open(path, OpenMode::Truncate)
             .map_err(|e| StorageError::io(path, e))?;
         let mut h = [0u8; VECTOR_HEADER_BYTES];
-        h[0..8].copy_from_slice(&VECTOR_MAGIC);
-        h[8..12].copy_from_slice(&VECTOR_FORMAT_VERSION.to_le_bytes());
-        h[12..16].copy_from_slice(&dim32.to_le_bytes());
-        let crc = crc32c::crc32c(&h[..60]);
-        h[60..64].copy_from_slice(&crc.to_le_bytes());
+        h[VEC_MAGIC].copy_from_slice(&VECTOR_MAGIC);
+        h[VEC_VERSION].copy_from_slice(&VECTOR_FORMAT_VERSION.to_le_bytes());
+        h[VEC_DIM].copy_from_slice(&dim32.to_le_bytes());
+        let crc = crc32c::crc32c(&h[..VEC_HEADER_CRC.start]);
+        h[VEC_HEADER_CRC].copy_from_slice(&crc.to_le_bytes());
         file.write_all_at(&h, 0)
             .map_err(|e| StorageError::io(path, e))?;
         Self::from_file(file, path, dim, 0)
@@ -327,18 +392,17 @@ impl VectorFile {
         let mut h = [0u8; VECTOR_HEADER_BYTES];
         file.read_exact_at(&mut h, 0)
             .map_err(|e| StorageError::io(path, e))?;
-        if h[0..8] != VECTOR_MAGIC {
+        if h[VEC_MAGIC] != VECTOR_MAGIC {
             return Err(bad(path, "wrong magic"));
         }
-        let stored = u32::from_le_bytes(h[60..64].try_into().expect("4 bytes"));
-        if crc32c::crc32c(&h[..60]) != stored {
+        if crc32c::crc32c(&h[..VEC_HEADER_CRC.start]) != le_u32(&h, VEC_HEADER_CRC) {
             return Err(bad(path, "header checksum mismatch"));
         }
-        let version = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes"));
+        let version = le_u32(&h, VEC_VERSION);
         if version != VECTOR_FORMAT_VERSION {
             return Err(bad(path, format!("unknown format version {version}")));
         }
-        let dim = u32::from_le_bytes(h[12..16].try_into().expect("4 bytes")) as usize;
+        let dim = le_u32(&h, VEC_DIM) as usize;
         if dim == 0 {
             return Err(bad(path, "dimension 0"));
         }
