@@ -196,9 +196,9 @@ fn the_store_is_exclusive_to_one_process_handle() {
     Engram::open(dir.path(), Options::default()).unwrap();
 }
 
-/// A lifecycle operation is the last frame of the log: the catalog (which
-/// has no entry for it) still counts it as applied, so `verify` in the same
-/// process finds nothing wrong.
+/// A lifecycle operation is the last frame of the log: it creates no record,
+/// yet `verify` in the same process counts it as applied and finds nothing
+/// wrong.
 #[test]
 fn verify_right_after_a_lifecycle_operation_is_clean() {
     let dir = tempfile::tempdir().unwrap();
@@ -212,7 +212,7 @@ fn verify_right_after_a_lifecycle_operation_is_clean() {
     s.delete(&RecordRef::External("x".into()), None).unwrap();
     let v = db.verify().unwrap();
     assert!(v.ok(), "{:?}", v.problems);
-    // a revocation alone: no catalog entry at all
+    // a revocation alone: no record at all
     s.revoke(None, Some("hr"), None).unwrap();
     let v = db.verify().unwrap();
     assert!(v.ok(), "{:?}", v.problems);

@@ -1,7 +1,7 @@
 //! Deleted means gone: after a delete, the record and everything derived
 //! from it are ineligible at once; after `compact`, the content's bytes
-//! exist in no file under the data directory (log, catalog, lexical index,
-//! vectors), while a tombstone keeps the deletion visible to trace. A legal
+//! exist in no file under the data directory (log, state checkpoint,
+//! lexical index, vectors), while a tombstone keeps the deletion visible to trace. A legal
 //! hold suspends purging; retention expiry purges like a deletion.
 
 mod common;

@@ -165,7 +165,7 @@ fn at_every_write(
                 }));
             }
             op(&image);
-            // Background threads (catalog, checkpoints) make the number of
+            // Background threads (indexer, checkpoints) make the number of
             // writes vary a little from run to run: a run that ended before
             // this cut has nothing to check here.
             let Some(crashed) = captured.lock().take() else {

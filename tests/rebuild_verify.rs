@@ -1,7 +1,7 @@
 //! Derived state is disposable: deleting all of it and rebuilding from the
 //! log gives identical deterministic parts (ids, lineage, chunks,
 //! eligibility, index membership, content keys, graph and lexical
-//! encodings, catalog) on a store holding every record kind and lifecycle
+//! encodings, record locations) on a store holding every record kind and lifecycle
 //! operation.
 
 mod common;
@@ -117,7 +117,6 @@ fn rebuild_reproduces_derived_state_exactly() {
     );
     // deleting all derived state by hand and reopening rebuilds it too
     std::fs::remove_dir_all(dir.path().join("derived")).unwrap();
-    std::fs::remove_file(dir.path().join("catalog.redb")).unwrap();
     let db = open(dir.path(), &clock);
     assert!(db.verify().unwrap().ok());
     let s = db.session(Principal::admin("t"));

@@ -1,19 +1,19 @@
 //! Operator views of a store: statistics (of the whole store, or of one
-//! tenant for its admin), verification (log checksums and catalog-vs-log
-//! agreement), lookup of a record's tenant, and the catalog rebuild.
+//! tenant for its admin), verification (log checksums and state-vs-log
+//! agreement), lookup of a record's tenant, and the checkpoint rebuild.
 //!
 //! This module must never change records; the only thing it rewrites is the
-//! derived catalog.
+//! derived state checkpoint.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::path::Path;
 
-use engram_storage::catalog::CatalogOp;
-use engram_storage::{Catalog, SegmentLog, StorageError};
+use engram_storage::{FrameLoc, StorageError};
 use serde::Serialize;
 
-use crate::db::{Engram, Options, Session, catalog_ops_for, layout};
+use crate::codec;
+use crate::db::{Engram, Options, Session};
 use crate::error::{EngineError, Result};
 use crate::id::RecordId;
 
@@ -66,12 +66,13 @@ pub struct StoreStats {
     pub lexical_terms: usize,
     /// Vector spaces.
     pub vector_spaces: Vec<SpaceStats>,
-    /// Records in the catalog.
-    pub catalog_records: u64,
-    /// Why the catalog is behind, if its thread failed (it catches up at
-    /// the next open).
+    /// LSN of the last state checkpoint (the next open replays only the
+    /// log after it).
+    pub checkpoint_lsn: u64,
+    /// Why the last background checkpoint failed, if it did (nothing is
+    /// lost: the log is the record; the next open replays more).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub catalog_problem: Option<String>,
+    pub checkpoint_problem: Option<String>,
 }
 
 /// Counts of the session's tenant, for its admin
@@ -90,7 +91,7 @@ pub struct TenantView {
 }
 
 /// Store-wide counts cheap enough to read on every metrics scrape (no
-/// walk over the records, no catalog flush).
+/// walk over the records).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct StoreGauges {
     /// Records in the store (all tenants, versions and statuses).
@@ -111,7 +112,7 @@ pub struct StoreGauges {
 pub struct VerifyReport {
     /// Frames checked.
     pub frames: u64,
-    /// Records checked against the catalog.
+    /// Records of the log checked against the in-memory state.
     pub records: u64,
     /// Problems, one line each. Empty means the store is sound.
     pub problems: Vec<String>,
@@ -161,10 +162,11 @@ impl Engram {
             });
         }
         drop(st);
-        if let Err(e) = self.flush_catalog() {
-            s.catalog_problem = Some(e.to_string());
-        }
-        s.catalog_records = self.inner.catalog.n_records()?;
+        s.checkpoint_lsn = self
+            .inner
+            .checkpoint_lsn
+            .load(std::sync::atomic::Ordering::Acquire);
+        s.checkpoint_problem = self.inner.checkpoint_error.lock().clone();
         Ok(s)
     }
 
@@ -181,25 +183,13 @@ impl Engram {
         }
     }
 
-    /// Every catalog entry, by record id: (tenant, location).
-    pub(crate) fn catalog_by_id(
-        &self,
-    ) -> Result<HashMap<[u8; 16], (String, engram_storage::FrameLoc)>> {
-        Ok(self
-            .inner
-            .catalog
-            .all_records()?
-            .into_iter()
-            .map(|(t, id, loc)| (id, (t, loc)))
-            .collect())
-    }
-
-    /// Checks every frame's checksums and the catalog against the log.
+    /// Checks every frame's checksums, and the in-memory state (loaded from
+    /// a checkpoint or replayed) against the log: every record frame is a
+    /// record of the state with the same tenant and location, the current
+    /// holder of an external id is the one the state resolves it to, and
+    /// the state holds no record the log does not.
     pub fn verify(&self) -> Result<VerifyReport> {
         let mut report = VerifyReport::default();
-        if let Err(e) = self.flush_catalog() {
-            report.problems.push(e.to_string());
-        }
         let (frames, problems) = self.inner.log.verify()?;
         report.frames = frames;
         for p in problems {
@@ -208,55 +198,83 @@ impl Engram {
                 p.segment, p.offset, p.detail
             ));
         }
+        // Read the log without holding the state lock (writers go on),
+        // up to what the state has applied now.
+        let upto = self.inner.state.read().applied_lsn;
+        let mut in_log: Vec<(RecordId, String, Option<String>, FrameLoc)> = Vec::new();
+        self.inner.log.scan(0, |f| {
+            let loc = f.loc();
+            if loc.lsn > upto {
+                return Ok(ControlFlow::Break(()));
+            }
+            let bad = |e: EngineError| StorageError::CorruptLog {
+                segment: loc.segment,
+                offset: loc.offset,
+                reason: e.to_string(),
+            };
+            let ft = f.header.frame_type;
+            if ft == codec::FRAME_RECORD {
+                let a = codec::view_record(f.payload()).map_err(bad)?;
+                in_log.push((
+                    RecordId::from_bytes(a.id),
+                    a.tenant.as_str().to_string(),
+                    a.external_id.as_ref().map(|e| e.as_str().to_string()),
+                    loc,
+                ));
+            } else if ft == codec::FRAME_TOMBSTONE {
+                let a = codec::view_tombstone(f.payload()).map_err(bad)?;
+                in_log.push((
+                    RecordId::from_bytes(a.id),
+                    a.tenant.as_str().to_string(),
+                    None,
+                    loc,
+                ));
+            }
+            Ok(ControlFlow::Continue(()))
+        })?;
         let st = self.inner.state.read();
-        let mut in_catalog = self.catalog_by_id()?;
-        let cat_lsn = self.inner.catalog.applied_lsn()?;
-        if cat_lsn < st.applied_lsn {
-            report.problems.push(format!(
-                "catalog is behind the log (applied LSN {cat_lsn}, log at {})",
-                st.applied_lsn
-            ));
-        }
-        for m in &st.metas {
+        for (id, tenant, ext, loc) in &in_log {
             report.records += 1;
-            let tenant = st.strings.name(m.tenant);
-            match in_catalog.remove(&m.id.to_bytes()) {
-                None => report.problems.push(format!(
-                    "record {} (LSN {}) is missing from the catalog",
-                    m.id, m.loc.lsn
-                )),
-                Some((t, loc)) => {
-                    if t != tenant {
+            let Some(idx) = st.idx(*id) else {
+                report.problems.push(format!(
+                    "record {id} (LSN {}) of the log is missing from the state",
+                    loc.lsn
+                ));
+                continue;
+            };
+            let m = st.meta(idx);
+            let t = st.strings.name(m.tenant);
+            if t != tenant {
+                report.problems.push(format!(
+                    "record {id}: the state says tenant '{t}', the log says '{tenant}'"
+                ));
+            }
+            if m.loc != *loc {
+                report.problems.push(format!(
+                    "record {id}: the state's location {}:{} (LSN {}) differs from the log's {}:{} (LSN {})",
+                    m.loc.segment, m.loc.offset, m.loc.lsn, loc.segment, loc.offset, loc.lsn
+                ));
+            }
+            if let Some(ext) = ext {
+                if m.superseded_by.is_none() && !m.tombstone {
+                    let held = st
+                        .tenant_sym(tenant)
+                        .and_then(|s| st.tenants.get(&s))
+                        .and_then(|ts| ts.external_ids.get(ext.as_str()).copied());
+                    if held != Some(idx) {
                         report.problems.push(format!(
-                            "record {}: catalog says tenant '{t}', log says '{tenant}'",
-                            m.id
+                            "record {id}: the state maps external id '{ext}' to {:?}",
+                            held.map(|i| st.meta(i).id)
                         ));
-                    }
-                    if loc != m.loc {
-                        report.problems.push(format!(
-                            "record {}: catalog location {}:{} (LSN {}) differs from the log's {}:{} (LSN {})",
-                            m.id, loc.segment, loc.offset, loc.lsn, m.loc.segment, m.loc.offset, m.loc.lsn
-                        ));
-                    }
-                    if let Some(ext) = &m.external_id {
-                        if m.superseded_by.is_none() {
-                            match self.inner.catalog.by_external_id(tenant, ext)? {
-                                Some(id) if id == m.id.to_bytes() => {}
-                                other => report.problems.push(format!(
-                                    "record {}: catalog maps external id '{ext}' to {:?}",
-                                    m.id,
-                                    other.map(RecordId::from_bytes)
-                                )),
-                            }
-                        }
                     }
                 }
             }
         }
-        for (id, (t, _)) in in_catalog {
+        let in_state = st.metas.iter().filter(|m| m.loc.lsn <= upto).count();
+        if in_state != in_log.len() {
             report.problems.push(format!(
-                "catalog has record {} of tenant '{t}' that is not in the log",
-                RecordId::from_bytes(id)
+                "the state holds {in_state} records up to LSN {upto}, the log {}",
+                in_log.len()
             ));
         }
         Ok(report)
@@ -269,43 +287,23 @@ impl Engram {
             .map(|i| st.strings.name(st.meta(i).tenant).to_string())
     }
 
-    /// Deletes the catalog of the (closed) store in `dir` and rebuilds it
-    /// from the log. Returns the number of records cataloged.
-    pub fn rebuild_catalog(dir: impl AsRef<Path>, opts: &Options) -> Result<u64> {
+    /// Deletes the state checkpoint of the (closed) store in `dir` and
+    /// writes it again from a replay of the whole log. Returns the number
+    /// of records.
+    pub fn rebuild_checkpoint(dir: impl AsRef<Path>, opts: &Options) -> Result<u64> {
         let dir = dir.as_ref();
         let backend = opts.backend.clone();
         crate::store_dir::prepare(backend.as_ref(), dir, false, true)?;
         crate::maintenance::check_opens(dir, opts)?;
-        let lock_path = layout::lock(dir);
-        let _lock = backend
-            .try_lock(&lock_path)
-            .map_err(|e| EngineError::Storage(StorageError::io(&lock_path, e)))?
-            .ok_or(EngineError::Storage(StorageError::Locked {
-                path: lock_path.clone(),
-            }))?;
-        let (log, _) = SegmentLog::open(backend.clone(), &layout::log(dir), opts.log.clone())?;
-        let path = layout::catalog(dir);
-        if backend.exists(&path) {
-            backend
-                .remove_file(&path)
-                .map_err(|e| EngineError::Storage(StorageError::io(&path, e)))?;
-        }
-        let cat = Catalog::open(backend.as_ref(), &path)?;
-        let mut ops: Vec<CatalogOp> = Vec::new();
-        let mut n = 0u64;
-        let mut last = 0;
-        log.scan(0, |f| {
-            catalog_ops_for(f.header.frame_type, f.payload(), f.loc(), &mut ops)?;
-            last = f.header.lsn;
-            if ops.len() >= 10_000 {
-                n += ops.len() as u64;
-                cat.apply(&ops, last, false)?;
-                ops.clear();
-            }
-            Ok(ControlFlow::Continue(()))
-        })?;
-        n += ops.len() as u64;
-        cat.apply(&ops, last, true)?;
+        let path = crate::checkpoint::path(dir);
+        crate::store_dir::remove_owned(backend.as_ref(), &path)?;
+        let opts = Options {
+            create_if_missing: false,
+            ..opts.clone()
+        };
+        let db = Engram::open(dir, opts)?;
+        let n = db.inner.state.read().len() as u64;
+        db.close()?;
         Ok(n)
     }
 }

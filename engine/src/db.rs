@@ -8,8 +8,8 @@
 //!    decide admission status, mint ids and the transaction time, encode
 //!    frames and queue them on the log;
 //! 3. the log's writer thread makes the group durable, then the commit hook
-//!    applies the frames to the in-memory state (and the catalog) in LSN
-//!    order; only then is the batch acknowledged.
+//!    applies the frames to the in-memory state in LSN order; only then is
+//!    the batch acknowledged.
 //!
 //! A batch is all or nothing: any invalid record rejects the whole batch
 //! with its position and field, before anything is queued.
@@ -21,17 +21,16 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use engram_storage::backend::LockGuard;
-use engram_storage::catalog::CatalogOp;
 use engram_storage::files::{read_snapshot, write_snapshot};
 use engram_storage::log::{
     CommittedFrame, LogOptions, PendingFrame, RecoveryOptions, RecoveryReport,
 };
-use engram_storage::{Backend, Catalog, FrameLoc, FsBackend, SegmentLog, StorageError};
+use engram_storage::{Backend, FrameLoc, FsBackend, SegmentLog, StorageError};
 use parking_lot::{Mutex, RwLock};
 
 use crate::canonical;
@@ -84,6 +83,14 @@ pub struct Options {
     /// in memory if needed, and every write fails with `ReadOnly`. Takes a
     /// shared lock, so it excludes a writer but not other readers.
     pub read_only: bool,
+    /// Write a state checkpoint in the background once this many frames
+    /// were applied since the last one (and at least
+    /// `checkpoint_min_interval` has passed). 0: only at `close` and on
+    /// [`Engram::checkpoint`].
+    pub checkpoint_after_frames: u64,
+    /// The least time between two background checkpoints (each rewrites
+    /// the whole state, so a busy store must not write them back to back).
+    pub checkpoint_min_interval: Duration,
 }
 
 impl std::fmt::Debug for Options {
@@ -113,6 +120,8 @@ impl Default for Options {
             id_seed: None,
             create_if_missing: true,
             read_only: false,
+            checkpoint_after_frames: 100_000,
+            checkpoint_min_interval: Duration::from_secs(30),
         }
     }
 }
@@ -163,7 +172,6 @@ pub(crate) struct Inner {
     pub(crate) backend: Arc<dyn Backend>,
     lock: Mutex<Option<LockGuard>>,
     pub(crate) log: SegmentLog,
-    pub(crate) catalog: Arc<Catalog>,
     pub(crate) state: Arc<RwLock<State>>,
     pub(crate) writer: Mutex<WriterState>,
     pub(crate) clock: Arc<dyn Clock>,
@@ -172,16 +180,21 @@ pub(crate) struct Inner {
     /// A durable frame that could not be applied to memory: the state no
     /// longer follows the log, so every later call fails until reopen.
     apply_error: Arc<Mutex<Option<String>>>,
-    /// The catalog thread's first failure (the catalog then stops, stays at
-    /// its last good LSN and catches up at the next open).
-    pub(crate) catalog_error: Arc<Mutex<Option<String>>>,
+    /// The last background checkpoint's failure (cleared by the next
+    /// success; the log stays the record, so nothing is lost, but the next
+    /// open replays more).
+    pub(crate) checkpoint_error: Mutex<Option<String>>,
+    /// LSN of the last state checkpoint written or loaded.
+    pub(crate) checkpoint_lsn: AtomicU64,
+    /// One checkpoint at a time.
+    checkpointing: Mutex<()>,
     /// The indexer thread's failure (unindexed vectors are still searched
     /// exactly, so results stay complete).
     pub(crate) indexer_error: Arc<Mutex<Option<String>>>,
     indexer: Mutex<Option<JoinHandle<()>>>,
     indexer_tx: Mutex<Option<crossbeam_channel::Sender<()>>>,
-    catalog_tx: Mutex<Option<crossbeam_channel::Sender<CatalogMsg>>>,
-    catalog_thread: Mutex<Option<JoinHandle<()>>>,
+    checkpointer_tx: Mutex<Option<crossbeam_channel::Sender<()>>>,
+    checkpointer: Mutex<Option<JoinHandle<()>>>,
     closed: AtomicBool,
     /// Held shared by appends, exclusively by maintenance (compaction, restore).
     pub(crate) maintenance: RwLock<()>,
@@ -211,10 +224,12 @@ pub struct OpenReport {
     pub log: RecoveryReport,
     /// Frames replayed into memory.
     pub frames_replayed: u64,
-    /// Frames the catalog had to catch up on.
-    pub catalog_caught_up: u64,
-    /// Whether the catalog was unreadable and rebuilt.
-    pub catalog_rebuilt: bool,
+    /// LSN of the state checkpoint the open started from (0: none, the
+    /// whole log was replayed).
+    pub checkpoint_lsn: u64,
+    /// Why a state checkpoint found on disk was not used (the whole log was
+    /// replayed instead).
+    pub checkpoint_discarded: Option<String>,
     /// Whether the lexical index was rebuilt (snapshot missing or stale).
     pub lexical_rebuilt: bool,
     /// Vector spaces rebuilt from the log.
@@ -229,7 +244,7 @@ pub struct OpenReport {
 /// The LSN the lexical snapshot of the store in `dir` covers (0 when it is
 /// missing or unreadable).
 pub(crate) fn lexical_snapshot_lsn(backend: &dyn Backend, dir: &Path) -> u64 {
-    read_snapshot(
+    engram_storage::files::read_snapshot_header(
         backend,
         &layout::lexical(dir),
         LEXICAL_MAGIC,
@@ -261,8 +276,9 @@ pub mod layout {
     pub fn log(dir: &Path) -> PathBuf {
         dir.join("log")
     }
-    /// The catalog.
-    pub fn catalog(dir: &Path) -> PathBuf {
+    /// The catalog of stores written before the state checkpoint replaced
+    /// it (removed at the first writable open).
+    pub fn legacy_catalog(dir: &Path) -> PathBuf {
         dir.join("catalog.redb")
     }
     /// Derived state root.
@@ -328,16 +344,12 @@ impl Engram {
             },
         )?;
         report.log = log_report.clone();
-        let cat_path = layout::catalog(&dir);
-        let catalog = match Catalog::open(backend.as_ref(), &cat_path) {
-            Ok(c) => c,
-            Err(_) => {
-                let _ = backend.remove_file(&cat_path);
-                report.catalog_rebuilt = true;
-                Catalog::open(backend.as_ref(), &cat_path)?
-            }
-        };
-        let cat_applied = catalog.applied_lsn()?;
+        // Stores written before the state checkpoint kept a redb catalog:
+        // derived, and read by nothing now.
+        let legacy = layout::legacy_catalog(&dir);
+        if !opts.read_only && backend.exists(&legacy) {
+            crate::store_dir::remove_owned(backend.as_ref(), &legacy)?;
+        }
         let lexical_snapshot = read_snapshot(
             backend.as_ref(),
             &layout::lexical(&dir),
@@ -357,41 +369,71 @@ impl Engram {
             _ => (Bm25Index::new(Bm25Params::default()), 0),
         };
         report.lexical_rebuilt = lexical_lsn == 0 && last_lsn > 0;
-        let vectors = VectorSpaces::open(
+        let mut vectors = VectorSpaces::open(
             backend.clone(),
             &layout::vectors(&dir),
             opts.hnsw,
             opts.metric,
         )?;
-        let mut state = State::new(lexical, lexical_lsn, vectors, opts.embedder.clone());
-        let mut cat_ops: Vec<CatalogOp> = Vec::new();
-        let mut caught_up = 0u64;
+        // The state checkpoint, when it sits at the lexical snapshot's LSN
+        // and the vector spaces were persisted with it: only the log after
+        // it is replayed.
+        let from_checkpoint = match crate::checkpoint::load(backend.as_ref(), &dir, &log) {
+            Ok(None) => None,
+            Ok(Some(d)) if d.parts.applied_lsn != lexical_lsn => {
+                report.checkpoint_discarded = Some(format!(
+                    "it is at LSN {}, the lexical snapshot at {lexical_lsn}",
+                    d.parts.applied_lsn
+                ));
+                None
+            }
+            Ok(Some(d)) => {
+                let mut parts = d.parts;
+                match parts
+                    .validate()
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| vectors.adopt(d.spaces, &|i| parts.id_of(i)))
+                {
+                    Ok(()) => Some(parts),
+                    Err(why) => {
+                        // `adopt` changed nothing: a full replay follows.
+                        report.checkpoint_discarded = Some(why);
+                        None
+                    }
+                }
+            }
+            Err(why) => {
+                report.checkpoint_discarded = Some(why);
+                None
+            }
+        };
+        let (mut state, replay_from) = match from_checkpoint {
+            Some(parts) => {
+                let lsn = parts.applied_lsn;
+                report.checkpoint_lsn = lsn;
+                (
+                    parts.into_state(lexical, vectors, opts.embedder.clone())?,
+                    lsn + 1,
+                )
+            }
+            None => (
+                State::new(lexical, lexical_lsn, vectors, opts.embedder.clone()),
+                0,
+            ),
+        };
         let mut replayed = 0u64;
-        log.scan(0, |f| {
-            let loc = f.loc();
+        log.scan(replay_from, |f| {
             apply_frame(
                 &mut state,
                 f.header.frame_type,
                 f.header.frame_version,
                 f.payload(),
-                loc,
+                f.loc(),
             )?;
             replayed += 1;
-            if loc.lsn > cat_applied {
-                caught_up += 1;
-                catalog_ops_for(f.header.frame_type, f.payload(), loc, &mut cat_ops)?;
-                if cat_ops.len() >= 10_000 {
-                    catalog.apply(&cat_ops, loc.lsn, false)?;
-                    cat_ops.clear();
-                }
-            }
             Ok(ControlFlow::Continue(()))
         })?;
-        if caught_up > 0 {
-            catalog.apply(&cat_ops, last_lsn, true)?;
-        }
         report.frames_replayed = replayed;
-        report.catalog_caught_up = caught_up;
         // Vector spaces whose persisted files disagree with the log are rebuilt.
         let ids: Vec<RecordId> = state.metas.iter().map(|m| m.id).collect();
         let stale = state.vectors.finish_replay(&|i| ids[i as usize])?;
@@ -423,7 +465,6 @@ impl Engram {
             backend,
             lock: Mutex::new(Some(lock)),
             log,
-            catalog: Arc::new(catalog),
             state: Arc::new(RwLock::new(state)),
             writer: Mutex::new(WriterState {
                 ids,
@@ -436,12 +477,14 @@ impl Engram {
             opts,
             recovery: log_report,
             apply_error: Arc::new(Mutex::new(None)),
-            catalog_error: Arc::new(Mutex::new(None)),
+            checkpoint_error: Mutex::new(None),
+            checkpoint_lsn: AtomicU64::new(report.checkpoint_lsn),
+            checkpointing: Mutex::new(()),
             indexer_error: Arc::new(Mutex::new(None)),
             indexer: Mutex::new(None),
             indexer_tx: Mutex::new(None),
-            catalog_tx: Mutex::new(None),
-            catalog_thread: Mutex::new(None),
+            checkpointer_tx: Mutex::new(None),
+            checkpointer: Mutex::new(None),
             closed: AtomicBool::new(false),
             maintenance: RwLock::new(()),
             ledger_sync: Mutex::new(()),
@@ -460,17 +503,13 @@ impl Engram {
 
     fn start_threads(inner: &Arc<Inner>) -> Result<()> {
         let (tx, rx) = crossbeam_channel::unbounded::<()>();
-        let (cat_tx, cat_rx) = crossbeam_channel::unbounded::<CatalogMsg>();
         let hook_state = inner.state.clone();
         let hook_err = inner.apply_error.clone();
         let hook_tx = tx.clone();
-        let hook_cat = cat_tx.clone();
         if !inner.opts.read_only {
             inner
                 .log
                 .start_writer(Box::new(move |frames: &[CommittedFrame<'_>]| {
-                    let mut ops = Vec::new();
-                    let mut last = 0;
                     let vectors_pending;
                     {
                         let mut st = hook_state.write();
@@ -484,13 +523,9 @@ impl Engram {
                             ) {
                                 hook_err.lock().get_or_insert(e.to_string());
                             }
-                            let _ =
-                                catalog_ops_for(f.header.frame_type, f.payload, f.loc, &mut ops);
-                            last = f.loc.lsn;
                         }
                         vectors_pending = st.vectors.pending() > 0;
                     }
-                    let _ = hook_cat.send(CatalogMsg::Ops(ops, last));
                     // Wake the indexer only when there is something to index.
                     if vectors_pending {
                         let _ = hook_tx.send(());
@@ -498,14 +533,16 @@ impl Engram {
                 }))?;
         }
         let spawn_err = |e| EngineError::Storage(StorageError::io("background thread", e));
-        let cat = inner.catalog.clone();
-        let cat_err = inner.catalog_error.clone();
-        let handle = std::thread::Builder::new()
-            .name("engram-catalog".into())
-            .spawn(move || catalog_loop(cat, cat_rx, cat_err))
-            .map_err(spawn_err)?;
-        *inner.catalog_thread.lock() = Some(handle);
-        *inner.catalog_tx.lock() = Some(cat_tx);
+        if !inner.opts.read_only && inner.opts.checkpoint_after_frames > 0 {
+            let (ck_tx, ck_rx) = crossbeam_channel::bounded::<()>(0);
+            let weak = Arc::downgrade(inner);
+            let handle = std::thread::Builder::new()
+                .name("engram-checkpoint".into())
+                .spawn(move || checkpoint_loop(weak, ck_rx))
+                .map_err(spawn_err)?;
+            *inner.checkpointer.lock() = Some(handle);
+            *inner.checkpointer_tx.lock() = Some(ck_tx);
+        }
         if inner.opts.background_indexing {
             let st = inner.state.clone();
             let ix_err = inner.indexer_error.clone();
@@ -517,36 +554,6 @@ impl Engram {
         }
         *inner.indexer_tx.lock() = Some(tx);
         Ok(())
-    }
-
-    /// Waits until the catalog reflects everything applied so far and makes
-    /// it durable.
-    pub(crate) fn flush_catalog(&self) -> Result<()> {
-        let tx = self.inner.catalog_tx.lock().clone();
-        match tx {
-            Some(tx) => {
-                let (rtx, rrx) = crossbeam_channel::bounded(1);
-                tx.send(CatalogMsg::Flush(rtx))
-                    .map_err(|_| EngineError::Closed)?;
-                rrx.recv().map_err(|_| EngineError::Closed)?
-            }
-            None => {
-                let failed = self.inner.catalog_error.lock().clone();
-                let r = match failed {
-                    Some(e) => Err(e),
-                    None => self.inner.catalog.checkpoint().map_err(|e| e.to_string()),
-                };
-                r.map_err(|e| {
-                    self.inner.catalog_error.lock().get_or_insert(e.clone());
-                    EngineError::Background {
-                        worker: "catalog".into(),
-                        detail: format!(
-                            "{e}; the catalog stopped at its last good LSN and catches up from the log at the next open"
-                        ),
-                    }
-                })
-            }
-        }
     }
 
     /// A session acting as `principal`.
@@ -593,24 +600,43 @@ impl Engram {
     }
 
     /// Makes derived state durable: vector files and graphs, the lexical
-    /// snapshot, and the catalog. (The log is always durable.)
+    /// snapshot, and the state checkpoint, all at the LSN applied now, so
+    /// the next open replays only the log after it. (The log is always
+    /// durable; this only shortens the next open.)
     pub fn checkpoint(&self) -> Result<()> {
         self.check_open()?;
+        if self.inner.opts.read_only {
+            return Ok(());
+        }
+        let _one = self.inner.checkpointing.lock();
         let mut st = self.inner.state.write();
         let ids: Vec<RecordId> = st.metas.iter().map(|m| m.id).collect();
         st.vectors.checkpoint(&|i| ids[i as usize])?;
-        let mut body = Vec::new();
-        st.lexical.write_to(&mut body);
+        drop(ids);
+        // Encoded under a read lock (readers go on; the commit hook waits),
+        // written without one. The vector files were persisted at this
+        // same point under the write lock just released by the downgrade.
+        let st = parking_lot::RwLockWriteGuard::downgrade(st);
+        let lsn = st.applied_lsn;
+        let mut lexical = Vec::new();
+        st.lexical.write_to(&mut lexical);
+        let anchor = crate::checkpoint::anchor_crc(&self.inner.log, &st)?;
+        let body = crate::checkpoint::encode(&st, &st.vectors.slots(), anchor);
+        drop(st);
+        // The lexical snapshot first: a checkpoint is used only when the
+        // lexical snapshot sits at its LSN, so a crash between the two
+        // writes costs a full replay, never a mismatched state.
         write_snapshot(
             self.inner.backend.as_ref(),
             &layout::lexical(&self.inner.dir),
             LEXICAL_MAGIC,
             LEXICAL_SNAPSHOT_VERSION,
-            st.applied_lsn,
-            &body,
+            lsn,
+            &lexical,
         )?;
-        drop(st);
-        self.flush_catalog()
+        crate::checkpoint::write(self.inner.backend.as_ref(), &self.inner.dir, lsn, &body)?;
+        self.inner.checkpoint_lsn.store(lsn, Ordering::Release);
+        Ok(())
     }
 
     pub(crate) fn check_open(&self) -> Result<()> {
@@ -636,16 +662,13 @@ impl Engram {
         if let Some(h) = self.inner.indexer.lock().take() {
             let _ = h.join();
         }
-        drop(self.inner.catalog_tx.lock().take());
-        if let Some(h) = self.inner.catalog_thread.lock().take() {
+        drop(self.inner.checkpointer_tx.lock().take());
+        if let Some(h) = self.inner.checkpointer.lock().take() {
             let _ = h.join();
         }
         self.inner.closed.store(false, Ordering::Release);
         let r = self.wait_indexed().and_then(|_| self.checkpoint());
         self.inner.closed.store(true, Ordering::Release);
-        // The catalog file is released with the directory: a handle kept
-        // after `close` must never write it behind the next open's back.
-        self.inner.catalog.shutdown();
         // Release the directory: sessions that outlive the store now fail
         // with `Closed`, and another handle may open it.
         drop(self.inner.lock.lock().take());
@@ -706,82 +729,46 @@ impl Drop for Inner {
         if let Some(h) = self.indexer.lock().take() {
             let _ = h.join();
         }
-        drop(self.catalog_tx.lock().take());
-        if let Some(h) = self.catalog_thread.lock().take() {
-            let _ = h.join();
+        drop(self.checkpointer_tx.lock().take());
+        if let Some(h) = self.checkpointer.lock().take() {
+            // The checkpointer holds only a weak handle; it may be the one
+            // dropping the last strong one, and must not join itself.
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
         }
     }
 }
 
-/// Work for the catalog thread.
-pub(crate) enum CatalogMsg {
-    /// Changes up to an LSN.
-    Ops(Vec<CatalogOp>, u64),
-    /// Apply everything queued, commit durably, then answer.
-    Flush(crossbeam_channel::Sender<Result<()>>),
-}
-
-/// Applies catalog changes off the write path: the catalog is derived and
-/// catches up from the log after a crash, so its commits need not be
-/// durable before an append is acknowledged.
-/// How long the catalog thread gathers applied frames before one commit.
-const CATALOG_GATHER: Duration = Duration::from_millis(20);
-/// Catalog operations that end a gathering early.
-const CATALOG_GATHER_OPS: usize = 100_000;
-
-fn catalog_loop(
-    cat: Arc<Catalog>,
-    rx: crossbeam_channel::Receiver<CatalogMsg>,
-    err: Arc<Mutex<Option<String>>>,
-) {
-    while let Ok(first) = rx.recv() {
-        let mut ops = Vec::new();
-        let mut last = 0;
-        let mut flushes = Vec::new();
-        let mut next = Some(first);
-        // The catalog is derived and may lag the log (open catches it up),
-        // so commits are gathered for up to CATALOG_GATHER: one redb
-        // transaction per gathering instead of one per group commit. A flush
-        // request ends the gathering at once.
-        let deadline = Instant::now() + CATALOG_GATHER;
-        while let Some(m) = next.take() {
-            match m {
-                CatalogMsg::Ops(o, l) => {
-                    ops.extend(o);
-                    last = last.max(l);
-                }
-                CatalogMsg::Flush(r) => flushes.push(r),
-            }
-            if ops.len() < CATALOG_GATHER_OPS && flushes.is_empty() {
-                next = rx.recv_deadline(deadline).ok();
-            } else {
-                next = None;
-            }
+/// Writes a state checkpoint in the background once enough frames were
+/// applied since the last one. Holds only a weak handle, so a store dropped
+/// without `close` still goes away; stops when the channel closes.
+fn checkpoint_loop(inner: std::sync::Weak<Inner>, rx: crossbeam_channel::Receiver<()>) {
+    let mut last_attempt = Instant::now();
+    loop {
+        match rx.recv_timeout(Duration::from_millis(500)) {
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            _ => return,
         }
-        // Frames without catalog entries (lifecycle operations) still move
-        // the catalog's applied LSN, or it would look behind the log. After
-        // a failure nothing more is applied: the catalog stays exactly at
-        // its last good LSN and the next open catches it up from there.
-        let failed = err.lock().clone();
-        if last > 0 && failed.is_none() {
-            if let Err(e) = cat.apply(&ops, last, false) {
-                err.lock().get_or_insert(e.to_string());
-            }
-        }
-        for f in flushes {
-            let r = match err.lock().clone() {
-                Some(e) => Err(EngineError::Background {
-                    worker: "catalog".into(),
-                    detail: format!(
-                        "{e}; the catalog stopped at its last good LSN and catches up from the log at the next open"
-                    ),
-                }),
-                None => cat.checkpoint().map_err(|e| {
-                    err.lock().get_or_insert(e.to_string());
-                    EngineError::from(e)
-                }),
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let due = {
+            let applied = inner.state.read().applied_lsn;
+            let done = inner.checkpoint_lsn.load(Ordering::Acquire);
+            applied.saturating_sub(done) >= inner.opts.checkpoint_after_frames
+                && last_attempt.elapsed() >= inner.opts.checkpoint_min_interval
+        };
+        if due {
+            last_attempt = Instant::now();
+            let db = Engram {
+                inner: inner.clone(),
             };
-            let _ = f.send(r);
+            match db.checkpoint() {
+                Ok(()) => *inner.checkpoint_error.lock() = None,
+                Err(EngineError::Closed) => return,
+                Err(e) => *inner.checkpoint_error.lock() = Some(e.to_string()),
+            }
         }
     }
 }
@@ -887,46 +874,11 @@ pub(crate) fn apply_frame(
         segment: loc.segment,
         offset: loc.offset,
         reason: e.to_string(),
-    })
-}
-
-/// The catalog changes one frame implies.
-pub(crate) fn catalog_ops_for(
-    ft: engram_storage::frame::FrameType,
-    payload: &[u8],
-    loc: FrameLoc,
-    out: &mut Vec<CatalogOp>,
-) -> std::result::Result<(), StorageError> {
-    let bad = |e: EngineError| StorageError::CorruptLog {
-        segment: loc.segment,
-        offset: loc.offset,
-        reason: e.to_string(),
-    };
-    if ft == codec::FRAME_RECORD {
-        let a = codec::view_record(payload).map_err(bad)?;
-        out.push(CatalogOp::Insert {
-            id: a.id,
-            tenant: a.tenant.as_str().to_string(),
-            external_id: a.external_id.as_ref().map(|e| e.as_str().to_string()),
-            supersedes: a.supersedes.as_ref().copied(),
-            loc,
-        });
-    } else if ft == codec::FRAME_TOMBSTONE {
-        let a = codec::view_tombstone(payload).map_err(bad)?;
-        out.push(CatalogOp::Insert {
-            id: a.id,
-            tenant: a.tenant.as_str().to_string(),
-            external_id: None,
-            supersedes: None,
-            loc,
-        });
-    }
+    })?;
+    st.applied_loc = Some(loc);
     Ok(())
 }
 
-/// Re-pushes every vector of the given models, in log order exactly as
-/// replay does (client vectors from their frames, derived ones from the
-/// embedder), so slots come out the same.
 fn rebuild_spaces(
     st: &mut State,
     log: &SegmentLog,

@@ -13,6 +13,7 @@
 pub mod admin;
 pub mod authz;
 pub mod canonical;
+pub mod checkpoint;
 pub mod codec;
 pub mod context;
 pub mod db;

@@ -419,7 +419,7 @@ fn lock_dir(opts: &Options, dir: &Path) -> Result<engram_storage::backend::LockG
 /// Removes the derived state of the store in `dir` (catalog, snapshots,
 /// vector files): only files Engram names; anything else stays.
 pub(crate) fn remove_derived(backend: &dyn Backend, dir: &Path) -> Result<()> {
-    crate::store_dir::remove_owned(backend, &layout::catalog(dir))?;
+    crate::store_dir::remove_owned(backend, &layout::legacy_catalog(dir))?;
     crate::store_dir::remove_owned(backend, &layout::derived(dir))?;
     backend.sync_dir(dir).map_err(io(dir))?;
     Ok(())
@@ -811,10 +811,8 @@ impl Engram {
 
     /// Lists the deterministic parts of derived state (see the module doc).
     pub fn derived_manifest(&self) -> Result<Vec<String>> {
-        self.flush_catalog()?;
         let st = self.inner.state.read();
         let mut out = Vec::new();
-        let catalog = self.catalog_by_id()?;
         for (i, m) in st.metas.iter().enumerate() {
             let i = i as u32;
             let sources: Vec<String> = st
@@ -841,12 +839,8 @@ impl Engram {
                         .unwrap_or_else(|| "-".into()),
                 )
             };
-            let cat = catalog
-                .get(&m.id.to_bytes())
-                .map(|(t, l)| format!("{t}@{}:{}:{}", l.segment, l.offset, l.lsn))
-                .unwrap_or_else(|| "missing".into());
             out.push(format!(
-                "record {} tenant={} type={} kind={} status={} access=[{}] sources=[{}] supersedes={} superseded_by={} chunk={} content={} vectors=[{}] catalog={}",
+                "record {} tenant={} type={} kind={} status={} access=[{}] sources=[{}] supersedes={} superseded_by={} chunk={} content={} vectors=[{}] at={}:{}:{}",
                 m.id,
                 st.strings.name(m.tenant),
                 m.rtype.name(),
@@ -859,7 +853,9 @@ impl Engram {
                 chunk,
                 content,
                 vectors.join(","),
-                cat,
+                m.loc.segment,
+                m.loc.offset,
+                m.loc.lsn,
             ));
         }
         for (t, bm) in st
@@ -878,6 +874,18 @@ impl Engram {
                 }
             }
         }
+        // The whole state as its checkpoint encodes it (sorted, so equal
+        // states encode to equal bytes): a state loaded from a checkpoint
+        // and the log's tail must equal the replay of the whole log.
+        out.push(format!(
+            "state records={} checkpoint_encoding_crc32c={:08x}",
+            st.len(),
+            crc32c::crc32c(&crate::checkpoint::encode(
+                &st,
+                &st.vectors.slots(),
+                crate::checkpoint::anchor_crc(&self.inner.log, &st)?
+            ))
+        ));
         let mut lex = Vec::new();
         st.lexical.write_to(&mut lex);
         out.push(format!(

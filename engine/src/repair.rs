@@ -12,9 +12,9 @@
 
 use std::path::{Path, PathBuf};
 
+use engram_storage::StorageError;
 use engram_storage::files::write_all_durable;
 use engram_storage::log::repair::{self as log_repair, LogInspection};
-use engram_storage::{Catalog, OverlayBackend, StorageError};
 use serde::Serialize;
 
 use crate::db::{Engram, Options, layout};
@@ -62,27 +62,21 @@ pub(crate) fn durable_evidence(
     backend: &std::sync::Arc<dyn engram_storage::Backend>,
     dir: &Path,
 ) -> (u64, &'static str) {
-    let path = layout::catalog(dir);
-    let cat = match Catalog::peek_applied_lsn(backend.as_ref(), &path) {
-        Ok(l) => l.unwrap_or(0),
-        // A catalog that needs redb's recovery is read through a copy in
-        // memory: recovering it in place would change the store.
-        Err(_) => {
-            let overlay = OverlayBackend::new(backend.clone());
-            Catalog::open(&overlay, &path)
-                .and_then(|c| {
-                    let l = c.applied_lsn();
-                    c.shutdown();
-                    l
-                })
-                .unwrap_or(0)
-        }
-    };
+    // Headers only (their own checksums verified): cheap at every open.
+    let ckpt = engram_storage::files::read_snapshot_header(
+        backend.as_ref(),
+        &crate::checkpoint::path(dir),
+        crate::checkpoint::MAGIC,
+        crate::checkpoint::VERSION,
+    )
+    .ok()
+    .flatten()
+    .map_or(0, |h| h.applied_lsn);
     let lex = crate::db::lexical_snapshot_lsn(backend.as_ref(), dir);
-    if lex > cat {
+    if lex >= ckpt {
         (lex, "the lexical index snapshot")
     } else {
-        (cat, "the catalog")
+        (ckpt, "the state checkpoint")
     }
 }
 

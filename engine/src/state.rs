@@ -237,6 +237,21 @@ impl Interner {
     pub fn name(&self, x: Sym) -> &str {
         &self.names[x as usize]
     }
+    /// Every string, in symbol order.
+    pub fn names(&self) -> &[Box<str>] {
+        &self.names
+    }
+    /// An interner holding `names` as symbols 0, 1, ... (refused when a
+    /// name repeats: symbols must stay one per string).
+    pub fn from_names(names: Vec<Box<str>>) -> Option<Interner> {
+        let mut map = HashMap::with_capacity_and_hasher(names.len(), Default::default());
+        for (i, n) in names.iter().enumerate() {
+            if map.insert(n.clone(), Sym::try_from(i).ok()?).is_some() {
+                return None;
+            }
+        }
+        Some(Interner { map, names })
+    }
 }
 
 /// Everything derived from the log and held in memory.
@@ -298,6 +313,9 @@ pub struct State {
     pub embedder: Option<std::sync::Arc<dyn Embedder>>,
     /// Last transaction time applied.
     pub last_ingested_at: i64,
+    /// Where the frame of `applied_lsn` sits in the log (a checkpoint
+    /// records it to check, at the next open, that it belongs to this log).
+    pub applied_loc: Option<engram_storage::FrameLoc>,
 }
 
 impl std::fmt::Debug for State {
@@ -359,6 +377,7 @@ impl State {
             vectors,
             embedder,
             last_ingested_at: i64::MIN,
+            applied_loc: None,
         }
     }
 

@@ -183,6 +183,7 @@ pub fn is_owned_name(name: &str) -> bool {
                 | "vectors.f32"
                 | "space.json"
                 | "checkpoint.snap"
+                | "state.snap"
                 | "settings.snap"
                 | "ledger.jsonl"
                 | "restore.pending"

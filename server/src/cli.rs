@@ -68,7 +68,7 @@ pub enum Command {
     Log(LogArgs),
     /// Counts per tenant, kind and status; log and index sizes.
     Stats(JsonArgs),
-    /// Check every frame's checksum and the catalog against the log (exit 1 on problems).
+    /// Check every frame's checksum and the in-memory state against the log (exit 1 on problems).
     Verify(JsonArgs),
     /// Rebuild derived state from the log.
     Rebuild(RebuildArgs),
@@ -198,9 +198,10 @@ pub struct JsonArgs {
 /// `engram rebuild`.
 #[derive(Args, Debug)]
 pub struct RebuildArgs {
-    /// Rebuild only the catalog.
-    #[arg(long)]
-    pub catalog: bool,
+    /// Rebuild only the state checkpoint (from a replay of the whole log).
+    /// `--catalog` is accepted for stores of earlier versions' scripts.
+    #[arg(long, alias = "catalog")]
+    pub checkpoint: bool,
     /// Compare the deterministic parts of derived state before and after
     /// (exit 1 on any difference).
     #[arg(long)]
@@ -427,8 +428,8 @@ pub fn open_store_with(dir: &Path, create: bool) -> Result<Engram, CliError> {
             p.display()
         );
     }
-    if report.catalog_rebuilt {
-        eprintln!("recovery: catalog was unreadable and has been rebuilt from the log");
+    if let Some(why) = &report.checkpoint_discarded {
+        eprintln!("recovery: state checkpoint not used ({why}); the whole log was replayed");
     }
     for m in &report.vectors_rebuilt {
         eprintln!("recovery: vector index for '{m}' rebuilt from the log");
@@ -777,7 +778,14 @@ fn cmd_stats(data: &Path, a: JsonArgs) -> CliResult {
             s.log_bytes,
             s.last_lsn
         );
-        crate::outln!("records    {} (catalog: {})", s.records, s.catalog_records);
+        crate::outln!(
+            "records    {} (checkpoint at LSN {})",
+            s.records,
+            s.checkpoint_lsn
+        );
+        if let Some(p) = &s.checkpoint_problem {
+            crate::outln!("checkpoint problem: {p}");
+        }
         crate::outln!(
             "lexical    {} document(s), {} term(s)",
             s.lexical_documents,
@@ -875,7 +883,7 @@ fn cmd_verify(data: &Path, a: JsonArgs) -> CliResult {
             crate::outln!("PROBLEM  {p}");
         }
         crate::outln!(
-            "{}: {frames} frame(s) checked, {records} record(s) checked against the catalog, {} problem(s)",
+            "{}: {frames} frame(s) checked, {records} record(s) checked against the state, {} problem(s)",
             if ok { "OK" } else { "FAILED" },
             problems.len()
         );
@@ -995,18 +1003,16 @@ fn cmd_rebuild(data: &Path, a: RebuildArgs) -> CliResult {
     if !data.join("log").exists() {
         return Err(CliError(format!("no store at {}", data.display())));
     }
-    if !a.catalog {
+    if !a.checkpoint {
         return crate::lifecycle_cmd::rebuild(data, a.verify, a.json);
     }
     let started = std::time::Instant::now();
-    let n = Engram::rebuild_catalog(data, &store_options(data)?)?;
+    let n = Engram::rebuild_checkpoint(data, &store_options(data)?)?;
     if a.json {
-        print_json(
-            &serde_json::json!({"catalog_records": n, "seconds": started.elapsed().as_secs_f64()}),
-        )?;
+        print_json(&serde_json::json!({"records": n, "seconds": started.elapsed().as_secs_f64()}))?;
     } else {
         crate::outln!(
-            "rebuilt the catalog ({n} records) from the log in {:.2}s",
+            "rebuilt the state checkpoint ({n} records) from the log in {:.2}s",
             started.elapsed().as_secs_f64()
         );
     }

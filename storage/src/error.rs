@@ -90,7 +90,7 @@ pub enum StorageError {
     },
 
     /// Damaged data at the end of the log that something outside the log
-    /// (the catalog, an index snapshot, a checkpoint) proves was durable, so
+    /// (an index snapshot, the state checkpoint) proves was durable, so
     /// it was acknowledged: cutting it would lose acknowledged records.
     /// Nothing was changed. Repair: restore from a backup, or cut the log
     /// at an LSN with `engram repair` (the cut bytes are kept in
@@ -186,7 +186,7 @@ pub enum StorageError {
     Closed,
 
     /// A location does not point at a valid frame. Repair: rebuild the
-    /// catalog (`engram rebuild --catalog`).
+    /// state checkpoint (`engram rebuild --checkpoint`).
     #[error("no valid frame at segment {segment} offset {offset}: {reason}")]
     BadLocation {
         /// Segment number.
@@ -206,10 +206,6 @@ pub enum StorageError {
         /// What is wrong.
         reason: String,
     },
-
-    /// The redb catalog reported an error. Repair: `engram rebuild --catalog`.
-    #[error("catalog: {0}")]
-    Catalog(String),
 }
 
 impl StorageError {
@@ -225,21 +221,3 @@ impl StorageError {
         }
     }
 }
-
-macro_rules! from_redb {
-    ($($t:ty),*) => {$(
-        impl From<$t> for StorageError {
-            fn from(e: $t) -> Self {
-                StorageError::Catalog(e.to_string())
-            }
-        }
-    )*};
-}
-from_redb!(
-    redb::Error,
-    redb::DatabaseError,
-    redb::TransactionError,
-    redb::TableError,
-    redb::StorageError,
-    redb::CommitError
-);

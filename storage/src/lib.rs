@@ -13,9 +13,6 @@
 //!   thread doing group commit (one fsync per group of batches, acknowledgement
 //!   only after the fsync), recovery on open that truncates a torn tail and
 //!   reports exactly what it dropped, and zero-copy reads through `memmap2`;
-//! - [`catalog`]: the redb catalog (id -> location, external id -> id,
-//!   supersedes chains, per-tenant listings, last applied LSN), which is
-//!   derived from the log and can be rebuilt from it;
 //! - [`files`]: whole-file helpers for derived state (atomic replace with a
 //!   checksummed header) and append-only fixed-width vector files that are read
 //!   through a memory map.
@@ -31,7 +28,6 @@
 
 pub mod aligned;
 pub mod backend;
-pub mod catalog;
 pub mod error;
 pub mod files;
 pub mod frame;
@@ -42,7 +38,6 @@ pub mod overlay;
 
 pub use aligned::AlignedBuf;
 pub use backend::{Backend, BackendFile, FsBackend, MapOptions, Mapping, MemBackend, OpenMode};
-pub use catalog::Catalog;
 pub use error::{StorageError, StorageResult};
 pub use frame::{FrameType, Lsn};
 pub use log::{

@@ -500,6 +500,22 @@ pub struct VectorSpaces {
 /// Which space: a tenant's vectors of one model.
 pub type SpaceKey = (String, String);
 
+/// A space's slot map (which record each row holds), as the state
+/// checkpoint keeps it; the rows and the graph are in the space's own files.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpaceSlots {
+    /// Tenant.
+    pub tenant: String,
+    /// Model id.
+    pub model: String,
+    /// Dimensions.
+    pub dim: usize,
+    /// Derived by the embedder.
+    pub derived: bool,
+    /// Record index of each slot.
+    pub slot_to_idx: Vec<Idx>,
+}
+
 impl std::fmt::Debug for VectorSpaces {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list().entries(self.spaces.iter()).finish()
@@ -647,6 +663,123 @@ impl VectorSpaces {
             .last_mut()
             .expect("just pushed")
             .push(idx, vector)
+    }
+
+    /// The slot maps of every space, for the state checkpoint.
+    pub fn slots(&self) -> Vec<SpaceSlots> {
+        self.spaces
+            .iter()
+            .map(|s| SpaceSlots {
+                tenant: s.tenant.clone(),
+                model: s.model.clone(),
+                dim: s.dim,
+                derived: s.derived,
+                slot_to_idx: s.slot_to_idx.clone(),
+            })
+            .collect()
+    }
+
+    /// Takes over the persisted spaces a state checkpoint lists, with their
+    /// slot maps, instead of rebuilding the maps by replay. Each must have
+    /// been persisted with exactly as many rows as the map has slots and
+    /// the same record at its last row (`id_of` reads the checkpoint's
+    /// record table). When any does not match, nothing changes and the
+    /// reason is returned: the caller replays the whole log instead.
+    pub fn adopt(
+        &mut self,
+        slots: Vec<SpaceSlots>,
+        id_of: &dyn Fn(Idx) -> Option<RecordId>,
+    ) -> std::result::Result<(), String> {
+        if !self.spaces.is_empty() {
+            return Err("spaces already in use".into());
+        }
+        let mut picks = Vec::with_capacity(slots.len());
+        for s in &slots {
+            let Some(i) = self.persisted.iter().position(|(h, ..)| {
+                h.tenant == s.tenant
+                    && h.model == s.model
+                    && h.dim == s.dim
+                    && h.metric == self.metric
+                    && h.derived == s.derived
+            }) else {
+                return Err(format!(
+                    "vector space {} of tenant {} has no persisted files",
+                    s.model, s.tenant
+                ));
+            };
+            let (h, g, f, _) = &self.persisted[i];
+            let last = s.slot_to_idx.last().map(|&idx| id_of(idx));
+            let last_matches = match last {
+                None => h.rows_synced == 0,
+                Some(Some(id)) => id.to_bytes() == h.last_row_record,
+                Some(None) => false,
+            };
+            if h.rows_synced != s.slot_to_idx.len() as u64
+                || f.len() as u64 != h.rows_synced
+                || u64::from(g.len()) > h.rows_synced
+                || !last_matches
+            {
+                return Err(format!(
+                    "vector space {} of tenant {} was persisted at another point ({} rows, checkpoint has {})",
+                    s.model,
+                    s.tenant,
+                    h.rows_synced,
+                    s.slot_to_idx.len()
+                ));
+            }
+            if picks.contains(&i) {
+                return Err("a vector space is listed twice".into());
+            }
+            picks.push(i);
+        }
+        // Every check passed: move the matched spaces over (highest
+        // position first, so the others keep theirs).
+        let mut order: Vec<(usize, usize, SpaceSlots)> = picks
+            .into_iter()
+            .zip(slots)
+            .enumerate()
+            .map(|(k, (i, s))| (i, k, s))
+            .collect();
+        order.sort_by_key(|o| std::cmp::Reverse(o.0));
+        let mut adopted = Vec::with_capacity(order.len());
+        for (i, k, s) in order {
+            let (h, g, f, dir) = self.persisted.swap_remove(i);
+            let mut idx_to_slot = Vec::new();
+            let mut members = RoaringBitmap::new();
+            for (slot, &idx) in s.slot_to_idx.iter().enumerate() {
+                if idx_to_slot.len() <= idx as usize {
+                    idx_to_slot.resize(idx as usize + 1, u32::MAX);
+                }
+                idx_to_slot[idx as usize] = slot as u32;
+                members.insert(idx);
+            }
+            adopted.push((
+                k,
+                VectorSpace {
+                    tenant: s.tenant,
+                    model: s.model,
+                    dim: h.dim,
+                    metric: h.metric,
+                    derived: s.derived,
+                    dir,
+                    file: f,
+                    slot_to_idx: s.slot_to_idx,
+                    idx_to_slot,
+                    members,
+                    hnsw: Arc::new(RwLock::new(g)),
+                    rows_synced: h.rows_synced,
+                    last_row_record: h.last_row_record,
+                },
+            ));
+        }
+        // The checkpoint's order, which is the order replay created them in.
+        adopted.sort_by_key(|(k, _)| *k);
+        for (_, sp) in adopted {
+            self.index
+                .insert((sp.tenant.clone(), sp.model.clone()), self.spaces.len());
+            self.spaces.push(sp);
+        }
+        Ok(())
     }
 
     /// Called after replay. Persisted spaces no vector of the log matched are

@@ -91,7 +91,7 @@ fn open(data: &Path) -> ServerResult<Engram> {
     let mut fields = vec![
         ("store", json!(data.display().to_string())),
         ("frames_replayed", json!(report.frames_replayed)),
-        ("catalog_caught_up", json!(report.catalog_caught_up)),
+        ("checkpoint_lsn", json!(report.checkpoint_lsn)),
     ];
     if let Some(t) = &report.log.truncation {
         fields.push((
@@ -105,8 +105,8 @@ fn open(data: &Path) -> ServerResult<Engram> {
             }),
         ));
     }
-    if report.catalog_rebuilt {
-        fields.push(("catalog_rebuilt", json!(true)));
+    if let Some(why) = &report.checkpoint_discarded {
+        fields.push(("checkpoint_discarded", json!(why)));
     }
     if report.lexical_rebuilt {
         fields.push(("lexical_rebuilt", json!(true)));

@@ -200,11 +200,11 @@ pub struct RecoveryOptions {
     /// writer can start. What a writable open would cut is reported in
     /// [`RecoveryReport::torn_tail_pending`].
     pub read_only: bool,
-    /// The highest LSN that state derived from the log (catalog, index
+    /// The highest LSN that state derived from the log (index
     /// snapshots, checkpoints) proves was durable, and therefore may have
     /// been acknowledged. Recovery never cuts at or below it.
     pub durable_lsn: Lsn,
-    /// What proves `durable_lsn`, for messages ("the catalog", ...).
+    /// What proves `durable_lsn`, for messages ("the lexical index snapshot", ...).
     pub durable_evidence: String,
 }
 

@@ -4,7 +4,7 @@
 //!
 //! Recovery itself only ever cuts a torn tail that nothing proves was
 //! acknowledged. Anything else (damage in the middle of the log, a damaged
-//! tail that the catalog or a checkpoint proves durable, a missing
+//! tail that a snapshot or the state checkpoint proves durable, a missing
 //! segment) stops the store from opening; cutting the log there loses
 //! acknowledged records, which is an operator's decision, made here.
 //!

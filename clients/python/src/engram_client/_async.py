@@ -368,7 +368,7 @@ class AsyncClient:
         return cast(Dict[str, Any], await self._call(_api.stats()))
 
     async def verify(self) -> VerifyResponse:
-        """Checks every log frame and the catalog (store key)."""
+        """Checks every log frame, and the store's state against the log (store key)."""
         return cast(VerifyResponse, await self._call(_api.verify()))
 
     async def backup(self, dest: str) -> BackupResponse:

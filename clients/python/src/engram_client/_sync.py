@@ -351,7 +351,7 @@ class Client:
         return cast(Dict[str, Any], self._call(_api.stats()))
 
     def verify(self) -> VerifyResponse:
-        """Checks every log frame and the catalog (store key)."""
+        """Checks every log frame, and the store's state against the log (store key)."""
         return cast(VerifyResponse, self._call(_api.verify()))
 
     def backup(self, dest: str) -> BackupResponse:

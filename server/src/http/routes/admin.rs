@@ -57,13 +57,13 @@ pub struct VerifyResponse {
     pub ok: bool,
     /// Log frames whose checksums were checked.
     pub frames: u64,
-    /// Records checked against the catalog.
+    /// Records of the log checked against the in-memory state.
     pub records: u64,
     /// Problems, one line each.
     pub problems: Vec<String>,
 }
 
-/// Check every log frame's checksums and the catalog against the log, on
+/// Check every log frame's checksums and the in-memory state against the log, on
 /// the open store (store key).
 #[utoipa::path(
     get, path = "/v1/verify", tag = "admin",

@@ -1,0 +1,240 @@
+//! Open from a state checkpoint: the store opens from `derived/state.snap`
+//! and replays only the log after it, and what it then holds is exactly
+//! what a replay of the whole log gives. A checkpoint that is damaged,
+//! stale or from another log is never trusted: the store replays the whole
+//! log instead and says why.
+
+mod common;
+use common::*;
+
+use std::path::Path;
+
+use engram::retrieval::RecallRequest;
+use engram::{Body, Engram, ManualClock, NewRecord, OpenReport, Principal};
+
+/// Events (some with access labels), an entity, a relation, a correction,
+/// a deletion, a grant and a revocation: every kind of frame.
+fn write_part(db: &Engram, part: &str, clock: &ManualClock) {
+    let s = db.session(Principal::admin("t"));
+    let e = |n: usize| format!("{part}-e{n}");
+    s.append(vec![
+        NewRecord::event(
+            "note",
+            format!("{part}: checkout latency rose after the deploy"),
+        )
+        .with_external_id(e(1)),
+        NewRecord::event("note", format!("{part}: billing retries the invoice job"))
+            .with_external_id(e(2))
+            .with_access(&["hr"]),
+        NewRecord::event("note", format!("{part}: to be deleted")).with_external_id(e(3)),
+        NewRecord {
+            body: Body::Entity {
+                entity_type: "service".into(),
+                name: format!("{part}-service"),
+                aliases: vec![],
+            },
+            kind: "entity".into(),
+            external_id: Some(e(4)),
+            ..NewRecord::default()
+        },
+        NewRecord {
+            body: Body::Entity {
+                entity_type: "service".into(),
+                name: format!("{part}-billing"),
+                aliases: vec![format!("{part}-bill")],
+            },
+            kind: "entity".into(),
+            external_id: Some(e(7)),
+            ..NewRecord::default()
+        },
+    ])
+    .unwrap();
+    s.append(vec![NewRecord {
+        body: Body::Relation {
+            subject: ext(&e(4)),
+            predicate: "depends_on".into(),
+            object: ext(&e(7)),
+        },
+        kind: "relation".into(),
+        external_id: Some(e(5)),
+        sources: vec![ext(&e(1))],
+        ..NewRecord::default()
+    }])
+    .unwrap();
+    clock.advance(MINUTE);
+    s.append(vec![
+        NewRecord::event(
+            "note",
+            format!("{part}: checkout latency rose after the rollout"),
+        )
+        .with_external_id(e(1))
+        .superseding(ext(&e(1))),
+    ])
+    .unwrap();
+    s.expire(&ext(&e(2)), T0 + 30 * MINUTE).unwrap();
+    s.delete(&ext(&e(3)), Some("erasure")).unwrap();
+    s.grant(Some("pat"), Some("hr"), None).unwrap();
+    s.revoke(Some("pat"), Some("hr"), None).unwrap();
+    // a second tenant, so the checkpoint holds more than one
+    db.session(Principal::admin("u"))
+        .append(vec![
+            NewRecord::event("note", format!("{part}: tenant u's own note")).with_external_id(e(6)),
+        ])
+        .unwrap();
+}
+
+fn open_report(dir: &Path, clock: &ManualClock) -> (Engram, OpenReport) {
+    Engram::open_with_report(dir, opts(clock)).unwrap()
+}
+
+/// What a reader sees: the derived manifest and a recall per tenant.
+fn observe(db: &Engram) -> (Vec<String>, Vec<Vec<String>>) {
+    let manifest = db.derived_manifest().unwrap();
+    let mut recalls = Vec::new();
+    for t in ["t", "u"] {
+        let hits = db
+            .session(Principal::admin(t))
+            .recall(&RecallRequest::text("checkout latency billing note"))
+            .unwrap()
+            .hits;
+        recalls.push(hits.iter().map(|h| h.id.to_string()).collect());
+    }
+    (manifest, recalls)
+}
+
+/// The same store opened by a replay of the whole log.
+fn full_replay(dir: &Path, clock: &ManualClock) -> (Vec<String>, Vec<Vec<String>>) {
+    let copy = tempfile::tempdir().unwrap();
+    copy_dir(dir, copy.path());
+    std::fs::remove_file(copy.path().join("derived/state.snap")).unwrap();
+    let (db, r) = open_report(copy.path(), clock);
+    assert_eq!(r.checkpoint_lsn, 0, "{r:?}");
+    assert_eq!(r.checkpoint_discarded, None, "{r:?}");
+    let seen = observe(&db);
+    db.close().unwrap();
+    seen
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let p = e.path();
+        if p.file_name().unwrap() == "LOCK" {
+            continue;
+        }
+        if p.is_dir() {
+            copy_dir(&p, &to.join(e.file_name()));
+        } else {
+            std::fs::copy(&p, to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_closed_store_opens_from_its_checkpoint_and_replays_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    write_part(&db, "a", &clock);
+    let last = db.stats().unwrap().last_lsn;
+    db.close().unwrap();
+
+    let (db, r) = open_report(dir.path(), &clock);
+    assert_eq!(r.checkpoint_lsn, last, "{r:?}");
+    assert_eq!(r.frames_replayed, 0, "{r:?}");
+    assert!(!r.lexical_rebuilt && r.vectors_rebuilt.is_empty(), "{r:?}");
+    let seen = observe(&db);
+    assert!(seen.1.iter().all(|hits| !hits.is_empty()), "{seen:?}");
+    db.close().unwrap();
+    assert_eq!(seen, full_replay(dir.path(), &clock));
+}
+
+#[test]
+fn after_a_crash_only_the_log_after_the_checkpoint_is_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    write_part(&db, "a", &clock);
+    db.checkpoint().unwrap();
+    let at_checkpoint = db.stats().unwrap().last_lsn;
+    write_part(&db, "b", &clock);
+    let last = db.stats().unwrap().last_lsn;
+    // a crash: the handle goes without `close` (no final checkpoint)
+    drop(db);
+
+    let (db, r) = open_report(dir.path(), &clock);
+    assert_eq!(r.checkpoint_lsn, at_checkpoint, "{r:?}");
+    assert_eq!(r.frames_replayed, last - at_checkpoint, "{r:?}");
+    assert_eq!(db.stats().unwrap().last_lsn, last);
+    let seen = observe(&db);
+    assert!(db.verify().unwrap().ok());
+    db.close().unwrap();
+    assert_eq!(seen, full_replay(dir.path(), &clock));
+}
+
+/// Every byte of the checkpoint file flipped in turn (a sample across it,
+/// and the whole header): the open never trusts it, replays the whole log,
+/// and ends with the same state.
+#[test]
+fn a_damaged_checkpoint_is_discarded_and_the_log_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    write_part(&db, "a", &clock);
+    db.close().unwrap();
+    let expected = full_replay(dir.path(), &clock);
+    let snap = dir.path().join("derived/state.snap");
+    let good = std::fs::read(&snap).unwrap();
+    let step = (good.len() / 97).max(1);
+    let positions: Vec<usize> = (0..64.min(good.len()))
+        .chain((64..good.len()).step_by(step))
+        .collect();
+    for pos in positions {
+        let copy = tempfile::tempdir().unwrap();
+        copy_dir(dir.path(), copy.path());
+        let mut bad = good.clone();
+        bad[pos] ^= 0x5A;
+        std::fs::write(copy.path().join("derived/state.snap"), &bad).unwrap();
+        let (db, r) = open_report(copy.path(), &clock);
+        assert_eq!(r.checkpoint_lsn, 0, "byte {pos}: {r:?}");
+        assert!(r.checkpoint_discarded.is_some(), "byte {pos}: {r:?}");
+        assert_eq!(observe(&db), expected, "byte {pos}");
+        db.close().unwrap();
+    }
+    // cut short
+    for len in [0, 10, good.len() / 2, good.len() - 1] {
+        let copy = tempfile::tempdir().unwrap();
+        copy_dir(dir.path(), copy.path());
+        std::fs::write(copy.path().join("derived/state.snap"), &good[..len]).unwrap();
+        let (db, r) = open_report(copy.path(), &clock);
+        assert_eq!(r.checkpoint_lsn, 0, "length {len}: {r:?}");
+        assert_eq!(observe(&db), expected, "length {len}");
+        db.close().unwrap();
+    }
+}
+
+/// A checkpoint taken of another store (same LSNs, other records) is
+/// refused: it does not describe this log.
+#[test]
+fn a_checkpoint_of_another_log_is_not_trusted() {
+    let clock = ManualClock::new(T0);
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    for (dir, part) in [(&a, "a"), (&b, "b")] {
+        let db = open(dir.path(), &clock);
+        write_part(&db, part, &clock);
+        db.close().unwrap();
+    }
+    let expected = full_replay(a.path(), &clock);
+    std::fs::copy(
+        b.path().join("derived/state.snap"),
+        a.path().join("derived/state.snap"),
+    )
+    .unwrap();
+    let (db, r) = open_report(a.path(), &clock);
+    assert_eq!(r.checkpoint_lsn, 0, "{r:?}");
+    let why = r.checkpoint_discarded.clone().unwrap_or_default();
+    assert!(why.contains("another log"), "{r:?}");
+    assert_eq!(observe(&db), expected);
+    db.close().unwrap();
+}
