@@ -1,5 +1,7 @@
 //! `engram bench`: measurements a user can rerun on their own machine.
 //!
+//! - `engram bench open`: open time of a large store from its state
+//!   checkpoint and by replaying the log (see `bench_open`).
 //! - `engram bench ingest`: durable appends of realistic events (~500 bytes
 //!   of text) from 1, 4 and 16 concurrent writers, each append acknowledged
 //!   only once durable; reports events/s and p50/p99 acknowledgement latency;
@@ -27,6 +29,9 @@ pub enum BenchCommand {
     Ingest(IngestBenchArgs),
     /// Vector search recall and queries/s on a dataset (see docs/benchmarks.md).
     Ann(crate::bench_ann::AnnArgs),
+    /// Open time of a large store, from its checkpoint and by replay; memory
+    /// after open; the first recall's latency.
+    Open(crate::bench_open::OpenBenchArgs),
 }
 
 /// `engram bench ingest`.
@@ -81,6 +86,7 @@ pub fn run(data: &Path, cmd: BenchCommand) -> CliResult {
     match cmd {
         BenchCommand::Ingest(a) => ingest(a),
         BenchCommand::Ann(a) => crate::bench_ann::run(data, a),
+        BenchCommand::Open(a) => crate::bench_open::run(a),
     }
 }
 

@@ -10,6 +10,7 @@
 
 pub mod bench;
 pub mod bench_ann;
+pub mod bench_open;
 pub mod cli;
 pub mod demo;
 pub mod http;
