@@ -89,6 +89,8 @@ fn open_report(dir: &Path, clock: &ManualClock) -> (Engram, OpenReport) {
 
 /// What a reader sees: the derived manifest and a recall per tenant.
 fn observe(db: &Engram) -> (Vec<String>, Vec<Vec<String>>) {
+    // the vector graphs are built in the background: compare them complete
+    db.wait_indexed().unwrap();
     let manifest = db.derived_manifest().unwrap();
     let mut recalls = Vec::new();
     for t in ["t", "u"] {

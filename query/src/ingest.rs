@@ -528,15 +528,21 @@ fn parse_object(o: &Map<String, Value>) -> FieldResult<(Option<String>, NewRecor
 /// Parses a whole JSONL text; blank lines and lines starting with `#` or
 /// `//` are skipped. Stops at the first error.
 pub fn parse_jsonl(text: &str) -> Result<Vec<IngestLine>, LineError> {
-    let mut out = Vec::new();
-    for (i, l) in text.lines().enumerate() {
+    parse_jsonl_lines(text).collect()
+}
+
+/// Parses a JSONL text lazily, line by line (blank lines and lines starting
+/// with `#` or `//` skipped): each item is one line's record or that line's
+/// error, in file order. Unlike [`parse_jsonl`] it goes on after an error,
+/// so a caller can report every malformed line (and show progress).
+pub fn parse_jsonl_lines(text: &str) -> impl Iterator<Item = Result<IngestLine, LineError>> + '_ {
+    text.lines().enumerate().filter_map(|(i, l)| {
         let t = l.trim();
         if t.is_empty() || t.starts_with('#') || t.starts_with("//") {
-            continue;
+            return None;
         }
-        out.push(parse_line(t, i + 1)?);
-    }
-    Ok(out)
+        Some(parse_line(t, i + 1))
+    })
 }
 
 #[cfg(test)]
@@ -656,5 +662,20 @@ mod tests {
         assert_eq!(e.line, 4);
         let ok = parse_jsonl("{\"tenant\":\"t\",\"kind\":\"k\",\"text\":\"a\"}\n\n{\"tenant\":\"t\",\"kind\":\"k\",\"data\":{}}").unwrap();
         assert_eq!(ok.iter().map(|l| l.line).collect::<Vec<_>>(), vec![1, 3]);
+    }
+
+    #[test]
+    fn jsonl_lines_go_on_after_an_error() {
+        let text = "{\"kind\":\"k\"}\n// note\n{\"kind\":\"k\",\"text\":\"a\"}\nnot json\n";
+        let items: Vec<_> = parse_jsonl_lines(text).collect();
+        assert_eq!(items.len(), 3, "the comment line is skipped");
+        assert_eq!(items[0].as_ref().unwrap_err().line, 1);
+        assert_eq!(items[0].as_ref().unwrap_err().field, "text");
+        assert_eq!(items[1].as_ref().unwrap().line, 3);
+        assert_eq!(items[2].as_ref().unwrap_err().line, 4);
+        assert_eq!(
+            parse_jsonl(text).unwrap_err(),
+            items[0].clone().unwrap_err()
+        );
     }
 }

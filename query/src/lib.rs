@@ -16,7 +16,7 @@ pub mod recall;
 pub mod strict;
 pub mod text;
 
-pub use ingest::{IngestLine, LineError, parse_jsonl, parse_line};
+pub use ingest::{IngestLine, LineError, parse_jsonl, parse_jsonl_lines, parse_line};
 pub use recall::{RecallLine, parse_recall_jsonl, parse_recall_line, parse_recall_lines};
 
 /// No input panics a parser: arbitrary text, and JSON objects made of the

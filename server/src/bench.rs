@@ -20,7 +20,8 @@ use clap::{Args, Subcommand};
 use engram_engine::{Engram, NewRecord, Options, Principal, Scope};
 use serde::Serialize;
 
-use crate::cli::{CliError, CliResult};
+use crate::cli::{CliError, CliResult, Ctx};
+use crate::progress::Progress;
 
 /// Benchmark commands.
 #[derive(Subcommand, Debug)]
@@ -82,11 +83,11 @@ pub struct IngestResult {
 }
 
 /// Dispatches `engram bench ...`.
-pub fn run(data: &Path, cmd: BenchCommand) -> CliResult {
+pub fn run(ctx: &Ctx, cmd: BenchCommand) -> CliResult {
     match cmd {
-        BenchCommand::Ingest(a) => ingest(a),
-        BenchCommand::Ann(a) => crate::bench_ann::run(data, a),
-        BenchCommand::Open(a) => crate::bench_open::run(a),
+        BenchCommand::Ingest(a) => ingest(ctx, a),
+        BenchCommand::Ann(a) => crate::bench_ann::run(ctx, a),
+        BenchCommand::Open(a) => crate::bench_open::run(ctx, a),
     }
 }
 
@@ -185,6 +186,18 @@ pub fn measure(
     writers: usize,
     batch: usize,
 ) -> Result<IngestResult, CliError> {
+    measure_with_progress(dir, n, writers, batch, &Progress::hidden())
+}
+
+/// [`measure`], advancing `progress` by the events of each acknowledged
+/// append (outside the timed acknowledgement).
+pub fn measure_with_progress(
+    dir: &Path,
+    n: usize,
+    writers: usize,
+    batch: usize,
+    progress: &Progress,
+) -> Result<IngestResult, CliError> {
     let db = Engram::open(dir, Options::default())?;
     let per_writer = n.div_ceil(writers);
     let started = Instant::now();
@@ -192,6 +205,7 @@ pub fn measure(
     let db = Arc::new(db);
     for w in 0..writers {
         let db = db.clone();
+        let progress = progress.clone();
         handles.push(std::thread::spawn(move || -> Result<Vec<f64>, String> {
             let s = db.session(Principal::system("bench", format!("writer-{w}")));
             let mut lat = Vec::with_capacity(per_writer / batch + 1);
@@ -203,6 +217,7 @@ pub fn measure(
                 let t = Instant::now();
                 s.append(records).map_err(|e| e.to_string())?;
                 lat.push(t.elapsed().as_secs_f64() * 1e6);
+                progress.inc(take as u64);
                 i += take;
             }
             Ok(lat)
@@ -212,8 +227,8 @@ pub fn measure(
     for h in handles {
         lat.extend(
             h.join()
-                .map_err(|_| CliError("a writer thread panicked".into()))?
-                .map_err(CliError)?,
+                .map_err(|_| CliError::Message("a writer thread panicked".into()))?
+                .map_err(CliError::Message)?,
         );
     }
     let seconds = started.elapsed().as_secs_f64();
@@ -221,7 +236,7 @@ pub fn measure(
     let groups = db.log_stats().n_groups;
     lat.sort_by(f64::total_cmp);
     let text_bytes = 500.0 * events as f64;
-    let db = Arc::try_unwrap(db).map_err(|_| CliError("store still shared".into()))?;
+    let db = Arc::try_unwrap(db).map_err(|_| CliError::Message("store still shared".into()))?;
     db.close()?;
     Ok(IngestResult {
         writers,
@@ -236,7 +251,7 @@ pub fn measure(
     })
 }
 
-fn ingest(a: IngestBenchArgs) -> CliResult {
+fn ingest(ctx: &Ctx, a: IngestBenchArgs) -> CliResult {
     let tmp;
     let root = match &a.dir {
         Some(d) => d.clone(),
@@ -250,20 +265,22 @@ fn ingest(a: IngestBenchArgs) -> CliResult {
         configs.extend(a.batch_writers.iter().map(|&w| (w, b)));
     }
     let mut results = Vec::new();
+    let n_configs = configs.len();
     for (i, (w, b)) in configs.into_iter().enumerate() {
         if w == 0 || b == 0 {
-            return Err(CliError(
+            return Err(CliError::Message(
                 "--writers and --batch values must be at least 1".into(),
             ));
         }
         let dir = root.join(format!("ingest-{i}-w{w}-b{b}"));
-        if !a.json {
-            eprintln!(
-                "bench ingest: {} events, {w} writer(s), {b} event(s) per append ...",
-                a.n
-            );
-        }
-        let r = measure(&dir, a.n, w, b)?;
+        let bar = ctx.counter("bench ingest", (a.n.div_ceil(w) * w) as u64, "events");
+        bar.set_message(format!(
+            "configuration {}/{n_configs}: {w} writer(s), {b} event(s) per append",
+            i + 1
+        ));
+        let r = measure_with_progress(&dir, a.n, w, b, &bar);
+        bar.finish();
+        let r = r?;
         let _ = std::fs::remove_dir_all(&dir);
         if !a.json {
             crate::outln!(
@@ -284,8 +301,7 @@ fn ingest(a: IngestBenchArgs) -> CliResult {
             "{}",
             serde_json::to_string_pretty(
                 &serde_json::json!({"bench": "ingest", "event_text_bytes": 500, "results": results})
-            )
-            .map_err(|e| CliError(e.to_string()))?
+            )?
         );
     }
     Ok(ExitCode::SUCCESS)

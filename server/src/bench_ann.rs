@@ -27,7 +27,7 @@ use engram_engine::vector::hnsw::HnswParams;
 use engram_engine::{Engram, NewRecord, Options, Principal, RecordId, RecordRef, Scope, Session};
 use serde::Serialize;
 
-use crate::cli::{CliError, CliResult};
+use crate::cli::{CliError, CliResult, Ctx};
 
 /// `engram bench ann`.
 #[derive(Args, Debug)]
@@ -102,9 +102,10 @@ impl NpyElem for i64 {
 
 /// Reads an .npy file (format 1.0 or 2.0, little-endian, C order).
 pub fn read_npy<T: NpyElem>(path: &Path) -> Result<Npy<T>, CliError> {
-    let bytes = std::fs::read(path).map_err(|e| CliError(format!("{}: {e}", path.display())))?;
+    let bytes =
+        std::fs::read(path).map_err(|e| CliError::Message(format!("{}: {e}", path.display())))?;
     let bad = |why: &str| {
-        CliError(format!(
+        CliError::Message(format!(
             "{}: not a supported .npy file: {why}",
             path.display()
         ))
@@ -305,7 +306,7 @@ fn measure(
     let mut parts = (0u64, 0u64, 0u64);
     let mut distances = 0u64;
     for r in per_thread {
-        for (qi, found, l, plan, t, dists) in r.map_err(CliError)? {
+        for (qi, found, l, plan, t, dists) in r.map_err(CliError::Message)? {
             distances += dists;
             parts.0 += t.0;
             parts.1 += t.1;
@@ -336,7 +337,7 @@ fn measure(
 }
 
 /// Runs the benchmark.
-pub fn run(_data: &Path, a: AnnArgs) -> CliResult {
+pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
     let d = &a.dataset;
     if a.rounds == 0
         || a.threads == 0
@@ -345,22 +346,22 @@ pub fn run(_data: &Path, a: AnnArgs) -> CliResult {
         || a.m < 2
         || a.ef_construction == 0
     {
-        return Err(CliError(
+        return Err(CliError::Message(
             "--threads, --ef values, --m (>= 2) and --ef-construction must be positive".into(),
         ));
     }
-    let log = |s: String| {
-        if !a.json {
-            eprintln!("{s}");
-        } else {
-            eprintln!("bench ann: {s}");
-        }
+    // Build times on stderr (they are in the --json report too); progress
+    // is drawn separately, and only on a terminal.
+    let log = |s: String| match (ctx.quiet, a.json) {
+        (true, _) => {}
+        (false, false) => eprintln!("{s}"),
+        (false, true) => eprintln!("bench ann: {s}"),
     };
     let base = read_npy::<f32>(&d.join("base.npy"))?;
     let queries = read_npy::<f32>(&d.join("queries.npy"))?;
     let gt = read_npy::<i32>(&d.join("gt.npy"))?;
     if base.shape.len() != 2 || queries.shape.len() != 2 || base.shape[1] != queries.shape[1] {
-        return Err(CliError(
+        return Err(CliError::Message(
             "base.npy and queries.npy must be 2-d with the same width".into(),
         ));
     }
@@ -399,7 +400,8 @@ pub fn run(_data: &Path, a: AnnArgs) -> CliResult {
     };
     let db = Engram::open(dir.path(), opts)?;
     let s = db.session(Principal::admin("bench"));
-    log(format!("ingesting {n} vectors of {dim} dims ..."));
+    let bar = ctx.counter("bench ann", n as u64, "vectors");
+    bar.set_message(format!("ingesting vectors of {dim} dims"));
     let started = Instant::now();
     let mut ids: Vec<RecordId> = Vec::with_capacity(n);
     for start in (0..n).step_by(1000) {
@@ -432,12 +434,16 @@ pub fn run(_data: &Path, a: AnnArgs) -> CliResult {
             })
             .collect();
         ids.extend(s.append(batch)?.into_iter().map(|r| r.id));
+        bar.set_position(end as u64);
     }
+    bar.finish();
     let ingest_seconds = started.elapsed().as_secs_f64();
-    log(format!(
-        "ingested in {ingest_seconds:.1}s; waiting for the graph ..."
-    ));
-    db.wait_indexed()?;
+    log(format!("ingested in {ingest_seconds:.1}s"));
+    let spinner = ctx.spinner("bench ann");
+    spinner.set_message("waiting for the graph");
+    let indexed = db.wait_indexed();
+    spinner.finish();
+    indexed?;
     let build_seconds = started.elapsed().as_secs_f64();
     let stats = db.stats()?;
     let graph_bytes = stats
@@ -475,6 +481,11 @@ pub fn run(_data: &Path, a: AnnArgs) -> CliResult {
             results: Vec::new(),
         };
         for &ef in &a.ef {
+            let spinner = ctx.spinner("bench ann");
+            spinner.set_message(format!(
+                "{name}: {n_queries} queries at ef {ef}, {} round(s)",
+                a.rounds
+            ));
             let mut r = measure(&s, &queries, n_queries, gt, &ids, filters, ef, a.threads)?;
             for _ in 1..a.rounds {
                 let again = measure(&s, &queries, n_queries, gt, &ids, filters, ef, a.threads)?;
@@ -482,6 +493,7 @@ pub fn run(_data: &Path, a: AnnArgs) -> CliResult {
                     r = again;
                 }
             }
+            spinner.finish();
             if !a.json {
                 crate::outln!(
                     "{:<14} eligible {:>6}  ef {:>4}  recall@10 {:.4}  {:>8.0} q/s  p50 {:>6.0} us  plan {:<5}  {:>6.0} dist/q  (eligibility {:.0} us, vector {:.0} us, fusion {:.0} us)",
@@ -510,20 +522,20 @@ pub fn run(_data: &Path, a: AnnArgs) -> CliResult {
     let filtered_wanted = a.only.is_empty() || a.only.iter().any(|o| o != "none");
     if !a.no_filters && filtered_wanted {
         if let (Some(at), Ok(fjson)) = (&attrs, std::fs::read_to_string(d.join("filters.json"))) {
-            let defs: serde_json::Value =
-                serde_json::from_str(&fjson).map_err(|e| CliError(format!("filters.json: {e}")))?;
+            let defs: serde_json::Value = serde_json::from_str(&fjson)
+                .map_err(|e| CliError::Message(format!("filters.json: {e}")))?;
             // Phase 2: delete the rows marked deleted.
             let deleted: Vec<usize> = (0..n).filter(|&i| at.data[i * 3 + 2] != 0).collect();
-            log(format!(
-                "deleting {} rows marked deleted ...",
-                deleted.len()
-            ));
+            let bar = ctx.counter("bench ann", deleted.len() as u64, "rows");
+            bar.set_message("deleting the rows marked deleted");
             for &i in &deleted {
                 s.delete(
                     &RecordRef::Id(ids[i]),
                     Some("bench: dataset row marked deleted"),
                 )?;
+                bar.inc(1);
             }
+            bar.finish();
             let mut names: Vec<(&String, &serde_json::Value)> = defs
                 .as_object()
                 .map(|o| o.iter().collect())
@@ -534,7 +546,7 @@ pub fn run(_data: &Path, a: AnnArgs) -> CliResult {
                 .iter()
                 .find(|o| *o != "none" && !names.iter().any(|(k, _)| k == o))
             {
-                return Err(CliError(format!(
+                return Err(CliError::Message(format!(
                     "--only: no ground truth named '{unknown}' (available: none, {})",
                     names
                         .iter()
@@ -570,10 +582,7 @@ pub fn run(_data: &Path, a: AnnArgs) -> CliResult {
     }
     db.close()?;
     if a.json {
-        crate::outln!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| CliError(e.to_string()))?
-        );
+        crate::outln!("{}", serde_json::to_string_pretty(&report)?);
     }
     Ok(ExitCode::SUCCESS)
 }

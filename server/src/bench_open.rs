@@ -25,7 +25,7 @@ use engram_engine::retrieval::{Mode, RecallRequest};
 use engram_engine::{Engram, NewRecord, Options, Principal, Scope};
 use serde::{Deserialize, Serialize};
 
-use crate::cli::{CliError, CliResult};
+use crate::cli::{CliError, CliResult, Ctx};
 
 /// `engram bench open`.
 #[derive(Args, Debug)]
@@ -100,11 +100,11 @@ pub struct OpenBenchResult {
 }
 
 fn fail(msg: impl Into<String>) -> CliError {
-    CliError(msg.into())
+    CliError::Message(msg.into())
 }
 
 /// Runs `engram bench open`.
-pub fn run(a: OpenBenchArgs) -> CliResult {
+pub fn run(ctx: &Ctx, a: OpenBenchArgs) -> CliResult {
     if let Some(dir) = &a.measure {
         let r = measure_once(dir)?;
         println!(
@@ -146,7 +146,7 @@ pub fn run(a: OpenBenchArgs) -> CliResult {
             std::fs::remove_dir_all(&store)?;
         }
         let _ = std::fs::remove_file(&stamp);
-        let r = build(&store, &a)?;
+        let r = build(ctx, &store, &a)?;
         std::fs::write(&stamp, &params)?;
         r
     };
@@ -162,15 +162,19 @@ pub fn run(a: OpenBenchArgs) -> CliResult {
     let aside = store.join("derived").join("state.snap.bench-aside");
     let mut with_ckpt = Vec::new();
     let mut replay = Vec::new();
+    let progress = ctx.counter("bench open", 2 * a.runs as u64, "opens");
     for i in 0..a.runs {
-        eprintln!("bench open: run {}/{} with the checkpoint", i + 1, a.runs);
+        progress.set_message(format!("run {}/{}: from the checkpoint", i + 1, a.runs));
         with_ckpt.push(child(&store)?);
-        eprintln!("bench open: run {}/{} replaying the log", i + 1, a.runs);
+        progress.inc(1);
+        progress.set_message(format!("run {}/{}: replaying the log", i + 1, a.runs));
         std::fs::rename(&ckpt, &aside)?;
         let r = child(&store);
         std::fs::rename(&aside, &ckpt)?;
         replay.push(r?);
+        progress.inc(1);
     }
+    progress.finish();
     let result = OpenBenchResult {
         records: a.records,
         tenants: a.tenants,
@@ -222,7 +226,9 @@ fn tenant_name(t: usize) -> String {
 
 /// Builds the store: batches of up to 1,000 events, round-robin over the
 /// tenants, each tenant's admin appending its own.
-fn build(store: &Path, a: &OpenBenchArgs) -> Result<(f64, f64), CliError> {
+fn build(ctx: &Ctx, store: &Path, a: &OpenBenchArgs) -> Result<(f64, f64), CliError> {
+    let progress = ctx.counter("bench open", a.records as u64, "records");
+    progress.set_message("building the store");
     let started = Instant::now();
     let db = Engram::open(store, Options::default())?;
     let per_tenant = a.records.div_ceil(a.tenants);
@@ -231,7 +237,6 @@ fn build(store: &Path, a: &OpenBenchArgs) -> Result<(f64, f64), CliError> {
         .map(|t| db.session(Principal::admin(tenant_name(t))))
         .collect();
     let mut written = 0usize;
-    let mut next_report = a.records / 20;
     let mut offset = 0usize;
     while written < a.records {
         for (t, s) in sessions.iter().enumerate() {
@@ -260,24 +265,21 @@ fn build(store: &Path, a: &OpenBenchArgs) -> Result<(f64, f64), CliError> {
                 .collect();
             s.append(records)?;
             written += n;
-            if written >= next_report {
-                eprintln!(
-                    "bench open: built {written}/{} records ({:.0} s)",
-                    a.records,
-                    started.elapsed().as_secs_f64()
-                );
-                next_report = written + a.records / 20;
-            }
+            progress.inc(n as u64);
             if written >= a.records {
                 break;
             }
         }
         offset += batch;
     }
-    eprintln!("bench open: indexing vectors and writing the checkpoint (close)");
+    progress.finish();
     let build_s = started.elapsed().as_secs_f64();
+    let spinner = ctx.spinner("bench open");
+    spinner.set_message("indexing vectors and writing the checkpoint (close)");
     let t = Instant::now();
-    db.close()?;
+    let closed = db.close();
+    spinner.finish();
+    closed?;
     Ok((build_s, t.elapsed().as_secs_f64()))
 }
 

@@ -6,23 +6,30 @@
 //! - the CLI acts as the tenant's admin unless `--principal P` is given, in
 //!   which case it acts as user `P` with exactly `P`'s grants;
 //! - `--json` switches to machine output on stdout; messages go to stderr;
+//! - long-running commands draw progress on stderr when it is a terminal
+//!   (never with `--quiet`; see `progress.rs`);
 //! - exit codes: 0 success, 1 failure or problems found, 2 bad usage.
+//!
+//! The global flags reach the commands as a [`Ctx`] argument; nothing of an
+//! invocation is kept in process-wide state.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueHint};
 use engram_engine::settings::StoreSettings;
 use engram_engine::time::{format_rfc3339, parse_rfc3339};
 use engram_engine::{
-    AppendOutcome, EngineError, Engram, ListFilter, Options, Principal, Record, RecordId,
-    RecordRef, Session, Status,
+    EngineError, Engram, ListFilter, Options, Principal, Record, RecordId, RecordRef, Session,
 };
-use engram_query::IngestLine;
+use engram_query::lang::QueryError;
+use engram_storage::StorageError;
 use serde::Serialize;
 
+use crate::http::error::ServerError;
 use crate::output::{record_block, record_header};
+use crate::progress::Progress;
 
 /// The `engram` command line.
 #[derive(Parser, Debug)]
@@ -38,7 +45,8 @@ pub struct Cli {
         long,
         global = true,
         env = "ENGRAM_DATA",
-        default_value = "./engram-data"
+        default_value = "./engram-data",
+        value_hint = ValueHint::DirPath
     )]
     pub data: PathBuf,
     /// Built-in embedder deriving vectors from text: `none`, `hash` (lexical
@@ -46,6 +54,9 @@ pub struct Cli {
     /// by the store; default for a new store: none (clients send vectors).
     #[arg(long, global = true)]
     pub embedder: Option<String>,
+    /// No progress on stderr (progress is drawn only on a terminal anyway).
+    #[arg(long, short = 'q', global = true)]
+    pub quiet: bool,
     /// The command.
     #[command(subcommand)]
     pub command: Command,
@@ -56,10 +67,11 @@ pub struct Cli {
 pub enum Command {
     /// Run the guided demo on a fresh store (a temporary directory unless --dir is given).
     Demo(DemoArgs),
-    /// Create an empty store in --data (a missing or empty directory).
+    /// Create an empty store in --data (a missing or empty directory); with
+    /// --embedder NAME, the store remembers that built-in embedder.
     Init(JsonArgs),
     /// Ingest a JSONL file of events and records (see docs/ingest.md).
-    Ingest(IngestArgs),
+    Ingest(crate::ingest_cmd::IngestArgs),
     /// Show one record.
     Get(IdArgs),
     /// Show every version of a record's correction chain, oldest first.
@@ -118,6 +130,25 @@ pub enum Command {
     /// API keys of the server: create, list, revoke.
     #[command(subcommand)]
     Keys(crate::keys_cmd::KeysCommand),
+    /// Print a shell completion script (e.g. `engram completions bash > /etc/bash_completion.d/engram`).
+    Completions(CompletionsArgs),
+    /// Print a man page in roff (e.g. `engram man > engram.1 && man ./engram.1`).
+    Man(ManArgs),
+}
+
+/// `engram man`.
+#[derive(Args, Debug)]
+pub struct ManArgs {
+    /// A command for its own page (e.g. `ingest`, or `bench ingest`); without
+    /// one, the page of `engram` itself.
+    pub command: Vec<String>,
+}
+
+/// `engram completions`.
+#[derive(Args, Debug)]
+pub struct CompletionsArgs {
+    /// The shell: bash, zsh, fish, elvish or powershell.
+    pub shell: clap_complete::Shell,
 }
 
 /// `engram demo`.
@@ -126,22 +157,6 @@ pub struct DemoArgs {
     /// Put the demo store here instead of a temporary directory (must be empty or absent).
     #[arg(long)]
     pub dir: Option<PathBuf>,
-}
-
-/// `engram ingest`.
-#[derive(Args, Debug)]
-pub struct IngestArgs {
-    /// The JSONL file (`-` for stdin).
-    pub file: PathBuf,
-    /// Tenant for lines that do not name one (lines naming another tenant are rejected).
-    #[arg(long, value_parser = crate::cli::name_arg)]
-    pub tenant: Option<String>,
-    /// Records per atomic batch.
-    #[arg(long, default_value_t = 1000)]
-    pub batch_size: usize,
-    /// Machine-readable output.
-    #[arg(long)]
-    pub json: bool,
 }
 
 /// Commands taking an ID.
@@ -235,24 +250,217 @@ pub fn name_arg(s: &str) -> Result<String, String> {
         })
 }
 
-/// A command failure: message for stderr, exit code 1.
-#[derive(Debug)]
-pub struct CliError(pub String);
+/// A command failure: printed as `error: <message>` on stderr, exit code 1
+/// (bad usage never gets here: clap reports it and exits 2).
+///
+/// The typed variants keep the error they came from as their `source`, so
+/// a caller of the command functions (the demo, a test) can tell an engine
+/// refusal from an unreadable file; their messages are the source's own
+/// text, with the context the command adds.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CliError {
+    /// The engine refused or failed; the `EngineError` variant says whether
+    /// to retry, fix the request, or repair the store.
+    #[error("{0}")]
+    Engine(#[from] EngineError),
+    /// The store at `path` could not be opened.
+    #[error("cannot open store {}: {source}", .path.display())]
+    Open {
+        /// The store directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: EngineError,
+    },
+    /// A storage operation the engine does not wrap (the demo's file scan).
+    #[error("{0}")]
+    Storage(#[from] StorageError),
+    /// An input file could not be read.
+    #[error("cannot read {}: {source}", .path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another I/O failure, with the file or directory concerned when the
+    /// command knows it.
+    #[error("{}{source}", path_prefix(.path))]
+    Io {
+        /// The file or directory.
+        path: Option<PathBuf>,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A query-language statement was refused (located errors, each with a
+    /// caret under the text at fault) or failed in the engine.
+    #[error("{}", query_error_text(.0))]
+    Query(#[from] QueryError),
+    /// JSON could not be written (a value serde cannot represent).
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    /// The HTTP server or its key file failed (`engram serve`, `engram
+    /// keys`); boxed, the server's error being large.
+    #[error(transparent)]
+    Server(Box<ServerError>),
+    /// A batch of `engram ingest` refused by the engine: nothing of it was
+    /// stored; the batches before it were. Its source is the engine's
+    /// refusal.
+    #[error(transparent)]
+    BatchRejected(Box<RejectedBatch>),
+    /// A plain message of the command line: bad flags, bad input files.
+    #[error("{0}")]
+    Message(String),
+}
 
-impl From<EngineError> for CliError {
-    fn from(e: EngineError) -> Self {
-        CliError(e.to_string())
+/// A batch of `engram ingest` the engine refused.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "batch of {n_lines} line(s) of tenant '{tenant}' between lines {first_line} and {last_line} rejected, nothing of it stored: {}{source}{}",
+    line_prefix(.line),
+    stored_before_text(.n_stored_before, .n_batches_before)
+)]
+pub struct RejectedBatch {
+    /// Lines in the batch.
+    pub n_lines: usize,
+    /// The batch's tenant.
+    pub tenant: String,
+    /// First line of the batch in the file.
+    pub first_line: usize,
+    /// Last line of the batch in the file.
+    pub last_line: usize,
+    /// The line the engine named, if it named one.
+    pub line: Option<usize>,
+    /// Records stored by earlier batches (they stay stored).
+    pub n_stored_before: usize,
+    /// Earlier batches.
+    pub n_batches_before: usize,
+    /// The engine's refusal.
+    #[source]
+    pub source: EngineError,
+}
+
+impl From<RejectedBatch> for CliError {
+    fn from(e: RejectedBatch) -> Self {
+        CliError::BatchRejected(Box::new(e))
+    }
+}
+
+fn query_error_text(e: &QueryError) -> String {
+    match e {
+        // Located errors start on their own line, under `error:`.
+        QueryError::Language { .. } => format!("\n{e}"),
+        other => other.to_string(),
+    }
+}
+
+fn path_prefix(path: &Option<PathBuf>) -> String {
+    path.as_ref()
+        .map(|p| format!("{}: ", p.display()))
+        .unwrap_or_default()
+}
+
+fn line_prefix(line: &Option<usize>) -> String {
+    line.map(|l| format!("line {l}: ")).unwrap_or_default()
+}
+
+fn stored_before_text(n_stored: &usize, n_batches: &usize) -> String {
+    if *n_stored > 0 {
+        format!(" ({n_stored} earlier record(s) in {n_batches} batch(es) were stored)")
+    } else {
+        " (nothing was stored)".to_string()
+    }
+}
+
+impl CliError {
+    /// A plain message.
+    pub fn msg(text: impl Into<String>) -> Self {
+        CliError::Message(text.into())
+    }
+
+    /// An I/O failure concerning `path`.
+    pub fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> CliError + '_ {
+        move |source| CliError::Io {
+            path: Some(path.to_path_buf()),
+            source,
+        }
     }
 }
 
 impl From<std::io::Error> for CliError {
-    fn from(e: std::io::Error) -> Self {
-        CliError(e.to_string())
+    fn from(source: std::io::Error) -> Self {
+        CliError::Io { path: None, source }
+    }
+}
+
+impl From<ServerError> for CliError {
+    fn from(e: ServerError) -> Self {
+        CliError::Server(Box::new(e))
     }
 }
 
 /// Result of a command.
 pub type CliResult = Result<ExitCode, CliError>;
+
+/// What every command is given from the global flags, explicitly: the
+/// store directory, this invocation's `--embedder` choice and `--quiet`.
+#[derive(Clone, Debug)]
+pub struct Ctx {
+    /// The store directory (`--data`).
+    pub data: PathBuf,
+    /// `--embedder`: the built-in embedder to use and remember in the
+    /// store's settings; `None` keeps the store's own choice.
+    pub embedder: Option<String>,
+    /// `--quiet`: no progress on stderr.
+    pub quiet: bool,
+}
+
+impl Ctx {
+    /// A context for the store in `data`, with no embedder choice, not quiet.
+    pub fn new(data: impl Into<PathBuf>) -> Self {
+        Ctx {
+            data: data.into(),
+            embedder: None,
+            quiet: false,
+        }
+    }
+
+    /// Options to open this store with (see [`store_options`]).
+    pub fn store_options(&self) -> Result<Options, CliError> {
+        store_options(&self.data, self.embedder.as_deref())
+    }
+
+    /// Opens the existing store, reporting recovery on stderr.
+    pub fn open_store(&self) -> Result<Engram, CliError> {
+        self.open_store_with(false)
+    }
+
+    /// Opens the store, creating it when `create` and the directory is
+    /// missing or empty (commands that store records: init, ingest, demo).
+    pub fn open_store_with(&self, create: bool) -> Result<Engram, CliError> {
+        open_store_with(self, create)
+    }
+
+    /// A progress bar over `total` items (hidden unless stderr is a
+    /// terminal and not `--quiet`).
+    pub fn counter(
+        &self,
+        label: impl Into<std::borrow::Cow<'static, str>>,
+        total: u64,
+        unit: &'static str,
+    ) -> Progress {
+        Progress::counter(self.quiet, label, total, unit)
+    }
+
+    /// A spinner with elapsed time (hidden unless stderr is a terminal and
+    /// not `--quiet`).
+    pub fn spinner(&self, label: impl Into<std::borrow::Cow<'static, str>>) -> Progress {
+        Progress::spinner(self.quiet, label)
+    }
+}
 
 /// Parses `args` and runs the command.
 pub fn run<I, T>(args: I) -> ExitCode
@@ -274,74 +482,111 @@ where
     };
     match dispatch(cli) {
         Ok(code) => code,
-        Err(CliError(msg)) => {
-            eprintln!("error: {msg}");
+        Err(e) => {
+            eprintln!("error: {e}");
             ExitCode::from(1)
         }
     }
 }
 
-/// `--embedder` of this invocation (the demo sets its own).
-static EMBEDDER_FLAG: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
-
-fn embedder_flag() -> Option<String> {
-    EMBEDDER_FLAG.lock().map(|g| g.clone()).unwrap_or(None)
-}
-
 fn dispatch(cli: Cli) -> CliResult {
-    let data = cli.data;
-    if let Ok(mut g) = EMBEDDER_FLAG.lock() {
-        *g = cli.embedder.clone();
-    }
+    let ctx = Ctx {
+        data: cli.data,
+        embedder: cli.embedder,
+        quiet: cli.quiet,
+    };
+    let ctx = &ctx;
     match cli.command {
-        Command::Demo(a) => crate::demo::run(a.dir),
-        Command::Init(a) => cmd_init(&data, a),
-        Command::Repair(a) => cmd_repair(&data, a),
-        Command::Ingest(a) => cmd_ingest(&data, a),
-        Command::Get(a) => cmd_get(&data, a, false),
-        Command::History(a) => cmd_get(&data, a, true),
-        Command::Log(a) => cmd_log(&data, a),
-        Command::Stats(a) => cmd_stats(&data, a),
-        Command::Verify(a) => cmd_verify(&data, a),
-        Command::Rebuild(a) => cmd_rebuild(&data, a),
-        Command::Recall(a) => crate::recall_cmd::recall(&data, *a),
-        Command::Eval(a) => crate::recall_cmd::eval(&data, a),
-        Command::Context(a) => crate::lifecycle_cmd::context(&data, a),
-        Command::Trace(a) => crate::lifecycle_cmd::trace(&data, a),
-        Command::Review(a) => crate::lifecycle_cmd::review(&data, a),
-        Command::Expire(a) => crate::lifecycle_cmd::expire(&data, a),
-        Command::Correct(a) => crate::lifecycle_cmd::correct(&data, a),
-        Command::Delete(a) => crate::lifecycle_cmd::delete(&data, a),
-        Command::Grant(a) => crate::lifecycle_cmd::access(&data, a, false),
-        Command::Revoke(a) => crate::lifecycle_cmd::access(&data, a, true),
-        Command::Retention(a) => crate::lifecycle_cmd::retention(&data, a),
-        Command::Hold(a) => crate::lifecycle_cmd::hold(&data, a),
-        Command::Compact(a) => crate::lifecycle_cmd::compact(&data, a.json),
-        Command::Backup(a) => crate::lifecycle_cmd::backup(&data, a),
-        Command::Restore(a) => crate::lifecycle_cmd::restore(&data, a),
-        Command::Bench(b) => crate::bench::run(&data, b),
-        Command::Serve(a) => crate::keys_cmd::serve(&data, a),
-        Command::Query(a) => crate::query_cmd::query(&data, a),
-        Command::Shell(a) => crate::query_cmd::shell(&data, a),
-        Command::Keys(k) => crate::keys_cmd::keys(&data, k),
+        Command::Demo(a) => crate::demo::run(ctx, a.dir),
+        Command::Init(a) => cmd_init(ctx, a),
+        Command::Repair(a) => cmd_repair(ctx, a),
+        Command::Ingest(a) => crate::ingest_cmd::ingest(ctx, a),
+        Command::Get(a) => cmd_get(ctx, a, false),
+        Command::History(a) => cmd_get(ctx, a, true),
+        Command::Log(a) => cmd_log(ctx, a),
+        Command::Stats(a) => cmd_stats(ctx, a),
+        Command::Verify(a) => cmd_verify(ctx, a),
+        Command::Rebuild(a) => cmd_rebuild(ctx, a),
+        Command::Recall(a) => crate::recall_cmd::recall(ctx, *a),
+        Command::Eval(a) => crate::recall_cmd::eval(ctx, a),
+        Command::Context(a) => crate::lifecycle_cmd::context(ctx, a),
+        Command::Trace(a) => crate::lifecycle_cmd::trace(ctx, a),
+        Command::Review(a) => crate::lifecycle_cmd::review(ctx, a),
+        Command::Expire(a) => crate::lifecycle_cmd::expire(ctx, a),
+        Command::Correct(a) => crate::lifecycle_cmd::correct(ctx, a),
+        Command::Delete(a) => crate::lifecycle_cmd::delete(ctx, a),
+        Command::Grant(a) => crate::lifecycle_cmd::access(ctx, a, false),
+        Command::Revoke(a) => crate::lifecycle_cmd::access(ctx, a, true),
+        Command::Retention(a) => crate::lifecycle_cmd::retention(ctx, a),
+        Command::Hold(a) => crate::lifecycle_cmd::hold(ctx, a),
+        Command::Compact(a) => crate::lifecycle_cmd::compact(ctx, a.json),
+        Command::Backup(a) => crate::lifecycle_cmd::backup(ctx, a),
+        Command::Restore(a) => crate::lifecycle_cmd::restore(ctx, a),
+        Command::Bench(b) => crate::bench::run(ctx, b),
+        Command::Serve(a) => crate::keys_cmd::serve(ctx, a),
+        Command::Query(a) => crate::query_cmd::query(ctx, a),
+        Command::Shell(a) => crate::query_cmd::shell(ctx, a),
+        Command::Keys(k) => crate::keys_cmd::keys(&ctx.data, k),
+        Command::Completions(a) => cmd_completions(a),
+        Command::Man(a) => cmd_man(a),
     }
 }
 
-/// Options the CLI opens the store in `dir` with: the embedder comes from
-/// `--embedder`, else from the store's settings, else none. A new choice is
-/// saved in the store's settings.
-pub fn store_options(dir: &Path) -> Result<Options, CliError> {
+/// `engram completions SHELL`: the script, generated from this definition.
+fn cmd_completions(a: CompletionsArgs) -> CliResult {
+    let mut script = Vec::new();
+    clap_complete::generate(a.shell, &mut Cli::command(), "engram", &mut script);
+    write_stdout(&script)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `engram man [COMMAND...]`: a man page in roff, generated from this
+/// definition (`engram-ingest(1)` and the like for commands).
+fn cmd_man(a: ManArgs) -> CliResult {
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    // Building names every command for its page (`engram-ingest`).
+    cmd.build();
+    let mut page_of = &cmd;
+    for name in &a.command {
+        page_of = page_of.find_subcommand(name).ok_or_else(|| {
+            CliError::Message(format!(
+                "no command `{}` (see `engram --help`)",
+                a.command.join(" ")
+            ))
+        })?;
+    }
+    let mut page = Vec::new();
+    clap_mangen::Man::new(page_of.clone())
+        .source(format!("engram {}", env!("CARGO_PKG_VERSION")))
+        .render(&mut page)?;
+    write_stdout(&page)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes generated text to stdout (a closed pipe ends quietly).
+fn write_stdout(bytes: &[u8]) -> Result<(), CliError> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.map_err(CliError::from),
+    }
+}
+
+/// Options the CLI opens the store in `dir` with: the embedder is
+/// `embedder` (the `--embedder` flag), else the one in the store's
+/// settings, else none. A new choice is saved in the store's settings.
+pub fn store_options(dir: &Path, embedder: Option<&str>) -> Result<Options, CliError> {
     let opts = Options {
         create_if_missing: false,
         ..Options::default()
     };
-    let flag = embedder_flag();
     let saved = match engram_engine::settings::load(opts.backend.as_ref(), dir) {
         Ok(s) => s,
         // A damaged settings file is replaced by an explicit choice.
-        Err(_) if flag.is_some() => None,
+        Err(_) if embedder.is_some() => None,
         Err(e) => {
-            return Err(CliError(format!(
+            return Err(CliError::Message(format!(
                 "{e}; the store's embedder choice is unknown: name it again with \
                  `engram --data {} --embedder NAME rebuild` (NAME: none, hash or hash-<dims>), \
                  which rewrites the settings and rebuilds derived vectors",
@@ -349,68 +594,61 @@ pub fn store_options(dir: &Path) -> Result<Options, CliError> {
             )));
         }
     };
-    let name = flag
-        .clone()
+    let name = embedder
+        .map(str::to_string)
         .or_else(|| saved.as_ref().and_then(|s| s.embedder.clone()))
         .unwrap_or_else(|| "none".to_string());
-    let embedder = engram_engine::settings::embedder_by_name(&name)?;
+    let chosen = engram_engine::settings::embedder_by_name(&name)?;
     let wanted = StoreSettings {
         embedder: (name != "none").then_some(name),
     };
-    if flag.is_some()
+    if embedder.is_some()
         && saved.as_ref() != Some(&wanted)
         && engram_engine::store_dir::classify(opts.backend.as_ref(), dir)?
             != engram_engine::store_dir::DirKind::Empty
     {
         engram_engine::settings::save(opts.backend.as_ref(), dir, &wanted)?;
     }
-    Ok(Options { embedder, ..opts })
+    Ok(Options {
+        embedder: chosen,
+        ..opts
+    })
 }
 
 /// Saves the `--embedder` choice into a store just created.
-fn save_embedder_choice(dir: &Path) -> Result<(), CliError> {
-    if let Some(name) = embedder_flag() {
+fn save_embedder_choice(ctx: &Ctx) -> Result<(), CliError> {
+    if let Some(name) = &ctx.embedder {
         let wanted = StoreSettings {
-            embedder: (name != "none").then_some(name),
+            embedder: (name != "none").then(|| name.clone()),
         };
-        engram_engine::settings::save(Options::default().backend.as_ref(), dir, &wanted)?;
+        engram_engine::settings::save(Options::default().backend.as_ref(), &ctx.data, &wanted)?;
     }
     Ok(())
 }
 
-/// Chooses the embedder for stores opened from now on (the demo).
-pub fn set_embedder_default(name: &str) {
-    if let Ok(mut g) = EMBEDDER_FLAG.lock() {
-        *g = Some(name.to_string());
-    }
-}
-
-/// Opens the existing store at `dir`, reporting recovery on stderr.
-pub fn open_store(dir: &Path) -> Result<Engram, CliError> {
-    open_store_with(dir, false)
-}
-
-/// Opens the store at `dir`, creating it when `create` and the directory is
-/// missing or empty (commands that store records: ingest, demo).
-pub fn open_store_with(dir: &Path, create: bool) -> Result<Engram, CliError> {
+fn open_store_with(ctx: &Ctx, create: bool) -> Result<Engram, CliError> {
+    let dir = ctx.data.as_path();
     if let Ok(m) = std::fs::metadata(dir)
         && !m.is_dir()
     {
-        return Err(CliError(format!(
+        return Err(CliError::Message(format!(
             "--data {}: is a file, not a store directory",
             dir.display()
         )));
     }
     let opts = Options {
         create_if_missing: create,
-        ..store_options(dir)?
+        ..ctx.store_options()?
     };
     let (db, report) = Engram::open_with_report(dir, opts).map_err(|e| match e {
-        EngineError::NoStore { .. } | EngineError::NotAStore { .. } => CliError(e.to_string()),
-        e => CliError(format!("cannot open store {}: {e}", dir.display())),
+        EngineError::NoStore { .. } | EngineError::NotAStore { .. } => CliError::Engine(e),
+        e => CliError::Open {
+            path: dir.to_path_buf(),
+            source: e,
+        },
     })?;
     if create {
-        save_embedder_choice(dir)?;
+        save_embedder_choice(ctx)?;
     }
     if let Some(t) = &report.log.truncation {
         eprintln!(
@@ -457,168 +695,31 @@ pub fn resolve_cli_id(db: &Engram, a: &IdArgs) -> Result<(String, RecordRef), Cl
     let id = a.id.as_str();
     match (&a.tenant, &a.principal) {
         (Some(t), _) => {
-            let r = RecordRef::parse_text(id).map_err(|e| CliError(format!("ID: {e}")))?;
+            let r = RecordRef::parse_text(id).map_err(|e| CliError::Message(format!("ID: {e}")))?;
             Ok((t.clone(), r))
         }
-        (None, Some(p)) => Err(CliError(format!(
+        (None, Some(p)) => Err(CliError::Message(format!(
             "--principal {p} needs --tenant: a principal belongs to one tenant"
         ))),
         (None, None) => {
             let raw = id.strip_prefix("id:").unwrap_or(id);
             let rid: RecordId = raw.parse().map_err(|_| {
-                CliError(format!(
+                CliError::Message(format!(
                     "'{id}' is not an internal id; to look up an external id, add --tenant T"
                 ))
             })?;
             let t = db
                 .tenant_of(rid)
-                .ok_or_else(|| CliError(format!("no record {rid} in this store")))?;
+                .ok_or_else(|| CliError::Message(format!("no record {rid} in this store")))?;
             Ok((t, RecordRef::Id(rid)))
         }
     }
 }
 
-fn print_json<T: Serialize>(v: &T) -> Result<(), CliError> {
-    crate::outln!(
-        "{}",
-        serde_json::to_string_pretty(v).map_err(|e| CliError(e.to_string()))?
-    );
+/// Prints `v` as pretty JSON on stdout.
+pub(crate) fn print_json<T: Serialize>(v: &T) -> Result<(), CliError> {
+    crate::outln!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
-}
-
-/// One line of an ingest report.
-#[derive(Debug, Serialize)]
-pub struct IngestedLine {
-    /// Line number in the file.
-    pub line: usize,
-    /// Tenant.
-    pub tenant: String,
-    /// Record id.
-    pub id: RecordId,
-    /// External id.
-    pub external_id: Option<String>,
-    /// created / duplicate.
-    pub outcome: AppendOutcome,
-    /// Admission status.
-    pub status: Status,
-}
-
-/// What an ingest did.
-#[derive(Debug, Serialize, Default)]
-pub struct IngestReport {
-    /// Records stored.
-    pub created: usize,
-    /// Records already present with the same content.
-    pub duplicates: usize,
-    /// Atomic batches written.
-    pub batches: usize,
-    /// Per line.
-    pub records: Vec<IngestedLine>,
-}
-
-/// Ingests parsed lines in atomic batches: windows of `batch_size` lines,
-/// one batch per tenant inside a window. Tenants are checked for every line
-/// before anything is written.
-pub fn ingest_lines(
-    db: &Engram,
-    lines: Vec<IngestLine>,
-    default_tenant: Option<&str>,
-    batch_size: usize,
-    progress: bool,
-) -> Result<IngestReport, CliError> {
-    if batch_size == 0 {
-        return Err(CliError("--batch-size must be at least 1".into()));
-    }
-    let mut tenants = Vec::with_capacity(lines.len());
-    for l in &lines {
-        let t = match (&l.tenant, default_tenant) {
-            (Some(t), Some(d)) if t != d => {
-                return Err(CliError(format!(
-                    "line {}: tenant: '{t}' differs from --tenant '{d}'",
-                    l.line
-                )));
-            }
-            (Some(t), _) => t.clone(),
-            (None, Some(d)) => d.to_string(),
-            (None, None) => {
-                return Err(CliError(format!(
-                    "line {}: tenant: required (or pass --tenant T)",
-                    l.line
-                )));
-            }
-        };
-        if let Err(e) = engram_engine::model::check_tenant(&t) {
-            return Err(CliError(format!("line {}: {e}", l.line)));
-        }
-        tenants.push(t);
-    }
-    let run = db.new_run_id();
-    let mut report = IngestReport::default();
-    let total = lines.len();
-    let mut last_progress = std::time::Instant::now();
-    // Windows of `batch_size` lines; inside a window, one atomic batch per
-    // tenant (lines keep their order within a tenant; tenants cannot refer
-    // to each other, so order across tenants does not matter).
-    let mut window_start = 0;
-    while window_start < lines.len() {
-        let window_end = (window_start + batch_size).min(lines.len());
-        let mut order: Vec<&String> = Vec::new();
-        for t in &tenants[window_start..window_end] {
-            if !order.contains(&t) {
-                order.push(t);
-            }
-        }
-        for tenant in order {
-            let idxs: Vec<usize> = (window_start..window_end)
-                .filter(|&i| &tenants[i] == tenant)
-                .collect();
-            let session = db.session(Principal::admin(tenant.clone()));
-            let records: Vec<_> = idxs.iter().map(|&i| lines[i].record.clone()).collect();
-            let results = session.append_run(records, Some(run)).map_err(|e| {
-                let at = e
-                    .item()
-                    .map(|i| format!("line {}: ", lines[idxs[i]].line))
-                    .unwrap_or_default();
-                let stored = if report.created + report.duplicates > 0 {
-                    format!(
-                        " ({} earlier record(s) in {} batch(es) were stored)",
-                        report.created + report.duplicates,
-                        report.batches
-                    )
-                } else {
-                    " (nothing was stored)".to_string()
-                };
-                CliError(format!(
-                    "batch of {} line(s) of tenant '{tenant}' between lines {} and {} rejected, nothing of it stored: {at}{e}{stored}",
-                    idxs.len(),
-                    lines[window_start].line,
-                    lines[window_end - 1].line
-                ))
-            })?;
-            report.batches += 1;
-            for (&i, r) in idxs.iter().zip(results) {
-                match r.outcome {
-                    AppendOutcome::Created => report.created += 1,
-                    AppendOutcome::Duplicate => report.duplicates += 1,
-                }
-                report.records.push(IngestedLine {
-                    line: lines[i].line,
-                    tenant: tenant.clone(),
-                    id: r.id,
-                    external_id: r.external_id,
-                    outcome: r.outcome,
-                    status: r.status,
-                });
-            }
-        }
-        if progress && last_progress.elapsed().as_secs() >= 2 {
-            eprintln!("ingest: {window_end}/{total} records");
-            last_progress = std::time::Instant::now();
-        }
-        window_start = window_end;
-    }
-    report.records.sort_by_key(|r| r.line);
-    Ok(report)
 }
 
 /// Reads an input file (`-`: stdin) as UTF-8 text; an invalid byte is
@@ -629,67 +730,17 @@ pub fn read_input(file: &Path) -> Result<String, CliError> {
         std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)?;
         b
     } else {
-        std::fs::read(file).map_err(|e| CliError(format!("cannot read {}: {e}", file.display())))?
+        std::fs::read(file).map_err(|source| CliError::Read {
+            path: file.to_path_buf(),
+            source,
+        })?
     };
-    engram_query::text::decode(&bytes).map_err(|e| CliError(format!("{}: {e}", file.display())))
+    engram_query::text::decode(&bytes)
+        .map_err(|e| CliError::Message(format!("{}: {e}", file.display())))
 }
 
-fn cmd_ingest(data: &Path, a: IngestArgs) -> CliResult {
-    let text = read_input(&a.file)?;
-    let lines = engram_query::parse_jsonl(&text)
-        .map_err(|e| CliError(format!("{}: {e} (nothing was stored)", a.file.display())))?;
-    if lines.is_empty() {
-        return Err(CliError(format!("{}: no records", a.file.display())));
-    }
-    let db = open_store_with(data, true)?;
-    let started = std::time::Instant::now();
-    let result = ingest_lines(&db, lines, a.tenant.as_deref(), a.batch_size, true);
-    if result.is_ok() && db.pending_vectors() > 1000 {
-        eprintln!("indexing {} vectors ...", db.pending_vectors());
-    }
-    // The records are durable once appended: a failure to write derived
-    // state at close (a full disk, say) is reported, but does not turn a
-    // successful ingest into a failed one.
-    let closed = db.close();
-    let report = result?;
-    if let Err(e) = closed {
-        eprintln!(
-            "warning: every record reported below is stored and durable; writing derived state at close failed ({e}); it is rebuilt from the log at the next open"
-        );
-    }
-    if a.json {
-        print_json(&report)?;
-    } else {
-        crate::outln!(
-            "ingested {} record(s): {} created, {} duplicate(s), {} batch(es) in {:.2}s",
-            report.records.len(),
-            report.created,
-            report.duplicates,
-            report.batches,
-            started.elapsed().as_secs_f64()
-        );
-        for r in &report.records {
-            crate::outln!(
-                "  line {:>5}  {}  {:<9} {}{}",
-                r.line,
-                r.id,
-                match r.outcome {
-                    AppendOutcome::Created => "created",
-                    AppendOutcome::Duplicate => "duplicate",
-                },
-                r.status.name(),
-                r.external_id
-                    .as_ref()
-                    .map(|e| format!("  ext={e}"))
-                    .unwrap_or_default()
-            );
-        }
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-fn cmd_get(data: &Path, a: IdArgs, history: bool) -> CliResult {
-    let db = open_store(data)?;
+fn cmd_get(ctx: &Ctx, a: IdArgs, history: bool) -> CliResult {
+    let db = ctx.open_store()?;
     let (tenant, r) = resolve_cli_id(&db, &a)?;
     let s = session_for(&db, &tenant, a.principal.as_deref());
     let records: Vec<Record> = if history {
@@ -719,10 +770,10 @@ fn cmd_get(data: &Path, a: IdArgs, history: bool) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
-fn cmd_log(data: &Path, a: LogArgs) -> CliResult {
+fn cmd_log(ctx: &Ctx, a: LogArgs) -> CliResult {
     let parse = |s: &Option<String>, f: &str| -> Result<Option<i64>, CliError> {
         s.as_deref()
-            .map(|t| parse_rfc3339(t).map_err(|e| CliError(format!("--{f}: {e}"))))
+            .map(|t| parse_rfc3339(t).map_err(|e| CliError::Message(format!("--{f}: {e}"))))
             .transpose()
     };
     let filter = ListFilter {
@@ -732,7 +783,7 @@ fn cmd_log(data: &Path, a: LogArgs) -> CliResult {
         limit: a.limit.unwrap_or(usize::MAX),
         ..ListFilter::default()
     };
-    let db = open_store(data)?;
+    let db = ctx.open_store()?;
     let tenants: Vec<String> = match &a.tenant {
         Some(t) => vec![t.clone()],
         None => db.stats()?.tenants.into_keys().collect(),
@@ -747,10 +798,7 @@ fn cmd_log(data: &Path, a: LogArgs) -> CliResult {
     }
     for r in &all {
         if a.json {
-            crate::outln!(
-                "{}",
-                serde_json::to_string(r).map_err(|e| CliError(e.to_string()))?
-            );
+            crate::outln!("{}", serde_json::to_string(r)?);
         } else {
             crate::outln!("{}  {}", r.tenant, record_header(r));
             if let Some(t) = &r.text {
@@ -765,8 +813,9 @@ fn cmd_log(data: &Path, a: LogArgs) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
-fn cmd_stats(data: &Path, a: JsonArgs) -> CliResult {
-    let db = open_store(data)?;
+fn cmd_stats(ctx: &Ctx, a: JsonArgs) -> CliResult {
+    let data = ctx.data.as_path();
+    let db = ctx.open_store()?;
     let s = db.stats()?;
     if a.json {
         print_json(&s)?;
@@ -822,15 +871,16 @@ fn cmd_stats(data: &Path, a: JsonArgs) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
-fn cmd_verify(data: &Path, a: JsonArgs) -> CliResult {
+fn cmd_verify(ctx: &Ctx, a: JsonArgs) -> CliResult {
+    let data = ctx.data.as_path();
     // Read-only: verify never changes a byte of the store (a torn tail is
     // reported, and left for the next writable open to cut).
     let mut problems: Vec<String> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
-    let opts = match store_options(data) {
+    let opts = match ctx.store_options() {
         Ok(o) => o,
-        Err(CliError(e)) => {
-            problems.push(e);
+        Err(e) => {
+            problems.push(e.to_string());
             Options {
                 create_if_missing: false,
                 ..Options::default()
@@ -843,7 +893,10 @@ fn cmd_verify(data: &Path, a: JsonArgs) -> CliResult {
         ..opts
     };
     let (mut frames, mut records) = (0, 0);
-    match Engram::open_with_report(data, opts) {
+    let spinner = ctx.spinner("verify");
+    spinner.set_message("checking every frame and the catalog");
+    let opened = Engram::open_with_report(data, opts);
+    match opened {
         Ok((db, report)) => {
             if let Some(t) = &report.log.torn_tail_pending {
                 notes.push(format!(
@@ -866,10 +919,11 @@ fn cmd_verify(data: &Path, a: JsonArgs) -> CliResult {
             problems.extend(r.problems);
         }
         Err(e @ (EngineError::NoStore { .. } | EngineError::NotAStore { .. })) => {
-            return Err(CliError(e.to_string()));
+            return Err(CliError::Engine(e));
         }
         Err(e) => problems.push(e.to_string()),
     }
+    spinner.finish();
     let ok = problems.is_empty();
     if a.json {
         print_json(&serde_json::json!({
@@ -895,24 +949,25 @@ fn cmd_verify(data: &Path, a: JsonArgs) -> CliResult {
     })
 }
 
-fn cmd_init(data: &Path, a: JsonArgs) -> CliResult {
+fn cmd_init(ctx: &Ctx, a: JsonArgs) -> CliResult {
+    let data = ctx.data.as_path();
     use engram_engine::store_dir::{DirKind, classify};
     match classify(Options::default().backend.as_ref(), data)? {
         DirKind::Empty => {}
         DirKind::Store | DirKind::Unmarked => {
-            return Err(CliError(format!(
+            return Err(CliError::Message(format!(
                 "{} is already an Engram store; nothing was changed",
                 data.display()
             )));
         }
         DirKind::Foreign(_) => {
-            return Err(CliError(format!(
+            return Err(CliError::Message(format!(
                 "{} is not empty; a store is created only in a missing or empty directory",
                 data.display()
             )));
         }
     }
-    let db = open_store_with(data, true)?;
+    let db = ctx.open_store_with(true)?;
     let embedder = db.embedder_model().unwrap_or_else(|| "none".into());
     db.close()?;
     if a.json {
@@ -928,8 +983,9 @@ fn cmd_init(data: &Path, a: JsonArgs) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
-fn cmd_repair(data: &Path, a: RepairArgs) -> CliResult {
-    let opts = store_options(data).unwrap_or(Options {
+fn cmd_repair(ctx: &Ctx, a: RepairArgs) -> CliResult {
+    let data = ctx.data.as_path();
+    let opts = ctx.store_options().unwrap_or(Options {
         create_if_missing: false,
         ..Options::default()
     });
@@ -999,15 +1055,21 @@ fn cmd_repair(data: &Path, a: RepairArgs) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
-fn cmd_rebuild(data: &Path, a: RebuildArgs) -> CliResult {
+fn cmd_rebuild(ctx: &Ctx, a: RebuildArgs) -> CliResult {
+    let data = ctx.data.as_path();
     if !data.join("log").exists() {
-        return Err(CliError(format!("no store at {}", data.display())));
+        return Err(CliError::Message(format!("no store at {}", data.display())));
     }
     if !a.checkpoint {
-        return crate::lifecycle_cmd::rebuild(data, a.verify, a.json);
+        return crate::lifecycle_cmd::rebuild(ctx, a.verify, a.json);
     }
     let started = std::time::Instant::now();
-    let n = Engram::rebuild_checkpoint(data, &store_options(data)?)?;
+    let opts = ctx.store_options()?;
+    let spinner = ctx.spinner("rebuild");
+    spinner.set_message("rebuilding the state checkpoint from the log");
+    let n = Engram::rebuild_checkpoint(data, &opts);
+    spinner.finish();
+    let n = n?;
     if a.json {
         print_json(&serde_json::json!({"records": n, "seconds": started.elapsed().as_secs_f64()}))?;
     } else {
@@ -1022,4 +1084,71 @@ fn cmd_rebuild(data: &Path, a: RebuildArgs) -> CliResult {
 /// Formats a timestamp for messages.
 pub fn ts(ms: i64) -> String {
     format_rfc3339(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    #[test]
+    fn errors_keep_their_source_and_print_as_before() {
+        let engine = || EngineError::invalid("text", "too long");
+        let e = CliError::from(engine());
+        assert_eq!(e.to_string(), engine().to_string());
+        assert!(matches!(
+            e,
+            CliError::Engine(EngineError::InvalidInput { .. })
+        ));
+
+        let e = CliError::Open {
+            path: PathBuf::from("/s"),
+            source: engine(),
+        };
+        assert_eq!(e.to_string(), format!("cannot open store /s: {}", engine()));
+        let source = e.source().expect("a source");
+        assert!(source.downcast_ref::<EngineError>().is_some());
+
+        let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "gone");
+        let e = CliError::from(io());
+        assert_eq!(e.to_string(), "gone");
+        assert!(
+            e.source()
+                .unwrap()
+                .downcast_ref::<std::io::Error>()
+                .is_some()
+        );
+        let e = CliError::io_at(Path::new("out/x.json"))(io());
+        assert_eq!(e.to_string(), "out/x.json: gone");
+        let e = CliError::Read {
+            path: PathBuf::from("in.jsonl"),
+            source: io(),
+        };
+        assert_eq!(e.to_string(), "cannot read in.jsonl: gone");
+
+        let e = CliError::from(QueryError::Engine(engine()));
+        assert_eq!(e.to_string(), engine().to_string());
+        assert!(e.source().unwrap().downcast_ref::<QueryError>().is_some());
+
+        let e = CliError::from(RejectedBatch {
+            n_lines: 3,
+            tenant: "t".into(),
+            first_line: 4,
+            last_line: 6,
+            line: Some(5),
+            n_stored_before: 0,
+            n_batches_before: 0,
+            source: engine(),
+        });
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "batch of 3 line(s) of tenant 't' between lines 4 and 6 rejected, nothing of it stored: line 5: {} (nothing was stored)",
+                engine()
+            )
+        );
+        assert!(e.source().unwrap().downcast_ref::<EngineError>().is_some());
+        assert_eq!(CliError::msg("plain").to_string(), "plain");
+    }
 }

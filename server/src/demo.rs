@@ -11,7 +11,7 @@
 //! 5. the working memory assembled for a model call;
 //! 6. isolation between tenants.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use engram_engine::context::ContextRequest;
@@ -19,8 +19,10 @@ use engram_engine::retrieval::RecallRequest;
 use engram_engine::trace::render_trace;
 use engram_engine::{AssertionKind, Body, Derivation, Engram, NewRecord, Principal, RecordRef};
 
-use crate::cli::{CliError, CliResult, ingest_lines, open_store, open_store_with, store_options};
+use crate::cli::{CliError, CliResult, Ctx};
+use crate::ingest_cmd::ingest_lines;
 use crate::output::{record_block, record_header};
+use crate::progress::Progress;
 use crate::recall_cmd::print_manifest;
 
 /// The bundled sample (also a worked example of the ingest format).
@@ -33,14 +35,20 @@ fn section(title: &str) {
     );
 }
 
-/// Runs the demo.
-pub fn run(dir: Option<PathBuf>) -> CliResult {
+/// Runs the demo (in `dir`, or a temporary directory). Of the caller's
+/// context only `--quiet` counts: the demo picks its own store and embedder.
+pub fn run(ctx: &Ctx, dir: Option<PathBuf>) -> CliResult {
     let tmp;
     let kept = dir.is_some();
     let dir = match dir {
         Some(d) => {
-            if d.exists() && std::fs::read_dir(&d)?.next().is_some() {
-                return Err(CliError(format!(
+            if d.exists()
+                && std::fs::read_dir(&d)
+                    .map_err(CliError::io_at(&d))?
+                    .next()
+                    .is_some()
+            {
+                return Err(CliError::Message(format!(
                     "{} is not empty; the demo needs a fresh directory",
                     d.display()
                 )));
@@ -57,8 +65,12 @@ pub fn run(dir: Option<PathBuf>) -> CliResult {
         "(vectors come from the built-in embedder, which hashes words: lexical, not semantic)"
     );
     // The demo derives vectors with the built-in lexical embedder.
-    crate::cli::set_embedder_default("hash");
-    tour(&dir)?;
+    let demo = Ctx {
+        data: dir.clone(),
+        embedder: Some("hash".to_string()),
+        quiet: ctx.quiet,
+    };
+    tour(&demo)?;
     let recall = "recall --tenant acme-ops --text \"checkout latency\" --explain";
     if kept {
         crate::outln!(
@@ -74,19 +86,19 @@ pub fn run(dir: Option<PathBuf>) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
-fn tour(dir: &Path) -> Result<(), CliError> {
-    let db = open_store_with(dir, true)?;
+fn tour(ctx: &Ctx) -> Result<(), CliError> {
+    let db = ctx.open_store_with(true)?;
     let r = first_half(&db);
     db.close()?;
     r?;
-    lifecycle_story(dir)
+    lifecycle_story(ctx)
 }
 
 fn first_half(db: &Engram) -> Result<(), CliError> {
     section("1. Ingest: two stories, one append-only log");
     let lines = engram_query::parse_jsonl(SAMPLE_JSONL)
-        .map_err(|e| CliError(format!("bundled sample: {e}")))?;
-    let report = ingest_lines(db, lines, None, 1000, false)?;
+        .map_err(|e| CliError::Message(format!("bundled sample: {e}")))?;
+    let report = ingest_lines(db, lines, None, 1000, &Progress::hidden())?;
     crate::outln!(
         "{} records written in {} atomic batch(es); each append was on disk (fsync) before it was acknowledged.",
         report.created,
@@ -147,8 +159,9 @@ fn first_half(db: &Engram) -> Result<(), CliError> {
 
 const SECRET: &str = "probe-misconfig-canary-9431";
 
-fn lifecycle_story(dir: &Path) -> Result<(), CliError> {
-    let db = open_store(dir)?;
+fn lifecycle_story(ctx: &Ctx) -> Result<(), CliError> {
+    let dir = ctx.data.as_path();
+    let db = ctx.open_store()?;
     let s = db.session(Principal::admin("acme-ops"));
     section("5. Lifecycle: observation -> summary -> correction -> stale -> deletion -> purge");
     let mut obs = NewRecord::assertion(
@@ -213,23 +226,21 @@ fn lifecycle_story(dir: &Path) -> Result<(), CliError> {
         crate::outln!("  deleted {id}");
     }
     db.checkpoint()?;
-    let backend = store_options(dir)?.backend;
-    let before = engram_storage::files::files_containing(backend.as_ref(), dir, SECRET.as_bytes())
-        .map_err(|e| CliError(e.to_string()))?;
+    let backend = ctx.store_options()?.backend;
+    let before = engram_storage::files::files_containing(backend.as_ref(), dir, SECRET.as_bytes())?;
     crate::outln!(
         "before compaction, the deleted text is still in {} file(s) (ineligible, but on disk)",
         before.len()
     );
     db.close()?;
-    let c = Engram::compact(dir, &store_options(dir)?)?;
-    let after = engram_storage::files::files_containing(backend.as_ref(), dir, SECRET.as_bytes())
-        .map_err(|e| CliError(e.to_string()))?;
+    let c = Engram::compact(dir, &ctx.store_options()?)?;
+    let after = engram_storage::files::files_containing(backend.as_ref(), dir, SECRET.as_bytes())?;
     crate::outln!(
         "`engram compact` purged {} record(s) to tombstones and rebuilt derived state; the text is now in {} file(s)",
         c.purged,
         after.len()
     );
-    let db = open_store(dir)?;
+    let db = ctx.open_store()?;
     let s = db.session(Principal::admin("acme-ops"));
     let t = s.trace(&RecordRef::Id(hc))?;
     crate::outln!(

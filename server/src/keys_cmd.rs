@@ -77,9 +77,13 @@ pub struct CreateArgs {
 }
 
 /// `engram serve`.
-pub fn serve(data: &Path, a: ServeArgs) -> CliResult {
-    crate::http::serve::serve(data, a.config.as_deref(), a.listen.as_deref())
-        .map_err(|e| CliError(e.to_string()))?;
+pub fn serve(ctx: &crate::cli::Ctx, a: ServeArgs) -> CliResult {
+    crate::http::serve::serve(
+        &ctx.data,
+        ctx.embedder.as_deref(),
+        a.config.as_deref(),
+        a.listen.as_deref(),
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -90,7 +94,7 @@ fn key_file(data: &Path, a: &KeyFileArgs) -> Result<PathBuf, CliError> {
     use engram_engine::store_dir::{DirKind, classify};
     match classify(&engram_storage::FsBackend, data)? {
         DirKind::Store | DirKind::Unmarked => Ok(keys::default_key_file(data)),
-        _ => Err(CliError(format!(
+        _ => Err(CliError::Message(format!(
             "no store at {} (create one with `engram init`, or pass --key-file)",
             data.display()
         ))),
@@ -134,7 +138,7 @@ fn public(k: &KeyEntry) -> serde_json::Value {
 
 /// `engram keys ...`.
 pub fn keys(data: &Path, cmd: KeysCommand) -> CliResult {
-    let err = |e: crate::http::error::ServerError| CliError(e.to_string());
+    let err = CliError::from;
     match cmd {
         KeysCommand::Create(a) => {
             let path = key_file(data, &a.file)?;
@@ -142,7 +146,7 @@ pub fn keys(data: &Path, cmd: KeysCommand) -> CliResult {
                 Grant::Store
             } else {
                 let role = Role::parse(&a.role).ok_or_else(|| {
-                    CliError(format!(
+                    CliError::Message(format!(
                         "--role {}: expected admin, reviewer, user or agent",
                         a.role
                     ))

@@ -14,9 +14,11 @@ pub mod bench_open;
 pub mod cli;
 pub mod demo;
 pub mod http;
+pub mod ingest_cmd;
 pub mod keys_cmd;
 pub mod lifecycle_cmd;
 pub mod output;
+pub mod progress;
 pub mod query_cmd;
 pub mod recall_cmd;
 

@@ -2,7 +2,7 @@
 //! delete, grant/revoke, retention, hold, compact, backup, restore,
 //! rebuild, context.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
@@ -12,17 +12,11 @@ use engram_engine::trace::render_trace;
 use engram_engine::{Engram, RecordRef};
 use serde::Serialize;
 
-use crate::cli::{
-    CliError, CliResult, IdArgs, open_store, resolve_cli_id, session_for, store_options,
-};
+use crate::cli::{CliError, CliResult, Ctx, IdArgs, resolve_cli_id, session_for};
 use crate::output::record_block;
 
 fn json<T: Serialize>(v: &T) -> Result<(), CliError> {
-    crate::outln!(
-        "{}",
-        serde_json::to_string_pretty(v).map_err(|e| CliError(e.to_string()))?
-    );
-    Ok(())
+    crate::cli::print_json(v)
 }
 
 /// `engram review`.
@@ -190,8 +184,8 @@ pub struct ContextArgs {
 }
 
 /// `engram review ...`.
-pub fn review(data: &Path, cmd: ReviewCommand) -> CliResult {
-    let db = open_store(data)?;
+pub fn review(ctx: &Ctx, cmd: ReviewCommand) -> CliResult {
+    let db = ctx.open_store()?;
     let r = review_inner(&db, cmd);
     db.close()?;
     r
@@ -246,8 +240,8 @@ fn decide(db: &Engram, t: IdArgs, note: Option<String>, approve: bool) -> Result
 }
 
 /// `engram trace`.
-pub fn trace(data: &Path, t: IdArgs) -> CliResult {
-    let db = open_store(data)?;
+pub fn trace(ctx: &Ctx, t: IdArgs) -> CliResult {
+    let db = ctx.open_store()?;
     let r = (|| -> CliResult {
         let (tenant, r) = resolve_cli_id(&db, &t)?;
         let tr = session_for(&db, &tenant, t.principal.as_deref()).trace(&r)?;
@@ -267,9 +261,9 @@ pub fn trace(data: &Path, t: IdArgs) -> CliResult {
 }
 
 /// `engram expire`.
-pub fn expire(data: &Path, a: ExpireArgs) -> CliResult {
-    let at = parse_rfc3339(&a.at).map_err(|e| CliError(format!("--at: {e}")))?;
-    let db = open_store(data)?;
+pub fn expire(ctx: &Ctx, a: ExpireArgs) -> CliResult {
+    let at = parse_rfc3339(&a.at).map_err(|e| CliError::Message(format!("--at: {e}")))?;
+    let db = ctx.open_store()?;
     let r = (|| -> CliResult {
         let (tenant, r) = resolve_cli_id(&db, &a.target)?;
         let res = session_for(&db, &tenant, a.target.principal.as_deref()).expire(&r, at)?;
@@ -290,23 +284,23 @@ pub fn expire(data: &Path, a: ExpireArgs) -> CliResult {
 }
 
 /// `engram correct`.
-pub fn correct(data: &Path, a: CorrectArgs) -> CliResult {
+pub fn correct(ctx: &Ctx, a: CorrectArgs) -> CliResult {
     let text = crate::cli::read_input(&a.file)?;
     let one_line: String = text.lines().map(str::trim).collect::<Vec<_>>().join(" ");
     let parsed = engram_query::parse_line(&one_line, 1).map_err(|e| {
-        CliError(format!(
+        CliError::Message(format!(
             "{}: {}: {} (nothing was stored)",
             a.file.display(),
             e.field,
             e.reason
         ))
     })?;
-    let db = open_store(data)?;
+    let db = ctx.open_store()?;
     let r = (|| -> CliResult {
         let (tenant, target) = resolve_cli_id(&db, &a.target)?;
         if let Some(t) = &parsed.tenant {
             if t != &tenant {
-                return Err(CliError(format!(
+                return Err(CliError::Message(format!(
                     "{}: tenant '{t}' differs from the corrected record's tenant '{tenant}'",
                     a.file.display()
                 )));
@@ -320,7 +314,7 @@ pub fn correct(data: &Path, a: CorrectArgs) -> CliResult {
             None => rec.supersedes = Some(RecordRef::Id(target_id)),
             Some(other) if s.resolve(other)? == target_id => {}
             Some(other) => {
-                return Err(CliError(format!(
+                return Err(CliError::Message(format!(
                     "{}: supersedes names {other}, not {}",
                     a.file.display(),
                     a.target.id
@@ -347,8 +341,8 @@ pub fn correct(data: &Path, a: CorrectArgs) -> CliResult {
 }
 
 /// `engram delete`.
-pub fn delete(data: &Path, a: DeleteArgs) -> CliResult {
-    let db = open_store(data)?;
+pub fn delete(ctx: &Ctx, a: DeleteArgs) -> CliResult {
+    let db = ctx.open_store()?;
     let r = (|| -> CliResult {
         let (tenant, r) = resolve_cli_id(&db, &a.target)?;
         let res = session_for(&db, &tenant, a.target.principal.as_deref())
@@ -373,8 +367,8 @@ pub fn delete(data: &Path, a: DeleteArgs) -> CliResult {
 }
 
 /// `engram grant` (`revoke = false`) and `engram revoke`.
-pub fn access(data: &Path, a: AccessArgs, revoke: bool) -> CliResult {
-    let db = open_store(data)?;
+pub fn access(ctx: &Ctx, a: AccessArgs, revoke: bool) -> CliResult {
+    let db = ctx.open_store()?;
     let r = (|| -> CliResult {
         let s = session_for(&db, &a.tenant, a.act_as.as_deref());
         let res = if revoke {
@@ -418,18 +412,18 @@ pub fn access(data: &Path, a: AccessArgs, revoke: bool) -> CliResult {
 }
 
 /// `engram retention`.
-pub fn retention(data: &Path, a: RetentionArgs) -> CliResult {
+pub fn retention(ctx: &Ctx, a: RetentionArgs) -> CliResult {
     let period = if a.period == "forever" {
         None
     } else {
         Some(parse_duration_ms(&a.period).ok_or_else(|| {
-            CliError(format!(
+            CliError::Message(format!(
                 "--period: '{}' is not a duration (90s, 15m, 6h, 30d, 7y, forever)",
                 a.period
             ))
         })?)
     };
-    let db = open_store(data)?;
+    let db = ctx.open_store()?;
     let r = session_for(&db, &a.tenant, a.act_as.as_deref()).set_retention(&a.class, period);
     db.close()?;
     let res = r?;
@@ -444,8 +438,8 @@ pub fn retention(data: &Path, a: RetentionArgs) -> CliResult {
 }
 
 /// `engram hold`.
-pub fn hold(data: &Path, a: HoldArgs) -> CliResult {
-    let db = open_store(data)?;
+pub fn hold(ctx: &Ctx, a: HoldArgs) -> CliResult {
+    let db = ctx.open_store()?;
     let r = session_for(&db, &a.tenant, a.act_as.as_deref()).hold(&a.scope, !a.off);
     db.close()?;
     let res = r?;
@@ -460,11 +454,17 @@ pub fn hold(data: &Path, a: HoldArgs) -> CliResult {
 }
 
 /// `engram compact`.
-pub fn compact(data: &Path, json_out: bool) -> CliResult {
+pub fn compact(ctx: &Ctx, json_out: bool) -> CliResult {
+    let data = ctx.data.as_path();
     if !data.join("log").exists() {
-        return Err(CliError(format!("no store at {}", data.display())));
+        return Err(CliError::Message(format!("no store at {}", data.display())));
     }
-    let r = Engram::compact(data, &store_options(data)?)?;
+    let opts = ctx.store_options()?;
+    let spinner = ctx.spinner("compact");
+    spinner.set_message("rewriting segments, then rebuilding derived state");
+    let r = Engram::compact(data, &opts);
+    spinner.finish();
+    let r = r?;
     if json_out {
         json(&r)?;
     } else {
@@ -482,19 +482,26 @@ pub fn compact(data: &Path, json_out: bool) -> CliResult {
 }
 
 /// `engram backup`.
-pub fn backup(data: &Path, a: DirArgs) -> CliResult {
+pub fn backup(ctx: &Ctx, a: DirArgs) -> CliResult {
     // Read-only: a backup changes nothing in the store (and works on a
     // store the user may not write, e.g. a read-only mount).
+    let data = ctx.data.as_path();
     let db = Engram::open(
         data,
         engram_engine::Options {
             read_only: true,
             background_indexing: false,
-            ..store_options(data)?
+            ..ctx.store_options()?
         },
     )
-    .map_err(|e| CliError(format!("cannot open store {}: {e}", data.display())))?;
+    .map_err(|source| CliError::Open {
+        path: data.to_path_buf(),
+        source,
+    })?;
+    let spinner = ctx.spinner("backup ");
+    spinner.set_message(format!("copying the log to {}", a.dir.display()));
     let r = db.backup(&a.dir);
+    spinner.finish();
     db.close()?;
     let r = r?;
     if a.json {
@@ -511,8 +518,16 @@ pub fn backup(data: &Path, a: DirArgs) -> CliResult {
 }
 
 /// `engram restore`.
-pub fn restore(data: &Path, a: DirArgs) -> CliResult {
-    let r = Engram::restore(data, &a.dir, &store_options(data)?, a.ledger.as_deref())?;
+pub fn restore(ctx: &Ctx, a: DirArgs) -> CliResult {
+    let opts = ctx.store_options()?;
+    let spinner = ctx.spinner("restore");
+    spinner.set_message(format!(
+        "from {}, then re-applying later deletions",
+        a.dir.display()
+    ));
+    let r = Engram::restore(&ctx.data, &a.dir, &opts, a.ledger.as_deref());
+    spinner.finish();
+    let r = r?;
     if a.json {
         json(&r)?;
     } else {
@@ -536,8 +551,17 @@ pub fn restore(data: &Path, a: DirArgs) -> CliResult {
 }
 
 /// `engram rebuild` (all derived state; `--verify` compares).
-pub fn rebuild(data: &Path, verify: bool, json_out: bool) -> CliResult {
-    let r = Engram::rebuild(data, &store_options(data)?, verify)?;
+pub fn rebuild(ctx: &Ctx, verify: bool, json_out: bool) -> CliResult {
+    let opts = ctx.store_options()?;
+    let spinner = ctx.spinner("rebuild");
+    spinner.set_message(if verify {
+        "rebuilding derived state from the log and comparing"
+    } else {
+        "rebuilding derived state from the log"
+    });
+    let r = Engram::rebuild(&ctx.data, &opts, verify);
+    spinner.finish();
+    let r = r?;
     if json_out {
         json(&r)?;
     } else {
@@ -571,8 +595,8 @@ pub fn rebuild(data: &Path, verify: bool, json_out: bool) -> CliResult {
 }
 
 /// `engram context`.
-pub fn context(data: &Path, a: ContextArgs) -> CliResult {
-    let db = open_store(data)?;
+pub fn context(ctx: &Ctx, a: ContextArgs) -> CliResult {
+    let db = ctx.open_store()?;
     let r = (|| -> CliResult {
         let s = session_for(&db, &a.tenant, a.principal.as_deref());
         let mut req = ContextRequest::new(a.text.clone());
@@ -582,7 +606,7 @@ pub fn context(data: &Path, a: ContextArgs) -> CliResult {
         req.budget_bytes = a.budget_bytes;
         let c = s.context(&req)?;
         if a.json {
-            let mut v = serde_json::to_value(&c).map_err(|e| CliError(e.to_string()))?;
+            let mut v = serde_json::to_value(&c)?;
             v["text"] = serde_json::Value::String(c.render());
             json(&v)?;
         } else {

@@ -8,16 +8,16 @@
 //! input, calls the session and prints.
 
 use std::io::{BufRead, IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Args;
 use engram_engine::{Engram, Session};
-use engram_query::lang::{ParamValue, Params, QueryError, QueryExt, QueryOutput};
+use engram_query::lang::{ParamValue, Params, QueryExt, QueryOutput};
 use serde_json::Value;
 
-use crate::cli::{CliError, CliResult, open_store, read_input, session_for};
+use crate::cli::{CliError, CliResult, Ctx, read_input, session_for};
 
 /// `engram query`.
 #[derive(Args, Debug)]
@@ -63,19 +63,21 @@ fn params(a: &QueryArgs) -> Result<Params, CliError> {
     let mut p = match &a.param_file {
         Some(f) => {
             let text = read_input(f)?;
-            Params::from_json(&text).map_err(|e| CliError(format!("{}: {e}", f.display())))?
+            Params::from_json(&text)
+                .map_err(|e| CliError::Message(format!("{}: {e}", f.display())))?
         }
         None => Params::new(),
     };
     for kv in &a.params {
         let Some((name, value)) = kv.split_once('=') else {
-            return Err(CliError(format!("--param {kv}: expected NAME=VALUE")));
+            return Err(CliError::Message(format!(
+                "--param {kv}: expected NAME=VALUE"
+            )));
         };
         let name = name.trim_start_matches('$');
         let v = match serde_json::from_str::<Value>(value) {
-            Ok(j) => {
-                ParamValue::from_json(&j).map_err(|e| CliError(format!("--param {name}: {e}")))?
-            }
+            Ok(j) => ParamValue::from_json(&j)
+                .map_err(|e| CliError::Message(format!("--param {name}: {e}")))?,
             Err(_) => ParamValue::String(value.to_string()),
         };
         p.insert(name, v);
@@ -84,24 +86,21 @@ fn params(a: &QueryArgs) -> Result<Params, CliError> {
 }
 
 /// Runs `engram query`.
-pub fn query(data: &Path, a: QueryArgs) -> CliResult {
+pub fn query(ctx: &Ctx, a: QueryArgs) -> CliResult {
     let text = match (&a.statement, &a.file) {
         (Some(s), None) => s.clone(),
         (None, Some(f)) => read_input(f)?,
-        _ => return Err(CliError("give a statement, or -f FILE".into())),
+        _ => return Err(CliError::Message("give a statement, or -f FILE".into())),
     };
     let params = params(&a)?;
-    let db = open_store(data)?;
+    let db = ctx.open_store()?;
     let s = session_for(&db, &a.tenant, a.principal.as_deref());
     let r = s.query(&text, &params);
     db.close()?;
     match r {
         Ok(out) => {
             if a.json {
-                crate::outln!(
-                    "{}",
-                    serde_json::to_string_pretty(&out).map_err(|e| CliError(e.to_string()))?
-                );
+                crate::outln!("{}", serde_json::to_string_pretty(&out)?);
             } else {
                 print_output(&out, true);
             }
@@ -112,16 +111,9 @@ pub fn query(data: &Path, a: QueryArgs) -> CliResult {
                 crate::outln!("{}", serde_json::json!({"errors": e.to_json()}));
                 Ok(ExitCode::from(1))
             } else {
-                Err(CliError(error_text(&e)))
+                Err(CliError::Query(e))
             }
         }
-    }
-}
-
-fn error_text(e: &QueryError) -> String {
-    match e {
-        QueryError::Language { .. } => format!("\n{e}"),
-        other => other.to_string(),
     }
 }
 
@@ -244,8 +236,8 @@ struct Shell {
 }
 
 /// Runs `engram shell`.
-pub fn shell(data: &Path, a: ShellArgs) -> CliResult {
-    let db = open_store(data)?;
+pub fn shell(ctx: &Ctx, a: ShellArgs) -> CliResult {
+    let db = ctx.open_store()?;
     let s = session_for(&db, &a.tenant, a.principal.as_deref());
     let r = shell_loop(&db, &s, &a);
     db.close()?;
@@ -279,7 +271,7 @@ fn shell_loop(db: &Engram, s: &Session, a: &ShellArgs) -> CliResult {
     let mut buf = String::new();
     let mut editor = if interactive {
         let mut e = rustyline::DefaultEditor::new()
-            .map_err(|e| CliError(format!("cannot start the line editor: {e}")))?;
+            .map_err(|e| CliError::Message(format!("cannot start the line editor: {e}")))?;
         if let Some(h) = history_path(a) {
             let _ = e.load_history(&h);
         }
@@ -389,7 +381,7 @@ fn run_one(sh: &Shell, s: &Session, text: &str) {
     let started = Instant::now();
     match s.query(&stmt, &sh.params) {
         Ok(out) => print_output(&out, true),
-        Err(e) => crate::outln!("{}", error_text(&e).trim_start()),
+        Err(e) => crate::outln!("{}", e.to_string().trim_start()),
     }
     if sh.timing {
         crate::outln!("time: {:.3} ms", started.elapsed().as_secs_f64() * 1e3);

@@ -2,7 +2,7 @@
 //! `engram eval` (recall@k, precision@k, MRR, forbidden-hit rate, slices,
 //! with every manifest saved for replay).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
@@ -13,7 +13,7 @@ use engram_query::eval::{CaseResult, parse_cases, score_case, summarize};
 use engram_query::recall::{build_request, record_types};
 use serde::Serialize;
 
-use crate::cli::{CliError, CliResult, open_store, session_for};
+use crate::cli::{CliError, CliResult, Ctx, session_for};
 
 /// `engram recall`.
 #[derive(Args, Debug)]
@@ -98,7 +98,7 @@ pub struct EvalArgs {
 
 fn time(flag: &str, v: &Option<String>) -> Result<Option<i64>, CliError> {
     v.as_deref()
-        .map(|t| parse_rfc3339(t).map_err(|e| CliError(format!("--{flag}: {e}"))))
+        .map(|t| parse_rfc3339(t).map_err(|e| CliError::Message(format!("--{flag}: {e}"))))
         .transpose()
 }
 
@@ -241,8 +241,8 @@ pub fn print_manifest(m: &Manifest) {
 }
 
 /// Runs `engram recall`.
-pub fn recall(data: &Path, a: RecallArgs) -> CliResult {
-    let db = open_store(data)?;
+pub fn recall(ctx: &Ctx, a: RecallArgs) -> CliResult {
+    let db = ctx.open_store()?;
     let r = recall_inner(&db, &a);
     db.close()?;
     r
@@ -252,7 +252,9 @@ fn recall_inner(db: &Engram, a: &RecallArgs) -> CliResult {
     if let Some(file) = &a.queries {
         let text = crate::cli::read_input(file)?;
         let tenant = a.tenant.clone().ok_or_else(|| {
-            CliError("--tenant is required: request lines never name a tenant or principal".into())
+            CliError::Message(
+                "--tenant is required: request lines never name a tenant or principal".into(),
+            )
         })?;
         let s = session_for(db, &tenant, a.principal.as_deref());
         let mut failures = 0;
@@ -281,10 +283,7 @@ fn recall_inner(db: &Engram, a: &RecallArgs) -> CliResult {
                         manifest: a.explain.then_some(&r.manifest),
                     };
                     if a.json {
-                        crate::outln!(
-                            "{}",
-                            serde_json::to_string(&line).map_err(|e| CliError(e.to_string()))?
-                        );
+                        crate::outln!("{}", serde_json::to_string(&line)?);
                     } else {
                         crate::outln!(
                             "== line {}{}",
@@ -319,15 +318,16 @@ fn recall_inner(db: &Engram, a: &RecallArgs) -> CliResult {
     let tenant = a
         .tenant
         .clone()
-        .ok_or_else(|| CliError("--tenant is required".into()))?;
+        .ok_or_else(|| CliError::Message("--tenant is required".into()))?;
     let vector = match &a.vector {
         None => None,
         Some(v) => {
-            let val: serde_json::Value = serde_json::from_str(v)
-                .map_err(|e| CliError(format!("--vector: not a JSON list of numbers: {e}")))?;
+            let val: serde_json::Value = serde_json::from_str(v).map_err(|e| {
+                CliError::Message(format!("--vector: not a JSON list of numbers: {e}"))
+            })?;
             Some(
                 engram_query::ingest::parse_vector(&val, "--vector")
-                    .map_err(|(f, r)| CliError(format!("{f}: {r}")))?,
+                    .map_err(|(f, r)| CliError::Message(format!("{f}: {r}")))?,
             )
         }
     };
@@ -337,7 +337,8 @@ fn recall_inner(db: &Engram, a: &RecallArgs) -> CliResult {
         agents: a.agent.clone(),
         scope_labels: a.label.clone(),
         kinds: a.kind.clone(),
-        record_types: record_types(&a.record).map_err(|(f, r)| CliError(format!("--{f}: {r}")))?,
+        record_types: record_types(&a.record)
+            .map_err(|(f, r)| CliError::Message(format!("--{f}: {r}")))?,
         ..Filters::default()
     };
     let req = build_request(
@@ -352,7 +353,7 @@ fn recall_inner(db: &Engram, a: &RecallArgs) -> CliResult {
         time("valid-at", &a.valid_at)?,
         a.include_historical,
     )
-    .map_err(|(f, r)| CliError(format!("--{f}: {r}")))?;
+    .map_err(|(f, r)| CliError::Message(format!("--{f}: {r}")))?;
     let s = session_for(db, &tenant, a.principal.as_deref());
     let r = s.recall(&req)?;
     if a.json {
@@ -362,10 +363,7 @@ fn recall_inner(db: &Engram, a: &RecallArgs) -> CliResult {
             hits: &r.hits,
             manifest: a.explain.then_some(&r.manifest),
         };
-        crate::outln!(
-            "{}",
-            serde_json::to_string_pretty(&line).map_err(|e| CliError(e.to_string()))?
-        );
+        crate::outln!("{}", serde_json::to_string_pretty(&line)?);
     } else {
         print_human(&r, a.explain);
     }
@@ -373,24 +371,30 @@ fn recall_inner(db: &Engram, a: &RecallArgs) -> CliResult {
 }
 
 /// Runs `engram eval`.
-pub fn eval(data: &Path, a: EvalArgs) -> CliResult {
+pub fn eval(ctx: &Ctx, a: EvalArgs) -> CliResult {
     if a.k == 0 {
-        return Err(CliError("--k must be at least 1".into()));
+        return Err(CliError::Message("--k must be at least 1".into()));
     }
     let text = crate::cli::read_input(&a.cases)?;
     let cases = parse_cases(&text)
-        .map_err(|e| CliError(format!("{}: {e} (nothing was run)", a.cases.display())))?;
+        .map_err(|e| CliError::Message(format!("{}: {e} (nothing was run)", a.cases.display())))?;
     if cases.is_empty() {
-        return Err(CliError(format!("{}: no cases", a.cases.display())));
+        return Err(CliError::Message(format!(
+            "{}: no cases",
+            a.cases.display()
+        )));
     }
     if let Some(out) = &a.out {
-        std::fs::create_dir_all(out.join("manifests"))?;
+        let manifests = out.join("manifests");
+        std::fs::create_dir_all(&manifests).map_err(CliError::io_at(&manifests))?;
     }
-    let db = open_store(data)?;
+    let db = ctx.open_store()?;
     let mut results: Vec<CaseResult> = Vec::new();
     let mut errors = Vec::new();
     let mut result_lines = String::new();
-    for c in &cases {
+    let bar = ctx.counter("eval", cases.len() as u64, "cases");
+    for (case_idx, c) in cases.iter().enumerate() {
+        bar.set_position(case_idx as u64);
         let k = if c.k_from_case { c.request.k } else { a.k };
         let mut req = c.request.clone();
         req.k = k;
@@ -415,37 +419,38 @@ pub fn eval(data: &Path, a: EvalArgs) -> CliResult {
                         .take(80)
                         .collect();
                     let name = format!("{:05}-{safe}", results.len() + errors.len() + 1);
-                    std::fs::write(
-                        out.join("manifests").join(format!("{name}.json")),
-                        serde_json::to_string_pretty(&r.manifest)
-                            .map_err(|e| CliError(e.to_string()))?,
-                    )?;
+                    let path = out.join("manifests").join(format!("{name}.json"));
+                    std::fs::write(&path, serde_json::to_string_pretty(&r.manifest)?)
+                        .map_err(CliError::io_at(&path))?;
                 }
-                result_lines
-                    .push_str(&serde_json::to_string(&res).map_err(|e| CliError(e.to_string()))?);
+                result_lines.push_str(&serde_json::to_string(&res)?);
                 result_lines.push('\n');
                 results.push(res);
             }
             Err(e) => errors.push(format!("case {} (line {}): {e}", c.case_id, c.line)),
         }
     }
+    bar.finish();
     db.close()?;
     let (summary, slices) = summarize(&results);
     if let Some(out) = &a.out {
-        std::fs::write(out.join("results.jsonl"), &result_lines)?;
+        let path = out.join("results.jsonl");
+        std::fs::write(&path, &result_lines).map_err(CliError::io_at(&path))?;
+        let path = out.join("summary.json");
         std::fs::write(
-            out.join("summary.json"),
+            &path,
             serde_json::to_string_pretty(
                 &serde_json::json!({"overall": summary, "slices": slices, "errors": errors}),
-            )
-            .map_err(|e| CliError(e.to_string()))?,
-        )?;
+            )?,
+        )
+        .map_err(CliError::io_at(&path))?;
     }
     if a.json {
         crate::outln!(
             "{}",
-            serde_json::to_string_pretty(&serde_json::json!({"overall": summary, "slices": slices, "cases": results, "errors": errors}))
-                .map_err(|e| CliError(e.to_string()))?
+            serde_json::to_string_pretty(
+                &serde_json::json!({"overall": summary, "slices": slices, "cases": results, "errors": errors})
+            )?
         );
     } else {
         for r in &results {

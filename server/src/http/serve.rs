@@ -37,11 +37,18 @@ use crate::http::routes;
 /// a backup, the store's close).
 const EXTRA_BLOCKING_THREADS: usize = 8;
 
-/// Runs the server for the store in `data` until a signal stops it.
-pub fn serve(data: &Path, config: Option<&Path>, listen: Option<&str>) -> ServerResult<()> {
+/// Runs the server for the store in `data` until a signal stops it;
+/// `embedder` is the `--embedder` choice, if one was given (else the
+/// store's settings decide).
+pub fn serve(
+    data: &Path,
+    embedder: Option<&str>,
+    config: Option<&Path>,
+    listen: Option<&str>,
+) -> ServerResult<()> {
     let cfg = Config::load(data, config, listen)?;
     let keys = KeyStore::open(&cfg.key_file)?;
-    let db = open(data)?;
+    let db = open(data, embedder)?;
     if keys.n_active() == 0 {
         log(
             "warn",
@@ -77,11 +84,12 @@ pub fn serve(data: &Path, config: Option<&Path>, listen: Option<&str>) -> Server
 }
 
 /// Opens the existing store in `data` (never creates one) with the
-/// embedder its settings name, logging what recovery did.
-fn open(data: &Path) -> ServerResult<Engram> {
-    let opts = crate::cli::store_options(data).map_err(|e| ServerError::Config {
+/// embedder `--embedder` names, else the one its settings name, logging
+/// what recovery did.
+fn open(data: &Path, embedder: Option<&str>) -> ServerResult<Engram> {
+    let opts = crate::cli::store_options(data, embedder).map_err(|e| ServerError::Config {
         path: data.to_path_buf(),
-        reason: e.0,
+        reason: e.to_string(),
     })?;
     let opts = Options {
         create_if_missing: false,

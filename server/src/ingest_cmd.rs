@@ -1,0 +1,410 @@
+//! `engram ingest`: a JSONL file of events and records into the store, in
+//! atomic batches, and what it did: a summary by default, one line per
+//! record with `--verbose`, the full report with `--json`.
+//!
+//! The rule for bad input: a file with any malformed line stores nothing.
+//! Every line is parsed (and its tenant checked) before anything is
+//! written, and the error names the first [`REJECTED_LINES_SHOWN`] lines at
+//! fault, not only the first. A batch the engine refuses (a dangling
+//! `supersedes`, a conflicting external id) stores nothing of itself and
+//! stops the ingest; the batches before it stay stored, and the error says
+//! how many records they hold.
+//!
+//! This module only builds engine requests and renders results: it never
+//! interprets a record beyond its tenant, and never touches store files.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::{Args, ValueHint};
+use engram_engine::{AppendOutcome, Engram, Principal, RecordId, Status};
+use engram_query::IngestLine;
+use serde::Serialize;
+
+use crate::cli::{CliError, CliResult, Ctx, RejectedBatch, print_json, read_input};
+use crate::progress::Progress;
+
+/// Malformed lines named in the error of a rejected file (the count of all
+/// of them follows).
+pub const REJECTED_LINES_SHOWN: usize = 5;
+
+/// Parsed lines between two updates of the parse bar.
+const PARSE_PROGRESS_STEP_LINES: usize = 512;
+
+/// `engram ingest`.
+#[derive(Args, Debug)]
+pub struct IngestArgs {
+    /// The JSONL file (`-` for stdin).
+    #[arg(value_hint = ValueHint::FilePath)]
+    pub file: PathBuf,
+    /// Tenant for lines that do not name one (lines naming another tenant are rejected).
+    #[arg(long, value_parser = crate::cli::name_arg)]
+    pub tenant: Option<String>,
+    /// Records per atomic batch.
+    #[arg(long, default_value_t = 1000)]
+    pub batch_size: usize,
+    /// After the summary, one line per record (line, id, outcome, status).
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
+    /// Machine-readable output: the full report, one entry per record.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One line of an ingest report.
+#[derive(Debug, Serialize)]
+pub struct IngestedLine {
+    /// Line number in the file.
+    pub line: usize,
+    /// Tenant.
+    pub tenant: String,
+    /// Record id.
+    pub id: RecordId,
+    /// External id.
+    pub external_id: Option<String>,
+    /// created / duplicate.
+    pub outcome: AppendOutcome,
+    /// Admission status.
+    pub status: Status,
+}
+
+/// What an ingest did. Its serde form is the `--json` output, which
+/// scripts read: its fields and their order do not change.
+#[derive(Debug, Serialize, Default)]
+pub struct IngestReport {
+    /// Records stored.
+    pub created: usize,
+    /// Records already present with the same content.
+    pub duplicates: usize,
+    /// Atomic batches written.
+    pub batches: usize,
+    /// Per line, in file order.
+    pub records: Vec<IngestedLine>,
+}
+
+/// The tenant a line is written to: its own, else `--tenant`; a line naming
+/// another tenant than `--tenant` is refused.
+fn line_tenant(l: &IngestLine, default_tenant: Option<&str>) -> Result<String, String> {
+    let t = match (&l.tenant, default_tenant) {
+        (Some(t), Some(d)) if t != d => {
+            return Err(format!(
+                "line {}: tenant: '{t}' differs from --tenant '{d}'",
+                l.line
+            ));
+        }
+        (Some(t), _) => t.clone(),
+        (None, Some(d)) => d.to_string(),
+        (None, None) => {
+            return Err(format!(
+                "line {}: tenant: required (or pass --tenant T)",
+                l.line
+            ));
+        }
+    };
+    engram_engine::model::check_tenant(&t).map_err(|e| format!("line {}: {e}", l.line))?;
+    Ok(t)
+}
+
+/// Ingests parsed lines in atomic batches: windows of `batch_size` lines,
+/// one batch per tenant inside a window. Tenants are checked for every line
+/// before anything is written. `progress` advances by one per record
+/// stored.
+pub fn ingest_lines(
+    db: &Engram,
+    lines: Vec<IngestLine>,
+    default_tenant: Option<&str>,
+    batch_size: usize,
+    progress: &Progress,
+) -> Result<IngestReport, CliError> {
+    if batch_size == 0 {
+        return Err(CliError::msg("--batch-size must be at least 1"));
+    }
+    let tenants = lines
+        .iter()
+        .map(|l| line_tenant(l, default_tenant))
+        .collect::<Result<Vec<String>, String>>()
+        .map_err(CliError::Message)?;
+    let run = db.new_run_id();
+    let mut report = IngestReport::default();
+    // Windows of `batch_size` lines; inside a window, one atomic batch per
+    // tenant (lines keep their order within a tenant; tenants cannot refer
+    // to each other, so order across tenants does not matter).
+    let mut window_start = 0;
+    while window_start < lines.len() {
+        let window_end = (window_start + batch_size).min(lines.len());
+        let mut order: Vec<&String> = Vec::new();
+        for t in &tenants[window_start..window_end] {
+            if !order.contains(&t) {
+                order.push(t);
+            }
+        }
+        for tenant in order {
+            let idxs: Vec<usize> = (window_start..window_end)
+                .filter(|&i| &tenants[i] == tenant)
+                .collect();
+            let session = db.session(Principal::admin(tenant.clone()));
+            let records: Vec<_> = idxs.iter().map(|&i| lines[i].record.clone()).collect();
+            let results = session
+                .append_run(records, Some(run))
+                .map_err(|e| RejectedBatch {
+                    n_lines: idxs.len(),
+                    tenant: tenant.clone(),
+                    first_line: lines[window_start].line,
+                    last_line: lines[window_end - 1].line,
+                    line: e.item().map(|i| lines[idxs[i]].line),
+                    n_stored_before: report.created + report.duplicates,
+                    n_batches_before: report.batches,
+                    source: e,
+                })?;
+            report.batches += 1;
+            progress.inc(idxs.len() as u64);
+            for (&i, r) in idxs.iter().zip(results) {
+                match r.outcome {
+                    AppendOutcome::Created => report.created += 1,
+                    AppendOutcome::Duplicate => report.duplicates += 1,
+                }
+                report.records.push(IngestedLine {
+                    line: lines[i].line,
+                    tenant: tenant.clone(),
+                    id: r.id,
+                    external_id: r.external_id,
+                    outcome: r.outcome,
+                    status: r.status,
+                });
+            }
+        }
+        window_start = window_end;
+    }
+    report.records.sort_by_key(|r| r.line);
+    Ok(report)
+}
+
+/// Malformed lines of a file: the first few with their errors, and how
+/// many in all.
+#[derive(Debug, Default)]
+struct RejectedLines {
+    /// `line N: field: reason`, at most [`REJECTED_LINES_SHOWN`].
+    shown: Vec<String>,
+    n_rejected: usize,
+}
+
+impl RejectedLines {
+    fn push(&mut self, error: String) {
+        self.n_rejected += 1;
+        if self.shown.len() < REJECTED_LINES_SHOWN {
+            self.shown.push(error);
+        }
+    }
+
+    /// The error for the file: one malformed line reads as it always did;
+    /// several are listed under a header.
+    fn into_error(self, file: &Path, first_is_tenant_error: bool) -> CliError {
+        if self.n_rejected == 1 {
+            let e = &self.shown[0];
+            return CliError::Message(if first_is_tenant_error {
+                e.clone()
+            } else {
+                format!("{}: {e} (nothing was stored)", file.display())
+            });
+        }
+        let mut msg = format!(
+            "{}: {} line(s) rejected, nothing was stored:",
+            file.display(),
+            self.n_rejected
+        );
+        for e in &self.shown {
+            msg.push_str("\n  ");
+            msg.push_str(e);
+        }
+        if self.n_rejected > self.shown.len() {
+            msg.push_str(&format!(
+                "\n  ... and {} more line(s)",
+                self.n_rejected - self.shown.len()
+            ));
+        }
+        CliError::Message(msg)
+    }
+}
+
+/// Parses every line of `text` and checks its tenant, with a bar over the
+/// lines. Any malformed line rejects the file (see the module doc).
+fn parse_file(ctx: &Ctx, a: &IngestArgs, text: &str) -> Result<Vec<IngestLine>, CliError> {
+    let n_lines = text.lines().count();
+    let bar = ctx.counter("parse ", n_lines as u64, "lines");
+    let mut lines = Vec::new();
+    let mut rejected = RejectedLines::default();
+    let mut first_is_tenant_error = false;
+    for (n_parsed, item) in engram_query::parse_jsonl_lines(text).enumerate() {
+        if n_parsed % PARSE_PROGRESS_STEP_LINES == 0 {
+            let line = match &item {
+                Ok(l) => l.line,
+                Err(e) => e.line,
+            };
+            bar.set_position(line as u64);
+        }
+        let error = match item {
+            Ok(l) => match line_tenant(&l, a.tenant.as_deref()) {
+                Ok(_) => {
+                    lines.push(l);
+                    None
+                }
+                Err(e) => Some((e, true)),
+            },
+            Err(e) => Some((e.to_string(), false)),
+        };
+        if let Some((e, is_tenant)) = error {
+            if rejected.n_rejected == 0 {
+                first_is_tenant_error = is_tenant;
+            }
+            rejected.push(e);
+        }
+    }
+    bar.finish();
+    if rejected.n_rejected > 0 {
+        return Err(rejected.into_error(&a.file, first_is_tenant_error));
+    }
+    if lines.is_empty() {
+        return Err(CliError::Message(format!(
+            "{}: no records",
+            a.file.display()
+        )));
+    }
+    Ok(lines)
+}
+
+/// Runs `engram ingest`.
+pub fn ingest(ctx: &Ctx, a: IngestArgs) -> CliResult {
+    let text = read_input(&a.file)?;
+    let lines = parse_file(ctx, &a, &text)?;
+    drop(text);
+    let db = ctx.open_store_with(true)?;
+    let started = Instant::now();
+    let bar = ctx.counter("ingest", lines.len() as u64, "records");
+    let result = ingest_lines(&db, lines, a.tenant.as_deref(), a.batch_size, &bar);
+    let store_seconds = started.elapsed().as_secs_f64();
+    bar.finish();
+    let closing = if result.is_ok() && db.pending_vectors() > 0 {
+        let s = ctx.spinner("close ");
+        s.set_message(format!("indexing {} vectors", db.pending_vectors()));
+        s
+    } else {
+        Progress::hidden()
+    };
+    // The records are durable once appended: a failure to write derived
+    // state at close (a full disk, say) is reported, but does not turn a
+    // successful ingest into a failed one.
+    let closed = db.close();
+    closing.finish();
+    let report = result?;
+    if let Err(e) = closed {
+        eprintln!(
+            "warning: every record reported below is stored and durable; writing derived state at close failed ({e}); it is rebuilt from the log at the next open"
+        );
+    }
+    if a.json {
+        print_json(&report)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    print_summary(ctx, &a, &report, store_seconds);
+    if a.verbose {
+        for r in &report.records {
+            crate::outln!(
+                "  line {:>5}  {}  {:<9} {}{}",
+                r.line,
+                r.id,
+                match r.outcome {
+                    AppendOutcome::Created => "created",
+                    AppendOutcome::Duplicate => "duplicate",
+                },
+                r.status.name(),
+                r.external_id
+                    .as_ref()
+                    .map(|e| format!("  ext={e}"))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The summary: counts, batches, time and rate, then records per tenant
+/// and per admission status.
+fn print_summary(ctx: &Ctx, a: &IngestArgs, report: &IngestReport, store_seconds: f64) {
+    let n_records = report.records.len();
+    crate::outln!(
+        "ingested {n_records} record(s): {} created, {} duplicate(s), {} batch(es) in {store_seconds:.2}s ({:.0} records/s)",
+        report.created,
+        report.duplicates,
+        report.batches,
+        n_records as f64 / store_seconds.max(1e-9)
+    );
+    let mut by_tenant: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut by_status: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in &report.records {
+        *by_tenant.entry(r.tenant.as_str()).or_default() += 1;
+        *by_status.entry(r.status.name()).or_default() += 1;
+    }
+    let counts = |m: &BTreeMap<&str, usize>| {
+        m.iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    crate::outln!("  from     {}", a.file.display());
+    crate::outln!("  into     {}", ctx.data.display());
+    crate::outln!("  tenants  {}", counts(&by_tenant));
+    crate::outln!("  status   {}", counts(&by_status));
+    crate::outln!(
+        "  batches  atomic, up to {} line(s) each, each on disk (fsync) before it was acknowledged",
+        a.batch_size
+    );
+    if !a.verbose {
+        crate::outln!("(one line per record: --verbose; machine output: --json)");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rejected(n: usize) -> RejectedLines {
+        let mut r = RejectedLines::default();
+        for i in 1..=n {
+            r.push(format!("line {i}: text: required"));
+        }
+        r
+    }
+
+    #[test]
+    fn one_malformed_line_reads_as_it_always_did() {
+        let e = rejected(1).into_error(Path::new("f.jsonl"), false);
+        assert_eq!(
+            e.to_string(),
+            "f.jsonl: line 1: text: required (nothing was stored)"
+        );
+        let e = rejected(1).into_error(Path::new("f.jsonl"), true);
+        assert_eq!(e.to_string(), "line 1: text: required");
+    }
+
+    #[test]
+    fn many_malformed_lines_are_listed_up_to_the_limit_then_counted() {
+        let n = REJECTED_LINES_SHOWN + 3;
+        let text = rejected(n)
+            .into_error(Path::new("f.jsonl"), false)
+            .to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            format!("f.jsonl: {n} line(s) rejected, nothing was stored:")
+        );
+        assert_eq!(lines.len(), 1 + REJECTED_LINES_SHOWN + 1, "{text}");
+        assert_eq!(lines[1], "  line 1: text: required");
+        assert_eq!(lines[REJECTED_LINES_SHOWN + 1], "  ... and 3 more line(s)");
+        let exact = rejected(2)
+            .into_error(Path::new("f.jsonl"), false)
+            .to_string();
+        assert_eq!(exact.lines().count(), 3, "no '... more' line: {exact}");
+    }
+}
