@@ -333,52 +333,74 @@ impl Engram {
         // it has applied was durable in the log, so recovery must not cut
         // below it.
         let (durable_lsn, durable_evidence) = crate::repair::durable_evidence(&backend, &dir);
-        let (log, log_report) = SegmentLog::open_with(
-            backend.clone(),
-            &layout::log(&dir),
-            opts.log.clone(),
-            &RecoveryOptions {
-                read_only: opts.read_only,
-                durable_lsn,
-                durable_evidence: durable_evidence.to_string(),
-            },
-        )?;
+        // The lexical snapshot is decoded on a second thread while this one
+        // recovers the log, opens the vector spaces and decodes the state
+        // checkpoint: the two are independent, and each is a large share
+        // of an open (docs/benchmarks.md, `engram bench open`).
+        let lexical_path = layout::lexical(&dir);
+        let (lexical_read, opened) = std::thread::scope(|sc| {
+            let lexical = sc.spawn(|| {
+                read_snapshot(
+                    backend.as_ref(),
+                    &lexical_path,
+                    LEXICAL_MAGIC,
+                    LEXICAL_SNAPSHOT_VERSION,
+                )
+                .ok()
+                .flatten()
+                .map(|s| (s.applied_lsn, Bm25Index::read_from(s.body.as_slice())))
+            });
+            let opened = (|| -> Result<_> {
+                let (log, log_report) = SegmentLog::open_with(
+                    backend.clone(),
+                    &layout::log(&dir),
+                    opts.log.clone(),
+                    &RecoveryOptions {
+                        read_only: opts.read_only,
+                        durable_lsn,
+                        durable_evidence: durable_evidence.to_string(),
+                    },
+                )?;
+                // Stores written before the state checkpoint kept a redb
+                // catalog: derived, and read by nothing now.
+                let legacy = layout::legacy_catalog(&dir);
+                if !opts.read_only && backend.exists(&legacy) {
+                    crate::store_dir::remove_owned(backend.as_ref(), &legacy)?;
+                }
+                let derived = layout::derived(&dir);
+                backend.create_dir_all(&derived).map_err(io(&derived))?;
+                let vectors = VectorSpaces::open(
+                    backend.clone(),
+                    &layout::vectors(&dir),
+                    opts.hnsw,
+                    opts.metric,
+                )?;
+                let checkpoint =
+                    crate::checkpoint::load(backend.as_ref(), &dir, &log).and_then(|d| match d {
+                        Some(mut d) => d
+                            .parts
+                            .validate()
+                            .map(|()| Some(d))
+                            .map_err(|e| e.to_string()),
+                        None => Ok(None),
+                    });
+                Ok((log, log_report, vectors, checkpoint))
+            })();
+            (lexical.join(), opened)
+        });
+        let lexical_read = lexical_read.unwrap_or_else(|p| std::panic::resume_unwind(p));
+        let (log, log_report, mut vectors, checkpoint) = opened?;
         report.log = log_report.clone();
-        // Stores written before the state checkpoint kept a redb catalog:
-        // derived, and read by nothing now.
-        let legacy = layout::legacy_catalog(&dir);
-        if !opts.read_only && backend.exists(&legacy) {
-            crate::store_dir::remove_owned(backend.as_ref(), &legacy)?;
-        }
-        let lexical_snapshot = read_snapshot(
-            backend.as_ref(),
-            &layout::lexical(&dir),
-            LEXICAL_MAGIC,
-            LEXICAL_SNAPSHOT_VERSION,
-        )
-        .ok()
-        .flatten();
-        let derived = layout::derived(&dir);
-        backend.create_dir_all(&derived).map_err(io(&derived))?;
         let last_lsn = log.last_lsn();
-        let (lexical, lexical_lsn) = match lexical_snapshot {
-            Some(s) if s.applied_lsn <= last_lsn => match Bm25Index::read_from(s.body.as_slice()) {
-                Ok(ix) => (ix, s.applied_lsn),
-                Err(_) => (Bm25Index::new(Bm25Params::default()), 0),
-            },
+        let (lexical, lexical_lsn) = match lexical_read {
+            Some((lsn, Ok(ix))) if lsn <= last_lsn => (ix, lsn),
             _ => (Bm25Index::new(Bm25Params::default()), 0),
         };
         report.lexical_rebuilt = lexical_lsn == 0 && last_lsn > 0;
-        let mut vectors = VectorSpaces::open(
-            backend.clone(),
-            &layout::vectors(&dir),
-            opts.hnsw,
-            opts.metric,
-        )?;
         // The state checkpoint, when it sits at the lexical snapshot's LSN
         // and the vector spaces were persisted with it: only the log after
         // it is replayed.
-        let from_checkpoint = match crate::checkpoint::load(backend.as_ref(), &dir, &log) {
+        let from_checkpoint = match checkpoint {
             Ok(None) => None,
             Ok(Some(d)) if d.parts.applied_lsn != lexical_lsn => {
                 report.checkpoint_discarded = Some(format!(
@@ -388,12 +410,8 @@ impl Engram {
                 None
             }
             Ok(Some(d)) => {
-                let mut parts = d.parts;
-                match parts
-                    .validate()
-                    .map_err(|e| e.to_string())
-                    .and_then(|()| vectors.adopt(d.spaces, &|i| parts.id_of(i)))
-                {
+                let parts = d.parts;
+                match vectors.adopt(d.spaces, &|i| parts.id_of(i)) {
                     Ok(()) => Some(parts),
                     Err(why) => {
                         // `adopt` changed nothing: a full replay follows.
@@ -780,9 +798,13 @@ fn indexer_loop(
 ) {
     let mut remapped = true;
     loop {
-        // Index in small steps so writers and readers interleave.
-        let pending = state.read().vectors.pending();
-        if pending == 0 {
+        // One insertion per read lock: the commit hook needs the write lock
+        // to apply (and so acknowledge) the next group, and waits for at
+        // most one insertion. Holding it for 32 cut the rate of appends
+        // carrying vectors 2.8x under load (docs/benchmarks.md).
+        let st = state.read();
+        if st.vectors.pending() == 0 {
+            drop(st);
             if !remapped {
                 // Caught up: fold appended rows into the memory map.
                 let _ = state.write().vectors.remap_all();
@@ -795,8 +817,9 @@ fn indexer_loop(
             }
         }
         remapped = false;
-        let st = state.read();
-        if let Err(e) = st.vectors.index_pending(32) {
+        let done = st.vectors.index_pending(1);
+        drop(st);
+        if let Err(e) = done {
             err.lock().get_or_insert(e.to_string());
             return;
         }

@@ -845,19 +845,24 @@ impl Bm25Index {
             return Err(r.err_at(at, "document-length count out of range"));
         }
         let mut doc_len = Vec::with_capacity(n_lens as usize);
-        let mut nonempty = RoaringBitmap::new();
         let mut total_len = 0u64;
-        for doc in 0..n_lens {
+        for _ in 0..n_lens {
             let at = r.pos;
             let dl = u32::try_from(r.varint()?)
                 .map_err(|_| r.err_at(at, "document length too large"))?;
-            if dl > 0 {
-                // Ascending and below 2^32 (n_lens <= last doc + 1): cannot fail.
-                let _ = nonempty.try_push(doc as u32);
-                total_len += u64::from(dl);
-            }
+            total_len += u64::from(dl);
             doc_len.push(dl);
         }
+        // Ascending and below 2^32 (n_lens <= last doc + 1): cannot fail;
+        // built in one pass (pushing one by one rescans each container).
+        let nonempty = RoaringBitmap::from_sorted_iter(
+            doc_len
+                .iter()
+                .enumerate()
+                .filter(|&(_, &dl)| dl > 0)
+                .map(|(d, _)| d as u32),
+        )
+        .map_err(|_| r.err_at(at, "document lengths out of order"))?;
         if doc_len.last() == Some(&0) {
             return Err(r.err_at(r.pos, "trailing empty document lengths"));
         }
@@ -930,13 +935,21 @@ impl Bm25Index {
                 let (Ok(d), Ok(tf)) = (u32::try_from(d), u32::try_from(tf)) else {
                     return Err(r.err_at(at, "tf entry out of range"));
                 };
-                if !docs.contains(d) {
+                // below the length of `tf_sum`: checked as a subset of
+                // `docs` after the loop, before any use
+                if d as usize >= tf_sum.len() {
                     return Err(r.err_at(at, "tf entry for a document without the term"));
                 }
                 tf_sum[d as usize] += u64::from(tf) - 1;
                 multi_docs.push(d);
                 multi_tfs.push(tf);
                 next = u64::from(d) + 1;
+            }
+            // ascending by construction (each delta starts past the last)
+            let in_docs = RoaringBitmap::from_sorted_iter(multi_docs.iter().copied())
+                .is_ok_and(|m| m.is_subset(&docs));
+            if !in_docs {
+                return Err(r.err_at(at, "tf entry for a document without the term"));
             }
             vocab.insert(term.to_owned(), id);
             postings.push(Postings {
