@@ -864,7 +864,7 @@ impl StateParts {
     /// The state these parts describe, with its indexes: the lexical index
     /// (loaded from its own snapshot at the same LSN) and the vector spaces
     /// (which adopted the checkpoint's slot maps). Call only on parts that
-    /// passed [`StateParts::validate`].
+    /// passed `StateParts::validate`.
     pub fn into_state(
         self,
         lexical: Bm25Index,
@@ -919,7 +919,7 @@ impl StateParts {
 
 /// Path of the checkpoint in the store `dir`.
 pub fn path(dir: &Path) -> PathBuf {
-    crate::db::layout::derived(dir).join("state.snap")
+    crate::layout::checkpoint(dir)
 }
 
 /// Writes a checkpoint body encoded at `lsn` (atomically replacing the

@@ -231,6 +231,52 @@ pub struct StoredOp {
     pub op: OpBody,
 }
 
+impl StoredRecord {
+    /// A record with every field empty or zero (the caller fills in what
+    /// it means): the starting point of the write path and of tests.
+    pub fn empty(id: crate::id::RecordId) -> StoredRecord {
+        StoredRecord {
+            id: id.to_bytes(),
+            record_type: 0,
+            tenant: String::new(),
+            scope_user: None,
+            scope_conversation: None,
+            scope_agent: None,
+            scope_labels: Vec::new(),
+            kind: String::new(),
+            occurred_at_ms: 0,
+            ingested_at_ms: 0,
+            valid_from_ms: None,
+            valid_until_ms: None,
+            last_verified_at_ms: None,
+            text: None,
+            data_json: None,
+            content_sha256: [0; 32],
+            schema_version: crate::model::SCHEMA_VERSION,
+            ingest_run_id: [0; 16],
+            external_id: None,
+            supersedes: None,
+            retention_class: String::new(),
+            access: Vec::new(),
+            writer_principal: String::new(),
+            writer_kind: 0,
+            vector_models: Vec::new(),
+            status: 0,
+            entity_type: None,
+            name: None,
+            aliases: Vec::new(),
+            subject: None,
+            predicate: None,
+            object: None,
+            object_value: None,
+            sources: Vec::new(),
+            derivation: None,
+            confidence: None,
+            generator: None,
+        }
+    }
+}
+
 /// What compaction leaves of a purged record: identity and lineage, no content.
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
 pub struct StoredTombstone {

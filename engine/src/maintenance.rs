@@ -45,9 +45,10 @@ use engram_storage::{Backend, SegmentLog, StorageError};
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{self, StoredTombstone};
-use crate::db::{Engram, Options, Session, layout};
+use crate::db::{Engram, Options, Session};
 use crate::error::{EngineError, Result};
 use crate::id::RecordId;
+use crate::layout;
 use crate::model::{Record, RecordRef, Status};
 use crate::state::{LedgerEntry, LedgerWhat, State};
 

@@ -17,8 +17,9 @@ use engram_storage::files::write_all_durable;
 use engram_storage::log::repair::{self as log_repair, LogInspection};
 use serde::Serialize;
 
-use crate::db::{Engram, Options, layout};
+use crate::db::{Engram, Options};
 use crate::error::{EngineError, Result};
+use crate::layout;
 use crate::maintenance::{RestoreReport, read_ledger, remove_derived, render_ledger};
 
 /// What [`Engram::inspect_log`] found.
@@ -55,38 +56,13 @@ pub struct RepairReport {
     pub reapplied: RestoreReport,
 }
 
-/// The highest LSN the derived state of the store in `dir` has applied
-/// (and so proves was durable), and what holds it. Reads through `backend`
-/// without changing anything when it is an overlay.
-pub(crate) fn durable_evidence(
-    backend: &std::sync::Arc<dyn engram_storage::Backend>,
-    dir: &Path,
-) -> (u64, &'static str) {
-    // Headers only (their own checksums verified): cheap at every open.
-    let ckpt = engram_storage::files::read_snapshot_header(
-        backend.as_ref(),
-        &crate::checkpoint::path(dir),
-        crate::checkpoint::MAGIC,
-        crate::checkpoint::VERSION,
-    )
-    .ok()
-    .flatten()
-    .map_or(0, |h| h.applied_lsn);
-    let lex = crate::db::lexical_snapshot_lsn(backend.as_ref(), dir);
-    if lex >= ckpt {
-        (lex, "the lexical index snapshot")
-    } else {
-        (ckpt, "the state checkpoint")
-    }
-}
-
 impl Engram {
     /// Reads the log of the (closed) store in `dir` and reports how far it
     /// is intact, changing nothing.
     pub fn inspect_log(dir: impl AsRef<Path>, opts: &Options) -> Result<Inspection> {
         let dir = dir.as_ref();
         crate::store_dir::prepare(opts.backend.as_ref(), dir, false, false)?;
-        let (durable_lsn, evidence) = durable_evidence(&opts.backend, dir);
+        let (durable_lsn, evidence) = crate::db::durable_evidence(&opts.backend, dir);
         let LogInspection {
             n_segments,
             intact_through,

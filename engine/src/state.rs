@@ -25,10 +25,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use rustc_hash::FxHashMap as HashMap;
 
+use engram_storage::StorageError;
 use engram_storage::frame::Lsn;
 use engram_storage::log::FrameLoc;
 use roaring::RoaringBitmap;
 
+use crate::codec;
 use crate::codec::{
     ArchivedOpBody, ArchivedStoredOp, ArchivedStoredRecord, ArchivedStoredTombstone,
 };
@@ -132,7 +134,7 @@ pub struct TenantState {
     pub holds: BTreeSet<String>,
     /// External id -> newest record holding it.
     pub external_ids: HashMap<Box<str>, Idx>,
-    /// Entity name/alias (see `graph::name_key`) -> entities.
+    /// Entity name/alias (see `lexical::name_key`) -> entities.
     pub entity_names: HashMap<String, Vec<Idx>>,
     /// Every access label used in the tenant.
     pub labels: BTreeSet<Sym>,
@@ -660,9 +662,13 @@ impl State {
             if rtype == RecordType::Entity {
                 let mut names: Vec<String> = Vec::new();
                 if let Some(n) = a.name.as_ref() {
-                    names.push(crate::graph::name_key(n.as_str()));
+                    names.push(crate::lexical::name_key(n.as_str()));
                 }
-                names.extend(a.aliases.iter().map(|s| crate::graph::name_key(s.as_str())));
+                names.extend(
+                    a.aliases
+                        .iter()
+                        .map(|s| crate::lexical::name_key(s.as_str())),
+                );
                 names.retain(|n| !n.is_empty());
                 names.sort();
                 names.dedup();
@@ -990,3 +996,57 @@ impl State {
             .collect()
     }
 }
+
+/// Applies one log frame to the state: the commit hook and the replay at
+/// open run this same function, so rebuilt state equals live state.
+pub fn apply_frame(
+    st: &mut State,
+    ft: engram_storage::frame::FrameType,
+    version: u8,
+    payload: &[u8],
+    loc: FrameLoc,
+) -> std::result::Result<(), StorageError> {
+    // Frames are applied once each, in LSN order: the state is a function
+    // of the log prefix it has seen.
+    assert!(
+        loc.lsn > st.applied_lsn,
+        "invariant violated: frame LSN {} applied after LSN {}",
+        loc.lsn,
+        st.applied_lsn
+    );
+    if version != codec::PAYLOAD_VERSION {
+        return Err(StorageError::CorruptLog {
+            segment: loc.segment,
+            offset: loc.offset,
+            reason: format!(
+                "payload version {version} of frame type {} is not readable by this build (reads {})",
+                ft.0,
+                codec::PAYLOAD_VERSION
+            ),
+        });
+    }
+    let r = if ft == codec::FRAME_RECORD {
+        codec::view_record(payload).and_then(|a| st.apply_record(a, loc))
+    } else if ft == codec::FRAME_OP {
+        codec::view_op(payload).and_then(|a| st.apply_op(a, loc.lsn))
+    } else if ft == codec::FRAME_TOMBSTONE {
+        codec::view_tombstone(payload).and_then(|a| st.apply_tombstone(a, loc))
+    } else if ft == codec::FRAME_VECTOR {
+        codec::view_vector(payload).and_then(|a| st.apply_vector(a, loc.lsn))
+    } else {
+        Err(crate::error::EngineError::Corrupt {
+            what: "frame".into(),
+            detail: format!("unknown frame type {}", ft.0),
+        })
+    };
+    r.map_err(|e| StorageError::CorruptLog {
+        segment: loc.segment,
+        offset: loc.offset,
+        reason: e.to_string(),
+    })?;
+    st.applied_loc = Some(loc);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

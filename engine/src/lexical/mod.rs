@@ -8,7 +8,8 @@
 //! scores, and never panic on stored bytes.
 
 pub mod bm25;
+pub mod snapshot;
 pub mod tokenize;
 
 pub use bm25::{Bm25Error, Bm25Index, Bm25Params, LexicalStats, ScoredDoc};
-pub use tokenize::{TOKENIZER_VERSION, tokenize, tokens};
+pub use tokenize::{TOKENIZER_VERSION, name_key, tokenize, tokens};

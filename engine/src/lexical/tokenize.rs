@@ -323,6 +323,13 @@ mod span_tests {
     }
 }
 
+/// The key under which entity names and aliases are indexed (and looked
+/// up): their tokens joined by single spaces, so "Checkout-API" and
+/// "checkout api" meet.
+pub fn name_key(name: &str) -> String {
+    tokens(name).join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,6 +33,7 @@
 //! every build asserts it for every candidate list and every hit.
 
 pub mod eligibility;
+pub mod graph;
 pub mod search;
 
 use std::collections::{BTreeMap, BTreeSet};

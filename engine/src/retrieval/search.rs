@@ -40,7 +40,7 @@ pub const EXPAND_NODES_MAX: usize = 10_000;
 /// Deepest lineage attachment.
 pub const ATTACH_DEPTH_MAX: usize = 16;
 /// Hits of each earlier retriever an implicit expansion starts from.
-pub const SEEDS_FROM_HITS: usize = crate::graph::SEEDS_FROM_HITS;
+pub const SEEDS_FROM_HITS: usize = crate::retrieval::graph::SEEDS_FROM_HITS;
 
 /// What kind of candidate generator a retriever is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -573,10 +573,10 @@ impl Session {
                             // predicates the store never saw match no relation
                             let via_syms: Vec<u32> =
                                 via.iter().filter_map(|p| st.strings.get(p)).collect();
-                            crate::graph::expand(
+                            crate::retrieval::graph::expand(
                                 &st,
                                 &s,
-                                &crate::graph::Walk {
+                                &crate::retrieval::graph::Walk {
                                     traversable: &el.traversable,
                                     result_set: &el.bitmap,
                                     hops: *hops,
@@ -769,7 +769,7 @@ impl Session {
         for s in seeds {
             match s {
                 Seed::Entity { name } => {
-                    if let Some(es) = tenant.entity_names.get(&crate::graph::name_key(name)) {
+                    if let Some(es) = tenant.entity_names.get(&crate::lexical::name_key(name)) {
                         for &e in es {
                             add(e, &mut out);
                         }
@@ -794,7 +794,7 @@ impl Session {
                     }
                 }
                 Seed::Text { text } => {
-                    for e in crate::graph::seeds_from_text(st, text, traversable) {
+                    for e in crate::retrieval::graph::seeds_from_text(st, text, traversable) {
                         add(e, &mut out);
                     }
                 }
@@ -1031,7 +1031,7 @@ pub fn implicit_expansion(
         weight,
         params: RetrieverParams::Expand {
             seeds,
-            hops: (0, crate::graph::GRAPH_DEPTH),
+            hops: (0, crate::retrieval::graph::GRAPH_DEPTH),
             via: Vec::new(),
             direction: Direction::Both,
             max_nodes: EXPAND_NODES_MAX,

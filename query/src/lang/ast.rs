@@ -30,7 +30,7 @@ pub const DEFAULT_LIMIT: u64 = 10;
 /// (the engine's `CANDIDATES_PER_K`), capped at [`super::limits::TOP_MAX`].
 pub const DEFAULT_TOP_PER_LIMIT: u64 = engram_engine::retrieval::CANDIDATES_PER_K as u64;
 /// Hops of an `EXPAND` without `HOPS`: `1..2`, the engine's graph depth.
-pub const DEFAULT_HOPS: (u64, u64) = (1, engram_engine::graph::GRAPH_DEPTH as u64);
+pub const DEFAULT_HOPS: (u64, u64) = (1, engram_engine::retrieval::graph::GRAPH_DEPTH as u64);
 /// Nodes an `EXPAND` without `MAX` may reach.
 pub const DEFAULT_EXPANDED_NODES: u64 = 1_000;
 /// `k` of `FUSE RRF` without `K` (the engine's `RRF_K`).

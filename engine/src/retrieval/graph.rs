@@ -32,10 +32,7 @@ pub const GRAPH_DEPTH: usize = 2;
 /// Top hits of each other retriever used as seeds.
 pub const SEEDS_FROM_HITS: usize = 3;
 
-/// The key under which entity names are indexed: tokens joined by spaces.
-pub fn name_key(name: &str) -> String {
-    tokens(name).join(" ")
-}
+pub use crate::lexical::name_key;
 
 /// Seeds from the query text: every phrase of 1..=4 tokens naming an entity.
 pub fn seeds_from_text(st: &State, text: &str, eligible: &RoaringBitmap) -> Vec<Idx> {

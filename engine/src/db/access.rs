@@ -1,0 +1,193 @@
+//! What a session may see and do: resolving a reference inside its tenant
+//! (another tenant's record is reported exactly like a missing one), the
+//! labels and roles it holds, and the one call into the authorization
+//! matrix.
+
+use super::write::one_of;
+use super::*;
+
+impl Session {
+    /// The principal.
+    pub fn principal(&self) -> &Principal {
+        &self.principal
+    }
+
+    /// The store.
+    pub fn engram(&self) -> &Engram {
+        &self.db
+    }
+
+    /// Resolves a reference within the session's tenant.
+    pub fn resolve(&self, r: &RecordRef) -> Result<RecordId> {
+        self.db.check_open()?;
+        let st = self.db.inner.state.read();
+        self.resolve_in(&st, r).map(|ix| st.meta(ix).id)
+    }
+
+    pub(crate) fn resolve_in(&self, st: &State, r: &RecordRef) -> Result<Idx> {
+        self.resolve_filtered(st, r, true)
+    }
+
+    /// Resolves `r` in the session's tenant whatever labels the session
+    /// holds: only for re-applying operations the tenant already decided
+    /// (a restore's deletions), never for a request.
+    pub(crate) fn resolve_unfiltered(&self, st: &State, r: &RecordRef) -> Result<Idx> {
+        self.resolve_filtered(st, r, false)
+    }
+
+    fn resolve_filtered(&self, st: &State, r: &RecordRef, filter: bool) -> Result<Idx> {
+        let tenant = self.principal.tenant();
+        let not_found = || self.not_found(r);
+        let t = st.tenant_sym(tenant).ok_or_else(not_found)?;
+        let by_id = r.as_id().and_then(|id| st.idx_in(t, id));
+        let by_ext = r.as_external().and_then(|e| {
+            st.tenants
+                .get(&t)
+                .and_then(|ts| ts.external_ids.get(e).copied())
+        });
+        let held = if filter {
+            self.held_labels(st)
+        } else {
+            BTreeSet::new()
+        };
+        one_of(by_id, by_ext, r, tenant, |ix| {
+            !filter || self.target(st, ix, &held).readable
+        })
+        .ok_or_else(not_found)?
+    }
+
+    /// Whether the session may read record `idx` (tenant, labels; deleted
+    /// records are never readable).
+    pub(crate) fn can_read(&self, st: &State, idx: Idx) -> bool {
+        let m = st.meta(idx);
+        if st.strings.name(m.tenant) != self.principal.tenant() {
+            return false;
+        }
+        if m.status == Status::Deleted || m.tombstone {
+            return false;
+        }
+        let held = self.held_labels(st);
+        m.access.iter().all(|l| held.contains(st.strings.name(*l)))
+    }
+
+    /// Labels the principal holds now (admins: every label not revoked).
+    pub(crate) fn held_labels(&self, st: &State) -> BTreeSet<String> {
+        let Some(t) = st.tenant(self.principal.tenant()) else {
+            return BTreeSet::new();
+        };
+        let mut held: BTreeSet<String> = if self.principal.is_admin() {
+            t.labels
+                .iter()
+                .map(|&s| st.strings.name(s).to_string())
+                .collect()
+        } else {
+            t.grants
+                .get(self.principal.id())
+                .map(|g| g.labels.clone())
+                .unwrap_or_default()
+        };
+        held.extend(self.principal.credential_labels().iter().cloned());
+        for r in &t.revoked_labels {
+            held.remove(r);
+        }
+        held
+    }
+
+    /// Roles the principal holds now.
+    pub fn roles(&self) -> BTreeSet<String> {
+        let st = self.db.inner.state.read();
+        self.roles_in(&st)
+    }
+
+    /// [`Session::roles`] under a held state lock.
+    pub(crate) fn roles_in(&self, st: &State) -> BTreeSet<String> {
+        if self.principal.is_admin() {
+            return [
+                crate::principal::ROLE_ADMIN,
+                crate::principal::ROLE_REVIEWER,
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        }
+        let mut roles: BTreeSet<String> = st
+            .tenant(self.principal.tenant())
+            .and_then(|t| t.grants.get(self.principal.id()))
+            .map(|g| g.roles.clone())
+            .unwrap_or_default();
+        roles.extend(self.principal.credential_roles().iter().cloned());
+        roles
+    }
+
+    /// The session tenant's vector spaces: model id -> dimensions (what a
+    /// query may name in `MODEL`).
+    pub fn vector_models(&self) -> std::collections::BTreeMap<String, usize> {
+        let st = self.db.inner.state.read();
+        st.vectors
+            .of_tenant(self.principal.tenant())
+            .map(|s| (s.model.clone(), s.dim))
+            .collect()
+    }
+
+    /// The session as the authorization matrix sees it.
+    pub(crate) fn actor<'a>(&'a self, st: &State) -> crate::authz::Actor<'a> {
+        let roles = self.roles_in(st);
+        crate::authz::Actor::Principal {
+            id: self.principal.id(),
+            kind: self.principal.kind(),
+            admin: self.principal.is_admin() || roles.contains(crate::principal::ROLE_ADMIN),
+            reviewer: roles.contains(crate::principal::ROLE_REVIEWER),
+        }
+    }
+
+    /// Record `idx` as the matrix sees it: readable when it is in the
+    /// session's tenant and the principal holds all its effective labels
+    /// (deleted records and tombstones count as readable here: operations
+    /// refuse them with their own error, reads never show their content,
+    /// and a trace shows a tombstone as removed).
+    pub(crate) fn target(
+        &self,
+        st: &State,
+        idx: Idx,
+        held: &BTreeSet<String>,
+    ) -> crate::authz::Target {
+        let m = st.meta(idx);
+        crate::authz::Target {
+            readable: st.strings.name(m.tenant) == self.principal.tenant()
+                && m.access.iter().all(|l| held.contains(st.strings.name(*l))),
+            own: st.strings.name(m.writer) == self.principal.id(),
+        }
+    }
+
+    /// Asks the matrix about `op` on `target` (a resolved record, with the
+    /// reference as the caller gave it). A hidden target is reported as
+    /// missing, exactly like a reference to nothing.
+    pub(crate) fn authorize(
+        &self,
+        st: &State,
+        op: crate::authz::Operation,
+        target: Option<(Idx, &RecordRef)>,
+    ) -> Result<()> {
+        let t = target.map(|(idx, _)| self.target(st, idx, &self.held_labels(st)));
+        match crate::authz::decide(self.actor(st), op, t) {
+            crate::authz::Decision::Allow => Ok(()),
+            crate::authz::Decision::Hidden => {
+                Err(self.not_found(target.map(|(_, r)| r).expect("only targets are hidden")))
+            }
+            crate::authz::Decision::Forbidden(reason) => Err(EngineError::Forbidden {
+                principal: self.principal.to_string(),
+                action: op.name().to_string(),
+                reason: reason.to_string(),
+            }),
+        }
+    }
+
+    /// The one "not found" of the session: the same for a missing record, a
+    /// record of another tenant and one the principal may not read.
+    pub(crate) fn not_found(&self, r: &RecordRef) -> EngineError {
+        EngineError::NotFound {
+            tenant: self.principal.tenant().to_string(),
+            reference: reference_phrase(r),
+        }
+    }
+}

@@ -1,0 +1,376 @@
+//! The store: opening (recovery, replay, catch-up of derived state), the
+//! write path, sessions, point reads, checkpoints and shutdown, one job
+//! per file:
+//!
+//! - `mod.rs` (this file): the handle ([`Engram`]), its options and shared
+//!   state, sessions, the store's file layout;
+//! - `open.rs`: open and recovery (log, checkpoint or replay, vector
+//!   spaces, an interrupted restore's log swap);
+//! - `write.rs`: the write path (`Session::append_run`);
+//! - `access.rs`: resolving references inside the session's tenant, and
+//!   what the session may read and do;
+//! - `read.rs`: point reads and record views;
+//! - `workers.rs`: the background indexer and checkpointer, checkpoints
+//!   and close.
+//!
+//! Write path, for one atomic batch:
+//! 1. validate every record (no lock held);
+//! 2. under the write lock: resolve references (sources, supersedes,
+//!    subjects) inside the session's tenant, enforce external-id rules,
+//!    decide admission status, mint ids and the transaction time, encode
+//!    frames and queue them on the log;
+//! 3. the log's writer thread makes the group durable, then the commit hook
+//!    applies the frames to the in-memory state in LSN order; only then is
+//!    the batch acknowledged.
+//!
+//! A batch is all or nothing: any invalid record rejects the whole batch
+//! with its position and field, before anything is queued.
+//!
+//! This module must never apply anything that is not in the log, and never
+//! acknowledge before the commit hook has run.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use engram_storage::backend::LockGuard;
+use engram_storage::log::{
+    CommittedFrame, LogOptions, PendingFrame, RecoveryOptions, RecoveryReport,
+};
+use engram_storage::{Backend, FrameLoc, FsBackend, SegmentLog, StorageError};
+use parking_lot::{Mutex, RwLock};
+
+use crate::canonical;
+use crate::codec::{self, StoredDerivation, StoredRecord, StoredVector};
+use crate::embed::Embedder;
+use crate::error::{EngineError, Result};
+use crate::id::{IdGenerator, RecordId};
+pub(crate) use crate::layout;
+use crate::lexical::{Bm25Index, Bm25Params};
+use crate::model::{
+    AssertionKind, Body, DEFAULT_RETENTION_CLASS, EmbeddingInfo, NewRecord, Record, RecordRef,
+    RecordType, SCHEMA_VERSION, Scope, Status, Writer, WriterKind, limits,
+};
+use crate::principal::Principal;
+use crate::state::{Idx, State};
+use crate::time::{Clock, SystemClock, format_rfc3339};
+use crate::vector::distance::Metric;
+use crate::vector::hnsw::HnswParams;
+use crate::vector::space::VectorSpaces;
+
+mod access;
+mod open;
+mod read;
+#[cfg(test)]
+mod tests;
+mod workers;
+mod write;
+
+pub(crate) use crate::state::apply_frame;
+pub(crate) use open::durable_evidence;
+pub use read::ListFilter;
+pub(crate) use write::reference_phrase;
+
+/// How a store is opened.
+#[derive(Clone)]
+pub struct Options {
+    /// The file system (default: the real one).
+    pub backend: Arc<dyn Backend>,
+    /// The transaction-time clock.
+    pub clock: Arc<dyn Clock>,
+    /// Segment log tunables.
+    pub log: LogOptions,
+    /// Embedder for derived vectors and query texts (None: clients send vectors).
+    pub embedder: Option<Arc<dyn Embedder>>,
+    /// Graph parameters of new vector spaces.
+    pub hnsw: HnswParams,
+    /// Metric of every vector space.
+    pub metric: Metric,
+    /// Index vectors on a background thread (off the write path). When false,
+    /// pending vectors are only indexed by [`Engram::wait_indexed`].
+    pub background_indexing: bool,
+    /// Seed for deterministic ids (tests); None mixes in process randomness.
+    pub id_seed: Option<u64>,
+    /// Create the store when the directory is missing or empty (default
+    /// true, as for an embedded database; the CLI creates stores only in
+    /// `init`, `ingest` and `demo`). A directory holding other files is
+    /// never used.
+    pub create_if_missing: bool,
+    /// Open without changing a byte on disk: the log is not recovered in
+    /// place (a torn tail is reported, not cut), derived state is rebuilt
+    /// in memory if needed, and every write fails with `ReadOnly`. Takes a
+    /// shared lock, so it excludes a writer but not other readers.
+    pub read_only: bool,
+    /// Write a state checkpoint in the background once this many frames
+    /// were applied since the last one (and at least
+    /// `checkpoint_min_interval` has passed). 0: only at `close` and on
+    /// [`Engram::checkpoint`].
+    pub checkpoint_after_frames: u64,
+    /// The least time between two background checkpoints (each rewrites
+    /// the whole state, so a busy store must not write them back to back).
+    pub checkpoint_min_interval: Duration,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("log", &self.log)
+            .field(
+                "embedder",
+                &self.embedder.as_ref().map(|e| e.model_id().to_string()),
+            )
+            .field("hnsw", &self.hnsw)
+            .field("metric", &self.metric)
+            .finish()
+    }
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            backend: Arc::new(FsBackend),
+            clock: Arc::new(SystemClock),
+            log: LogOptions::default(),
+            embedder: None,
+            hnsw: HnswParams::default(),
+            metric: Metric::Cosine,
+            background_indexing: true,
+            id_seed: None,
+            create_if_missing: true,
+            read_only: false,
+            checkpoint_after_frames: 100_000,
+            checkpoint_min_interval: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Outcome of one record of an append.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct AppendResult {
+    /// The record's id.
+    pub id: RecordId,
+    /// Its external id.
+    pub external_id: Option<String>,
+    /// Whether it was stored now or already existed with the same content.
+    pub outcome: AppendOutcome,
+    /// Admission status.
+    pub status: Status,
+    /// LSN of its frame (of the existing record for duplicates).
+    pub lsn: u64,
+    /// What the engine decided beyond what the record said: labels a
+    /// correction inherited, or access an admin lowered.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// Whether an append stored something.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AppendOutcome {
+    /// Stored.
+    Created,
+    /// Same external id and same content already stored: nothing written.
+    Duplicate,
+}
+
+/// State of the write path shared by concurrent appenders.
+pub(crate) struct WriterState {
+    pub(crate) ids: IdGenerator,
+    last_ingested_at: i64,
+    /// (tenant, external id) -> (id, content hash) of batches in flight.
+    pending_ext: HashMap<(String, String), (RecordId, [u8; 32])>,
+    /// Records being superseded by batches in flight.
+    pending_superseded: HashSet<RecordId>,
+    /// Vector spaces being created by batches in flight.
+    pending_dims: HashMap<(String, String), usize>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) dir: PathBuf,
+    pub(crate) backend: Arc<dyn Backend>,
+    lock: Mutex<Option<LockGuard>>,
+    pub(crate) log: SegmentLog,
+    pub(crate) state: Arc<RwLock<State>>,
+    pub(crate) writer: Mutex<WriterState>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) opts: Options,
+    recovery: RecoveryReport,
+    /// A durable frame that could not be applied to memory: the state no
+    /// longer follows the log, so every later call fails until reopen.
+    apply_error: Arc<Mutex<Option<String>>>,
+    /// The last background checkpoint's failure (cleared by the next
+    /// success; the log stays the record, so nothing is lost, but the next
+    /// open replays more).
+    pub(crate) checkpoint_error: Mutex<Option<String>>,
+    /// LSN of the last state checkpoint written or loaded.
+    pub(crate) checkpoint_lsn: AtomicU64,
+    /// One checkpoint at a time.
+    checkpointing: Mutex<()>,
+    /// The indexer thread's failure (unindexed vectors are still searched
+    /// exactly, so results stay complete).
+    pub(crate) indexer_error: Arc<Mutex<Option<String>>>,
+    indexer: Mutex<Option<JoinHandle<()>>>,
+    indexer_tx: Mutex<Option<crossbeam_channel::Sender<()>>>,
+    checkpointer_tx: Mutex<Option<crossbeam_channel::Sender<()>>>,
+    checkpointer: Mutex<Option<JoinHandle<()>>>,
+    closed: AtomicBool,
+    /// Held shared by appends, exclusively by maintenance (compaction, restore).
+    pub(crate) maintenance: RwLock<()>,
+    /// Serialises reconciling `ledger.jsonl` with the log: two deletions
+    /// reconciling at once would interleave their appends.
+    pub(crate) ledger_sync: Mutex<()>,
+}
+
+/// An open store. Cheap to clone; all clones share one store.
+#[derive(Clone)]
+pub struct Engram {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Engram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engram")
+            .field("dir", &self.inner.dir)
+            .finish()
+    }
+}
+
+/// What opening the store found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpenReport {
+    /// What log recovery did.
+    pub log: RecoveryReport,
+    /// Frames replayed into memory.
+    pub frames_replayed: u64,
+    /// LSN of the state checkpoint the open started from (0: none, the
+    /// whole log was replayed).
+    pub checkpoint_lsn: u64,
+    /// Why a state checkpoint found on disk was not used (the whole log was
+    /// replayed instead).
+    pub checkpoint_discarded: Option<String>,
+    /// Whether the lexical index was rebuilt (snapshot missing or stale).
+    pub lexical_rebuilt: bool,
+    /// Vector spaces rebuilt from the log.
+    pub vectors_rebuilt: Vec<String>,
+    /// A restore's last step, found pending and finished by this open.
+    pub restore_resumed: Option<crate::maintenance::RestoreReport>,
+    /// A read-only open found a restore's last step pending (the next
+    /// writable open finishes it).
+    pub restore_pending: bool,
+}
+
+/// The LSN the lexical snapshot of the store in `dir` covers (0 when it is
+/// missing or unreadable).
+pub(crate) fn lexical_snapshot_lsn(backend: &dyn Backend, dir: &Path) -> u64 {
+    crate::lexical::snapshot::lsn(backend, &layout::lexical(dir))
+}
+
+fn backend_has_restore_pending(db: &Engram) -> bool {
+    db.inner
+        .backend
+        .exists(&layout::restore_pending(&db.inner.dir))
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
+    move |e| EngineError::Storage(StorageError::io(path, e))
+}
+
+impl Engram {
+    /// A session acting as `principal`.
+    pub fn session(&self, principal: Principal) -> Session {
+        Session {
+            db: self.clone(),
+            principal,
+        }
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// What log recovery did when this store was opened.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.inner.recovery
+    }
+
+    /// The last LSN applied to the in-memory state.
+    pub fn applied_lsn(&self) -> u64 {
+        self.inner.state.read().applied_lsn
+    }
+
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(EngineError::Closed);
+        }
+        if let Some(e) = self.inner.apply_error.lock().clone() {
+            return Err(EngineError::Background {
+                worker: "apply (a durable log frame could not be applied to memory)".into(),
+                detail: e,
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn now(&self) -> i64 {
+        self.inner.clock.now_ms()
+    }
+
+    /// A fresh id to label one ingest run (pass it to [`Session::append_run`]).
+    pub fn new_run_id(&self) -> RecordId {
+        self.mint().0
+    }
+
+    /// Counters of the segment log.
+    pub fn log_stats(&self) -> engram_storage::LogStats {
+        self.inner.log.stats()
+    }
+
+    /// The engine clock's reading (ms since the epoch): what `now` means in
+    /// requests.
+    pub fn now_ms(&self) -> i64 {
+        self.now()
+    }
+
+    /// Model id of the built-in embedder this store was opened with.
+    pub fn embedder_model(&self) -> Option<String> {
+        self.inner
+            .opts
+            .embedder
+            .as_ref()
+            .map(|e| e.model_id().to_string())
+    }
+
+    /// Vectors waiting for the background indexer.
+    pub fn pending_vectors(&self) -> usize {
+        self.inner.state.read().vectors.pending()
+    }
+
+    /// Mints an id and a transaction time (monotonic).
+    pub(crate) fn mint(&self) -> (RecordId, i64) {
+        let mut w = self.inner.writer.lock();
+        let now = self
+            .now()
+            .max(w.last_ingested_at)
+            .max(self.inner.state.read().last_ingested_at);
+        w.last_ingested_at = now;
+        (w.ids.mint(now), now)
+    }
+}
+
+/// A handle bound to one principal. Every read and write goes through one,
+/// and it can only ever see its principal's tenant.
+#[derive(Clone, Debug)]
+pub struct Session {
+    pub(crate) db: Engram,
+    pub(crate) principal: Principal,
+}
+
+/// Lower-case hex.
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}

@@ -1,0 +1,372 @@
+//! Opening a store: the log's recovery, the state from its checkpoint and
+//! the log after it (or the whole log), the lexical snapshot and vector
+//! spaces, and finishing a restore interrupted by a crash.
+
+use super::workers::{checkpoint_loop, indexer_loop};
+use super::*;
+
+impl Engram {
+    /// Opens (creating if needed) the store in `dir`.
+    pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Engram> {
+        Self::open_with_report(dir, opts).map(|(e, _)| e)
+    }
+
+    /// Opens the store and reports what recovery did.
+    pub fn open_with_report(dir: impl AsRef<Path>, opts: Options) -> Result<(Engram, OpenReport)> {
+        let dir = dir.as_ref().to_path_buf();
+        let real = opts.backend.clone();
+        crate::store_dir::prepare(real.as_ref(), &dir, opts.create_if_missing, !opts.read_only)?;
+        // A read-only open works through a copy-on-write overlay: it may
+        // rebuild derived state in memory, and never changes a byte on disk.
+        let backend: Arc<dyn Backend> = if opts.read_only {
+            Arc::new(engram_storage::OverlayBackend::new(real.clone()))
+        } else {
+            real.clone()
+        };
+        let lock_path = layout::lock(&dir);
+        let lock = if opts.read_only {
+            real.try_lock_shared(&lock_path)
+        } else {
+            real.try_lock(&lock_path)
+        }
+        .map_err(io(&lock_path))?
+        .ok_or(EngineError::Storage(StorageError::Locked {
+            path: lock_path,
+        }))?;
+        recover_log_swap(backend.as_ref(), &dir)?;
+        let mut report = OpenReport::default();
+        // Derived state read (without changing it) before the log: what
+        // it has applied was durable in the log, so recovery must not cut
+        // below it.
+        let (durable_lsn, durable_evidence) = durable_evidence(&backend, &dir);
+        // The lexical snapshot is decoded on a second thread while this one
+        // recovers the log, opens the vector spaces and decodes the state
+        // checkpoint: the two are independent, and each is a large share
+        // of an open (docs/benchmarks.md, `engram bench open`).
+        let lexical_path = layout::lexical(&dir);
+        let (lexical_read, opened) = std::thread::scope(|sc| {
+            let lexical =
+                sc.spawn(|| crate::lexical::snapshot::read(backend.as_ref(), &lexical_path));
+            let opened = (|| -> Result<_> {
+                let (log, log_report) = SegmentLog::open_with(
+                    backend.clone(),
+                    &layout::log(&dir),
+                    opts.log.clone(),
+                    &RecoveryOptions {
+                        read_only: opts.read_only,
+                        durable_lsn,
+                        durable_evidence: durable_evidence.to_string(),
+                    },
+                )?;
+                // Stores written before the state checkpoint kept a redb
+                // catalog: derived, and read by nothing now.
+                let legacy = layout::legacy_catalog(&dir);
+                if !opts.read_only && backend.exists(&legacy) {
+                    crate::store_dir::remove_owned(backend.as_ref(), &legacy)?;
+                }
+                let derived = layout::derived(&dir);
+                backend.create_dir_all(&derived).map_err(io(&derived))?;
+                let vectors = VectorSpaces::open(
+                    backend.clone(),
+                    &layout::vectors(&dir),
+                    opts.hnsw,
+                    opts.metric,
+                )?;
+                let checkpoint =
+                    crate::checkpoint::load(backend.as_ref(), &dir, &log).and_then(|d| match d {
+                        Some(mut d) => d
+                            .parts
+                            .validate()
+                            .map(|()| Some(d))
+                            .map_err(|e| e.to_string()),
+                        None => Ok(None),
+                    });
+                Ok((log, log_report, vectors, checkpoint))
+            })();
+            (lexical.join(), opened)
+        });
+        let lexical_read = lexical_read.unwrap_or_else(|p| std::panic::resume_unwind(p));
+        let (log, log_report, mut vectors, checkpoint) = opened?;
+        report.log = log_report.clone();
+        let last_lsn = log.last_lsn();
+        let (lexical, lexical_lsn) = match lexical_read {
+            Some((lsn, Ok(ix))) if lsn <= last_lsn => (ix, lsn),
+            _ => (Bm25Index::new(Bm25Params::default()), 0),
+        };
+        report.lexical_rebuilt = lexical_lsn == 0 && last_lsn > 0;
+        // The state checkpoint, when it sits at the lexical snapshot's LSN
+        // and the vector spaces were persisted with it: only the log after
+        // it is replayed.
+        let from_checkpoint = match checkpoint {
+            Ok(None) => None,
+            Ok(Some(d)) if d.parts.applied_lsn != lexical_lsn => {
+                report.checkpoint_discarded = Some(format!(
+                    "it is at LSN {}, the lexical snapshot at {lexical_lsn}",
+                    d.parts.applied_lsn
+                ));
+                None
+            }
+            Ok(Some(d)) => {
+                let parts = d.parts;
+                match vectors.adopt(d.spaces, &|i| parts.id_of(i)) {
+                    Ok(()) => Some(parts),
+                    Err(why) => {
+                        // `adopt` changed nothing: a full replay follows.
+                        report.checkpoint_discarded = Some(why);
+                        None
+                    }
+                }
+            }
+            Err(why) => {
+                report.checkpoint_discarded = Some(why);
+                None
+            }
+        };
+        let (mut state, replay_from) = match from_checkpoint {
+            Some(parts) => {
+                let lsn = parts.applied_lsn;
+                report.checkpoint_lsn = lsn;
+                (
+                    parts.into_state(lexical, vectors, opts.embedder.clone())?,
+                    lsn + 1,
+                )
+            }
+            None => (
+                State::new(lexical, lexical_lsn, vectors, opts.embedder.clone()),
+                0,
+            ),
+        };
+        let mut replayed = 0u64;
+        log.scan(replay_from, |f| {
+            apply_frame(
+                &mut state,
+                f.header.frame_type,
+                f.header.frame_version,
+                f.payload(),
+                f.loc(),
+            )?;
+            replayed += 1;
+            Ok(ControlFlow::Continue(()))
+        })?;
+        report.frames_replayed = replayed;
+        // Vector spaces whose persisted files disagree with the log are rebuilt.
+        let ids: Vec<RecordId> = state.metas.iter().map(|m| m.id).collect();
+        let stale = state.vectors.finish_replay(&|i| ids[i as usize])?;
+        if !stale.is_empty() {
+            for m in &stale {
+                state.vectors.reset(m)?;
+            }
+            rebuild_spaces(&mut state, &log, &stale)?;
+            report.vectors_rebuilt = stale
+                .into_iter()
+                .map(|(t, m)| format!("{m} (tenant {t})"))
+                .collect();
+        }
+        let mut ids = match opts.id_seed {
+            Some(s) => IdGenerator::deterministic(s),
+            None => IdGenerator::new(last_lsn),
+        };
+        if let Some(m) = state.metas.iter().map(|m| m.id).max() {
+            ids.observe(m);
+        }
+        // Operation ids too: a restore re-applies operations under their
+        // original ids, which may be newer than any record.
+        if let Some(m) = state.ledger.iter().map(|e| e.op_id).max() {
+            ids.observe(m);
+        }
+        let last_ingested_at = state.last_ingested_at;
+        let inner = Arc::new(Inner {
+            dir,
+            backend,
+            lock: Mutex::new(Some(lock)),
+            log,
+            state: Arc::new(RwLock::new(state)),
+            writer: Mutex::new(WriterState {
+                ids,
+                last_ingested_at,
+                pending_ext: HashMap::new(),
+                pending_superseded: HashSet::new(),
+                pending_dims: HashMap::new(),
+            }),
+            clock: opts.clock.clone(),
+            opts,
+            recovery: log_report,
+            apply_error: Arc::new(Mutex::new(None)),
+            checkpoint_error: Mutex::new(None),
+            checkpoint_lsn: AtomicU64::new(report.checkpoint_lsn),
+            checkpointing: Mutex::new(()),
+            indexer_error: Arc::new(Mutex::new(None)),
+            indexer: Mutex::new(None),
+            indexer_tx: Mutex::new(None),
+            checkpointer_tx: Mutex::new(None),
+            checkpointer: Mutex::new(None),
+            closed: AtomicBool::new(false),
+            maintenance: RwLock::new(()),
+            ledger_sync: Mutex::new(()),
+        });
+        Self::start_threads(&inner)?;
+        let db = Engram { inner };
+        // The ledger file must hold every deletion and revocation of the log.
+        db.sync_ledger()?;
+        if db.inner.opts.read_only {
+            report.restore_pending = backend_has_restore_pending(&db);
+        } else {
+            report.restore_resumed = crate::maintenance::resume_restore(&db)?;
+        }
+        Ok((db, report))
+    }
+
+    fn start_threads(inner: &Arc<Inner>) -> Result<()> {
+        let (tx, rx) = crossbeam_channel::unbounded::<()>();
+        let hook_state = inner.state.clone();
+        let hook_err = inner.apply_error.clone();
+        let hook_tx = tx.clone();
+        if !inner.opts.read_only {
+            inner
+                .log
+                .start_writer(Box::new(move |frames: &[CommittedFrame<'_>]| {
+                    let vectors_pending;
+                    {
+                        let mut st = hook_state.write();
+                        for f in frames {
+                            if let Err(e) = apply_frame(
+                                &mut st,
+                                f.header.frame_type,
+                                f.header.frame_version,
+                                f.payload,
+                                f.loc,
+                            ) {
+                                hook_err.lock().get_or_insert(e.to_string());
+                            }
+                        }
+                        vectors_pending = st.vectors.pending() > 0;
+                    }
+                    // Wake the indexer only when there is something to index.
+                    if vectors_pending {
+                        let _ = hook_tx.send(());
+                    }
+                }))?;
+        }
+        let spawn_err = |e| EngineError::Storage(StorageError::io("background thread", e));
+        if !inner.opts.read_only && inner.opts.checkpoint_after_frames > 0 {
+            let (ck_tx, ck_rx) = crossbeam_channel::bounded::<()>(0);
+            let weak = Arc::downgrade(inner);
+            let handle = std::thread::Builder::new()
+                .name("engram-checkpoint".into())
+                .spawn(move || checkpoint_loop(weak, ck_rx))
+                .map_err(spawn_err)?;
+            *inner.checkpointer.lock() = Some(handle);
+            *inner.checkpointer_tx.lock() = Some(ck_tx);
+        }
+        if inner.opts.background_indexing {
+            let st = inner.state.clone();
+            let ix_err = inner.indexer_error.clone();
+            let handle = std::thread::Builder::new()
+                .name("engram-indexer".into())
+                .spawn(move || indexer_loop(st, rx, ix_err))
+                .map_err(spawn_err)?;
+            *inner.indexer.lock() = Some(handle);
+        }
+        *inner.indexer_tx.lock() = Some(tx);
+        Ok(())
+    }
+}
+
+/// Finishes or rolls back a restore's swap of log directories interrupted
+/// by a crash: `log.restore` is the incoming copy, `log.old` the outgoing.
+fn recover_log_swap(backend: &dyn Backend, dir: &Path) -> Result<()> {
+    let log = layout::log(dir);
+    let old = dir.join("log.old");
+    let incoming = dir.join("log.restore");
+    // The incoming copy is renamed to `log/` in one step: while it exists,
+    // the swap has not happened and the store keeps its own log.
+    let swapped = !backend.exists(&incoming);
+    if !backend.exists(&log) && backend.exists(&old) {
+        // crashed between the two renames: put the old log back
+        backend.rename(&old, &log).map_err(io(&old))?;
+    }
+    // an incoming copy that never became the log is abandoned (rerun the restore)
+    crate::store_dir::remove_owned(backend, &incoming)?;
+    crate::store_dir::remove_owned(backend, &old)?;
+    // The entries a restore was to re-apply belong to the restored log only:
+    // with the swap undone they must not touch the store's own log.
+    let marker = layout::restore_pending(dir);
+    if !swapped && backend.exists(&marker) {
+        backend.remove_file(&marker).map_err(io(&marker))?;
+    }
+    backend.sync_dir(dir).map_err(io(dir))?;
+    Ok(())
+}
+
+fn rebuild_spaces(
+    st: &mut State,
+    log: &SegmentLog,
+    keys: &[crate::vector::space::SpaceKey],
+) -> Result<()> {
+    let wanted = |tenant: &str, model: &str| keys.iter().any(|(t, m)| t == tenant && m == model);
+    let embedder = st.embedder.clone();
+    let mut by_id: HashMap<RecordId, Idx> = HashMap::new();
+    log.scan(0, |f| {
+        let r: Result<()> = (|| {
+            if f.header.frame_type == codec::FRAME_RECORD {
+                let a = codec::view_record(f.payload())?;
+                let id = RecordId::from_bytes(a.id);
+                let Some(idx) = st.idx(id) else { return Ok(()) };
+                by_id.insert(id, idx);
+                let m = st.meta(idx).clone();
+                let tenant = st.strings.name(m.tenant).to_string();
+                if let (Some(emb), Some(t)) = (&embedder, a.text.as_ref()) {
+                    if wanted(&tenant, emb.model_id())
+                        && crate::state::embeds(m.rtype, m.akind)
+                        && !a.vector_models.iter().any(|v| v.as_str() == emb.model_id())
+                    {
+                        let v = emb.embed(t.as_str());
+                        st.vectors.push(&tenant, emb.model_id(), true, idx, &v)?;
+                    }
+                }
+            } else if f.header.frame_type == codec::FRAME_VECTOR {
+                let a = codec::view_vector(f.payload())?;
+                if let Some(&idx) = by_id.get(&RecordId::from_bytes(a.record)) {
+                    let tenant = st.strings.name(st.meta(idx).tenant).to_string();
+                    if wanted(&tenant, a.model.as_str()) {
+                        let v: Vec<f32> = a.vector.iter().map(|x| x.to_native()).collect();
+                        st.vectors.push(&tenant, a.model.as_str(), false, idx, &v)?;
+                    }
+                }
+            }
+            Ok(())
+        })();
+        r.map_err(|e| StorageError::CorruptLog {
+            segment: f.segment,
+            offset: f.offset,
+            reason: e.to_string(),
+        })?;
+        Ok(ControlFlow::Continue(()))
+    })?;
+    Ok(())
+}
+
+/// The highest LSN the derived state of the store in `dir` has applied
+/// (and so proves was durable), and what holds it. Reads through `backend`
+/// without changing anything when it is an overlay.
+pub(crate) fn durable_evidence(
+    backend: &std::sync::Arc<dyn engram_storage::Backend>,
+    dir: &Path,
+) -> (u64, &'static str) {
+    // Headers only (their own checksums verified): cheap at every open.
+    let ckpt = engram_storage::files::read_snapshot_header(
+        backend.as_ref(),
+        &crate::layout::checkpoint(dir),
+        crate::checkpoint::MAGIC,
+        crate::checkpoint::VERSION,
+    )
+    .ok()
+    .flatten()
+    .map_or(0, |h| h.applied_lsn);
+    let lex = super::lexical_snapshot_lsn(backend.as_ref(), dir);
+    if lex >= ckpt {
+        (lex, "the lexical index snapshot")
+    } else {
+        (ckpt, "the state checkpoint")
+    }
+}

@@ -1,0 +1,212 @@
+//! Point reads (`get`, `history`, `current`, `list`) and the record view
+//! built from the state and the log.
+
+use super::*;
+
+impl Session {
+    /// Reads a record by id or external id. Records of other tenants, records
+    /// the principal may not read, and deleted records are all "not found".
+    pub fn get(&self, r: &RecordRef) -> Result<Record> {
+        self.db.check_open()?;
+        let st = self.db.inner.state.read();
+        let idx = self.resolve_in(&st, r)?;
+        if !self.can_read(&st, idx) {
+            return Err(self.not_found(r));
+        }
+        self.db.record_view(&st, idx)
+    }
+
+    /// Every version of a record's correction chain, oldest first, that the
+    /// principal may read.
+    pub fn history(&self, r: &RecordRef) -> Result<Vec<Record>> {
+        self.db.check_open()?;
+        let st = self.db.inner.state.read();
+        let idx = self.resolve_in(&st, r)?;
+        let chain = st.chain(idx);
+        let mut out = Vec::new();
+        for i in chain {
+            if self.can_read(&st, i) {
+                out.push(self.db.record_view(&st, i)?);
+            }
+        }
+        if out.is_empty() {
+            return Err(self.not_found(r));
+        }
+        Ok(out)
+    }
+
+    /// The newest version of a record's correction chain.
+    pub fn current(&self, r: &RecordRef) -> Result<Record> {
+        let mut h = self.history(r)?;
+        Ok(h.pop().expect("history is never empty"))
+    }
+
+    /// Lists readable records of the tenant in log order.
+    pub fn list(&self, filter: &ListFilter) -> Result<Vec<Record>> {
+        self.db.check_open()?;
+        let st = self.db.inner.state.read();
+        let Some(t) = st.tenant_sym(self.principal.tenant()) else {
+            return Ok(Vec::new());
+        };
+        let Some(bm) = st.bm_tenant.get(&t) else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for idx in bm.iter() {
+            let m = st.meta(idx);
+            if filter.since.is_some_and(|s| m.occurred_at < s)
+                || filter.until.is_some_and(|u| m.occurred_at > u)
+                || filter
+                    .kind
+                    .as_ref()
+                    .is_some_and(|k| st.strings.name(m.kind) != k)
+                || filter.record.is_some_and(|r| m.rtype != r)
+                || (!filter.include_superseded && m.status == Status::Superseded)
+            {
+                continue;
+            }
+            if !self.can_read(&st, idx) {
+                continue;
+            }
+            out.push(self.db.record_view(&st, idx)?);
+            if out.len() >= filter.limit {
+                break;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Filter for [`Session::list`].
+#[derive(Clone, Debug)]
+pub struct ListFilter {
+    /// occurred_at >= since.
+    pub since: Option<i64>,
+    /// occurred_at <= until.
+    pub until: Option<i64>,
+    /// Only this kind.
+    pub kind: Option<String>,
+    /// Only this record type.
+    pub record: Option<RecordType>,
+    /// Include superseded versions.
+    pub include_superseded: bool,
+    /// At most this many.
+    pub limit: usize,
+}
+
+impl Default for ListFilter {
+    fn default() -> Self {
+        ListFilter {
+            since: None,
+            until: None,
+            kind: None,
+            record: None,
+            include_superseded: true,
+            limit: usize::MAX,
+        }
+    }
+}
+
+impl Engram {
+    /// External id and text of record `idx`, read in place from the log.
+    pub(crate) fn hit_content(
+        &self,
+        st: &State,
+        idx: Idx,
+    ) -> Result<(Option<String>, Option<String>)> {
+        let m = st.meta(idx);
+        let f = self.inner.log.read(m.loc.segment, m.loc.offset)?;
+        let a = codec::view_record(f.payload())?;
+        Ok((
+            a.external_id.as_ref().map(|s| s.as_str().to_string()),
+            a.text.as_ref().map(|s| s.as_str().to_string()),
+        ))
+    }
+
+    /// Builds the public view of record `idx` (content read from the log).
+    pub(crate) fn record_view(&self, st: &State, idx: Idx) -> Result<Record> {
+        let m = st.meta(idx);
+        let f = self.inner.log.read(m.loc.segment, m.loc.offset)?;
+        let superseded_by = m.superseded_by.map(|i| st.meta(i).id);
+        if m.tombstone {
+            return Err(EngineError::NotFound {
+                tenant: st.strings.name(m.tenant).to_string(),
+                reference: m.id.to_string(),
+            });
+        }
+        let a = codec::view_record(f.payload())?;
+        let r = codec::record_to_owned(a);
+        let data = match &r.data_json {
+            Some(s) => Some(serde_json::from_str(s).map_err(|e| EngineError::Corrupt {
+                what: "record data".into(),
+                detail: e.to_string(),
+            })?),
+            None => None,
+        };
+        Ok(Record {
+            id: m.id,
+            external_id: r.external_id,
+            record: m.rtype,
+            tenant: r.tenant,
+            scope: Scope {
+                user: r.scope_user,
+                conversation: r.scope_conversation,
+                agent: r.scope_agent,
+                labels: r.scope_labels,
+            },
+            kind: r.kind,
+            status: m.status,
+            occurred_at: r.occurred_at_ms,
+            ingested_at: r.ingested_at_ms,
+            valid_from: r.valid_from_ms,
+            valid_until: m.valid_until,
+            last_verified_at: r.last_verified_at_ms,
+            text: r.text,
+            data,
+            content_sha256: hex(&r.content_sha256),
+            schema_version: r.schema_version,
+            ingest_run_id: RecordId::from_bytes(r.ingest_run_id),
+            supersedes: r.supersedes.map(RecordId::from_bytes),
+            superseded_by,
+            retention_class: r.retention_class,
+            access: r.access,
+            effective_access: st.access_names(idx),
+            writer: Writer {
+                principal: r.writer_principal,
+                kind: WriterKind::from_code(r.writer_kind).unwrap_or_default(),
+            },
+            embeddings: st
+                .vectors
+                .all()
+                .iter()
+                .filter(|s| s.slot_of(idx).is_some())
+                .map(|s| EmbeddingInfo {
+                    model: s.model.clone(),
+                    dim: s.dim,
+                })
+                .collect(),
+            entity_type: r.entity_type,
+            name: r.name,
+            aliases: r.aliases,
+            subject: r.subject.map(RecordId::from_bytes),
+            predicate: r.predicate,
+            object: r.object.map(RecordId::from_bytes),
+            object_value: r.object_value,
+            sources: r.sources.into_iter().map(RecordId::from_bytes).collect(),
+            derivation: r.derivation.map(|d| crate::model::Derivation {
+                extractor: d.extractor,
+                model_config: d.model_config,
+                generated: d.generated,
+            }),
+            confidence: r.confidence,
+            generator: r.generator,
+            lsn: m.loc.lsn,
+        })
+    }
+
+    /// Kind of an assertion record, if it is one.
+    pub fn assertion_kind(&self, id: RecordId) -> Option<AssertionKind> {
+        let st = self.inner.state.read();
+        st.idx(id).and_then(|i| st.meta(i).akind)
+    }
+}

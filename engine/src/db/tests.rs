@@ -1,0 +1,327 @@
+//! Unit tests of the write path and apply.
+
+use super::write::{Resolved, content_hash};
+use super::*;
+
+/// The content hash as first specified: the canonical form of a
+/// `serde_json` object. The direct writer must give identical bytes.
+#[allow(clippy::cast_lossless)]
+fn content_hash_reference(
+    r: &NewRecord,
+    resolved: &Resolved,
+    retention: &str,
+    access: &[String],
+) -> Result<[u8; 32]> {
+    use serde_json::{Map, Value, json};
+    let mut o = Map::new();
+    o.insert("record".into(), json!(r.body.record_type().name()));
+    o.insert("kind".into(), json!(r.kind));
+    let mut scope = Map::new();
+    if let Some(u) = &r.scope.user {
+        scope.insert("user".into(), json!(u));
+    }
+    if let Some(c) = &r.scope.conversation {
+        scope.insert("conversation".into(), json!(c));
+    }
+    if let Some(a) = &r.scope.agent {
+        scope.insert("agent".into(), json!(a));
+    }
+    if !r.scope.labels.is_empty() {
+        let mut l = r.scope.labels.clone();
+        l.sort();
+        l.dedup();
+        scope.insert("labels".into(), json!(l));
+    }
+    if !scope.is_empty() {
+        o.insert("scope".into(), Value::Object(scope));
+    }
+    for (k, v) in [
+        ("occurred_at", r.occurred_at),
+        ("valid_from", r.valid_from),
+        ("valid_until", r.valid_until),
+        ("last_verified_at", r.last_verified_at),
+    ] {
+        if let Some(t) = v {
+            o.insert(k.into(), json!(format_rfc3339(t)));
+        }
+    }
+    if let Some(t) = &r.text {
+        o.insert("text".into(), json!(t));
+    }
+    if let Some(d) = &r.data {
+        o.insert("data".into(), d.clone());
+    }
+    o.insert("retention_class".into(), json!(retention));
+    if !access.is_empty() {
+        o.insert("access".into(), json!(access));
+    }
+    if let Some(s) = resolved.supersedes {
+        o.insert("supersedes".into(), json!(s.to_string()));
+    }
+    if !resolved.sources.is_empty() {
+        let s: Vec<String> = resolved.sources.iter().map(|i| i.to_string()).collect();
+        o.insert("sources".into(), json!(s));
+    }
+    match &r.body {
+        Body::Event => {}
+        Body::Entity {
+            entity_type,
+            name,
+            aliases,
+        } => {
+            o.insert("entity_type".into(), json!(entity_type));
+            o.insert("name".into(), json!(name));
+            if !aliases.is_empty() {
+                o.insert("aliases".into(), json!(aliases));
+            }
+        }
+        Body::Relation { predicate, .. } => {
+            o.insert("predicate".into(), json!(predicate));
+        }
+        Body::Assertion {
+            predicate, object, ..
+        } => {
+            if let Some(p) = predicate {
+                o.insert("predicate".into(), json!(p));
+            }
+            if let Some(v) = object {
+                o.insert("object".into(), json!(v));
+            }
+        }
+        Body::Summary { generator } => {
+            o.insert("generator".into(), json!(generator));
+        }
+    }
+    if let Some(s) = resolved.subject {
+        o.insert("subject".into(), json!(s.to_string()));
+    }
+    if let Some(s) = resolved.object {
+        o.insert("object_entity".into(), json!(s.to_string()));
+    }
+    if let Some(d) = &r.derivation {
+        let mut dm = Map::new();
+        dm.insert("extractor".into(), json!(d.extractor));
+        if let Some(m) = &d.model_config {
+            dm.insert("model_config".into(), json!(m));
+        }
+        dm.insert("generated".into(), json!(d.generated));
+        o.insert("derivation".into(), Value::Object(dm));
+    }
+    if let Some(c) = r.confidence {
+        o.insert("confidence".into(), json!(c as f64));
+    }
+    canonical::content_sha256(&Value::Object(o))
+        .map_err(|e| EngineError::invalid("data", e.to_string()))
+}
+
+fn sample_records() -> Vec<(NewRecord, Resolved)> {
+    let id = |n: u64| {
+        RecordId::from_bytes({
+            let mut b = [0u8; 16];
+            b[8..].copy_from_slice(&n.to_be_bytes());
+            b
+        })
+    };
+    let mut out = Vec::new();
+    let mut e = NewRecord::event(
+        "user_message",
+        "Quote \" and \\ and \n, caf\u{e9} \u{1F600} \u{1}",
+    );
+    e.scope.user = Some("u1".into());
+    e.scope.labels = vec!["b".into(), "a".into(), "b".into()];
+    e.occurred_at = Some(1_700_000_000_123);
+    e.data =
+        Some(serde_json::json!({"z": [1, 2.5, null], "a": {"\u{10000}": true, "\u{e000}": false}}));
+    out.push((e, Resolved::default()));
+    let mut a = NewRecord::assertion(
+        crate::model::AssertionKind::Fact,
+        "Checkout depends on payments",
+        vec![],
+    );
+    if let Body::Assertion {
+        predicate, object, ..
+    } = &mut a.body
+    {
+        *predicate = Some("depends_on".into());
+        *object = Some("payments".into());
+    }
+    a.valid_from = Some(5);
+    a.valid_until = Some(6);
+    a.last_verified_at = Some(7);
+    a.confidence = Some(0.1);
+    a.derivation = Some(crate::model::Derivation {
+        extractor: "x/v1".into(),
+        model_config: Some("m".into()),
+        generated: true,
+    });
+    out.push((
+        a,
+        Resolved {
+            supersedes: Some(id(1)),
+            sources: vec![id(2), id(3)],
+            subject: Some(id(4)),
+            object: None,
+        },
+    ));
+    let en = NewRecord {
+        body: Body::Entity {
+            entity_type: "service".into(),
+            name: "payments-api".into(),
+            aliases: vec!["payments".into()],
+        },
+        kind: "entity".into(),
+        ..NewRecord::default()
+    };
+    out.push((en, Resolved::default()));
+    let r = NewRecord {
+        body: Body::Summary {
+            generator: "sum/v2".into(),
+        },
+        kind: "summary".into(),
+        text: Some(String::new()),
+        ..NewRecord::default()
+    };
+    out.push((
+        r,
+        Resolved {
+            object: Some(id(9)),
+            ..Resolved::default()
+        },
+    ));
+    out
+}
+
+#[test]
+fn direct_content_hash_matches_the_value_based_definition() {
+    for (r, res) in sample_records() {
+        for access in [vec![], vec!["ops".to_string(), "sec".to_string()]] {
+            let data = r
+                .data
+                .as_ref()
+                .map(|d| canonical::to_canonical_string(d).unwrap());
+            assert_eq!(
+                content_hash(&r, &res, "standard", &access, data.as_deref()),
+                content_hash_reference(&r, &res, "standard", &access).unwrap(),
+                "{r:?}"
+            );
+        }
+    }
+}
+
+/// A write prepared before a deletion was applied (its checks passed)
+/// but logged after it: a summary of the deleted record and a
+/// correction of it. Applying them must not revive anything.
+#[test]
+fn a_write_that_raced_a_deletion_is_deleted_when_applied() {
+    let db = Engram::open(
+        "/race",
+        Options {
+            backend: Arc::new(engram_storage::MemBackend::new()),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let s = db.session(Principal::admin("t"));
+    let x = s.append(vec![NewRecord::event("note", "x")]).unwrap()[0].id;
+    let keep = s.append(vec![NewRecord::event("note", "keep")]).unwrap()[0].id;
+    s.delete(&RecordRef::Id(x), None).unwrap();
+    let frame = |r: StoredRecord| PendingFrame {
+        frame_type: codec::FRAME_RECORD,
+        frame_version: codec::PAYLOAD_VERSION,
+        payload: codec::encode_record(&r),
+    };
+    let record = |rtype: RecordType, text: &str| {
+        let now = db.now();
+        let id = db.inner.writer.lock().ids.mint(now);
+        let mut r = StoredRecord::empty(id);
+        r.ingested_at_ms = now;
+        r.record_type = rtype.code();
+        r.tenant = "t".into();
+        r.kind = "note".into();
+        r.text = Some(text.into());
+        r.retention_class = DEFAULT_RETENTION_CLASS.into();
+        r.status = Status::Active as u8;
+        r.writer_kind = WriterKind::System.code();
+        r
+    };
+    let mut summary = record(RecordType::Summary, "summary of x");
+    summary.sources = vec![x.to_bytes()];
+    summary.generator = Some("g".into());
+    let mut fix = record(RecordType::Event, "x corrected");
+    fix.supersedes = Some(x.to_bytes());
+    let (sid, fid) = (
+        RecordId::from_bytes(summary.id),
+        RecordId::from_bytes(fix.id),
+    );
+    db.inner
+        .log
+        .append(vec![frame(summary), frame(fix)])
+        .unwrap();
+    for id in [x, sid, fid] {
+        assert!(
+            matches!(s.get(&RecordRef::Id(id)), Err(EngineError::NotFound { .. })),
+            "{id} is readable"
+        );
+    }
+    assert!(s.get(&RecordRef::Id(keep)).is_ok());
+    assert!(db.verify().unwrap().ok());
+    db.close().unwrap();
+}
+
+fn store_with(n: usize) -> (Engram, Vec<RecordId>) {
+    let db = Engram::open(
+        "/inv",
+        Options {
+            backend: Arc::new(engram_storage::MemBackend::new()),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let s = db.session(Principal::admin("t"));
+    let ids = (0..n)
+        .map(|i| {
+            s.append(vec![NewRecord::event("note", format!("r{i}"))])
+                .unwrap()[0]
+                .id
+        })
+        .collect();
+    (db, ids)
+}
+
+#[test]
+#[should_panic(expected = "invariant violated: frame LSN")]
+fn a_frame_applied_out_of_order_stops_the_engine() {
+    let (db, ids) = store_with(2);
+    let mut st = db.inner.state.write();
+    let m = st.meta(st.idx(ids[0]).unwrap()).clone();
+    let f = db.inner.log.read(m.loc.segment, m.loc.offset).unwrap();
+    let _ = apply_frame(
+        &mut st,
+        f.header.frame_type,
+        f.header.frame_version,
+        f.payload(),
+        m.loc,
+    );
+}
+
+#[test]
+fn transaction_time_going_back_on_replay_is_refused() {
+    let (db, _) = store_with(1);
+    let now = db.now();
+    let id = db.inner.writer.lock().ids.mint(now);
+    let mut r = StoredRecord::empty(id);
+    r.tenant = "t".into();
+    r.kind = "note".into();
+    r.retention_class = DEFAULT_RETENTION_CLASS.into();
+    r.ingested_at_ms = 1; // long before the stored record
+    let payload = codec::encode_record(&r);
+    let a = codec::view_record(&payload).unwrap();
+    let mut st = db.inner.state.write();
+    let loc = FrameLoc {
+        segment: 1,
+        offset: 0,
+        lsn: st.applied_lsn + 1,
+    };
+    let e = st.apply_record(a, loc).unwrap_err();
+    assert!(e.to_string().contains("ingested_at"), "{e}");
+}

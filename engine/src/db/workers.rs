@@ -1,0 +1,175 @@
+//! Background work and shutdown: the vector indexer, the checkpointer,
+//! `checkpoint` itself and `close`. Their failures are kept and surfaced
+//! by `stats` and the calls that need them, never swallowed.
+
+use super::*;
+
+impl Engram {
+    /// Blocks until every vector is in its graph.
+    pub fn wait_indexed(&self) -> Result<()> {
+        if let Some(e) = self.inner.indexer_error.lock().clone() {
+            return Err(EngineError::Background {
+                worker: "indexer".into(),
+                detail: format!(
+                    "{e}; vectors not in the graph are still searched exactly; reopen the store to index them"
+                ),
+            });
+        }
+        loop {
+            let st = self.inner.state.read();
+            let done = st.vectors.index_pending(256)?;
+            if done == 0 && st.vectors.pending() == 0 {
+                drop(st);
+                return self.inner.state.write().vectors.remap_all();
+            }
+        }
+    }
+
+    /// Makes derived state durable: vector files and graphs, the lexical
+    /// snapshot, and the state checkpoint, all at the LSN applied now, so
+    /// the next open replays only the log after it. (The log is always
+    /// durable; this only shortens the next open.)
+    pub fn checkpoint(&self) -> Result<()> {
+        self.check_open()?;
+        if self.inner.opts.read_only {
+            return Ok(());
+        }
+        let _one = self.inner.checkpointing.lock();
+        let mut st = self.inner.state.write();
+        let ids: Vec<RecordId> = st.metas.iter().map(|m| m.id).collect();
+        st.vectors.checkpoint(&|i| ids[i as usize])?;
+        drop(ids);
+        // Encoded under a read lock (readers go on; the commit hook waits),
+        // written without one. The vector files were persisted at this
+        // same point under the write lock just released by the downgrade.
+        let st = parking_lot::RwLockWriteGuard::downgrade(st);
+        let lsn = st.applied_lsn;
+        let mut lexical = Vec::new();
+        st.lexical.write_to(&mut lexical);
+        let anchor = crate::checkpoint::anchor_crc(&self.inner.log, &st)?;
+        let body = crate::checkpoint::encode(&st, &st.vectors.slots(), anchor);
+        drop(st);
+        // The lexical snapshot first: a checkpoint is used only when the
+        // lexical snapshot sits at its LSN, so a crash between the two
+        // writes costs a full replay, never a mismatched state.
+        crate::lexical::snapshot::write(
+            self.inner.backend.as_ref(),
+            &layout::lexical(&self.inner.dir),
+            lsn,
+            &lexical,
+        )?;
+        crate::checkpoint::write(self.inner.backend.as_ref(), &self.inner.dir, lsn, &body)?;
+        self.inner.checkpoint_lsn.store(lsn, Ordering::Release);
+        Ok(())
+    }
+
+    /// Finishes queued work, writes a checkpoint and closes the store.
+    pub fn close(&self) -> Result<()> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.inner.log.close();
+        drop(self.inner.indexer_tx.lock().take());
+        if let Some(h) = self.inner.indexer.lock().take() {
+            let _ = h.join();
+        }
+        drop(self.inner.checkpointer_tx.lock().take());
+        if let Some(h) = self.inner.checkpointer.lock().take() {
+            let _ = h.join();
+        }
+        self.inner.closed.store(false, Ordering::Release);
+        let r = self.wait_indexed().and_then(|_| self.checkpoint());
+        self.inner.closed.store(true, Ordering::Release);
+        // Release the directory: sessions that outlive the store now fail
+        // with `Closed`, and another handle may open it.
+        drop(self.inner.lock.lock().take());
+        r
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Best effort: stop threads. `Engram::close` writes the checkpoint.
+        self.log.close();
+        drop(self.indexer_tx.lock().take());
+        if let Some(h) = self.indexer.lock().take() {
+            let _ = h.join();
+        }
+        drop(self.checkpointer_tx.lock().take());
+        if let Some(h) = self.checkpointer.lock().take() {
+            // The checkpointer holds only a weak handle; it may be the one
+            // dropping the last strong one, and must not join itself.
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+/// Writes a state checkpoint in the background once enough frames were
+/// applied since the last one. Holds only a weak handle, so a store dropped
+/// without `close` still goes away; stops when the channel closes.
+pub(super) fn checkpoint_loop(inner: std::sync::Weak<Inner>, rx: crossbeam_channel::Receiver<()>) {
+    let mut last_attempt = Instant::now();
+    loop {
+        match rx.recv_timeout(Duration::from_millis(500)) {
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            _ => return,
+        }
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let due = {
+            let applied = inner.state.read().applied_lsn;
+            let done = inner.checkpoint_lsn.load(Ordering::Acquire);
+            applied.saturating_sub(done) >= inner.opts.checkpoint_after_frames
+                && last_attempt.elapsed() >= inner.opts.checkpoint_min_interval
+        };
+        if due {
+            last_attempt = Instant::now();
+            let db = Engram {
+                inner: inner.clone(),
+            };
+            match db.checkpoint() {
+                Ok(()) => *inner.checkpoint_error.lock() = None,
+                Err(EngineError::Closed) => return,
+                Err(e) => *inner.checkpoint_error.lock() = Some(e.to_string()),
+            }
+        }
+    }
+}
+
+pub(super) fn indexer_loop(
+    state: Arc<RwLock<State>>,
+    rx: crossbeam_channel::Receiver<()>,
+    err: Arc<Mutex<Option<String>>>,
+) {
+    let mut remapped = true;
+    loop {
+        // One insertion per read lock: the commit hook needs the write lock
+        // to apply (and so acknowledge) the next group, and waits for at
+        // most one insertion. Holding it for 32 cut the rate of appends
+        // carrying vectors 2.8x under load (docs/benchmarks.md).
+        let st = state.read();
+        if st.vectors.pending() == 0 {
+            drop(st);
+            if !remapped {
+                // Caught up: fold appended rows into the memory map.
+                let _ = state.write().vectors.remap_all();
+                remapped = true;
+            }
+            match rx.recv_timeout(Duration::from_millis(200)) {
+                Ok(()) => continue,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+            }
+        }
+        remapped = false;
+        let done = st.vectors.index_pending(1);
+        drop(st);
+        if let Err(e) = done {
+            err.lock().get_or_insert(e.to_string());
+            return;
+        }
+    }
+}

@@ -1,0 +1,882 @@
+//! The write path of one atomic batch (`Session::append_run`): validate
+//! and hash without a lock; under the writer lock resolve references,
+//! enforce external-id rules, decide admission, mint ids and encode; queue
+//! the frames; wait until they are durable and applied.
+
+use super::*;
+
+/// A record as the write path prepared it.
+struct Prepared {
+    stored: StoredRecord,
+    outcome: AppendOutcome,
+    status: Status,
+    lsn: u64,
+    /// What the engine decided for the record beyond what it said
+    /// (inherited labels, lowered access).
+    notes: Vec<String>,
+    /// Position of its record frame in the batch (created records only).
+    frame: usize,
+}
+
+/// SHA-256 of the record's canonical content (docs/format.md §6.1): the
+/// canonical JSON of an object holding what the record says, with references
+/// resolved to ids. Written straight from the record's parts; `data` is given
+/// already in canonical form.
+pub(super) fn content_hash(
+    r: &NewRecord,
+    resolved: &Resolved,
+    retention: &str,
+    access: &[String],
+    data_canonical: Option<&str>,
+) -> [u8; 32] {
+    use canonical::{Member, ObjectWriter};
+    use std::borrow::Cow;
+    let mut o = ObjectWriter::new();
+    o.member("record", Member::Str(r.body.record_type().name()));
+    o.member("kind", Member::Str(&r.kind));
+    let mut scope = ObjectWriter::new();
+    if let Some(u) = &r.scope.user {
+        scope.member("user", Member::Str(u));
+    }
+    if let Some(c) = &r.scope.conversation {
+        scope.member("conversation", Member::Str(c));
+    }
+    if let Some(a) = &r.scope.agent {
+        scope.member("agent", Member::Str(a));
+    }
+    let labels;
+    if !r.scope.labels.is_empty() {
+        let mut l = r.scope.labels.clone();
+        l.sort();
+        l.dedup();
+        labels = l;
+        scope.member("labels", Member::Strs(&labels));
+    }
+    if !scope.is_empty() {
+        o.member("scope", Member::Canonical(Cow::Owned(scope.finish())));
+    }
+    for (k, v) in [
+        ("occurred_at", r.occurred_at),
+        ("valid_from", r.valid_from),
+        ("valid_until", r.valid_until),
+        ("last_verified_at", r.last_verified_at),
+    ] {
+        if let Some(t) = v {
+            o.member(k, Member::String(format_rfc3339(t)));
+        }
+    }
+    if let Some(t) = &r.text {
+        o.member("text", Member::Str(t));
+    }
+    if let Some(d) = data_canonical {
+        o.member("data", Member::Canonical(Cow::Borrowed(d)));
+    }
+    o.member("retention_class", Member::Str(retention));
+    if !access.is_empty() {
+        o.member("access", Member::Strs(access));
+    }
+    if let Some(s) = resolved.supersedes {
+        o.member("supersedes", Member::String(s.to_string()));
+    }
+    let sources: Vec<String>;
+    if !resolved.sources.is_empty() {
+        sources = resolved.sources.iter().map(|i| i.to_string()).collect();
+        o.member("sources", Member::Strs(&sources));
+    }
+    match &r.body {
+        Body::Event => {}
+        Body::Entity {
+            entity_type,
+            name,
+            aliases,
+        } => {
+            o.member("entity_type", Member::Str(entity_type));
+            o.member("name", Member::Str(name));
+            if !aliases.is_empty() {
+                o.member("aliases", Member::Strs(aliases));
+            }
+        }
+        Body::Relation { predicate, .. } => {
+            o.member("predicate", Member::Str(predicate));
+        }
+        Body::Assertion {
+            predicate, object, ..
+        } => {
+            if let Some(p) = predicate {
+                o.member("predicate", Member::Str(p));
+            }
+            if let Some(v) = object {
+                o.member("object", Member::Str(v));
+            }
+        }
+        Body::Summary { generator } => {
+            o.member("generator", Member::Str(generator));
+        }
+    }
+    if let Some(s) = resolved.subject {
+        o.member("subject", Member::String(s.to_string()));
+    }
+    if let Some(s) = resolved.object {
+        o.member("object_entity", Member::String(s.to_string()));
+    }
+    if let Some(d) = &r.derivation {
+        let mut dm = ObjectWriter::new();
+        dm.member("extractor", Member::Str(&d.extractor));
+        if let Some(m) = &d.model_config {
+            dm.member("model_config", Member::Str(m));
+        }
+        dm.member(
+            "generated",
+            Member::Canonical(Cow::Borrowed(if d.generated { "true" } else { "false" })),
+        );
+        o.member("derivation", Member::Canonical(Cow::Owned(dm.finish())));
+    }
+    if let Some(c) = r.confidence {
+        let n = canonical::number_f64(f64::from(c)).unwrap_or_else(|| "null".to_string());
+        o.member("confidence", Member::Canonical(Cow::Owned(n)));
+    }
+    let mut out = String::with_capacity(256 + r.text.as_ref().map_or(0, |t| t.len() * 2));
+    o.write(&mut out);
+    canonical::sha256(out.as_bytes())
+}
+
+/// Whether the record names other records (its content hash then depends on
+/// resolving them against the store).
+fn has_references(r: &NewRecord) -> bool {
+    r.supersedes.is_some()
+        || !r.sources.is_empty()
+        || matches!(
+            r.body,
+            Body::Relation { .. }
+                | Body::Assertion {
+                    subject: Some(_),
+                    ..
+                }
+        )
+}
+
+/// How messages name a reference: `<id>` or `with external id '<e>'`.
+pub(crate) fn reference_phrase(r: &RecordRef) -> String {
+    match r {
+        RecordRef::Id(id) => id.to_string(),
+        RecordRef::External(e) => format!("with external id '{e}'"),
+        RecordRef::IdOrExternal(s) => s.clone(),
+    }
+}
+
+/// The record a reference names, from its two readings (internal id,
+/// external id), counting only records `visible` says exist for the
+/// caller. `None`: names nothing; `Some(Err)`: names two different records.
+pub(super) fn one_of(
+    by_id: Option<Idx>,
+    by_ext: Option<Idx>,
+    r: &RecordRef,
+    tenant: &str,
+    visible: impl Fn(Idx) -> bool,
+) -> Option<Result<Idx>> {
+    let by_id = by_id.filter(|&i| visible(i));
+    let by_ext = by_ext.filter(|&i| visible(i));
+    match (by_id, by_ext) {
+        (Some(a), Some(b)) if a != b => Some(Err(EngineError::AmbiguousReference {
+            tenant: tenant.to_string(),
+            reference: r.to_string(),
+        })),
+        (Some(a), _) | (None, Some(a)) => Some(Ok(a)),
+        (None, None) => None,
+    }
+}
+
+#[derive(Default, Clone)]
+pub(super) struct Resolved {
+    pub(super) supersedes: Option<RecordId>,
+    pub(super) sources: Vec<RecordId>,
+    pub(super) subject: Option<RecordId>,
+    pub(super) object: Option<RecordId>,
+}
+
+impl Session {
+    /// Appends an atomic batch. Every record is validated first; any error
+    /// rejects the whole batch and stores nothing. Re-sending a record with
+    /// the same external id and content is a no-op reported as
+    /// [`AppendOutcome::Duplicate`].
+    pub fn append(&self, records: Vec<NewRecord>) -> Result<Vec<AppendResult>> {
+        self.append_run(records, None)
+    }
+
+    /// Like [`Session::append`], recording `run_id` as the ingest run.
+    pub fn append_run(
+        &self,
+        records: Vec<NewRecord>,
+        run_id: Option<RecordId>,
+    ) -> Result<Vec<AppendResult>> {
+        let db = &self.db;
+        db.check_open()?;
+        if records.is_empty() {
+            return Err(EngineError::invalid("batch", "no records"));
+        }
+        if records.len() > limits::BATCH_RECORDS_MAX {
+            return Err(EngineError::LimitExceeded {
+                item: None,
+                what: "records in one batch".into(),
+                limit: limits::BATCH_RECORDS_MAX as u64,
+                got: records.len() as u64,
+            });
+        }
+        crate::model::check_tenant(self.principal.tenant())?;
+        let n_records = db.inner.state.read().len();
+        if n_records + records.len() > limits::RECORDS_MAX {
+            return Err(EngineError::LimitExceeded {
+                item: None,
+                what: "records in the store".into(),
+                limit: limits::RECORDS_MAX as u64,
+                got: (n_records + records.len()) as u64,
+            });
+        }
+        for (i, r) in records.iter().enumerate() {
+            r.validate().map_err(|e| e.at_item(i))?;
+        }
+        let data_json: Vec<Option<String>> = records
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                r.data
+                    .as_ref()
+                    .map(|d| {
+                        let s = canonical::to_canonical_string(d)
+                            .map_err(|e| EngineError::invalid("data", e.to_string()).at_item(i))?;
+                        if s.len() > limits::DATA_BYTES_MAX {
+                            return Err(EngineError::LimitExceeded {
+                                item: Some(i),
+                                what: "data length in bytes (canonical JSON)".into(),
+                                limit: limits::DATA_BYTES_MAX as u64,
+                                got: s.len() as u64,
+                            });
+                        }
+                        Ok(s)
+                    })
+                    .transpose()
+            })
+            .collect::<Result<_>>()?;
+        // Normalized access and retention, and the content hash of every
+        // record that names no other record: computed before the writer lock.
+        let mut normalized: Vec<(Vec<String>, String, Option<[u8; 32]>)> = records
+            .iter()
+            .zip(&data_json)
+            .map(|(r, d)| {
+                let mut access = r.access.clone();
+                access.sort();
+                access.dedup();
+                let retention = r
+                    .retention_class
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_RETENTION_CLASS.to_string());
+                let hash = (!has_references(r)).then(|| {
+                    content_hash(r, &Resolved::default(), &retention, &access, d.as_deref())
+                });
+                (access, retention, hash)
+            })
+            .collect();
+        let _maintenance = db.inner.maintenance.read();
+        let tenant = self.principal.tenant().to_string();
+        let rx;
+        let mut prepared: Vec<Prepared>;
+        let mut pending_keys: Vec<(String, String)> = Vec::new();
+        let mut pending_sup: Vec<RecordId> = Vec::new();
+        let mut pending_models: Vec<(String, String)> = Vec::new();
+        {
+            let mut w = db.inner.writer.lock();
+            let st = db.inner.state.read();
+            let tsym = st.tenant_sym(&tenant);
+            let tstate = st.tenant(&tenant);
+            let now = db.now().max(w.last_ingested_at).max(st.last_ingested_at);
+            let run = run_id.unwrap_or_else(|| w.ids.mint(now));
+            prepared = Vec::with_capacity(records.len());
+            // ids minted for this batch, by external id and position
+            // external id -> positions in the batch; an external id may appear
+            // again only on a record that corrects the earlier one.
+            let mut batch_ext: HashMap<String, Vec<usize>> = HashMap::new();
+            let mut batch_ids: Vec<RecordId> = Vec::with_capacity(records.len());
+            let mut superseded_here: HashMap<RecordId, usize> = HashMap::new();
+            let mut new_dims: HashMap<String, usize> = HashMap::new();
+            // A stored record the principal cannot read does not exist for
+            // it: naming it as a source, a correction target or an endpoint
+            // is answered exactly like naming nothing.
+            let held = if records.iter().any(has_references) {
+                self.held_labels(&st)
+            } else {
+                BTreeSet::new()
+            };
+            let visible = |ix: Idx| self.target(&st, ix, &held).readable;
+            let actor = self.actor(&st);
+            for (i, r) in records.iter().enumerate() {
+                let id = w.ids.mint(now);
+                batch_ids.push(id);
+                if let Some(e) = &r.external_id {
+                    let pos = batch_ext.entry(e.clone()).or_default();
+                    if let Some(&j) = pos.last() {
+                        let corrects_it = r.supersedes.as_ref()
+                            == Some(&RecordRef::External(e.clone()))
+                            || r.supersedes.as_ref() == Some(&RecordRef::Id(batch_ids[j]));
+                        if !corrects_it {
+                            return Err(EngineError::invalid(
+                                "external_id",
+                                format!("'{e}' appears twice in the batch (items {j} and {i}) and item {i} does not supersede it"),
+                            )
+                            .at_item(i));
+                        }
+                    }
+                    pos.push(i);
+                }
+            }
+            // resolve a reference to (id, record type, effective state)
+            let resolve = |batch_ids: &[RecordId],
+                           rf: &RecordRef,
+                           field: &str,
+                           i: usize|
+             -> Result<(RecordId, Option<Idx>)> {
+                // An earlier item of the batch, by the id minted for it.
+                if let Some(id) = rf.as_id() {
+                    if let Some(j) = batch_ids.iter().position(|b| *b == id) {
+                        if j >= i {
+                            return Err(EngineError::invalid(
+                                field,
+                                format!("{id} refers to a record later in the batch"),
+                            )
+                            .at_item(i));
+                        }
+                        return Ok((id, None));
+                    }
+                }
+                // The latest earlier item with that external id; an item
+                // naming its own external id refers to the version it
+                // corrects (earlier in the batch or stored).
+                if let Some(e) = rf.as_external() {
+                    if let Some(pos) = batch_ext.get(e) {
+                        if let Some(&j) = pos.iter().rev().find(|&&j| j < i) {
+                            return Ok((batch_ids[j], None));
+                        }
+                        if let Some(&j) = pos.iter().find(|&&j| j > i) {
+                            if !pos.contains(&i) {
+                                return Err(EngineError::invalid(
+                                    field,
+                                    format!(
+                                        "external id '{e}' is defined later in the batch (item {j})"
+                                    ),
+                                )
+                                .at_item(i));
+                            }
+                        }
+                    }
+                }
+                let by_id = rf
+                    .as_id()
+                    .and_then(|id| tsym.and_then(|t| st.idx_in(t, id)));
+                let by_ext = rf
+                    .as_external()
+                    .and_then(|e| tstate.and_then(|t| t.external_ids.get(e).copied()));
+                match one_of(by_id, by_ext, rf, &tenant, visible) {
+                    Some(Ok(ix)) => Ok((st.meta(ix).id, Some(ix))),
+                    Some(Err(e)) => Err(e),
+                    None => Err(EngineError::invalid(
+                        field,
+                        format!("no record {} in tenant '{tenant}'", reference_phrase(rf)),
+                    )
+                    .at_item(i)),
+                }
+            };
+            for (i, r) in records.iter().enumerate() {
+                let mut res = Resolved::default();
+                let rtype = r.body.record_type();
+                let mut notes: Vec<String> = Vec::new();
+                // A correction of a stored record inherits what it leaves out.
+                let inherited: NewRecord;
+                let mut r = r;
+                if let Some(s) = &r.supersedes {
+                    let (sid, six) = resolve(&batch_ids, s, "supersedes", i)?;
+                    if sid == batch_ids[i] {
+                        return Err(EngineError::SupersedesCycle {
+                            item: i,
+                            chain: format!("{s} supersedes itself"),
+                        });
+                    }
+                    if let Some(ix) = six {
+                        let m = st.meta(ix);
+                        if m.rtype != rtype {
+                            return Err(EngineError::invalid(
+                                "supersedes",
+                                format!("a {} cannot supersede a {}", rtype.name(), m.rtype.name()),
+                            )
+                            .at_item(i));
+                        }
+                        if let Some(by) = m.superseded_by {
+                            return Err(EngineError::AlreadySuperseded {
+                                item: Some(i),
+                                target: sid,
+                                by: st.meta(by).id,
+                            });
+                        }
+                        if m.status == Status::Deleted {
+                            return Err(EngineError::invalid(
+                                "supersedes",
+                                format!("{sid} is deleted"),
+                            )
+                            .at_item(i));
+                        }
+                        let target = self.target(&st, ix, &held);
+                        if let crate::authz::Decision::Forbidden(reason) = crate::authz::decide(
+                            actor,
+                            crate::authz::Operation::Correct,
+                            Some(target),
+                        ) {
+                            return Err(EngineError::Forbidden {
+                                principal: self.principal.to_string(),
+                                action: format!("correct {sid} (item {i})"),
+                                reason: reason.to_string(),
+                            });
+                        }
+                        let (given, _, _) = &mut normalized[i];
+                        let old: Vec<String> = st.access_names(ix);
+                        let dropped: Vec<String> =
+                            old.iter().filter(|l| !given.contains(l)).cloned().collect();
+                        if !dropped.is_empty() {
+                            if r.replace_access {
+                                if let crate::authz::Decision::Forbidden(reason) =
+                                    crate::authz::decide(
+                                        actor,
+                                        crate::authz::Operation::LowerAccess,
+                                        Some(target),
+                                    )
+                                {
+                                    return Err(EngineError::Forbidden {
+                                        principal: self.principal.to_string(),
+                                        action: format!(
+                                            "drop access label(s) {} of {sid} (item {i})",
+                                            dropped.join(", ")
+                                        ),
+                                        reason: reason.to_string(),
+                                    });
+                                }
+                                notes.push(format!(
+                                    "access lowered by the tenant admin: label(s) {} of the corrected record dropped",
+                                    dropped.join(", ")
+                                ));
+                            } else {
+                                given.extend(dropped.iter().cloned());
+                                given.sort();
+                                given.dedup();
+                                notes.push(format!(
+                                    "inherited access label(s) {} from the corrected record",
+                                    dropped.join(", ")
+                                ));
+                            }
+                        }
+                        let scope_empty = r.scope == Scope::default();
+                        let ext_missing = r.external_id.is_none() && m.external_id.is_some();
+                        if scope_empty || ext_missing {
+                            let mut c = r.clone();
+                            if scope_empty {
+                                let name =
+                                    |x: Option<u32>| x.map(|x| st.strings.name(x).to_string());
+                                c.scope = Scope {
+                                    user: name(m.user),
+                                    conversation: name(m.conversation),
+                                    agent: name(m.agent),
+                                    labels: m
+                                        .scope_labels
+                                        .iter()
+                                        .map(|&l| st.strings.name(l).to_string())
+                                        .collect(),
+                                };
+                            }
+                            if ext_missing {
+                                c.external_id = m.external_id.as_deref().map(str::to_string);
+                            }
+                            inherited = c;
+                            r = &inherited;
+                        }
+                    }
+                    if w.pending_superseded.contains(&sid) {
+                        return Err(EngineError::invalid(
+                            "supersedes",
+                            format!("{sid} is being corrected by another batch in flight; retry"),
+                        )
+                        .at_item(i));
+                    }
+                    if let Some(j) = superseded_here.insert(sid, i) {
+                        return Err(EngineError::invalid(
+                            "supersedes",
+                            format!("{sid} is corrected twice in the batch (items {j} and {i})"),
+                        )
+                        .at_item(i));
+                    }
+                    res.supersedes = Some(sid);
+                }
+                for s in &r.sources {
+                    let (sid, six) = resolve(&batch_ids, s, "sources", i)?;
+                    if let Some(ix) = six {
+                        let m = st.meta(ix);
+                        if m.status == Status::Deleted {
+                            return Err(EngineError::invalid(
+                                "sources",
+                                format!("source {sid} is deleted"),
+                            )
+                            .at_item(i));
+                        }
+                    }
+                    if !res.sources.contains(&sid) {
+                        res.sources.push(sid);
+                    }
+                }
+                match &r.body {
+                    Body::Relation {
+                        subject, object, ..
+                    } => {
+                        let (s, six) = resolve(&batch_ids, subject, "subject", i)?;
+                        let (o, oix) = resolve(&batch_ids, object, "object", i)?;
+                        for (ix, f) in [(six, "subject"), (oix, "object")] {
+                            if let Some(ix) = ix {
+                                if st.meta(ix).rtype != RecordType::Entity {
+                                    return Err(EngineError::invalid(
+                                        f,
+                                        "a relation connects entities",
+                                    )
+                                    .at_item(i));
+                                }
+                            }
+                        }
+                        res.subject = Some(s);
+                        res.object = Some(o);
+                    }
+                    Body::Assertion {
+                        subject: Some(subject),
+                        ..
+                    } => {
+                        res.subject = Some(resolve(&batch_ids, subject, "subject", i)?.0);
+                    }
+                    _ => {}
+                }
+                // dims
+                for e in &r.embeddings {
+                    let known = st
+                        .vectors
+                        .dim_of(&tenant, &e.model)
+                        .or_else(|| {
+                            w.pending_dims
+                                .get(&(tenant.clone(), e.model.clone()))
+                                .copied()
+                        })
+                        .or_else(|| new_dims.get(&e.model).copied());
+                    match known {
+                        Some(d) if d != e.vector.len() => {
+                            return Err(EngineError::DimensionMismatch {
+                                item: Some(i),
+                                field: "embedding.vector".into(),
+                                model: e.model.clone(),
+                                expected: d,
+                                got: e.vector.len(),
+                            });
+                        }
+                        Some(_) => {}
+                        None => {
+                            new_dims.insert(e.model.clone(), e.vector.len());
+                        }
+                    }
+                    if db.inner.opts.metric == Metric::Cosine && e.vector.iter().all(|x| *x == 0.0)
+                    {
+                        return Err(EngineError::invalid(
+                            "embedding.vector",
+                            "all components are zero (no direction for cosine similarity)",
+                        )
+                        .at_item(i));
+                    }
+                }
+                // access and retention
+                let (access, retention, pre_hash) = std::mem::take(&mut normalized[i]);
+                let hash = match pre_hash {
+                    Some(h) => h,
+                    None => content_hash(r, &res, &retention, &access, data_json[i].as_deref()),
+                };
+                // external id rules
+                let mut outcome = AppendOutcome::Created;
+                let mut existing: Option<(RecordId, u64, Status)> = None;
+                if let Some(e) = &r.external_id {
+                    let key = (tenant.clone(), e.clone());
+                    if let Some((pid, phash)) = w.pending_ext.get(&key) {
+                        if *phash == hash {
+                            outcome = AppendOutcome::Duplicate;
+                            existing = Some((*pid, 0, Status::Active));
+                        } else {
+                            return Err(EngineError::ExternalIdConflict {
+                                item: Some(i),
+                                external_id: e.clone(),
+                                existing: *pid,
+                            });
+                        }
+                    } else if let Some(&ix) = tstate.and_then(|t| t.external_ids.get(e.as_str())) {
+                        let m = st.meta(ix);
+                        if m.status == Status::Deleted {
+                            return Err(EngineError::invalid(
+                                "external_id",
+                                format!("'{e}' named record {} which was deleted; deleted content is not re-ingested", m.id),
+                            )
+                            .at_item(i));
+                        }
+                        // Re-sending any version of the chain is a no-op (a
+                        // file holding a record and its correction re-ingests
+                        // cleanly).
+                        let mut same = None;
+                        for v in st.chain(ix) {
+                            let vm = st.meta(v);
+                            if !vm.tombstone && stored_hash(db, vm.loc)? == hash {
+                                same = Some(vm);
+                                break;
+                            }
+                        }
+                        if let Some(vm) = same {
+                            outcome = AppendOutcome::Duplicate;
+                            existing = Some((vm.id, vm.loc.lsn, vm.status));
+                        } else if res.supersedes != Some(m.id) {
+                            return Err(EngineError::ExternalIdConflict {
+                                item: Some(i),
+                                external_id: e.clone(),
+                                existing: m.id,
+                            });
+                        }
+                    }
+                }
+                if let Some((eid, lsn, status)) = existing {
+                    // Later items of the batch that name this one must
+                    // point at the stored record.
+                    batch_ids[i] = eid;
+                    prepared.push(Prepared {
+                        stored: StoredRecord::empty(eid),
+                        outcome,
+                        status,
+                        lsn,
+                        notes: Vec::new(),
+                        frame: 0,
+                    });
+                    continue;
+                }
+                // writer and admission
+                let writer = match (&r.writer, self.principal.may_attribute()) {
+                    (Some(w), true) => w.clone(),
+                    _ => Writer {
+                        principal: self.principal.id().to_string(),
+                        kind: self.principal.kind(),
+                    },
+                };
+                let status = admission(rtype, &r.body, writer.kind, tstate);
+                let (entity_type, name, aliases) = match &r.body {
+                    Body::Entity {
+                        entity_type,
+                        name,
+                        aliases,
+                    } => (
+                        Some(entity_type.clone()),
+                        Some(name.clone()),
+                        aliases.clone(),
+                    ),
+                    _ => (None, None, Vec::new()),
+                };
+                let (predicate, object_value, generator) = match &r.body {
+                    Body::Relation { predicate, .. } => (Some(predicate.clone()), None, None),
+                    Body::Assertion {
+                        predicate, object, ..
+                    } => (predicate.clone(), object.clone(), None),
+                    Body::Summary { generator } => (None, None, Some(generator.clone())),
+                    _ => (None, None, None),
+                };
+                let occurred_at = r.occurred_at.unwrap_or(now);
+                let mut scope_labels = r.scope.labels.clone();
+                scope_labels.sort();
+                scope_labels.dedup();
+                let stored = StoredRecord {
+                    id: batch_ids[i].to_bytes(),
+                    record_type: rtype.code(),
+                    tenant: tenant.clone(),
+                    scope_user: r.scope.user.clone(),
+                    scope_conversation: r.scope.conversation.clone(),
+                    scope_agent: r.scope.agent.clone(),
+                    scope_labels,
+                    kind: r.kind.clone(),
+                    occurred_at_ms: occurred_at,
+                    ingested_at_ms: now,
+                    valid_from_ms: r.valid_from,
+                    valid_until_ms: r.valid_until,
+                    last_verified_at_ms: r.last_verified_at,
+                    text: r.text.clone(),
+                    data_json: data_json[i].clone(),
+                    content_sha256: hash,
+                    schema_version: SCHEMA_VERSION,
+                    ingest_run_id: run.to_bytes(),
+                    external_id: r.external_id.clone(),
+                    supersedes: res.supersedes.map(|x| x.to_bytes()),
+                    retention_class: retention,
+                    access,
+                    writer_principal: writer.principal,
+                    writer_kind: writer.kind.code(),
+                    vector_models: r.embeddings.iter().map(|e| e.model.clone()).collect(),
+                    status: status as u8,
+                    entity_type,
+                    name,
+                    aliases,
+                    subject: res.subject.map(|x| x.to_bytes()),
+                    predicate,
+                    object: res.object.map(|x| x.to_bytes()),
+                    object_value,
+                    sources: res.sources.iter().map(|x| x.to_bytes()).collect(),
+                    derivation: r.derivation.as_ref().map(|d| StoredDerivation {
+                        extractor: d.extractor.clone(),
+                        model_config: d.model_config.clone(),
+                        generated: d.generated,
+                    }),
+                    confidence: r.confidence,
+                    generator,
+                };
+                prepared.push(Prepared {
+                    stored,
+                    outcome,
+                    status,
+                    lsn: 0,
+                    notes,
+                    frame: 0,
+                });
+            }
+            // Each created record's frame, followed by one frame per client
+            // vector; `frame_of[i]` is the position of item i's record frame.
+            let mut frames: Vec<PendingFrame> = Vec::with_capacity(prepared.len());
+            for (p, r) in prepared.iter_mut().zip(&records) {
+                if p.outcome != AppendOutcome::Created {
+                    continue;
+                }
+                p.frame = frames.len();
+                frames.push(PendingFrame {
+                    frame_type: codec::FRAME_RECORD,
+                    frame_version: codec::PAYLOAD_VERSION,
+                    payload: codec::encode_record(&p.stored),
+                });
+                for e in &r.embeddings {
+                    frames.push(PendingFrame {
+                        frame_type: codec::FRAME_VECTOR,
+                        frame_version: codec::PAYLOAD_VERSION,
+                        payload: codec::encode_vector(&StoredVector {
+                            record: p.stored.id,
+                            model: e.model.clone(),
+                            vector: e.vector.clone(),
+                        }),
+                    });
+                }
+            }
+            if frames.is_empty() {
+                return Ok(results(&prepared, &records, &[]));
+            }
+            // register in-flight state, then queue
+            for (p, r) in prepared.iter().zip(&records) {
+                if p.outcome != AppendOutcome::Created {
+                    continue;
+                }
+                if let Some(e) = &r.external_id {
+                    let key = (tenant.clone(), e.clone());
+                    w.pending_ext.insert(
+                        key.clone(),
+                        (RecordId::from_bytes(p.stored.id), p.stored.content_sha256),
+                    );
+                    pending_keys.push(key);
+                }
+                if let Some(s) = p.stored.supersedes {
+                    let s = RecordId::from_bytes(s);
+                    w.pending_superseded.insert(s);
+                    pending_sup.push(s);
+                }
+            }
+            for (m, d) in new_dims {
+                let key = (tenant.clone(), m);
+                w.pending_dims.insert(key.clone(), d);
+                pending_models.push(key);
+            }
+            w.last_ingested_at = now;
+            drop(st);
+            rx = db.inner.log.append_async(frames);
+        }
+        let reply = match rx {
+            Ok(rx) => rx
+                .recv()
+                .map_err(|_| EngineError::Closed)
+                .and_then(|r| r.map_err(EngineError::from)),
+            Err(e) => Err(EngineError::from(e)),
+        };
+        if !(pending_keys.is_empty() && pending_sup.is_empty() && pending_models.is_empty()) {
+            let mut w = db.inner.writer.lock();
+            for k in &pending_keys {
+                w.pending_ext.remove(k);
+            }
+            for s in &pending_sup {
+                w.pending_superseded.remove(s);
+            }
+            for m in &pending_models {
+                w.pending_dims.remove(m);
+            }
+        }
+        let locs = reply?;
+        db.check_open()?;
+        Ok(results(&prepared, &records, &locs))
+    }
+}
+
+fn results(prepared: &[Prepared], records: &[NewRecord], locs: &[FrameLoc]) -> Vec<AppendResult> {
+    prepared
+        .iter()
+        .zip(records)
+        .map(|(p, r)| {
+            let lsn = match p.outcome {
+                AppendOutcome::Created => locs.get(p.frame).map(|l| l.lsn).unwrap_or(0),
+                AppendOutcome::Duplicate => p.lsn,
+            };
+            AppendResult {
+                id: RecordId::from_bytes(p.stored.id),
+                external_id: p
+                    .stored
+                    .external_id
+                    .clone()
+                    .or_else(|| r.external_id.clone()),
+                outcome: p.outcome,
+                status: p.status,
+                lsn,
+                notes: p.notes.clone(),
+            }
+        })
+        .collect()
+}
+
+fn stored_hash(db: &Engram, loc: FrameLoc) -> Result<[u8; 32]> {
+    let f = db.inner.log.read(loc.segment, loc.offset)?;
+    let a = codec::view_record(f.payload())?;
+    Ok(a.content_sha256)
+}
+
+/// Admission: the initial status of a new record.
+fn admission(
+    rtype: RecordType,
+    body: &Body,
+    writer: WriterKind,
+    tenant: Option<&crate::state::TenantState>,
+) -> Status {
+    match (rtype, body) {
+        (RecordType::Event, _) => Status::Active,
+        (RecordType::Assertion, Body::Assertion { kind, .. }) => {
+            let rule = tenant.and_then(|t| {
+                t.review_rules
+                    .get(&(kind.name().to_string(), writer.name().to_string()))
+                    .copied()
+            });
+            let review = rule.unwrap_or(kind.is_procedural() && writer == WriterKind::Model);
+            if review {
+                Status::Candidate
+            } else {
+                Status::Approved
+            }
+        }
+        _ => Status::Approved,
+    }
+}
