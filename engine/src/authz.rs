@@ -3,7 +3,7 @@
 //! Every operation of a session, every CLI command and every server
 //! endpoint asks [`decide`]; nothing decides authority on its own. The
 //! matrix is documented cell by cell in `docs/security.md`, and
-//! `tests/authz_matrix.rs` checks every cell through the embedded API and
+//! `tests/regressions/authz_matrix.rs` checks every cell through the embedded API and
 //! through the CLI.
 //!
 //! Inputs are the acting [`Actor`] (store operator, or a principal of a

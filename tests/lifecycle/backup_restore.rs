@@ -2,8 +2,7 @@
 //! after it (from the ledger that survives the restore), so recovery never
 //! resurrects deleted or revoked content.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 /// A data directory, a directory for backups (with the path `b` in it),
 /// and a clock.

@@ -16,8 +16,7 @@ use engram::{
 };
 use parking_lot::Mutex;
 
-mod common;
-use common::Rng;
+use crate::common::Rng;
 
 /// Errors a writer may get for losing a race with another writer.
 fn lost_race(e: &EngineError) -> bool {

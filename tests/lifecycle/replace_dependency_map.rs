@@ -2,8 +2,7 @@
 //! uses the applicable version; the old map appears only when historical
 //! context is asked for (as of an earlier time, or its history).
 
-mod common;
-use common::*;
+use crate::common::*;
 use engram::retrieval::{Filters, RecallRequest};
 use engram::{Body, ManualClock, NewRecord, Principal, RecordRef, RecordType, Status};
 

@@ -4,8 +4,7 @@
 //! context, get, trace. Others keep their access; a tenant-wide revocation
 //! hides the label from everyone, admins included.
 
-mod common;
-use common::*;
+use crate::common::*;
 use engram::context::ContextRequest;
 use engram::retrieval::RecallRequest;
 use engram::{Body, EngineError, ManualClock, NewRecord, Principal};

@@ -15,8 +15,7 @@ use engram::{
     RecordId, RecordRef, Scope,
 };
 
-mod common;
-use common::Rng;
+use crate::common::Rng;
 
 #[derive(Clone, Debug)]
 struct Model {

@@ -4,8 +4,7 @@
 //! the procedural section until a reviewer approves it; a non-reviewer cannot
 //! approve; the ticket itself is shown only as quoted evidence.
 
-mod common;
-use common::*;
+use crate::common::*;
 use engram::context::ContextRequest;
 use engram::retrieval::RecallRequest;
 use engram::{AssertionKind, EngineError, ManualClock, NewRecord, Principal, Status};

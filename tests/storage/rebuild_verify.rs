@@ -4,8 +4,7 @@
 //! encodings, record locations) on a store holding every record kind and lifecycle
 //! operation.
 
-mod common;
-use common::*;
+use crate::common::*;
 use engram::{AssertionKind, Body, Engram, ManualClock, NewRecord, Principal, RecordRef};
 
 #[test]

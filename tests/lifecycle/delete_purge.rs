@@ -4,8 +4,7 @@
 //! lexical index, vectors), while a tombstone keeps the deletion visible to trace. A legal
 //! hold suspends purging; retention expiry purges like a deletion.
 
-mod common;
-use common::*;
+use crate::common::*;
 use engram::retrieval::RecallRequest;
 use engram::{Body, EngineError, Engram, ManualClock, NewRecord, Principal, RecordRef, Scope};
 

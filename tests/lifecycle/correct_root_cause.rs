@@ -2,8 +2,7 @@
 //! superseded; the summary built on it goes stale and stops being presented
 //! (retrieval and context), while history and trace still show both.
 
-mod common;
-use common::*;
+use crate::common::*;
 use engram::context::ContextRequest;
 use engram::retrieval::RecallRequest;
 use engram::{

@@ -3,8 +3,7 @@
 //! with history, it is found and labelled historical. Expiring into the
 //! past of a record's validity is refused.
 
-mod common;
-use common::*;
+use crate::common::*;
 use engram::context::ContextRequest;
 use engram::retrieval::RecallRequest;
 use engram::{EngineError, ManualClock, NewRecord, Principal};

@@ -2,8 +2,7 @@
 //! same entity names in two tenants never connect; sources from another
 //! tenant are refused at write time; trace never crosses tenants.
 
-mod common;
-use common::*;
+use crate::common::*;
 use engram::retrieval::{Filters, RecallRequest};
 use engram::{Body, EngineError, ManualClock, NewRecord, Principal, RecordRef, RecordType};
 

@@ -4,8 +4,7 @@
 //! stale or from another log is never trusted: the store replays the whole
 //! log instead and says why.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::path::Path;
 

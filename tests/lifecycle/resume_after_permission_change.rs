@@ -2,8 +2,7 @@
 //! change. The context is rebuilt under the access that holds now: turns
 //! and derived notes the principal lost access to are gone from it.
 
-mod common;
-use common::*;
+use crate::common::*;
 use engram::context::ContextRequest;
 use engram::{AssertionKind, ManualClock, NewRecord, Principal, Scope};
 
