@@ -620,7 +620,7 @@ fn write_es_number(x: f64, out: &mut String) {
         (k, n) = split_scientific(nearest.as_str(), &mut digits);
     }
     let digits = &digits[..k];
-    let k = k as i32; // at most 17
+    let k = i32::try_from(k).expect("at most 17 significant digits");
 
     let push_digits = |out: &mut String, digits: &[u8]| {
         for &digit in digits {

@@ -65,7 +65,11 @@ const STATUSES: [Status; 8] = [
 ];
 
 fn status_code(s: Status) -> u8 {
-    STATUSES.iter().position(|x| *x == s).unwrap_or(0) as u8
+    STATUSES
+        .iter()
+        .position(|x| *x == s)
+        .and_then(|p| u8::try_from(p).ok())
+        .unwrap_or(0)
 }
 
 fn corrupt(what: &str) -> EngineError {
@@ -315,7 +319,11 @@ pub fn encode(st: &State, spaces: &[SpaceSlots], anchor_crc: u32) -> Vec<u8> {
         w.u8(m.rtype.code());
         w.u32(m.kind);
         w.u8(m.akind.map_or(u8::MAX, |k| {
-            AssertionKind::ALL.iter().position(|x| *x == k).unwrap_or(0) as u8
+            AssertionKind::ALL
+                .iter()
+                .position(|x| *x == k)
+                .and_then(|p| u8::try_from(p).ok())
+                .unwrap_or(0)
         }));
         w.u8(m.writer_kind.code());
         w.u32(m.writer);

@@ -82,7 +82,7 @@ impl Embedder for HashEmbedder {
     fn embed(&self, text: &str) -> Vec<f32> {
         let mut v = vec![0f32; self.dim];
         let mut add = |h: u64, w: f32| {
-            let bucket = (h % self.dim as u64) as usize;
+            let bucket = engram_storage::cast::usize_from(h % self.dim as u64);
             let sign = if h >> 63 == 0 { 1.0 } else { -1.0 };
             v[bucket] += sign * w;
         };

@@ -10,6 +10,12 @@
 //! `engram_storage`, and never let a record of one tenant reach a session of
 //! another.
 
+// Narrowing `as` casts must be shown lossless (see `engram_storage::cast`).
+#![cfg_attr(
+    not(test),
+    warn(clippy::cast_possible_truncation, clippy::cast_possible_wrap)
+)]
+
 pub mod admin;
 pub mod authz;
 pub mod canonical;

@@ -504,7 +504,7 @@ impl Engram {
             }
             let mut purge = HashMap::new();
             for (i, m) in st.metas.iter().enumerate() {
-                let i = i as u32;
+                let i = crate::state::idx_of(i);
                 if m.status != Status::Deleted || m.tombstone {
                     continue;
                 }
@@ -815,7 +815,7 @@ impl Engram {
         let st = self.inner.state.read();
         let mut out = Vec::new();
         for (i, m) in st.metas.iter().enumerate() {
-            let i = i as u32;
+            let i = crate::state::idx_of(i);
             let sources: Vec<String> = st
                 .sources
                 .get(&i)

@@ -44,6 +44,14 @@ use crate::vector::space::VectorSpaces;
 /// Dense record index.
 pub type Idx = u32;
 
+/// A record position as an [`Idx`]. Positions stay below
+/// `limits::RECORDS_MAX` (< `u32::MAX`): the write path and `apply_record`
+/// refuse records beyond it, so this never fails in a consistent state.
+#[inline]
+pub(crate) fn idx_of(i: usize) -> Idx {
+    Idx::try_from(i).expect("invariant violated: record position beyond RECORDS_MAX")
+}
+
 /// Interned string id.
 pub type Sym = u32;
 
@@ -226,7 +234,7 @@ impl Interner {
         if let Some(&x) = self.map.get(s) {
             return x;
         }
-        let x = self.names.len() as Sym;
+        let x = Sym::try_from(self.names.len()).expect("fewer than 2^32 distinct names");
         self.names.push(s.into());
         self.map.insert(s.into(), x);
         x
@@ -432,7 +440,7 @@ impl State {
 
     /// Records ingested at or before `t`: the prefix `[0, n)`.
     pub fn ingested_prefix(&self, t: i64) -> u32 {
-        self.metas.partition_point(|m| m.ingested_at <= t) as u32
+        idx_of(self.metas.partition_point(|m| m.ingested_at <= t))
     }
 
     fn set_status(&mut self, idx: Idx, to: Status, at: i64) {
@@ -511,7 +519,7 @@ impl State {
                 got: self.metas.len() as u64 + 1,
             });
         }
-        let idx = self.metas.len() as Idx;
+        let idx = idx_of(self.metas.len());
         let id = RecordId::from_bytes(a.id);
         let tenant_name = a.tenant.as_str();
         let (tenant, ts) = self.tenant_mut(tenant_name);
@@ -770,7 +778,7 @@ impl State {
     /// Applies a tombstone frame: the record exists (identity, lineage) but
     /// its content is gone, and it is deleted.
     pub fn apply_tombstone(&mut self, a: &ArchivedStoredTombstone, loc: FrameLoc) -> Result<()> {
-        let idx = self.metas.len() as Idx;
+        let idx = idx_of(self.metas.len());
         let id = RecordId::from_bytes(a.id);
         let (tenant, ts) = self.tenant_mut(a.tenant.as_str());
         ts.last_lsn = ts.last_lsn.max(loc.lsn);

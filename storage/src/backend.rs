@@ -350,7 +350,10 @@ impl BackendFile for FsFile {
         let total =
             usize::try_from(total).map_err(|_| io::Error::other("file too large to map"))?;
         let m = crate::mmap::map_readonly(&self.file, total, opts.populate)?;
-        Ok(Mapping::new(MapInner::Mmap(m), len as usize))
+        Ok(Mapping::new(
+            MapInner::Mmap(m),
+            crate::cast::usize_from(len),
+        ))
     }
 }
 
@@ -684,7 +687,7 @@ fn torn_merge(durable: &[u8], data: &[u8], rng: &mut SplitMix64) -> Vec<u8> {
     let new_len = if lo == hi {
         lo
     } else {
-        lo + (rng.next_u64() % (hi - lo + 1) as u64) as usize
+        lo + crate::cast::usize_from(rng.next_u64() % (hi - lo + 1) as u64)
     };
     let mut out = vec![0u8; new_len];
     let mut start = 0;
@@ -972,10 +975,10 @@ impl BackendFile for MemHandle {
                 let mut f = self.file.faults.lock();
                 if let Err(e) = f.resize(st.data.len(), end) {
                     // A full disk takes what fits, then fails (a short write).
-                    let room = f
-                        .capacity_bytes
-                        .map_or(0, |c| c.saturating_sub(f.used_bytes))
-                        as usize;
+                    let room = crate::cast::usize_from(
+                        f.capacity_bytes
+                            .map_or(0, |c| c.saturating_sub(f.used_bytes)),
+                    );
                     let fit = (st.data.len() + room).min(end);
                     if fit > start {
                         let old = st.data.len();

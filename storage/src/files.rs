@@ -190,7 +190,7 @@ pub fn read_snapshot(
         .open(path, OpenMode::Read)
         .map_err(|e| StorageError::io(path, e))?;
     let h = read_header(f.as_ref(), path, magic, format_version)?;
-    let mut body = AlignedBuf::zeroed(h.body_len as usize);
+    let mut body = AlignedBuf::zeroed(crate::cast::usize_from(h.body_len));
     f.read_exact_at(body.as_mut_slice(), SNAPSHOT_HEADER_BYTES as u64)
         .map_err(|e| StorageError::io(path, e))?;
     if crc32c::crc32c(body.as_slice()) != h.body_crc {
@@ -233,7 +233,7 @@ pub fn read_all(backend: &dyn Backend, path: &Path) -> StorageResult<Option<Vec<
         .open(path, OpenMode::Read)
         .map_err(|e| StorageError::io(path, e))?;
     let len = f.len().map_err(|e| StorageError::io(path, e))?;
-    let mut buf = vec![0u8; len as usize];
+    let mut buf = vec![0u8; crate::cast::usize_from(len)];
     f.read_exact_at(&mut buf, 0)
         .map_err(|e| StorageError::io(path, e))?;
     Ok(Some(buf))
@@ -412,7 +412,7 @@ impl VectorFile {
         if keep != len {
             file.set_len(keep).map_err(|e| StorageError::io(path, e))?;
         }
-        Self::from_file(file, path, dim, rows as usize)
+        Self::from_file(file, path, dim, crate::cast::usize_from(rows))
     }
 
     fn from_file(

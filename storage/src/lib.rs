@@ -26,8 +26,15 @@
 //! The byte layouts are specified in `docs/format.md`; the constants in
 //! [`frame`] and [`log::segment`] mirror that document.
 
+// Narrowing `as` casts must be shown lossless (see `engram_storage::cast`).
+#![cfg_attr(
+    not(test),
+    warn(clippy::cast_possible_truncation, clippy::cast_possible_wrap)
+)]
+
 pub mod aligned;
 pub mod backend;
+pub mod cast;
 pub mod error;
 pub mod files;
 pub mod frame;

@@ -266,7 +266,7 @@ impl Postings {
 
 /// Appends the members of `b` to `out`, ascending, in batches.
 fn append_all(b: &RoaringBitmap, out: &mut Vec<u32>) {
-    out.reserve(b.len() as usize);
+    out.reserve(engram_storage::cast::usize_from(b.len()));
     let mut it = b.iter();
     let mut buf = [0u32; 256];
     loop {
@@ -325,10 +325,18 @@ fn gallop(s: &[u32], x: u32) -> usize {
     lo + s[lo..hi].partition_point(|&v| v < x)
 }
 
+/// A score accumulated in `f64`, rounded to the `f32` results carry.
+#[inline]
+#[allow(clippy::cast_possible_truncation)]
+fn round_score(s: f64) -> f32 {
+    s as f32
+}
+
 fn bitmap_heap_bytes(b: &RoaringBitmap) -> usize {
     let s = b.statistics();
-    (s.n_bytes_array_containers + s.n_bytes_run_containers + s.n_bytes_bitset_containers) as usize
-        + s.n_containers as usize * ROARING_CONTAINER_BYTES
+    engram_storage::cast::usize_from(
+        s.n_bytes_array_containers + s.n_bytes_run_containers + s.n_bytes_bitset_containers,
+    ) + s.n_containers as usize * ROARING_CONTAINER_BYTES
 }
 
 /// BM25 inverted index. See the module documentation.
@@ -415,7 +423,7 @@ impl TopK {
 
     fn offer(&mut self, doc: u32, score: f64) {
         let c = Candidate {
-            score: score as f32,
+            score: round_score(score),
             doc,
         };
         if self.heap.len() < self.k {
@@ -715,7 +723,7 @@ impl Bm25Index {
             scored = touched.len() as u64;
             for d in touched {
                 let s = acc[(d - lo) as usize];
-                if s as f32 >= top.floor {
+                if round_score(s) >= top.floor {
                     top.offer(d, s);
                 }
             }
@@ -723,7 +731,10 @@ impl Bm25Index {
             // (doc, term index, partial): sorting by (doc, term index) adds
             // each document's partials in term order, as the dense path does.
             let mut all: Vec<(u32, u32, f64)> = Vec::with_capacity(total);
-            scorer.for_each_partial(&matches, |t, d, p| all.push((d, t as u32, p)));
+            // a query has at most a few hundred distinct terms
+            scorer.for_each_partial(&matches, |t, d, p| {
+                all.push((d, u32::try_from(t).expect("query terms fit in u32"), p));
+            });
             all.sort_unstable_by_key(|&(d, t, _)| (d, t));
             let mut j = 0;
             while j < all.len() {
@@ -734,7 +745,7 @@ impl Bm25Index {
                     j += 1;
                 }
                 scored += 1;
-                if s as f32 >= top.floor {
+                if round_score(s) >= top.floor {
                     top.offer(d, s);
                 }
             }
@@ -844,7 +855,7 @@ impl Bm25Index {
         if n_lens > max_lens || n_lens > r.remaining() as u64 {
             return Err(r.err_at(at, "document-length count out of range"));
         }
-        let mut doc_len = Vec::with_capacity(n_lens as usize);
+        let mut doc_len = Vec::with_capacity(engram_storage::cast::usize_from(n_lens));
         let mut total_len = 0u64;
         for _ in 0..n_lens {
             let at = r.pos;
@@ -860,7 +871,8 @@ impl Bm25Index {
                 .iter()
                 .enumerate()
                 .filter(|&(_, &dl)| dl > 0)
-                .map(|(d, _)| d as u32),
+                // below n_lens <= last document + 1 <= 2^32
+                .map(|(d, _)| u32::try_from(d).expect("document ids are u32")),
         )
         .map_err(|_| r.err_at(at, "document lengths out of order"))?;
         if doc_len.last() == Some(&0) {
@@ -875,18 +887,23 @@ impl Bm25Index {
         if n_terms > r.remaining() as u64 {
             return Err(r.err_at(at, "term count out of range"));
         }
-        let mut vocab = FxHashMap::with_capacity_and_hasher(n_terms as usize, Default::default());
-        let mut postings = Vec::with_capacity(n_terms as usize);
+        let mut vocab = FxHashMap::with_capacity_and_hasher(
+            engram_storage::cast::usize_from(n_terms),
+            Default::default(),
+        );
+        let mut postings = Vec::with_capacity(engram_storage::cast::usize_from(n_terms));
         let mut tf_sum = vec![0u64; doc_len.len()];
         let mut prev_term: Option<&str> = None;
         let mut scratch = Vec::new();
-        for id in 0..n_terms as u32 {
+        let n_terms =
+            u32::try_from(n_terms).map_err(|_| r.err_at(at, "term count out of range"))?;
+        for id in 0..n_terms {
             let at = r.pos;
             let len = r.varint()?;
             if len == 0 || len > (4 * super::tokenize::MAX_TOKEN_CHARS) as u64 {
                 return Err(r.err_at(at, "term length out of range"));
             }
-            let raw = r.take(len as usize, "truncated term")?;
+            let raw = r.take(engram_storage::cast::usize_from(len), "truncated term")?;
             let term = std::str::from_utf8(raw).map_err(|_| r.err_at(at, "term is not UTF-8"))?;
             if prev_term.is_some_and(|p| p >= term) {
                 return Err(r.err_at(at, "terms not in strictly ascending order"));
@@ -901,7 +918,10 @@ impl Bm25Index {
             if bm_len > r.remaining() as u64 {
                 return Err(r.err_at(at, "truncated postings bitmap"));
             }
-            let raw = r.take(bm_len as usize, "truncated postings bitmap")?;
+            let raw = r.take(
+                engram_storage::cast::usize_from(bm_len),
+                "truncated postings bitmap",
+            )?;
             let docs = RoaringBitmap::deserialize_from(raw)
                 .map_err(|_| r.err_at(at, "malformed postings bitmap"))?;
             scratch.clear();
@@ -925,8 +945,8 @@ impl Bm25Index {
             if n_multi > docs.len() {
                 return Err(r.err_at(at, "more tf entries than postings"));
             }
-            let mut multi_docs = Vec::with_capacity(n_multi as usize);
-            let mut multi_tfs = Vec::with_capacity(n_multi as usize);
+            let mut multi_docs = Vec::with_capacity(engram_storage::cast::usize_from(n_multi));
+            let mut multi_tfs = Vec::with_capacity(engram_storage::cast::usize_from(n_multi));
             let mut next = 0u64;
             for _ in 0..n_multi {
                 let at = r.pos;
@@ -989,10 +1009,10 @@ fn is_token(term: &str) -> bool {
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
-        out.push((v as u8) | 0x80);
+        out.push(v.to_le_bytes()[0] | 0x80);
         v >>= 7;
     }
-    out.push(v as u8);
+    out.push(v.to_le_bytes()[0]);
 }
 
 /// Bounds-checked cursor over the encoding.

@@ -136,7 +136,10 @@ pub fn tokenize_spans(text: &str, buf: &mut String, spans: &mut Vec<(u32, u32)>)
         |buf: &mut String, spans: &mut Vec<(u32, u32)>, start: &mut usize, chars: &mut usize| {
             if *chars > 0 {
                 if *chars <= MAX_TOKEN_CHARS {
-                    spans.push((*start as u32, buf.len() as u32));
+                    spans.push((
+                        u32::try_from(*start).expect("token offsets of texts below 4 GiB"),
+                        u32::try_from(buf.len()).expect("token offsets of texts below 4 GiB"),
+                    ));
                 } else {
                     buf.truncate(*start);
                 }

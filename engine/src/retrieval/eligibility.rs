@@ -495,7 +495,7 @@ fn eval(st: &State, e: &FilterExpr, c: &Classes) -> RoaringBitmap {
                 let mut b = u.clone();
                 match cmp {
                     CmpOp::Lt | CmpOp::Le => {
-                        if n < st.len() as u32 {
+                        if (n as usize) < st.len() {
                             b.remove_range(n..);
                         }
                     }
@@ -579,7 +579,7 @@ pub fn compute_expr(
     let as_of = cut.as_of;
     if let Some(t) = as_of {
         let n = st.ingested_prefix(t);
-        if n < st.len() as u32 {
+        if (n as usize) < st.len() {
             b.remove_range(n..);
         }
         push("as_of", &b);
@@ -636,7 +636,7 @@ pub fn compute_expr(
         if let Some(x) = st.bm_retention.get(&sym) {
             let n = st.ingested_prefix(cut.now.saturating_sub(*p));
             let mut old = x.clone();
-            if n < st.len() as u32 {
+            if (n as usize) < st.len() {
                 old.remove_range(n..);
             }
             expired_by_policy |= old;

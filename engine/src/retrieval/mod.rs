@@ -549,7 +549,7 @@ fn validate(req: &RecallRequest) -> Result<()> {
 }
 
 pub(crate) fn us(t: Instant) -> u64 {
-    t.elapsed().as_micros() as u64
+    u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
 thread_local! {
@@ -780,6 +780,8 @@ impl Session {
             } else {
                 (1.0 / selectivity.sqrt()).min(8.0)
             };
+            // a float in [1, 8 * EF_MAX]: the saturating cast is exact enough
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
             let ef = ((ef_req.max(n) as f64) * boost).ceil() as usize;
             let ef = ef.min(limits::EF_MAX);
             let allow = |idx: Idx| in_space.contains(idx);

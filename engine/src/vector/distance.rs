@@ -87,6 +87,7 @@ pub fn distance(metric: Metric, a: &[f32], b: &[f32]) -> f32 {
 /// [`distance`] through `simsimd` only (reference for the x86 kernels, and
 /// the path taken on other CPUs).
 #[inline]
+#[allow(clippy::cast_possible_truncation)] // simsimd reports f64; distances are f32
 pub fn distance_simsimd(metric: Metric, a: &[f32], b: &[f32]) -> f32 {
     let d = match metric {
         Metric::Cosine => <f32 as SpatialSimilarity>::cos(a, b),
@@ -102,6 +103,7 @@ pub fn distance_simsimd(metric: Metric, a: &[f32], b: &[f32]) -> f32 {
 /// Cosine distance from the three sums, with the zero-vector conventions
 /// documented on [`Metric::Cosine`].
 #[inline]
+#[allow(clippy::cast_possible_truncation)] // accumulated in f64, reported in f32
 fn cosine_from_sums(ab: f64, a2: f64, b2: f64) -> f32 {
     if a2 == 0.0 && b2 == 0.0 {
         0.0
@@ -115,6 +117,7 @@ fn cosine_from_sums(ab: f64, a2: f64, b2: f64) -> f32 {
 /// Scalar reference implementation of [`distance`], accumulating in `f64`.
 /// Same conventions, including the zero-vector rules of `Cosine` and the
 /// clamp of cosine distance at 0. Used by tests as ground truth.
+#[allow(clippy::cast_possible_truncation)] // accumulated in f64, reported in f32
 pub fn distance_scalar(metric: Metric, a: &[f32], b: &[f32]) -> f32 {
     let pairs = a.iter().zip(b).map(|(&x, &y)| (f64::from(x), f64::from(y)));
     match metric {

@@ -200,6 +200,7 @@ fn key(d: f32, slot: u32) -> u64 {
 }
 
 #[inline(always)]
+#[allow(clippy::cast_possible_truncation)] // the low 32 bits of a key hold the slot
 fn key_slot(k: u64) -> u32 {
     k as u32
 }
@@ -329,7 +330,8 @@ impl Hnsw {
         let m = params.m.clamp(2, MAX_M);
         let params = HnswParams {
             m,
-            ef_construction: params.ef_construction.max(m),
+            // stored in 32 bits
+            ef_construction: params.ef_construction.max(m).min(u32::MAX as usize),
             seed: params.seed,
         };
         Hnsw {
@@ -357,7 +359,7 @@ impl Hnsw {
         self.dim as usize
     }
     pub fn len(&self) -> u32 {
-        self.levels.len() as u32
+        u32::try_from(self.levels.len()).expect("insert refuses slots beyond u32::MAX - 1")
     }
     pub fn is_empty(&self) -> bool {
         self.levels.is_empty()
@@ -443,7 +445,7 @@ impl Hnsw {
         } else {
             &mut self.upper
         };
-        arr[at] = links.len() as u32;
+        arr[at] = u32::try_from(links.len()).expect("at most 2 * MAX_M links");
         arr[at + 1..at + 1 + links.len()].copy_from_slice(links);
     }
 
@@ -502,7 +504,7 @@ impl Hnsw {
                 return Err(HnswError::DimensionMismatch { expected, got });
             }
         }
-        self.dim = expected as u32;
+        self.dim = u32::try_from(expected).expect("checked above");
 
         // Allocate the node's lists.
         let level = self.level_for(slot);
@@ -512,7 +514,7 @@ impl Hnsw {
         Self::grow(&mut self.level0, stride0);
         Self::grow(&mut self.upper_at, 1);
         let at = if level > 0 {
-            let at = self.upper.len() as u32;
+            let at = u32::try_from(self.upper.len()).map_err(|_| HnswError::Full)?;
             Self::grow(&mut self.upper, level as usize * stride_upper);
             at
         } else {
@@ -924,8 +926,16 @@ impl Hnsw {
         out.extend_from_slice(&VERSION.to_le_bytes());
         out.push(self.metric.code());
         out.push(self.max_level);
-        out.extend_from_slice(&(self.params.m as u32).to_le_bytes());
-        out.extend_from_slice(&(self.params.ef_construction as u32).to_le_bytes());
+        out.extend_from_slice(
+            &u32::try_from(self.params.m)
+                .expect("m <= MAX_M")
+                .to_le_bytes(),
+        );
+        out.extend_from_slice(
+            &u32::try_from(self.params.ef_construction)
+                .expect("clamped by new")
+                .to_le_bytes(),
+        );
         out.extend_from_slice(&self.params.seed.to_le_bytes());
         for v in [self.dim, self.len(), self.entry] {
             out.extend_from_slice(&v.to_le_bytes());
@@ -934,7 +944,11 @@ impl Hnsw {
         for slot in 0..self.len() {
             for lc in 0..=self.levels[slot as usize] {
                 let links = self.links(slot, lc);
-                out.extend_from_slice(&(links.len() as u16).to_le_bytes());
+                out.extend_from_slice(
+                    &u16::try_from(links.len())
+                        .expect("at most 2 * MAX_M links")
+                        .to_le_bytes(),
+                );
                 for &n in links {
                     out.extend_from_slice(&n.to_le_bytes());
                 }
@@ -1007,8 +1021,12 @@ impl Hnsw {
         }
         let mut upper_words = 0usize;
         for &l in &h.levels {
-            h.upper_at
-                .push(if l == 0 { NONE } else { upper_words as u32 });
+            let at = if l == 0 {
+                NONE
+            } else {
+                u32::try_from(upper_words).map_err(|_| r.err(levels_at, "levels exceed input"))?
+            };
+            h.upper_at.push(at);
             upper_words += l as usize * h.stride_upper();
         }
         h.upper = vec![0; upper_words];

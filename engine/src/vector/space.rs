@@ -197,7 +197,7 @@ impl VectorSpace {
         {
             return Ok(None);
         }
-        file.truncate(header.rows_synced as usize)?;
+        file.truncate(engram_storage::cast::usize_from(header.rows_synced))?;
         Ok(Some((header, hnsw, file)))
     }
 
@@ -263,7 +263,7 @@ impl VectorSpace {
             tail,
             mapped_rows: mapped.len() / self.dim,
             dim: self.dim,
-            len: self.slot_to_idx.len() as u32,
+            len: u32::try_from(self.slot_to_idx.len()).expect("fewer slots than records"),
         }
     }
 
@@ -278,7 +278,7 @@ impl VectorSpace {
     }
 
     fn assign(&mut self, idx: Idx) -> u32 {
-        let slot = self.slot_to_idx.len() as u32;
+        let slot = u32::try_from(self.slot_to_idx.len()).expect("fewer slots than records");
         self.slot_to_idx.push(idx);
         self.idx_to_slot.insert(idx, slot);
         self.members.insert(idx);
@@ -438,13 +438,23 @@ impl VectorSpace {
     }
 }
 
+/// The length of a tenant name or model id as the header stores it (both
+/// are at most `NAME_BYTES_MAX` bytes).
+fn name_len(s: &str) -> u32 {
+    u32::try_from(s.len()).expect("names are at most NAME_BYTES_MAX bytes")
+}
+
 fn encode_header(h: &SpaceHeader) -> Vec<u8> {
     let mut out = Vec::new();
-    out.extend_from_slice(&(h.tenant.len() as u32).to_le_bytes());
+    out.extend_from_slice(&name_len(&h.tenant).to_le_bytes());
     out.extend_from_slice(h.tenant.as_bytes());
-    out.extend_from_slice(&(h.model.len() as u32).to_le_bytes());
+    out.extend_from_slice(&name_len(&h.model).to_le_bytes());
     out.extend_from_slice(h.model.as_bytes());
-    out.extend_from_slice(&(h.dim as u32).to_le_bytes());
+    out.extend_from_slice(
+        &u32::try_from(h.dim)
+            .expect("dimensions <= VECTOR_DIM_MAX")
+            .to_le_bytes(),
+    );
     out.push(h.metric.code());
     out.push(h.derived as u8);
     out.extend_from_slice(&h.rows_synced.to_le_bytes());
@@ -745,7 +755,7 @@ impl VectorSpaces {
             let mut idx_to_slot = FxHashMap::default();
             idx_to_slot.reserve(s.slot_to_idx.len());
             for (slot, &idx) in s.slot_to_idx.iter().enumerate() {
-                idx_to_slot.insert(idx, slot as u32);
+                idx_to_slot.insert(idx, u32::try_from(slot).expect("fewer slots than records"));
             }
             let members = RoaringBitmap::from_iter(s.slot_to_idx.iter().copied());
             adopted.push((
@@ -791,7 +801,7 @@ impl VectorSpaces {
                 || s.hnsw.read().len() as usize > s.slot_to_idx.len();
             let mismatch = s.rows_synced > 0
                 && s.slot_to_idx
-                    .get(s.rows_synced as usize - 1)
+                    .get(engram_storage::cast::usize_from(s.rows_synced) - 1)
                     .is_none_or(|&idx| id_of(idx).to_bytes() != s.last_row_record);
             if too_many || mismatch {
                 stale.push((s.tenant.clone(), s.model.clone()));

@@ -467,7 +467,9 @@ impl SegmentLog {
             if let Some((at, recovery::StopReason::Frame(crate::frame::FrameError::ZeroFilled))) =
                 &scan.stop
             {
-                if *at == scan.batch_end && map[*at as usize..].iter().all(|&b| b == 0) {
+                if *at == scan.batch_end
+                    && map[crate::cast::usize_from(*at)..].iter().all(|&b| b == 0)
+                {
                     zero_tail = Some((*at, len - *at));
                     scan.stop = None;
                     scan.durable_after_damage = None;
@@ -781,13 +783,13 @@ impl SegmentLog {
             let map = seg.view(end)?;
             let mut pos = SEGMENT_HEADER_BYTES as u64;
             while pos < end {
-                let (header, _) = frame::decode(&map[pos as usize..end as usize]).map_err(|e| {
-                    StorageError::CorruptLog {
-                        segment: seg.no,
-                        offset: pos,
-                        reason: e.to_string(),
-                    }
-                })?;
+                let (header, _) =
+                    frame::decode(&map[crate::cast::usize_from(pos)..crate::cast::usize_from(end)])
+                        .map_err(|e| StorageError::CorruptLog {
+                            segment: seg.no,
+                            offset: pos,
+                            reason: e.to_string(),
+                        })?;
                 let fr = FrameRef::new(map.clone(), seg.no, pos, header);
                 pos += header.encoded_len() as u64;
                 if header.lsn < from_lsn {
@@ -809,7 +811,7 @@ impl SegmentLog {
         let mut n_frames = 0;
         for seg in &segs {
             let end = seg.durable_len();
-            let mut buf = vec![0u8; end as usize];
+            let mut buf = vec![0u8; crate::cast::usize_from(end)];
             seg.file
                 .read_exact_at(&mut buf, 0)
                 .map_err(io_err(&seg.path))?;
@@ -908,20 +910,20 @@ impl SegmentLog {
                     .into(),
             });
         }
-        let mut out = Vec::with_capacity(seg.durable_len() as usize);
+        let mut out = Vec::with_capacity(crate::cast::usize_from(seg.durable_len()));
         let mut locs = Vec::new();
         let mut frames: Vec<(FrameRef, Rewrite)> = Vec::new();
         let end = seg.durable_len();
         let map = seg.view(end)?;
         let mut pos = SEGMENT_HEADER_BYTES as u64;
         while pos < end {
-            let (header, _) = frame::decode(&map[pos as usize..end as usize]).map_err(|e| {
-                StorageError::CorruptLog {
-                    segment: no,
-                    offset: pos,
-                    reason: e.to_string(),
-                }
-            })?;
+            let (header, _) =
+                frame::decode(&map[crate::cast::usize_from(pos)..crate::cast::usize_from(end)])
+                    .map_err(|e| StorageError::CorruptLog {
+                        segment: no,
+                        offset: pos,
+                        reason: e.to_string(),
+                    })?;
             let fr = FrameRef::new(map.clone(), no, pos, header);
             pos += header.encoded_len() as u64;
             let decision = keep(&fr);
@@ -973,7 +975,14 @@ impl SegmentLog {
                 }
             }
             let offset = out.len() as u64;
-            let durable_before = offset as u32;
+            // A rewrite is never longer than the original segment, whose
+            // offsets fit in 32 bits (`segment_bytes_max` <= 4 GiB).
+            let durable_before =
+                crate::cast::u32_from(out.len()).ok_or_else(|| StorageError::BadLocation {
+                    segment: no,
+                    offset,
+                    reason: "a rewritten segment beyond 4 GiB".into(),
+                })?;
             frame::encode(
                 &mut out,
                 fr.header.lsn,
@@ -1033,7 +1042,7 @@ impl SegmentLog {
             .collect();
         backend_dst.create_dir_all(dir).map_err(io_err(dir))?;
         for (seg, len) in segs {
-            let mut buf = vec![0u8; len as usize];
+            let mut buf = vec![0u8; crate::cast::usize_from(len)];
             seg.file
                 .read_exact_at(&mut buf, 0)
                 .map_err(io_err(&seg.path))?;
@@ -1260,7 +1269,7 @@ fn preallocate(shared: &Shared, seg: &Segment, end: u64) -> StorageResult<()> {
         .max(zeroed + step)
         .min(shared.opts.segment_bytes_max.max(end));
     const CHUNK: u64 = 1 << 20;
-    let zeros = vec![0u8; CHUNK as usize];
+    let zeros = vec![0u8; crate::cast::usize_from(CHUNK)];
     let mut at = zeroed;
     let filled = (|| {
         while at < target {
@@ -1430,7 +1439,7 @@ fn write_runs(
             continue;
         }
         preallocate(shared, &seg, start + run_bytes).map_err(Fatal)?;
-        let mut buf = AlignedBuf::zeroed(run_bytes as usize);
+        let mut buf = AlignedBuf::zeroed(crate::cast::usize_from(run_bytes));
         let mut pos = 0usize;
         let durable_before = u32::try_from(start).unwrap_or(u32::MAX);
         let first_lsn = *next_lsn;

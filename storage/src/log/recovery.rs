@@ -89,7 +89,7 @@ pub(crate) fn scan(bytes: &[u8], start: u64, prev_lsn: Lsn, gaps_through: Lsn) -
         valid_end: start,
         ..SegmentScan::default()
     };
-    let mut pos = start as usize;
+    let mut pos = crate::cast::usize_from(start);
     let mut last = prev_lsn;
     let mut pending: Vec<Lsn> = Vec::new();
     let mut pending_frames = 0u64;
@@ -154,7 +154,7 @@ pub(crate) fn scan(bytes: &[u8], start: u64, prev_lsn: Lsn, gaps_through: Lsn) -
 /// Looks for any valid frame after `damaged_at` whose `durable_before`
 /// says the damaged offset had already been made durable.
 fn find_durable_frame_after(bytes: &[u8], damaged_at: u64) -> Option<(u64, u32)> {
-    let mut pos = damaged_at as usize + frame::FRAME_ALIGN;
+    let mut pos = crate::cast::usize_from(damaged_at) + frame::FRAME_ALIGN;
     while pos + frame::FRAME_HEADER_BYTES <= bytes.len() {
         if bytes[pos..pos + 4] == frame::FRAME_MAGIC.to_le_bytes()
             && let Ok((h, _)) = frame::decode(&bytes[pos..])

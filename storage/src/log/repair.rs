@@ -153,7 +153,7 @@ fn walk(backend: &dyn Backend, dir: &Path) -> StorageResult<Walk> {
         // Batch ends of the intact prefix, found by walking it again.
         let mut pos = SEGMENT_HEADER_BYTES as u64;
         while pos < scan.batch_end {
-            let Ok((h, _)) = crate::frame::decode(&map[pos as usize..]) else {
+            let Ok((h, _)) = crate::frame::decode(&map[crate::cast::usize_from(pos)..]) else {
                 break;
             };
             pos += h.encoded_len() as u64;
@@ -165,7 +165,7 @@ fn walk(backend: &dyn Backend, dir: &Path) -> StorageResult<Walk> {
         let zero_tail = matches!(
             &scan.stop,
             Some((at, recovery::StopReason::Frame(crate::frame::FrameError::ZeroFilled)))
-                if *at == scan.batch_end && map[*at as usize..].iter().all(|&b| b == 0)
+                if *at == scan.batch_end && map[crate::cast::usize_from(*at)..].iter().all(|&b| b == 0)
         );
         if let Some((at, why)) = &scan.stop
             && !zero_tail
@@ -319,7 +319,7 @@ pub fn repair(
             let file = backend
                 .open(&s.path, OpenMode::Write)
                 .map_err(io_err(&s.path))?;
-            let mut buf = vec![0u8; (s.len - offset) as usize];
+            let mut buf = vec![0u8; crate::cast::usize_from(s.len - offset)];
             file.read_exact_at(&mut buf, offset)
                 .map_err(io_err(&s.path))?;
             let q = quarantine.join(format!(

@@ -38,6 +38,9 @@ pub const SEGMENT_MAGIC: [u8; 8] = *b"ENGRAMLG";
 pub const LOG_FORMAT_VERSION: u16 = 1;
 /// Size of the segment header.
 pub const SEGMENT_HEADER_BYTES: usize = 64;
+/// [`SEGMENT_HEADER_BYTES`] as the header stores it.
+const HEADER_BYTES_U16: u16 = 64;
+const _: () = assert!(HEADER_BYTES_U16 as usize == SEGMENT_HEADER_BYTES);
 /// File-name suffix of segments.
 pub const SEGMENT_SUFFIX: &str = ".seg";
 
@@ -88,7 +91,7 @@ pub fn encode_header_with_end(
     h[offsets::FORMAT_VERSION..offsets::FORMAT_VERSION + 2]
         .copy_from_slice(&LOG_FORMAT_VERSION.to_le_bytes());
     h[offsets::HEADER_BYTES..offsets::HEADER_BYTES + 2]
-        .copy_from_slice(&(SEGMENT_HEADER_BYTES as u16).to_le_bytes());
+        .copy_from_slice(&HEADER_BYTES_U16.to_le_bytes());
     h[offsets::SEGMENT_NO..offsets::SEGMENT_NO + 8].copy_from_slice(&segment_no.to_le_bytes());
     h[offsets::FIRST_LSN..offsets::FIRST_LSN + 8].copy_from_slice(&first_lsn.to_le_bytes());
     h[offsets::END_LSN..offsets::END_LSN + 8].copy_from_slice(&end_lsn.unwrap_or(0).to_le_bytes());
@@ -260,7 +263,7 @@ impl Segment {
             // Durable bytes are in the file: grow the view if the
             // reservation covers them.
             let m = self.map.read();
-            if m.extend_valid(durable as usize) {
+            if m.extend_valid(crate::cast::usize_from(durable)) {
                 return Ok(m.clone());
             }
         }
@@ -291,7 +294,7 @@ impl Segment {
             return Err(bad(format!("past the durable end ({durable} bytes)")));
         }
         let map = self.view(offset + frame::FRAME_HEADER_BYTES as u64)?;
-        let start = offset as usize;
+        let start = crate::cast::usize_from(offset);
         let header = frame::decode_header(&map[start..]).map_err(|e| bad(e.to_string()))?;
         let end = offset + frame::FRAME_HEADER_BYTES as u64 + header.payload_len as u64;
         if end > durable {
@@ -348,7 +351,7 @@ impl FrameRef {
 
     /// The payload bytes (checksum already verified).
     pub fn payload(&self) -> &[u8] {
-        let start = self.offset as usize + frame::FRAME_HEADER_BYTES;
+        let start = crate::cast::usize_from(self.offset) + frame::FRAME_HEADER_BYTES;
         &self.map[start..start + self.header.payload_len as usize]
     }
 
