@@ -1,7 +1,22 @@
-//! The write path of one atomic batch (`Session::append_run`): validate
-//! and hash without a lock; under the writer lock resolve references,
-//! enforce external-id rules, decide admission, mint ids and encode; queue
-//! the frames; wait until they are durable and applied.
+//! The write path of one atomic batch (`Session::append_run`), in stages:
+//!
+//! 1. validate (`Session::validate_batch`, no lock): sizes, every record,
+//!    canonical `data`, normalized access and retention, and the content
+//!    hash of records that name no other record;
+//! 2. resolve (under the writer lock, in `append_run`): mint ids, resolve
+//!    references (sources, corrections, endpoints) inside the tenant and
+//!    among earlier items, inherit what a correction leaves out, check
+//!    vector dimensions;
+//! 3. admit (`existing_version`, `admission`): external-id rules
+//!    (duplicates store nothing, conflicts are refused), the writer, the
+//!    admission status;
+//! 4. encode (`stored_record`, `encode_frames`): the stored records and
+//!    their frames;
+//! 5. queue (`InFlight`): register external ids, corrections and new
+//!    vector spaces as in flight, queue the frames on the log, wait until
+//!    they are durable and applied, release.
+//!
+//! A batch is all or nothing: any error before stage 5 stores nothing.
 
 use super::*;
 
@@ -16,6 +31,17 @@ struct Prepared {
     notes: Vec<String>,
     /// Position of its record frame in the batch (created records only).
     frame: usize,
+}
+
+/// A record's access labels (sorted, deduplicated), retention class, and
+/// content hash when it names no other record (computed before the lock).
+type Normalized = (Vec<String>, String, Option<[u8; 32]>);
+
+/// What stage 1 hands to the locked stages.
+struct Validated {
+    /// Each record's `data` in canonical JSON.
+    data_json: Vec<Option<String>>,
+    normalized: Vec<Normalized>,
 }
 
 /// SHA-256 of the record's canonical content (docs/format.md §6.1): the
@@ -210,80 +236,18 @@ impl Session {
         run_id: Option<RecordId>,
     ) -> Result<Vec<AppendResult>> {
         let db = &self.db;
-        db.check_open()?;
-        if records.is_empty() {
-            return Err(EngineError::invalid("batch", "no records"));
-        }
-        if records.len() > limits::BATCH_RECORDS_MAX {
-            return Err(EngineError::LimitExceeded {
-                item: None,
-                what: "records in one batch".into(),
-                limit: limits::BATCH_RECORDS_MAX as u64,
-                got: records.len() as u64,
-            });
-        }
-        crate::model::check_tenant(self.principal.tenant())?;
-        let n_records = db.inner.state.read().len();
-        if n_records + records.len() > limits::RECORDS_MAX {
-            return Err(EngineError::LimitExceeded {
-                item: None,
-                what: "records in the store".into(),
-                limit: limits::RECORDS_MAX as u64,
-                got: (n_records + records.len()) as u64,
-            });
-        }
-        for (i, r) in records.iter().enumerate() {
-            r.validate().map_err(|e| e.at_item(i))?;
-        }
-        let data_json: Vec<Option<String>> = records
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                r.data
-                    .as_ref()
-                    .map(|d| {
-                        let s = canonical::to_canonical_string(d)
-                            .map_err(|e| EngineError::invalid("data", e.to_string()).at_item(i))?;
-                        if s.len() > limits::DATA_BYTES_MAX {
-                            return Err(EngineError::LimitExceeded {
-                                item: Some(i),
-                                what: "data length in bytes (canonical JSON)".into(),
-                                limit: limits::DATA_BYTES_MAX as u64,
-                                got: s.len() as u64,
-                            });
-                        }
-                        Ok(s)
-                    })
-                    .transpose()
-            })
-            .collect::<Result<_>>()?;
-        // Normalized access and retention, and the content hash of every
-        // record that names no other record: computed before the writer lock.
-        let mut normalized: Vec<(Vec<String>, String, Option<[u8; 32]>)> = records
-            .iter()
-            .zip(&data_json)
-            .map(|(r, d)| {
-                let mut access = r.access.clone();
-                access.sort();
-                access.dedup();
-                let retention = r
-                    .retention_class
-                    .clone()
-                    .unwrap_or_else(|| DEFAULT_RETENTION_CLASS.to_string());
-                let hash = (!has_references(r)).then(|| {
-                    content_hash(r, &Resolved::default(), &retention, &access, d.as_deref())
-                });
-                (access, retention, hash)
-            })
-            .collect();
+        let Validated {
+            data_json,
+            mut normalized,
+        } = self.validate_batch(&records)?;
         let _maintenance = db.inner.maintenance.read();
         let tenant = self.principal.tenant().to_string();
         let rx;
         let mut prepared: Vec<Prepared>;
-        let mut pending_keys: Vec<(String, String)> = Vec::new();
-        let mut pending_sup: Vec<RecordId> = Vec::new();
-        let mut pending_models: Vec<(String, String)> = Vec::new();
+        let in_flight;
         {
+            // stages 2-5 under the writer lock: ids and transaction times
+            // follow LSN order, so minting and queueing stay together
             let mut w = db.inner.writer.lock();
             let st = db.inner.state.read();
             let tsym = st.tenant_sym(&tenant);
@@ -596,54 +560,13 @@ impl Session {
                     Some(h) => h,
                     None => content_hash(r, &res, &retention, &access, data_json[i].as_deref()),
                 };
-                // external id rules
-                let mut outcome = AppendOutcome::Created;
-                let mut existing: Option<(RecordId, u64, Status)> = None;
-                if let Some(e) = &r.external_id {
-                    let key = (tenant.clone(), e.clone());
-                    if let Some((pid, phash)) = w.pending_ext.get(&key) {
-                        if *phash == hash {
-                            outcome = AppendOutcome::Duplicate;
-                            existing = Some((*pid, 0, Status::Active));
-                        } else {
-                            return Err(EngineError::ExternalIdConflict {
-                                item: Some(i),
-                                external_id: e.clone(),
-                                existing: *pid,
-                            });
-                        }
-                    } else if let Some(&ix) = tstate.and_then(|t| t.external_ids.get(e.as_str())) {
-                        let m = st.meta(ix);
-                        if m.status == Status::Deleted {
-                            return Err(EngineError::invalid(
-                                "external_id",
-                                format!("'{e}' named record {} which was deleted; deleted content is not re-ingested", m.id),
-                            )
-                            .at_item(i));
-                        }
-                        // Re-sending any version of the chain is a no-op (a
-                        // file holding a record and its correction re-ingests
-                        // cleanly).
-                        let mut same = None;
-                        for v in st.chain(ix) {
-                            let vm = st.meta(v);
-                            if !vm.tombstone && stored_hash(db, vm.loc)? == hash {
-                                same = Some(vm);
-                                break;
-                            }
-                        }
-                        if let Some(vm) = same {
-                            outcome = AppendOutcome::Duplicate;
-                            existing = Some((vm.id, vm.loc.lsn, vm.status));
-                        } else if res.supersedes != Some(m.id) {
-                            return Err(EngineError::ExternalIdConflict {
-                                item: Some(i),
-                                external_id: e.clone(),
-                                existing: m.id,
-                            });
-                        }
-                    }
-                }
+                // stage 3: external id rules (a duplicate stores nothing)
+                let existing = existing_version(db, &w, &st, &tenant, i, r, hash, res.supersedes)?;
+                let outcome = if existing.is_some() {
+                    AppendOutcome::Duplicate
+                } else {
+                    AppendOutcome::Created
+                };
                 if let Some((eid, lsn, status)) = existing {
                     // Later items of the batch that name this one must
                     // point at the stored record.
@@ -667,73 +590,24 @@ impl Session {
                     },
                 };
                 let status = admission(rtype, &r.body, writer.kind, tstate);
-                let (entity_type, name, aliases) = match &r.body {
-                    Body::Entity {
-                        entity_type,
-                        name,
-                        aliases,
-                    } => (
-                        Some(entity_type.clone()),
-                        Some(name.clone()),
-                        aliases.clone(),
-                    ),
-                    _ => (None, None, Vec::new()),
-                };
-                let (predicate, object_value, generator) = match &r.body {
-                    Body::Relation { predicate, .. } => (Some(predicate.clone()), None, None),
-                    Body::Assertion {
-                        predicate, object, ..
-                    } => (predicate.clone(), object.clone(), None),
-                    Body::Summary { generator } => (None, None, Some(generator.clone())),
-                    _ => (None, None, None),
-                };
-                let occurred_at = r.occurred_at.unwrap_or(now);
-                let mut scope_labels = r.scope.labels.clone();
-                scope_labels.sort();
-                scope_labels.dedup();
-                let stored = StoredRecord {
-                    id: batch_ids[i].to_bytes(),
-                    record_type: rtype.code(),
-                    tenant: tenant.clone(),
-                    scope_user: r.scope.user.clone(),
-                    scope_conversation: r.scope.conversation.clone(),
-                    scope_agent: r.scope.agent.clone(),
-                    scope_labels,
-                    kind: r.kind.clone(),
-                    occurred_at_ms: occurred_at,
-                    ingested_at_ms: now,
-                    valid_from_ms: r.valid_from,
-                    valid_until_ms: r.valid_until,
-                    last_verified_at_ms: r.last_verified_at,
-                    text: r.text.clone(),
-                    data_json: data_json[i].clone(),
-                    content_sha256: hash,
-                    schema_version: SCHEMA_VERSION,
-                    ingest_run_id: run.to_bytes(),
-                    external_id: r.external_id.clone(),
-                    supersedes: res.supersedes.map(|x| x.to_bytes()),
-                    retention_class: retention,
-                    access,
-                    writer_principal: writer.principal,
-                    writer_kind: writer.kind.code(),
-                    vector_models: r.embeddings.iter().map(|e| e.model.clone()).collect(),
-                    status: status as u8,
-                    entity_type,
-                    name,
-                    aliases,
-                    subject: res.subject.map(|x| x.to_bytes()),
-                    predicate,
-                    object: res.object.map(|x| x.to_bytes()),
-                    object_value,
-                    sources: res.sources.iter().map(|x| x.to_bytes()).collect(),
-                    derivation: r.derivation.as_ref().map(|d| StoredDerivation {
-                        extractor: d.extractor.clone(),
-                        model_config: d.model_config.clone(),
-                        generated: d.generated,
-                    }),
-                    confidence: r.confidence,
-                    generator,
-                };
+                let stored = stored_record(
+                    r,
+                    &res,
+                    Stamp {
+                        id: batch_ids[i],
+                        tenant: &tenant,
+                        now,
+                        run,
+                    },
+                    Admitted {
+                        hash,
+                        access,
+                        retention,
+                        writer,
+                        status,
+                    },
+                    data_json[i].clone(),
+                );
                 prepared.push(Prepared {
                     stored,
                     outcome,
@@ -743,58 +617,14 @@ impl Session {
                     frame: 0,
                 });
             }
-            // Each created record's frame, followed by one frame per client
-            // vector; `frame_of[i]` is the position of item i's record frame.
-            let mut frames: Vec<PendingFrame> = Vec::with_capacity(prepared.len());
-            for (p, r) in prepared.iter_mut().zip(&records) {
-                if p.outcome != AppendOutcome::Created {
-                    continue;
-                }
-                p.frame = frames.len();
-                frames.push(PendingFrame {
-                    frame_type: codec::FRAME_RECORD,
-                    frame_version: codec::PAYLOAD_VERSION,
-                    payload: codec::encode_record(&p.stored),
-                });
-                for e in &r.embeddings {
-                    frames.push(PendingFrame {
-                        frame_type: codec::FRAME_VECTOR,
-                        frame_version: codec::PAYLOAD_VERSION,
-                        payload: codec::encode_vector(&StoredVector {
-                            record: p.stored.id,
-                            model: e.model.clone(),
-                            vector: e.vector.clone(),
-                        }),
-                    });
-                }
-            }
+            let frames = encode_frames(&mut prepared, &records);
             if frames.is_empty() {
                 return Ok(results(&prepared, &records, &[]));
             }
-            // register in-flight state, then queue
-            for (p, r) in prepared.iter().zip(&records) {
-                if p.outcome != AppendOutcome::Created {
-                    continue;
-                }
-                if let Some(e) = &r.external_id {
-                    let key = (tenant.clone(), e.clone());
-                    w.pending_ext.insert(
-                        key.clone(),
-                        (RecordId::from_bytes(p.stored.id), p.stored.content_sha256),
-                    );
-                    pending_keys.push(key);
-                }
-                if let Some(s) = p.stored.supersedes {
-                    let s = RecordId::from_bytes(s);
-                    w.pending_superseded.insert(s);
-                    pending_sup.push(s);
-                }
-            }
-            for (m, d) in new_dims {
-                let key = (tenant.clone(), m);
-                w.pending_dims.insert(key.clone(), d);
-                pending_models.push(key);
-            }
+            // stage 5: register what is in flight (so concurrent batches
+            // see these external ids, corrections and new vector spaces),
+            // then queue
+            in_flight = InFlight::register(&mut w, &tenant, &prepared, &records, new_dims);
             w.last_ingested_at = now;
             drop(st);
             rx = db.inner.log.append_async(frames);
@@ -806,22 +636,344 @@ impl Session {
                 .and_then(|r| r.map_err(EngineError::from)),
             Err(e) => Err(EngineError::from(e)),
         };
-        if !(pending_keys.is_empty() && pending_sup.is_empty() && pending_models.is_empty()) {
-            let mut w = db.inner.writer.lock();
-            for k in &pending_keys {
-                w.pending_ext.remove(k);
-            }
-            for s in &pending_sup {
-                w.pending_superseded.remove(s);
-            }
-            for m in &pending_models {
-                w.pending_dims.remove(m);
-            }
-        }
+        in_flight.release(&db.inner.writer);
         let locs = reply?;
         db.check_open()?;
         Ok(results(&prepared, &records, &locs))
     }
+}
+
+impl Session {
+    /// Stage 1, without a lock: checks the batch's size and every record,
+    /// puts `data` in canonical form, normalizes access and retention, and
+    /// hashes every record that names no other record.
+    fn validate_batch(&self, records: &[NewRecord]) -> Result<Validated> {
+        let db = &self.db;
+        db.check_open()?;
+        if records.is_empty() {
+            return Err(EngineError::invalid("batch", "no records"));
+        }
+        if records.len() > limits::BATCH_RECORDS_MAX {
+            return Err(EngineError::LimitExceeded {
+                item: None,
+                what: "records in one batch".into(),
+                limit: limits::BATCH_RECORDS_MAX as u64,
+                got: records.len() as u64,
+            });
+        }
+        crate::model::check_tenant(self.principal.tenant())?;
+        let n_records = db.inner.state.read().len();
+        if n_records + records.len() > limits::RECORDS_MAX {
+            return Err(EngineError::LimitExceeded {
+                item: None,
+                what: "records in the store".into(),
+                limit: limits::RECORDS_MAX as u64,
+                got: (n_records + records.len()) as u64,
+            });
+        }
+        for (i, r) in records.iter().enumerate() {
+            r.validate().map_err(|e| e.at_item(i))?;
+        }
+        let data_json: Vec<Option<String>> = records
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                r.data
+                    .as_ref()
+                    .map(|d| {
+                        let s = canonical::to_canonical_string(d)
+                            .map_err(|e| EngineError::invalid("data", e.to_string()).at_item(i))?;
+                        if s.len() > limits::DATA_BYTES_MAX {
+                            return Err(EngineError::LimitExceeded {
+                                item: Some(i),
+                                what: "data length in bytes (canonical JSON)".into(),
+                                limit: limits::DATA_BYTES_MAX as u64,
+                                got: s.len() as u64,
+                            });
+                        }
+                        Ok(s)
+                    })
+                    .transpose()
+            })
+            .collect::<Result<_>>()?;
+        // Normalized access and retention, and the content hash of every
+        // record that names no other record: computed before the writer lock.
+        let normalized: Vec<Normalized> = records
+            .iter()
+            .zip(&data_json)
+            .map(|(r, d)| {
+                let mut access = r.access.clone();
+                access.sort();
+                access.dedup();
+                let retention = r
+                    .retention_class
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_RETENTION_CLASS.to_string());
+                let hash = (!has_references(r)).then(|| {
+                    content_hash(r, &Resolved::default(), &retention, &access, d.as_deref())
+                });
+                (access, retention, hash)
+            })
+            .collect();
+        Ok(Validated {
+            data_json,
+            normalized,
+        })
+    }
+}
+
+/// Stage 4: each created record's frame, followed by one frame per client
+/// vector; sets each record's `frame` to the position of its record frame.
+fn encode_frames(prepared: &mut [Prepared], records: &[NewRecord]) -> Vec<PendingFrame> {
+    let mut frames: Vec<PendingFrame> = Vec::with_capacity(prepared.len());
+    for (p, r) in prepared.iter_mut().zip(records) {
+        if p.outcome != AppendOutcome::Created {
+            continue;
+        }
+        p.frame = frames.len();
+        frames.push(PendingFrame {
+            frame_type: codec::FRAME_RECORD,
+            frame_version: codec::PAYLOAD_VERSION,
+            payload: codec::encode_record(&p.stored),
+        });
+        for e in &r.embeddings {
+            frames.push(PendingFrame {
+                frame_type: codec::FRAME_VECTOR,
+                frame_version: codec::PAYLOAD_VERSION,
+                payload: codec::encode_vector(&StoredVector {
+                    record: p.stored.id,
+                    model: e.model.clone(),
+                    vector: e.vector.clone(),
+                }),
+            });
+        }
+    }
+    frames
+}
+
+/// What a queued batch holds in the writer's in-flight tables until its
+/// fsync answers: external ids, corrected records, new vector spaces.
+struct InFlight {
+    keys: Vec<(String, String)>,
+    superseded: Vec<RecordId>,
+    models: Vec<(String, String)>,
+}
+
+impl InFlight {
+    fn register(
+        w: &mut WriterState,
+        tenant: &str,
+        prepared: &[Prepared],
+        records: &[NewRecord],
+        new_dims: HashMap<String, usize>,
+    ) -> InFlight {
+        let mut f = InFlight {
+            keys: Vec::new(),
+            superseded: Vec::new(),
+            models: Vec::new(),
+        };
+        for (p, r) in prepared.iter().zip(records) {
+            if p.outcome != AppendOutcome::Created {
+                continue;
+            }
+            if let Some(e) = &r.external_id {
+                let key = (tenant.to_string(), e.clone());
+                w.pending_ext.insert(
+                    key.clone(),
+                    (RecordId::from_bytes(p.stored.id), p.stored.content_sha256),
+                );
+                f.keys.push(key);
+            }
+            if let Some(s) = p.stored.supersedes {
+                let s = RecordId::from_bytes(s);
+                w.pending_superseded.insert(s);
+                f.superseded.push(s);
+            }
+        }
+        for (m, d) in new_dims {
+            let key = (tenant.to_string(), m);
+            w.pending_dims.insert(key.clone(), d);
+            f.models.push(key);
+        }
+        f
+    }
+
+    /// Removes the batch's entries (its frames are applied, or failed).
+    fn release(self, writer: &Mutex<WriterState>) {
+        if self.keys.is_empty() && self.superseded.is_empty() && self.models.is_empty() {
+            return;
+        }
+        let mut w = writer.lock();
+        for k in &self.keys {
+            w.pending_ext.remove(k);
+        }
+        for s in &self.superseded {
+            w.pending_superseded.remove(s);
+        }
+        for m in &self.models {
+            w.pending_dims.remove(m);
+        }
+    }
+}
+
+/// What the write path stamps on every record of a batch.
+struct Stamp<'a> {
+    id: RecordId,
+    tenant: &'a str,
+    /// Transaction time of the batch.
+    now: i64,
+    /// The ingest run.
+    run: RecordId,
+}
+
+/// What stage 3 decided for a record: its content hash, effective access
+/// and retention, the writer it is attributed to, its admission status.
+struct Admitted {
+    hash: [u8; 32],
+    access: Vec<String>,
+    retention: String,
+    writer: Writer,
+    status: Status,
+}
+
+/// Stage 4: the stored form of a record whose references are resolved.
+fn stored_record(
+    r: &NewRecord,
+    res: &Resolved,
+    stamp: Stamp<'_>,
+    a: Admitted,
+    data_json: Option<String>,
+) -> StoredRecord {
+    let rtype = r.body.record_type();
+    let (entity_type, name, aliases) = match &r.body {
+        Body::Entity {
+            entity_type,
+            name,
+            aliases,
+        } => (
+            Some(entity_type.clone()),
+            Some(name.clone()),
+            aliases.clone(),
+        ),
+        _ => (None, None, Vec::new()),
+    };
+    let (predicate, object_value, generator) = match &r.body {
+        Body::Relation { predicate, .. } => (Some(predicate.clone()), None, None),
+        Body::Assertion {
+            predicate, object, ..
+        } => (predicate.clone(), object.clone(), None),
+        Body::Summary { generator } => (None, None, Some(generator.clone())),
+        _ => (None, None, None),
+    };
+    let mut scope_labels = r.scope.labels.clone();
+    scope_labels.sort();
+    scope_labels.dedup();
+    StoredRecord {
+        id: stamp.id.to_bytes(),
+        record_type: rtype.code(),
+        tenant: stamp.tenant.to_string(),
+        scope_user: r.scope.user.clone(),
+        scope_conversation: r.scope.conversation.clone(),
+        scope_agent: r.scope.agent.clone(),
+        scope_labels,
+        kind: r.kind.clone(),
+        occurred_at_ms: r.occurred_at.unwrap_or(stamp.now),
+        ingested_at_ms: stamp.now,
+        valid_from_ms: r.valid_from,
+        valid_until_ms: r.valid_until,
+        last_verified_at_ms: r.last_verified_at,
+        text: r.text.clone(),
+        data_json,
+        content_sha256: a.hash,
+        schema_version: SCHEMA_VERSION,
+        ingest_run_id: stamp.run.to_bytes(),
+        external_id: r.external_id.clone(),
+        supersedes: res.supersedes.map(|x| x.to_bytes()),
+        retention_class: a.retention,
+        access: a.access,
+        writer_principal: a.writer.principal,
+        writer_kind: a.writer.kind.code(),
+        vector_models: r.embeddings.iter().map(|e| e.model.clone()).collect(),
+        status: a.status as u8,
+        entity_type,
+        name,
+        aliases,
+        subject: res.subject.map(|x| x.to_bytes()),
+        predicate,
+        object: res.object.map(|x| x.to_bytes()),
+        object_value,
+        sources: res.sources.iter().map(|x| x.to_bytes()).collect(),
+        derivation: r.derivation.as_ref().map(|d| StoredDerivation {
+            extractor: d.extractor.clone(),
+            model_config: d.model_config.clone(),
+            generated: d.generated,
+        }),
+        confidence: r.confidence,
+        generator,
+    }
+}
+
+/// Stage 3, the external id rules: the stored (or in-flight) version this
+/// record repeats, if any, as (id, LSN, status); an error if its external
+/// id names another record it does not correct, or a deleted one.
+#[allow(clippy::too_many_arguments)]
+fn existing_version(
+    db: &Engram,
+    w: &WriterState,
+    st: &State,
+    tenant: &str,
+    i: usize,
+    r: &NewRecord,
+    hash: [u8; 32],
+    supersedes: Option<RecordId>,
+) -> Result<Option<(RecordId, u64, Status)>> {
+    let Some(e) = &r.external_id else {
+        return Ok(None);
+    };
+    let key = (tenant.to_string(), e.clone());
+    if let Some((pid, phash)) = w.pending_ext.get(&key) {
+        if *phash == hash {
+            return Ok(Some((*pid, 0, Status::Active)));
+        }
+        return Err(EngineError::ExternalIdConflict {
+            item: Some(i),
+            external_id: e.clone(),
+            existing: *pid,
+        });
+    }
+    let Some(&ix) = st
+        .tenant(tenant)
+        .and_then(|t| t.external_ids.get(e.as_str()))
+    else {
+        return Ok(None);
+    };
+    let m = st.meta(ix);
+    if m.status == Status::Deleted {
+        return Err(EngineError::invalid(
+            "external_id",
+            format!(
+                "'{e}' named record {} which was deleted; deleted content is not re-ingested",
+                m.id
+            ),
+        )
+        .at_item(i));
+    }
+    // Re-sending any version of the chain is a no-op (a file holding a
+    // record and its correction re-ingests cleanly).
+    for v in st.chain(ix) {
+        let vm = st.meta(v);
+        if !vm.tombstone && stored_hash(db, vm.loc)? == hash {
+            return Ok(Some((vm.id, vm.loc.lsn, vm.status)));
+        }
+    }
+    if supersedes != Some(m.id) {
+        return Err(EngineError::ExternalIdConflict {
+            item: Some(i),
+            external_id: e.clone(),
+            existing: m.id,
+        });
+    }
+    Ok(None)
 }
 
 fn results(prepared: &[Prepared], records: &[NewRecord], locs: &[FrameLoc]) -> Vec<AppendResult> {
