@@ -830,7 +830,8 @@ impl StateParts {
         for (k, es) in &self.edges {
             idx(*k)?;
             for e in es {
-                sym(e.relation)?;
+                // the relation record and the entity at the other end
+                idx(e.relation)?;
                 idx(e.other)?;
             }
         }

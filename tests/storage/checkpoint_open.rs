@@ -151,6 +151,49 @@ fn a_closed_store_opens_from_its_checkpoint_and_replays_nothing() {
     assert_eq!(seen, full_replay(dir.path(), &clock));
 }
 
+/// A relation's edge names the relation record (a record position, not a
+/// string symbol): a store with more records than distinct strings must
+/// still open from its checkpoint.
+#[test]
+fn a_store_with_many_entities_and_a_relation_opens_from_its_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    let entities: Vec<NewRecord> = (0..12)
+        .map(|i| NewRecord {
+            body: Body::Entity {
+                entity_type: "thing".into(),
+                name: format!("N{i}"),
+                aliases: vec![],
+            },
+            kind: "entity".into(),
+            external_id: Some(format!("e{i}")),
+            ..NewRecord::default()
+        })
+        .collect();
+    s.append(entities).unwrap();
+    s.append(vec![NewRecord {
+        body: Body::Relation {
+            subject: ext("e0"),
+            predicate: "p".into(),
+            object: ext("e11"),
+        },
+        kind: "relation".into(),
+        external_id: Some("r".into()),
+        ..NewRecord::default()
+    }])
+    .unwrap();
+    let last = db.stats().unwrap().last_lsn;
+    db.close().unwrap();
+    let (db, r) = open_report(dir.path(), &clock);
+    assert_eq!(r.checkpoint_discarded, None, "{r:?}");
+    assert_eq!(r.checkpoint_lsn, last, "{r:?}");
+    let seen = observe(&db);
+    db.close().unwrap();
+    assert_eq!(seen, full_replay(dir.path(), &clock));
+}
+
 #[test]
 fn after_a_crash_only_the_log_after_the_checkpoint_is_replayed() {
     let dir = tempfile::tempdir().unwrap();
