@@ -157,6 +157,27 @@ pub enum EngineError {
         detail: String,
     },
 
+    /// A log frame that passed its checksums could not be applied to the
+    /// in-memory state: its payload does not decode as this build reads it,
+    /// or applying it broke a rule of the state. The log is intact and was
+    /// not changed; this is not disk damage, so restoring a backup does
+    /// not help. Give up: open the store with a build that reads it, or
+    /// report the frame (an engine bug).
+    #[error(
+        "the log frame at LSN {lsn} (segment {segment}, offset {offset}) is intact but could not be applied: {reason}; \
+         nothing was changed (open the store with a build that reads it, or report it as a bug)"
+    )]
+    Apply {
+        /// Segment of the frame.
+        segment: u64,
+        /// Offset of the frame in its segment.
+        offset: u64,
+        /// Its LSN.
+        lsn: u64,
+        /// Why it could not be applied.
+        reason: String,
+    },
+
     /// The store is closed. Give up: reopen it.
     #[error("the store is closed")]
     Closed,

@@ -417,6 +417,21 @@ fn lock_dir(opts: &Options, dir: &Path) -> Result<engram_storage::backend::LockG
         }))
 }
 
+/// Records in `log`: its record and tombstone frames (each is one record
+/// of the state it replays to).
+fn count_records(log: &SegmentLog) -> engram_storage::StorageResult<u64> {
+    let mut n = 0u64;
+    log.scan(0, |f| {
+        if f.header.frame_type == codec::FRAME_RECORD
+            || f.header.frame_type == codec::FRAME_TOMBSTONE
+        {
+            n += 1;
+        }
+        Ok(std::ops::ControlFlow::Continue(()))
+    })?;
+    Ok(n)
+}
+
 /// Removes the derived state of the store in `dir` (catalog, snapshots,
 /// vector files): only files Engram names; anything else stays.
 pub(crate) fn remove_derived(backend: &dyn Backend, dir: &Path) -> Result<()> {
@@ -641,10 +656,19 @@ impl Engram {
         };
         let c = Self::compact_with(dest, &copy_opts, false)?;
         remove_derived(backend, dest)?;
+        // Counted in the copy: records appended while it was taken are not
+        // in it.
+        let (copy_log, _) = SegmentLog::open(
+            self.inner.backend.clone(),
+            &layout::log(dest),
+            copy_opts.log.clone(),
+        )?;
+        let records = count_records(&copy_log)?;
+        drop(copy_log);
         let report = BackupReport {
             last_lsn: last,
             created_at_ms,
-            records: self.inner.state.read().len() as u64,
+            records,
             purged: c.purged as u64,
         };
         write_all_durable(
@@ -756,21 +780,26 @@ impl Engram {
                         first = Some(f.header.lsn);
                         Ok(std::ops::ControlFlow::Break(()))
                     })?;
-                    Ok((first, log.last_lsn()))
+                    Ok((first, log.last_lsn(), count_records(&log)?))
                 },
             );
             let damage = match checked {
-                Ok((_, last)) if last < taken.last_lsn => Some(format!(
+                Ok((_, last, _)) if last < taken.last_lsn => Some(format!(
                     "its log ends at LSN {last} but backup.json records {}",
                     taken.last_lsn
                 )),
-                Ok((_, last)) if last > taken.last_lsn => Some(format!(
+                Ok((_, last, _)) if last > taken.last_lsn => Some(format!(
                     "its log holds LSNs up to {last} but backup.json records {}: \
                      backup.json does not describe this log",
                     taken.last_lsn
                 )),
-                Ok((Some(first), _)) if first != 1 => Some(format!(
+                Ok((Some(first), _, _)) if first != 1 => Some(format!(
                     "its log starts at LSN {first}: segments are missing"
+                )),
+                Ok((_, _, n)) if n != taken.records => Some(format!(
+                    "its log holds {n} record(s) but backup.json records {}: \
+                     backup.json does not describe this log",
+                    taken.records
                 )),
                 Ok(_) => None,
                 Err(e) => Some(format!("its log does not open: {e}")),

@@ -25,7 +25,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use rustc_hash::FxHashMap as HashMap;
 
-use engram_storage::StorageError;
 use engram_storage::frame::Lsn;
 use engram_storage::log::FrameLoc;
 use roaring::RoaringBitmap;
@@ -1013,7 +1012,7 @@ pub fn apply_frame(
     version: u8,
     payload: &[u8],
     loc: FrameLoc,
-) -> std::result::Result<(), StorageError> {
+) -> Result<()> {
     // Frames are applied once each, in LSN order: the state is a function
     // of the log prefix it has seen.
     assert!(
@@ -1022,16 +1021,18 @@ pub fn apply_frame(
         loc.lsn,
         st.applied_lsn
     );
+    let failed = |reason: String| crate::error::EngineError::Apply {
+        segment: loc.segment,
+        offset: loc.offset,
+        lsn: loc.lsn,
+        reason,
+    };
     if version != codec::PAYLOAD_VERSION {
-        return Err(StorageError::CorruptLog {
-            segment: loc.segment,
-            offset: loc.offset,
-            reason: format!(
-                "payload version {version} of frame type {} is not readable by this build (reads {})",
-                ft.0,
-                codec::PAYLOAD_VERSION
-            ),
-        });
+        return Err(failed(format!(
+            "payload version {version} of frame type {} is not readable by this build (reads {})",
+            ft.0,
+            codec::PAYLOAD_VERSION
+        )));
     }
     let r = if ft == codec::FRAME_RECORD {
         codec::view_record(payload).and_then(|a| st.apply_record(a, loc))
@@ -1047,11 +1048,7 @@ pub fn apply_frame(
             detail: format!("unknown frame type {}", ft.0),
         })
     };
-    r.map_err(|e| StorageError::CorruptLog {
-        segment: loc.segment,
-        offset: loc.offset,
-        reason: e.to_string(),
-    })?;
+    r.map_err(|e| failed(e.to_string()))?;
     st.applied_loc = Some(loc);
     Ok(())
 }

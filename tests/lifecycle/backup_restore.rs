@@ -117,8 +117,11 @@ fn a_partial_or_damaged_backup_is_refused_and_changes_nothing() {
     }
     let partial = backups.path().join("partial");
     let damaged = backups.path().join("damaged");
+    let understated = backups.path().join("understated");
     db.backup(&partial).unwrap();
     db.backup(&damaged).unwrap();
+    let taken = db.backup(&understated).unwrap();
+    assert_eq!(taken.records, 20);
     s.append(vec![
         NewRecord::event("note", "after the backups").with_external_id("late"),
     ])
@@ -142,6 +145,19 @@ fn a_partial_or_damaged_backup_is_refused_and_changes_nothing() {
     drop(f);
     let e = Engram::restore(dir.path(), &damaged, &opts(&clock), None).unwrap_err();
     assert!(e.to_string().contains("damaged"), "{e}");
+
+    // a backup.json that counts fewer records than its log holds
+    let manifest = understated.join("backup.json");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let edited = text.replace("\"records\": 20", "\"records\": 19");
+    assert_ne!(text, edited, "{text}");
+    std::fs::write(&manifest, edited).unwrap();
+    let e = Engram::restore(dir.path(), &understated, &opts(&clock), None).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("holds 20 record(s) but backup.json records 19"),
+        "{e}"
+    );
 
     // the store is untouched: everything, including what came after the backups
     let db = open(dir.path(), &clock);

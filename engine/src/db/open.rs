@@ -137,17 +137,30 @@ impl Engram {
             ),
         };
         let mut replayed = 0u64;
+        // An intact frame this build cannot apply is not disk damage: its
+        // own error, not the log's.
+        let mut not_applied = None;
         log.scan(replay_from, |f| {
-            apply_frame(
+            match apply_frame(
                 &mut state,
                 f.header.frame_type,
                 f.header.frame_version,
                 f.payload(),
                 f.loc(),
-            )?;
-            replayed += 1;
-            Ok(ControlFlow::Continue(()))
+            ) {
+                Ok(()) => {
+                    replayed += 1;
+                    Ok(ControlFlow::Continue(()))
+                }
+                Err(e) => {
+                    not_applied = Some(e);
+                    Ok(ControlFlow::Break(()))
+                }
+            }
         })?;
+        if let Some(e) = not_applied {
+            return Err(e);
+        }
         report.frames_replayed = replayed;
         // Vector spaces whose persisted files disagree with the log are rebuilt.
         let ids: Vec<RecordId> = state.metas.iter().map(|m| m.id).collect();

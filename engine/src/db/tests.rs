@@ -325,3 +325,55 @@ fn transaction_time_going_back_on_replay_is_refused() {
     let e = st.apply_record(a, loc).unwrap_err();
     assert!(e.to_string().contains("ingested_at"), "{e}");
 }
+
+/// An intact frame this build cannot apply (here: a frame type it does not
+/// know) is reported as such, never as disk damage, and changes nothing:
+/// the live store reports it on the next call, and a reopen refuses with
+/// the frame's place and leaves the log as it was.
+#[test]
+fn an_intact_frame_that_cannot_be_applied_is_not_reported_as_damage() {
+    let backend = engram_storage::MemBackend::new();
+    let opts = || Options {
+        backend: Arc::new(backend.clone()),
+        ..Options::default()
+    };
+    let db = Engram::open("/apply", opts()).unwrap();
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![NewRecord::event("note", "before")]).unwrap();
+    let locs = db
+        .inner
+        .log
+        .append(vec![PendingFrame {
+            frame_type: engram_storage::frame::FrameType(200),
+            frame_version: codec::PAYLOAD_VERSION,
+            payload: vec![1, 2, 3, 4],
+        }])
+        .unwrap();
+    let lsn = locs[0].lsn;
+    let e = s
+        .append(vec![NewRecord::event("note", "after")])
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("could not be applied") && text.contains(&format!("LSN {lsn}")),
+        "{text}"
+    );
+    assert!(
+        !text.contains("damaged") && !text.contains("backup"),
+        "{text}"
+    );
+    drop(s);
+    drop(db);
+    let log_before = backend.read_file(Path::new("/apply/log/00000000000000000001.seg"));
+    assert!(log_before.is_some(), "the log's first segment");
+    let e = Engram::open("/apply", opts()).unwrap_err();
+    assert!(
+        matches!(e, EngineError::Apply { lsn: l, .. } if l == lsn),
+        "{e:?}"
+    );
+    assert_eq!(
+        backend.read_file(Path::new("/apply/log/00000000000000000001.seg")),
+        log_before,
+        "a refused open changed the log"
+    );
+}
