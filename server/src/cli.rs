@@ -894,7 +894,7 @@ fn cmd_verify(ctx: &Ctx, a: JsonArgs) -> CliResult {
     };
     let (mut frames, mut records) = (0, 0);
     let spinner = ctx.spinner("verify");
-    spinner.set_message("checking every frame and the catalog");
+    spinner.set_message("checking every frame, and the state against the log");
     let opened = Engram::open_with_report(data, opts);
     match opened {
         Ok((db, report)) => {
