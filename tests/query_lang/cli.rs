@@ -152,3 +152,231 @@ fn engram_shell_reads_statements_from_a_pipe() {
     assert!(out.contains("(3 rows)"), "{out}");
     assert!(out.contains("admin of tenant t"), "{out}");
 }
+
+/// Examples 2 to 5 typed into `engram shell` from a pipe (with a
+/// parameter bound by `\param`): the same rows as `engram query`.
+#[test]
+fn the_examples_run_through_engram_shell() {
+    let (_tmp, d) = store();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_engram"))
+        .args(["--data", &d, "--embedder", "hash", "shell", "--tenant", "t"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .as_mut()
+        .unwrap()
+        .write_all(
+            b"FIND assertions KIND 'preference' WHERE ingested_at >= 2025-03-01 MATCH 'diet'\n\
+              RETURN external_id;\n\
+              \\param qvec [1, 0.2, 0, 0]\n\
+              FIND summaries WHERE scope.label = 'apollo' OR scope.conversation = 'apollo'\n\
+              VALID AT now SIMILAR TO $qvec MODEL 'text-embedding-3-small' MIN 0.35 RETURN external_id;\n\
+              FIND assertions SIMILAR TO 'Acme renews in Q3' AS sem MATCH 'Acme renews in Q3' AS kw\n\
+              WITH SOURCES DEPTH 3 LIMIT 1 RETURN external_id, text;\n\
+              TRACE 'evt_9f2' DERIVATIVES DEPTH 5 INCLUDE SUPERSEDED;\n",
+        )
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    for want in ["diet/new", "apollo/s1", "Acme renews in Q3", "(4 rows)"] {
+        assert!(out.contains(want), "lacks {want}:\n{out}");
+    }
+    assert!(!out.contains("error"), "{out}");
+}
+
+/// The six acceptance examples of docs/query-language.md, typed as a user
+/// would into `engram query` (with the store's built-in embedder named, as
+/// the fixture was built with it), give the documented results. The store's
+/// transaction times are those of the fixture; `now` is the real clock, so
+/// example 6 runs on its outage week ingested now.
+#[test]
+fn the_six_examples_run_through_engram_query() {
+    let (tmp, d) = store();
+    let run = |statement: &str, params: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "--data",
+            d.as_str(),
+            "--embedder",
+            "hash",
+            "query",
+            "--tenant",
+            "t",
+            "--json",
+            statement,
+        ];
+        for p in params {
+            args.push("--param");
+            args.push(p);
+        }
+        let o = engram(&args);
+        assert!(o.status.success(), "{statement}: {}", text(&o));
+        serde_json::from_slice(&o.stdout).expect("JSON rows")
+    };
+    let ids = |out: &serde_json::Value| -> Vec<String> {
+        out["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let by_graph = |out: &serde_json::Value| -> Vec<String> {
+        out["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| {
+                r["ranks"]
+                    .as_array()
+                    .is_some_and(|rs| rs.iter().any(|x| x["retriever"] == "graph"))
+            })
+            .map(|r| r["id"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let ex1 = run(
+        "FIND ANY WHERE scope.user = 'user_18' OR record = entity AS OF 2025-06-10 \
+         SIMILAR TO 'billing issue' AS sem MATCH 'billing issue' AS kw \
+         EXPAND FROM sem, kw HOPS 2 AS graph LIMIT 20 \
+         RETURN id, record, kind, text, score, ranks",
+        &[],
+    );
+    let ex2 = run(
+        "FIND assertions KIND 'preference' WHERE ingested_at >= 2025-03-01 MATCH 'diet'",
+        &[],
+    );
+    let ex3 = run(
+        "FIND summaries WHERE scope.label = 'apollo' OR scope.conversation = 'apollo' VALID AT now \
+         SIMILAR TO $qvec MODEL 'text-embedding-3-small' MIN 0.35",
+        &["qvec=[1, 0.2, 0, 0]"],
+    );
+    let ex4 = run(
+        "FIND assertions SIMILAR TO 'Acme renews in Q3' AS sem MATCH 'Acme renews in Q3' AS kw \
+         WITH SOURCES DEPTH 3 LIMIT 5 RETURN id, text, score, sources",
+        &[],
+    );
+    let ex5 = run(
+        "TRACE 'evt_9f2' DERIVATIVES DEPTH 5 INCLUDE SUPERSEDED",
+        &[],
+    );
+    let ex5_current = run("TRACE 'evt_9f2' DERIVATIVES DEPTH 5", &[]);
+
+    // Internal ids to external ids, through the store the CLI left.
+    let db = super::fixture::open(
+        &tmp.path().join("s"),
+        &engram::ManualClock::new(super::fixture::JUNE_1),
+    );
+    let s = db.session(engram::Principal::admin("t"));
+    let ext = |ids: Vec<String>| -> Vec<String> {
+        ids.iter()
+            .map(|i| {
+                let id: engram::RecordId = i.parse().expect("an id");
+                s.get(&engram::RecordRef::Id(id))
+                    .ok()
+                    .and_then(|r| r.external_id)
+                    .unwrap_or_default()
+            })
+            .collect()
+    };
+    let got = ext(ids(&ex1));
+    for want in ["bill/1", "bill/2", "ent_invoice", "ent_team"] {
+        assert!(
+            got.contains(&want.to_string()),
+            "example 1 lacks {want}: {got:?}"
+        );
+    }
+    for not in ["bill/late", "ent_db", "rel_owes"] {
+        assert!(
+            !got.contains(&not.to_string()),
+            "example 1 has {not}: {got:?}"
+        );
+    }
+    assert!(ext(by_graph(&ex1)).contains(&"ent_team".to_string()));
+    assert_eq!(ext(ids(&ex2)), ["diet/new"]);
+    assert_eq!(ext(ids(&ex3)), ["apollo/s1"]);
+    let first = &ex4["rows"][0];
+    assert_eq!(first["text"], "Acme renews in Q3", "{ex4}");
+    let sources: Vec<(String, u64)> = first["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            (
+                x["external_id"].as_str().unwrap_or("").to_string(),
+                x["depth"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        sources,
+        [("acme/sum".to_string(), 1), ("evt_9f2".to_string(), 2)]
+    );
+    let statuses: Vec<&str> = ex5["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(statuses.len(), 4, "{ex5}");
+    assert!(statuses.contains(&"superseded"), "{statuses:?}");
+    assert_eq!(ex5_current["rows"].as_array().unwrap().len(), 3);
+    db.close().unwrap();
+
+    // Example 6 asks about this week by the real clock: its week is
+    // ingested now through `engram ingest` (occurred_at defaults to the
+    // ingest time), into a store of its own.
+    let week = tmp.path().join("week");
+    let file = tmp.path().join("outage.jsonl");
+    std::fs::write(&file, super::fixture::OUTAGE_WEEK).unwrap();
+    let w = week.to_str().unwrap();
+    let o = engram(&[
+        "--data",
+        w,
+        "--embedder",
+        "hash",
+        "ingest",
+        "--tenant",
+        "t",
+        file.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = engram(&[
+        "--data",
+        w,
+        "query",
+        "--tenant",
+        "t",
+        "--json",
+        "FIND ANY WHERE record = entity OR occurred_at >= now - 7d \
+         SIMILAR TO 'database outage postmortem' TOP 20 AS outage \
+         EXPAND FROM outage HOPS 1 VIA ('mentions', 'assigned_to', 'reported_by') AS graph \
+         WEIGHTS (outage = 1.0, graph = 1.5) RETURN id, external_id, record, kind, text, score, ranks",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let ex6: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let reached: Vec<String> = ex6["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r["ranks"]
+                .as_array()
+                .is_some_and(|rs| rs.iter().any(|x| x["retriever"] == "graph"))
+        })
+        .map(|r| r["external_id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    for who in ["ent_alice", "ent_bob", "ent_carol"] {
+        assert!(
+            reached.contains(&who.to_string()),
+            "{who} not reached: {reached:?}"
+        );
+    }
+    assert!(
+        !reached.contains(&"ent_dave".to_string()),
+        "followed `likes`: {reached:?}"
+    );
+}

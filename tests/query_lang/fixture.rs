@@ -10,6 +10,22 @@ use engram::{Engram, HashEmbedder, ManualClock, Options, Principal};
 pub const JUNE_1: i64 = 1_748_736_000_000;
 pub const DAY: i64 = 86_400_000;
 
+/// The outage week of example 6: an incident, the people it involves
+/// through three relation kinds (and one it does not: `likes`), and a
+/// postmortem. Also ingested on its own through `engram ingest`.
+pub const OUTAGE_WEEK: &str = r#"{"external_id":"ent_db","record":"entity","entity_type":"incident","name":"database outage postmortem","aliases":["db outage"]}
+{"external_id":"ent_alice","record":"entity","entity_type":"person","name":"Alice"}
+{"external_id":"ent_bob","record":"entity","entity_type":"person","name":"Bob"}
+{"external_id":"ent_carol","record":"entity","entity_type":"person","name":"Carol"}
+{"external_id":"ent_dave","record":"entity","entity_type":"person","name":"Dave"}
+{"external_id":"r1","record":"relation","subject":"ent_db","predicate":"assigned_to","object":"ent_alice"}
+{"external_id":"r2","record":"relation","subject":"ent_db","predicate":"reported_by","object":"ent_bob"}
+{"external_id":"r3","record":"relation","subject":"ent_db","predicate":"mentions","object":"ent_carol"}
+{"external_id":"r4","record":"relation","subject":"ent_db","predicate":"likes","object":"ent_dave"}
+{"external_id":"pm/src","kind":"document","text":"Postmortem draft: the database outage lasted two hours"}
+{"external_id":"pm","record":"assertion","kind":"observation","text":"database outage postmortem: the primary database failed over twice","sources":["pm/src"],"subject":"ent_db"}
+"#;
+
 fn append_jsonl(db: &Engram, tenant: &str, jsonl: &str) {
     let lines = engram::query::parse_jsonl(jsonl).unwrap_or_else(|e| panic!("{e}"));
     let s = db.session(Principal::admin(tenant));
@@ -91,22 +107,7 @@ pub fn build(dir: &std::path::Path) -> (Engram, ManualClock) {
 "#,
     );
     clock.set(JUNE_1 + 28 * DAY); // this week's outage
-    append_jsonl(
-        &db,
-        "t",
-        r#"{"external_id":"ent_db","record":"entity","entity_type":"incident","name":"database outage postmortem","aliases":["db outage"]}
-{"external_id":"ent_alice","record":"entity","entity_type":"person","name":"Alice"}
-{"external_id":"ent_bob","record":"entity","entity_type":"person","name":"Bob"}
-{"external_id":"ent_carol","record":"entity","entity_type":"person","name":"Carol"}
-{"external_id":"ent_dave","record":"entity","entity_type":"person","name":"Dave"}
-{"external_id":"r1","record":"relation","subject":"ent_db","predicate":"assigned_to","object":"ent_alice"}
-{"external_id":"r2","record":"relation","subject":"ent_db","predicate":"reported_by","object":"ent_bob"}
-{"external_id":"r3","record":"relation","subject":"ent_db","predicate":"mentions","object":"ent_carol"}
-{"external_id":"r4","record":"relation","subject":"ent_db","predicate":"likes","object":"ent_dave"}
-{"external_id":"pm/src","kind":"document","text":"Postmortem draft: the database outage lasted two hours"}
-{"external_id":"pm","record":"assertion","kind":"observation","text":"database outage postmortem: the primary database failed over twice","sources":["pm/src"],"subject":"ent_db"}
-"#,
-    );
+    append_jsonl(&db, "t", OUTAGE_WEEK);
     clock.set(JUNE_1 + 30 * DAY);
     (db, clock)
 }
