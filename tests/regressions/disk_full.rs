@@ -67,14 +67,8 @@ fn a_full_disk_fails_writes_cleanly_and_they_resume_once_space_is_freed() {
     s.append(batch(acked, 50))
         .expect("writes resume once space is freed");
     acked += 50;
-    // The catalog (derived) may have stopped on the full disk: close says
-    // so, and the next open catches it up from the log.
-    if let Err(e) = db.close() {
-        assert!(
-            matches!(e, EngineError::Background { .. }) && e.to_string().contains("catalog"),
-            "{e}"
-        );
-    }
+    // With room again, close writes its checkpoint.
+    db.close().expect("close succeeds once there is room");
 
     for image in [b.clone(), b.crash_image(7)] {
         let db = Engram::open(dir, opts(&image)).unwrap();
