@@ -128,7 +128,7 @@ impl VerifyReport {
 impl Engram {
     /// Counts per tenant, kind, type and status; log and index sizes.
     pub fn stats(&self) -> Result<StoreStats> {
-        let st = self.inner.state.read();
+        let st = self.state();
         let mut s = StoreStats {
             records: st.len() as u64,
             ..StoreStats::default()
@@ -145,7 +145,7 @@ impl Engram {
             *t.by_type.entry(m.rtype.name().to_string()).or_default() += 1;
             *t.by_status.entry(m.status.name().to_string()).or_default() += 1;
         }
-        let ls = self.inner.log.stats();
+        let ls = self.log().stats();
         s.log_segments = ls.n_segments;
         s.log_bytes = ls.bytes;
         s.last_lsn = ls.last_lsn;
@@ -162,17 +162,14 @@ impl Engram {
             });
         }
         drop(st);
-        s.checkpoint_lsn = self
-            .inner
-            .checkpoint_lsn
-            .load(std::sync::atomic::Ordering::Acquire);
-        s.checkpoint_problem = self.inner.checkpoint_error.lock().clone();
+        s.checkpoint_lsn = self.checkpoint_lsn();
+        s.checkpoint_problem = self.checkpoint_problem();
         Ok(s)
     }
 
     /// Store-wide counts for monitoring (see [`StoreGauges`]).
     pub fn gauges(&self) -> StoreGauges {
-        let st = self.inner.state.read();
+        let st = self.state();
         let spaces = st.vectors.all();
         StoreGauges {
             records: st.len() as u64,
@@ -190,7 +187,7 @@ impl Engram {
     /// the state holds no record the log does not.
     pub fn verify(&self) -> Result<VerifyReport> {
         let mut report = VerifyReport::default();
-        let (frames, problems) = self.inner.log.verify()?;
+        let (frames, problems) = self.log().verify()?;
         report.frames = frames;
         for p in problems {
             report.problems.push(format!(
@@ -200,9 +197,9 @@ impl Engram {
         }
         // Read the log without holding the state lock (writers go on),
         // up to what the state has applied now.
-        let upto = self.inner.state.read().applied_lsn;
+        let upto = self.state().applied_lsn;
         let mut in_log: Vec<(RecordId, String, Option<String>, FrameLoc)> = Vec::new();
-        self.inner.log.scan(0, |f| {
+        self.log().scan(0, |f| {
             let loc = f.loc();
             if loc.lsn > upto {
                 return Ok(ControlFlow::Break(()));
@@ -232,7 +229,7 @@ impl Engram {
             }
             Ok(ControlFlow::Continue(()))
         })?;
-        let st = self.inner.state.read();
+        let st = self.state();
         for (id, tenant, ext, loc) in &in_log {
             report.records += 1;
             let Some(idx) = st.idx(*id) else {
@@ -282,7 +279,7 @@ impl Engram {
 
     /// The tenant of a record id (operator lookup across tenants).
     pub fn tenant_of(&self, id: RecordId) -> Option<String> {
-        let st = self.inner.state.read();
+        let st = self.state();
         st.idx(id)
             .map(|i| st.strings.name(st.meta(i).tenant).to_string())
     }
@@ -302,7 +299,7 @@ impl Engram {
             ..opts.clone()
         };
         let db = Engram::open(dir, opts)?;
-        let n = db.inner.state.read().len() as u64;
+        let n = db.state().len() as u64;
         db.close()?;
         Ok(n)
     }
@@ -314,7 +311,7 @@ impl Session {
     /// and nothing of any other. Needs the tenant admin.
     pub fn tenant_stats(&self) -> Result<TenantView> {
         self.db.check_open()?;
-        let st = self.db.inner.state.read();
+        let st = self.db.state();
         self.authorize(&st, crate::authz::Operation::TenantStats, None)?;
         let tenant = self.principal.tenant();
         let mut view = TenantView {

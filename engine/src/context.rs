@@ -295,7 +295,7 @@ impl Session {
             ..base
         })?;
         let now = self.db.now();
-        let st = self.db.inner.state.read();
+        let st = self.db.state();
         let held = self.held_labels(&st);
         let cut = Cut {
             as_of: None,

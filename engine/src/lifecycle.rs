@@ -22,10 +22,8 @@
 //! This module must never mutate a record in place: every change is a new
 //! log entry.
 
-use engram_storage::log::PendingFrame;
-
 use crate::authz::Operation;
-use crate::codec::{self, OpBody, StoredOp};
+use crate::codec::OpBody;
 use crate::db::Session;
 use crate::error::{EngineError, Result};
 use crate::id::RecordId;
@@ -47,44 +45,12 @@ pub struct OpResult {
 impl Session {
     /// Asks the authorization matrix about an operation with no target.
     fn require(&self, op: Operation) -> Result<()> {
-        let st = self.db.inner.state.read();
+        let st = self.db.state();
         self.authorize(&st, op, None)
     }
 
     fn write_op(&self, op: OpBody) -> Result<(RecordId, u64)> {
         self.write_op_as(op, None)
-    }
-
-    /// Writes an operation; `reuse` gives it the id of an operation that a
-    /// restore re-applies, so that the re-applied operation is recognised
-    /// as already present by any later restore or resume.
-    fn write_op_as(&self, op: OpBody, reuse: Option<RecordId>) -> Result<(RecordId, u64)> {
-        self.db.check_open()?;
-        let (minted, at) = self.db.mint();
-        let id = match reuse {
-            Some(r) => {
-                // later ids must stay above it
-                self.db.inner.writer.lock().ids.observe(r);
-                r
-            }
-            None => minted,
-        };
-        let stored = StoredOp {
-            id: id.to_bytes(),
-            tenant: self.principal.tenant().to_string(),
-            at_ms: at,
-            actor: self.principal.id().to_string(),
-            op,
-        };
-        let frame = PendingFrame {
-            frame_type: codec::FRAME_OP,
-            frame_version: codec::PAYLOAD_VERSION,
-            payload: codec::encode_op(&stored),
-        };
-        let _m = self.db.inner.maintenance.read();
-        let locs = self.db.inner.log.append(vec![frame])?;
-        self.db.check_open()?;
-        Ok((id, locs[0].lsn))
     }
 
     /// Sets the end of validity of a record: past `valid_until` it is
@@ -93,7 +59,7 @@ impl Session {
     pub fn expire(&self, target: &RecordRef, valid_until: i64) -> Result<OpResult> {
         check_time("valid_until", Some(valid_until))?;
         let (id, from) = {
-            let st = self.db.inner.state.read();
+            let st = self.db.state();
             let idx = self.resolve_in(&st, target)?;
             self.authorize(&st, Operation::Expire, Some((idx, target)))?;
             let m = st.meta(idx);
@@ -144,7 +110,7 @@ impl Session {
         reuse: Option<RecordId>,
     ) -> Result<OpResult> {
         let id = {
-            let st = self.db.inner.state.read();
+            let st = self.db.state();
             // A restore re-applies a deletion the tenant already decided,
             // whatever labels are held (or revoked) now.
             let idx = if reuse.is_none() {
@@ -183,7 +149,7 @@ impl Session {
         // What the deletion covered when it was applied (listed after, not
         // before: a derivative written concurrently may have joined it).
         let affected = {
-            let st = self.db.inner.state.read();
+            let st = self.db.state();
             st.idx(id)
                 .map(|i| {
                     st.deletion_set(i)
@@ -204,7 +170,7 @@ impl Session {
     /// Withdraws a semantic record; its dependents become stale.
     pub fn retract(&self, target: &RecordRef, reason: Option<&str>) -> Result<OpResult> {
         let (id, affected) = {
-            let st = self.db.inner.state.read();
+            let st = self.db.state();
             let idx = self.resolve_in(&st, target)?;
             self.authorize(&st, Operation::Retract, Some((idx, target)))?;
             let m = st.meta(idx);
@@ -241,7 +207,7 @@ impl Session {
     fn review(&self, target: &RecordRef, approve: bool, note: Option<&str>) -> Result<OpResult> {
         let action = if approve { "approve" } else { "reject" };
         let id = {
-            let st = self.db.inner.state.read();
+            let st = self.db.state();
             let idx = self.resolve_in(&st, target)?;
             self.authorize(&st, Operation::Review, Some((idx, target)))?;
             let m = st.meta(idx);

@@ -214,14 +214,7 @@ fn check_line(l: &LedgerLine) -> Result<RecordId> {
 fn reapply_ledger(db: &Engram, lines: Vec<LedgerLine>, report: &mut RestoreReport) -> Result<()> {
     // Ids compare as ids, not as text: a ledger kept elsewhere may spell
     // them differently.
-    let present: BTreeSet<RecordId> = db
-        .inner
-        .state
-        .read()
-        .ledger
-        .iter()
-        .map(|e| e.op_id)
-        .collect();
+    let present: BTreeSet<RecordId> = db.state().ledger.iter().map(|e| e.op_id).collect();
     let mut seen = BTreeSet::new();
     for l in lines {
         // Lines were checked before the restore started; one that is not
@@ -268,8 +261,8 @@ fn reapply_ledger(db: &Engram, lines: Vec<LedgerLine>, report: &mut RestoreRepor
 /// its log swap is finished before the store serves anything (see the
 /// module documentation). `None` without `restore.pending`.
 pub(crate) fn resume_restore(db: &Engram) -> Result<Option<RestoreReport>> {
-    let backend = db.inner.backend.clone();
-    let marker = layout::restore_pending(&db.inner.dir);
+    let backend = db.backend().clone();
+    let marker = layout::restore_pending(db.dir());
     if !backend.exists(&marker) {
         return Ok(None);
     }
@@ -277,7 +270,7 @@ pub(crate) fn resume_restore(db: &Engram) -> Result<Option<RestoreReport>> {
     let mut report = RestoreReport::default();
     reapply_ledger(db, lines, &mut report)?;
     backend.remove_file(&marker).map_err(io(&marker))?;
-    backend.sync_dir(&db.inner.dir).map_err(io(&db.inner.dir))?;
+    backend.sync_dir(db.dir()).map_err(io(db.dir()))?;
     Ok(Some(report))
 }
 
@@ -309,9 +302,9 @@ pub(crate) fn reconcile_ledger(backend: &dyn Backend, dir: &Path, st: &State) ->
 impl Engram {
     /// Brings the ledger file up to date with the log.
     pub(crate) fn sync_ledger(&self) -> Result<()> {
-        let _one_at_a_time = self.inner.ledger_sync.lock();
-        let st = self.inner.state.read();
-        reconcile_ledger(self.inner.backend.as_ref(), &self.inner.dir, &st)?;
+        let _one_at_a_time = self.ledger_sync();
+        let st = self.state();
+        reconcile_ledger(self.backend().as_ref(), self.dir(), &st)?;
         Ok(())
     }
 }
@@ -320,7 +313,7 @@ impl Session {
     /// Review candidates of the tenant, oldest first.
     pub fn review_queue(&self) -> Result<Vec<Record>> {
         self.db.check_open()?;
-        let st = self.db.inner.state.read();
+        let st = self.db.state();
         self.authorize(&st, crate::authz::Operation::Review, None)?;
         let Some(t) = st.tenant_sym(self.principal.tenant()) else {
             return Ok(Vec::new());
@@ -472,7 +465,7 @@ impl Engram {
             let expired: Vec<(String, RecordId, String)> = if !retention {
                 Vec::new()
             } else {
-                let st = db.inner.state.read();
+                let st = db.state();
                 let mut v = Vec::new();
                 for t in st.tenants.values() {
                     for (class, period) in &t.retention {
@@ -506,7 +499,7 @@ impl Engram {
                     Err(e) => return Err(e),
                 }
             }
-            let st = db.inner.state.read();
+            let st = db.state();
             let mut deleted_by: HashMap<u32, [u8; 16]> = HashMap::new();
             for e in &st.ledger {
                 if let LedgerWhat::Delete { target, .. } = &e.what {
@@ -621,26 +614,26 @@ impl Engram {
         // The copy goes to the real file system even from a read-only open
         // (whose own backend keeps changes in memory); the store's files are
         // read through the store's backend.
-        let backend = self.inner.opts.backend.as_ref();
-        let store_files = self.inner.backend.as_ref();
+        let backend = self.options().backend.as_ref();
+        let store_files = self.backend().as_ref();
         crate::store_dir::check_empty_target(backend, dest, "backup directory")?;
-        if inside(dest, &self.inner.dir) {
+        if inside(dest, self.dir()) {
             return Err(EngineError::invalid(
                 "backup directory",
                 format!(
                     "{} is inside the store {}: a backup must live outside it",
                     dest.display(),
-                    self.inner.dir.display()
+                    self.dir().display()
                 ),
             ));
         }
-        let _m = self.inner.maintenance.read();
+        let _m = self.writes_pause();
         self.sync_ledger()?;
         backend.create_dir_all(dest).map_err(io(dest))?;
         crate::store_dir::write_marker(backend, dest)?;
-        let last = self.inner.log.copy_to(backend, &layout::log(dest))?;
+        let last = self.log().copy_to(backend, &layout::log(dest))?;
         for name in ["settings.snap", "ledger.jsonl"] {
-            if let Some(bytes) = read_all(store_files, &self.inner.dir.join(name))? {
+            if let Some(bytes) = read_all(store_files, &self.dir().join(name))? {
                 write_all_durable(backend, &dest.join(name), &bytes)?;
             }
         }
@@ -652,14 +645,14 @@ impl Engram {
             create_if_missing: false,
             read_only: false,
             background_indexing: false,
-            ..self.inner.opts.clone()
+            ..self.options().clone()
         };
         let c = Self::compact_with(dest, &copy_opts, false)?;
         remove_derived(backend, dest)?;
         // Counted in the copy: records appended while it was taken are not
         // in it.
         let (copy_log, _) = SegmentLog::open(
-            self.inner.backend.clone(),
+            self.backend().clone(),
             &layout::log(dest),
             copy_opts.log.clone(),
         )?;
@@ -832,7 +825,7 @@ impl Engram {
         // Opening finds `restore.pending` and re-applies its entries.
         let (db, opened) = Engram::open_with_report(dir, opts.clone())?;
         let mut report = opened.restore_resumed.unwrap_or_default();
-        report.restored_records = db.inner.state.read().len() as u64;
+        report.restored_records = db.state().len() as u64;
         db.close()?;
         let c = Engram::compact(dir, opts)?;
         report.purged = c.purged;
@@ -841,7 +834,7 @@ impl Engram {
 
     /// Lists the deterministic parts of derived state (see the module doc).
     pub fn derived_manifest(&self) -> Result<Vec<String>> {
-        let st = self.inner.state.read();
+        let st = self.state();
         let mut out = Vec::new();
         for (i, m) in st.metas.iter().enumerate() {
             let i = crate::state::idx_of(i);
@@ -859,7 +852,7 @@ impl Engram {
             let (content, chunk) = if m.tombstone {
                 ("tombstone".to_string(), "-".to_string())
             } else {
-                let f = self.inner.log.read(m.loc.segment, m.loc.offset)?;
+                let f = self.log().read(m.loc.segment, m.loc.offset)?;
                 let a = codec::view_record(f.payload())?;
                 (
                     crate::db::hex(&a.content_sha256),
@@ -913,7 +906,7 @@ impl Engram {
             crc32c::crc32c(&crate::checkpoint::encode(
                 &st,
                 &st.vectors.slots(),
-                crate::checkpoint::anchor_crc(&self.inner.log, &st)?
+                crate::checkpoint::anchor_crc(self.log(), &st)?
             ))
         ));
         let mut lex = Vec::new();
@@ -961,7 +954,7 @@ impl Engram {
         let db = Engram::open(dir, opts.clone())?;
         db.wait_indexed()?;
         let after = db.derived_manifest()?;
-        let records = db.inner.state.read().len() as u64;
+        let records = db.state().len() as u64;
         db.close()?;
         let mut differences = Vec::new();
         if let Some(before) = before {

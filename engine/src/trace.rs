@@ -92,7 +92,7 @@ impl Session {
     /// The lineage graph of a record (see the module documentation).
     pub fn trace(&self, r: &RecordRef) -> Result<Trace> {
         self.db.check_open()?;
-        let st = self.db.inner.state.read();
+        let st = self.db.state();
         let target = self.resolve_in(&st, r)?;
         self.authorize(&st, crate::authz::Operation::Read, Some((target, r)))?;
         let held = self.held_labels(&st);

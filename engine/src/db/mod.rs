@@ -190,14 +190,14 @@ pub(crate) struct WriterState {
 }
 
 pub(crate) struct Inner {
-    pub(crate) dir: PathBuf,
-    pub(crate) backend: Arc<dyn Backend>,
+    dir: PathBuf,
+    backend: Arc<dyn Backend>,
     lock: Mutex<Option<LockGuard>>,
-    pub(crate) log: SegmentLog,
-    pub(crate) state: Arc<RwLock<State>>,
-    pub(crate) writer: Mutex<WriterState>,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) opts: Options,
+    log: SegmentLog,
+    state: Arc<RwLock<State>>,
+    writer: Mutex<WriterState>,
+    clock: Arc<dyn Clock>,
+    opts: Options,
     recovery: RecoveryReport,
     /// A durable frame that could not be applied to memory: the state no
     /// longer follows the log, so every later call fails until reopen.
@@ -205,30 +205,30 @@ pub(crate) struct Inner {
     /// The last background checkpoint's failure (cleared by the next
     /// success; the log stays the record, so nothing is lost, but the next
     /// open replays more).
-    pub(crate) checkpoint_error: Mutex<Option<String>>,
+    checkpoint_error: Mutex<Option<String>>,
     /// LSN of the last state checkpoint written or loaded.
-    pub(crate) checkpoint_lsn: AtomicU64,
+    checkpoint_lsn: AtomicU64,
     /// One checkpoint at a time.
     checkpointing: Mutex<()>,
     /// The indexer thread's failure (unindexed vectors are still searched
     /// exactly, so results stay complete).
-    pub(crate) indexer_error: Arc<Mutex<Option<String>>>,
+    indexer_error: Arc<Mutex<Option<String>>>,
     indexer: Mutex<Option<JoinHandle<()>>>,
     indexer_tx: Mutex<Option<crossbeam_channel::Sender<()>>>,
     checkpointer_tx: Mutex<Option<crossbeam_channel::Sender<()>>>,
     checkpointer: Mutex<Option<JoinHandle<()>>>,
     closed: AtomicBool,
     /// Held shared by appends, exclusively by maintenance (compaction, restore).
-    pub(crate) maintenance: RwLock<()>,
+    maintenance: RwLock<()>,
     /// Serialises reconciling `ledger.jsonl` with the log: two deletions
     /// reconciling at once would interleave their appends.
-    pub(crate) ledger_sync: Mutex<()>,
+    ledger_sync: Mutex<()>,
 }
 
 /// An open store. Cheap to clone; all clones share one store.
 #[derive(Clone)]
 pub struct Engram {
-    pub(crate) inner: Arc<Inner>,
+    inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for Engram {
@@ -301,6 +301,50 @@ impl Engram {
     /// The last LSN applied to the in-memory state.
     pub fn applied_lsn(&self) -> u64 {
         self.inner.state.read().applied_lsn
+    }
+
+    /// The in-memory state, for reading: with [`Engram::log`] and the
+    /// accessors below, the one way the modules above `db` (retrieval,
+    /// lifecycle, trace, context, admin, maintenance) reach the store;
+    /// `Inner` stays private to `db`.
+    pub(crate) fn state(&self) -> parking_lot::RwLockReadGuard<'_, State> {
+        self.inner.state.read()
+    }
+
+    /// The segment log (reads, scans, stats, verification, backup copies).
+    pub(crate) fn log(&self) -> &SegmentLog {
+        &self.inner.log
+    }
+
+    /// The options the store was opened with.
+    pub(crate) fn options(&self) -> &Options {
+        &self.inner.opts
+    }
+
+    /// The backend every byte goes through.
+    pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
+        &self.inner.backend
+    }
+
+    /// Held shared while writing (appends, operations, a backup's copy),
+    /// exclusively by maintenance.
+    pub(crate) fn writes_pause(&self) -> parking_lot::RwLockReadGuard<'_, ()> {
+        self.inner.maintenance.read()
+    }
+
+    /// Serialises reconciling `ledger.jsonl` with the log.
+    pub(crate) fn ledger_sync(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.inner.ledger_sync.lock()
+    }
+
+    /// LSN of the last state checkpoint written or loaded.
+    pub(crate) fn checkpoint_lsn(&self) -> u64 {
+        self.inner.checkpoint_lsn.load(Ordering::Acquire)
+    }
+
+    /// The last background checkpoint's failure, if any.
+    pub(crate) fn checkpoint_problem(&self) -> Option<String> {
+        self.inner.checkpoint_error.lock().clone()
     }
 
     pub(crate) fn check_open(&self) -> Result<()> {

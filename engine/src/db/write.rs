@@ -19,6 +19,7 @@
 //! A batch is all or nothing: any error before stage 5 stores nothing.
 
 use super::*;
+use crate::codec::{OpBody, StoredOp};
 use crate::state::{Sym, TenantState};
 
 /// A record as the write path prepared it.
@@ -399,6 +400,44 @@ impl Session {
         let locs = reply?;
         db.check_open()?;
         Ok(results(&prepared, &records, &locs))
+    }
+}
+
+impl Session {
+    /// Writes an operation; `reuse` gives it the id of an operation that a
+    /// restore re-applies, so that the re-applied operation is recognised
+    /// as already present by any later restore or resume.
+    pub(crate) fn write_op_as(
+        &self,
+        op: OpBody,
+        reuse: Option<RecordId>,
+    ) -> Result<(RecordId, u64)> {
+        self.db.check_open()?;
+        let (minted, at) = self.db.mint();
+        let id = match reuse {
+            Some(r) => {
+                // later ids must stay above it
+                self.db.inner.writer.lock().ids.observe(r);
+                r
+            }
+            None => minted,
+        };
+        let stored = StoredOp {
+            id: id.to_bytes(),
+            tenant: self.principal.tenant().to_string(),
+            at_ms: at,
+            actor: self.principal.id().to_string(),
+            op,
+        };
+        let frame = PendingFrame {
+            frame_type: codec::FRAME_OP,
+            frame_version: codec::PAYLOAD_VERSION,
+            payload: codec::encode_op(&stored),
+        };
+        let _m = self.db.inner.maintenance.read();
+        let locs = self.db.inner.log.append(vec![frame])?;
+        self.db.check_open()?;
+        Ok((id, locs[0].lsn))
     }
 }
 

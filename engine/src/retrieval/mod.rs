@@ -650,7 +650,7 @@ impl Session {
         if req.mode == Mode::Vector
             && req.vector.is_none()
             && has_text
-            && self.db.inner.opts.embedder.is_none()
+            && self.db.options().embedder.is_none()
         {
             return Err(EngineError::invalid(
                 "vector",
@@ -925,7 +925,7 @@ mod tests {
             .append(vec![crate::NewRecord::event("note", "x")])
             .unwrap()[0]
             .id;
-        let st = db.inner.state.read();
+        let st = db.state();
         let out = RetrieverOutput {
             retriever: "lexical".into(),
             ..RetrieverOutput::ran(vec![Candidate {

@@ -482,7 +482,7 @@ impl Session {
         self.db.check_open()?;
         req.validate()?;
         let now = self.db.now();
-        let st = self.db.inner.state.read();
+        let st = self.db.state();
         let held = self.held_labels(&st);
         let cut = Cut {
             as_of: req.as_of,
@@ -706,8 +706,8 @@ impl Session {
                 tokenizer: crate::lexical::TOKENIZER_VERSION,
                 vector_spaces,
                 hnsw: (
-                    self.db.inner.opts.hnsw.m,
-                    self.db.inner.opts.hnsw.ef_construction,
+                    self.db.options().hnsw.m,
+                    self.db.options().hnsw.ef_construction,
                 ),
                 embedder: st.embedder.as_ref().map(|e| e.model_id().to_string()),
             },
