@@ -43,6 +43,7 @@ const WHO: [Who; 6] = [
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Op {
     Read,
+    Append,
     Cite,
     Correct,
     LowerAccess,
@@ -51,12 +52,15 @@ enum Op {
     Retract,
     Review,
     Grant,
+    Revoke,
     Retention,
     Hold,
+    ReviewRule,
     TenantStats,
 }
-const OPS: [Op; 12] = [
+const OPS: [Op; 15] = [
     Op::Read,
+    Op::Append,
     Op::Cite,
     Op::Correct,
     Op::LowerAccess,
@@ -65,26 +69,42 @@ const OPS: [Op; 12] = [
     Op::Retract,
     Op::Review,
     Op::Grant,
+    Op::Revoke,
     Op::Retention,
     Op::Hold,
+    Op::ReviewRule,
     Op::TenantStats,
 ];
 
 /// The documented matrix (docs/security.md).
 fn expected(op: Op, who: Who, holds: bool) -> Out {
-    let targeted = !matches!(op, Op::Grant | Op::Retention | Op::Hold | Op::TenantStats);
+    let targeted = !matches!(
+        op,
+        Op::Append
+            | Op::Grant
+            | Op::Revoke
+            | Op::Retention
+            | Op::Hold
+            | Op::ReviewRule
+            | Op::TenantStats
+    );
     if targeted && (who == Who::OtherTenant || !holds) {
         return Hidden;
     }
     let allowed = match op {
-        Op::Read | Op::Cite => true,
+        // a principal of another tenant appends into its own tenant
+        Op::Read | Op::Append | Op::Cite => true,
         Op::Correct | Op::Expire | Op::Delete | Op::Retract => {
             matches!(who, Who::Admin | Who::Writer)
         }
         Op::Review => matches!(who, Who::Admin | Who::Reviewer),
-        Op::LowerAccess | Op::Grant | Op::Retention | Op::Hold | Op::TenantStats => {
-            who == Who::Admin
-        }
+        Op::LowerAccess
+        | Op::Grant
+        | Op::Revoke
+        | Op::Retention
+        | Op::Hold
+        | Op::ReviewRule
+        | Op::TenantStats => who == Who::Admin,
     };
     if allowed { Allow } else { Forbidden }
 }
@@ -176,6 +196,9 @@ fn perform(db: &Engram, op: Op, who: Who, id: RecordId) -> Out {
     let t = RecordRef::Id(id);
     classify(match op {
         Op::Read => s.get(&t).map(drop),
+        Op::Append => s
+            .append(vec![NewRecord::event("note", "a plain new note")])
+            .map(drop),
         Op::Cite => {
             let mut r = NewRecord::assertion(AssertionKind::Fact, "citing it", vec![t.clone()]);
             r.access = vec![LABEL.into()];
@@ -192,6 +215,10 @@ fn perform(db: &Engram, op: Op, who: Who, id: RecordId) -> Out {
         Op::Retract => s.retract(&t, None).map(drop),
         Op::Review => s.approve(&t, None).map(drop),
         Op::Grant => s.grant(Some("someone"), Some("l2"), None).map(drop),
+        Op::Revoke => s.revoke(Some("someone"), Some("l2"), None).map(drop),
+        Op::ReviewRule => s
+            .set_review_rule(AssertionKind::Fact, WriterKind::Model, true)
+            .map(drop),
         Op::Retention => s.set_retention("ephemeral", Some(3_600_000)).map(drop),
         Op::Hold => s.hold("tenant", true).map(drop),
         Op::TenantStats => s.tenant_stats().map(drop),
@@ -268,7 +295,8 @@ fn every_cell_of_the_matrix_through_the_cli() {
                 let idt = format!("id:{id}");
                 let mut args: Vec<&str> = match op {
                     Op::Read => vec!["get", &idt],
-                    Op::Cite => continue, // citing is an append of a file; covered above
+                    Op::Append => continue, // `ingest` acts as the admin; covered above
+                    Op::Cite => continue,   // citing is an append of a file; covered above
                     Op::Correct => vec!["correct", &ext, fix.to_str().unwrap()],
                     Op::LowerAccess => {
                         vec!["correct", &ext, fix.to_str().unwrap(), "--replace-access"]
@@ -278,6 +306,8 @@ fn every_cell_of_the_matrix_through_the_cli() {
                     Op::Retract => continue, // no CLI command; covered above
                     Op::Review => vec!["review", "approve", &idt],
                     Op::Grant => vec!["grant", "--principal", "someone", "--label", "l2"],
+                    Op::Revoke => vec!["revoke", "--principal", "someone", "--label", "l2"],
+                    Op::ReviewRule => continue, // no CLI command; covered above
                     Op::Retention => vec!["retention", "--class", "ephemeral", "--period", "1h"],
                     Op::Hold => vec!["hold", "--scope", "tenant"],
                     Op::TenantStats => continue, // the CLI's stats is the operator's
@@ -286,7 +316,8 @@ fn every_cell_of_the_matrix_through_the_cli() {
                 if let Some(p) = principal {
                     // tenant-wide commands name their grantee with
                     // --principal; the actor is --as
-                    let tenant_wide = matches!(op, Op::Grant | Op::Retention | Op::Hold);
+                    let tenant_wide =
+                        matches!(op, Op::Grant | Op::Revoke | Op::Retention | Op::Hold);
                     args.extend([if tenant_wide { "--as" } else { "--principal" }, p]);
                 }
                 let o = cli::at(&dir, &args);
