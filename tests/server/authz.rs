@@ -170,12 +170,19 @@ const ROWS: &[(&str, &str, Option<&str>, [u16; 5])] = &[
     ),
     (
         "POST",
+        "/v1/query",
+        Some(r#"{"query": "FIND ANY MATCH 'launch code memo roadmap secret' LIMIT 50"}"#),
+        [401, 401, 200, 200, 200],
+    ),
+    (
+        "POST",
         "/v1/eval",
         Some("{\"query\": \"launch code\", \"relevant\": [\"sec-ext\"]}\n"),
         [401, 401, 200, 200, 200],
     ),
     ("GET", "/v1/openapi.json", None, [200, 200, 200, 200, 200]),
     ("GET", "/healthz", None, [200, 200, 200, 200, 200]),
+    ("GET", "/readyz", None, [200, 200, 200, 200, 200]),
     ("GET", "/metrics", None, [200, 200, 200, 200, 200]),
 ];
 
@@ -402,6 +409,11 @@ fn every_endpoint_against_every_caller() {
             "principal",
         ),
         ("/v1/recall", r#"{"text": "x", "tenant": "beta"}"#, "tenant"),
+        (
+            "/v1/query",
+            r#"{"query": "FIND ANY MATCH 'x'", "tenant": "acme"}"#,
+            "tenant",
+        ),
         (
             "/v1/context",
             r#"{"text": "x", "principal": "boss"}"#,
