@@ -208,7 +208,7 @@ pub enum EngineError {
         action: String,
     },
 
-    /// A background worker (catalog, indexer) failed; the operation that
+    /// A background worker (indexer, checkpointer) failed; the operation that
     /// reports it did not run. Repair: reopen the store (derived state is
     /// rebuilt from the log).
     #[error("background {worker} failed: {detail}; reopen the store")]

@@ -11,8 +11,9 @@
 //!   reason `retention:<class>`) and not under a legal hold are replaced in
 //!   the log by tombstones (id, tenant, type, sources, hashed external id,
 //!   deleting operation): the segment is rewritten to a temporary file,
-//!   synced and renamed over the old one. The catalog and all derived files
-//!   are then deleted and rebuilt from the rewritten log, so the purged
+//!   synced and renamed over the old one. All derived files (the state
+//!   checkpoint included) are deleted first and rebuilt from the rewritten
+//!   log, so the purged
 //!   content exists in no file under the data directory.
 //! - **Backup**: the log (each segment up to its durable end at one
 //!   instant) plus settings and the ledger, into a new directory.
@@ -28,7 +29,8 @@
 //!   `compact`).
 //! - **Rebuild and verify**: the deterministic parts of derived state (ids,
 //!   lineage, chunk boundaries, eligibility, index membership, content keys,
-//!   graph and lexical encodings, catalog entries) are listed before and
+//!   graph and lexical encodings, record locations, the checkpoint
+//!   encoding) are listed before and
 //!   after deleting and rebuilding all derived state; any difference is
 //!   reported line by line.
 //!
@@ -425,8 +427,9 @@ fn count_records(log: &SegmentLog) -> engram_storage::StorageResult<u64> {
     Ok(n)
 }
 
-/// Removes the derived state of the store in `dir` (catalog, snapshots,
-/// vector files): only files Engram names; anything else stays.
+/// Removes the derived state of the store in `dir` (the state checkpoint,
+/// snapshots, vector files, a legacy catalog): only files Engram names;
+/// anything else stays.
 pub(crate) fn remove_derived(backend: &dyn Backend, dir: &Path) -> Result<()> {
     crate::store_dir::remove_owned(backend, &layout::legacy_catalog(dir))?;
     crate::store_dir::remove_owned(backend, &layout::derived(dir))?;

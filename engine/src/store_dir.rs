@@ -171,7 +171,8 @@ pub fn check_empty_target(backend: &dyn Backend, dir: &Path, what: &str) -> Resu
 }
 
 /// Whether Engram gives a file this name somewhere in a store (segments,
-/// their rewrite temporaries, snapshots, vector files, catalog, ledger).
+/// their rewrite temporaries, snapshots, vector files, the state checkpoint,
+/// a legacy catalog, the ledger).
 pub fn is_owned_name(name: &str) -> bool {
     let base = name.strip_suffix(".tmp").unwrap_or(name);
     engram_storage::log::segment::parse_segment_file_name(base).is_some()
