@@ -6,7 +6,8 @@
 //!   state, sessions, the store's file layout;
 //! - `open.rs`: open and recovery (log, checkpoint or replay, vector
 //!   spaces, an interrupted restore's log swap);
-//! - `write.rs`: the write path (`Session::append_run`);
+//! - `write.rs`: the write path (`Session::append_run`), with
+//!   `resolve.rs` for its resolution stage;
 //! - `access.rs`: resolving references inside the session's tenant, and
 //!   what the session may read and do;
 //! - `read.rs`: point reads and record views;
@@ -65,6 +66,7 @@ use crate::vector::space::VectorSpaces;
 mod access;
 mod open;
 mod read;
+mod resolve;
 #[cfg(test)]
 mod tests;
 mod workers;
