@@ -1,0 +1,533 @@
+//! Applying log frames to the state: records, client vectors, tombstones
+//! and lifecycle operations. The commit hook and the replay at open run
+//! [`apply_frame`], so rebuilt state equals live state.
+
+use super::*;
+
+impl State {
+    /// Applies a record frame.
+    pub fn apply_record(&mut self, a: &ArchivedStoredRecord, loc: FrameLoc) -> Result<()> {
+        // The write path refuses records past the limit; a log holding more
+        // could not be indexed without wrapping.
+        if self.metas.len() >= crate::model::limits::RECORDS_MAX {
+            return Err(crate::error::EngineError::LimitExceeded {
+                item: None,
+                what: "records in the store".into(),
+                limit: crate::model::limits::RECORDS_MAX as u64,
+                got: self.metas.len() as u64 + 1,
+            });
+        }
+        let idx = idx_of(self.metas.len());
+        let id = RecordId::from_bytes(a.id);
+        let tenant_name = a.tenant.as_str();
+        let (tenant, ts) = self.tenant_mut(tenant_name);
+        ts.last_lsn = ts.last_lsn.max(loc.lsn);
+        let bad = |what: &str, code: u8| crate::error::EngineError::Corrupt {
+            what: format!("record {id}"),
+            detail: format!("unknown {what} code {code}"),
+        };
+        let rtype = RecordType::from_code(a.record_type)
+            .ok_or_else(|| bad("record type", a.record_type))?;
+        let writer_kind = WriterKind::from_code(a.writer_kind)
+            .ok_or_else(|| bad("writer kind", a.writer_kind))?;
+        let kind = self.strings.intern(a.kind.as_str());
+        let writer = self.strings.intern(a.writer_principal.as_str());
+        let akind = if rtype == RecordType::Assertion {
+            AssertionKind::parse(a.kind.as_str())
+        } else {
+            None
+        };
+        let retention = self.strings.intern(a.retention_class.as_str());
+        let user = a
+            .scope_user
+            .as_ref()
+            .map(|s| self.strings.intern(s.as_str()));
+        let conversation = a
+            .scope_conversation
+            .as_ref()
+            .map(|s| self.strings.intern(s.as_str()));
+        let agent = a
+            .scope_agent
+            .as_ref()
+            .map(|s| self.strings.intern(s.as_str()));
+        let scope_labels: Vec<Sym> = a
+            .scope_labels
+            .iter()
+            .map(|s| self.strings.intern(s.as_str()))
+            .collect();
+        let resolve = |st: &State, b: &[u8; 16]| st.idx_in(tenant, RecordId::from_bytes(*b));
+        let sources: Vec<Idx> = a.sources.iter().filter_map(|b| resolve(self, b)).collect();
+        let supersedes = a.supersedes.as_ref().and_then(|b| resolve(self, b));
+        let subject = a.subject.as_ref().and_then(|b| resolve(self, b));
+        let object = a.object.as_ref().and_then(|b| resolve(self, b));
+        let predicate = a
+            .predicate
+            .as_ref()
+            .map(|s| self.strings.intern(s.as_str()));
+        let mut access: BTreeSet<Sym> = a
+            .access
+            .iter()
+            .map(|s| self.strings.intern(s.as_str()))
+            .collect();
+        for &s in &sources {
+            access.extend(self.metas[s as usize].access.iter().copied());
+        }
+        // Relations and assertions about entities also inherit their
+        // endpoints' restrictions.
+        for e in [subject, object].into_iter().flatten() {
+            access.extend(self.metas[e as usize].access.iter().copied());
+        }
+        let access: Vec<Sym> = access.into_iter().collect();
+        let status = match a.status {
+            0 => Status::Active,
+            1 => Status::Candidate,
+            2 => Status::Approved,
+            c => return Err(bad("status", c)),
+        };
+        let occurred_at = a.occurred_at_ms.to_native();
+        let ingested_at = a.ingested_at_ms.to_native();
+        // Transaction time follows the log: `as_of` cuts rely on it.
+        if ingested_at < self.last_ingested_at {
+            return Err(crate::error::EngineError::Corrupt {
+                what: format!("record {id} at LSN {}", loc.lsn),
+                detail: format!(
+                    "ingested_at {ingested_at} is before the previous record's {}",
+                    self.last_ingested_at
+                ),
+            });
+        }
+        let valid_from = a
+            .valid_from_ms
+            .as_ref()
+            .map(|v| v.to_native())
+            .unwrap_or(occurred_at);
+        let valid_until = a.valid_until_ms.as_ref().map(|v| v.to_native());
+        let text = a.text.as_ref().map(|t| t.as_str());
+        let external_id: Option<Box<str>> = a.external_id.as_ref().map(|e| e.as_str().into());
+        let meta = Meta {
+            id,
+            loc,
+            tenant,
+            rtype,
+            kind,
+            akind,
+            writer_kind,
+            writer,
+            occurred_at,
+            ingested_at,
+            valid_from,
+            valid_until,
+            status,
+            retention,
+            user,
+            conversation,
+            agent,
+            scope_labels: scope_labels.clone(),
+            access: access.clone(),
+            supersedes,
+            superseded_by: None,
+            has_text: text.is_some_and(|t| !t.is_empty()),
+            tombstone: false,
+            external_id: external_id.clone(),
+            subject,
+            object,
+            predicate,
+        };
+        self.metas.push(meta);
+        self.by_id.insert(id, idx);
+        self.last_ingested_at = self.last_ingested_at.max(ingested_at);
+        bm_add(&mut self.bm_tenant, tenant, idx);
+        self.bm_status.entry(status).or_default().insert(idx);
+        self.bm_type.entry(rtype).or_default().insert(idx);
+        bm_add(&mut self.bm_kind, kind, idx);
+        bm_add(&mut self.bm_retention, retention, idx);
+        if let Some(u) = user {
+            bm_add(&mut self.bm_user, u, idx);
+        }
+        if let Some(c) = conversation {
+            bm_add(&mut self.bm_conversation, c, idx);
+        }
+        if let Some(g) = agent {
+            bm_add(&mut self.bm_agent, g, idx);
+        }
+        for &l in &scope_labels {
+            bm_add(&mut self.bm_scope_label, l, idx);
+        }
+        for &l in &access {
+            bm_add(&mut self.bm_access, l, idx);
+        }
+        if valid_until.is_some() {
+            self.bm_bounded.insert(idx);
+        }
+        {
+            let t = self.tenants.get_mut(&tenant).expect("tenant created above");
+            t.labels.extend(access.iter().copied());
+            if let Some(e) = &external_id {
+                t.external_ids.insert(e.clone(), idx);
+            }
+            if rtype == RecordType::Entity {
+                let mut names: Vec<String> = Vec::new();
+                if let Some(n) = a.name.as_ref() {
+                    names.push(crate::lexical::name_key(n.as_str()));
+                }
+                names.extend(
+                    a.aliases
+                        .iter()
+                        .map(|s| crate::lexical::name_key(s.as_str())),
+                );
+                names.retain(|n| !n.is_empty());
+                names.sort();
+                names.dedup();
+                for n in names {
+                    t.entity_names.entry(n).or_default().push(idx);
+                }
+            }
+        }
+        // A record whose input was deleted before it was applied (a write
+        // that raced the deletion) is deleted too: nothing derived from
+        // deleted content, and no version of a deleted chain, ever lives.
+        let born_deleted = sources
+            .iter()
+            .chain(supersedes.as_ref())
+            .any(|&s| self.metas[s as usize].status == Status::Deleted);
+        // correction, before this record joins the lineage: what was
+        // derived from the old version goes stale, never the correction
+        // itself, even when it cites the old version among its sources
+        if let Some(old) = supersedes {
+            self.metas[old as usize].superseded_by = Some(idx);
+            self.set_status(old, Status::Superseded, ingested_at);
+            self.mark_dependents_stale(old, ingested_at);
+        }
+        // lineage
+        if !sources.is_empty() {
+            for &s in &sources {
+                let d = self.dependents.entry(s).or_default();
+                if d.last() != Some(&idx) {
+                    d.push(idx);
+                }
+            }
+            self.sources.insert(idx, sources);
+        }
+        // graph
+        if rtype == RecordType::Relation {
+            if let (Some(s), Some(o)) = (subject, object) {
+                self.edges.entry(s).or_default().push(Edge {
+                    relation: idx,
+                    other: o,
+                    outgoing: true,
+                });
+                self.edges.entry(o).or_default().push(Edge {
+                    relation: idx,
+                    other: s,
+                    outgoing: false,
+                });
+            }
+        }
+        if rtype == RecordType::Assertion {
+            if let Some(s) = subject {
+                self.about.entry(s).or_default().push(idx);
+            }
+        }
+        if born_deleted {
+            self.set_status(idx, Status::Deleted, ingested_at);
+        }
+        // indexes
+        if let Some(t) = text {
+            if loc.lsn > self.lexical_loaded_lsn && !t.is_empty() {
+                self.lexical
+                    .add(idx, t)
+                    .map_err(|e| crate::error::EngineError::Corrupt {
+                        what: "lexical index".into(),
+                        detail: e.to_string(),
+                    })?;
+            }
+        }
+        if let (Some(emb), Some(t)) = (self.embedder.clone(), text) {
+            if embeds(rtype, akind) && !a.vector_models.iter().any(|m| m.as_str() == emb.model_id())
+            {
+                let v = emb.embed(t);
+                self.vectors
+                    .push(tenant_name, emb.model_id(), true, idx, &v)?;
+            }
+        }
+        self.applied_lsn = self.applied_lsn.max(loc.lsn);
+        Ok(())
+    }
+
+    /// Applies a client vector frame (it follows its record in the batch).
+    pub fn apply_vector(&mut self, a: &crate::codec::ArchivedStoredVector, lsn: Lsn) -> Result<()> {
+        let id = RecordId::from_bytes(a.record);
+        let idx = self
+            .idx(id)
+            .ok_or_else(|| crate::error::EngineError::Corrupt {
+                what: format!("vector frame at LSN {lsn}"),
+                detail: format!("record {id} is not in the log before it"),
+            })?;
+        let v: Vec<f32> = a.vector.iter().map(|x| x.to_native()).collect();
+        let tenant = self.strings.name(self.meta(idx).tenant).to_string();
+        self.vectors
+            .push(&tenant, a.model.as_str(), false, idx, &v)?;
+        let (_, ts) = self.tenant_mut(&tenant);
+        ts.last_lsn = ts.last_lsn.max(lsn);
+        self.applied_lsn = self.applied_lsn.max(lsn);
+        Ok(())
+    }
+
+    /// Applies a tombstone frame: the record exists (identity, lineage) but
+    /// its content is gone, and it is deleted.
+    pub fn apply_tombstone(&mut self, a: &ArchivedStoredTombstone, loc: FrameLoc) -> Result<()> {
+        let idx = idx_of(self.metas.len());
+        let id = RecordId::from_bytes(a.id);
+        let (tenant, ts) = self.tenant_mut(a.tenant.as_str());
+        ts.last_lsn = ts.last_lsn.max(loc.lsn);
+        let kind = self.strings.intern("deleted");
+        let retention = self.strings.intern("deleted");
+        let sources: Vec<Idx> = a
+            .sources
+            .iter()
+            .filter_map(|b| self.idx_in(tenant, RecordId::from_bytes(*b)))
+            .collect();
+        let ingested_at = a.ingested_at_ms.to_native();
+        self.metas.push(Meta {
+            id,
+            loc,
+            tenant,
+            rtype: RecordType::from_code(a.record_type).unwrap_or(RecordType::Event),
+            kind,
+            akind: None,
+            writer_kind: WriterKind::System,
+            writer: kind,
+            occurred_at: ingested_at,
+            ingested_at,
+            valid_from: ingested_at,
+            valid_until: None,
+            status: Status::Deleted,
+            retention,
+            user: None,
+            conversation: None,
+            agent: None,
+            scope_labels: Vec::new(),
+            access: Vec::new(),
+            supersedes: None,
+            superseded_by: None,
+            has_text: false,
+            tombstone: true,
+            external_id: None,
+            subject: None,
+            object: None,
+            predicate: None,
+        });
+        self.by_id.insert(id, idx);
+        self.last_ingested_at = self.last_ingested_at.max(ingested_at);
+        bm_add(&mut self.bm_tenant, tenant, idx);
+        self.bm_status
+            .entry(Status::Deleted)
+            .or_default()
+            .insert(idx);
+        for &s in &sources {
+            self.dependents.entry(s).or_default().push(idx);
+        }
+        if !sources.is_empty() {
+            self.sources.insert(idx, sources);
+        }
+        self.applied_lsn = self.applied_lsn.max(loc.lsn);
+        Ok(())
+    }
+
+    /// Applies a lifecycle operation frame.
+    pub fn apply_op(&mut self, a: &ArchivedStoredOp, lsn: Lsn) -> Result<()> {
+        let at = a.at_ms.to_native();
+        let tenant_name = a.tenant.as_str().to_string();
+        let (tenant, ts) = self.tenant_mut(&tenant_name);
+        ts.last_lsn = ts.last_lsn.max(lsn);
+        let target_idx = |st: &State, b: &[u8; 16]| st.idx_in(tenant, RecordId::from_bytes(*b));
+        let op_id = RecordId::from_bytes(a.id);
+        match &a.op {
+            ArchivedOpBody::Review {
+                target, approve, ..
+            } => {
+                if let Some(i) = target_idx(self, target) {
+                    if self.metas[i as usize].status == Status::Candidate {
+                        let to = if *approve {
+                            Status::Approved
+                        } else {
+                            Status::Rejected
+                        };
+                        self.set_status(i, to, at);
+                    }
+                }
+            }
+            ArchivedOpBody::Expire {
+                target,
+                valid_until_ms,
+            } => {
+                if let Some(i) = target_idx(self, target) {
+                    let before = self.metas[i as usize].valid_until;
+                    self.metas[i as usize].valid_until = Some(valid_until_ms.to_native());
+                    self.bm_bounded.insert(i);
+                    self.expiry_log.push(ExpiryChange { at, idx: i, before });
+                }
+            }
+            ArchivedOpBody::Delete { target, reason } => {
+                if let Some(i) = target_idx(self, target) {
+                    for v in self.deletion_set(i) {
+                        self.set_status(v, Status::Deleted, at);
+                    }
+                }
+                self.ledger.push(LedgerEntry {
+                    lsn,
+                    op_id,
+                    tenant: tenant_name.clone(),
+                    at,
+                    what: LedgerWhat::Delete {
+                        target: RecordId::from_bytes(*target),
+                        reason: reason.as_ref().map(|r| r.as_str().to_string()),
+                    },
+                });
+            }
+            ArchivedOpBody::Retract { target, .. } => {
+                if let Some(i) = target_idx(self, target) {
+                    if self.metas[i as usize].status != Status::Deleted {
+                        self.set_status(i, Status::Retracted, at);
+                        self.mark_dependents_stale(i, at);
+                    }
+                }
+            }
+            ArchivedOpBody::Grant {
+                principal,
+                label,
+                role,
+            } => {
+                let t = self.tenants.get_mut(&tenant).expect("tenant exists");
+                match principal.as_ref() {
+                    Some(p) => {
+                        let g = t.grants.entry(p.as_str().to_string()).or_default();
+                        if let Some(l) = label.as_ref() {
+                            g.labels.insert(l.as_str().to_string());
+                        }
+                        if let Some(r) = role.as_ref() {
+                            g.roles.insert(r.as_str().to_string());
+                        }
+                    }
+                    None => {
+                        if let Some(l) = label.as_ref() {
+                            t.revoked_labels.remove(l.as_str());
+                        }
+                    }
+                }
+            }
+            ArchivedOpBody::Revoke {
+                principal,
+                label,
+                role,
+            } => {
+                let t = self.tenants.get_mut(&tenant).expect("tenant exists");
+                match principal.as_ref() {
+                    Some(p) => {
+                        if let Some(g) = t.grants.get_mut(p.as_str()) {
+                            if let Some(l) = label.as_ref() {
+                                g.labels.remove(l.as_str());
+                            }
+                            if let Some(r) = role.as_ref() {
+                                g.roles.remove(r.as_str());
+                            }
+                        }
+                    }
+                    None => {
+                        if let Some(l) = label.as_ref() {
+                            t.revoked_labels.insert(l.as_str().to_string());
+                        }
+                    }
+                }
+                self.ledger.push(LedgerEntry {
+                    lsn,
+                    op_id,
+                    tenant: tenant_name.clone(),
+                    at,
+                    what: LedgerWhat::Revoke {
+                        principal: principal.as_ref().map(|s| s.as_str().to_string()),
+                        label: label.as_ref().map(|s| s.as_str().to_string()),
+                        role: role.as_ref().map(|s| s.as_str().to_string()),
+                    },
+                });
+            }
+            ArchivedOpBody::Retention { class, period_ms } => {
+                let t = self.tenants.get_mut(&tenant).expect("tenant exists");
+                t.retention.insert(
+                    class.as_str().to_string(),
+                    period_ms.as_ref().map(|p| p.to_native()),
+                );
+            }
+            ArchivedOpBody::ReviewRule {
+                kind,
+                writer,
+                review,
+            } => {
+                let t = self.tenants.get_mut(&tenant).expect("tenant exists");
+                t.review_rules.insert(
+                    (kind.as_str().to_string(), writer.as_str().to_string()),
+                    *review,
+                );
+            }
+            ArchivedOpBody::Hold { scope, on } => {
+                let t = self.tenants.get_mut(&tenant).expect("tenant exists");
+                if *on {
+                    t.holds.insert(scope.as_str().to_string());
+                } else {
+                    t.holds.remove(scope.as_str());
+                }
+            }
+        }
+        self.applied_lsn = self.applied_lsn.max(lsn);
+        Ok(())
+    }
+}
+
+/// Applies one log frame to the state: the commit hook and the replay at
+/// open run this same function, so rebuilt state equals live state.
+pub fn apply_frame(
+    st: &mut State,
+    ft: engram_storage::frame::FrameType,
+    version: u8,
+    payload: &[u8],
+    loc: FrameLoc,
+) -> Result<()> {
+    // Frames are applied once each, in LSN order: the state is a function
+    // of the log prefix it has seen.
+    assert!(
+        loc.lsn > st.applied_lsn,
+        "invariant violated: frame LSN {} applied after LSN {}",
+        loc.lsn,
+        st.applied_lsn
+    );
+    let failed = |reason: String| crate::error::EngineError::Apply {
+        segment: loc.segment,
+        offset: loc.offset,
+        lsn: loc.lsn,
+        reason,
+    };
+    if version != codec::PAYLOAD_VERSION {
+        return Err(failed(format!(
+            "payload version {version} of frame type {} is not readable by this build (reads {})",
+            ft.0,
+            codec::PAYLOAD_VERSION
+        )));
+    }
+    let r = if ft == codec::FRAME_RECORD {
+        codec::view_record(payload).and_then(|a| st.apply_record(a, loc))
+    } else if ft == codec::FRAME_OP {
+        codec::view_op(payload).and_then(|a| st.apply_op(a, loc.lsn))
+    } else if ft == codec::FRAME_TOMBSTONE {
+        codec::view_tombstone(payload).and_then(|a| st.apply_tombstone(a, loc))
+    } else if ft == codec::FRAME_VECTOR {
+        codec::view_vector(payload).and_then(|a| st.apply_vector(a, loc.lsn))
+    } else {
+        Err(crate::error::EngineError::Corrupt {
+            what: "frame".into(),
+            detail: format!("unknown frame type {}", ft.0),
+        })
+    };
+    r.map_err(|e| failed(e.to_string()))?;
+    st.applied_loc = Some(loc);
+    Ok(())
+}
