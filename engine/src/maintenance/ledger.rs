@@ -1,0 +1,264 @@
+//! The deletion/revocation ledger (`ledger.jsonl`): its line format, reading
+//! and rendering, reconciliation with the log at every open, and
+//! re-applying its entries after a restore or a repair.
+
+use super::*;
+
+/// Path of the ledger.
+pub fn ledger_path(dir: &Path) -> PathBuf {
+    dir.join("ledger.jsonl")
+}
+
+/// One line of the ledger file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerLine {
+    /// Operation id.
+    pub op_id: String,
+    /// Tenant.
+    pub tenant: String,
+    /// Transaction time (ms).
+    pub at_ms: i64,
+    /// `delete` or `revoke`.
+    pub op: String,
+    /// Deleted record.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub target: Option<String>,
+    /// Deletion reason.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reason: Option<String>,
+    /// Revoked principal.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub principal: Option<String>,
+    /// Revoked label.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub label: Option<String>,
+    /// Revoked role.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub role: Option<String>,
+}
+
+impl From<&LedgerEntry> for LedgerLine {
+    fn from(e: &LedgerEntry) -> Self {
+        let mut l = LedgerLine {
+            op_id: e.op_id.to_string(),
+            tenant: e.tenant.clone(),
+            at_ms: e.at,
+            op: String::new(),
+            target: None,
+            reason: None,
+            principal: None,
+            label: None,
+            role: None,
+        };
+        match &e.what {
+            LedgerWhat::Delete { target, reason } => {
+                l.op = "delete".into();
+                l.target = Some(target.to_string());
+                l.reason = reason.clone();
+            }
+            LedgerWhat::Revoke {
+                principal,
+                label,
+                role,
+            } => {
+                l.op = "revoke".into();
+                l.principal = principal.clone();
+                l.label = label.clone();
+                l.role = role.clone();
+            }
+        }
+        l
+    }
+}
+
+/// Reads the ledger file (empty if absent). Unparseable lines are an error
+/// naming the line, except a torn last line (a crash while appending),
+/// which is dropped: the log still holds that operation and the next
+/// reconcile writes it again.
+pub fn read_ledger(backend: &dyn Backend, dir: &Path) -> Result<Vec<LedgerLine>> {
+    Ok(read_ledger_checked(backend, dir)?.0)
+}
+
+/// The ledger's lines, and whether its tail was torn.
+pub(super) fn read_ledger_checked(
+    backend: &dyn Backend,
+    dir: &Path,
+) -> Result<(Vec<LedgerLine>, bool)> {
+    read_ledger_file(backend, &ledger_path(dir))
+}
+
+/// Reads ledger lines from `path` (empty if absent); see [`read_ledger`].
+pub(super) fn read_ledger_file(
+    backend: &dyn Backend,
+    path: &Path,
+) -> Result<(Vec<LedgerLine>, bool)> {
+    let Some(bytes) = read_all(backend, path)? else {
+        return Ok((Vec::new(), false));
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.split('\n').collect();
+    let mut out = Vec::new();
+    let mut torn = !bytes.is_empty() && !bytes.ends_with(b"\n");
+    for (i, l) in lines.iter().enumerate() {
+        if l.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str(l) {
+            Ok(x) => out.push(x),
+            Err(_) if i + 1 == lines.len() => torn = true,
+            Err(e) => {
+                return Err(EngineError::Corrupt {
+                    what: format!("ledger line {}", i + 1),
+                    detail: e.to_string(),
+                });
+            }
+        }
+    }
+    Ok((out, torn))
+}
+
+/// Ledger lines as JSONL text.
+pub(crate) fn render_ledger(lines: &[LedgerLine]) -> String {
+    let mut text = String::new();
+    for l in lines {
+        text.push_str(&serde_json::to_string(l).expect("ledger line serializes"));
+        text.push('\n');
+    }
+    text
+}
+
+/// Checks a ledger line that a restore is about to re-apply: its operation
+/// id, tenant and, for a deletion, its target must parse; a revocation must
+/// name a label or role as `revoke` requires. Returns the operation id.
+pub(super) fn check_line(l: &LedgerLine) -> Result<RecordId> {
+    let bad = |field: &str, why: &str| {
+        EngineError::invalid("ledger", format!("entry {}: {field}: {why}", l.op_id))
+    };
+    let op_id = l
+        .op_id
+        .parse::<RecordId>()
+        .map_err(|_| bad("op_id", "not an id"))?;
+    if l.tenant.is_empty() {
+        return Err(bad("tenant", "empty"));
+    }
+    match l.op.as_str() {
+        "delete" => {
+            if l.target
+                .as_deref()
+                .and_then(|t| t.parse::<RecordId>().ok())
+                .is_none()
+            {
+                return Err(bad("target", "missing or not an id"));
+            }
+        }
+        "revoke" => crate::lifecycle::check_grant(
+            l.principal.as_deref(),
+            l.label.as_deref(),
+            l.role.as_deref(),
+        )?,
+        other => return Err(bad("op", &format!("'{other}' is not delete or revoke"))),
+    }
+    Ok(op_id)
+}
+
+/// Re-applies the deletions and revocations of `lines` that the store's log
+/// does not hold, each under its original operation id. Idempotent: an
+/// operation already in the log is skipped and a deletion already in effect
+/// is counted, not repeated, so an interrupted run can simply run again.
+fn reapply_ledger(db: &Engram, lines: Vec<LedgerLine>, report: &mut RestoreReport) -> Result<()> {
+    // Ids compare as ids, not as text: a ledger kept elsewhere may spell
+    // them differently.
+    let present: BTreeSet<RecordId> = db.state().ledger.iter().map(|e| e.op_id).collect();
+    let mut seen = BTreeSet::new();
+    for l in lines {
+        // Lines were checked before the restore started; one that is not
+        // valid now is skipped rather than blocking every open.
+        let Ok(op_id) = check_line(&l) else {
+            report.skipped += 1;
+            continue;
+        };
+        if present.contains(&op_id) || !seen.insert(op_id) {
+            continue;
+        }
+        let s = db.session(crate::principal::Principal::admin(l.tenant.clone()));
+        match l.op.as_str() {
+            "delete" => {
+                let Some(t) = l.target.as_deref().and_then(|t| t.parse::<RecordId>().ok()) else {
+                    continue;
+                };
+                let reason = format!("restore: re-applied {}", l.op_id);
+                match s.delete_as(&RecordRef::Id(t), Some(&reason), Some(op_id)) {
+                    Ok(_) => report.deletions_reapplied += 1,
+                    Err(EngineError::NotFound { .. }) => report.not_in_backup += 1,
+                    Err(EngineError::InvalidState { .. }) => report.already_applied += 1,
+                    Err(e) => return Err(e),
+                }
+            }
+            "revoke" => {
+                s.revoke_as(
+                    l.principal.as_deref(),
+                    l.label.as_deref(),
+                    l.role.as_deref(),
+                    Some(op_id),
+                )?;
+                report.revocations_reapplied += 1;
+            }
+            _ => report.skipped += 1,
+        }
+    }
+    db.sync_ledger()?;
+    Ok(())
+}
+
+/// Re-applies the entries of `restore.pending` and removes it: the last
+/// step of a restore, run by every open so that a restore interrupted after
+/// its log swap is finished before the store serves anything (see the
+/// module documentation). `None` without `restore.pending`.
+pub(crate) fn resume_restore(db: &Engram) -> Result<Option<RestoreReport>> {
+    let backend = db.backend().clone();
+    let marker = layout::restore_pending(db.dir());
+    if !backend.exists(&marker) {
+        return Ok(None);
+    }
+    let (lines, _) = read_ledger_file(backend.as_ref(), &marker)?;
+    let mut report = RestoreReport::default();
+    reapply_ledger(db, lines, &mut report)?;
+    backend.remove_file(&marker).map_err(io(&marker))?;
+    backend.sync_dir(db.dir()).map_err(io(db.dir()))?;
+    Ok(Some(report))
+}
+
+/// Appends the log's ledger entries missing from the ledger file (a torn
+/// tail is repaired by rewriting the file whole).
+fn reconcile_ledger(backend: &dyn Backend, dir: &Path, st: &State) -> Result<usize> {
+    let (lines, torn) = read_ledger_checked(backend, dir)?;
+    let have: BTreeSet<String> = lines.iter().map(|l| l.op_id.clone()).collect();
+    let missing: Vec<LedgerLine> = st
+        .ledger
+        .iter()
+        .filter(|e| !have.contains(&e.op_id.to_string()))
+        .map(LedgerLine::from)
+        .collect();
+    if torn {
+        let mut all = lines;
+        all.extend(missing.iter().cloned());
+        write_all_durable(backend, &ledger_path(dir), render_ledger(&all).as_bytes())?;
+    } else if !missing.is_empty() {
+        append_durable(
+            backend,
+            &ledger_path(dir),
+            render_ledger(&missing).as_bytes(),
+        )?;
+    }
+    Ok(missing.len())
+}
+
+impl Engram {
+    /// Brings the ledger file up to date with the log.
+    pub(crate) fn sync_ledger(&self) -> Result<()> {
+        let _one_at_a_time = self.ledger_sync();
+        let st = self.state();
+        reconcile_ledger(self.backend().as_ref(), self.dir(), &st)?;
+        Ok(())
+    }
+}
