@@ -230,39 +230,15 @@ fn the_six_examples_run_through_engram_query() {
             .as_array()
             .unwrap()
             .iter()
-            .filter(|r| {
-                r["ranks"]
-                    .as_array()
-                    .is_some_and(|rs| rs.iter().any(|x| x["retriever"] == "graph"))
-            })
+            .filter(|r| super::fixture::found_by(&r["ranks"], "graph"))
             .map(|r| r["id"].as_str().unwrap_or_default().to_string())
             .collect()
     };
-    let ex1 = run(
-        "FIND ANY WHERE scope.user = 'user_18' OR record = entity AS OF 2025-06-10 \
-         SIMILAR TO 'billing issue' AS sem MATCH 'billing issue' AS kw \
-         EXPAND FROM sem, kw HOPS 2 AS graph LIMIT 20 \
-         RETURN id, record, kind, text, score, ranks",
-        &[],
-    );
-    let ex2 = run(
-        "FIND assertions KIND 'preference' WHERE ingested_at >= 2025-03-01 MATCH 'diet'",
-        &[],
-    );
-    let ex3 = run(
-        "FIND summaries WHERE scope.label = 'apollo' OR scope.conversation = 'apollo' VALID AT now \
-         SIMILAR TO $qvec MODEL 'text-embedding-3-small' MIN 0.35",
-        &["qvec=[1, 0.2, 0, 0]"],
-    );
-    let ex4 = run(
-        "FIND assertions SIMILAR TO 'Acme renews in Q3' AS sem MATCH 'Acme renews in Q3' AS kw \
-         WITH SOURCES DEPTH 3 LIMIT 5 RETURN id, text, score, sources",
-        &[],
-    );
-    let ex5 = run(
-        "TRACE 'evt_9f2' DERIVATIVES DEPTH 5 INCLUDE SUPERSEDED",
-        &[],
-    );
+    let ex1 = run(super::fixture::EXAMPLE_1, &[]);
+    let ex2 = run(super::fixture::EXAMPLE_2, &[]);
+    let ex3 = run(super::fixture::EXAMPLE_3, &["qvec=[1, 0.2, 0, 0]"]);
+    let ex4 = run(super::fixture::EXAMPLE_4, &[]);
+    let ex5 = run(super::fixture::EXAMPLE_5, &[]);
     let ex5_current = run("TRACE 'evt_9f2' DERIVATIVES DEPTH 5", &[]);
 
     // Internal ids to external ids, through the store the CLI left.
@@ -300,17 +276,7 @@ fn the_six_examples_run_through_engram_query() {
     assert_eq!(ext(ids(&ex3)), ["apollo/s1"]);
     let first = &ex4["rows"][0];
     assert_eq!(first["text"], "Acme renews in Q3", "{ex4}");
-    let sources: Vec<(String, u64)> = first["sources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| {
-            (
-                x["external_id"].as_str().unwrap_or("").to_string(),
-                x["depth"].as_u64().unwrap(),
-            )
-        })
-        .collect();
+    let sources = super::fixture::sources_of(&first["sources"]);
     assert_eq!(
         sources,
         [("acme/sum".to_string(), 1), ("evt_9f2".to_string(), 2)]
@@ -362,11 +328,7 @@ fn the_six_examples_run_through_engram_query() {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|r| {
-            r["ranks"]
-                .as_array()
-                .is_some_and(|rs| rs.iter().any(|x| x["retriever"] == "graph"))
-        })
+        .filter(|r| super::fixture::found_by(&r["ranks"], "graph"))
         .map(|r| r["external_id"].as_str().unwrap_or_default().to_string())
         .collect();
     for who in ["ent_alice", "ent_bob", "ent_carol"] {

@@ -39,14 +39,7 @@ fn the_six_examples_return_what_the_docs_say() {
     let none = Params::new();
 
     // 1. user_18's billing issue, entities two hops out, as of 2025-06-10
-    let out = run(
-        &s,
-        "FIND ANY WHERE scope.user = 'user_18' OR record = entity AS OF 2025-06-10 \
-         SIMILAR TO 'billing issue' AS sem MATCH 'billing issue' AS kw \
-         EXPAND FROM sem, kw HOPS 2 AS graph LIMIT 20 \
-         RETURN id, record, kind, text, score, ranks",
-        &none,
-    );
+    let out = run(&s, fixture::EXAMPLE_1, &none);
     assert_eq!(
         out.columns,
         ["id", "record", "kind", "text", "score", "ranks"]
@@ -68,13 +61,7 @@ fn the_six_examples_return_what_the_docs_say() {
         .rows
         .iter()
         .zip(&got)
-        .filter(|(r, _)| {
-            r["ranks"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|x| x["retriever"] == "graph")
-        })
+        .filter(|(r, _)| fixture::found_by(&r["ranks"], "graph"))
         .map(|(_, e)| e.clone())
         .collect();
     assert!(
@@ -83,55 +70,27 @@ fn the_six_examples_return_what_the_docs_say() {
     );
 
     // 2. diet preferences recorded since March, keyword only
-    let out = run(
-        &s,
-        "FIND assertions KIND 'preference' WHERE ingested_at >= 2025-03-01 MATCH 'diet'",
-        &none,
-    );
+    let out = run(&s, fixture::EXAMPLE_2, &none);
     assert_eq!(ext_ids(&s, &out), ["diet/new"]);
 
     // 3. summaries similar to $qvec in project apollo, min similarity 0.35, valid now
     let mut p = Params::new();
     p.insert("qvec", ParamValue::Vector(vec![1.0, 0.2, 0.0, 0.0]));
-    let out = run(
-        &s,
-        "FIND summaries WHERE scope.label = 'apollo' OR scope.conversation = 'apollo' VALID AT now \
-         SIMILAR TO $qvec MODEL 'text-embedding-3-small' MIN 0.35",
-        &p,
-    );
+    let out = run(&s, fixture::EXAMPLE_3, &p);
     assert_eq!(ext_ids(&s, &out), ["apollo/s1"]);
 
     // 4. where did "Acme renews in Q3" come from: hits with sources three levels up
-    let out = run(
-        &s,
-        "FIND assertions SIMILAR TO 'Acme renews in Q3' AS sem MATCH 'Acme renews in Q3' AS kw \
-         WITH SOURCES DEPTH 3 LIMIT 5 RETURN id, text, score, sources",
-        &none,
-    );
+    let out = run(&s, fixture::EXAMPLE_4, &none);
     let first = &out.rows[0];
     assert_eq!(first["text"], "Acme renews in Q3");
-    let sources: Vec<(String, u64)> = first["sources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| {
-            (
-                x["external_id"].as_str().unwrap_or("").to_string(),
-                x["depth"].as_u64().unwrap(),
-            )
-        })
-        .collect();
+    let sources = fixture::sources_of(&first["sources"]);
     assert_eq!(
         sources,
         [("acme/sum".to_string(), 1), ("evt_9f2".to_string(), 2)]
     );
 
     // 5. everything derived from event evt_9f2, superseded versions included
-    let all = run(
-        &s,
-        "TRACE 'evt_9f2' DERIVATIVES DEPTH 5 INCLUDE SUPERSEDED",
-        &none,
-    );
+    let all = run(&s, fixture::EXAMPLE_5, &none);
     let current = run(&s, "TRACE 'evt_9f2' DERIVATIVES DEPTH 5", &none);
     let statuses = col(&all, "status");
     assert_eq!(all.rows.len(), 4, "{:?}", col(&all, "external_id"));
@@ -145,26 +104,13 @@ fn the_six_examples_return_what_the_docs_say() {
     );
 
     // 6. who else is involved in this week's outage
-    let out = run(
-        &s,
-        "FIND ANY WHERE record = entity OR occurred_at >= now - 7d \
-         SIMILAR TO 'database outage postmortem' TOP 20 AS outage \
-         EXPAND FROM outage HOPS 1 VIA ('mentions', 'assigned_to', 'reported_by') AS graph \
-         WEIGHTS (outage = 1.0, graph = 1.5) RETURN id, record, kind, text, score, ranks",
-        &none,
-    );
+    let out = run(&s, fixture::EXAMPLE_6, &none);
     let got = ext_ids(&s, &out);
     let by_graph: Vec<String> = out
         .rows
         .iter()
         .zip(&got)
-        .filter(|(r, _)| {
-            r["ranks"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|x| x["retriever"] == "graph")
-        })
+        .filter(|(r, _)| fixture::found_by(&r["ranks"], "graph"))
         .map(|(_, e)| e.clone())
         .collect();
     for who in ["ent_alice", "ent_bob", "ent_carol"] {

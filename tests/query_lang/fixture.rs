@@ -10,6 +10,47 @@ use engram::{Engram, HashEmbedder, ManualClock, Options, Principal};
 pub const JUNE_1: i64 = 1_748_736_000_000;
 pub const DAY: i64 = 86_400_000;
 
+/// The six acceptance examples of docs/query-language.md, as typed.
+pub const EXAMPLE_1: &str = "FIND ANY WHERE scope.user = 'user_18' OR record = entity AS OF 2025-06-10 \
+     SIMILAR TO 'billing issue' AS sem MATCH 'billing issue' AS kw \
+     EXPAND FROM sem, kw HOPS 2 AS graph LIMIT 20 \
+     RETURN id, record, kind, text, score, ranks";
+pub const EXAMPLE_2: &str =
+    "FIND assertions KIND 'preference' WHERE ingested_at >= 2025-03-01 MATCH 'diet'";
+pub const EXAMPLE_3: &str = "FIND summaries WHERE scope.label = 'apollo' OR scope.conversation = 'apollo' VALID AT now \
+     SIMILAR TO $qvec MODEL 'text-embedding-3-small' MIN 0.35";
+pub const EXAMPLE_4: &str = "FIND assertions SIMILAR TO 'Acme renews in Q3' AS sem MATCH 'Acme renews in Q3' AS kw \
+     WITH SOURCES DEPTH 3 LIMIT 5 RETURN id, text, score, sources";
+pub const EXAMPLE_5: &str = "TRACE 'evt_9f2' DERIVATIVES DEPTH 5 INCLUDE SUPERSEDED";
+pub const EXAMPLE_6: &str = "FIND ANY WHERE record = entity OR occurred_at >= now - 7d \
+     SIMILAR TO 'database outage postmortem' TOP 20 AS outage \
+     EXPAND FROM outage HOPS 1 VIA ('mentions', 'assigned_to', 'reported_by') AS graph \
+     WEIGHTS (outage = 1.0, graph = 1.5) RETURN id, record, kind, text, score, ranks";
+
+/// Whether a row's `ranks` (a JSON list) names the retriever `name`.
+pub fn found_by(ranks: &serde_json::Value, name: &str) -> bool {
+    ranks
+        .as_array()
+        .is_some_and(|rs| rs.iter().any(|x| x["retriever"] == name))
+}
+
+/// A row's `sources` (a JSON list) as (external id, depth) pairs.
+pub fn sources_of(sources: &serde_json::Value) -> Vec<(String, u64)> {
+    sources
+        .as_array()
+        .map(|xs| {
+            xs.iter()
+                .map(|x| {
+                    (
+                        x["external_id"].as_str().unwrap_or("").to_string(),
+                        x["depth"].as_u64().unwrap_or(u64::MAX),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The outage week of example 6: an incident, the people it involves
 /// through three relation kinds (and one it does not: `likes`), and a
 /// postmortem. Also ingested on its own through `engram ingest`.
