@@ -11,6 +11,11 @@ pub fn lock(dir: &Path) -> PathBuf {
 pub fn restore_pending(dir: &Path) -> PathBuf {
     dir.join("restore.pending")
 }
+/// Where online compaction builds the compacted copy of the store
+/// before swapping it in (removed at every writable open).
+pub fn compact_staging(dir: &Path) -> PathBuf {
+    dir.join("compact.staging")
+}
 /// The segment log.
 pub fn log(dir: &Path) -> PathBuf {
     dir.join("log")

@@ -15,6 +15,9 @@
 //!   checkpoint included) are deleted first and rebuilt from the rewritten
 //!   log, so the purged
 //!   content exists in no file under the data directory.
+//! - **Online compaction** (store open): the same purge, built in a copy
+//!   of the store while it serves and swapped in with writes and then
+//!   reads paused (see `online.rs`).
 //! - **Backup**: the log (each segment up to its durable end at one
 //!   instant) plus settings and the ledger, into a new directory.
 //! - **Restore** (store closed): the entries to re-apply (the store's
@@ -59,9 +62,11 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
 }
 
 mod ledger;
+mod online;
 use ledger::check_line;
 pub use ledger::{LedgerLine, ledger_path, read_ledger};
 pub(crate) use ledger::{render_ledger, resume_restore};
+pub use online::OnlineCompaction;
 
 impl Session {
     /// Review candidates of the tenant, oldest first.
@@ -128,6 +133,97 @@ fn under_hold(st: &State, idx: u32) -> bool {
         keys.push(format!("label:{}", st.strings.name(*l)));
     }
     keys.iter().any(|k| t.holds.contains(k))
+}
+
+impl Engram {
+    /// Records every retention expiry as a deletion (reason
+    /// `retention:<class>`); records under a legal hold are counted in
+    /// `report.held` and kept.
+    fn delete_expired(&self, report: &mut CompactReport) -> Result<()> {
+        let now = self.now();
+        let expired: Vec<(String, RecordId, String)> = {
+            let st = self.state();
+            let mut v = Vec::new();
+            for t in st.tenants.values() {
+                for (class, period) in &t.retention {
+                    let (Some(p), Some(sym)) = (period, st.strings.get(class)) else {
+                        continue;
+                    };
+                    let Some(bm) = st.bm_retention.get(&sym) else {
+                        continue;
+                    };
+                    let n = st.ingested_prefix(now.saturating_sub(*p));
+                    for i in bm.iter().take_while(|&i| i < n) {
+                        let m = st.meta(i);
+                        if st.strings.name(m.tenant) == t.name && m.status != Status::Deleted {
+                            if under_hold(&st, i) {
+                                // past retention, kept by the hold
+                                report.held += 1;
+                            } else {
+                                v.push((t.name.clone(), m.id, class.clone()));
+                            }
+                        }
+                    }
+                }
+            }
+            v
+        };
+        for (tenant, id, class) in &expired {
+            let s = self.session(crate::principal::Principal::admin(tenant.clone()));
+            // A record may already be gone with an earlier one's chain.
+            match s.delete(&RecordRef::Id(*id), Some(&format!("retention:{class}"))) {
+                Ok(_) | Err(EngineError::InvalidState { .. }) => report.retention_deleted += 1,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The tombstone of every deleted record not yet purged and not under a
+/// legal hold (those are counted in `report.held`), by record id.
+fn purge_set(st: &State, report: &mut CompactReport) -> HashMap<[u8; 16], StoredTombstone> {
+    let mut deleted_by: HashMap<u32, [u8; 16]> = HashMap::new();
+    for e in &st.ledger {
+        if let LedgerWhat::Delete { target, .. } = &e.what {
+            if let Some(i) = st.idx(*target) {
+                for v in st.deletion_set(i) {
+                    deleted_by.entry(v).or_insert(e.op_id.to_bytes());
+                }
+            }
+        }
+    }
+    let mut purge = HashMap::new();
+    for (i, m) in st.metas.iter().enumerate() {
+        let i = crate::state::idx_of(i);
+        if m.status != Status::Deleted || m.tombstone {
+            continue;
+        }
+        if under_hold(st, i) {
+            report.held += 1;
+            continue;
+        }
+        purge.insert(
+            m.id.to_bytes(),
+            StoredTombstone {
+                id: m.id.to_bytes(),
+                tenant: st.strings.name(m.tenant).to_string(),
+                record_type: m.rtype.code(),
+                ingested_at_ms: m.ingested_at,
+                sources: st
+                    .sources
+                    .get(&i)
+                    .map(|v| v.iter().map(|&s| st.meta(s).id.to_bytes()).collect())
+                    .unwrap_or_default(),
+                external_id_sha256: m
+                    .external_id
+                    .as_ref()
+                    .map(|e| crate::canonical::sha256(e.as_bytes())),
+                deleted_by: deleted_by.get(&i).copied().unwrap_or([0; 16]),
+            },
+        );
+    }
+    purge
 }
 
 /// Whether `path` is `dir` or below it (compared after making both
@@ -216,86 +312,10 @@ impl Engram {
         // 1. Record retention expiries as deletions; find what to purge.
         let purge: HashMap<[u8; 16], StoredTombstone> = {
             let db = Engram::open(dir, opts.clone())?;
-            let now = db.now();
-            let expired: Vec<(String, RecordId, String)> = if !retention {
-                Vec::new()
-            } else {
-                let st = db.state();
-                let mut v = Vec::new();
-                for t in st.tenants.values() {
-                    for (class, period) in &t.retention {
-                        let (Some(p), Some(sym)) = (period, st.strings.get(class)) else {
-                            continue;
-                        };
-                        let Some(bm) = st.bm_retention.get(&sym) else {
-                            continue;
-                        };
-                        let n = st.ingested_prefix(now.saturating_sub(*p));
-                        for i in bm.iter().take_while(|&i| i < n) {
-                            let m = st.meta(i);
-                            if st.strings.name(m.tenant) == t.name && m.status != Status::Deleted {
-                                if under_hold(&st, i) {
-                                    // past retention, kept by the hold
-                                    report.held += 1;
-                                } else {
-                                    v.push((t.name.clone(), m.id, class.clone()));
-                                }
-                            }
-                        }
-                    }
-                }
-                v
-            };
-            for (tenant, id, class) in &expired {
-                let s = db.session(crate::principal::Principal::admin(tenant.clone()));
-                // A record may already be gone with an earlier one's chain.
-                match s.delete(&RecordRef::Id(*id), Some(&format!("retention:{class}"))) {
-                    Ok(_) | Err(EngineError::InvalidState { .. }) => report.retention_deleted += 1,
-                    Err(e) => return Err(e),
-                }
+            if retention {
+                db.delete_expired(&mut report)?;
             }
-            let st = db.state();
-            let mut deleted_by: HashMap<u32, [u8; 16]> = HashMap::new();
-            for e in &st.ledger {
-                if let LedgerWhat::Delete { target, .. } = &e.what {
-                    if let Some(i) = st.idx(*target) {
-                        for v in st.deletion_set(i) {
-                            deleted_by.entry(v).or_insert(e.op_id.to_bytes());
-                        }
-                    }
-                }
-            }
-            let mut purge = HashMap::new();
-            for (i, m) in st.metas.iter().enumerate() {
-                let i = crate::state::idx_of(i);
-                if m.status != Status::Deleted || m.tombstone {
-                    continue;
-                }
-                if under_hold(&st, i) {
-                    report.held += 1;
-                    continue;
-                }
-                purge.insert(
-                    m.id.to_bytes(),
-                    StoredTombstone {
-                        id: m.id.to_bytes(),
-                        tenant: st.strings.name(m.tenant).to_string(),
-                        record_type: m.rtype.code(),
-                        ingested_at_ms: m.ingested_at,
-                        sources: st
-                            .sources
-                            .get(&i)
-                            .map(|v| v.iter().map(|&s| st.meta(s).id.to_bytes()).collect())
-                            .unwrap_or_default(),
-                        external_id_sha256: m
-                            .external_id
-                            .as_ref()
-                            .map(|e| crate::canonical::sha256(e.as_bytes())),
-                        deleted_by: deleted_by.get(&i).copied().unwrap_or([0; 16]),
-                    },
-                );
-            }
-            drop(st);
+            let purge = purge_set(&db.state(), &mut report);
             db.close()?;
             purge
         };
@@ -360,6 +380,22 @@ impl Engram {
         Ok(report)
     }
 
+    /// Copies the store into `dest` (through `backend`): a marker, the log
+    /// (each segment up to its durable end at one instant), the settings and
+    /// the ledger brought up to date first. Returns the last LSN copied.
+    fn copy_store(&self, backend: &dyn Backend, dest: &Path) -> Result<u64> {
+        self.sync_ledger()?;
+        backend.create_dir_all(dest).map_err(io(dest))?;
+        crate::store_dir::write_marker(backend, dest)?;
+        let last = self.log().copy_to(backend, &layout::log(dest))?;
+        for name in ["settings.snap", "ledger.jsonl"] {
+            if let Some(bytes) = read_all(self.backend().as_ref(), &self.dir().join(name))? {
+                write_all_durable(backend, &dest.join(name), &bytes)?;
+            }
+        }
+        Ok(last)
+    }
+
     /// Writes a backup of the store into `dest` (which must not exist or be
     /// empty): the log up to one instant, the settings and the ledger.
     /// The store stays open and writable meanwhile.
@@ -370,7 +406,6 @@ impl Engram {
         // (whose own backend keeps changes in memory); the store's files are
         // read through the store's backend.
         let backend = self.options().backend.as_ref();
-        let store_files = self.backend().as_ref();
         crate::store_dir::check_empty_target(backend, dest, "backup directory")?;
         if inside(dest, self.dir()) {
             return Err(EngineError::invalid(
@@ -383,15 +418,7 @@ impl Engram {
             ));
         }
         let _m = self.writes_pause();
-        self.sync_ledger()?;
-        backend.create_dir_all(dest).map_err(io(dest))?;
-        crate::store_dir::write_marker(backend, dest)?;
-        let last = self.log().copy_to(backend, &layout::log(dest))?;
-        for name in ["settings.snap", "ledger.jsonl"] {
-            if let Some(bytes) = read_all(store_files, &self.dir().join(name))? {
-                write_all_durable(backend, &dest.join(name), &bytes)?;
-            }
-        }
+        let last = self.copy_store(backend, dest)?;
         let created_at_ms = self.now();
         // Content deleted before the backup must not leave with it: the
         // copy is compacted (its deleted records become tombstones), then

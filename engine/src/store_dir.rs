@@ -201,6 +201,19 @@ pub fn remove_owned(backend: &dyn Backend, path: &Path) -> Result<Vec<String>> {
     Ok(foreign)
 }
 
+/// Removes a copy of a store Engram made under `path` for its own use
+/// (online compaction's staging copy): its marker and lock file, then
+/// everything [`remove_owned`] removes.
+pub fn remove_store_copy(backend: &dyn Backend, path: &Path) -> Result<Vec<String>> {
+    for name in [MARKER_FILE, "LOCK"] {
+        let p = path.join(name);
+        if backend.exists(&p) {
+            backend.remove_file(&p).map_err(io(&p))?;
+        }
+    }
+    remove_owned(backend, path)
+}
+
 fn remove_owned_inner(backend: &dyn Backend, path: &Path, foreign: &mut Vec<String>) -> Result<()> {
     if !backend.exists(path) {
         return Ok(());

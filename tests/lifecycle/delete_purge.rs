@@ -148,3 +148,112 @@ fn holds_suspend_purging_and_retention_expires_like_a_deletion() {
     );
     assert!(grep(dir.path(), "held-canary-1").is_empty());
 }
+
+/// Online compaction purges while the store serves: readers never see an
+/// error (they pass a gate the swap takes), writes wait and then go to the
+/// new handle, the old handle is closed, and the canary is in no file.
+#[test]
+fn online_compaction_purges_while_reads_go_on() {
+    use parking_lot::RwLock;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    for i in 0..50 {
+        s.append(vec![
+            NewRecord::event("note", format!("kept note {i} about the garden"))
+                .with_external_id(format!("n{i}"))
+                .with_embedding("client-model", vec![0.1, 0.5, i as f32 / 50.0]),
+        ])
+        .unwrap();
+    }
+    s.append(vec![
+        NewRecord::event("note", format!("the secret word is {CANARY}"))
+            .with_external_id("canary")
+            .with_embedding("client-model", vec![0.9, 0.1, 0.3]),
+    ])
+    .unwrap();
+    db.wait_indexed().unwrap();
+    db.checkpoint().unwrap();
+    s.delete(&ext("canary"), Some("user request")).unwrap();
+    assert!(!grep(dir.path(), CANARY).is_empty());
+
+    let gate = Arc::new(RwLock::new(db.clone()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicUsize::new(0));
+    let readers: Vec<_> = (0..2)
+        .map(|r| {
+            let (gate, stop, reads) = (gate.clone(), stop.clone(), reads.clone());
+            std::thread::spawn(move || {
+                let mut i = 0usize;
+                while !stop.load(Ordering::Acquire) {
+                    let g = gate.read();
+                    let s = g.session(Principal::admin("t"));
+                    let n = (i + r) % 50;
+                    let got = s
+                        .get(&ext(&format!("n{n}")))
+                        .unwrap_or_else(|e| panic!("read of n{n} failed: {e}"));
+                    assert!(got.text.unwrap().contains(&format!("note {n} ")));
+                    let hits = s.recall(&RecallRequest::text("garden")).unwrap().hits;
+                    assert!(!hits.is_empty());
+                    reads.fetch_add(1, Ordering::Relaxed);
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    let out = db.compact_online(|| gate.write()).unwrap();
+    let reads_before_swap = reads.load(Ordering::Relaxed);
+    let mut g = out.reads_paused.expect("a purge swaps the store's files");
+    *g = out.db.clone();
+    drop(g);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    stop.store(true, Ordering::Release);
+    for r in readers {
+        r.join().unwrap();
+    }
+    assert_eq!(out.report.purged, 1, "{:?}", out.report);
+    assert!(
+        reads_before_swap > 0,
+        "no read ran while the copy was built"
+    );
+    assert!(
+        matches!(s.get(&ext("n1")), Err(EngineError::Closed)),
+        "the old handle is closed"
+    );
+    let new = out.db;
+    let s = new.session(Principal::admin("t"));
+    s.append(vec![
+        NewRecord::event("note", "written after the swap").with_external_id("after"),
+    ])
+    .unwrap();
+    assert!(matches!(
+        s.get(&ext("canary")),
+        Err(EngineError::NotFound { .. })
+    ));
+    let v = new.verify().unwrap();
+    assert!(v.ok(), "{:?}", v.problems);
+    new.close().unwrap();
+    assert!(
+        grep(dir.path(), CANARY).is_empty(),
+        "canary left in {:?}",
+        grep(dir.path(), CANARY)
+    );
+    assert!(!dir.path().join("compact.staging").exists());
+    // reopens from the swapped-in checkpoint, everything there
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    for i in 0..50 {
+        s.get(&ext(&format!("n{i}"))).unwrap();
+    }
+    s.get(&ext("after")).unwrap();
+    // nothing to purge: no swap, the same handle
+    let again = db.compact_online(|| ()).unwrap();
+    assert!(again.reads_paused.is_none());
+    assert_eq!(again.report.purged, 0);
+    s.get(&ext("after")).unwrap();
+    db.close().unwrap();
+}

@@ -505,3 +505,96 @@ fn query_runs_statements_as_the_key_and_locates_errors() {
         400,
     );
 }
+
+/// `POST /v1/compact` purges deleted content while the server serves:
+/// reads running throughout all answer 200, appends work after it, and the
+/// deleted text is in no file of the store.
+#[test]
+fn compaction_purges_while_serving() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const CANARY: &str = "heron-canary-93b1d0";
+    let (_tmp, dir) = new_store();
+    let k = keys(&dir);
+    let s = Server::start(&dir, None);
+    let notes: Vec<Value> = (0..40)
+        .map(|i| json!({"kind": "note", "external_id": format!("n{i}"), "text": format!("kept note {i} about the harbour")}))
+        .collect();
+    append(&s, &k.ann, &Value::Array(notes).to_string());
+    append(
+        &s,
+        &k.ann,
+        &json!([{"kind": "note", "external_id": "canary", "text": format!("the code is {CANARY}")}])
+            .to_string(),
+    );
+    s.json("DELETE", "/v1/records/canary", Some(&k.ann), None, 200);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (addr, key, stop) = (s.addr.clone(), k.ann.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut statuses = Vec::new();
+            let mut i = 0;
+            while !stop.load(Ordering::Acquire) {
+                let path = format!("/v1/records/n{}", i % 40);
+                let r = request(&addr, "GET", &path, Some(&key), None, "application/json").unwrap();
+                statuses.push(r.status);
+                let body = r#"{"text": "harbour", "k": 5}"#;
+                let r = request(
+                    &addr,
+                    "POST",
+                    "/v1/recall",
+                    Some(&key),
+                    Some(body.as_bytes()),
+                    "application/json",
+                )
+                .unwrap();
+                statuses.push(r.status);
+                i += 1;
+            }
+            statuses
+        })
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    // a tenant key may not compact
+    s.json("POST", "/v1/compact", Some(&k.boss), None, 403);
+    let c = s.json("POST", "/v1/compact", Some(&k.store), None, 200);
+    assert_eq!(c["purged"], 1, "{c}");
+    assert!(c["segments_rewritten"].as_u64().unwrap() >= 1, "{c}");
+    std::thread::sleep(Duration::from_millis(100));
+    stop.store(true, Ordering::Release);
+    let statuses = reader.join().unwrap();
+    assert!(
+        statuses.len() > 4,
+        "the reader ran {} requests",
+        statuses.len()
+    );
+    assert!(statuses.iter().all(|&x| x == 200), "{statuses:?}");
+
+    let r = append(
+        &s,
+        &k.ann,
+        r#"[{"kind": "note", "external_id": "after", "text": "written after compaction"}]"#,
+    );
+    assert_eq!(r[0]["outcome"], "created");
+    s.json("GET", "/v1/records/n7", Some(&k.ann), None, 200);
+    s.json("GET", "/v1/records/canary", Some(&k.ann), None, 404);
+    let v = s.json("GET", "/v1/verify", Some(&k.store), None, 200);
+    assert_eq!(v["ok"], true, "{v}");
+    let mut stack = vec![dir.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let bytes = std::fs::read(&p).unwrap();
+                assert!(
+                    !bytes.windows(CANARY.len()).any(|w| w == CANARY.as_bytes()),
+                    "deleted content left in {}",
+                    p.display()
+                );
+            }
+        }
+    }
+}

@@ -150,6 +150,7 @@ const ROWS: &[(&str, &str, Option<&str>, [u16; 5])] = &[
         Some(r#"{"dest": "/tmp/engram-authz-never-written"}"#),
         [401, 401, 403, 403, 403],
     ),
+    ("POST", "/v1/compact", None, [401, 401, 403, 403, 403]),
     (
         "POST",
         "/v1/recall",

@@ -239,3 +239,25 @@ fn a_power_cut_at_any_write_of_restore_never_resurrects_a_later_deletion() {
     eprintln!("restore: crash images with the canary on disk {unpurged}, purged {purged}");
     assert!(unpurged > 0 && purged > 0);
 }
+
+#[test]
+fn a_power_cut_at_any_write_of_online_compaction_loses_nothing_and_resurrects_nothing() {
+    let clock = ManualClock::new(1_760_000_000_000);
+    let pristine = build(&clock, None);
+    let (unpurged, purged) = at_every_write(
+        &pristine,
+        |b| {
+            let db = Engram::open(DIR, options(b, &clock)).unwrap();
+            let out = db.compact_online(|| ()).unwrap();
+            assert_eq!(out.report.purged, 2, "{:?}", out.report);
+            assert!(out.reads_paused.is_some());
+            out.db.close().unwrap();
+            assert!(!b.exists(Path::new("/store/compact.staging")));
+        },
+        |b, what| sound_then_purged(b, &clock, what),
+    );
+    eprintln!(
+        "online compaction: crash images with the canary on disk {unpurged}, purged {purged}"
+    );
+    assert!(unpurged > 0 && purged > 0);
+}

@@ -81,6 +81,7 @@ def test_user_key_on_admin_endpoints_is_403(user: Client, store: Client, tmp_pat
         "stats": user.stats,
         "verify": user.verify,
         "backup": lambda: user.backup(str(tmp_path / "b")),
+        "compact": user.compact,
         "review": user.review_list,
     }
     for name, call in calls.items():

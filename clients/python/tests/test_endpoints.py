@@ -244,6 +244,15 @@ def test_store_operations(store: Client, user: Client, tmp_path: Path) -> None:
     b = store.backup(str(dest))
     assert b["last_lsn"] > 0 and b["records"] >= 1
     assert (dest / "ENGRAM").exists() or any(dest.iterdir())
+    # online compaction purges a deleted record; the rest stays readable
+    user.append([{"kind": "note", "external_id": "store-op-gone", "text": "to be purged"}])
+    user.delete("store-op-gone", reason="test")
+    c = store.compact()
+    assert c["purged"] >= 1, c
+    assert c["log_bytes_after"] <= c["log_bytes_before"], c
+    assert user.get("store-op-1")["text"] == "something to back up"
+    with pytest.raises(NotFound):
+        user.get("store-op-gone")
 
 
 def test_request_errors_carry_code_message_details(user: Client, uniq: str) -> None:

@@ -319,8 +319,14 @@ impl Engram {
     }
 
     /// The options the store was opened with.
-    pub(crate) fn options(&self) -> &Options {
+    pub fn options(&self) -> &Options {
         &self.inner.opts
+    }
+
+    /// Whether this handle was closed (by [`Engram::close`], or by online
+    /// compaction's swap, which hands out a new one).
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
     }
 
     /// The backend every byte goes through.
@@ -332,6 +338,12 @@ impl Engram {
     /// exclusively by maintenance.
     pub(crate) fn writes_pause(&self) -> parking_lot::RwLockReadGuard<'_, ()> {
         self.inner.maintenance.read()
+    }
+
+    /// Held while maintenance replaces the store's files under an open
+    /// handle (online compaction): appends wait until it is dropped.
+    pub(crate) fn writes_exclusive(&self) -> parking_lot::RwLockWriteGuard<'_, ()> {
+        self.inner.maintenance.write()
     }
 
     /// Serialises reconciling `ledger.jsonl` with the log.

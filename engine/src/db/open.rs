@@ -301,6 +301,8 @@ fn recover_log_swap(backend: &dyn Backend, dir: &Path) -> Result<()> {
     // an incoming copy that never became the log is abandoned (rerun the restore)
     crate::store_dir::remove_owned(backend, &incoming)?;
     crate::store_dir::remove_owned(backend, &old)?;
+    // an online compaction that never swapped its copy in is abandoned
+    crate::store_dir::remove_store_copy(backend, &layout::compact_staging(dir))?;
     // The entries a restore was to re-apply belong to the restored log only:
     // with the swap undone they must not touch the store's own log.
     let marker = layout::restore_pending(dir);

@@ -68,6 +68,21 @@ impl Engram {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        self.stop_writer_and_workers();
+        self.inner.closed.store(false, Ordering::Release);
+        let r = self.wait_indexed().and_then(|_| self.checkpoint());
+        self.inner.closed.store(true, Ordering::Release);
+        // Release the directory: sessions that outlive the store now fail
+        // with `Closed`, and another handle may open it.
+        drop(self.inner.lock.lock().take());
+        r
+    }
+}
+
+impl Engram {
+    /// Closes the log (appends fail from here) and stops the indexer and
+    /// the checkpointer, waiting for their current step.
+    fn stop_writer_and_workers(&self) {
         self.inner.log.close();
         drop(self.inner.indexer_tx.lock().take());
         if let Some(h) = self.inner.indexer.lock().take() {
@@ -77,13 +92,18 @@ impl Engram {
         if let Some(h) = self.inner.checkpointer.lock().take() {
             let _ = h.join();
         }
-        self.inner.closed.store(false, Ordering::Release);
-        let r = self.wait_indexed().and_then(|_| self.checkpoint());
-        self.inner.closed.store(true, Ordering::Release);
-        // Release the directory: sessions that outlive the store now fail
-        // with `Closed`, and another handle may open it.
-        drop(self.inner.lock.lock().take());
-        r
+    }
+
+    /// Closes the store for a swap of its files (online compaction):
+    /// stops the writer and the workers without writing derived state (it
+    /// is about to be replaced) and hands over the directory lock instead
+    /// of releasing it. `None` when the store was already closed.
+    pub(crate) fn close_for_swap(&self) -> Option<LockGuard> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        self.stop_writer_and_workers();
+        self.inner.lock.lock().take()
     }
 }
 

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use engram_engine::{EngineError, Engram};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedRwLockReadGuard, OwnedSemaphorePermit, RwLock, Semaphore};
 
 use crate::http::config::Config;
 use crate::http::error::{ServerError, ServerResult};
@@ -31,8 +31,11 @@ use crate::http::metrics::{Metrics, Snapshot};
 /// Everything the handlers share.
 #[derive(Debug)]
 pub struct App {
-    /// The open store.
-    pub db: Engram,
+    /// The open store (replaced by online compaction's swap).
+    db: parking_lot::RwLock<Engram>,
+    /// Held shared by every engine call, exclusively by online
+    /// compaction's swap of the store's files ([`App::bind`]).
+    swap_gate: Arc<RwLock<()>>,
     /// The API keys.
     pub keys: KeyStore,
     /// Configuration and limits.
@@ -69,7 +72,8 @@ impl App {
         let mut prefix = [0u8; 4];
         let _ = getrandom::fill(&mut prefix);
         App {
-            db,
+            db: parking_lot::RwLock::new(db),
+            swap_gate: Arc::new(RwLock::new(())),
             keys,
             writes: Arc::new(Semaphore::new(l.appends_in_flight_max)),
             reads: Arc::new(Semaphore::new(l.queries_in_flight_max)),
@@ -81,6 +85,80 @@ impl App {
             request_prefix: engram_engine::db::hex(&prefix),
             last_key_problem: Mutex::new(None),
         }
+    }
+
+    /// The store's handle now, for what needs no gate (its directory,
+    /// gauges, closing it at shutdown). Engine calls go through
+    /// [`App::bind`].
+    pub fn db(&self) -> Engram {
+        self.db.read().clone()
+    }
+
+    /// The store's handle, bound to the swap gate: online compaction's
+    /// swap waits until every bound handle (and session made from one) is
+    /// dropped, and new ones wait for the swap.
+    pub async fn bind(&self) -> Bound<Engram> {
+        let gate = Arc::new(self.swap_gate.clone().read_owned().await);
+        Bound {
+            inner: self.db(),
+            _gate: gate,
+        }
+    }
+
+    /// Compacts the store while it serves: takes every write slot (appends
+    /// wait, then answer 429 with `Retry-After`), runs the engine's online
+    /// compaction, and installs the new handle under the swap gate (reads
+    /// pause only for the swap).
+    pub async fn compact(
+        self: &Arc<Self>,
+    ) -> ServerResult<engram_engine::maintenance::CompactReport> {
+        let n = u32::try_from(self.cfg.limits.appends_in_flight_max).unwrap_or(u32::MAX);
+        let _one = self.slot(Queue::Backup).await?;
+        let writes = self
+            .writes
+            .clone()
+            .acquire_many_owned(n)
+            .await
+            .map_err(|e| ServerError::Internal {
+                detail: format!("write queue closed: {e}"),
+            })?;
+        let app = self.clone();
+        run_blocking(move || {
+            let db = app.db();
+            let gate = app.swap_gate.clone();
+            let out = db.compact_online(|| gate.blocking_write());
+            let r = match out {
+                Ok(out) => {
+                    if let Some(paused) = out.reads_paused {
+                        *app.db.write() = out.db;
+                        drop(paused);
+                    }
+                    Ok(out.report)
+                }
+                Err(e) => {
+                    // A failure after the old handle closed: open the store
+                    // again (its files are consistent at every step).
+                    if db.is_closed() {
+                        let _g = gate.blocking_write();
+                        match Engram::open(db.dir(), db.options().clone()) {
+                            Ok(new) => *app.db.write() = new,
+                            Err(reopen) => {
+                                app.stop_accepting();
+                                logging::log(
+                                    "error",
+                                    "store could not be reopened after a failed compaction",
+                                    &[("error", reopen.to_string().into())],
+                                );
+                            }
+                        }
+                    }
+                    Err(ServerError::from(e))
+                }
+            };
+            drop(writes);
+            r
+        })
+        .await
     }
 
     /// A fresh request id (`<process prefix>-<sequence>`).
@@ -117,8 +195,8 @@ impl App {
     pub fn snapshot(&self) -> Snapshot {
         let l = &self.cfg.limits;
         Snapshot {
-            log: self.db.log_stats(),
-            store: self.db.gauges(),
+            log: self.db().log_stats(),
+            store: self.db().gauges(),
             appends_in_flight: (
                 l.appends_in_flight_max - self.writes.available_permits(),
                 l.appends_in_flight_max,
@@ -220,6 +298,31 @@ impl App {
         self.metrics
             .append(n_records, started.elapsed().as_secs_f64());
         Ok(r)
+    }
+}
+
+/// A store handle (or a session of one) with a hold on the swap gate
+/// ([`App::bind`]): dereferences to the handle.
+#[derive(Debug, Clone)]
+pub struct Bound<T> {
+    inner: T,
+    _gate: Arc<OwnedRwLockReadGuard<()>>,
+}
+
+impl<T> Bound<T> {
+    /// The same hold on the gate, over `inner` made from the bound handle.
+    pub fn map<U>(&self, f: impl FnOnce(&T) -> U) -> Bound<U> {
+        Bound {
+            inner: f(&self.inner),
+            _gate: self._gate.clone(),
+        }
+    }
+}
+
+impl<T> std::ops::Deref for Bound<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.inner
     }
 }
 

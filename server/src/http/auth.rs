@@ -21,7 +21,7 @@ use engram_engine::authz::{Actor, Decision, Operation, decide};
 use engram_engine::principal::{ROLE_ADMIN, ROLE_REVIEWER};
 use engram_engine::{Principal, Session};
 
-use crate::http::app::Shared;
+use crate::http::app::{Bound, Shared};
 use crate::http::error::{ServerError, ServerResult};
 use crate::http::keys::Grant;
 
@@ -71,9 +71,11 @@ impl Caller {
     /// Gate of a tenant operation `op`: a session of the key's principal,
     /// in which the engine decides `op` on its targets. The store key is
     /// refused by the matrix (it acts on no tenant).
-    pub fn session(&self, app: &Shared, op: Operation) -> ServerResult<Session> {
+    pub async fn session(&self, app: &Shared, op: Operation) -> ServerResult<Bound<Session>> {
         match self {
-            Caller::Tenant(p) if !op.is_store_wide() => Ok(app.db.session(p.clone())),
+            Caller::Tenant(p) if !op.is_store_wide() => {
+                Ok(app.bind().await.map(|db| db.session(p.clone())))
+            }
             _ => {
                 self.decide(op)?;
                 Err(ServerError::Internal {

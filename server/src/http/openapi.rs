@@ -44,6 +44,7 @@ use crate::http::routes::{admin, bulk, health, lifecycle, query, records};
         admin::stats,
         admin::verify,
         admin::backup,
+        admin::compact,
         health::healthz,
         health::readyz,
         health::metrics,
@@ -54,7 +55,7 @@ use crate::http::routes::{admin, bulk, health, lifecycle, query, records};
         (name = "records", description = "Append, bulk ingest, read and trace records"),
         (name = "lifecycle", description = "Correct, expire, delete, retract, review, access, retention, holds"),
         (name = "query", description = "Recall, context assembly, evaluation"),
-        (name = "admin", description = "Store statistics, verification, backup"),
+        (name = "admin", description = "Store statistics, verification, backup, compaction"),
         (name = "health", description = "Liveness, readiness, metrics, this document"),
     )
 )]

@@ -75,7 +75,8 @@ pub fn serve(
     let app: Shared = Arc::new(App::new(db.clone(), keys, cfg));
     let served = rt.block_on(run(app.clone()));
     log("info", "closing the store", &[]);
-    let closed = db.close();
+    // the handle now (online compaction may have replaced the first)
+    let closed = app.db().close();
     rt.shutdown_timeout(Duration::from_secs(5));
     served?;
     closed.map_err(ServerError::Engine)?;
@@ -152,7 +153,7 @@ async fn run(app: Shared) -> ServerResult<()> {
         "listening",
         &[
             ("addr", json!(bound.to_string())),
-            ("store", json!(app.db.dir().display().to_string())),
+            ("store", json!(app.db().dir().display().to_string())),
             ("key_file", json!(app.keys.path().display().to_string())),
         ],
     );

@@ -349,6 +349,11 @@ def backup(dest: str) -> Call:
     return _json_call("POST", "/v1/backup", {"dest": dest}, Retry.BUSY_ONLY)
 
 
+def compact() -> Call:
+    """``POST /v1/compact``: retried only while the server is busy."""
+    return _json_call("POST", "/v1/compact", None, Retry.BUSY_ONLY)
+
+
 def probe(path: str) -> Call:
     """``/healthz``, ``/readyz``: no key, retried like reads."""
     return Call("GET", path, Retry.IDEMPOTENT, auth=False)

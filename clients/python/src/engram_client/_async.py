@@ -24,6 +24,7 @@ from .errors import EngramError, error_from_response
 from .models import (
     AppendResponse,
     BackupResponse,
+    CompactResponse,
     BulkLine,
     BulkSummary,
     ContextResponse,
@@ -375,6 +376,11 @@ class AsyncClient:
         """Online backup into ``dest``, an absolute, missing or empty
         directory on the server's machine (store key)."""
         return cast(BackupResponse, await self._call(_api.backup(dest)))
+
+    async def compact(self) -> CompactResponse:
+        """Online compaction (store key): purges deleted content from the
+        log and derived state while the server serves."""
+        return cast(CompactResponse, await self._call(_api.compact()))
 
 
 class AsyncBulkStream(AsyncIterator[BulkLine]):

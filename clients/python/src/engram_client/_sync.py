@@ -13,6 +13,7 @@ from .errors import EngramError, error_from_response
 from .models import (
     AppendResponse,
     BackupResponse,
+    CompactResponse,
     BulkLine,
     BulkSummary,
     ContextResponse,
@@ -358,6 +359,11 @@ class Client:
         """Online backup into ``dest``, an absolute, missing or empty
         directory on the server's machine (store key)."""
         return cast(BackupResponse, self._call(_api.backup(dest)))
+
+    def compact(self) -> CompactResponse:
+        """Online compaction (store key): purges deleted content from the
+        log and derived state while the server serves."""
+        return cast(CompactResponse, self._call(_api.compact()))
 
 
 class BulkStream(Iterator[BulkLine]):

@@ -39,6 +39,7 @@ __all__ = [
     "EvalResponse",
     "VerifyResponse",
     "BackupResponse",
+    "CompactResponse",
     "QueryResponse",
     "Status",
     "JSON",
@@ -334,6 +335,17 @@ class BackupResponse(TypedDict):
     created_at_ms: int
     records: int
     purged: int
+
+
+class CompactResponse(TypedDict):
+    """What an online compaction did."""
+
+    purged: int
+    retention_deleted: int
+    held: int
+    segments_rewritten: int
+    log_bytes_before: int
+    log_bytes_after: int
 
 
 class QueryResponse(TypedDict, total=False):

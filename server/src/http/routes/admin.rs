@@ -41,11 +41,11 @@ pub async fn stats(
     };
     if caller.is_operator() {
         caller.operator(Operation::StoreStats)?;
-        let db = app.db.clone();
+        let db = app.bind().await;
         let s = app.read(move || db.stats()).await?;
         return to_json(serde_json::to_value(s)).map(Json);
     }
-    let session = caller.session(&app, Operation::TenantStats)?;
+    let session = caller.session(&app, Operation::TenantStats).await?;
     let s = app.read(move || session.tenant_stats()).await?;
     to_json(serde_json::to_value(s)).map(Json)
 }
@@ -75,7 +75,7 @@ pub async fn verify(
     caller: Caller,
 ) -> ServerResult<Json<VerifyResponse>> {
     caller.operator(Operation::Verify)?;
-    let db = app.db.clone();
+    let db = app.bind().await;
     let r = app.read(move || db.verify()).await?;
     Ok(Json(VerifyResponse {
         ok: r.ok(),
@@ -127,7 +127,7 @@ impl From<BackupReport> for BackupResponse {
     responses(
         (status = 200, body = BackupResponse),
         (status = 403, body = ErrorBody), (status = 422, body = ErrorBody),
-        (status = 429, description = "A backup is already running", body = ErrorBody),
+        (status = 429, description = "A backup or compaction is already running", body = ErrorBody),
     ),
     security(("api_key" = []))
 )]
@@ -145,8 +145,58 @@ pub async fn backup(
             "must be an absolute path on the server's machine",
         ));
     }
-    let db = app.db.clone();
+    let db = app.bind().await;
     let r = app.run(Queue::Backup, move || db.backup(&dest)).await?;
     app.metrics.lifecycle("backup");
     Ok(Json(r.into()))
+}
+
+/// What a compaction did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CompactResponse {
+    /// Records whose content was purged (now tombstones).
+    pub purged: usize,
+    /// Records deleted now because their retention period passed.
+    pub retention_deleted: usize,
+    /// Deleted records kept because of a legal hold.
+    pub held: usize,
+    /// Log segments rewritten.
+    pub segments_rewritten: usize,
+    /// Log bytes before.
+    pub log_bytes_before: u64,
+    /// Log bytes after.
+    pub log_bytes_after: u64,
+}
+
+/// Compact the store while it serves (store key): records past their
+/// retention period are deleted, then the content of every deleted record
+/// not under a legal hold is purged from the log and from all derived
+/// state. The compacted copy is built while reads and writes go on; writes
+/// then pause (waiting, or 429 with `Retry-After`) until the swap, and
+/// reads pause only for the swap itself. One backup or compaction at a
+/// time.
+#[utoipa::path(
+    post, path = "/v1/compact", tag = "admin",
+    responses(
+        (status = 200, body = CompactResponse),
+        (status = 403, body = ErrorBody),
+        (status = 429, description = "A backup or compaction is already running", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn compact(
+    State(app): State<Shared>,
+    caller: Caller,
+) -> ServerResult<Json<CompactResponse>> {
+    caller.operator(Operation::Compact)?;
+    let r = app.compact().await?;
+    app.metrics.lifecycle("compact");
+    Ok(Json(CompactResponse {
+        purged: r.purged,
+        retention_deleted: r.retention_deleted,
+        held: r.held,
+        segments_rewritten: r.segments_rewritten,
+        log_bytes_before: r.log_bytes_before,
+        log_bytes_after: r.log_bytes_after,
+    }))
 }

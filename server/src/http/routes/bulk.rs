@@ -23,7 +23,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use engram_engine::authz::Operation;
-use engram_engine::{AppendOutcome, EngineError, NewRecord, Session};
+use engram_engine::{AppendOutcome, EngineError, NewRecord};
 use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -75,7 +75,10 @@ pub async fn ingest(
     Params(p): Params<BulkParams>,
     req: Request,
 ) -> ServerResult<Response> {
-    let session = caller.session(&app, Operation::Append)?;
+    // decided now (a refusal is the response's status); each batch then
+    // binds its own session, so a long stream never holds up online
+    // compaction's swap
+    drop(caller.session(&app, Operation::Append).await?);
     let max = app.cfg.limits.batch_records_max;
     let batch = p.batch.unwrap_or(app.cfg.limits.bulk_batch_default);
     if batch == 0 || batch > max {
@@ -88,7 +91,7 @@ pub async fn ingest(
     let (tx, rx) = mpsc::channel::<Bytes>(RESPONSE_CHUNKS_BUFFERED);
     let job = Bulk {
         app: app.clone(),
-        session,
+        caller,
         batch,
         tx,
         pending: Vec::with_capacity(batch),
@@ -124,7 +127,7 @@ struct Pending {
 
 struct Bulk {
     app: Shared,
-    session: Session,
+    caller: Caller,
     batch: usize,
     tx: mpsc::Sender<Bytes>,
     pending: Vec<Pending>,
@@ -305,7 +308,10 @@ impl Bulk {
         // a full writer queue makes the stream wait (backpressure) rather
         // than fail half-way
         let permit = self.app.wait_slot(Queue::Write).await;
-        let session = self.session.clone();
+        let session = match self.caller.session(&self.app, Operation::Append).await {
+            Ok(s) => s,
+            Err(e) => return Err(Stop::Failed(e)),
+        };
         let started = Instant::now();
         let r = run_blocking(move || {
             let r = session.append(records);

@@ -46,7 +46,7 @@ pub async fn readyz(State(app): State<Shared>) -> ServerResult<Json<Status>> {
             detail: "readyz during shutdown".into(),
         });
     }
-    let db = app.db.clone();
+    let db = app.bind().await;
     // a read of the store's state proves it is open and applying
     crate::http::app::run_blocking(move || Ok(db.applied_lsn())).await?;
     Ok(Json(Status { status: "ready" }))

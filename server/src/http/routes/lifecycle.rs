@@ -88,7 +88,7 @@ pub async fn correct(
     RefPath(target): RefPath,
     RawBody(bytes): RawBody,
 ) -> ServerResult<Json<CorrectResponse>> {
-    let session = caller.session(&app, Operation::Correct)?;
+    let session = caller.session(&app, Operation::Correct).await?;
     let text = utf8(&bytes)?;
     json_object(text)?;
     let mut rec = parse_record(text, None)?;
@@ -141,7 +141,7 @@ pub async fn expire(
     RefPath(target): RefPath,
     JsonBody(req): JsonBody<ExpireRequest>,
 ) -> ServerResult<Json<OpResponse>> {
-    let session = caller.session(&app, Operation::Expire)?;
+    let session = caller.session(&app, Operation::Expire).await?;
     let at = parse_rfc3339(&req.at).map_err(|e| ServerError::invalid(None, "at", e.to_string()))?;
     op(&app, "expire", move || session.expire(&target, at)).await
 }
@@ -170,7 +170,7 @@ pub async fn delete(
     RefPath(target): RefPath,
     Params(p): Params<DeleteParams>,
 ) -> ServerResult<Json<OpResponse>> {
-    let session = caller.session(&app, Operation::Delete)?;
+    let session = caller.session(&app, Operation::Delete).await?;
     op(&app, "delete", move || {
         session.delete(&target, p.reason.as_deref())
     })
@@ -200,7 +200,7 @@ pub async fn retract(
     RefPath(target): RefPath,
     JsonBody(req): JsonBody<NoteRequest>,
 ) -> ServerResult<Json<OpResponse>> {
-    let session = caller.session(&app, Operation::Retract)?;
+    let session = caller.session(&app, Operation::Retract).await?;
     op(&app, "retract", move || {
         session.retract(&target, req.reason.as_deref())
     })
@@ -225,7 +225,7 @@ pub async fn review_queue(
     State(app): State<Shared>,
     caller: Caller,
 ) -> ServerResult<Json<ReviewQueue>> {
-    let session = caller.session(&app, Operation::Review)?;
+    let session = caller.session(&app, Operation::Review).await?;
     let candidates = app.read(move || session.review_queue()).await?;
     Ok(Json(ReviewQueue { candidates }))
 }
@@ -244,7 +244,7 @@ pub async fn approve(
     RefPath(target): RefPath,
     JsonBody(req): JsonBody<NoteRequest>,
 ) -> ServerResult<Json<OpResponse>> {
-    let session = caller.session(&app, Operation::Review)?;
+    let session = caller.session(&app, Operation::Review).await?;
     op(&app, "approve", move || {
         session.approve(&target, req.reason.as_deref())
     })
@@ -265,7 +265,7 @@ pub async fn reject(
     RefPath(target): RefPath,
     JsonBody(req): JsonBody<NoteRequest>,
 ) -> ServerResult<Json<OpResponse>> {
-    let session = caller.session(&app, Operation::Review)?;
+    let session = caller.session(&app, Operation::Review).await?;
     op(&app, "reject", move || {
         session.reject(&target, req.reason.as_deref())
     })
@@ -298,7 +298,7 @@ pub async fn grant(
     caller: Caller,
     JsonBody(req): JsonBody<AccessRequest>,
 ) -> ServerResult<Json<OpResponse>> {
-    let session = caller.session(&app, Operation::Grant)?;
+    let session = caller.session(&app, Operation::Grant).await?;
     op(&app, "grant", move || {
         session.grant(
             req.grantee.as_deref(),
@@ -323,7 +323,7 @@ pub async fn revoke(
     caller: Caller,
     JsonBody(req): JsonBody<AccessRequest>,
 ) -> ServerResult<Json<OpResponse>> {
-    let session = caller.session(&app, Operation::Revoke)?;
+    let session = caller.session(&app, Operation::Revoke).await?;
     op(&app, "revoke", move || {
         session.revoke(
             req.grantee.as_deref(),
@@ -356,7 +356,7 @@ pub async fn retention(
     caller: Caller,
     JsonBody(req): JsonBody<RetentionRequest>,
 ) -> ServerResult<Json<OpResponse>> {
-    let session = caller.session(&app, Operation::Retention)?;
+    let session = caller.session(&app, Operation::Retention).await?;
     let period = if req.period == "forever" {
         None
     } else {
@@ -405,6 +405,6 @@ pub async fn hold(
     caller: Caller,
     JsonBody(req): JsonBody<HoldRequest>,
 ) -> ServerResult<Json<OpResponse>> {
-    let session = caller.session(&app, Operation::Hold)?;
+    let session = caller.session(&app, Operation::Hold).await?;
     op(&app, "hold", move || session.hold(&req.scope, req.on)).await
 }

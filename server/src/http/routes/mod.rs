@@ -8,7 +8,7 @@
 //! result. Endpoints, by module: [`records`] (append, bulk, get, history,
 //! trace, list), [`lifecycle`] (correct, expire, delete, retract, review,
 //! grant, revoke, retention, holds), [`query`] (recall, context, eval),
-//! [`admin`] (stats, verify, backup), [`health`] (`/healthz`, `/readyz`,
+//! [`admin`] (stats, verify, backup, compact), [`health`] (`/healthz`, `/readyz`,
 //! `/metrics`, `/v1/openapi.json`).
 //!
 //! This module must never hold store logic: what a request means is the
@@ -73,6 +73,7 @@ pub fn router(app: Shared) -> Router {
         .route("/v1/stats", get(admin::stats))
         .route("/v1/verify", get(admin::verify))
         .route("/v1/backup", post(admin::backup))
+        .route("/v1/compact", post(admin::compact))
         .route("/v1/openapi.json", get(health::openapi))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

@@ -64,7 +64,7 @@ pub async fn recall(
     caller: Caller,
     RawBody(bytes): RawBody,
 ) -> ServerResult<Json<RecallResponse>> {
-    let session = caller.session(&app, Operation::Read)?;
+    let session = caller.session(&app, Operation::Read).await?;
     let text = utf8(&bytes)?;
     json_object(text)?;
     let line = engram_query::parse_recall_line(text, 1).map_err(|e| line_error(e, None, None))?;
@@ -148,7 +148,7 @@ pub async fn context(
     caller: Caller,
     JsonBody(b): JsonBody<ContextBody>,
 ) -> ServerResult<Json<ContextResponse>> {
-    let session = caller.session(&app, Operation::Read)?;
+    let session = caller.session(&app, Operation::Read).await?;
     let l = &app.cfg.limits;
     let mut req = ContextRequest::new(b.text);
     req.user = b.user;
@@ -243,7 +243,7 @@ pub async fn eval(
     Params(p): Params<EvalParams>,
     RawBody(bytes): RawBody,
 ) -> ServerResult<Json<EvalResponse>> {
-    let session = caller.session(&app, Operation::Read)?;
+    let session = caller.session(&app, Operation::Read).await?;
     let l = &app.cfg.limits;
     let k_default = p.k.unwrap_or(10);
     if k_default == 0 || k_default > l.k_max {
@@ -383,7 +383,7 @@ pub async fn query(
     JsonBody(body): JsonBody<QueryBody>,
 ) -> ServerResult<Json<QueryResponse>> {
     use engram_query::lang::{Params as QParams, QueryExt, Statement};
-    let session = caller.session(&app, Operation::Read)?;
+    let session = caller.session(&app, Operation::Read).await?;
     let params = match &body.params {
         None => QParams::new(),
         Some(v) => QParams::from_json(&v.to_string()).map_err(|e| {

@@ -147,7 +147,7 @@ pub async fn append(
     caller: Caller,
     RawBody(bytes): RawBody,
 ) -> ServerResult<Json<AppendResponse>> {
-    let session = caller.session(&app, Operation::Append)?;
+    let session = caller.session(&app, Operation::Append).await?;
     let text = utf8(&bytes)?;
     let items: Vec<&RawValue> = serde_json::from_str(text).map_err(|e| {
         if e.is_data() {
@@ -231,7 +231,7 @@ pub async fn list(
     caller: Caller,
     Params(p): Params<ListParams>,
 ) -> ServerResult<Json<RecordList>> {
-    let session = caller.session(&app, Operation::Read)?;
+    let session = caller.session(&app, Operation::Read).await?;
     let time = |f: &str, v: &Option<String>| -> ServerResult<Option<i64>> {
         v.as_deref()
             .map(|t| parse_rfc3339(t).map_err(|e| ServerError::invalid(None, f, e.to_string())))
@@ -290,7 +290,7 @@ pub async fn get(
     caller: Caller,
     RefPath(r): RefPath,
 ) -> ServerResult<Json<Record>> {
-    let session = caller.session(&app, Operation::Read)?;
+    let session = caller.session(&app, Operation::Read).await?;
     Ok(Json(app.read(move || session.get(&r)).await?))
 }
 
@@ -314,7 +314,7 @@ pub async fn history(
     caller: Caller,
     RefPath(r): RefPath,
 ) -> ServerResult<Json<History>> {
-    let session = caller.session(&app, Operation::Read)?;
+    let session = caller.session(&app, Operation::Read).await?;
     let versions = app.read(move || session.history(&r)).await?;
     Ok(Json(History { versions }))
 }
@@ -335,6 +335,6 @@ pub async fn trace(
     caller: Caller,
     RefPath(r): RefPath,
 ) -> ServerResult<Json<Trace>> {
-    let session = caller.session(&app, Operation::Read)?;
+    let session = caller.session(&app, Operation::Read).await?;
     Ok(Json(app.read(move || session.trace(&r)).await?))
 }
