@@ -30,7 +30,10 @@
 
 use std::collections::BTreeMap;
 
-use engram_engine::retrieval::{Filters, Hit, RecallRequest};
+use engram_engine::retrieval::episodic::{self, Window as EpisodicWindow};
+use engram_engine::retrieval::{
+    Filters, Fusion, Hit, Mode, Norm, RRF_K, RecallRequest, RetrieverParams, SearchRequest,
+};
 use engram_engine::time::parse_rfc3339;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -293,6 +296,8 @@ pub struct Summary {
     pub precision_at_k: f64,
     /// Mean reciprocal rank.
     pub mrr: f64,
+    /// Share of cases with every relevant record in the top k.
+    pub all_evidence_at_k: f64,
     /// Forbidden hits.
     pub forbidden_hits: usize,
     /// Hits returned.
@@ -310,6 +315,9 @@ pub fn summarize(results: &[CaseResult]) -> (Summary, BTreeMap<String, Summary>)
             s.recall_at_k += r.recall;
             s.precision_at_k += r.precision;
             s.mrr += r.reciprocal_rank;
+            if r.relevant > 0 && r.relevant_found == r.relevant {
+                s.all_evidence_at_k += 1.0;
+            }
             s.forbidden_hits += r.forbidden_hits.len();
             s.hits += r.hits;
         }
@@ -318,6 +326,7 @@ pub fn summarize(results: &[CaseResult]) -> (Summary, BTreeMap<String, Summary>)
             s.recall_at_k /= n;
             s.precision_at_k /= n;
             s.mrr /= n;
+            s.all_evidence_at_k /= n;
         }
         s.forbidden_hit_rate = if s.hits == 0 {
             0.0
@@ -344,6 +353,41 @@ pub fn summarize(results: &[CaseResult]) -> (Summary, BTreeMap<String, Summary>)
 mod tests {
     use super::*;
     use engram_engine::RecordId;
+
+    #[test]
+    fn eval_configurations_change_only_what_they_name() {
+        let req = RecallRequest::text("where did we go");
+        let base = EvalConfig::parse("base").unwrap().search(&req);
+        assert_eq!(base, req.to_search());
+        let c = EvalConfig::parse("x: fusion=rrf, rrf_k=10, episodic=0.2, window=3, lexical=0")
+            .unwrap()
+            .search(&req);
+        assert_eq!(c.fusion, Fusion::Rrf { k: 10.0 });
+        let lex = c.retrievers.iter().find(|r| r.name == "lexical").unwrap();
+        assert_eq!(lex.weight, 0.0);
+        let ep = c.retrievers.iter().find(|r| r.name == "episodic").unwrap();
+        assert_eq!(ep.weight, 0.2);
+        assert!(matches!(
+            ep.params,
+            RetrieverParams::Episodic { window: 3, .. }
+        ));
+        let none = EvalConfig::parse("off:episodic=0,mode=vector")
+            .unwrap()
+            .search(&req);
+        assert!(none.retrievers.iter().all(|r| r.name == "vector"));
+        for (bad, says) in [
+            (":episodic=1", "needs a name"),
+            ("a:episodic", "key=value"),
+            ("a:episodic=-1", "number >= 0"),
+            ("a:fusion=max", "rrf, minmax or zscore"),
+            ("a:fusion=minmax,rrf_k=5", "rrf_k goes with fusion=rrf"),
+            ("a:colour=red", "unknown key 'colour'"),
+            ("a:window=two", "whole number"),
+        ] {
+            let e = EvalConfig::parse(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn the_seed_example_parses() {
@@ -419,5 +463,153 @@ mod tests {
         assert_eq!(s.forbidden_hits, 1);
         assert!((s.forbidden_hit_rate - 0.25).abs() < 1e-12);
         assert_eq!(per["s1"].cases, 1);
+    }
+}
+
+/// A named retrieval configuration `engram eval --config` runs the cases
+/// under: `NAME:key=value,...` with keys `mode` (hybrid, vector,
+/// lexical), the weights `vector`, `lexical`, `recency`, `graph`,
+/// `episodic`, `fusion` (`rrf`, `minmax`, `zscore`), `rrf_k`, and the
+/// episodic retriever's `window`, `seeds`, `decay`, `gap_ms`. Keys left
+/// out keep the recall's defaults.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EvalConfig {
+    /// Its name in the comparison table.
+    pub name: String,
+    mode: Option<Mode>,
+    weights: Vec<(String, f64)>,
+    fusion: Option<Fusion>,
+    episodic: EpisodicWindow,
+}
+
+impl EvalConfig {
+    /// Parses `NAME:key=value,...` (or just `NAME` for the defaults).
+    pub fn parse(text: &str) -> Result<EvalConfig, String> {
+        let (name, spec) = text.split_once(':').unwrap_or((text, ""));
+        let name = name.trim();
+        if name.is_empty() {
+            return Err(format!(
+                "'{text}': a configuration needs a name (NAME:key=value,...)"
+            ));
+        }
+        let mut c = EvalConfig {
+            name: name.to_string(),
+            mode: None,
+            weights: Vec::new(),
+            fusion: None,
+            episodic: episodic::DEFAULT,
+        };
+        let mut rrf_k = None;
+        let mut norm = None;
+        for kv in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| format!("'{kv}' in configuration {name}: expected key=value"))?;
+            let (k, v) = (k.trim(), v.trim());
+            let num = || {
+                v.parse::<f64>()
+                    .ok()
+                    .filter(|x| x.is_finite() && *x >= 0.0)
+                    .ok_or_else(|| {
+                        format!("{k}={v} in configuration {name}: expected a number >= 0")
+                    })
+            };
+            let int = || {
+                v.parse::<usize>().map_err(|_| {
+                    format!("{k}={v} in configuration {name}: expected a whole number")
+                })
+            };
+            match k {
+                "mode" => {
+                    c.mode = Some(match v {
+                        "hybrid" => Mode::Hybrid,
+                        "vector" => Mode::Vector,
+                        "lexical" => Mode::Lexical,
+                        _ => {
+                            return Err(format!(
+                                "mode={v} in configuration {name}: expected hybrid, vector or lexical"
+                            ));
+                        }
+                    })
+                }
+                "vector" | "lexical" | "recency" | "graph" | "episodic" => {
+                    c.weights.push((k.to_string(), num()?))
+                }
+                "fusion" => {
+                    norm = Some(match v {
+                        "rrf" => None,
+                        "minmax" => Some(Norm::MinMax),
+                        "zscore" => Some(Norm::ZScore),
+                        _ => {
+                            return Err(format!(
+                                "fusion={v} in configuration {name}: expected rrf, minmax or zscore"
+                            ));
+                        }
+                    })
+                }
+                "rrf_k" => rrf_k = Some(num()?),
+                "window" => c.episodic.window = int()?,
+                "seeds" => c.episodic.seeds = int()?,
+                "decay" => c.episodic.decay = num()?,
+                "gap_ms" => {
+                    c.episodic.max_gap_ms = i64::try_from(int()?)
+                        .map_err(|_| format!("gap_ms={v} in configuration {name}: too large"))?
+                }
+                _ => {
+                    return Err(format!(
+                        "unknown key '{k}' in configuration {name} (mode, vector, lexical, recency, \
+                         graph, episodic, fusion, rrf_k, window, seeds, decay, gap_ms)"
+                    ));
+                }
+            }
+        }
+        c.fusion = match (norm, rrf_k) {
+            (Some(Some(n)), None) => Some(Fusion::Linear { norm: n }),
+            (Some(Some(_)), Some(_)) => {
+                return Err(format!(
+                    "configuration {name}: rrf_k goes with fusion=rrf only"
+                ));
+            }
+            (_, Some(k)) => Some(Fusion::Rrf { k }),
+            (Some(None), None) => Some(Fusion::Rrf { k: RRF_K }),
+            (None, None) => None,
+        };
+        Ok(c)
+    }
+
+    /// The search a case's recall request means under this configuration.
+    pub fn search(&self, req: &RecallRequest) -> SearchRequest {
+        let mut r = req.clone();
+        if let Some(m) = self.mode {
+            r.mode = m;
+        }
+        for (k, w) in &self.weights {
+            match k.as_str() {
+                "vector" => r.weights.vector = *w,
+                "lexical" => r.weights.lexical = *w,
+                "recency" => r.weights.recency = *w,
+                "graph" => r.weights.graph = *w,
+                _ => r.weights.episodic = *w,
+            }
+        }
+        let mut s = r.to_search();
+        if let Some(f) = self.fusion {
+            s.fusion = f;
+        }
+        for spec in &mut s.retrievers {
+            if let RetrieverParams::Episodic {
+                seeds,
+                window,
+                max_gap_ms,
+                decay,
+            } = &mut spec.params
+            {
+                *seeds = self.episodic.seeds;
+                *window = self.episodic.window;
+                *max_gap_ms = self.episodic.max_gap_ms;
+                *decay = self.episodic.decay;
+            }
+        }
+        s
     }
 }

@@ -94,6 +94,13 @@ pub struct EvalArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
+    /// Run the cases under each of these configurations and print a
+    /// comparison per slice instead of per-case lines:
+    /// `NAME:key=value,...` (keys: mode, vector, lexical, recency, graph,
+    /// episodic, fusion=rrf|minmax|zscore, rrf_k, window, seeds, decay,
+    /// gap_ms). Repeat it; e.g. `--config base --config ep:episodic=0.5`.
+    #[arg(long = "config", value_name = "NAME:SPEC")]
+    pub configs: Vec<String>,
 }
 
 fn time(flag: &str, v: &Option<String>) -> Result<Option<i64>, CliError> {
@@ -388,6 +395,9 @@ pub fn eval(ctx: &Ctx, a: EvalArgs) -> CliResult {
         let manifests = out.join("manifests");
         std::fs::create_dir_all(&manifests).map_err(CliError::io_at(&manifests))?;
     }
+    if !a.configs.is_empty() {
+        return compare(ctx, &a, &cases);
+    }
     let db = ctx.open_store()?;
     let mut results: Vec<CaseResult> = Vec::new();
     let mut errors = Vec::new();
@@ -507,4 +517,101 @@ pub fn eval(ctx: &Ctx, a: EvalArgs) -> CliResult {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `engram eval --config ...`: every case under every configuration, then
+/// one table per metric with a row per slice and a column per
+/// configuration.
+fn compare(ctx: &Ctx, a: &EvalArgs, cases: &[engram_query::eval::EvalCase]) -> CliResult {
+    use engram_query::eval::{EvalConfig, Summary};
+    let configs = a
+        .configs
+        .iter()
+        .map(|c| EvalConfig::parse(c).map_err(|e| CliError::Message(format!("--config {e}"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let db = ctx.open_store()?;
+    type Row = (String, Summary, std::collections::BTreeMap<String, Summary>);
+    let mut table: Vec<Row> = Vec::new();
+    let bar = ctx.counter("eval", (cases.len() * configs.len()) as u64, "cases");
+    for (ci, cfg) in configs.iter().enumerate() {
+        let mut results = Vec::new();
+        for (i, c) in cases.iter().enumerate() {
+            bar.set_position((ci * cases.len() + i) as u64);
+            let k = if c.k_from_case { c.request.k } else { a.k };
+            let mut req = c.request.clone();
+            req.k = k;
+            let s = session_for(&db, &c.tenant, c.principal.as_deref());
+            let r = s.search(&cfg.search(&req)).map_err(|e| {
+                CliError::Message(format!(
+                    "configuration {}: case {} (line {}): {e}",
+                    cfg.name, c.case_id, c.line
+                ))
+            })?;
+            results.push(score_case(c, k, &r.hits));
+        }
+        let (overall, slices) = summarize(&results);
+        table.push((cfg.name.clone(), overall, slices));
+    }
+    bar.finish();
+    db.close()?;
+    if a.json {
+        let v: Vec<_> = table
+            .iter()
+            .map(|(n, o, s)| serde_json::json!({"config": n, "overall": o, "slices": s}))
+            .collect();
+        crate::outln!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut slices: Vec<String> = vec!["overall".into()];
+    for (_, _, s) in &table {
+        for n in s.keys() {
+            if !slices.contains(n) {
+                slices.push(n.clone());
+            }
+        }
+    }
+    type Metric = fn(&Summary) -> f64;
+    let metrics: [(&str, Metric); 3] = [
+        ("recall@k", |s| s.recall_at_k),
+        ("MRR", |s| s.mrr),
+        ("all-evidence@k", |s| s.all_evidence_at_k),
+    ];
+    let width = table.iter().map(|t| t.0.len()).max().unwrap_or(0).max(8);
+    for (metric, get) in metrics {
+        let mut head = format!("{metric:<16} {:>6}", "cases");
+        for (n, _, _) in &table {
+            head.push_str(&format!("  {n:>width$}"));
+        }
+        crate::outln!("{head}");
+        for sl in &slices {
+            let pick = |t: &Row| {
+                if sl == "overall" {
+                    Some(t.1.clone())
+                } else {
+                    t.2.get(sl).cloned()
+                }
+            };
+            let n = table.first().and_then(pick).map_or(0, |s| s.cases);
+            let mut row = format!("{sl:<16} {n:>6}");
+            for t in &table {
+                match pick(t) {
+                    Some(s) => row.push_str(&format!("  {:>width$.3}", get(&s))),
+                    None => row.push_str(&format!("  {:>width$}", "-")),
+                }
+            }
+            crate::outln!("{row}");
+        }
+        crate::outln!();
+    }
+    let forbidden: usize = table.iter().map(|t| t.1.forbidden_hits).sum();
+    crate::outln!(
+        "{} case(s) x {} configuration(s); forbidden hits {forbidden}",
+        cases.len(),
+        table.len()
+    );
+    Ok(if forbidden > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }

@@ -59,7 +59,12 @@ fn statement(r: &RecallRequest) -> String {
         s.push_str(&format!(" RECENT TOP {top} AS recency"));
         weights.push(format!("recency = {}", r.weights.recency));
     }
-    s.push_str(&format!(" WEIGHTS ({}) LIMIT {}", weights.join(", "), r.k));
+    // a recall fuses linearly over min-max normalised scores
+    s.push_str(&format!(
+        " FUSE LINEAR MINMAX WEIGHTS ({}) LIMIT {}",
+        weights.join(", "),
+        r.k
+    ));
     s
 }
 
@@ -107,8 +112,11 @@ fn statements_and_recall_requests_take_one_path() {
             mode,
             k: 1 + rng.below(8) as usize,
             filters,
+            // the language has no graph or episodic retriever of a recall's
+            // implicit kind
             weights: Weights {
                 graph: 0.0,
+                episodic: 0.0,
                 ..Weights::default()
             },
             ..RecallRequest::default()

@@ -283,3 +283,112 @@ fn bad_requests_are_refused_with_the_field_named() {
         Err(EngineError::UnknownModel { .. })
     ));
 }
+
+/// The episodic retriever brings in the turns around a hit in its
+/// conversation, in time order, within its window and time gap, and only
+/// eligible ones: never a turn the reader may not see, never another
+/// conversation's, never a turn of a session hours away.
+#[test]
+fn episodic_neighbours_come_from_the_hits_conversation_and_stay_eligible() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let db = store(&clock, false);
+    let admin = db.session(Principal::admin("acme"));
+    let conv = |c: &str| Scope {
+        conversation: Some(c.into()),
+        ..Scope::default()
+    };
+    let t0 = 1_700_000_000_000i64;
+    let turn = |id: &str, c: &str, at: i64, text: &str| {
+        let mut r = NewRecord::event("turn", text)
+            .with_external_id(id)
+            .with_scope(conv(c));
+        r.occurred_at = Some(at);
+        r
+    };
+    admin
+        .append(vec![
+            // session 1 of conversation c1, one second apart
+            turn("s1-1", "c1", t0, "Ann: shall we plan the trip"),
+            turn(
+                "s1-2",
+                "c1",
+                t0 + 1_000,
+                "Bob: I found the zeppelin museum tickets",
+            ),
+            turn("s1-3", "c1", t0 + 2_000, "Ann: great, for which day"),
+            turn("s1-4", "c1", t0 + 3_000, "Bob: saturday morning at nine"),
+            turn("s1-5", "c1", t0 + 4_000, "Ann: see you then"),
+            // session 2, a day later
+            turn("s2-1", "c1", t0 + 86_400_000, "Bob: how was your week"),
+            // another conversation at the same time
+            turn("o-1", "c2", t0 + 2_500, "Cid: the weather is fine"),
+        ])
+        .unwrap();
+    // a restricted turn right after the hit: never shown to a reader
+    // without its label
+    let mut secret = turn("s1-2b", "c1", t0 + 1_500, "Bob: my card number is private");
+    secret.access = vec!["finance".into()];
+    admin.append(vec![secret]).unwrap();
+
+    let req = RecallRequest {
+        text: Some("zeppelin museum tickets".into()),
+        mode: Mode::Lexical,
+        k: 10,
+        ..RecallRequest::default()
+    };
+    // lexical mode runs no episodic retriever: only the hit itself
+    let r = admin.recall(&req).unwrap();
+    let ids = |r: &engram::retrieval::RecallResponse| -> Vec<String> {
+        r.hits
+            .iter()
+            .map(|h| h.external_id.clone().unwrap())
+            .collect()
+    };
+    assert_eq!(ids(&r), ["s1-2"]);
+    let hybrid = RecallRequest {
+        mode: Mode::Hybrid,
+        ..req.clone()
+    };
+    let reader = db.session(Principal::user("acme", "reader"));
+    let r = reader.recall(&hybrid).unwrap();
+    let got = ids(&r);
+    assert_eq!(got[0], "s1-2", "the hit stays first: {got:?}");
+    // window 2 on each side among the turns the reader may see
+    for n in ["s1-1", "s1-3", "s1-4"] {
+        assert!(got.contains(&n.to_string()), "{n} missing from {got:?}");
+    }
+    for never in ["s1-2b", "s2-1", "o-1", "s1-5"] {
+        assert!(!got.contains(&never.to_string()), "{never} in {got:?}");
+    }
+    let neighbour = r
+        .hits
+        .iter()
+        .find(|h| h.external_id.as_deref() == Some("s1-3"))
+        .unwrap();
+    let by: Vec<&str> = neighbour.found_by.iter().map(|(n, _)| n.as_str()).collect();
+    assert!(
+        by.contains(&"episodic") && !by.contains(&"lexical"),
+        "found by {by:?}"
+    );
+    let ep = r
+        .manifest
+        .retrievers
+        .iter()
+        .find(|o| o.retriever == "episodic")
+        .expect("the manifest lists the episodic retriever");
+    // one step away scores decay, two steps decay^2
+    let score = |id: &str| {
+        let h = r
+            .hits
+            .iter()
+            .find(|h| h.external_id.as_deref() == Some(id))
+            .unwrap();
+        ep.candidates.iter().find(|c| c.id == h.id).unwrap().score
+    };
+    assert!(score("s1-1") > score("s1-4"), "nearer turns score higher");
+    // the label holder sees the restricted neighbour, nothing else changes
+    let holder = db.session(Principal::user("acme", "cfo").with_labels(["finance".to_string()]));
+    let got = ids(&holder.recall(&hybrid).unwrap());
+    assert!(got.contains(&"s1-2b".to_string()), "{got:?}");
+    assert!(!got.contains(&"s2-1".to_string()) && !got.contains(&"o-1".to_string()));
+}

@@ -33,6 +33,7 @@
 //! every build asserts it for every candidate list and every hit.
 
 pub mod eligibility;
+pub mod episodic;
 pub mod graph;
 pub mod search;
 
@@ -54,6 +55,11 @@ pub use search::{
     RetrieverSpec, SearchRequest, SearchResponse, Seed,
 };
 
+/// How a recall fuses its retrievers: a weighted sum of min-max
+/// normalised scores (docs/retrieval.md, "Fusion", says why not RRF).
+pub const RECALL_FUSION: Fusion = Fusion::Linear { norm: Norm::MinMax };
+/// Default weight of the recall's episodic retriever.
+pub const DEFAULT_EPISODIC_WEIGHT: f64 = 0.7;
 /// Version of the manifest layout.
 pub const MANIFEST_VERSION: u32 = 1;
 /// Exact scan at or below this many eligible vectors.
@@ -103,6 +109,8 @@ pub struct Weights {
     pub recency: f64,
     /// Graph retriever.
     pub graph: f64,
+    /// Episodic-neighbourhood retriever (the turns around the best hits).
+    pub episodic: f64,
 }
 
 impl Default for Weights {
@@ -112,6 +120,7 @@ impl Default for Weights {
             lexical: 1.0,
             recency: 0.1,
             graph: 0.5,
+            episodic: DEFAULT_EPISODIC_WEIGHT,
         }
     }
 }
@@ -628,12 +637,26 @@ impl RecallRequest {
                 self.weights.graph,
             ));
         }
+        if self.mode == Mode::Hybrid && self.weights.episodic > 0.0 {
+            let w = episodic::DEFAULT;
+            retrievers.push(RetrieverSpec {
+                name: "episodic".into(),
+                top,
+                weight: self.weights.episodic,
+                params: RetrieverParams::Episodic {
+                    seeds: w.seeds,
+                    window: w.window,
+                    max_gap_ms: w.max_gap_ms,
+                    decay: w.decay,
+                },
+            });
+        }
         SearchRequest {
             filter: FilterExpr::from_filters(&self.filters, self.include_historical),
             as_of: self.as_of,
             valid_at: self.valid_at,
             retrievers,
-            fusion: Fusion::Rrf { k: RRF_K },
+            fusion: RECALL_FUSION,
             limit: self.k,
             attach: Attach::default(),
         }

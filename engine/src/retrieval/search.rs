@@ -39,6 +39,8 @@ pub const RETRIEVERS_MAX: usize = 16;
 pub const EXPAND_NODES_MAX: usize = 10_000;
 /// Deepest lineage attachment.
 pub const ATTACH_DEPTH_MAX: usize = 16;
+/// Largest episodic window (neighbours on each side of a hit).
+pub const EPISODIC_WINDOW_MAX: usize = 64;
 /// Hits of each earlier retriever an implicit expansion starts from.
 pub const SEEDS_FROM_HITS: usize = crate::retrieval::graph::SEEDS_FROM_HITS;
 
@@ -127,6 +129,30 @@ impl Session {
                 }
                 RetrieverParams::Recent => {
                     let out = super::recency(&st, &el.bitmap, spec.top, &mut cost);
+                    times.2 += us(t);
+                    out
+                }
+                RetrieverParams::Episodic {
+                    seeds,
+                    window,
+                    max_gap_ms,
+                    decay,
+                } => {
+                    let i = outputs.len();
+                    let so_far = fuse(&req.retrievers[..i], &outputs, req.fusion);
+                    let out = crate::retrieval::episodic::neighbours(
+                        &st,
+                        &so_far,
+                        &el.bitmap,
+                        &crate::retrieval::episodic::Window {
+                            seeds: *seeds,
+                            window: *window,
+                            max_gap_ms: *max_gap_ms,
+                            decay: *decay,
+                        },
+                        spec.top,
+                        &mut cost,
+                    );
                     times.2 += us(t);
                     out
                 }

@@ -15,6 +15,9 @@ pub enum RetrieverKind {
     Recent,
     /// Graph expansion.
     Expand,
+    /// Episodic neighbourhood: the records around earlier hits in their
+    /// conversation.
+    Episodic,
 }
 
 impl RetrieverKind {
@@ -25,6 +28,7 @@ impl RetrieverKind {
             RetrieverKind::Match => "match",
             RetrieverKind::Recent => "recent",
             RetrieverKind::Expand => "expand",
+            RetrieverKind::Episodic => "episodic",
         }
     }
 }
@@ -119,6 +123,21 @@ pub enum RetrieverParams {
         /// Nodes reached at most.
         max_nodes: usize,
     },
+    /// The records around the best hits so far (the fusion of the earlier
+    /// retrievers) in the same conversation, ordered by `occurred_at`:
+    /// up to `window` on each side, within `max_gap_ms` of the hit, each
+    /// scored `hit score x decay^distance` (the hit's score relative to the
+    /// best one).
+    Episodic {
+        /// Best fused hits of the earlier retrievers it starts from.
+        seeds: usize,
+        /// Neighbours on each side.
+        window: usize,
+        /// Largest time distance from the hit (ms).
+        max_gap_ms: i64,
+        /// Score factor per step away from the hit, in (0, 1].
+        decay: f64,
+    },
 }
 
 impl RetrieverParams {
@@ -129,6 +148,7 @@ impl RetrieverParams {
             RetrieverParams::Match { .. } => RetrieverKind::Match,
             RetrieverParams::Recent => RetrieverKind::Recent,
             RetrieverParams::Expand { .. } => RetrieverKind::Expand,
+            RetrieverParams::Episodic { .. } => RetrieverKind::Episodic,
         }
     }
 }
@@ -319,6 +339,43 @@ impl SearchRequest {
                     }
                 }
                 RetrieverParams::Recent => {}
+                RetrieverParams::Episodic {
+                    seeds,
+                    window,
+                    max_gap_ms,
+                    decay,
+                } => {
+                    if *seeds == 0 || *seeds > TOP_MAX {
+                        return bad(
+                            "seeds",
+                            format!(
+                                "{seeds} (retriever '{}') is out of range 1..={TOP_MAX}",
+                                r.name
+                            ),
+                        );
+                    }
+                    if *window == 0 || *window > EPISODIC_WINDOW_MAX {
+                        return bad(
+                            "window",
+                            format!(
+                                "{window} (retriever '{}') is out of range 1..={EPISODIC_WINDOW_MAX}",
+                                r.name
+                            ),
+                        );
+                    }
+                    if *max_gap_ms < 0 {
+                        return bad(
+                            "max_gap_ms",
+                            format!("retriever '{}': must be >= 0", r.name),
+                        );
+                    }
+                    if !(decay.is_finite() && *decay > 0.0 && *decay <= 1.0) {
+                        return bad(
+                            "decay",
+                            format!("retriever '{}': must be within (0, 1]", r.name),
+                        );
+                    }
+                }
                 RetrieverParams::Expand {
                     seeds,
                     hops,
