@@ -101,15 +101,18 @@ use std::fmt;
 use roaring::RoaringBitmap;
 use rustc_hash::FxHashMap;
 
-use super::tokenize::{TOKENIZER_VERSION, tokenize, tokenize_spans, tokens};
+#[cfg(test)]
+use super::terms::terms_of;
+use super::terms::{TERMS_VERSION, terms, terms_spans};
 
-/// Token bytes, token spans in them, and term ids: reused by `add`.
-type Scratch = (String, Vec<(u32, u32)>, Vec<u32>);
+/// Term bytes, term spans in them, term ids, and the unstemmed tokens:
+/// reused by `add`.
+type Scratch = (String, Vec<(u32, u32)>, Vec<u32>, String);
 
 thread_local! {
     /// Per-thread buffers for `add` (no allocation per token).
     static SCRATCH: std::cell::RefCell<Scratch> =
-        const { std::cell::RefCell::new((String::new(), Vec::new(), Vec::new())) };
+        const { std::cell::RefCell::new((String::new(), Vec::new(), Vec::new(), String::new())) };
 }
 
 /// Version of the binary encoding written by [`Bm25Index::write_to`].
@@ -539,10 +542,10 @@ impl Bm25Index {
             return Err(Bm25Error::DocOutOfOrder { last, got: doc });
         }
         SCRATCH.with(|cell| {
-            let (buf, spans, ids) = &mut *cell.borrow_mut();
+            let (buf, spans, ids, tokens) = &mut *cell.borrow_mut();
             buf.clear();
             spans.clear();
-            tokenize_spans(text, buf, spans);
+            terms_spans(text, buf, spans, tokens);
             self.add_tokens(doc, buf, spans, ids);
         });
         Ok(())
@@ -645,7 +648,7 @@ impl Bm25Index {
             return Vec::new();
         }
         let mut qtoks = Vec::new();
-        tokenize(query, &mut qtoks);
+        terms(query, &mut qtoks);
         qtoks.sort_unstable();
 
         let eligible_len = eligible.len();
@@ -889,7 +892,7 @@ mod tests {
         let live: Vec<(u32, Vec<String>)> = docs
             .iter()
             .filter(|(id, _)| eligible.contains(*id))
-            .map(|(id, text)| (*id, tokens(text)))
+            .map(|(id, text)| (*id, terms_of(text)))
             .filter(|(_, t)| !t.is_empty())
             .collect();
         let n = live.len() as f64;
@@ -902,7 +905,7 @@ mod tests {
         for (id, toks) in &live {
             let dl = toks.len() as f64;
             let mut score = 0.0;
-            for q in tokens(query) {
+            for q in terms_of(query) {
                 let tf = toks.iter().filter(|t| **t == q).count() as f64;
                 if tf == 0.0 {
                     continue;
@@ -1387,10 +1390,10 @@ mod tests {
             Err(Bm25Error::VersionMismatch { found, expected }) if found == FORMAT_VERSION + 1 && expected == FORMAT_VERSION
         ));
         let mut bad = bytes.clone();
-        bad[12..16].copy_from_slice(&(TOKENIZER_VERSION + 7).to_le_bytes());
+        bad[12..16].copy_from_slice(&(TERMS_VERSION + 7).to_le_bytes());
         assert!(matches!(
             Bm25Index::read_from(&bad),
-            Err(Bm25Error::TokenizerVersionMismatch { found, .. }) if found == TOKENIZER_VERSION + 7
+            Err(Bm25Error::TokenizerVersionMismatch { found, .. }) if found == TERMS_VERSION + 7
         ));
         let mut bad = bytes.clone();
         bad[16..20].copy_from_slice(&f32::NAN.to_bits().to_le_bytes());

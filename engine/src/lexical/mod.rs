@@ -9,6 +9,7 @@
 
 pub mod bm25;
 pub mod snapshot;
+pub mod terms;
 pub mod tokenize;
 
 pub use bm25::{Bm25Error, Bm25Index, Bm25Params, LexicalStats, ScoredDoc};

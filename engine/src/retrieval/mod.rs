@@ -414,7 +414,8 @@ pub struct Versions {
     pub engine: String,
     /// Manifest layout.
     pub manifest: u32,
-    /// Tokenizer.
+    /// Index term rules (tokenizer and stemming:
+    /// `lexical::terms::TERMS_VERSION`).
     pub tokenizer: u32,
     /// The session tenant's vector spaces: model -> (dims, vectors,
     /// indexed); the counts are shown to the tenant admin only (0 for

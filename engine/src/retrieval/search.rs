@@ -299,7 +299,7 @@ impl Session {
             versions: Versions {
                 engine: env!("CARGO_PKG_VERSION").to_string(),
                 manifest: MANIFEST_VERSION,
-                tokenizer: crate::lexical::TOKENIZER_VERSION,
+                tokenizer: crate::lexical::terms::TERMS_VERSION,
                 vector_spaces,
                 hnsw: (
                     self.db.options().hnsw.m,
@@ -593,7 +593,7 @@ fn normalize(req: &SearchRequest, valid_at: i64) -> NormalizedQuery {
                     weight: r.weight,
                     tokens: text
                         .as_deref()
-                        .map(crate::lexical::tokens)
+                        .map(crate::lexical::terms::terms_of)
                         .unwrap_or_default(),
                     text,
                     vector_dims,

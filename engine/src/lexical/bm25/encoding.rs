@@ -10,7 +10,7 @@ impl Bm25Index {
     pub fn write_to(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&MAGIC);
         out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        out.extend_from_slice(&TOKENIZER_VERSION.to_le_bytes());
+        out.extend_from_slice(&TERMS_VERSION.to_le_bytes());
         out.extend_from_slice(&self.params.k1.to_bits().to_le_bytes());
         out.extend_from_slice(&self.params.b.to_bits().to_le_bytes());
         out.extend_from_slice(&self.n_docs.to_le_bytes());
@@ -61,10 +61,10 @@ impl Bm25Index {
             });
         }
         let found = r.u32()?;
-        if found != TOKENIZER_VERSION {
+        if found != TERMS_VERSION {
             return Err(Bm25Error::TokenizerVersionMismatch {
                 found,
-                expected: TOKENIZER_VERSION,
+                expected: TERMS_VERSION,
             });
         }
         let at = r.pos;
@@ -238,9 +238,10 @@ impl Bm25Index {
     }
 }
 
-/// Whether `term` is exactly one token under the current tokenizer.
+/// Whether `term` is exactly one token under the current tokenizer (a
+/// stem is a token too: ASCII lowercase letters).
 fn is_token(term: &str) -> bool {
-    let t = tokens(term);
+    let t = crate::lexical::tokens(term);
     t.len() == 1 && t[0] == term
 }
 
