@@ -93,6 +93,12 @@ pub use engram_engine::admin;
 pub use engram_engine::authz;
 /// Working-memory assembly for one model call.
 pub use engram_engine::context;
+/// Embedders: the [`embed::Embedder`] trait and the built-in lexical
+/// hashing embedder.
+pub use engram_engine::embed;
+/// The all-MiniLM-L6-v2 embedder, computed in process (feature `minilm`).
+#[cfg(feature = "minilm")]
+pub use engram_engine::embed_minilm;
 /// Lifecycle operations: expire, correct, delete, retract, review, grant
 /// and revoke, retention, holds.
 pub use engram_engine::lifecycle;

@@ -24,6 +24,8 @@ pub mod codec;
 pub mod context;
 pub mod db;
 pub mod embed;
+#[cfg(feature = "minilm")]
+pub mod embed_minilm;
 pub mod error;
 pub mod id;
 pub(crate) mod layout;

@@ -83,9 +83,50 @@ pub fn embedder_by_name(name: &str) -> Result<Option<std::sync::Arc<dyn Embedder
             }
             Ok(Some(std::sync::Arc::new(HashEmbedder::new(dims))))
         }
+        n if n.starts_with("minilm:") => minilm(std::path::Path::new(&n["minilm:".len()..])),
         other => Err(EngineError::invalid(
             "embedder",
-            format!("unknown embedder '{other}' (choices: none, hash, hash-<dims>)"),
+            format!("unknown embedder '{other}' (choices: none, hash, hash-<dims>, minilm:DIR)"),
         )),
+    }
+}
+
+#[cfg(feature = "minilm")]
+fn minilm(dir: &std::path::Path) -> Result<Option<std::sync::Arc<dyn Embedder>>> {
+    Ok(Some(std::sync::Arc::new(
+        crate::embed_minilm::MiniLm::load(dir)?,
+    )))
+}
+
+#[cfg(not(feature = "minilm"))]
+fn minilm(dir: &std::path::Path) -> Result<Option<std::sync::Arc<dyn Embedder>>> {
+    Err(EngineError::invalid(
+        "embedder",
+        format!(
+            "minilm:{}: this build has no MiniLM embedder; build with \
+             `cargo build --release --features minilm`",
+            dir.display()
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedder_names_are_checked_and_errors_say_what_to_do() {
+        assert!(embedder_by_name("none").unwrap().is_none());
+        assert_eq!(embedder_by_name("hash-64").unwrap().unwrap().dim(), 64);
+        let e = embedder_by_name("word2vec").unwrap_err().to_string();
+        assert!(e.contains("minilm:DIR"), "{e}");
+        let e = embedder_by_name("minilm:/nonexistent/model")
+            .unwrap_err()
+            .to_string();
+        if cfg!(feature = "minilm") {
+            assert!(e.contains("config.json"), "{e}");
+        } else {
+            assert!(e.contains("--features minilm"), "{e}");
+        }
     }
 }

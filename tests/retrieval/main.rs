@@ -10,3 +10,5 @@ mod basics;
 mod embedded_api;
 mod isolation;
 mod lineage_property;
+#[cfg(feature = "minilm")]
+mod minilm;
