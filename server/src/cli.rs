@@ -50,8 +50,10 @@ pub struct Cli {
     )]
     pub data: PathBuf,
     /// Built-in embedder deriving vectors from text: `none`, `hash` (lexical
-    /// feature hashing, 256 dims; not semantic) or `hash-<dims>`. Remembered
-    /// by the store; default for a new store: none (clients send vectors).
+    /// feature hashing, 256 dims; not semantic), `hash-<dims>`, or
+    /// `minilm:DIR` (all-MiniLM-L6-v2 from a local model directory; builds
+    /// with the `minilm` feature). Remembered by the store; default for a
+    /// new store: none (clients send vectors).
     #[arg(long, global = true)]
     pub embedder: Option<String>,
     /// No progress on stderr (progress is drawn only on a terminal anyway).
@@ -588,7 +590,7 @@ pub fn store_options(dir: &Path, embedder: Option<&str>) -> Result<Options, CliE
         Err(e) => {
             return Err(CliError::Message(format!(
                 "{e}; the store's embedder choice is unknown: name it again with \
-                 `engram --data {} --embedder NAME rebuild` (NAME: none, hash or hash-<dims>), \
+                 `engram --data {} --embedder NAME rebuild` (NAME: none, hash, hash-<dims> or minilm:DIR), \
                  which rewrites the settings and rebuilds derived vectors",
                 dir.display()
             )));
