@@ -36,6 +36,7 @@ const VOCABULARY: &[&str] = &[
     "TOP",
     "MATCH",
     "RECENT",
+    "AROUND",
     "EXPAND",
     "FROM",
     "ENTITY",

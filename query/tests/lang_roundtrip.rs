@@ -212,6 +212,11 @@ fn retriever() -> impl Strategy<Value = Retriever> {
             name,
             span: sp()
         })),
+        (top(), rname()).prop_map(|(top, name)| Retriever::Around(Around {
+            top,
+            name,
+            span: sp()
+        })),
         (
             prop::collection::vec(seed(), 1..5),
             prop::option::of((0u64..6, 0u64..6)),

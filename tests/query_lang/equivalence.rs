@@ -58,6 +58,8 @@ fn statement(r: &RecallRequest) -> String {
     if r.mode == Mode::Hybrid {
         s.push_str(&format!(" RECENT TOP {top} AS recency"));
         weights.push(format!("recency = {}", r.weights.recency));
+        s.push_str(&format!(" AROUND TOP {top} AS episodic"));
+        weights.push(format!("episodic = {}", r.weights.episodic));
     }
     // a recall fuses linearly over min-max normalised scores
     s.push_str(&format!(
@@ -112,11 +114,10 @@ fn statements_and_recall_requests_take_one_path() {
             mode,
             k: 1 + rng.below(8) as usize,
             filters,
-            // the language has no graph or episodic retriever of a recall's
-            // implicit kind
+            // the language has no graph retriever of a recall's implicit
+            // kind (seeds from the text and the other retrievers' hits)
             weights: Weights {
                 graph: 0.0,
-                episodic: 0.0,
                 ..Weights::default()
             },
             ..RecallRequest::default()

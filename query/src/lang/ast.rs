@@ -802,7 +802,7 @@ impl Expr {
     }
 }
 
-/// The four kinds of retriever.
+/// The kinds of retriever.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RetrieverKind {
     /// `SIMILAR TO`: vector similarity.
@@ -813,6 +813,8 @@ pub enum RetrieverKind {
     Recent,
     /// `EXPAND FROM`: graph expansion.
     Expand,
+    /// `AROUND`: the turns around the best hits so far.
+    Around,
 }
 
 impl RetrieverKind {
@@ -823,6 +825,7 @@ impl RetrieverKind {
             RetrieverKind::Match => "match",
             RetrieverKind::Recent => "recent",
             RetrieverKind::Expand => "expand",
+            RetrieverKind::Around => "around",
         }
     }
     /// The statement keyword.
@@ -832,10 +835,12 @@ impl RetrieverKind {
             RetrieverKind::Match => "MATCH",
             RetrieverKind::Recent => "RECENT",
             RetrieverKind::Expand => "EXPAND",
+            RetrieverKind::Around => "AROUND",
         }
     }
     /// Fusion weight when `WEIGHTS` does not name it: the engine's default
-    /// weights (vector 1.0, lexical 1.0, recency 0.1, graph 0.5).
+    /// weights (vector 1.0, lexical 1.0, recency 0.1, graph 0.5, episodic
+    /// 0.7).
     pub fn default_weight(self) -> f64 {
         let w = engram_engine::retrieval::Weights::default();
         match self {
@@ -843,6 +848,7 @@ impl RetrieverKind {
             RetrieverKind::Match => w.lexical,
             RetrieverKind::Recent => w.recency,
             RetrieverKind::Expand => w.graph,
+            RetrieverKind::Around => w.episodic,
         }
     }
 }
@@ -1030,6 +1036,22 @@ pub struct Expand {
     pub span: Span,
 }
 
+/// `AROUND [TOP n] [AS name]`: the episodic neighbourhood of the best
+/// hits of the retrievers before it (the engine's defaults: 5 seeds, 2
+/// turns on each side, within 1 hour, decay 0.7).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Around {
+    /// Candidate budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top: Option<Arg<u64>>,
+    /// `AS name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<Name>,
+    /// Where.
+    #[serde(default)]
+    pub span: Span,
+}
+
 /// One named candidate generator.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "retriever", rename_all = "snake_case")]
@@ -1042,6 +1064,8 @@ pub enum Retriever {
     Recent(Recent),
     /// `EXPAND FROM`.
     Expand(Expand),
+    /// `AROUND`.
+    Around(Around),
 }
 
 impl Retriever {
@@ -1052,6 +1076,7 @@ impl Retriever {
             Retriever::Match(_) => RetrieverKind::Match,
             Retriever::Recent(_) => RetrieverKind::Recent,
             Retriever::Expand(_) => RetrieverKind::Expand,
+            Retriever::Around(_) => RetrieverKind::Around,
         }
     }
     /// `AS name`, if given.
@@ -1061,6 +1086,7 @@ impl Retriever {
             Retriever::Match(r) => r.name.as_ref(),
             Retriever::Recent(r) => r.name.as_ref(),
             Retriever::Expand(r) => r.name.as_ref(),
+            Retriever::Around(r) => r.name.as_ref(),
         }
     }
     /// The name fusion, `WEIGHTS` and `EXPAND FROM` use: `AS name`, or the
@@ -1076,6 +1102,7 @@ impl Retriever {
             Retriever::Match(r) => r.top.as_ref(),
             Retriever::Recent(r) => r.top.as_ref(),
             Retriever::Expand(r) => r.top.as_ref(),
+            Retriever::Around(r) => r.top.as_ref(),
         }
     }
     /// Where it was written.
@@ -1085,6 +1112,7 @@ impl Retriever {
             Retriever::Match(r) => r.span,
             Retriever::Recent(r) => r.span,
             Retriever::Expand(r) => r.span,
+            Retriever::Around(r) => r.span,
         }
     }
 }

@@ -501,7 +501,7 @@ impl Checker<'_> {
                         }
                     }
                 }
-                Retriever::Recent(_) => {}
+                Retriever::Recent(_) | Retriever::Around(_) => {}
                 Retriever::Expand(e) => self.expand(f, i, e),
             }
         }

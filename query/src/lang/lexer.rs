@@ -20,11 +20,13 @@ use super::ast::TimeUnit;
 use super::error::{ErrorKind, LangError};
 use super::span::Span;
 
-/// Keywords: they cannot name a retriever (except that the four default
-/// names, `similar`, `match`, `recent` and `expand`, may be written out).
+/// Keywords: they cannot name a retriever (except that the default
+/// names, `similar`, `match`, `recent`, `expand` and `around`, may be
+/// written out).
 pub const KEYWORDS: &[&str] = &[
     "ANY",
     "AND",
+    "AROUND",
     "AS",
     "AT",
     "BOTH",
@@ -72,7 +74,7 @@ pub const KEYWORDS: &[&str] = &[
 ];
 
 /// Default retriever names, allowed as names although they are keywords.
-pub const DEFAULT_NAMES: &[&str] = &["similar", "match", "recent", "expand"];
+pub const DEFAULT_NAMES: &[&str] = &["similar", "match", "recent", "expand", "around"];
 
 /// Whether `word` is a keyword (case-insensitive).
 pub fn is_keyword(word: &str) -> bool {

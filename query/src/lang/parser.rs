@@ -260,7 +260,7 @@ impl<'s> Parser<'s> {
             "WHERE" => C_WHERE,
             "AS" if self.is_kw_at(1, "OF") => C_AS_OF,
             "VALID" => C_VALID_AT,
-            "SIMILAR" | "MATCH" | "RECENT" | "EXPAND" => C_RETRIEVERS,
+            "SIMILAR" | "MATCH" | "RECENT" | "EXPAND" | "AROUND" => C_RETRIEVERS,
             "FUSE" => C_FUSE,
             "WEIGHTS" => C_WEIGHTS,
             "WITH" => C_WITH,
@@ -378,6 +378,8 @@ impl<'s> Parser<'s> {
                 self.recent(s)?
             } else if let Some(s) = self.eat_kw("EXPAND") {
                 self.expand(s)?
+            } else if let Some(s) = self.eat_kw("AROUND") {
+                self.around(s)?
             } else {
                 break;
             };
@@ -1207,6 +1209,16 @@ impl<'s> Parser<'s> {
         self.start_options("RECENT", TOP_AS_OPTIONS);
         let (top, name) = self.top_and_name(0)?;
         Ok(Retriever::Recent(Recent {
+            top,
+            name,
+            span: self.span_from(start),
+        }))
+    }
+
+    fn around(&mut self, start: Span) -> PResult<Retriever> {
+        self.start_options("AROUND", TOP_AS_OPTIONS);
+        let (top, name) = self.top_and_name(0)?;
+        Ok(Retriever::Around(Around {
             top,
             name,
             span: self.span_from(start),

@@ -121,6 +121,15 @@ fn find(f: &Find, b: &Binder<'_>) -> Result<SearchRequest, LangError> {
                 text: Some(b.string(&m.text)?),
             },
             Retriever::Recent(_) => RetrieverParams::Recent,
+            Retriever::Around(_) => {
+                let w = engram_engine::retrieval::episodic::DEFAULT;
+                RetrieverParams::Episodic {
+                    seeds: w.seeds,
+                    window: w.window,
+                    max_gap_ms: w.max_gap_ms,
+                    decay: w.decay,
+                }
+            }
             Retriever::Expand(e) => {
                 let mut seeds = Vec::new();
                 for s in &e.from {

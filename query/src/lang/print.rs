@@ -227,6 +227,10 @@ pub fn retriever(r: &Retriever) -> String {
             out = "RECENT".to_string();
             top_and_name(&mut out, &m.top, &m.name);
         }
+        Retriever::Around(m) => {
+            out = "AROUND".to_string();
+            top_and_name(&mut out, &m.top, &m.name);
+        }
         Retriever::Expand(e) => {
             out = format!("EXPAND FROM {}", seeds(&e.from));
             if let Some(h) = &e.hops {
