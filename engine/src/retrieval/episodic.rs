@@ -62,29 +62,33 @@ pub fn neighbours(
         return RetrieverOutput::skipped("no earlier hit to start from");
     };
     let is_seed: std::collections::HashSet<Idx> = seeds.iter().map(|s| s.0).collect();
-    // eligible members of each conversation, in time order
-    let mut order: HashMap<Sym, Vec<(i64, Idx)>> = HashMap::new();
+    // eligible members of each conversation
+    let mut members_of: HashMap<Sym, RoaringBitmap> = HashMap::new();
     let mut found: HashMap<Idx, f64> = HashMap::new();
     for &(seed, score) in &seeds {
         let m = st.meta(seed);
         let Some(conv) = m.conversation else { continue };
-        let members = order.entry(conv).or_insert_with(|| {
-            let Some(bm) = st.bm_conversation.get(&conv) else {
-                return Vec::new();
-            };
-            let set = bm & eligible;
-            cost.records_scanned += set.len();
-            let mut v: Vec<(i64, Idx)> = set.iter().map(|i| (st.meta(i).occurred_at, i)).collect();
-            v.sort_unstable();
-            v
+        let set = members_of.entry(conv).or_insert_with(|| {
+            st.bm_conversation
+                .get(&conv)
+                .map_or_else(RoaringBitmap::new, |bm| bm & eligible)
         });
+        // Only the members within the time gap can be neighbours: they are
+        // few, so only they are put in time order (a scan of the
+        // conversation, no sort of all of it).
+        cost.records_scanned += set.len();
+        let mut members: Vec<(i64, Idx)> = set
+            .iter()
+            .map(|i| (st.meta(i).occurred_at, i))
+            .filter(|(t, _)| (t - m.occurred_at).abs() <= w.max_gap_ms)
+            .collect();
+        members.sort_unstable();
         let key = (m.occurred_at, seed);
         let Ok(pos) = members.binary_search(&key) else {
             continue;
         };
         let rel = if best > 0.0 { score / best } else { 1.0 };
-        // walk out on each side; a neighbour too far away in time ends the
-        // walk (the ones beyond it are further still)
+        // walk out on each side (every member is within the gap)
         for side in [-1i64, 1] {
             for d in 1..=w.window {
                 let j = if side < 0 {
@@ -92,12 +96,9 @@ pub fn neighbours(
                 } else {
                     Some(pos + d).filter(|&j| j < members.len())
                 };
-                let Some((t, i)) = j.map(|j| members[j]) else {
+                let Some((_, i)) = j.map(|j| members[j]) else {
                     break;
                 };
-                if (t - m.occurred_at).abs() > w.max_gap_ms {
-                    break;
-                }
                 if is_seed.contains(&i) {
                     continue;
                 }
