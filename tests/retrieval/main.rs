@@ -10,5 +10,6 @@ mod basics;
 mod embedded_api;
 mod isolation;
 mod lineage_property;
+mod locomo;
 #[cfg(feature = "minilm")]
 mod minilm;
