@@ -319,6 +319,19 @@ impl Engram {
             db.close()?;
             purge
         };
+        Self::purge_log(dir, opts, &purge, &mut report)?;
+        Ok(report)
+    }
+
+    /// Compaction's second half on the closed store in `dir`: the records
+    /// of `purge` become tombstones in the log, and derived state is
+    /// rebuilt from it.
+    fn purge_log(
+        dir: &Path,
+        opts: &Options,
+        purge: &HashMap<[u8; 16], StoredTombstone>,
+        report: &mut CompactReport,
+    ) -> Result<()> {
         // 2. Rewrite the segments holding purged records. Derived state (it
         // holds the purged content too) goes first, so a crash in between
         // never leaves it behind: it is rebuilt from the log on open.
@@ -376,8 +389,7 @@ impl Engram {
         drop(log);
         drop(_lock);
         let db = Engram::open(dir, opts.clone())?;
-        db.close()?;
-        Ok(report)
+        db.close()
     }
 
     /// Copies the store into `dest` (through `backend`): a marker, the log

@@ -72,44 +72,33 @@ impl Engram {
         let mut report = CompactReport::default();
         self.delete_expired(&mut report)?;
         let writes_paused = self.writes_exclusive();
-        let held = {
-            let mut r = CompactReport::default();
-            let n = purge_set(&self.state(), &mut r).len();
-            if n == 0 {
-                report.held += r.held;
-                report.log_bytes_before = self.log().stats().bytes;
-                report.log_bytes_after = report.log_bytes_before;
-                return Ok(OnlineCompaction {
-                    db: self.clone(),
-                    report,
-                    reads_paused: None,
-                });
-            }
-            r.held
-        };
-        // Build the compacted copy; reads go on meanwhile.
+        let purge = purge_set(&self.state(), &mut report);
+        if purge.is_empty() {
+            report.log_bytes_before = self.log().stats().bytes;
+            report.log_bytes_after = report.log_bytes_before;
+            return Ok(OnlineCompaction {
+                db: self.clone(),
+                report,
+                reads_paused: None,
+            });
+        }
+        // Build the compacted copy; reads go on meanwhile. The copy holds
+        // exactly this state's log (writes are paused), so what to purge
+        // is known already.
         let staging = layout::compact_staging(&dir);
-        let staged = (|| -> Result<CompactReport> {
+        let staged = (|| -> Result<()> {
             remove_store_copy(backend.as_ref(), &staging)?;
             self.copy_store(backend.as_ref(), &staging)?;
             let copy_opts = Options {
                 create_if_missing: false,
                 ..opts.clone()
             };
-            Self::compact_with(&staging, &copy_opts, false)
+            Self::purge_log(&staging, &copy_opts, &purge, &mut report)
         })();
-        let staged = match staged {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = remove_store_copy(backend.as_ref(), &staging);
-                return Err(e);
-            }
-        };
-        report.purged = staged.purged;
-        report.held += held;
-        report.segments_rewritten = staged.segments_rewritten;
-        report.log_bytes_before = staged.log_bytes_before;
-        report.log_bytes_after = staged.log_bytes_after;
+        if let Err(e) = staged {
+            let _ = remove_store_copy(backend.as_ref(), &staging);
+            return Err(e);
+        }
         // The swap.
         let reads_paused = pause_reads();
         let lock = self.close_for_swap();

@@ -72,14 +72,17 @@ pub fn router(app: Shared) -> Router {
         .route("/v1/eval", post(query::eval))
         .route("/v1/stats", get(admin::stats))
         .route("/v1/verify", get(admin::verify))
-        .route("/v1/backup", post(admin::backup))
-        .route("/v1/compact", post(admin::compact))
         .route("/v1/openapi.json", get(health::openapi))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed);
+    // Store maintenance takes as long as the store is big: no deadline
+    // (one at a time, store key only).
+    let maintenance = Router::new()
+        .route("/v1/backup", post(admin::backup))
+        .route("/v1/compact", post(admin::compact));
     v1.layer(
         ServiceBuilder::new()
             .layer(HandleErrorLayer::new(
@@ -91,6 +94,7 @@ pub fn router(app: Shared) -> Router {
             ))
             .timeout(Duration::from_millis(timeout_ms)),
     )
+    .merge(maintenance)
     .layer(axum::middleware::from_fn_with_state(app.clone(), observe))
     .with_state(app)
 }
