@@ -26,15 +26,45 @@ pub const TERMS_VERSION: u32 = TOKENIZER_VERSION * 100 + 1;
 
 static ENGLISH: LazyLock<Stemmer> = LazyLock::new(|| Stemmer::create(Algorithm::English));
 
-/// The stem of `token` when it differs from the token.
-pub fn stem(token: &str) -> Option<String> {
-    if token.len() < 3 || !token.bytes().all(|b| b.is_ascii_lowercase()) {
-        return None;
-    }
+/// Tokens remembered per thread with their stems (None: unchanged). A
+/// Snowball stem costs about a microsecond; vocabularies are small and
+/// skewed, so nearly every token of a batch is a hit. Cleared when full.
+const STEM_CACHE_MAX: usize = 1 << 16;
+
+thread_local! {
+    static STEMS: std::cell::RefCell<rustc_hash::FxHashMap<Box<str>, Option<Box<str>>>> =
+        std::cell::RefCell::new(rustc_hash::FxHashMap::default());
+}
+
+fn stem_uncached(token: &str) -> Option<String> {
     match ENGLISH.stem(token) {
         Cow::Owned(s) if !s.is_empty() && s != token => Some(s),
         _ => None,
     }
+}
+
+/// Calls `f` with the stem of `token` when it differs from the token.
+fn with_stem<R>(token: &str, f: impl FnOnce(Option<&str>) -> R) -> R {
+    if token.len() < 3 || !token.bytes().all(|b| b.is_ascii_lowercase()) {
+        return f(None);
+    }
+    STEMS.with_borrow_mut(|cache| {
+        if let Some(s) = cache.get(token) {
+            return f(s.as_deref());
+        }
+        if cache.len() >= STEM_CACHE_MAX {
+            cache.clear();
+        }
+        let s = stem_uncached(token).map(String::into_boxed_str);
+        let r = f(s.as_deref());
+        cache.insert(token.into(), s);
+        r
+    })
+}
+
+/// The stem of `token` when it differs from the token.
+pub fn stem(token: &str) -> Option<String> {
+    with_stem(token, |s| s.map(str::to_string))
 }
 
 /// Appends the terms of `text` to `out`.
@@ -73,10 +103,7 @@ pub fn terms_spans(
         let (a, b) = (s.0 as usize - from_buf, s.1 as usize - from_buf);
         let tok = &scratch[a..b];
         let start = buf.len();
-        match stem(tok) {
-            Some(st) => buf.push_str(&st),
-            None => buf.push_str(tok),
-        }
+        with_stem(tok, |st| buf.push_str(st.unwrap_or(tok)));
         *s = (
             u32::try_from(start).expect("term offsets of texts below 4 GiB"),
             u32::try_from(buf.len()).expect("term offsets of texts below 4 GiB"),
@@ -101,6 +128,23 @@ mod tests {
         // tokens: unchanged
         assert_eq!(terms_of("Ünïcödé 東京 ab"), ["unicod", "東京", "ab"]);
         assert_eq!(terms_of("ﬂäche straße"), ["ﬂache", "straße"]);
+    }
+
+    #[test]
+    fn the_cache_returns_what_the_stemmer_does() {
+        for w in [
+            "walking",
+            "walking",
+            "running",
+            "ran",
+            "generalization",
+            "abc",
+            "x",
+        ] {
+            let direct = if w.len() < 3 { None } else { stem_uncached(w) };
+            assert_eq!(stem(w), direct, "{w}");
+            assert_eq!(stem(w), direct, "{w} (cached)");
+        }
     }
 
     #[test]
