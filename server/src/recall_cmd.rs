@@ -229,10 +229,13 @@ pub fn print_manifest(m: &Manifest) {
         .iter()
         .map(|r| format!("{} {}", r.name, r.weight))
         .collect();
+    let method = if m.fusion_method == "weighted_rrf" {
+        format!("{} (rrf_k {})", m.fusion_method, m.rrf_k)
+    } else {
+        m.fusion_method.clone()
+    };
     crate::outln!(
-        "  fusion     {} (rrf_k {}) over {} candidate(s); weights {}",
-        m.fusion_method,
-        m.rrf_k,
+        "  fusion     {method} over {} candidate(s); weights {}",
         m.fusion.len(),
         weights.join(", ")
     );
