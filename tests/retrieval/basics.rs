@@ -392,3 +392,88 @@ fn episodic_neighbours_come_from_the_hits_conversation_and_stay_eligible() {
     assert!(got.contains(&"s1-2b".to_string()), "{got:?}");
     assert!(!got.contains(&"s2-1".to_string()) && !got.contains(&"o-1".to_string()));
 }
+
+/// In a conversation too long to scan whole, the neighbours of a hit are
+/// still found (among the turns stored around it).
+#[test]
+fn episodic_neighbours_in_a_very_long_conversation() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let db = store(&clock, false);
+    let s = db.session(Principal::admin("acme"));
+    let t0 = 1_700_000_000_000i64;
+    let n = engram::retrieval::episodic::WHOLE_CONVERSATION_MAX as usize + 1000;
+    let turns: Vec<NewRecord> = (0..n)
+        .map(|i| {
+            let text = if i == 3000 {
+                "the quartz pendulum clock is in the attic".to_string()
+            } else {
+                format!("small talk number {i}")
+            };
+            let mut r = NewRecord::event("turn", text)
+                .with_external_id(format!("t{i}"))
+                .with_scope(Scope {
+                    conversation: Some("long".into()),
+                    ..Scope::default()
+                });
+            r.occurred_at = Some(t0 + i as i64 * 1_000);
+            r
+        })
+        .collect();
+    for chunk in turns.chunks(1000) {
+        s.append(chunk.to_vec()).unwrap();
+    }
+    let r = s
+        .recall(&RecallRequest::text("quartz pendulum clock"))
+        .unwrap();
+    let got: Vec<String> = r
+        .hits
+        .iter()
+        .map(|h| h.external_id.clone().unwrap())
+        .collect();
+    assert_eq!(got[0], "t3000");
+    for nb in ["t2998", "t2999", "t3001", "t3002"] {
+        assert!(got.contains(&nb.to_string()), "{nb} missing from {got:?}");
+    }
+    // alone with the lexical retriever, it looks at the turns around the
+    // seeds only, not at the whole conversation
+    use engram::retrieval::episodic::{DEFAULT, SCAN_AROUND};
+    use engram::retrieval::{Fusion, Norm, RetrieverParams, RetrieverSpec, SearchRequest};
+    let req = SearchRequest {
+        retrievers: vec![
+            RetrieverSpec {
+                name: "lexical".into(),
+                top: 30,
+                weight: 1.0,
+                params: RetrieverParams::Match {
+                    text: Some("quartz pendulum clock".into()),
+                },
+            },
+            RetrieverSpec {
+                name: "episodic".into(),
+                top: 30,
+                weight: 0.7,
+                params: RetrieverParams::Episodic {
+                    seeds: DEFAULT.seeds,
+                    window: DEFAULT.window,
+                    max_gap_ms: DEFAULT.max_gap_ms,
+                    decay: DEFAULT.decay,
+                },
+            },
+        ],
+        fusion: Fusion::Linear { norm: Norm::MinMax },
+        limit: 10,
+        ..SearchRequest::default()
+    };
+    let r = s.search(&req).unwrap();
+    let got: Vec<String> = r
+        .hits
+        .iter()
+        .map(|h| h.external_id.clone().unwrap())
+        .collect();
+    assert!(got.contains(&"t3001".to_string()), "{got:?}");
+    let scanned = r.manifest.cost.records_scanned;
+    assert!(
+        scanned <= DEFAULT.seeds as u64 * (2 * SCAN_AROUND + 1),
+        "the conversation was scanned whole: {scanned}"
+    );
+}

@@ -10,7 +10,12 @@
 //! a neighbour), become candidates scored `s * decay^d`: `s` the seed's
 //! fused score relative to the best seed's, `d` the distance in turns. A
 //! record reached from several seeds keeps its best score. Seeds
-//! themselves are not candidates (they are already ranked).
+//! themselves are not candidates (they are already ranked). In a
+//! conversation of more than [`WHOLE_CONVERSATION_MAX`] eligible records,
+//! only the [`SCAN_AROUND`] stored just before and after the seed are
+//! considered: turns arrive roughly in time order, and the cost of a recall
+//! must not grow with the length of a conversation (a turn backfilled far
+//! out of order can then be missed as a neighbour).
 //!
 //! This module must never return a record outside `eligible`: neighbours
 //! come from the eligible members of a conversation only.
@@ -21,6 +26,14 @@ use roaring::RoaringBitmap;
 
 use super::{Candidate, Cost, FusionInput, RetrieverOutput};
 use crate::state::{Idx, State, Sym};
+
+/// Conversations with more eligible members than this are searched only
+/// around the hit (see [`SCAN_AROUND`]), so a recall's cost does not grow
+/// with a conversation's length.
+pub const WHOLE_CONVERSATION_MAX: u64 = 4096;
+/// Members of a large conversation looked at on each side of the hit, in
+/// the order they were stored.
+pub const SCAN_AROUND: u64 = 256;
 
 /// The retriever's parameters (see [`super::RetrieverParams::Episodic`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -74,14 +87,29 @@ pub fn neighbours(
                 .map_or_else(RoaringBitmap::new, |bm| bm & eligible)
         });
         // Only the members within the time gap can be neighbours: they are
-        // few, so only they are put in time order (a scan of the
-        // conversation, no sort of all of it).
-        cost.records_scanned += set.len();
-        let mut members: Vec<(i64, Idx)> = set
-            .iter()
-            .map(|i| (st.meta(i).occurred_at, i))
-            .filter(|(t, _)| (t - m.occurred_at).abs() <= w.max_gap_ms)
-            .collect();
+        // few, so only they are put in time order (no sort of a whole
+        // conversation). A large conversation is not scanned whole: its
+        // members stored just before and after the hit are (the order
+        // turns arrive in).
+        let near = |i: Idx| {
+            let t = st.meta(i).occurred_at;
+            ((t - m.occurred_at).abs() <= w.max_gap_ms).then_some((t, i))
+        };
+        let mut members: Vec<(i64, Idx)> = if set.len() <= WHOLE_CONVERSATION_MAX {
+            cost.records_scanned += set.len();
+            set.iter().filter_map(near).collect()
+        } else {
+            let r = set.rank(seed);
+            let (lo, hi) = (
+                r.saturating_sub(SCAN_AROUND + 1),
+                (r + SCAN_AROUND).min(set.len()),
+            );
+            cost.records_scanned += hi - lo;
+            (lo..hi)
+                .filter_map(|k| u32::try_from(k).ok().and_then(|k| set.select(k)))
+                .filter_map(near)
+                .collect()
+        };
         members.sort_unstable();
         let key = (m.occurred_at, seed);
         let Ok(pos) = members.binary_search(&key) else {
