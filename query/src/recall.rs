@@ -21,6 +21,7 @@
 //! | `occurred_after`, `occurred_before` | RFC 3339 | valid-time range |
 //! | `id` | string | echoed back as `query_id` |
 //! | `explain` | bool | return the manifest with the hits |
+//! | `weights` | object | fusion weights by retriever, numbers >= 0: `vector`, `lexical`, `recency`, `graph`, `episodic` (each left out keeps its default; 0 turns a retriever off) |
 //!
 //! This module must never touch a store.
 
@@ -52,6 +53,7 @@ pub const FIELDS: &[&str] = &[
     "occurred_before",
     "id",
     "explain",
+    "weights",
 ];
 
 /// One parsed request line.
@@ -239,6 +241,34 @@ fn parse_object(o: &Map<String, Value>) -> R<(Option<String>, RecallRequest)> {
         include_historical,
     )?;
     req.explain = explain;
+    match o.get("weights") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(w)) => {
+            for (k, v) in w {
+                let x = v
+                    .as_f64()
+                    .filter(|x| x.is_finite() && *x >= 0.0)
+                    .ok_or_else(|| {
+                        (format!("weights.{k}"), "expected a number >= 0".to_string())
+                    })?;
+                let slot = match k.as_str() {
+                    "vector" => &mut req.weights.vector,
+                    "lexical" => &mut req.weights.lexical,
+                    "recency" => &mut req.weights.recency,
+                    "graph" => &mut req.weights.graph,
+                    "episodic" => &mut req.weights.episodic,
+                    _ => {
+                        return Err((
+                            format!("weights.{k}"),
+                            "unknown retriever (vector, lexical, recency, graph, episodic)".into(),
+                        ));
+                    }
+                };
+                *slot = x;
+            }
+        }
+        Some(_) => return Err(("weights".into(), "expected an object".into())),
+    }
     Ok((query_id, req))
 }
 
@@ -305,6 +335,16 @@ mod tests {
         assert_eq!(l.request.filters.kinds, vec!["note"]);
         assert_eq!(l.request.k, 5);
         assert!(l.request.as_of.is_some());
+        let w = parse_recall_line(
+            r#"{"text": "x", "weights": {"episodic": 0, "lexical": 2}}"#,
+            1,
+        )
+        .unwrap();
+        assert_eq!(
+            (w.request.weights.episodic, w.request.weights.lexical),
+            (0.0, 2.0)
+        );
+        assert_eq!(w.request.weights.vector, 1.0);
         let v = parse_recall_line(r#"{"vector": [1, 0.5], "model": "m"}"#, 1).unwrap();
         assert_eq!(v.request.mode, Mode::Vector);
         assert_eq!(v.request.vector.unwrap(), vec![1.0, 0.5]);
@@ -314,6 +354,15 @@ mod tests {
     fn errors_name_the_field() {
         for (t, f) in [
             (r#"{"text": "x", "mode": "fuzzy"}"#, "mode"),
+            (
+                r#"{"text": "x", "weights": {"episodic": -1}}"#,
+                "weights.episodic",
+            ),
+            (
+                r#"{"text": "x", "weights": {"colour": 1}}"#,
+                "weights.colour",
+            ),
+            (r#"{"text": "x", "weights": [1]}"#, "weights"),
             (r#"{"text": "x", "k": -1}"#, "k"),
             (r#"{"text": "x", "as_of": "soon"}"#, "as_of"),
             (r#"{"text": "x", "vector": ["a"]}"#, "vector"),

@@ -111,6 +111,32 @@ fn endpoints_do_their_job() {
     );
     assert_eq!(explained["manifest"]["principal"]["tenant"], "acme");
     assert_eq!(explained["manifest"]["principal"]["id"], "ann");
+    // weights per request: 0 turns a retriever off, an unknown one is named
+    let weighted = s.json(
+        "POST",
+        "/v1/recall",
+        Some(&k.ann),
+        Some(r#"{"text": "checkout", "explain": true, "weights": {"episodic": 0, "lexical": 2}}"#),
+        200,
+    );
+    let names: Vec<&str> = weighted["manifest"]["query"]["retrievers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        !names.contains(&"episodic") && names.contains(&"lexical"),
+        "{names:?}"
+    );
+    let bad = s.call(
+        "POST",
+        "/v1/recall",
+        Some(&k.ann),
+        Some(r#"{"text": "checkout", "weights": {"bogus": 1}}"#),
+    );
+    assert!(bad.status == 400 || bad.status == 422, "{}", bad.text());
+    assert!(bad.text().contains("weights.bogus"), "{}", bad.text());
 
     // context and eval run as the key's principal
     let ctx = s.json(

@@ -42,14 +42,16 @@ pub struct RecallResponse {
 }
 
 /// Recall: eligibility first (tenant, access, scope, deletion, retention,
-/// time), then vector / lexical / recency / graph retrievers, fused.
+/// time), then vector / lexical / recency / graph / episodic retrievers,
+/// fused.
 ///
 /// The body is one recall request as in `engram recall --queries`
 /// (docs/ingest.md): `text`, `vector`, `model`, `mode`, `k`, `ef`, filters
 /// (`user`, `conversation`, `agent`, `label`, `kind`, `record`,
 /// `occurred_after`, `occurred_before`), `as_of`, `valid_at`,
-/// `include_historical`, `id`, `explain`. It may not name a tenant or
-/// principal.
+/// `include_historical`, `id`, `explain`, `weights` (by retriever:
+/// `vector`, `lexical`, `recency`, `graph`, `episodic`). It may not name a
+/// tenant or principal.
 #[utoipa::path(
     post, path = "/v1/recall", tag = "query",
     request_body(content = Object, description = "One recall request (docs/ingest.md)", content_type = "application/json"),
