@@ -16,6 +16,8 @@
 //!
 //! One test binary: the server is the same `engram` executable for all.
 
+#[path = "common/mod.rs"]
+mod common;
 #[path = "server/harness.rs"]
 mod harness;
 

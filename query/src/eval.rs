@@ -369,7 +369,7 @@ mod tests {
         assert_eq!(ep.weight, 0.2);
         assert!(matches!(
             ep.params,
-            RetrieverParams::Episodic { window: 3, .. }
+            RetrieverParams::Episodic(EpisodicWindow { window: 3, .. })
         ));
         let none = EvalConfig::parse("off:episodic=0,mode=vector")
             .unwrap()
@@ -597,17 +597,8 @@ impl EvalConfig {
             s.fusion = f;
         }
         for spec in &mut s.retrievers {
-            if let RetrieverParams::Episodic {
-                seeds,
-                window,
-                max_gap_ms,
-                decay,
-            } = &mut spec.params
-            {
-                *seeds = self.episodic.seeds;
-                *window = self.episodic.window;
-                *max_gap_ms = self.episodic.max_gap_ms;
-                *decay = self.episodic.decay;
+            if let RetrieverParams::Episodic(w) = &mut spec.params {
+                *w = self.episodic;
             }
         }
         s

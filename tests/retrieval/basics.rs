@@ -452,12 +452,7 @@ fn episodic_neighbours_in_a_very_long_conversation() {
                 name: "episodic".into(),
                 top: 30,
                 weight: 0.7,
-                params: RetrieverParams::Episodic {
-                    seeds: DEFAULT.seeds,
-                    window: DEFAULT.window,
-                    max_gap_ms: DEFAULT.max_gap_ms,
-                    decay: DEFAULT.decay,
-                },
+                params: RetrieverParams::Episodic(DEFAULT),
             },
         ],
         fusion: Fusion::Linear { norm: Norm::MinMax },

@@ -607,22 +607,8 @@ fn compaction_purges_while_serving() {
     s.json("GET", "/v1/records/canary", Some(&k.ann), None, 404);
     let v = s.json("GET", "/v1/verify", Some(&k.store), None, 200);
     assert_eq!(v["ok"], true, "{v}");
-    let mut stack = vec![dir.clone()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                let bytes = std::fs::read(&p).unwrap();
-                assert!(
-                    !bytes.windows(CANARY.len()).any(|w| w == CANARY.as_bytes()),
-                    "deleted content left in {}",
-                    p.display()
-                );
-            }
-        }
-    }
+    let left = crate::common::grep(&dir, CANARY);
+    assert!(left.is_empty(), "deleted content left in {left:?}");
 }
 
 /// Store maintenance has no request deadline: with a 1 ms deadline every

@@ -36,7 +36,7 @@ pub const WHOLE_CONVERSATION_MAX: u64 = 4096;
 pub const SCAN_AROUND: u64 = 256;
 
 /// The retriever's parameters (see [`super::RetrieverParams::Episodic`]).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct Window {
     /// Best fused records it starts from.
     pub seeds: usize,

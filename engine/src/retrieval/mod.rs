@@ -639,17 +639,11 @@ impl RecallRequest {
             ));
         }
         if self.mode == Mode::Hybrid && self.weights.episodic > 0.0 {
-            let w = episodic::DEFAULT;
             retrievers.push(RetrieverSpec {
                 name: "episodic".into(),
                 top,
                 weight: self.weights.episodic,
-                params: RetrieverParams::Episodic {
-                    seeds: w.seeds,
-                    window: w.window,
-                    max_gap_ms: w.max_gap_ms,
-                    decay: w.decay,
-                },
+                params: RetrieverParams::Episodic(episodic::DEFAULT),
             });
         }
         SearchRequest {

@@ -132,26 +132,11 @@ impl Session {
                     times.2 += us(t);
                     out
                 }
-                RetrieverParams::Episodic {
-                    seeds,
-                    window,
-                    max_gap_ms,
-                    decay,
-                } => {
+                RetrieverParams::Episodic(w) => {
                     let i = outputs.len();
                     let so_far = fuse(&req.retrievers[..i], &outputs, req.fusion);
                     let out = crate::retrieval::episodic::neighbours(
-                        &st,
-                        &so_far,
-                        &el.bitmap,
-                        &crate::retrieval::episodic::Window {
-                            seeds: *seeds,
-                            window: *window,
-                            max_gap_ms: *max_gap_ms,
-                            decay: *decay,
-                        },
-                        spec.top,
-                        &mut cost,
+                        &st, &so_far, &el.bitmap, w, spec.top, &mut cost,
                     );
                     times.2 += us(t);
                     out

@@ -1038,19 +1038,9 @@ pub struct Expand {
 
 /// `AROUND [TOP n] [AS name]`: the episodic neighbourhood of the best
 /// hits of the retrievers before it (the engine's defaults: 5 seeds, 2
-/// turns on each side, within 1 hour, decay 0.7).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Around {
-    /// Candidate budget.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub top: Option<Arg<u64>>,
-    /// `AS name`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<Name>,
-    /// Where.
-    #[serde(default)]
-    pub span: Span,
-}
+/// turns on each side, within 1 hour, decay 0.7). Its options are
+/// `RECENT`'s.
+pub type Around = Recent;
 
 /// One named candidate generator.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

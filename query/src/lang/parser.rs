@@ -1206,23 +1206,24 @@ impl<'s> Parser<'s> {
     }
 
     fn recent(&mut self, start: Span) -> PResult<Retriever> {
-        self.start_options("RECENT", TOP_AS_OPTIONS);
-        let (top, name) = self.top_and_name(0)?;
-        Ok(Retriever::Recent(Recent {
-            top,
-            name,
-            span: self.span_from(start),
-        }))
+        self.only_top_and_name("RECENT", start)
+            .map(Retriever::Recent)
     }
 
     fn around(&mut self, start: Span) -> PResult<Retriever> {
-        self.start_options("AROUND", TOP_AS_OPTIONS);
+        self.only_top_and_name("AROUND", start)
+            .map(Retriever::Around)
+    }
+
+    /// A retriever whose only options are `TOP` and `AS`.
+    fn only_top_and_name(&mut self, keyword: &'static str, start: Span) -> PResult<Recent> {
+        self.start_options(keyword, TOP_AS_OPTIONS);
         let (top, name) = self.top_and_name(0)?;
-        Ok(Retriever::Around(Around {
+        Ok(Recent {
             top,
             name,
             span: self.span_from(start),
-        }))
+        })
     }
 
     fn expand(&mut self, start: Span) -> PResult<Retriever> {

@@ -122,13 +122,7 @@ fn find(f: &Find, b: &Binder<'_>) -> Result<SearchRequest, LangError> {
             },
             Retriever::Recent(_) => RetrieverParams::Recent,
             Retriever::Around(_) => {
-                let w = engram_engine::retrieval::episodic::DEFAULT;
-                RetrieverParams::Episodic {
-                    seeds: w.seeds,
-                    window: w.window,
-                    max_gap_ms: w.max_gap_ms,
-                    decay: w.decay,
-                }
+                RetrieverParams::Episodic(engram_engine::retrieval::episodic::DEFAULT)
             }
             Retriever::Expand(e) => {
                 let mut seeds = Vec::new();

@@ -223,12 +223,8 @@ pub fn retriever(r: &Retriever) -> String {
             out = format!("MATCH {}", arg_str(&m.text));
             top_and_name(&mut out, &m.top, &m.name);
         }
-        Retriever::Recent(m) => {
-            out = "RECENT".to_string();
-            top_and_name(&mut out, &m.top, &m.name);
-        }
-        Retriever::Around(m) => {
-            out = "AROUND".to_string();
+        Retriever::Recent(m) | Retriever::Around(m) => {
+            out = r.kind().keyword().to_string();
             top_and_name(&mut out, &m.top, &m.name);
         }
         Retriever::Expand(e) => {

@@ -128,16 +128,7 @@ pub enum RetrieverParams {
     /// up to `window` on each side, within `max_gap_ms` of the hit, each
     /// scored `hit score x decay^distance` (the hit's score relative to the
     /// best one).
-    Episodic {
-        /// Best fused hits of the earlier retrievers it starts from.
-        seeds: usize,
-        /// Neighbours on each side.
-        window: usize,
-        /// Largest time distance from the hit (ms).
-        max_gap_ms: i64,
-        /// Score factor per step away from the hit, in (0, 1].
-        decay: f64,
-    },
+    Episodic(crate::retrieval::episodic::Window),
 }
 
 impl RetrieverParams {
@@ -148,7 +139,7 @@ impl RetrieverParams {
             RetrieverParams::Match { .. } => RetrieverKind::Match,
             RetrieverParams::Recent => RetrieverKind::Recent,
             RetrieverParams::Expand { .. } => RetrieverKind::Expand,
-            RetrieverParams::Episodic { .. } => RetrieverKind::Episodic,
+            RetrieverParams::Episodic(_) => RetrieverKind::Episodic,
         }
     }
 }
@@ -339,12 +330,12 @@ impl SearchRequest {
                     }
                 }
                 RetrieverParams::Recent => {}
-                RetrieverParams::Episodic {
+                RetrieverParams::Episodic(crate::retrieval::episodic::Window {
                     seeds,
                     window,
                     max_gap_ms,
                     decay,
-                } => {
+                }) => {
                     if *seeds == 0 || *seeds > TOP_MAX {
                         return bad(
                             "seeds",
