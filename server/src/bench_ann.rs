@@ -63,7 +63,27 @@ pub struct AnnArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
+    /// Keep the store in this directory and reuse it on the next run over
+    /// the same dataset and graph parameters (skips ingest and the graph
+    /// build). A reused store whose dataset deletions were applied cannot
+    /// measure the unfiltered ground truth (`none`), which is then skipped.
+    #[arg(long)]
+    pub store: Option<PathBuf>,
 }
+
+/// What `--store` remembers about the store it keeps.
+#[derive(Debug, Serialize, serde::Deserialize, PartialEq)]
+struct Kept {
+    dataset: String,
+    n: usize,
+    dim: usize,
+    m: usize,
+    ef_construction: usize,
+    deleted_applied: bool,
+}
+
+const KEPT_FILE: &str = "bench-ann.json";
+const KEPT_IDS: &str = "bench-ann.ids";
 
 /// A dense array from an .npy file.
 #[derive(Debug)]
@@ -387,9 +407,41 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
             .collect(),
         Err(_) => Vec::new(),
     };
-    let dir = tempfile::Builder::new()
-        .prefix("engram-bench-ann-")
-        .tempdir()?;
+    let temp;
+    let (store_dir, mut kept) = match &a.store {
+        Some(p) => {
+            std::fs::create_dir_all(p)?;
+            let want = Kept {
+                dataset: d.display().to_string(),
+                n,
+                dim,
+                m: a.m,
+                ef_construction: a.ef_construction,
+                deleted_applied: false,
+            };
+            let kept = std::fs::read_to_string(p.join(KEPT_FILE))
+                .ok()
+                .and_then(|t| serde_json::from_str::<Kept>(&t).ok())
+                .filter(|k| {
+                    k.dataset == want.dataset
+                        && (k.n, k.dim, k.m, k.ef_construction)
+                            == (want.n, want.dim, want.m, want.ef_construction)
+                });
+            if kept.is_none() && p.read_dir()?.next().is_some() {
+                return Err(CliError::Message(format!(
+                    "--store {}: not empty, and not a store kept by a run over this dataset with these parameters",
+                    p.display()
+                )));
+            }
+            (p.clone(), Some(kept.unwrap_or(want)))
+        }
+        None => {
+            temp = tempfile::Builder::new()
+                .prefix("engram-bench-ann-")
+                .tempdir()?;
+            (temp.path().to_path_buf(), None)
+        }
+    };
     let opts = Options {
         hnsw: HnswParams {
             m: a.m,
@@ -398,53 +450,77 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
         },
         ..Options::default()
     };
-    let db = Engram::open(dir.path(), opts)?;
+    let db = Engram::open(&store_dir, opts)?;
     let s = db.session(Principal::admin("bench"));
-    let bar = ctx.counter("bench ann", n as u64, "vectors");
-    bar.set_message(format!("ingesting vectors of {dim} dims"));
     let started = Instant::now();
     let mut ids: Vec<RecordId> = Vec::with_capacity(n);
-    for start in (0..n).step_by(1000) {
-        let end = (start + 1000).min(n);
-        let batch: Vec<NewRecord> = (start..end)
-            .map(|i| {
-                let (user, ts) = match &attrs {
-                    Some(at) => (
-                        format!("tenant-{}", at.data[i * 3]),
-                        Some(at.data[i * 3 + 1] * 1000),
-                    ),
-                    None => ("tenant-0".to_string(), None),
-                };
-                let mut r = NewRecord::event(
-                    "document",
-                    texts
-                        .get(i)
-                        .cloned()
-                        .flatten()
-                        .unwrap_or_else(|| format!("row {i}")),
-                )
-                .with_external_id(format!("row-{i}"))
-                .with_scope(Scope {
-                    user: Some(user),
-                    ..Scope::default()
+    let reused = store_dir.join(KEPT_FILE).exists();
+    let (ingest_seconds, build_seconds) = if reused {
+        log(format!("reusing the store kept in {}", store_dir.display()));
+        let raw = std::fs::read(store_dir.join(KEPT_IDS))?;
+        if raw.len() != n * 16 {
+            return Err(CliError::Message(format!(
+                "--store {}: {KEPT_IDS} does not list {n} record ids",
+                store_dir.display()
+            )));
+        }
+        ids.extend(
+            raw.chunks_exact(16)
+                .map(|c| RecordId::from_bytes(c.try_into().expect("chunks of 16 bytes"))),
+        );
+        db.wait_indexed()?;
+        (0.0, 0.0)
+    } else {
+        let bar = ctx.counter("bench ann", n as u64, "vectors");
+        bar.set_message(format!("ingesting vectors of {dim} dims"));
+        for start in (0..n).step_by(1000) {
+            let end = (start + 1000).min(n);
+            let batch: Vec<NewRecord> = (start..end)
+                .map(|i| {
+                    let (user, ts) = match &attrs {
+                        Some(at) => (
+                            format!("tenant-{}", at.data[i * 3]),
+                            Some(at.data[i * 3 + 1] * 1000),
+                        ),
+                        None => ("tenant-0".to_string(), None),
+                    };
+                    let mut r = NewRecord::event(
+                        "document",
+                        texts
+                            .get(i)
+                            .cloned()
+                            .flatten()
+                            .unwrap_or_else(|| format!("row {i}")),
+                    )
+                    .with_external_id(format!("row-{i}"))
+                    .with_scope(Scope {
+                        user: Some(user),
+                        ..Scope::default()
+                    })
+                    .with_embedding("dataset", base.data[i * dim..(i + 1) * dim].to_vec());
+                    r.occurred_at = ts;
+                    r
                 })
-                .with_embedding("dataset", base.data[i * dim..(i + 1) * dim].to_vec());
-                r.occurred_at = ts;
-                r
-            })
-            .collect();
-        ids.extend(s.append(batch)?.into_iter().map(|r| r.id));
-        bar.set_position(end as u64);
-    }
-    bar.finish();
-    let ingest_seconds = started.elapsed().as_secs_f64();
-    log(format!("ingested in {ingest_seconds:.1}s"));
-    let spinner = ctx.spinner("bench ann");
-    spinner.set_message("waiting for the graph");
-    let indexed = db.wait_indexed();
-    spinner.finish();
-    indexed?;
-    let build_seconds = started.elapsed().as_secs_f64();
+                .collect();
+            ids.extend(s.append(batch)?.into_iter().map(|r| r.id));
+            bar.set_position(end as u64);
+        }
+        bar.finish();
+        let ingest_seconds = started.elapsed().as_secs_f64();
+        log(format!("ingested in {ingest_seconds:.1}s"));
+        let spinner = ctx.spinner("bench ann");
+        spinner.set_message("waiting for the graph");
+        let indexed = db.wait_indexed();
+        spinner.finish();
+        indexed?;
+        let build_seconds = started.elapsed().as_secs_f64();
+        if let Some(k) = &kept {
+            let raw: Vec<u8> = ids.iter().flat_map(|id| id.to_bytes()).collect();
+            std::fs::write(store_dir.join(KEPT_IDS), raw)?;
+            std::fs::write(store_dir.join(KEPT_FILE), serde_json::to_vec(k)?)?;
+        }
+        (ingest_seconds, build_seconds)
+    };
     let stats = db.stats()?;
     let graph_bytes = stats
         .vector_spaces
@@ -516,7 +592,11 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
         Ok(())
     };
     let wanted = |name: &str| a.only.is_empty() || a.only.iter().any(|o| o == name);
-    if wanted("none") {
+    let deleted_applied = kept.as_ref().is_some_and(|k| k.deleted_applied);
+    if deleted_applied && wanted("none") {
+        log("the kept store has the dataset's deletions applied: skipping `none`".into());
+    }
+    if wanted("none") && !deleted_applied {
         run_gt("none", &gt, &Filters::default(), n, &mut report)?;
     }
     let filtered_wanted = a.only.is_empty() || a.only.iter().any(|o| o != "none");
@@ -525,7 +605,11 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
             let defs: serde_json::Value = serde_json::from_str(&fjson)
                 .map_err(|e| CliError::Message(format!("filters.json: {e}")))?;
             // Phase 2: delete the rows marked deleted.
-            let deleted: Vec<usize> = (0..n).filter(|&i| at.data[i * 3 + 2] != 0).collect();
+            let deleted: Vec<usize> = if deleted_applied {
+                Vec::new()
+            } else {
+                (0..n).filter(|&i| at.data[i * 3 + 2] != 0).collect()
+            };
             let bar = ctx.counter("bench ann", deleted.len() as u64, "rows");
             bar.set_message("deleting the rows marked deleted");
             for &i in &deleted {
@@ -536,6 +620,10 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
                 bar.inc(1);
             }
             bar.finish();
+            if let Some(k) = kept.as_mut() {
+                k.deleted_applied = true;
+                std::fs::write(store_dir.join(KEPT_FILE), serde_json::to_vec(k)?)?;
+            }
             let mut names: Vec<(&String, &serde_json::Value)> = defs
                 .as_object()
                 .map(|o| o.iter().collect())

@@ -170,7 +170,9 @@ fn planner_uses_the_graph_for_large_eligible_sets_and_exact_scans_for_small_ones
     let clock = ManualClock::new(1_700_000_000_000);
     let db = store(&clock, false);
     let s = db.session(Principal::admin("t"));
-    let dim = 16;
+    // Large enough (12,000 vectors of 8 dimensions) that the cost model
+    // prefers the graph at ef 10; see engine/src/retrieval/plan.rs.
+    let dim = 8;
     let mut rng = 0x1234_5678_u64;
     let mut next = || {
         rng ^= rng << 13;
@@ -179,7 +181,7 @@ fn planner_uses_the_graph_for_large_eligible_sets_and_exact_scans_for_small_ones
         (rng % 2000) as f32 / 1000.0 - 1.0
     };
     let mut batch = Vec::new();
-    for i in 0..6000 {
+    for i in 0..12_000 {
         let v: Vec<f32> = (0..dim).map(|_| next()).collect();
         batch.push(
             NewRecord::event("point", format!("p{i}"))
@@ -187,19 +189,38 @@ fn planner_uses_the_graph_for_large_eligible_sets_and_exact_scans_for_small_ones
                 .with_embedding("m", v),
         );
     }
-    s.append(batch).unwrap();
+    for chunk in batch.chunks(4000) {
+        s.append(chunk.to_vec()).unwrap();
+    }
     db.wait_indexed().unwrap();
     let q: Vec<f32> = (0..dim).map(|_| next()).collect();
     let all = s
         .recall(&RecallRequest {
             k: 10,
-            ef: Some(128),
+            ef: Some(10),
             ..RecallRequest::vector(Some("m"), q.clone())
         })
         .unwrap();
     let plan = all.manifest.vector_plan.clone().unwrap();
+    let model = engram::retrieval::plan::plan_vector(
+        &engram::retrieval::plan::PlanInput {
+            eligible: 12_000,
+            space_size: 12_000,
+            ef: 10,
+            n: 10,
+            ef_max: 4096,
+            quantized_min: 1024,
+            dim,
+        },
+        &engram::retrieval::plan::COSTS,
+    );
+    assert!(
+        matches!(model, engram::retrieval::plan::Plan::Walk { ef: 10, .. }),
+        "{model:?}"
+    );
     assert_eq!(plan.strategy, "hnsw", "{plan:?}");
-    assert_eq!(plan.eligible_in_space, 6000);
+    assert_eq!(plan.ef_used, 10);
+    assert_eq!(plan.eligible_in_space, 12_000);
     // exact ground truth via an exact-scan plan of the same eligible set
     // is checked in the HNSW unit tests; here: a selective filter goes exact
     let rare = s
@@ -213,7 +234,7 @@ fn planner_uses_the_graph_for_large_eligible_sets_and_exact_scans_for_small_ones
         .unwrap();
     let plan = rare.manifest.vector_plan.unwrap();
     assert_eq!(plan.strategy, "exact");
-    assert_eq!(plan.eligible_in_space, 60);
+    assert_eq!(plan.eligible_in_space, 120);
     assert_eq!(rare.hits.len(), 10);
 }
 

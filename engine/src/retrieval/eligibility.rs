@@ -28,7 +28,7 @@
 use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use roaring::RoaringBitmap;
+use roaring::{MultiOps, RoaringBitmap};
 use serde::Serialize;
 
 use crate::model::{RecordType, Status};
@@ -129,15 +129,10 @@ pub struct Eligibility {
 }
 
 fn union_of(st: &State, map: &FxHashMap<u32, RoaringBitmap>, values: &[String]) -> RoaringBitmap {
-    let mut out = RoaringBitmap::new();
-    for v in values {
-        if let Some(sym) = st.strings.get(v) {
-            if let Some(b) = map.get(&sym) {
-                out |= b;
-            }
-        }
-    }
-    out
+    values
+        .iter()
+        .filter_map(|v| st.strings.get(v).and_then(|sym| map.get(&sym)))
+        .union()
 }
 
 /// A status class a statement may select. `Active` is the default.
@@ -430,25 +425,32 @@ struct Classes {
     universe: RoaringBitmap,
 }
 
-fn eval(st: &State, e: &FilterExpr, c: &Classes) -> RoaringBitmap {
+/// Evaluates `e` over the universe. Only its intersection with `within`
+/// (a subset of the universe the caller intersects the result with) has
+/// to be right: terms that test records one by one test only `within`, so
+/// a time term after a selective scope term costs what the scope holds,
+/// not what the store holds. (`Not` keeps it right: `(u - X) ∩ S` needs `X`
+/// only on `S`.)
+fn eval(st: &State, e: &FilterExpr, c: &Classes, within: &RoaringBitmap) -> RoaringBitmap {
     let u = &c.universe;
     match e {
         FilterExpr::All => u.clone(),
         FilterExpr::And { terms } => {
-            let mut b = u.clone();
+            let mut b = u & within;
             for t in terms {
-                b &= eval(st, t, c);
+                let x = eval(st, t, c, &b);
+                b &= x;
             }
             b
         }
         FilterExpr::Or { terms } => {
             let mut b = RoaringBitmap::new();
             for t in terms {
-                b |= eval(st, t, c);
+                b |= eval(st, t, c, within);
             }
             b
         }
-        FilterExpr::Not { term } => u - &eval(st, term, c),
+        FilterExpr::Not { term } => u - &eval(st, term, c, within),
         FilterExpr::In { field, values } => {
             let map = match field {
                 NameField::User => &st.bm_user,
@@ -481,7 +483,7 @@ fn eval(st: &State, e: &FilterExpr, c: &Classes) -> RoaringBitmap {
             b
         }
         FilterExpr::Time { field, cmp, at_ms } => match field {
-            TimeField::OccurredAt => u
+            TimeField::OccurredAt => (u & within)
                 .iter()
                 .filter(|&i| cmp.holds(st.meta(i).occurred_at, *at_ms))
                 .collect(),
@@ -710,7 +712,8 @@ pub fn compute_expr(
         other => vec![other],
     };
     for t in terms {
-        out &= eval(st, t, &classes);
+        let x = eval(st, t, &classes, &out);
+        out &= x;
         push(&t.step_name(), &out);
     }
     let historical = &classes.historical & &out;

@@ -8,17 +8,18 @@
 //!                               \--> graph   (entity expansion; see graph)-+
 //! ```
 //!
-//! **Planner** (vector retriever). Let `E` be the number of eligible records
-//! that have a vector in the space and `s = E / |space|` its selectivity.
-//! - `E <= EXACT_SCAN_MAX` (4096) or `s < EXACT_SELECTIVITY_MAX` (5%): exact
-//!   scan of the eligible vectors (SIMD distances): exact results, and
-//!   cheaper than a graph walk that would have to skip most nodes;
-//! - otherwise the HNSW graph is walked with the eligibility test *inside*
-//!   the traversal: every node routes the search, only eligible nodes enter
-//!   the result list; `ef` is raised for moderate selectivity
-//!   (`ef / sqrt(s)`, capped at 8x) since fewer visited nodes qualify;
-//! - vectors not yet in the graph (indexing runs off the write path) are
-//!   scanned exactly and merged.
+//! **Planner** (vector retriever; [`plan`]). Let `E` be the number of
+//! eligible records that have a vector in the space and `s = E / |space|`
+//! its selectivity. A cost model with measured constants compares
+//! - an exact scan of the eligible vectors: full precision below 1,024,
+//!   int8 codes with a proven error bound and full-precision re-ranking of
+//!   the few that may be among the best above (exact either way), with
+//! - a walk of the HNSW graph with the eligibility test *inside* the
+//!   traversal: every node routes the search, only eligible nodes enter the
+//!   result list; `ef` is raised for moderate selectivity (`ef / sqrt(s)`,
+//!   capped at 8x) since fewer visited nodes qualify; vectors not yet in
+//!   the graph (indexing runs off the write path) are scanned exactly and
+//!   merged.
 //!
 //! The chosen plan is in the manifest.
 //!
@@ -35,6 +36,7 @@
 pub mod eligibility;
 pub mod episodic;
 pub mod graph;
+pub mod plan;
 pub mod search;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -62,10 +64,6 @@ pub const RECALL_FUSION: Fusion = Fusion::Linear { norm: Norm::MinMax };
 pub const DEFAULT_EPISODIC_WEIGHT: f64 = 0.7;
 /// Version of the manifest layout.
 pub const MANIFEST_VERSION: u32 = 1;
-/// Exact scan at or below this many eligible vectors.
-pub const EXACT_SCAN_MAX: u64 = 4096;
-/// Exact scan below this selectivity.
-pub const EXACT_SELECTIVITY_MAX: f64 = 0.05;
 /// Default reciprocal-rank-fusion constant.
 pub const RRF_K: f64 = 60.0;
 /// Default ef_search.
@@ -772,63 +770,74 @@ impl Session {
         let ef_req = q.ef.unwrap_or(EF_DEFAULT);
         let mut stats = SearchStats::default();
         let indexed_slots = space.hnsw.read().len();
-        let exact = e <= EXACT_SCAN_MAX || selectivity < EXACT_SELECTIVITY_MAX;
-        let (mut found, strategy, reason, ef_used, unindexed) = if exact {
-            cost.records_scanned += e;
-            let r = space.exact(&query, in_space.iter(), &mut stats);
-            (
-                r,
-                "exact",
-                if e <= EXACT_SCAN_MAX {
+        let plan = plan::plan_vector(
+            &plan::PlanInput {
+                eligible: e,
+                space_size: size,
+                ef: ef_req,
+                n,
+                ef_max: limits::EF_MAX,
+                quantized_min: crate::vector::space::QUANTIZED_SCAN_MIN,
+                dim: space.dim,
+            },
+            &plan::COSTS,
+        );
+        let (mut found, strategy, reason, ef_used, unindexed) = match plan {
+            plan::Plan::Exact { cost_ns, walk_ns } => {
+                cost.records_scanned += e;
+                let r = space.exact_top(&query, &in_space, n, &mut stats);
+                (
+                    r,
+                    "exact",
                     format!(
-                        "{e} eligible vectors <= {EXACT_SCAN_MAX}: an exact scan is cheaper and exact"
-                    )
-                } else {
-                    format!(
-                        "selectivity {selectivity:.4} < {EXACT_SELECTIVITY_MAX}: a graph walk would skip most nodes"
-                    )
-                },
-                0,
-                0,
-            )
-        } else {
-            let all = in_space.len() == size;
-            let boost = if all {
-                1.0
-            } else {
-                (1.0 / selectivity.sqrt()).min(8.0)
-            };
-            // a float in [1, 8 * EF_MAX]: the saturating cast is exact enough
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            let ef = ((ef_req.max(n) as f64) * boost).ceil() as usize;
-            let ef = ef.min(limits::EF_MAX);
-            let allow = |idx: Idx| in_space.contains(idx);
-            let (mut r, indexed) = SCRATCH.with(|cell| {
-                let mut scratch = cell.borrow_mut();
-                if all {
-                    space.graph_search(&query, n, ef, None, &mut scratch, &mut stats)
-                } else {
-                    space.graph_search(&query, n, ef, Some(&allow), &mut scratch, &mut stats)
-                }
-            });
-            // vectors not yet in the graph: exact
-            let tail: Vec<Idx> = space.slot_to_idx[indexed as usize..]
-                .iter()
-                .copied()
-                .filter(|i| in_space.contains(*i))
-                .collect();
-            cost.records_scanned += tail.len() as u64;
-            r.extend(space.exact(&query, tail.iter().copied(), &mut stats));
-            (
-                r,
-                "hnsw",
-                format!(
-                    "{e} eligible vectors, selectivity {selectivity:.4}: filtered graph walk{}",
-                    if all { "" } else { " with raised ef" }
-                ),
+                        "{e} eligible vectors, selectivity {selectivity:.4}: exact scan (estimated {:.0} us) over a filtered graph walk ({:.0} us)",
+                        cost_ns / 1e3,
+                        walk_ns / 1e3
+                    ),
+                    0,
+                    0,
+                )
+            }
+            plan::Plan::Walk {
                 ef,
-                tail.len() as u64,
-            )
+                cost_ns,
+                scan_ns,
+            } => {
+                let all = in_space.len() == size;
+                let allow = |idx: Idx| in_space.contains(idx);
+                let (mut r, indexed) = SCRATCH.with(|cell| {
+                    let mut scratch = cell.borrow_mut();
+                    if all {
+                        space.graph_search(&query, n, ef, None, &mut scratch, &mut stats)
+                    } else {
+                        space.graph_search(&query, n, ef, Some(&allow), &mut scratch, &mut stats)
+                    }
+                });
+                // vectors not yet in the graph: exact
+                let tail: Vec<Idx> = space.slot_to_idx[indexed as usize..]
+                    .iter()
+                    .copied()
+                    .filter(|i| in_space.contains(*i))
+                    .collect();
+                cost.records_scanned += tail.len() as u64;
+                r.extend(space.exact(&query, tail.iter().copied(), &mut stats));
+                (
+                    r,
+                    "hnsw",
+                    format!(
+                        "{e} eligible vectors, selectivity {selectivity:.4}: {} (estimated {:.0} us) over an exact scan ({:.0} us)",
+                        if all {
+                            "graph walk"
+                        } else {
+                            "filtered graph walk with raised ef"
+                        },
+                        cost_ns / 1e3,
+                        scan_ns / 1e3
+                    ),
+                    ef,
+                    tail.len() as u64,
+                )
+            }
         };
         cost.distance_computations += stats.distance_computations;
         cost.graph_nodes_visited += stats.nodes_visited;

@@ -6,4 +6,5 @@
 
 pub mod distance;
 pub mod hnsw;
+pub mod quant;
 pub mod space;

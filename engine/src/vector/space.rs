@@ -32,6 +32,7 @@ use rustc_hash::FxHashMap;
 
 use super::distance::{Metric, distance};
 use super::hnsw::{Hnsw, HnswParams, Neighbor, SearchScratch, SearchStats, Vectors};
+use super::quant::{Codes, Gathered, QueryCode, ScanCache};
 use crate::error::{EngineError, Result};
 use crate::id::RecordId;
 
@@ -39,6 +40,10 @@ const SNAPSHOT_MAGIC: [u8; 8] = *b"ENGRHNSW";
 /// Version 2 added the tenant (spaces of version 1 were per model for the
 /// whole store; they are discarded and rebuilt from the log).
 const SNAPSHOT_VERSION: u32 = 2;
+
+/// Exact scans of at least this many records read int8 codes first
+/// ([`VectorSpace::exact_top`]); smaller ones are not worth coding.
+pub const QUANTIZED_SCAN_MIN: u64 = 1024;
 
 /// Dense record index (see `state`).
 pub type Idx = u32;
@@ -113,6 +118,11 @@ pub struct VectorSpace {
     rows_synced: u64,
     /// Record id of the last durable row, as persisted.
     last_row_record: [u8; 16],
+    /// Int8 codes by slot, made on the first large exact scan and extended
+    /// by later ones (see [`VectorSpace::exact_top`]).
+    codes: RwLock<Codes>,
+    /// Recently scanned sets' codes, gathered (see `quant::ScanCache`).
+    scans: parking_lot::Mutex<ScanCache>,
 }
 
 impl std::fmt::Debug for VectorSpace {
@@ -237,6 +247,8 @@ impl VectorSpace {
             hnsw: Arc::new(RwLock::new(Hnsw::new(params, internal))),
             rows_synced: 0,
             last_row_record: [0; 16],
+            codes: RwLock::new(Codes::new(dim)),
+            scans: parking_lot::Mutex::default(),
         })
     }
 
@@ -351,6 +363,64 @@ impl VectorSpace {
             out.push((idx, distance(m, query, v)));
         }
         out
+    }
+
+    /// The `n` nearest of the given records (which must be members), exact:
+    /// the same records and distances as [`VectorSpace::exact`] followed by
+    /// a top-n selection, ties included.
+    ///
+    /// From [`QUANTIZED_SCAN_MIN`] records up (inner-product spaces), it
+    /// reads the int8 codes (a quarter of the bytes), bounds every
+    /// record's similarity, and computes full-precision distances only for
+    /// the records that may be among the `n` best (see `quant`). Both
+    /// estimates and re-ranked distances count as distance computations.
+    pub fn exact_top(
+        &self,
+        query: &[f32],
+        idxs: &RoaringBitmap,
+        n: usize,
+        stats: &mut SearchStats,
+    ) -> Vec<(Idx, f32)> {
+        if idxs.len() < QUANTIZED_SCAN_MIN || self.internal_metric() != Metric::Dot {
+            return self.exact(query, idxs.iter(), stats);
+        }
+        let qc = QueryCode::new(query);
+        let cached = self.scans.lock().get(idxs);
+        let gathered = match cached {
+            Some(g) => g,
+            None => {
+                let codes = self.codes_upto_date();
+                let slots: Vec<(u32, Idx)> = idxs
+                    .iter()
+                    .filter_map(|idx| self.slot_of(idx).map(|s| (s, idx)))
+                    .collect();
+                let g = Arc::new(Gathered::new(idxs, &slots, &codes));
+                drop(codes);
+                self.scans.lock().put(g.clone());
+                g
+            }
+        };
+        let (kept, estimated) = gathered.scan_top(&qc, self.dim, n);
+        stats.distance_computations += estimated as u64;
+        self.exact(query, kept.into_iter().map(|b| b.item), stats)
+    }
+
+    /// The codes, extended to every slot first if some are missing.
+    fn codes_upto_date(&self) -> parking_lot::RwLockReadGuard<'_, Codes> {
+        {
+            let c = self.codes.read();
+            if c.len() >= self.len() {
+                return c;
+            }
+        }
+        let mut w = self.codes.write();
+        w.extend(&self.vectors());
+        parking_lot::RwLockWriteGuard::downgrade(w)
+    }
+
+    /// Bytes of int8 codes held, by slot and gathered.
+    pub fn code_bytes(&self) -> usize {
+        self.codes.read().bytes() + self.scans.lock().bytes()
     }
 
     /// Graph search restricted by `allow` (a record-index predicate).
@@ -651,6 +721,8 @@ impl VectorSpaces {
                     hnsw: Arc::new(RwLock::new(g)),
                     rows_synced: h.rows_synced,
                     last_row_record: h.last_row_record,
+                    codes: RwLock::new(Codes::new(h.dim)),
+                    scans: parking_lot::Mutex::default(),
                 }
             }
             None => VectorSpace::create(
@@ -774,6 +846,8 @@ impl VectorSpaces {
                     hnsw: Arc::new(RwLock::new(g)),
                     rows_synced: h.rows_synced,
                     last_row_record: h.last_row_record,
+                    codes: RwLock::new(Codes::new(h.dim)),
+                    scans: parking_lot::Mutex::default(),
                 },
             ));
         }
@@ -864,5 +938,82 @@ impl VectorSpaces {
     /// Root directory of the spaces.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engram_storage::MemBackend;
+
+    /// Deterministic pseudo-random unit-ish vectors in clusters, so many
+    /// similarities are close (where a loose bound would show).
+    fn vector(i: u32, dim: usize) -> Vec<f32> {
+        let c = i % 7;
+        (0..dim)
+            .map(|j| {
+                let h = (u64::from(i) * 2_654_435_761 + j as u64 * 40_503) % 1000;
+                let centre = if (j as u32 + c).is_multiple_of(5) { 1.0 } else { 0.0 };
+                centre + h as f32 / 5000.0
+            })
+            .collect()
+    }
+
+    fn reference(space: &VectorSpace, q: &[f32], set: &RoaringBitmap, n: usize) -> Vec<(Idx, f32)> {
+        let mut all = space.exact(q, set.iter(), &mut SearchStats::default());
+        all.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+        all.truncate(n);
+        all
+    }
+
+    #[test]
+    fn the_int8_scan_returns_the_exact_top_n_cached_or_not() {
+        let dim = 48;
+        let mut spaces = VectorSpaces::open(
+            Arc::new(MemBackend::new()),
+            Path::new("/v"),
+            HnswParams::default(),
+            Metric::Cosine,
+        )
+        .unwrap();
+        let n_vec = 3000u32;
+        for i in 0..n_vec {
+            // record indexes with gaps, as in a store with other records
+            spaces
+                .push("t", "m", false, i * 3 + 1, &vector(i, dim))
+                .unwrap();
+        }
+        let space = spaces.get("t", "m").unwrap();
+        let sets: Vec<RoaringBitmap> = vec![
+            space.members.clone(),
+            space.members.iter().filter(|i| i % 2 == 0).collect(),
+            space
+                .members
+                .iter()
+                .filter(|i| i % 5 != 0)
+                .take(1500)
+                .collect(),
+        ];
+        for (k, set) in sets.iter().enumerate() {
+            assert!(
+                set.len() >= QUANTIZED_SCAN_MIN,
+                "set {k} must take the int8 path"
+            );
+            for qi in 0..20u32 {
+                let q = normalized(Metric::Cosine, &vector(10_000 + qi * 13, dim));
+                for n in [1, 10, 50] {
+                    let want = reference(space, &q, set, n);
+                    for pass in 0..2 {
+                        let mut stats = SearchStats::default();
+                        let mut got = space.exact_top(&q, set, n, &mut stats);
+                        got.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+                        got.truncate(n);
+                        assert_eq!(got, want, "set {k}, query {qi}, n {n}, pass {pass}");
+                        assert!(stats.distance_computations >= set.len());
+                    }
+                }
+            }
+        }
+        assert!(space.code_bytes() > 0);
     }
 }

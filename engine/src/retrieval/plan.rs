@@ -1,0 +1,223 @@
+//! The vector planner: exact scan of the eligible vectors or a filtered
+//! graph walk, whichever the cost model says is cheaper.
+//!
+//! A pure function of counts ([`plan_vector`]); the constants in
+//! [`COSTS`] were measured with `engram bench ann` on 200,000 and 20,000
+//! real-embedding vectors (docs/benchmarks.md, "Filtered search at 200k",
+//! gives the runs and the fit). Both plans return the `n` best eligible
+//! vectors; the exact scan is exact, the walk approximate, so near a tie
+//! the scan wins.
+//!
+//! Must never: look at records or vectors (it sees counts only).
+
+/// Measured per-unit costs, in nanoseconds: each is `fixed + per_dim *
+/// dimensions` (bytes read grow with the dimension; the fixed part is the
+/// bookkeeping around each vector).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Costs {
+    /// One eligible vector of a full-precision exact scan (small sets).
+    pub scan_f32: (f64, f64),
+    /// One eligible vector of an int8 exact scan (sets of at least
+    /// [`crate::vector::space::QUANTIZED_SCAN_MIN`]).
+    pub scan_i8: (f64, f64),
+    /// One distance computation of a graph walk (including the
+    /// neighbour-list reads and the eligibility test around it).
+    pub walk_distance: (f64, f64),
+    /// Distances of an unfiltered walk: `walk_per_ef * ef + walk_base`.
+    pub walk_per_ef: f64,
+    /// See `walk_per_ef`.
+    pub walk_base: f64,
+    /// A walk restricted to a share `s` of the graph computes about
+    /// `s ^ -walk_selectivity_exponent` times more distances.
+    pub walk_selectivity_exponent: f64,
+}
+
+/// The costs measured on this project's reference machine at 384
+/// dimensions (see the module documentation); the split between the fixed
+/// and the per-dimension part is an assumption (bytes read), not measured
+/// at other dimensions.
+pub const COSTS: Costs = Costs {
+    scan_f32: (10.0, 0.36),
+    scan_i8: (4.0, 0.06),
+    walk_distance: (150.0, 0.31),
+    walk_per_ef: 10.3,
+    walk_base: 210.0,
+    walk_selectivity_exponent: 0.72,
+};
+
+/// Largest raise of `ef` for a filtered walk.
+pub const EF_BOOST_MAX: f64 = 8.0;
+
+/// What the planner sees.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PlanInput {
+    /// Eligible vectors in the space.
+    pub eligible: u64,
+    /// Vectors in the space.
+    pub space_size: u64,
+    /// The request's `ef`.
+    pub ef: usize,
+    /// Candidates wanted.
+    pub n: usize,
+    /// Largest `ef` allowed.
+    pub ef_max: usize,
+    /// Smallest set that is scanned through int8 codes.
+    pub quantized_min: u64,
+    /// Dimensions of the space.
+    pub dim: usize,
+}
+
+/// The planner's choice.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Plan {
+    /// Scan every eligible vector.
+    Exact {
+        /// Estimated cost, ns.
+        cost_ns: f64,
+        /// Estimated cost of the walk it beat, ns.
+        walk_ns: f64,
+    },
+    /// Walk the graph with this `ef`, testing eligibility inside.
+    Walk {
+        /// The `ef` used (raised for selective filters).
+        ef: usize,
+        /// Estimated cost, ns.
+        cost_ns: f64,
+        /// Estimated cost of the scan it beat, ns.
+        scan_ns: f64,
+    },
+}
+
+/// `ef` of a walk over a share `s` of the graph: raised by `1 / sqrt(s)`
+/// (at most [`EF_BOOST_MAX`] times), since fewer visited nodes qualify.
+// ef is at most ef_max: the saturating cast is exact enough
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+pub fn walk_ef(ef: usize, n: usize, selectivity: f64, ef_max: usize) -> usize {
+    let boost = if selectivity >= 1.0 {
+        1.0
+    } else {
+        (1.0 / selectivity.max(f64::MIN_POSITIVE).sqrt()).min(EF_BOOST_MAX)
+    };
+    let ef = ((ef.max(n) as f64) * boost).ceil() as usize;
+    ef.clamp(1, ef_max.max(1))
+}
+
+/// Chooses between an exact scan and a filtered walk by estimated cost.
+#[allow(clippy::cast_precision_loss)] // counts far below 2^52
+pub fn plan_vector(i: &PlanInput, c: &Costs) -> Plan {
+    let e = i.eligible as f64;
+    let d = i.dim as f64;
+    let at = |(fixed, per_dim): (f64, f64)| fixed + per_dim * d;
+    let per = if i.eligible >= i.quantized_min {
+        at(c.scan_i8)
+    } else {
+        at(c.scan_f32)
+    };
+    let scan_ns = e * per;
+    if i.space_size == 0 || i.eligible == 0 {
+        return Plan::Exact {
+            cost_ns: scan_ns,
+            walk_ns: 0.0,
+        };
+    }
+    let s = (e / i.space_size as f64).min(1.0);
+    let ef = walk_ef(i.ef, i.n, s, i.ef_max);
+    let distances =
+        (c.walk_per_ef * ef as f64 + c.walk_base) * s.powf(-c.walk_selectivity_exponent);
+    let walk_ns = distances * at(c.walk_distance);
+    if scan_ns <= walk_ns {
+        Plan::Exact {
+            cost_ns: scan_ns,
+            walk_ns,
+        }
+    } else {
+        Plan::Walk {
+            ef,
+            cost_ns: walk_ns,
+            scan_ns,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn input(eligible: u64, space_size: u64, ef: usize) -> PlanInput {
+        PlanInput {
+            eligible,
+            space_size,
+            ef,
+            n: 10,
+            ef_max: 4096,
+            quantized_min: 1024,
+            dim: 384,
+        }
+    }
+
+    fn is_exact(p: &Plan) -> bool {
+        matches!(p, Plan::Exact { .. })
+    }
+
+    #[test]
+    fn small_sets_are_scanned_and_whole_large_spaces_walked() {
+        assert!(is_exact(&plan_vector(&input(200, 200_000, 16), &COSTS)));
+        assert!(is_exact(&plan_vector(&input(2_000, 200_000, 64), &COSTS)));
+        assert!(is_exact(&plan_vector(&input(0, 0, 16), &COSTS)));
+        assert!(is_exact(&plan_vector(&input(500, 500, 16), &COSTS)));
+        match plan_vector(&input(200_000, 200_000, 32), &COSTS) {
+            Plan::Walk { ef, .. } => assert_eq!(ef, 32),
+            p => panic!("a whole 200k space should be walked: {p:?}"),
+        }
+    }
+
+    #[test]
+    fn a_tenth_of_a_large_space_is_scanned_through_codes() {
+        // 18,700 of 200,000 (the benchmark's tenant filter): the int8 scan
+        // reads ~0.75 ms of work, the walk ~5,000 distances.
+        assert!(is_exact(&plan_vector(&input(18_700, 200_000, 16), &COSTS)));
+        // Without codes the same set costs more than the walk at low ef.
+        let no_codes = PlanInput {
+            quantized_min: u64::MAX,
+            ..input(18_700, 200_000, 16)
+        };
+        assert!(!is_exact(&plan_vector(&no_codes, &COSTS)));
+    }
+
+    #[test]
+    fn walk_ef_is_raised_for_selective_filters_within_bounds() {
+        assert_eq!(walk_ef(16, 10, 1.0, 4096), 16);
+        assert_eq!(walk_ef(16, 10, 0.25, 4096), 32);
+        assert_eq!(walk_ef(16, 10, 0.0001, 4096), 128);
+        assert_eq!(walk_ef(16, 50, 1.0, 4096), 50);
+        assert_eq!(walk_ef(4000, 10, 0.01, 4096), 4096);
+    }
+
+    proptest! {
+        /// Fewer eligible vectors never turn a scan into a walk.
+        #[test]
+        fn the_choice_is_monotonic_in_the_eligible_count(
+            size in 1u64..5_000_000,
+            a in 0u64..5_000_000,
+            b in 0u64..5_000_000,
+            ef in 1usize..512,
+        ) {
+            let (lo, hi) = (a.min(b).min(size), a.max(b).min(size));
+            // within one scan kind (the int8 threshold changes the slope)
+            prop_assume!((lo >= 1024) == (hi >= 1024));
+            if is_exact(&plan_vector(&input(hi, size, ef), &COSTS)) {
+                prop_assert!(is_exact(&plan_vector(&input(lo, size, ef), &COSTS)));
+            }
+        }
+
+        /// The reported costs are the ones compared.
+        #[test]
+        fn the_cheaper_plan_is_chosen(size in 1u64..5_000_000, e in 0u64..5_000_000, ef in 1usize..512) {
+            match plan_vector(&input(e.min(size), size, ef), &COSTS) {
+                Plan::Exact { cost_ns, walk_ns } => prop_assert!(cost_ns <= walk_ns || e.min(size) == 0),
+                Plan::Walk { cost_ns, scan_ns, .. } => prop_assert!(cost_ns < scan_ns),
+            }
+        }
+    }
+}

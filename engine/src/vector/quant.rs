@@ -1,0 +1,551 @@
+//! Int8 codes of vectors, for exact scans that read a quarter of the bytes.
+//!
+//! Owns: per-vector scalar quantization (each vector scaled by its own
+//! largest component to `[-127, 127]`), the int8 inner product (`simsimd`'s
+//! run-time dispatched kernels: VNNI where the CPU has it), and a bound on
+//! how far the int8 estimate of an inner product can be from the true one.
+//!
+//! The bound is what makes the codes safe to use for *exact* results: a
+//! scan estimates every eligible vector, keeps those whose upper bound
+//! reaches the n-th best lower bound, and re-ranks only those with the
+//! full-precision kernel. Every vector left out is provably worse than n
+//! kept ones, so the top n equal a full-precision scan's, ties included,
+//! whatever the data (see [`top_candidates`] and its property test).
+//!
+//! Why per-vector scales: no training, nothing to persist, the same codes
+//! on every replay, and no component ever clipped.
+//!
+//! Must never: decide which vectors are scanned (callers pass eligible
+//! slots only).
+
+use roaring::RoaringBitmap;
+use simsimd::SpatialSimilarity;
+
+use super::hnsw::Vectors;
+
+/// Largest code magnitude.
+const Q: f32 = 127.0;
+
+/// One quantized vector's side data.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CodeMeta {
+    /// The value of one code step (`max |x| / 127`; 0 for a zero vector).
+    pub step: f32,
+    /// Sum of the codes' magnitudes.
+    pub l1: u32,
+    /// Sum of the codes.
+    pub sum: i32,
+}
+
+/// Quantizes `v` into `out` (same length). Returns the step and L1 norm.
+#[allow(clippy::cast_possible_truncation)] // rounded values lie in [-127, 127]
+pub fn quantize(v: &[f32], out: &mut [i8]) -> CodeMeta {
+    debug_assert_eq!(v.len(), out.len());
+    let max = v.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    if max == 0.0 || !max.is_finite() {
+        out.fill(0);
+        return CodeMeta::default();
+    }
+    let scale = Q / max;
+    let (mut l1, mut sum) = (0u32, 0i32);
+    for (o, x) in out.iter_mut().zip(v) {
+        let c = (x * scale).round().clamp(-Q, Q) as i8;
+        l1 += u32::from(c.unsigned_abs());
+        sum += i32::from(c);
+        *o = c;
+    }
+    CodeMeta {
+        step: max / Q,
+        l1,
+        sum,
+    }
+}
+
+/// A query's codes, ready to be compared with many vectors' codes.
+#[derive(Debug)]
+pub struct QueryCode {
+    codes: Vec<i8>,
+    /// `codes + 128` as unsigned bytes (the VNNI kernel multiplies
+    /// unsigned by signed bytes).
+    shifted: Vec<u8>,
+    /// The query's side data.
+    pub meta: CodeMeta,
+    vnni: bool,
+}
+
+impl QueryCode {
+    /// Quantizes `q`.
+    pub fn new(q: &[f32]) -> QueryCode {
+        let mut codes = vec![0i8; q.len()];
+        let meta = quantize(q, &mut codes);
+        let shifted = codes.iter().map(|&c| c.cast_unsigned() ^ 0x80).collect();
+        QueryCode {
+            codes,
+            shifted,
+            meta,
+            vnni: x86::vnni_available(),
+        }
+    }
+
+    /// Integer inner product with a vector's codes (`x_meta` from the same
+    /// [`quantize`] call as `x`).
+    #[inline]
+    #[allow(unsafe_code)]
+    pub fn dot(&self, x: &[i8], x_meta: CodeMeta) -> i32 {
+        #[cfg(target_arch = "x86_64")]
+        if self.vnni && x.len() == self.shifted.len() {
+            // SAFETY: the kernel needs only the target features, which
+            // `vnni_available` detected on this CPU at construction.
+            let biased = unsafe { x86::dot_u8_i8(&self.shifted, x) };
+            return biased - 128 * x_meta.sum;
+        }
+        let _ = x_meta;
+        dot_i8(&self.codes, x)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::{
+        __m512i, _mm512_add_epi32, _mm512_dpbusd_epi32, _mm512_loadu_si512,
+        _mm512_reduce_add_epi32, _mm512_setzero_si512,
+    };
+
+    /// Prefetch hint for every cache line of `bytes`.
+    #[inline]
+    #[allow(unsafe_code)]
+    pub fn prefetch(bytes: &[i8]) {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        for line in bytes.chunks(64) {
+            // SAFETY: a prefetch is a hint that never faults, and the
+            // pointer is into a live slice; SSE is in the x86_64 baseline.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr()) };
+        }
+    }
+
+    /// Whether the AVX-512 VNNI kernel can run here.
+    pub fn vnni_available() -> bool {
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vnni")
+    }
+
+    /// `sum(u[i] * x[i])`, unsigned by signed bytes: 64 products per
+    /// instruction, two independent accumulators.
+    ///
+    /// Callers must have checked [`vnni_available`] (calling it is
+    /// `unsafe` for that reason only). Unequal lengths use the shorter.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[allow(unsafe_code)]
+    pub fn dot_u8_i8(u: &[u8], x: &[i8]) -> i32 {
+        debug_assert_eq!(u.len(), x.len());
+        let n = u.len().min(x.len());
+        let blocks = n / 64;
+        let (mut a0, mut a1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+        let load = |p: *const u8, b: usize| -> __m512i {
+            // SAFETY: b < blocks = n / 64, so the 64 bytes at b * 64 lie
+            // within both slices; the load is unaligned.
+            unsafe { _mm512_loadu_si512(p.add(b * 64).cast()) }
+        };
+        let (pu, px) = (u.as_ptr(), x.as_ptr().cast::<u8>());
+        let mut b = 0;
+        while b + 2 <= blocks {
+            a0 = _mm512_dpbusd_epi32(a0, load(pu, b), load(px, b));
+            a1 = _mm512_dpbusd_epi32(a1, load(pu, b + 1), load(px, b + 1));
+            b += 2;
+        }
+        if b < blocks {
+            a0 = _mm512_dpbusd_epi32(a0, load(pu, b), load(px, b));
+        }
+        let mut s = _mm512_reduce_add_epi32(_mm512_add_epi32(a0, a1));
+        for i in blocks * 64..n {
+            s += i32::from(u[i]) * i32::from(x[i]);
+        }
+        s
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod x86 {
+    pub fn vnni_available() -> bool {
+        false
+    }
+    pub fn prefetch(_: &[i8]) {}
+}
+
+/// Integer inner product of two code vectors.
+#[inline]
+#[allow(clippy::cast_possible_truncation)] // an integer sum below 2^31, exact in f64
+pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+    match <i8 as SpatialSimilarity>::dot(a, b) {
+        Some(d) => d.round() as i32,
+        None => a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| i32::from(*x) * i32::from(*y))
+            .sum(),
+    }
+}
+
+/// Estimate of `dot(q, x)` and the largest possible error of it.
+///
+/// With `q = sq (q8 + g)` and `x = sx (x8 + e)`, `|g|, |e| <= 1/2` per
+/// component (rounding), the error of `sq sx dot(q8, x8)` is at most
+/// `sq sx (|q8|_1 / 2 + |x8|_1 / 2 + d / 4)`. A relative and an absolute
+/// margin cover the float arithmetic of the scales and of the
+/// full-precision kernel the estimate stands in for.
+#[inline]
+#[allow(clippy::cast_precision_loss)] // sums and dimensions far below 2^24
+pub fn estimate(q: CodeMeta, x: CodeMeta, dot: i32, dim: usize) -> (f32, f32) {
+    let s = q.step * x.step;
+    let est = s * dot as f32;
+    let err = s * (0.5 * (q.l1 as f32 + x.l1 as f32) + 0.25 * dim as f32);
+    // |q| |x| <= sq sx 127^2 d bounds the kernel's own rounding.
+    let margin = err * 1e-3 + s * Q * Q * dim as f32 * 1e-5;
+    (est, err + margin)
+}
+
+/// Int8 codes of a space's vectors, by slot.
+#[derive(Debug, Default)]
+pub struct Codes {
+    dim: usize,
+    codes: Vec<i8>,
+    meta: Vec<CodeMeta>,
+}
+
+impl Codes {
+    /// Empty codes for `dim`-dimensional vectors.
+    pub fn new(dim: usize) -> Codes {
+        Codes {
+            dim,
+            ..Codes::default()
+        }
+    }
+
+    /// Slots coded.
+    pub fn len(&self) -> usize {
+        self.meta.len()
+    }
+
+    /// Whether no slot is coded.
+    pub fn is_empty(&self) -> bool {
+        self.meta.is_empty()
+    }
+
+    /// Codes the slots from `len()` up to `vectors.len()`.
+    pub fn extend(&mut self, vectors: &impl Vectors) {
+        let upto = vectors.len() as usize;
+        let from = self.len();
+        if upto <= from {
+            return;
+        }
+        self.codes.resize(upto * self.dim, 0);
+        self.meta.reserve(upto - from);
+        for slot in from..upto {
+            let out = &mut self.codes[slot * self.dim..(slot + 1) * self.dim];
+            #[allow(clippy::cast_possible_truncation)] // slots are u32
+            self.meta.push(quantize(vectors.get(slot as u32), out));
+        }
+    }
+
+    /// The codes and side data of `slot`.
+    #[inline]
+    pub fn get(&self, slot: u32) -> (&[i8], CodeMeta) {
+        let s = slot as usize;
+        (&self.codes[s * self.dim..(s + 1) * self.dim], self.meta[s])
+    }
+
+    /// Asks the CPU to start loading `slot`'s codes (a hint; scans call it
+    /// a few vectors ahead, since scattered slots defeat the hardware
+    /// prefetcher and a scan would otherwise wait on memory).
+    #[inline]
+    pub fn prefetch(&self, slot: u32) {
+        let s = slot as usize * self.dim;
+        if let Some(c) = self.codes.get(s..s + self.dim) {
+            x86::prefetch(c);
+        }
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.codes.len() + self.meta.len() * std::mem::size_of::<CodeMeta>()
+    }
+}
+
+/// The codes of one set of records, gathered into one contiguous run so a
+/// scan streams them instead of visiting scattered slots. Keyed by the
+/// exact set (records never change their vector, so equal sets mean equal
+/// codes).
+#[derive(Debug)]
+pub struct Gathered {
+    key: RoaringBitmap,
+    items: Vec<u32>,
+    codes: Vec<i8>,
+    meta: Vec<CodeMeta>,
+}
+
+impl Gathered {
+    /// Gathers the codes of `slots` (item, slot) for the set `key`.
+    pub fn new(key: &RoaringBitmap, slots: &[(u32, u32)], codes: &Codes) -> Gathered {
+        let mut g = Gathered {
+            key: key.clone(),
+            items: Vec::with_capacity(slots.len()),
+            codes: Vec::with_capacity(slots.len() * codes.dim),
+            meta: Vec::with_capacity(slots.len()),
+        };
+        for (k, &(slot, item)) in slots.iter().enumerate() {
+            if let Some(&(ahead, _)) = slots.get(k + PREFETCH_AHEAD) {
+                codes.prefetch(ahead);
+            }
+            let (c, m) = codes.get(slot);
+            g.items.push(item);
+            g.codes.extend_from_slice(c);
+            g.meta.push(m);
+        }
+        g
+    }
+
+    /// The items that may be among the `n` most similar to the query
+    /// (what [`top_candidates`] keeps of all items' bounds), found in one
+    /// pass: a heap holds the `n` largest lower bounds seen so far, and an
+    /// item whose upper bound is below the smallest of them is dropped at
+    /// once. Also returns how many items were estimated.
+    pub fn scan_top(&self, q: &QueryCode, dim: usize, n: usize) -> (Vec<Bounded<u32>>, usize) {
+        use std::cmp::Reverse;
+        use std::collections::BinaryHeap;
+        if n == 0 {
+            return (Vec::new(), 0);
+        }
+        let mut heap: BinaryHeap<Reverse<Total>> = BinaryHeap::with_capacity(n + 1);
+        let mut t = f32::NEG_INFINITY;
+        let mut kept = Vec::new();
+        for ((&item, &m), c) in self
+            .items
+            .iter()
+            .zip(&self.meta)
+            .zip(self.codes.chunks_exact(dim.max(1)))
+        {
+            let (est, err) = estimate(q.meta, m, q.dot(c, m), dim);
+            let (lower, upper) = (est - err, est + err);
+            if upper < t {
+                continue;
+            }
+            kept.push(Bounded { item, lower, upper });
+            if heap.len() < n {
+                heap.push(Reverse(Total(lower)));
+            } else if lower > t {
+                heap.pop();
+                heap.push(Reverse(Total(lower)));
+            }
+            if heap.len() == n {
+                t = heap.peek().map_or(t, |r| r.0.0);
+            }
+        }
+        kept.retain(|b| b.upper >= t);
+        (kept, self.items.len())
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.codes.len() + self.meta.len() * std::mem::size_of::<CodeMeta>() + self.items.len() * 4
+    }
+}
+
+/// An `f32` ordered by `total_cmp`, for heaps.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Total(f32);
+impl Eq for Total {}
+impl PartialOrd for Total {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Total {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&o.0)
+    }
+}
+
+/// How many vectors ahead a scan over scattered slots prefetches.
+pub const PREFETCH_AHEAD: usize = 8;
+/// Bytes a space keeps in gathered scans at most.
+pub const GATHERED_BYTES_MAX: usize = 64 << 20;
+
+/// Recently scanned sets of a space, most recent first, within
+/// [`GATHERED_BYTES_MAX`].
+#[derive(Debug, Default)]
+pub struct ScanCache {
+    entries: Vec<std::sync::Arc<Gathered>>,
+}
+
+impl ScanCache {
+    /// The gathered codes of exactly the set `key`, if kept.
+    pub fn get(&mut self, key: &RoaringBitmap) -> Option<std::sync::Arc<Gathered>> {
+        let len = key.len();
+        let i = self
+            .entries
+            .iter()
+            .position(|g| g.key.len() == len && g.key == *key)?;
+        let g = self.entries.remove(i);
+        self.entries.insert(0, g.clone());
+        Some(g)
+    }
+
+    /// Keeps `g`, dropping the least recently used beyond the budget.
+    pub fn put(&mut self, g: std::sync::Arc<Gathered>) {
+        if g.bytes() > GATHERED_BYTES_MAX {
+            return;
+        }
+        self.entries.insert(0, g);
+        let mut total = 0;
+        self.entries.retain(|e| {
+            total += e.bytes();
+            total <= GATHERED_BYTES_MAX
+        });
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.entries.iter().map(|e| e.bytes()).sum()
+    }
+}
+
+/// A candidate of a quantized scan: the bounds of its similarity.
+#[derive(Clone, Copy, Debug)]
+pub struct Bounded<T> {
+    /// What the caller scores it by later.
+    pub item: T,
+    /// Lowest possible similarity.
+    pub lower: f32,
+    /// Highest possible similarity.
+    pub upper: f32,
+}
+
+/// Keeps the candidates that may be among the `n` most similar: those whose
+/// upper bound reaches the n-th largest lower bound. Order is not kept.
+pub fn top_candidates<T: Copy>(mut all: Vec<Bounded<T>>, n: usize) -> Vec<Bounded<T>> {
+    if n == 0 {
+        return Vec::new();
+    }
+    if all.len() <= n {
+        return all;
+    }
+    let mut lowers: Vec<f32> = all.iter().map(|b| b.lower).collect();
+    let (_, t, _) = lowers.select_nth_unstable_by(n - 1, |a, b| b.total_cmp(a));
+    let t = *t;
+    all.retain(|b| b.upper >= t);
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vector::distance::{Metric, distance};
+    use proptest::prelude::*;
+
+    fn unit(v: Vec<f32>) -> Vec<f32> {
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+        v.into_iter().map(|x| x / n).collect()
+    }
+
+    #[test]
+    fn codes_span_the_range_and_zero_vectors_are_zero() {
+        let mut out = vec![0i8; 4];
+        let m = quantize(&[0.5, -0.25, 0.0, -0.5], &mut out);
+        assert_eq!(out, vec![127, -64, 0, -127]);
+        assert_eq!(m.l1, 127 + 64 + 127);
+        assert!((m.step - 0.5 / 127.0).abs() < 1e-9);
+        let z = quantize(&[0.0; 4], &mut out);
+        assert_eq!((z.step, z.l1, out.clone()), (0.0, 0, vec![0; 4]));
+    }
+
+    #[test]
+    fn the_int8_kernel_matches_integer_arithmetic() {
+        let a: Vec<i8> = (0..384).map(|i| ((i * 37) % 255 - 127) as i8).collect();
+        let b: Vec<i8> = (0..384).map(|i| ((i * 91 + 5) % 255 - 127) as i8).collect();
+        let want: i32 = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| i32::from(*x) * i32::from(*y))
+            .sum();
+        assert_eq!(dot_i8(&a, &b), want);
+    }
+
+    #[test]
+    fn the_query_kernel_matches_integer_arithmetic() {
+        for dim in [1usize, 63, 64, 65, 128, 384, 385] {
+            let q: Vec<f32> = (0..dim)
+                .map(|i| ((i * 31 % 17) as f32 - 8.0) / 8.0)
+                .collect();
+            let x: Vec<f32> = (0..dim)
+                .map(|i| ((i * 7 % 23) as f32 - 11.0) / 11.0)
+                .collect();
+            let qc = QueryCode::new(&q);
+            let mut xc = vec![0i8; dim];
+            let xm = quantize(&x, &mut xc);
+            let want: i32 = qc
+                .codes
+                .iter()
+                .zip(&xc)
+                .map(|(a, b)| i32::from(*a) * i32::from(*b))
+                .sum();
+            assert_eq!(qc.dot(&xc, xm), want, "dim {dim} (vnni: {})", qc.vnni);
+            let portable = QueryCode {
+                vnni: false,
+                ..QueryCode::new(&q)
+            };
+            assert_eq!(portable.dot(&xc, xm), want, "dim {dim}, portable kernel");
+        }
+    }
+
+    proptest! {
+        /// The bound holds against the full-precision kernel.
+        #[test]
+        fn the_estimate_is_within_its_bound(
+            q in prop::collection::vec(-1.0f32..1.0, 1..200),
+            seed in any::<u64>(),
+        ) {
+            let dim = q.len();
+            let x: Vec<f32> = (0..dim)
+                .map(|i| ((seed.wrapping_mul(i as u64 + 7) >> 11) % 2001) as f32 / 1000.0 - 1.0)
+                .collect();
+            let (q, x) = (unit(q), unit(x));
+            let (mut qc, mut xc) = (vec![0i8; dim], vec![0i8; dim]);
+            let (qm, xm) = (quantize(&q, &mut qc), quantize(&x, &mut xc));
+            let (est, err) = estimate(qm, xm, dot_i8(&qc, &xc), dim);
+            let exact = -distance(Metric::Dot, &q, &x);
+            prop_assert!((est - exact).abs() <= err, "est {est} exact {exact} err {err}");
+        }
+
+        /// Pruning by the bounds keeps the exact top n, ties included.
+        #[test]
+        fn pruned_candidates_hold_the_exact_top_n(
+            vs in prop::collection::vec(prop::collection::vec(-1.0f32..1.0, 24), 1..120),
+            q in prop::collection::vec(-1.0f32..1.0, 24),
+            n in 1usize..15,
+        ) {
+            let q = unit(q);
+            let mut qc = vec![0i8; 24];
+            let qm = quantize(&q, &mut qc);
+            let mut all = Vec::new();
+            let mut exact: Vec<(f32, usize)> = Vec::new();
+            for (i, v) in vs.iter().enumerate() {
+                let v = unit(v.clone());
+                let mut c = vec![0i8; 24];
+                let m = quantize(&v, &mut c);
+                let (est, err) = estimate(qm, m, dot_i8(&qc, &c), 24);
+                all.push(Bounded { item: i, lower: est - err, upper: est + err });
+                exact.push((-distance(Metric::Dot, &q, &v), i));
+            }
+            let kept: std::collections::BTreeSet<usize> =
+                top_candidates(all, n).into_iter().map(|b| b.item).collect();
+            exact.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            let nth = exact[(n - 1).min(exact.len() - 1)].0;
+            for (s, i) in &exact {
+                if *s >= nth {
+                    prop_assert!(kept.contains(i), "item {i} (similarity {s}, n-th {nth}) was pruned");
+                }
+            }
+        }
+    }
+}
