@@ -85,9 +85,11 @@ def run_dataset(d, args, efs):
         else:
             sys.exit(f"{d}: no such dataset")
     print(f"engram bench ann on {d} (rounds {args.rounds}) ...", file=sys.stderr)
-    out = subprocess.check_output(
-        [args.engram, "bench", "ann", "--dataset", d, "--ef", args.ef, "--m", str(args.m),
-         "--ef-construction", str(args.ef_construction), "--rounds", str(args.rounds), "--json"])
+    cmd = [args.engram, "bench", "ann", "--dataset", d, "--ef", args.ef, "--m", str(args.m),
+           "--ef-construction", str(args.ef_construction), "--rounds", str(args.rounds), "--json"]
+    if args.engram_store:
+        cmd += ["--store", os.path.join(args.engram_store, os.path.basename(os.path.normpath(d)))]
+    out = subprocess.check_output(cmd)
     eng = json.loads(out)
 
     base = np.load(os.path.join(d, "base.npy")).astype("float32")
@@ -231,6 +233,9 @@ def main():
     ap.add_argument("--m", type=int, default=16)
     ap.add_argument("--ef-construction", type=int, default=200)
     ap.add_argument("--engram", default=os.path.join(ROOT, "target", "release", "engram"))
+    ap.add_argument("--engram-store", help="keep Engram's stores under this directory and reuse them "
+                    "(`engram bench ann --store`; skips Engram's ingest and graph build, and `none` once "
+                    "the dataset's deletions were applied)")
     args = ap.parse_args()
     datasets = args.dataset or [os.path.join(ROOT, "..", "shared", "data", "pypi-minilm-20k")]
     efs = [int(x) for x in args.ef.split(",")]

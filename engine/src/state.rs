@@ -267,6 +267,8 @@ impl Interner {
 pub struct State {
     /// Last LSN applied.
     pub applied_lsn: Lsn,
+    /// Recent eligibility results of this state (cleared by any change).
+    pub eligibility_cache: crate::retrieval::eligibility::EligibilityCache,
     /// Record table.
     pub metas: Vec<Meta>,
     /// Id -> index.
@@ -359,6 +361,7 @@ impl State {
     ) -> Self {
         State {
             applied_lsn: 0,
+            eligibility_cache: Default::default(),
             metas: Vec::new(),
             by_id: HashMap::default(),
             strings: Interner::default(),

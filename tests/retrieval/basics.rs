@@ -209,7 +209,7 @@ fn planner_uses_the_graph_for_large_eligible_sets_and_exact_scans_for_small_ones
             ef: 10,
             n: 10,
             ef_max: 4096,
-            quantized_min: 1024,
+            quantized_min: 128,
             dim,
         },
         &engram::retrieval::plan::COSTS,

@@ -377,3 +377,108 @@ fn an_intact_frame_that_cannot_be_applied_is_not_reported_as_damage() {
         "a refused open changed the log"
     );
 }
+
+/// The eligibility cache answers exactly what a fresh computation does,
+/// for every principal and filter, while records arrive, are deleted and
+/// expire, labels are granted and revoked, and the clock crosses
+/// retention and validity boundaries.
+#[test]
+fn cached_eligibility_equals_a_fresh_computation() {
+    use crate::retrieval::eligibility::{Cut, FilterExpr, Filters, compute_expr};
+    use crate::time::ManualClock;
+    use crate::{Principal, Scope};
+    let clock = ManualClock::new(1_700_000_000_000);
+    let db = Engram::open(
+        "/elig",
+        Options {
+            backend: Arc::new(engram_storage::MemBackend::new()),
+            clock: Arc::new(clock.clone()),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let admin = db.session(Principal::admin("t"));
+    let users = [
+        db.session(Principal::user("t", "ann")),
+        db.session(Principal::user("t", "bob")),
+    ];
+    admin.set_retention("short", Some(5_000)).unwrap();
+    let filters: Vec<FilterExpr> = vec![
+        FilterExpr::from_filters(&Filters::default(), false),
+        FilterExpr::from_filters(
+            &Filters {
+                users: vec!["u1".into()],
+                ..Filters::default()
+            },
+            false,
+        ),
+        FilterExpr::from_filters(&Filters::default(), true),
+    ];
+    let check = |step: usize| {
+        let now = clock.now_ms();
+        for s in std::iter::once(&admin).chain(users.iter()) {
+            let st = db.state();
+            let held = s.held_labels(&st);
+            for f in &filters {
+                for include_historical in [false, true] {
+                    let cut = Cut {
+                        as_of: None,
+                        valid_at: now,
+                        include_historical,
+                        now,
+                        include_candidates: false,
+                    };
+                    let fresh = compute_expr(&st, s.principal.tenant(), &held, f, &cut);
+                    // twice: a miss, then (usually) a hit
+                    for pass in 0..2 {
+                        let cached =
+                            st.eligibility_cache
+                                .compute(&st, s.principal.tenant(), &held, f, &cut);
+                        assert_eq!(cached.bitmap, fresh.bitmap, "step {step} pass {pass} {f:?}");
+                        assert_eq!(cached.historical, fresh.historical, "step {step}");
+                        assert_eq!(cached.traversable, fresh.traversable, "step {step}");
+                        assert_eq!(cached.steps, fresh.steps, "step {step}");
+                    }
+                }
+            }
+        }
+    };
+    let mut ids = Vec::new();
+    for step in 0..40usize {
+        match step % 8 {
+            0..=2 => {
+                let mut r = NewRecord::event("note", format!("note {step}")).with_scope(Scope {
+                    user: Some(format!("u{}", step % 3)),
+                    ..Scope::default()
+                });
+                if step % 2 == 0 {
+                    r = r.with_access(&["secret"]);
+                }
+                if step % 3 == 0 {
+                    r.retention_class = Some("short".into());
+                }
+                if step % 5 == 0 {
+                    r.valid_until = Some(clock.now_ms() + 2_500);
+                }
+                ids.push(admin.append(vec![r]).unwrap()[0].id);
+            }
+            3 => {
+                admin.grant(Some("ann"), Some("secret"), None).unwrap();
+            }
+            4 => {
+                if let Some(id) = ids.get(step / 4) {
+                    let _ = admin.delete(&RecordRef::Id(*id), Some("test"));
+                }
+            }
+            5 => {
+                admin.revoke(Some("ann"), Some("secret"), None).unwrap();
+            }
+            _ => {}
+        }
+        check(step);
+        // time moves on: some steps cross a validity end or a retention
+        // period, some stay inside the window
+        clock.advance([400, 1_300, 2_600, 100][step % 4]);
+        check(step);
+    }
+}

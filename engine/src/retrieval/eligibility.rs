@@ -538,6 +538,21 @@ pub fn compute_expr(
     filter: &FilterExpr,
     cut: &Cut,
 ) -> Eligibility {
+    compute_windowed(st, tenant, held, filter, cut).0
+}
+
+/// [`compute_expr`], and the instant before which the same state gives the
+/// same result at any later `now` (with `valid_at == now` and no `as_of`):
+/// the next retention expiry or end of validity among the records it
+/// looked at (`i64::MAX` if none is ahead).
+fn compute_windowed(
+    st: &State,
+    tenant: &str,
+    held: &BTreeSet<String>,
+    filter: &FilterExpr,
+    cut: &Cut,
+) -> (Eligibility, i64) {
+    let mut changes_at = i64::MAX;
     let filter = &filter.normalized();
     let mut steps = Vec::new();
     let mut push = |name: &str, b: &RoaringBitmap| {
@@ -558,7 +573,7 @@ pub fn compute_expr(
             step: "tenant and access".into(),
             remaining: 0,
         });
-        return e;
+        return (e, changes_at);
     };
     let tstate = &st.tenants[&tsym];
     let mut b = st.bm_tenant.get(&tsym).cloned().unwrap_or_default();
@@ -640,6 +655,8 @@ pub fn compute_expr(
             let mut old = x.clone();
             if (n as usize) < st.len() {
                 old.remove_range(n..);
+                // record n (the first ingested after now - p) expires next
+                changes_at = changes_at.min(st.meta(n).ingested_at.saturating_add(*p));
             }
             expired_by_policy |= old;
         }
@@ -670,8 +687,12 @@ pub fn compute_expr(
             Some(u) => *u,
             None => st.meta(idx).valid_until,
         };
-        if until.is_some_and(|u| u <= cut.valid_at) {
-            historical.insert(idx);
+        match until {
+            Some(u) if u <= cut.valid_at => {
+                historical.insert(idx);
+            }
+            Some(u) => changes_at = changes_at.min(u),
+            None => {}
         }
     }
     // records not yet valid at valid_at (valid_from in the future of it)
@@ -717,10 +738,108 @@ pub fn compute_expr(
         push(&t.step_name(), &out);
     }
     let historical = &classes.historical & &out;
-    Eligibility {
-        bitmap: out,
-        historical,
-        traversable,
-        steps,
+    (
+        Eligibility {
+            bitmap: out,
+            historical,
+            traversable,
+            steps,
+        },
+        changes_at,
+    )
+}
+
+/// Most results an [`EligibilityCache`] keeps.
+pub const ELIGIBILITY_CACHE_ENTRIES: usize = 64;
+
+/// Recent eligibility results of one state.
+///
+/// An entry is used only for the same state (applied LSN and record
+/// count: every change to what eligibility reads is a log frame), the same
+/// tenant, held labels, filter and flags, no `as_of`, `valid_at == now`,
+/// and a `now` inside the window where the result cannot change (from the
+/// `now` it was computed at up to the next retention expiry or end of
+/// validity, [`compute_windowed`]). Anything else computes afresh. The
+/// result is then the one [`compute_expr`] would give, so the cache cannot
+/// widen what a principal sees (`db::tests::cached_eligibility_equals_a_fresh_computation`
+/// checks it against fresh computations under writes, deletions, label
+/// changes and a moving clock).
+#[derive(Debug, Default)]
+pub struct EligibilityCache {
+    inner: parking_lot::Mutex<CacheInner>,
+}
+
+#[derive(Debug, Default)]
+struct CacheInner {
+    state: (u64, usize),
+    entries: Vec<CacheEntry>,
+}
+
+#[derive(Debug)]
+struct CacheEntry {
+    tenant: String,
+    held: BTreeSet<String>,
+    filter: FilterExpr,
+    flags: (bool, bool),
+    from: i64,
+    until: i64,
+    el: std::sync::Arc<Eligibility>,
+}
+
+impl EligibilityCache {
+    /// Eligibility as [`compute_expr`] gives it, from the cache when the
+    /// same question was answered for the same state.
+    pub fn compute(
+        &self,
+        st: &State,
+        tenant: &str,
+        held: &BTreeSet<String>,
+        filter: &FilterExpr,
+        cut: &Cut,
+    ) -> std::sync::Arc<Eligibility> {
+        if cut.as_of.is_some() || cut.valid_at != cut.now {
+            return std::sync::Arc::new(compute_expr(st, tenant, held, filter, cut));
+        }
+        let state = (st.applied_lsn, st.len());
+        let flags = (cut.include_historical, cut.include_candidates);
+        {
+            let mut c = self.inner.lock();
+            if c.state != state {
+                c.entries.clear();
+                c.state = state;
+            }
+            if let Some(i) = c.entries.iter().position(|e| {
+                e.from <= cut.now
+                    && cut.now < e.until
+                    && e.flags == flags
+                    && e.tenant == tenant
+                    && e.held == *held
+                    && e.filter == *filter
+            }) {
+                let e = c.entries.remove(i);
+                let el = e.el.clone();
+                c.entries.insert(0, e);
+                return el;
+            }
+        }
+        let (el, until) = compute_windowed(st, tenant, held, filter, cut);
+        let el = std::sync::Arc::new(el);
+        let mut c = self.inner.lock();
+        if c.state == state {
+            c.entries.insert(
+                0,
+                CacheEntry {
+                    tenant: tenant.to_string(),
+                    held: held.clone(),
+                    filter: filter.clone(),
+                    flags,
+                    from: cut.now,
+                    until,
+                    el: el.clone(),
+                },
+            );
+            c.entries.truncate(ELIGIBILITY_CACHE_ENTRIES);
+        }
+        el
     }
 }

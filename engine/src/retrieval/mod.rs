@@ -11,7 +11,7 @@
 //! **Planner** (vector retriever; [`plan`]). Let `E` be the number of
 //! eligible records that have a vector in the space and `s = E / |space|`
 //! its selectivity. A cost model with measured constants compares
-//! - an exact scan of the eligible vectors: full precision below 1,024,
+//! - an exact scan of the eligible vectors: full precision below 128,
 //!   int8 codes with a proven error bound and full-precision re-ranking of
 //!   the few that may be among the best above (exact either way), with
 //! - a walk of the HNSW graph with the eligibility test *inside* the

@@ -151,7 +151,7 @@ mod tests {
             ef,
             n: 10,
             ef_max: 4096,
-            quantized_min: 1024,
+            quantized_min: 128,
             dim: 384,
         }
     }
@@ -205,7 +205,7 @@ mod tests {
         ) {
             let (lo, hi) = (a.min(b).min(size), a.max(b).min(size));
             // within one scan kind (the int8 threshold changes the slope)
-            prop_assume!((lo >= 1024) == (hi >= 1024));
+            prop_assume!((lo >= 128) == (hi >= 128));
             if is_exact(&plan_vector(&input(hi, size, ef), &COSTS)) {
                 prop_assert!(is_exact(&plan_vector(&input(lo, size, ef), &COSTS)));
             }

@@ -18,7 +18,7 @@ use std::time::Instant;
 use roaring::RoaringBitmap;
 use serde::Serialize;
 
-use super::eligibility::{self, Cut, FilterExpr};
+use super::eligibility::{Cut, FilterExpr};
 use super::{
     Candidate, Cost, FusionInput, Hit, MANIFEST_VERSION, Manifest, ManifestPrincipal, RRF_K,
     RetrieverOutput, Timings, Versions, assert_eligible, us,
@@ -64,7 +64,9 @@ impl Session {
             include_candidates: false,
         };
         let t_el = Instant::now();
-        let el = eligibility::compute_expr(&st, self.principal.tenant(), &held, &req.filter, &cut);
+        let el =
+            st.eligibility_cache
+                .compute(&st, self.principal.tenant(), &held, &req.filter, &cut);
         let eligibility_us = us(t_el);
         let mut cost = Cost::default();
         let mut outputs: Vec<RetrieverOutput> = Vec::new();

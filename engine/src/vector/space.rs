@@ -43,7 +43,7 @@ const SNAPSHOT_VERSION: u32 = 2;
 
 /// Exact scans of at least this many records read int8 codes first
 /// ([`VectorSpace::exact_top`]); smaller ones are not worth coding.
-pub const QUANTIZED_SCAN_MIN: u64 = 1024;
+pub const QUANTIZED_SCAN_MIN: u64 = 128;
 
 /// Dense record index (see `state`).
 pub type Idx = u32;
@@ -953,7 +953,11 @@ mod tests {
         (0..dim)
             .map(|j| {
                 let h = (u64::from(i) * 2_654_435_761 + j as u64 * 40_503) % 1000;
-                let centre = if (j as u32 + c).is_multiple_of(5) { 1.0 } else { 0.0 };
+                let centre = if (j as u32 + c).is_multiple_of(5) {
+                    1.0
+                } else {
+                    0.0
+                };
                 centre + h as f32 / 5000.0
             })
             .collect()
