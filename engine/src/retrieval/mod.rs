@@ -785,13 +785,34 @@ impl Session {
         let (mut found, strategy, reason, ef_used, unindexed) = match plan {
             plan::Plan::Exact { cost_ns, walk_ns } => {
                 cost.records_scanned += e;
-                let r = space.exact_top(&query, &in_space, n, &mut stats);
+                let r = space.exact_top(&query, &in_space, n, None, &mut stats);
                 (
                     r,
                     "exact",
                     format!(
                         "{e} eligible vectors, selectivity {selectivity:.4}: exact scan (estimated {:.0} us) over a filtered graph walk ({:.0} us)",
                         cost_ns / 1e3,
+                        walk_ns / 1e3
+                    ),
+                    0,
+                    0,
+                )
+            }
+            plan::Plan::Prefiltered {
+                keep,
+                cost_ns,
+                scan_ns,
+                walk_ns,
+            } => {
+                cost.records_scanned += e;
+                let r = space.exact_top(&query, &in_space, n, Some(keep), &mut stats);
+                (
+                    r,
+                    "prefiltered",
+                    format!(
+                        "{e} eligible vectors, selectivity {selectivity:.4}: sign-bit prefilter keeping {keep}, then an exact scan of those (estimated {:.0} us) over an exact scan of all ({:.0} us) and a filtered graph walk ({:.0} us)",
+                        cost_ns / 1e3,
+                        scan_ns / 1e3,
                         walk_ns / 1e3
                     ),
                     0,

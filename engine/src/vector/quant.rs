@@ -49,7 +49,11 @@ pub fn quantize(v: &[f32], out: &mut [i8]) -> CodeMeta {
     let scale = Q / max;
     let (mut l1, mut sum) = (0u32, 0i32);
     for (o, x) in out.iter_mut().zip(v) {
-        let c = (x * scale).round().clamp(-Q, Q) as i8;
+        // round half away from zero without a libm call (the `as` cast
+        // truncates); an input just below a half may round up, which the
+        // bound's relative margin covers
+        let y = x * scale;
+        let c = (y + 0.5f32.copysign(y)).clamp(-Q, Q) as i8;
         l1 += u32::from(c.unsigned_abs());
         sum += i32::from(c);
         *o = c;
@@ -70,7 +74,55 @@ pub struct QueryCode {
     shifted: Vec<u8>,
     /// The query's side data.
     pub meta: CodeMeta,
+    /// Sign bits of the codes (see [`sign_bits`]).
+    bits: Vec<u64>,
     vnni: bool,
+}
+
+/// Hamming distance from `q` to each run of `q.len()` words in `bits`.
+#[allow(unsafe_code)]
+pub fn hamming_all(bits: &[u64], q: &[u64]) -> Vec<u32> {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("popcnt") {
+        // SAFETY: the kernel needs only the popcnt target feature, detected
+        // on this CPU just above.
+        return unsafe { x86::hamming_all(bits, q) };
+    }
+    hamming_portable(bits, q)
+}
+
+/// [`hamming_all`] without CPU features (x86_64's baseline has no popcnt
+/// instruction; `count_ones` is then a sequence of shifts and masks).
+/// A plain loop (no iterator adaptors), so that inlined into the popcnt
+/// kernel every `count_ones` becomes one instruction.
+#[inline(always)]
+fn hamming_portable(bits: &[u64], q: &[u64]) -> Vec<u32> {
+    let w = q.len().max(1);
+    let mut out = Vec::with_capacity(bits.len() / w);
+    let mut i = 0;
+    while i + w <= bits.len() {
+        let mut d = 0u32;
+        let mut j = 0;
+        while j < q.len() {
+            d += (bits[i + j] ^ q[j]).count_ones();
+            j += 1;
+        }
+        out.push(d);
+        i += w;
+    }
+    out
+}
+
+/// `words` u64 words whose bit `i` is set when code `i` is positive.
+pub fn sign_bits(codes: &[i8], words: usize) -> impl Iterator<Item = u64> + '_ {
+    (0..words).map(move |w| {
+        codes
+            .iter()
+            .skip(w * 64)
+            .take(64)
+            .enumerate()
+            .fold(0u64, |acc, (b, &c)| acc | (u64::from(c > 0) << b))
+    })
 }
 
 impl QueryCode {
@@ -79,10 +131,12 @@ impl QueryCode {
         let mut codes = vec![0i8; q.len()];
         let meta = quantize(q, &mut codes);
         let shifted = codes.iter().map(|&c| c.cast_unsigned() ^ 0x80).collect();
+        let bits = sign_bits(&codes, q.len().div_ceil(64)).collect();
         QueryCode {
             codes,
             shifted,
             meta,
+            bits,
             vnni: x86::vnni_available(),
         }
     }
@@ -121,6 +175,12 @@ mod x86 {
             // pointer is into a live slice; SSE is in the x86_64 baseline.
             unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr()) };
         }
+    }
+
+    /// [`super::hamming_all`] compiled with the popcnt instruction.
+    #[target_feature(enable = "popcnt")]
+    pub fn hamming_all(bits: &[u64], q: &[u64]) -> Vec<u32> {
+        super::hamming_portable(bits, q)
     }
 
     /// Whether the AVX-512 VNNI kernel can run here.
@@ -282,16 +342,23 @@ pub struct Gathered {
     items: Vec<u32>,
     codes: Vec<i8>,
     meta: Vec<CodeMeta>,
+    /// Sign bits of the codes (`words` u64 per item), for the binary
+    /// prefilter.
+    bits: Vec<u64>,
+    words: usize,
 }
 
 impl Gathered {
     /// Gathers the codes of `slots` (item, slot) for the set `key`.
     pub fn new(key: &RoaringBitmap, slots: &[(u32, u32)], codes: &Codes) -> Gathered {
+        let words = codes.dim.div_ceil(64);
         let mut g = Gathered {
             key: key.clone(),
             items: Vec::with_capacity(slots.len()),
             codes: Vec::with_capacity(slots.len() * codes.dim),
             meta: Vec::with_capacity(slots.len()),
+            bits: Vec::with_capacity(slots.len() * words),
+            words,
         };
         for (k, &(slot, item)) in slots.iter().enumerate() {
             if let Some(&(ahead, _)) = slots.get(k + PREFETCH_AHEAD) {
@@ -301,6 +368,7 @@ impl Gathered {
             g.items.push(item);
             g.codes.extend_from_slice(c);
             g.meta.push(m);
+            g.bits.extend(sign_bits(c, words));
         }
         g
     }
@@ -311,20 +379,74 @@ impl Gathered {
     /// item whose upper bound is below the smallest of them is dropped at
     /// once. Also returns how many items were estimated.
     pub fn scan_top(&self, q: &QueryCode, dim: usize, n: usize) -> (Vec<Bounded<u32>>, usize) {
+        (
+            self.bounded_top(q, dim, n, 0..self.items.len()),
+            self.items.len(),
+        )
+    }
+
+    /// Like [`Gathered::scan_top`], over only the `keep` items whose sign
+    /// bits differ least from the query's (Hamming distance; ties by
+    /// position): an approximate plan that reads one bit per dimension of
+    /// every item and the int8 codes of `keep` items. Also returns how many
+    /// items were compared (all of them, by bits).
+    pub fn scan_prefiltered(
+        &self,
+        q: &QueryCode,
+        dim: usize,
+        n: usize,
+        keep: usize,
+    ) -> (Vec<Bounded<u32>>, usize) {
+        let total = self.items.len();
+        if keep >= total || self.words == 0 || q.bits.len() != self.words {
+            return self.scan_top(q, dim, n);
+        }
+        let ham = hamming_all(&self.bits, &q.bits);
+        // the cut-off distance: the smallest c with at least `keep` items
+        // at or below it; items at c are taken in position order
+        let mut counts = vec![0usize; self.words * 64 + 1];
+        for &h in &ham {
+            counts[h as usize] += 1;
+        }
+        let (mut cut, mut below) = (0usize, 0usize);
+        while cut + 1 < counts.len() && below + counts[cut] < keep {
+            below += counts[cut];
+            cut += 1;
+        }
+        let mut at_cut = keep - below;
+        let picked = ham.iter().enumerate().filter_map(move |(i, &h)| {
+            let h = h as usize;
+            if h < cut {
+                Some(i)
+            } else if h == cut && at_cut > 0 {
+                at_cut -= 1;
+                Some(i)
+            } else {
+                None
+            }
+        });
+        (self.bounded_top(q, dim, n, picked), total)
+    }
+
+    /// The one-pass bounded top-n selection over the items at `positions`.
+    fn bounded_top(
+        &self,
+        q: &QueryCode,
+        dim: usize,
+        n: usize,
+        positions: impl Iterator<Item = usize>,
+    ) -> Vec<Bounded<u32>> {
         use std::cmp::Reverse;
         use std::collections::BinaryHeap;
-        if n == 0 {
-            return (Vec::new(), 0);
+        if n == 0 || dim == 0 {
+            return Vec::new();
         }
         let mut heap: BinaryHeap<Reverse<Total>> = BinaryHeap::with_capacity(n + 1);
         let mut t = f32::NEG_INFINITY;
         let mut kept = Vec::new();
-        for ((&item, &m), c) in self
-            .items
-            .iter()
-            .zip(&self.meta)
-            .zip(self.codes.chunks_exact(dim.max(1)))
-        {
+        for i in positions {
+            let (item, m) = (self.items[i], self.meta[i]);
+            let c = &self.codes[i * dim..(i + 1) * dim];
             let (est, err) = estimate(q.meta, m, q.dot(c, m), dim);
             let (lower, upper) = (est - err, est + err);
             if upper < t {
@@ -342,12 +464,15 @@ impl Gathered {
             }
         }
         kept.retain(|b| b.upper >= t);
-        (kept, self.items.len())
+        kept
     }
 
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        self.codes.len() + self.meta.len() * std::mem::size_of::<CodeMeta>() + self.items.len() * 4
+        self.codes.len()
+            + self.meta.len() * std::mem::size_of::<CodeMeta>()
+            + self.items.len() * 4
+            + self.bits.len() * 8
     }
 }
 
@@ -496,6 +621,14 @@ mod tests {
             };
             assert_eq!(portable.dot(&xc, xm), want, "dim {dim}, portable kernel");
         }
+    }
+
+    #[test]
+    fn hamming_distances_match_a_bit_by_bit_count() {
+        let q = [0xF0F0_u64, u64::MAX, 1];
+        let bits = [0xF0F0_u64, u64::MAX, 1, 0, 0, 0, 0x0F0F, 0, 3];
+        assert_eq!(hamming_all(&bits, &q), vec![0, 64 + 8 + 1, 8 + 8 + 64 + 1]);
+        assert_eq!(hamming_portable(&bits, &q), hamming_all(&bits, &q));
     }
 
     proptest! {

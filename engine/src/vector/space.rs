@@ -374,11 +374,17 @@ impl VectorSpace {
     /// record's similarity, and computes full-precision distances only for
     /// the records that may be among the `n` best (see `quant`). Both
     /// estimates and re-ranked distances count as distance computations.
+    ///
+    /// With `prefilter: Some(keep)` (an approximate plan), only the `keep`
+    /// records whose codes' sign bits are nearest the query's (Hamming
+    /// distance) are estimated and re-ranked: every record costs one bit
+    /// per dimension instead of a byte.
     pub fn exact_top(
         &self,
         query: &[f32],
         idxs: &RoaringBitmap,
         n: usize,
+        prefilter: Option<usize>,
         stats: &mut SearchStats,
     ) -> Vec<(Idx, f32)> {
         if idxs.len() < QUANTIZED_SCAN_MIN || self.internal_metric() != Metric::Dot {
@@ -400,7 +406,10 @@ impl VectorSpace {
                 g
             }
         };
-        let (kept, estimated) = gathered.scan_top(&qc, self.dim, n);
+        let (kept, estimated) = match prefilter {
+            Some(keep) => gathered.scan_prefiltered(&qc, self.dim, n, keep),
+            None => gathered.scan_top(&qc, self.dim, n),
+        };
         stats.distance_computations += estimated as u64;
         self.exact(query, kept.into_iter().map(|b| b.item), stats)
     }
@@ -1009,7 +1018,7 @@ mod tests {
                     let want = reference(space, &q, set, n);
                     for pass in 0..2 {
                         let mut stats = SearchStats::default();
-                        let mut got = space.exact_top(&q, set, n, &mut stats);
+                        let mut got = space.exact_top(&q, set, n, None, &mut stats);
                         got.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
                         got.truncate(n);
                         assert_eq!(got, want, "set {k}, query {qi}, n {n}, pass {pass}");
@@ -1019,5 +1028,42 @@ mod tests {
             }
         }
         assert!(space.code_bytes() > 0);
+    }
+
+    #[test]
+    fn the_prefiltered_scan_is_deterministic_and_exact_when_it_keeps_all() {
+        let dim = 64;
+        let mut spaces = VectorSpaces::open(
+            Arc::new(MemBackend::new()),
+            Path::new("/v"),
+            HnswParams::default(),
+            Metric::Cosine,
+        )
+        .unwrap();
+        for i in 0..2000u32 {
+            spaces.push("t", "m", false, i, &vector(i, dim)).unwrap();
+        }
+        let space = spaces.get("t", "m").unwrap();
+        let set = space.members.clone();
+        let mut found_any = 0;
+        for qi in 0..10u32 {
+            let q = normalized(Metric::Cosine, &vector(50_000 + qi, dim));
+            let want = reference(space, &q, &set, 10);
+            let all = space.exact_top(&q, &set, 10, Some(5000), &mut SearchStats::default());
+            let mut all_sorted = all.clone();
+            all_sorted.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+            all_sorted.truncate(10);
+            assert_eq!(all_sorted, want, "keeping every vector is the exact scan");
+            let a = space.exact_top(&q, &set, 10, Some(200), &mut SearchStats::default());
+            let b = space.exact_top(&q, &set, 10, Some(200), &mut SearchStats::default());
+            assert_eq!(a, b, "same query, same answer");
+            for (idx, d) in &a {
+                assert!(set.contains(*idx));
+                let exact = distance(Metric::Dot, &q, space.vector_of(*idx).unwrap());
+                assert_eq!(*d, exact, "kept vectors carry exact distances");
+            }
+            found_any += a.iter().filter(|x| want.contains(x)).count();
+        }
+        assert!(found_any > 0, "the prefilter finds some true neighbours");
     }
 }
