@@ -759,7 +759,7 @@ pub const ELIGIBILITY_CACHE_ENTRIES: usize = 64;
 /// tenant, held labels, filter and flags, no `as_of`, `valid_at == now`,
 /// and a `now` inside the window where the result cannot change (from the
 /// `now` it was computed at up to the next retention expiry or end of
-/// validity, [`compute_windowed`]). Anything else computes afresh. The
+/// validity, `compute_windowed`). Anything else computes afresh. The
 /// result is then the one [`compute_expr`] would give, so the cache cannot
 /// widen what a principal sees (`db::tests::cached_eligibility_equals_a_fresh_computation`
 /// checks it against fresh computations under writes, deletions, label

@@ -42,7 +42,7 @@ pub struct Costs {
 pub const COSTS: Costs = Costs {
     scan_f32: (10.0, 0.36),
     scan_i8: (4.0, 0.06),
-    prefilter_bit: (3.0, 0.005),
+    prefilter_bit: (6.0, 0.01),
     walk_distance: (150.0, 0.31),
     walk_per_ef: 10.3,
     walk_base: 210.0,

@@ -972,6 +972,16 @@ mod tests {
             .collect()
     }
 
+    fn cosine_spaces() -> VectorSpaces {
+        VectorSpaces::open(
+            Arc::new(MemBackend::new()),
+            Path::new("/v"),
+            HnswParams::default(),
+            Metric::Cosine,
+        )
+        .unwrap()
+    }
+
     fn reference(space: &VectorSpace, q: &[f32], set: &RoaringBitmap, n: usize) -> Vec<(Idx, f32)> {
         let mut all = space.exact(q, set.iter(), &mut SearchStats::default());
         all.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
@@ -982,13 +992,7 @@ mod tests {
     #[test]
     fn the_int8_scan_returns_the_exact_top_n_cached_or_not() {
         let dim = 48;
-        let mut spaces = VectorSpaces::open(
-            Arc::new(MemBackend::new()),
-            Path::new("/v"),
-            HnswParams::default(),
-            Metric::Cosine,
-        )
-        .unwrap();
+        let mut spaces = cosine_spaces();
         let n_vec = 3000u32;
         for i in 0..n_vec {
             // record indexes with gaps, as in a store with other records
@@ -1033,13 +1037,7 @@ mod tests {
     #[test]
     fn the_prefiltered_scan_is_deterministic_and_exact_when_it_keeps_all() {
         let dim = 64;
-        let mut spaces = VectorSpaces::open(
-            Arc::new(MemBackend::new()),
-            Path::new("/v"),
-            HnswParams::default(),
-            Metric::Cosine,
-        )
-        .unwrap();
+        let mut spaces = cosine_spaces();
         for i in 0..2000u32 {
             spaces.push("t", "m", false, i, &vector(i, dim)).unwrap();
         }
