@@ -374,10 +374,8 @@ impl Gathered {
     }
 
     /// The items that may be among the `n` most similar to the query
-    /// (what [`top_candidates`] keeps of all items' bounds), found in one
-    /// pass: a heap holds the `n` largest lower bounds seen so far, and an
-    /// item whose upper bound is below the smallest of them is dropped at
-    /// once. Also returns how many items were estimated.
+    /// ([`top_candidates`] of every item's bounds). Also returns how many
+    /// items were estimated.
     pub fn scan_top(&self, q: &QueryCode, dim: usize, n: usize) -> (Vec<Bounded<u32>>, usize) {
         (
             self.bounded_top(q, dim, n, 0..self.items.len()),
@@ -428,7 +426,8 @@ impl Gathered {
         (self.bounded_top(q, dim, n, picked), total)
     }
 
-    /// The one-pass bounded top-n selection over the items at `positions`.
+    /// [`top_candidates`] over the items at `positions`, estimated as
+    /// they are visited.
     fn bounded_top(
         &self,
         q: &QueryCode,
@@ -436,35 +435,20 @@ impl Gathered {
         n: usize,
         positions: impl Iterator<Item = usize>,
     ) -> Vec<Bounded<u32>> {
-        use std::cmp::Reverse;
-        use std::collections::BinaryHeap;
-        if n == 0 || dim == 0 {
+        if dim == 0 {
             return Vec::new();
         }
-        let mut heap: BinaryHeap<Reverse<Total>> = BinaryHeap::with_capacity(n + 1);
-        let mut t = f32::NEG_INFINITY;
-        let mut kept = Vec::new();
-        for i in positions {
-            let (item, m) = (self.items[i], self.meta[i]);
+        let bounded = positions.map(|i| {
+            let m = self.meta[i];
             let c = &self.codes[i * dim..(i + 1) * dim];
             let (est, err) = estimate(q.meta, m, q.dot(c, m), dim);
-            let (lower, upper) = (est - err, est + err);
-            if upper < t {
-                continue;
+            Bounded {
+                item: self.items[i],
+                lower: est - err,
+                upper: est + err,
             }
-            kept.push(Bounded { item, lower, upper });
-            if heap.len() < n {
-                heap.push(Reverse(Total(lower)));
-            } else if lower > t {
-                heap.pop();
-                heap.push(Reverse(Total(lower)));
-            }
-            if heap.len() == n {
-                t = heap.peek().map_or(t, |r| r.0.0);
-            }
-        }
-        kept.retain(|b| b.upper >= t);
-        kept
+        });
+        top_candidates(bounded, n)
     }
 
     /// Bytes held.
@@ -548,18 +532,37 @@ pub struct Bounded<T> {
 
 /// Keeps the candidates that may be among the `n` most similar: those whose
 /// upper bound reaches the n-th largest lower bound. Order is not kept.
-pub fn top_candidates<T: Copy>(mut all: Vec<Bounded<T>>, n: usize) -> Vec<Bounded<T>> {
+///
+/// One pass: a heap holds the `n` largest lower bounds seen so far, and a
+/// candidate whose upper bound is below the smallest of them is dropped at
+/// once (it is below the final threshold too, which only rises).
+pub fn top_candidates<T>(all: impl Iterator<Item = Bounded<T>>, n: usize) -> Vec<Bounded<T>> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
     if n == 0 {
         return Vec::new();
     }
-    if all.len() <= n {
-        return all;
+    let mut heap: BinaryHeap<Reverse<Total>> = BinaryHeap::with_capacity(n + 1);
+    let mut t = f32::NEG_INFINITY;
+    let mut kept = Vec::new();
+    for b in all {
+        if b.upper < t {
+            continue;
+        }
+        let lower = b.lower;
+        kept.push(b);
+        if heap.len() < n {
+            heap.push(Reverse(Total(lower)));
+        } else if lower > t {
+            heap.pop();
+            heap.push(Reverse(Total(lower)));
+        }
+        if heap.len() == n {
+            t = heap.peek().map_or(t, |r| r.0.0);
+        }
     }
-    let mut lowers: Vec<f32> = all.iter().map(|b| b.lower).collect();
-    let (_, t, _) = lowers.select_nth_unstable_by(n - 1, |a, b| b.total_cmp(a));
-    let t = *t;
-    all.retain(|b| b.upper >= t);
-    all
+    kept.retain(|b| b.upper >= t);
+    kept
 }
 
 #[cfg(test)]
@@ -671,7 +674,7 @@ mod tests {
                 exact.push((-distance(Metric::Dot, &q, &v), i));
             }
             let kept: std::collections::BTreeSet<usize> =
-                top_candidates(all, n).into_iter().map(|b| b.item).collect();
+                top_candidates(all.into_iter(), n).into_iter().map(|b| b.item).collect();
             exact.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
             let nth = exact[(n - 1).min(exact.len() - 1)].0;
             for (s, i) in &exact {
