@@ -156,6 +156,28 @@ impl QueryCode {
         let _ = x_meta;
         dot_i8(&self.codes, x)
     }
+
+    /// [`QueryCode::dot`] with the codes at each of `positions` in a run
+    /// of `dim`-byte codes (`meta` by position), in order. One call for a
+    /// whole scan, so the kernel is inlined into its loop.
+    #[allow(unsafe_code)]
+    pub fn dots(&self, codes: &[i8], meta: &[CodeMeta], dim: usize, positions: &[u32]) -> Vec<i32> {
+        let mut out = Vec::with_capacity(positions.len());
+        #[cfg(target_arch = "x86_64")]
+        if self.vnni && dim == self.shifted.len() {
+            // SAFETY: as in `dot`: `vnni_available` detected the features.
+            unsafe { x86::dots_u8_i8(&self.shifted, codes, dim, positions, &mut out) };
+            for (d, &p) in out.iter_mut().zip(positions) {
+                *d -= 128 * meta[p as usize].sum;
+            }
+            return out;
+        }
+        out.extend(positions.iter().map(|&p| {
+            let p = p as usize;
+            self.dot(&codes[p * dim..(p + 1) * dim], meta[p])
+        }));
+        out
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -188,6 +210,18 @@ mod x86 {
         std::is_x86_feature_detected!("avx512f")
             && std::is_x86_feature_detected!("avx512bw")
             && std::is_x86_feature_detected!("avx512vnni")
+    }
+
+    /// [`dot_u8_i8`] of `u` with the codes at each of `positions` of a
+    /// run of `dim`-byte codes, appended to `out`.
+    ///
+    /// Callers must have checked [`vnni_available`].
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub fn dots_u8_i8(u: &[u8], codes: &[i8], dim: usize, positions: &[u32], out: &mut Vec<i32>) {
+        out.extend(positions.iter().map(|&p| {
+            let p = p as usize;
+            dot_u8_i8(u, &codes[p * dim..(p + 1) * dim])
+        }));
     }
 
     /// `sum(u[i] * x[i])`, unsigned by signed bytes: 64 products per
@@ -378,7 +412,12 @@ impl Gathered {
     /// items were estimated.
     pub fn scan_top(&self, q: &QueryCode, dim: usize, n: usize) -> (Vec<Bounded<u32>>, usize) {
         (
-            self.bounded_top(q, dim, n, 0..self.items.len()),
+            self.bounded_top(
+                q,
+                dim,
+                n,
+                &(0..u32::try_from(self.items.len()).unwrap_or(u32::MAX)).collect::<Vec<_>>(),
+            ),
             self.items.len(),
         )
     }
@@ -412,36 +451,36 @@ impl Gathered {
             cut += 1;
         }
         let mut at_cut = keep - below;
-        let picked = ham.iter().enumerate().filter_map(move |(i, &h)| {
+        let mut picked = Vec::with_capacity(keep);
+        for (i, &h) in ham.iter().enumerate() {
             let h = h as usize;
-            if h < cut {
-                Some(i)
-            } else if h == cut && at_cut > 0 {
-                at_cut -= 1;
-                Some(i)
-            } else {
-                None
+            if h < cut || (h == cut && at_cut > 0) {
+                if h == cut {
+                    at_cut -= 1;
+                }
+                #[allow(clippy::cast_possible_truncation)] // positions are u32 slots
+                picked.push(i as u32);
             }
-        });
-        (self.bounded_top(q, dim, n, picked), total)
+        }
+        (self.bounded_top(q, dim, n, &picked), total)
     }
 
-    /// [`top_candidates`] over the items at `positions`, estimated as
-    /// they are visited.
+    /// [`top_candidates`] over the items at `positions`, estimated in one
+    /// batch.
     fn bounded_top(
         &self,
         q: &QueryCode,
         dim: usize,
         n: usize,
-        positions: impl Iterator<Item = usize>,
+        positions: &[u32],
     ) -> Vec<Bounded<u32>> {
         if dim == 0 {
             return Vec::new();
         }
-        let bounded = positions.map(|i| {
-            let m = self.meta[i];
-            let c = &self.codes[i * dim..(i + 1) * dim];
-            let (est, err) = estimate(q.meta, m, q.dot(c, m), dim);
+        let dots = q.dots(&self.codes, &self.meta, dim, positions);
+        let bounded = positions.iter().zip(dots).map(|(&i, d)| {
+            let i = i as usize;
+            let (est, err) = estimate(q.meta, self.meta[i], d, dim);
             Bounded {
                 item: self.items[i],
                 lower: est - err,
@@ -457,21 +496,6 @@ impl Gathered {
             + self.meta.len() * std::mem::size_of::<CodeMeta>()
             + self.items.len() * 4
             + self.bits.len() * 8
-    }
-}
-
-/// An `f32` ordered by `total_cmp`, for heaps.
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct Total(f32);
-impl Eq for Total {}
-impl PartialOrd for Total {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Total {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&o.0)
     }
 }
 
@@ -531,36 +555,20 @@ pub struct Bounded<T> {
 }
 
 /// Keeps the candidates that may be among the `n` most similar: those whose
-/// upper bound reaches the n-th largest lower bound. Order is not kept.
+/// upper bound reaches the n-th largest lower bound, in the order given.
 ///
-/// One pass: a heap holds the `n` largest lower bounds seen so far, and a
-/// candidate whose upper bound is below the smallest of them is dropped at
-/// once (it is below the final threshold too, which only rises).
+/// Linear: the n-th largest lower bound is found by selection, not by
+/// sorting or a heap.
 pub fn top_candidates<T>(all: impl Iterator<Item = Bounded<T>>, n: usize) -> Vec<Bounded<T>> {
-    use std::cmp::Reverse;
-    use std::collections::BinaryHeap;
     if n == 0 {
         return Vec::new();
     }
-    let mut heap: BinaryHeap<Reverse<Total>> = BinaryHeap::with_capacity(n + 1);
-    let mut t = f32::NEG_INFINITY;
-    let mut kept = Vec::new();
-    for b in all {
-        if b.upper < t {
-            continue;
-        }
-        let lower = b.lower;
-        kept.push(b);
-        if heap.len() < n {
-            heap.push(Reverse(Total(lower)));
-        } else if lower > t {
-            heap.pop();
-            heap.push(Reverse(Total(lower)));
-        }
-        if heap.len() == n {
-            t = heap.peek().map_or(t, |r| r.0.0);
-        }
+    let mut kept: Vec<Bounded<T>> = all.collect();
+    if kept.len() <= n {
+        return kept;
     }
+    let mut lowers: Vec<f32> = kept.iter().map(|b| b.lower).collect();
+    let (_, &mut t, _) = lowers.select_nth_unstable_by(n - 1, |a, b| b.total_cmp(a));
     kept.retain(|b| b.upper >= t);
     kept
 }
