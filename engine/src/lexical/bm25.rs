@@ -66,8 +66,26 @@
 //! Scores are accumulated in a dense `f64` array over the span of matched
 //! document ids when that span is small compared to the number of matches,
 //! otherwise by sorting the (document, partial score) pairs; both add each
-//! document's partial scores in the same order and give identical results.
-//! Top-k uses a bounded binary heap.
+//! document's partial scores in the same order (the terms by descending
+//! score bound) and give identical results. Top-k uses a bounded binary
+//! heap.
+//!
+//! # Top-k without scoring every posting (MaxScore)
+//!
+//! Each term's postings keep their largest tf and shortest document, which
+//! bound the score the term can add to any document (the term weight rises
+//! with tf and falls with length). A search scores terms from the largest
+//! bound down and, after each, takes a lower bound of the k-th best score so
+//! far (partial sums only grow). Once the bounds of the terms left add up
+//! to less than it, a document none of the scored terms matched cannot
+//! reach the top k: the terms left are never enumerated, only probed
+//! (`contains`) for the documents whose partial sum plus that bound can
+//! still make it. Pruning compares after rounding to the returned `f32`, with
+//! a margin, and never prunes a tie, so the results are exactly those of
+//! exhaustive scoring (property test `pruning_keeps_the_exhaustive_top_k`;
+//! [`Bm25Index::search_exhaustive`] is the reference). Corpus statistics
+//! stay those of the eligible set: a term's document frequency is counted
+//! with `intersection_len`, which enumerates nothing.
 //!
 //! # Encoding
 //!
@@ -218,7 +236,7 @@ impl fmt::Display for Bm25Error {
 impl std::error::Error for Bm25Error {}
 
 /// Postings of one term.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 struct Postings {
     /// Documents containing the term.
     docs: RoaringBitmap,
@@ -226,6 +244,24 @@ struct Postings {
     multi_docs: Vec<u32>,
     /// Term frequencies of `multi_docs`, parallel to it.
     multi_tfs: Vec<u32>,
+    /// Largest term frequency of any posting (0 for no posting). With
+    /// `min_len`, bounds the term's score in any document: BM25's term
+    /// weight rises with tf and falls with document length.
+    max_tf: u32,
+    /// Shortest document holding the term (`u32::MAX` for no posting).
+    min_len: u32,
+}
+
+impl Default for Postings {
+    fn default() -> Self {
+        Postings {
+            docs: RoaringBitmap::new(),
+            multi_docs: Vec::new(),
+            multi_tfs: Vec::new(),
+            max_tf: 0,
+            min_len: u32::MAX,
+        }
+    }
 }
 
 impl Postings {
@@ -342,6 +378,190 @@ fn bitmap_heap_bytes(b: &RoaringBitmap) -> usize {
     ) + s.n_containers as usize * ROARING_CONTAINER_BYTES
 }
 
+/// Scores every matched document and keeps the top `k` (the exhaustive
+/// path): in a dense array over the span of matched ids when that span is
+/// small compared to the matches, else by sorting (document, term,
+/// partial) triples. Both add each document's partials in term order.
+fn score_all(
+    matches: &[TermMatches<'_>],
+    scorer: &Scorer<'_>,
+    k: usize,
+    force_dense: Option<bool>,
+    stats: &mut LexicalStats,
+) -> Vec<ScoredDoc> {
+    let matches: Vec<&TermMatches<'_>> = matches.iter().filter(|m| !m.docs.is_empty()).collect();
+    if matches.is_empty() {
+        return Vec::new();
+    }
+    let total: usize = matches.iter().map(|m| m.docs.len()).sum();
+    let lo = matches.iter().map(|m| m.docs[0]).min().unwrap_or(0);
+    let hi = matches
+        .iter()
+        .map(|m| m.docs[m.docs.len() - 1])
+        .max()
+        .unwrap_or(0);
+    let span = (hi - lo) as usize + 1;
+    let dense = force_dense.unwrap_or(
+        span <= total
+            .saturating_mul(DENSE_SPAN_RATIO)
+            .saturating_add(DENSE_SPAN_SLACK),
+    );
+
+    let mut top = TopK::new(k);
+    let mut scored = 0u64;
+    if dense {
+        let mut acc = vec![0.0f64; span];
+        // Documents in order of first touch, so only they are visited.
+        let mut touched: Vec<u32> = Vec::new();
+        scorer.for_each_partial(&matches, |_, d, p| {
+            let slot = &mut acc[(d - lo) as usize];
+            if *slot == 0.0 {
+                touched.push(d);
+            }
+            *slot += p;
+        });
+        scored = touched.len() as u64;
+        for d in touched {
+            let s = acc[(d - lo) as usize];
+            if round_score(s) >= top.floor {
+                top.offer(d, s);
+            }
+        }
+    } else {
+        // (doc, term index, partial): sorting by (doc, term index) adds
+        // each document's partials in term order, as the dense path does.
+        let mut all: Vec<(u32, u32, f64)> = Vec::with_capacity(total);
+        // a query has at most a few hundred distinct terms
+        scorer.for_each_partial(&matches, |t, d, p| {
+            all.push((d, u32::try_from(t).expect("query terms fit in u32"), p));
+        });
+        all.sort_unstable_by_key(|&(d, t, _)| (d, t));
+        let mut j = 0;
+        while j < all.len() {
+            let d = all[j].0;
+            let mut s = 0.0f64;
+            while j < all.len() && all[j].0 == d {
+                s += all[j].2;
+                j += 1;
+            }
+            scored += 1;
+            if round_score(s) >= top.floor {
+                top.offer(d, s);
+            }
+        }
+    }
+    stats.docs_scored += scored;
+    top.into_sorted()
+}
+
+/// Whether a score of at most `bound` ranks strictly below every score of
+/// at least `theta` once both are rounded to the `f32` results carry (a
+/// tie could still win on document id, so ties are not pruned). The
+/// relative margins cover the rounding of f64 sums taken in another order.
+fn below(bound: f64, theta: f64) -> bool {
+    round_score(bound * (1.0 + 1e-9) + 1e-300) < round_score(theta * (1.0 - 1e-9))
+}
+
+/// Top-k by MaxScore over terms in descending order of their score bound
+/// (`terms`, as ranked by the caller): terms are scored into a dense
+/// accumulator until the bounds of the terms left add up to less than a
+/// lower bound of the k-th best score. A document none of the scored terms
+/// matched cannot reach the top k then, so the terms left are never
+/// enumerated: they are only probed for the documents that can still make
+/// it. Sums are taken in the same order as [`score_all`]'s, so the results
+/// are identical to it.
+///
+/// The lower bound of the k-th best score after a term is the larger of
+/// the previous one and the k-th best partial sum among the documents that
+/// term touched (partial sums only grow). None when the documents' id span
+/// is too sparse for a dense accumulator: the caller scores exhaustively.
+fn search_pruned(
+    terms: &[RankedTerm<'_>],
+    scorer: &Scorer<'_>,
+    k: usize,
+    stats: &mut LexicalStats,
+    materialize: &dyn Fn(&QueryTerm<'_>, &mut LexicalStats) -> Vec<u32>,
+) -> Option<Vec<ScoredDoc>> {
+    let lo = terms.iter().filter_map(|r| r.t.postings.docs.min()).min()?;
+    let hi = terms.iter().filter_map(|r| r.t.postings.docs.max()).max()?;
+    let span = (hi - lo) as usize + 1;
+    let total = terms.iter().map(|r| r.t.df).sum::<u64>();
+    if span
+        > usize::try_from(total)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(DENSE_SPAN_RATIO)
+            .saturating_add(DENSE_SPAN_SLACK)
+    {
+        return None;
+    }
+    // left[j]: what the terms from j on can add to any document
+    let mut left = vec![0.0f64; terms.len() + 1];
+    for j in (0..terms.len()).rev() {
+        left[j] = left[j + 1] + terms[j].bound;
+    }
+    let mut acc = vec![0.0f64; span];
+    let mut touched: Vec<u32> = Vec::new();
+    let mut theta = f64::NEG_INFINITY;
+    let mut sums: Vec<f64> = Vec::new();
+    let mut scored_terms = terms.len();
+    for (j, r) in terms.iter().enumerate() {
+        let docs = materialize(&r.t, stats);
+        let mut tfs = TfCursor::new(r.t.postings);
+        sums.clear();
+        for &d in &docs {
+            let slot = &mut acc[(d - lo) as usize];
+            if *slot == 0.0 {
+                touched.push(d);
+            }
+            *slot += scorer.partial(r.w, tfs.tf(d), d);
+            sums.push(*slot);
+        }
+        if j + 1 == terms.len() {
+            break;
+        }
+        if sums.len() >= k {
+            let (_, &mut kth, _) = sums.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+            theta = theta.max(kth);
+        }
+        if below(left[j + 1], theta) {
+            scored_terms = j + 1;
+            break;
+        }
+    }
+    let rest = &terms[scored_terms..];
+    let mut top = TopK::new(k);
+    stats.docs_scored += touched.len() as u64;
+    if rest.is_empty() {
+        for d in touched {
+            let s = acc[(d - lo) as usize];
+            if round_score(s) >= top.floor {
+                top.offer(d, s);
+            }
+        }
+        return Some(top.into_sorted());
+    }
+    let bound = left[scored_terms];
+    let mut candidates: Vec<u32> = touched
+        .into_iter()
+        .filter(|&d| !below(acc[(d - lo) as usize] + bound, theta))
+        .collect();
+    candidates.sort_unstable();
+    let mut cursors: Vec<TfCursor<'_>> = rest.iter().map(|r| TfCursor::new(r.t.postings)).collect();
+    for d in candidates {
+        let mut s = acc[(d - lo) as usize];
+        for (r, tfs) in rest.iter().zip(&mut cursors) {
+            stats.postings_read += 1;
+            if r.t.postings.docs.contains(d) {
+                s += scorer.partial(r.w, tfs.tf(d), d);
+            }
+        }
+        if round_score(s) >= top.floor {
+            top.offer(d, s);
+        }
+    }
+    Some(top.into_sorted())
+}
+
 /// BM25 inverted index. See the module documentation.
 #[derive(Clone)]
 pub struct Bm25Index {
@@ -370,6 +590,23 @@ impl fmt::Debug for Bm25Index {
             .field("last_doc", &self.last_doc)
             .finish()
     }
+}
+
+/// A query term found in the eligible documents.
+struct QueryTerm<'a> {
+    qtf: u32,
+    postings: &'a Postings,
+    /// Eligible documents holding the term.
+    df: u64,
+}
+
+/// A query term with its weight and score bound in one search.
+struct RankedTerm<'a> {
+    t: QueryTerm<'a>,
+    /// `qtf * idf * (k1 + 1)`.
+    w: f64,
+    /// Largest partial score the term can add to a document.
+    bound: f64,
 }
 
 /// Matches of one query term among the eligible documents.
@@ -482,22 +719,39 @@ impl<'a> Scorer<'a> {
         }
     }
 
+    /// `qtf * idf * (k1 + 1)` of a term in `df` eligible documents.
+    fn weight(&self, qtf: u32, df: u64) -> f64 {
+        let df = df as f64;
+        let idf = ((self.n - df + 0.5) / (df + 0.5)).ln_1p();
+        f64::from(qtf) * idf * self.k1_plus_1
+    }
+
+    /// The score a term of weight `w` adds to document `d` where it occurs
+    /// `tf` times.
+    #[inline]
+    fn partial(&self, w: f64, tf: u32, d: u32) -> f64 {
+        let tf = f64::from(tf);
+        let dl = f64::from(self.doc_len[d as usize]);
+        w * tf / (tf + self.norm_const + self.norm_per_len * dl)
+    }
+
+    /// An upper bound of [`Scorer::partial`] over the term's documents:
+    /// the partial rises with tf and falls with length, so the largest tf
+    /// with the shortest length bounds every posting.
+    fn bound(&self, w: f64, p: &Postings) -> f64 {
+        let tf = f64::from(p.max_tf);
+        let dl = f64::from(p.min_len);
+        w * tf / (tf + self.norm_const + self.norm_per_len * dl)
+    }
+
     /// Calls `f(term index, doc, partial score)` for every match, term by
     /// term, each term's documents ascending.
-    fn for_each_partial(&self, matches: &[TermMatches<'_>], mut f: impl FnMut(usize, u32, f64)) {
+    fn for_each_partial(&self, matches: &[&TermMatches<'_>], mut f: impl FnMut(usize, u32, f64)) {
         for (t, m) in matches.iter().enumerate() {
-            let df = m.docs.len() as f64;
-            let idf = ((self.n - df + 0.5) / (df + 0.5)).ln_1p();
-            let w = f64::from(m.qtf) * idf * self.k1_plus_1;
+            let w = self.weight(m.qtf, m.docs.len() as u64);
             let mut tfs = TfCursor::new(m.postings);
             for &d in &m.docs {
-                let tf = f64::from(tfs.tf(d));
-                let dl = f64::from(self.doc_len[d as usize]);
-                f(
-                    t,
-                    d,
-                    w * tf / (tf + self.norm_const + self.norm_per_len * dl),
-                );
+                f(t, d, self.partial(w, tfs.tf(d), d));
             }
         }
     }
@@ -587,6 +841,8 @@ impl Bm25Index {
             // bitmap container by scanning it, which made indexing dense
             // terms quadratic. Doc ids still only increase (checked above).
             p.docs.insert(doc);
+            p.max_tf = p.max_tf.max(tf);
+            p.min_len = p.min_len.min(dl);
             if tf >= 2 {
                 p.multi_docs.push(doc);
                 p.multi_tfs.push(tf);
@@ -631,11 +887,26 @@ impl Bm25Index {
         k: usize,
         stats: &mut LexicalStats,
     ) -> Vec<ScoredDoc> {
-        self.search_impl(query, eligible, k, stats, None)
+        self.search_impl(query, eligible, k, stats, None, true)
+    }
+
+    /// [`search`](Self::search) without pruning by score bounds: every
+    /// eligible posting of every query term is scored. The results are the
+    /// same; this is the reference the pruning is tested and measured
+    /// against (`benches/lexical_vs_tantivy.rs`).
+    pub fn search_exhaustive(
+        &self,
+        query: &str,
+        eligible: &RoaringBitmap,
+        k: usize,
+        stats: &mut LexicalStats,
+    ) -> Vec<ScoredDoc> {
+        self.search_impl(query, eligible, k, stats, None, false)
     }
 
     /// [`search`](Self::search), optionally forcing the dense (`Some(true)`)
-    /// or sorted (`Some(false)`) score accumulator.
+    /// or sorted (`Some(false)`) score accumulator, with or without
+    /// pruning by score bounds (`prune`; results are identical).
     fn search_impl(
         &self,
         query: &str,
@@ -643,6 +914,7 @@ impl Bm25Index {
         k: usize,
         stats: &mut LexicalStats,
         force_dense: Option<bool>,
+        prune: bool,
     ) -> Vec<ScoredDoc> {
         if k == 0 || eligible.is_empty() || self.vocab.is_empty() {
             return Vec::new();
@@ -655,7 +927,9 @@ impl Bm25Index {
         // When every non-empty document is eligible, postings need no
         // filtering and the corpus statistics are the cached totals.
         let covers = self.nonempty.is_subset(eligible);
-        let mut matches: Vec<TermMatches<'_>> = Vec::new();
+        // Query terms in ascending term order, with their eligible document
+        // frequency (counted without enumerating the documents).
+        let mut qterms: Vec<QueryTerm<'_>> = Vec::new();
         let mut i = 0;
         while i < qtoks.len() {
             let run = qtoks[i..].iter().take_while(|t| **t == qtoks[i]).count();
@@ -666,19 +940,20 @@ impl Bm25Index {
                 continue;
             };
             let postings = &self.postings[id as usize];
-            let mut docs = Vec::new();
-            stats.postings_read +=
-                postings.eligible_docs(eligible, eligible_len, covers, &mut docs);
-            if !docs.is_empty() {
-                let qtf = u32::try_from(run).unwrap_or(u32::MAX);
-                matches.push(TermMatches {
-                    qtf,
+            let df = if covers {
+                postings.docs.len()
+            } else {
+                postings.docs.intersection_len(eligible)
+            };
+            if df > 0 {
+                qterms.push(QueryTerm {
+                    qtf: u32::try_from(run).unwrap_or(u32::MAX),
                     postings,
-                    docs,
+                    df,
                 });
             }
         }
-        if matches.is_empty() {
+        if qterms.is_empty() {
             return Vec::new();
         }
 
@@ -695,66 +970,42 @@ impl Bm25Index {
         };
         // Every matched document is eligible and non-empty, so n >= 1 and sum_len >= 1.
         let scorer = Scorer::new(self.params, n, sum_len, &self.doc_len);
-
-        let total: usize = matches.iter().map(|m| m.docs.len()).sum();
-        let lo = matches.iter().map(|m| m.docs[0]).min().unwrap_or(0);
-        let hi = matches
-            .iter()
-            .map(|m| m.docs[m.docs.len() - 1])
-            .max()
-            .unwrap_or(0);
-        let span = (hi - lo) as usize + 1;
-        let dense = force_dense.unwrap_or(
-            span <= total
-                .saturating_mul(DENSE_SPAN_RATIO)
-                .saturating_add(DENSE_SPAN_SLACK),
-        );
-
-        let mut top = TopK::new(k);
-        let mut scored = 0u64;
-        if dense {
-            let mut acc = vec![0.0f64; span];
-            // Documents in order of first touch, so only they are visited.
-            let mut touched: Vec<u32> = Vec::new();
-            scorer.for_each_partial(&matches, |_, d, p| {
-                let slot = &mut acc[(d - lo) as usize];
-                if *slot == 0.0 {
-                    touched.push(d);
+        // Terms by descending score bound (ties: term order). Both paths
+        // add each document's partial scores in this order, so they agree
+        // bit for bit.
+        let mut ranked: Vec<RankedTerm<'_>> = qterms
+            .into_iter()
+            .map(|t| {
+                let w = scorer.weight(t.qtf, t.df);
+                RankedTerm {
+                    bound: scorer.bound(w, t.postings),
+                    w,
+                    t,
                 }
-                *slot += p;
-            });
-            scored = touched.len() as u64;
-            for d in touched {
-                let s = acc[(d - lo) as usize];
-                if round_score(s) >= top.floor {
-                    top.offer(d, s);
-                }
-            }
-        } else {
-            // (doc, term index, partial): sorting by (doc, term index) adds
-            // each document's partials in term order, as the dense path does.
-            let mut all: Vec<(u32, u32, f64)> = Vec::with_capacity(total);
-            // a query has at most a few hundred distinct terms
-            scorer.for_each_partial(&matches, |t, d, p| {
-                all.push((d, u32::try_from(t).expect("query terms fit in u32"), p));
-            });
-            all.sort_unstable_by_key(|&(d, t, _)| (d, t));
-            let mut j = 0;
-            while j < all.len() {
-                let d = all[j].0;
-                let mut s = 0.0f64;
-                while j < all.len() && all[j].0 == d {
-                    s += all[j].2;
-                    j += 1;
-                }
-                scored += 1;
-                if round_score(s) >= top.floor {
-                    top.offer(d, s);
-                }
+            })
+            .collect();
+        ranked.sort_by(|a, b| b.bound.total_cmp(&a.bound));
+        let materialize = |t: &QueryTerm<'_>, stats: &mut LexicalStats| {
+            let mut docs = Vec::new();
+            stats.postings_read +=
+                t.postings
+                    .eligible_docs(eligible, eligible_len, covers, &mut docs);
+            docs
+        };
+        if prune && ranked.len() >= 2 {
+            if let Some(top) = search_pruned(&ranked, &scorer, k, stats, &materialize) {
+                return top;
             }
         }
-        stats.docs_scored += scored;
-        top.into_sorted()
+        let matches: Vec<TermMatches<'_>> = ranked
+            .iter()
+            .map(|r| TermMatches {
+                qtf: r.t.qtf,
+                postings: r.t.postings,
+                docs: materialize(&r.t, stats),
+            })
+            .collect();
+        score_all(&matches, &scorer, k, force_dense, stats)
     }
 
     /// Approximate bytes of heap memory held by the index.
@@ -967,6 +1218,93 @@ mod tests {
         Ok(())
     }
 
+    /// A corpus whose word `i` of [`WORDS`] is drawn with weight
+    /// `1 / (i + 1)`: a few common words and a tail of rare ones, the shape
+    /// under which score bounds prune.
+    fn zipf_corpus(rng: &mut Rng, n: usize) -> Vec<(u32, String)> {
+        (0..n)
+            .map(|i| {
+                let len = 1 + rng.below(10) as usize;
+                let words: Vec<&str> = (0..len).map(|_| zipf_word(rng)).collect();
+                (i as u32 * 2, words.join(" "))
+            })
+            .collect()
+    }
+
+    fn zipf_word(rng: &mut Rng) -> &'static str {
+        let total: f64 = (1..=WORDS.len()).map(|i| 1.0 / i as f64).sum();
+        let mut x = (rng.below(1 << 30) as f64 / f64::from(1u32 << 30)) * total;
+        for (i, w) in WORDS.iter().enumerate() {
+            x -= 1.0 / (i + 1) as f64;
+            if x <= 0.0 {
+                return w;
+            }
+        }
+        WORDS[WORDS.len() - 1]
+    }
+
+    /// Pruning reads fewer postings and returns exactly the exhaustive
+    /// top k: a common term in every document, a rare one in a few.
+    #[test]
+    fn pruning_skips_the_postings_of_common_terms() {
+        let docs: Vec<(u32, String)> = (0..2000u32)
+            .map(|i| {
+                let rare = if i % 400 == 7 { " incident" } else { "" };
+                (i, format!("memory agent graph{rare}"))
+            })
+            .collect();
+        let idx = build(Bm25Params::default(), &docs);
+        let all: RoaringBitmap = (0..2000).collect();
+        let some: RoaringBitmap = (0..2000).filter(|i| i % 3 != 0).collect();
+        for e in [&all, &some] {
+            let (mut full, mut pruned) = (LexicalStats::default(), LexicalStats::default());
+            let want = idx.search_impl("memory incident", e, 3, &mut full, None, false);
+            let got = idx.search("memory incident", e, 3, &mut pruned);
+            assert_eq!(got, want);
+            assert_eq!(got.len(), 3);
+            assert!(
+                pruned.postings_read * 10 < full.postings_read,
+                "pruned read {} postings, exhaustive {}",
+                pruned.postings_read,
+                full.postings_read
+            );
+            assert!(pruned.docs_scored < full.docs_scored);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// Pruning by score bounds returns exactly the exhaustive top k
+        /// (same documents, scores and order), on indexes built in memory
+        /// and decoded from their encoding.
+        #[test]
+        fn pruning_keeps_the_exhaustive_top_k(
+            seed in any::<u64>(), k in 1usize..12, n in 20usize..500, pi in 0usize..3,
+        ) {
+            let params = [Bm25Params::default(), Bm25Params { k1: 0.9, b: 0.4 }, Bm25Params { k1: 0.0, b: 1.0 }][pi];
+            let mut rng = Rng(seed);
+            let docs = zipf_corpus(&mut rng, n);
+            let idx = build(params, &docs);
+            let mut bytes = Vec::new();
+            idx.write_to(&mut bytes);
+            let decoded = Bm25Index::read_from(&bytes).unwrap();
+            for round in 0..6 {
+                let e = if round % 2 == 0 {
+                    docs.iter().map(|d| d.0).collect()
+                } else {
+                    eligible(&mut rng, &docs)
+                };
+                let words: Vec<&str> = (0..2 + rng.below(5)).map(|_| zipf_word(&mut rng)).collect();
+                let q = words.join(" ");
+                let mut s = LexicalStats::default();
+                let want = idx.search_impl(&q, &e, k, &mut s, None, false);
+                prop_assert_eq!(&idx.search(&q, &e, k, &mut s), &want, "query {:?}", q);
+                prop_assert_eq!(&decoded.search(&q, &e, k, &mut s), &want, "decoded, query {:?}", q);
+            }
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(300))]
 
@@ -983,14 +1321,15 @@ mod tests {
                 let e = eligible(&mut rng, &docs);
                 let q = query(&mut rng);
                 let mut stats = LexicalStats::default();
-                let got = idx.search(&q, &e, k, &mut stats);
+                let got = idx.search_impl(&q, &e, k, &mut stats, None, false);
                 let want = naive(params, &docs, &e, &q);
                 check_against_naive(&got, &want, &e, k)?;
                 prop_assert_eq!(stats.docs_scored, want.len() as u64);
-                // Both accumulators give identical results.
+                // Both accumulators, and pruning, give identical results.
                 let mut s = LexicalStats::default();
-                prop_assert_eq!(&idx.search_impl(&q, &e, k, &mut s, Some(true)), &got);
-                prop_assert_eq!(&idx.search_impl(&q, &e, k, &mut s, Some(false)), &got);
+                prop_assert_eq!(&idx.search_impl(&q, &e, k, &mut s, Some(true), false), &got);
+                prop_assert_eq!(&idx.search_impl(&q, &e, k, &mut s, Some(false), false), &got);
+                prop_assert_eq!(&idx.search(&q, &e, k, &mut s), &got);
             }
         }
 

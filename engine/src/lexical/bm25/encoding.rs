@@ -173,8 +173,10 @@ impl Bm25Index {
             if docs.is_empty() || !docs.is_subset(&nonempty) {
                 return Err(r.err_at(at, "postings outside non-empty documents"));
             }
+            let mut min_len = u32::MAX;
             for d in &docs {
                 tf_sum[d as usize] += 1;
+                min_len = min_len.min(doc_len[d as usize]);
             }
 
             let at = r.pos;
@@ -209,10 +211,13 @@ impl Bm25Index {
                 return Err(r.err_at(at, "tf entry for a document without the term"));
             }
             vocab.insert(term.to_owned(), id);
+            let max_tf = multi_tfs.iter().copied().max().unwrap_or(1);
             postings.push(Postings {
                 docs,
                 multi_docs,
                 multi_tfs,
+                max_tf,
+                min_len,
             });
         }
         if r.remaining() != 0 {
