@@ -12,10 +12,11 @@
 //! This module must never score, return or attach a record the session may
 //! not read.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Instant;
 
 use roaring::RoaringBitmap;
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use super::eligibility::{Cut, FilterExpr};
@@ -486,7 +487,9 @@ fn listing(
 /// retrievers is dropped when a content retriever ran: recency re-orders
 /// evidence, it is not evidence.
 fn fuse(specs: &[RetrieverSpec], outputs: &[RetrieverOutput], fusion: Fusion) -> Vec<FusionInput> {
-    let mut fused: HashMap<RecordId, FusionInput> = HashMap::new();
+    let total = outputs.iter().map(|o| o.candidates.len()).sum();
+    let mut fused: FxHashMap<RecordId, FusionInput> =
+        FxHashMap::with_capacity_and_hasher(total, Default::default());
     for (spec, r) in specs.iter().zip(outputs) {
         let w = spec.weight;
         let normed: Vec<f64> = match fusion {

@@ -83,6 +83,12 @@ pub struct QueryCode {
 #[allow(unsafe_code)]
 pub fn hamming_all(bits: &[u64], q: &[u64]) -> Vec<u32> {
     #[cfg(target_arch = "x86_64")]
+    if (1..=8).contains(&q.len()) && x86::vpopcnt_available() {
+        // SAFETY: the kernel needs only the target features, detected on
+        // this CPU just above.
+        return unsafe { x86::hamming_all_avx512(bits, q) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("popcnt") {
         // SAFETY: the kernel needs only the popcnt target feature, detected
         // on this CPU just above.
@@ -203,6 +209,42 @@ mod x86 {
     #[target_feature(enable = "popcnt")]
     pub fn hamming_all(bits: &[u64], q: &[u64]) -> Vec<u32> {
         super::hamming_portable(bits, q)
+    }
+
+    /// Whether [`hamming_all_avx512`] can run here.
+    pub fn vpopcnt_available() -> bool {
+        std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512vpopcntdq")
+    }
+
+    /// [`super::hamming_all`] for runs of 1 to 8 words (up to 512
+    /// dimensions): one masked load, XOR and 8-lane popcount per item.
+    ///
+    /// Callers must have checked [`vpopcnt_available`] and the run length.
+    #[target_feature(enable = "avx512f,avx512vpopcntdq")]
+    #[allow(unsafe_code)]
+    pub fn hamming_all_avx512(bits: &[u64], q: &[u64]) -> Vec<u32> {
+        use std::arch::x86_64::{
+            _mm512_maskz_loadu_epi64, _mm512_popcnt_epi64, _mm512_reduce_add_epi64,
+            _mm512_xor_si512,
+        };
+        let w = q.len();
+        assert!((1..=8).contains(&w), "runs of 1 to 8 words");
+        #[allow(clippy::cast_possible_truncation)] // w <= 8
+        let mask = ((1u16 << w) - 1) as u8;
+        // SAFETY: the mask enables only the first w <= q.len() lanes, and
+        // masked-off lanes are never read.
+        let qv = unsafe { _mm512_maskz_loadu_epi64(mask, q.as_ptr().cast()) };
+        let n = bits.len() / w;
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            // SAFETY: words i * w .. i * w + w lie within `bits` (i < n =
+            // bits.len() / w); masked-off lanes are never read.
+            let v = unsafe { _mm512_maskz_loadu_epi64(mask, bits.as_ptr().add(i * w).cast()) };
+            let c = _mm512_reduce_add_epi64(_mm512_popcnt_epi64(_mm512_xor_si512(v, qv)));
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // <= 512
+            out.push(c as u32);
+        }
+        out
     }
 
     /// Whether the AVX-512 VNNI kernel can run here.
@@ -640,6 +682,30 @@ mod tests {
         let bits = [0xF0F0_u64, u64::MAX, 1, 0, 0, 0, 0x0F0F, 0, 3];
         assert_eq!(hamming_all(&bits, &q), vec![0, 64 + 8 + 1, 8 + 8 + 64 + 1]);
         assert_eq!(hamming_portable(&bits, &q), hamming_all(&bits, &q));
+    }
+
+    #[test]
+    fn every_hamming_kernel_agrees_with_the_portable_loop() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for w in 1..=10usize {
+            let q: Vec<u64> = (0..w).map(|_| next()).collect();
+            let bits: Vec<u64> = (0..w * 37).map(|_| next()).collect();
+            let want = hamming_portable(&bits, &q);
+            assert_eq!(hamming_all(&bits, &q), want, "{w} words");
+            #[cfg(target_arch = "x86_64")]
+            if w <= 8 && x86::vpopcnt_available() {
+                // SAFETY: features detected just above.
+                #[allow(unsafe_code)]
+                let got = unsafe { x86::hamming_all_avx512(&bits, &q) };
+                assert_eq!(got, want, "avx512, {w} words");
+            }
+        }
     }
 
     proptest! {
