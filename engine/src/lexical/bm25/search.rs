@@ -1,0 +1,554 @@
+//! Search: query terms, the BM25 scorer, exhaustive scoring and MaxScore
+//! pruning (see the parent module's documentation, "Top-k without scoring
+//! every posting").
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+use roaring::RoaringBitmap;
+
+use super::{Bm25Index, Bm25Params, LexicalStats, Postings, ScoredDoc, terms};
+
+/// The dense score accumulator is used when the span of matched document ids
+/// is at most `DENSE_SPAN_RATIO` times the number of matches (plus a small
+/// constant); otherwise partial scores are sorted by document.
+const DENSE_SPAN_RATIO: usize = 32;
+const DENSE_SPAN_SLACK: usize = 4096;
+
+/// Term-frequency lookup for ascending documents of one term: a forward
+/// galloping cursor over the term's tf >= 2 entries.
+pub(super) struct TfCursor<'a> {
+    docs: &'a [u32],
+    tfs: &'a [u32],
+}
+
+impl<'a> TfCursor<'a> {
+    pub(super) fn new(p: &'a Postings) -> Self {
+        TfCursor {
+            docs: &p.multi_docs,
+            tfs: &p.multi_tfs,
+        }
+    }
+
+    /// The tf of `doc`, which must be in the term's postings and not below
+    /// any document asked before.
+    pub(super) fn tf(&mut self, doc: u32) -> u32 {
+        if self.docs.is_empty() {
+            return 1;
+        }
+        let at = gallop(self.docs, doc);
+        self.docs = &self.docs[at..];
+        self.tfs = &self.tfs[at..];
+        if self.docs.first() == Some(&doc) {
+            let tf = self.tfs[0];
+            self.docs = &self.docs[1..];
+            self.tfs = &self.tfs[1..];
+            tf
+        } else {
+            1
+        }
+    }
+}
+
+/// Index of the first element of ascending `s` that is >= `x`, found by
+/// exponential then binary search: O(log i) for answer `i`.
+pub(super) fn gallop(s: &[u32], x: u32) -> usize {
+    let mut hi = 1;
+    while hi <= s.len() && s[hi - 1] < x {
+        hi *= 2;
+    }
+    let lo = hi / 2;
+    let hi = hi.min(s.len());
+    lo + s[lo..hi].partition_point(|&v| v < x)
+}
+
+/// A score accumulated in `f64`, rounded to the `f32` results carry.
+#[inline]
+#[allow(clippy::cast_possible_truncation)]
+fn round_score(s: f64) -> f32 {
+    s as f32
+}
+
+/// Scores every matched document and keeps the top `k` (the exhaustive
+/// path): in a dense array over the span of matched ids when that span is
+/// small compared to the matches, else by sorting (document, term,
+/// partial) triples. Both add each document's partials in term order.
+fn score_all(
+    matches: &[TermMatches<'_>],
+    scorer: &Scorer<'_>,
+    k: usize,
+    force_dense: Option<bool>,
+    stats: &mut LexicalStats,
+) -> Vec<ScoredDoc> {
+    let matches: Vec<&TermMatches<'_>> = matches.iter().filter(|m| !m.docs.is_empty()).collect();
+    if matches.is_empty() {
+        return Vec::new();
+    }
+    let total: usize = matches.iter().map(|m| m.docs.len()).sum();
+    let lo = matches.iter().map(|m| m.docs[0]).min().unwrap_or(0);
+    let hi = matches
+        .iter()
+        .map(|m| m.docs[m.docs.len() - 1])
+        .max()
+        .unwrap_or(0);
+    let span = (hi - lo) as usize + 1;
+    let dense = force_dense.unwrap_or(
+        span <= total
+            .saturating_mul(DENSE_SPAN_RATIO)
+            .saturating_add(DENSE_SPAN_SLACK),
+    );
+
+    let mut top = TopK::new(k);
+    let mut scored = 0u64;
+    if dense {
+        let mut acc = vec![0.0f64; span];
+        // Documents in order of first touch, so only they are visited.
+        let mut touched: Vec<u32> = Vec::new();
+        scorer.for_each_partial(&matches, |_, d, p| {
+            let slot = &mut acc[(d - lo) as usize];
+            if *slot == 0.0 {
+                touched.push(d);
+            }
+            *slot += p;
+        });
+        scored = touched.len() as u64;
+        for d in touched {
+            let s = acc[(d - lo) as usize];
+            if round_score(s) >= top.floor {
+                top.offer(d, s);
+            }
+        }
+    } else {
+        // (doc, term index, partial): sorting by (doc, term index) adds
+        // each document's partials in term order, as the dense path does.
+        let mut all: Vec<(u32, u32, f64)> = Vec::with_capacity(total);
+        // a query has at most a few hundred distinct terms
+        scorer.for_each_partial(&matches, |t, d, p| {
+            all.push((d, u32::try_from(t).expect("query terms fit in u32"), p));
+        });
+        all.sort_unstable_by_key(|&(d, t, _)| (d, t));
+        let mut j = 0;
+        while j < all.len() {
+            let d = all[j].0;
+            let mut s = 0.0f64;
+            while j < all.len() && all[j].0 == d {
+                s += all[j].2;
+                j += 1;
+            }
+            scored += 1;
+            if round_score(s) >= top.floor {
+                top.offer(d, s);
+            }
+        }
+    }
+    stats.docs_scored += scored;
+    top.into_sorted()
+}
+
+/// Whether a score of at most `bound` ranks strictly below every score of
+/// at least `theta` once both are rounded to the `f32` results carry (a
+/// tie could still win on document id, so ties are not pruned). The
+/// relative margins cover the rounding of f64 sums taken in another order.
+fn below(bound: f64, theta: f64) -> bool {
+    round_score(bound * (1.0 + 1e-9) + 1e-300) < round_score(theta * (1.0 - 1e-9))
+}
+
+/// Top-k by MaxScore over terms in descending order of their score bound
+/// (`terms`, as ranked by the caller): terms are scored into a dense
+/// accumulator until the bounds of the terms left add up to less than a
+/// lower bound of the k-th best score. A document none of the scored terms
+/// matched cannot reach the top k then, so the terms left are never
+/// enumerated: they are only probed for the documents that can still make
+/// it. Sums are taken in the same order as [`score_all`]'s, so the results
+/// are identical to it.
+///
+/// The lower bound of the k-th best score after a term is the larger of
+/// the previous one and the k-th best partial sum among the documents that
+/// term touched (partial sums only grow). None when the documents' id span
+/// is too sparse for a dense accumulator: the caller scores exhaustively.
+fn search_pruned(
+    terms: &[RankedTerm<'_>],
+    scorer: &Scorer<'_>,
+    k: usize,
+    stats: &mut LexicalStats,
+    materialize: &dyn Fn(&QueryTerm<'_>, &mut LexicalStats) -> Vec<u32>,
+) -> Option<Vec<ScoredDoc>> {
+    let lo = terms.iter().filter_map(|r| r.t.postings.docs.min()).min()?;
+    let hi = terms.iter().filter_map(|r| r.t.postings.docs.max()).max()?;
+    let span = (hi - lo) as usize + 1;
+    let total = terms.iter().map(|r| r.t.df).sum::<u64>();
+    if span
+        > usize::try_from(total)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(DENSE_SPAN_RATIO)
+            .saturating_add(DENSE_SPAN_SLACK)
+    {
+        return None;
+    }
+    // left[j]: what the terms from j on can add to any document
+    let mut left = vec![0.0f64; terms.len() + 1];
+    for j in (0..terms.len()).rev() {
+        left[j] = left[j + 1] + terms[j].bound;
+    }
+    let mut acc = vec![0.0f64; span];
+    let mut touched: Vec<u32> = Vec::new();
+    let mut theta = f64::NEG_INFINITY;
+    let mut sums: Vec<f64> = Vec::new();
+    let mut scored_terms = terms.len();
+    for (j, r) in terms.iter().enumerate() {
+        let docs = materialize(&r.t, stats);
+        let mut tfs = TfCursor::new(r.t.postings);
+        sums.clear();
+        for &d in &docs {
+            let slot = &mut acc[(d - lo) as usize];
+            if *slot == 0.0 {
+                touched.push(d);
+            }
+            *slot += scorer.partial(r.w, tfs.tf(d), d);
+            sums.push(*slot);
+        }
+        if j + 1 == terms.len() {
+            break;
+        }
+        if sums.len() >= k {
+            let (_, &mut kth, _) = sums.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+            theta = theta.max(kth);
+        }
+        if below(left[j + 1], theta) {
+            scored_terms = j + 1;
+            break;
+        }
+    }
+    let rest = &terms[scored_terms..];
+    let mut top = TopK::new(k);
+    stats.docs_scored += touched.len() as u64;
+    if rest.is_empty() {
+        for d in touched {
+            let s = acc[(d - lo) as usize];
+            if round_score(s) >= top.floor {
+                top.offer(d, s);
+            }
+        }
+        return Some(top.into_sorted());
+    }
+    let bound = left[scored_terms];
+    let mut candidates: Vec<u32> = touched
+        .into_iter()
+        .filter(|&d| !below(acc[(d - lo) as usize] + bound, theta))
+        .collect();
+    candidates.sort_unstable();
+    let mut cursors: Vec<TfCursor<'_>> = rest.iter().map(|r| TfCursor::new(r.t.postings)).collect();
+    for d in candidates {
+        let mut s = acc[(d - lo) as usize];
+        for (r, tfs) in rest.iter().zip(&mut cursors) {
+            stats.postings_read += 1;
+            if r.t.postings.docs.contains(d) {
+                s += scorer.partial(r.w, tfs.tf(d), d);
+            }
+        }
+        if round_score(s) >= top.floor {
+            top.offer(d, s);
+        }
+    }
+    Some(top.into_sorted())
+}
+
+/// A query term found in the eligible documents.
+struct QueryTerm<'a> {
+    qtf: u32,
+    postings: &'a Postings,
+    /// Eligible documents holding the term.
+    df: u64,
+}
+
+/// A query term with its weight and score bound in one search.
+struct RankedTerm<'a> {
+    t: QueryTerm<'a>,
+    /// `qtf * idf * (k1 + 1)`.
+    w: f64,
+    /// Largest partial score the term can add to a document.
+    bound: f64,
+}
+
+/// Matches of one query term among the eligible documents.
+struct TermMatches<'a> {
+    qtf: u32,
+    postings: &'a Postings,
+    docs: Vec<u32>,
+}
+
+/// A top-k candidate. Ordered so that the *worse* candidate is greater
+/// (lower score, then higher doc id), making `BinaryHeap` a heap of the
+/// current worst.
+#[derive(Clone, Copy, PartialEq)]
+struct Candidate {
+    score: f32,
+    doc: u32,
+}
+
+impl Eq for Candidate {}
+
+impl Ord for Candidate {
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .score
+            .total_cmp(&self.score)
+            .then(self.doc.cmp(&other.doc))
+    }
+}
+
+impl PartialOrd for Candidate {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Keeps the best `k` candidates seen, in any order of arrival.
+struct TopK {
+    k: usize,
+    heap: BinaryHeap<Candidate>,
+    /// Score of the worst kept candidate once `k` are kept (else -inf):
+    /// a score strictly below it can never enter, so callers skip
+    /// [`offer`](Self::offer) for it.
+    floor: f32,
+}
+
+impl TopK {
+    fn new(k: usize) -> Self {
+        TopK {
+            k,
+            heap: BinaryHeap::with_capacity(k.min(1024) + 1),
+            floor: f32::NEG_INFINITY,
+        }
+    }
+
+    fn offer(&mut self, doc: u32, score: f64) {
+        let c = Candidate {
+            score: round_score(score),
+            doc,
+        };
+        if self.heap.len() < self.k {
+            self.heap.push(c);
+        } else if let Some(mut worst) = self.heap.peek_mut()
+            && c < *worst
+        {
+            *worst = c;
+        }
+        if self.heap.len() == self.k
+            && let Some(worst) = self.heap.peek()
+        {
+            self.floor = worst.score;
+        }
+    }
+
+    fn into_sorted(self) -> Vec<ScoredDoc> {
+        self.heap
+            .into_sorted_vec()
+            .into_iter()
+            .map(|c| ScoredDoc {
+                doc: c.doc,
+                score: c.score,
+            })
+            .collect()
+    }
+}
+
+/// BM25 with the corpus statistics of one search.
+struct Scorer<'a> {
+    n: f64,
+    /// `k1 + 1`.
+    k1_plus_1: f64,
+    /// `k1 * (1 - b)`: the length-independent part of the tf normaliser.
+    norm_const: f64,
+    /// `k1 * b / avgdl`: the per-token part of the tf normaliser.
+    norm_per_len: f64,
+    doc_len: &'a [u32],
+}
+
+impl<'a> Scorer<'a> {
+    /// `n` eligible non-empty documents holding `sum_len` tokens (both >= 1).
+    fn new(params: Bm25Params, n: u64, sum_len: u64, doc_len: &'a [u32]) -> Self {
+        let k1 = f64::from(params.k1);
+        let b = f64::from(params.b);
+        let avgdl = sum_len as f64 / n as f64;
+        Scorer {
+            n: n as f64,
+            k1_plus_1: k1 + 1.0,
+            norm_const: k1 * (1.0 - b),
+            norm_per_len: k1 * b / avgdl,
+            doc_len,
+        }
+    }
+
+    /// `qtf * idf * (k1 + 1)` of a term in `df` eligible documents.
+    fn weight(&self, qtf: u32, df: u64) -> f64 {
+        let df = df as f64;
+        let idf = ((self.n - df + 0.5) / (df + 0.5)).ln_1p();
+        f64::from(qtf) * idf * self.k1_plus_1
+    }
+
+    /// The score a term of weight `w` adds to document `d` where it occurs
+    /// `tf` times.
+    #[inline]
+    fn partial(&self, w: f64, tf: u32, d: u32) -> f64 {
+        let tf = f64::from(tf);
+        let dl = f64::from(self.doc_len[d as usize]);
+        w * tf / (tf + self.norm_const + self.norm_per_len * dl)
+    }
+
+    /// An upper bound of [`Scorer::partial`] over the term's documents:
+    /// the partial rises with tf and falls with length, so the largest tf
+    /// with the shortest length bounds every posting.
+    fn bound(&self, w: f64, p: &Postings) -> f64 {
+        let tf = f64::from(p.max_tf);
+        let dl = f64::from(p.min_len);
+        w * tf / (tf + self.norm_const + self.norm_per_len * dl)
+    }
+
+    /// Calls `f(term index, doc, partial score)` for every match, term by
+    /// term, each term's documents ascending.
+    fn for_each_partial(&self, matches: &[&TermMatches<'_>], mut f: impl FnMut(usize, u32, f64)) {
+        for (t, m) in matches.iter().enumerate() {
+            let w = self.weight(m.qtf, m.docs.len() as u64);
+            let mut tfs = TfCursor::new(m.postings);
+            for &d in &m.docs {
+                f(t, d, self.partial(w, tfs.tf(d), d));
+            }
+        }
+    }
+}
+
+impl Bm25Index {
+    /// Top-`k` documents for `query` among `eligible` only, best first. No
+    /// document outside `eligible` is ever scored or returned, and corpus
+    /// statistics (N, df, avgdl) are computed over the eligible documents,
+    /// so documents outside `eligible` never change a score. See the module
+    /// documentation for the formula, query-term frequency and tie-breaking.
+    pub fn search(
+        &self,
+        query: &str,
+        eligible: &RoaringBitmap,
+        k: usize,
+        stats: &mut LexicalStats,
+    ) -> Vec<ScoredDoc> {
+        self.search_impl(query, eligible, k, stats, None, true)
+    }
+
+    /// [`search`](Self::search) without pruning by score bounds: every
+    /// eligible posting of every query term is scored. The results are the
+    /// same; this is the reference the pruning is tested and measured
+    /// against (`benches/lexical_vs_tantivy.rs`).
+    pub fn search_exhaustive(
+        &self,
+        query: &str,
+        eligible: &RoaringBitmap,
+        k: usize,
+        stats: &mut LexicalStats,
+    ) -> Vec<ScoredDoc> {
+        self.search_impl(query, eligible, k, stats, None, false)
+    }
+
+    /// [`search`](Self::search), optionally forcing the dense (`Some(true)`)
+    /// or sorted (`Some(false)`) score accumulator, with or without
+    /// pruning by score bounds (`prune`; results are identical).
+    pub(super) fn search_impl(
+        &self,
+        query: &str,
+        eligible: &RoaringBitmap,
+        k: usize,
+        stats: &mut LexicalStats,
+        force_dense: Option<bool>,
+        prune: bool,
+    ) -> Vec<ScoredDoc> {
+        if k == 0 || eligible.is_empty() || self.vocab.is_empty() {
+            return Vec::new();
+        }
+        let mut qtoks = Vec::new();
+        terms(query, &mut qtoks);
+        qtoks.sort_unstable();
+
+        let eligible_len = eligible.len();
+        // When every non-empty document is eligible, postings need no
+        // filtering and the corpus statistics are the cached totals.
+        let covers = self.nonempty.is_subset(eligible);
+        // Query terms in ascending term order, with their eligible document
+        // frequency (counted without enumerating the documents).
+        let mut qterms: Vec<QueryTerm<'_>> = Vec::new();
+        let mut i = 0;
+        while i < qtoks.len() {
+            let run = qtoks[i..].iter().take_while(|t| **t == qtoks[i]).count();
+            let term = &qtoks[i];
+            i += run;
+            stats.terms_looked_up += 1;
+            let Some(&id) = self.vocab.get(term.as_str()) else {
+                continue;
+            };
+            let postings = &self.postings[id as usize];
+            let df = if covers {
+                postings.docs.len()
+            } else {
+                postings.docs.intersection_len(eligible)
+            };
+            if df > 0 {
+                qterms.push(QueryTerm {
+                    qtf: u32::try_from(run).unwrap_or(u32::MAX),
+                    postings,
+                    df,
+                });
+            }
+        }
+        if qterms.is_empty() {
+            return Vec::new();
+        }
+
+        // Corpus statistics over the eligible documents only.
+        let (n, sum_len) = if covers {
+            (self.nonempty.len(), self.total_len)
+        } else {
+            let seen = &self.nonempty & eligible;
+            let sum: u64 = seen
+                .iter()
+                .map(|d| u64::from(self.doc_len[d as usize]))
+                .sum();
+            (seen.len(), sum)
+        };
+        // Every matched document is eligible and non-empty, so n >= 1 and sum_len >= 1.
+        let scorer = Scorer::new(self.params, n, sum_len, &self.doc_len);
+        // Terms by descending score bound (ties: term order). Both paths
+        // add each document's partial scores in this order, so they agree
+        // bit for bit.
+        let mut ranked: Vec<RankedTerm<'_>> = qterms
+            .into_iter()
+            .map(|t| {
+                let w = scorer.weight(t.qtf, t.df);
+                RankedTerm {
+                    bound: scorer.bound(w, t.postings),
+                    w,
+                    t,
+                }
+            })
+            .collect();
+        ranked.sort_by(|a, b| b.bound.total_cmp(&a.bound));
+        let materialize = |t: &QueryTerm<'_>, stats: &mut LexicalStats| {
+            let mut docs = Vec::new();
+            stats.postings_read +=
+                t.postings
+                    .eligible_docs(eligible, eligible_len, covers, &mut docs);
+            docs
+        };
+        if prune && ranked.len() >= 2 {
+            if let Some(top) = search_pruned(&ranked, &scorer, k, stats, &materialize) {
+                return top;
+            }
+        }
+        let matches: Vec<TermMatches<'_>> = ranked
+            .iter()
+            .map(|r| TermMatches {
+                qtf: r.t.qtf,
+                postings: r.t.postings,
+                docs: materialize(&r.t, stats),
+            })
+            .collect();
+        score_all(&matches, &scorer, k, force_dense, stats)
+    }
+}
