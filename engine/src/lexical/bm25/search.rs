@@ -72,7 +72,8 @@ fn round_score(s: f64) -> f32 {
 /// Scores every matched document and keeps the top `k` (the exhaustive
 /// path): in a dense array over the span of matched ids when that span is
 /// small compared to the matches, else by sorting (document, term,
-/// partial) triples. Both add each document's partials in term order.
+/// partial) triples. Both add each document's partials in the order of
+/// `matches` (the terms by descending score bound).
 fn score_all(
     matches: &[TermMatches<'_>],
     scorer: &Scorer<'_>,
@@ -148,7 +149,8 @@ fn score_all(
 /// Whether a score of at most `bound` ranks strictly below every score of
 /// at least `theta` once both are rounded to the `f32` results carry (a
 /// tie could still win on document id, so ties are not pruned). The
-/// relative margins cover the rounding of f64 sums taken in another order.
+/// relative margins cover the rounding of the bound arithmetic (bounds are
+/// added in another order than the scores they bound).
 fn below(bound: f64, theta: f64) -> bool {
     round_score(bound * (1.0 + 1e-9) + 1e-300) < round_score(theta * (1.0 - 1e-9))
 }

@@ -1,0 +1,356 @@
+//! The store maintenance and inspection commands: `get`, `log`, `stats`,
+//! `verify`, `init`, `repair` and `rebuild`.
+
+use std::process::ExitCode;
+
+use engram_engine::time::parse_rfc3339;
+use engram_engine::{EngineError, Engram, ListFilter, Options, Record};
+
+use crate::output::{record_block, record_header};
+
+use super::{
+    CliError, CliResult, Ctx, IdArgs, JsonArgs, LogArgs, RebuildArgs, RepairArgs, print_json,
+    resolve_cli_id, session_for,
+};
+
+pub(super) fn cmd_get(ctx: &Ctx, a: IdArgs, history: bool) -> CliResult {
+    let db = ctx.open_store()?;
+    let (tenant, r) = resolve_cli_id(&db, &a)?;
+    let s = session_for(&db, &tenant, a.principal.as_deref());
+    let records: Vec<Record> = if history {
+        s.history(&r)?
+    } else {
+        vec![s.get(&r)?]
+    };
+    if a.json {
+        if history {
+            print_json(&records)?;
+        } else {
+            print_json(&records[0])?;
+        }
+    } else {
+        if history {
+            crate::outln!(
+                "history of {} ({} version(s), oldest first):",
+                a.id,
+                records.len()
+            );
+        }
+        for r in &records {
+            crate::outln!("{}", record_block(r));
+        }
+    }
+    db.close()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) fn cmd_log(ctx: &Ctx, a: LogArgs) -> CliResult {
+    let parse = |s: &Option<String>, f: &str| -> Result<Option<i64>, CliError> {
+        s.as_deref()
+            .map(|t| parse_rfc3339(t).map_err(|e| CliError::Message(format!("--{f}: {e}"))))
+            .transpose()
+    };
+    let filter = ListFilter {
+        since: parse(&a.since, "since")?,
+        until: parse(&a.until, "until")?,
+        kind: a.kind.clone(),
+        limit: a.limit.unwrap_or(usize::MAX),
+        ..ListFilter::default()
+    };
+    let db = ctx.open_store()?;
+    let tenants: Vec<String> = match &a.tenant {
+        Some(t) => vec![t.clone()],
+        None => db.stats()?.tenants.into_keys().collect(),
+    };
+    let mut all = Vec::new();
+    for t in tenants {
+        all.extend(session_for(&db, &t, a.principal.as_deref()).list(&filter)?);
+    }
+    all.sort_by_key(|r| r.lsn);
+    if let Some(l) = a.limit {
+        all.truncate(l);
+    }
+    for r in &all {
+        if a.json {
+            crate::outln!("{}", serde_json::to_string(r)?);
+        } else {
+            crate::outln!("{}  {}", r.tenant, record_header(r));
+            if let Some(t) = &r.text {
+                crate::outln!("    {t}");
+            }
+        }
+    }
+    if !a.json {
+        eprintln!("{} record(s)", all.len());
+    }
+    db.close()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) fn cmd_stats(ctx: &Ctx, a: JsonArgs) -> CliResult {
+    let data = ctx.data.as_path();
+    let db = ctx.open_store()?;
+    let s = db.stats()?;
+    if a.json {
+        print_json(&s)?;
+    } else {
+        crate::outln!("store      {}", data.display());
+        crate::outln!(
+            "log        {} segment(s), {} bytes, last LSN {}",
+            s.log_segments,
+            s.log_bytes,
+            s.last_lsn
+        );
+        crate::outln!(
+            "records    {} (checkpoint at LSN {})",
+            s.records,
+            s.checkpoint_lsn
+        );
+        if let Some(p) = &s.checkpoint_problem {
+            crate::outln!("checkpoint problem: {p}");
+        }
+        crate::outln!(
+            "lexical    {} document(s), {} term(s)",
+            s.lexical_documents,
+            s.lexical_terms
+        );
+        for v in &s.vector_spaces {
+            crate::outln!(
+                "vectors    {}: {} x {} dims, {} indexed{}",
+                v.model,
+                v.vectors,
+                v.dim,
+                v.indexed,
+                if v.derived {
+                    " (derived by the built-in lexical embedder)"
+                } else {
+                    ""
+                }
+            );
+        }
+        for (t, ts) in &s.tenants {
+            crate::outln!("tenant     {t}: {} record(s)", ts.records);
+            for (k, n) in &ts.by_kind {
+                crate::outln!("             kind {k:<24} {n}");
+            }
+            let statuses: Vec<String> = ts
+                .by_status
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            crate::outln!("             status {}", statuses.join(", "));
+        }
+    }
+    db.close()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) fn cmd_verify(ctx: &Ctx, a: JsonArgs) -> CliResult {
+    let data = ctx.data.as_path();
+    // Read-only: verify never changes a byte of the store (a torn tail is
+    // reported, and left for the next writable open to cut).
+    let mut problems: Vec<String> = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
+    let opts = match ctx.store_options() {
+        Ok(o) => o,
+        Err(e) => {
+            problems.push(e.to_string());
+            Options {
+                create_if_missing: false,
+                ..Options::default()
+            }
+        }
+    };
+    let opts = Options {
+        read_only: true,
+        background_indexing: false,
+        ..opts
+    };
+    let (mut frames, mut records) = (0, 0);
+    let spinner = ctx.spinner("verify");
+    spinner.set_message("checking every frame, and the state against the log");
+    let opened = Engram::open_with_report(data, opts);
+    match opened {
+        Ok((db, report)) => {
+            if let Some(t) = &report.log.torn_tail_pending {
+                notes.push(format!(
+                    "the log ends with an unacknowledged torn write ({} bytes at segment {} offset {}: {:?}); \
+                     the next command that writes cuts it",
+                    t.bytes_dropped, t.segment, t.offset, t.reason
+                ));
+            }
+            if report.restore_pending {
+                notes.push(
+                    "a restore's last step (re-applying later deletions) is pending; the next command that writes finishes it"
+                        .into(),
+                );
+            }
+            let r = db.verify();
+            db.close()?;
+            let r = r?;
+            frames = r.frames;
+            records = r.records;
+            problems.extend(r.problems);
+        }
+        Err(e @ (EngineError::NoStore { .. } | EngineError::NotAStore { .. })) => {
+            return Err(CliError::Engine(e));
+        }
+        Err(e) => problems.push(e.to_string()),
+    }
+    spinner.finish();
+    let ok = problems.is_empty();
+    if a.json {
+        print_json(&serde_json::json!({
+            "ok": ok, "frames": frames, "records": records, "problems": problems, "notes": notes
+        }))?;
+    } else {
+        for n in &notes {
+            crate::outln!("NOTE     {n}");
+        }
+        for p in &problems {
+            crate::outln!("PROBLEM  {p}");
+        }
+        crate::outln!(
+            "{}: {frames} frame(s) checked, {records} record(s) checked against the state, {} problem(s)",
+            if ok { "OK" } else { "FAILED" },
+            problems.len()
+        );
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+pub(super) fn cmd_init(ctx: &Ctx, a: JsonArgs) -> CliResult {
+    let data = ctx.data.as_path();
+    use engram_engine::store_dir::{DirKind, classify};
+    match classify(Options::default().backend.as_ref(), data)? {
+        DirKind::Empty => {}
+        DirKind::Store | DirKind::Unmarked => {
+            return Err(CliError::Message(format!(
+                "{} is already an Engram store; nothing was changed",
+                data.display()
+            )));
+        }
+        DirKind::Foreign(_) => {
+            return Err(CliError::Message(format!(
+                "{} is not empty; a store is created only in a missing or empty directory",
+                data.display()
+            )));
+        }
+    }
+    let db = ctx.open_store_with(true)?;
+    let embedder = db.embedder_model().unwrap_or_else(|| "none".into());
+    db.close()?;
+    if a.json {
+        print_json(
+            &serde_json::json!({"created": data.display().to_string(), "embedder": embedder}),
+        )?;
+    } else {
+        crate::outln!(
+            "created an empty store at {} (embedder: {embedder})",
+            data.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) fn cmd_repair(ctx: &Ctx, a: RepairArgs) -> CliResult {
+    let data = ctx.data.as_path();
+    let opts = ctx.store_options().unwrap_or(Options {
+        create_if_missing: false,
+        ..Options::default()
+    });
+    let Some(keep) = a.truncate_after else {
+        let i = Engram::inspect_log(data, &opts)?;
+        if a.json {
+            print_json(&i)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        match &i.problem {
+            None => crate::outln!(
+                "the log ({} segment(s)) is intact through LSN {}; nothing to repair",
+                i.segments,
+                i.intact_through
+            ),
+            Some(p) => {
+                crate::outln!("problem: {p}");
+                crate::outln!(
+                    "the log is intact from LSN 1 through LSN {} (batch ends nearby: {})",
+                    i.intact_through,
+                    i.recent_batch_ends
+                        .iter()
+                        .rev()
+                        .take(5)
+                        .map(|l| l.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                let lost_to = i.highest_lsn_seen.max(i.durable_lsn);
+                if lost_to > i.intact_through {
+                    crate::outln!(
+                        "cutting there loses LSNs {}..={} at least ({} shows LSN {} was acknowledged; intact frames up to LSN {} exist past the damage)",
+                        i.intact_through + 1,
+                        lost_to,
+                        i.durable_evidence,
+                        i.durable_lsn,
+                        i.highest_lsn_seen
+                    );
+                }
+                crate::outln!(
+                    "{} byte(s) would move to {}/quarantine/ (kept, not deleted); deletions and revocations in ledger.jsonl are applied again",
+                    i.bytes_after,
+                    data.display()
+                );
+                crate::outln!(
+                    "prefer restoring from a backup; to cut: engram --data {} repair --truncate-after {}",
+                    data.display(),
+                    i.intact_through
+                );
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let r = Engram::repair_log(data, &opts, keep)?;
+    if a.json {
+        print_json(&r)?;
+    } else {
+        crate::outln!(
+            "cut the log after LSN {}; {} byte(s) moved to {}; {} deletion(s) and {} revocation(s) applied again from the ledger; derived state rebuilt",
+            r.kept_through,
+            r.bytes_quarantined,
+            r.quarantine.display(),
+            r.reapplied.deletions_reapplied,
+            r.reapplied.revocations_reapplied
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) fn cmd_rebuild(ctx: &Ctx, a: RebuildArgs) -> CliResult {
+    let data = ctx.data.as_path();
+    if !data.join("log").exists() {
+        return Err(CliError::Message(format!("no store at {}", data.display())));
+    }
+    if !a.checkpoint {
+        return crate::lifecycle_cmd::rebuild(ctx, a.verify, a.json);
+    }
+    let started = std::time::Instant::now();
+    let opts = ctx.store_options()?;
+    let spinner = ctx.spinner("rebuild");
+    spinner.set_message("rebuilding the state checkpoint from the log");
+    let n = Engram::rebuild_checkpoint(data, &opts);
+    spinner.finish();
+    let n = n?;
+    if a.json {
+        print_json(&serde_json::json!({"records": n, "seconds": started.elapsed().as_secs_f64()}))?;
+    } else {
+        crate::outln!(
+            "rebuilt the state checkpoint ({n} records) from the log in {:.2}s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

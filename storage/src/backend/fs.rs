@@ -1,0 +1,168 @@
+//! [`FsBackend`]: the real file system (positional reads and writes,
+//! `fdatasync`, read-only memory maps, an exclusive `flock` on the lock file).
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{Backend, BackendFile, DirEntry, LockGuard, MapInner, MapOptions, Mapping, OpenMode};
+
+/// The real file system.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FsBackend;
+
+#[derive(Debug)]
+struct FsFile {
+    file: File,
+}
+
+impl Backend for FsBackend {
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        fs::create_dir_all(path)
+    }
+
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {
+        let mut out = Vec::new();
+        for entry in fs::read_dir(path)? {
+            let entry = entry?;
+            out.push(DirEntry {
+                name: entry.file_name().to_string_lossy().into_owned(),
+                is_dir: entry.file_type()?.is_dir(),
+            });
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn BackendFile>> {
+        let mut o = OpenOptions::new();
+        o.read(true);
+        match mode {
+            OpenMode::Read => {}
+            OpenMode::Write => {
+                o.write(true);
+            }
+            OpenMode::Create => {
+                o.write(true).create(true);
+            }
+            OpenMode::CreateNew => {
+                o.write(true).create_new(true);
+            }
+            OpenMode::Truncate => {
+                o.write(true).create(true).truncate(true);
+            }
+            OpenMode::TruncatePrivate => {
+                use std::os::unix::fs::OpenOptionsExt;
+                o.write(true).create(true).truncate(true).mode(0o600);
+            }
+        }
+        let file = o.open(path)?;
+        if mode == OpenMode::TruncatePrivate {
+            use std::os::unix::fs::PermissionsExt;
+            file.set_permissions(fs::Permissions::from_mode(0o600))?;
+        }
+        Ok(Arc::new(FsFile { file }))
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        match fs::remove_dir_all(path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            r => r,
+        }
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        File::open(path)?.sync_all()
+    }
+
+    fn try_lock(&self, path: &Path) -> io::Result<Option<LockGuard>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(LockGuard(Box::new(file)))),
+            Err(fs::TryLockError::WouldBlock) => Ok(None),
+            Err(fs::TryLockError::Error(e)) => Err(e),
+        }
+    }
+
+    fn try_lock_shared(&self, path: &Path) -> io::Result<Option<LockGuard>> {
+        let file = match File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                match OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(path)
+                {
+                    Ok(f) => f,
+                    // read-only media: nobody can hold a write lock here
+                    Err(_) => return Ok(Some(LockGuard(Box::new(())))),
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        match file.try_lock_shared() {
+            Ok(()) => Ok(Some(LockGuard(Box::new(file)))),
+            Err(fs::TryLockError::WouldBlock) => Ok(None),
+            Err(fs::TryLockError::Error(e)) => Err(e),
+        }
+    }
+}
+
+impl BackendFile for FsFile {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.file.read_exact_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.file.write_all_at(buf, offset)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
+    }
+    fn map(&self, len: u64, opts: MapOptions) -> io::Result<Mapping> {
+        let file_len = self.len()?;
+        if len > file_len {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("cannot map {len} bytes of a {file_len}-byte file"),
+            ));
+        }
+        let total = len.max(opts.reserve);
+        if total == 0 {
+            return Ok(Mapping::new(MapInner::Empty, 0));
+        }
+        let total =
+            usize::try_from(total).map_err(|_| io::Error::other("file too large to map"))?;
+        let m = crate::mmap::map_readonly(&self.file, total, opts.populate)?;
+        Ok(Mapping::new(
+            MapInner::Mmap(m),
+            crate::cast::usize_from(len),
+        ))
+    }
+}
