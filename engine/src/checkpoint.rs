@@ -900,7 +900,7 @@ impl StateParts {
         st.applied_lsn = self.applied_lsn;
         st.applied_loc = (self.applied_loc.lsn != 0).then_some(self.applied_loc);
         st.last_ingested_at = self.last_ingested_at;
-        st.metas = self.metas;
+        st.set_metas(self.metas);
         st.by_id = by_id;
         st.strings = strings;
         st.tenants = self.tenants;

@@ -269,8 +269,12 @@ pub struct State {
     pub applied_lsn: Lsn,
     /// Recent eligibility results of this state (cleared by any change).
     pub eligibility_cache: crate::retrieval::eligibility::EligibilityCache,
-    /// Record table.
+    /// Record table. Records are added only by [`State::push_meta`].
     pub metas: Vec<Meta>,
+    /// `occurred_prefix_max[i]`: the latest `occurred_at` among records
+    /// `0..=i`. The recency retriever walks records newest index first and
+    /// stops once nothing at or below the index can enter its top n.
+    pub occurred_prefix_max: Vec<i64>,
     /// Id -> index.
     pub by_id: HashMap<RecordId, Idx>,
     /// Strings.
@@ -363,6 +367,7 @@ impl State {
             applied_lsn: 0,
             eligibility_cache: Default::default(),
             metas: Vec::new(),
+            occurred_prefix_max: Vec::new(),
             by_id: HashMap::default(),
             strings: Interner::default(),
             tenants: HashMap::default(),
@@ -438,6 +443,28 @@ impl State {
     /// Metadata of a record.
     pub fn meta(&self, idx: Idx) -> &Meta {
         &self.metas[idx as usize]
+    }
+
+    /// Appends a record to the table (the one place records are added, so
+    /// `occurred_prefix_max` stays in step).
+    pub fn push_meta(&mut self, meta: Meta) {
+        let before = self.occurred_prefix_max.last().copied().unwrap_or(i64::MIN);
+        self.occurred_prefix_max.push(before.max(meta.occurred_at));
+        self.metas.push(meta);
+    }
+
+    /// Replaces the record table (restoring a checkpoint) and recomputes
+    /// `occurred_prefix_max`.
+    pub fn set_metas(&mut self, metas: Vec<Meta>) {
+        let mut max = i64::MIN;
+        self.occurred_prefix_max = metas
+            .iter()
+            .map(|m| {
+                max = max.max(m.occurred_at);
+                max
+            })
+            .collect();
+        self.metas = metas;
     }
 
     /// Records ingested at or before `t`: the prefix `[0, n)`.

@@ -909,13 +909,16 @@ pub(crate) fn recency(
     n: usize,
     cost: &mut Cost,
 ) -> RetrieverOutput {
-    cost.records_scanned += eligible.len();
-    let mut v: Vec<(i64, RecordId)> = eligible
-        .iter()
-        .map(|i| (st.meta(i).occurred_at, st.meta(i).id))
-        .collect();
-    v.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
-    v.truncate(n);
+    let mut scanned = 0u64;
+    let v = newest(
+        eligible.iter().rev().map(|i| {
+            scanned += 1;
+            let m = st.meta(i);
+            (m.occurred_at, m.id, st.occurred_prefix_max[i as usize])
+        }),
+        n,
+    );
+    cost.records_scanned += scanned;
     RetrieverOutput::ran(
         v.into_iter()
             .enumerate()
@@ -926,6 +929,39 @@ pub(crate) fn recency(
             })
             .collect(),
     )
+}
+
+/// The `n` largest `(occurred_at, id)` pairs, largest first, kept in a
+/// bounded min-heap. Each item carries the latest time of any item that
+/// can follow it (its prefix maximum, items coming newest index first):
+/// once the heap is full and that is older than the heap's oldest, the
+/// rest cannot enter and are never read. Records are mostly appended in
+/// time order, so this reads about `n` records instead of every eligible
+/// one; with times in no order it reads them all and is still exact.
+fn newest(items: impl Iterator<Item = (i64, RecordId, i64)>, n: usize) -> Vec<(i64, RecordId)> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    if n == 0 {
+        return Vec::new();
+    }
+    let mut heap: BinaryHeap<Reverse<(i64, RecordId)>> = BinaryHeap::with_capacity(n + 1);
+    for (t, id, rest_max) in items {
+        if heap.len() == n && heap.peek().is_some_and(|Reverse(min)| rest_max < min.0) {
+            break;
+        }
+        let x = (t, id);
+        if heap.len() < n {
+            heap.push(Reverse(x));
+        } else if heap.peek().is_some_and(|Reverse(min)| x > *min) {
+            heap.pop();
+            heap.push(Reverse(x));
+        }
+    }
+    // Ascending by Reverse is descending by the pair.
+    heap.into_sorted_vec()
+        .into_iter()
+        .map(|Reverse(x)| x)
+        .collect()
 }
 
 /// Panics if any candidate of any retriever is outside the eligibility
@@ -983,5 +1019,33 @@ mod tests {
             }])
         };
         assert_eligible(&st, &RoaringBitmap::new(), &[out]);
+    }
+
+    proptest::proptest! {
+        /// The bounded heap keeps exactly what a full sort's first `n` are,
+        /// in the same order (ties on time broken by id, both descending).
+        #[test]
+        fn newest_is_the_head_of_a_full_sort(
+            mut times in proptest::collection::vec(0i64..20, 0..200),
+            n in 0usize..50,
+            in_time_order in proptest::bool::ANY,
+        ) {
+            if in_time_order {
+                times.sort_unstable();
+            }
+            let items: Vec<(i64, RecordId)> = times
+                .iter()
+                .enumerate()
+                .map(|(i, &t)| (t, RecordId::from_bytes([i as u8; 16])))
+                .collect();
+            let mut want = items.clone();
+            want.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
+            want.truncate(n);
+            // Walked newest index first, each with its prefix maximum.
+            let mut max = i64::MIN;
+            let prefix: Vec<i64> = items.iter().map(|x| { max = max.max(x.0); max }).collect();
+            let walk = items.iter().zip(prefix).rev().map(|(&(t, id), m)| (t, id, m));
+            proptest::prop_assert_eq!(newest(walk, n), want);
+        }
     }
 }

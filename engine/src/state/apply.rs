@@ -133,7 +133,7 @@ impl State {
             object,
             predicate,
         };
-        self.metas.push(meta);
+        self.push_meta(meta);
         self.by_id.insert(id, idx);
         self.last_ingested_at = self.last_ingested_at.max(ingested_at);
         bm_add(&mut self.bm_tenant, tenant, idx);
@@ -288,7 +288,7 @@ impl State {
             .filter_map(|b| self.idx_in(tenant, RecordId::from_bytes(*b)))
             .collect();
         let ingested_at = a.ingested_at_ms.to_native();
-        self.metas.push(Meta {
+        self.push_meta(Meta {
             id,
             loc,
             tenant,

@@ -15,6 +15,43 @@ use super::{Bm25Index, Bm25Params, LexicalStats, Postings, ScoredDoc, terms};
 const DENSE_SPAN_RATIO: usize = 32;
 const DENSE_SPAN_SLACK: usize = 4096;
 
+/// Dense accumulators up to this many slots (32 MiB of `f64`) stay with
+/// their thread for the next query; larger ones are freed after use.
+const DENSE_KEEP_MAX: usize = 1 << 22;
+
+thread_local! {
+    /// This thread's dense score accumulator, all zeros between queries.
+    static DENSE: std::cell::RefCell<Vec<f64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on an all-zero accumulator of `span` slots indexed by
+/// `doc - lo`, and a list where `f` must record every document whose slot
+/// it makes non-zero. Afterwards only those slots are reset, so a query
+/// pays for the slots it touched, not for allocating and clearing an array
+/// over the whole id span (at a million records, 8 MB per query). The
+/// accumulator is taken out of the thread's slot while in use: a nested
+/// call gets a fresh one, and a panic in `f` drops it rather than leaving
+/// a dirty one behind.
+fn with_dense<R>(lo: u32, span: usize, f: impl FnOnce(&mut [f64], &mut Vec<u32>) -> R) -> R {
+    let mut acc = DENSE.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    if acc.len() < span {
+        acc.resize(span, 0.0);
+    }
+    let mut touched = Vec::new();
+    let r = f(&mut acc[..span], &mut touched);
+    for d in touched {
+        acc[(d - lo) as usize] = 0.0;
+    }
+    debug_assert!(
+        acc.iter().all(|&x| x == 0.0),
+        "a touched slot was not recorded"
+    );
+    if acc.len() <= DENSE_KEEP_MAX {
+        DENSE.with(|c| *c.borrow_mut() = acc);
+    }
+    r
+}
+
 /// Term-frequency lookup for ascending documents of one term: a forward
 /// galloping cursor over the term's tf >= 2 entries.
 pub(super) struct TfCursor<'a> {
@@ -102,23 +139,23 @@ fn score_all(
     let mut top = TopK::new(k);
     let mut scored = 0u64;
     if dense {
-        let mut acc = vec![0.0f64; span];
         // Documents in order of first touch, so only they are visited.
-        let mut touched: Vec<u32> = Vec::new();
-        scorer.for_each_partial(&matches, |_, d, p| {
-            let slot = &mut acc[(d - lo) as usize];
-            if *slot == 0.0 {
-                touched.push(d);
+        with_dense(lo, span, |acc, touched| {
+            scorer.for_each_partial(&matches, |_, d, p| {
+                let slot = &mut acc[(d - lo) as usize];
+                if *slot == 0.0 {
+                    touched.push(d);
+                }
+                *slot += p;
+            });
+            scored = touched.len() as u64;
+            for &d in touched.iter() {
+                let s = acc[(d - lo) as usize];
+                if round_score(s) >= top.floor {
+                    top.offer(d, s);
+                }
             }
-            *slot += p;
         });
-        scored = touched.len() as u64;
-        for d in touched {
-            let s = acc[(d - lo) as usize];
-            if round_score(s) >= top.floor {
-                top.offer(d, s);
-            }
-        }
     } else {
         // (doc, term index, partial): sorting by (doc, term index) adds
         // each document's partials in term order, as the dense path does.
@@ -192,67 +229,69 @@ fn search_pruned(
     for j in (0..terms.len()).rev() {
         left[j] = left[j + 1] + terms[j].bound;
     }
-    let mut acc = vec![0.0f64; span];
-    let mut touched: Vec<u32> = Vec::new();
-    let mut theta = f64::NEG_INFINITY;
-    let mut sums: Vec<f64> = Vec::new();
-    let mut scored_terms = terms.len();
-    for (j, r) in terms.iter().enumerate() {
-        let docs = materialize(&r.t, stats);
-        let mut tfs = TfCursor::new(r.t.postings);
-        sums.clear();
-        for &d in &docs {
-            let slot = &mut acc[(d - lo) as usize];
-            if *slot == 0.0 {
-                touched.push(d);
+    Some(with_dense(lo, span, |acc, touched| {
+        let mut theta = f64::NEG_INFINITY;
+        let mut sums: Vec<f64> = Vec::new();
+        let mut scored_terms = terms.len();
+        for (j, r) in terms.iter().enumerate() {
+            let docs = materialize(&r.t, stats);
+            let mut tfs = TfCursor::new(r.t.postings);
+            sums.clear();
+            for &d in &docs {
+                let slot = &mut acc[(d - lo) as usize];
+                if *slot == 0.0 {
+                    touched.push(d);
+                }
+                *slot += scorer.partial(r.w, tfs.tf(d), d);
+                sums.push(*slot);
             }
-            *slot += scorer.partial(r.w, tfs.tf(d), d);
-            sums.push(*slot);
+            if j + 1 == terms.len() {
+                break;
+            }
+            if sums.len() >= k {
+                let (_, &mut kth, _) = sums.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+                theta = theta.max(kth);
+            }
+            if below(left[j + 1], theta) {
+                scored_terms = j + 1;
+                break;
+            }
         }
-        if j + 1 == terms.len() {
-            break;
+        let rest = &terms[scored_terms..];
+        let mut top = TopK::new(k);
+        stats.docs_scored += touched.len() as u64;
+        if rest.is_empty() {
+            for &d in touched.iter() {
+                let s = acc[(d - lo) as usize];
+                if round_score(s) >= top.floor {
+                    top.offer(d, s);
+                }
+            }
+            return top.into_sorted();
         }
-        if sums.len() >= k {
-            let (_, &mut kth, _) = sums.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
-            theta = theta.max(kth);
-        }
-        if below(left[j + 1], theta) {
-            scored_terms = j + 1;
-            break;
-        }
-    }
-    let rest = &terms[scored_terms..];
-    let mut top = TopK::new(k);
-    stats.docs_scored += touched.len() as u64;
-    if rest.is_empty() {
-        for d in touched {
-            let s = acc[(d - lo) as usize];
+        let bound = left[scored_terms];
+        let mut candidates: Vec<u32> = touched
+            .iter()
+            .copied()
+            .filter(|&d| !below(acc[(d - lo) as usize] + bound, theta))
+            .collect();
+        candidates.sort_unstable();
+        let mut cursors: Vec<TfCursor<'_>> =
+            rest.iter().map(|r| TfCursor::new(r.t.postings)).collect();
+        for d in candidates {
+            let mut s = acc[(d - lo) as usize];
+            for (r, tfs) in rest.iter().zip(&mut cursors) {
+                stats.postings_read += 1;
+                if r.t.postings.docs.contains(d) {
+                    s += scorer.partial(r.w, tfs.tf(d), d);
+                }
+            }
             if round_score(s) >= top.floor {
                 top.offer(d, s);
             }
         }
-        return Some(top.into_sorted());
-    }
-    let bound = left[scored_terms];
-    let mut candidates: Vec<u32> = touched
-        .into_iter()
-        .filter(|&d| !below(acc[(d - lo) as usize] + bound, theta))
-        .collect();
-    candidates.sort_unstable();
-    let mut cursors: Vec<TfCursor<'_>> = rest.iter().map(|r| TfCursor::new(r.t.postings)).collect();
-    for d in candidates {
-        let mut s = acc[(d - lo) as usize];
-        for (r, tfs) in rest.iter().zip(&mut cursors) {
-            stats.postings_read += 1;
-            if r.t.postings.docs.contains(d) {
-                s += scorer.partial(r.w, tfs.tf(d), d);
-            }
-        }
-        if round_score(s) >= top.floor {
-            top.offer(d, s);
-        }
-    }
-    Some(top.into_sorted())
+        top.into_sorted()
+    }))
 }
 
 /// A query term found in the eligible documents.
