@@ -33,6 +33,10 @@ pub enum BenchCommand {
     /// Open time of a large store, from its checkpoint and by replay; memory
     /// after open; the first recall's latency.
     Open(crate::bench_open::OpenBenchArgs),
+    /// Tenant-filtered hybrid recall on a generated million-record store:
+    /// latency percentiles and queries/s from 1 and 2 threads, memory per
+    /// record.
+    Recall(crate::bench_recall::RecallBenchArgs),
 }
 
 /// `engram bench ingest`.
@@ -88,6 +92,7 @@ pub fn run(ctx: &Ctx, cmd: BenchCommand) -> CliResult {
         BenchCommand::Ingest(a) => ingest(ctx, a),
         BenchCommand::Ann(a) => crate::bench_ann::run(ctx, a),
         BenchCommand::Open(a) => crate::bench_open::run(ctx, a),
+        BenchCommand::Recall(a) => crate::bench_recall::run(ctx, a),
     }
 }
 
@@ -143,6 +148,70 @@ const WORDS: &[&str] = &[
     "agent",
     "summary",
 ];
+
+/// A benchmark store kept between runs in `--dir` (or in a temporary
+/// directory removed on drop), with a stamp file naming the parameters it
+/// was built with.
+pub(crate) struct KeptStore {
+    _tmp: Option<tempfile::TempDir>,
+    /// Directory holding the store and its stamp files.
+    pub root: PathBuf,
+    /// The store.
+    pub store: PathBuf,
+    stamp: PathBuf,
+    params: String,
+    /// Whether a store built with the same parameters is there to reuse.
+    pub reuse: bool,
+}
+
+impl KeptStore {
+    /// Opens `dir` (or a temporary directory) for a store built with
+    /// `params`. When it cannot be reused, any old store and stamp are
+    /// removed, so a build interrupted half-way is never reused.
+    pub(crate) fn open(
+        ctx: &Ctx,
+        dir: Option<&Path>,
+        bench: &str,
+        params: String,
+    ) -> Result<KeptStore, CliError> {
+        let (tmp, root) = match dir {
+            Some(d) => (None, d.to_path_buf()),
+            None => {
+                let t = tempfile::tempdir()?;
+                let root = t.path().to_path_buf();
+                (Some(t), root)
+            }
+        };
+        let store = root.join("store");
+        let stamp = root.join(format!("bench-{bench}.params"));
+        let reuse = std::fs::read_to_string(&stamp).is_ok_and(|s| s == params)
+            && store.join("ENGRAM").exists();
+        if reuse {
+            if !ctx.quiet {
+                eprintln!("bench {bench}: reusing the store in {}", store.display());
+            }
+        } else {
+            if store.exists() {
+                std::fs::remove_dir_all(&store)?;
+            }
+            let _ = std::fs::remove_file(&stamp);
+        }
+        Ok(KeptStore {
+            _tmp: tmp,
+            root,
+            store,
+            stamp,
+            params,
+            reuse,
+        })
+    }
+
+    /// Records that the store is built with these parameters.
+    pub(crate) fn mark_built(&self) -> Result<(), CliError> {
+        std::fs::write(&self.stamp, &self.params)?;
+        Ok(())
+    }
+}
 
 /// A deterministic event text of about `bytes` bytes.
 pub fn event_text(seed: u64, bytes: usize) -> String {

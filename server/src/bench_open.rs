@@ -122,32 +122,21 @@ pub fn run(ctx: &Ctx, a: OpenBenchArgs) -> CliResult {
     if a.dim == 0 || a.dim > 4096 {
         return Err(fail("--dim must be between 1 and 4096"));
     }
-    let tmp;
-    let root = match &a.dir {
-        Some(d) => d.clone(),
-        None => {
-            tmp = tempfile::tempdir()?;
-            tmp.path().to_path_buf()
-        }
-    };
-    let store = root.join("store");
-    let params = format!(
-        "records={} tenants={} vector_share={} dim={}",
-        a.records, a.tenants, a.vector_share, a.dim
-    );
-    let stamp = root.join("bench-open.params");
-    let reuse =
-        std::fs::read_to_string(&stamp).is_ok_and(|s| s == params) && store.join("ENGRAM").exists();
-    let (build_s, close_s) = if reuse {
-        eprintln!("bench open: reusing the store in {}", store.display());
+    let kept = crate::bench::KeptStore::open(
+        ctx,
+        a.dir.as_deref(),
+        "open",
+        format!(
+            "records={} tenants={} vector_share={} dim={}",
+            a.records, a.tenants, a.vector_share, a.dim
+        ),
+    )?;
+    let store = kept.store.clone();
+    let (build_s, close_s) = if kept.reuse {
         (0.0, 0.0)
     } else {
-        if store.exists() {
-            std::fs::remove_dir_all(&store)?;
-        }
-        let _ = std::fs::remove_file(&stamp);
         let r = build(ctx, &store, &a)?;
-        std::fs::write(&stamp, &params)?;
+        kept.mark_built()?;
         r
     };
     let log_bytes = dir_bytes(&store.join("log"));
@@ -335,7 +324,7 @@ fn measure_once(store: &Path) -> Result<OpenRun, CliError> {
 }
 
 /// Resident memory of this process, MiB (0 where /proc is missing).
-fn rss_mib() -> f64 {
+pub(crate) fn rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -347,7 +336,7 @@ fn rss_mib() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-fn dir_bytes(dir: &Path) -> u64 {
+pub(crate) fn dir_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
         .map(|rd| {
             rd.filter_map(|e| e.ok())

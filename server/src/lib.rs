@@ -11,6 +11,7 @@
 pub mod bench;
 pub mod bench_ann;
 pub mod bench_open;
+pub mod bench_recall;
 pub mod cli;
 pub mod demo;
 pub mod http;

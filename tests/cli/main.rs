@@ -3,6 +3,7 @@
 //!
 //! One test binary per area (each links the whole engine once).
 
+mod bench;
 mod demo;
 mod setup;
 mod terminal;
