@@ -3,8 +3,8 @@
 //! from two threads: latency percentiles, queries/s, and resident memory
 //! per record.
 //!
-//! The store is generated once (see [`Generator`]) and kept in `--dir` for
-//! reruns. The measurement runs in a fresh child process that opens the
+//! The store is generated once (the generator is described below, at
+//! `record` and `Seed`) and kept in `--dir` for reruns. The measurement runs in a fresh child process that opens the
 //! store read-only from its checkpoint, so the memory it reports is what a
 //! serving process holds, not what the build left behind.
 
