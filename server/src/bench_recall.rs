@@ -103,6 +103,9 @@ pub struct Measured {
     /// Mean stage times over the single-thread run, microseconds:
     /// eligibility, vector, lexical, other retrievers, fusion, total.
     pub stages_us: Vec<(String, f64)>,
+    /// The 95th percentile of each stage's time over the single-thread
+    /// run, microseconds (same stages).
+    pub stages_p95_us: Vec<(String, f64)>,
     /// Queries that returned no hit.
     pub empty: usize,
 }
@@ -762,6 +765,7 @@ fn measure(
     }
     let mut runs = Vec::new();
     let mut stage_sums = [0f64; 6];
+    let mut stage_all: [Vec<f64>; 6] = Default::default();
     let mut contributed = [0usize; 4];
     let mut eligible_sum = 0f64;
     let mut empty = 0usize;
@@ -800,8 +804,10 @@ fn measure(
             for (ms, stats) in part? {
                 lat.push(ms);
                 if let Some(st) = stats {
-                    for (sum, x) in stage_sums.iter_mut().zip(st.stages) {
+                    for ((sum, all), x) in stage_sums.iter_mut().zip(&mut stage_all).zip(st.stages)
+                    {
                         *sum += x;
+                        all.push(x);
                     }
                     for (c, x) in contributed.iter_mut().zip(st.contributed) {
                         *c += usize::from(x);
@@ -835,21 +841,32 @@ fn measure(
             .zip(contributed)
             .map(|(n, c)| (n.to_string(), per(c as f64)))
             .collect(),
-        stages_us: [
-            "eligibility",
-            "vector",
-            "lexical",
-            "other",
-            "fusion",
-            "total",
-        ]
-        .iter()
-        .zip(stage_sums)
-        .map(|(n, s)| (n.to_string(), per(s)))
-        .collect(),
+        stages_us: STAGES
+            .iter()
+            .zip(stage_sums)
+            .map(|(n, s)| (n.to_string(), per(s)))
+            .collect(),
+        stages_p95_us: STAGES
+            .iter()
+            .zip(stage_all)
+            .map(|(n, mut all)| {
+                all.sort_by(f64::total_cmp);
+                (n.to_string(), percentile(&all, 0.95))
+            })
+            .collect(),
         empty,
     })
 }
+
+/// The stages a manifest times.
+const STAGES: [&str; 6] = [
+    "eligibility",
+    "vector",
+    "lexical",
+    "other",
+    "fusion",
+    "total",
+];
 
 /// One query's latency (ms) and, on the single-thread run, its manifest's
 /// figures.
@@ -944,6 +961,10 @@ fn print_report(r: &RecallBenchResult) {
         .collect();
     println!("retrievers with candidates: {}", fmt(&pct, "%"));
     println!("mean stage times (1 thread): {}", fmt(&m.stages_us, " µs"));
+    println!(
+        "p95 stage times (1 thread): {}",
+        fmt(&m.stages_p95_us, " µs")
+    );
     if m.empty > 0 {
         println!("queries with no hit: {}", m.empty);
     }
