@@ -914,7 +914,9 @@ pub(crate) fn recency(
         eligible.iter().rev().map(|i| {
             scanned += 1;
             let m = st.meta(i);
-            (m.occurred_at, m.id, st.occurred_prefix_max[i as usize])
+            // (no prefix maximum: no early stop, never a wrong one)
+            let rest_max = st.occurred_prefix_max.get(i as usize).copied();
+            (m.occurred_at, m.id, rest_max.unwrap_or(i64::MAX))
         }),
         n,
     );
@@ -1019,6 +1021,53 @@ mod tests {
             }])
         };
         assert_eligible(&st, &RoaringBitmap::new(), &[out]);
+    }
+
+    /// Recency over a store whose times arrive out of order, before and
+    /// after a reopen from the checkpoint (which rebuilds the prefix
+    /// maxima): the same records as sorting every eligible one.
+    #[test]
+    fn recency_matches_a_full_sort_after_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let expected = |st: &State, bm: &RoaringBitmap, n: usize| {
+            let mut all: Vec<(i64, RecordId)> = bm
+                .iter()
+                .map(|i| (st.meta(i).occurred_at, st.meta(i).id))
+                .collect();
+            all.sort_by(|a, b| b.cmp(a));
+            all.truncate(n);
+            all.into_iter().map(|x| x.1).collect::<Vec<_>>()
+        };
+        let check = |db: &crate::Engram| {
+            let st = db.state();
+            let bm: RoaringBitmap = (0..st.len() as u32).collect();
+            for n in [1, 5, 17, 200] {
+                let got = recency(&st, &bm, n, &mut Cost::default());
+                let ids: Vec<RecordId> = got.candidates.iter().map(|c| c.id).collect();
+                assert_eq!(ids, expected(&st, &bm, n), "n = {n}");
+            }
+        };
+        {
+            let db = crate::Engram::open(dir.path(), crate::Options::default()).unwrap();
+            let s = db.session(crate::Principal::admin("t"));
+            // mostly ascending (so the early stop fires), with back-dated
+            // records and one from the far future
+            let records = (0..120i64)
+                .map(|i| {
+                    let at = match i {
+                        110 => 9_000_000_000_000,
+                        _ if i % 17 == 3 => 1_000,
+                        _ => 1_700_000_000_000 + i * 1_000,
+                    };
+                    crate::NewRecord::event("note", format!("n{i}")).at(at)
+                })
+                .collect();
+            s.append(records).unwrap();
+            check(&db);
+            db.close().unwrap();
+        }
+        let db = crate::Engram::open(dir.path(), crate::Options::default()).unwrap();
+        check(&db);
     }
 
     proptest::proptest! {
