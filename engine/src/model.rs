@@ -643,10 +643,25 @@ pub fn check_vector(field: &str, v: &[f32]) -> Result<()> {
             got: v.len() as u64,
         });
     }
-    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+    // One branch-free pass (it vectorizes); the position only on failure.
+    if !v.iter().fold(true, |ok, x| ok & x.is_finite()) {
+        let i = v.iter().position(|x| !x.is_finite()).unwrap_or(0);
         return Err(EngineError::invalid(
             field,
             format!("component {i} is {} (must be finite)", v[i]),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a query vector: [`check_vector`], and not all zeros (a zero
+/// vector has no direction to compare).
+pub fn check_query_vector(field: &str, v: &[f32]) -> Result<()> {
+    check_vector(field, v)?;
+    if v.iter().fold(true, |zero, x| zero & (*x == 0.0)) {
+        return Err(EngineError::invalid(
+            field,
+            "all components are zero: a zero vector has no direction to compare",
         ));
     }
     Ok(())

@@ -263,6 +263,46 @@ impl Interner {
     }
 }
 
+/// One bit per record: set once this process has read the record's frame
+/// and its payload checksum matched. Later reads of the same frame skip the
+/// checksum ([`engram_storage::SegmentLog::read_verified`]): a frame's
+/// bytes never change while its segment exists, and a record's location
+/// never changes once it is in the table. Bits are set through `&self` by
+/// concurrent readers (relaxed atomics: a bit only ever goes from 0 to 1,
+/// and a reader that misses a fresh 1 merely checks again). A bit that is
+/// not there, including one beyond the table, means "check".
+#[derive(Debug, Default)]
+pub struct FrameChecks {
+    words: Vec<std::sync::atomic::AtomicU64>,
+}
+
+impl FrameChecks {
+    /// Makes room for records `0..n`.
+    fn cover(&mut self, n: usize) {
+        let words = n.div_ceil(64);
+        if self.words.len() < words {
+            self.words
+                .resize_with(words, || std::sync::atomic::AtomicU64::new(0));
+        }
+    }
+
+    /// Whether record `idx`'s payload checksum was verified.
+    #[inline]
+    pub fn verified(&self, idx: Idx) -> bool {
+        self.words
+            .get(idx as usize / 64)
+            .is_some_and(|w| w.load(std::sync::atomic::Ordering::Relaxed) & (1 << (idx % 64)) != 0)
+    }
+
+    /// Records that record `idx`'s payload checksum matched.
+    #[inline]
+    pub fn set_verified(&self, idx: Idx) {
+        if let Some(w) = self.words.get(idx as usize / 64) {
+            w.fetch_or(1 << (idx % 64), std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
 /// Everything derived from the log and held in memory.
 pub struct State {
     /// Last LSN applied.
@@ -275,6 +315,9 @@ pub struct State {
     /// `0..=i`. The recency retriever walks records newest index first and
     /// stops once nothing at or below the index can enter its top n.
     pub occurred_prefix_max: Vec<i64>,
+    /// Records whose frame payload this process has read and checksummed
+    /// (see [`FrameChecks`]).
+    pub frame_checks: FrameChecks,
     /// Id -> index.
     pub by_id: HashMap<RecordId, Idx>,
     /// Strings.
@@ -368,6 +411,7 @@ impl State {
             eligibility_cache: Default::default(),
             metas: Vec::new(),
             occurred_prefix_max: Vec::new(),
+            frame_checks: FrameChecks::default(),
             by_id: HashMap::default(),
             strings: Interner::default(),
             tenants: HashMap::default(),
@@ -451,6 +495,7 @@ impl State {
         let before = self.occurred_prefix_max.last().copied().unwrap_or(i64::MIN);
         self.occurred_prefix_max.push(before.max(meta.occurred_at));
         self.metas.push(meta);
+        self.frame_checks.cover(self.metas.len());
     }
 
     /// Replaces the record table (restoring a checkpoint) and recomputes
@@ -465,6 +510,8 @@ impl State {
             })
             .collect();
         self.metas = metas;
+        self.frame_checks = FrameChecks::default();
+        self.frame_checks.cover(self.metas.len());
     }
 
     /// Records ingested at or before `t`: the prefix `[0, n)`.

@@ -280,6 +280,13 @@ pub fn decode(bytes: &[u8]) -> Result<(FrameHeader, &[u8]), FrameError> {
         });
     }
     let payload = &bytes[FRAME_HEADER_BYTES..end];
+    check_payload(&header, payload)?;
+    Ok((header, payload))
+}
+
+/// Checks `payload` against the checksum its (already decoded) header
+/// carries.
+pub fn check_payload(header: &FrameHeader, payload: &[u8]) -> Result<(), FrameError> {
     let got = crc32c::crc32c(payload);
     if got != header.payload_crc {
         return Err(FrameError::PayloadChecksum {
@@ -287,7 +294,7 @@ pub fn decode(bytes: &[u8]) -> Result<(FrameHeader, &[u8]), FrameError> {
             got,
         });
     }
-    Ok((header, payload))
+    Ok(())
 }
 
 #[cfg(test)]

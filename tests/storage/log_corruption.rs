@@ -168,3 +168,53 @@ fn damage_inside_durable_data_is_refused_not_truncated() {
         "nothing was cut"
     );
 }
+
+/// `read` recomputes the payload checksum on every call; `read_verified`
+/// (for frames the caller already read whole) checks location and header
+/// only. A payload damaged under an open log is caught by the one and not
+/// by the other; a damaged header is caught by both.
+#[test]
+fn read_checks_the_payload_and_read_verified_only_the_header() {
+    let d = tempfile::tempdir().unwrap();
+    let backend: Arc<dyn Backend> = Arc::new(FsBackend);
+    let (log, _) = SegmentLog::open(backend, d.path(), LogOptions::default()).unwrap();
+    log.start_writer(Box::new(|_| {})).unwrap();
+    let locs: Vec<_> = (0..3)
+        .map(|i| log.append(vec![frame(i)]).unwrap()[0])
+        .collect();
+    for l in &locs {
+        let a = log.read(l.segment, l.offset).unwrap();
+        let b = log.read_verified(l.segment, l.offset).unwrap();
+        assert_eq!(a.payload(), b.payload());
+        assert_eq!(a.header, b.header);
+    }
+    let seg = log.segments()[0].1.clone();
+    let mut f = open_rw(&seg);
+    // a payload byte of frame 1, then a header byte (its LSN) of frame 2
+    f.seek(SeekFrom::Start(locs[1].offset + 45)).unwrap();
+    f.write_all(b"X").unwrap();
+    f.seek(SeekFrom::Start(locs[2].offset + 8)).unwrap();
+    f.write_all(&[0xEE]).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    match log.read(locs[1].segment, locs[1].offset) {
+        Err(StorageError::BadLocation { reason, .. }) => {
+            assert!(reason.contains("checksum"), "{reason}")
+        }
+        other => panic!("expected a checksum error, got {other:?}"),
+    }
+    let unchecked = log.read_verified(locs[1].segment, locs[1].offset).unwrap();
+    assert!(unchecked.payload().contains(&b'X'));
+    for read in [SegmentLog::read, SegmentLog::read_verified] {
+        match read(&log, locs[2].segment, locs[2].offset) {
+            Err(StorageError::BadLocation { reason, .. }) => {
+                assert!(reason.contains("checksum"), "{reason}")
+            }
+            other => panic!("expected a header checksum error, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        log.read(locs[0].segment, locs[0].offset).unwrap().payload(),
+        frame(0).payload
+    );
+}

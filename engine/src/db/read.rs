@@ -115,7 +115,15 @@ impl Engram {
         idx: Idx,
     ) -> Result<(Option<String>, Option<String>)> {
         let m = st.meta(idx);
-        let f = self.inner.log.read(m.loc.segment, m.loc.offset)?;
+        // A frame's payload is checksummed on its first read only (see
+        // `FrameChecks`); the archive is validated on every read.
+        let f = if st.frame_checks.verified(idx) {
+            self.inner.log.read_verified(m.loc.segment, m.loc.offset)?
+        } else {
+            let f = self.inner.log.read(m.loc.segment, m.loc.offset)?;
+            st.frame_checks.set_verified(idx);
+            f
+        };
         let a = codec::view_record(f.payload())?;
         Ok((
             a.external_id.as_ref().map(|s| s.as_str().to_string()),

@@ -48,7 +48,7 @@ use serde::Serialize;
 use crate::db::Session;
 use crate::error::{EngineError, Result};
 use crate::id::RecordId;
-use crate::model::{check_vector, limits};
+use crate::model::{check_query_vector, limits};
 use crate::state::{Idx, State};
 use crate::vector::hnsw::{SearchScratch, SearchStats};
 pub use eligibility::{Cut, Eligibility, FilterExpr, Filters, StatusClass, Step};
@@ -506,13 +506,7 @@ fn validate(req: &RecallRequest) -> Result<()> {
         }
     }
     if let Some(v) = &req.vector {
-        check_vector("vector", v)?;
-        if v.iter().all(|x| *x == 0.0) {
-            return Err(EngineError::invalid(
-                "vector",
-                "all components are zero: a zero vector has no direction to compare",
-            ));
-        }
+        check_query_vector("vector", v)?;
     }
     match req.mode {
         Mode::Lexical if text.is_none() => {

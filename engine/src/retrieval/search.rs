@@ -28,7 +28,7 @@ use crate::db::Session;
 use crate::error::{EngineError, Result};
 use crate::id::RecordId;
 use crate::lexical::LexicalStats;
-use crate::model::{RecordRef, RecordType, check_vector, limits};
+use crate::model::{RecordRef, RecordType, check_query_vector, limits};
 use crate::state::{Idx, State};
 use crate::time::format_rfc3339;
 
@@ -587,7 +587,7 @@ fn normalize(req: &SearchRequest, valid_at: i64) -> NormalizedQuery {
                         .unwrap_or_default(),
                     text,
                     vector_dims,
-                    params: r.params.clone(),
+                    params: r.params.without_vector(),
                 }
             })
             .collect(),

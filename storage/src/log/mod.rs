@@ -750,12 +750,29 @@ impl SegmentLog {
 
     /// Reads and verifies the frame at a location.
     pub fn read(&self, segment: u64, offset: u64) -> StorageResult<FrameRef> {
-        let seg = self.segment(segment).ok_or(StorageError::BadLocation {
-            segment,
-            offset,
-            reason: "no such segment".into(),
-        })?;
-        seg.read_frame(offset)
+        self.read_with(segment, offset, true)
+    }
+
+    /// Reads a frame this process has already read with [`SegmentLog::read`]
+    /// and found whole: the location, bounds and header are checked as
+    /// there, the payload checksum is not recomputed. Segments are
+    /// append-only and a frame's bytes never change while its segment
+    /// exists, so a payload that was verified stays verified (like a page
+    /// checked once when it enters a buffer pool). Callers keep track of
+    /// which frames they verified; anything else goes through `read`.
+    pub fn read_verified(&self, segment: u64, offset: u64) -> StorageResult<FrameRef> {
+        self.read_with(segment, offset, false)
+    }
+
+    fn read_with(&self, segment: u64, offset: u64, check_payload: bool) -> StorageResult<FrameRef> {
+        let seg = self
+            .segment(segment)
+            .ok_or_else(|| StorageError::BadLocation {
+                segment,
+                offset,
+                reason: "no such segment".into(),
+            })?;
+        seg.read_frame(offset, check_payload)
     }
 
     fn segment(&self, no: u64) -> Option<Arc<Segment>> {

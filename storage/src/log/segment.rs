@@ -278,8 +278,9 @@ impl Segment {
         Ok(m.clone())
     }
 
-    /// Reads and verifies the frame at `offset`.
-    pub fn read_frame(&self, offset: u64) -> StorageResult<FrameRef> {
+    /// Reads the frame at `offset`: its location, bounds and header are
+    /// always checked; its payload checksum only if `check_payload`.
+    pub fn read_frame(&self, offset: u64, check_payload: bool) -> StorageResult<FrameRef> {
         let bad = |reason: String| StorageError::BadLocation {
             segment: self.no,
             offset,
@@ -305,7 +306,10 @@ impl Segment {
         } else {
             map
         };
-        let (header, _) = frame::decode(&map[start..]).map_err(|e| bad(e.to_string()))?;
+        if check_payload {
+            let payload = &map[start + frame::FRAME_HEADER_BYTES..crate::cast::usize_from(end)];
+            frame::check_payload(&header, payload).map_err(|e| bad(e.to_string()))?;
+        }
         Ok(FrameRef {
             map,
             segment: self.no,

@@ -132,6 +132,27 @@ pub enum RetrieverParams {
 }
 
 impl RetrieverParams {
+    /// A copy for the manifest: the query vector is left out (the manifest
+    /// records its dimensions; serialising skips it anyway).
+    pub fn without_vector(&self) -> RetrieverParams {
+        match self {
+            RetrieverParams::Similar {
+                text,
+                vector: _,
+                model,
+                min,
+                ef,
+            } => RetrieverParams::Similar {
+                text: text.clone(),
+                vector: None,
+                model: model.clone(),
+                min: *min,
+                ef: *ef,
+            },
+            other => other.clone(),
+        }
+    }
+
     /// The kind.
     pub fn kind(&self) -> RetrieverKind {
         match self {
@@ -300,14 +321,7 @@ impl SearchRequest {
                     ..
                 } => {
                     if let Some(v) = vector {
-                        check_vector("vector", v)?;
-                        if v.iter().all(|x| *x == 0.0) {
-                            return bad(
-                                "vector",
-                                "all components are zero: a zero vector has no direction to compare"
-                                    .into(),
-                            );
-                        }
+                        check_query_vector("vector", v)?;
                     }
                     if let Some(t) = text {
                         check_query_text(t)?;
