@@ -240,12 +240,44 @@ fn event(i: usize) -> NewRecord {
     })
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+/// The `p` quantile (0..=1) of sorted values, nearest rank (0 when empty).
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i.min(sorted.len() - 1)]
+}
+
+/// Runs `cmd` (this binary measuring in a fresh process) and parses the
+/// JSON it prints; a failed child's stderr becomes the error.
+pub(crate) fn child_json<T: serde::de::DeserializeOwned>(
+    cmd: &mut std::process::Command,
+) -> Result<T, CliError> {
+    let out = cmd.output()?;
+    if !out.status.success() {
+        return Err(fail(format!(
+            "the measuring child failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| fail(format!("child output: {e}")))
+}
+
+/// A benchmark's own error (bad parameters, a failed child run).
+pub(crate) fn fail(msg: impl Into<String>) -> CliError {
+    CliError::Message(msg.into())
+}
+
+/// The name of generated tenant `t` (the open and recall benchmarks).
+pub(crate) fn tenant_name(t: usize) -> String {
+    format!("tenant-{t:04}")
+}
+
+/// Whether generated record `i` carries a vector when a `share` of records
+/// do: spread evenly, record `i` has one when the running count moves.
+pub(crate) fn has_vector(i: usize, share: f64) -> bool {
+    ((i + 1) as f64 * share).floor() > (i as f64 * share).floor()
 }
 
 /// Runs one configuration on a fresh store in `dir`.

@@ -25,6 +25,7 @@ use engram_engine::retrieval::{Mode, RecallRequest};
 use engram_engine::{Engram, NewRecord, Options, Principal, Scope};
 use serde::{Deserialize, Serialize};
 
+use crate::bench::{fail, has_vector, tenant_name};
 use crate::cli::{CliError, CliResult, Ctx};
 
 /// `engram bench open`.
@@ -97,10 +98,6 @@ pub struct OpenBenchResult {
     pub checkpoint: OpenRun,
     /// Median run with the checkpoint moved aside.
     pub replay: OpenRun,
-}
-
-fn fail(msg: impl Into<String>) -> CliError {
-    CliError::Message(msg.into())
 }
 
 /// Runs `engram bench open`.
@@ -192,11 +189,6 @@ fn n_vectors(a: &OpenBenchArgs) -> usize {
         .count()
 }
 
-fn has_vector(i: usize, share: f64) -> bool {
-    // Spread evenly: record i has one when the running count moves.
-    ((i + 1) as f64 * share).floor() > (i as f64 * share).floor()
-}
-
 fn vector(seed: u64, dim: usize) -> Vec<f32> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..dim)
@@ -207,10 +199,6 @@ fn vector(seed: u64, dim: usize) -> Vec<f32> {
             (x >> 40) as f32 / (1u64 << 24) as f32 - 0.5
         })
         .collect()
-}
-
-fn tenant_name(t: usize) -> String {
-    format!("tenant-{t:04}")
 }
 
 /// Builds the store: batches of up to 1,000 events, round-robin over the
@@ -274,17 +262,11 @@ fn build(ctx: &Ctx, store: &Path, a: &OpenBenchArgs) -> Result<(f64, f64), CliEr
 
 fn child(store: &Path) -> Result<OpenRun, CliError> {
     let exe = std::env::current_exe()?;
-    let out = Command::new(exe)
-        .args(["bench", "open", "--measure"])
-        .arg(store)
-        .output()?;
-    if !out.status.success() {
-        return Err(fail(format!(
-            "the measuring child failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    serde_json::from_slice(&out.stdout).map_err(|e| fail(format!("child output: {e}")))
+    crate::bench::child_json(
+        Command::new(exe)
+            .args(["bench", "open", "--measure"])
+            .arg(store),
+    )
 }
 
 fn measure_once(store: &Path) -> Result<OpenRun, CliError> {

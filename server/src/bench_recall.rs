@@ -19,6 +19,7 @@ use engram_engine::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::bench::{fail, has_vector, percentile, tenant_name};
 use crate::bench_ann::read_npy;
 use crate::bench_open::{dir_bytes, rss_mib};
 use crate::cli::{CliError, CliResult, Ctx};
@@ -135,10 +136,6 @@ pub struct RecallBenchResult {
     pub rss_bytes_per_record: f64,
     /// The measurement.
     pub measured: Measured,
-}
-
-fn fail(msg: impl Into<String>) -> CliError {
-    CliError::Message(msg.into())
 }
 
 /// Runs `engram bench recall`.
@@ -492,14 +489,6 @@ impl Rng {
     }
 }
 
-fn tenant_name(t: usize) -> String {
-    format!("tenant-{t:04}")
-}
-
-fn has_vector(j: usize, share: f64) -> bool {
-    ((j + 1) as f64 * share).floor() > (j as f64 * share).floor()
-}
-
 /// What the build did (kept beside the store for reruns).
 #[derive(Debug, Serialize, Deserialize)]
 struct Built {
@@ -702,14 +691,7 @@ fn child(store: &Path, a: &RecallBenchArgs) -> Result<Measured, CliError> {
     if a.synthetic {
         cmd.arg("--synthetic");
     }
-    let out = cmd.output()?;
-    if !out.status.success() {
-        return Err(fail(format!(
-            "the measuring child failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    serde_json::from_slice(&out.stdout).map_err(|e| fail(format!("child output: {e}")))
+    crate::bench::child_json(&mut cmd)
 }
 
 /// Query `q`: a tenant drawn in proportion to its size (so large tenants
@@ -908,13 +890,6 @@ impl Stats {
             empty: resp.hits.is_empty(),
         }
     }
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[(((sorted.len() - 1) as f64) * p).round() as usize]
 }
 
 fn print_report(r: &RecallBenchResult) {
