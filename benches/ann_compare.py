@@ -87,7 +87,8 @@ def run_dataset(d, args, efs):
             sys.exit(f"{d}: no such dataset")
     print(f"engram bench ann on {d} (rounds {args.rounds}) ...", file=sys.stderr)
     cmd = [args.engram, "bench", "ann", "--dataset", d, "--ef", args.ef, "--m", str(args.m),
-           "--ef-construction", str(args.ef_construction), "--rounds", str(args.rounds), "--json"]
+           "--ef-construction", str(args.ef_construction), "--rounds", str(args.rounds), "--json",
+           "--hits", "full,ids"]
     if args.engram_store:
         cmd += ["--store", os.path.join(args.engram_store, os.path.basename(os.path.normpath(d)))]
     out = subprocess.check_output(cmd)
@@ -101,8 +102,12 @@ def run_dataset(d, args, efs):
     dists = {}  # (library, ef) -> mean distance computations per query, unfiltered
     for f in eng["filters"]:
         for r in f["results"]:
-            rows.append((f["filter"], "engram", r["plan"], r["ef"], r["recall_at_10"], r["qps"]))
-            if f["filter"] == "none":
+            # "engram": hits with text read from the log (a recall's default);
+            # "engram-ids": with_text false, ids, scores and the manifest,
+            # as the peers return ids
+            lib = "engram" if r.get("hits", "full") == "full" else "engram-ids"
+            rows.append((f["filter"], lib, r["plan"], r["ef"], r["recall_at_10"], r["qps"]))
+            if f["filter"] == "none" and lib == "engram":
                 dists[("engram", r["ef"])] = r["distances_per_query"]
 
     print("building hnswlib ...", file=sys.stderr)
@@ -201,15 +206,16 @@ def run_dataset(d, args, efs):
 
     print()
     print("at equal recall: for each Engram configuration, the fastest competitor configuration reaching at least its recall")
-    print(f"{'filter':<14} {'ef':>4} {'recall':>7} {'engram QPS':>10} {'competitor':<22} {'QPS':>9} {'ratio':>6}")
+    print(f"{'filter':<14} {'hits':<10} {'ef':>4} {'recall':>7} {'engram QPS':>10} {'competitor':<22} {'QPS':>9} {'ratio':>6}")
     for (flt, lib, meth, ef, rc, q) in rows:
-        if lib != "engram":
+        if not lib.startswith("engram"):
             continue
+        hits = "ids" if lib == "engram-ids" else "full"
         best = best_peer(rows, flt, rc)
         if best is None:
-            print(f"{flt:<14} {ef:>4} {rc:>7.4f} {q:>10.0f} {'(none reaches it)':<22}")
+            print(f"{flt:<14} {hits:<10} {ef:>4} {rc:>7.4f} {q:>10.0f} {'(none reaches it)':<22}")
         else:
-            print(f"{flt:<14} {ef:>4} {rc:>7.4f} {q:>10.0f} {best[0]:<22} {best[1]:>9.0f} {q / best[1]:>5.2f}x")
+            print(f"{flt:<14} {hits:<10} {ef:>4} {rc:>7.4f} {q:>10.0f} {best[0]:<22} {best[1]:>9.0f} {q / best[1]:>5.2f}x")
     return n, rows
 
 
@@ -258,24 +264,28 @@ def main():
     print()
     print("filtered search at recall@10 >= 0.95: Engram's best QPS against the best peer method's "
           "(peers: " + ", ".join(f"{l} {m}" for l, m in PEERS) + ")")
-    print(f"{'n':>8} {'filter':<14} {'engram QPS':>10} {'recall':>7} {'best peer':<22} {'QPS':>9} {'recall':>7} {'ratio':>6}"
+    print("(hits: `full` = records with text read from the log, a recall's default; `ids` = with_text "
+          "false: ids, scores and the manifest, as the peers return ids)")
+    print(f"{'n':>8} {'filter':<14} {'hits':<5} {'engram QPS':>10} {'recall':>7} {'best peer':<22} {'QPS':>9} {'recall':>7} {'ratio':>6}"
           f"  {'pregathered QPS':>15}")
     for n, rows in summary:
         for flt in sorted({r[0] for r in rows if r[0] != "none"}):
-            mine = [r for r in rows if r[0] == flt and r[1] == "engram" and r[4] >= 0.95]
-            if not mine:
-                print(f"{n:>8} {flt:<14} {'(none at 0.95)':>10}")
-                continue
-            e = max(mine, key=lambda r: r[5])
-            b = best_peer(rows, flt, 0.95)
-            pre = next((r[5] for r in rows if r[0] == flt and r[2] == "pregathered"), None)
-            pre_s = f"{pre:>15.0f}" if pre else f"{'':>15}"
-            if b is None:
-                print(f"{n:>8} {flt:<14} {e[5]:>10.0f} {e[4]:>7.4f} {'(none reaches 0.95)':<22} {'':>9} {'':>7} {'':>6}  {pre_s}")
-                continue
-            peer_rc = max(r[4] for r in rows if r[0] == flt and f"{r[1]} {r[2]}" == b[0] and r[5] == b[1])
-            print(f"{n:>8} {flt:<14} {e[5]:>10.0f} {e[4]:>7.4f} {b[0]:<22} {b[1]:>9.0f} {peer_rc:>7.4f} "
-                  f"{e[5] / b[1]:>5.2f}x  {pre_s}")
+            for lib, hits in (("engram", "full"), ("engram-ids", "ids")):
+                mine = [r for r in rows if r[0] == flt and r[1] == lib and r[4] >= 0.95]
+                if not mine:
+                    if any(r[1] == lib for r in rows):
+                        print(f"{n:>8} {flt:<14} {hits:<5} {'(none at 0.95)':>10}")
+                    continue
+                e = max(mine, key=lambda r: r[5])
+                b = best_peer(rows, flt, 0.95)
+                pre = next((r[5] for r in rows if r[0] == flt and r[2] == "pregathered"), None)
+                pre_s = f"{pre:>15.0f}" if pre else f"{'':>15}"
+                if b is None:
+                    print(f"{n:>8} {flt:<14} {hits:<5} {e[5]:>10.0f} {e[4]:>7.4f} {'(none reaches 0.95)':<22} {'':>9} {'':>7} {'':>6}  {pre_s}")
+                    continue
+                peer_rc = max(r[4] for r in rows if r[0] == flt and f"{r[1]} {r[2]}" == b[0] and r[5] == b[1])
+                print(f"{n:>8} {flt:<14} {hits:<5} {e[5]:>10.0f} {e[4]:>7.4f} {b[0]:<22} {b[1]:>9.0f} {peer_rc:>7.4f} "
+                      f"{e[5] / b[1]:>5.2f}x  {pre_s}")
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ pub const FIELDS: &[&str] = &[
     "occurred_before",
     "id",
     "explain",
+    "with_text",
     "weights",
 ];
 
@@ -241,6 +242,11 @@ fn parse_object(o: &Map<String, Value>) -> R<(Option<String>, RecallRequest)> {
         include_historical,
     )?;
     req.explain = explain;
+    req.with_text = match o.get("with_text") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(("with_text".into(), "expected a boolean".into())),
+    };
     match o.get("weights") {
         None | Some(Value::Null) => {}
         Some(Value::Object(w)) => {
@@ -312,6 +318,16 @@ mod tests {
             assert_eq!(e.field, f, "{e}");
             assert!(e.reason.contains("come from the session"), "{e}");
         }
+    }
+
+    #[test]
+    fn with_text_defaults_to_true_and_must_be_a_boolean() {
+        let text = |t: &str| parse_recall_line(t, 1).map(|l| l.request.with_text);
+        assert!(text(r#"{"text": "x"}"#).unwrap());
+        assert!(text(r#"{"text": "x", "with_text": null}"#).unwrap());
+        assert!(!text(r#"{"text": "x", "with_text": false}"#).unwrap());
+        let e = text(r#"{"text": "x", "with_text": "no"}"#).unwrap_err();
+        assert_eq!(e.field, "with_text", "{e}");
     }
 
     #[test]

@@ -60,6 +60,11 @@ pub struct AnnArgs {
     /// Measure only these ground truths (`none` = unfiltered; default: all).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
+    /// What each hit carries, measured in turn: `full` (text read from the
+    /// log, as a recall returns by default) and/or `ids` (`with_text:
+    /// false`: ids, scores and the manifest, as the peers' ids).
+    #[arg(long, value_delimiter = ',', default_value = "full")]
+    pub hits: Vec<HitsMode>,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
@@ -69,6 +74,16 @@ pub struct AnnArgs {
     /// measure the unfiltered ground truth (`none`), which is then skipped.
     #[arg(long)]
     pub store: Option<PathBuf>,
+}
+
+/// What each hit of a measured recall carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HitsMode {
+    /// Text read from the log (a recall's default).
+    Full,
+    /// No text: ids, scores and the manifest only (`with_text: false`).
+    Ids,
 }
 
 /// What `--store` remembers about the store it keeps.
@@ -183,6 +198,8 @@ pub fn read_npy<T: NpyElem>(path: &Path) -> Result<Npy<T>, CliError> {
 pub struct EfResult {
     /// ef_search.
     pub ef: usize,
+    /// What each hit carried.
+    pub hits: HitsMode,
     /// Mean recall@10 against the ground truth.
     pub recall_at_10: f64,
     /// Queries per second.
@@ -260,6 +277,7 @@ fn measure(
     filters: &Filters,
     ef: usize,
     threads: usize,
+    hits: HitsMode,
 ) -> Result<EfResult, CliError> {
     let dim = queries.shape[1];
     let gt_w = gt.shape[1];
@@ -270,6 +288,7 @@ fn measure(
         k: 10,
         ef: Some(ef),
         filters: filters.clone(),
+        with_text: hits == HitsMode::Full,
         ..RecallRequest::default()
     };
     // warm-up
@@ -339,6 +358,7 @@ fn measure(
     lat.sort_by(f64::total_cmp);
     Ok(EfResult {
         ef,
+        hits,
         recall_at_10: recall / n_queries as f64,
         qps: n_queries as f64 / secs,
         latency_us_p50: lat[lat.len() / 2],
@@ -556,15 +576,23 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
             eligible,
             results: Vec::new(),
         };
-        for &ef in &a.ef {
+        for (&ef, &hits) in
+            a.ef.iter()
+                .flat_map(|ef| a.hits.iter().map(move |h| (ef, h)))
+        {
             let spinner = ctx.spinner("bench ann");
             spinner.set_message(format!(
-                "{name}: {n_queries} queries at ef {ef}, {} round(s)",
+                "{name}: {n_queries} queries at ef {ef} ({hits:?} hits), {} round(s)",
                 a.rounds
             ));
-            let mut r = measure(&s, &queries, n_queries, gt, &ids, filters, ef, a.threads)?;
+            let run = || {
+                measure(
+                    &s, &queries, n_queries, gt, &ids, filters, ef, a.threads, hits,
+                )
+            };
+            let mut r = run()?;
             for _ in 1..a.rounds {
-                let again = measure(&s, &queries, n_queries, gt, &ids, filters, ef, a.threads)?;
+                let again = run()?;
                 if again.qps > r.qps {
                     r = again;
                 }
@@ -572,10 +600,11 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
             spinner.finish();
             if !a.json {
                 crate::outln!(
-                    "{:<14} eligible {:>6}  ef {:>4}  recall@10 {:.4}  {:>8.0} q/s  p50 {:>6.0} us  plan {:<5}  {:>6.0} dist/q  (eligibility {:.0} us, vector {:.0} us, fusion {:.0} us)",
+                    "{:<14} eligible {:>6}  ef {:>4}{}  recall@10 {:.4}  {:>8.0} q/s  p50 {:>6.0} us  plan {:<5}  {:>6.0} dist/q  (eligibility {:.0} us, vector {:.0} us, fusion {:.0} us)",
                     name,
                     eligible,
                     ef,
+                    if hits == HitsMode::Ids { " ids" } else { "" },
                     r.recall_at_10,
                     r.qps,
                     r.latency_us_p50,

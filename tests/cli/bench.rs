@@ -83,3 +83,99 @@ fn bench_recall_rejects_bad_parameters() {
         assert!(err.contains(says), "{all:?}: {err}");
     }
 }
+
+/// A NumPy 1.0 `.npy` file of little-endian `descr` values.
+fn write_npy(path: &std::path::Path, descr: &str, shape: (usize, usize), data: &[u8]) {
+    let mut header = format!(
+        "{{'descr': '{descr}', 'fortran_order': False, 'shape': ({}, {}), }}",
+        shape.0, shape.1
+    );
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&u16::try_from(header.len()).unwrap().to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(data);
+    std::fs::write(path, out).unwrap();
+}
+
+#[test]
+fn bench_ann_measures_full_hits_and_ids_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    std::fs::create_dir(&ds).unwrap();
+    let (n, q, dim) = (300usize, 8usize, 8usize);
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut unit = || {
+        let v: Vec<f32> = (0..dim)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+            })
+            .collect();
+        let norm = v.iter().map(|a| a * a).sum::<f32>().sqrt();
+        v.into_iter().map(|a| a / norm).collect::<Vec<f32>>()
+    };
+    let base: Vec<Vec<f32>> = (0..n).map(|_| unit()).collect();
+    let queries: Vec<Vec<f32>> = (0..q).map(|_| unit()).collect();
+    let f32s = |rows: &[Vec<f32>]| -> Vec<u8> {
+        rows.iter()
+            .flatten()
+            .flat_map(|v| v.to_le_bytes())
+            .collect()
+    };
+    // exact ground truth by inner product
+    let mut gt = Vec::new();
+    for qv in &queries {
+        let mut order: Vec<usize> = (0..n).collect();
+        let dot = |i: usize| base[i].iter().zip(qv).map(|(a, b)| a * b).sum::<f32>();
+        order.sort_by(|&a, &b| dot(b).total_cmp(&dot(a)));
+        gt.extend(order[..10].iter().flat_map(|&i| (i as i32).to_le_bytes()));
+    }
+    write_npy(&ds.join("base.npy"), "<f4", (n, dim), &f32s(&base));
+    write_npy(&ds.join("queries.npy"), "<f4", (q, dim), &f32s(&queries));
+    write_npy(&ds.join("gt.npy"), "<i4", (q, 10), &gt);
+    let data = dir.path().join("store");
+    let o = engram(&[
+        "bench",
+        "ann",
+        "--dataset",
+        ds.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--ef",
+        "64",
+        "--hits",
+        "full,ids",
+        "--json",
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON report");
+    assert_eq!(r["n"], n);
+    let results = r["filters"][0]["results"].as_array().unwrap();
+    let hits: Vec<&str> = results
+        .iter()
+        .map(|x| x["hits"].as_str().unwrap())
+        .collect();
+    assert_eq!(hits, ["full", "ids"]);
+    for x in results {
+        // 300 vectors at ef 64: the graph finds the exact neighbours
+        assert!(x["recall_at_10"].as_f64().unwrap() >= 0.9, "{x}");
+        assert!(x["qps"].as_f64().unwrap() > 0.0);
+    }
+    let bad = engram(&[
+        "bench",
+        "ann",
+        "--dataset",
+        ds.to_str().unwrap(),
+        "--hits",
+        "text",
+    ]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--hits"));
+}

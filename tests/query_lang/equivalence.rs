@@ -67,6 +67,10 @@ fn statement(r: &RecallRequest) -> String {
         weights.join(", "),
         r.k
     ));
+    // hits without text are a projection without `text`
+    if !r.with_text {
+        s.push_str(" RETURN id, external_id, score, ranks");
+    }
     s
 }
 
@@ -120,9 +124,28 @@ fn statements_and_recall_requests_take_one_path() {
                 graph: 0.0,
                 ..Weights::default()
             },
+            with_text: rng.below(3) != 0,
             ..RecallRequest::default()
         };
         let recall = s.recall(&req).unwrap();
+        // Without text, the same hits in the same order with the same
+        // scores and ranks, and no text.
+        let other = s
+            .recall(&RecallRequest {
+                with_text: !req.with_text,
+                ..req.clone()
+            })
+            .unwrap();
+        assert_eq!(recall.hits.len(), other.hits.len());
+        for (a, b) in recall.hits.iter().zip(&other.hits) {
+            assert_eq!(
+                (a.id, &a.external_id, a.score, &a.ranks, &a.found_by),
+                (b.id, &b.external_id, b.score, &b.ranks, &b.found_by)
+            );
+            let (full, bare) = if req.with_text { (a, b) } else { (b, a) };
+            assert!(bare.text.is_none());
+            assert!(full.text.is_some(), "every event here has text");
+        }
         let mut p = Params::new();
         p.insert("q", ParamValue::String(text));
         let stmt = statement(&req);

@@ -152,6 +152,9 @@ pub struct RecallRequest {
     pub weights: Weights,
     /// Return the manifest.
     pub explain: bool,
+    /// Hits carry their text (default). False: ids, scores and the
+    /// manifest only, with no log read per hit ([`SearchRequest::with_text`]).
+    pub with_text: bool,
 }
 
 impl Default for RecallRequest {
@@ -169,6 +172,7 @@ impl Default for RecallRequest {
             include_historical: false,
             weights: Weights::default(),
             explain: false,
+            with_text: true,
         }
     }
 }
@@ -646,6 +650,7 @@ impl RecallRequest {
             fusion: RECALL_FUSION,
             limit: self.k,
             attach: Attach::default(),
+            with_text: self.with_text,
         }
     }
 }

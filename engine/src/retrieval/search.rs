@@ -206,7 +206,11 @@ impl Session {
                 f.id
             );
             let m = st.meta(idx);
-            let (external_id, text) = self.db.hit_content(&st, idx)?;
+            let (external_id, text) = if req.with_text {
+                self.db.hit_content(&st, idx)?
+            } else {
+                (m.external_id.as_deref().map(str::to_string), None)
+            };
             cost.bytes_returned += text.as_ref().map_or(0, |t| t.len() as u64);
             let (sources, derivatives) = self.attach(&st, idx, req.attach, &held)?;
             hits.push(Hit {
@@ -594,6 +598,7 @@ fn normalize(req: &SearchRequest, valid_at: i64) -> NormalizedQuery {
         fusion: req.fusion,
         limit: req.limit,
         attach: req.attach,
+        with_text: req.with_text,
     }
 }
 

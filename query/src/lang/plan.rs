@@ -201,6 +201,8 @@ fn find(f: &Find, b: &Binder<'_>) -> Result<SearchRequest, LangError> {
             sources: depth(&f.sources),
             derivatives: depth(&f.derivatives),
         },
+        // text is read from the log only when a result shows it
+        with_text: f.projection().contains(&ast::ReturnField::Text),
     })
 }
 

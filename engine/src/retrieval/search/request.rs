@@ -238,6 +238,11 @@ pub struct SearchRequest {
     pub limit: usize,
     /// Lineage to attach to each hit.
     pub attach: Attach,
+    /// Read each hit's text from the log. False: hits carry no text and no
+    /// frame is read (ids, external ids, scores, ranks and the manifest are
+    /// the same), as a vector index answering with ids does. The query
+    /// language sets it from `RETURN`.
+    pub with_text: bool,
 }
 
 impl Default for SearchRequest {
@@ -250,6 +255,7 @@ impl Default for SearchRequest {
             fusion: Fusion::default(),
             limit: 10,
             attach: Attach::default(),
+            with_text: true,
         }
     }
 }
@@ -487,6 +493,13 @@ pub struct NormalizedQuery {
     pub limit: usize,
     /// Lineage attached.
     pub attach: Attach,
+    /// Whether hits carry their text (shown only when they do not).
+    #[serde(skip_serializing_if = "is_true")]
+    pub with_text: bool,
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// The answer to a search.

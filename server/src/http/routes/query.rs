@@ -49,7 +49,7 @@ pub struct RecallResponse {
 /// (docs/ingest.md): `text`, `vector`, `model`, `mode`, `k`, `ef`, filters
 /// (`user`, `conversation`, `agent`, `label`, `kind`, `record`,
 /// `occurred_after`, `occurred_before`), `as_of`, `valid_at`,
-/// `include_historical`, `id`, `explain`, `weights` (by retriever:
+/// `include_historical`, `id`, `explain`, `with_text`, `weights` (by retriever:
 /// `vector`, `lexical`, `recency`, `graph`, `episodic`). It may not name a
 /// tenant or principal.
 #[utoipa::path(
