@@ -84,15 +84,16 @@ fn statements_and_recall_requests_take_one_path() {
     let mut rng = Rng(seed | 1);
     for i in 0..120 {
         let text: Vec<&str> = (0..4).map(|_| *rng.pick(WORDS)).collect();
-        s.append(vec![
-            NewRecord::event(*rng.pick(KINDS), format!("{} {i}", text.join(" "))).with_scope(
-                Scope {
-                    user: Some(rng.pick(USERS).to_string()),
-                    ..Scope::default()
-                },
-            ),
-        ])
-        .unwrap();
+        let mut r = NewRecord::event(*rng.pick(KINDS), format!("{} {i}", text.join(" ")))
+            .with_scope(Scope {
+                user: Some(rng.pick(USERS).to_string()),
+                ..Scope::default()
+            });
+        if i % 3 == 0 {
+            // hits without text take external ids from memory: some have one
+            r = r.with_external_id(format!("ext-{i}"));
+        }
+        s.append(vec![r]).unwrap();
         clock.advance(60_000);
     }
     // background indexing must not move between the two reads
