@@ -211,6 +211,10 @@ def test_recall_context_eval(user: Client, uniq: str) -> None:
     assert r["query_id"] == "q1"
     assert [h["external_id"] for h in r["hits"]] == [f"{uniq}-1"]  # the filter holds
     assert "manifest" not in r
+    bare = user.recall(text="checkout slow", k=5, user=u, with_text=False)
+    assert [h["external_id"] for h in bare["hits"]] == [f"{uniq}-1"]
+    assert [h["score"] for h in bare["hits"]] == [h["score"] for h in r["hits"]]
+    assert r["hits"][0]["text"] and bare["hits"][0]["text"] is None
     both = user.recall({"text": "checkout slow", "k": 10}, mode="lexical")
     ids = {h["external_id"] for h in both["hits"]}
     assert {f"{uniq}-1", f"{uniq}-2"} <= ids

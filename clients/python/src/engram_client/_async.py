@@ -326,7 +326,8 @@ class AsyncClient:
         ``lexical``), ``k``, ``ef``, filters ``user``, ``conversation``,
         ``agent``, ``label``, ``kind``, ``record`` (a value or a list),
         ``as_of``, ``valid_at``, ``occurred_after``, ``occurred_before``,
-        ``include_historical``, ``id``, ``explain`` (adds the manifest).
+        ``include_historical``, ``id``, ``explain`` (adds the manifest),
+        ``with_text`` (``False``: hits without text, nothing read from the log).
         """
         return cast(RecallResponse, await self._call(_api.recall(request, fields)))
 

@@ -244,6 +244,7 @@ class RecallRequest(TypedDict, total=False):
     occurred_before: str
     id: Any
     explain: bool
+    with_text: bool
 
 
 class Hit(TypedDict, total=False):
