@@ -157,21 +157,37 @@ fn score_all(
             }
         });
     } else {
-        // (doc, term index, partial): sorting by (doc, term index) adds
-        // each document's partials in term order, as the dense path does.
-        let mut all: Vec<(u32, u32, f64)> = Vec::with_capacity(total);
-        // a query has at most a few hundred distinct terms
-        scorer.for_each_partial(&matches, |t, d, p| {
-            all.push((d, u32::try_from(t).expect("query terms fit in u32"), p));
-        });
-        all.sort_unstable_by_key(|&(d, t, _)| (d, t));
-        let mut j = 0;
-        while j < all.len() {
-            let d = all[j].0;
+        // Each term's documents are ascending: a merge of the terms' lists
+        // by (doc, term index) meets every document once, with its
+        // partials in term order, as the dense path adds them. No sort of
+        // all the matches: a heap as deep as the query has terms.
+        let weights: Vec<f64> = matches
+            .iter()
+            .map(|m| scorer.weight(m.qtf, m.docs.len() as u64))
+            .collect();
+        let mut tfs: Vec<TfCursor<'_>> =
+            matches.iter().map(|m| TfCursor::new(m.postings)).collect();
+        let mut next = vec![0usize; matches.len()];
+        let mut heads: BinaryHeap<std::cmp::Reverse<(u32, usize)>> = matches
+            .iter()
+            .enumerate()
+            .map(|(t, m)| std::cmp::Reverse((m.docs[0], t)))
+            .collect();
+        while let Some(&std::cmp::Reverse((d, _))) = heads.peek() {
             let mut s = 0.0f64;
-            while j < all.len() && all[j].0 == d {
-                s += all[j].2;
-                j += 1;
+            while let Some(mut head) = heads.peek_mut() {
+                let std::cmp::Reverse((hd, t)) = *head;
+                if hd != d {
+                    break;
+                }
+                s += scorer.partial(weights[t], tfs[t].tf(d), d);
+                next[t] += 1;
+                match matches[t].docs.get(next[t]) {
+                    Some(&nd) => *head = std::cmp::Reverse((nd, t)),
+                    None => {
+                        std::collections::binary_heap::PeekMut::pop(head);
+                    }
+                }
             }
             scored += 1;
             if round_score(s) >= top.floor {
