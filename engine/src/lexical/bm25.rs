@@ -64,11 +64,14 @@
 //! (container-wise intersection, cost ~ the smaller side).
 //!
 //! Scores are accumulated in a dense `f64` array over the span of matched
-//! document ids when that span is small compared to the number of matches,
-//! otherwise by sorting the (document, partial score) pairs; both add each
-//! document's partial scores in the same order (the terms by descending
-//! score bound) and give identical results. Top-k uses a bounded binary
-//! heap.
+//! document ids when that span is small compared to the number of matches;
+//! otherwise (a tenant's documents spread over a large store's whole id
+//! space) each term's ascending document list is merged into the others: a
+//! k-way merge when every posting is scored, a (document, sum) list sorted
+//! by document under MaxScore. All add each document's partial scores in
+//! the same order (the terms by descending score bound) and give identical
+//! results (property tests force each accumulator). Top-k uses a bounded
+//! binary heap.
 //!
 //! # Top-k without scoring every posting (MaxScore)
 //!
@@ -759,6 +762,8 @@ mod tests {
                 let want = idx.search_impl(&q, &e, k, &mut s, None, false);
                 prop_assert_eq!(&idx.search(&q, &e, k, &mut s), &want, "query {:?}", q);
                 prop_assert_eq!(&decoded.search(&q, &e, k, &mut s), &want, "decoded, query {:?}", q);
+                // The merged (sorted) accumulator a sparse id span uses.
+                prop_assert_eq!(&idx.search_impl(&q, &e, k, &mut s, Some(false), true), &want, "sorted, query {:?}", q);
             }
         }
     }
@@ -788,6 +793,9 @@ mod tests {
                 prop_assert_eq!(&idx.search_impl(&q, &e, k, &mut s, Some(true), false), &got);
                 prop_assert_eq!(&idx.search_impl(&q, &e, k, &mut s, Some(false), false), &got);
                 prop_assert_eq!(&idx.search(&q, &e, k, &mut s), &got);
+                // Pruning over either accumulator, whatever the id span.
+                prop_assert_eq!(&idx.search_impl(&q, &e, k, &mut s, Some(true), true), &got);
+                prop_assert_eq!(&idx.search_impl(&q, &e, k, &mut s, Some(false), true), &got);
             }
         }
 

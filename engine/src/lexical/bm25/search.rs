@@ -209,7 +209,7 @@ fn below(bound: f64, theta: f64) -> bool {
 }
 
 /// Top-k by MaxScore over terms in descending order of their score bound
-/// (`terms`, as ranked by the caller): terms are scored into a dense
+/// (`terms`, as ranked by the caller): terms are scored into an
 /// accumulator until the bounds of the terms left add up to less than a
 /// lower bound of the k-th best score. A document none of the scored terms
 /// matched cannot reach the top k then, so the terms left are never
@@ -219,12 +219,15 @@ fn below(bound: f64, theta: f64) -> bool {
 ///
 /// The lower bound of the k-th best score after a term is the larger of
 /// the previous one and the k-th best partial sum among the documents that
-/// term touched (partial sums only grow). None when the documents' id span
-/// is too sparse for a dense accumulator: the caller scores exhaustively.
+/// term touched (partial sums only grow). The accumulator is a dense array
+/// over the documents' id span when that span is small compared to the
+/// matches, else a list sorted by document that each term is merged into
+/// (a tenant's documents spread over a large store's whole id space).
 fn search_pruned(
     terms: &[RankedTerm<'_>],
     scorer: &Scorer<'_>,
     k: usize,
+    force_dense: Option<bool>,
     stats: &mut LexicalStats,
     materialize: &dyn Fn(&QueryTerm<'_>, &mut LexicalStats) -> Vec<u32>,
 ) -> Option<Vec<ScoredDoc>> {
@@ -232,82 +235,188 @@ fn search_pruned(
     let hi = terms.iter().filter_map(|r| r.t.postings.docs.max()).max()?;
     let span = (hi - lo) as usize + 1;
     let total = terms.iter().map(|r| r.t.df).sum::<u64>();
-    if span
-        > usize::try_from(total)
+    let dense = force_dense.unwrap_or(
+        span <= usize::try_from(total)
             .unwrap_or(usize::MAX)
             .saturating_mul(DENSE_SPAN_RATIO)
-            .saturating_add(DENSE_SPAN_SLACK)
-    {
-        return None;
+            .saturating_add(DENSE_SPAN_SLACK),
+    );
+    Some(if dense {
+        with_dense(lo, span, |acc, touched| {
+            prune_with(
+                &mut DenseAcc { acc, touched, lo },
+                terms,
+                scorer,
+                k,
+                stats,
+                materialize,
+            )
+        })
+    } else {
+        prune_with(
+            &mut SortedAcc::default(),
+            terms,
+            scorer,
+            k,
+            stats,
+            materialize,
+        )
+    })
+}
+
+/// Partial sums of the documents MaxScore has touched so far.
+trait Accumulator {
+    /// Adds `partial(d)` to every document `d` of `docs` (ascending) and
+    /// pushes each one's new sum to `sums`.
+    fn add(&mut self, docs: &[u32], partial: impl FnMut(u32) -> f64, sums: &mut Vec<f64>);
+    /// Documents touched so far.
+    fn touched(&self) -> usize;
+    /// Every touched document with its sum.
+    fn for_each(&self, f: impl FnMut(u32, f64));
+}
+
+/// A dense array over the id span (see [`with_dense`]).
+struct DenseAcc<'a> {
+    acc: &'a mut [f64],
+    touched: &'a mut Vec<u32>,
+    lo: u32,
+}
+
+impl Accumulator for DenseAcc<'_> {
+    fn add(&mut self, docs: &[u32], mut partial: impl FnMut(u32) -> f64, sums: &mut Vec<f64>) {
+        for &d in docs {
+            let slot = &mut self.acc[(d - self.lo) as usize];
+            if *slot == 0.0 {
+                self.touched.push(d);
+            }
+            *slot += partial(d);
+            sums.push(*slot);
+        }
     }
+    fn touched(&self) -> usize {
+        self.touched.len()
+    }
+    fn for_each(&self, mut f: impl FnMut(u32, f64)) {
+        for &d in self.touched.iter() {
+            f(d, self.acc[(d - self.lo) as usize]);
+        }
+    }
+}
+
+/// (document, sum) ascending by document; each term's documents are merged
+/// in. A new document's sum is `0.0 + partial`, as in the dense array.
+#[derive(Default)]
+struct SortedAcc {
+    sums: Vec<(u32, f64)>,
+    spare: Vec<(u32, f64)>,
+}
+
+impl Accumulator for SortedAcc {
+    fn add(&mut self, docs: &[u32], mut partial: impl FnMut(u32) -> f64, sums: &mut Vec<f64>) {
+        let old = std::mem::take(&mut self.sums);
+        let mut out = std::mem::take(&mut self.spare);
+        out.clear();
+        out.reserve(old.len() + docs.len());
+        let mut a = old.iter().copied().peekable();
+        for &d in docs {
+            while let Some(&(od, os)) = a.peek() {
+                if od >= d {
+                    break;
+                }
+                out.push((od, os));
+                a.next();
+            }
+            let before = match a.peek() {
+                Some(&(od, os)) if od == d => {
+                    a.next();
+                    os
+                }
+                _ => 0.0,
+            };
+            let now = before + partial(d);
+            out.push((d, now));
+            sums.push(now);
+        }
+        out.extend(a);
+        self.sums = out;
+        self.spare = old;
+    }
+    fn touched(&self) -> usize {
+        self.sums.len()
+    }
+    fn for_each(&self, mut f: impl FnMut(u32, f64)) {
+        for &(d, s) in &self.sums {
+            f(d, s);
+        }
+    }
+}
+
+/// MaxScore over any accumulator (see [`search_pruned`]).
+fn prune_with(
+    acc: &mut impl Accumulator,
+    terms: &[RankedTerm<'_>],
+    scorer: &Scorer<'_>,
+    k: usize,
+    stats: &mut LexicalStats,
+    materialize: &dyn Fn(&QueryTerm<'_>, &mut LexicalStats) -> Vec<u32>,
+) -> Vec<ScoredDoc> {
     // left[j]: what the terms from j on can add to any document
     let mut left = vec![0.0f64; terms.len() + 1];
     for j in (0..terms.len()).rev() {
         left[j] = left[j + 1] + terms[j].bound;
     }
-    Some(with_dense(lo, span, |acc, touched| {
-        let mut theta = f64::NEG_INFINITY;
-        let mut sums: Vec<f64> = Vec::new();
-        let mut scored_terms = terms.len();
-        for (j, r) in terms.iter().enumerate() {
-            let docs = materialize(&r.t, stats);
-            let mut tfs = TfCursor::new(r.t.postings);
-            sums.clear();
-            for &d in &docs {
-                let slot = &mut acc[(d - lo) as usize];
-                if *slot == 0.0 {
-                    touched.push(d);
-                }
-                *slot += scorer.partial(r.w, tfs.tf(d), d);
-                sums.push(*slot);
-            }
-            if j + 1 == terms.len() {
-                break;
-            }
-            if sums.len() >= k {
-                let (_, &mut kth, _) = sums.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
-                theta = theta.max(kth);
-            }
-            if below(left[j + 1], theta) {
-                scored_terms = j + 1;
-                break;
-            }
+    let mut theta = f64::NEG_INFINITY;
+    let mut sums: Vec<f64> = Vec::new();
+    let mut scored_terms = terms.len();
+    for (j, r) in terms.iter().enumerate() {
+        let docs = materialize(&r.t, stats);
+        let mut tfs = TfCursor::new(r.t.postings);
+        sums.clear();
+        acc.add(&docs, |d| scorer.partial(r.w, tfs.tf(d), d), &mut sums);
+        if j + 1 == terms.len() {
+            break;
         }
-        let rest = &terms[scored_terms..];
-        let mut top = TopK::new(k);
-        stats.docs_scored += touched.len() as u64;
-        if rest.is_empty() {
-            for &d in touched.iter() {
-                let s = acc[(d - lo) as usize];
-                if round_score(s) >= top.floor {
-                    top.offer(d, s);
-                }
-            }
-            return top.into_sorted();
+        if sums.len() >= k {
+            let (_, &mut kth, _) = sums.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+            theta = theta.max(kth);
         }
-        let bound = left[scored_terms];
-        let mut candidates: Vec<u32> = touched
-            .iter()
-            .copied()
-            .filter(|&d| !below(acc[(d - lo) as usize] + bound, theta))
-            .collect();
-        candidates.sort_unstable();
-        let mut cursors: Vec<TfCursor<'_>> =
-            rest.iter().map(|r| TfCursor::new(r.t.postings)).collect();
-        for d in candidates {
-            let mut s = acc[(d - lo) as usize];
-            for (r, tfs) in rest.iter().zip(&mut cursors) {
-                stats.postings_read += 1;
-                if r.t.postings.docs.contains(d) {
-                    s += scorer.partial(r.w, tfs.tf(d), d);
-                }
-            }
+        if below(left[j + 1], theta) {
+            scored_terms = j + 1;
+            break;
+        }
+    }
+    let rest = &terms[scored_terms..];
+    let mut top = TopK::new(k);
+    stats.docs_scored += acc.touched() as u64;
+    if rest.is_empty() {
+        acc.for_each(|d, s| {
             if round_score(s) >= top.floor {
                 top.offer(d, s);
             }
+        });
+        return top.into_sorted();
+    }
+    let bound = left[scored_terms];
+    let mut candidates: Vec<(u32, f64)> = Vec::new();
+    acc.for_each(|d, s| {
+        if !below(s + bound, theta) {
+            candidates.push((d, s));
         }
-        top.into_sorted()
-    }))
+    });
+    candidates.sort_unstable_by_key(|&(d, _)| d);
+    let mut cursors: Vec<TfCursor<'_>> = rest.iter().map(|r| TfCursor::new(r.t.postings)).collect();
+    for (d, mut s) in candidates {
+        for (r, tfs) in rest.iter().zip(&mut cursors) {
+            stats.postings_read += 1;
+            if r.t.postings.docs.contains(d) {
+                s += scorer.partial(r.w, tfs.tf(d), d);
+            }
+        }
+        if round_score(s) >= top.floor {
+            top.offer(d, s);
+        }
+    }
+    top.into_sorted()
 }
 
 /// A query term found in the eligible documents.
@@ -594,7 +703,8 @@ impl Bm25Index {
             docs
         };
         if prune && ranked.len() >= 2 {
-            if let Some(top) = search_pruned(&ranked, &scorer, k, stats, &materialize) {
+            if let Some(top) = search_pruned(&ranked, &scorer, k, force_dense, stats, &materialize)
+            {
                 return top;
             }
         }
