@@ -70,8 +70,18 @@ impl<'a> TfCursor<'a> {
     /// The tf of `doc`, which must be in the term's postings and not below
     /// any document asked before.
     pub(super) fn tf(&mut self, doc: u32) -> u32 {
-        if self.docs.is_empty() {
-            return 1;
+        // The next entry is at or past `doc` for most documents asked:
+        // answered without a search.
+        match self.docs.first() {
+            None => return 1,
+            Some(&d) if d > doc => return 1,
+            Some(&d) if d == doc => {
+                let tf = self.tfs[0];
+                self.docs = &self.docs[1..];
+                self.tfs = &self.tfs[1..];
+                return tf;
+            }
+            Some(_) => {}
         }
         let at = gallop(self.docs, doc);
         self.docs = &self.docs[at..];
