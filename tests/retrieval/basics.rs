@@ -267,6 +267,23 @@ fn bad_requests_are_refused_with_the_field_named() {
             RecallRequest::vector(Some("m"), vec![1.0, f32::NAN, 0.0]),
             "vector",
         ),
+        // A lexical recall has no vector retriever, yet a bad vector is
+        // still refused; a hybrid one refuses it through its search.
+        (
+            RecallRequest {
+                mode: Mode::Lexical,
+                vector: Some(vec![f32::INFINITY, 0.0, 0.0]),
+                ..RecallRequest::text("x")
+            },
+            "vector",
+        ),
+        (
+            RecallRequest {
+                vector: Some(vec![0.0, 0.0, 0.0]),
+                ..RecallRequest::text("x")
+            },
+            "vector",
+        ),
         (
             RecallRequest::vector(Some("m"), vec![1.0, 0.0]),
             "dimensions",

@@ -509,7 +509,9 @@ fn validate(req: &RecallRequest) -> Result<()> {
             });
         }
     }
-    if let Some(v) = &req.vector {
+    // The search this recall compiles to checks the vector of its `vector`
+    // retriever; only lexical mode, which has none, leaves it to us.
+    if let (Mode::Lexical, Some(v)) = (req.mode, &req.vector) {
         check_query_vector("vector", v)?;
     }
     match req.mode {
