@@ -66,12 +66,13 @@
 //! Scores are accumulated in a dense `f64` array over the span of matched
 //! document ids when that span is small compared to the number of matches;
 //! otherwise (a tenant's documents spread over a large store's whole id
-//! space) each term's ascending document list is merged into the others: a
-//! k-way merge when every posting is scored, a (document, sum) list sorted
-//! by document under MaxScore. All add each document's partial scores in
-//! the same order (the terms by descending score bound) and give identical
-//! results (property tests force each accumulator). Top-k uses a bounded
-//! binary heap.
+//! space) each term's ascending document list is merged into a (document,
+//! sum) list sorted by document. Exhaustive scoring and MaxScore share
+//! both accumulators and one loop over the terms (MaxScore only stops it
+//! early), so each document's partial scores are added in the same order
+//! (the terms by descending score bound) on every path, with identical
+//! results (property tests force each accumulator, with and without
+//! pruning). Top-k uses a bounded binary heap.
 //!
 //! # Top-k without scoring every posting (MaxScore)
 //!

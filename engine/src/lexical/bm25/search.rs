@@ -116,99 +116,6 @@ fn round_score(s: f64) -> f32 {
     s as f32
 }
 
-/// Scores every matched document and keeps the top `k` (the exhaustive
-/// path): in a dense array over the span of matched ids when that span is
-/// small compared to the matches, else by sorting (document, term,
-/// partial) triples. Both add each document's partials in the order of
-/// `matches` (the terms by descending score bound).
-fn score_all(
-    matches: &[TermMatches<'_>],
-    scorer: &Scorer<'_>,
-    k: usize,
-    force_dense: Option<bool>,
-    stats: &mut LexicalStats,
-) -> Vec<ScoredDoc> {
-    let matches: Vec<&TermMatches<'_>> = matches.iter().filter(|m| !m.docs.is_empty()).collect();
-    if matches.is_empty() {
-        return Vec::new();
-    }
-    let total: usize = matches.iter().map(|m| m.docs.len()).sum();
-    let lo = matches.iter().map(|m| m.docs[0]).min().unwrap_or(0);
-    let hi = matches
-        .iter()
-        .map(|m| m.docs[m.docs.len() - 1])
-        .max()
-        .unwrap_or(0);
-    let span = (hi - lo) as usize + 1;
-    let dense = force_dense.unwrap_or(
-        span <= total
-            .saturating_mul(DENSE_SPAN_RATIO)
-            .saturating_add(DENSE_SPAN_SLACK),
-    );
-
-    let mut top = TopK::new(k);
-    let mut scored = 0u64;
-    if dense {
-        // Documents in order of first touch, so only they are visited.
-        with_dense(lo, span, |acc, touched| {
-            scorer.for_each_partial(&matches, |_, d, p| {
-                let slot = &mut acc[(d - lo) as usize];
-                if *slot == 0.0 {
-                    touched.push(d);
-                }
-                *slot += p;
-            });
-            scored = touched.len() as u64;
-            for &d in touched.iter() {
-                let s = acc[(d - lo) as usize];
-                if round_score(s) >= top.floor {
-                    top.offer(d, s);
-                }
-            }
-        });
-    } else {
-        // Each term's documents are ascending: a merge of the terms' lists
-        // by (doc, term index) meets every document once, with its
-        // partials in term order, as the dense path adds them. No sort of
-        // all the matches: a heap as deep as the query has terms.
-        let weights: Vec<f64> = matches
-            .iter()
-            .map(|m| scorer.weight(m.qtf, m.docs.len() as u64))
-            .collect();
-        let mut tfs: Vec<TfCursor<'_>> =
-            matches.iter().map(|m| TfCursor::new(m.postings)).collect();
-        let mut next = vec![0usize; matches.len()];
-        let mut heads: BinaryHeap<std::cmp::Reverse<(u32, usize)>> = matches
-            .iter()
-            .enumerate()
-            .map(|(t, m)| std::cmp::Reverse((m.docs[0], t)))
-            .collect();
-        while let Some(&std::cmp::Reverse((d, _))) = heads.peek() {
-            let mut s = 0.0f64;
-            while let Some(mut head) = heads.peek_mut() {
-                let std::cmp::Reverse((hd, t)) = *head;
-                if hd != d {
-                    break;
-                }
-                s += scorer.partial(weights[t], tfs[t].tf(d), d);
-                next[t] += 1;
-                match matches[t].docs.get(next[t]) {
-                    Some(&nd) => *head = std::cmp::Reverse((nd, t)),
-                    None => {
-                        std::collections::binary_heap::PeekMut::pop(head);
-                    }
-                }
-            }
-            scored += 1;
-            if round_score(s) >= top.floor {
-                top.offer(d, s);
-            }
-        }
-    }
-    stats.docs_scored += scored;
-    top.into_sorted()
-}
-
 /// Whether a score of at most `bound` ranks strictly below every score of
 /// at least `theta` once both are rounded to the `f32` results carry (a
 /// tie could still win on document id, so ties are not pruned). The
@@ -218,31 +125,39 @@ fn below(bound: f64, theta: f64) -> bool {
     round_score(bound * (1.0 + 1e-9) + 1e-300) < round_score(theta * (1.0 - 1e-9))
 }
 
-/// Top-k by MaxScore over terms in descending order of their score bound
-/// (`terms`, as ranked by the caller): terms are scored into an
-/// accumulator until the bounds of the terms left add up to less than a
-/// lower bound of the k-th best score. A document none of the scored terms
-/// matched cannot reach the top k then, so the terms left are never
-/// enumerated: they are only probed for the documents that can still make
-/// it. Sums are taken in the same order as [`score_all`]'s, so the results
-/// are identical to it.
+/// Top-k over terms in descending order of their score bound (`terms`, as
+/// ranked by the caller). Every path, pruned or not, scores terms in that
+/// order into one accumulator, so each document's partial scores are added
+/// in the same order and the results agree bit for bit.
 ///
-/// The lower bound of the k-th best score after a term is the larger of
-/// the previous one and the k-th best partial sum among the documents that
-/// term touched (partial sums only grow). The accumulator is a dense array
-/// over the documents' id span when that span is small compared to the
-/// matches, else a list sorted by document that each term is merged into
-/// (a tenant's documents spread over a large store's whole id space).
-fn search_pruned(
+/// With `prune` (MaxScore), terms are scored until the bounds of the terms
+/// left add up to less than a lower bound of the k-th best score. A
+/// document none of the scored terms matched cannot reach the top k then,
+/// so the terms left are never enumerated: they are only probed for the
+/// documents that can still make it. The lower bound of the k-th best
+/// score after a term is the larger of the previous one and the k-th best
+/// partial sum among the documents that term touched (partial sums only
+/// grow). Without `prune`, every posting of every term is scored (the
+/// reference the pruning is tested against).
+///
+/// The accumulator is a dense array over the documents' id span when that
+/// span is small compared to the matches, else a list sorted by document
+/// that each term is merged into (a tenant's documents spread over a large
+/// store's whole id space).
+fn top_k(
     terms: &[RankedTerm<'_>],
     scorer: &Scorer<'_>,
     k: usize,
     force_dense: Option<bool>,
+    prune: bool,
     stats: &mut LexicalStats,
     materialize: &dyn Fn(&QueryTerm<'_>, &mut LexicalStats) -> Vec<u32>,
-) -> Option<Vec<ScoredDoc>> {
-    let lo = terms.iter().filter_map(|r| r.t.postings.docs.min()).min()?;
-    let hi = terms.iter().filter_map(|r| r.t.postings.docs.max()).max()?;
+) -> Vec<ScoredDoc> {
+    let lo = terms.iter().filter_map(|r| r.t.postings.docs.min()).min();
+    let hi = terms.iter().filter_map(|r| r.t.postings.docs.max()).max();
+    let (Some(lo), Some(hi)) = (lo, hi) else {
+        return Vec::new();
+    };
     let span = (hi - lo) as usize + 1;
     let total = terms.iter().map(|r| r.t.df).sum::<u64>();
     let dense = force_dense.unwrap_or(
@@ -251,30 +166,23 @@ fn search_pruned(
             .saturating_mul(DENSE_SPAN_RATIO)
             .saturating_add(DENSE_SPAN_SLACK),
     );
-    Some(if dense {
+    let run = Run {
+        terms,
+        scorer,
+        k,
+        prune,
+        materialize,
+    };
+    if dense {
         with_dense(lo, span, |acc, touched| {
-            prune_with(
-                &mut DenseAcc { acc, touched, lo },
-                terms,
-                scorer,
-                k,
-                stats,
-                materialize,
-            )
+            run.with(&mut DenseAcc { acc, touched, lo }, stats)
         })
     } else {
-        prune_with(
-            &mut SortedAcc::default(),
-            terms,
-            scorer,
-            k,
-            stats,
-            materialize,
-        )
-    })
+        run.with(&mut SortedAcc::default(), stats)
+    }
 }
 
-/// Partial sums of the documents MaxScore has touched so far.
+/// Partial sums of the documents a search has touched so far.
 trait Accumulator {
     /// Adds `partial(d)` to every document `d` of `docs` (ascending) and
     /// pushes each one's new sum to `sums`.
@@ -361,41 +269,74 @@ impl Accumulator for SortedAcc {
     }
 }
 
-/// MaxScore over any accumulator (see [`search_pruned`]).
-fn prune_with(
-    acc: &mut impl Accumulator,
-    terms: &[RankedTerm<'_>],
+/// One top-k search's inputs (see [`top_k`]).
+struct Run<'r, 'a> {
+    terms: &'r [RankedTerm<'a>],
+    scorer: &'r Scorer<'r>,
+    k: usize,
+    prune: bool,
+    materialize: &'r dyn Fn(&QueryTerm<'_>, &mut LexicalStats) -> Vec<u32>,
+}
+
+impl Run<'_, '_> {
+    /// The search over accumulator `acc`.
+    fn with(&self, acc: &mut impl Accumulator, stats: &mut LexicalStats) -> Vec<ScoredDoc> {
+        let Run {
+            terms,
+            scorer,
+            k,
+            prune,
+            materialize,
+        } = *self;
+        // left[j]: what the terms from j on can add to any document
+        let mut left = vec![0.0f64; terms.len() + 1];
+        for j in (0..terms.len()).rev() {
+            left[j] = left[j + 1] + terms[j].bound;
+        }
+        let mut theta = f64::NEG_INFINITY;
+        let mut sums: Vec<f64> = Vec::new();
+        let mut scored_terms = terms.len();
+        for (j, r) in terms.iter().enumerate() {
+            let docs = materialize(&r.t, stats);
+            let mut tfs = TfCursor::new(r.t.postings);
+            sums.clear();
+            acc.add(&docs, |d| scorer.partial(r.w, tfs.tf(d), d), &mut sums);
+            if !prune || j + 1 == terms.len() {
+                continue;
+            }
+            if sums.len() >= k {
+                let (_, &mut kth, _) = sums.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+                theta = theta.max(kth);
+            }
+            if below(left[j + 1], theta) {
+                scored_terms = j + 1;
+                break;
+            }
+        }
+        finish(
+            acc,
+            &terms[scored_terms..],
+            left[scored_terms],
+            theta,
+            scorer,
+            k,
+            stats,
+        )
+    }
+}
+
+/// The top `k` once the terms before `rest` are in `acc`: each document
+/// that the bound `bound` of the terms left cannot rule out is probed for
+/// them.
+fn finish(
+    acc: &impl Accumulator,
+    rest: &[RankedTerm<'_>],
+    bound: f64,
+    theta: f64,
     scorer: &Scorer<'_>,
     k: usize,
     stats: &mut LexicalStats,
-    materialize: &dyn Fn(&QueryTerm<'_>, &mut LexicalStats) -> Vec<u32>,
 ) -> Vec<ScoredDoc> {
-    // left[j]: what the terms from j on can add to any document
-    let mut left = vec![0.0f64; terms.len() + 1];
-    for j in (0..terms.len()).rev() {
-        left[j] = left[j + 1] + terms[j].bound;
-    }
-    let mut theta = f64::NEG_INFINITY;
-    let mut sums: Vec<f64> = Vec::new();
-    let mut scored_terms = terms.len();
-    for (j, r) in terms.iter().enumerate() {
-        let docs = materialize(&r.t, stats);
-        let mut tfs = TfCursor::new(r.t.postings);
-        sums.clear();
-        acc.add(&docs, |d| scorer.partial(r.w, tfs.tf(d), d), &mut sums);
-        if j + 1 == terms.len() {
-            break;
-        }
-        if sums.len() >= k {
-            let (_, &mut kth, _) = sums.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
-            theta = theta.max(kth);
-        }
-        if below(left[j + 1], theta) {
-            scored_terms = j + 1;
-            break;
-        }
-    }
-    let rest = &terms[scored_terms..];
     let mut top = TopK::new(k);
     stats.docs_scored += acc.touched() as u64;
     if rest.is_empty() {
@@ -406,7 +347,6 @@ fn prune_with(
         });
         return top.into_sorted();
     }
-    let bound = left[scored_terms];
     let mut candidates: Vec<(u32, f64)> = Vec::new();
     acc.for_each(|d, s| {
         if !below(s + bound, theta) {
@@ -444,13 +384,6 @@ struct RankedTerm<'a> {
     w: f64,
     /// Largest partial score the term can add to a document.
     bound: f64,
-}
-
-/// Matches of one query term among the eligible documents.
-struct TermMatches<'a> {
-    qtf: u32,
-    postings: &'a Postings,
-    docs: Vec<u32>,
 }
 
 /// A top-k candidate. Ordered so that the *worse* candidate is greater
@@ -580,18 +513,6 @@ impl<'a> Scorer<'a> {
         let dl = f64::from(p.min_len);
         w * tf / (tf + self.norm_const + self.norm_per_len * dl)
     }
-
-    /// Calls `f(term index, doc, partial score)` for every match, term by
-    /// term, each term's documents ascending.
-    fn for_each_partial(&self, matches: &[&TermMatches<'_>], mut f: impl FnMut(usize, u32, f64)) {
-        for (t, m) in matches.iter().enumerate() {
-            let w = self.weight(m.qtf, m.docs.len() as u64);
-            let mut tfs = TfCursor::new(m.postings);
-            for &d in &m.docs {
-                f(t, d, self.partial(w, tfs.tf(d), d));
-            }
-        }
-    }
 }
 
 impl Bm25Index {
@@ -690,9 +611,8 @@ impl Bm25Index {
         };
         // Every matched document is eligible and non-empty, so n >= 1 and sum_len >= 1.
         let scorer = Scorer::new(self.params, n, sum_len, &self.doc_len);
-        // Terms by descending score bound (ties: term order). Both paths
-        // add each document's partial scores in this order, so they agree
-        // bit for bit.
+        // Terms by descending score bound (ties: term order): every path
+        // adds each document's partial scores in this order.
         let mut ranked: Vec<RankedTerm<'_>> = qterms
             .into_iter()
             .map(|t| {
@@ -712,20 +632,6 @@ impl Bm25Index {
                     .eligible_docs(eligible, eligible_len, covers, &mut docs);
             docs
         };
-        if prune && ranked.len() >= 2 {
-            if let Some(top) = search_pruned(&ranked, &scorer, k, force_dense, stats, &materialize)
-            {
-                return top;
-            }
-        }
-        let matches: Vec<TermMatches<'_>> = ranked
-            .iter()
-            .map(|r| TermMatches {
-                qtf: r.t.qtf,
-                postings: r.t.postings,
-                docs: materialize(&r.t, stats),
-            })
-            .collect();
-        score_all(&matches, &scorer, k, force_dense, stats)
+        top_k(&ranked, &scorer, k, force_dense, prune, stats, &materialize)
     }
 }
