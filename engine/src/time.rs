@@ -202,6 +202,30 @@ pub fn parse_rfc3339(s: &str) -> Result<TimestampMs, ParseTimeError> {
     Ok(days * 86_400_000 + ((h * 60 + mi - offset_min) * 60 + sec) * 1000 + ms)
 }
 
+/// A time that reads as RFC 3339 UTC ([`format_rfc3339`]): kept as
+/// milliseconds since the epoch and formatted only when displayed or
+/// serialized (as a string), so results nobody prints format no dates.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Rfc3339(pub TimestampMs);
+
+impl fmt::Display for Rfc3339 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&format_rfc3339(self.0))
+    }
+}
+
+impl fmt::Debug for Rfc3339 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&format_rfc3339(self.0), f)
+    }
+}
+
+impl serde::Serialize for Rfc3339 {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 /// Formats ms since the epoch as RFC 3339 UTC.
 pub fn format_rfc3339(ms: TimestampMs) -> String {
     let days = ms.div_euclid(86_400_000);
@@ -271,6 +295,17 @@ pub fn parse_duration_ms(s: &str) -> Option<i64> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_kept_time_reads_and_serializes_as_its_rfc3339_text() {
+        let t = Rfc3339(1_741_428_861_250);
+        assert_eq!(t.to_string(), "2025-03-08T10:14:21.250Z");
+        assert_eq!(format!("{t:?}"), "\"2025-03-08T10:14:21.250Z\"");
+        assert_eq!(
+            serde_json::to_string(&t).unwrap(),
+            "\"2025-03-08T10:14:21.250Z\""
+        );
+    }
 
     #[test]
     fn known_values() {

@@ -436,7 +436,7 @@ mod tests {
             record: "event",
             kind: "k".into(),
             status: "active",
-            occurred_at: String::new(),
+            occurred_at: engram_engine::time::Rfc3339(0),
             historical: false,
             text: None,
             found_by: vec![],

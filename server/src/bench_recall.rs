@@ -869,7 +869,7 @@ impl Stats {
         let gave = |name: &str| {
             m.retrievers
                 .iter()
-                .any(|r| r.retriever == name && r.skipped.is_none() && !r.candidates.is_empty())
+                .any(|r| *r.retriever == *name && r.skipped.is_none() && !r.candidates.is_empty())
         };
         Stats {
             stages: [

@@ -40,6 +40,7 @@ pub mod plan;
 pub mod search;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::time::Instant;
 
 use roaring::RoaringBitmap;
@@ -213,14 +214,14 @@ pub struct Hit {
     pub kind: String,
     /// Status.
     pub status: &'static str,
-    /// Valid time.
-    pub occurred_at: String,
+    /// Valid time (RFC 3339 when shown or serialized).
+    pub occurred_at: crate::time::Rfc3339,
     /// Validity ended before `valid_at` (only with `include_historical`).
     pub historical: bool,
     /// Text.
     pub text: Option<String>,
     /// Which retrievers found it, with rank.
-    pub found_by: Vec<(String, usize)>,
+    pub found_by: Vec<(RetrieverName, usize)>,
     /// Each retriever that found it: rank and its own score.
     pub ranks: Vec<RankInfo>,
     /// Sources attached (`attach.sources`), nearest first.
@@ -231,11 +232,68 @@ pub struct Hit {
     pub derivatives: Vec<search::Linked>,
 }
 
+/// A retriever's name as results carry it: shared, so every hit and
+/// fusion input names its retrievers without a copy of the string. It
+/// compares with and serializes as a plain string.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct RetrieverName(std::sync::Arc<str>);
+
+impl RetrieverName {
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for RetrieverName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for RetrieverName {
+    fn from(s: &str) -> Self {
+        RetrieverName(s.into())
+    }
+}
+
+impl PartialEq<str> for RetrieverName {
+    fn eq(&self, other: &str) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl PartialEq<&str> for RetrieverName {
+    fn eq(&self, other: &&str) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl PartialEq<String> for RetrieverName {
+    fn eq(&self, other: &String) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl fmt::Debug for RetrieverName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for RetrieverName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// A retriever's rank and own score for one hit.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RankInfo {
     /// Retriever name.
-    pub retriever: String,
+    pub retriever: RetrieverName,
     /// Rank from 1.
     pub rank: usize,
     /// Its own score (similarity, BM25, recency time, path score).
@@ -257,7 +315,7 @@ pub struct Candidate {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RetrieverOutput {
     /// Its name (`vector`, `lexical`, `recency`, `graph` for a recall).
-    pub retriever: String,
+    pub retriever: RetrieverName,
     /// Its kind.
     pub kind: search::RetrieverKind,
     /// Why it did not run, if it did not.
@@ -274,7 +332,7 @@ impl RetrieverOutput {
     /// Candidates of a retriever that ran (name and kind set by the caller).
     pub(crate) fn ran(candidates: Vec<Candidate>) -> Self {
         RetrieverOutput {
-            retriever: String::new(),
+            retriever: RetrieverName::from(""),
             kind: search::RetrieverKind::Match,
             skipped: None,
             plan: None,
@@ -318,7 +376,7 @@ pub struct VectorPlan {
     /// `exact` or `hnsw`.
     pub strategy: String,
     /// Why that strategy.
-    pub reason: String,
+    pub reason: PlanReason,
     /// ef requested.
     pub ef_requested: usize,
     /// ef used.
@@ -339,15 +397,80 @@ impl VectorPlan {
         self.space_size = None;
         self.selectivity = None;
         self.indexed = None;
-        self.reason = format!(
-            "{} eligible vectors: {}",
-            self.eligible_in_space,
-            if self.strategy == "exact" {
-                "exact scan"
-            } else {
-                "filtered graph walk"
-            }
-        );
+        self.reason.redacted = true;
+    }
+}
+
+/// Why the planner chose its strategy: the planner's own figures, written
+/// out as a sentence only when shown or serialized (as a string), so a
+/// recall whose manifest is never printed formats no numbers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlanReason {
+    /// Eligible vectors in the space.
+    pub eligible: u64,
+    /// Eligible share of the space.
+    pub selectivity: f64,
+    /// The choice and its estimates.
+    pub plan: plan::Plan,
+    /// The walk needs no filter: every vector of the space is eligible.
+    pub whole_space: bool,
+    /// Only what a principal other than the tenant admin may see: the
+    /// estimates and the selectivity count vectors of records the principal
+    /// may not read.
+    pub redacted: bool,
+}
+
+impl fmt::Display for PlanReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let e = self.eligible;
+        if self.redacted {
+            let how = match self.plan {
+                plan::Plan::Exact { .. } => "exact scan",
+                plan::Plan::Prefiltered { .. } => "sign-bit prefilter, then an exact scan",
+                plan::Plan::Walk { .. } => "filtered graph walk",
+            };
+            return write!(f, "{e} eligible vectors: {how}");
+        }
+        let sel = self.selectivity;
+        match self.plan {
+            plan::Plan::Exact { cost_ns, walk_ns } => write!(
+                f,
+                "{e} eligible vectors, selectivity {sel:.4}: exact scan (estimated {:.0} us) over a filtered graph walk ({:.0} us)",
+                cost_ns / 1e3,
+                walk_ns / 1e3
+            ),
+            plan::Plan::Prefiltered {
+                keep,
+                cost_ns,
+                scan_ns,
+                walk_ns,
+            } => write!(
+                f,
+                "{e} eligible vectors, selectivity {sel:.4}: sign-bit prefilter keeping {keep}, then an exact scan of those (estimated {:.0} us) over an exact scan of all ({:.0} us) and a filtered graph walk ({:.0} us)",
+                cost_ns / 1e3,
+                scan_ns / 1e3,
+                walk_ns / 1e3
+            ),
+            plan::Plan::Walk {
+                cost_ns, scan_ns, ..
+            } => write!(
+                f,
+                "{e} eligible vectors, selectivity {sel:.4}: {} (estimated {:.0} us) over an exact scan ({:.0} us)",
+                if self.whole_space {
+                    "graph walk"
+                } else {
+                    "filtered graph walk with raised ef"
+                },
+                cost_ns / 1e3,
+                scan_ns / 1e3
+            ),
+        }
+    }
+}
+
+impl Serialize for PlanReason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
     }
 }
 
@@ -391,7 +514,7 @@ pub struct FusionInput {
     /// Record id.
     pub id: RecordId,
     /// (retriever, rank, contribution).
-    pub contributions: Vec<(String, usize, f64)>,
+    pub contributions: Vec<(RetrieverName, usize, f64)>,
     /// Fused score.
     pub score: f64,
 }
@@ -783,49 +906,21 @@ impl Session {
             },
             &plan::COSTS,
         );
-        let (mut found, strategy, reason, ef_used, unindexed) = match plan {
-            plan::Plan::Exact { cost_ns, walk_ns } => {
+        // Every vector of the space is eligible: a walk needs no filter.
+        let whole_space = in_space.len() == size;
+        let (mut found, strategy, ef_used, unindexed) = match plan {
+            plan::Plan::Exact { .. } => {
                 cost.records_scanned += e;
                 let r = space.exact_top(&query, &in_space, n, None, &mut stats);
-                (
-                    r,
-                    "exact",
-                    format!(
-                        "{e} eligible vectors, selectivity {selectivity:.4}: exact scan (estimated {:.0} us) over a filtered graph walk ({:.0} us)",
-                        cost_ns / 1e3,
-                        walk_ns / 1e3
-                    ),
-                    0,
-                    0,
-                )
+                (r, "exact", 0, 0)
             }
-            plan::Plan::Prefiltered {
-                keep,
-                cost_ns,
-                scan_ns,
-                walk_ns,
-            } => {
+            plan::Plan::Prefiltered { keep, .. } => {
                 cost.records_scanned += e;
                 let r = space.exact_top(&query, &in_space, n, Some(keep), &mut stats);
-                (
-                    r,
-                    "prefiltered",
-                    format!(
-                        "{e} eligible vectors, selectivity {selectivity:.4}: sign-bit prefilter keeping {keep}, then an exact scan of those (estimated {:.0} us) over an exact scan of all ({:.0} us) and a filtered graph walk ({:.0} us)",
-                        cost_ns / 1e3,
-                        scan_ns / 1e3,
-                        walk_ns / 1e3
-                    ),
-                    0,
-                    0,
-                )
+                (r, "prefiltered", 0, 0)
             }
-            plan::Plan::Walk {
-                ef,
-                cost_ns,
-                scan_ns,
-            } => {
-                let all = in_space.len() == size;
+            plan::Plan::Walk { ef, .. } => {
+                let all = whole_space;
                 let allow = |idx: Idx| in_space.contains(idx);
                 let (mut r, indexed) = SCRATCH.with(|cell| {
                     let mut scratch = cell.borrow_mut();
@@ -843,22 +938,7 @@ impl Session {
                     .collect();
                 cost.records_scanned += tail.len() as u64;
                 r.extend(space.exact(&query, tail.iter().copied(), &mut stats));
-                (
-                    r,
-                    "hnsw",
-                    format!(
-                        "{e} eligible vectors, selectivity {selectivity:.4}: {} (estimated {:.0} us) over an exact scan ({:.0} us)",
-                        if all {
-                            "graph walk"
-                        } else {
-                            "filtered graph walk with raised ef"
-                        },
-                        cost_ns / 1e3,
-                        scan_ns / 1e3
-                    ),
-                    ef,
-                    tail.len() as u64,
-                )
+                (r, "hnsw", ef, tail.len() as u64)
             }
         };
         cost.distance_computations += stats.distance_computations;
@@ -883,7 +963,13 @@ impl Session {
                 space_size: Some(size),
                 selectivity: Some(selectivity),
                 strategy: strategy.into(),
-                reason,
+                reason: PlanReason {
+                    eligible: e,
+                    selectivity,
+                    plan,
+                    whole_space,
+                    redacted: false,
+                },
                 ef_requested: ef_req,
                 ef_used,
                 indexed: Some(indexed_slots as u64),
@@ -995,6 +1081,75 @@ pub fn candidate_ids(r: &RetrieverOutput) -> BTreeSet<RecordId> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A plan's reason is the planner's figures written out when shown,
+    /// the same text serialized; redacted, it keeps only the eligible
+    /// count and the strategy.
+    #[test]
+    fn plan_reasons_read_as_sentences_and_redaction_drops_the_figures() {
+        let reason = |plan, whole_space, redacted| PlanReason {
+            eligible: 20,
+            selectivity: 0.001,
+            plan,
+            whole_space,
+            redacted,
+        };
+        let exact = plan::Plan::Exact {
+            cost_ns: 2_400.0,
+            walk_ns: 91_000.0,
+        };
+        let r = reason(exact.clone(), false, false);
+        assert_eq!(
+            r.to_string(),
+            "20 eligible vectors, selectivity 0.0010: exact scan (estimated 2 us) over a filtered graph walk (91 us)"
+        );
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            serde_json::Value::String(r.to_string())
+        );
+        let walk = plan::Plan::Walk {
+            ef: 64,
+            cost_ns: 300_000.0,
+            scan_ns: 900_000.0,
+        };
+        assert!(
+            reason(walk.clone(), true, false)
+                .to_string()
+                .contains(": graph walk (estimated 300 us)")
+        );
+        assert!(
+            reason(walk.clone(), false, false)
+                .to_string()
+                .contains("filtered graph walk with raised ef")
+        );
+        let pre = plan::Plan::Prefiltered {
+            keep: 512,
+            cost_ns: 1.0,
+            scan_ns: 2.0,
+            walk_ns: 3.0,
+        };
+        for (p, how) in [
+            (exact, "exact scan"),
+            (walk, "filtered graph walk"),
+            (pre, "sign-bit prefilter, then an exact scan"),
+        ] {
+            assert_eq!(
+                reason(p, false, true).to_string(),
+                format!("20 eligible vectors: {how}")
+            );
+        }
+    }
+
+    #[test]
+    fn a_retriever_name_compares_and_serializes_as_its_string() {
+        let n = RetrieverName::from("vector");
+        assert_eq!(n, "vector");
+        assert_eq!(n, *"vector");
+        assert_eq!(n, "vector".to_string());
+        assert_eq!(n.as_str(), "vector");
+        assert_eq!(format!("{n} {n:?}"), "vector \"vector\"");
+        assert_eq!(serde_json::to_string(&n).unwrap(), "\"vector\"");
+    }
 
     #[test]
     #[should_panic(expected = "invariant violated: retriever lexical proposed")]

@@ -16,7 +16,6 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Instant;
 
 use roaring::RoaringBitmap;
-use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use super::eligibility::{Cut, FilterExpr};
@@ -179,7 +178,7 @@ impl Session {
                 }
             };
             outputs.push(RetrieverOutput {
-                retriever: spec.name.clone(),
+                retriever: spec.name.as_str().into(),
                 kind: spec.params.kind(),
                 ..out
             });
@@ -225,7 +224,7 @@ impl Session {
                 } else {
                     m.status.name()
                 },
-                occurred_at: format_rfc3339(m.occurred_at),
+                occurred_at: crate::time::Rfc3339(m.occurred_at),
                 historical: el.historical.contains(idx),
                 text,
                 found_by: f
@@ -371,7 +370,7 @@ impl Session {
                     }
                 }
                 Seed::Retriever { name } => {
-                    if let Some(o) = earlier.iter().find(|o| &o.retriever == name) {
+                    if let Some(o) = earlier.iter().find(|o| *o.retriever == **name) {
                         for c in &o.candidates {
                             if let Some(i) = st.idx(c.id) {
                                 for e in linked(i) {
@@ -491,10 +490,10 @@ fn listing(
 /// retrievers is dropped when a content retriever ran: recency re-orders
 /// evidence, it is not evidence.
 fn fuse(specs: &[RetrieverSpec], outputs: &[RetrieverOutput], fusion: Fusion) -> Vec<FusionInput> {
+    // (record, retriever index, rank, contribution), in retriever order.
     let total = outputs.iter().map(|o| o.candidates.len()).sum();
-    let mut fused: FxHashMap<RecordId, FusionInput> =
-        FxHashMap::with_capacity_and_hasher(total, Default::default());
-    for (spec, r) in specs.iter().zip(outputs) {
+    let mut all: Vec<(RecordId, usize, usize, f64)> = Vec::with_capacity(total);
+    for (ri, (spec, r)) in specs.iter().zip(outputs).enumerate() {
         let w = spec.weight;
         let normed: Vec<f64> = match fusion {
             Fusion::Rrf { .. } => Vec::new(),
@@ -505,30 +504,32 @@ fn fuse(specs: &[RetrieverSpec], outputs: &[RetrieverOutput], fusion: Fusion) ->
                 Fusion::Rrf { k } => w / (k + c.rank as f64),
                 Fusion::Linear { .. } => w * normed[ci],
             };
-            let e = fused.entry(c.id).or_insert_with(|| FusionInput {
-                id: c.id,
-                contributions: Vec::new(),
-                score: 0.0,
-            });
-            e.contributions.push((r.retriever.clone(), c.rank, term));
-            e.score += term;
+            all.push((c.id, ri, c.rank, term));
         }
     }
-    let content: BTreeSet<&str> = specs
+    // By record, then retriever: each record's contributions in retriever
+    // order, the order its score adds them in (a retriever names a record
+    // once, so the key is unique).
+    all.sort_unstable_by_key(|c| (c.0, c.1));
+    // Records found only by recency are not results of a content query.
+    let content: Vec<bool> = specs
         .iter()
-        .filter(|s| s.params.kind() != RetrieverKind::Recent)
-        .map(|s| s.name.as_str())
+        .map(|s| s.params.kind() != RetrieverKind::Recent)
         .collect();
-    let mut out: Vec<FusionInput> = fused
-        .into_values()
-        .filter(|f| {
-            content.is_empty()
-                || f.contributions
-                    .iter()
-                    .any(|(r, _, _)| content.contains(r.as_str()))
+    let any_content = content.contains(&true);
+    let mut out: Vec<FusionInput> = all
+        .chunk_by(|a, b| a.0 == b.0)
+        .filter(|g| !any_content || g.iter().any(|c| content[c.1]))
+        .map(|g| FusionInput {
+            id: g[0].0,
+            contributions: g
+                .iter()
+                .map(|&(_, ri, rank, term)| (outputs[ri].retriever.clone(), rank, term))
+                .collect(),
+            score: g.iter().fold(0.0, |s, c| s + c.3),
         })
         .collect();
-    out.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
+    out.sort_unstable_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
     out
 }
 

@@ -160,12 +160,14 @@ fn space_dir_name(tenant: &str, model: &str, metric: Metric, dim: usize) -> Stri
     )
 }
 
-/// Normalises a vector for a cosine space (unit length).
+/// Normalises a vector for a cosine space (unit length). The length comes
+/// from the SIMD dot kernel (a sequential `f32` sum does not vectorise), so
+/// like distances it is bit-reproducible per CPU feature set.
 pub fn normalized(metric: Metric, v: &[f32]) -> Vec<f32> {
     if metric != Metric::Cosine {
         return v.to_vec();
     }
-    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let n = (-distance(Metric::Dot, v, v)).max(0.0).sqrt();
     if n == 0.0 {
         return v.to_vec();
     }
