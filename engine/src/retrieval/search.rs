@@ -509,8 +509,11 @@ fn fuse(specs: &[RetrieverSpec], outputs: &[RetrieverOutput], fusion: Fusion) ->
     }
     // By record, then retriever: each record's contributions in retriever
     // order, the order its score adds them in (a retriever names a record
-    // once, so the key is unique).
-    all.sort_unstable_by_key(|c| (c.0, c.1));
+    // once, so the key is unique). With one retriever's candidates, every
+    // record is already alone.
+    if outputs.iter().filter(|o| !o.candidates.is_empty()).count() > 1 {
+        all.sort_unstable_by_key(|c| (c.0, c.1));
+    }
     // Records found only by recency are not results of a content query.
     let content: Vec<bool> = specs
         .iter()
@@ -529,7 +532,8 @@ fn fuse(specs: &[RetrieverSpec], outputs: &[RetrieverOutput], fusion: Fusion) ->
             score: g.iter().fold(0.0, |s, c| s + c.3),
         })
         .collect();
-    out.sort_unstable_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
+    // (stable: one retriever's candidates arrive in order, a single run)
+    out.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
     out
 }
 
