@@ -438,6 +438,23 @@ fn cached_eligibility_equals_a_fresh_computation() {
                         assert_eq!(cached.historical, fresh.historical, "step {step}");
                         assert_eq!(cached.traversable, fresh.traversable, "step {step}");
                         assert_eq!(cached.steps, fresh.steps, "step {step}");
+                        // BM25 statistics kept with a cached set are the
+                        // fresh set's, and so are the scores over them.
+                        let mut ls = crate::lexical::LexicalStats::default();
+                        assert_eq!(
+                            st.lexical.search_with(
+                                "note 3",
+                                &cached.bitmap,
+                                5,
+                                &mut ls,
+                                &cached.lexical_corpus
+                            ),
+                            st.lexical.search("note 3", &fresh.bitmap, 5, &mut ls),
+                            "step {step} pass {pass}"
+                        );
+                        if let Some(c) = cached.lexical_corpus.get() {
+                            assert_eq!(*c, st.lexical.corpus_stats(&fresh.bitmap));
+                        }
                     }
                 }
             }

@@ -89,7 +89,10 @@
 //! exhaustive scoring (property test `pruning_keeps_the_exhaustive_top_k`;
 //! [`Bm25Index::search_exhaustive`] is the reference). Corpus statistics
 //! stay those of the eligible set: a term's document frequency is counted
-//! with `intersection_len`, which enumerates nothing.
+//! with `intersection_len`, which enumerates nothing; N and the token total
+//! ([`CorpusStats`]) take a pass over the eligible documents' lengths, so
+//! [`Bm25Index::search_with`] lets a caller keep them with the set (the
+//! engine keeps them in its cached eligibility results).
 //!
 //! # Encoding
 //!
@@ -179,6 +182,18 @@ pub struct LexicalStats {
     pub postings_read: u64,
     /// Distinct eligible documents that received a score.
     pub docs_scored: u64,
+}
+
+/// BM25's corpus statistics over one eligible set: its non-empty documents
+/// and their tokens. They depend only on the index and the set, so a
+/// caller that keeps an eligible set across searches (the eligibility
+/// cache) keeps them with it: see [`Bm25Index::search_with`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CorpusStats {
+    /// Eligible non-empty documents (BM25's N).
+    pub docs: u64,
+    /// Their tokens (N times the average length).
+    pub tokens: u64,
 }
 
 /// One search result.
@@ -492,6 +507,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::BTreeMap;
+    use std::sync::OnceLock;
 
     /// splitmix64: a tiny deterministic generator for test corpora.
     struct Rng(u64);
@@ -720,7 +736,15 @@ mod tests {
         let some: RoaringBitmap = (0..2000).filter(|i| i % 3 != 0).collect();
         for e in [&all, &some] {
             let (mut full, mut pruned) = (LexicalStats::default(), LexicalStats::default());
-            let want = idx.search_impl("memory incident", e, 3, &mut full, None, false);
+            let want = idx.search_impl(
+                "memory incident",
+                e,
+                3,
+                &mut full,
+                &OnceLock::new(),
+                None,
+                false,
+            );
             let got = idx.search("memory incident", e, 3, &mut pruned);
             assert_eq!(got, want);
             assert_eq!(got.len(), 3);
@@ -760,11 +784,19 @@ mod tests {
                 let words: Vec<&str> = (0..2 + rng.below(5)).map(|_| zipf_word(&mut rng)).collect();
                 let q = words.join(" ");
                 let mut s = LexicalStats::default();
-                let want = idx.search_impl(&q, &e, k, &mut s, None, false);
+                let want = idx.search_impl(&q, &e, k, &mut s, &OnceLock::new(), None, false);
                 prop_assert_eq!(&idx.search(&q, &e, k, &mut s), &want, "query {:?}", q);
                 prop_assert_eq!(&decoded.search(&q, &e, k, &mut s), &want, "decoded, query {:?}", q);
                 // The merged (sorted) accumulator a sparse id span uses.
-                prop_assert_eq!(&idx.search_impl(&q, &e, k, &mut s, Some(false), true), &want, "sorted, query {:?}", q);
+                prop_assert_eq!(&idx.search_impl(&q, &e, k, &mut s, &OnceLock::new(), Some(false), true), &want, "sorted, query {:?}", q);
+                // Corpus statistics kept with the set: the first search
+                // stores them (if a term matched), the second reads them.
+                let corpus = OnceLock::new();
+                prop_assert_eq!(&idx.search_with(&q, &e, k, &mut s, &corpus), &want);
+                prop_assert_eq!(&idx.search_with(&q, &e, k, &mut s, &corpus), &want);
+                if let Some(c) = corpus.get() {
+                    prop_assert_eq!(*c, idx.corpus_stats(&e));
+                }
             }
         }
     }
@@ -785,18 +817,18 @@ mod tests {
                 let e = eligible(&mut rng, &docs);
                 let q = query(&mut rng);
                 let mut stats = LexicalStats::default();
-                let got = idx.search_impl(&q, &e, k, &mut stats, None, false);
+                let got = idx.search_impl(&q, &e, k, &mut stats, &OnceLock::new(), None, false);
                 let want = naive(params, &docs, &e, &q);
                 check_against_naive(&got, &want, &e, k)?;
                 prop_assert_eq!(stats.docs_scored, want.len() as u64);
                 // Both accumulators, and pruning, give identical results.
                 let mut s = LexicalStats::default();
-                prop_assert_eq!(&idx.search_impl(&q, &e, k, &mut s, Some(true), false), &got);
-                prop_assert_eq!(&idx.search_impl(&q, &e, k, &mut s, Some(false), false), &got);
+                prop_assert_eq!(&idx.search_impl(&q, &e, k, &mut s, &OnceLock::new(), Some(true), false), &got);
+                prop_assert_eq!(&idx.search_impl(&q, &e, k, &mut s, &OnceLock::new(), Some(false), false), &got);
                 prop_assert_eq!(&idx.search(&q, &e, k, &mut s), &got);
                 // Pruning over either accumulator, whatever the id span.
-                prop_assert_eq!(&idx.search_impl(&q, &e, k, &mut s, Some(true), true), &got);
-                prop_assert_eq!(&idx.search_impl(&q, &e, k, &mut s, Some(false), true), &got);
+                prop_assert_eq!(&idx.search_impl(&q, &e, k, &mut s, &OnceLock::new(), Some(true), true), &got);
+                prop_assert_eq!(&idx.search_impl(&q, &e, k, &mut s, &OnceLock::new(), Some(false), true), &got);
             }
         }
 

@@ -126,6 +126,10 @@ pub struct Eligibility {
     pub traversable: RoaringBitmap,
     /// Steps with counts.
     pub steps: Vec<Step>,
+    /// BM25's corpus statistics over `bitmap`, set by the first lexical
+    /// search over it: a cached result keeps them for the searches after
+    /// (they cost a pass over the eligible documents' lengths).
+    pub lexical_corpus: std::sync::OnceLock<crate::lexical::CorpusStats>,
 }
 
 fn union_of(st: &State, map: &FxHashMap<u32, RoaringBitmap>, values: &[String]) -> RoaringBitmap {
@@ -566,6 +570,7 @@ fn compute_windowed(
         historical: RoaringBitmap::new(),
         traversable: RoaringBitmap::new(),
         steps: Vec::new(),
+        lexical_corpus: std::sync::OnceLock::new(),
     };
     let Some(tsym) = st.tenant_sym(tenant) else {
         let mut e = empty;
@@ -744,6 +749,7 @@ fn compute_windowed(
             historical,
             traversable,
             steps,
+            lexical_corpus: std::sync::OnceLock::new(),
         },
         changes_at,
     )

@@ -110,7 +110,13 @@ impl Session {
                     let out = match text.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
                         Some(t) => {
                             let mut ls = LexicalStats::default();
-                            let hits = st.lexical.search(t, &el.bitmap, spec.top, &mut ls);
+                            let hits = st.lexical.search_with(
+                                t,
+                                &el.bitmap,
+                                spec.top,
+                                &mut ls,
+                                &el.lexical_corpus,
+                            );
                             cost.postings_read += ls.postings_read;
                             cost.lexical_docs_scored += ls.docs_scored;
                             RetrieverOutput::ran(

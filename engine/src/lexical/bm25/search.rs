@@ -7,7 +7,9 @@ use std::collections::BinaryHeap;
 
 use roaring::RoaringBitmap;
 
-use super::{Bm25Index, Bm25Params, LexicalStats, Postings, ScoredDoc, terms};
+use std::sync::OnceLock;
+
+use super::{Bm25Index, Bm25Params, CorpusStats, LexicalStats, Postings, ScoredDoc, terms};
 
 /// The dense score accumulator is used when the span of matched document ids
 /// is at most `DENSE_SPAN_RATIO` times the number of matches (plus a small
@@ -528,7 +530,41 @@ impl Bm25Index {
         k: usize,
         stats: &mut LexicalStats,
     ) -> Vec<ScoredDoc> {
-        self.search_impl(query, eligible, k, stats, None, true)
+        self.search_impl(query, eligible, k, stats, &OnceLock::new(), None, true)
+    }
+
+    /// [`search`](Self::search) with the eligible set's corpus statistics
+    /// kept in `corpus`: read from it when set, else computed (only if a
+    /// query term matches) and stored there. `corpus` must belong to this
+    /// index and this `eligible`; the results are those of `search`.
+    pub fn search_with(
+        &self,
+        query: &str,
+        eligible: &RoaringBitmap,
+        k: usize,
+        stats: &mut LexicalStats,
+        corpus: &OnceLock<CorpusStats>,
+    ) -> Vec<ScoredDoc> {
+        self.search_impl(query, eligible, k, stats, corpus, None, true)
+    }
+
+    /// Corpus statistics over the eligible documents only.
+    pub fn corpus_stats(&self, eligible: &RoaringBitmap) -> CorpusStats {
+        if self.nonempty.is_subset(eligible) {
+            return CorpusStats {
+                docs: self.nonempty.len(),
+                tokens: self.total_len,
+            };
+        }
+        let seen = &self.nonempty & eligible;
+        let tokens = seen
+            .iter()
+            .map(|d| u64::from(self.doc_len[d as usize]))
+            .sum();
+        CorpusStats {
+            docs: seen.len(),
+            tokens,
+        }
     }
 
     /// [`search`](Self::search) without pruning by score bounds: every
@@ -542,18 +578,20 @@ impl Bm25Index {
         k: usize,
         stats: &mut LexicalStats,
     ) -> Vec<ScoredDoc> {
-        self.search_impl(query, eligible, k, stats, None, false)
+        self.search_impl(query, eligible, k, stats, &OnceLock::new(), None, false)
     }
 
     /// [`search`](Self::search), optionally forcing the dense (`Some(true)`)
     /// or sorted (`Some(false)`) score accumulator, with or without
     /// pruning by score bounds (`prune`; results are identical).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn search_impl(
         &self,
         query: &str,
         eligible: &RoaringBitmap,
         k: usize,
         stats: &mut LexicalStats,
+        corpus: &OnceLock<CorpusStats>,
         force_dense: Option<bool>,
         prune: bool,
     ) -> Vec<ScoredDoc> {
@@ -598,19 +636,9 @@ impl Bm25Index {
             return Vec::new();
         }
 
-        // Corpus statistics over the eligible documents only.
-        let (n, sum_len) = if covers {
-            (self.nonempty.len(), self.total_len)
-        } else {
-            let seen = &self.nonempty & eligible;
-            let sum: u64 = seen
-                .iter()
-                .map(|d| u64::from(self.doc_len[d as usize]))
-                .sum();
-            (seen.len(), sum)
-        };
-        // Every matched document is eligible and non-empty, so n >= 1 and sum_len >= 1.
-        let scorer = Scorer::new(self.params, n, sum_len, &self.doc_len);
+        let c = *corpus.get_or_init(|| self.corpus_stats(eligible));
+        // Every matched document is eligible and non-empty, so both are >= 1.
+        let scorer = Scorer::new(self.params, c.docs, c.tokens, &self.doc_len);
         // Terms by descending score bound (ties: term order): every path
         // adds each document's partial scores in this order.
         let mut ranked: Vec<RankedTerm<'_>> = qterms
