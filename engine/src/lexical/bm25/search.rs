@@ -530,7 +530,7 @@ impl Bm25Index {
         k: usize,
         stats: &mut LexicalStats,
     ) -> Vec<ScoredDoc> {
-        self.search_impl(query, eligible, k, stats, &OnceLock::new(), None, true)
+        self.search_with(query, eligible, k, stats, &OnceLock::new())
     }
 
     /// [`search`](Self::search) with the eligible set's corpus statistics
