@@ -147,11 +147,7 @@ pub fn neighbours(
     RetrieverOutput::ran(
         v.into_iter()
             .enumerate()
-            .map(|(r, (i, score))| Candidate {
-                id: st.meta(i).id,
-                rank: r + 1,
-                score,
-            })
+            .map(|(r, (i, score))| Candidate::of(st, i, r + 1, score))
             .collect(),
     )
 }

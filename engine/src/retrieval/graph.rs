@@ -160,11 +160,7 @@ pub fn expand(
         ranked
             .into_iter()
             .enumerate()
-            .map(|(i, (score, idx))| Candidate {
-                id: st.meta(idx).id,
-                rank: i + 1,
-                score,
-            })
+            .map(|(i, (score, idx))| Candidate::of(st, idx, i + 1, score))
             .collect(),
     )
 }

@@ -301,7 +301,7 @@ pub struct RankInfo {
 }
 
 /// A candidate of one retriever.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct Candidate {
     /// Record id.
     pub id: RecordId,
@@ -309,6 +309,29 @@ pub struct Candidate {
     pub rank: usize,
     /// Retriever's own score (similarity, BM25, ...).
     pub score: f64,
+    /// The record's index in the state the search ran on: bookkeeping for
+    /// the eligibility check, not part of the answer (neither serialized
+    /// nor compared).
+    #[serde(skip)]
+    pub(crate) idx: Idx,
+}
+
+impl Candidate {
+    /// The record at `idx`, ranked `rank` with its own `score`.
+    pub(crate) fn of(st: &State, idx: Idx, rank: usize, score: f64) -> Candidate {
+        Candidate {
+            id: st.meta(idx).id,
+            rank,
+            score,
+            idx,
+        }
+    }
+}
+
+impl PartialEq for Candidate {
+    fn eq(&self, other: &Self) -> bool {
+        (self.id, self.rank, self.score) == (other.id, other.rank, other.score)
+    }
 }
 
 /// One retriever's output.
@@ -948,11 +971,7 @@ impl Session {
         let candidates = found
             .iter()
             .enumerate()
-            .map(|(i, (idx, d))| Candidate {
-                id: st.meta(*idx).id,
-                rank: i + 1,
-                score: similarity(metric, *d) as f64,
-            })
+            .map(|(i, (idx, d))| Candidate::of(st, *idx, i + 1, similarity(metric, *d) as f64))
             .collect();
         Ok((
             RetrieverOutput::ran(candidates),
@@ -1003,7 +1022,7 @@ pub(crate) fn recency(
             let m = st.meta(i);
             // (no prefix maximum: no early stop, never a wrong one)
             let rest_max = st.occurred_prefix_max.get(i as usize).copied();
-            (m.occurred_at, m.id, rest_max.unwrap_or(i64::MAX))
+            (m.occurred_at, m.id, i, rest_max.unwrap_or(i64::MAX))
         }),
         n,
     );
@@ -1011,10 +1030,11 @@ pub(crate) fn recency(
     RetrieverOutput::ran(
         v.into_iter()
             .enumerate()
-            .map(|(i, (t, id))| Candidate {
+            .map(|(i, (t, id, idx))| Candidate {
                 id,
                 rank: i + 1,
                 score: t as f64,
+                idx,
             })
             .collect(),
     )
@@ -1027,18 +1047,23 @@ pub(crate) fn recency(
 /// rest cannot enter and are never read. Records are mostly appended in
 /// time order, so this reads about `n` records instead of every eligible
 /// one; with times in no order it reads them all and is still exact.
-fn newest(items: impl Iterator<Item = (i64, RecordId, i64)>, n: usize) -> Vec<(i64, RecordId)> {
+/// Each item's index rides along (ids are unique, so it never decides an
+/// order).
+fn newest(
+    items: impl Iterator<Item = (i64, RecordId, Idx, i64)>,
+    n: usize,
+) -> Vec<(i64, RecordId, Idx)> {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
     if n == 0 {
         return Vec::new();
     }
-    let mut heap: BinaryHeap<Reverse<(i64, RecordId)>> = BinaryHeap::with_capacity(n + 1);
-    for (t, id, rest_max) in items {
+    let mut heap: BinaryHeap<Reverse<(i64, RecordId, Idx)>> = BinaryHeap::with_capacity(n + 1);
+    for (t, id, idx, rest_max) in items {
         if heap.len() == n && heap.peek().is_some_and(|Reverse(min)| rest_max < min.0) {
             break;
         }
-        let x = (t, id);
+        let x = (t, id, idx);
         if heap.len() < n {
             heap.push(Reverse(x));
         } else if heap.peek().is_some_and(|Reverse(min)| x > *min) {
@@ -1063,7 +1088,11 @@ pub(crate) fn assert_eligible(
 ) {
     for r in retrievers {
         for c in &r.candidates {
-            let ok = st.idx(c.id).is_some_and(|i| eligible.contains(i));
+            // The candidate's index is eligible and holds its id (one read
+            // of the record table, no lookup by id).
+            let ok = eligible.contains(c.idx)
+                && (c.idx as usize) < st.len()
+                && st.meta(c.idx).id == c.id;
             assert!(
                 ok,
                 "invariant violated: retriever {} proposed {}, which is not eligible",
@@ -1174,9 +1203,49 @@ mod tests {
                 id,
                 rank: 1,
                 score: 1.0,
+                idx: st.idx(id).unwrap(),
             }])
         };
         assert_eligible(&st, &RoaringBitmap::new(), &[out]);
+    }
+
+    /// A candidate whose index is eligible but holds another record stops
+    /// the read too: the check ties the id to the index.
+    #[test]
+    #[should_panic(expected = "invariant violated: retriever vector proposed")]
+    fn a_candidate_whose_index_holds_another_record_stops_the_read() {
+        let db = crate::Engram::open(
+            "/el2",
+            crate::Options {
+                backend: std::sync::Arc::new(engram_storage::MemBackend::new()),
+                ..crate::Options::default()
+            },
+        )
+        .unwrap();
+        let s = db.session(crate::Principal::admin("t"));
+        let ids: Vec<RecordId> = s
+            .append(vec![
+                crate::NewRecord::event("note", "x"),
+                crate::NewRecord::event("note", "y"),
+            ])
+            .unwrap()
+            .iter()
+            .map(|r| r.id)
+            .collect();
+        let st = db.state();
+        let (a, b) = (st.idx(ids[0]).unwrap(), st.idx(ids[1]).unwrap());
+        let eligible: RoaringBitmap = [a].into_iter().collect();
+        let out = RetrieverOutput {
+            retriever: "vector".into(),
+            ..RetrieverOutput::ran(vec![Candidate {
+                id: ids[1],
+                rank: 1,
+                score: 1.0,
+                idx: a,
+            }])
+        };
+        assert_ne!(a, b);
+        assert_eligible(&st, &eligible, &[out]);
     }
 
     /// Recency over a store whose times arrive out of order, before and
@@ -1238,10 +1307,10 @@ mod tests {
             if in_time_order {
                 times.sort_unstable();
             }
-            let items: Vec<(i64, RecordId)> = times
+            let items: Vec<(i64, RecordId, Idx)> = times
                 .iter()
                 .enumerate()
-                .map(|(i, &t)| (t, RecordId::from_bytes([i as u8; 16])))
+                .map(|(i, &t)| (t, RecordId::from_bytes([i as u8; 16]), i as Idx))
                 .collect();
             let mut want = items.clone();
             want.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
@@ -1249,7 +1318,7 @@ mod tests {
             // Walked newest index first, each with its prefix maximum.
             let mut max = i64::MIN;
             let prefix: Vec<i64> = items.iter().map(|x| { max = max.max(x.0); max }).collect();
-            let walk = items.iter().zip(prefix).rev().map(|(&(t, id), m)| (t, id, m));
+            let walk = items.iter().zip(prefix).rev().map(|(&(t, id, idx), m)| (t, id, idx, m));
             proptest::prop_assert_eq!(newest(walk, n), want);
         }
     }

@@ -122,11 +122,7 @@ impl Session {
                             RetrieverOutput::ran(
                                 hits.iter()
                                     .enumerate()
-                                    .map(|(i, h)| Candidate {
-                                        id: st.meta(h.doc).id,
-                                        rank: i + 1,
-                                        score: h.score as f64,
-                                    })
+                                    .map(|(i, h)| Candidate::of(&st, h.doc, i + 1, h.score as f64))
                                     .collect(),
                             )
                         }
