@@ -580,8 +580,10 @@ pub struct VectorSpaces {
     params: HnswParams,
     metric: Metric,
     spaces: Vec<VectorSpace>,
-    /// (tenant, model) -> position in `spaces`.
-    index: std::collections::HashMap<(String, String), usize>,
+    /// Tenant -> positions of its spaces in `spaces`, in creation order: a
+    /// query finds its tenant's spaces without looking at any other
+    /// tenant's (a store holds one space per tenant and model).
+    by_tenant: std::collections::HashMap<String, Vec<usize>>,
     /// Persisted spaces found at open, waiting to be matched by replay.
     persisted: Vec<(SpaceHeader, Hnsw, VectorFile, PathBuf)>,
 }
@@ -647,15 +649,26 @@ impl VectorSpaces {
             params,
             metric,
             spaces: Vec::new(),
-            index: std::collections::HashMap::new(),
+            by_tenant: std::collections::HashMap::new(),
             persisted,
         })
     }
 
     fn position(&self, tenant: &str, model: &str) -> Option<usize> {
-        self.index
-            .get(&(tenant.to_string(), model.to_string()))
+        self.by_tenant
+            .get(tenant)?
+            .iter()
             .copied()
+            .find(|&i| self.spaces[i].model == model)
+    }
+
+    /// Appends a space and indexes it under its tenant.
+    fn add(&mut self, space: VectorSpace) {
+        self.by_tenant
+            .entry(space.tenant.clone())
+            .or_default()
+            .push(self.spaces.len());
+        self.spaces.push(space);
     }
 
     /// The space of `tenant`'s vectors of `model`.
@@ -671,7 +684,11 @@ impl VectorSpaces {
 
     /// The spaces of one tenant.
     pub fn of_tenant<'a>(&'a self, tenant: &'a str) -> impl Iterator<Item = &'a VectorSpace> + 'a {
-        self.spaces.iter().filter(move |s| s.tenant == tenant)
+        self.by_tenant
+            .get(tenant)
+            .into_iter()
+            .flatten()
+            .map(|&i| &self.spaces[i])
     }
 
     /// Model ids of one tenant's spaces, sorted.
@@ -747,9 +764,7 @@ impl VectorSpaces {
                 self.params,
             )?,
         };
-        self.index
-            .insert((tenant.to_string(), model.to_string()), self.spaces.len());
-        self.spaces.push(space);
+        self.add(space);
         self.spaces
             .last_mut()
             .expect("just pushed")
@@ -865,9 +880,7 @@ impl VectorSpaces {
         // The checkpoint's order, which is the order replay created them in.
         adopted.sort_by_key(|(k, _)| *k);
         for (_, sp) in adopted {
-            self.index
-                .insert((sp.tenant.clone(), sp.model.clone()), self.spaces.len());
-            self.spaces.push(sp);
+            self.add(sp);
         }
         Ok(())
     }
@@ -901,12 +914,15 @@ impl VectorSpaces {
             let s = self.spaces.remove(i);
             let dir = s.dir.clone();
             drop(s);
-            self.index = self
-                .spaces
-                .iter()
-                .enumerate()
-                .map(|(i, s)| ((s.tenant.clone(), s.model.clone()), i))
-                .collect();
+            for positions in self.by_tenant.values_mut() {
+                positions.retain(|&p| p != i);
+                for p in positions.iter_mut() {
+                    if *p > i {
+                        *p -= 1;
+                    }
+                }
+            }
+            self.by_tenant.retain(|_, positions| !positions.is_empty());
             crate::store_dir::remove_owned(self.backend.as_ref(), &dir)?;
         }
         Ok(())
@@ -989,6 +1005,42 @@ mod tests {
         all.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
         all.truncate(n);
         all
+    }
+
+    /// Spaces are found by tenant and model, a tenant sees only its own in
+    /// creation order, and removing one keeps every other findable.
+    #[test]
+    fn spaces_are_found_by_tenant_and_stay_found_after_a_reset() {
+        let mut spaces = cosine_spaces();
+        let keys = [
+            ("t1", "a"),
+            ("t2", "a"),
+            ("t1", "b"),
+            ("t3", "c"),
+            ("t2", "b"),
+        ];
+        for (i, (t, m)) in keys.iter().enumerate() {
+            spaces
+                .push(t, m, false, i as Idx, &vector(i as u32, 8))
+                .unwrap();
+        }
+        let models = |spaces: &VectorSpaces, t: &str| -> Vec<String> {
+            spaces.of_tenant(t).map(|s| s.model.clone()).collect()
+        };
+        assert_eq!(models(&spaces, "t1"), ["a", "b"]);
+        assert_eq!(models(&spaces, "t2"), ["a", "b"]);
+        assert!(models(&spaces, "nobody").is_empty());
+        assert!(spaces.get("t3", "a").is_none());
+        spaces.reset(&("t1".to_string(), "a".to_string())).unwrap();
+        assert!(spaces.get("t1", "a").is_none());
+        assert_eq!(models(&spaces, "t1"), ["b"]);
+        for (t, m) in keys.iter().filter(|k| **k != ("t1", "a")) {
+            let s = spaces.get(t, m).unwrap();
+            assert_eq!((s.tenant.as_str(), s.model.as_str()), (*t, *m));
+        }
+        spaces.reset(&("t3".to_string(), "c".to_string())).unwrap();
+        assert!(models(&spaces, "t3").is_empty());
+        assert_eq!(spaces.get("t2", "b").unwrap().model, "b");
     }
 
     #[test]
