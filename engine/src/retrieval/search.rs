@@ -516,6 +516,12 @@ fn fuse(specs: &[RetrieverSpec], outputs: &[RetrieverOutput], fusion: Fusion) ->
     if outputs.iter().filter(|o| !o.candidates.is_empty()).count() > 1 {
         all.sort_unstable_by_key(|c| (c.0, c.1));
     }
+    debug_assert!(
+        all.windows(2).all(|w| (w[0].0, w[0].1) != (w[1].0, w[1].1))
+            && all.iter().map(|c| c.0).collect::<BTreeSet<_>>().len()
+                == all.chunk_by(|a, b| a.0 == b.0).count(),
+        "a retriever proposed a record twice"
+    );
     // Records found only by recency are not results of a content query.
     let content: Vec<bool> = specs
         .iter()
