@@ -657,6 +657,16 @@ pub fn check_vector(field: &str, v: &[f32]) -> Result<()> {
 /// Checks a query vector: [`check_vector`], and not all zeros (a zero
 /// vector has no direction to compare).
 pub fn check_query_vector(field: &str, v: &[f32]) -> Result<()> {
+    // Fast path, one SIMD pass: a positive, finite sum of squares means
+    // every component is finite and one is not zero. Anything else (a bad
+    // component, or huge or tiny values whose squares overflow or
+    // underflow) takes the exact checks, which name what is wrong.
+    if !v.is_empty() && v.len() <= limits::VECTOR_DIM_MAX {
+        let sq = -crate::vector::distance::distance(crate::vector::distance::Metric::Dot, v, v);
+        if sq.is_finite() && sq > 0.0 {
+            return Ok(());
+        }
+    }
     check_vector(field, v)?;
     if v.iter().fold(true, |zero, x| zero & (*x == 0.0)) {
         return Err(EngineError::invalid(
@@ -981,6 +991,29 @@ fn ser_opt_time<S: serde::Serializer>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn query_vectors_are_judged_the_same_on_the_fast_and_the_exact_path() {
+        let ok = |v: &[f32]| check_query_vector("vector", v).is_ok();
+        assert!(ok(&[0.5; 384]));
+        assert!(ok(&[0.0, 0.0, 1.0]));
+        // squares underflow to zero, yet the vector is not zero
+        assert!(ok(&[1e-30; 8]));
+        // squares overflow, yet every component is finite
+        assert!(ok(&[1e30; 8]));
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let mut v = vec![0.25f32; 384];
+            v[200] = bad;
+            let e = check_query_vector("vector", &v).unwrap_err().to_string();
+            assert!(e.contains("component 200"), "{e}");
+        }
+        let e = check_query_vector("vector", &[0.0; 16])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("zero"), "{e}");
+        assert!(!ok(&[]));
+        assert!(!ok(&vec![1.0; limits::VECTOR_DIM_MAX + 1]));
+    }
 
     #[test]
     fn events_need_text_or_data() {

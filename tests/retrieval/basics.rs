@@ -272,14 +272,14 @@ fn bad_requests_are_refused_with_the_field_named() {
         (
             RecallRequest {
                 mode: Mode::Lexical,
-                vector: Some(vec![f32::INFINITY, 0.0, 0.0]),
+                vector: Some(vec![f32::INFINITY, 0.0, 0.0].into()),
                 ..RecallRequest::text("x")
             },
             "vector",
         ),
         (
             RecallRequest {
-                vector: Some(vec![0.0, 0.0, 0.0]),
+                vector: Some(vec![0.0, 0.0, 0.0].into()),
                 ..RecallRequest::text("x")
             },
             "vector",

@@ -36,9 +36,9 @@ pub struct Hit {
     /// Text.
     pub text: Option<String>,
     /// Which retrievers found it, with rank.
-    pub found_by: Vec<(RetrieverName, usize)>,
+    pub found_by: Few<(RetrieverName, usize)>,
     /// Each retriever that found it: rank and its own score.
-    pub ranks: Vec<RankInfo>,
+    pub ranks: Few<RankInfo>,
     /// Sources attached (`attach.sources`), nearest first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<search::Linked>,
@@ -101,6 +101,94 @@ impl fmt::Debug for RetrieverName {
 impl fmt::Display for RetrieverName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+/// A short list that is usually one element long (most hits are found
+/// by one retriever): one element is held inline, more in a `Vec`, so the
+/// common case costs no allocation. Reads as a slice, serializes as a
+/// sequence.
+#[derive(Clone)]
+pub struct Few<T>(FewRepr<T>);
+
+#[derive(Clone)]
+enum FewRepr<T> {
+    One(T),
+    Many(Vec<T>),
+}
+
+impl<T> Few<T> {
+    /// An empty list.
+    pub const fn new() -> Self {
+        Few(FewRepr::Many(Vec::new()))
+    }
+}
+
+impl<T> Default for Few<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> std::ops::Deref for Few<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match &self.0 {
+            FewRepr::One(x) => std::slice::from_ref(x),
+            FewRepr::Many(v) => v,
+        }
+    }
+}
+
+impl<T> FromIterator<T> for Few<T> {
+    fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
+        let mut it = iter.into_iter();
+        let Some(first) = it.next() else {
+            return Self::new();
+        };
+        let Some(second) = it.next() else {
+            return Few(FewRepr::One(first));
+        };
+        let mut v = Vec::with_capacity(2 + it.size_hint().0);
+        v.push(first);
+        v.push(second);
+        v.extend(it);
+        Few(FewRepr::Many(v))
+    }
+}
+
+impl<T> From<Vec<T>> for Few<T> {
+    fn from(mut v: Vec<T>) -> Self {
+        match v.len() {
+            1 => Few(FewRepr::One(v.pop().expect("one element"))),
+            _ => Few(FewRepr::Many(v)),
+        }
+    }
+}
+
+impl<'a, T> IntoIterator for &'a Few<T> {
+    type Item = &'a T;
+    type IntoIter = std::slice::Iter<'a, T>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl<T: PartialEq> PartialEq for Few<T> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Few<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl<T: Serialize> Serialize for Few<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
     }
 }
 
@@ -352,7 +440,7 @@ pub struct FusionInput {
     /// Record id.
     pub id: RecordId,
     /// (retriever, rank, contribution).
-    pub contributions: Vec<(RetrieverName, usize, f64)>,
+    pub contributions: Few<(RetrieverName, usize, f64)>,
     /// Fused score.
     pub score: f64,
 }
@@ -404,7 +492,7 @@ pub struct Manifest {
     /// Versions.
     pub versions: Versions,
     /// Eligibility steps.
-    pub eligibility: Vec<Step>,
+    pub eligibility: std::sync::Arc<[Step]>,
     /// Eligible count.
     pub eligible: u64,
     /// Vector plan.
@@ -442,4 +530,27 @@ pub struct RecallResponse {
     /// The manifest (always computed; `explain` only decides whether the
     /// CLI prints it).
     pub manifest: Manifest,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Few;
+
+    #[test]
+    fn few_reads_and_serializes_like_the_list_it_holds() {
+        for n in 0..4usize {
+            let v: Vec<usize> = (0..n).collect();
+            let few: Few<usize> = v.iter().copied().collect();
+            assert_eq!(&*few, &v[..], "{n} elements");
+            assert_eq!(Few::from(v.clone()), few);
+            assert_eq!(
+                serde_json::to_string(&few).unwrap(),
+                serde_json::to_string(&v).unwrap()
+            );
+            assert_eq!(format!("{few:?}"), format!("{v:?}"));
+            assert_eq!((&few).into_iter().count(), n);
+        }
+        assert!(Few::<u8>::default().is_empty());
+        assert_ne!(Few::from(vec![1]), Few::from(vec![1, 2]));
+    }
 }

@@ -124,8 +124,9 @@ pub struct Eligibility {
     /// access, retention, validity only): what graph expansion may walk
     /// through; results are still restricted to `bitmap`.
     pub traversable: RoaringBitmap,
-    /// Steps with counts.
-    pub steps: Vec<Step>,
+    /// Steps with counts (shared: every manifest of a cached result
+    /// names them without a copy).
+    pub steps: std::sync::Arc<[Step]>,
     /// BM25's corpus statistics over `bitmap`, set by the first lexical
     /// search over it: a cached result keeps them for the searches after
     /// (they cost a pass over the eligible documents' lengths).
@@ -565,19 +566,18 @@ fn compute_windowed(
             remaining: b.len(),
         });
     };
-    let empty = Eligibility {
-        bitmap: RoaringBitmap::new(),
-        historical: RoaringBitmap::new(),
-        traversable: RoaringBitmap::new(),
-        steps: Vec::new(),
-        lexical_corpus: std::sync::OnceLock::new(),
-    };
     let Some(tsym) = st.tenant_sym(tenant) else {
-        let mut e = empty;
-        e.steps.push(Step {
-            step: "tenant and access".into(),
-            remaining: 0,
-        });
+        let e = Eligibility {
+            bitmap: RoaringBitmap::new(),
+            historical: RoaringBitmap::new(),
+            traversable: RoaringBitmap::new(),
+            steps: [Step {
+                step: "tenant and access".into(),
+                remaining: 0,
+            }]
+            .into(),
+            lexical_corpus: std::sync::OnceLock::new(),
+        };
         return (e, changes_at);
     };
     let tstate = &st.tenants[&tsym];
@@ -748,7 +748,7 @@ fn compute_windowed(
             bitmap: out,
             historical,
             traversable,
-            steps,
+            steps: steps.into(),
             lexical_corpus: std::sync::OnceLock::new(),
         },
         changes_at,

@@ -131,9 +131,10 @@ impl Default for Weights {
 pub struct RecallRequest {
     /// Query text.
     pub text: Option<String>,
-    /// Query vector.
+    /// Query vector (shared: the search a recall compiles to takes it
+    /// without a copy; `Vec<f32>` converts with `.into()`).
     #[serde(skip)]
-    pub vector: Option<Vec<f32>>,
+    pub vector: Option<std::sync::Arc<[f32]>>,
     /// Vector space (model id); may be left out when the store has one.
     pub model: Option<String>,
     /// Retrievers.
@@ -190,7 +191,7 @@ impl RecallRequest {
     /// A vector query.
     pub fn vector(model: Option<&str>, v: Vec<f32>) -> Self {
         RecallRequest {
-            vector: Some(v),
+            vector: Some(v.into()),
             model: model.map(str::to_string),
             mode: Mode::Vector,
             ..Self::default()
@@ -408,38 +409,46 @@ impl Session {
         let text = q.text;
         let skipped = |why: String| Ok((RetrieverOutput::skipped(why), None));
         let tenant = self.principal.tenant();
-        let models = st.vectors.models(tenant);
+        // The tenant's model ids, for errors only.
+        let models = || st.vectors.models(tenant);
         // Which space, and where the query vector comes from.
         let (space, query, source) = match (q.vector, q.model) {
             (Some(v), model) => {
-                let model = match model {
-                    Some(m) => m.to_string(),
-                    None if models.len() == 1 => models[0].clone(),
-                    None if models.is_empty() => {
-                        return Err(EngineError::UnknownModel {
-                            reason: "the query has a vector but the store has no vectors".into(),
-                            available: models,
-                        });
+                let space = match model {
+                    Some(m) => {
+                        st.vectors
+                            .get(tenant, m)
+                            .ok_or_else(|| EngineError::UnknownModel {
+                                reason: format!("no vectors for model '{m}'"),
+                                available: models(),
+                            })?
                     }
                     None => {
-                        return Err(EngineError::UnknownModel {
-                            reason: "the store has several vector spaces: say which with `model`"
-                                .into(),
-                            available: models,
-                        });
+                        let mut spaces = st.vectors.of_tenant(tenant);
+                        match (spaces.next(), spaces.next()) {
+                            (Some(s), None) => s,
+                            (None, _) => {
+                                return Err(EngineError::UnknownModel {
+                                    reason: "the query has a vector but the store has no vectors"
+                                        .into(),
+                                    available: models(),
+                                });
+                            }
+                            (Some(_), Some(_)) => {
+                                return Err(EngineError::UnknownModel {
+                                    reason: "the store has several vector spaces: say which with `model`"
+                                        .into(),
+                                    available: models(),
+                                });
+                            }
+                        }
                     }
-                };
-                let Some(space) = st.vectors.get(tenant, &model) else {
-                    return Err(EngineError::UnknownModel {
-                        reason: format!("no vectors for model '{model}'"),
-                        available: models,
-                    });
                 };
                 if v.len() != space.dim {
                     return Err(EngineError::DimensionMismatch {
                         item: None,
                         field: "vector".into(),
-                        model,
+                        model: space.model.clone(),
                         expected: space.dim,
                         got: v.len(),
                     });

@@ -29,12 +29,13 @@ use crate::id::RecordId;
 use crate::lexical::LexicalStats;
 use crate::model::{RecordRef, RecordType, check_query_vector, limits};
 use crate::state::{Idx, State};
-use crate::time::format_rfc3339;
 
 /// Largest candidate budget of one retriever.
 pub const TOP_MAX: usize = 10_000;
 /// Largest number of retrievers in one request.
 pub const RETRIEVERS_MAX: usize = 16;
+// Fusion keeps one bit per retriever in a `u32`.
+const _: () = assert!(RETRIEVERS_MAX <= 32);
 /// Largest number of nodes an expansion may reach.
 pub const EXPAND_NODES_MAX: usize = 10_000;
 /// Deepest lineage attachment.
@@ -238,10 +239,16 @@ impl Session {
                     .contributions
                     .iter()
                     .map(|(n, rk, _)| {
+                        // candidates are in rank order: rank r is at r - 1
                         let score = outputs
                             .iter()
                             .find(|o| &o.retriever == n)
-                            .and_then(|o| o.candidates.iter().find(|c| c.id == m.id))
+                            .and_then(|o| {
+                                o.candidates
+                                    .get(rk.wrapping_sub(1))
+                                    .filter(|c| c.id == m.id)
+                                    .or_else(|| o.candidates.iter().find(|c| c.id == m.id))
+                            })
                             .map_or(0.0, |c| c.score);
                         super::RankInfo {
                             retriever: n.clone(),
@@ -482,7 +489,7 @@ fn listing(
     v.into_iter()
         .map(|(_, id)| FusionInput {
             id,
-            contributions: Vec::new(),
+            contributions: super::Few::new(),
             score: 0.0,
         })
         .collect()
@@ -522,15 +529,16 @@ fn fuse(specs: &[RetrieverSpec], outputs: &[RetrieverOutput], fusion: Fusion) ->
                 == all.chunk_by(|a, b| a.0 == b.0).count(),
         "a retriever proposed a record twice"
     );
-    // Records found only by recency are not results of a content query.
-    let content: Vec<bool> = specs
+    // Records found only by recency are not results of a content query
+    // (bit i: retriever i is a content retriever; RETRIEVERS_MAX <= 32).
+    let content: u32 = specs
         .iter()
-        .map(|s| s.params.kind() != RetrieverKind::Recent)
-        .collect();
-    let any_content = content.contains(&true);
+        .enumerate()
+        .filter(|(_, s)| s.params.kind() != RetrieverKind::Recent)
+        .fold(0, |m, (i, _)| m | 1 << i);
     let mut out: Vec<FusionInput> = all
         .chunk_by(|a, b| a.0 == b.0)
-        .filter(|g| !any_content || g.iter().any(|c| content[c.1]))
+        .filter(|g| content == 0 || g.iter().any(|c| content & 1 << c.1 != 0))
         .map(|g| FusionInput {
             id: g[0].0,
             contributions: g
@@ -580,15 +588,15 @@ fn normalize_scores(c: &[Candidate], norm: Norm) -> Vec<f64> {
 fn normalize(req: &SearchRequest, valid_at: i64) -> NormalizedQuery {
     NormalizedQuery {
         filter: req.filter.normalized(),
-        as_of: req.as_of.map(format_rfc3339),
-        valid_at: format_rfc3339(valid_at),
+        as_of: req.as_of.map(crate::time::Rfc3339),
+        valid_at: crate::time::Rfc3339(valid_at),
         retrievers: req
             .retrievers
             .iter()
             .map(|r| {
                 let (text, vector_dims) = match &r.params {
                     RetrieverParams::Similar { text, vector, .. } => {
-                        (text.clone(), vector.as_ref().map(Vec::len))
+                        (text.clone(), vector.as_ref().map(|v| v.len()))
                     }
                     RetrieverParams::Match { text } => (text.clone(), None),
                     _ => (None, None),

@@ -349,7 +349,7 @@ impl VectorSpace {
         let (mapped, tail) = self.file.flat();
         let mapped_rows = mapped.len() / self.dim;
         let d = self.dim;
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(idxs.size_hint().0);
         for idx in idxs {
             let Some(slot) = self.slot_of(idx) else {
                 continue;

@@ -111,7 +111,7 @@ fn find(f: &Find, b: &Binder<'_>) -> Result<SearchRequest, LangError> {
                 };
                 RetrieverParams::Similar {
                     text,
-                    vector,
+                    vector: vector.map(Into::into),
                     model: s.model.as_ref().map(|m| b.string(m)).transpose()?,
                     min: s.min.as_ref().map(|m| b.number(m)).transpose()?,
                     ef: None,

@@ -95,7 +95,7 @@ pub enum RetrieverParams {
         text: Option<String>,
         /// Query vector.
         #[serde(skip)]
-        vector: Option<Vec<f32>>,
+        vector: Option<std::sync::Arc<[f32]>>,
         /// Vector space.
         model: Option<String>,
         /// Drop candidates below this similarity.
@@ -481,10 +481,10 @@ pub struct NormalizedRetriever {
 pub struct NormalizedQuery {
     /// The eligibility filter.
     pub filter: FilterExpr,
-    /// `as_of`.
-    pub as_of: Option<String>,
-    /// `valid_at`.
-    pub valid_at: String,
+    /// `as_of` (RFC 3339 when shown or serialized).
+    pub as_of: Option<crate::time::Rfc3339>,
+    /// `valid_at` (RFC 3339 when shown or serialized).
+    pub valid_at: crate::time::Rfc3339,
     /// Retrievers in order.
     pub retrievers: Vec<NormalizedRetriever>,
     /// Fusion.
