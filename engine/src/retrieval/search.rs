@@ -536,18 +536,19 @@ fn fuse(specs: &[RetrieverSpec], outputs: &[RetrieverOutput], fusion: Fusion) ->
         .enumerate()
         .filter(|(_, s)| s.params.kind() != RetrieverKind::Recent)
         .fold(0, |m, (i, _)| m | 1 << i);
-    let mut out: Vec<FusionInput> = all
-        .chunk_by(|a, b| a.0 == b.0)
-        .filter(|g| content == 0 || g.iter().any(|c| content & 1 << c.1 != 0))
-        .map(|g| FusionInput {
-            id: g[0].0,
-            contributions: g
-                .iter()
-                .map(|&(_, ri, rank, term)| (outputs[ri].retriever.clone(), rank, term))
-                .collect(),
-            score: g.iter().fold(0.0, |s, c| s + c.3),
-        })
-        .collect();
+    let mut out: Vec<FusionInput> = Vec::with_capacity(all.len());
+    out.extend(
+        all.chunk_by(|a, b| a.0 == b.0)
+            .filter(|g| content == 0 || g.iter().any(|c| content & 1 << c.1 != 0))
+            .map(|g| FusionInput {
+                id: g[0].0,
+                contributions: g
+                    .iter()
+                    .map(|&(_, ri, rank, term)| (outputs[ri].retriever.clone(), rank, term))
+                    .collect(),
+                score: g.iter().fold(0.0, |s, c| s + c.3),
+            }),
+    );
     // (stable: one retriever's candidates arrive in order, a single run)
     out.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
     out
