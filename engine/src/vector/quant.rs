@@ -41,9 +41,9 @@ pub struct CodeMeta {
 ///
 /// Each code is `v[i] * 127 / max |v|` rounded to the nearest integer
 /// (ties to even), so it is never more than half a step from the value.
-/// Written in lanes of [`LANES`] with no saturating float-to-int cast, so
-/// the compiler vectorizes it (a query is quantized on every scan);
-/// [`quantize_reference`] is the same definition with the standard
+/// Written in lanes of 16 with no saturating float-to-int cast, so the
+/// compiler vectorizes it (a query is quantized on every scan); the tests'
+/// `quantize_reference` is the same definition with the standard
 /// library's rounding, and a property test holds them equal.
 #[allow(clippy::cast_possible_truncation)] // codes lie in [-127, 127]
 pub fn quantize(v: &[f32], out: &mut [i8]) -> CodeMeta {
