@@ -632,6 +632,12 @@ fn json_depth(v: &serde_json::Value) -> usize {
 
 /// Checks a vector: dimension limits and finite components.
 pub fn check_vector(field: &str, v: &[f32]) -> Result<()> {
+    check_dims(field, v)?;
+    check_finite(field, v)
+}
+
+/// Not empty and within [`limits::VECTOR_DIM_MAX`].
+fn check_dims(field: &str, v: &[f32]) -> Result<()> {
     if v.is_empty() {
         return Err(EngineError::invalid(field, "vector is empty"));
     }
@@ -643,6 +649,11 @@ pub fn check_vector(field: &str, v: &[f32]) -> Result<()> {
             got: v.len() as u64,
         });
     }
+    Ok(())
+}
+
+/// Every component finite, or an error naming the first that is not.
+fn check_finite(field: &str, v: &[f32]) -> Result<()> {
     // One branch-free pass (it vectorizes); the position only on failure.
     if !v.iter().fold(true, |ok, x| ok & x.is_finite()) {
         let i = v.iter().position(|x| !x.is_finite()).unwrap_or(0);
@@ -657,17 +668,16 @@ pub fn check_vector(field: &str, v: &[f32]) -> Result<()> {
 /// Checks a query vector: [`check_vector`], and not all zeros (a zero
 /// vector has no direction to compare).
 pub fn check_query_vector(field: &str, v: &[f32]) -> Result<()> {
+    check_dims(field, v)?;
     // Fast path, one SIMD pass: a positive, finite sum of squares means
     // every component is finite and one is not zero. Anything else (a bad
     // component, or huge or tiny values whose squares overflow or
     // underflow) takes the exact checks, which name what is wrong.
-    if !v.is_empty() && v.len() <= limits::VECTOR_DIM_MAX {
-        let sq = -crate::vector::distance::distance(crate::vector::distance::Metric::Dot, v, v);
-        if sq.is_finite() && sq > 0.0 {
-            return Ok(());
-        }
+    let sq = -crate::vector::distance::distance(crate::vector::distance::Metric::Dot, v, v);
+    if sq.is_finite() && sq > 0.0 {
+        return Ok(());
     }
-    check_vector(field, v)?;
+    check_finite(field, v)?;
     if v.iter().fold(true, |zero, x| zero & (*x == 0.0)) {
         return Err(EngineError::invalid(
             field,
