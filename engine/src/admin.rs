@@ -45,6 +45,32 @@ pub struct SpaceStats {
     pub derived: bool,
     /// Bytes of the graph (excluding vectors).
     pub graph_bytes: usize,
+    /// Bytes of int8 codes held in memory (by slot, and gathered for
+    /// recently scanned sets).
+    pub code_bytes: usize,
+    /// What the graph walk reads now: `int8` (codes, re-ranked in full
+    /// precision) or `f32`.
+    pub graph_reads: &'static str,
+}
+
+impl SpaceStats {
+    fn of(sp: &crate::vector::space::VectorSpace) -> SpaceStats {
+        let indexed = sp.len() - sp.pending();
+        SpaceStats {
+            model: sp.model.clone(),
+            dim: sp.dim,
+            vectors: sp.len(),
+            indexed,
+            derived: sp.derived,
+            graph_bytes: sp.graph_bytes(),
+            code_bytes: sp.code_bytes(),
+            graph_reads: if sp.walks_codes(u32::try_from(indexed).unwrap_or(u32::MAX)) {
+                "int8"
+            } else {
+                "f32"
+            },
+        }
+    }
 }
 
 /// Store statistics.
@@ -152,14 +178,7 @@ impl Engram {
         s.lexical_documents = st.lexical.len();
         s.lexical_terms = st.lexical.term_count();
         for sp in st.vectors.all() {
-            s.vector_spaces.push(SpaceStats {
-                model: sp.model.clone(),
-                dim: sp.dim,
-                vectors: sp.len(),
-                indexed: sp.len() - sp.pending(),
-                derived: sp.derived,
-                graph_bytes: sp.graph_bytes(),
-            });
+            s.vector_spaces.push(SpaceStats::of(sp));
         }
         drop(st);
         s.checkpoint_lsn = self.checkpoint_lsn();
@@ -332,14 +351,7 @@ impl Session {
         }
         for sp in st.vectors.of_tenant(tenant) {
             view.pending_vectors += sp.pending();
-            view.vector_spaces.push(SpaceStats {
-                model: sp.model.clone(),
-                dim: sp.dim,
-                vectors: sp.len(),
-                indexed: sp.len() - sp.pending(),
-                derived: sp.derived,
-                graph_bytes: sp.graph_bytes(),
-            });
+            view.vector_spaces.push(SpaceStats::of(sp));
         }
         Ok(view)
     }

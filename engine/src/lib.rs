@@ -54,3 +54,4 @@ pub use model::{
 pub use principal::Principal;
 pub use retrieval::{Filters, Hit, Manifest, Mode, RecallRequest, RecallResponse};
 pub use time::{Clock, ManualClock, SystemClock};
+pub use vector::precision::GraphPrecision;

@@ -24,6 +24,7 @@ use std::time::Instant;
 use clap::Args;
 use engram_engine::retrieval::{Filters, Mode, RecallRequest};
 use engram_engine::vector::hnsw::HnswParams;
+use engram_engine::vector::space::GraphPrecision;
 use engram_engine::{Engram, NewRecord, Options, Principal, RecordId, RecordRef, Scope, Session};
 use serde::Serialize;
 
@@ -65,6 +66,11 @@ pub struct AnnArgs {
     /// false`: ids, scores and the manifest, as the peers' ids).
     #[arg(long, value_delimiter = ',', default_value = "full")]
     pub hits: Vec<HitsMode>,
+    /// What the graph walk reads: `auto` (the store's choice per space),
+    /// `f32` (full-precision vectors) or `int8` (codes, re-ranked in full
+    /// precision). The graph is the same, so a kept store serves all three.
+    #[arg(long, default_value = "auto")]
+    pub graph: GraphPrecision,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
@@ -251,6 +257,50 @@ pub struct AnnReport {
     pub index_bytes_per_vector: f64,
     /// Per ground truth.
     pub filters: Vec<FilterResult>,
+    /// Memory per vector once every query ran.
+    pub memory: Option<VectorMemory>,
+}
+
+/// Bytes per vector of the dataset's space, after the queries.
+#[derive(Debug, Serialize)]
+pub struct VectorMemory {
+    /// What the graph walk read: `int8` or `f32`.
+    pub graph_reads: String,
+    /// The graph's lists.
+    pub graph: f64,
+    /// Int8 codes held in memory (by slot and gathered scans).
+    pub codes: f64,
+    /// Full-precision rows of the vector file resident in this process
+    /// (the `Rss` of its mappings in `/proc/self/smaps`; None off Linux).
+    /// Clean file pages: the kernel may drop them and read them again.
+    pub f32_file_resident: Option<f64>,
+    /// The full-precision rows, if all were resident (`4 * dim`).
+    pub f32_rows: f64,
+}
+
+/// Resident bytes of every mapping of a file named `vectors.f32`, from
+/// `/proc/self/smaps` (None where it cannot be read).
+fn vector_file_rss() -> Option<u64> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let (mut total, mut inside) = (0u64, false);
+    for line in smaps.lines() {
+        let is_header = line
+            .split_whitespace()
+            .next()
+            .is_some_and(|w| w.contains('-') && !w.ends_with(':'));
+        if is_header {
+            inside = line.ends_with("vectors.f32");
+        } else if inside && let Some(kb) = line.strip_prefix("Rss:") {
+            total += kb
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()?
+                * 1024;
+        }
+    }
+    Some(total)
 }
 
 fn recall_at_10(found: &[RecordId], gt_row: &[i32], ids: &[RecordId]) -> f64 {
@@ -471,6 +521,7 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
             ef_construction: a.ef_construction,
             ..HnswParams::default()
         },
+        graph_precision: a.graph,
         ..Options::default()
     };
     let db = Engram::open(&store_dir, opts)?;
@@ -567,6 +618,7 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
         build_seconds,
         index_bytes_per_vector: graph_bytes as f64 / n as f64,
         filters: Vec::new(),
+        memory: None,
     };
     let run_gt = |name: &str,
                   gt: &Npy<i32>,
@@ -699,6 +751,33 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
                 run_gt(name, &fgt, &f, eligible, &mut report)?;
             }
         }
+    }
+    if let Some(sp) = db
+        .stats()?
+        .vector_spaces
+        .iter()
+        .find(|v| v.model == "dataset")
+    {
+        let per = |b: f64| b / sp.vectors.max(1) as f64;
+        let m = VectorMemory {
+            graph_reads: sp.graph_reads.to_string(),
+            graph: per(sp.graph_bytes as f64),
+            codes: per(sp.code_bytes as f64),
+            f32_file_resident: vector_file_rss().map(|b| per(b as f64)),
+            f32_rows: (4 * sp.dim) as f64,
+        };
+        if !a.json {
+            crate::outln!(
+                "memory per vector: graph {:.0} B, int8 codes {:.0} B, f32 rows resident {} (of {:.0} B); the walk read {}",
+                m.graph,
+                m.codes,
+                m.f32_file_resident
+                    .map_or_else(|| "unknown".to_string(), |b| format!("{b:.0} B")),
+                m.f32_rows,
+                m.graph_reads
+            );
+        }
+        report.memory = Some(m);
     }
     db.close()?;
     if a.json {

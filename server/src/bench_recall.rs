@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use clap::Args;
 use engram_engine::retrieval::{Mode, RecallRequest};
+use engram_engine::vector::precision::GraphPrecision;
 use engram_engine::{
     AssertionKind, Body, Engram, NewRecord, Options, Principal, RecordId, RecordRef, Scope,
 };
@@ -57,6 +58,10 @@ pub struct RecallBenchArgs {
     /// is reused.
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// What graph walks read: `auto` (the store's choice per space),
+    /// `f32` or `int8` (see `engram bench ann --graph`).
+    #[arg(long, default_value = "auto")]
+    pub graph: GraphPrecision,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
@@ -682,7 +687,8 @@ fn child(store: &Path, a: &RecallBenchArgs) -> Result<Measured, CliError> {
         .args(["--records", &a.records.to_string()])
         .args(["--tenants", &a.tenants.to_string()])
         .args(["--vector-share", &a.vector_share.to_string()])
-        .args(["--queries", &a.queries.to_string()]);
+        .args(["--queries", &a.queries.to_string()])
+        .args(["--graph", a.graph.name()]);
     let threads: Vec<String> = a.threads.iter().map(|t| t.to_string()).collect();
     cmd.args(["--threads", &threads.join(",")]);
     if let Some(s) = &a.seed_data {
@@ -724,6 +730,7 @@ fn measure(
     let opts = Options {
         read_only: true,
         create_if_missing: false,
+        graph_precision: a.graph,
         ..Options::default()
     };
     let t = Instant::now();
@@ -959,6 +966,7 @@ mod tests {
             queries: 1,
             threads: vec![1],
             dir: None,
+            graph: GraphPrecision::Auto,
             json: false,
             measure: None,
         }

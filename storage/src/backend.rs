@@ -117,6 +117,11 @@ pub struct MapOptions {
     pub reserve: u64,
     /// Fault the pages in at once.
     pub populate: bool,
+    /// Pages are read at random, a few at a time: no read-ahead, so a
+    /// page not in the page cache costs one page read. (Linux may still
+    /// map cached neighbours of a faulting page into the process:
+    /// fault-around.)
+    pub random: bool,
 }
 
 /// A read-only view of the start of a file: a memory map for [`FsBackend`],
@@ -308,7 +313,7 @@ mod tests {
                 4,
                 MapOptions {
                     reserve: 1 << 20,
-                    populate: false,
+                    ..MapOptions::default()
                 },
             )
             .unwrap();

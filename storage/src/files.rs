@@ -333,11 +333,16 @@ const VEC_HEADER_CRC: std::ops::Range<usize> = 60..64;
 pub const VECTOR_HEADER_BYTES: usize = 64;
 const VECTOR_MAGIC: [u8; 8] = *b"ENGRVECT";
 const VECTOR_FORMAT_VERSION: u32 = 1;
-/// Vectors are read at random by graph walks: fault them in when mapped.
-const POPULATE: MapOptions = MapOptions {
-    reserve: 0,
-    populate: true,
-};
+/// Vectors are read at random by graph walks: fault them in when mapped,
+/// unless they are read only now and then (`populate` false), and then
+/// without read-ahead.
+fn map_options(populate: bool) -> MapOptions {
+    MapOptions {
+        reserve: 0,
+        populate,
+        random: !populate,
+    }
+}
 /// Rows appended before the mapping is refreshed.
 const REMAP_EVERY_ROWS: usize = 4096;
 
@@ -350,6 +355,8 @@ pub struct VectorFile {
     map: Mapping,
     mapped_rows: usize,
     tail: Vec<f32>,
+    /// Fault the mapped rows in when mapping (see [`VectorFile::open_with`]).
+    populate: bool,
 }
 
 impl std::fmt::Debug for VectorFile {
@@ -377,11 +384,23 @@ impl VectorFile {
         h[VEC_HEADER_CRC].copy_from_slice(&crc.to_le_bytes());
         file.write_all_at(&h, 0)
             .map_err(|e| StorageError::io(path, e))?;
-        Self::from_file(file, path, dim, 0)
+        Self::from_file(file, path, dim, 0, true)
     }
 
-    /// Opens an existing vector file; a torn last row is cut off.
+    /// Opens an existing vector file; a torn last row is cut off. Its rows
+    /// are faulted in at once (graph walks read them at random).
     pub fn open(backend: &dyn Backend, path: &Path) -> StorageResult<VectorFile> {
+        Self::open_with(backend, path, true)
+    }
+
+    /// [`VectorFile::open`], faulting the rows in only if `populate`: a
+    /// file read only now and then (re-ranking a few rows per query) then
+    /// stays on disk, and only the rows read become resident.
+    pub fn open_with(
+        backend: &dyn Backend,
+        path: &Path,
+        populate: bool,
+    ) -> StorageResult<VectorFile> {
         let file = backend
             .open(path, OpenMode::Write)
             .map_err(|e| StorageError::io(path, e))?;
@@ -412,7 +431,7 @@ impl VectorFile {
         if keep != len {
             file.set_len(keep).map_err(|e| StorageError::io(path, e))?;
         }
-        Self::from_file(file, path, dim, crate::cast::usize_from(rows))
+        Self::from_file(file, path, dim, crate::cast::usize_from(rows), populate)
     }
 
     fn from_file(
@@ -420,9 +439,13 @@ impl VectorFile {
         path: &Path,
         dim: usize,
         rows: usize,
+        populate: bool,
     ) -> StorageResult<VectorFile> {
         let map = file
-            .map((VECTOR_HEADER_BYTES + rows * dim * 4) as u64, POPULATE)
+            .map(
+                (VECTOR_HEADER_BYTES + rows * dim * 4) as u64,
+                map_options(populate),
+            )
             .map_err(|e| StorageError::io(path, e))?;
         let vf = VectorFile {
             file,
@@ -431,6 +454,7 @@ impl VectorFile {
             map,
             mapped_rows: rows,
             tail: Vec::new(),
+            populate,
         };
         // Check the cast works once, so `get` cannot fail later.
         vf.mapped_floats()?;
@@ -490,6 +514,35 @@ impl VectorFile {
         (&mapped[..self.mapped_rows * self.dim], &self.tail)
     }
 
+    /// Whether later mappings fault the rows in (see
+    /// [`VectorFile::open_with`]); takes effect at the next remap.
+    pub fn set_populate(&mut self, populate: bool) {
+        self.populate = populate;
+    }
+
+    /// Copies up to `max` rows from row `from` on into `out` (cleared
+    /// first) with reads, not through the mapping, so a file that is not
+    /// populated stays so. Returns the rows copied (0 past the end).
+    pub fn read_rows(&self, from: usize, max: usize, out: &mut Vec<f32>) -> StorageResult<usize> {
+        out.clear();
+        let end = self.len().min(from.saturating_add(max));
+        if from >= end {
+            return Ok(0);
+        }
+        let mapped_end = end.min(self.mapped_rows);
+        if from < mapped_end {
+            out.resize((mapped_end - from) * self.dim, 0.0);
+            let offset = (VECTOR_HEADER_BYTES + from * self.dim * 4) as u64;
+            self.file
+                .read_exact_at(bytemuck::cast_slice_mut(out.as_mut_slice()), offset)
+                .map_err(|e| StorageError::io(&self.path, e))?;
+        }
+        let tail_from = from.max(self.mapped_rows) - self.mapped_rows;
+        let tail_end = end.max(self.mapped_rows) - self.mapped_rows;
+        out.extend_from_slice(&self.tail[tail_from * self.dim..tail_end * self.dim]);
+        Ok(end - from)
+    }
+
     /// Rows that are not yet in the mapping.
     pub fn tail_rows(&self) -> usize {
         self.tail.len() / self.dim
@@ -511,7 +564,10 @@ impl VectorFile {
         let rows = self.len();
         self.map = self
             .file
-            .map((VECTOR_HEADER_BYTES + rows * self.dim * 4) as u64, POPULATE)
+            .map(
+                (VECTOR_HEADER_BYTES + rows * self.dim * 4) as u64,
+                map_options(self.populate),
+            )
             .map_err(|e| StorageError::io(&self.path, e))?;
         self.mapped_rows = rows;
         self.tail.clear();
@@ -536,7 +592,10 @@ impl VectorFile {
             .map_err(|e| StorageError::io(&self.path, e))?;
         self.map = self
             .file
-            .map((VECTOR_HEADER_BYTES + rows * self.dim * 4) as u64, POPULATE)
+            .map(
+                (VECTOR_HEADER_BYTES + rows * self.dim * 4) as u64,
+                map_options(self.populate),
+            )
             .map_err(|e| StorageError::io(&self.path, e))?;
         self.mapped_rows = rows;
         self.mapped_floats()?;
@@ -597,6 +656,42 @@ mod tests {
         let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         assert!(!tmp.exists());
+    }
+
+    /// Rows read with `read_rows` equal the rows read through the mapping,
+    /// across the mapped part and the in-memory tail, on a file opened with
+    /// and without populating its mapping.
+    #[test]
+    fn vector_rows_read_by_copy_equal_the_mapped_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("v.f32");
+        let row = |i: usize| [i as f32, -(i as f32), 0.5];
+        let mut f = VectorFile::create(&FsBackend, &p, 3).unwrap();
+        let rows = REMAP_EVERY_ROWS + 100; // one remap, then a tail
+        for i in 0..rows {
+            f.push(&row(i)).unwrap();
+        }
+        assert!(f.tail_rows() > 0 && f.tail_rows() < rows);
+        f.sync().unwrap();
+        let reopened = VectorFile::open_with(&FsBackend, &p, false).unwrap();
+        for file in [&f, &reopened] {
+            let mut out = Vec::new();
+            for (from, max) in [
+                (0, 10),
+                (REMAP_EVERY_ROWS - 5, 20),
+                (rows - 3, 10),
+                (7, rows),
+            ] {
+                let n = file.read_rows(from, max, &mut out).unwrap();
+                assert_eq!(n, max.min(rows - from));
+                let want: Vec<f32> = (from..from + n)
+                    .flat_map(|i| file.get(i).to_vec())
+                    .collect();
+                assert_eq!(out, want, "rows {from}..+{max}");
+            }
+            assert_eq!(file.read_rows(rows, 5, &mut out).unwrap(), 0);
+            assert!(out.is_empty());
+        }
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub(crate) fn map_readonly(
     file: &File,
     len: usize,
     populate: bool,
+    random: bool,
 ) -> std::io::Result<memmap2::Mmap> {
     let mut o = memmap2::MmapOptions::new();
     o.len(len);
@@ -36,7 +37,11 @@ pub(crate) fn map_readonly(
     // modified or truncated while a mapping exists, no other process may
     // open the data directory while we hold its lock, and bytes past the end
     // of the file are never exposed.
-    unsafe { o.map(file) }
+    let m = unsafe { o.map(file) }?;
+    if random {
+        m.advise(memmap2::Advice::Random)?;
+    }
+    Ok(m)
 }
 
 #[cfg(test)]
@@ -48,10 +53,10 @@ mod tests {
     fn mapping_shows_file_bytes_and_survives_later_appends() {
         let mut f = tempfile::tempfile().unwrap();
         f.write_all(b"hello world").unwrap();
-        let m = map_readonly(&f, 5, false).unwrap();
+        let m = map_readonly(&f, 5, false, false).unwrap();
         f.write_all(b" and more").unwrap();
         assert_eq!(&m[..], b"hello");
-        let m2 = map_readonly(&f, 20, true).unwrap();
+        let m2 = map_readonly(&f, 20, true, true).unwrap();
         assert_eq!(&m2[..], b"hello world and more");
     }
 }

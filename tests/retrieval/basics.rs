@@ -211,6 +211,8 @@ fn planner_uses_the_graph_for_large_eligible_sets_and_exact_scans_for_small_ones
             ef_max: 4096,
             quantized_min: 128,
             dim,
+            // 12,000 vectors: the store walks them over int8 codes
+            walk_codes: true,
         },
         &engram::retrieval::plan::COSTS,
     );

@@ -8,6 +8,7 @@ mod common;
 
 mod basics;
 mod embedded_api;
+mod int8_walk;
 mod isolation;
 mod lineage_property;
 mod locomo;

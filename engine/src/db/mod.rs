@@ -61,6 +61,7 @@ use crate::state::{Idx, State};
 use crate::time::{Clock, SystemClock, format_rfc3339};
 use crate::vector::distance::Metric;
 use crate::vector::hnsw::HnswParams;
+use crate::vector::space::GraphPrecision;
 use crate::vector::space::VectorSpaces;
 
 mod access;
@@ -92,6 +93,10 @@ pub struct Options {
     pub hnsw: HnswParams,
     /// Metric of every vector space.
     pub metric: Metric,
+    /// What graph walks read: full-precision vectors or int8 codes
+    /// re-ranked in full precision (default: chosen per space, see
+    /// [`GraphPrecision`]).
+    pub graph_precision: GraphPrecision,
     /// Index vectors on a background thread (off the write path). When false,
     /// pending vectors are only indexed by [`Engram::wait_indexed`].
     pub background_indexing: bool,
@@ -127,6 +132,7 @@ impl std::fmt::Debug for Options {
             )
             .field("hnsw", &self.hnsw)
             .field("metric", &self.metric)
+            .field("graph_precision", &self.graph_precision)
             .finish()
     }
 }
@@ -140,6 +146,7 @@ impl Default for Options {
             embedder: None,
             hnsw: HnswParams::default(),
             metric: Metric::Cosine,
+            graph_precision: GraphPrecision::Auto,
             background_indexing: true,
             id_seed: None,
             create_if_missing: true,

@@ -66,12 +66,13 @@ impl Engram {
                 }
                 let derived = layout::derived(&dir);
                 backend.create_dir_all(&derived).map_err(io(&derived))?;
-                let vectors = VectorSpaces::open(
+                let mut vectors = VectorSpaces::open(
                     backend.clone(),
                     &layout::vectors(&dir),
                     opts.hnsw,
                     opts.metric,
                 )?;
+                vectors.set_graph_precision(opts.graph_precision);
                 let checkpoint =
                     crate::checkpoint::load(backend.as_ref(), &dir, &log).and_then(|d| match d {
                         Some(mut d) => d

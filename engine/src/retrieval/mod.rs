@@ -504,6 +504,7 @@ impl Session {
                 ef_max: limits::EF_MAX,
                 quantized_min: crate::vector::space::QUANTIZED_SCAN_MIN,
                 dim: space.dim,
+                walk_codes: space.walks_codes(indexed_slots),
             },
             &plan::COSTS,
         );

@@ -26,6 +26,8 @@ pub struct Costs {
     /// One distance computation of a graph walk (including the
     /// neighbour-list reads and the eligibility test around it).
     pub walk_distance: (f64, f64),
+    /// The same, for a walk over int8 codes (re-ranking included).
+    pub walk_distance_i8: (f64, f64),
     /// Distances of an unfiltered walk: `walk_per_ef * ef + walk_base`.
     pub walk_per_ef: f64,
     /// See `walk_per_ef`.
@@ -44,6 +46,10 @@ pub const COSTS: Costs = Costs {
     scan_i8: (4.0, 0.06),
     prefilter_bit: (6.0, 0.01),
     walk_distance: (150.0, 0.31),
+    // Half the f32 walk's: ns per distance over int8 codes / over f32 was
+    // 0.42-0.65 (mean ~0.5) in unfiltered walks at 20k and 200k
+    // (docs/benchmarks.md, "Int8 graph walks").
+    walk_distance_i8: (75.0, 0.155),
     walk_per_ef: 10.3,
     walk_base: 210.0,
     walk_selectivity_exponent: 0.72,
@@ -80,6 +86,8 @@ pub struct PlanInput {
     pub quantized_min: u64,
     /// Dimensions of the space.
     pub dim: usize,
+    /// Whether the space's graph walk reads int8 codes.
+    pub walk_codes: bool,
 }
 
 /// The planner's choice.
@@ -152,7 +160,12 @@ pub fn plan_vector(i: &PlanInput, c: &Costs) -> Plan {
     let ef = walk_ef(i.ef, i.n, s, i.ef_max);
     let distances =
         (c.walk_per_ef * ef as f64 + c.walk_base) * s.powf(-c.walk_selectivity_exponent);
-    let walk_ns = distances * at(c.walk_distance);
+    let walk_ns = distances
+        * at(if i.walk_codes {
+            c.walk_distance_i8
+        } else {
+            c.walk_distance
+        });
     let keep = i.ef.max(i.n).saturating_mul(PREFILTER_KEEP_PER_EF);
     let prefilter_ns = (i.eligible >= i.quantized_min
         && i.dim >= PREFILTER_MIN_DIM
@@ -191,6 +204,7 @@ mod tests {
             ef_max: 4096,
             quantized_min: 128,
             dim: 384,
+            walk_codes: false,
         }
     }
 
@@ -239,6 +253,30 @@ mod tests {
             plan_vector(&low_dim, &COSTS),
             Plan::Prefiltered { .. }
         ));
+    }
+
+    /// A walk over int8 codes costs less, so it takes over from the scan
+    /// at fewer eligible vectors; whether it does never changes a walk
+    /// back into a scan.
+    #[test]
+    fn walks_over_codes_are_chosen_sooner() {
+        let codes = |e, size, ef| PlanInput {
+            walk_codes: true,
+            ..input(e, size, ef)
+        };
+        // 4,000 vectors of 4,000 at ef 32: scanned when walking f32,
+        // walked when walking codes.
+        assert!(is_exact(&plan_vector(&input(4_000, 4_000, 32), &COSTS)));
+        assert!(is_walk(&plan_vector(&codes(4_000, 4_000, 32), &COSTS)));
+        for (e, size, ef) in [
+            (200_000, 200_000, 32),
+            (50_000, 60_000, 128),
+            (9_000, 9_000, 16),
+        ] {
+            if is_walk(&plan_vector(&input(e, size, ef), &COSTS)) {
+                assert!(is_walk(&plan_vector(&codes(e, size, ef), &COSTS)));
+            }
+        }
     }
 
     #[test]

@@ -54,6 +54,34 @@ pub trait Vectors {
     }
 }
 
+/// Distances from one query to the graph's slots, as a search sees them:
+/// the full-precision vectors ([`Exact`]) or an approximation of them (the
+/// int8 codes of `quant::CodeScorer`, re-ranked by the caller).
+pub trait Scorer {
+    /// Distance from the query to `slot` (lower is closer).
+    fn dist(&self, slot: u32) -> f32;
+    /// Asks the CPU to start loading what `dist(slot)` will read.
+    fn prefetch(&self, slot: u32);
+}
+
+/// Full-precision distances from `q` to `vectors` under `metric`.
+pub struct Exact<'a, V: Vectors> {
+    pub metric: Metric,
+    pub q: &'a [f32],
+    pub vectors: &'a V,
+}
+
+impl<V: Vectors> Scorer for Exact<'_, V> {
+    #[inline(always)]
+    fn dist(&self, slot: u32) -> f32 {
+        distance(self.metric, self.q, self.vectors.get(slot))
+    }
+    #[inline(always)]
+    fn prefetch(&self, slot: u32) {
+        prefetch(self.vectors.get(slot));
+    }
+}
+
 /// Row-major vectors in one contiguous slice: row `i` is
 /// `data[i * dim..(i + 1) * dim]`.
 #[derive(Clone, Copy, Debug)]
@@ -533,22 +561,26 @@ impl Hnsw {
 
         let mut scratch = std::mem::take(&mut self.build);
         let mut stats = SearchStats::default();
+        let scorer = Exact {
+            metric: self.metric,
+            q,
+            vectors,
+        };
         let mut cur = self.entry;
-        let mut cur_d = distance(self.metric, q, vectors.get(cur));
+        let mut cur_d = scorer.dist(cur);
         scratch.begin(self.levels.len());
         scratch.visit(cur);
         for lc in (level + 1..=self.max_level).rev() {
-            (cur, cur_d) = self.greedy(q, cur, cur_d, lc, vectors, &mut scratch, &mut stats);
+            (cur, cur_d) = self.greedy(&scorer, cur, cur_d, lc, &mut scratch, &mut stats);
         }
         let ef = self.params.ef_construction;
         for lc in (0..=level.min(self.max_level)).rev() {
             self.search_layer(
-                q,
+                &scorer,
                 cur,
                 cur_d,
                 ef,
                 lc,
-                vectors,
                 NO_FILTER,
                 &mut scratch,
                 &mut stats,

@@ -6,5 +6,6 @@
 
 pub mod distance;
 pub mod hnsw;
+pub mod precision;
 pub mod quant;
 pub mod space;

@@ -15,13 +15,17 @@
 //! Why per-vector scales: no training, nothing to persist, the same codes
 //! on every replay, and no component ever clipped.
 //!
+//! The same codes also drive graph walks ([`CodeScorer`]): there the
+//! estimates only route the walk, and the caller re-ranks what it finds
+//! with full-precision distances.
+//!
 //! Must never: decide which vectors are scanned (callers pass eligible
 //! slots only).
 
 use roaring::RoaringBitmap;
 use simsimd::SpatialSimilarity;
 
-use super::hnsw::Vectors;
+use super::hnsw::{Scorer, Vectors};
 
 /// Largest code magnitude.
 const Q: f32 = 127.0;
@@ -447,18 +451,35 @@ impl Codes {
 
     /// Codes the slots from `len()` up to `vectors.len()`.
     pub fn extend(&mut self, vectors: &impl Vectors) {
-        let upto = vectors.len() as usize;
-        let from = self.len();
-        if upto <= from {
-            return;
-        }
-        self.codes.resize(upto * self.dim, 0);
-        self.meta.reserve(upto - from);
+        let upto = vectors.len();
+        #[allow(clippy::cast_possible_truncation)] // slots are u32
+        let from = self.len() as u32;
+        self.reserve(upto.saturating_sub(from) as usize);
         for slot in from..upto {
-            let out = &mut self.codes[slot * self.dim..(slot + 1) * self.dim];
-            #[allow(clippy::cast_possible_truncation)] // slots are u32
-            self.meta.push(quantize(vectors.get(slot as u32), out));
+            self.push(vectors.get(slot));
         }
+    }
+
+    /// Codes the next slots from `rows`: whole `dim`-component rows, the
+    /// first of them slot `len()`.
+    pub fn extend_rows(&mut self, rows: &[f32]) {
+        let dim = self.dim.max(1);
+        self.reserve(rows.len() / dim);
+        for row in rows.chunks_exact(dim) {
+            self.push(row);
+        }
+    }
+
+    fn reserve(&mut self, rows: usize) {
+        self.codes.reserve(rows * self.dim);
+        self.meta.reserve(rows);
+    }
+
+    /// Codes one row as the next slot.
+    fn push(&mut self, row: &[f32]) {
+        let at = self.codes.len();
+        self.codes.resize(at + self.dim, 0);
+        self.meta.push(quantize(row, &mut self.codes[at..]));
     }
 
     /// The codes and side data of `slot`.
@@ -482,6 +503,36 @@ impl Codes {
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         self.codes.len() + self.meta.len() * std::mem::size_of::<CodeMeta>()
+    }
+}
+
+/// Graph-walk distances from a query's codes to the codes of every slot
+/// (inner-product spaces: the distance is minus the estimated dot
+/// product). Approximate: the walk keeps more candidates than it returns,
+/// and the caller re-ranks them with full-precision distances.
+pub struct CodeScorer<'a> {
+    q: &'a QueryCode,
+    codes: &'a Codes,
+}
+
+impl<'a> CodeScorer<'a> {
+    /// Distances from `q` to `codes`.
+    pub fn new(q: &'a QueryCode, codes: &'a Codes) -> CodeScorer<'a> {
+        CodeScorer { q, codes }
+    }
+}
+
+impl Scorer for CodeScorer<'_> {
+    #[inline(always)]
+    fn dist(&self, slot: u32) -> f32 {
+        let (x, meta) = self.codes.get(slot);
+        #[allow(clippy::cast_precision_loss)] // |dot| <= 127^2 * dim, far below 2^24 * 2^7
+        let dot = self.q.dot(x, meta) as f32;
+        -(self.q.meta.step * meta.step * dot)
+    }
+    #[inline(always)]
+    fn prefetch(&self, slot: u32) {
+        self.codes.prefetch(slot);
     }
 }
 
@@ -724,6 +775,26 @@ mod tests {
             .map(|(x, y)| i32::from(*x) * i32::from(*y))
             .sum();
         assert_eq!(dot_i8(&a, &b), want);
+    }
+
+    /// Coding rows copied in chunks gives the codes of coding them by slot.
+    #[test]
+    fn codes_from_copied_rows_equal_codes_by_slot() {
+        let dim = 20;
+        let data: Vec<f32> = (0..dim * 50)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+            .collect();
+        let flat = crate::vector::hnsw::FlatVectors { data: &data, dim };
+        let mut by_slot = Codes::new(dim);
+        by_slot.extend(&flat);
+        let mut by_rows = Codes::new(dim);
+        for chunk in data.chunks(dim * 7) {
+            by_rows.extend_rows(chunk);
+        }
+        assert_eq!(by_rows.len(), 50);
+        for slot in 0..50 {
+            assert_eq!(by_rows.get(slot), by_slot.get(slot), "slot {slot}");
+        }
     }
 
     #[test]

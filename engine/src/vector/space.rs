@@ -31,10 +31,15 @@ use roaring::RoaringBitmap;
 use rustc_hash::FxHashMap;
 
 use super::distance::{Metric, distance};
-use super::hnsw::{Hnsw, HnswParams, Neighbor, SearchScratch, SearchStats, Vectors};
-use super::quant::{Codes, Gathered, QueryCode, ScanCache};
+use super::hnsw::{Exact, Hnsw, HnswParams, Neighbor, SearchScratch, SearchStats, Vectors};
+use super::quant::{CodeScorer, Codes, Gathered, QueryCode, ScanCache};
 use crate::error::{EngineError, Result};
 use crate::id::RecordId;
+
+mod header;
+use header::{SpaceHeader, decode_header, encode_header};
+
+pub use super::precision::{GRAPH_CODES_MIN, GraphPrecision};
 
 const SNAPSHOT_MAGIC: [u8; 8] = *b"ENGRHNSW";
 /// Version 2 added the tenant (spaces of version 1 were per model for the
@@ -45,20 +50,12 @@ const SNAPSHOT_VERSION: u32 = 2;
 /// ([`VectorSpace::exact_top`]); smaller ones are not worth coding.
 pub const QUANTIZED_SCAN_MIN: u64 = 128;
 
+/// Rows read per chunk when coding a space's vectors (1.5 MiB at 384
+/// dimensions).
+const CODE_CHUNK_ROWS: usize = 1024;
+
 /// Dense record index (see `state`).
 pub type Idx = u32;
-
-/// What a space persists next to its graph, to check it still matches the log.
-#[derive(Clone, Debug, PartialEq)]
-struct SpaceHeader {
-    tenant: String,
-    model: String,
-    dim: usize,
-    metric: Metric,
-    derived: bool,
-    rows_synced: u64,
-    last_row_record: [u8; 16],
-}
 
 /// Vectors readable by slot from a space's file: the memory-mapped rows,
 /// then the rows appended since the last mapping.
@@ -123,6 +120,8 @@ pub struct VectorSpace {
     codes: RwLock<Codes>,
     /// Recently scanned sets' codes, gathered (see `quant::ScanCache`).
     scans: parking_lot::Mutex<ScanCache>,
+    /// What the graph walk reads (set by [`VectorSpaces`]).
+    precision: GraphPrecision,
 }
 
 impl std::fmt::Debug for VectorSpace {
@@ -200,7 +199,9 @@ impl VectorSpace {
         let Ok(hnsw) = Hnsw::read_from(graph_bytes) else {
             return Ok(None);
         };
-        let Ok(mut file) = VectorFile::open(backend, &dir.join("vectors.f32")) else {
+        // Not populated yet: the space's precision, set when it is adopted,
+        // decides (see `VectorSpace::set_precision`).
+        let Ok(mut file) = VectorFile::open_with(backend, &dir.join("vectors.f32"), false) else {
             return Ok(None);
         };
         if (file.len() as u64) < header.rows_synced
@@ -251,6 +252,7 @@ impl VectorSpace {
             last_row_record: [0; 16],
             codes: RwLock::new(Codes::new(dim)),
             scans: parking_lot::Mutex::default(),
+            precision: GraphPrecision::default(),
         })
     }
 
@@ -314,9 +316,31 @@ impl VectorSpace {
     /// reads see one flat slice).
     pub fn remap(&mut self) -> Result<()> {
         if self.file.tail_rows() > 0 {
+            let walks_codes = self.precision.walks_codes(
+                self.internal_metric(),
+                u32::try_from(self.len()).unwrap_or(u32::MAX),
+            );
+            self.file.set_populate(!walks_codes);
             self.file.remap()?;
         }
         Ok(())
+    }
+
+    /// Sets what the graph walk reads. A space walked in full precision
+    /// keeps its vector file's rows resident (faulted in when mapped); one
+    /// walked over codes reads its rows only to code them (by copy, not
+    /// through the mapping) and to re-rank `ef` rows per query: its rows
+    /// stay on disk and in the kernel's page cache (clean pages it may
+    /// drop), not in memory the process must keep.
+    fn set_precision(&mut self, precision: GraphPrecision) {
+        self.precision = precision;
+        let populate = !self.walks_codes(self.hnsw.read().len());
+        self.file.set_populate(populate);
+        if populate {
+            // Populating is a hint: if the new mapping fails, the old one
+            // stays and shows the same rows (faulted in when read).
+            let _ = self.file.remap();
+        }
     }
 
     /// Inserts up to `max` pending slots into the graph. Returns how many.
@@ -425,7 +449,19 @@ impl VectorSpace {
             }
         }
         let mut w = self.codes.write();
-        w.extend(&self.vectors());
+        // Rows are copied in chunks rather than read through the mapping,
+        // which would make every page of the file resident; the mapping is
+        // the fallback if a read fails (same rows).
+        let mut rows = Vec::new();
+        while w.len() < self.len() {
+            match self.file.read_rows(w.len(), CODE_CHUNK_ROWS, &mut rows) {
+                Ok(n) if n > 0 => w.extend_rows(&rows),
+                _ => {
+                    w.extend(&self.vectors());
+                    break;
+                }
+            }
+        }
         parking_lot::RwLockWriteGuard::downgrade(w)
     }
 
@@ -435,6 +471,11 @@ impl VectorSpace {
     }
 
     /// Graph search restricted by `allow` (a record-index predicate).
+    ///
+    /// Over int8 codes (see [`GraphPrecision`]) the walk keeps its best
+    /// `max(ef, k)` candidates by estimated distance, and those are
+    /// re-ranked by full-precision distance: the results and their
+    /// distances are full precision, only the walk's routing is not.
     pub fn graph_search(
         &self,
         query: &[f32],
@@ -448,20 +489,28 @@ impl VectorSpace {
         let indexed = g.len();
         let vecs = self.vectors();
         let map = &self.slot_to_idx;
-        let res: Vec<Neighbor> = match allow {
-            None => g.search(
-                query,
-                k,
-                ef,
-                &vecs,
-                None::<&fn(u32) -> bool>,
+        let pred = allow.map(|f| move |slot: u32| f(map[slot as usize]));
+        let res: Vec<Neighbor> = if self.walks_codes(indexed) && query.len() == self.dim {
+            let codes = self.codes_upto_date();
+            let qc = QueryCode::new(query);
+            let walk = ef.max(k);
+            let found = g.search_scored(
+                &CodeScorer::new(&qc, &codes),
+                walk,
+                walk,
+                pred.as_ref(),
                 scratch,
                 stats,
-            ),
-            Some(f) => {
-                let pred = |slot: u32| f(map[slot as usize]);
-                g.search(query, k, ef, &vecs, Some(&pred), scratch, stats)
-            }
+            );
+            drop(codes);
+            let exact = Exact {
+                metric: self.internal_metric(),
+                q: query,
+                vectors: &vecs,
+            };
+            g.rerank(found, &exact, k, stats)
+        } else {
+            g.search(query, k, ef, &vecs, pred.as_ref(), scratch, stats)
         };
         (
             res.into_iter()
@@ -469,6 +518,11 @@ impl VectorSpace {
                 .collect(),
             indexed,
         )
+    }
+
+    /// Whether a graph of `indexed` vectors is walked over int8 codes.
+    pub fn walks_codes(&self, indexed: u32) -> bool {
+        self.precision.walks_codes(self.internal_metric(), indexed)
     }
 
     /// The metric used for query vectors (cosine queries are normalised).
@@ -519,66 +573,13 @@ impl VectorSpace {
     }
 }
 
-/// The length of a tenant name or model id as the header stores it (both
-/// are at most `NAME_BYTES_MAX` bytes).
-fn name_len(s: &str) -> u32 {
-    u32::try_from(s.len()).expect("names are at most NAME_BYTES_MAX bytes")
-}
-
-fn encode_header(h: &SpaceHeader) -> Vec<u8> {
-    let mut out = Vec::new();
-    out.extend_from_slice(&name_len(&h.tenant).to_le_bytes());
-    out.extend_from_slice(h.tenant.as_bytes());
-    out.extend_from_slice(&name_len(&h.model).to_le_bytes());
-    out.extend_from_slice(h.model.as_bytes());
-    out.extend_from_slice(
-        &u32::try_from(h.dim)
-            .expect("dimensions <= VECTOR_DIM_MAX")
-            .to_le_bytes(),
-    );
-    out.push(h.metric.code());
-    out.push(h.derived as u8);
-    out.extend_from_slice(&h.rows_synced.to_le_bytes());
-    out.extend_from_slice(&h.last_row_record);
-    out
-}
-
-fn decode_header(b: &[u8]) -> Option<(SpaceHeader, &[u8])> {
-    let t = u32::from_le_bytes(b.get(0..4)?.try_into().ok()?) as usize;
-    let tenant = std::str::from_utf8(b.get(4..4 + t)?).ok()?.to_string();
-    let b = &b[4 + t..];
-    let n = u32::from_le_bytes(b.get(0..4)?.try_into().ok()?) as usize;
-    let model = std::str::from_utf8(b.get(4..4 + n)?).ok()?.to_string();
-    let mut p = 4 + n;
-    let dim = u32::from_le_bytes(b.get(p..p + 4)?.try_into().ok()?) as usize;
-    p += 4;
-    let metric = Metric::from_code(*b.get(p)?)?;
-    let derived = *b.get(p + 1)? != 0;
-    p += 2;
-    let rows_synced = u64::from_le_bytes(b.get(p..p + 8)?.try_into().ok()?);
-    p += 8;
-    let last_row_record: [u8; 16] = b.get(p..p + 16)?.try_into().ok()?;
-    p += 16;
-    Some((
-        SpaceHeader {
-            tenant,
-            model,
-            dim,
-            metric,
-            derived,
-            rows_synced,
-            last_row_record,
-        },
-        &b[p..],
-    ))
-}
-
 /// All vector spaces of a store.
 pub struct VectorSpaces {
     root: PathBuf,
     backend: Arc<dyn Backend>,
     params: HnswParams,
     metric: Metric,
+    precision: GraphPrecision,
     spaces: Vec<VectorSpace>,
     /// Tenant -> positions of its spaces in `spaces`, in creation order: a
     /// query finds its tenant's spaces without looking at any other
@@ -648,6 +649,7 @@ impl VectorSpaces {
             backend,
             params,
             metric,
+            precision: GraphPrecision::default(),
             spaces: Vec::new(),
             by_tenant: std::collections::HashMap::new(),
             persisted,
@@ -662,8 +664,17 @@ impl VectorSpaces {
             .find(|&i| self.spaces[i].model == model)
     }
 
+    /// What graph walks read, in every space (present and future).
+    pub fn set_graph_precision(&mut self, precision: GraphPrecision) {
+        self.precision = precision;
+        for s in &mut self.spaces {
+            s.set_precision(precision);
+        }
+    }
+
     /// Appends a space and indexes it under its tenant.
-    fn add(&mut self, space: VectorSpace) {
+    fn add(&mut self, mut space: VectorSpace) {
+        space.set_precision(self.precision);
         self.by_tenant
             .entry(space.tenant.clone())
             .or_default()
@@ -751,6 +762,7 @@ impl VectorSpaces {
                     last_row_record: h.last_row_record,
                     codes: RwLock::new(Codes::new(h.dim)),
                     scans: parking_lot::Mutex::default(),
+                    precision: GraphPrecision::default(),
                 }
             }
             None => VectorSpace::create(
@@ -874,6 +886,7 @@ impl VectorSpaces {
                     last_row_record: h.last_row_record,
                     codes: RwLock::new(Codes::new(h.dim)),
                     scans: parking_lot::Mutex::default(),
+                    precision: GraphPrecision::default(),
                 },
             ));
         }
@@ -1086,6 +1099,71 @@ mod tests {
             }
         }
         assert!(space.code_bytes() > 0);
+    }
+
+    /// A graph walk over int8 codes returns what an f32 walk of the same
+    /// graph returns, nearly: its results carry full-precision distances
+    /// in order, pass the filter, and find most of the exact top 10.
+    #[test]
+    fn an_int8_walk_reranks_in_full_precision_and_finds_the_same_neighbours() {
+        let dim = 32;
+        let mut spaces = VectorSpaces::open(
+            Arc::new(MemBackend::new()),
+            Path::new("/v"),
+            HnswParams {
+                ef_construction: 64,
+                ..HnswParams::default()
+            },
+            Metric::Cosine,
+        )
+        .unwrap();
+        spaces.set_graph_precision(GraphPrecision::Int8);
+        let n_vec = 1500u32;
+        for i in 0..n_vec {
+            spaces
+                .push("t", "m", false, i * 2, &vector(i, dim))
+                .unwrap();
+        }
+        spaces.index_pending(usize::MAX).unwrap();
+        let space = spaces.get("t", "m").unwrap();
+        assert!(space.walks_codes(n_vec));
+        let odd_slots = |idx: Idx| (idx / 2) % 2 == 1;
+        let allowed: RoaringBitmap = space.members.iter().filter(|&i| odd_slots(i)).collect();
+        let (mut found, mut wanted) = (0usize, 0usize);
+        for qi in 0..40u32 {
+            let q = normalized(Metric::Cosine, &vector(50_000 + qi * 7, dim));
+            for filtered in [false, true] {
+                let allow: Option<&dyn Fn(Idx) -> bool> =
+                    if filtered { Some(&odd_slots) } else { None };
+                let set = if filtered { &allowed } else { &space.members };
+                let mut stats = SearchStats::default();
+                let (got, indexed) = space.graph_search(
+                    &q,
+                    10,
+                    64,
+                    allow,
+                    &mut SearchScratch::default(),
+                    &mut stats,
+                );
+                assert_eq!(indexed, n_vec);
+                assert_eq!(got.len(), 10);
+                let exact = space.exact(&q, got.iter().map(|g| g.0), &mut SearchStats::default());
+                assert_eq!(got, exact, "full-precision distances, query {qi}");
+                assert!(got.windows(2).all(|w| (w[0].1, w[0].0) <= (w[1].1, w[1].0)));
+                assert!(
+                    got.iter().all(|g| set.contains(g.0)),
+                    "every result passes the filter"
+                );
+                let truth = reference(space, &q, set, 10);
+                found += got
+                    .iter()
+                    .filter(|g| truth.iter().any(|t| t.0 == g.0))
+                    .count();
+                wanted += truth.len();
+            }
+        }
+        let recall = found as f64 / wanted as f64;
+        assert!(recall >= 0.9, "recall@10 of the int8 walk: {recall}");
     }
 
     #[test]

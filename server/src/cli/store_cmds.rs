@@ -116,11 +116,12 @@ pub(super) fn cmd_stats(ctx: &Ctx, a: JsonArgs) -> CliResult {
         );
         for v in &s.vector_spaces {
             crate::outln!(
-                "vectors    {}: {} x {} dims, {} indexed{}",
+                "vectors    {}: {} x {} dims, {} indexed, walked over {}{}",
                 v.model,
                 v.vectors,
                 v.dim,
                 v.indexed,
+                v.graph_reads,
                 if v.derived {
                     " (derived by the built-in lexical embedder)"
                 } else {

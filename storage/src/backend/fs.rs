@@ -159,7 +159,7 @@ impl BackendFile for FsFile {
         }
         let total =
             usize::try_from(total).map_err(|_| io::Error::other("file too large to map"))?;
-        let m = crate::mmap::map_readonly(&self.file, total, opts.populate)?;
+        let m = crate::mmap::map_readonly(&self.file, total, opts.populate, opts.random)?;
         Ok(Mapping::new(
             MapInner::Mmap(m),
             crate::cast::usize_from(len),

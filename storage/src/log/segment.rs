@@ -222,7 +222,7 @@ impl Segment {
                 durable_len,
                 MapOptions {
                     reserve,
-                    populate: false,
+                    ..MapOptions::default()
                 },
             )
             .map_err(|e| StorageError::io(&path, e))?;

@@ -8,14 +8,12 @@ impl Hnsw {
     /// Greedy descent on one upper level: move to the closest neighbour until
     /// no neighbour is closer. Nodes already evaluated since
     /// `scratch.begin()` are skipped: they cannot beat the current best.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn greedy<V: Vectors>(
+    pub(super) fn greedy<S: Scorer>(
         &self,
-        q: &[f32],
+        scorer: &S,
         mut cur: u32,
         mut cur_d: f32,
         level: u8,
-        vectors: &V,
         scratch: &mut SearchScratch,
         stats: &mut SearchStats,
     ) -> (u32, f32) {
@@ -24,7 +22,7 @@ impl Hnsw {
             let before = cur;
             stats.nodes_visited += 1;
             stats.distance_computations +=
-                self.scan_neighbors(q, before, level, vectors, scratch, |_, n, d| {
+                self.scan_neighbors(scorer, before, level, scratch, |_, n, d| {
                     let k = key(d, n);
                     if k < best {
                         (best, cur, cur_d) = (k, n, d);
@@ -41,12 +39,11 @@ impl Hnsw {
     /// vectors of the next `PREFETCH_AHEAD` neighbours stay in flight while
     /// each distance is computed, so cache misses overlap with arithmetic.
     #[inline(always)]
-    fn scan_neighbors<V: Vectors>(
+    fn scan_neighbors<S: Scorer>(
         &self,
-        q: &[f32],
+        scorer: &S,
         node: u32,
         level: u8,
-        vectors: &V,
         scratch: &mut SearchScratch,
         mut f: impl FnMut(&mut SearchScratch, u32, f32),
     ) -> u64 {
@@ -58,13 +55,13 @@ impl Hnsw {
             }
         }
         for &n in batch.iter().take(PREFETCH_AHEAD) {
-            prefetch(vectors.get(n));
+            scorer.prefetch(n);
         }
         for (i, &n) in batch.iter().enumerate() {
             if let Some(&ahead) = batch.get(i + PREFETCH_AHEAD) {
-                prefetch(vectors.get(ahead));
+                scorer.prefetch(ahead);
             }
-            f(scratch, n, distance(self.metric, q, vectors.get(n)));
+            f(scratch, n, scorer.dist(n));
         }
         let count = batch.len() as u64;
         scratch.batch = batch;
@@ -80,14 +77,13 @@ impl Hnsw {
     /// result set fills slowly, so the search widens on its own, up to the
     /// whole connected graph when fewer than `ef` nodes pass.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn search_layer<V: Vectors, F: Fn(u32) -> bool>(
+    pub(super) fn search_layer<S: Scorer, F: Fn(u32) -> bool>(
         &self,
-        q: &[f32],
+        scorer: &S,
         ep: u32,
         ep_d: f32,
         ef: usize,
         level: u8,
-        vectors: &V,
         filter: Option<&F>,
         scratch: &mut SearchScratch,
         stats: &mut SearchStats,
@@ -113,7 +109,7 @@ impl Hnsw {
             if let Some(&Reverse(next)) = scratch.candidates.peek() {
                 self.prefetch_links(key_slot(next), level);
             }
-            dists += self.scan_neighbors(q, key_slot(c), level, vectors, scratch, |s, n, d| {
+            dists += self.scan_neighbors(scorer, key_slot(c), level, scratch, |s, n, d| {
                 let k = key(d, n);
                 let full = s.results.len() >= ef;
                 if full && s.results.peek().is_some_and(|&w| k >= w) {
@@ -171,31 +167,70 @@ impl Hnsw {
         {
             return Vec::new();
         }
+        let scorer = Exact {
+            metric: self.metric,
+            q: query,
+            vectors,
+        };
+        self.search_scored(&scorer, k, ef, filter, scratch, stats)
+    }
+
+    /// [`Hnsw::search`] with distances from `scorer`, which must answer
+    /// for every inserted slot (the caller checks dimensions and lengths).
+    /// With an approximate scorer, ask for more than the `k` wanted and
+    /// re-rank them with exact distances.
+    pub fn search_scored<S: Scorer, F: Fn(u32) -> bool>(
+        &self,
+        scorer: &S,
+        k: usize,
+        ef: usize,
+        filter: Option<&F>,
+        scratch: &mut SearchScratch,
+        stats: &mut SearchStats,
+    ) -> Vec<Neighbor> {
+        if k == 0 || self.entry == NONE {
+            return Vec::new();
+        }
         let mut cur = self.entry;
-        let mut cur_d = distance(self.metric, query, vectors.get(cur));
+        let mut cur_d = scorer.dist(cur);
         stats.distance_computations += 1;
         scratch.begin(self.levels.len());
         scratch.visit(cur);
         for lc in (1..=self.max_level).rev() {
-            (cur, cur_d) = self.greedy(query, cur, cur_d, lc, vectors, scratch, stats);
+            (cur, cur_d) = self.greedy(scorer, cur, cur_d, lc, scratch, stats);
         }
-        self.search_layer(
-            query,
-            cur,
-            cur_d,
-            ef.max(k),
-            0,
-            vectors,
-            filter,
-            scratch,
-            stats,
-        );
+        self.search_layer(scorer, cur, cur_d, ef.max(k), 0, filter, scratch, stats);
         scratch.drain_sorted();
         scratch
             .pool
             .iter()
             .take(k)
             .map(|&k| Neighbor {
+                slot: key_slot(k),
+                distance: key_dist(k),
+            })
+            .collect()
+    }
+
+    /// The `k` closest of `found` (an approximate search's candidates) by
+    /// `exact`'s distances, ties by slot, as [`Hnsw::search`] orders them.
+    /// Every candidate counts as one distance computation.
+    pub fn rerank<S: Scorer>(
+        &self,
+        found: Vec<Neighbor>,
+        exact: &S,
+        k: usize,
+        stats: &mut SearchStats,
+    ) -> Vec<Neighbor> {
+        stats.distance_computations += found.len() as u64;
+        let mut keys: Vec<u64> = found
+            .iter()
+            .map(|n| key(exact.dist(n.slot), n.slot))
+            .collect();
+        keys.sort_unstable();
+        keys.into_iter()
+            .take(k)
+            .map(|k| Neighbor {
                 slot: key_slot(k),
                 distance: key_dist(k),
             })
