@@ -24,8 +24,9 @@ use std::time::Instant;
 use clap::Args;
 use engram_engine::retrieval::{Filters, Mode, RecallRequest};
 use engram_engine::vector::hnsw::HnswParams;
-use engram_engine::vector::space::GraphPrecision;
-use engram_engine::{Engram, NewRecord, Options, Principal, RecordId, RecordRef, Scope, Session};
+use engram_engine::{
+    Engram, GraphPrecision, NewRecord, Options, Principal, RecordId, RecordRef, Scope, Session,
+};
 use serde::Serialize;
 
 use crate::cli::{CliError, CliResult, Ctx};

@@ -14,9 +14,9 @@ use std::time::Instant;
 
 use clap::Args;
 use engram_engine::retrieval::{Mode, RecallRequest};
-use engram_engine::vector::precision::GraphPrecision;
 use engram_engine::{
-    AssertionKind, Body, Engram, NewRecord, Options, Principal, RecordId, RecordRef, Scope,
+    AssertionKind, Body, Engram, GraphPrecision, NewRecord, Options, Principal, RecordId,
+    RecordRef, Scope,
 };
 use serde::{Deserialize, Serialize};
 

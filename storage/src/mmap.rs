@@ -39,7 +39,8 @@ pub(crate) fn map_readonly(
     // of the file are never exposed.
     let m = unsafe { o.map(file) }?;
     if random {
-        m.advise(memmap2::Advice::Random)?;
+        // A hint: a mapping the kernel reads ahead on is still correct.
+        let _ = m.advise(memmap2::Advice::Random);
     }
     Ok(m)
 }

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use engram::retrieval::{Filters, Mode, RecallRequest};
 use engram::storage::MemBackend;
 use engram::{
-    AssertionKind, Body, Engram, GraphPrecision, HashEmbedder, ManualClock, NewRecord, Options,
-    Principal, RecordId, RecordRef, Scope,
+    AssertionKind, Body, Engram, HashEmbedder, ManualClock, NewRecord, Options, Principal,
+    RecordId, RecordRef, Scope,
 };
 
 use crate::common::Rng;
@@ -54,17 +54,6 @@ fn text(rng: &mut Rng) -> String {
 
 #[test]
 fn no_query_ever_returns_a_forbidden_record() {
-    check_isolation(GraphPrecision::Auto, 3000);
-}
-
-/// The same with every graph walk over int8 codes (re-ranked in full
-/// precision), which the store otherwise chooses only for large spaces.
-#[test]
-fn no_query_over_int8_graph_walks_returns_a_forbidden_record() {
-    check_isolation(GraphPrecision::Int8, 1000);
-}
-
-fn check_isolation(precision: GraphPrecision, default_queries: usize) {
     let seed: u64 = std::env::var("ENGRAM_TEST_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -72,7 +61,7 @@ fn check_isolation(precision: GraphPrecision, default_queries: usize) {
     let queries: usize = std::env::var("ENGRAM_ISOLATION_QUERIES")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(default_queries);
+        .unwrap_or(3000);
     let mut rng = Rng(seed | 1);
     let clock = ManualClock::new(1_700_000_000_000);
     let db = Engram::open(
@@ -81,7 +70,6 @@ fn check_isolation(precision: GraphPrecision, default_queries: usize) {
             backend: Arc::new(MemBackend::new()),
             clock: Arc::new(clock.clone()),
             embedder: Some(Arc::new(HashEmbedder::default())),
-            graph_precision: precision,
             ..Options::default()
         },
     )
@@ -287,7 +275,6 @@ fn check_isolation(precision: GraphPrecision, default_queries: usize) {
     db.wait_indexed().unwrap();
     let mut checked_hits = 0u64;
     let mut graph_hits = 0u64;
-    let mut graph_walks = 0u64;
     for q in 0..queries {
         let t = rng.pick(&TENANTS).to_string();
         let (session, held): (_, Option<BTreeSet<String>>) = match rng.below(4) {
@@ -334,13 +321,6 @@ fn check_isolation(precision: GraphPrecision, default_queries: usize) {
         let r = session
             .recall(&req)
             .unwrap_or_else(|e| panic!("seed {seed} query {q}: {e}"));
-        if r.manifest
-            .vector_plan
-            .as_ref()
-            .is_some_and(|p| p.strategy == "hnsw")
-        {
-            graph_walks += 1;
-        }
         for h in &r.hits {
             checked_hits += 1;
             let m = model
@@ -386,6 +366,6 @@ fn check_isolation(precision: GraphPrecision, default_queries: usize) {
         "graph expansion never contributed: the test would not cover it"
     );
     eprintln!(
-        "{queries} queries, {checked_hits} hits checked ({graph_hits} via graph expansion, {graph_walks} vector graph walks), 0 forbidden"
+        "{queries} queries, {checked_hits} hits checked ({graph_hits} via graph expansion), 0 forbidden"
     );
 }

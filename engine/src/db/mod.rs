@@ -61,7 +61,7 @@ use crate::state::{Idx, State};
 use crate::time::{Clock, SystemClock, format_rfc3339};
 use crate::vector::distance::Metric;
 use crate::vector::hnsw::HnswParams;
-use crate::vector::space::GraphPrecision;
+use crate::vector::precision::GraphPrecision;
 use crate::vector::space::VectorSpaces;
 
 mod access;

@@ -39,7 +39,7 @@ use crate::id::RecordId;
 mod header;
 use header::{SpaceHeader, decode_header, encode_header};
 
-pub use super::precision::{GRAPH_CODES_MIN, GraphPrecision};
+use super::precision::GraphPrecision;
 
 const SNAPSHOT_MAGIC: [u8; 8] = *b"ENGRHNSW";
 /// Version 2 added the tenant (spaces of version 1 were per model for the
@@ -115,7 +115,8 @@ pub struct VectorSpace {
     rows_synced: u64,
     /// Record id of the last durable row, as persisted.
     last_row_record: [u8; 16],
-    /// Int8 codes by slot, made on the first large exact scan and extended
+    /// Int8 codes by slot, made on the first large exact scan or int8 walk
+    /// (or by the indexer, for a space walked over codes) and extended
     /// by later ones (see [`VectorSpace::exact_top`]).
     codes: RwLock<Codes>,
     /// Recently scanned sets' codes, gathered (see `quant::ScanCache`).
@@ -316,25 +317,27 @@ impl VectorSpace {
     /// reads see one flat slice).
     pub fn remap(&mut self) -> Result<()> {
         if self.file.tail_rows() > 0 {
-            let walks_codes = self.precision.walks_codes(
-                self.internal_metric(),
-                u32::try_from(self.len()).unwrap_or(u32::MAX),
-            );
-            self.file.set_populate(!walks_codes);
+            self.file.set_populate(self.populates_rows());
             self.file.remap()?;
         }
         Ok(())
     }
 
+    /// Whether the vector file's rows are faulted in when mapped: unless
+    /// the graph is walked over codes (see [`VectorSpace::set_precision`]).
+    fn populates_rows(&self) -> bool {
+        !self.walks_codes(self.hnsw.read().len())
+    }
+
     /// Sets what the graph walk reads. A space walked in full precision
     /// keeps its vector file's rows resident (faulted in when mapped); one
     /// walked over codes reads its rows only to code them (by copy, not
-    /// through the mapping) and to re-rank `ef` rows per query: its rows
+    /// through the mapping) and to re-rank `max(ef, k)` rows per query: its rows
     /// stay on disk and in the kernel's page cache (clean pages it may
     /// drop), not in memory the process must keep.
     fn set_precision(&mut self, precision: GraphPrecision) {
         self.precision = precision;
-        let populate = !self.walks_codes(self.hnsw.read().len());
+        let populate = self.populates_rows();
         self.file.set_populate(populate);
         if populate {
             // Populating is a hint: if the new mapping fails, the old one
@@ -358,6 +361,11 @@ impl VectorSpace {
                     detail: e.to_string(),
                 })?;
             done += 1;
+        }
+        // A space walked over codes gets the new slots' codes here, in the
+        // background, rather than on its next query.
+        if done > 0 && self.walks_codes(self.hnsw.read().len()) {
+            drop(self.codes_upto_date());
         }
         Ok(done)
     }
@@ -485,13 +493,19 @@ impl VectorSpace {
         scratch: &mut SearchScratch,
         stats: &mut SearchStats,
     ) -> (Vec<(Idx, f32)>, u32) {
+        // The codes first, outside the graph's lock: making them may read
+        // the whole file, and the indexer must not wait behind that (nor
+        // every later query behind the waiting indexer). They cover every
+        // slot, so every slot the graph can hold.
+        let codes = (query.len() == self.dim && self.walks_codes(self.hnsw.read().len()))
+            .then(|| self.codes_upto_date());
         let g = self.hnsw.read();
         let indexed = g.len();
         let vecs = self.vectors();
         let map = &self.slot_to_idx;
         let pred = allow.map(|f| move |slot: u32| f(map[slot as usize]));
-        let res: Vec<Neighbor> = if self.walks_codes(indexed) && query.len() == self.dim {
-            let codes = self.codes_upto_date();
+        let codes = codes.filter(|c| c.len() >= indexed as usize);
+        let res: Vec<Neighbor> = if let Some(codes) = codes {
             let qc = QueryCode::new(query);
             let walk = ef.max(k);
             let found = g.search_scored(
