@@ -516,8 +516,9 @@ impl VectorFile {
 
     /// Whether later mappings fault the rows in (see
     /// [`VectorFile::open_with`]); takes effect at the next remap.
-    pub fn set_populate(&mut self, populate: bool) {
-        self.populate = populate;
+    /// Returns the previous setting.
+    pub fn set_populate(&mut self, populate: bool) -> bool {
+        std::mem::replace(&mut self.populate, populate)
     }
 
     /// Copies up to `max` rows from row `from` on into `out` (cleared

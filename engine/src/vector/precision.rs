@@ -10,7 +10,7 @@ use super::distance::Metric;
 pub const GRAPH_CODES_MIN: u32 = 8192;
 
 /// What a space's graph walk reads. Either way the `k` results carry
-/// full-precision distances: an int8 walk keeps its `ef` best candidates
+/// full-precision distances: an int8 walk keeps its `max(ef, k)` best candidates
 /// and re-ranks them from the full-precision vectors (memory-mapped, read
 /// only for those candidates). The graph itself is the same, built from
 /// the full-precision vectors, so the choice can change at any open.
@@ -38,9 +38,7 @@ impl GraphPrecision {
                 GraphPrecision::Int8 => true,
             }
     }
-}
 
-impl GraphPrecision {
     const ALL: [GraphPrecision; 3] = [
         GraphPrecision::Auto,
         GraphPrecision::F32,

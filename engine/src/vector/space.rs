@@ -338,8 +338,8 @@ impl VectorSpace {
     fn set_precision(&mut self, precision: GraphPrecision) {
         self.precision = precision;
         let populate = self.populates_rows();
-        self.file.set_populate(populate);
-        if populate {
+        let populated = self.file.set_populate(populate);
+        if populate && !populated {
             // Populating is a hint: if the new mapping fails, the old one
             // stays and shows the same rows (faulted in when read).
             let _ = self.file.remap();
