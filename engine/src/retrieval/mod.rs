@@ -402,7 +402,7 @@ impl Session {
         &self,
         st: &State,
         q: VectorQuery<'_>,
-        eligible: &RoaringBitmap,
+        el: &Eligibility,
         n: usize,
         cost: &mut Cost,
     ) -> Result<(RetrieverOutput, Option<VectorPlan>)> {
@@ -484,7 +484,10 @@ impl Session {
                 )
             }
         };
-        let in_space = eligible & &space.members;
+        let in_space = el
+            .space_shares
+            .get_or_make((space.uid, space.len()), || &el.bitmap & &space.members);
+        let in_space = &*in_space;
         let e = in_space.len();
         let size = space.len() as u64;
         let selectivity = if size == 0 {
@@ -513,12 +516,12 @@ impl Session {
         let (mut found, strategy, ef_used, unindexed) = match plan {
             plan::Plan::Exact { .. } => {
                 cost.records_scanned += e;
-                let r = space.exact_top(&query, &in_space, n, None, &mut stats);
+                let r = space.exact_top(&query, in_space, n, None, &mut stats);
                 (r, "exact", 0, 0)
             }
             plan::Plan::Prefiltered { keep, .. } => {
                 cost.records_scanned += e;
-                let r = space.exact_top(&query, &in_space, n, Some(keep), &mut stats);
+                let r = space.exact_top(&query, in_space, n, Some(keep), &mut stats);
                 (r, "prefiltered", 0, 0)
             }
             plan::Plan::Walk { ef, .. } => {

@@ -93,7 +93,7 @@ impl Session {
                             ef: *ef,
                             text,
                         },
-                        &el.bitmap,
+                        &el,
                         spec.top,
                         &mut cost,
                     )?;

@@ -155,8 +155,6 @@ pub struct QueryCode {
     shifted: Vec<u8>,
     /// The query's side data.
     pub meta: CodeMeta,
-    /// Sign bits of the codes (see [`sign_bits`]).
-    bits: Vec<u64>,
     vnni: bool,
 }
 
@@ -218,12 +216,10 @@ impl QueryCode {
         let mut codes = vec![0i8; q.len()];
         let meta = quantize(q, &mut codes);
         let shifted = codes.iter().map(|&c| c.cast_unsigned() ^ 0x80).collect();
-        let bits = sign_bits(&codes, q.len().div_ceil(64)).collect();
         QueryCode {
             codes,
             shifted,
             meta,
-            bits,
             vnni: x86::vnni_available(),
         }
     }
@@ -245,22 +241,34 @@ impl QueryCode {
     }
 
     /// [`QueryCode::dot`] with the codes at each of `positions` in a run
-    /// of `dim`-byte codes (`meta` by position), in order. One call for a
-    /// whole scan, so the kernel is inlined into its loop.
+    /// of `dim`-byte codes (`meta` by position), in order; every code of
+    /// the run, in order, for `None`. One call for a whole scan, so the
+    /// kernel is inlined into its loop.
     #[allow(unsafe_code)]
-    pub fn dots(&self, codes: &[i8], meta: &[CodeMeta], dim: usize, positions: &[u32]) -> Vec<i32> {
-        let mut out = Vec::with_capacity(positions.len());
+    pub fn dots(
+        &self,
+        codes: &[i8],
+        meta: &[CodeMeta],
+        dim: usize,
+        positions: Option<&[u32]>,
+    ) -> Vec<i32> {
+        if dim == 0 {
+            return Vec::new();
+        }
+        let count = positions.map_or(codes.len() / dim, <[u32]>::len);
+        let mut out = Vec::with_capacity(count);
+        let pos = |j: usize| positions.map_or(j, |p| p[j] as usize);
         #[cfg(target_arch = "x86_64")]
         if self.vnni && dim == self.shifted.len() {
             // SAFETY: as in `dot`: `vnni_available` detected the features.
             unsafe { x86::dots_u8_i8(&self.shifted, codes, dim, positions, &mut out) };
-            for (d, &p) in out.iter_mut().zip(positions) {
-                *d -= 128 * meta[p as usize].sum;
+            for (j, d) in out.iter_mut().enumerate() {
+                *d -= 128 * meta[pos(j)].sum;
             }
             return out;
         }
-        out.extend(positions.iter().map(|&p| {
-            let p = p as usize;
+        out.extend((0..count).map(|j| {
+            let p = pos(j);
             self.dot(&codes[p * dim..(p + 1) * dim], meta[p])
         }));
         out
@@ -274,15 +282,16 @@ mod x86 {
         _mm512_reduce_add_epi32, _mm512_setzero_si512,
     };
 
-    /// Prefetch hint for every cache line of `bytes`.
+    /// Prefetch hint for every cache line of `data`.
     #[inline]
     #[allow(unsafe_code)]
-    pub fn prefetch(bytes: &[i8]) {
+    pub fn prefetch<T>(data: &[T]) {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        for line in bytes.chunks(64) {
+        let start = data.as_ptr().cast::<i8>();
+        for offset in (0..std::mem::size_of_val(data)).step_by(64) {
             // SAFETY: a prefetch is a hint that never faults, and the
             // pointer is into a live slice; SSE is in the x86_64 baseline.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr()) };
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(offset)) };
         }
     }
 
@@ -336,15 +345,25 @@ mod x86 {
     }
 
     /// [`dot_u8_i8`] of `u` with the codes at each of `positions` of a
-    /// run of `dim`-byte codes, appended to `out`.
+    /// run of `dim`-byte codes (every code of the run for `None`),
+    /// appended to `out`.
     ///
     /// Callers must have checked [`vnni_available`].
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub fn dots_u8_i8(u: &[u8], codes: &[i8], dim: usize, positions: &[u32], out: &mut Vec<i32>) {
-        out.extend(positions.iter().map(|&p| {
-            let p = p as usize;
-            dot_u8_i8(u, &codes[p * dim..(p + 1) * dim])
-        }));
+    pub fn dots_u8_i8(
+        u: &[u8],
+        codes: &[i8],
+        dim: usize,
+        positions: Option<&[u32]>,
+        out: &mut Vec<i32>,
+    ) {
+        match positions {
+            Some(positions) => out.extend(positions.iter().map(|&p| {
+                let p = p as usize;
+                dot_u8_i8(u, &codes[p * dim..(p + 1) * dim])
+            })),
+            None => out.extend(codes.chunks_exact(dim).map(|x| dot_u8_i8(u, x))),
+        }
     }
 
     /// `sum(u[i] * x[i])`, unsigned by signed bytes: 64 products per
@@ -387,7 +406,16 @@ mod x86 {
     pub fn vnni_available() -> bool {
         false
     }
-    pub fn prefetch(_: &[i8]) {}
+    pub fn prefetch<T>(_: &[T]) {}
+}
+
+/// Asks the CPU to fetch every cache line of `data` into its caches (a
+/// hint: nothing happens where there is no prefetch instruction). For
+/// reads of scattered rows, issued for all of them before the first is
+/// read, so their misses overlap instead of following one another.
+#[inline]
+pub fn prefetch<T>(data: &[T]) {
+    x86::prefetch(data);
 }
 
 /// Integer inner product of two code vectors.
@@ -581,15 +609,7 @@ impl Gathered {
     /// ([`top_candidates`] of every item's bounds). Also returns how many
     /// items were estimated.
     pub fn scan_top(&self, q: &QueryCode, dim: usize, n: usize) -> (Vec<Bounded<u32>>, usize) {
-        (
-            self.bounded_top(
-                q,
-                dim,
-                n,
-                &(0..u32::try_from(self.items.len()).unwrap_or(u32::MAX)).collect::<Vec<_>>(),
-            ),
-            self.items.len(),
-        )
+        (self.bounded_top(q, dim, n, None), self.items.len())
     }
 
     /// Like [`Gathered::scan_top`], over only the `keep` items whose sign
@@ -605,10 +625,12 @@ impl Gathered {
         keep: usize,
     ) -> (Vec<Bounded<u32>>, usize) {
         let total = self.items.len();
-        if keep >= total || self.words == 0 || q.bits.len() != self.words {
+        if keep >= total || self.words == 0 || q.codes.len().div_ceil(64) != self.words {
             return self.scan_top(q, dim, n);
         }
-        let ham = hamming_all(&self.bits, &q.bits);
+        // the query's sign bits, made here: only this plan reads them
+        let q_bits: Vec<u64> = sign_bits(&q.codes, self.words).collect();
+        let ham = hamming_all(&self.bits, &q_bits);
         // the cut-off distance: the smallest c with at least `keep` items
         // at or below it; items at c are taken in position order
         let mut counts = vec![0usize; self.words * 64 + 1];
@@ -632,24 +654,24 @@ impl Gathered {
                 picked.push(i as u32);
             }
         }
-        (self.bounded_top(q, dim, n, &picked), total)
+        (self.bounded_top(q, dim, n, Some(&picked)), total)
     }
 
-    /// [`top_candidates`] over the items at `positions`, estimated in one
-    /// batch.
+    /// [`top_candidates`] over the items at `positions` (all of them for
+    /// `None`), estimated in one batch.
     fn bounded_top(
         &self,
         q: &QueryCode,
         dim: usize,
         n: usize,
-        positions: &[u32],
+        positions: Option<&[u32]>,
     ) -> Vec<Bounded<u32>> {
         if dim == 0 {
             return Vec::new();
         }
         let dots = q.dots(&self.codes, &self.meta, dim, positions);
-        let bounded = positions.iter().zip(dots).map(|(&i, d)| {
-            let i = i as usize;
+        let bounded = dots.into_iter().enumerate().map(|(j, d)| {
+            let i = positions.map_or(j, |p| p[j] as usize);
             let (est, err) = estimate(q.meta, self.meta[i], d, dim);
             Bounded {
                 item: self.items[i],
@@ -727,20 +749,57 @@ pub struct Bounded<T> {
 /// Keeps the candidates that may be among the `n` most similar: those whose
 /// upper bound reaches the n-th largest lower bound, in the order given.
 ///
-/// Linear: the n-th largest lower bound is found by selection, not by
-/// sorting or a heap.
+/// One pass: the n largest lower bounds seen so far are kept in a min-heap,
+/// whose least is a threshold that only rises. An item whose upper bound
+/// is below it when the item is seen is below the final one too, so it is
+/// dropped at once; the few kept are checked against the final threshold.
 pub fn top_candidates<T>(all: impl Iterator<Item = Bounded<T>>, n: usize) -> Vec<Bounded<T>> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
     if n == 0 {
         return Vec::new();
     }
-    let mut kept: Vec<Bounded<T>> = all.collect();
-    if kept.len() <= n {
-        return kept;
+    let mut lowers: BinaryHeap<Reverse<TotalF32>> = BinaryHeap::with_capacity(n);
+    let mut kept = Vec::new();
+    for b in all {
+        let full = lowers.len() == n;
+        if !full {
+            lowers.push(Reverse(TotalF32(b.lower)));
+        } else if let Some(mut least) = lowers.peek_mut() {
+            if b.lower.total_cmp(&least.0.0).is_gt() {
+                *least = Reverse(TotalF32(b.lower));
+            }
+        }
+        if lowers.len() < n || lowers.peek().is_some_and(|t| b.upper >= t.0.0) {
+            kept.push(b);
+        }
     }
-    let mut lowers: Vec<f32> = kept.iter().map(|b| b.lower).collect();
-    let (_, &mut t, _) = lowers.select_nth_unstable_by(n - 1, |a, b| b.total_cmp(a));
-    kept.retain(|b| b.upper >= t);
+    if let (true, Some(t)) = (lowers.len() == n, lowers.peek()) {
+        let t = t.0.0;
+        kept.retain(|b| b.upper >= t);
+    }
     kept
+}
+
+/// An `f32` ordered by [`f32::total_cmp`].
+#[derive(Clone, Copy, Debug)]
+struct TotalF32(f32);
+
+impl PartialEq for TotalF32 {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.total_cmp(&other.0).is_eq()
+    }
+}
+impl Eq for TotalF32 {}
+impl PartialOrd for TotalF32 {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for TotalF32 {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
 }
 
 #[cfg(test)]
@@ -894,6 +953,33 @@ mod tests {
             let (est, err) = estimate(qm, xm, dot_i8(&qc, &xc), dim);
             let exact = -distance(Metric::Dot, &q, &x);
             prop_assert!((est - exact).abs() <= err, "est {est} exact {exact} err {err}");
+        }
+
+        /// The one-pass selection keeps exactly the items whose upper bound
+        /// reaches the n-th largest lower bound (found here by sorting), in
+        /// the order given; few distinct values make ties common.
+        #[test]
+        fn candidates_are_those_reaching_the_nth_lower_bound(
+            bounds in prop::collection::vec((0u8..12, 0u8..6), 0..80),
+            n in 1usize..20,
+        ) {
+            let all: Vec<Bounded<usize>> = bounds
+                .iter()
+                .enumerate()
+                .map(|(i, &(l, w))| Bounded {
+                    item: i,
+                    lower: f32::from(l) - 6.0,
+                    upper: f32::from(l) - 6.0 + f32::from(w),
+                })
+                .collect();
+            let mut lowers: Vec<f32> = all.iter().map(|b| b.lower).collect();
+            lowers.sort_by(|a, b| b.total_cmp(a));
+            let want: Vec<usize> = match lowers.get(n - 1) {
+                Some(&t) => all.iter().filter(|b| b.upper >= t).map(|b| b.item).collect(),
+                None => all.iter().map(|b| b.item).collect(),
+            };
+            let got: Vec<usize> = top_candidates(all.into_iter(), n).into_iter().map(|b| b.item).collect();
+            prop_assert_eq!(got, want);
         }
 
         /// Pruning by the bounds keeps the exact top n, ties included.

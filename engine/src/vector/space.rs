@@ -32,11 +32,12 @@ use rustc_hash::FxHashMap;
 
 use super::distance::{Metric, distance};
 use super::hnsw::{Exact, Hnsw, HnswParams, Neighbor, SearchScratch, SearchStats, Vectors};
-use super::quant::{CodeScorer, Codes, Gathered, QueryCode, ScanCache};
+use super::quant::{CodeScorer, Codes, QueryCode, ScanCache};
 use crate::error::{EngineError, Result};
 use crate::id::RecordId;
 
 mod header;
+mod scan;
 use header::{SpaceHeader, decode_header, encode_header};
 
 use super::precision::GraphPrecision;
@@ -123,6 +124,16 @@ pub struct VectorSpace {
     scans: parking_lot::Mutex<ScanCache>,
     /// What the graph walk reads (set by [`VectorSpaces`]).
     precision: GraphPrecision,
+    /// This space object's identity, unique in the process: with
+    /// [`VectorSpace::len`] it names the space's members exactly (they
+    /// only grow, one per slot), for memos kept outside the space.
+    pub uid: u64,
+}
+
+/// A new space object's [`VectorSpace::uid`].
+fn next_uid() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl std::fmt::Debug for VectorSpace {
@@ -254,6 +265,7 @@ impl VectorSpace {
             codes: RwLock::new(Codes::new(dim)),
             scans: parking_lot::Mutex::default(),
             precision: GraphPrecision::default(),
+            uid: next_uid(),
         })
     }
 
@@ -368,114 +380,6 @@ impl VectorSpace {
             drop(self.codes_upto_date());
         }
         Ok(done)
-    }
-
-    /// Exact distances from `query` to the given records (which must be members).
-    pub fn exact(
-        &self,
-        query: &[f32],
-        idxs: impl Iterator<Item = Idx>,
-        stats: &mut SearchStats,
-    ) -> Vec<(Idx, f32)> {
-        let m = self.internal_metric();
-        let (mapped, tail) = self.file.flat();
-        let mapped_rows = mapped.len() / self.dim;
-        let d = self.dim;
-        let mut out = Vec::with_capacity(idxs.size_hint().0);
-        for idx in idxs {
-            let Some(slot) = self.slot_of(idx) else {
-                continue;
-            };
-            let s = slot as usize;
-            let v = if s < mapped_rows {
-                &mapped[s * d..(s + 1) * d]
-            } else {
-                let t = s - mapped_rows;
-                &tail[t * d..(t + 1) * d]
-            };
-            stats.distance_computations += 1;
-            out.push((idx, distance(m, query, v)));
-        }
-        out
-    }
-
-    /// The `n` nearest of the given records (which must be members), exact:
-    /// the same records and distances as [`VectorSpace::exact`] followed by
-    /// a top-n selection, ties included.
-    ///
-    /// From [`QUANTIZED_SCAN_MIN`] records up (inner-product spaces), it
-    /// reads the int8 codes (a quarter of the bytes), bounds every
-    /// record's similarity, and computes full-precision distances only for
-    /// the records that may be among the `n` best (see `quant`). Both
-    /// estimates and re-ranked distances count as distance computations.
-    ///
-    /// With `prefilter: Some(keep)` (an approximate plan), only the `keep`
-    /// records whose codes' sign bits are nearest the query's (Hamming
-    /// distance) are estimated and re-ranked: every record costs one bit
-    /// per dimension instead of a byte.
-    pub fn exact_top(
-        &self,
-        query: &[f32],
-        idxs: &RoaringBitmap,
-        n: usize,
-        prefilter: Option<usize>,
-        stats: &mut SearchStats,
-    ) -> Vec<(Idx, f32)> {
-        if idxs.len() < QUANTIZED_SCAN_MIN || self.internal_metric() != Metric::Dot {
-            return self.exact(query, idxs.iter(), stats);
-        }
-        let qc = QueryCode::new(query);
-        let cached = self.scans.lock().get(idxs);
-        let gathered = match cached {
-            Some(g) => g,
-            None => {
-                let codes = self.codes_upto_date();
-                let slots: Vec<(u32, Idx)> = idxs
-                    .iter()
-                    .filter_map(|idx| self.slot_of(idx).map(|s| (s, idx)))
-                    .collect();
-                let g = Arc::new(Gathered::new(idxs, &slots, &codes));
-                drop(codes);
-                self.scans.lock().put(g.clone());
-                g
-            }
-        };
-        let (kept, estimated) = match prefilter {
-            Some(keep) => gathered.scan_prefiltered(&qc, self.dim, n, keep),
-            None => gathered.scan_top(&qc, self.dim, n),
-        };
-        stats.distance_computations += estimated as u64;
-        self.exact(query, kept.into_iter().map(|b| b.item), stats)
-    }
-
-    /// The codes, extended to every slot first if some are missing.
-    fn codes_upto_date(&self) -> parking_lot::RwLockReadGuard<'_, Codes> {
-        {
-            let c = self.codes.read();
-            if c.len() >= self.len() {
-                return c;
-            }
-        }
-        let mut w = self.codes.write();
-        // Rows are copied in chunks rather than read through the mapping,
-        // which would make every page of the file resident; the mapping is
-        // the fallback if a read fails (same rows).
-        let mut rows = Vec::new();
-        while w.len() < self.len() {
-            match self.file.read_rows(w.len(), CODE_CHUNK_ROWS, &mut rows) {
-                Ok(n) if n > 0 => w.extend_rows(&rows),
-                _ => {
-                    w.extend(&self.vectors());
-                    break;
-                }
-            }
-        }
-        parking_lot::RwLockWriteGuard::downgrade(w)
-    }
-
-    /// Bytes of int8 codes held, by slot and gathered.
-    pub fn code_bytes(&self) -> usize {
-        self.codes.read().bytes() + self.scans.lock().bytes()
     }
 
     /// Graph search restricted by `allow` (a record-index predicate).
@@ -777,6 +681,7 @@ impl VectorSpaces {
                     codes: RwLock::new(Codes::new(h.dim)),
                     scans: parking_lot::Mutex::default(),
                     precision: GraphPrecision::default(),
+                    uid: next_uid(),
                 }
             }
             None => VectorSpace::create(
@@ -901,6 +806,7 @@ impl VectorSpaces {
                     codes: RwLock::new(Codes::new(h.dim)),
                     scans: parking_lot::Mutex::default(),
                     precision: GraphPrecision::default(),
+                    uid: next_uid(),
                 },
             ));
         }
