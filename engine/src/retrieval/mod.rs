@@ -479,7 +479,7 @@ impl Session {
                 };
                 (
                     space,
-                    space.prepare_query(&emb.embed(t)),
+                    std::borrow::Cow::Owned(space.prepare_query(&emb.embed(t)).into_owned()),
                     emb.model_id().to_string(),
                 )
             }

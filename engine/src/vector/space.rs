@@ -444,8 +444,12 @@ impl VectorSpace {
     }
 
     /// The metric used for query vectors (cosine queries are normalised).
-    pub fn prepare_query(&self, q: &[f32]) -> Vec<f32> {
-        normalized(self.metric, q)
+    pub fn prepare_query<'a>(&self, q: &'a [f32]) -> std::borrow::Cow<'a, [f32]> {
+        if self.metric == Metric::Cosine {
+            std::borrow::Cow::Owned(normalized(self.metric, q))
+        } else {
+            std::borrow::Cow::Borrowed(q)
+        }
     }
 
     /// Graph bytes (excluding vectors).
