@@ -409,15 +409,6 @@ mod x86 {
     pub fn prefetch<T>(_: &[T]) {}
 }
 
-/// Asks the CPU to fetch every cache line of `data` into its caches (a
-/// hint: nothing happens where there is no prefetch instruction). For
-/// reads of scattered rows, issued for all of them before the first is
-/// read, so their misses overlap instead of following one another.
-#[inline]
-pub fn prefetch<T>(data: &[T]) {
-    x86::prefetch(data);
-}
-
 /// Integer inner product of two code vectors.
 #[inline]
 #[allow(clippy::cast_possible_truncation)] // an integer sum below 2^31, exact in f64

@@ -8,14 +8,10 @@ use roaring::RoaringBitmap;
 use super::{CODE_CHUNK_ROWS, Idx, QUANTIZED_SCAN_MIN, VectorSpace};
 use crate::vector::distance::{Metric, distance};
 use crate::vector::hnsw::{SearchStats, Vectors};
-use crate::vector::quant::{Codes, Gathered, PREFETCH_AHEAD, QueryCode, prefetch};
+use crate::vector::quant::{Codes, Gathered, QueryCode};
 
 impl VectorSpace {
     /// Exact distances from `query` to the given records (which must be members).
-    ///
-    /// The rows are found first and fetched [`PREFETCH_AHEAD`] ahead of
-    /// the one being scored: scattered rows defeat the hardware
-    /// prefetcher, and their misses then overlap instead of queuing.
     pub fn exact(
         &self,
         query: &[f32],
@@ -24,19 +20,12 @@ impl VectorSpace {
     ) -> Vec<(Idx, f32)> {
         let m = self.internal_metric();
         let vectors = self.vectors();
-        let rows: Vec<(Idx, &[f32])> = idxs
-            .filter_map(|idx| self.slot_of(idx).map(|s| (idx, vectors.get(s))))
-            .collect();
-        for (_, row) in rows.iter().take(PREFETCH_AHEAD) {
-            prefetch(row);
-        }
-        stats.distance_computations += rows.len() as u64;
-        let mut out = Vec::with_capacity(rows.len());
-        for (k, &(idx, row)) in rows.iter().enumerate() {
-            if let Some((_, ahead)) = rows.get(k + PREFETCH_AHEAD) {
-                prefetch(ahead);
+        let mut out = Vec::with_capacity(idxs.size_hint().0);
+        for idx in idxs {
+            if let Some(slot) = self.slot_of(idx) {
+                stats.distance_computations += 1;
+                out.push((idx, distance(m, query, vectors.get(slot))));
             }
-            out.push((idx, distance(m, query, row)));
         }
         out
     }
