@@ -140,7 +140,8 @@ pub struct Eligibility {
 /// [`Eligibility`] (`bitmap & members`), made on the first search of the
 /// space and kept with the cached result. Keyed by the space's
 /// identity and size (`VectorSpace::uid`, `VectorSpace::len`): a space's
-/// members only grow, one per slot, so the key names them exactly.
+/// members are exactly the records of its slot list, which only grows,
+/// so the key names them exactly.
 ///
 /// Why: at 200,000 vectors, intersecting 200 eligible records with the
 /// space's members cost a sixth of a recall, more than fusing its hits.
@@ -150,7 +151,8 @@ pub struct SpaceShares(parking_lot::Mutex<Vec<(ShareKey, std::sync::Arc<RoaringB
 /// A space's identity and size (see [`SpaceShares`]).
 pub type ShareKey = (u64, usize);
 
-/// Spaces whose share one result keeps (a tenant has few spaces).
+/// Spaces whose share one result keeps (a tenant has few spaces); the
+/// oldest made goes first.
 const SPACE_SHARES_MAX: usize = 4;
 
 impl Clone for SpaceShares {
@@ -172,12 +174,12 @@ impl SpaceShares {
         }
         let b = std::sync::Arc::new(make());
         let mut kept = self.0.lock();
-        if !kept.iter().any(|(k, _)| *k == key) {
-            if kept.len() == SPACE_SHARES_MAX {
-                kept.remove(0);
-            }
-            kept.push((key, b.clone()));
+        // a space's older share (fewer slots) is replaced, not kept beside
+        kept.retain(|(k, _)| k.0 != key.0);
+        if kept.len() == SPACE_SHARES_MAX {
+            kept.remove(0);
         }
+        kept.push((key, b.clone()));
         b
     }
 }
@@ -932,7 +934,7 @@ mod tests {
     }
 
     #[test]
-    fn space_shares_keep_the_most_recent_few() {
+    fn space_shares_keep_the_last_few_made_and_one_per_space() {
         let shares = SpaceShares::default();
         for uid in 0..10u64 {
             shares.get_or_make((uid, 1), || RoaringBitmap::from_iter([1]));
@@ -946,5 +948,10 @@ mod tests {
                 .iter()
                 .all(|((uid, _), _)| *uid >= oldest_kept)
         );
+        // a grown space's share replaces its old one
+        shares.get_or_make((9, 2), || RoaringBitmap::from_iter([2]));
+        let kept = shares.0.lock();
+        assert_eq!(kept.iter().filter(|((uid, _), _)| *uid == 9).count(), 1);
+        assert_eq!(kept.len(), SPACE_SHARES_MAX);
     }
 }

@@ -479,7 +479,7 @@ impl Session {
                 };
                 (
                     space,
-                    std::borrow::Cow::Owned(space.prepare_query(&emb.embed(t)).into_owned()),
+                    std::borrow::Cow::Owned(space.prepare_owned(emb.embed(t))),
                     emb.model_id().to_string(),
                 )
             }

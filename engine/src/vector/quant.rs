@@ -243,7 +243,7 @@ impl QueryCode {
     /// [`QueryCode::dot`] with the codes at each of `positions` in a run
     /// of `dim`-byte codes (`meta` by position), in order; every code of
     /// the run, in order, for `None`. One call for a whole scan, so the
-    /// kernel is inlined into its loop.
+    /// kernel is inlined into its loop. Empty when `dim` is 0.
     #[allow(unsafe_code)]
     pub fn dots(
         &self,
@@ -282,16 +282,15 @@ mod x86 {
         _mm512_reduce_add_epi32, _mm512_setzero_si512,
     };
 
-    /// Prefetch hint for every cache line of `data`.
+    /// Prefetch hint for every cache line of `bytes`.
     #[inline]
     #[allow(unsafe_code)]
-    pub fn prefetch<T>(data: &[T]) {
+    pub fn prefetch(bytes: &[i8]) {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let start = data.as_ptr().cast::<i8>();
-        for offset in (0..std::mem::size_of_val(data)).step_by(64) {
+        for line in bytes.chunks(64) {
             // SAFETY: a prefetch is a hint that never faults, and the
             // pointer is into a live slice; SSE is in the x86_64 baseline.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(offset)) };
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr()) };
         }
     }
 
@@ -406,7 +405,7 @@ mod x86 {
     pub fn vnni_available() -> bool {
         false
     }
-    pub fn prefetch<T>(_: &[T]) {}
+    pub fn prefetch(_: &[i8]) {}
 }
 
 /// Integer inner product of two code vectors.
@@ -438,7 +437,14 @@ pub fn estimate(q: CodeMeta, x: CodeMeta, dot: i32, dim: usize) -> (f32, f32) {
     let err = s * (0.5 * (q.l1 as f32 + x.l1 as f32) + 0.25 * dim as f32);
     // |q| |x| <= sq sx 127^2 d bounds the kernel's own rounding.
     let margin = err * 1e-3 + s * Q * Q * dim as f32 * 1e-5;
-    (est, err + margin)
+    let err = err + margin;
+    if !(est.is_finite() && err.is_finite()) {
+        // Components near f32's limits overflow the scales' product: no
+        // bound, so the vector is always re-scored in full precision
+        // (a NaN bound would order below every number and prune others).
+        return (0.0, f32::INFINITY);
+    }
+    (est, err)
 }
 
 /// Int8 codes of a space's vectors, by slot.
@@ -802,6 +808,35 @@ mod tests {
     fn unit(v: Vec<f32>) -> Vec<f32> {
         let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
         v.into_iter().map(|x| x / n).collect()
+    }
+
+    #[test]
+    fn bounds_that_overflow_keep_the_vector_for_rescoring() {
+        // steps whose product overflows f32: no finite bound exists
+        let big = CodeMeta {
+            step: 3e21,
+            l1: 127 * 4,
+            sum: 0,
+        };
+        let (est, err) = estimate(big, big, 127 * 127 * 4, 4);
+        assert!(est.is_finite() && err == f32::INFINITY, "{est} {err}");
+        let all = vec![
+            Bounded {
+                item: 0,
+                lower: est - err,
+                upper: est + err,
+            },
+            Bounded {
+                item: 1,
+                lower: 1.0,
+                upper: 2.0,
+            },
+        ];
+        let kept: Vec<usize> = top_candidates(all.into_iter(), 1)
+            .into_iter()
+            .map(|b| b.item)
+            .collect();
+        assert_eq!(kept, vec![0, 1], "the unbounded vector is re-scored");
     }
 
     #[test]

@@ -102,14 +102,14 @@ pub struct VectorSpace {
     dir: PathBuf,
     file: VectorFile,
     /// slot -> record index.
-    pub slot_to_idx: Vec<Idx>,
+    pub(crate) slot_to_idx: Vec<Idx>,
     /// record index -> slot. A map, not a vector indexed by record: a
     /// space holds one tenant's share of the records, and a dense vector
     /// per space sized to the store's record count cost 2 GiB over 1,000
     /// tenants at a million records.
     idx_to_slot: FxHashMap<Idx, u32>,
     /// Records with a vector here.
-    pub members: RoaringBitmap,
+    pub(crate) members: RoaringBitmap,
     /// The graph (its own lock: the indexer inserts while readers search).
     pub hnsw: Arc<RwLock<Hnsw>>,
     /// Rows known durable (written before the last snapshot).
@@ -125,9 +125,10 @@ pub struct VectorSpace {
     /// What the graph walk reads (set by [`VectorSpaces`]).
     precision: GraphPrecision,
     /// This space object's identity, unique in the process: with
-    /// [`VectorSpace::len`] it names the space's members exactly (they
-    /// only grow, one per slot), for memos kept outside the space.
-    pub uid: u64,
+    /// [`VectorSpace::len`] it names the space's members exactly (they are
+    /// the records of `slot_to_idx`, which only grows), for memos kept
+    /// outside the space.
+    pub(crate) uid: u64,
 }
 
 /// A new space object's [`VectorSpace::uid`].
@@ -441,6 +442,16 @@ impl VectorSpace {
     /// Whether a graph of `indexed` vectors is walked over int8 codes.
     pub fn walks_codes(&self, indexed: u32) -> bool {
         self.precision.walks_codes(self.internal_metric(), indexed)
+    }
+
+    /// A query vector made here (by the embedder), normalised for a
+    /// cosine space and otherwise returned as it is, without a copy.
+    pub fn prepare_owned(&self, q: Vec<f32>) -> Vec<f32> {
+        if self.metric == Metric::Cosine {
+            normalized(self.metric, &q)
+        } else {
+            q
+        }
     }
 
     /// The metric used for query vectors (cosine queries are normalised).
