@@ -454,7 +454,8 @@ impl VectorSpace {
         }
     }
 
-    /// The metric used for query vectors (cosine queries are normalised).
+    /// A request's query vector as the space compares it: normalised for a
+    /// cosine space, otherwise borrowed as it is (no copy).
     pub fn prepare_query<'a>(&self, q: &'a [f32]) -> std::borrow::Cow<'a, [f32]> {
         if self.metric == Metric::Cosine {
             std::borrow::Cow::Owned(normalized(self.metric, q))
