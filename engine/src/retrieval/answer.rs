@@ -122,6 +122,11 @@ impl<T> Few<T> {
     pub const fn new() -> Self {
         Few(FewRepr::Many(Vec::new()))
     }
+
+    /// A list of one, held inline.
+    pub const fn one(x: T) -> Self {
+        Few(FewRepr::One(x))
+    }
 }
 
 impl<T> Default for Few<T> {

@@ -325,7 +325,7 @@ impl FilterExpr {
     /// The expression of the classic filters: fields AND-ed, values of one
     /// field OR-ed, `include_historical` adding the historical class.
     pub fn from_filters(f: &Filters, include_historical: bool) -> FilterExpr {
-        let f = f.normalized();
+        let mut f = f.normalized();
         let mut terms = Vec::new();
         if include_historical {
             terms.push(FilterExpr::StatusIn {
@@ -333,22 +333,22 @@ impl FilterExpr {
             });
         }
         for (field, values) in [
-            (NameField::User, &f.users),
-            (NameField::Conversation, &f.conversations),
-            (NameField::Agent, &f.agents),
-            (NameField::ScopeLabel, &f.scope_labels),
-            (NameField::Kind, &f.kinds),
+            (NameField::User, &mut f.users),
+            (NameField::Conversation, &mut f.conversations),
+            (NameField::Agent, &mut f.agents),
+            (NameField::ScopeLabel, &mut f.scope_labels),
+            (NameField::Kind, &mut f.kinds),
         ] {
             if !values.is_empty() {
                 terms.push(FilterExpr::In {
                     field,
-                    values: values.clone(),
+                    values: std::mem::take(values),
                 });
             }
         }
         if !f.record_types.is_empty() {
             terms.push(FilterExpr::RecordIn {
-                types: f.record_types.clone(),
+                types: std::mem::take(&mut f.record_types),
             });
         }
         if let Some(t) = f.occurred_after {

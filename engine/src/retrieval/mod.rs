@@ -287,11 +287,13 @@ fn top_k(mut v: Vec<(Idx, f32)>, k: usize, st: &State) -> Vec<(Idx, f32)> {
         a.1.total_cmp(&b.1)
             .then_with(|| st.meta(a.0).id.cmp(&st.meta(b.0).id))
     };
-    if v.len() > k && k > 0 {
+    // A few dozen are sorted outright: a selection first costs more there.
+    if v.len() > k && k > 0 && v.len() > 4 * k {
         v.select_nth_unstable_by(k - 1, cmp);
         v.truncate(k);
     }
-    v.sort_by(cmp);
+    // (the order is total: ids are unique)
+    v.sort_unstable_by(cmp);
     v.truncate(k);
     v
 }

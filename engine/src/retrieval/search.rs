@@ -214,7 +214,12 @@ impl Session {
                 (m.external_id.as_deref().map(str::to_string), None)
             };
             cost.bytes_returned += text.as_ref().map_or(0, |t| t.len() as u64);
-            let (sources, derivatives) = self.attach(&st, idx, req.attach, &held)?;
+            let (sources, derivatives) = if req.attach == Attach::default() {
+                (Vec::new(), Vec::new())
+            } else {
+                self.attach(&st, idx, req.attach, &held)?
+            };
+            let historical = el.historical.contains(idx);
             hits.push(Hit {
                 rank: i + 1,
                 id: m.id,
@@ -222,13 +227,13 @@ impl Session {
                 score: f.score,
                 record: m.rtype.name(),
                 kind: st.strings.name(m.kind).to_string(),
-                status: if el.historical.contains(idx) {
+                status: if historical {
                     "historical"
                 } else {
                     m.status.name()
                 },
                 occurred_at: crate::time::Rfc3339(m.occurred_at),
-                historical: el.historical.contains(idx),
+                historical,
                 text,
                 found_by: f
                     .contributions
@@ -499,6 +504,15 @@ fn listing(
 /// retrievers is dropped when a content retriever ran: recency re-orders
 /// evidence, it is not evidence.
 fn fuse(specs: &[RetrieverSpec], outputs: &[RetrieverOutput], fusion: Fusion) -> Vec<FusionInput> {
+    fuse_single(specs, outputs, fusion).unwrap_or_else(|| fuse_grouped(specs, outputs, fusion))
+}
+
+/// [`fuse`] in general: contributions grouped by record.
+fn fuse_grouped(
+    specs: &[RetrieverSpec],
+    outputs: &[RetrieverOutput],
+    fusion: Fusion,
+) -> Vec<FusionInput> {
     // (record, retriever index, rank, contribution), in retriever order.
     let total = outputs.iter().map(|o| o.candidates.len()).sum();
     let mut all: Vec<(RecordId, usize, usize, f64)> = Vec::with_capacity(total);
@@ -552,6 +566,56 @@ fn fuse(specs: &[RetrieverSpec], outputs: &[RetrieverOutput], fusion: Fusion) ->
     // (stable: one retriever's candidates arrive in order, a single run)
     out.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
     out
+}
+
+/// [`fuse`] when exactly one retriever proposed candidates and it is a
+/// content retriever, or no content retriever ran: every record is alone,
+/// so the fused list is that retriever's candidates with their terms, made
+/// without grouping (None otherwise). The same ranking as the general path
+/// (`fuse_single_is_fuse` below holds them equal).
+fn fuse_single(
+    specs: &[RetrieverSpec],
+    outputs: &[RetrieverOutput],
+    fusion: Fusion,
+) -> Option<Vec<FusionInput>> {
+    let mut proposing = outputs
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| !o.candidates.is_empty());
+    let (ri, r) = proposing.next()?;
+    if proposing.next().is_some() {
+        return None;
+    }
+    let content_ran = specs
+        .iter()
+        .any(|s| s.params.kind() != RetrieverKind::Recent);
+    if content_ran && specs[ri].params.kind() == RetrieverKind::Recent {
+        return None;
+    }
+    let w = specs[ri].weight;
+    let normed = match fusion {
+        Fusion::Rrf { .. } => Vec::new(),
+        Fusion::Linear { norm } => normalize_scores(&r.candidates, norm),
+    };
+    let mut out: Vec<FusionInput> = r
+        .candidates
+        .iter()
+        .enumerate()
+        .map(|(ci, c)| {
+            let term = match fusion {
+                Fusion::Rrf { k } => w / (k + c.rank as f64),
+                Fusion::Linear { .. } => w * normed[ci],
+            };
+            FusionInput {
+                id: c.id,
+                contributions: super::Few::one((r.retriever.clone(), c.rank, term)),
+                // the general path's sum over one contribution
+                score: 0.0 + term,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
+    Some(out)
 }
 
 /// A retriever's own scores normalised over its candidates.
@@ -649,5 +713,80 @@ pub fn implicit_expansion(
             direction: Direction::Both,
             max_nodes: EXPAND_NODES_MAX,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn spec(name: &str, weight: f64, recent: bool) -> RetrieverSpec {
+        RetrieverSpec {
+            name: name.into(),
+            top: 10,
+            weight,
+            params: if recent {
+                RetrieverParams::Recent
+            } else {
+                RetrieverParams::Match { text: None }
+            },
+        }
+    }
+
+    fn output(name: &str, scores: &[f64]) -> RetrieverOutput {
+        RetrieverOutput {
+            retriever: name.into(),
+            ..RetrieverOutput::ran(
+                scores
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &score)| Candidate {
+                        // ids out of rank order, some scores tied
+                        id: RecordId(((i * 7919) % 101) as u128),
+                        rank: i + 1,
+                        score,
+                        idx: i as Idx,
+                    })
+                    .collect(),
+            )
+        }
+    }
+
+    proptest! {
+        /// The one-retriever shortcut ranks exactly as the grouping path:
+        /// same records, contributions and scores, in the same order.
+        #[test]
+        fn fuse_single_is_fuse(
+            scores in prop::collection::vec(prop::sample::select(vec![0.0, 0.5, 1.0, 2.0, -1.0]), 0..40),
+            weight in prop::sample::select(vec![0.0, 0.3, 1.0]),
+            fusion in prop::sample::select(vec![
+                Fusion::Rrf { k: RRF_K },
+                Fusion::Linear { norm: Norm::MinMax },
+                Fusion::Linear { norm: Norm::ZScore },
+            ]),
+            // which of three retrievers proposed, and whether it is recency
+            who in 0usize..3,
+            recent in any::<bool>(),
+            others_recent in any::<bool>(),
+        ) {
+            let specs: Vec<RetrieverSpec> = (0..3)
+                .map(|i| spec(&format!("r{i}"), weight, if i == who { recent } else { others_recent }))
+                .collect();
+            let outputs: Vec<RetrieverOutput> = (0..3)
+                .map(|i| output(&format!("r{i}"), if i == who { &scores } else { &[] }))
+                .collect();
+            let grouped = fuse_grouped(&specs, &outputs, fusion);
+            match fuse_single(&specs, &outputs, fusion) {
+                Some(single) => prop_assert_eq!(single, grouped),
+                // declined only when it must: no candidates, or recency
+                // alone proposed while a content retriever ran
+                None => prop_assert!(
+                    scores.is_empty() || (recent && !others_recent),
+                    "the shortcut declined a case it covers"
+                ),
+            }
+        }
     }
 }
