@@ -83,9 +83,9 @@
 pub use engram_engine::{
     AppendOutcome, AppendResult, AssertionKind, Body, Clock, Derivation, Embedder, Embedding,
     EngineError, Engram, Filters, GraphPrecision, HashEmbedder, Hit, ListFilter, Manifest,
-    ManualClock, Mode, NewRecord, OpenReport, Options, Principal, RecallRequest, RecallResponse,
-    Record, RecordId, RecordRef, RecordType, Result, Scope, Session, Status, SystemClock, Writer,
-    WriterKind,
+    ManualClock, Mode, NewRecord, OpenReport, Options, PlanChoice, Principal, RecallRequest,
+    RecallResponse, Record, RecordId, RecordRef, RecordType, Result, Scope, Session, Status,
+    SystemClock, Writer, WriterKind,
 };
 
 /// Store statistics and verification reports.

@@ -52,6 +52,7 @@ pub use model::{
     Status, Writer, WriterKind,
 };
 pub use principal::Principal;
+pub use retrieval::plan::PlanChoice;
 pub use retrieval::{Filters, Hit, Manifest, Mode, RecallRequest, RecallResponse};
 pub use time::{Clock, ManualClock, SystemClock};
 pub use vector::precision::GraphPrecision;

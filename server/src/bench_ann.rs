@@ -25,7 +25,8 @@ use clap::Args;
 use engram_engine::retrieval::{Filters, Mode, RecallRequest};
 use engram_engine::vector::hnsw::HnswParams;
 use engram_engine::{
-    Engram, GraphPrecision, NewRecord, Options, Principal, RecordId, RecordRef, Scope, Session,
+    Engram, GraphPrecision, NewRecord, Options, PlanChoice, Principal, RecordId, RecordRef, Scope,
+    Session,
 };
 use serde::Serialize;
 
@@ -72,6 +73,12 @@ pub struct AnnArgs {
     /// precision). The graph is the same, so a kept store serves all three.
     #[arg(long, default_value = "auto")]
     pub graph: GraphPrecision,
+    /// The vector plan: `auto` (the planner's choice by estimated cost),
+    /// or `exact`, `prefiltered` or `walk` forced, to measure the plans
+    /// against each other on the same store (the report names the plan
+    /// each filter ran).
+    #[arg(long, default_value = "auto")]
+    pub plan: PlanChoice,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
@@ -523,6 +530,7 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
             ..HnswParams::default()
         },
         graph_precision: a.graph,
+        vector_plan: a.plan,
         ..Options::default()
     };
     let db = Engram::open(&store_dir, opts)?;

@@ -97,6 +97,12 @@ pub struct Options {
     /// re-ranked in full precision (default: chosen per space, see
     /// [`GraphPrecision`]).
     pub graph_precision: GraphPrecision,
+    /// Which plan vector retrievals use (default: the planner's choice by
+    /// estimated cost). Forcing one is for benchmarks that measure the
+    /// plans against each other (`engram bench ann --plan`): results stay
+    /// correct and eligible either way, only their cost and (for the walk
+    /// and the prefilter) their recall change.
+    pub vector_plan: crate::retrieval::plan::PlanChoice,
     /// Index vectors on a background thread (off the write path). When false,
     /// pending vectors are only indexed by [`Engram::wait_indexed`].
     pub background_indexing: bool,
@@ -133,6 +139,7 @@ impl std::fmt::Debug for Options {
             .field("hnsw", &self.hnsw)
             .field("metric", &self.metric)
             .field("graph_precision", &self.graph_precision)
+            .field("vector_plan", &self.vector_plan)
             .finish()
     }
 }
@@ -147,6 +154,7 @@ impl Default for Options {
             hnsw: HnswParams::default(),
             metric: Metric::Cosine,
             graph_precision: GraphPrecision::Auto,
+            vector_plan: crate::retrieval::plan::PlanChoice::Auto,
             background_indexing: true,
             id_seed: None,
             create_if_missing: true,

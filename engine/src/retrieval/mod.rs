@@ -500,7 +500,7 @@ impl Session {
         let ef_req = q.ef.unwrap_or(EF_DEFAULT);
         let mut stats = SearchStats::default();
         let indexed_slots = space.hnsw.read().len();
-        let plan = plan::plan_vector(
+        let plan = plan::plan_vector_as(
             &plan::PlanInput {
                 eligible: e,
                 space_size: size,
@@ -512,6 +512,7 @@ impl Session {
                 walk_codes: space.walks_codes(indexed_slots),
             },
             &plan::COSTS,
+            self.db.options().vector_plan,
         );
         // Every vector of the space is eligible: a walk needs no filter.
         let whole_space = in_space.len() == size;

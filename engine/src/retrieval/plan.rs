@@ -23,6 +23,12 @@ pub struct Costs {
     /// One eligible vector of the binary prefilter (its sign bits and the
     /// cut-off histogram).
     pub prefilter_bit: (f64, f64),
+    /// One vector the prefilter keeps (its int8 estimate, and its exact
+    /// distance when it may be among the best).
+    pub prefilter_keep: (f64, f64),
+    /// The prefilter's cost per query whatever the set's size (the query's
+    /// sign bits and codes, the histogram, the selection), ns.
+    pub prefilter_base: f64,
     /// One distance computation of a graph walk (including the
     /// neighbour-list reads and the eligibility test around it).
     pub walk_distance: (f64, f64),
@@ -35,6 +41,12 @@ pub struct Costs {
     /// A walk restricted to a share `s` of the graph computes about
     /// `s ^ -walk_selectivity_exponent` times more distances.
     pub walk_selectivity_exponent: f64,
+    /// The space size (vectors) at which the walk's per-distance costs
+    /// were measured; see [`walk_size_factor`].
+    pub walk_size_ref: f64,
+    /// Share added to a walk's per-distance cost per doubling of the
+    /// space above `walk_size_ref`; see [`walk_size_factor`].
+    pub walk_size_slope: f64,
 }
 
 /// The costs measured on this project's reference machine at 384
@@ -44,17 +56,32 @@ pub struct Costs {
 pub const COSTS: Costs = Costs {
     scan_f32: (10.0, 0.36),
     scan_i8: (4.0, 0.06),
-    prefilter_bit: (6.0, 0.01),
+    // The prefilter and the int8 walk were re-measured at 200,000 and
+    // 1,000,000 vectors with every plan forced on the same filters
+    // (`engram bench ann --plan`; docs/benchmarks.md, "The planner at a
+    // million vectors"): 4.1 ns per eligible vector, 55 ns per kept one
+    // and 22 us per query for the prefilter (it had been priced at 9.8 ns
+    // per vector and nothing per query, which made it lose to walks it
+    // beats at 1M), and 150 ns per walk distance at 200k, 1.6x that at
+    // 1M (the slope below).
+    prefilter_bit: (2.2, 0.005),
+    prefilter_keep: (10.0, 0.117),
+    prefilter_base: 22_000.0,
     walk_distance: (150.0, 0.31),
-    // Half the f32 walk's: the vector stage's time per distance over
-    // int8 codes / over f32 rows was 0.37-0.71 (mean ~0.5) in unfiltered
-    // walks at 20k and 200k (docs/benchmarks.md, "Int8 graph walks").
-    // Measured at 384 dimensions only, like the others: halving both
-    // parts is a fit there, not a model of fewer dimensions.
-    walk_distance_i8: (75.0, 0.155),
+    // An int8 walk's distance, at 200k: the vector stage's time per
+    // distance over int8 codes / over f32 rows was 0.37-0.71 (mean ~0.5)
+    // in unfiltered walks at 20k and 200k (docs/benchmarks.md, "Int8
+    // graph walks"), and 150 ns in forced walks at 200k. Measured at 384
+    // dimensions only, like the others: the split into a fixed and a
+    // per-dimension part is a fit there, not a model of fewer dimensions.
+    walk_distance_i8: (83.6, 0.173),
     walk_per_ef: 10.3,
     walk_base: 210.0,
     walk_selectivity_exponent: 0.72,
+    walk_size_ref: 200_000.0,
+    // 150 ns per int8 walk distance at 200k, 168-269 ns (median 239) at
+    // 1M, in the same runs: 0.6 more over log2(5) = 2.3 doublings.
+    walk_size_slope: 0.26,
 };
 
 /// Vectors the binary prefilter keeps per unit of `max(ef, n)`: 32 keeps
@@ -140,9 +167,73 @@ pub fn walk_ef(ef: usize, n: usize, selectivity: f64, ef_max: usize) -> usize {
     ef.clamp(1, ef_max.max(1))
 }
 
-/// Chooses between an exact scan and a filtered walk by estimated cost.
+/// Which plan a vector retrieval uses: the planner's choice (the default)
+/// or one forced, for benchmarks that measure the plans against each other
+/// (`engram bench ann --plan`). A forced plan is reported like a chosen
+/// one, with the estimated costs of both sides.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PlanChoice {
+    /// The cheaper plan by the cost model.
+    #[default]
+    Auto,
+    /// Always the exact scan.
+    Exact,
+    /// The sign-bit prefilter wherever it applies (sets of at least the
+    /// int8 threshold, enough dimensions, eight times what it keeps), else
+    /// the exact scan.
+    Prefiltered,
+    /// Always the graph walk.
+    Walk,
+}
+
+impl PlanChoice {
+    /// The name it is given on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            PlanChoice::Auto => "auto",
+            PlanChoice::Exact => "exact",
+            PlanChoice::Prefiltered => "prefiltered",
+            PlanChoice::Walk => "walk",
+        }
+    }
+}
+
+impl std::str::FromStr for PlanChoice {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        [
+            PlanChoice::Auto,
+            PlanChoice::Exact,
+            PlanChoice::Prefiltered,
+            PlanChoice::Walk,
+        ]
+        .into_iter()
+        .find(|c| c.name() == s)
+        .ok_or_else(|| format!("unknown plan '{s}' (expected auto, exact, prefiltered or walk)"))
+    }
+}
+
+/// How much more a walk's distance costs in a space of `size` vectors
+/// than in one of [`Costs::walk_size_ref`]: `1 + walk_size_slope` per
+/// doubling above it (the graph's lists and the vectors or codes a walk
+/// reads outgrow the caches), never less than 1.
+pub fn walk_size_factor(size: u64, c: &Costs) -> f64 {
+    #[allow(clippy::cast_precision_loss)] // counts far below 2^52
+    let doublings = (size as f64 / c.walk_size_ref).log2().max(0.0);
+    1.0 + c.walk_size_slope * doublings
+}
+
+/// The estimated cost of every plan for one input.
+struct Estimates {
+    scan_ns: f64,
+    walk_ns: f64,
+    ef: usize,
+    /// (vectors kept, cost) where the prefilter applies.
+    prefilter: Option<(usize, f64)>,
+}
+
 #[allow(clippy::cast_precision_loss)] // counts far below 2^52
-pub fn plan_vector(i: &PlanInput, c: &Costs) -> Plan {
+fn estimate(i: &PlanInput, c: &Costs) -> Estimates {
     let e = i.eligible as f64;
     let d = i.dim as f64;
     let at = |(fixed, per_dim): (f64, f64)| fixed + per_dim * d;
@@ -153,9 +244,11 @@ pub fn plan_vector(i: &PlanInput, c: &Costs) -> Plan {
     };
     let scan_ns = e * per;
     if i.space_size == 0 || i.eligible == 0 {
-        return Plan::Exact {
-            cost_ns: scan_ns,
+        return Estimates {
+            scan_ns,
             walk_ns: 0.0,
+            ef: 0,
+            prefilter: None,
         };
     }
     let s = (e / i.space_size as f64).min(1.0);
@@ -167,27 +260,64 @@ pub fn plan_vector(i: &PlanInput, c: &Costs) -> Plan {
             c.walk_distance_i8
         } else {
             c.walk_distance
-        });
+        })
+        * walk_size_factor(i.space_size, c);
     let keep = i.ef.max(i.n).saturating_mul(PREFILTER_KEEP_PER_EF);
-    let prefilter_ns = (i.eligible >= i.quantized_min
+    let prefilter = (i.eligible >= i.quantized_min
         && i.dim >= PREFILTER_MIN_DIM
         && (keep as f64) <= e * PREFILTER_MAX_SHARE)
-        .then(|| e * at(c.prefilter_bit) + keep as f64 * at(c.scan_i8));
-    match prefilter_ns {
-        Some(p) if p < scan_ns && p < walk_ns => Plan::Prefiltered {
-            keep,
-            cost_ns: p,
-            scan_ns,
-            walk_ns,
-        },
-        _ if scan_ns <= walk_ns => Plan::Exact {
-            cost_ns: scan_ns,
-            walk_ns,
-        },
-        _ => Plan::Walk {
-            ef,
-            cost_ns: walk_ns,
-            scan_ns,
+        .then(|| {
+            let cost =
+                c.prefilter_base + e * at(c.prefilter_bit) + keep as f64 * at(c.prefilter_keep);
+            (keep, cost)
+        });
+    Estimates {
+        scan_ns,
+        walk_ns,
+        ef,
+        prefilter,
+    }
+}
+
+/// Chooses between an exact scan and a filtered walk by estimated cost.
+pub fn plan_vector(i: &PlanInput, c: &Costs) -> Plan {
+    plan_vector_as(i, c, PlanChoice::Auto)
+}
+
+/// [`plan_vector`], or the plan `choice` forces (with the same estimates).
+pub fn plan_vector_as(i: &PlanInput, c: &Costs, choice: PlanChoice) -> Plan {
+    let Estimates {
+        scan_ns,
+        walk_ns,
+        ef,
+        prefilter,
+    } = estimate(i, c);
+    let exact = Plan::Exact {
+        cost_ns: scan_ns,
+        walk_ns,
+    };
+    if i.space_size == 0 || i.eligible == 0 {
+        return exact;
+    }
+    let walk = Plan::Walk {
+        ef,
+        cost_ns: walk_ns,
+        scan_ns,
+    };
+    let prefiltered = |(keep, p): (usize, f64)| Plan::Prefiltered {
+        keep,
+        cost_ns: p,
+        scan_ns,
+        walk_ns,
+    };
+    match choice {
+        PlanChoice::Exact => exact,
+        PlanChoice::Walk => walk,
+        PlanChoice::Prefiltered => prefilter.map_or(exact, prefiltered),
+        PlanChoice::Auto => match prefilter {
+            Some((keep, p)) if p < scan_ns && p < walk_ns => prefiltered((keep, p)),
+            _ if scan_ns <= walk_ns => exact,
+            _ => walk,
         },
     }
 }
@@ -269,6 +399,118 @@ mod tests {
         // walked when walking codes.
         assert!(is_exact(&plan_vector(&input(4_000, 4_000, 32), &COSTS)));
         assert!(is_walk(&plan_vector(&codes(4_000, 4_000, 32), &COSTS)));
+    }
+
+    #[test]
+    fn a_walk_costs_more_per_distance_in_larger_spaces_never_less() {
+        assert_eq!(walk_size_factor(0, &COSTS), 1.0);
+        assert_eq!(walk_size_factor(20_000, &COSTS), 1.0);
+        assert_eq!(walk_size_factor(200_000, &COSTS), 1.0);
+        assert!((walk_size_factor(400_000, &COSTS) - 1.26).abs() < 1e-9);
+        let mut last = 1.0;
+        for size in [300_000, 1_000_000, 10_000_000, u64::MAX] {
+            let f = walk_size_factor(size, &COSTS);
+            assert!(f > last && f.is_finite(), "{size}: {f}");
+            last = f;
+        }
+    }
+
+    /// The cells measured at a million vectors (docs/benchmarks.md, "The
+    /// planner at a million vectors"), each chosen as the fastest forced
+    /// plan ran there.
+    #[test]
+    fn at_a_million_vectors_the_measured_winners_are_chosen() {
+        let codes = |e, ef| PlanInput {
+            walk_codes: true,
+            ..input(e, 1_000_000, ef)
+        };
+        // the 9.4% tenant: prefiltered at ef 16 (2,178 q/s against the
+        // walk's 1,099-1,667) and at ef 64 (1,834 against 365)
+        for ef in [16, 64] {
+            match plan_vector(&codes(93_619, ef), &COSTS) {
+                Plan::Prefiltered { .. } => {}
+                p => panic!("ef {ef}: {p:?}"),
+            }
+        }
+        // 1%: prefiltered at ef 16 (10,563 against 3,176 exact and 78
+        // walking); at ef 64 the prefilter would keep too many: exact
+        match plan_vector(&codes(10_129, 16), &COSTS) {
+            Plan::Prefiltered { .. } => {}
+            p => panic!("{p:?}"),
+        }
+        assert!(is_exact(&plan_vector(&codes(10_129, 64), &COSTS)));
+        // 0.1% scanned, the live 98% walked
+        assert!(is_exact(&plan_vector(&codes(1_000, 16), &COSTS)));
+        assert!(is_walk(&plan_vector(&codes(980_074, 64), &COSTS)));
+        // Priced as at 200k, the walk won the 9.4% cell at ef 16.
+        let flat = Costs {
+            walk_size_slope: 0.0,
+            prefilter_base: 0.0,
+            prefilter_bit: (6.0, 0.01),
+            prefilter_keep: COSTS.scan_i8,
+            ..COSTS
+        };
+        assert!(is_walk(&plan_vector(&codes(93_619, 16), &flat)));
+    }
+
+    #[test]
+    fn a_forced_plan_keeps_the_estimates_and_the_prefilter_only_where_it_applies() {
+        let i = PlanInput {
+            walk_codes: true,
+            ..input(93_619, 1_000_000, 16)
+        };
+        let auto = plan_vector(&i, &COSTS);
+        let Plan::Prefiltered {
+            cost_ns,
+            scan_ns,
+            walk_ns,
+            ..
+        } = auto
+        else {
+            panic!("{auto:?}")
+        };
+        assert_eq!(plan_vector_as(&i, &COSTS, PlanChoice::Auto), auto);
+        assert_eq!(plan_vector_as(&i, &COSTS, PlanChoice::Prefiltered), auto);
+        assert_eq!(
+            plan_vector_as(&i, &COSTS, PlanChoice::Exact),
+            Plan::Exact {
+                cost_ns: scan_ns,
+                walk_ns
+            }
+        );
+        match plan_vector_as(&i, &COSTS, PlanChoice::Walk) {
+            Plan::Walk {
+                cost_ns: w,
+                scan_ns: sc,
+                ef,
+            } => {
+                assert_eq!((w, sc), (walk_ns, scan_ns));
+                assert!(ef > 16 && cost_ns < w);
+            }
+            p => panic!("{p:?}"),
+        }
+        // too few vectors for the prefilter: the exact scan instead
+        assert!(is_exact(&plan_vector_as(
+            &input(1_000, 1_000_000, 16),
+            &COSTS,
+            PlanChoice::Prefiltered
+        )));
+        // nothing eligible: nothing to walk either
+        assert!(is_exact(&plan_vector_as(
+            &input(0, 1_000_000, 16),
+            &COSTS,
+            PlanChoice::Walk
+        )));
+        for c in [
+            PlanChoice::Auto,
+            PlanChoice::Exact,
+            PlanChoice::Prefiltered,
+            PlanChoice::Walk,
+        ] {
+            assert_eq!(c.name().parse::<PlanChoice>(), Ok(c));
+        }
+        let e = "scan".parse::<PlanChoice>().unwrap_err();
+        assert!(e.contains("'scan'") && e.contains("prefiltered"), "{e}");
     }
 
     #[test]
