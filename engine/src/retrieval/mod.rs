@@ -288,7 +288,7 @@ fn top_k(mut v: Vec<(Idx, f32)>, k: usize, st: &State) -> Vec<(Idx, f32)> {
             .then_with(|| st.meta(a.0).id.cmp(&st.meta(b.0).id))
     };
     // A few dozen are sorted outright: a selection first costs more there.
-    if v.len() > k && k > 0 && v.len() > 4 * k {
+    if k > 0 && v.len() > 4 * k {
         v.select_nth_unstable_by(k - 1, cmp);
         v.truncate(k);
     }
@@ -507,7 +507,7 @@ impl Session {
                 ef: ef_req,
                 n,
                 ef_max: limits::EF_MAX,
-                quantized_min: crate::vector::space::QUANTIZED_SCAN_MIN,
+                quantized_min: space.scans_codes_from(),
                 dim: space.dim,
                 walk_codes: space.walks_codes(indexed_slots),
             },

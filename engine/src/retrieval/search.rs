@@ -592,6 +592,15 @@ fn fuse_single(
     if content_ran && specs[ri].params.kind() == RetrieverKind::Recent {
         return None;
     }
+    debug_assert!(
+        r.candidates
+            .iter()
+            .map(|c| c.id)
+            .collect::<BTreeSet<_>>()
+            .len()
+            == r.candidates.len(),
+        "a retriever proposed a record twice"
+    );
     let w = specs[ri].weight;
     let normed = match fusion {
         Fusion::Rrf { .. } => Vec::new(),
@@ -770,22 +779,27 @@ mod tests {
             who in 0usize..3,
             recent in any::<bool>(),
             others_recent in any::<bool>(),
+            // the others propose too (records shared by index)
+            others in prop::collection::vec(prop::sample::select(vec![0.0, 1.0, 3.0]), 0..12),
         ) {
             let specs: Vec<RetrieverSpec> = (0..3)
                 .map(|i| spec(&format!("r{i}"), weight, if i == who { recent } else { others_recent }))
                 .collect();
             let outputs: Vec<RetrieverOutput> = (0..3)
-                .map(|i| output(&format!("r{i}"), if i == who { &scores } else { &[] }))
+                .map(|i| output(&format!("r{i}"), if i == who { &scores } else { &others }))
                 .collect();
             let grouped = fuse_grouped(&specs, &outputs, fusion);
-            match fuse_single(&specs, &outputs, fusion) {
-                Some(single) => prop_assert_eq!(single, grouped),
-                // declined only when it must: no candidates, or recency
-                // alone proposed while a content retriever ran
-                None => prop_assert!(
-                    scores.is_empty() || (recent && !others_recent),
-                    "the shortcut declined a case it covers"
-                ),
+            prop_assert_eq!(&fuse(&specs, &outputs, fusion), &grouped);
+            // Taken exactly when one retriever proposed (the others share
+            // `others`: both or neither) and it is not recency beside a
+            // content retriever.
+            let one_proposer = !scores.is_empty() && others.is_empty();
+            let recency_beside_content = recent && !others_recent;
+            let covered = one_proposer && !recency_beside_content;
+            let single = fuse_single(&specs, &outputs, fusion);
+            prop_assert_eq!(single.is_some(), covered);
+            if let Some(single) = single {
+                prop_assert_eq!(single, grouped);
             }
         }
     }

@@ -444,6 +444,18 @@ impl VectorSpace {
         self.precision.walks_codes(self.internal_metric(), indexed)
     }
 
+    /// The smallest set [`VectorSpace::exact_top`] scans through int8
+    /// codes ([`QUANTIZED_SCAN_MIN`]); never, in an L2 space (the codes
+    /// bound inner products only), whose scans and prefilter plans read
+    /// the full-precision rows. The planner prices scans by it.
+    pub fn scans_codes_from(&self) -> u64 {
+        if self.internal_metric() == Metric::Dot {
+            QUANTIZED_SCAN_MIN
+        } else {
+            u64::MAX
+        }
+    }
+
     /// A query vector made here (by the embedder), normalised for a
     /// cosine space and otherwise returned as it is, without a copy.
     pub fn prepare_owned(&self, q: Vec<f32>) -> Vec<f32> {
@@ -1035,6 +1047,31 @@ mod tests {
             }
         }
         assert!(space.code_bytes() > 0);
+    }
+
+    /// Only inner-product spaces scan through codes: the planner must
+    /// price an L2 space's scans (and never a prefilter) at full precision.
+    #[test]
+    fn only_inner_product_spaces_scan_codes() {
+        for (metric, from) in [
+            (Metric::Cosine, QUANTIZED_SCAN_MIN),
+            (Metric::Dot, QUANTIZED_SCAN_MIN),
+            (Metric::L2, u64::MAX),
+        ] {
+            let mut spaces = VectorSpaces::open(
+                Arc::new(MemBackend::new()),
+                Path::new("/v"),
+                HnswParams::default(),
+                metric,
+            )
+            .unwrap();
+            spaces.push("t", "m", false, 0, &vector(1, 8)).unwrap();
+            assert_eq!(
+                spaces.get("t", "m").unwrap().scans_codes_from(),
+                from,
+                "{metric:?}"
+            );
+        }
     }
 
     /// A graph walk over int8 codes returns what an f32 walk of the same
