@@ -8,6 +8,7 @@ mod common;
 
 mod basics;
 mod embedded_api;
+mod forced_plan;
 mod int8_walk;
 mod isolation;
 mod lineage_property;

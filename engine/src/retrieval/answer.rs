@@ -349,10 +349,23 @@ pub struct PlanReason {
     /// estimates and the selectivity count vectors of records the principal
     /// may not read.
     pub redacted: bool,
+    /// The plan was forced by the store's `vector_plan` option (see
+    /// [`crate::PlanChoice`]), not chosen as the cheaper.
+    pub forced: bool,
 }
 
 impl fmt::Display for PlanReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.explain(f)?;
+        if self.forced {
+            write!(f, "; forced by the store's vector_plan option")?;
+        }
+        Ok(())
+    }
+}
+
+impl PlanReason {
+    fn explain(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let e = self.eligible;
         if self.redacted {
             let how = match self.plan {

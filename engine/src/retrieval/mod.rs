@@ -573,6 +573,7 @@ impl Session {
                     plan,
                     whole_space,
                     redacted: false,
+                    forced: self.db.options().vector_plan != plan::PlanChoice::Auto,
                 },
                 ef_requested: ef_req,
                 ef_used,
@@ -707,6 +708,7 @@ mod tests {
             plan,
             whole_space,
             redacted,
+            forced: false,
         };
         let exact = plan::Plan::Exact {
             cost_ns: 2_400.0,
@@ -742,6 +744,19 @@ mod tests {
             scan_ns: 2.0,
             walk_ns: 3.0,
         };
+        // A forced plan says so, redacted or not.
+        for redacted in [false, true] {
+            let forced = PlanReason {
+                forced: true,
+                ..reason(walk.clone(), false, redacted)
+            };
+            assert!(
+                forced
+                    .to_string()
+                    .ends_with("; forced by the store's vector_plan option"),
+                "{forced}"
+            );
+        }
         for (p, how) in [
             (exact, "exact scan"),
             (walk, "filtered graph walk"),
