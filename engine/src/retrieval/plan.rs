@@ -171,8 +171,8 @@ pub fn walk_ef(ef: usize, n: usize, selectivity: f64, ef_max: usize) -> usize {
 
 /// Which plan a vector retrieval uses: the planner's choice (the default)
 /// or one forced, for benchmarks that measure the plans against each other
-/// (`engram bench ann --plan`). A forced plan is reported like a chosen
-/// one, with the estimated costs of both sides.
+/// (`engram bench ann --plan`). A forced plan is reported with the
+/// estimated costs of both sides, and its reason says it was forced.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum PlanChoice {
     /// The cheaper plan by the cost model.
