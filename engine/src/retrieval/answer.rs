@@ -446,7 +446,8 @@ pub struct Timings {
     pub lexical_us: u64,
     /// Recency and graph retrievers.
     pub other_us: u64,
-    /// Fusion and result assembly.
+    /// Fusion and result assembly (from the last retriever's end, the
+    /// eligibility check of every candidate included).
     pub fusion_us: u64,
     /// Everything.
     pub total_us: u64,

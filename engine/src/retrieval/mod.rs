@@ -276,6 +276,15 @@ pub(crate) fn us(t: Instant) -> u64 {
     u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
+/// Microseconds since `mark`, which moves to now: consecutive phases
+/// timed with one clock read each.
+pub(crate) fn lap(mark: &mut Instant) -> u64 {
+    let now = Instant::now();
+    let d = now.duration_since(*mark);
+    *mark = now;
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
 thread_local! {
     /// Per-thread search buffers (visited marks, heaps), reused across queries.
     static SCRATCH: std::cell::RefCell<SearchScratch> = std::cell::RefCell::new(SearchScratch::new());

@@ -298,9 +298,9 @@ impl SearchRequest {
                 got: self.retrievers.len() as u64,
             });
         }
-        let mut names = BTreeSet::new();
         for (i, r) in self.retrievers.iter().enumerate() {
-            if !names.insert(r.name.as_str()) {
+            // (at most RETRIEVERS_MAX: a scan of those before it)
+            if self.retrievers[..i].iter().any(|p| p.name == r.name) {
                 return bad(
                     "retrievers",
                     format!("two retrievers are named '{}'", r.name),
