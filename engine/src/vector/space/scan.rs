@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use roaring::RoaringBitmap;
 
-use super::{CODE_CHUNK_ROWS, Idx, QUANTIZED_SCAN_MIN, VectorSpace};
-use crate::vector::distance::{Metric, distance};
+use super::{CODE_CHUNK_ROWS, Idx, VectorSpace};
+use crate::vector::distance::distance;
 use crate::vector::hnsw::{SearchStats, Vectors};
 use crate::vector::quant::{Codes, Gathered, QueryCode};
 
@@ -34,7 +34,7 @@ impl VectorSpace {
     /// the same records and distances as [`VectorSpace::exact`] followed by
     /// a top-n selection, ties included.
     ///
-    /// From [`QUANTIZED_SCAN_MIN`] records up (inner-product spaces), it
+    /// From [`QUANTIZED_SCAN_MIN`](super::QUANTIZED_SCAN_MIN) records up (inner-product spaces), it
     /// reads the int8 codes (a quarter of the bytes), bounds every
     /// record's similarity, and computes full-precision distances only for
     /// the records that may be among the `n` best (see `quant`). Both
@@ -52,7 +52,7 @@ impl VectorSpace {
         prefilter: Option<usize>,
         stats: &mut SearchStats,
     ) -> Vec<(Idx, f32)> {
-        if idxs.len() < QUANTIZED_SCAN_MIN || self.internal_metric() != Metric::Dot {
+        if idxs.len() < self.scans_codes_from() {
             return self.exact(query, idxs.iter(), stats);
         }
         let qc = QueryCode::new(query);
