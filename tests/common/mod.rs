@@ -92,3 +92,34 @@ pub fn seed() -> u64 {
     eprintln!("seed {s} (ENGRAM_TEST_SEED={s} replays)");
     s
 }
+
+/// Appends `chunks` batches of 500 events with vectors for model "m" as
+/// `session`; every fifth event of a batch is labelled "secret", the rest
+/// "open". Returns every id in append order and the ids labelled secret.
+pub fn append_labelled(
+    session: &engram::Session,
+    chunks: usize,
+    mut vector: impl FnMut() -> Vec<f32>,
+) -> (
+    Vec<engram::RecordId>,
+    std::collections::HashSet<engram::RecordId>,
+) {
+    let (mut all, mut secret) = (Vec::new(), std::collections::HashSet::new());
+    for chunk in 0..chunks {
+        let recs: Vec<engram::NewRecord> = (0..500)
+            .map(|i| {
+                let mut r = engram::NewRecord::event("note", format!("{chunk} {i}"))
+                    .with_embedding("m", vector());
+                r.access = vec![if i % 5 == 0 { "secret" } else { "open" }.into()];
+                r
+            })
+            .collect();
+        for (i, got) in session.append(recs).unwrap().iter().enumerate() {
+            all.push(got.id);
+            if i % 5 == 0 {
+                secret.insert(got.id);
+            }
+        }
+    }
+    (all, secret)
+}

@@ -1,17 +1,22 @@
 //! A forced vector plan (`Options::vector_plan`, `engram bench ann
 //! --plan`) changes cost and recall only: whichever plan runs, no hit is
 //! another tenant's, deleted, or behind a label the reader does not hold,
-//! and the manifest says which plan ran and that it was forced.
+//! and the manifest says which plan ran and that it was forced, or that
+//! the forced plan did not apply and the exact scan ran instead.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use engram::retrieval::{Mode, RecallRequest};
 use engram::storage::MemBackend;
-use engram::{Engram, ManualClock, NewRecord, Options, PlanChoice, Principal, RecordId, RecordRef};
+use engram::{
+    Engram, ManualClock, NewRecord, Options, PlanChoice, Principal, RecallResponse, RecordId,
+    RecordRef, Session,
+};
 
-use crate::common::Rng;
+use crate::common::{Rng, append_labelled};
 
+/// The prefilter needs 128 dimensions or more.
 const DIM: usize = 128;
 
 fn vector(rng: &mut Rng) -> Vec<f32> {
@@ -20,11 +25,22 @@ fn vector(rng: &mut Rng) -> Vec<f32> {
         .collect()
 }
 
+fn recall(s: &Session, query: &[f32], ef: usize) -> RecallResponse {
+    s.recall(&RecallRequest {
+        vector: Some(query.to_vec().into()),
+        model: Some("m".into()),
+        mode: Mode::Vector,
+        k: 10,
+        ef: Some(ef),
+        ..RecallRequest::default()
+    })
+    .unwrap()
+}
+
 #[test]
 fn every_forced_plan_keeps_every_boundary_and_says_it_was_forced() {
     for (choice, strategy) in [
         (PlanChoice::Exact, "exact"),
-        // 5,000 eligible of 6,000: eight times what ef 16 keeps
         (PlanChoice::Prefiltered, "prefiltered"),
         (PlanChoice::Walk, "hnsw"),
     ] {
@@ -45,75 +61,92 @@ fn every_forced_plan_keeps_every_boundary_and_says_it_was_forced() {
             db.session(Principal::admin("b")),
         );
         a.grant(Some("reader"), Some("open"), None).unwrap();
-        let (mut mine, mut restricted, mut deleted) =
-            (HashSet::<RecordId>::new(), HashSet::new(), HashSet::new());
-        for chunk in 0..10 {
-            let recs: Vec<NewRecord> = (0..500)
-                .map(|i| {
-                    let mut r = NewRecord::event("note", format!("a {chunk} {i}"))
-                        .with_embedding("m", vector(&mut rng));
-                    r.access = vec![if i % 5 == 0 { "secret" } else { "open" }.into()];
-                    r
+        // Tenant a's space: 5,000 vectors, 1,000 labelled secret, 100 of
+        // the open ones deleted. Eligible: 4,900 for the admin, 3,900 for
+        // the reader; at ef 10 the prefilter keeps 320, and eight times
+        // that is fewer than either, so it applies to both.
+        let mut kept = Vec::new();
+        let (ids, secret) = append_labelled(&a, 10, || {
+            let v = vector(&mut rng);
+            kept.push(v.clone());
+            v
+        });
+        let mine: HashSet<RecordId> = ids.iter().copied().collect();
+        let deleted: Vec<usize> = (0..ids.len()).filter(|i| i % 50 == 1).collect();
+        for &i in &deleted {
+            a.delete(&RecordRef::Id(ids[i]), Some("test")).unwrap();
+        }
+        let gone: HashSet<RecordId> = deleted.iter().map(|&i| ids[i]).collect();
+        let theirs: Vec<Vec<f32>> = (0..1000).map(|_| vector(&mut rng)).collect();
+        b.append(
+            theirs
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    NewRecord::event("note", format!("b {i}")).with_embedding("m", v.clone())
                 })
-                .collect();
-            for (i, got) in a.append(recs).unwrap().iter().enumerate() {
-                mine.insert(got.id);
-                if i % 5 == 0 {
-                    restricted.insert(got.id);
-                }
-                if i % 50 == 1 {
-                    deleted.insert(got.id);
-                }
-            }
-        }
-        for id in &deleted {
-            a.delete(&RecordRef::Id(*id), Some("test")).unwrap();
-        }
-        let recs: Vec<NewRecord> = (0..1000)
-            .map(|i| {
-                NewRecord::event("note", format!("b {i}")).with_embedding("m", vector(&mut rng))
-            })
-            .collect();
-        b.append(recs).unwrap();
+                .collect(),
+        )
+        .unwrap();
         db.wait_indexed().unwrap();
 
+        // Each principal is asked with the very vectors of what it must
+        // not see (a deleted record's, a secret one's, another tenant's),
+        // so a leak would rank first, and with fresh ones.
         let reader = db.session(Principal::user("a", "reader"));
-        for q in 0..10 {
-            let (session, admin) = if q % 2 == 0 {
-                (&a, true)
-            } else {
-                (&reader, false)
+        let secret_at: Vec<usize> = (0..ids.len()).filter(|i| i % 5 == 0).collect();
+        for q in 0..12 {
+            let query = match q % 4 {
+                0 => kept[deleted[q * 7]].clone(),
+                1 => kept[secret_at[q * 31]].clone(),
+                2 => theirs[q * 13].clone(),
+                _ => vector(&mut rng),
             };
-            let r = session
-                .recall(&RecallRequest {
-                    vector: Some(vector(&mut rng).into()),
-                    model: Some("m".into()),
-                    mode: Mode::Vector,
-                    k: 10,
-                    ef: Some(16),
-                    ..RecallRequest::default()
-                })
-                .unwrap();
-            let plan = r.manifest.vector_plan.as_ref().expect("a vector plan");
-            if admin || choice != PlanChoice::Prefiltered {
-                // (the reader's 3,920 eligible are too few to prefilter)
-                assert_eq!(plan.strategy, strategy, "{choice:?}, query {q}");
-            }
-            assert!(
-                serde_json::to_string(&plan.reason)
-                    .unwrap()
-                    .contains("forced by the store's vector_plan option"),
-                "{choice:?}: {}",
-                plan.reason
-            );
-            assert!(!r.hits.is_empty(), "{choice:?}, query {q}");
-            for h in &r.hits {
-                assert!(mine.contains(&h.id), "{choice:?}: another tenant's record");
-                assert!(!deleted.contains(&h.id), "{choice:?}: a deleted record");
-                if !admin {
-                    assert!(!restricted.contains(&h.id), "{choice:?}: a label not held");
+            for (session, admin) in [(&a, true), (&reader, false)] {
+                let r = recall(session, &query, 10);
+                let plan = r.manifest.vector_plan.as_ref().expect("a vector plan");
+                assert_eq!(
+                    plan.strategy, strategy,
+                    "{choice:?}, query {q}, admin {admin}"
+                );
+                assert!(
+                    serde_json::to_string(&plan.reason)
+                        .unwrap()
+                        .ends_with("forced by the store's vector_plan option\""),
+                    "{choice:?}: {}",
+                    plan.reason
+                );
+                assert_eq!(r.hits.len(), 10, "{choice:?}, query {q}, admin {admin}");
+                for h in &r.hits {
+                    assert!(mine.contains(&h.id), "{choice:?}: another tenant's record");
+                    assert!(!gone.contains(&h.id), "{choice:?}: a deleted record");
+                    if !admin {
+                        assert!(!secret.contains(&h.id), "{choice:?}: a label not held");
+                    }
                 }
             }
         }
+
+        // At ef 200 the prefilter would keep 6,400, more than is eligible:
+        // a forced prefilter runs as the exact scan and says so.
+        let r = recall(&reader, &kept[1], 200);
+        let plan = r.manifest.vector_plan.as_ref().expect("a vector plan");
+        if choice == PlanChoice::Prefiltered {
+            assert_eq!(plan.strategy, "exact");
+            assert!(
+                plan.reason.to_string().ends_with(
+                    "; the store's vector_plan option asks for prefiltered, which does not apply here"
+                ),
+                "{}",
+                plan.reason
+            );
+        } else {
+            assert_eq!(plan.strategy, strategy);
+        }
+        assert!(
+            r.hits
+                .iter()
+                .all(|h| mine.contains(&h.id) && !gone.contains(&h.id) && !secret.contains(&h.id))
+        );
     }
 }

@@ -13,7 +13,7 @@ use engram::{
     Engram, GraphPrecision, ManualClock, NewRecord, Options, Principal, RecordId, RecordRef,
 };
 
-use crate::common::Rng;
+use crate::common::{Rng, append_labelled};
 
 const DIM: usize = 96;
 /// Enough vectors that walking the graph costs less than scanning them.
@@ -53,31 +53,14 @@ fn int8_walks_never_cross_a_boundary_and_rank_by_exact_distance() {
         db.session(Principal::admin("b")),
     );
     a.grant(Some("reader"), Some("open"), None).unwrap();
-    let mut restricted: HashSet<RecordId> = HashSet::new();
+    let (ids, restricted) = append_labelled(&a, VECTORS / 500, || vector(&mut rng));
+    let tenant_a: HashSet<RecordId> = ids.iter().copied().collect();
     let mut deleted: HashSet<RecordId> = HashSet::new();
-    let mut tenant_a: HashSet<RecordId> = HashSet::new();
-    for chunk in 0..VECTORS / 500 {
-        let recs: Vec<NewRecord> = (0..500)
-            .map(|i| {
-                let mut r = NewRecord::event("note", format!("a {chunk} {i}"))
-                    .with_embedding("m", vector(&mut rng));
-                r.access = vec![if i % 5 == 0 { "secret" } else { "open" }.into()];
-                r
-            })
-            .collect();
-        for (i, got) in a.append(recs).unwrap().iter().enumerate() {
-            tenant_a.insert(got.id);
-            if i % 5 == 0 {
-                restricted.insert(got.id);
-            }
-        }
-    }
     // Another tenant's vectors, close to tenant a's.
     let recs: Vec<NewRecord> = (0..1000)
         .map(|i| NewRecord::event("note", format!("b {i}")).with_embedding("m", vector(&mut rng)))
         .collect();
     b.append(recs).unwrap();
-    let ids: Vec<RecordId> = tenant_a.iter().copied().collect();
     for _ in 0..200 {
         let id = ids[rng.below(ids.len() as u64) as usize];
         if deleted.insert(id) {

@@ -304,7 +304,8 @@ pub struct VectorPlan {
     /// eligible / size (tenant admin only, as `space_size`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub selectivity: Option<f64>,
-    /// `exact` or `hnsw`.
+    /// `exact`, `prefiltered` (sign bits, then an exact scan of those
+    /// kept; inner-product spaces only) or `hnsw`.
     pub strategy: String,
     /// Why that strategy.
     pub reason: PlanReason,
@@ -349,18 +350,28 @@ pub struct PlanReason {
     /// estimates and the selectivity count vectors of records the principal
     /// may not read.
     pub redacted: bool,
-    /// The plan was forced by the store's `vector_plan` option (see
-    /// [`crate::PlanChoice`]), not chosen as the cheaper.
-    pub forced: bool,
+    /// The plan the store's `vector_plan` option forces (see
+    /// [`crate::PlanChoice`]), `None` when the planner chose the cheaper.
+    /// Where the forced plan does not apply (a prefilter on too small a
+    /// set or an L2 space, anything but an exact scan of nothing), the
+    /// exact scan ran instead and the reason says so.
+    pub forced: Option<plan::PlanChoice>,
 }
 
 impl fmt::Display for PlanReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.explain(f)?;
-        if self.forced {
-            write!(f, "; forced by the store's vector_plan option")?;
+        match self.forced {
+            Some(choice) if choice.ran(&self.plan) => {
+                write!(f, "; forced by the store's vector_plan option")
+            }
+            Some(choice) => write!(
+                f,
+                "; the store's vector_plan option asks for {}, which does not apply here",
+                choice.name()
+            ),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 

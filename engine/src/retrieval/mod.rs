@@ -582,7 +582,8 @@ impl Session {
                     plan,
                     whole_space,
                     redacted: false,
-                    forced: self.db.options().vector_plan != plan::PlanChoice::Auto,
+                    forced: Some(self.db.options().vector_plan)
+                        .filter(|c| *c != plan::PlanChoice::Auto),
                 },
                 ef_requested: ef_req,
                 ef_used,
@@ -717,7 +718,7 @@ mod tests {
             plan,
             whole_space,
             redacted,
-            forced: false,
+            forced: None,
         };
         let exact = plan::Plan::Exact {
             cost_ns: 2_400.0,
@@ -753,10 +754,11 @@ mod tests {
             scan_ns: 2.0,
             walk_ns: 3.0,
         };
-        // A forced plan says so, redacted or not.
+        // A forced plan says so, redacted or not; a forced plan that does
+        // not apply says the exact scan ran instead.
         for redacted in [false, true] {
             let forced = PlanReason {
-                forced: true,
+                forced: Some(plan::PlanChoice::Walk),
                 ..reason(walk.clone(), false, redacted)
             };
             assert!(
@@ -764,6 +766,16 @@ mod tests {
                     .to_string()
                     .ends_with("; forced by the store's vector_plan option"),
                 "{forced}"
+            );
+            let fell_back = PlanReason {
+                forced: Some(plan::PlanChoice::Prefiltered),
+                ..reason(exact.clone(), false, redacted)
+            };
+            assert!(
+                fell_back.to_string().ends_with(
+                    "; the store's vector_plan option asks for prefiltered, which does not apply here"
+                ),
+                "{fell_back}"
             );
         }
         for (p, how) in [

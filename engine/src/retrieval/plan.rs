@@ -20,7 +20,9 @@ pub struct Costs {
     /// One eligible vector of a full-precision exact scan (small sets).
     pub scan_f32: (f64, f64),
     /// One eligible vector of an int8 exact scan (sets of at least
-    /// [`crate::vector::space::QUANTIZED_SCAN_MIN`]).
+    /// [`PlanInput::quantized_min`] vectors: the space's
+    /// `scans_codes_from`, [`crate::vector::space::QUANTIZED_SCAN_MIN`] in
+    /// inner-product spaces; an L2 space's scans always read f32 rows).
     pub scan_i8: (f64, f64),
     /// One eligible vector of the binary prefilter (its sign bits and the
     /// cut-off histogram).
@@ -181,8 +183,9 @@ pub enum PlanChoice {
     /// Always the exact scan.
     Exact,
     /// The sign-bit prefilter wherever it applies (sets of at least the
-    /// int8 threshold, enough dimensions, eight times what it keeps), else
-    /// the exact scan.
+    /// int8 threshold, so never in an L2 space; enough dimensions; eight
+    /// times what it keeps), else the exact scan, which the manifest's
+    /// reason then names as a fallback.
     Prefiltered,
     /// Always the graph walk, when anything is eligible (else the exact
     /// scan of nothing).
@@ -190,6 +193,18 @@ pub enum PlanChoice {
 }
 
 impl PlanChoice {
+    /// Whether `plan` is the plan this choice asks for (`Auto` asks for
+    /// none in particular). A forced choice falls back to the exact scan
+    /// where its plan does not apply, and the manifest says so.
+    pub fn ran(self, plan: &Plan) -> bool {
+        matches!(
+            (self, plan),
+            (PlanChoice::Exact, Plan::Exact { .. })
+                | (PlanChoice::Prefiltered, Plan::Prefiltered { .. })
+                | (PlanChoice::Walk, Plan::Walk { .. })
+        )
+    }
+
     /// The name it is given on the command line.
     pub fn name(self) -> &'static str {
         match self {
@@ -507,18 +522,21 @@ mod tests {
             }
             p => panic!("{p:?}"),
         }
-        // too few vectors for the prefilter: the exact scan instead
-        assert!(is_exact(&plan_vector_as(
+        for c in [PlanChoice::Exact, PlanChoice::Prefiltered, PlanChoice::Walk] {
+            assert!(c.ran(&plan_vector_as(&i, &COSTS, c)), "{c:?}");
+        }
+        assert!(!PlanChoice::Auto.ran(&auto));
+        // too few vectors for the prefilter: the exact scan instead, and
+        // not what was asked for
+        let small = plan_vector_as(
             &input(1_000, 1_000_000, 16),
             &COSTS,
-            PlanChoice::Prefiltered
-        )));
+            PlanChoice::Prefiltered,
+        );
+        assert!(is_exact(&small) && !PlanChoice::Prefiltered.ran(&small));
         // nothing eligible: nothing to walk either
-        assert!(is_exact(&plan_vector_as(
-            &input(0, 1_000_000, 16),
-            &COSTS,
-            PlanChoice::Walk
-        )));
+        let none = plan_vector_as(&input(0, 1_000_000, 16), &COSTS, PlanChoice::Walk);
+        assert!(is_exact(&none) && !PlanChoice::Walk.ran(&none));
         for c in [
             PlanChoice::Auto,
             PlanChoice::Exact,
