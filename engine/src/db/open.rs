@@ -253,7 +253,7 @@ impl Engram {
                                 hook_err.lock().get_or_insert(e.to_string());
                             }
                         }
-                        vectors_pending = st.vectors.pending() > 0;
+                        vectors_pending = st.vectors.indexable() > 0;
                     }
                     // Wake the indexer only when there is something to index.
                     if vectors_pending {

@@ -5,7 +5,10 @@
 use super::*;
 
 impl Engram {
-    /// Blocks until every vector is in its graph.
+    /// Blocks until every vector that can be is in its graph: all but, in
+    /// a space past 1,024 vectors, the last batch's while it holds fewer
+    /// than 64 (they wait for the batch to fill, and are searched exactly
+    /// meanwhile; see `vector::hnsw::BATCH`).
     pub fn wait_indexed(&self) -> Result<()> {
         if let Some(e) = self.inner.indexer_error.lock().clone() {
             return Err(EngineError::Background {
@@ -15,10 +18,13 @@ impl Engram {
                 ),
             });
         }
+        // Batches are planned on every core (the graph is the same on any
+        // number; see `vector::hnsw::BATCH`).
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
         loop {
             let st = self.inner.state.read();
-            let done = st.vectors.index_pending(256)?;
-            if done == 0 && st.vectors.pending() == 0 {
+            let done = st.vectors.index_pending(256, threads)?;
+            if done == 0 && st.vectors.indexable() == 0 {
                 drop(st);
                 return self.inner.state.write().vectors.remap_all();
             }
@@ -171,7 +177,7 @@ pub(super) fn indexer_loop(
         // most one insertion. Holding it for 32 cut the rate of appends
         // carrying vectors 2.8x under load (docs/benchmarks.md).
         let st = state.read();
-        if st.vectors.pending() == 0 {
+        if st.vectors.indexable() == 0 {
             drop(st);
             if !remapped {
                 // Caught up: fold appended rows into the memory map.
@@ -185,7 +191,7 @@ pub(super) fn indexer_loop(
             }
         }
         remapped = false;
-        let done = st.vectors.index_pending(1);
+        let done = st.vectors.index_pending(1, 1);
         drop(st);
         if let Err(e) = done {
             err.lock().get_or_insert(e.to_string());

@@ -37,8 +37,11 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::fmt;
 
+mod batch;
 mod encoding;
 mod search;
+
+pub use batch::{BATCH, BackLinks, NodePlan, SERIAL_UNTIL, Step};
 
 /// Read access to the vectors the graph was built over, by slot.
 pub trait Vectors {
@@ -506,6 +509,26 @@ impl Hnsw {
 
     // ---- insert -----------------------------------------------------------
 
+    /// Appends the empty lists of `slot` (the next slot) at `level`.
+    fn allocate(&mut self, slot: u32, level: u8) -> Result<(), HnswError> {
+        debug_assert_eq!(slot, self.len());
+        let (stride0, stride_upper) = (self.stride0(), self.stride_upper());
+        let at = if level > 0 {
+            u32::try_from(self.upper.len()).map_err(|_| HnswError::Full)?
+        } else {
+            NONE
+        };
+        Self::grow(&mut self.levels, 1);
+        *self.levels.last_mut().expect("just grown") = level;
+        Self::grow(&mut self.level0, stride0);
+        Self::grow(&mut self.upper_at, 1);
+        if level > 0 {
+            Self::grow(&mut self.upper, level as usize * stride_upper);
+        }
+        *self.upper_at.last_mut().expect("just grown") = at;
+        Ok(())
+    }
+
     /// Inserts the next slot: `slot` must equal `len()` and `vectors` must
     /// hold it. On error the index is unchanged.
     pub fn insert<V: Vectors>(&mut self, slot: u32, vectors: &V) -> Result<(), HnswError> {
@@ -537,21 +560,8 @@ impl Hnsw {
         }
         self.dim = u32::try_from(expected).expect("checked above");
 
-        // Allocate the node's lists.
         let level = self.level_for(slot);
-        let (stride0, stride_upper) = (self.stride0(), self.stride_upper());
-        Self::grow(&mut self.levels, 1);
-        *self.levels.last_mut().expect("just grown") = level;
-        Self::grow(&mut self.level0, stride0);
-        Self::grow(&mut self.upper_at, 1);
-        let at = if level > 0 {
-            let at = u32::try_from(self.upper.len()).map_err(|_| HnswError::Full)?;
-            Self::grow(&mut self.upper, level as usize * stride_upper);
-            at
-        } else {
-            NONE
-        };
-        *self.upper_at.last_mut().expect("just grown") = at;
+        self.allocate(slot, level)?;
 
         if self.entry == NONE {
             self.entry = slot;
@@ -717,7 +727,7 @@ mod tests {
     use proptest::prelude::*;
 
     /// Deterministic pseudo-random vectors in [-1, 1), optionally normalised.
-    fn random_vectors(seed: u64, n: usize, dim: usize, normalise: bool) -> Vec<f32> {
+    pub(super) fn random_vectors(seed: u64, n: usize, dim: usize, normalise: bool) -> Vec<f32> {
         let mut h = seed;
         let mut data: Vec<f32> = (0..n * dim)
             .map(|_| {
@@ -734,7 +744,7 @@ mod tests {
         data
     }
 
-    fn build(vectors: &FlatVectors, params: HnswParams, metric: Metric) -> Hnsw {
+    pub(super) fn build(vectors: &FlatVectors, params: HnswParams, metric: Metric) -> Hnsw {
         let mut h = Hnsw::new(params, metric);
         for slot in 0..vectors.len() {
             h.insert(slot, vectors).expect("in-order insert");
@@ -743,7 +753,7 @@ mod tests {
     }
 
     /// Exact k-NN among slots passing `filter`, same ordering rules as search.
-    fn brute_force(
+    pub(super) fn brute_force(
         v: &FlatVectors,
         metric: Metric,
         q: &[f32],
@@ -765,7 +775,7 @@ mod tests {
     }
 
     /// Mean recall@k of `h` against brute force over `queries`.
-    fn recall(
+    pub(super) fn recall(
         h: &Hnsw,
         v: &FlatVectors,
         queries: &[f32],
@@ -999,7 +1009,7 @@ mod tests {
         assert!(err.unwrap_err().to_string().contains("slot 0"));
     }
 
-    fn encode(h: &Hnsw) -> Vec<u8> {
+    pub(super) fn encode(h: &Hnsw) -> Vec<u8> {
         let mut out = Vec::new();
         h.write_to(&mut out);
         out

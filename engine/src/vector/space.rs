@@ -31,7 +31,9 @@ use roaring::RoaringBitmap;
 use rustc_hash::FxHashMap;
 
 use super::distance::{Metric, distance};
-use super::hnsw::{Exact, Hnsw, HnswParams, Neighbor, SearchScratch, SearchStats, Vectors};
+use super::hnsw::{
+    Exact, Hnsw, HnswParams, Neighbor, NodePlan, SearchScratch, SearchStats, Step, Vectors,
+};
 use super::quant::{CodeScorer, Codes, QueryCode, ScanCache};
 use crate::error::{EngineError, Result};
 use crate::id::RecordId;
@@ -112,6 +114,8 @@ pub struct VectorSpace {
     pub(crate) members: RoaringBitmap,
     /// The graph (its own lock: the indexer inserts while readers search).
     pub hnsw: Arc<RwLock<Hnsw>>,
+    /// The batch being planned (see [`super::hnsw::BATCH`]).
+    batch: parking_lot::Mutex<BatchWork>,
     /// Rows known durable (written before the last snapshot).
     rows_synced: u64,
     /// Record id of the last durable row, as persisted.
@@ -129,6 +133,18 @@ pub struct VectorSpace {
     /// the records of `slot_to_idx`, which only grows), for memos kept
     /// outside the space.
     pub(crate) uid: u64,
+}
+
+/// The graph's next batch, planned piece by piece (the live indexer plans
+/// one node per turn) and committed once whole.
+#[derive(Debug, Default)]
+struct BatchWork {
+    /// The batch's first slot.
+    start: u32,
+    /// Its nodes planned so far, in slot order.
+    nodes: Vec<NodePlan>,
+    /// One per planning thread, kept between turns.
+    scratch: Vec<SearchScratch>,
 }
 
 /// A new space object's [`VectorSpace::uid`].
@@ -265,6 +281,7 @@ impl VectorSpace {
             last_row_record: [0; 16],
             codes: RwLock::new(Codes::new(dim)),
             scans: parking_lot::Mutex::default(),
+            batch: parking_lot::Mutex::default(),
             precision: GraphPrecision::default(),
             uid: next_uid(),
         })
@@ -280,9 +297,19 @@ impl VectorSpace {
         self.slot_to_idx.is_empty()
     }
 
-    /// Slots not yet in the graph.
+    /// Slots not yet in the graph (searched exactly meanwhile).
     pub fn pending(&self) -> usize {
         self.len() - self.hnsw.read().len() as usize
+    }
+
+    /// Pending slots the graph can take now: all but the last batch's
+    /// while it is incomplete (see [`super::hnsw::BATCH`]).
+    pub fn indexable(&self) -> usize {
+        self.hnsw.read().indexable(self.available()) as usize
+    }
+
+    fn available(&self) -> u32 {
+        u32::try_from(self.slot_to_idx.len()).expect("fewer slots than records")
     }
 
     /// The vectors, for search.
@@ -359,21 +386,62 @@ impl VectorSpace {
         }
     }
 
-    /// Inserts up to `max` pending slots into the graph. Returns how many.
-    pub fn index_pending(&self, max: usize) -> Result<usize> {
+    /// Takes up to `max` pending slots into the graph, planning batches on
+    /// `threads` threads (see [`super::hnsw::BATCH`]). Returns how many
+    /// slots were inserted or planned: 0 when none can be now.
+    pub fn index_pending(&self, max: usize, threads: usize) -> Result<usize> {
+        let corrupt = |e: super::hnsw::HnswError| EngineError::Corrupt {
+            what: format!("vector index of '{}'", self.model),
+            detail: e.to_string(),
+        };
+        let vectors = self.vectors();
         let mut done = 0;
         while done < max {
-            let mut g = self.hnsw.write();
-            let next = g.len();
-            if next as usize >= self.slot_to_idx.len() {
-                break;
+            let g = self.hnsw.read();
+            match g.step(self.available()) {
+                Step::Done | Step::Held => break,
+                Step::Serial(next) => {
+                    drop(g);
+                    let mut g = self.hnsw.write();
+                    if g.len() == next {
+                        g.insert(next, &vectors).map_err(corrupt)?;
+                    }
+                    done += 1;
+                }
+                Step::Batch(range) => {
+                    // Planned under the read lock: searches go on.
+                    let mut work = self.batch.lock();
+                    if work.start != range.start {
+                        work.start = range.start;
+                        work.nodes.clear();
+                    }
+                    let threads = threads.max(1);
+                    if work.scratch.len() < threads {
+                        work.scratch.resize_with(threads, SearchScratch::new);
+                    }
+                    let planned = u32::try_from(work.nodes.len()).expect("at most BATCH nodes");
+                    let from = range.start + planned;
+                    let budget = u32::try_from(max - done).unwrap_or(u32::MAX);
+                    let to = range.end.min(from.saturating_add(budget));
+                    if from < to {
+                        let w = &mut *work;
+                        let nodes = g
+                            .plan(from..to, &vectors, &mut w.scratch[..threads])
+                            .map_err(corrupt)?;
+                        w.nodes.extend(nodes);
+                        done += (to - from) as usize;
+                    }
+                    if work.nodes.len() < range.len() {
+                        continue;
+                    }
+                    let nodes = std::mem::take(&mut work.nodes);
+                    let links = g.back_links(&nodes, &vectors, &mut work.scratch[..threads]);
+                    // No lock is waited for while the batch's is held.
+                    drop(work);
+                    drop(g);
+                    self.hnsw.write().commit(&nodes, &links).map_err(corrupt)?;
+                }
             }
-            g.insert(next, &self.vectors())
-                .map_err(|e| EngineError::Corrupt {
-                    what: format!("vector index of '{}'", self.model),
-                    detail: e.to_string(),
-                })?;
-            done += 1;
         }
         // A space walked over codes gets the new slots' codes here, in the
         // background, rather than on its next query.
@@ -708,6 +776,7 @@ impl VectorSpaces {
                     last_row_record: h.last_row_record,
                     codes: RwLock::new(Codes::new(h.dim)),
                     scans: parking_lot::Mutex::default(),
+                    batch: parking_lot::Mutex::default(),
                     precision: GraphPrecision::default(),
                     uid: next_uid(),
                 }
@@ -833,6 +902,7 @@ impl VectorSpaces {
                     last_row_record: h.last_row_record,
                     codes: RwLock::new(Codes::new(h.dim)),
                     scans: parking_lot::Mutex::default(),
+                    batch: parking_lot::Mutex::default(),
                     precision: GraphPrecision::default(),
                     uid: next_uid(),
                 },
@@ -889,16 +959,23 @@ impl VectorSpaces {
         Ok(())
     }
 
-    /// Indexes pending slots of every space, up to `max` in total.
-    pub fn index_pending(&self, max: usize) -> Result<usize> {
+    /// Indexes pending slots of every space, up to `max` in total, on
+    /// `threads` threads (see [`VectorSpace::index_pending`]).
+    pub fn index_pending(&self, max: usize, threads: usize) -> Result<usize> {
         let mut done = 0;
         for s in &self.spaces {
             if done >= max {
                 break;
             }
-            done += s.index_pending(max - done)?;
+            done += s.index_pending(max - done, threads)?;
         }
         Ok(done)
+    }
+
+    /// Pending slots the graphs can take now (see
+    /// [`VectorSpace::indexable`]).
+    pub fn indexable(&self) -> usize {
+        self.spaces.iter().map(|s| s.indexable()).sum()
     }
 
     /// Folds appended rows of every space into its memory map.
@@ -1091,13 +1168,14 @@ mod tests {
         )
         .unwrap();
         spaces.set_graph_precision(GraphPrecision::Int8);
-        let n_vec = 1500u32;
+        // whole batches, so that every slot is in the graph
+        let n_vec = crate::vector::hnsw::SERIAL_UNTIL + 8 * crate::vector::hnsw::BATCH;
         for i in 0..n_vec {
             spaces
                 .push("t", "m", false, i * 2, &vector(i, dim))
                 .unwrap();
         }
-        spaces.index_pending(usize::MAX).unwrap();
+        spaces.index_pending(usize::MAX, 1).unwrap();
         let space = spaces.get("t", "m").unwrap();
         assert!(space.walks_codes(n_vec));
         let odd_slots = |idx: Idx| (idx / 2) % 2 == 1;
