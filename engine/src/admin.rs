@@ -112,7 +112,9 @@ pub struct TenantView {
     pub counts: TenantStats,
     /// Its vector spaces.
     pub vector_spaces: Vec<SpaceStats>,
-    /// Its vectors not yet in their graph (searched exactly meanwhile).
+    /// Its vectors waiting for the indexer (searched exactly meanwhile;
+    /// not counting those of incomplete batches, see
+    /// [`StoreGauges::unbatched_vectors`]).
     pub pending_vectors: usize,
 }
 
@@ -127,6 +129,11 @@ pub struct StoreGauges {
     /// Vectors waiting for the background indexer (searched exactly
     /// meanwhile): the indexing lag.
     pub pending_vectors: u64,
+    /// Vectors of graph batches not yet complete (at most 63 per space
+    /// past 1,024 vectors): outside the graph, searched exactly, until
+    /// their batch fills (see `vector::hnsw::BATCH`). Not a lag: the
+    /// indexer takes them when the batch is whole.
+    pub unbatched_vectors: u64,
     /// Vector spaces (one per tenant and model).
     pub vector_spaces: u64,
     /// Last LSN applied to the in-memory state.
@@ -193,7 +200,8 @@ impl Engram {
         StoreGauges {
             records: st.len() as u64,
             vectors: spaces.iter().map(|s| s.len() as u64).sum(),
-            pending_vectors: st.vectors.pending() as u64,
+            pending_vectors: st.vectors.indexable() as u64,
+            unbatched_vectors: (st.vectors.pending() - st.vectors.indexable()) as u64,
             vector_spaces: spaces.len() as u64,
             applied_lsn: st.applied_lsn,
         }
@@ -350,7 +358,7 @@ impl Session {
             }
         }
         for sp in st.vectors.of_tenant(tenant) {
-            view.pending_vectors += sp.pending();
+            view.pending_vectors += sp.indexable();
             view.vector_spaces.push(SpaceStats::of(sp));
         }
         Ok(view)

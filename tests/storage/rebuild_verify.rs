@@ -155,8 +155,10 @@ fn a_graph_built_in_batches_is_rebuilt_exactly() {
         s.append(recs).unwrap();
     }
     db.wait_indexed().unwrap();
-    // ten in the model's space, ten in the embedder's: both wait
-    assert_eq!(db.pending_vectors(), 20);
+    // ten in the model's space, ten in the embedder's: both wait for
+    // their batch, not for the indexer
+    assert_eq!(db.pending_vectors(), 0);
+    assert_eq!(db.gauges().unbatched_vectors, 20);
     let r = s
         .recall(&RecallRequest {
             vector: Some(last.clone().into()),

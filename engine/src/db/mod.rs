@@ -232,6 +232,10 @@ pub(crate) struct Inner {
     indexer_error: Arc<Mutex<Option<String>>>,
     indexer: Mutex<Option<JoinHandle<()>>>,
     indexer_tx: Mutex<Option<crossbeam_channel::Sender<()>>>,
+    /// Callers of `wait_indexed` at work: the indexer thread steps aside
+    /// for them (they plan on every core; it would take the batch from
+    /// them a node at a time).
+    bulk_indexing: Arc<std::sync::atomic::AtomicUsize>,
     checkpointer_tx: Mutex<Option<crossbeam_channel::Sender<()>>>,
     checkpointer: Mutex<Option<JoinHandle<()>>>,
     closed: AtomicBool,
@@ -418,9 +422,11 @@ impl Engram {
             .map(|e| e.model_id().to_string())
     }
 
-    /// Vectors waiting for the background indexer.
+    /// Vectors waiting for the background indexer (not counting those of
+    /// graph batches not yet complete, which wait for their batch; see
+    /// [`crate::admin::StoreGauges::unbatched_vectors`]).
     pub fn pending_vectors(&self) -> usize {
-        self.inner.state.read().vectors.pending()
+        self.inner.state.read().vectors.indexable()
     }
 
     /// Mints an id and a transaction time (monotonic).

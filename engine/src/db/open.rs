@@ -212,6 +212,7 @@ impl Engram {
             indexer_error: Arc::new(Mutex::new(None)),
             indexer: Mutex::new(None),
             indexer_tx: Mutex::new(None),
+            bulk_indexing: Arc::default(),
             checkpointer_tx: Mutex::new(None),
             checkpointer: Mutex::new(None),
             closed: AtomicBool::new(false),
@@ -275,9 +276,10 @@ impl Engram {
         if inner.opts.background_indexing {
             let st = inner.state.clone();
             let ix_err = inner.indexer_error.clone();
+            let bulk = inner.bulk_indexing.clone();
             let handle = std::thread::Builder::new()
                 .name("engram-indexer".into())
-                .spawn(move || indexer_loop(st, rx, ix_err))
+                .spawn(move || indexer_loop(st, rx, ix_err, bulk))
                 .map_err(spawn_err)?;
             *inner.indexer.lock() = Some(handle);
         }

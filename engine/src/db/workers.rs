@@ -21,6 +21,17 @@ impl Engram {
         // Batches are planned on every core (the graph is the same on any
         // number; see `vector::hnsw::BATCH`).
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+        /// Counts this caller in `bulk_indexing` until it returns.
+        struct Bulk<'a>(&'a std::sync::atomic::AtomicUsize);
+        impl Drop for Bulk<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+            }
+        }
+        self.inner
+            .bulk_indexing
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let _bulk = Bulk(&self.inner.bulk_indexing);
         loop {
             let st = self.inner.state.read();
             let done = st.vectors.index_pending(256, threads)?;
@@ -169,9 +180,17 @@ pub(super) fn indexer_loop(
     state: Arc<RwLock<State>>,
     rx: crossbeam_channel::Receiver<()>,
     err: Arc<Mutex<Option<String>>>,
+    bulk: Arc<std::sync::atomic::AtomicUsize>,
 ) {
     let mut remapped = true;
     loop {
+        // `wait_indexed` is at work on every core: step aside.
+        if bulk.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            match rx.recv_timeout(Duration::from_millis(20)) {
+                Ok(()) | Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+            }
+        }
         // One insertion per read lock: the commit hook needs the write lock
         // to apply (and so acknowledge) the next group, and waits for at
         // most one insertion. Holding it for 32 cut the rate of appends

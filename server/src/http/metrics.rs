@@ -453,8 +453,14 @@ impl Metrics {
             (
                 "engram_pending_vectors",
                 "gauge",
-                "Vectors not yet in their HNSW graph (indexing lag; searched exactly meanwhile).",
+                "Vectors waiting for the HNSW indexer (indexing lag; searched exactly meanwhile).",
                 s.store.pending_vectors as f64,
+            ),
+            (
+                "engram_unbatched_vectors",
+                "gauge",
+                "Vectors of HNSW batches not yet complete (at most 63 per space; searched exactly until the batch fills).",
+                s.store.unbatched_vectors as f64,
             ),
         ] {
             family(&mut o, name, kind, help);
