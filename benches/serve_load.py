@@ -483,7 +483,8 @@ def load_engram(eng: Engram, ds: Dataset) -> Dict[str, float]:
     for i in np.where(ds.deleted)[0]:
         c.delete(f"doc/{int(i)}", reason="dataset row marked deleted")
     t_del = time.time() - t0 - t_bulk
-    # wait for the HNSW graph to take every vector (pending_vectors = 0)
+    # wait for the HNSW graph to take every vector it can (pending_vectors = 0;
+    # a space's last batch of under 64 waits outside it, searched exactly)
     while True:
         m = c.metrics()
         pending = [ln for ln in m.splitlines() if ln.startswith("engram_pending_vectors")]

@@ -197,11 +197,12 @@ impl Engram {
     pub fn gauges(&self) -> StoreGauges {
         let st = self.state();
         let spaces = st.vectors.all();
+        let (pending, indexable) = st.vectors.pending_and_indexable();
         StoreGauges {
             records: st.len() as u64,
             vectors: spaces.iter().map(|s| s.len() as u64).sum(),
-            pending_vectors: st.vectors.indexable() as u64,
-            unbatched_vectors: (st.vectors.pending() - st.vectors.indexable()) as u64,
+            pending_vectors: indexable as u64,
+            unbatched_vectors: (pending - indexable) as u64,
             vector_spaces: spaces.len() as u64,
             applied_lsn: st.applied_lsn,
         }

@@ -232,14 +232,17 @@ impl Session {
         }
         for s in st.vectors.of_tenant(self.principal.tenant()) {
             if let Some(slot) = s.slot_of(i) {
-                let indexed = (slot as usize) < s.len() - s.pending();
+                let (pending, indexable) = s.pending_and_indexable();
+                let in_graph = s.len() - pending;
                 node.artifacts.push(format!(
                     "vector '{}' slot {slot} ({})",
                     s.model,
-                    if indexed {
+                    if (slot as usize) < in_graph {
                         "in the HNSW graph"
-                    } else {
+                    } else if (slot as usize) < in_graph + indexable {
                         "pending indexing"
+                    } else {
+                        "waiting for its HNSW batch to fill; searched exactly"
                     }
                 ));
             }

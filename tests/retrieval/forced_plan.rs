@@ -61,8 +61,8 @@ fn every_forced_plan_keeps_every_boundary_and_says_it_was_forced() {
             db.session(Principal::admin("b")),
         );
         a.grant(Some("reader"), Some("open"), None).unwrap();
-        // Tenant a's space: 5,000 vectors, 1,000 labelled secret, 100 of
-        // the open ones deleted. Eligible: 4,900 for the admin, 3,900 for
+        // Tenant a's space: 5,000 vectors, 1,000 labelled secret, 101 of
+        // the open ones deleted. Eligible: 4,899 for the admin, 3,899 for
         // the reader; at ef 10 the prefilter keeps 320, and eight times
         // that is fewer than either, so it applies to both.
         let mut kept = Vec::new();
@@ -72,7 +72,11 @@ fn every_forced_plan_keeps_every_boundary_and_says_it_was_forced() {
             v
         });
         let mine: HashSet<RecordId> = ids.iter().copied().collect();
-        let deleted: Vec<usize> = (0..ids.len()).filter(|i| i % 50 == 1).collect();
+        // (and 4,993: past 1,024 the graph takes batches of 64, so slots
+        // 4,992 to 4,999 wait outside it and are scanned exactly)
+        let deleted: Vec<usize> = (0..ids.len())
+            .filter(|i| i % 50 == 1 || *i == 4_993)
+            .collect();
         for &i in &deleted {
             a.delete(&RecordRef::Id(ids[i]), Some("test")).unwrap();
         }
@@ -125,6 +129,20 @@ fn every_forced_plan_keeps_every_boundary_and_says_it_was_forced() {
                     }
                 }
             }
+        }
+
+        // The vectors outside the graph are searched too, and keep their
+        // boundaries: a secret one (4,995) is the admin's first hit and
+        // not the reader's; a deleted one (4,993) is nobody's.
+        for (session, admin) in [(&a, true), (&reader, false)] {
+            let r = recall(session, &kept[4_995], 10);
+            assert_eq!(
+                r.hits[0].id == ids[4_995],
+                admin,
+                "{choice:?}, admin {admin}"
+            );
+            let r = recall(session, &kept[4_993], 10);
+            assert!(r.hits.iter().all(|h| h.id != ids[4_993]), "{choice:?}");
         }
 
         // At ef 200 the prefilter would keep 6,400, more than is eligible:

@@ -36,6 +36,7 @@ impl Engram {
             let st = self.inner.state.read();
             let done = st.vectors.index_pending(256, threads)?;
             if done == 0 && st.vectors.indexable() == 0 {
+                st.vectors.trim_batch_scratch();
                 drop(st);
                 return self.inner.state.write().vectors.remap_all();
             }

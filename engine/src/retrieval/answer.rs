@@ -353,8 +353,8 @@ pub struct PlanReason {
     /// The plan the store's `vector_plan` option forces (see
     /// [`crate::PlanChoice`]), `None` when the planner chose the cheaper.
     /// Where the forced plan does not apply (a prefilter on too small a
-    /// set or an L2 space, anything but an exact scan of nothing), the
-    /// exact scan ran instead and the reason says so.
+    /// set or in an L2 space; a walk when nothing is eligible), the exact
+    /// scan ran instead and the reason says so.
     pub forced: Option<plan::PlanChoice>,
 }
 

@@ -193,13 +193,14 @@ pub enum PlanChoice {
 }
 
 impl PlanChoice {
-    /// Whether `plan` is the plan this choice asks for (`Auto` asks for
-    /// none in particular). A forced choice falls back to the exact scan
-    /// where its plan does not apply, and the manifest says so.
+    /// Whether `plan` is a plan this choice asks for (`Auto` takes any).
+    /// A forced choice falls back to the exact scan where its plan does
+    /// not apply, and the manifest says so.
     pub fn ran(self, plan: &Plan) -> bool {
         matches!(
             (self, plan),
-            (PlanChoice::Exact, Plan::Exact { .. })
+            (PlanChoice::Auto, _)
+                | (PlanChoice::Exact, Plan::Exact { .. })
                 | (PlanChoice::Prefiltered, Plan::Prefiltered { .. })
                 | (PlanChoice::Walk, Plan::Walk { .. })
         )
@@ -525,7 +526,7 @@ mod tests {
         for c in [PlanChoice::Exact, PlanChoice::Prefiltered, PlanChoice::Walk] {
             assert!(c.ran(&plan_vector_as(&i, &COSTS, c)), "{c:?}");
         }
-        assert!(!PlanChoice::Auto.ran(&auto));
+        assert!(PlanChoice::Auto.ran(&auto));
         // too few vectors for the prefilter: the exact scan instead, and
         // not what was asked for
         let small = plan_vector_as(

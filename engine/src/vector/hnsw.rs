@@ -29,8 +29,10 @@
 //! 20k x 384 vectors, from fewer TLB misses.
 //!
 //! Concurrency. [`Hnsw::search`] takes `&self` and may run on many threads
-//! at once, each with its own [`SearchScratch`]; [`Hnsw::insert`] takes
-//! `&mut self` and is serialised by the caller's write lock.
+//! at once, each with its own [`SearchScratch`]; so do a batch's
+//! [`Hnsw::plan`] and [`Hnsw::back_links`] (see `batch.rs`).
+//! [`Hnsw::insert`] and [`Hnsw::commit`] take `&mut self` and are
+//! serialised by the caller's write lock.
 
 use super::distance::{Metric, distance};
 use std::cmp::Reverse;
@@ -41,7 +43,7 @@ mod batch;
 mod encoding;
 mod search;
 
-pub use batch::{BATCH, BackLinks, NodePlan, SERIAL_UNTIL, Step};
+pub use batch::{BATCH, BackLinks, NodePlan, ReverseLink, SERIAL_UNTIL, Step};
 
 /// Read access to the vectors the graph was built over, by slot.
 pub trait Vectors {

@@ -32,7 +32,8 @@ use rustc_hash::FxHashMap;
 
 use super::distance::{Metric, distance};
 use super::hnsw::{
-    Exact, Hnsw, HnswParams, Neighbor, NodePlan, SearchScratch, SearchStats, Step, Vectors,
+    BATCH, BackLinks, Exact, Hnsw, HnswParams, Neighbor, NodePlan, ReverseLink, SearchScratch,
+    SearchStats, Step, Vectors,
 };
 use super::quant::{CodeScorer, Codes, QueryCode, ScanCache};
 use crate::error::{EngineError, Result};
@@ -46,8 +47,14 @@ use super::precision::GraphPrecision;
 
 const SNAPSHOT_MAGIC: [u8; 8] = *b"ENGRHNSW";
 /// Version 2 added the tenant (spaces of version 1 were per model for the
-/// whole store; they are discarded and rebuilt from the log).
-const SNAPSHOT_VERSION: u32 = 2;
+/// whole store; they are discarded and rebuilt from the log). Version 3
+/// graphs are built in batches past their first 1,024 slots
+/// ([`super::hnsw::BATCH`]); a version 2 graph, built one slot at a time,
+/// is kept only up to 1,024 slots (where both builds agree), and a larger
+/// one is rebuilt, so that a rebuild from the log gives the same graph.
+const SNAPSHOT_VERSION: u32 = 3;
+/// The last version whose graphs were built one slot at a time.
+const SNAPSHOT_VERSION_SERIAL: u32 = 2;
 
 /// Exact scans of at least this many records read int8 codes first
 /// ([`VectorSpace::exact_top`]); smaller ones are not worth coding.
@@ -135,17 +142,31 @@ pub struct VectorSpace {
     pub(crate) uid: u64,
 }
 
-/// The graph's next batch, planned piece by piece (the live indexer plans
-/// one node per turn) and committed once whole.
+/// The graph's next batch, planned and linked piece by piece (the live
+/// indexer plans one node, or makes [`LISTS_PER_TURN`] lists, per turn)
+/// and committed once whole.
 #[derive(Debug, Default)]
 struct BatchWork {
     /// The batch's first slot.
     start: u32,
     /// Its nodes planned so far, in slot order.
     nodes: Vec<NodePlan>,
+    /// Once every node is planned: the links they add back.
+    rev: Option<Vec<ReverseLink>>,
+    /// How many of `rev` have their lists in `links`.
+    linked: usize,
+    /// The new lists so far.
+    links: BackLinks,
+    /// A caller is committing the batch starting here: others wait for
+    /// it rather than plan the batch again.
+    committing: Option<u32>,
     /// One per planning thread, kept between turns.
     scratch: Vec<SearchScratch>,
 }
+
+/// Lists the live indexer makes per turn of the state's read lock: about
+/// the back-linking of one serial insert.
+const LISTS_PER_TURN: usize = 32;
 
 /// A new space object's [`VectorSpace::uid`].
 fn next_uid() -> u64 {
@@ -217,10 +238,20 @@ impl VectorSpace {
         dir: &Path,
     ) -> Result<Option<(SpaceHeader, Hnsw, VectorFile)>> {
         let snap_path = dir.join("hnsw.snap");
-        let snap = match read_snapshot(backend, &snap_path, SNAPSHOT_MAGIC, SNAPSHOT_VERSION) {
-            Ok(Some(s)) => s,
-            Ok(None) | Err(_) => return Ok(None),
-        };
+        let (snap, serial) =
+            match read_snapshot(backend, &snap_path, SNAPSHOT_MAGIC, SNAPSHOT_VERSION) {
+                Ok(Some(s)) => (s, false),
+                Ok(None) => return Ok(None),
+                Err(_) => match read_snapshot(
+                    backend,
+                    &snap_path,
+                    SNAPSHOT_MAGIC,
+                    SNAPSHOT_VERSION_SERIAL,
+                ) {
+                    Ok(Some(s)) => (s, true),
+                    Ok(None) | Err(_) => return Ok(None),
+                },
+            };
         let body = snap.body.as_slice();
         let Some((header, graph_bytes)) = decode_header(body) else {
             return Ok(None);
@@ -228,6 +259,9 @@ impl VectorSpace {
         let Ok(hnsw) = Hnsw::read_from(graph_bytes) else {
             return Ok(None);
         };
+        if serial && hnsw.len() > super::hnsw::SERIAL_UNTIL {
+            return Ok(None);
+        }
         // Not populated yet: the space's precision, set when it is adopted,
         // decides (see `VectorSpace::set_precision`).
         let Ok(mut file) = VectorFile::open_with(backend, &dir.join("vectors.f32"), false) else {
@@ -306,6 +340,23 @@ impl VectorSpace {
     /// while it is incomplete (see [`super::hnsw::BATCH`]).
     pub fn indexable(&self) -> usize {
         self.hnsw.read().indexable(self.available()) as usize
+    }
+
+    /// ([`VectorSpace::pending`], [`VectorSpace::indexable`]) from one
+    /// look at the graph.
+    pub fn pending_and_indexable(&self) -> (usize, usize) {
+        let g = self.hnsw.read();
+        let available = self.available();
+        (
+            (available - g.len()) as usize,
+            g.indexable(available) as usize,
+        )
+    }
+
+    /// Lets go of the planning threads' buffers but one (about 2 bytes per
+    /// vector each), after a bulk build.
+    pub fn trim_batch_scratch(&self) {
+        self.batch.lock().scratch.truncate(1);
     }
 
     fn available(&self) -> u32 {
@@ -409,37 +460,80 @@ impl VectorSpace {
                     done += 1;
                 }
                 Step::Batch(range) => {
-                    // Planned under the read lock: searches go on.
+                    // Planned and linked under the read lock: searches go on.
                     let mut work = self.batch.lock();
+                    if work.committing == Some(range.start) {
+                        // Another caller is committing this batch.
+                        drop(work);
+                        drop(g);
+                        std::thread::yield_now();
+                        continue;
+                    }
                     if work.start != range.start {
-                        work.start = range.start;
-                        work.nodes.clear();
+                        let scratch = std::mem::take(&mut work.scratch);
+                        *work = BatchWork {
+                            start: range.start,
+                            scratch,
+                            ..BatchWork::default()
+                        };
                     }
                     let threads = threads.max(1);
                     if work.scratch.len() < threads {
                         work.scratch.resize_with(threads, SearchScratch::new);
                     }
-                    let planned = u32::try_from(work.nodes.len()).expect("at most BATCH nodes");
+                    let w = &mut *work;
+                    let planned = u32::try_from(w.nodes.len()).expect("at most BATCH nodes");
                     let from = range.start + planned;
                     let budget = u32::try_from(max - done).unwrap_or(u32::MAX);
                     let to = range.end.min(from.saturating_add(budget));
                     if from < to {
-                        let w = &mut *work;
                         let nodes = g
                             .plan(from..to, &vectors, &mut w.scratch[..threads])
                             .map_err(corrupt)?;
                         w.nodes.extend(nodes);
                         done += (to - from) as usize;
                     }
-                    if work.nodes.len() < range.len() {
+                    if w.nodes.len() < range.len() {
                         continue;
                     }
-                    let nodes = std::mem::take(&mut work.nodes);
-                    let links = g.back_links(&nodes, &vectors, &mut work.scratch[..threads]);
+                    // The new lists, a few nodes' at a time when the budget
+                    // is a turn of the live indexer.
+                    let rev = w.rev.get_or_insert_with(|| Hnsw::reverse_links(&w.nodes));
+                    while w.linked < rev.len() && done < max {
+                        let lists = if max - done >= BATCH as usize {
+                            usize::MAX
+                        } else {
+                            LISTS_PER_TURN
+                        };
+                        let end = Hnsw::reverse_links_end(rev, w.linked, lists);
+                        let links = g
+                            .back_links(
+                                &w.nodes,
+                                &rev[w.linked..end],
+                                &vectors,
+                                &mut w.scratch[..threads],
+                            )
+                            .map_err(corrupt)?;
+                        w.links.extend(links);
+                        w.linked = end;
+                        done += 1;
+                    }
+                    if w.linked < rev.len() {
+                        continue;
+                    }
+                    let (nodes, links) =
+                        (std::mem::take(&mut w.nodes), std::mem::take(&mut w.links));
+                    (w.rev, w.linked, w.committing) = (None, 0, Some(range.start));
                     // No lock is waited for while the batch's is held.
                     drop(work);
                     drop(g);
-                    self.hnsw.write().commit(&nodes, &links).map_err(corrupt)?;
+                    let committed = self.hnsw.write().commit(&nodes, &links);
+                    let mut work = self.batch.lock();
+                    if work.committing == Some(range.start) {
+                        work.committing = None;
+                    }
+                    drop(work);
+                    committed.map_err(corrupt)?;
                 }
             }
         }
@@ -978,6 +1072,22 @@ impl VectorSpaces {
         self.spaces.iter().map(|s| s.indexable()).sum()
     }
 
+    /// (pending, indexable) over every space, each from one look at its
+    /// graph.
+    pub fn pending_and_indexable(&self) -> (usize, usize) {
+        self.spaces
+            .iter()
+            .map(|s| s.pending_and_indexable())
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    }
+
+    /// See [`VectorSpace::trim_batch_scratch`].
+    pub fn trim_batch_scratch(&self) {
+        for s in &self.spaces {
+            s.trim_batch_scratch();
+        }
+    }
+
     /// Folds appended rows of every space into its memory map.
     pub fn remap_all(&mut self) -> Result<()> {
         for s in &mut self.spaces {
@@ -1148,6 +1258,57 @@ mod tests {
                 from,
                 "{metric:?}"
             );
+        }
+    }
+
+    /// A graph snapshot of version 2 (built one slot at a time) is kept
+    /// while it holds at most the 1,024 slots where both builds agree; a
+    /// larger one is dropped, to be rebuilt from the log in batches.
+    #[test]
+    fn serially_built_graphs_are_kept_only_where_batches_agree() {
+        let backend: Arc<dyn Backend> = Arc::new(MemBackend::new());
+        for (n, kept) in [
+            (300u32, true),
+            (super::super::hnsw::SERIAL_UNTIL + 64, false),
+        ] {
+            let root = PathBuf::from(format!("/v{n}"));
+            let mut spaces = VectorSpaces::open(
+                backend.clone(),
+                &root,
+                HnswParams::default(),
+                Metric::Cosine,
+            )
+            .unwrap();
+            for i in 0..n {
+                spaces.push("t", "m", false, i, &vector(i, 8)).unwrap();
+            }
+            spaces.index_pending(usize::MAX, 2).unwrap();
+            spaces
+                .checkpoint(&|i| RecordId::from_bytes([i as u8; 16]))
+                .unwrap();
+            let dir = spaces.get("t", "m").unwrap().dir.clone();
+            let path = dir.join("hnsw.snap");
+            assert!(
+                VectorSpace::open_persisted(backend.as_ref(), &dir)
+                    .unwrap()
+                    .is_some()
+            );
+            let snap = read_snapshot(backend.as_ref(), &path, SNAPSHOT_MAGIC, SNAPSHOT_VERSION)
+                .unwrap()
+                .unwrap();
+            for (version, opens) in [(SNAPSHOT_VERSION_SERIAL, kept), (1, false)] {
+                write_snapshot(
+                    backend.as_ref(),
+                    &path,
+                    SNAPSHOT_MAGIC,
+                    version,
+                    snap.applied_lsn,
+                    snap.body.as_slice(),
+                )
+                .unwrap();
+                let got = VectorSpace::open_persisted(backend.as_ref(), &dir).unwrap();
+                assert_eq!(got.is_some(), opens, "{n} slots, version {version}");
+            }
         }
     }
 

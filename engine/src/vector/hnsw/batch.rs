@@ -102,6 +102,9 @@ pub struct NodePlan {
 /// Lists to replace when a batch is committed: (node, level, list).
 pub type BackLinks = Vec<(u32, u8, Vec<u32>)>;
 
+/// A link a batch adds back to a node: (level, node, from).
+pub type ReverseLink = (u8, u32, u32);
+
 /// Runs `f` over `items` on `threads` threads (each with its own
 /// `scratch`), returning the results in the order of `items`.
 fn par_map<T: Sync, R: Send>(
@@ -245,20 +248,11 @@ impl Hnsw {
         NodePlan { slot, level, lists }
     }
 
-    /// Step 2: the new list of every node that gains a link from the
-    /// batch `plans` (the whole batch, in slot order), on one thread per
-    /// `scratch`. A list that has room takes its new links in slot order;
-    /// a full one keeps the heuristic selection of old and new, topped up
-    /// on level 0 to three quarters of capacity (as [`Hnsw::insert`]'s
-    /// pruning does).
-    pub fn back_links<V: Vectors + Sync>(
-        &self,
-        plans: &[NodePlan],
-        vectors: &V,
-        scratch: &mut [SearchScratch],
-    ) -> BackLinks {
-        let start = self.len();
-        let mut rev: Vec<(u8, u32, u32)> = plans
+    /// Step 2, first part: every link the batch `plans` (the whole batch,
+    /// in slot order) adds back to a node, as `(level, node, from)`, sorted,
+    /// so that each node's new links at a level are one run.
+    pub fn reverse_links(plans: &[NodePlan]) -> Vec<ReverseLink> {
+        let mut rev: Vec<ReverseLink> = plans
             .iter()
             .flat_map(|p| {
                 p.lists.iter().enumerate().flat_map(move |(lc, l)| {
@@ -268,9 +262,64 @@ impl Hnsw {
             })
             .collect();
         rev.sort_unstable();
-        let groups: Vec<&[(u8, u32, u32)]> =
-            rev.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)).collect();
-        par_map(&groups, scratch, |g, s| {
+        rev
+    }
+
+    /// Where the run of `groups` nodes' links starting at `from` ends in
+    /// `rev` (a whole number of nodes, so a caller can make the lists a
+    /// few nodes at a time).
+    pub fn reverse_links_end(rev: &[ReverseLink], from: usize, groups: usize) -> usize {
+        let mut at = from.min(rev.len());
+        for _ in 0..groups {
+            let Some(&(lc, n, _)) = rev.get(at) else {
+                break;
+            };
+            at += rev[at..]
+                .iter()
+                .take_while(|r| (r.0, r.1) == (lc, n))
+                .count();
+        }
+        at
+    }
+
+    /// Step 2: the new list of every node with links in `rev` (a run of
+    /// whole nodes from [`Hnsw::reverse_links`] of the whole batch
+    /// `plans`), on one thread per `scratch`. A list that has room takes
+    /// its new links in slot order; a full one keeps the heuristic
+    /// selection of old and new, topped up on level 0 to three quarters
+    /// of capacity (as [`Hnsw::insert`]'s pruning does).
+    pub fn back_links<V: Vectors + Sync>(
+        &self,
+        plans: &[NodePlan],
+        rev: &[ReverseLink],
+        vectors: &V,
+        scratch: &mut [SearchScratch],
+    ) -> Result<BackLinks, HnswError> {
+        let start = self.len();
+        self.check_batch(plans)?;
+        let end = u64::from(start) + plans.len() as u64;
+        let known = |n: u32, lc: u8| {
+            u64::from(n) < end
+                && (n < start || usize::from(lc) < plans[(n - start) as usize].lists.len())
+                && (n >= start || lc <= self.levels[n as usize])
+        };
+        if let Some(&(_, n, _)) = rev
+            .iter()
+            .find(|&&(lc, n, u)| !known(n, lc) || u < start || u64::from(u) >= end)
+        {
+            return Err(HnswError::SlotOutOfOrder {
+                expected: start,
+                got: n,
+            });
+        }
+        let groups: Vec<&[ReverseLink]> = rev.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)).collect();
+        let mut own = [SearchScratch::new()];
+        let scratch = if scratch.is_empty() {
+            &mut own[..]
+        } else {
+            scratch
+        };
+        Ok(par_map(&groups, scratch, |g, s| {
             let (lc, n) = (g[0].0, g[0].1);
             let old: &[u32] = if n >= start {
                 &plans[(n - start) as usize].lists[lc as usize]
@@ -292,7 +341,25 @@ impl Hnsw {
                 self.select_neighbors(&s.pool, cap, fill, vectors, &mut list);
             }
             (n, lc, list)
-        })
+        }))
+    }
+
+    /// `Ok` if `plans` is a whole batch starting at the graph's end.
+    fn check_batch(&self, plans: &[NodePlan]) -> Result<(), HnswError> {
+        let start = self.len();
+        let whole = plans.len() == BATCH as usize
+            && plans
+                .iter()
+                .enumerate()
+                .all(|(i, p)| u64::from(p.slot) == u64::from(start) + i as u64);
+        if whole {
+            Ok(())
+        } else {
+            Err(HnswError::SlotOutOfOrder {
+                expected: start,
+                got: plans.first().map_or(start, |p| p.slot),
+            })
+        }
     }
 
     /// Step 3: writes the batch `plans` (the whole batch, in slot order)
@@ -300,14 +367,40 @@ impl Hnsw {
     /// same graph. Returns false, changing nothing, when the graph no
     /// longer ends where the batch starts (another caller committed it).
     pub fn commit(&mut self, plans: &[NodePlan], links: &BackLinks) -> Result<bool, HnswError> {
-        let start = self.len();
-        if plans.first().is_none_or(|p| p.slot != start)
-            || plans
-                .iter()
-                .enumerate()
-                .any(|(i, p)| u64::from(p.slot) != u64::from(start) + i as u64)
-        {
+        if self.check_batch(plans).is_err() {
             return Ok(false);
+        }
+        // Room for every node's upper lists, checked before anything changes.
+        let upper: usize = plans
+            .iter()
+            .map(|p| usize::from(p.level) * self.stride_upper())
+            .sum();
+        if u32::try_from(self.upper.len() + upper).is_err() {
+            return Err(HnswError::Full);
+        }
+        let cap = |lc: u8| if lc == 0 { self.m0() } else { self.params.m };
+        let total = self.levels.len() + plans.len();
+        let fits = |n: u32, lc: u8, l: &[u32]| {
+            (n as usize) < total && l.len() <= cap(lc) && l.iter().all(|&e| (e as usize) < total)
+        };
+        let bad = plans.iter().any(|p| {
+            p.lists.len() != usize::from(p.level) + 1
+                || p.lists.iter().enumerate().any(|(lc, l)| {
+                    #[allow(clippy::cast_possible_truncation)] // levels <= MAX_LEVEL
+                    !fits(p.slot, lc as u8, l)
+                })
+        }) || links.iter().any(|(n, lc, l)| {
+            let level = match n.checked_sub(self.len()) {
+                None => self.levels.get(*n as usize).copied(),
+                Some(i) => plans.get(i as usize).map(|p| p.level),
+            };
+            level.is_none_or(|lv| *lc > lv) || !fits(*n, *lc, l)
+        });
+        if bad {
+            return Err(HnswError::Format {
+                offset: 0,
+                reason: "a batch's lists do not fit its nodes",
+            });
         }
         for p in plans {
             self.allocate(p.slot, p.level)?;
@@ -351,7 +444,15 @@ mod tests {
                         nodes.extend(h.plan(at..to, v, &mut scratch).unwrap());
                         at = to;
                     }
-                    let links = h.back_links(&nodes, v, &mut scratch);
+                    // the lists a few nodes at a time, as the live indexer
+                    // makes them
+                    let rev = Hnsw::reverse_links(&nodes);
+                    let (mut links, mut at) = (Vec::new(), 0);
+                    while at < rev.len() {
+                        let to = Hnsw::reverse_links_end(&rev, at, per_turn as usize);
+                        links.extend(h.back_links(&nodes, &rev[at..to], v, &mut scratch).unwrap());
+                        at = to;
+                    }
                     assert!(h.commit(&nodes, &links).unwrap());
                     assert!(!h.commit(&nodes, &links).unwrap(), "a batch commits once");
                 }
@@ -421,9 +522,20 @@ mod tests {
         assert!(h.plan(SERIAL_UNTIL..end, &short, &mut scratch).is_err());
         // a plan for a graph that has moved on is not committed
         let nodes = h.plan(SERIAL_UNTIL..end, &v, &mut scratch).unwrap();
-        let links = h.back_links(&nodes, &v, &mut scratch);
+        let rev = Hnsw::reverse_links(&nodes);
+        // only a whole batch is linked, and links stay inside it
+        assert!(h.back_links(&nodes[1..], &rev, &v, &mut scratch).is_err());
+        let outside = [(0u8, end + 5, SERIAL_UNTIL)];
+        assert!(h.back_links(&nodes, &outside, &v, &mut scratch).is_err());
+        let links = h.back_links(&nodes, &rev, &v, &mut []).unwrap();
+        assert_eq!(links, h.back_links(&nodes, &rev, &v, &mut scratch).unwrap());
         assert!(!h.commit(&nodes[1..], &links).unwrap());
+        // lists that do not fit their nodes are refused, changing nothing
         let before = encode(&h);
+        let mut long = links.clone();
+        long[0].2 = (0..200).collect();
+        assert!(h.commit(&nodes, &long).is_err());
+        assert_eq!(encode(&h), before);
         assert!(h.commit(&nodes, &links).unwrap());
         assert_ne!(encode(&h), before);
         assert_eq!(h.len(), end);
