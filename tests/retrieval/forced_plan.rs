@@ -136,8 +136,19 @@ fn every_forced_plan_keeps_every_boundary_and_says_it_was_forced() {
         // not the reader's; a deleted one (4,993) is nobody's.
         for (session, admin) in [(&a, true), (&reader, false)] {
             let r = recall(session, &kept[4_995], 10);
+            if choice == PlanChoice::Walk {
+                // 4,992 to 4,999 less the deleted 4,993, less for the
+                // reader the secret 4,995
+                let plan = r.manifest.vector_plan.as_ref().expect("a vector plan");
+                assert_eq!(plan.unindexed_scanned, 7 - u64::from(!admin));
+            }
             assert_eq!(
                 r.hits[0].id == ids[4_995],
+                admin,
+                "{choice:?}, admin {admin}"
+            );
+            assert_eq!(
+                r.hits.iter().any(|h| h.id == ids[4_995]),
                 admin,
                 "{choice:?}, admin {admin}"
             );

@@ -438,8 +438,10 @@ impl VectorSpace {
     }
 
     /// Takes up to `max` pending slots into the graph, planning batches on
-    /// `threads` threads (see [`super::hnsw::BATCH`]). Returns how many
-    /// slots were inserted or planned: 0 when none can be now.
+    /// `threads` threads (see [`super::hnsw::BATCH`]). Returns the units
+    /// of work done (slots inserted or planned, runs of a batch's lists
+    /// made): 0 when none can be now. Below [`BATCH`] the lists are made
+    /// [`LISTS_PER_TURN`] at a time, a turn of the live indexer.
     pub fn index_pending(&self, max: usize, threads: usize) -> Result<usize> {
         let corrupt = |e: super::hnsw::HnswError| EngineError::Corrupt {
             what: format!("vector index of '{}'", self.model),
@@ -499,12 +501,12 @@ impl VectorSpace {
                     // The new lists, a few nodes' at a time when the budget
                     // is a turn of the live indexer.
                     let rev = w.rev.get_or_insert_with(|| Hnsw::reverse_links(&w.nodes));
+                    let lists = if max >= BATCH as usize {
+                        usize::MAX
+                    } else {
+                        LISTS_PER_TURN
+                    };
                     while w.linked < rev.len() && done < max {
-                        let lists = if max - done >= BATCH as usize {
-                            usize::MAX
-                        } else {
-                            LISTS_PER_TURN
-                        };
                         let end = Hnsw::reverse_links_end(rev, w.linked, lists);
                         let links = g
                             .back_links(
@@ -527,13 +529,20 @@ impl VectorSpace {
                     // No lock is waited for while the batch's is held.
                     drop(work);
                     drop(g);
-                    let committed = self.hnsw.write().commit(&nodes, &links);
-                    let mut work = self.batch.lock();
-                    if work.committing == Some(range.start) {
-                        work.committing = None;
+                    /// Clears the batch's `committing` mark however the
+                    /// commit ends (a panic included), so no caller waits
+                    /// for it forever.
+                    struct Committing<'a>(&'a parking_lot::Mutex<BatchWork>, u32);
+                    impl Drop for Committing<'_> {
+                        fn drop(&mut self) {
+                            let mut work = self.0.lock();
+                            if work.committing == Some(self.1) {
+                                work.committing = None;
+                            }
+                        }
                     }
-                    drop(work);
-                    committed.map_err(corrupt)?;
+                    let _mark = Committing(&self.batch, range.start);
+                    self.hnsw.write().commit(&nodes, &links).map_err(corrupt)?;
                 }
             }
         }
@@ -931,7 +940,7 @@ impl VectorSpaces {
                     && h.derived == s.derived
             }) else {
                 return Err(format!(
-                    "vector space {} of tenant {} has no persisted files",
+                    "vector space {} of tenant {} has no usable persisted graph (missing, damaged, or built by an older version)",
                     s.model, s.tenant
                 ));
             };
@@ -1053,8 +1062,8 @@ impl VectorSpaces {
         Ok(())
     }
 
-    /// Indexes pending slots of every space, up to `max` in total, on
-    /// `threads` threads (see [`VectorSpace::index_pending`]).
+    /// Indexes pending slots of every space, up to `max` units of work in
+    /// total, on `threads` threads (see [`VectorSpace::index_pending`]).
     pub fn index_pending(&self, max: usize, threads: usize) -> Result<usize> {
         let mut done = 0;
         for s in &self.spaces {
@@ -1267,10 +1276,8 @@ mod tests {
     #[test]
     fn serially_built_graphs_are_kept_only_where_batches_agree() {
         let backend: Arc<dyn Backend> = Arc::new(MemBackend::new());
-        for (n, kept) in [
-            (300u32, true),
-            (super::super::hnsw::SERIAL_UNTIL + 64, false),
-        ] {
+        let serial = super::super::hnsw::SERIAL_UNTIL;
+        for (n, kept) in [(300u32, true), (serial, true), (serial + 64, false)] {
             let root = PathBuf::from(format!("/v{n}"));
             let mut spaces = VectorSpaces::open(
                 backend.clone(),
@@ -1283,6 +1290,7 @@ mod tests {
                 spaces.push("t", "m", false, i, &vector(i, 8)).unwrap();
             }
             spaces.index_pending(usize::MAX, 2).unwrap();
+            assert_eq!(spaces.get("t", "m").unwrap().hnsw.read().len(), n);
             spaces
                 .checkpoint(&|i| RecordId::from_bytes([i as u8; 16]))
                 .unwrap();

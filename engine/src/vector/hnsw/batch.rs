@@ -298,6 +298,7 @@ impl Hnsw {
         let start = self.len();
         self.check_batch(plans)?;
         let end = u64::from(start) + plans.len() as u64;
+        // a node of the graph or of the batch, with a list at level lc
         let known = |n: u32, lc: u8| {
             u64::from(n) < end
                 && (n < start || usize::from(lc) < plans[(n - start) as usize].lists.len())
@@ -305,7 +306,7 @@ impl Hnsw {
         };
         if let Some(&(_, n, _)) = rev
             .iter()
-            .find(|&&(lc, n, u)| !known(n, lc) || u < start || u64::from(u) >= end)
+            .find(|&&(lc, n, u)| !known(n, lc) || !known(u, lc) || u < start || n == u)
         {
             return Err(HnswError::SlotOutOfOrder {
                 expected: start,
@@ -365,11 +366,15 @@ impl Hnsw {
     /// Step 3: writes the batch `plans` (the whole batch, in slot order)
     /// and the lists `links` made for them by [`Hnsw::back_links`] on this
     /// same graph. Returns false, changing nothing, when the graph no
-    /// longer ends where the batch starts (another caller committed it).
+    /// longer ends where the batch starts (another caller committed it);
+    /// an error, changing nothing, when `plans` is not a whole batch or a
+    /// list does not fit its node (over capacity, linking the node to
+    /// itself or to a node without that level).
     pub fn commit(&mut self, plans: &[NodePlan], links: &BackLinks) -> Result<bool, HnswError> {
-        if self.check_batch(plans).is_err() {
+        if plans.first().is_some_and(|p| p.slot != self.len()) {
             return Ok(false);
         }
+        self.check_batch(plans)?;
         // Room for every node's upper lists, checked before anything changes.
         let upper: usize = plans
             .iter()
@@ -380,8 +385,17 @@ impl Hnsw {
         }
         let cap = |lc: u8| if lc == 0 { self.m0() } else { self.params.m };
         let total = self.levels.len() + plans.len();
+        let level_of = |e: u32| match (e as usize).checked_sub(self.levels.len()) {
+            None => self.levels.get(e as usize).copied(),
+            Some(i) => plans.get(i).map(|p| p.level),
+        };
+        // a list of n at lc: within capacity, of nodes other than n that
+        // have level lc
         let fits = |n: u32, lc: u8, l: &[u32]| {
-            (n as usize) < total && l.len() <= cap(lc) && l.iter().all(|&e| (e as usize) < total)
+            (n as usize) < total
+                && l.len() <= cap(lc)
+                && l.iter()
+                    .all(|&e| e != n && level_of(e).is_some_and(|lv| lv >= lc))
         };
         let bad = plans.iter().any(|p| {
             p.lists.len() != usize::from(p.level) + 1
@@ -389,13 +403,9 @@ impl Hnsw {
                     #[allow(clippy::cast_possible_truncation)] // levels <= MAX_LEVEL
                     !fits(p.slot, lc as u8, l)
                 })
-        }) || links.iter().any(|(n, lc, l)| {
-            let level = match n.checked_sub(self.len()) {
-                None => self.levels.get(*n as usize).copied(),
-                Some(i) => plans.get(i as usize).map(|p| p.level),
-            };
-            level.is_none_or(|lv| *lc > lv) || !fits(*n, *lc, l)
-        });
+        }) || links
+            .iter()
+            .any(|(n, lc, l)| level_of(*n).is_none_or(|lv| *lc > lv) || !fits(*n, *lc, l));
         if bad {
             return Err(HnswError::Format {
                 offset: 0,
@@ -529,7 +539,17 @@ mod tests {
         assert!(h.back_links(&nodes, &outside, &v, &mut scratch).is_err());
         let links = h.back_links(&nodes, &rev, &v, &mut []).unwrap();
         assert_eq!(links, h.back_links(&nodes, &rev, &v, &mut scratch).unwrap());
-        assert!(!h.commit(&nodes[1..], &links).unwrap());
+        assert!(
+            !h.commit(&nodes[1..], &links).unwrap(),
+            "not at the graph's end"
+        );
+        assert!(h.commit(&nodes[..63], &links).is_err(), "not a whole batch");
+        let mut self_link = links.clone();
+        self_link[0].2 = vec![self_link[0].0];
+        assert!(
+            h.commit(&nodes, &self_link).is_err(),
+            "a node linked to itself"
+        );
         // lists that do not fit their nodes are refused, changing nothing
         let before = encode(&h);
         let mut long = links.clone();
