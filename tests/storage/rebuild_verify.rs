@@ -192,3 +192,89 @@ fn a_graph_built_in_batches_is_rebuilt_exactly() {
         r.differences.join("\n")
     );
 }
+
+/// A store whose graphs were built one slot at a time (vector snapshot
+/// version 2) still opens: a graph past 1,024 slots is set aside with a
+/// reason, its space rebuilt from the log (nothing lost), and a rebuild
+/// then reproduces the new graph exactly.
+#[test]
+fn a_graph_built_one_slot_at_a_time_is_rebuilt_on_open() {
+    use engram::retrieval::{Mode, RecallRequest};
+    use engram::storage::FsBackend;
+    use engram::storage::files::{read_snapshot, write_snapshot};
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    let mut rng = Rng(0x5E41_A1ED);
+    let n = 1024 + 64 + 5;
+    let vectors: Vec<Vec<f32>> = (0..n)
+        .map(|_| {
+            (0..8)
+                .map(|_| rng.below(2000) as f32 / 1000.0 - 1.0)
+                .collect()
+        })
+        .collect();
+    for start in (0..n).step_by(300) {
+        s.append(
+            (start..(start + 300).min(n))
+                .map(|i| {
+                    NewRecord::event("note", format!("v {i}"))
+                        .with_external_id(format!("v{i}"))
+                        .with_embedding("m", vectors[i].clone())
+                })
+                .collect(),
+        )
+        .unwrap();
+    }
+    db.close().unwrap();
+
+    // Every graph snapshot rewritten as version 2, body unchanged.
+    let backend = FsBackend;
+    let snaps: Vec<_> = files_under(dir.path())
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|f| f == "hnsw.snap"))
+        .collect();
+    assert_eq!(snaps.len(), 2, "the model's space and the embedder's");
+    for p in &snaps {
+        let snap = read_snapshot(&backend, p, *b"ENGRHNSW", 3)
+            .unwrap()
+            .unwrap();
+        write_snapshot(
+            &backend,
+            p,
+            *b"ENGRHNSW",
+            2,
+            snap.applied_lsn,
+            snap.body.as_slice(),
+        )
+        .unwrap();
+    }
+
+    let (db, report) = Engram::open_with_report(dir.path(), opts(&clock)).unwrap();
+    let why = report
+        .checkpoint_discarded
+        .expect("the checkpoint set aside");
+    assert!(why.contains("older version"), "{why}");
+    db.wait_indexed().unwrap();
+    let s = db.session(Principal::admin("t"));
+    for i in [0, n / 2, n - 1] {
+        let r = s
+            .recall(&RecallRequest {
+                vector: Some(vectors[i].clone().into()),
+                model: Some("m".into()),
+                mode: Mode::Vector,
+                k: 1,
+                ..RecallRequest::default()
+            })
+            .unwrap();
+        assert_eq!(r.hits[0].external_id.as_deref(), Some(&*format!("v{i}")));
+    }
+    db.close().unwrap();
+    let r = Engram::rebuild(dir.path(), &opts(&clock), true).unwrap();
+    assert!(
+        r.differences.is_empty(),
+        "derived state differs after rebuild:\n{}",
+        r.differences.join("\n")
+    );
+}
