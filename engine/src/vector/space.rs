@@ -440,8 +440,8 @@ impl VectorSpace {
     /// Takes up to `max` pending slots into the graph, planning batches on
     /// `threads` threads (see [`super::hnsw::BATCH`]). Returns the units
     /// of work done (slots inserted or planned, runs of a batch's lists
-    /// made): 0 when none can be now. Below [`BATCH`] the lists are made
-    /// [`LISTS_PER_TURN`] at a time, a turn of the live indexer.
+    /// made): 0 when none can be now. With `max` below [`BATCH`] the lists are made
+    /// 32 at a time (`LISTS_PER_TURN`), a turn of the live indexer.
     pub fn index_pending(&self, max: usize, threads: usize) -> Result<usize> {
         let corrupt = |e: super::hnsw::HnswError| EngineError::Corrupt {
             what: format!("vector index of '{}'", self.model),
