@@ -572,34 +572,8 @@ impl Hnsw {
         }
 
         let mut scratch = std::mem::take(&mut self.build);
-        let mut stats = SearchStats::default();
-        let scorer = Exact {
-            metric: self.metric,
-            q,
-            vectors,
-        };
-        let mut cur = self.entry;
-        let mut cur_d = scorer.dist(cur);
-        scratch.begin(self.levels.len());
-        scratch.visit(cur);
-        for lc in (level + 1..=self.max_level).rev() {
-            (cur, cur_d) = self.greedy(&scorer, cur, cur_d, lc, &mut scratch, &mut stats);
-        }
-        let ef = self.params.ef_construction;
+        let pools = self.layer_pools(q, level, vectors, &mut scratch);
         for lc in (0..=level.min(self.max_level)).rev() {
-            self.search_layer(
-                &scorer,
-                cur,
-                cur_d,
-                ef,
-                lc,
-                NO_FILTER,
-                &mut scratch,
-                &mut stats,
-            );
-            scratch.drain_sorted();
-            let closest = scratch.pool[0];
-            (cur, cur_d) = (key_slot(closest), key_dist(closest));
             // Level 0 departs from hnswlib (M diverse links on every level,
             // no top-up) in two ways: like FAISS, a new node may take up to
             // 2M diverse links there, and its list is then topped up to its
@@ -614,7 +588,7 @@ impl Hnsw {
             } else {
                 (self.params.m, 0)
             };
-            self.select_neighbors(&scratch.pool, m, fill, vectors, &mut selected);
+            self.select_neighbors(&pools[lc as usize], m, fill, vectors, &mut selected);
             self.set_links(slot, lc, &selected);
             for &n in &selected {
                 self.link_back(n, slot, lc, vectors, &mut scratch);
@@ -629,6 +603,60 @@ impl Hnsw {
         Ok(())
     }
 
+    /// The candidates an insert of `q` at `level` chooses its links from:
+    /// greedy descent to `level + 1`, then a beam of `ef_construction` on
+    /// each level below, each starting at the last one's closest. Sorted
+    /// closest first, by level (`level + 1` lists, empty above the graph's
+    /// top level or in an empty graph). Linking on one level changes no
+    /// list on the levels below, so the beams can all run before it.
+    fn layer_pools<V: Vectors>(
+        &self,
+        q: &[f32],
+        level: u8,
+        vectors: &V,
+        scratch: &mut SearchScratch,
+    ) -> Vec<Vec<u64>> {
+        let mut pools = vec![Vec::new(); level as usize + 1];
+        if self.entry == NONE {
+            return pools;
+        }
+        let mut stats = SearchStats::default();
+        let scorer = Exact {
+            metric: self.metric,
+            q,
+            vectors,
+        };
+        let mut cur = self.entry;
+        let mut cur_d = scorer.dist(cur);
+        scratch.begin(self.levels.len());
+        scratch.visit(cur);
+        for lc in (level + 1..=self.max_level).rev() {
+            (cur, cur_d) = self.greedy(&scorer, cur, cur_d, lc, scratch, &mut stats);
+        }
+        for lc in (0..=level.min(self.max_level)).rev() {
+            self.search_layer(
+                &scorer,
+                cur,
+                cur_d,
+                self.params.ef_construction,
+                lc,
+                NO_FILTER,
+                scratch,
+                &mut stats,
+            );
+            scratch.drain_sorted();
+            let closest = scratch.pool[0];
+            (cur, cur_d) = (key_slot(closest), key_dist(closest));
+            pools[lc as usize].clone_from(&scratch.pool);
+        }
+        pools
+    }
+
+    /// The capacity of a list at `level`: 2M on level 0, M above.
+    fn capacity(&self, level: u8) -> usize {
+        if level == 0 { self.m0() } else { self.params.m }
+    }
+
     /// Adds `new` to `node`'s list at `level`; when the list is full, keeps
     /// the heuristic selection of old links plus `new`.
     fn link_back<V: Vectors>(
@@ -639,7 +667,7 @@ impl Hnsw {
         vectors: &V,
         scratch: &mut SearchScratch,
     ) {
-        let cap = if level == 0 { self.m0() } else { self.params.m };
+        let cap = self.capacity(level);
         let (zero, at) = self.list_start(node, level);
         let arr = if zero {
             &mut self.level0

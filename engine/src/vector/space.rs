@@ -31,15 +31,13 @@ use roaring::RoaringBitmap;
 use rustc_hash::FxHashMap;
 
 use super::distance::{Metric, distance};
-use super::hnsw::{
-    BATCH, BackLinks, Exact, Hnsw, HnswParams, Neighbor, NodePlan, ReverseLink, SearchScratch,
-    SearchStats, Step, Vectors,
-};
+use super::hnsw::{Exact, Hnsw, HnswParams, Neighbor, SearchScratch, SearchStats, Vectors};
 use super::quant::{CodeScorer, Codes, QueryCode, ScanCache};
 use crate::error::{EngineError, Result};
 use crate::id::RecordId;
 
 mod header;
+mod indexing;
 mod scan;
 use header::{SpaceHeader, decode_header, encode_header};
 
@@ -122,7 +120,7 @@ pub struct VectorSpace {
     /// The graph (its own lock: the indexer inserts while readers search).
     pub hnsw: Arc<RwLock<Hnsw>>,
     /// The batch being planned (see [`super::hnsw::BATCH`]).
-    batch: parking_lot::Mutex<BatchWork>,
+    batch: parking_lot::Mutex<indexing::BatchWork>,
     /// Rows known durable (written before the last snapshot).
     rows_synced: u64,
     /// Record id of the last durable row, as persisted.
@@ -141,32 +139,6 @@ pub struct VectorSpace {
     /// outside the space.
     pub(crate) uid: u64,
 }
-
-/// The graph's next batch, planned and linked piece by piece (the live
-/// indexer plans one node, or makes [`LISTS_PER_TURN`] lists, per turn)
-/// and committed once whole.
-#[derive(Debug, Default)]
-struct BatchWork {
-    /// The batch's first slot.
-    start: u32,
-    /// Its nodes planned so far, in slot order.
-    nodes: Vec<NodePlan>,
-    /// Once every node is planned: the links they add back.
-    rev: Option<Vec<ReverseLink>>,
-    /// How many of `rev` have their lists in `links`.
-    linked: usize,
-    /// The new lists so far.
-    links: BackLinks,
-    /// A caller is committing the batch starting here: others wait for
-    /// it rather than plan the batch again.
-    committing: Option<u32>,
-    /// One per planning thread, kept between turns.
-    scratch: Vec<SearchScratch>,
-}
-
-/// Lists the live indexer makes per turn of the state's read lock: about
-/// the back-linking of one serial insert.
-const LISTS_PER_TURN: usize = 32;
 
 /// A new space object's [`VectorSpace::uid`].
 fn next_uid() -> u64 {
@@ -331,38 +303,6 @@ impl VectorSpace {
         self.slot_to_idx.is_empty()
     }
 
-    /// Slots not yet in the graph (searched exactly meanwhile).
-    pub fn pending(&self) -> usize {
-        self.len() - self.hnsw.read().len() as usize
-    }
-
-    /// Pending slots the graph can take now: all but the last batch's
-    /// while it is incomplete (see [`super::hnsw::BATCH`]).
-    pub fn indexable(&self) -> usize {
-        self.hnsw.read().indexable(self.available()) as usize
-    }
-
-    /// ([`VectorSpace::pending`], [`VectorSpace::indexable`]) from one
-    /// look at the graph.
-    pub fn pending_and_indexable(&self) -> (usize, usize) {
-        let g = self.hnsw.read();
-        let available = self.available();
-        (
-            (available - g.len()) as usize,
-            g.indexable(available) as usize,
-        )
-    }
-
-    /// Lets go of the planning threads' buffers but one (about 2 bytes per
-    /// vector each), after a bulk build.
-    pub fn trim_batch_scratch(&self) {
-        self.batch.lock().scratch.truncate(1);
-    }
-
-    fn available(&self) -> u32 {
-        u32::try_from(self.slot_to_idx.len()).expect("fewer slots than records")
-    }
-
     /// The vectors, for search.
     pub fn vectors(&self) -> SpaceVectors<'_> {
         let (mapped, tail) = self.file.flat();
@@ -435,123 +375,6 @@ impl VectorSpace {
             // stays and shows the same rows (faulted in when read).
             let _ = self.file.remap();
         }
-    }
-
-    /// Takes up to `max` pending slots into the graph, planning batches on
-    /// `threads` threads (see [`super::hnsw::BATCH`]). Returns the units
-    /// of work done (slots inserted or planned, runs of a batch's lists
-    /// made): 0 when none can be now. With `max` below [`BATCH`] the lists are made
-    /// 32 at a time (`LISTS_PER_TURN`), a turn of the live indexer.
-    pub fn index_pending(&self, max: usize, threads: usize) -> Result<usize> {
-        let corrupt = |e: super::hnsw::HnswError| EngineError::Corrupt {
-            what: format!("vector index of '{}'", self.model),
-            detail: e.to_string(),
-        };
-        let vectors = self.vectors();
-        let mut done = 0;
-        while done < max {
-            let g = self.hnsw.read();
-            match g.step(self.available()) {
-                Step::Done | Step::Held => break,
-                Step::Serial(next) => {
-                    drop(g);
-                    let mut g = self.hnsw.write();
-                    if g.len() == next {
-                        g.insert(next, &vectors).map_err(corrupt)?;
-                    }
-                    done += 1;
-                }
-                Step::Batch(range) => {
-                    // Planned and linked under the read lock: searches go on.
-                    let mut work = self.batch.lock();
-                    if work.committing == Some(range.start) {
-                        // Another caller is committing this batch.
-                        drop(work);
-                        drop(g);
-                        std::thread::yield_now();
-                        continue;
-                    }
-                    if work.start != range.start {
-                        let scratch = std::mem::take(&mut work.scratch);
-                        *work = BatchWork {
-                            start: range.start,
-                            scratch,
-                            ..BatchWork::default()
-                        };
-                    }
-                    let threads = threads.max(1);
-                    if work.scratch.len() < threads {
-                        work.scratch.resize_with(threads, SearchScratch::new);
-                    }
-                    let w = &mut *work;
-                    let planned = u32::try_from(w.nodes.len()).expect("at most BATCH nodes");
-                    let from = range.start + planned;
-                    let budget = u32::try_from(max - done).unwrap_or(u32::MAX);
-                    let to = range.end.min(from.saturating_add(budget));
-                    if from < to {
-                        let nodes = g
-                            .plan(from..to, &vectors, &mut w.scratch[..threads])
-                            .map_err(corrupt)?;
-                        w.nodes.extend(nodes);
-                        done += (to - from) as usize;
-                    }
-                    if w.nodes.len() < range.len() {
-                        continue;
-                    }
-                    // The new lists, a few nodes' at a time when the budget
-                    // is a turn of the live indexer.
-                    let rev = w.rev.get_or_insert_with(|| Hnsw::reverse_links(&w.nodes));
-                    let lists = if max >= BATCH as usize {
-                        usize::MAX
-                    } else {
-                        LISTS_PER_TURN
-                    };
-                    while w.linked < rev.len() && done < max {
-                        let end = Hnsw::reverse_links_end(rev, w.linked, lists);
-                        let links = g
-                            .back_links(
-                                &w.nodes,
-                                &rev[w.linked..end],
-                                &vectors,
-                                &mut w.scratch[..threads],
-                            )
-                            .map_err(corrupt)?;
-                        w.links.extend(links);
-                        w.linked = end;
-                        done += 1;
-                    }
-                    if w.linked < rev.len() {
-                        continue;
-                    }
-                    let (nodes, links) =
-                        (std::mem::take(&mut w.nodes), std::mem::take(&mut w.links));
-                    (w.rev, w.linked, w.committing) = (None, 0, Some(range.start));
-                    // No lock is waited for while the batch's is held.
-                    drop(work);
-                    drop(g);
-                    /// Clears the batch's `committing` mark however the
-                    /// commit ends (a panic included), so no caller waits
-                    /// for it forever.
-                    struct Committing<'a>(&'a parking_lot::Mutex<BatchWork>, u32);
-                    impl Drop for Committing<'_> {
-                        fn drop(&mut self) {
-                            let mut work = self.0.lock();
-                            if work.committing == Some(self.1) {
-                                work.committing = None;
-                            }
-                        }
-                    }
-                    let _mark = Committing(&self.batch, range.start);
-                    self.hnsw.write().commit(&nodes, &links).map_err(corrupt)?;
-                }
-            }
-        }
-        // A space walked over codes gets the new slots' codes here, in the
-        // background, rather than on its next query.
-        if done > 0 && self.walks_codes(self.hnsw.read().len()) {
-            drop(self.codes_upto_date());
-        }
-        Ok(done)
     }
 
     /// Graph search restricted by `allow` (a record-index predicate).

@@ -196,38 +196,7 @@ impl Hnsw {
     ) -> NodePlan {
         let q = vectors.get(slot);
         let level = self.level_for(slot);
-        let mut pools: Vec<Vec<u64>> = vec![Vec::new(); level as usize + 1];
-        if self.entry != NONE {
-            let scorer = Exact {
-                metric: self.metric,
-                q,
-                vectors,
-            };
-            let mut stats = SearchStats::default();
-            let mut cur = self.entry;
-            let mut cur_d = scorer.dist(cur);
-            scratch.begin(self.levels.len());
-            scratch.visit(cur);
-            for lc in (level + 1..=self.max_level).rev() {
-                (cur, cur_d) = self.greedy(&scorer, cur, cur_d, lc, scratch, &mut stats);
-            }
-            for lc in (0..=level.min(self.max_level)).rev() {
-                self.search_layer(
-                    &scorer,
-                    cur,
-                    cur_d,
-                    self.params.ef_construction,
-                    lc,
-                    NO_FILTER,
-                    scratch,
-                    &mut stats,
-                );
-                scratch.drain_sorted();
-                let closest = scratch.pool[0];
-                (cur, cur_d) = (key_slot(closest), key_dist(closest));
-                pools[lc as usize].clone_from(&scratch.pool);
-            }
-        }
+        let mut pools = self.layer_pools(q, level, vectors, scratch);
         let mut lists = Vec::with_capacity(pools.len());
         for (lc, pool) in pools.iter_mut().enumerate() {
             for v in start..slot {
@@ -327,7 +296,7 @@ impl Hnsw {
             } else {
                 self.links(n, lc)
             };
-            let cap = if lc == 0 { self.m0() } else { self.params.m };
+            let cap = self.capacity(lc);
             let mut list: Vec<u32> = old.to_vec();
             list.extend(g.iter().map(|&(_, _, u)| u));
             if list.len() > cap {
@@ -383,7 +352,6 @@ impl Hnsw {
         if u32::try_from(self.upper.len() + upper).is_err() {
             return Err(HnswError::Full);
         }
-        let cap = |lc: u8| if lc == 0 { self.m0() } else { self.params.m };
         let total = self.levels.len() + plans.len();
         let level_of = |e: u32| match (e as usize).checked_sub(self.levels.len()) {
             None => self.levels.get(e as usize).copied(),
@@ -393,7 +361,7 @@ impl Hnsw {
         // have level lc
         let fits = |n: u32, lc: u8, l: &[u32]| {
             (n as usize) < total
-                && l.len() <= cap(lc)
+                && l.len() <= self.capacity(lc)
                 && l.iter()
                     .all(|&e| e != n && level_of(e).is_some_and(|lv| lv >= lc))
         };
