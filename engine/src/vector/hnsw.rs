@@ -485,6 +485,23 @@ impl Hnsw {
         arr[at + 1..at + 1 + links.len()].copy_from_slice(links);
     }
 
+    /// The dimension a vector at `slot` must have (the graph's, or the
+    /// source's while the graph is empty), checked against the source and
+    /// the vector: both equal to it, non-zero and within 32 bits.
+    fn check_dim<V: Vectors>(&self, vectors: &V, slot: u32) -> Result<usize, HnswError> {
+        let expected = if self.is_empty() {
+            vectors.dim()
+        } else {
+            self.dim()
+        };
+        for got in [vectors.dim(), vectors.get(slot).len()] {
+            if got != expected || got == 0 || got > u32::MAX as usize {
+                return Err(HnswError::DimensionMismatch { expected, got });
+            }
+        }
+        Ok(expected)
+    }
+
     /// Level of `slot`: geometric with P(level >= l) = m^-l, drawn from
     /// splitmix64 hashes of (seed, slot) only. Integer arithmetic, so it is
     /// identical on every platform.
@@ -550,16 +567,7 @@ impl Hnsw {
             });
         }
         let q = vectors.get(slot);
-        let expected = if self.is_empty() {
-            vectors.dim()
-        } else {
-            self.dim()
-        };
-        for got in [vectors.dim(), q.len()] {
-            if got != expected || got == 0 || got > u32::MAX as usize {
-                return Err(HnswError::DimensionMismatch { expected, got });
-            }
-        }
+        let expected = self.check_dim(vectors, slot)?;
         self.dim = u32::try_from(expected).expect("checked above");
 
         let level = self.level_for(slot);

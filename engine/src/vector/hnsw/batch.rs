@@ -167,17 +167,8 @@ impl Hnsw {
                 got: slots.start,
             });
         }
-        let dim = if self.is_empty() {
-            vectors.dim()
-        } else {
-            self.dim()
-        };
         for slot in slots.clone() {
-            for got in [vectors.dim(), vectors.get(slot).len()] {
-                if got != dim || got == 0 || got > u32::MAX as usize {
-                    return Err(HnswError::DimensionMismatch { expected: dim, got });
-                }
-            }
+            self.check_dim(vectors, slot)?;
         }
         let slots: Vec<u32> = slots.collect();
         Ok(par_map(&slots, scratch, |&slot, s| {
