@@ -99,6 +99,10 @@ pub struct StoreStats {
     /// lost: the log is the record; the next open replays more).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub checkpoint_problem: Option<String>,
+    /// Why the background indexer stopped, if it did (its vectors are
+    /// still searched exactly; reopening the store indexes them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub indexer_problem: Option<String>,
 }
 
 /// Counts of the session's tenant, for its admin
@@ -190,6 +194,7 @@ impl Engram {
         drop(st);
         s.checkpoint_lsn = self.checkpoint_lsn();
         s.checkpoint_problem = self.checkpoint_problem();
+        s.indexer_problem = self.indexer_problem();
         Ok(s)
     }
 

@@ -158,6 +158,7 @@ fn a_graph_built_in_batches_is_rebuilt_exactly() {
     // lists) per turn: `wait_indexed` would plan on every core.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
     while db.pending_vectors() > 0 {
+        assert_eq!(db.stats().unwrap().indexer_problem, None);
         assert!(std::time::Instant::now() < deadline, "the indexer stalled");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
@@ -194,9 +195,10 @@ fn a_graph_built_in_batches_is_rebuilt_exactly() {
 }
 
 /// A store whose graphs were built one slot at a time (vector snapshot
-/// version 2) still opens: a graph past 1,024 slots is set aside with a
-/// reason, its space rebuilt from the log (nothing lost), and a rebuild
-/// then reproduces the new graph exactly.
+/// version 2) still opens from its checkpoint: a graph past 1,024 slots is
+/// dropped and its vectors kept (searched exactly until the indexer has
+/// built the graph again in batches; nothing lost, nothing replayed), and a
+/// rebuild then reproduces the new graph exactly.
 #[test]
 fn a_graph_built_one_slot_at_a_time_is_rebuilt_on_open() {
     use engram::retrieval::{Mode, RecallRequest};
@@ -251,14 +253,22 @@ fn a_graph_built_one_slot_at_a_time_is_rebuilt_on_open() {
         .unwrap();
     }
 
-    let (db, report) = Engram::open_with_report(dir.path(), opts(&clock)).unwrap();
-    let why = report
-        .checkpoint_discarded
-        .expect("the checkpoint set aside");
-    assert!(why.contains("older version"), "{why}");
-    db.wait_indexed().unwrap();
+    // Without the background indexer, to see the graphs as opened.
+    let no_indexer = engram::Options {
+        background_indexing: false,
+        ..opts(&clock)
+    };
+    let (db, report) = Engram::open_with_report(dir.path(), no_indexer).unwrap();
+    assert_eq!(report.checkpoint_discarded, None);
+    assert_eq!(report.frames_replayed, 0);
+    assert!(report.vectors_rebuilt.is_empty(), "{report:?}");
+    let spaces = db.stats().unwrap().vector_spaces;
+    assert_eq!(spaces.len(), 2);
+    for sp in &spaces {
+        assert_eq!((sp.vectors, sp.indexed), (n, 0), "{}", sp.model);
+    }
     let s = db.session(Principal::admin("t"));
-    for i in [0, n / 2, n - 1] {
+    let nearest = |i: usize| {
         let r = s
             .recall(&RecallRequest {
                 vector: Some(vectors[i].clone().into()),
@@ -269,6 +279,15 @@ fn a_graph_built_one_slot_at_a_time_is_rebuilt_on_open() {
             })
             .unwrap();
         assert_eq!(r.hits[0].external_id.as_deref(), Some(&*format!("v{i}")));
+    };
+    // while the graph is built again (exact scans of the waiting vectors),
+    // and after
+    for i in [0, n / 2, n - 1] {
+        nearest(i);
+    }
+    db.wait_indexed().unwrap();
+    for i in [0, n / 2, n - 1] {
+        nearest(i);
     }
     db.close().unwrap();
     let r = Engram::rebuild(dir.path(), &opts(&clock), true).unwrap();

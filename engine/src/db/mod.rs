@@ -380,6 +380,11 @@ impl Engram {
         self.inner.checkpoint_error.lock().clone()
     }
 
+    /// Why the background indexer stopped, if it did.
+    pub(crate) fn indexer_problem(&self) -> Option<String> {
+        self.inner.indexer_error.lock().clone()
+    }
+
     pub(crate) fn check_open(&self) -> Result<()> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(EngineError::Closed);

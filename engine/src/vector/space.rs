@@ -228,11 +228,14 @@ impl VectorSpace {
         let Some((header, graph_bytes)) = decode_header(body) else {
             return Ok(None);
         };
-        let Ok(hnsw) = Hnsw::read_from(graph_bytes) else {
+        let Ok(mut hnsw) = Hnsw::read_from(graph_bytes) else {
             return Ok(None);
         };
         if serial && hnsw.len() > super::hnsw::SERIAL_UNTIL {
-            return Ok(None);
+            // Past the slots where both builds agree the graph is dropped and
+            // its vectors kept: the indexer builds it again in batches, as a
+            // rebuild would.
+            hnsw = Hnsw::new(hnsw.params(), hnsw.metric());
         }
         // Not populated yet: the space's precision, set when it is adopted,
         // decides (see `VectorSpace::set_precision`).
@@ -1095,7 +1098,8 @@ mod tests {
 
     /// A graph snapshot of version 2 (built one slot at a time) is kept
     /// while it holds at most the 1,024 slots where both builds agree; a
-    /// larger one is dropped, to be rebuilt from the log in batches.
+    /// larger one is dropped and its vectors kept, for the indexer to build
+    /// the graph again in batches.
     #[test]
     fn serially_built_graphs_are_kept_only_where_batches_agree() {
         let backend: Arc<dyn Backend> = Arc::new(MemBackend::new());
@@ -1127,7 +1131,11 @@ mod tests {
             let snap = read_snapshot(backend.as_ref(), &path, SNAPSHOT_MAGIC, SNAPSHOT_VERSION)
                 .unwrap()
                 .unwrap();
-            for (version, opens) in [(SNAPSHOT_VERSION_SERIAL, kept), (1, false)] {
+            // (version, opens, graph slots kept)
+            for (version, opens, graph) in [
+                (SNAPSHOT_VERSION_SERIAL, true, if kept { n } else { 0 }),
+                (1, false, 0),
+            ] {
                 write_snapshot(
                     backend.as_ref(),
                     &path,
@@ -1139,6 +1147,12 @@ mod tests {
                 .unwrap();
                 let got = VectorSpace::open_persisted(backend.as_ref(), &dir).unwrap();
                 assert_eq!(got.is_some(), opens, "{n} slots, version {version}");
+                if let Some((header, g, file)) = got {
+                    assert_eq!(g.len(), graph, "{n} slots, version {version}");
+                    assert_eq!(file.len(), n as usize);
+                    assert_eq!(header.rows_synced, u64::from(n));
+                    assert_eq!(g.params(), HnswParams::default());
+                }
             }
         }
     }

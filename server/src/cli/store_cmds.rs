@@ -109,6 +109,9 @@ pub(super) fn cmd_stats(ctx: &Ctx, a: JsonArgs) -> CliResult {
         if let Some(p) = &s.checkpoint_problem {
             crate::outln!("checkpoint problem: {p}");
         }
+        if let Some(p) = &s.indexer_problem {
+            crate::outln!("indexer problem: {p}");
+        }
         crate::outln!(
             "lexical    {} document(s), {} term(s)",
             s.lexical_documents,
