@@ -113,6 +113,7 @@ fn sqlite_measure(dir: &Path, n: usize, writers: usize, batch: usize, fts: bool)
         ack_latency_us_p50: pct(0.5),
         ack_latency_us_p99: pct(0.99),
         groups: 0,
+        index_catch_up_s: 0.0,
     }
 }
 
