@@ -177,6 +177,17 @@ pub(super) fn checkpoint_loop(inner: std::sync::Weak<Inner>, rx: crossbeam_chann
     }
 }
 
+/// The log counts as busy for this long after it moved.
+const INGEST_QUIET: Duration = Duration::from_millis(5);
+
+/// Vectors the graphs may fall behind while appends arrive before the
+/// indexer works anyway. An insertion holds the state's read lock, which
+/// every group's apply (and so acknowledgement) waits for, and takes a
+/// core: indexing a node per turn during ingest cut 16 single-event
+/// writers 3x (docs/benchmarks.md). Waiting vectors are searched exactly,
+/// so the lag costs a query at most an exact scan of this many.
+const INGEST_FIRST_LAG: usize = 8192;
+
 pub(super) fn indexer_loop(
     state: Arc<RwLock<State>>,
     rx: crossbeam_channel::Receiver<()>,
@@ -184,6 +195,9 @@ pub(super) fn indexer_loop(
     bulk: Arc<std::sync::atomic::AtomicUsize>,
 ) {
     let mut remapped = true;
+    // When the log last moved (see `INGEST_FIRST_LAG`).
+    let mut applied = 0;
+    let mut moved = Instant::now();
     loop {
         // `wait_indexed` is at work on every core: step aside.
         if bulk.load(std::sync::atomic::Ordering::Acquire) > 0 {
@@ -211,6 +225,16 @@ pub(super) fn indexer_loop(
             }
         }
         remapped = false;
+        if st.applied_lsn != applied {
+            applied = st.applied_lsn;
+            moved = Instant::now();
+        }
+        // Appends first: while they arrive, the graph waits, up to a lag.
+        if moved.elapsed() < INGEST_QUIET && st.vectors.indexable() < INGEST_FIRST_LAG {
+            drop(st);
+            std::thread::sleep(INGEST_QUIET);
+            continue;
+        }
         let done = st.vectors.index_pending(1, 1);
         drop(st);
         if let Err(e) = done {
