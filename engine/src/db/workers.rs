@@ -188,6 +188,12 @@ const INGEST_QUIET: Duration = Duration::from_millis(5);
 /// so the lag costs a query at most an exact scan of this many.
 const INGEST_FIRST_LAG: usize = 8192;
 
+/// Whether the indexer waits: the log moved `since_moved` ago, and the
+/// graphs can take `indexable` vectors now.
+fn appends_first(since_moved: Duration, indexable: usize) -> bool {
+    since_moved < INGEST_QUIET && indexable < INGEST_FIRST_LAG
+}
+
 pub(super) fn indexer_loop(
     state: Arc<RwLock<State>>,
     rx: crossbeam_channel::Receiver<()>,
@@ -230,7 +236,7 @@ pub(super) fn indexer_loop(
             moved = Instant::now();
         }
         // Appends first: while they arrive, the graph waits, up to a lag.
-        if moved.elapsed() < INGEST_QUIET && st.vectors.indexable() < INGEST_FIRST_LAG {
+        if appends_first(moved.elapsed(), st.vectors.indexable()) {
             drop(st);
             std::thread::sleep(INGEST_QUIET);
             continue;
@@ -241,5 +247,21 @@ pub(super) fn indexer_loop(
             err.lock().get_or_insert(e.to_string());
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_indexer_waits_for_appends_only_up_to_the_lag() {
+        let busy = INGEST_QUIET / 2;
+        assert!(appends_first(busy, 0));
+        assert!(appends_first(busy, INGEST_FIRST_LAG - 1));
+        // past the lag, or once the log is quiet, it indexes
+        assert!(!appends_first(busy, INGEST_FIRST_LAG));
+        assert!(!appends_first(INGEST_QUIET, 1));
+        assert!(!appends_first(Duration::from_secs(1), 0));
     }
 }
