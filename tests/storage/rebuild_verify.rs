@@ -280,8 +280,8 @@ fn a_graph_built_one_slot_at_a_time_is_rebuilt_on_open() {
             .unwrap();
         assert_eq!(r.hits[0].external_id.as_deref(), Some(&*format!("v{i}")));
     };
-    // while the graph is built again (exact scans of the waiting vectors),
-    // and after
+    // before the graph is built again (exact scans of the waiting vectors),
+    // and after `wait_indexed` built it
     for i in [0, n / 2, n - 1] {
         nearest(i);
     }

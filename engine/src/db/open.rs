@@ -232,7 +232,8 @@ impl Engram {
     }
 
     fn start_threads(inner: &Arc<Inner>) -> Result<()> {
-        let (tx, rx) = crossbeam_channel::unbounded::<()>();
+        // Wake-ups for the indexer: one waiting is as good as many.
+        let (tx, rx) = crossbeam_channel::bounded::<()>(1);
         let hook_state = inner.state.clone();
         let hook_err = inner.apply_error.clone();
         let hook_tx = tx.clone();
@@ -258,7 +259,7 @@ impl Engram {
                     }
                     // Wake the indexer only when there is something to index.
                     if vectors_pending {
-                        let _ = hook_tx.send(());
+                        let _ = hook_tx.try_send(());
                     }
                 }))?;
         }
@@ -279,7 +280,21 @@ impl Engram {
             let bulk = inner.bulk_indexing.clone();
             let handle = std::thread::Builder::new()
                 .name("engram-indexer".into())
-                .spawn(move || indexer_loop(st, rx, ix_err, bulk))
+                .spawn(move || {
+                    // A panic is recorded like an error (`stats`, `wait_indexed`),
+                    // not left as a silent stop.
+                    let err = ix_err.clone();
+                    let run = std::panic::AssertUnwindSafe(|| indexer_loop(st, rx, ix_err, bulk));
+                    if let Err(p) = std::panic::catch_unwind(run) {
+                        let why = p
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| p.downcast_ref::<String>().cloned())
+                            .unwrap_or_default();
+                        err.lock()
+                            .get_or_insert_with(|| format!("the indexer panicked: {why}"));
+                    }
+                })
                 .map_err(spawn_err)?;
             *inner.indexer.lock() = Some(handle);
         }

@@ -205,6 +205,12 @@ pub(super) fn indexer_loop(
     let mut applied = 0;
     let mut moved = Instant::now();
     loop {
+        // A closed channel means the store is closing: the backlog is left
+        // to `close`'s `wait_indexed` (every core) or to the next open.
+        // (A wake-up taken here is one the turn below answers.)
+        if let Err(crossbeam_channel::TryRecvError::Disconnected) = rx.try_recv() {
+            return;
+        }
         // `wait_indexed` is at work on every core: step aside.
         if bulk.load(std::sync::atomic::Ordering::Acquire) > 0 {
             match rx.recv_timeout(Duration::from_millis(20)) {
@@ -217,7 +223,8 @@ pub(super) fn indexer_loop(
         // most one insertion. Holding it for 32 cut the rate of appends
         // carrying vectors 2.8x under load (docs/benchmarks.md).
         let st = state.read();
-        if st.vectors.indexable() == 0 {
+        let indexable = st.vectors.indexable();
+        if indexable == 0 {
             drop(st);
             if !remapped {
                 // Caught up: fold appended rows into the memory map.
@@ -236,7 +243,7 @@ pub(super) fn indexer_loop(
             moved = Instant::now();
         }
         // Appends first: while they arrive, the graph waits, up to a lag.
-        if appends_first(moved.elapsed(), st.vectors.indexable()) {
+        if appends_first(moved.elapsed(), indexable) {
             drop(st);
             std::thread::sleep(INGEST_QUIET);
             continue;
