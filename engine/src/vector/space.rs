@@ -931,11 +931,6 @@ impl VectorSpaces {
         Ok(())
     }
 
-    /// Total pending slots.
-    pub fn pending(&self) -> usize {
-        self.spaces.iter().map(|s| s.pending()).sum()
-    }
-
     /// Persists every space.
     pub fn checkpoint(&mut self, id_of: &dyn Fn(Idx) -> RecordId) -> Result<()> {
         let backend = self.backend.clone();

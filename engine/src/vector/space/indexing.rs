@@ -37,13 +37,13 @@ const LISTS_PER_TURN: usize = 32;
 impl VectorSpace {
     /// Slots not yet in the graph (searched exactly meanwhile).
     pub fn pending(&self) -> usize {
-        self.len() - self.hnsw.read().len() as usize
+        self.pending_and_indexable().0
     }
 
     /// Pending slots the graph can take now: all but the last batch's
     /// while it is incomplete (see [`crate::vector::hnsw::BATCH`]).
     pub fn indexable(&self) -> usize {
-        self.hnsw.read().indexable(self.available()) as usize
+        self.pending_and_indexable().1
     }
 
     /// ([`VectorSpace::pending`], [`VectorSpace::indexable`]) from one
