@@ -346,13 +346,67 @@ fn map_options(populate: bool) -> MapOptions {
 /// Rows appended before the mapping is refreshed.
 const REMAP_EVERY_ROWS: usize = 4096;
 
+/// The floats of a vector file's mapping, past its header.
+fn mapped_floats(map: &Mapping) -> Result<&[f32], String> {
+    let bytes = &map[VECTOR_HEADER_BYTES.min(map.len())..];
+    bytemuck::try_cast_slice(bytes).map_err(|e| format!("mapping not castable to f32: {e}"))
+}
+
+/// A vector file's rows as of a moment, readable without the file (and
+/// without whatever lock guards it): the file's mapping, shared, and a copy
+/// of the rows appended since it was made. Rows never change once written,
+/// so the view reads what the file reads; [`VectorFile::share_into`]
+/// brings it up to date, copying only rows it has not seen.
+#[derive(Debug, Default)]
+pub struct SharedRows {
+    /// The file's count of views (see [`VectorFile::truncate`]).
+    _views: Option<Arc<()>>,
+    map: Option<Arc<Mapping>>,
+    mapped_rows: usize,
+    tail: Vec<f32>,
+    dim: usize,
+}
+
+impl SharedRows {
+    /// (mapped rows, rows copied since), as [`VectorFile::flat`].
+    pub fn flat(&self) -> (&[f32], &[f32]) {
+        let mapped = match &self.map {
+            // Checked castable when the file made the mapping.
+            Some(m) => mapped_floats(m).unwrap_or(&[]),
+            None => &[],
+        };
+        (
+            &mapped[..(self.mapped_rows * self.dim).min(mapped.len())],
+            &self.tail,
+        )
+    }
+
+    /// Rows in the view.
+    pub fn len(&self) -> usize {
+        if self.dim == 0 {
+            return 0;
+        }
+        self.mapped_rows + self.tail.len() / self.dim
+    }
+
+    /// Whether the view holds no rows.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// An append-only file of fixed-dimension f32 rows, read through a memory
 /// map (plus a small in-memory tail of rows appended since the last remap).
 pub struct VectorFile {
     file: Arc<dyn BackendFile>,
     path: PathBuf,
     dim: usize,
-    map: Mapping,
+    /// Shared with [`SharedRows`] views: a mapping stays valid while any
+    /// view holds it (the file only grows while open).
+    map: Arc<Mapping>,
+    /// Held by every [`SharedRows`] view of this file: none may read a
+    /// mapping the file has shrunk under.
+    views: Arc<()>,
     mapped_rows: usize,
     tail: Vec<f32>,
     /// Fault the mapped rows in when mapping (see [`VectorFile::open_with`]).
@@ -441,17 +495,19 @@ impl VectorFile {
         rows: usize,
         populate: bool,
     ) -> StorageResult<VectorFile> {
-        let map = file
-            .map(
+        let map = Arc::new(
+            file.map(
                 (VECTOR_HEADER_BYTES + rows * dim * 4) as u64,
                 map_options(populate),
             )
-            .map_err(|e| StorageError::io(path, e))?;
+            .map_err(|e| StorageError::io(path, e))?,
+        );
         let vf = VectorFile {
             file,
             path: path.to_path_buf(),
             dim,
             map,
+            views: Arc::new(()),
             mapped_rows: rows,
             tail: Vec::new(),
             populate,
@@ -462,9 +518,7 @@ impl VectorFile {
     }
 
     fn mapped_floats(&self) -> StorageResult<&[f32]> {
-        let bytes = &self.map[VECTOR_HEADER_BYTES.min(self.map.len())..];
-        bytemuck::try_cast_slice(bytes)
-            .map_err(|e| bad(&self.path, format!("mapping not castable to f32: {e}")))
+        mapped_floats(&self.map).map_err(|e| bad(&self.path, e))
     }
 
     /// Row dimension.
@@ -514,6 +568,24 @@ impl VectorFile {
         (&mapped[..self.mapped_rows * self.dim], &self.tail)
     }
 
+    /// Brings `view` up to this file's rows: it takes the current mapping
+    /// (a reference, not a copy) and copies only the appended rows it does
+    /// not hold yet. A view of another file is replaced whole.
+    pub fn share_into(&self, view: &mut SharedRows) {
+        let same_map = view.map.as_ref().is_some_and(|m| Arc::ptr_eq(m, &self.map));
+        if !same_map || view.dim != self.dim {
+            *view = SharedRows {
+                _views: Some(self.views.clone()),
+                map: Some(self.map.clone()),
+                mapped_rows: self.mapped_rows,
+                tail: Vec::new(),
+                dim: self.dim,
+            };
+        }
+        let have = view.tail.len().min(self.tail.len());
+        view.tail.extend_from_slice(&self.tail[have..]);
+    }
+
     /// Whether later mappings fault the rows in (see
     /// [`VectorFile::open_with`]); takes effect at the next remap.
     /// Returns the previous setting.
@@ -560,16 +632,19 @@ impl VectorFile {
         }
     }
 
+    /// A mapping of the first `rows` rows (the file holds at least that many).
+    fn map_rows(&self, rows: usize) -> StorageResult<Arc<Mapping>> {
+        let len = (VECTOR_HEADER_BYTES + rows * self.dim * 4) as u64;
+        self.file
+            .map(len, map_options(self.populate))
+            .map(Arc::new)
+            .map_err(|e| StorageError::io(&self.path, e))
+    }
+
     /// Moves the in-memory tail into the mapping.
     pub fn remap(&mut self) -> StorageResult<()> {
         let rows = self.len();
-        self.map = self
-            .file
-            .map(
-                (VECTOR_HEADER_BYTES + rows * self.dim * 4) as u64,
-                map_options(self.populate),
-            )
-            .map_err(|e| StorageError::io(&self.path, e))?;
+        self.map = self.map_rows(rows)?;
         self.mapped_rows = rows;
         self.tail.clear();
         self.mapped_floats()?;
@@ -581,23 +656,26 @@ impl VectorFile {
         if rows >= self.len() {
             return Ok(());
         }
-        // No mapping may outlive the bytes it shows: drop it first.
-        self.map = self
-            .file
-            .map(0, MapOptions::default())
-            .map_err(|e| StorageError::io(&self.path, e))?;
+        // No mapping may outlive the bytes it shows: drop it first, and
+        // refuse while a shared view (of this mapping or an older one)
+        // still holds it.
+        if Arc::strong_count(&self.views) > 1 {
+            return Err(bad(
+                &self.path,
+                "cannot truncate while a shared view of its rows is held",
+            ));
+        }
+        self.map = Arc::new(
+            self.file
+                .map(0, MapOptions::default())
+                .map_err(|e| StorageError::io(&self.path, e))?,
+        );
         self.mapped_rows = 0;
         self.tail.clear();
         self.file
             .set_len((VECTOR_HEADER_BYTES + rows * self.dim * 4) as u64)
             .map_err(|e| StorageError::io(&self.path, e))?;
-        self.map = self
-            .file
-            .map(
-                (VECTOR_HEADER_BYTES + rows * self.dim * 4) as u64,
-                map_options(self.populate),
-            )
-            .map_err(|e| StorageError::io(&self.path, e))?;
+        self.map = self.map_rows(rows)?;
         self.mapped_rows = rows;
         self.mapped_floats()?;
         Ok(())
@@ -695,6 +773,57 @@ mod tests {
         }
     }
 
+    /// A shared view reads what the file reads through pushes and remaps,
+    /// keeps its rows after the file remaps, and blocks a truncation.
+    #[test]
+    fn a_shared_view_follows_the_file_and_outlives_its_remaps() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("v.f32");
+        let row = |i: usize| [i as f32, 1.0 - i as f32, 0.25];
+        let rows_of = |v: &SharedRows| {
+            let (m, t) = v.flat();
+            [m, t].concat()
+        };
+        let mut f = VectorFile::create(&FsBackend, &p, 3).unwrap();
+        let mut view = SharedRows::default();
+        f.share_into(&mut view);
+        assert!(view.is_empty());
+        let mut pushed = 0;
+        for step in [10, REMAP_EVERY_ROWS, 7, 0, REMAP_EVERY_ROWS + 3] {
+            for _ in 0..step {
+                f.push(&row(pushed)).unwrap();
+                pushed += 1;
+            }
+            let before = rows_of(&view);
+            f.share_into(&mut view);
+            assert_eq!(view.len(), pushed);
+            let want: Vec<f32> = (0..pushed).flat_map(row).collect();
+            assert_eq!(rows_of(&view), want, "after {pushed} rows");
+            // what the view held before is a prefix of what it holds now
+            assert_eq!(&rows_of(&view)[..before.len()], &before[..]);
+        }
+        // The file remaps; a view taken before still reads its rows.
+        let old = SharedRows {
+            _views: view._views.clone(),
+            map: view.map.clone(),
+            mapped_rows: view.mapped_rows,
+            tail: view.tail.clone(),
+            dim: view.dim,
+        };
+        f.remap().unwrap();
+        assert_eq!(rows_of(&old), rows_of(&view));
+        // Truncation is refused while any view is held, of the current
+        // mapping or of an older one.
+        f.share_into(&mut view);
+        let err = f.truncate(5).unwrap_err().to_string();
+        assert!(err.contains("shared view"), "{err}");
+        drop(view);
+        assert!(f.truncate(5).is_err());
+        assert_eq!(f.len(), pushed);
+        drop(old);
+        f.truncate(5).unwrap();
+        assert_eq!(f.len(), 5);
+    }
     #[test]
     fn vector_file_append_reopen_and_torn_row() {
         for backend in [

@@ -123,6 +123,40 @@ fn rebuild_reproduces_derived_state_exactly() {
     db.close().unwrap();
 }
 
+/// Options that make vector recalls walk the graph.
+fn walk_options(clock: &ManualClock) -> engram::Options {
+    engram::Options {
+        vector_plan: engram::PlanChoice::Walk,
+        ..opts(clock)
+    }
+}
+
+/// The nearest vector of model "m" to `v` is the record `external_id`.
+fn assert_nearest_is(s: &engram::Session, v: Vec<f32>, external_id: &str) {
+    use engram::retrieval::{Mode, RecallRequest};
+    let r = s
+        .recall(&RecallRequest {
+            vector: Some(v.into()),
+            model: Some("m".into()),
+            mode: Mode::Vector,
+            k: 1,
+            ..RecallRequest::default()
+        })
+        .unwrap();
+    assert_eq!(r.hits[0].external_id.as_deref(), Some(external_id));
+}
+
+/// Waits for the background indexer alone (no `wait_indexed`, which would
+/// plan on every core) to have every indexable vector in a graph.
+fn background_indexer_caught_up(db: &Engram) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    while db.pending_vectors() > 0 {
+        assert_eq!(db.stats().unwrap().indexer_problem, None);
+        assert!(std::time::Instant::now() < deadline, "the indexer stalled");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// A space past the first batch boundary (1,024 vectors, then batches of
 /// 64): its graph, built by the background indexer a node per turn while
 /// appends go on, is the graph a rebuild makes on every core. The last,
@@ -132,10 +166,7 @@ fn a_graph_built_in_batches_is_rebuilt_exactly() {
     use engram::retrieval::{Mode, RecallRequest};
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T0);
-    let options = || engram::Options {
-        vector_plan: engram::PlanChoice::Walk,
-        ..opts(&clock)
-    };
+    let options = || walk_options(&clock);
     let db = Engram::open(dir.path(), options()).unwrap();
     let s = db.session(Principal::admin("t"));
     let mut rng = Rng(0x0BA7_C4ED);
@@ -156,12 +187,7 @@ fn a_graph_built_in_batches_is_rebuilt_exactly() {
     }
     // The background indexer alone builds the graphs, a node (or a few
     // lists) per turn: `wait_indexed` would plan on every core.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
-    while db.pending_vectors() > 0 {
-        assert_eq!(db.stats().unwrap().indexer_problem, None);
-        assert!(std::time::Instant::now() < deadline, "the indexer stalled");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    background_indexer_caught_up(&db);
     // ten in the model's space, ten in the embedder's: both wait for
     // their batch, not for the indexer
     assert_eq!(db.pending_vectors(), 0);
@@ -194,6 +220,72 @@ fn a_graph_built_in_batches_is_rebuilt_exactly() {
     );
 }
 
+/// The background indexer plans without the state's lock, from a shared
+/// view of the vector file: appends go on during its turns, past a remap
+/// of the file (every 4,096 rows), while searches run. The graph it builds
+/// is still the graph a rebuild makes, and no search misses a vector
+/// acknowledged before it.
+#[test]
+fn a_graph_indexed_while_appends_go_on_is_rebuilt_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let options = || walk_options(&clock);
+    let db = std::sync::Arc::new(Engram::open(dir.path(), options()).unwrap());
+    let n = 4096 + 300;
+    let vector = |i: usize| -> Vec<f32> {
+        let mut rng = Rng(0x5EED_0000 + i as u64);
+        (0..8)
+            .map(|_| rng.below(2000) as f32 / 1000.0 - 1.0)
+            .collect()
+    };
+    // how many appends were acknowledged
+    let acked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let appender = {
+        let (db, acked) = (db.clone(), acked.clone());
+        std::thread::spawn(move || {
+            let s = db.session(Principal::admin("t"));
+            for start in (0..n).step_by(40) {
+                let recs: Vec<NewRecord> = (start..(start + 40).min(n))
+                    .map(|i| {
+                        NewRecord::event("note", format!("vector {i}"))
+                            .with_external_id(format!("v{i}"))
+                            .with_embedding("m", vector(i))
+                    })
+                    .collect();
+                let k = recs.len();
+                s.append(recs).unwrap();
+                acked.fetch_add(k, std::sync::atomic::Ordering::Release);
+                // quiet gaps: the indexer takes turns between appends
+                std::thread::sleep(std::time::Duration::from_millis(8));
+            }
+        })
+    };
+    // Meanwhile, searches find what is acknowledged, indexed or not.
+    let s = db.session(Principal::admin("t"));
+    let mut checked = 0;
+    while !appender.is_finished() || checked == 0 {
+        let Some(i) = acked
+            .load(std::sync::atomic::Ordering::Acquire)
+            .checked_sub(1)
+        else {
+            continue;
+        };
+        assert_nearest_is(&s, vector(i), &format!("v{i}"));
+        checked += 1;
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    appender.join().unwrap();
+    background_indexer_caught_up(&db);
+    db.close().unwrap();
+    drop(db);
+    let r = Engram::rebuild(dir.path(), &options(), true).unwrap();
+    assert!(
+        r.differences.is_empty(),
+        "derived state differs after rebuild:\n{}",
+        r.differences.join("\n")
+    );
+}
+
 /// A store whose graphs were built one slot at a time (vector snapshot
 /// version 2) still opens from its checkpoint: a graph past 1,024 slots is
 /// dropped and its vectors kept (searched exactly until the indexer has
@@ -201,7 +293,6 @@ fn a_graph_built_in_batches_is_rebuilt_exactly() {
 /// rebuild then reproduces the new graph exactly.
 #[test]
 fn a_graph_built_one_slot_at_a_time_is_rebuilt_on_open() {
-    use engram::retrieval::{Mode, RecallRequest};
     use engram::storage::FsBackend;
     use engram::storage::files::{read_snapshot, write_snapshot};
     let dir = tempfile::tempdir().unwrap();
@@ -268,18 +359,7 @@ fn a_graph_built_one_slot_at_a_time_is_rebuilt_on_open() {
         assert_eq!((sp.vectors, sp.indexed), (n, 0), "{}", sp.model);
     }
     let s = db.session(Principal::admin("t"));
-    let nearest = |i: usize| {
-        let r = s
-            .recall(&RecallRequest {
-                vector: Some(vectors[i].clone().into()),
-                model: Some("m".into()),
-                mode: Mode::Vector,
-                k: 1,
-                ..RecallRequest::default()
-            })
-            .unwrap();
-        assert_eq!(r.hits[0].external_id.as_deref(), Some(&*format!("v{i}")));
-    };
+    let nearest = |i: usize| assert_nearest_is(&s, vectors[i].clone(), &format!("v{i}"));
     // before the graph is built again (exact scans of the waiting vectors),
     // and after `wait_indexed` built it
     for i in [0, n / 2, n - 1] {

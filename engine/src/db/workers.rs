@@ -181,11 +181,11 @@ pub(super) fn checkpoint_loop(inner: std::sync::Weak<Inner>, rx: crossbeam_chann
 const INGEST_QUIET: Duration = Duration::from_millis(5);
 
 /// Vectors the graphs may fall behind while appends arrive before the
-/// indexer works anyway. An insertion holds the state's read lock, which
-/// every group's apply (and so acknowledgement) waits for, and takes a
-/// core: indexing a node per turn during ingest cut 16 single-event
-/// writers 3x (docs/benchmarks.md). Waiting vectors are searched exactly,
-/// so the lag costs a query at most an exact scan of this many.
+/// indexer works anyway. A turn holds no lock an append waits for (see
+/// `indexer_loop`), but it takes CPU and cache that appends would use,
+/// and a burst below this lag is then not slowed by indexing at all.
+/// Waiting vectors are searched exactly, so the lag costs a query at most
+/// an exact scan of this many.
 const INGEST_FIRST_LAG: usize = 8192;
 
 /// Whether the indexer waits: the log moved `since_moved` ago, and the
@@ -194,13 +194,42 @@ fn appends_first(since_moved: Duration, indexable: usize) -> bool {
     since_moved < INGEST_QUIET && indexable < INGEST_FIRST_LAG
 }
 
+/// The indexer thread's nice value: CPU goes to appends and queries first.
+/// HNSW insertion costs about ten times the CPU of the rest of ingest, so
+/// on a machine whose cores ingest keeps busy an indexer at the same
+/// priority takes a core from it (docs/benchmarks.md); a lower one uses
+/// what appends and queries leave. Under sustained load the graph then
+/// lags, and the vectors not in it are searched exactly.
+const INDEXER_NICE: i32 = 19;
+
+/// Lowers the calling thread's CPU priority to `nice` (Linux: the nice
+/// value is per thread). Best effort: returns whether it took.
+#[allow(unsafe_code)]
+fn lower_thread_priority(nice: i32) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: setpriority takes plain integers and touches no memory
+        // of ours; `who` 0 with PRIO_PROCESS names the calling thread.
+        // Raising a nice value needs no privilege.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) == 0 }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = nice;
+        false
+    }
+}
+
 pub(super) fn indexer_loop(
     state: Arc<RwLock<State>>,
     rx: crossbeam_channel::Receiver<()>,
     err: Arc<Mutex<Option<String>>>,
     bulk: Arc<std::sync::atomic::AtomicUsize>,
 ) {
+    lower_thread_priority(INDEXER_NICE);
     let mut remapped = true;
+    // The rows of the space being indexed, kept between turns.
+    let mut rows = crate::vector::space::SpaceRows::default();
     // When the log last moved (see `INGEST_FIRST_LAG`).
     let mut applied = 0;
     let mut moved = Instant::now();
@@ -218,10 +247,6 @@ pub(super) fn indexer_loop(
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
             }
         }
-        // One insertion per read lock: the commit hook needs the write lock
-        // to apply (and so acknowledge) the next group, and waits for at
-        // most one insertion. Holding it for 32 cut the rate of appends
-        // carrying vectors 2.8x under load (docs/benchmarks.md).
         let st = state.read();
         let indexable = st.vectors.indexable();
         if indexable == 0 {
@@ -230,6 +255,8 @@ pub(super) fn indexer_loop(
                 // Caught up: fold appended rows into the memory map.
                 let _ = state.write().vectors.remap_all();
                 remapped = true;
+                // and let go of the rows' view (a mapping and a copy).
+                rows = crate::vector::space::SpaceRows::default();
             }
             match rx.recv_timeout(Duration::from_millis(200)) {
                 Ok(()) => continue,
@@ -248,11 +275,22 @@ pub(super) fn indexer_loop(
             std::thread::sleep(INGEST_QUIET);
             continue;
         }
-        let done = st.vectors.index_pending(1, 1);
+        // A node per turn, planned without the state's lock: the commit
+        // hook needs it to apply (and so acknowledge) the next group, and
+        // holding it for one insertion (0.3-0.5 ms) cut appends carrying
+        // vectors 3x (docs/benchmarks.md). The turn reads the space's rows
+        // through a shared view and works on the graph under its own lock.
+        let Some(turn) = st.vectors.live_turn(&mut rows) else {
+            continue;
+        };
         drop(st);
-        if let Err(e) = done {
-            err.lock().get_or_insert(e.to_string());
-            return;
+        match turn.run(&rows, 1) {
+            Ok(0) => {}
+            Ok(done) => state.read().vectors.after_live_turn(turn.uid, done),
+            Err(e) => {
+                err.lock().get_or_insert(e.to_string());
+                return;
+            }
         }
     }
 }
@@ -260,6 +298,24 @@ pub(super) fn indexer_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The priority is the calling thread's only, never the process's.
+    #[cfg(target_os = "linux")]
+    #[test]
+    #[allow(unsafe_code)]
+    fn a_lowered_priority_is_the_threads_own() {
+        // SAFETY: getpriority takes plain integers and touches no memory.
+        let own = || unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+        let before = own();
+        let lowered = std::thread::spawn(move || {
+            assert!(lower_thread_priority(INDEXER_NICE));
+            own()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(lowered, INDEXER_NICE);
+        assert_eq!(own(), before, "the calling thread's priority moved");
+    }
 
     #[test]
     fn the_indexer_waits_for_appends_only_up_to_the_lag() {

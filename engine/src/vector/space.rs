@@ -38,6 +38,7 @@ use crate::id::RecordId;
 
 mod header;
 mod indexing;
+pub use indexing::{LiveTurn, SpaceRows};
 mod scan;
 use header::{SpaceHeader, decode_header, encode_header};
 
@@ -120,7 +121,7 @@ pub struct VectorSpace {
     /// The graph (its own lock: the indexer inserts while readers search).
     pub hnsw: Arc<RwLock<Hnsw>>,
     /// The batch being planned (see [`super::hnsw::BATCH`]).
-    batch: parking_lot::Mutex<indexing::BatchWork>,
+    batch: Arc<parking_lot::Mutex<indexing::BatchWork>>,
     /// Rows known durable (written before the last snapshot).
     rows_synced: u64,
     /// Record id of the last durable row, as persisted.
@@ -290,7 +291,7 @@ impl VectorSpace {
             last_row_record: [0; 16],
             codes: RwLock::new(Codes::new(dim)),
             scans: parking_lot::Mutex::default(),
-            batch: parking_lot::Mutex::default(),
+            batch: Arc::default(),
             precision: GraphPrecision::default(),
             uid: next_uid(),
         })
@@ -705,7 +706,7 @@ impl VectorSpaces {
                     last_row_record: h.last_row_record,
                     codes: RwLock::new(Codes::new(h.dim)),
                     scans: parking_lot::Mutex::default(),
-                    batch: parking_lot::Mutex::default(),
+                    batch: Arc::default(),
                     precision: GraphPrecision::default(),
                     uid: next_uid(),
                 }
@@ -831,7 +832,7 @@ impl VectorSpaces {
                     last_row_record: h.last_row_record,
                     codes: RwLock::new(Codes::new(h.dim)),
                     scans: parking_lot::Mutex::default(),
-                    batch: parking_lot::Mutex::default(),
+                    batch: Arc::default(),
                     precision: GraphPrecision::default(),
                     uid: next_uid(),
                 },
@@ -899,6 +900,21 @@ impl VectorSpaces {
             done += s.index_pending(max - done, threads)?;
         }
         Ok(done)
+    }
+
+    /// A turn of the live indexer on the first space with indexable
+    /// vectors, to run without the state's lock (see
+    /// [`VectorSpace::live_turn`]).
+    pub fn live_turn(&self, rows: &mut SpaceRows) -> Option<LiveTurn> {
+        self.spaces.iter().find_map(|s| s.live_turn(rows))
+    }
+
+    /// After a live turn did `done` units of work on space `uid`: its new
+    /// slots' codes, where the graph is walked over codes.
+    pub fn after_live_turn(&self, uid: u64, done: usize) {
+        if let Some(s) = self.spaces.iter().find(|s| s.uid == uid) {
+            s.codes_after_indexing(done);
+        }
     }
 
     /// Pending slots the graphs can take now (see

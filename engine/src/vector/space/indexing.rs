@@ -2,7 +2,12 @@
 //! then in batches planned piece by piece (see `hnsw/batch.rs`), and the
 //! counts of what waits.
 
-use super::{Result, VectorSpace};
+use std::sync::Arc;
+
+use engram_storage::files::SharedRows;
+use parking_lot::{Mutex, RwLock};
+
+use super::{Result, SpaceVectors, VectorSpace};
 use crate::error::EngineError;
 use crate::vector::hnsw::{
     BATCH, BackLinks, Hnsw, HnswError, NodePlan, ReverseLink, SearchScratch, Step,
@@ -73,114 +78,208 @@ impl VectorSpace {
     /// made): 0 when none can be now. With `max` below [`BATCH`] the lists are made
     /// 32 at a time (`LISTS_PER_TURN`), a turn of the live indexer.
     pub fn index_pending(&self, max: usize, threads: usize) -> Result<usize> {
-        let corrupt = |e: HnswError| EngineError::Corrupt {
-            what: format!("vector index of '{}'", self.model),
-            detail: e.to_string(),
-        };
-        let vectors = self.vectors();
-        let mut done = 0;
-        while done < max {
-            let g = self.hnsw.read();
-            match g.step(self.available()) {
-                Step::Done | Step::Held => break,
-                Step::Serial(next) => {
-                    drop(g);
-                    let mut g = self.hnsw.write();
-                    if g.len() == next {
-                        g.insert(next, &vectors).map_err(corrupt)?;
-                    }
-                    done += 1;
-                }
-                Step::Batch(range) => {
-                    // Planned and linked under the read lock: searches go on.
-                    let mut work = self.batch.lock();
-                    if work.committing == Some(range.start) {
-                        // Another caller is committing this batch.
-                        drop(work);
-                        drop(g);
-                        std::thread::yield_now();
-                        continue;
-                    }
-                    if work.start != range.start {
-                        let scratch = std::mem::take(&mut work.scratch);
-                        *work = BatchWork {
-                            start: range.start,
-                            scratch,
-                            ..BatchWork::default()
-                        };
-                    }
-                    let threads = threads.max(1);
-                    if work.scratch.len() < threads {
-                        work.scratch.resize_with(threads, SearchScratch::new);
-                    }
-                    let w = &mut *work;
-                    let planned = u32::try_from(w.nodes.len()).expect("at most BATCH nodes");
-                    let from = range.start + planned;
-                    let budget = u32::try_from(max - done).unwrap_or(u32::MAX);
-                    let to = range.end.min(from.saturating_add(budget));
-                    if from < to {
-                        let nodes = g
-                            .plan(from..to, &vectors, &mut w.scratch[..threads])
-                            .map_err(corrupt)?;
-                        w.nodes.extend(nodes);
-                        done += (to - from) as usize;
-                    }
-                    if w.nodes.len() < range.len() {
-                        continue;
-                    }
-                    // The new lists, a few nodes' at a time when the budget
-                    // is a turn of the live indexer.
-                    let rev = w.rev.get_or_insert_with(|| Hnsw::reverse_links(&w.nodes));
-                    let lists = if max >= BATCH as usize {
-                        usize::MAX
-                    } else {
-                        LISTS_PER_TURN
-                    };
-                    while w.linked < rev.len() && done < max {
-                        let end = Hnsw::reverse_links_end(rev, w.linked, lists);
-                        let links = g
-                            .back_links(
-                                &w.nodes,
-                                &rev[w.linked..end],
-                                &vectors,
-                                &mut w.scratch[..threads],
-                            )
-                            .map_err(corrupt)?;
-                        w.links.extend(links);
-                        w.linked = end;
-                        done += 1;
-                    }
-                    if w.linked < rev.len() {
-                        continue;
-                    }
-                    let (nodes, links) =
-                        (std::mem::take(&mut w.nodes), std::mem::take(&mut w.links));
-                    (w.rev, w.linked, w.committing) = (None, 0, Some(range.start));
-                    // No lock is waited for while the batch's is held.
-                    drop(work);
-                    drop(g);
-                    /// Clears the batch's `committing` mark however the
-                    /// commit ends (a panic included), so no caller waits
-                    /// for it forever.
-                    struct Committing<'a>(&'a parking_lot::Mutex<BatchWork>, u32);
-                    impl Drop for Committing<'_> {
-                        fn drop(&mut self) {
-                            let mut work = self.0.lock();
-                            if work.committing == Some(self.1) {
-                                work.committing = None;
-                            }
-                        }
-                    }
-                    let _mark = Committing(&self.batch, range.start);
-                    self.hnsw.write().commit(&nodes, &links).map_err(corrupt)?;
-                }
-            }
-        }
-        // A space walked over codes gets the new slots' codes here, in the
-        // background, rather than on its next query.
+        let done = index_slots(
+            &self.model,
+            &self.hnsw,
+            &self.batch,
+            &self.vectors(),
+            max,
+            threads,
+        )?;
+        self.codes_after_indexing(done);
+        Ok(done)
+    }
+
+    /// A space walked over codes gets the new slots' codes here, in the
+    /// background, rather than on its next query.
+    pub(crate) fn codes_after_indexing(&self, done: usize) {
         if done > 0 && self.walks_codes(self.hnsw.read().len()) {
             drop(self.codes_upto_date());
         }
-        Ok(done)
     }
+
+    /// What a turn of the live indexer needs of this space, to run without
+    /// the lock that guards the space (the state's): the graph and the
+    /// batch (shared), and `rows` brought up to the space's rows (see
+    /// [`SharedRows`]). `None` when nothing is indexable.
+    pub fn live_turn(&self, rows: &mut SpaceRows) -> Option<LiveTurn> {
+        if self.indexable() == 0 {
+            return None;
+        }
+        if rows.uid != self.uid {
+            *rows = SpaceRows {
+                uid: self.uid,
+                rows: SharedRows::default(),
+            };
+        }
+        self.file.share_into(&mut rows.rows);
+        Some(LiveTurn {
+            uid: self.uid,
+            model: self.model.clone(),
+            hnsw: self.hnsw.clone(),
+            batch: self.batch.clone(),
+            available: self.available(),
+            dim: self.dim,
+        })
+    }
+}
+
+/// The rows of the space the live indexer works on, kept between its
+/// turns (see [`VectorSpace::live_turn`]): one space's at a time, so the
+/// copy of rows appended since the last mapping is at most one space's.
+#[derive(Debug, Default)]
+pub struct SpaceRows {
+    uid: u64,
+    rows: SharedRows,
+}
+
+/// One turn of the live indexer on one space, run without the state's
+/// lock, so appends (which need it to write) go on meanwhile. The graph and
+/// the batch are the space's own, behind their own locks, and the rows are
+/// the space's rows: the turn does what [`VectorSpace::index_pending`]
+/// does under the state's lock, and the graph comes out the same.
+pub struct LiveTurn {
+    /// The space's identity (see `VectorSpace::uid`).
+    pub uid: u64,
+    model: String,
+    hnsw: Arc<RwLock<Hnsw>>,
+    batch: Arc<Mutex<BatchWork>>,
+    available: u32,
+    dim: usize,
+}
+
+impl LiveTurn {
+    /// Takes up to `max` units of work (see [`VectorSpace::index_pending`])
+    /// on one thread, reading vectors from `rows` (as given to
+    /// [`VectorSpace::live_turn`]).
+    pub fn run(&self, rows: &SpaceRows, max: usize) -> Result<usize> {
+        if rows.uid != self.uid {
+            return Ok(0);
+        }
+        let (mapped, tail) = rows.rows.flat();
+        let vectors = SpaceVectors {
+            mapped,
+            tail,
+            mapped_rows: mapped.len() / self.dim,
+            dim: self.dim,
+            len: self.available,
+        };
+        index_slots(&self.model, &self.hnsw, &self.batch, &vectors, max, 1)
+    }
+}
+
+/// Takes up to `max` of the pending slots among `vectors` into `hnsw`,
+/// planning batches in `batch` on `threads` threads (see
+/// [`VectorSpace::index_pending`]).
+fn index_slots(
+    model: &str,
+    hnsw: &RwLock<Hnsw>,
+    batch: &Mutex<BatchWork>,
+    vectors: &SpaceVectors<'_>,
+    max: usize,
+    threads: usize,
+) -> Result<usize> {
+    let corrupt = |e: HnswError| EngineError::Corrupt {
+        what: format!("vector index of '{model}'"),
+        detail: e.to_string(),
+    };
+    let available = vectors.len;
+    let mut done = 0;
+    while done < max {
+        let g = hnsw.read();
+        match g.step(available) {
+            Step::Done | Step::Held => break,
+            Step::Serial(next) => {
+                drop(g);
+                let mut g = hnsw.write();
+                if g.len() == next {
+                    g.insert(next, vectors).map_err(corrupt)?;
+                }
+                done += 1;
+            }
+            Step::Batch(range) => {
+                // Planned and linked under the read lock: searches go on.
+                let mut work = batch.lock();
+                if work.committing == Some(range.start) {
+                    // Another caller is committing this batch.
+                    drop(work);
+                    drop(g);
+                    std::thread::yield_now();
+                    continue;
+                }
+                if work.start != range.start {
+                    let scratch = std::mem::take(&mut work.scratch);
+                    *work = BatchWork {
+                        start: range.start,
+                        scratch,
+                        ..BatchWork::default()
+                    };
+                }
+                let threads = threads.max(1);
+                if work.scratch.len() < threads {
+                    work.scratch.resize_with(threads, SearchScratch::new);
+                }
+                let w = &mut *work;
+                let planned = u32::try_from(w.nodes.len()).expect("at most BATCH nodes");
+                let from = range.start + planned;
+                let budget = u32::try_from(max - done).unwrap_or(u32::MAX);
+                let to = range.end.min(from.saturating_add(budget));
+                if from < to {
+                    let nodes = g
+                        .plan(from..to, vectors, &mut w.scratch[..threads])
+                        .map_err(corrupt)?;
+                    w.nodes.extend(nodes);
+                    done += (to - from) as usize;
+                }
+                if w.nodes.len() < range.len() {
+                    continue;
+                }
+                // The new lists, a few nodes' at a time when the budget
+                // is a turn of the live indexer.
+                let rev = w.rev.get_or_insert_with(|| Hnsw::reverse_links(&w.nodes));
+                let lists = if max >= BATCH as usize {
+                    usize::MAX
+                } else {
+                    LISTS_PER_TURN
+                };
+                while w.linked < rev.len() && done < max {
+                    let end = Hnsw::reverse_links_end(rev, w.linked, lists);
+                    let links = g
+                        .back_links(
+                            &w.nodes,
+                            &rev[w.linked..end],
+                            vectors,
+                            &mut w.scratch[..threads],
+                        )
+                        .map_err(corrupt)?;
+                    w.links.extend(links);
+                    w.linked = end;
+                    done += 1;
+                }
+                if w.linked < rev.len() {
+                    continue;
+                }
+                let (nodes, links) = (std::mem::take(&mut w.nodes), std::mem::take(&mut w.links));
+                (w.rev, w.linked, w.committing) = (None, 0, Some(range.start));
+                // No lock is waited for while the batch's is held.
+                drop(work);
+                drop(g);
+                /// Clears the batch's `committing` mark however the
+                /// commit ends (a panic included), so no caller waits
+                /// for it forever.
+                struct Committing<'a>(&'a parking_lot::Mutex<BatchWork>, u32);
+                impl Drop for Committing<'_> {
+                    fn drop(&mut self) {
+                        let mut work = self.0.lock();
+                        if work.committing == Some(self.1) {
+                            work.committing = None;
+                        }
+                    }
+                }
+                let _mark = Committing(batch, range.start);
+                hnsw.write().commit(&nodes, &links).map_err(corrupt)?;
+            }
+        }
+    }
+    Ok(done)
 }
