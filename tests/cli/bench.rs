@@ -179,3 +179,44 @@ fn bench_ann_measures_full_hits_and_ids_only() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--hits"));
 }
+
+/// `engram bench ingest` with vectors, with and without the background
+/// indexer: every configuration acknowledges all its events, and the
+/// graph is complete (built live, or after the last acknowledgement)
+/// before the store closes.
+#[test]
+fn bench_ingest_with_vectors_runs_with_and_without_the_indexer() {
+    for extra in [&[][..], &["--no-indexer"][..]] {
+        let mut args = vec![
+            "--embedder",
+            "hash",
+            "bench",
+            "ingest",
+            "--n",
+            "300",
+            "--writers",
+            "4",
+            "--batch",
+            "100",
+            "--batch-writers",
+            "1",
+            "--json",
+            "-q",
+        ];
+        args.extend(extra);
+        let o = engram(&args);
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let results = v["results"].as_array().unwrap();
+        assert_eq!(results.len(), 2, "{v}");
+        for r in results {
+            assert_eq!(r["events"], 300, "{r}");
+            assert!(r["events_per_s"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["index_catch_up_s"].as_f64().unwrap() >= 0.0, "{r}");
+        }
+    }
+}
