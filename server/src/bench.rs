@@ -354,8 +354,9 @@ pub fn measure_with_progress(
     let seconds = started.elapsed().as_secs_f64();
     let events = per_writer * writers;
     let groups = db.log_stats().n_groups;
-    // The background indexer alone (no `wait_indexed`): how long the
-    // graphs lag behind the last acknowledgement.
+    // How long the graphs lag behind the last acknowledgement: the
+    // background indexer alone (no `wait_indexed`), or, with no indexer
+    // running (`--no-indexer`), `wait_indexed` on every core.
     let catching_up = Instant::now();
     let mut polls = 0u64;
     if !opts.background_indexing {

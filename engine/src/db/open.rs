@@ -255,7 +255,10 @@ impl Engram {
                                 hook_err.lock().get_or_insert(e.to_string());
                             }
                         }
-                        vectors_pending = st.vectors.indexable() > 0;
+                        // Without waiting for a graph's lock: the indexer
+                        // (low priority) may hold one, and every append
+                        // waits for this hook.
+                        vectors_pending = st.vectors.may_index();
                     }
                     // Wake the indexer only when there is something to index.
                     if vectors_pending {

@@ -181,7 +181,7 @@ pub(super) fn checkpoint_loop(inner: std::sync::Weak<Inner>, rx: crossbeam_chann
 const INGEST_QUIET: Duration = Duration::from_millis(5);
 
 /// Vectors the graphs may fall behind while appends arrive before the
-/// indexer works anyway. A turn holds no lock an append waits for (see
+/// indexer works anyway. A turn holds no state lock while it plans (see
 /// `indexer_loop`), but it takes CPU and cache that appends would use,
 /// and a burst below this lag is then not slowed by indexing at all.
 /// Waiting vectors are searched exactly, so the lag costs a query at most

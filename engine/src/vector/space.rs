@@ -917,6 +917,12 @@ impl VectorSpaces {
         }
     }
 
+    /// Whether any graph may take a vector now (see
+    /// [`VectorSpace::may_index`]): never waits for a graph's lock.
+    pub fn may_index(&self) -> bool {
+        self.spaces.iter().any(VectorSpace::may_index)
+    }
+
     /// Pending slots the graphs can take now (see
     /// [`VectorSpace::indexable`]).
     pub fn indexable(&self) -> usize {

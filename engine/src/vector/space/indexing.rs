@@ -35,8 +35,8 @@ pub(super) struct BatchWork {
     scratch: Vec<SearchScratch>,
 }
 
-/// Lists the live indexer makes per turn of the state's read lock: about
-/// the back-linking of one serial insert.
+/// Lists the live indexer makes per turn: about the back-linking of one
+/// serial insert.
 const LISTS_PER_TURN: usize = 32;
 
 impl VectorSpace {
@@ -49,6 +49,17 @@ impl VectorSpace {
     /// while it is incomplete (see [`crate::vector::hnsw::BATCH`]).
     pub fn indexable(&self) -> usize {
         self.pending_and_indexable().1
+    }
+
+    /// Whether the graph may take a vector now, without waiting for the
+    /// graph's lock: true while the indexer holds it (it is then at work
+    /// here). For the commit hook, which holds the state's write lock and
+    /// must not wait for the low-priority indexer.
+    pub fn may_index(&self) -> bool {
+        match self.hnsw.try_read() {
+            Some(g) => g.indexable(self.available()) > 0,
+            None => true,
+        }
     }
 
     /// ([`VectorSpace::pending`], [`VectorSpace::indexable`]) from one
@@ -190,10 +201,23 @@ fn index_slots(
         match g.step(available) {
             Step::Done | Step::Held => break,
             Step::Serial(next) => {
+                // Planned under the read lock (searches go on), linked
+                // under the write lock, which is then held briefly: the
+                // live indexer runs at low priority, and a search waiting
+                // for it holds the state's read lock.
+                let plan = {
+                    let mut work = batch.lock();
+                    if work.scratch.is_empty() {
+                        work.scratch.push(SearchScratch::new());
+                    }
+                    g.plan_insert(next, vectors, &mut work.scratch[0])
+                        .map_err(corrupt)?
+                };
                 drop(g);
                 let mut g = hnsw.write();
+                // Another caller may have inserted it meanwhile.
                 if g.len() == next {
-                    g.insert(next, vectors).map_err(corrupt)?;
+                    g.link_planned(plan, vectors).map_err(corrupt)?;
                 }
                 done += 1;
             }
