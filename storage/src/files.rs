@@ -361,6 +361,9 @@ fn mapped_floats(map: &Mapping) -> Result<&[f32], String> {
 pub struct SharedRows {
     /// The file's count of views (see [`VectorFile::truncate`]).
     _views: Option<Arc<()>>,
+    /// The file, for reads by copy ([`SharedRows::read_rows`]).
+    file: Option<Arc<dyn BackendFile>>,
+    path: PathBuf,
     map: Option<Arc<Mapping>>,
     mapped_rows: usize,
     tail: Vec<f32>,
@@ -392,6 +395,56 @@ impl SharedRows {
     /// Whether the view holds no rows.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// As [`VectorFile::read_rows`], over the view's rows: by copy, so a
+    /// mapping that is not populated stays so.
+    pub fn read_rows(&self, from: usize, max: usize, out: &mut Vec<f32>) -> StorageResult<usize> {
+        let Some(file) = &self.file else {
+            out.clear();
+            return Ok(0);
+        };
+        RowSource {
+            file: file.as_ref(),
+            path: &self.path,
+            dim: self.dim,
+            mapped_rows: self.mapped_rows,
+            tail: &self.tail,
+        }
+        .read_rows(from, max, out)
+    }
+}
+
+/// Rows read by copy: the first `mapped_rows` from the file, the rest
+/// from `tail` (see [`VectorFile::read_rows`]).
+struct RowSource<'a> {
+    file: &'a dyn BackendFile,
+    path: &'a Path,
+    dim: usize,
+    mapped_rows: usize,
+    tail: &'a [f32],
+}
+
+impl RowSource<'_> {
+    fn read_rows(&self, from: usize, max: usize, out: &mut Vec<f32>) -> StorageResult<usize> {
+        out.clear();
+        let rows = self.mapped_rows + self.tail.len() / self.dim.max(1);
+        let end = rows.min(from.saturating_add(max));
+        if from >= end {
+            return Ok(0);
+        }
+        let mapped_end = end.min(self.mapped_rows);
+        if from < mapped_end {
+            out.resize((mapped_end - from) * self.dim, 0.0);
+            let offset = (VECTOR_HEADER_BYTES + from * self.dim * 4) as u64;
+            self.file
+                .read_exact_at(bytemuck::cast_slice_mut(out.as_mut_slice()), offset)
+                .map_err(|e| StorageError::io(self.path, e))?;
+        }
+        let tail_from = from.max(self.mapped_rows) - self.mapped_rows;
+        let tail_end = end.max(self.mapped_rows) - self.mapped_rows;
+        out.extend_from_slice(&self.tail[tail_from * self.dim..tail_end * self.dim]);
+        Ok(end - from)
     }
 }
 
@@ -576,6 +629,8 @@ impl VectorFile {
         if !same_map || view.dim != self.dim {
             *view = SharedRows {
                 _views: Some(self.views.clone()),
+                file: Some(self.file.clone()),
+                path: self.path.clone(),
                 map: Some(self.map.clone()),
                 mapped_rows: self.mapped_rows,
                 tail: Vec::new(),
@@ -597,23 +652,14 @@ impl VectorFile {
     /// first) with reads, not through the mapping, so a file that is not
     /// populated stays so. Returns the rows copied (0 past the end).
     pub fn read_rows(&self, from: usize, max: usize, out: &mut Vec<f32>) -> StorageResult<usize> {
-        out.clear();
-        let end = self.len().min(from.saturating_add(max));
-        if from >= end {
-            return Ok(0);
+        RowSource {
+            file: self.file.as_ref(),
+            path: &self.path,
+            dim: self.dim,
+            mapped_rows: self.mapped_rows,
+            tail: &self.tail,
         }
-        let mapped_end = end.min(self.mapped_rows);
-        if from < mapped_end {
-            out.resize((mapped_end - from) * self.dim, 0.0);
-            let offset = (VECTOR_HEADER_BYTES + from * self.dim * 4) as u64;
-            self.file
-                .read_exact_at(bytemuck::cast_slice_mut(out.as_mut_slice()), offset)
-                .map_err(|e| StorageError::io(&self.path, e))?;
-        }
-        let tail_from = from.max(self.mapped_rows) - self.mapped_rows;
-        let tail_end = end.max(self.mapped_rows) - self.mapped_rows;
-        out.extend_from_slice(&self.tail[tail_from * self.dim..tail_end * self.dim]);
-        Ok(end - from)
+        .read_rows(from, max, out)
     }
 
     /// Rows that are not yet in the mapping.
@@ -801,10 +847,19 @@ mod tests {
             assert_eq!(rows_of(&view), want, "after {pushed} rows");
             // what the view held before is a prefix of what it holds now
             assert_eq!(&rows_of(&view)[..before.len()], &before[..]);
+            // and it reads by copy what the file reads
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            for (from, max) in [(0, 3), (pushed.saturating_sub(5), 10), (2, pushed)] {
+                let n = view.read_rows(from, max, &mut a).unwrap();
+                assert_eq!(n, f.read_rows(from, max, &mut b).unwrap());
+                assert_eq!(a, b, "rows {from}..+{max}");
+            }
         }
         // The file remaps; a view taken before still reads its rows.
         let old = SharedRows {
             _views: view._views.clone(),
+            file: view.file.clone(),
+            path: view.path.clone(),
             map: view.map.clone(),
             mapped_rows: view.mapped_rows,
             tail: view.tail.clone(),

@@ -229,7 +229,11 @@ fn a_graph_built_in_batches_is_rebuilt_exactly() {
 fn a_graph_indexed_while_appends_go_on_is_rebuilt_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T0);
-    let options = || walk_options(&clock);
+    // walked over int8 codes, which the indexer extends as it goes
+    let options = || engram::Options {
+        graph_precision: engram::GraphPrecision::Int8,
+        ..walk_options(&clock)
+    };
     let db = std::sync::Arc::new(Engram::open(dir.path(), options()).unwrap());
     let n = 4096 + 300;
     let vector = |i: usize| -> Vec<f32> {
@@ -276,6 +280,11 @@ fn a_graph_indexed_while_appends_go_on_is_rebuilt_exactly() {
     }
     appender.join().unwrap();
     background_indexer_caught_up(&db);
+    // Walks over the codes the indexer made find every vector sampled.
+    for i in (0..n).step_by(97) {
+        assert_nearest_is(&s, vector(i), &format!("v{i}"));
+    }
+    drop(s);
     db.close().unwrap();
     drop(db);
     let r = Engram::rebuild(dir.path(), &options(), true).unwrap();

@@ -284,13 +284,9 @@ pub(super) fn indexer_loop(
             continue;
         };
         drop(st);
-        match turn.run(&rows, 1) {
-            Ok(0) => {}
-            Ok(done) => state.read().vectors.after_live_turn(turn.uid, done),
-            Err(e) => {
-                err.lock().get_or_insert(e.to_string());
-                return;
-            }
+        if let Err(e) = turn.run(&rows, 1) {
+            err.lock().get_or_insert(e.to_string());
+            return;
         }
     }
 }

@@ -448,7 +448,7 @@ pub fn estimate(q: CodeMeta, x: CodeMeta, dot: i32, dim: usize) -> (f32, f32) {
 }
 
 /// Int8 codes of a space's vectors, by slot.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 pub struct Codes {
     dim: usize,
     codes: Vec<i8>,

@@ -129,7 +129,7 @@ pub struct VectorSpace {
     /// Int8 codes by slot, made on the first large exact scan or int8 walk
     /// (or by the indexer, for a space walked over codes) and extended
     /// by later ones (see [`VectorSpace::exact_top`]).
-    codes: RwLock<Codes>,
+    codes: Arc<RwLock<Codes>>,
     /// Recently scanned sets' codes, gathered (see `quant::ScanCache`).
     scans: parking_lot::Mutex<ScanCache>,
     /// What the graph walk reads (set by [`VectorSpaces`]).
@@ -289,7 +289,7 @@ impl VectorSpace {
             hnsw: Arc::new(RwLock::new(Hnsw::new(params, internal))),
             rows_synced: 0,
             last_row_record: [0; 16],
-            codes: RwLock::new(Codes::new(dim)),
+            codes: Arc::new(RwLock::new(Codes::new(dim))),
             scans: parking_lot::Mutex::default(),
             batch: Arc::default(),
             precision: GraphPrecision::default(),
@@ -339,12 +339,13 @@ impl VectorSpace {
 
     /// Appends a vector for record `idx` (already validated).
     pub fn push(&mut self, idx: Idx, vector: &[f32]) -> Result<()> {
-        let slot = self.assign(idx);
-        if (slot as usize) < self.file.len() {
-            return Ok(()); // the row survived from before (replay)
+        // The row first: a failed write leaves the slot unassigned.
+        // (A row that survived from before, on replay, is not written.)
+        if self.slot_to_idx.len() >= self.file.len() {
+            let v = normalized(self.metric, vector);
+            self.file.push(&v)?;
         }
-        let v = normalized(self.metric, vector);
-        self.file.push(&v)?;
+        self.assign(idx);
         Ok(())
     }
 
@@ -704,7 +705,7 @@ impl VectorSpaces {
                     hnsw: Arc::new(RwLock::new(g)),
                     rows_synced: h.rows_synced,
                     last_row_record: h.last_row_record,
-                    codes: RwLock::new(Codes::new(h.dim)),
+                    codes: Arc::new(RwLock::new(Codes::new(h.dim))),
                     scans: parking_lot::Mutex::default(),
                     batch: Arc::default(),
                     precision: GraphPrecision::default(),
@@ -830,7 +831,7 @@ impl VectorSpaces {
                     hnsw: Arc::new(RwLock::new(g)),
                     rows_synced: h.rows_synced,
                     last_row_record: h.last_row_record,
-                    codes: RwLock::new(Codes::new(h.dim)),
+                    codes: Arc::new(RwLock::new(Codes::new(h.dim))),
                     scans: parking_lot::Mutex::default(),
                     batch: Arc::default(),
                     precision: GraphPrecision::default(),
@@ -907,14 +908,6 @@ impl VectorSpaces {
     /// [`VectorSpace::live_turn`]).
     pub fn live_turn(&self, rows: &mut SpaceRows) -> Option<LiveTurn> {
         self.spaces.iter().find_map(|s| s.live_turn(rows))
-    }
-
-    /// After a live turn did `done` units of work on space `uid`: its new
-    /// slots' codes, where the graph is walked over codes.
-    pub fn after_live_turn(&self, uid: u64, done: usize) {
-        if let Some(s) = self.spaces.iter().find(|s| s.uid == uid) {
-            s.codes_after_indexing(done);
-        }
     }
 
     /// Whether any graph may take a vector now (see

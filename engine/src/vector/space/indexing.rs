@@ -9,9 +9,12 @@ use parking_lot::{Mutex, RwLock};
 
 use super::{Result, SpaceVectors, VectorSpace};
 use crate::error::EngineError;
+use crate::vector::distance::Metric;
 use crate::vector::hnsw::{
     BATCH, BackLinks, Hnsw, HnswError, NodePlan, ReverseLink, SearchScratch, Step,
 };
+use crate::vector::precision::GraphPrecision;
+use crate::vector::quant::Codes;
 
 /// The graph's next batch, planned and linked piece by piece (the live
 /// indexer plans one node, or makes [`LISTS_PER_TURN`] lists, per turn)
@@ -103,7 +106,7 @@ impl VectorSpace {
 
     /// A space walked over codes gets the new slots' codes here, in the
     /// background, rather than on its next query.
-    pub(crate) fn codes_after_indexing(&self, done: usize) {
+    fn codes_after_indexing(&self, done: usize) {
         if done > 0 && self.walks_codes(self.hnsw.read().len()) {
             drop(self.codes_upto_date());
         }
@@ -129,6 +132,9 @@ impl VectorSpace {
             model: self.model.clone(),
             hnsw: self.hnsw.clone(),
             batch: self.batch.clone(),
+            codes: self.codes.clone(),
+            precision: self.precision,
+            metric: self.internal_metric(),
             available: self.available(),
             dim: self.dim,
         })
@@ -145,16 +151,19 @@ pub struct SpaceRows {
 }
 
 /// One turn of the live indexer on one space, run without the state's
-/// lock, so appends (which need it to write) go on meanwhile. The graph and
-/// the batch are the space's own, behind their own locks, and the rows are
+/// lock, so appends (which need it to write) go on meanwhile. The graph,
+/// the batch and the codes are the space's own, behind their own locks, and the rows are
 /// the space's rows: the turn does what [`VectorSpace::index_pending`]
 /// does under the state's lock, and the graph comes out the same.
 pub struct LiveTurn {
     /// The space's identity (see `VectorSpace::uid`).
-    pub uid: u64,
+    uid: u64,
     model: String,
     hnsw: Arc<RwLock<Hnsw>>,
     batch: Arc<Mutex<BatchWork>>,
+    codes: Arc<RwLock<Codes>>,
+    precision: GraphPrecision,
+    metric: Metric,
     available: u32,
     dim: usize,
 }
@@ -175,7 +184,20 @@ impl LiveTurn {
             dim: self.dim,
             len: self.available,
         };
-        index_slots(&self.model, &self.hnsw, &self.batch, &vectors, max, 1)
+        let done = index_slots(&self.model, &self.hnsw, &self.batch, &vectors, max, 1)?;
+        // As `codes_after_indexing`, from the view: no state lock held.
+        if done > 0
+            && self
+                .precision
+                .walks_codes(self.metric, self.hnsw.read().len())
+        {
+            drop(super::scan::codes_upto(
+                &self.codes,
+                &vectors,
+                |from, n, out| rows.rows.read_rows(from, n, out),
+            ));
+        }
+        Ok(done)
     }
 }
 
@@ -225,10 +247,12 @@ fn index_slots(
                 // Planned and linked under the read lock: searches go on.
                 let mut work = batch.lock();
                 if work.committing == Some(range.start) {
-                    // Another caller is committing this batch.
+                    // Another caller is committing this batch: give it
+                    // the CPU (it may be the low-priority live indexer,
+                    // which a yield would not let run).
                     drop(work);
                     drop(g);
-                    std::thread::yield_now();
+                    std::thread::sleep(std::time::Duration::from_micros(50));
                     continue;
                 }
                 if work.start != range.start {
@@ -306,4 +330,70 @@ fn index_slots(
         }
     }
     Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use engram_storage::MemBackend;
+
+    use super::*;
+    use crate::vector::hnsw::HnswParams;
+    use crate::vector::space::VectorSpaces;
+
+    /// Live turns (no state lock: a shared view of the rows, topped up
+    /// between turns while rows are appended and the file remaps) build the
+    /// graph and the int8 codes that `index_pending` builds under the lock.
+    #[test]
+    fn live_turns_build_what_index_pending_builds() {
+        let open = || {
+            let mut v = VectorSpaces::open(
+                Arc::new(MemBackend::new()),
+                Path::new("/v"),
+                HnswParams::default(),
+                Metric::Cosine,
+            )
+            .unwrap();
+            v.set_graph_precision(GraphPrecision::Int8);
+            v
+        };
+        let (mut live, mut bulk) = (open(), open());
+        let (dim, n) = (8, 4096 + 200);
+        let vector = |i: u32| -> Vec<f32> {
+            (0..dim)
+                .map(|j| ((i as usize * 7919 + j * 104_729) % 997) as f32 / 997.0 - 0.5)
+                .collect()
+        };
+        let mut rows = SpaceRows::default();
+        let turn = |live: &VectorSpaces, rows: &mut SpaceRows| match live.live_turn(rows) {
+            Some(t) => t.run(rows, 1).unwrap(),
+            None => 0,
+        };
+        let mut pushed = 0;
+        while pushed < n {
+            for _ in 0..37.min(n - pushed) {
+                let v = vector(pushed);
+                live.push("t", "m", false, pushed, &v).unwrap();
+                bulk.push("t", "m", false, pushed, &v).unwrap();
+                pushed += 1;
+            }
+            for _ in 0..5 {
+                turn(&live, &mut rows);
+            }
+        }
+        while turn(&live, &mut rows) > 0 {}
+        while bulk.index_pending(256, 2).unwrap() > 0 {}
+        let (l, b) = (live.get("t", "m").unwrap(), bulk.get("t", "m").unwrap());
+        assert_eq!(l.hnsw.read().len(), b.hnsw.read().len());
+        let encode = |s: &VectorSpace| {
+            let mut out = Vec::new();
+            s.hnsw.read().write_to(&mut out);
+            out
+        };
+        assert!(encode(l) == encode(b), "the graphs differ");
+        let (lc, bc) = (l.codes.read(), b.codes.read());
+        assert_eq!(lc.len(), n as usize);
+        assert!(*lc == *bc, "the codes differ");
+    }
 }

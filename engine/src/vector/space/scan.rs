@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use roaring::RoaringBitmap;
 
-use super::{CODE_CHUNK_ROWS, Idx, VectorSpace};
+use super::{CODE_CHUNK_ROWS, Idx, SpaceVectors, VectorSpace};
 use crate::vector::distance::distance;
 use crate::vector::hnsw::{SearchStats, Vectors};
 use crate::vector::quant::{Codes, Gathered, QueryCode};
@@ -81,31 +81,43 @@ impl VectorSpace {
 
     /// The codes, extended to every slot first if some are missing.
     pub(super) fn codes_upto_date(&self) -> parking_lot::RwLockReadGuard<'_, Codes> {
-        {
-            let c = self.codes.read();
-            if c.len() >= self.len() {
-                return c;
-            }
-        }
-        let mut w = self.codes.write();
-        // Rows are copied in chunks rather than read through the mapping,
-        // which would make every page of the file resident; the mapping is
-        // the fallback if a read fails (same rows).
-        let mut rows = Vec::new();
-        while w.len() < self.len() {
-            match self.file.read_rows(w.len(), CODE_CHUNK_ROWS, &mut rows) {
-                Ok(n) if n > 0 => w.extend_rows(&rows),
-                _ => {
-                    w.extend(&self.vectors());
-                    break;
-                }
-            }
-        }
-        parking_lot::RwLockWriteGuard::downgrade(w)
+        codes_upto(&self.codes, &self.vectors(), |from, max, out| {
+            self.file.read_rows(from, max, out)
+        })
     }
 
     /// Bytes of int8 codes held, by slot and gathered.
     pub fn code_bytes(&self) -> usize {
         self.codes.read().bytes() + self.scans.lock().bytes()
     }
+}
+
+/// `codes` extended to every slot of `vectors` first if some are missing.
+/// Rows are copied in chunks by `read` rather than read through the
+/// mapping, which would make every page of the file resident; the mapping
+/// is the fallback if a read fails (same rows).
+pub(super) fn codes_upto<'a>(
+    codes: &'a parking_lot::RwLock<Codes>,
+    vectors: &SpaceVectors<'_>,
+    mut read: impl FnMut(usize, usize, &mut Vec<f32>) -> engram_storage::StorageResult<usize>,
+) -> parking_lot::RwLockReadGuard<'a, Codes> {
+    let upto = vectors.len() as usize;
+    {
+        let c = codes.read();
+        if c.len() >= upto {
+            return c;
+        }
+    }
+    let mut w = codes.write();
+    let mut rows = Vec::new();
+    while w.len() < upto {
+        match read(w.len(), CODE_CHUNK_ROWS.min(upto - w.len()), &mut rows) {
+            Ok(n) if n > 0 => w.extend_rows(&rows),
+            _ => {
+                w.extend(vectors);
+                break;
+            }
+        }
+    }
+    parking_lot::RwLockWriteGuard::downgrade(w)
 }
