@@ -272,6 +272,7 @@ fn a_graph_indexed_while_appends_go_on_is_rebuilt_exactly() {
             .load(std::sync::atomic::Ordering::Acquire)
             .checked_sub(1)
         else {
+            std::thread::sleep(std::time::Duration::from_millis(1));
             continue;
         };
         assert_nearest_is(&s, vector(i), &format!("v{i}"));

@@ -92,23 +92,27 @@ impl VectorSpace {
     /// made): 0 when none can be now. With `max` below [`BATCH`] the lists are made
     /// 32 at a time (`LISTS_PER_TURN`), a turn of the live indexer.
     pub fn index_pending(&self, max: usize, threads: usize) -> Result<usize> {
-        let done = index_slots(
-            &self.model,
-            &self.hnsw,
-            &self.batch,
+        self.turn().index(
             &self.vectors(),
+            |from, n, out| self.file.read_rows(from, n, out),
             max,
             threads,
-        )?;
-        self.codes_after_indexing(done);
-        Ok(done)
+        )
     }
 
-    /// A space walked over codes gets the new slots' codes here, in the
-    /// background, rather than on its next query.
-    fn codes_after_indexing(&self, done: usize) {
-        if done > 0 && self.walks_codes(self.hnsw.read().len()) {
-            drop(self.codes_upto_date());
+    /// The space's graph, batch and codes (shared), with what a turn of
+    /// indexing reads of the space.
+    fn turn(&self) -> LiveTurn {
+        LiveTurn {
+            uid: self.uid,
+            model: self.model.clone(),
+            hnsw: self.hnsw.clone(),
+            batch: self.batch.clone(),
+            codes: self.codes.clone(),
+            precision: self.precision,
+            metric: self.internal_metric(),
+            available: self.available(),
+            dim: self.dim,
         }
     }
 
@@ -127,17 +131,7 @@ impl VectorSpace {
             };
         }
         self.file.share_into(&mut rows.rows);
-        Some(LiveTurn {
-            uid: self.uid,
-            model: self.model.clone(),
-            hnsw: self.hnsw.clone(),
-            batch: self.batch.clone(),
-            codes: self.codes.clone(),
-            precision: self.precision,
-            metric: self.internal_metric(),
-            available: self.available(),
-            dim: self.dim,
-        })
+        Some(self.turn())
     }
 }
 
@@ -150,11 +144,11 @@ pub struct SpaceRows {
     rows: SharedRows,
 }
 
-/// One turn of the live indexer on one space, run without the state's
-/// lock, so appends (which need it to write) go on meanwhile. The graph,
-/// the batch and the codes are the space's own, behind their own locks, and the rows are
-/// the space's rows: the turn does what [`VectorSpace::index_pending`]
-/// does under the state's lock, and the graph comes out the same.
+/// A turn of indexing on one space: its graph, batch and codes, each
+/// behind its own lock. The live indexer runs it without the state's lock,
+/// over a shared view of the rows (so appends, which need the lock to
+/// write, go on meanwhile); [`VectorSpace::index_pending`] runs the same
+/// turn over the space's own rows, under the state's lock.
 pub struct LiveTurn {
     /// The space's identity (see `VectorSpace::uid`).
     uid: u64,
@@ -184,18 +178,31 @@ impl LiveTurn {
             dim: self.dim,
             len: self.available,
         };
-        let done = index_slots(&self.model, &self.hnsw, &self.batch, &vectors, max, 1)?;
-        // As `codes_after_indexing`, from the view: no state lock held.
+        self.index(
+            &vectors,
+            |from, n, out| rows.rows.read_rows(from, n, out),
+            max,
+            1,
+        )
+    }
+
+    /// Up to `max` units of work on `threads` threads, then, for a space
+    /// walked over codes, the new slots' codes (here, in the background,
+    /// rather than on the next query), their rows copied by `read`.
+    fn index(
+        &self,
+        vectors: &SpaceVectors<'_>,
+        read: impl FnMut(usize, usize, &mut Vec<f32>) -> engram_storage::StorageResult<usize>,
+        max: usize,
+        threads: usize,
+    ) -> Result<usize> {
+        let done = index_slots(&self.model, &self.hnsw, &self.batch, vectors, max, threads)?;
         if done > 0
             && self
                 .precision
                 .walks_codes(self.metric, self.hnsw.read().len())
         {
-            drop(super::scan::codes_upto(
-                &self.codes,
-                &vectors,
-                |from, n, out| rows.rows.read_rows(from, n, out),
-            ));
+            drop(super::scan::codes_upto(&self.codes, vectors, read));
         }
         Ok(done)
     }
