@@ -223,6 +223,18 @@ pub fn encode_into(
 /// Decodes and verifies the header at the start of `bytes` (which may extend
 /// past the frame). Does not check the payload.
 pub fn decode_header(bytes: &[u8]) -> Result<FrameHeader, FrameError> {
+    decode_header_with(bytes, true)
+}
+
+/// Decodes a header this process has already verified with
+/// [`decode_header`]: the magic and the length ceiling are checked as there
+/// (so the length still bounds every slice taken from it), the header
+/// checksum is not recomputed.
+pub fn decode_verified_header(bytes: &[u8]) -> Result<FrameHeader, FrameError> {
+    decode_header_with(bytes, false)
+}
+
+fn decode_header_with(bytes: &[u8], check_crc: bool) -> Result<FrameHeader, FrameError> {
     if bytes.len() < FRAME_HEADER_BYTES {
         if !bytes.is_empty() && bytes.iter().all(|&b| b == 0) {
             return Err(FrameError::ZeroFilled);
@@ -240,10 +252,12 @@ pub fn decode_header(bytes: &[u8]) -> Result<FrameHeader, FrameError> {
         }
         return Err(FrameError::BadMagic { found: magic });
     }
-    let expected = u32_at(h, offsets::HEADER_CRC);
-    let got = crc32c::crc32c(&h[..offsets::HEADER_CRC]);
-    if expected != got {
-        return Err(FrameError::HeaderChecksum { expected, got });
+    if check_crc {
+        let expected = u32_at(h, offsets::HEADER_CRC);
+        let got = crc32c::crc32c(&h[..offsets::HEADER_CRC]);
+        if expected != got {
+            return Err(FrameError::HeaderChecksum { expected, got });
+        }
     }
     let payload_len = u32_at(h, offsets::PAYLOAD_LEN);
     if payload_len as usize > FRAME_PAYLOAD_BYTES_CEILING {
@@ -333,6 +347,41 @@ mod tests {
         ));
         assert!(matches!(
             decode(&[0xAB; 5]).unwrap_err(),
+            FrameError::Truncated { .. }
+        ));
+    }
+
+    #[test]
+    fn a_verified_header_keeps_its_magic_and_length_checks() {
+        let f = one(9, b"payload", 0);
+        assert_eq!(
+            decode_verified_header(&f).unwrap(),
+            decode_header(&f).unwrap()
+        );
+        // The header checksum is what is skipped...
+        let mut damaged_crc = f.clone();
+        damaged_crc[offsets::HEADER_CRC] ^= 1;
+        assert!(matches!(
+            decode_header(&damaged_crc).unwrap_err(),
+            FrameError::HeaderChecksum { .. }
+        ));
+        assert!(decode_verified_header(&damaged_crc).is_ok());
+        // ...not the magic, nor the ceiling that bounds the payload slice.
+        let mut bad_magic = f.clone();
+        bad_magic[offsets::MAGIC] ^= 1;
+        assert!(matches!(
+            decode_verified_header(&bad_magic).unwrap_err(),
+            FrameError::BadMagic { .. }
+        ));
+        let mut huge = f.clone();
+        huge[offsets::PAYLOAD_LEN..offsets::PAYLOAD_LEN + 4]
+            .copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            decode_verified_header(&huge).unwrap_err(),
+            FrameError::LengthTooLarge { .. }
+        ));
+        assert!(matches!(
+            decode_verified_header(&f[..FRAME_HEADER_BYTES - 1]).unwrap_err(),
             FrameError::Truncated { .. }
         ));
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use engram_storage::frame::FrameType;
 use engram_storage::log::{LogOptions, PendingFrame, RecoveryReport, TruncationReason};
-use engram_storage::{Backend, FsBackend, SegmentLog, StorageError};
+use engram_storage::{Backend, FrameRef, FsBackend, SegmentLog, StorageError};
 
 /// The segment file, open for reading and writing in place.
 fn open_rw(seg: &std::path::Path) -> std::fs::File {
@@ -169,17 +169,19 @@ fn damage_inside_durable_data_is_refused_not_truncated() {
     );
 }
 
-/// `read` recomputes the payload checksum on every call; `read_verified`
-/// (for frames the caller already read whole) checks location and header
-/// only. A payload damaged under an open log is caught by the one and not
-/// by the other; a damaged header is caught by both.
+/// `read` recomputes both checksums on every call; `read_verified` (for
+/// frames the caller already read whole) checks the location, the magic and
+/// that the length stays inside the durable end. A payload or header byte
+/// damaged under an open log is caught by the one and not by the other; a
+/// length pushed past the durable end, or a damaged magic, by both.
 #[test]
-fn read_checks_the_payload_and_read_verified_only_the_header() {
+fn read_checks_both_checksums_and_read_verified_the_bounds() {
+    type ReadFn = fn(&SegmentLog, u64, u64) -> Result<FrameRef, StorageError>;
     let d = tempfile::tempdir().unwrap();
     let backend: Arc<dyn Backend> = Arc::new(FsBackend);
     let (log, _) = SegmentLog::open(backend, d.path(), LogOptions::default()).unwrap();
     log.start_writer(Box::new(|_| {})).unwrap();
-    let locs: Vec<_> = (0..3)
+    let locs: Vec<_> = (0..5)
         .map(|i| log.append(vec![frame(i)]).unwrap()[0])
         .collect();
     for l in &locs {
@@ -190,27 +192,48 @@ fn read_checks_the_payload_and_read_verified_only_the_header() {
     }
     let seg = log.segments()[0].1.clone();
     let mut f = open_rw(&seg);
-    // a payload byte of frame 1, then a header byte (its LSN) of frame 2
+    // frame 1: a payload byte; frame 2: a header byte (its LSN); frame 3:
+    // its length, pushed past the end of the segment; frame 4: its magic.
     f.seek(SeekFrom::Start(locs[1].offset + 45)).unwrap();
     f.write_all(b"X").unwrap();
     f.seek(SeekFrom::Start(locs[2].offset + 8)).unwrap();
     f.write_all(&[0xEE]).unwrap();
+    f.seek(SeekFrom::Start(locs[3].offset + 4)).unwrap();
+    f.write_all(&(1u32 << 20).to_le_bytes()).unwrap();
+    f.seek(SeekFrom::Start(locs[4].offset)).unwrap();
+    f.write_all(&[0xEE]).unwrap();
     f.sync_all().unwrap();
     drop(f);
-    match log.read(locs[1].segment, locs[1].offset) {
-        Err(StorageError::BadLocation { reason, .. }) => {
-            assert!(reason.contains("checksum"), "{reason}")
+    for (l, what) in [(locs[1], "payload"), (locs[2], "header")] {
+        match log.read(l.segment, l.offset) {
+            Err(StorageError::BadLocation { reason, .. }) => {
+                assert!(reason.contains("checksum"), "{what}: {reason}")
+            }
+            other => panic!("expected a {what} checksum error, got {other:?}"),
         }
-        other => panic!("expected a checksum error, got {other:?}"),
     }
     let unchecked = log.read_verified(locs[1].segment, locs[1].offset).unwrap();
     assert!(unchecked.payload().contains(&b'X'));
-    for read in [SegmentLog::read, SegmentLog::read_verified] {
-        match read(&log, locs[2].segment, locs[2].offset) {
+    let unchecked = log.read_verified(locs[2].segment, locs[2].offset).unwrap();
+    assert_ne!(unchecked.header.lsn, locs[2].lsn);
+    // `read` stops at the header checksum, `read_verified` at the bound.
+    for (read, expected) in [
+        (SegmentLog::read as ReadFn, "header checksum"),
+        (SegmentLog::read_verified, "past the durable end"),
+    ] {
+        match read(&log, locs[3].segment, locs[3].offset) {
             Err(StorageError::BadLocation { reason, .. }) => {
-                assert!(reason.contains("checksum"), "{reason}")
+                assert!(reason.contains(expected), "{reason}")
             }
-            other => panic!("expected a header checksum error, got {other:?}"),
+            other => panic!("expected {expected:?}, got {other:?}"),
+        }
+    }
+    for read in [SegmentLog::read as ReadFn, SegmentLog::read_verified] {
+        match read(&log, locs[4].segment, locs[4].offset) {
+            Err(StorageError::BadLocation { reason, .. }) => {
+                assert!(reason.contains("magic"), "{reason}")
+            }
+            other => panic!("expected a magic error, got {other:?}"),
         }
     }
     assert_eq!(

@@ -11,8 +11,11 @@ impl SegmentLog {
     }
 
     /// Reads a frame this process has already read with [`SegmentLog::read`]
-    /// and found whole: the location, bounds and header are checked as
-    /// there, the payload checksum is not recomputed. Segments are
+    /// and found whole: the location, bounds, magic and length are checked
+    /// as there, the header and payload checksums are not recomputed (a
+    /// length that changed still cannot reach past the durable end; it can
+    /// only give wrong bytes, which the caller's archive validation or
+    /// decoding rejects like any other damage). Segments are
     /// append-only and a frame's bytes never change while its segment
     /// exists, so a payload that was verified stays verified (like a page
     /// checked once when it enters a buffer pool). Callers keep track of

@@ -278,8 +278,9 @@ impl Segment {
         Ok(m.clone())
     }
 
-    /// Reads the frame at `offset`: its location, bounds and header are
-    /// always checked; its payload checksum only if `check_payload`.
+    /// Reads the frame at `offset`: its location, bounds, magic and length
+    /// are always checked; its header and payload checksums only if
+    /// `check_payload` (a frame read before, see `SegmentLog::read_verified`).
     pub fn read_frame(&self, offset: u64, check_payload: bool) -> StorageResult<FrameRef> {
         let bad = |reason: String| StorageError::BadLocation {
             segment: self.no,
@@ -296,7 +297,12 @@ impl Segment {
         }
         let map = self.view(offset + frame::FRAME_HEADER_BYTES as u64)?;
         let start = crate::cast::usize_from(offset);
-        let header = frame::decode_header(&map[start..]).map_err(|e| bad(e.to_string()))?;
+        let header = if check_payload {
+            frame::decode_header(&map[start..])
+        } else {
+            frame::decode_verified_header(&map[start..])
+        }
+        .map_err(|e| bad(e.to_string()))?;
         let end = offset + frame::FRAME_HEADER_BYTES as u64 + header.payload_len as u64;
         if end > durable {
             return Err(bad("frame extends past the durable end".into()));
