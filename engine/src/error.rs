@@ -56,34 +56,51 @@ pub enum EngineError {
     },
 
     /// The external id is already used for different content. Give up, or
-    /// send the new content as a correction (`supersedes`).
+    /// send the new content as a correction (`supersedes`). When the record
+    /// holding it is one the principal cannot read, `existing` is `None` and
+    /// the error says only that the key is in use: external ids are unique
+    /// per tenant, so a taken key cannot be given out again, but nothing
+    /// else about its holder (id, content, state) is told.
     #[error(
-        "{}external_id '{external_id}' already names record {existing} with different content; \
-         to change it, send a correction with \"supersedes\": \"{external_id}\"",
-        item.map(|i| format!("item {i}: ")).unwrap_or_default()
+        "{}{}",
+        item.map(|i| format!("item {i}: ")).unwrap_or_default(),
+        match existing {
+            Some(existing) => format!(
+                "external_id '{external_id}' already names record {existing} with different content; \
+                 to change it, send a correction with \"supersedes\": \"{external_id}\""
+            ),
+            None => format!(
+                "external_id '{external_id}' is already in use in this tenant; choose another"
+            ),
+        }
     )]
     ExternalIdConflict {
         /// Position in the batch, if any.
         item: Option<usize>,
         /// The external id.
         external_id: String,
-        /// The record holding it.
-        existing: RecordId,
+        /// The record holding it, when the principal may read it.
+        existing: Option<RecordId>,
     },
 
     /// The record to correct has already been corrected. Give up, or correct
-    /// the newest version instead.
+    /// the newest version instead (`by`: `None` when the principal cannot
+    /// read that version, which is then not named).
     #[error(
-        "{}record {target} was already superseded by {by}; correct {by} instead",
-        item.map(|i| format!("item {i}: ")).unwrap_or_default()
+        "{}record {target} was already superseded {}",
+        item.map(|i| format!("item {i}: ")).unwrap_or_default(),
+        match by {
+            Some(by) => format!("by {by}; correct {by} instead"),
+            None => "by a version this principal cannot read".to_string(),
+        }
     )]
     AlreadySuperseded {
         /// Position in the batch, if any.
         item: Option<usize>,
         /// The record named in `supersedes`.
         target: RecordId,
-        /// Its current successor.
-        by: RecordId,
+        /// Its current successor, when the principal may read it.
+        by: Option<RecordId>,
     },
 
     /// Corrections in the batch would form a cycle. Give up: fix the input.

@@ -83,7 +83,7 @@ impl Session {
         let mut out = Vec::new();
         for i in (c & &st.bm_tenant[&t]).iter() {
             if self.can_read(&st, i) {
-                out.push(self.db.record_view(&st, i)?);
+                out.push(self.view(&st, i)?);
             }
         }
         Ok(out)

@@ -319,3 +319,121 @@ fn an_external_id_that_looks_like_an_internal_id_is_never_confused_with_one() {
     ));
     assert_eq!(kept["text"], "record x");
 }
+
+/// External ids are unique per tenant, so a key a hidden record holds is
+/// refused; but the refusal names no id, and reads the same whether the
+/// request repeats the hidden content, differs from it, or names a deleted
+/// record: an append cannot confirm a guess of what it cannot read.
+#[test]
+fn an_append_neither_names_nor_confirms_a_hidden_record_by_its_external_id() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let admin = db.session(Principal::admin("A"));
+    let carl = db.session(Principal::user("A", "carl"));
+    let secret = |ext: &str, text: &str| {
+        let mut r = NewRecord::event("m", text).with_external_id(ext);
+        r.occurred_at = Some(1_700_000_000_000);
+        r.access = vec!["secret".into()];
+        r
+    };
+    let s1 = admin.append(vec![secret("s/1", "hunter2")]).unwrap()[0].id;
+    let s2 = admin.append(vec![secret("s/2", "gone")]).unwrap()[0].id;
+    admin.delete(&RecordRef::Id(s2), None).unwrap();
+
+    let attempts = [
+        secret("s/1", "hunter2"), // the hidden content, exactly
+        secret("s/1", "a guess"), // other content
+        secret("s/2", "gone"),    // a deleted record's key
+        NewRecord::event("m", "x").with_external_id("s/1"),
+    ];
+    let mut messages = Vec::new();
+    for a in attempts {
+        let e = carl.append(vec![a]).unwrap_err();
+        match &e {
+            EngineError::ExternalIdConflict { existing, .. } => assert_eq!(*existing, None, "{e}"),
+            other => panic!("expected an in-use conflict, got {other}"),
+        }
+        let msg = e.to_string();
+        for id in [s1, s2] {
+            assert!(!msg.contains(&id.to_string()), "{msg}");
+        }
+        assert!(!msg.contains("deleted"), "{msg}");
+        messages.push(msg.replace("s/2", "s/1"));
+    }
+    messages.dedup();
+    assert_eq!(messages.len(), 1, "one answer for every case: {messages:?}");
+
+    // A principal that may read the record still gets the full story.
+    let again = admin.append(vec![secret("s/1", "hunter2")]).unwrap();
+    assert_eq!(again[0].id, s1);
+    assert_eq!(again[0].outcome, engram::AppendOutcome::Duplicate);
+    match admin.append(vec![secret("s/1", "other")]).unwrap_err() {
+        EngineError::ExternalIdConflict { existing, .. } => assert_eq!(existing, Some(s1)),
+        other => panic!("expected a conflict naming {s1}, got {other}"),
+    }
+    let e = admin.append(vec![secret("s/2", "gone")]).unwrap_err();
+    assert!(e.to_string().contains("deleted"), "{e}");
+    assert_eq!(
+        admin.get(&RecordRef::Id(s1)).unwrap().text.as_deref(),
+        Some("hunter2")
+    );
+    db.close().unwrap();
+}
+
+/// A correction that adds a label hides the new version from principals
+/// without it: the old version they can still read does not name it, and a
+/// correction they try is decided by the matrix before the target's state
+/// (already corrected) is told.
+#[test]
+fn a_hidden_newer_version_is_not_named_and_the_matrix_decides_first() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let admin = db.session(Principal::admin("A"));
+    let bob = db.session(Principal::user("A", "bob"));
+    let carl = db.session(Principal::user("A", "carl"));
+    let v1 = bob
+        .append(vec![NewRecord::event("m", "public v1")])
+        .unwrap()[0]
+        .id;
+    let mut fix = NewRecord::event("m", "classified v2");
+    fix.supersedes = Some(RecordRef::Id(v1));
+    fix.access = vec!["secret".into()];
+    let v2 = admin.append(vec![fix]).unwrap()[0].id;
+
+    let old = carl.get(&RecordRef::Id(v1)).unwrap();
+    assert_eq!(old.status.name(), "superseded");
+    assert_eq!(old.superseded_by, None);
+    let h = carl.history(&RecordRef::Id(v1)).unwrap();
+    assert_eq!(h.len(), 1);
+    assert_eq!(h[0].superseded_by, None);
+    assert_eq!(
+        admin.get(&RecordRef::Id(v1)).unwrap().superseded_by,
+        Some(v2)
+    );
+    let newest = admin.get(&RecordRef::Id(v2)).unwrap();
+    assert_eq!(newest.supersedes, Some(v1));
+
+    let again = |who: &engram::Session| {
+        let mut f = NewRecord::event("m", "x");
+        f.supersedes = Some(RecordRef::Id(v1));
+        who.append(vec![f]).unwrap_err()
+    };
+    // carl did not write v1: forbidden, as the matrix says, not "already
+    // superseded by <hidden id>"
+    let e = again(&carl);
+    assert!(matches!(e, EngineError::Forbidden { .. }), "{e}");
+    assert!(!e.to_string().contains(&v2.to_string()), "{e}");
+    // bob wrote v1 and may correct it, but cannot read v2
+    match again(&bob) {
+        EngineError::AlreadySuperseded { by, .. } => assert_eq!(by, None),
+        other => panic!("expected already superseded, got {other}"),
+    }
+    assert!(!again(&bob).to_string().contains(&v2.to_string()));
+    match again(&admin) {
+        EngineError::AlreadySuperseded { by, .. } => assert_eq!(by, Some(v2)),
+        other => panic!("expected already superseded, got {other}"),
+    }
+    db.close().unwrap();
+}

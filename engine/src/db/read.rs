@@ -13,7 +13,28 @@ impl Session {
         if !self.can_read(&st, idx) {
             return Err(self.not_found(r));
         }
-        self.db.record_view(&st, idx)
+        self.view(&st, idx)
+    }
+
+    /// The view of record `idx` as this principal sees it: a newer or older
+    /// version it cannot read (a correction that added a label, an old
+    /// version whose label the admin dropped) is not named. The record's
+    /// status still says it was superseded, which is true and names nothing.
+    pub(crate) fn view(&self, st: &State, idx: Idx) -> Result<Record> {
+        let mut r = self.db.record_view(st, idx)?;
+        let m = st.meta(idx);
+        let older = r.supersedes.and_then(|s| st.idx(s));
+        if m.superseded_by.is_some() || older.is_some() {
+            let held = self.held_labels(st);
+            let readable = |x: Idx| self.target(st, x, &held).readable;
+            if m.superseded_by.is_some_and(|n| !readable(n)) {
+                r.superseded_by = None;
+            }
+            if older.is_some_and(|o| !readable(o)) {
+                r.supersedes = None;
+            }
+        }
+        Ok(r)
     }
 
     /// Every version of a record's correction chain, oldest first, that the
@@ -26,7 +47,7 @@ impl Session {
         let mut out = Vec::new();
         for i in chain {
             if self.can_read(&st, i) {
-                out.push(self.db.record_view(&st, i)?);
+                out.push(self.view(&st, i)?);
             }
         }
         if out.is_empty() {
@@ -68,7 +89,7 @@ impl Session {
             if !self.can_read(&st, idx) {
                 continue;
             }
-            out.push(self.db.record_view(&st, idx)?);
+            out.push(self.view(&st, idx)?);
             if out.len() >= filter.limit {
                 break;
             }

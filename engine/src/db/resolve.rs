@@ -26,7 +26,7 @@ impl Resolver<'_> {
     /// A stored record the principal cannot read does not exist for it:
     /// naming it as a source, a correction target or an endpoint is
     /// answered exactly like naming nothing.
-    fn visible(&self, ix: Idx) -> bool {
+    pub(super) fn visible(&self, ix: Idx) -> bool {
         self.session.target(self.st, ix, &self.held).readable
     }
 
@@ -125,6 +125,19 @@ impl Resolver<'_> {
             }
             if let Some(ix) = six {
                 let m = self.st.meta(ix);
+                // The matrix first: what the target's state is (its type, a
+                // newer version, a deletion) is told only to a principal
+                // that may correct it.
+                let target = self.session.target(self.st, ix, &self.held);
+                if let crate::authz::Decision::Forbidden(reason) =
+                    crate::authz::decide(self.actor, crate::authz::Operation::Correct, Some(target))
+                {
+                    return Err(EngineError::Forbidden {
+                        principal: self.session.principal.to_string(),
+                        action: format!("correct {sid} (item {i})"),
+                        reason: reason.to_string(),
+                    });
+                }
                 if m.rtype != rtype {
                     return Err(EngineError::invalid(
                         "supersedes",
@@ -136,23 +149,13 @@ impl Resolver<'_> {
                     return Err(EngineError::AlreadySuperseded {
                         item: Some(i),
                         target: sid,
-                        by: self.st.meta(by).id,
+                        by: self.visible(by).then(|| self.st.meta(by).id),
                     });
                 }
                 if m.status == Status::Deleted {
                     return Err(
                         EngineError::invalid("supersedes", format!("{sid} is deleted")).at_item(i),
                     );
-                }
-                let target = self.session.target(self.st, ix, &self.held);
-                if let crate::authz::Decision::Forbidden(reason) =
-                    crate::authz::decide(self.actor, crate::authz::Operation::Correct, Some(target))
-                {
-                    return Err(EngineError::Forbidden {
-                        principal: self.session.principal.to_string(),
-                        action: format!("correct {sid} (item {i})"),
-                        reason: reason.to_string(),
-                    });
                 }
                 let given = &mut *access;
                 let old: Vec<String> = self.st.access_names(ix);

@@ -321,7 +321,15 @@ impl Session {
                     None => content_hash(r, &res, &retention, &access, data_json[i].as_deref()),
                 };
                 // stage 3: external id rules (a duplicate stores nothing)
-                let existing = existing_version(db, &w, &st, &tenant, i, r, hash, res.supersedes)?;
+                let existing = existing_version(
+                    self,
+                    &w,
+                    &st,
+                    &tenant,
+                    (i, r),
+                    (hash, &access),
+                    res.supersedes,
+                )?;
                 let outcome = if existing.is_some() {
                     AppendOutcome::Duplicate
                 } else {
@@ -714,29 +722,46 @@ fn stored_record(
 /// Stage 3, the external id rules: the stored (or in-flight) version this
 /// record repeats, if any, as (id, LSN, status); an error if its external
 /// id names another record it does not correct, or a deleted one.
-#[allow(clippy::too_many_arguments)]
+///
+/// A holder the session cannot read (it lacks one of its labels) is not
+/// described: the key is reported as in use, whether the content matches,
+/// differs or was deleted, so an append can neither name a hidden record
+/// nor confirm a guess of its content (docs/security.md, guarantee 2).
 fn existing_version(
-    db: &Engram,
+    session: &Session,
     w: &WriterState,
     st: &State,
     tenant: &str,
-    i: usize,
-    r: &NewRecord,
-    hash: [u8; 32],
+    (i, r): (usize, &NewRecord),
+    (hash, access): ([u8; 32], &[String]),
     supersedes: Option<RecordId>,
 ) -> Result<Option<(RecordId, u64, Status)>> {
     let Some(e) = &r.external_id else {
         return Ok(None);
     };
+    let in_use = || EngineError::ExternalIdConflict {
+        item: Some(i),
+        external_id: e.clone(),
+        existing: None,
+    };
     let key = (tenant.to_string(), e.clone());
     if let Some((pid, phash)) = w.pending_ext.get(&key) {
+        // In flight: not yet in the state, so its labels are the ones this
+        // request gives when the content (labels included) matches.
+        let held = session.held_labels(st);
         if *phash == hash {
+            if !access.iter().all(|l| held.contains(l)) {
+                return Err(in_use());
+            }
             return Ok(Some((*pid, 0, Status::Active)));
         }
+        let readable = st
+            .idx(*pid)
+            .is_some_and(|ix| session.target(st, ix, &held).readable);
         return Err(EngineError::ExternalIdConflict {
             item: Some(i),
             external_id: e.clone(),
-            existing: *pid,
+            existing: readable.then_some(*pid),
         });
     }
     let Some(&ix) = st
@@ -745,6 +770,11 @@ fn existing_version(
     else {
         return Ok(None);
     };
+    let held = session.held_labels(st);
+    let readable = |x: Idx| session.target(st, x, &held).readable;
+    if !readable(ix) {
+        return Err(in_use());
+    }
     let m = st.meta(ix);
     if m.status == Status::Deleted {
         return Err(EngineError::invalid(
@@ -760,7 +790,7 @@ fn existing_version(
     // record and its correction re-ingests cleanly).
     for v in st.chain(ix) {
         let vm = st.meta(v);
-        if !vm.tombstone && stored_hash(db, vm.loc)? == hash {
+        if !vm.tombstone && readable(v) && stored_hash(&session.db, vm.loc)? == hash {
             return Ok(Some((vm.id, vm.loc.lsn, vm.status)));
         }
     }
@@ -768,7 +798,7 @@ fn existing_version(
         return Err(EngineError::ExternalIdConflict {
             item: Some(i),
             external_id: e.clone(),
-            existing: m.id,
+            existing: Some(m.id),
         });
     }
     Ok(None)

@@ -217,7 +217,8 @@ pub struct ErrorDetail {
     /// forbidden, not_found, no_route, method_not_allowed,
     /// external_id_conflict, already_superseded, invalid_state,
     /// payload_too_large, invalid_input, limit_exceeded,
-    /// ambiguous_reference, busy, timeout, unavailable, internal.
+    /// ambiguous_reference, query_error, busy, timeout, unavailable,
+    /// internal.
     pub code: String,
     /// What is wrong, naming the item, line or field at fault.
     pub message: String,
@@ -414,7 +415,7 @@ impl ServerError {
 
 /// `serde_json` ends its messages with " at line L column C"; the position
 /// is reported in fields of its own.
-fn strip_position(msg: &str) -> String {
+pub(crate) fn strip_position(msg: &str) -> String {
     match msg.rfind(" at line ") {
         Some(i) => msg[..i].to_string(),
         None => msg.to_string(),
@@ -475,12 +476,12 @@ impl From<EngineError> for ServerError {
             } => ServerError::Conflict {
                 code: "external_id_conflict",
                 message,
-                details: json!({"item": item, "external_id": external_id, "existing": existing.to_string()}),
+                details: json!({"item": item, "external_id": external_id, "existing": existing.map(|e| e.to_string())}),
             },
             E::AlreadySuperseded { item, target, by } => ServerError::Conflict {
                 code: "already_superseded",
                 message,
-                details: json!({"item": item, "target": target.to_string(), "by": by.to_string()}),
+                details: json!({"item": item, "target": target.to_string(), "by": by.map(|b| b.to_string())}),
             },
             E::InvalidState { action, target, .. } => ServerError::Conflict {
                 code: "invalid_state",
