@@ -333,7 +333,14 @@ where
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            // Located query errors carry their own `error[code]` heading.
+            let text = e.to_string();
+            let text = text.trim_start();
+            if text.starts_with("error") {
+                eprintln!("{text}");
+            } else {
+                eprintln!("error: {text}");
+            }
             ExitCode::from(1)
         }
     }

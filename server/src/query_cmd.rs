@@ -74,7 +74,7 @@ fn params(a: &QueryArgs) -> Result<Params, CliError> {
                 "--param {kv}: expected NAME=VALUE"
             )));
         };
-        let name = name.trim_start_matches('$');
+        let name = param_name(name).map_err(|e| CliError::Message(format!("--param {kv}: {e}")))?;
         let v = match serde_json::from_str::<Value>(value) {
             Ok(j) => ParamValue::from_json(&j)
                 .map_err(|e| CliError::Message(format!("--param {name}: {e}")))?,
@@ -83,6 +83,19 @@ fn params(a: &QueryArgs) -> Result<Params, CliError> {
         p.insert(name, v);
     }
     Ok(p)
+}
+
+/// A parameter's name as statements write it (`$name`): a letter or `_`,
+/// then letters, digits or `_`. A leading `$` is allowed and dropped.
+fn param_name(raw: &str) -> Result<&str, String> {
+    let name = raw.strip_prefix('$').unwrap_or(raw);
+    if engram_query::lang::lexer::is_identifier(name) {
+        Ok(name)
+    } else {
+        Err(format!(
+            "'{raw}' is not a parameter name (a letter or _, then letters, digits or _)"
+        ))
+    }
 }
 
 /// Runs `engram query`.
@@ -280,6 +293,7 @@ fn shell_loop(db: &Engram, s: &Session, a: &ShellArgs) -> CliResult {
         None
     };
     let mut stdin = std::io::stdin().lock();
+    let mut line_no = 0usize;
     loop {
         let prompt = if buf.trim().is_empty() {
             "engram> "
@@ -299,10 +313,27 @@ fn shell_loop(db: &Engram, s: &Session, a: &ShellArgs) -> CliResult {
                 Err(_) => break,
             },
             None => {
-                let mut l = String::new();
-                match stdin.read_line(&mut l) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => l,
+                let mut raw = Vec::new();
+                line_no += 1;
+                match stdin.read_until(b'\n', &mut raw) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) => {
+                        crate::outln!("error: cannot read line {line_no}: {e}");
+                        break;
+                    }
+                }
+                match String::from_utf8(raw) {
+                    Ok(l) => l.trim_end_matches(['\n', '\r']).to_string(),
+                    Err(_) => {
+                        // The statement it belongs to cannot be run as
+                        // written: drop it, say so, and go on with the next.
+                        crate::outln!(
+                            "error: line {line_no} is not valid UTF-8; the statement it belongs to was skipped"
+                        );
+                        buf.clear();
+                        continue;
+                    }
                 }
             }
         };
@@ -315,10 +346,18 @@ fn shell_loop(db: &Engram, s: &Session, a: &ShellArgs) -> CliResult {
         }
         buf.push_str(&line);
         buf.push('\n');
-        // A statement ends at a `;` outside a string.
+        // A statement ends at a `;` outside a string; a line may hold
+        // several.
         if ends_statement(&buf) {
             let text = std::mem::take(&mut buf);
-            run_one(&sh, s, &text);
+            let mut start = 0;
+            for end in statement_ends(&text).0 {
+                let one = &text[start..end];
+                start = end;
+                if one.trim() != ";" {
+                    run_one(&sh, s, one);
+                }
+            }
             let _ = std::io::stdout().flush();
         }
     }
@@ -333,13 +372,21 @@ fn shell_loop(db: &Engram, s: &Session, a: &ShellArgs) -> CliResult {
 
 /// Whether `text` ends with a `;` that is not inside a string or a comment.
 fn ends_statement(text: &str) -> bool {
+    let (ends, open) = statement_ends(text);
+    !ends.is_empty() && !open
+}
+
+/// Byte offsets just past each `;` outside strings and comments, and
+/// whether anything but whitespace and comments follows the last one.
+fn statement_ends(text: &str) -> (Vec<usize>, bool) {
+    let mut ends = Vec::new();
+    let mut open = false;
     let mut in_str = false;
-    let mut last_semicolon = false;
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
         if in_str {
             if c == '\'' {
-                if chars.peek() == Some(&'\'') {
+                if chars.peek().map(|p| p.1) == Some('\'') {
                     chars.next();
                 } else {
                     in_str = false;
@@ -350,21 +397,24 @@ fn ends_statement(text: &str) -> bool {
         match c {
             '\'' => {
                 in_str = true;
-                last_semicolon = false;
+                open = true;
             }
-            '-' if chars.peek() == Some(&'-') => {
-                for c in chars.by_ref() {
+            '-' if chars.peek().map(|p| p.1) == Some('-') => {
+                for (_, c) in chars.by_ref() {
                     if c == '\n' {
                         break;
                     }
                 }
             }
-            ';' => last_semicolon = true,
+            ';' => {
+                ends.push(i + 1);
+                open = false;
+            }
             c if c.is_whitespace() => {}
-            _ => last_semicolon = false,
+            _ => open = true,
         }
     }
-    last_semicolon
+    (ends, open || in_str)
 }
 
 fn run_one(sh: &Shell, s: &Session, text: &str) {
@@ -412,11 +462,11 @@ fn command(sh: &mut Shell, s: &Session, cmd: &str, who: &str) -> bool {
                     Ok(j) => ParamValue::from_json(&j),
                     Err(_) => Ok(ParamValue::String(value)),
                 };
-                match v {
-                    Ok(v) => {
-                        sh.params.insert(name.trim_start_matches('$'), v);
+                match (param_name(name), v) {
+                    (Ok(name), Ok(v)) => {
+                        sh.params.insert(name, v);
                     }
-                    Err(e) => crate::outln!("error: {e}"),
+                    (Err(e), _) | (_, Err(e)) => crate::outln!("error: {e}"),
                 }
             }
             _ => crate::outln!("usage: \\param NAME VALUE"),
@@ -473,5 +523,30 @@ mod tests {
         assert!(ends_statement("FIND ANY MATCH 'it''s;';"));
         assert!(!ends_statement("FIND ANY -- done;\n"));
         assert!(!ends_statement("FIND ANY; LIMIT"));
+    }
+
+    #[test]
+    fn parameter_names_are_identifiers() {
+        assert_eq!(param_name("v"), Ok("v"));
+        assert_eq!(param_name("$user_1"), Ok("user_1"));
+        for bad in ["", "$", "1x", "a-b", "a b", "é"] {
+            assert!(param_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_line_may_hold_several_statements() {
+        let text = "FIND ANY; FIND ANY MATCH 'a;b' LIMIT 1;\n-- note;\n";
+        let (ends, open) = statement_ends(text);
+        assert!(!open);
+        let parts: Vec<&str> = ends
+            .iter()
+            .scan(0, |start, &e| {
+                let p = &text[*start..e];
+                *start = e;
+                Some(p.trim())
+            })
+            .collect();
+        assert_eq!(parts, ["FIND ANY;", "FIND ANY MATCH 'a;b' LIMIT 1;"]);
     }
 }

@@ -19,6 +19,19 @@ fn text(o: &std::process::Output) -> String {
     )
 }
 
+/// `engram shell` with `input` on a pipe as its standard input.
+fn shell_piped(args: &[&str], input: &[u8]) -> std::process::Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_engram"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.as_mut().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
 fn store() -> (tempfile::TempDir, String) {
     let tmp = tempfile::tempdir().unwrap();
     let (db, _) = super::fixture::build(&tmp.path().join("s"));
@@ -133,24 +146,30 @@ fn engram_shell_takes_multi_line_statements_and_commands_on_a_terminal() {
 #[test]
 fn engram_shell_reads_statements_from_a_pipe() {
     let (_tmp, d) = store();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_engram"))
-        .args(["--data", &d, "shell", "--tenant", "t"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .as_mut()
-        .unwrap()
-        .write_all(b"TRACE 'evt_9f2' DERIVATIVES;\n\\tenant\n")
-        .unwrap();
-    let o = child.wait_with_output().unwrap();
+    let o = shell_piped(
+        &["--data", &d, "shell", "--tenant", "t"],
+        b"TRACE 'evt_9f2' DERIVATIVES;\n\\tenant\n",
+    );
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     assert!(out.contains("(3 rows)"), "{out}");
     assert!(out.contains("admin of tenant t"), "{out}");
+}
+
+/// A line that is not UTF-8 skips its statement with an error and the
+/// shell goes on; a line may hold several statements.
+#[test]
+fn engram_shell_goes_on_after_a_line_that_is_not_utf8() {
+    let (_tmp, d) = store();
+    let o = shell_piped(
+        &["--data", &d, "shell", "--tenant", "t"],
+        b"FIND ANY LIMIT 1;\nFIND ANY MATCH '\xff';\nFIND ANY LIMIT 2; FIND ANY LIMIT 3;\n",
+    );
+    let out = text(&o);
+    assert!(out.contains("line 2 is not valid UTF-8"), "{out}");
+    for n in ["(1 row)", "(2 rows)", "(3 rows)"] {
+        assert!(out.contains(n), "{n} missing: {out}");
+    }
 }
 
 /// Examples 2 to 5 typed into `engram shell` from a pipe (with a
@@ -158,18 +177,8 @@ fn engram_shell_reads_statements_from_a_pipe() {
 #[test]
 fn the_examples_run_through_engram_shell() {
     let (_tmp, d) = store();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_engram"))
-        .args(["--data", &d, "--embedder", "hash", "shell", "--tenant", "t"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .as_mut()
-        .unwrap()
-        .write_all(
+    let o = shell_piped(
+        &["--data", &d, "--embedder", "hash", "shell", "--tenant", "t"],
             b"FIND assertions KIND 'preference' WHERE ingested_at >= 2025-03-01 MATCH 'diet'\n\
               RETURN external_id;\n\
               \\param qvec [1, 0.2, 0, 0]\n\
@@ -178,9 +187,7 @@ fn the_examples_run_through_engram_shell() {
               FIND assertions SIMILAR TO 'Acme renews in Q3' AS sem MATCH 'Acme renews in Q3' AS kw\n\
               WITH SOURCES DEPTH 3 LIMIT 1 RETURN external_id, text;\n\
               TRACE 'evt_9f2' DERIVATIVES DEPTH 5 INCLUDE SUPERSEDED;\n",
-        )
-        .unwrap();
-    let o = child.wait_with_output().unwrap();
+    );
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     for want in ["diet/new", "apollo/s1", "Acme renews in Q3", "(4 rows)"] {
