@@ -90,6 +90,9 @@ pub struct LineError {
     pub field: String,
     /// What is wrong.
     pub reason: String,
+    /// Where in the line's text a JSON syntax error is (line, column; both
+    /// 1-based), when the text is not JSON at all.
+    pub json_at: Option<(usize, usize)>,
 }
 
 /// One parsed line.
@@ -220,6 +223,7 @@ pub(crate) fn json_object(text: &str, line: usize) -> Result<Map<String, Value>,
         line,
         field: "-".into(),
         reason,
+        json_at: None,
     };
     match crate::strict::parse(text) {
         Ok(Value::Object(o)) => Ok(o),
@@ -231,8 +235,12 @@ pub(crate) fn json_object(text: &str, line: usize) -> Result<Map<String, Value>,
             line,
             field,
             reason,
+            json_at: None,
         }),
-        Err(Err(e)) => Err(whole(format!("not valid JSON: {e}"))),
+        Err(Err(e)) => Err(LineError {
+            json_at: Some((e.line(), e.column())),
+            ..whole(format!("not valid JSON: {e}"))
+        }),
     }
 }
 
@@ -242,6 +250,7 @@ pub(crate) fn at_line(line: usize) -> impl Fn((String, String)) -> LineError {
         line,
         field,
         reason,
+        json_at: None,
     }
 }
 

@@ -18,6 +18,7 @@ pub fn decode(bytes: &[u8]) -> Result<String, LineError> {
             reason:
                 "the file is UTF-16 (it starts with a UTF-16 byte-order mark); save it as UTF-8"
                     .into(),
+            json_at: None,
         });
     }
     let body = bytes.strip_prefix(BOM).unwrap_or(bytes);
@@ -38,6 +39,7 @@ pub fn decode(bytes: &[u8]) -> Result<String, LineError> {
                     at - line_start + 1,
                     body[at]
                 ),
+                json_at: None,
             })
         }
     }

@@ -234,7 +234,20 @@ fn deep_nesting_huge_numbers_invalid_utf8_and_limits() {
         "[".repeat(5000),
         "]".repeat(5000)
     );
-    assert_eq!(send("/v1/records", nested_item.as_bytes()).status, 400);
+    // JSON too deep, a number out of range, a lone surrogate: each is
+    // `invalid_json` with a position, like any other syntax error
+    for body in [
+        nested_item.clone(),
+        r#"[{"kind": "n", "text": "x", "data": 1e999999}]"#.to_string(),
+        r#"[{"kind": "n", "text": "\ud800"}]"#.to_string(),
+    ] {
+        let r = send("/v1/records", body.as_bytes());
+        assert_eq!(r.status, 400, "{body:.60}");
+        let e = r.json();
+        assert_eq!(e["error"]["code"], "invalid_json", "{e}");
+        assert_eq!(e["error"]["details"]["item"], 0, "{e}");
+        assert!(e["error"]["details"]["column"].as_u64().is_some(), "{e}");
+    }
     // huge and odd numbers
     for (body, field) in [
         (r#"{"text": "x", "k": 1e400}"#, None),
@@ -320,7 +333,9 @@ fn deep_nesting_huge_numbers_invalid_utf8_and_limits() {
     assert_eq!(r.status, 200);
     let out = r.ndjson();
     assert_eq!(out[0]["outcome"], "created");
-    assert_eq!(out[1]["error"]["code"], "bad_request");
+    assert_eq!(out[1]["error"]["code"], "invalid_json");
+    assert_eq!(out[1]["error"]["details"]["line"], 2);
+    assert_eq!(out[1]["error"]["details"]["column"], 25);
     assert_eq!(out[2]["outcome"], "created");
     assert_eq!(out[3]["error"]["details"]["field"], "kind");
     assert_eq!(out[4]["outcome"], "created");

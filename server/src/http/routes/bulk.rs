@@ -250,18 +250,24 @@ impl Bulk {
                 details: json!({"line": n, "what": "line length in bytes", "limit": limit}),
             })
         } else {
-            let Ok(text) = std::str::from_utf8(bytes) else {
-                return self
-                    .push(
-                        n,
-                        Err(ServerError::BadRequest {
-                            item: None,
-                            line: Some(n),
-                            field: "body".into(),
-                            reason: "invalid UTF-8".into(),
-                        }),
-                    )
-                    .await;
+            let text = match std::str::from_utf8(bytes) {
+                Ok(t) => t,
+                Err(e) => {
+                    let column = 1 + String::from_utf8_lossy(&bytes[..e.valid_up_to()])
+                        .chars()
+                        .count();
+                    return self
+                        .push(
+                            n,
+                            Err(ServerError::BadJson {
+                                item: None,
+                                line: n,
+                                column,
+                                reason: "invalid UTF-8".into(),
+                            }),
+                        )
+                        .await;
+                }
             };
             let t = text.trim();
             if t.is_empty() || t.starts_with('#') {

@@ -78,6 +78,21 @@ pub struct AppendResponse {
 /// A parse error of a JSON object of the body: at batch position `item`
 /// (`None`: the body is one object), or at `line` of an NDJSON body.
 pub fn line_error(e: LineError, item: Option<usize>, line: Option<usize>) -> ServerError {
+    if let Some((l, column)) = e.json_at {
+        // Not JSON at all (nesting too deep, a number out of range, a lone
+        // surrogate): the same `invalid_json` as any other syntax error.
+        // On an NDJSON line the line is the body's, the column the line's.
+        let reason = e
+            .reason
+            .strip_prefix("not valid JSON: ")
+            .unwrap_or(&e.reason);
+        return ServerError::BadJson {
+            item,
+            line: line.unwrap_or(l),
+            column,
+            reason: crate::http::error::strip_position(reason),
+        };
+    }
     if e.field == "-" {
         return ServerError::BadRequest {
             item,
