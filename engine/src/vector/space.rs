@@ -190,10 +190,18 @@ pub fn normalized(metric: Metric, v: &[f32]) -> Vec<f32> {
         return v.to_vec();
     }
     let n = (-distance(Metric::Dot, v, v)).max(0.0).sqrt();
-    if n == 0.0 {
+    if n.is_finite() && n > 0.0 {
+        return v.iter().map(|x| x / n).collect();
+    }
+    // The squares overflowed or underflowed (components near f32's limits,
+    // which are finite and accepted): scale by the largest one first.
+    let m = v.iter().fold(0f32, |m, x| m.max(x.abs()));
+    if m == 0.0 || !m.is_finite() {
         return v.to_vec();
     }
-    v.iter().map(|x| x / n).collect()
+    let s: Vec<f32> = v.iter().map(|x| x / m).collect();
+    let n = (-distance(Metric::Dot, &s, &s)).max(0.0).sqrt();
+    s.iter().map(|x| x / n).collect()
 }
 
 impl VectorSpace {
@@ -963,6 +971,22 @@ impl VectorSpaces {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn vectors_near_the_limits_of_f32_normalise_to_unit_length() {
+        for (v, each) in [
+            (vec![3e38f32; 256], 1.0 / 16.0),
+            (vec![-1e-30f32; 4], -0.5),
+            (vec![0.5f32; 4], 0.5),
+        ] {
+            let u = normalized(Metric::Cosine, &v);
+            let len: f32 = u.iter().map(|x| x * x).sum::<f32>().sqrt();
+            assert!((len - 1.0).abs() < 1e-5, "length {len}");
+            assert!(u.iter().all(|x| (x - each).abs() < 1e-6), "{:?}", &u[..4]);
+        }
+        assert_eq!(normalized(Metric::Cosine, &[0.0; 3]), vec![0.0; 3]);
+    }
+
     use super::*;
     use engram_storage::MemBackend;
 
