@@ -281,17 +281,23 @@ pub(super) fn cmd_repair(ctx: &Ctx, a: RepairArgs) -> CliResult {
             ),
             Some(p) => {
                 crate::outln!("problem: {p}");
-                crate::outln!(
-                    "the log is intact from LSN 1 through LSN {} (batch ends nearby: {})",
-                    i.intact_through,
-                    i.recent_batch_ends
-                        .iter()
-                        .rev()
-                        .take(5)
-                        .map(|l| l.to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
+                if i.intact_through == 0 {
+                    crate::outln!(
+                        "no frame of the log is intact: the damage is in its first frame"
+                    );
+                } else {
+                    crate::outln!(
+                        "the log is intact from LSN 1 through LSN {} (batch ends nearby: {})",
+                        i.intact_through,
+                        i.recent_batch_ends
+                            .iter()
+                            .rev()
+                            .take(5)
+                            .map(|l| l.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                }
                 let lost_to = i.highest_lsn_seen.max(i.durable_lsn);
                 if lost_to > i.intact_through {
                     crate::outln!(
