@@ -38,8 +38,27 @@ pub struct OpResult {
     pub op_id: RecordId,
     /// LSN of the operation.
     pub lsn: u64,
-    /// Records whose status changed (for deletes: everything removed).
+    /// Records whose status changed (for deletes: everything removed) that
+    /// the principal may read. The operation reaches the others too (a
+    /// deletion removes every derivative, whoever may read it), but they
+    /// are not named: a record the principal cannot read does not exist for
+    /// it (docs/security.md).
     pub affected: Vec<RecordId>,
+}
+
+impl Session {
+    /// The ids of `idxs` whose labels the principal holds.
+    fn named(
+        &self,
+        st: &crate::state::State,
+        idxs: impl IntoIterator<Item = crate::state::Idx>,
+    ) -> Vec<RecordId> {
+        let held = self.held_labels(st);
+        idxs.into_iter()
+            .filter(|&i| self.target(st, i, &held).readable)
+            .map(|i| st.meta(i).id)
+            .collect()
+    }
 }
 
 impl Session {
@@ -152,11 +171,11 @@ impl Session {
             let st = self.db.state();
             st.idx(id)
                 .map(|i| {
-                    st.deletion_set(i)
+                    let removed = st
+                        .deletion_set(i)
                         .into_iter()
-                        .filter(|&v| st.meta(v).status == Status::Deleted)
-                        .map(|v| st.meta(v).id)
-                        .collect()
+                        .filter(|&v| st.meta(v).status == Status::Deleted);
+                    self.named(&st, removed)
                 })
                 .unwrap_or_default()
         };
@@ -190,7 +209,7 @@ impl Session {
                 });
             }
             let mut a = vec![m.id];
-            a.extend(st.derivatives(idx).into_iter().map(|i| st.meta(i).id));
+            a.extend(self.named(&st, st.derivatives(idx)));
             (m.id, a)
         };
         let (op_id, lsn) = self.write_op(OpBody::Retract {

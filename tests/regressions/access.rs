@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use engram::{EngineError, Engram, NewRecord, Options, Principal, RecordRef};
+use engram::{EngineError, Engram, NewRecord, Options, Principal, RecordId, RecordRef};
 
 use super::cli::{self, fails, ok};
 
@@ -435,5 +435,81 @@ fn a_hidden_newer_version_is_not_named_and_the_matrix_decides_first() {
         EngineError::AlreadySuperseded { by, .. } => assert_eq!(by, Some(v2)),
         other => panic!("expected already superseded, got {other}"),
     }
+    db.close().unwrap();
+}
+
+/// A deletion reaches every derivative, including ones the deleting
+/// principal cannot read, but names only what it may read; a retraction
+/// likewise.
+#[test]
+fn a_lifecycle_answer_names_only_what_the_principal_may_read() {
+    use engram::{AssertionKind, model::Body};
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let admin = db.session(Principal::admin("A"));
+    admin.grant(Some("bob"), Some("secret"), None).unwrap();
+    let alice = db.session(Principal::user("A", "alice"));
+    let bob = db.session(Principal::user("A", "bob"));
+    let note = alice
+        .append(vec![NewRecord::event("m", "alice's note")])
+        .unwrap()[0]
+        .id;
+    let fact = alice
+        .append(vec![NewRecord::assertion(
+            AssertionKind::Fact,
+            "alice's fact",
+            vec![RecordRef::Id(note)],
+        )])
+        .unwrap()[0]
+        .id;
+    let hidden = |text: &str, source: RecordId| NewRecord {
+        body: Body::Summary {
+            generator: "g@1".into(),
+        },
+        kind: "summary".into(),
+        text: Some(text.into()),
+        sources: vec![RecordRef::Id(source)],
+        access: vec!["secret".into()],
+        ..NewRecord::default()
+    };
+    let on_fact = bob
+        .append(vec![hidden("bob's summary of the fact", fact)])
+        .unwrap()[0]
+        .id;
+
+    let r = alice.retract(&RecordRef::Id(fact), None).unwrap();
+    assert_eq!(r.affected, vec![fact], "the hidden summary is not named");
+    assert_eq!(
+        bob.get(&RecordRef::Id(on_fact)).unwrap().status.name(),
+        "stale",
+        "but the retraction reached it"
+    );
+
+    let on_note = bob
+        .append(vec![hidden("bob's summary of the note", note)])
+        .unwrap()[0]
+        .id;
+    let d = alice.delete(&RecordRef::Id(note), None).unwrap();
+    assert!(d.affected.contains(&note), "{:?}", d.affected);
+    for h in [on_fact, on_note] {
+        assert!(!d.affected.contains(&h), "{h} named in {:?}", d.affected);
+    }
+    assert!(
+        bob.get(&RecordRef::Id(on_note)).is_err(),
+        "the deletion reached the hidden derivative"
+    );
+    // the admin, who may read everything, is told everything
+    let n2 = alice
+        .append(vec![NewRecord::event("m", "another")])
+        .unwrap()[0]
+        .id;
+    let s2 = bob.append(vec![hidden("over n2", n2)]).unwrap()[0].id;
+    let d = admin.delete(&RecordRef::Id(n2), None).unwrap();
+    assert!(
+        d.affected.contains(&n2) && d.affected.contains(&s2),
+        "{:?}",
+        d.affected
+    );
     db.close().unwrap();
 }
