@@ -270,6 +270,8 @@ impl Session {
                 BTreeSet::new()
             };
             let actor = self.actor(&st);
+            // The labels held, computed once if an external id is met again.
+            let held_once = std::cell::OnceCell::new();
             for (i, r) in records.iter().enumerate() {
                 let id = w.ids.mint(now);
                 batch_ids.push(id);
@@ -322,7 +324,7 @@ impl Session {
                 };
                 // stage 3: external id rules (a duplicate stores nothing)
                 let existing = existing_version(
-                    self,
+                    (self, &held_once),
                     &w,
                     &st,
                     &tenant,
@@ -728,7 +730,7 @@ fn stored_record(
 /// differs or was deleted, so an append can neither name a hidden record
 /// nor confirm a guess of its content (docs/security.md, guarantee 2).
 fn existing_version(
-    session: &Session,
+    (session, held): (&Session, &std::cell::OnceCell<BTreeSet<String>>),
     w: &WriterState,
     st: &State,
     tenant: &str,
@@ -748,7 +750,7 @@ fn existing_version(
     if let Some((pid, phash)) = w.pending_ext.get(&key) {
         // In flight: not yet in the state, so its labels are the ones this
         // request gives when the content (labels included) matches.
-        let held = session.held_labels(st);
+        let held = held.get_or_init(|| session.held_labels(st));
         if *phash == hash {
             if !access.iter().all(|l| held.contains(l)) {
                 return Err(in_use());
@@ -757,7 +759,7 @@ fn existing_version(
         }
         let readable = st
             .idx(*pid)
-            .is_some_and(|ix| session.target(st, ix, &held).readable);
+            .is_some_and(|ix| session.target(st, ix, held).readable);
         return Err(EngineError::ExternalIdConflict {
             item: Some(i),
             external_id: e.clone(),
@@ -770,8 +772,8 @@ fn existing_version(
     else {
         return Ok(None);
     };
-    let held = session.held_labels(st);
-    let readable = |x: Idx| session.target(st, x, &held).readable;
+    let held = held.get_or_init(|| session.held_labels(st));
+    let readable = |x: Idx| session.target(st, x, held).readable;
     if !readable(ix) {
         return Err(in_use());
     }
