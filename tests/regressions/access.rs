@@ -513,3 +513,54 @@ fn a_lifecycle_answer_names_only_what_the_principal_may_read() {
     );
     db.close().unwrap();
 }
+
+/// A vector space that holds only records a principal cannot read does not
+/// exist for it: not in its manifests, its model list, or the models an
+/// error offers.
+#[test]
+fn a_vector_space_of_hidden_records_only_is_not_shown() {
+    use engram::RecallRequest;
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let admin = db.session(Principal::admin("A"));
+    admin.grant(Some("bob"), Some("secret"), None).unwrap();
+    let alice = db.session(Principal::user("A", "alice"));
+    let bob = db.session(Principal::user("A", "bob"));
+    bob.append(vec![
+        NewRecord::event("m", "classified")
+            .with_access(&["secret"])
+            .with_embedding("m-secret", vec![0.1, 0.2, 0.3]),
+    ])
+    .unwrap();
+    alice
+        .append(vec![
+            NewRecord::event("m", "public").with_embedding("m-pub", vec![1.0, 0.0]),
+        ])
+        .unwrap();
+    let models = |s: &engram::Session| s.vector_models().into_keys().collect::<Vec<_>>();
+    assert_eq!(models(&alice), ["m-pub"]);
+    assert_eq!(models(&bob), ["m-pub", "m-secret"]);
+
+    let ask = |s: &engram::Session, v: Vec<f32>, model: Option<&str>| {
+        s.recall(&RecallRequest {
+            vector: Some(v.into()),
+            model: model.map(str::to_string),
+            mode: engram::Mode::Vector,
+            ..RecallRequest::default()
+        })
+    };
+    match ask(&alice, vec![1.0, 2.0, 3.0], Some("m-secret")).unwrap_err() {
+        EngineError::UnknownModel { available, .. } => assert_eq!(available, ["m-pub"]),
+        other => panic!("expected an unknown model, got {other}"),
+    }
+    // one space in sight: no model needed, and the manifest names only it
+    let r = ask(&alice, vec![1.0, 0.0], None).unwrap();
+    assert_eq!(r.hits.len(), 1);
+    let spaces: Vec<&String> = r.manifest.versions.vector_spaces.keys().collect();
+    assert_eq!(spaces, ["m-pub"]);
+    let r = ask(&bob, vec![0.1, 0.2, 0.3], Some("m-secret")).unwrap();
+    assert_eq!(r.hits.len(), 1);
+    assert_eq!(r.manifest.versions.vector_spaces.len(), 2);
+    db.close().unwrap();
+}

@@ -120,13 +120,30 @@ impl Session {
     }
 
     /// The session tenant's vector spaces: model id -> dimensions (what a
-    /// query may name in `MODEL`).
+    /// query may name in `MODEL`); not a space holding only records the
+    /// principal cannot read.
     pub fn vector_models(&self) -> std::collections::BTreeMap<String, usize> {
         let st = self.db.inner.state.read();
+        let hidden = self.hidden_spaces(&st);
         st.vectors
             .of_tenant(self.principal.tenant())
+            .filter(|s| !hidden.contains(&s.model))
             .map(|s| (s.model.clone(), s.dim))
             .collect()
+    }
+
+    /// Model ids of the tenant's spaces this principal does not see
+    /// (`retrieval::eligibility::hidden_models`).
+    pub(crate) fn hidden_spaces(&self, st: &State) -> Box<[String]> {
+        let tenant = self.principal.tenant();
+        match st.tenant(tenant) {
+            Some(t) if !t.labels.is_empty() => {
+                let held = self.held_labels(st);
+                let denied = crate::retrieval::eligibility::denied(st, t, &held);
+                crate::retrieval::eligibility::hidden_models(st, tenant, &denied)
+            }
+            _ => Box::default(),
+        }
     }
 
     /// The session as the authorization matrix sees it.

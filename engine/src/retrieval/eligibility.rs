@@ -134,6 +134,43 @@ pub struct Eligibility {
     /// Each searched vector space's share of `bitmap`, kept for the
     /// searches after (see [`SpaceShares`]).
     pub space_shares: SpaceShares,
+    /// Model ids of the tenant's vector spaces that hold vectors of
+    /// records the principal cannot read only: not shown to it, not
+    /// searched (see [`hidden_models`]).
+    pub hidden_spaces: Box<[String]>,
+}
+
+/// The tenant's records carrying a label the principal does not hold.
+pub(crate) fn denied(
+    st: &State,
+    tenant: &crate::state::TenantState,
+    held: &BTreeSet<String>,
+) -> RoaringBitmap {
+    let mut denied = RoaringBitmap::new();
+    for &l in &tenant.labels {
+        if !held.contains(st.strings.name(l)) {
+            if let Some(x) = st.bm_access.get(&l) {
+                denied |= x;
+            }
+        }
+    }
+    denied
+}
+
+/// Model ids of `tenant`'s vector spaces whose every vector belongs to a
+/// record in `denied`. A space is tenant metadata a principal would
+/// otherwise see in manifests and model errors; one that only records it
+/// cannot read fill would tell it that such records exist (their model and
+/// dimension), so for that principal it does not exist.
+pub(crate) fn hidden_models(st: &State, tenant: &str, denied: &RoaringBitmap) -> Box<[String]> {
+    if denied.is_empty() {
+        return Box::default();
+    }
+    st.vectors
+        .of_tenant(tenant)
+        .filter(|s| s.members.is_subset(denied))
+        .map(|s| s.model.clone())
+        .collect()
 }
 
 /// The eligible records of each vector space searched with one
@@ -629,6 +666,7 @@ fn compute_windowed(
             .into(),
             lexical_corpus: std::sync::OnceLock::new(),
             space_shares: SpaceShares::default(),
+            hidden_spaces: Box::default(),
         };
         return (e, changes_at);
     };
@@ -636,14 +674,8 @@ fn compute_windowed(
     let mut b = st.bm_tenant.get(&tsym).cloned().unwrap_or_default();
     // access, in the same step as the tenant: no count a principal sees
     // ever includes records it may not read
-    let mut denied = RoaringBitmap::new();
-    for &l in &tstate.labels {
-        if !held.contains(st.strings.name(l)) {
-            if let Some(x) = st.bm_access.get(&l) {
-                denied |= x;
-            }
-        }
-    }
+    let denied = denied(st, tstate, held);
+    let hidden_spaces = hidden_models(st, tenant, &denied);
     if !denied.is_empty() {
         b -= &denied;
     }
@@ -803,6 +835,7 @@ fn compute_windowed(
             steps: steps.into(),
             lexical_corpus: std::sync::OnceLock::new(),
             space_shares: SpaceShares::default(),
+            hidden_spaces,
         },
         changes_at,
     )

@@ -420,22 +420,31 @@ impl Session {
         let text = q.text;
         let skipped = |why: String| Ok((RetrieverOutput::skipped(why), None));
         let tenant = self.principal.tenant();
-        // The tenant's model ids, for errors only.
-        let models = || st.vectors.models(tenant);
+        // The tenant's spaces this principal sees, and their model ids for
+        // errors.
+        let shown = |s: &&crate::vector::space::VectorSpace| !el.hidden_spaces.contains(&s.model);
+        let models = || {
+            let mut m: Vec<String> = st
+                .vectors
+                .of_tenant(tenant)
+                .filter(shown)
+                .map(|s| s.model.clone())
+                .collect();
+            m.sort();
+            m
+        };
         // Which space, and where the query vector comes from.
         let (space, query, source) = match (q.vector, q.model) {
             (Some(v), model) => {
                 let space = match model {
-                    Some(m) => {
-                        st.vectors
-                            .get(tenant, m)
-                            .ok_or_else(|| EngineError::UnknownModel {
-                                reason: format!("no vectors for model '{m}'"),
-                                available: models(),
-                            })?
-                    }
+                    Some(m) => st.vectors.get(tenant, m).filter(shown).ok_or_else(|| {
+                        EngineError::UnknownModel {
+                            reason: format!("no vectors for model '{m}'"),
+                            available: models(),
+                        }
+                    })?,
                     None => {
-                        let mut spaces = st.vectors.of_tenant(tenant);
+                        let mut spaces = st.vectors.of_tenant(tenant).filter(shown);
                         match (spaces.next(), spaces.next()) {
                             (Some(s), None) => s,
                             (None, _) => {

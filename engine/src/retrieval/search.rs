@@ -273,6 +273,7 @@ impl Session {
         let vector_spaces = st
             .vectors
             .of_tenant(self.principal.tenant())
+            .filter(|s| !el.hidden_spaces.contains(&s.model))
             .map(|s| {
                 let (n, indexed) = if space_facts {
                     (s.len() as u64, (s.len() - s.pending()) as u64)
