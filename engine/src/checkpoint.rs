@@ -671,6 +671,10 @@ pub fn decode(body: &[u8]) -> Result<Decoded> {
                 revoked_labels,
                 retention,
                 holds,
+                purged_external_ids: external_ids
+                    .keys()
+                    .filter(|k| k.starts_with('\u{1}'))
+                    .count(),
                 external_ids,
                 entity_names,
                 labels,

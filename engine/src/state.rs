@@ -139,14 +139,27 @@ pub struct TenantState {
     pub retention: BTreeMap<String, Option<i64>>,
     /// Scopes under legal hold.
     pub holds: BTreeSet<String>,
-    /// External id -> newest record holding it.
+    /// External id -> newest record holding it. A record purged by
+    /// compaction keeps its key taken under [`purged_external_id_key`]
+    /// (the tombstone holds only the id's SHA-256).
     pub external_ids: HashMap<Box<str>, Idx>,
+    /// How many keys of `external_ids` are purged records' (none: a new
+    /// external id need not be hashed to be checked against them).
+    pub purged_external_ids: usize,
     /// Entity name/alias (see `lexical::name_key`) -> entities.
     pub entity_names: HashMap<String, Vec<Idx>>,
     /// Every access label used in the tenant.
     pub labels: BTreeSet<Sym>,
     /// Review rules: (assertion kind, writer kind) -> review required.
     pub review_rules: BTreeMap<(String, String), bool>,
+}
+
+/// The key under which a purged record's external id stays taken: its
+/// SHA-256 behind a control character, which no external id may contain,
+/// so it never names a live record. Why: deleted is final; a retried or
+/// replayed ingest after compaction must not bring the record back.
+pub fn purged_external_id_key(sha256: &[u8; 32]) -> Box<str> {
+    format!("\u{1}sha256:{}", crate::db::hex(sha256)).into_boxed_str()
 }
 
 /// One status transition (for `as_of` reads).

@@ -74,8 +74,22 @@ fn compaction_purges_every_byte_of_deleted_content() {
     let t = s.trace(&RecordRef::Id(target)).unwrap();
     assert!(t.nodes[0].tombstone && t.nodes[0].status == "deleted");
     assert!(db.verify().unwrap().ok());
-    // a deleted external id is not resurrected by re-ingesting it... it is a new record now,
-    // but the deletion of the original stays recorded in the ledger
+    // deleted is final: the purged record's external id (only its hash is
+    // left) is not given out again, also after a checkpoint and a reopen
+    let resend = || {
+        NewRecord::event("note", format!("the secret word is {CANARY}"))
+            .with_external_id(format!("ext-{CANARY}"))
+    };
+    let e = s.append(vec![resend()]).unwrap_err();
+    assert!(e.to_string().contains("was deleted"), "{e}");
+    db.checkpoint().unwrap();
+    db.close().unwrap();
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    let e = s.append(vec![resend()]).unwrap_err();
+    assert!(e.to_string().contains("was deleted"), "{e}");
+    assert!(grep(dir.path(), CANARY).is_empty());
+    // the deletion of the original stays recorded in the ledger
     assert!(
         engram::maintenance::read_ledger(&engram::storage::FsBackend, dir.path())
             .unwrap()
@@ -250,6 +264,12 @@ fn online_compaction_purges_while_reads_go_on() {
         s.get(&ext(&format!("n{i}"))).unwrap();
     }
     s.get(&ext("after")).unwrap();
+    let e = s
+        .append(vec![
+            NewRecord::event("note", "again").with_external_id("canary"),
+        ])
+        .unwrap_err();
+    assert!(e.to_string().contains("was deleted"), "{e}");
     // nothing to purge: no swap, the same handle
     let again = db.compact_online(|| ()).unwrap();
     assert!(again.reads_paused.is_none());

@@ -770,6 +770,24 @@ fn existing_version(
         .tenant(tenant)
         .and_then(|t| t.external_ids.get(e.as_str()))
     else {
+        // A record purged by compaction keeps its key (only its hash is
+        // left, and no labels: nothing of the record is named).
+        let purged = st.tenant(tenant).is_some_and(|t| {
+            t.purged_external_ids > 0
+                && t.external_ids
+                    .contains_key(&crate::state::purged_external_id_key(
+                        &crate::canonical::sha256(e.as_bytes()),
+                    ))
+        });
+        if purged {
+            return Err(EngineError::invalid(
+                "external_id",
+                format!(
+                    "'{e}' named a record that was deleted; deleted content is not re-ingested"
+                ),
+            )
+            .at_item(i));
+        }
         return Ok(None);
     };
     let held = held.get_or_init(|| session.held_labels(st));

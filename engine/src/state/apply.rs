@@ -280,6 +280,12 @@ impl State {
         let id = RecordId::from_bytes(a.id);
         let (tenant, ts) = self.tenant_mut(a.tenant.as_str());
         ts.last_lsn = ts.last_lsn.max(loc.lsn);
+        if let Some(h) = a.external_id_sha256.as_ref() {
+            let key = crate::state::purged_external_id_key(h);
+            if ts.external_ids.insert(key, idx).is_none() {
+                ts.purged_external_ids += 1;
+            }
+        }
         let kind = self.strings.intern("deleted");
         let retention = self.strings.intern("deleted");
         let sources: Vec<Idx> = a
