@@ -121,6 +121,18 @@ fn holds_suspend_purging_and_retention_expires_like_a_deletion() {
         NewRecord::event("note", "standard record").with_external_id("std"),
     ])
     .unwrap();
+    // a summary of the tool result carries its content (standard class)
+    s.append(vec![NewRecord {
+        body: Body::Summary {
+            generator: "g@1".into(),
+        },
+        kind: "summary".into(),
+        text: Some("summary-canary-3 of the tool output".into()),
+        sources: vec![ext("e")],
+        external_id: Some("e-sum".into()),
+        ..NewRecord::default()
+    }])
+    .unwrap();
     s.hold("user:litigant", true).unwrap();
     s.set_retention("ephemeral", Some(6 * 60 * MINUTE)).unwrap();
     s.delete(&ext("h"), Some("request")).unwrap();
@@ -132,13 +144,23 @@ fn holds_suspend_purging_and_retention_expires_like_a_deletion() {
             .iter()
             .any(|h| h.external_id.as_deref() == Some("e"))
     };
-    assert!(has_e(&s));
+    let has_summary = |s: &engram::Session| {
+        s.recall(&RecallRequest::text("summary-canary-3"))
+            .unwrap()
+            .hits
+            .iter()
+            .any(|h| h.external_id.as_deref() == Some("e-sum"))
+    };
+    assert!(has_e(&s) && has_summary(&s));
     clock.advance(7 * 60 * MINUTE);
     assert!(!has_e(&s), "past retention: ineligible at once");
+    assert!(!has_summary(&s), "and so is what was built on it");
     db.close().unwrap();
     let r = Engram::compact(dir.path(), &opts(&clock)).unwrap();
-    assert_eq!((r.purged, r.retention_deleted, r.held), (1, 1, 1), "{r:?}");
+    // purged: the tool result and, with it, its summary
+    assert_eq!((r.purged, r.retention_deleted, r.held), (2, 1, 1), "{r:?}");
     assert!(grep(dir.path(), "ephemeral-canary-2").is_empty());
+    assert!(grep(dir.path(), "summary-canary-3").is_empty());
     assert!(
         !grep(dir.path(), "held-canary-1").is_empty(),
         "a hold keeps the bytes"

@@ -16,7 +16,9 @@
 //!    they stood at `as_of` (a version superseded or approved later counts
 //!    as it was then); deleted records are excluded whatever the time;
 //! 4. (access is step 1)
-//! 5. `retention`: records past their class's retention period;
+//! 5. `retention`: records past their class's retention period, and
+//!    every record built on one (its summaries, claims: what carries its
+//!    content);
 //! 6. `validity`: records whose validity ended before `valid_at` (kept, and
 //!    labelled historical, when history is requested);
 //! 7. request filters: scope (user, conversation, agent, labels), kind,
@@ -751,6 +753,19 @@ fn compute_windowed(
         }
     }
     if !expired_by_policy.is_empty() {
+        // What was built on an expired record carries its content: it
+        // expires with it, as compaction then purges it with it.
+        let mut stack: Vec<Idx> = expired_by_policy
+            .iter()
+            .filter(|i| st.dependents.contains_key(i))
+            .collect();
+        while let Some(i) = stack.pop() {
+            for &d in st.dependents.get(&i).into_iter().flatten() {
+                if expired_by_policy.insert(d) {
+                    stack.push(d);
+                }
+            }
+        }
         b -= &expired_by_policy;
         push("retention", &b);
     }
