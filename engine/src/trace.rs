@@ -248,7 +248,11 @@ impl Session {
             }
         }
         if m.rtype == RecordType::Entity {
-            let n = st.edges.get(&i).map_or(0, |e| e.len());
+            // Edges the principal could follow: relations it may read
+            // (labels held), not deleted.
+            let n = st.edges.get(&i).map_or(0, |e| {
+                e.iter().filter(|e| self.can_read(st, e.relation)).count()
+            });
             node.artifacts
                 .push(format!("graph node with {n} relation edge(s)"));
         }

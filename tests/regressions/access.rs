@@ -564,3 +564,65 @@ fn a_vector_space_of_hidden_records_only_is_not_shown() {
     assert_eq!(r.manifest.versions.vector_spaces.len(), 2);
     db.close().unwrap();
 }
+
+/// A trace counts an entity's relation edges among the relations the
+/// principal may read, and not deleted ones.
+#[test]
+fn a_trace_counts_only_the_relations_the_principal_may_read() {
+    use engram::model::Body;
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let admin = db.session(Principal::admin("A"));
+    let entity = |ext: &str| NewRecord {
+        body: Body::Entity {
+            entity_type: "person".into(),
+            name: ext.into(),
+            aliases: vec![],
+        },
+        kind: "entity".into(),
+        external_id: Some(ext.into()),
+        ..NewRecord::default()
+    };
+    let relation = |o: &str, ext: &str, access: &[&str]| {
+        NewRecord {
+            body: Body::Relation {
+                subject: RecordRef::External("o".into()),
+                predicate: "knows".into(),
+                object: RecordRef::External(o.into()),
+            },
+            kind: "relation".into(),
+            external_id: Some(ext.into()),
+            ..NewRecord::default()
+        }
+        .with_access(access)
+    };
+    admin
+        .append(vec![entity("o"), entity("p"), entity("q"), entity("r")])
+        .unwrap();
+    admin
+        .append(vec![
+            relation("p", "r1", &[]),
+            relation("q", "r2", &["hr"]),
+            relation("r", "r3", &[]),
+        ])
+        .unwrap();
+    admin
+        .delete(&RecordRef::External("r3".into()), None)
+        .unwrap();
+    let edges = |s: &engram::Session| {
+        let t = s.trace(&RecordRef::External("o".into())).unwrap();
+        t.nodes[0]
+            .artifacts
+            .iter()
+            .find(|a| a.starts_with("graph node"))
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(
+        edges(&db.session(Principal::user("A", "carol"))),
+        "graph node with 1 relation edge(s)"
+    );
+    assert_eq!(edges(&admin), "graph node with 2 relation edge(s)");
+    db.close().unwrap();
+}
