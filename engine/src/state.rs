@@ -596,6 +596,20 @@ impl State {
         }
     }
 
+    /// The status of `idx` as it stood at transaction time `as_of` (now,
+    /// without one): the `from` of the first transition made after it.
+    pub fn status_at(&self, idx: Idx, as_of: Option<i64>) -> Status {
+        let mut s = self.metas[idx as usize].status;
+        if let Some(t) = as_of {
+            for c in self.status_log.iter().rev() {
+                if c.idx == idx && c.at > t {
+                    s = c.from;
+                }
+            }
+        }
+        s
+    }
+
     /// What deleting `idx` removes: every version of its correction chain
     /// and every derivative of any of them.
     pub fn deletion_set(&self, idx: Idx) -> Vec<Idx> {

@@ -97,3 +97,39 @@ fn verify_and_backup_change_nothing_in_the_store() {
         "verify or backup changed the store",
     );
 }
+
+/// A hit read `AS OF` a past moment carries the status it had then, as
+/// the eligibility it passed did: not today's.
+#[test]
+fn a_hit_as_of_the_past_has_the_status_it_had_then() {
+    use crate::common::{MINUTE, T0, ext, open};
+    use engram::retrieval::RecallRequest;
+    use engram::{ManualClock, NewRecord, Principal};
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(tmp.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![
+        NewRecord::event("note", "billing email is old@example.com").with_external_id("mail"),
+    ])
+    .unwrap();
+    clock.advance(10 * MINUTE);
+    s.append(vec![
+        NewRecord::event("note", "billing email is new@example.com").superseding(ext("mail")),
+    ])
+    .unwrap();
+    let status_of_old = |as_of: Option<i64>| {
+        let mut q = RecallRequest::text("old@example.com");
+        q.as_of = as_of;
+        s.recall(&q)
+            .unwrap()
+            .hits
+            .iter()
+            .find(|h| h.text.as_deref() == Some("billing email is old@example.com"))
+            .map(|h| h.status)
+    };
+    assert_eq!(status_of_old(Some(T0 + 5 * MINUTE)), Some("active"));
+    assert_eq!(status_of_old(None), None, "superseded now: not a hit");
+    db.close().unwrap();
+}

@@ -229,7 +229,7 @@ impl Session {
                 status: if historical {
                     "historical"
                 } else {
-                    m.status.name()
+                    st.status_at(idx, req.as_of).name()
                 },
                 occurred_at: crate::time::Rfc3339(m.occurred_at),
                 historical,
