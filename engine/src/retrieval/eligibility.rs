@@ -752,6 +752,8 @@ fn compute_windowed(
             expired_by_policy |= old;
         }
     }
+    // (class bitmaps are store-wide; the tenant's own records only)
+    expired_by_policy &= &b;
     if !expired_by_policy.is_empty() {
         // What was built on an expired record carries its content: it
         // expires with it, as compaction then purges it with it.
