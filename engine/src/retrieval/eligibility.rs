@@ -138,7 +138,7 @@ pub struct Eligibility {
     pub space_shares: SpaceShares,
     /// Model ids of the tenant's vector spaces that hold vectors of
     /// records the principal cannot read only: not shown to it, not
-    /// searched (see [`hidden_models`]).
+    /// searched (see `hidden_models`).
     pub hidden_spaces: Box<[String]>,
 }
 
