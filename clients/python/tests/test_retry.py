@@ -300,3 +300,43 @@ async def test_async_client_retries_too() -> None:
         c._sleep = fake_sleep  # type: ignore[method-assign]
         assert (await c.recall(text="x"))["hits"] == []
     assert len(calls) == 3 and slept == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("code,status", [("no_route", 404), ("method_not_allowed", 405)])
+def test_a_missing_endpoint_is_not_a_missing_record(code: str, status: int) -> None:
+    s = Script(error(status, code))
+    c, _ = client(s, RetryPolicy(max_attempts=1))
+    with pytest.raises(EngramError) as e:
+        c.get("n1")
+    assert type(e.value) is EngramError
+    assert not isinstance(e.value, NotFound)
+    assert e.value.code == code
+
+
+def test_an_answer_that_is_not_engrams_raises_an_engram_error() -> None:
+    s = Script(httpx.Response(200, content=b"<html>a web page</html>"))
+    c, _ = client(s, RetryPolicy(max_attempts=1))
+    with pytest.raises(EngramError) as e:
+        c.get("n1")
+    assert e.value.code == "invalid_response"
+
+
+def test_dot_references_stay_one_path_segment() -> None:
+    assert _api.ref_path(".") == "%2E"
+    assert _api.ref_path("..") == "%2E%2E"
+    assert _api.ref_path("a.b/c") == "a.b%2Fc"
+    answer = {"id": "01J0000000000000000000000A", "external_id": ".."}
+    s = Script(httpx.Response(200, json=answer))
+    c, _ = client(s, RetryPolicy(max_attempts=1))
+    c.get("..")
+    assert s.requests[0].url.raw_path.endswith(b"/v1/records/%2E%2E")
+
+
+def test_datetimes_inside_a_body_are_sent_as_rfc3339() -> None:
+    import datetime as dt
+
+    s = Script(OK_APPEND)
+    c, _ = client(s, RetryPolicy(max_attempts=1))
+    c.append([{"kind": "note", "text": "x", "occurred_at": dt.datetime(2025, 1, 1, 12, 30)}])
+    sent = json.loads(s.requests[0].content)
+    assert sent[0]["occurred_at"].startswith("2025-01-01T12:30:00")

@@ -109,9 +109,19 @@ class Call:
     """``json`` or ``text``."""
 
 
+def _json_default(o: Any) -> Any:
+    # times anywhere in a body (a record's occurred_at, an eval case's
+    # as_of) are sent as RFC 3339, like the methods' own time arguments
+    if isinstance(o, (_dt.datetime, _dt.date)):
+        return time_str(o)
+    raise TypeError(f"{type(o).__name__} is not JSON serializable")
+
+
 def dumps(obj: Any) -> bytes:
-    """Compact UTF-8 JSON."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    """Compact UTF-8 JSON; ``datetime`` and ``date`` values as RFC 3339."""
+    return json.dumps(
+        obj, ensure_ascii=False, separators=(",", ":"), default=_json_default
+    ).encode("utf-8")
 
 
 def ref_path(ref: str) -> str:
@@ -119,6 +129,9 @@ def ref_path(ref: str) -> str:
     unreserved characters and ``:`` percent-encoded."""
     if not isinstance(ref, str) or not ref:
         raise ValueError("a record reference must be a non-empty string")
+    if ref in (".", ".."):
+        # a dot segment would be resolved away by the URL layer
+        return ref.replace(".", "%2E")
     return quote(ref, safe=":")
 
 
@@ -530,7 +543,17 @@ def transport_error(exc: Exception) -> TransportError:
 
 
 def decode(call: Call, content: bytes) -> Any:
-    """The answer of a successful request."""
-    if call.answer == "text":
-        return content.decode("utf-8")
-    return json.loads(content) if content else None
+    """The answer of a successful request. An answer that is not what an
+    Engram server sends (another service on that address) raises an
+    :class:`EngramError` with code ``invalid_response``."""
+    try:
+        if call.answer == "text":
+            return content.decode("utf-8")
+        return json.loads(content) if content else None
+    except ValueError as e:  # UnicodeDecodeError and JSONDecodeError alike
+        raise EngramError(
+            200,
+            "invalid_response",
+            f"the answer to {call.method} {call.path} is not an Engram answer ({e}); "
+            "is the client's URL an Engram server's?",
+        ) from e

@@ -194,6 +194,10 @@ def error_class(status: int, code: str) -> Type[EngramError]:
     """The exception class for a status and an error code."""
     if code == "query_error":
         return QueryError
+    if code in ("no_route", "method_not_allowed"):
+        # Not a missing record: the client's base URL (or the server's
+        # version) does not have this endpoint.
+        return EngramError
     if status == 503 and code == "timeout":
         return Timeout
     cls = _BY_STATUS.get(status)
