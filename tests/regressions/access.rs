@@ -374,6 +374,19 @@ fn an_append_neither_names_nor_confirms_a_hidden_record_by_its_external_id() {
     }
     let e = admin.append(vec![secret("s/2", "gone")]).unwrap_err();
     assert!(e.to_string().contains("deleted"), "{e}");
+    // A writer retrying its own append is told "duplicate", even when it
+    // does not hold the labels it wrote (an agent filing restricted notes).
+    let own = carl
+        .append(vec![secret("c/1", "carl's restricted note")])
+        .unwrap()[0]
+        .id;
+    let again = carl
+        .append(vec![secret("c/1", "carl's restricted note")])
+        .unwrap();
+    assert_eq!(
+        (again[0].id, again[0].outcome),
+        (own, engram::AppendOutcome::Duplicate)
+    );
     assert_eq!(
         admin.get(&RecordRef::Id(s1)).unwrap().text.as_deref(),
         Some("hunter2")

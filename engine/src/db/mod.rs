@@ -199,7 +199,9 @@ pub(crate) struct WriterState {
     pub(crate) ids: IdGenerator,
     last_ingested_at: i64,
     /// (tenant, external id) -> (id, content hash) of batches in flight.
-    pending_ext: HashMap<(String, String), (RecordId, [u8; 32])>,
+    /// (tenant, external id) -> (id, content hash, writer principal) of a
+    /// queued record not yet applied.
+    pending_ext: HashMap<(String, String), (RecordId, [u8; 32], String)>,
     /// Records being superseded by batches in flight.
     pending_superseded: HashSet<RecordId>,
     /// Vector spaces being created by batches in flight.

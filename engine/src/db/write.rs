@@ -588,7 +588,11 @@ impl InFlight {
                 let key = (tenant.to_string(), e.clone());
                 w.pending_ext.insert(
                     key.clone(),
-                    (RecordId::from_bytes(p.stored.id), p.stored.content_sha256),
+                    (
+                        RecordId::from_bytes(p.stored.id),
+                        p.stored.content_sha256,
+                        p.stored.writer_principal.clone(),
+                    ),
                 );
                 f.keys.push(key);
             }
@@ -725,8 +729,8 @@ fn stored_record(
 /// record repeats, if any, as (id, LSN, status); an error if its external
 /// id names another record it does not correct, or a deleted one.
 ///
-/// A holder the session cannot read (it lacks one of its labels) is not
-/// described: the key is reported as in use, whether the content matches,
+/// A holder the session cannot read (it lacks one of its labels) and did
+/// not write is not described: the key is reported as in use, whether the content matches,
 /// differs or was deleted, so an append can neither name a hidden record
 /// nor confirm a guess of its content (docs/security.md, guarantee 2).
 fn existing_version(
@@ -747,12 +751,13 @@ fn existing_version(
         existing: None,
     };
     let key = (tenant.to_string(), e.clone());
-    if let Some((pid, phash)) = w.pending_ext.get(&key) {
+    if let Some((pid, phash, writer)) = w.pending_ext.get(&key) {
         // In flight: not yet in the state, so its labels are the ones this
         // request gives when the content (labels included) matches.
         let held = held.get_or_init(|| session.held_labels(st));
         if *phash == hash {
-            if !access.iter().all(|l| held.contains(l)) {
+            let own = writer == session.principal.id();
+            if !own && !access.iter().all(|l| held.contains(l)) {
                 return Err(in_use());
             }
             return Ok(Some((*pid, 0, Status::Active)));
@@ -790,8 +795,13 @@ fn existing_version(
         }
         return Ok(None);
     };
+    // Its writer knows what it wrote: a retry of its own append is a
+    // duplicate even when it does not hold the labels it wrote.
     let held = held.get_or_init(|| session.held_labels(st));
-    let readable = |x: Idx| session.target(st, x, held).readable;
+    let readable = |x: Idx| {
+        let t = session.target(st, x, held);
+        t.readable || t.own
+    };
     if !readable(ix) {
         return Err(in_use());
     }
