@@ -80,10 +80,11 @@ impl Session {
         let Some(c) = st.bm_status.get(&Status::Candidate) else {
             return Ok(Vec::new());
         };
+        let held = self.held_labels(&st);
         let mut out = Vec::new();
         for i in (c & &st.bm_tenant[&t]).iter() {
-            if self.can_read(&st, i) {
-                out.push(self.view(&st, i)?);
+            if self.can_read_with(&st, i, &held) {
+                out.push(self.view(&st, i, &held)?);
             }
         }
         Ok(out)

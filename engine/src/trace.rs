@@ -250,8 +250,11 @@ impl Session {
         if m.rtype == RecordType::Entity {
             // Edges the principal could follow: relations it may read
             // (labels held), not deleted.
+            let held = self.held_labels(st);
             let n = st.edges.get(&i).map_or(0, |e| {
-                e.iter().filter(|e| self.can_read(st, e.relation)).count()
+                e.iter()
+                    .filter(|e| self.can_read_with(st, e.relation, &held))
+                    .count()
             });
             node.artifacts
                 .push(format!("graph node with {n} relation edge(s)"));

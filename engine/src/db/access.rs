@@ -59,15 +59,14 @@ impl Session {
     /// Whether the session may read record `idx` (tenant, labels; deleted
     /// records are never readable).
     pub(crate) fn can_read(&self, st: &State, idx: Idx) -> bool {
+        self.can_read_with(st, idx, &self.held_labels(st))
+    }
+
+    /// [`Session::can_read`] with the labels held computed once by the
+    /// caller (loops over many records).
+    pub(crate) fn can_read_with(&self, st: &State, idx: Idx, held: &BTreeSet<String>) -> bool {
         let m = st.meta(idx);
-        if st.strings.name(m.tenant) != self.principal.tenant() {
-            return false;
-        }
-        if m.status == Status::Deleted || m.tombstone {
-            return false;
-        }
-        let held = self.held_labels(st);
-        m.access.iter().all(|l| held.contains(st.strings.name(*l)))
+        m.status != Status::Deleted && !m.tombstone && self.target(st, idx, held).readable
     }
 
     /// Labels the principal holds now (admins: every label not revoked).

@@ -10,29 +10,29 @@ impl Session {
         self.db.check_open()?;
         let st = self.db.inner.state.read();
         let idx = self.resolve_in(&st, r)?;
-        if !self.can_read(&st, idx) {
+        let held = self.held_labels(&st);
+        if !self.can_read_with(&st, idx, &held) {
             return Err(self.not_found(r));
         }
-        self.view(&st, idx)
+        self.view(&st, idx, &held)
     }
 
     /// The view of record `idx` as this principal sees it: a newer or older
     /// version it cannot read (a correction that added a label, an old
     /// version whose label the admin dropped) is not named. The record's
     /// status still says it was superseded, which is true and names nothing.
-    pub(crate) fn view(&self, st: &State, idx: Idx) -> Result<Record> {
+    /// `held`: the labels the principal holds.
+    pub(crate) fn view(&self, st: &State, idx: Idx, held: &BTreeSet<String>) -> Result<Record> {
         let mut r = self.db.record_view(st, idx)?;
-        let m = st.meta(idx);
-        let older = r.supersedes.and_then(|s| st.idx(s));
-        if m.superseded_by.is_some() || older.is_some() {
-            let held = self.held_labels(st);
-            let readable = |x: Idx| self.target(st, x, &held).readable;
-            if m.superseded_by.is_some_and(|n| !readable(n)) {
-                r.superseded_by = None;
-            }
-            if older.is_some_and(|o| !readable(o)) {
-                r.supersedes = None;
-            }
+        let readable = |x: Idx| self.target(st, x, held).readable;
+        if st.meta(idx).superseded_by.is_some_and(|n| !readable(n)) {
+            r.superseded_by = None;
+        }
+        if r.supersedes
+            .and_then(|s| st.idx(s))
+            .is_some_and(|o| !readable(o))
+        {
+            r.supersedes = None;
         }
         Ok(r)
     }
@@ -44,10 +44,11 @@ impl Session {
         let st = self.db.inner.state.read();
         let idx = self.resolve_in(&st, r)?;
         let chain = st.chain(idx);
+        let held = self.held_labels(&st);
         let mut out = Vec::new();
         for i in chain {
-            if self.can_read(&st, i) {
-                out.push(self.view(&st, i)?);
+            if self.can_read_with(&st, i, &held) {
+                out.push(self.view(&st, i, &held)?);
             }
         }
         if out.is_empty() {
@@ -72,6 +73,7 @@ impl Session {
         let Some(bm) = st.bm_tenant.get(&t) else {
             return Ok(Vec::new());
         };
+        let held = self.held_labels(&st);
         let mut out = Vec::new();
         for idx in bm.iter() {
             let m = st.meta(idx);
@@ -86,10 +88,10 @@ impl Session {
             {
                 continue;
             }
-            if !self.can_read(&st, idx) {
+            if !self.can_read_with(&st, idx, &held) {
                 continue;
             }
-            out.push(self.view(&st, idx)?);
+            out.push(self.view(&st, idx, &held)?);
             if out.len() >= filter.limit {
                 break;
             }
