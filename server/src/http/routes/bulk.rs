@@ -250,24 +250,19 @@ impl Bulk {
                 details: json!({"line": n, "what": "line length in bytes", "limit": limit}),
             })
         } else {
-            let text = match std::str::from_utf8(bytes) {
+            // Invalid UTF-8 is named as in a whole body, on the body's line.
+            let text = match crate::http::body::utf8(bytes) {
                 Ok(t) => t,
-                Err(e) => {
-                    let column = 1 + String::from_utf8_lossy(&bytes[..e.valid_up_to()])
-                        .chars()
-                        .count();
-                    return self
-                        .push(
-                            n,
-                            Err(ServerError::BadJson {
-                                item: None,
-                                line: n,
-                                column,
-                                reason: "invalid UTF-8".into(),
-                            }),
-                        )
-                        .await;
+                Err(ServerError::BadJson { column, reason, .. }) => {
+                    let e = ServerError::BadJson {
+                        item: None,
+                        line: n,
+                        column,
+                        reason,
+                    };
+                    return self.push(n, Err(e)).await;
                 }
+                Err(e) => return self.push(n, Err(e)).await,
             };
             let t = text.trim();
             if t.is_empty() || t.starts_with('#') {
