@@ -333,13 +333,10 @@ where
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
-            // Located query errors carry their own `error[code]` heading.
-            let text = e.to_string();
-            let text = text.trim_start();
-            if text.starts_with("error") {
-                eprintln!("{text}");
-            } else {
-                eprintln!("error: {text}");
+            match &e {
+                // Located query errors carry their own `error[code]` heading.
+                CliError::Query(_) => eprintln!("{}", e.to_string().trim_start()),
+                _ => eprintln!("error: {e}"),
             }
             ExitCode::from(1)
         }
