@@ -673,7 +673,7 @@ pub fn decode(body: &[u8]) -> Result<Decoded> {
                 holds,
                 purged_external_ids: external_ids
                     .keys()
-                    .filter(|k| k.starts_with('\u{1}'))
+                    .filter(|k| k.starts_with(crate::state::PURGED_EXTERNAL_ID_PREFIX))
                     .count(),
                 external_ids,
                 entity_names,

@@ -159,8 +159,11 @@ pub struct TenantState {
 /// so it never names a live record. Why: deleted is final; a retried or
 /// replayed ingest after compaction must not bring the record back.
 pub fn purged_external_id_key(sha256: &[u8; 32]) -> Box<str> {
-    format!("\u{1}sha256:{}", crate::db::hex(sha256)).into_boxed_str()
+    format!("{PURGED_EXTERNAL_ID_PREFIX}{}", crate::db::hex(sha256)).into_boxed_str()
 }
+
+/// What every [`purged_external_id_key`] starts with.
+pub const PURGED_EXTERNAL_ID_PREFIX: &str = "\u{1}sha256:";
 
 /// One status transition (for `as_of` reads).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
