@@ -566,6 +566,22 @@ impl State {
         seen.into_iter().collect()
     }
 
+    /// Adds to `set` every record derived, directly or not, from one in it
+    /// ([`State::derivatives`] of a whole set, walked once).
+    pub fn add_derivatives(&self, set: &mut RoaringBitmap) {
+        let mut stack: Vec<Idx> = set
+            .iter()
+            .filter(|i| self.dependents.contains_key(i))
+            .collect();
+        while let Some(i) = stack.pop() {
+            for &d in self.dependents.get(&i).into_iter().flatten() {
+                if set.insert(d) {
+                    stack.push(d);
+                }
+            }
+        }
+    }
+
     /// Every version in the correction chain of `idx` (oldest first).
     pub fn chain(&self, idx: Idx) -> Vec<Idx> {
         let mut first = idx;

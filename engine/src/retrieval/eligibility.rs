@@ -757,17 +757,7 @@ fn compute_windowed(
     if !expired_by_policy.is_empty() {
         // What was built on an expired record carries its content: it
         // expires with it, as compaction then purges it with it.
-        let mut stack: Vec<Idx> = expired_by_policy
-            .iter()
-            .filter(|i| st.dependents.contains_key(i))
-            .collect();
-        while let Some(i) = stack.pop() {
-            for &d in st.dependents.get(&i).into_iter().flatten() {
-                if expired_by_policy.insert(d) {
-                    stack.push(d);
-                }
-            }
-        }
+        st.add_derivatives(&mut expired_by_policy);
         b -= &expired_by_policy;
         push("retention", &b);
     }
