@@ -451,6 +451,17 @@ fn a_hidden_newer_version_is_not_named_and_the_matrix_decides_first() {
     db.close().unwrap();
 }
 
+/// A store with tenant A's admin, alice (no labels) and bob (granted
+/// `secret`), as sessions.
+fn alice_and_bob(root: &Path) -> (Engram, engram::Session, engram::Session, engram::Session) {
+    let db = Engram::open(root.join("s"), Options::default()).unwrap();
+    let admin = db.session(Principal::admin("A"));
+    admin.grant(Some("bob"), Some("secret"), None).unwrap();
+    let alice = db.session(Principal::user("A", "alice"));
+    let bob = db.session(Principal::user("A", "bob"));
+    (db, admin, alice, bob)
+}
+
 /// A deletion reaches every derivative, including ones the deleting
 /// principal cannot read, but names only what it may read; a retraction
 /// likewise.
@@ -459,11 +470,7 @@ fn a_lifecycle_answer_names_only_what_the_principal_may_read() {
     use engram::{AssertionKind, model::Body};
     let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
-    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
-    let admin = db.session(Principal::admin("A"));
-    admin.grant(Some("bob"), Some("secret"), None).unwrap();
-    let alice = db.session(Principal::user("A", "alice"));
-    let bob = db.session(Principal::user("A", "bob"));
+    let (db, admin, alice, bob) = alice_and_bob(tmp.path());
     let note = alice
         .append(vec![NewRecord::event("m", "alice's note")])
         .unwrap()[0]
@@ -535,11 +542,7 @@ fn a_vector_space_of_hidden_records_only_is_not_shown() {
     use engram::RecallRequest;
     let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
-    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
-    let admin = db.session(Principal::admin("A"));
-    admin.grant(Some("bob"), Some("secret"), None).unwrap();
-    let alice = db.session(Principal::user("A", "alice"));
-    let bob = db.session(Principal::user("A", "bob"));
+    let (db, _admin, alice, bob) = alice_and_bob(tmp.path());
     bob.append(vec![
         NewRecord::event("m", "classified")
             .with_access(&["secret"])
