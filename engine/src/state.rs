@@ -615,18 +615,17 @@ impl State {
         }
     }
 
-    /// The status of `idx` as it stood at transaction time `as_of` (now,
-    /// without one): the `from` of the first transition made after it.
-    pub fn status_at(&self, idx: Idx, as_of: Option<i64>) -> Status {
-        let mut s = self.metas[idx as usize].status;
-        if let Some(t) = as_of {
-            for c in self.status_log.iter().rev() {
-                if c.idx == idx && c.at > t {
-                    s = c.from;
-                }
+    /// The status each record changed after transaction time `t` had at
+    /// `t`: the `from` of its first transition made after it. Records
+    /// missing from the map have their current status.
+    pub fn statuses_at(&self, t: i64) -> HashMap<Idx, Status> {
+        let mut then = HashMap::default();
+        for c in self.status_log.iter().rev() {
+            if c.at > t {
+                then.insert(c.idx, c.from);
             }
         }
-        s
+        then
     }
 
     /// What deleting `idx` removes: every version of its correction chain

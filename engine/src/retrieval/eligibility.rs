@@ -140,6 +140,19 @@ pub struct Eligibility {
     /// records the principal cannot read only: not shown to it, not
     /// searched (see `hidden_models`).
     pub hidden_spaces: Box<[String]>,
+    /// With `as_of`: the status then of each record whose status changed
+    /// since (see [`State::statuses_at`]); empty without `as_of`.
+    pub status_then: FxHashMap<Idx, Status>,
+}
+
+impl Eligibility {
+    /// The status of `idx` at the request's `as_of` (now, without one).
+    pub fn status(&self, st: &State, idx: Idx) -> Status {
+        self.status_then
+            .get(&idx)
+            .copied()
+            .unwrap_or_else(|| st.meta(idx).status)
+    }
 }
 
 /// The tenant's records carrying a label the principal does not hold.
@@ -669,6 +682,7 @@ fn compute_windowed(
             lexical_corpus: std::sync::OnceLock::new(),
             space_shares: SpaceShares::default(),
             hidden_spaces: Box::default(),
+            status_then: FxHashMap::default(),
         };
         return (e, changes_at);
     };
@@ -694,6 +708,7 @@ fn compute_windowed(
     }
 
     // status as it stood at as_of; deleted always excluded
+    let mut status_then = FxHashMap::default();
     let statuses = [
         Status::Active,
         Status::Approved,
@@ -708,13 +723,8 @@ fn compute_windowed(
     if let Some(t) = as_of {
         // Revert transitions made after t: the status at t is the `from`
         // of the first later transition.
-        let mut then: HashMap<Idx, Status> = HashMap::new();
-        for c in st.status_log.iter().rev() {
-            if c.at > t {
-                then.insert(c.idx, c.from);
-            }
-        }
-        for (idx, s) in then {
+        status_then = st.statuses_at(t);
+        for (&idx, &s) in &status_then {
             for bm in at.values_mut() {
                 bm.remove(idx);
             }
@@ -843,6 +853,7 @@ fn compute_windowed(
             lexical_corpus: std::sync::OnceLock::new(),
             space_shares: SpaceShares::default(),
             hidden_spaces,
+            status_then,
         },
         changes_at,
     )

@@ -229,7 +229,7 @@ impl Session {
                 status: if historical {
                     "historical"
                 } else {
-                    st.status_at(idx, req.as_of).name()
+                    el.status(&st, idx).name()
                 },
                 occurred_at: crate::time::Rfc3339(m.occurred_at),
                 historical,

@@ -381,3 +381,32 @@ fn frame_checks_are_per_record_and_default_to_check() {
     assert!(c.verified(129));
     assert!(!c.verified(200) && !c.verified(u32::MAX));
 }
+
+#[test]
+fn statuses_at_give_the_from_of_the_first_transition_after_the_moment() {
+    let mut st = empty_state();
+    let change = |at, idx, from, to| StatusChange { at, idx, from, to };
+    st.status_log = vec![
+        change(10, 0, Status::Active, Status::Superseded),
+        change(20, 1, Status::Candidate, Status::Approved),
+        change(30, 1, Status::Approved, Status::Retracted),
+        change(40, 0, Status::Superseded, Status::Deleted),
+    ];
+    let at = |t| {
+        let mut v: Vec<(Idx, Status)> = st.statuses_at(t).into_iter().collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        at(5),
+        vec![(0, Status::Active), (1, Status::Candidate)],
+        "before every change: each record's first `from`"
+    );
+    assert_eq!(
+        at(20),
+        vec![(0, Status::Superseded), (1, Status::Approved)],
+        "a change made at the moment itself is already in effect"
+    );
+    assert_eq!(at(35), vec![(0, Status::Superseded)]);
+    assert!(at(40).is_empty(), "nothing changed after the last change");
+}
