@@ -331,6 +331,11 @@ pub struct State {
     /// `0..=i`. The recency retriever walks records newest index first and
     /// stops once nothing at or below the index can enter its top n.
     pub occurred_prefix_max: Vec<i64>,
+    /// Records valid only from after their ingestion (`valid_from` later
+    /// than `ingested_at`): the only ones that can be not yet valid at
+    /// the present or a later moment. Derived from the record table (kept
+    /// with it, not in checkpoints).
+    pub bm_valid_later: RoaringBitmap,
     /// Records whose frame payload this process has read and checksummed
     /// (see [`FrameChecks`]).
     pub frame_checks: FrameChecks,
@@ -427,6 +432,7 @@ impl State {
             eligibility_cache: Default::default(),
             metas: Vec::new(),
             occurred_prefix_max: Vec::new(),
+            bm_valid_later: RoaringBitmap::new(),
             frame_checks: FrameChecks::default(),
             by_id: HashMap::default(),
             strings: Interner::default(),
@@ -506,17 +512,26 @@ impl State {
     }
 
     /// Appends a record to the table (the one place records are added, so
-    /// `occurred_prefix_max` stays in step).
+    /// `occurred_prefix_max` and `bm_valid_later` stay in step).
     pub fn push_meta(&mut self, meta: Meta) {
         let before = self.occurred_prefix_max.last().copied().unwrap_or(i64::MIN);
         self.occurred_prefix_max.push(before.max(meta.occurred_at));
+        if meta.valid_from > meta.ingested_at {
+            self.bm_valid_later.insert(idx_of(self.metas.len()));
+        }
         self.metas.push(meta);
         self.frame_checks.cover(self.metas.len());
     }
 
     /// Replaces the record table (restoring a checkpoint) and recomputes
-    /// `occurred_prefix_max`.
+    /// `occurred_prefix_max` and `bm_valid_later`.
     pub fn set_metas(&mut self, metas: Vec<Meta>) {
+        self.bm_valid_later = metas
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.valid_from > m.ingested_at)
+            .map(|(i, _)| idx_of(i))
+            .collect();
         let mut max = i64::MIN;
         self.occurred_prefix_max = metas
             .iter()

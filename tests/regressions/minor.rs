@@ -133,3 +133,59 @@ fn a_hit_as_of_the_past_has_the_status_it_had_then() {
     assert_eq!(status_of_old(None), None, "superseded now: not a hit");
     db.close().unwrap();
 }
+
+/// A record valid only from a later moment is not returned before it, at
+/// the present or at a later `valid_at` short of it; from that moment on it
+/// is, with no write in between, and after a reopen the same.
+#[test]
+fn a_record_valid_from_the_future_is_left_out_until_then() {
+    use crate::common::{MINUTE, T0, open};
+    use engram::retrieval::RecallRequest;
+    use engram::{ManualClock, NewRecord, Principal};
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let from = T0 + 30 * MINUTE;
+    let db = open(tmp.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    let mut later = NewRecord::event("policy", "refunds need two approvals").with_external_id("p");
+    later.valid_from = Some(from);
+    s.append(vec![
+        NewRecord::event("note", "refunds memo").with_external_id("memo"),
+        later,
+    ])
+    .unwrap();
+    let found = |s: &engram::Session, valid_at: Option<i64>| {
+        let mut q = RecallRequest::text("refunds");
+        q.valid_at = valid_at;
+        s.recall(&q)
+            .unwrap()
+            .hits
+            .iter()
+            .filter_map(|h| h.external_id.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(found(&s, None), ["memo"], "not valid yet, now");
+    assert_eq!(found(&s, Some(from - 1)), ["memo"], "nor just before");
+    assert!(
+        found(&s, Some(from)).contains(&"p".to_string()),
+        "valid from then"
+    );
+    assert_eq!(
+        found(&s, Some(T0 - MINUTE)),
+        Vec::<String>::new(),
+        "before both"
+    );
+    clock.advance(30 * MINUTE);
+    assert!(
+        found(&s, None).contains(&"p".to_string()),
+        "valid now (a cached answer expired)"
+    );
+    clock.set(T0 + MINUTE);
+    db.close().unwrap();
+    // reopened from its checkpoint: the same
+    let db = open(tmp.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    assert_eq!(found(&s, None), ["memo"]);
+    db.close().unwrap();
+}

@@ -801,15 +801,22 @@ fn compute_windowed(
             None => {}
         }
     }
-    // records not yet valid at valid_at (valid_from in the future of it)
-    if cut.valid_at < cut.now {
-        for idx in b.iter() {
-            if st.meta(idx).valid_from > cut.valid_at {
-                not_yet.insert(idx);
-            }
+    // records not yet valid at valid_at (valid_from in the future of it):
+    // at a past moment any record may be; at the present or later only
+    // one valid from after its ingestion can be, until its valid_from
+    let maybe_later = if cut.valid_at < cut.now {
+        b.clone()
+    } else {
+        &b & &st.bm_valid_later
+    };
+    for idx in maybe_later.iter() {
+        let from = st.meta(idx).valid_from;
+        if from > cut.valid_at {
+            not_yet.insert(idx);
+            changes_at = changes_at.min(from);
         }
-        b -= &not_yet;
     }
+    b -= &not_yet;
     superseded &= &b;
     stale &= &b;
     historical &= &b;
