@@ -642,3 +642,28 @@ fn a_trace_counts_only_the_relations_the_principal_may_read() {
     assert_eq!(edges(&admin), "graph node with 2 relation edge(s)");
     db.close().unwrap();
 }
+
+/// A principal granted the `admin` role is its tenant's administrator for
+/// reads too: it holds every label of the tenant (as the matrix already
+/// let it administer), until the role is revoked.
+#[test]
+fn a_principal_granted_the_admin_role_reads_as_the_admin() {
+    use engram::RecallRequest;
+    let tmp = tempfile::tempdir().unwrap();
+    let (db, admin, alice, _bob) = alice_and_bob(tmp.path());
+    admin
+        .append(vec![
+            NewRecord::event("note", "the kiwi vault code").with_access(&["secret"]),
+        ])
+        .unwrap();
+    let sees = |s: &engram::Session| {
+        let r = s.recall(&RecallRequest::text("kiwi")).unwrap();
+        (r.hits.len(), r.manifest.principal.admin)
+    };
+    assert_eq!(sees(&alice), (0, false));
+    admin.grant(Some("alice"), None, Some("admin")).unwrap();
+    assert_eq!(sees(&alice), (1, true), "the admin role holds the labels");
+    admin.revoke(Some("alice"), None, Some("admin")).unwrap();
+    assert_eq!(sees(&alice), (0, false), "and no longer once revoked");
+    db.close().unwrap();
+}

@@ -74,7 +74,7 @@ impl Session {
         let Some(t) = st.tenant(self.principal.tenant()) else {
             return BTreeSet::new();
         };
-        let mut held: BTreeSet<String> = if self.principal.is_admin() {
+        let mut held: BTreeSet<String> = if self.acts_as_admin(st) {
             t.labels
                 .iter()
                 .map(|&s| st.strings.name(s).to_string())
@@ -90,6 +90,20 @@ impl Session {
             held.remove(r);
         }
         held
+    }
+
+    /// Whether the principal is its tenant's administrator: the tenant's
+    /// admin principal, or one holding the `admin` role (granted, or from
+    /// its credential). One definition for labels, the matrix and
+    /// manifests.
+    pub(crate) fn acts_as_admin(&self, st: &State) -> bool {
+        let role = crate::principal::ROLE_ADMIN;
+        self.principal.is_admin()
+            || self.principal.credential_roles().contains(role)
+            || st
+                .tenant(self.principal.tenant())
+                .and_then(|t| t.grants.get(self.principal.id()))
+                .is_some_and(|g| g.roles.contains(role))
     }
 
     /// Roles the principal holds now.
@@ -151,7 +165,7 @@ impl Session {
         crate::authz::Actor::Principal {
             id: self.principal.id(),
             kind: self.principal.kind(),
-            admin: self.principal.is_admin() || roles.contains(crate::principal::ROLE_ADMIN),
+            admin: self.acts_as_admin(st),
             reviewer: roles.contains(crate::principal::ROLE_REVIEWER),
         }
     }

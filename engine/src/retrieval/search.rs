@@ -269,7 +269,8 @@ impl Session {
 
         // Facts about whole spaces count records the principal may not
         // read: only the tenant admin sees them.
-        let space_facts = self.principal.is_admin();
+        let admin = self.acts_as_admin(&st);
+        let space_facts = admin;
         let vector_spaces = st
             .vectors
             .of_tenant(self.principal.tenant())
@@ -297,7 +298,7 @@ impl Session {
             principal: ManifestPrincipal {
                 tenant: self.principal.tenant().to_string(),
                 id: self.principal.id().to_string(),
-                admin: self.principal.is_admin(),
+                admin,
                 labels: held.into_iter().collect(),
             },
             snapshot_lsn: st.tenant(self.principal.tenant()).map_or(0, |t| t.last_lsn),
