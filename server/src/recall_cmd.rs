@@ -197,7 +197,7 @@ pub fn print_manifest(m: &Manifest) {
                 p.strategy,
                 p.reason,
                 p.ef_requested,
-                p.ef_used,
+                p.ef_used.map_or("-".to_string(), |n| n.to_string()),
                 p.indexed.map_or("-".to_string(), |n| n.to_string()),
                 p.unindexed_scanned
             );

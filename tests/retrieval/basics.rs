@@ -221,7 +221,7 @@ fn planner_uses_the_graph_for_large_eligible_sets_and_exact_scans_for_small_ones
         "{model:?}"
     );
     assert_eq!(plan.strategy, "hnsw", "{plan:?}");
-    assert_eq!(plan.ef_used, 10);
+    assert_eq!(plan.ef_used, Some(10));
     assert_eq!(plan.eligible_in_space, 12_000);
     // exact ground truth via an exact-scan plan of the same eligible set
     // is checked in the HNSW unit tests; here: a selective filter goes exact

@@ -311,8 +311,10 @@ pub struct VectorPlan {
     pub reason: PlanReason,
     /// ef requested.
     pub ef_requested: usize,
-    /// ef used.
-    pub ef_used: usize,
+    /// ef used (tenant admin only: a walk widens ef by the space's size
+    /// over the eligible count, so it would tell the size).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ef_used: Option<usize>,
     /// Vectors in the graph at query time (tenant admin only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub indexed: Option<u64>,
@@ -329,6 +331,7 @@ impl VectorPlan {
         self.space_size = None;
         self.selectivity = None;
         self.indexed = None;
+        self.ef_used = None;
         self.reason.redacted = true;
     }
 }

@@ -595,7 +595,7 @@ impl Session {
                         .filter(|c| *c != plan::PlanChoice::Auto),
                 },
                 ef_requested: ef_req,
-                ef_used,
+                ef_used: Some(ef_used),
                 indexed: Some(indexed_slots as u64),
                 unindexed_scanned: unindexed,
                 query_vector: source,
