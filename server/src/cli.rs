@@ -335,8 +335,8 @@ where
         Err(e) => {
             match &e {
                 // Located query errors carry their own `error[code]` heading.
-                CliError::Query(_) => eprintln!("{}", e.to_string().trim_start()),
-                _ => eprintln!("error: {e}"),
+                CliError::Query(_) => crate::errln!("{}", e.to_string().trim_start()),
+                _ => crate::errln!("error: {e}"),
             }
             ExitCode::from(1)
         }

@@ -1,18 +1,58 @@
 //! Human-readable rendering of records and reports for the terminal.
 //! (`--json` output is the serde form of the engine's types.)
 
-/// Writes one line to stdout. If stdout is closed (`engram log | head`),
-/// exits quietly instead of panicking.
+/// Writes one line to stdout, control characters escaped (see
+/// [`terminal_safe`]). If stdout is closed (`engram log | head`), exits
+/// quietly instead of panicking.
 pub fn emit(line: std::fmt::Arguments<'_>) {
     use std::io::Write;
+    let text = match line.as_str() {
+        Some(s) => terminal_safe(s),
+        None => std::borrow::Cow::Owned(terminal_safe(&line.to_string()).into_owned()),
+    };
     let mut out = std::io::stdout().lock();
-    if let Err(e) = out.write_fmt(line).and_then(|_| out.write_all(b"\n")) {
+    if let Err(e) = out
+        .write_all(text.as_bytes())
+        .and_then(|_| out.write_all(b"\n"))
+    {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(0);
         }
         eprintln!("error: cannot write output: {e}");
         std::process::exit(1);
     }
+}
+
+/// `text` with every character that could drive a terminal written as a
+/// `\uXXXX` escape: C0 controls but newline and tab, DEL, C1 controls and
+/// the bidirectional overrides and isolates. Stored text is data, never
+/// terminal commands (an ESC sequence in a record could retitle or clear
+/// the terminal, or reach its clipboard). The escape is JSON's: inside a
+/// JSON string it means the same character, so `--json` output stays
+/// equal as JSON.
+pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    fn unsafe_char(c: char) -> bool {
+        matches!(c, '\0'..='\u{8}' | '\u{b}'..='\u{1f}' | '\u{7f}'..='\u{9f}')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    }
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// `eprintln!` with [`terminal_safe`] text.
+#[macro_export]
+macro_rules! errln {
+    ($($arg:tt)*) => { eprintln!("{}", $crate::output::terminal_safe(&format!($($arg)*))) };
 }
 
 /// `println!` that tolerates a closed stdout (see [`emit`]).

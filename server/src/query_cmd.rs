@@ -246,6 +246,8 @@ struct Shell {
     explain: bool,
     timing: bool,
     params: Params,
+    /// A statement or command failed (the exit status without a terminal).
+    failed: bool,
 }
 
 /// Runs `engram shell`.
@@ -268,6 +270,7 @@ fn shell_loop(db: &Engram, s: &Session, a: &ShellArgs) -> CliResult {
         explain: false,
         timing: false,
         params: Params::new(),
+        failed: false,
     };
     let who = format!(
         "{} of tenant {}",
@@ -319,7 +322,8 @@ fn shell_loop(db: &Engram, s: &Session, a: &ShellArgs) -> CliResult {
                     Ok(0) => break,
                     Ok(_) => {}
                     Err(e) => {
-                        crate::outln!("error: cannot read line {line_no}: {e}");
+                        crate::errln!("error: cannot read line {line_no}: {e}");
+                        sh.failed = true;
                         break;
                     }
                 }
@@ -328,9 +332,10 @@ fn shell_loop(db: &Engram, s: &Session, a: &ShellArgs) -> CliResult {
                     Err(_) => {
                         // The statement it belongs to cannot be run as
                         // written: drop it, say so, and go on with the next.
-                        crate::outln!(
+                        crate::errln!(
                             "error: line {line_no} is not valid UTF-8; the statement it belongs to was skipped"
                         );
+                        sh.failed = true;
                         buf.clear();
                         continue;
                     }
@@ -347,30 +352,47 @@ fn shell_loop(db: &Engram, s: &Session, a: &ShellArgs) -> CliResult {
         buf.push_str(&line);
         buf.push('\n');
         // A statement ends at a `;` outside a string; a line may hold
-        // several.
-        if ends_statement(&buf) {
+        // several, and a command may follow the last.
+        let ends = statement_ends(&buf).0;
+        if let Some(&last) = ends.last() {
             let text = std::mem::take(&mut buf);
             let mut start = 0;
-            for end in statement_ends(&text).0 {
+            for end in ends {
                 let one = &text[start..end];
                 start = end;
                 if one.trim() != ";" {
-                    run_one(&sh, s, one);
+                    run_one(&mut sh, s, one);
                 }
             }
             let _ = std::io::stdout().flush();
+            let rest = &text[last..];
+            if rest.trim_start().starts_with('\\') {
+                if !command(&mut sh, s, rest.trim(), &who) {
+                    break;
+                }
+            } else if !rest.trim().is_empty() {
+                buf = rest.to_string();
+            }
         }
     }
+    // Input ended inside a statement: it runs as if its `;` were there.
     if !buf.trim().is_empty() {
-        run_one(&sh, s, &buf);
+        run_one(&mut sh, s, &buf);
     }
     if let (Some(e), Some(h)) = (editor.as_mut(), history_path(a)) {
         let _ = e.save_history(&h);
     }
-    Ok(ExitCode::SUCCESS)
+    // Without a terminal (a script piped in), a failed statement fails
+    // the run, as with `engram query`.
+    Ok(if sh.failed && !interactive {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// Whether `text` ends with a `;` that is not inside a string or a comment.
+#[cfg(test)]
 fn ends_statement(text: &str) -> bool {
     let (ends, open) = statement_ends(text);
     !ends.is_empty() && !open
@@ -417,7 +439,7 @@ fn statement_ends(text: &str) -> (Vec<usize>, bool) {
     (ends, open || in_str)
 }
 
-fn run_one(sh: &Shell, s: &Session, text: &str) {
+fn run_one(sh: &mut Shell, s: &Session, text: &str) {
     let stmt = if sh.explain
         && !text
             .trim_start()
@@ -431,7 +453,10 @@ fn run_one(sh: &Shell, s: &Session, text: &str) {
     let started = Instant::now();
     match s.query(&stmt, &sh.params) {
         Ok(out) => print_output(&out, true),
-        Err(e) => crate::outln!("{}", e.to_string().trim_start()),
+        Err(e) => {
+            crate::errln!("{}", e.to_string().trim_start());
+            sh.failed = true;
+        }
     }
     if sh.timing {
         crate::outln!("time: {:.3} ms", started.elapsed().as_secs_f64() * 1e3);
@@ -466,13 +491,22 @@ fn command(sh: &mut Shell, s: &Session, cmd: &str, who: &str) -> bool {
                     (Ok(name), Ok(v)) => {
                         sh.params.insert(name, v);
                     }
-                    (Err(e), _) | (_, Err(e)) => crate::outln!("error: {e}"),
+                    (Err(e), _) | (_, Err(e)) => {
+                        crate::errln!("error: {e}");
+                        sh.failed = true;
+                    }
                 }
             }
-            _ => crate::outln!("usage: \\param NAME VALUE"),
+            _ => {
+                crate::errln!("usage: \\param NAME VALUE");
+                sh.failed = true;
+            }
         },
         "\\d" => describe(s),
-        other => crate::outln!("unknown command {other}; \\help lists them"),
+        other => {
+            crate::errln!("unknown command {other}; \\help lists them");
+            sh.failed = true;
+        }
     }
     true
 }

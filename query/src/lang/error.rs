@@ -329,6 +329,31 @@ struct Details {
     hint: Option<String>,
 }
 
+/// Characters of a source line shown around an error (`EXCERPT` on each
+/// side of the carets, `EXCERPT * 2` carets at most): a statement of
+/// megabytes on one line is not echoed whole. Returns the text shown, and
+/// where the carets start and how many there are in it.
+fn excerpt(text: &str, lead: usize, carets: usize) -> (String, usize, usize) {
+    const EXCERPT: usize = 60;
+    let len = text.chars().count();
+    if len <= EXCERPT * 4 {
+        return (text.to_string(), lead, carets);
+    }
+    let carets = carets.min(EXCERPT * 2);
+    let from = lead.saturating_sub(EXCERPT);
+    let to = (lead + carets + EXCERPT).min(len);
+    let mut shown = String::new();
+    if from > 0 {
+        shown.push_str("...");
+    }
+    shown.extend(text.chars().skip(from).take(to - from));
+    if to < len {
+        shown.push_str("...");
+    }
+    let lead = lead - from + if from > 0 { 3 } else { 0 };
+    (shown, lead, carets)
+}
+
 fn location(line: u32, column: u32) -> String {
     if line == 0 {
         String::new()
@@ -451,6 +476,7 @@ impl LangError {
                 .replace('\t', " ");
             let lead = source[line_start..start].chars().count();
             let carets = source[start..end].chars().count().max(1);
+            let (text, lead, carets) = excerpt(&text, lead, carets);
             let number = line.to_string();
             pad = " ".repeat(number.len());
             out.push_str(&format!("{pad}--> {line}:{col}\n"));
@@ -565,6 +591,39 @@ mod tests {
         assert_eq!(
             e.render(""),
             "error[deleted_not_allowed]: `deleted` cannot be selected: deleted records are never returned\n"
+        );
+    }
+
+    #[test]
+    fn render_shows_an_excerpt_of_a_very_long_line() {
+        // a mistake in the middle of a megabyte-long line
+        let src = format!(
+            "FIND ANY MATCH '{}' LIMTI 5 {}",
+            "a".repeat(500_000),
+            "b".repeat(500_000)
+        );
+        let at = src.find("LIMTI").unwrap();
+        let e = LangError::new(ErrorKind::UnterminatedString, Span::new(at, at + 5)).located(&src);
+        let r = e.render(&src);
+        assert!(r.len() < 600, "{} bytes rendered", r.len());
+        let lines: Vec<&str> = r.lines().collect();
+        let shown = lines[3].split_once(" | ").unwrap().1;
+        let marks = lines[4].split_once(" | ").unwrap().1;
+        assert!(
+            shown.starts_with("...") && shown.ends_with("..."),
+            "{shown}"
+        );
+        let caret = marks.find('^').unwrap();
+        assert_eq!(&shown[caret..caret + 5], "LIMTI", "{shown}\n{marks}");
+        assert_eq!(marks.trim_start().len(), 5);
+        // a span over the whole line: the carets are capped too
+        let e = LangError::new(ErrorKind::UnterminatedString, Span::new(0, src.len()));
+        assert!(e.render(&src).len() < 600);
+        // a short line is shown whole
+        let e = LangError::new(ErrorKind::UnterminatedString, Span::new(0, 4));
+        assert!(
+            e.render("FIND ANY LIMIT 1")
+                .contains("1 | FIND ANY LIMIT 1\n")
         );
     }
 }

@@ -430,6 +430,20 @@ fn lex_number(src: &str, start: usize) -> Result<(Token, usize), LangError> {
                 span,
             )
         };
+        let word = &src[j..k];
+        let exponent =
+            word.starts_with(['e', 'E']) && word[1..].bytes().all(|c| c.is_ascii_digit());
+        let hex = &src[start..j] == "0" && word.starts_with(['x', 'X']);
+        if unit.is_none() && (exponent || hex) {
+            return Err(LangError::new(
+                ErrorKind::InvalidNumber {
+                    text: truncated(text),
+                    reason: "numbers are decimal, without an exponent".into(),
+                },
+                span,
+            )
+            .with_hint("write the number out: 1000 rather than 1e3"));
+        }
         let Some(unit) = unit else {
             return Err(invalid("the unit must be one of s, m, h, d, w")
                 .with_hint("write a duration as an integer and a unit: 90s, 15m, 6h, 7d, 2w"));
@@ -526,6 +540,11 @@ mod tests {
             ("\"x\"", "unexpected_character"),
             ("'open", "unterminated_string"),
             ("7days", "invalid_duration"),
+            ("1e3", "invalid_number"),
+            ("2.5E10", "invalid_number"),
+            ("1e", "invalid_number"),
+            ("0x10", "invalid_number"),
+            ("10x", "invalid_duration"),
             ("1.5h", "invalid_duration"),
             ("99999999999999999999999d", "invalid_duration"),
             ("2025-13-01", "invalid_time"),
