@@ -523,6 +523,24 @@ fn query_runs_statements_as_the_key_and_locates_errors() {
     );
     assert_eq!(e["error"]["code"], "query_error");
     assert_eq!(e["error"]["details"]["line"], 1);
+    // the documented details are all there, `null` when there is none
+    let d = e["error"]["details"].as_object().unwrap();
+    for key in ["line", "column", "expected", "hint"] {
+        assert!(d.contains_key(key), "details lack {key}: {e}");
+    }
+    assert!(d["hint"].is_null());
+    // a hidden record's external id, to a principal that did not write
+    // it: in use, the record not named (`null`)
+    let e = s.json(
+        "POST",
+        "/v1/records",
+        Some(&k.bot),
+        Some(r#"[{"kind": "note", "external_id": "q/2", "text": "a guess"}]"#),
+        409,
+    );
+    assert_eq!(e["error"]["code"], "external_id_conflict", "{e}");
+    let d = e["error"]["details"].as_object().unwrap();
+    assert!(d.contains_key("existing") && d["existing"].is_null(), "{e}");
     // the body never names who asks
     s.json(
         "POST",

@@ -397,6 +397,19 @@ fn every_endpoint_against_every_caller() {
         assert_eq!(r.status, 401, "{h}");
         assert_eq!(r.json()["error"]["code"], "unauthorized");
     }
+    // Two Authorization headers, even two valid keys, are refused: neither
+    // order decides who asks.
+    for (first, second) in [(&boss, &boss), (&boss, &store), (&store, &boss)] {
+        let raw = format!(
+            "GET /v1/records HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\
+             Authorization: Bearer {first}\r\nAuthorization: Bearer {second}\r\n\r\n"
+        );
+        let mut c = std::net::TcpStream::connect(&s.addr).unwrap();
+        std::io::Write::write_all(&mut c, raw.as_bytes()).unwrap();
+        let r = read_response(&mut c).unwrap();
+        assert_eq!(r.status, 401);
+        assert_eq!(r.json()["error"]["code"], "unauthorized");
+    }
     // A body naming the tenant or the principal is refused, naming the field.
     for (path, body, field) in [
         (

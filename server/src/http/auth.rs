@@ -103,11 +103,16 @@ impl Caller {
 
 /// The key a request presents, if its `Authorization` header is a bearer
 /// token.
-pub fn bearer(parts: &Parts) -> Result<&str, &'static str> {
-    let h = parts
-        .headers
-        .get(AUTHORIZATION)
+pub fn bearer(headers: &axum::http::HeaderMap) -> Result<&str, &'static str> {
+    let mut all = headers.get_all(AUTHORIZATION).iter();
+    let h = all
+        .next()
         .ok_or("missing API key: send `Authorization: Bearer <key>`")?;
+    // Two keys are no key: which one would decide is not the client's
+    // (nor a proxy's) to leave open.
+    if all.next().is_some() {
+        return Err("malformed request: more than one Authorization header");
+    }
     let v = h
         .to_str()
         .map_err(|_| "malformed Authorization header: expected `Bearer <key>`")?;
@@ -122,7 +127,13 @@ pub fn bearer(parts: &Parts) -> Result<&str, &'static str> {
 
 /// Authenticates the presented key.
 pub fn authenticate(app: &Shared, parts: &Parts) -> ServerResult<Caller> {
-    let key = bearer(parts).map_err(|reason| ServerError::Unauthorized { reason })?;
+    let key = bearer(&parts.headers).map_err(|reason| ServerError::Unauthorized { reason })?;
+    authenticate_key(app, key)
+}
+
+/// The caller a key stands for now: also how a long request (a bulk
+/// stream) re-checks its key, so a key revoked while it runs stops it.
+pub fn authenticate_key(app: &Shared, key: &str) -> ServerResult<Caller> {
     let (found, problem) = app.keys.authenticate(key);
     if let Some(p) = problem {
         app.key_problem(p);

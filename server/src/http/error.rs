@@ -311,8 +311,13 @@ impl ServerError {
             E::Timeout { after_ms } => json!({"deadline_ms": after_ms}),
             _ => json!({}),
         };
+        // Where in the request (item, line, column, field) is left out when
+        // it does not apply; a documented field whose value is "none"
+        // (`existing`, `by`, `hint`) stays, as `null`.
         if let Value::Object(m) = &mut d {
-            m.retain(|_, v| !v.is_null());
+            m.retain(|k, v| {
+                !(v.is_null() && matches!(k.as_str(), "item" | "line" | "column" | "field"))
+            });
         }
         d
     }

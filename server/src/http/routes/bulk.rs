@@ -88,10 +88,16 @@ pub async fn ingest(
             format!("{batch} is out of range 1..={max}"),
         ));
     }
+    // The caller extractor accepted this key: it is re-checked before each
+    // batch (a key revoked during the stream ends it).
+    let key = crate::http::auth::bearer(req.headers())
+        .unwrap_or_default()
+        .to_string();
     let (tx, rx) = mpsc::channel::<Bytes>(RESPONSE_CHUNKS_BUFFERED);
     let job = Bulk {
         app: app.clone(),
         caller,
+        key,
         batch,
         tx,
         pending: Vec::with_capacity(batch),
@@ -128,6 +134,8 @@ struct Pending {
 struct Bulk {
     app: Shared,
     caller: Caller,
+    /// The presented key, re-authenticated for each batch.
+    key: String,
     batch: usize,
     tx: mpsc::Sender<Bytes>,
     pending: Vec<Pending>,
@@ -309,6 +317,11 @@ impl Bulk {
         // a full writer queue makes the stream wait (backpressure) rather
         // than fail half-way
         let permit = self.app.wait_slot(Queue::Write).await;
+        // the key as it stands now (a key's grant never changes: only
+        // revocation ends it)
+        if let Err(e) = crate::http::auth::authenticate_key(&self.app, &self.key) {
+            return Err(Stop::Failed(e));
+        }
         let session = match self.caller.session(&self.app, Operation::Append).await {
             Ok(s) => s,
             Err(e) => return Err(Stop::Failed(e)),
