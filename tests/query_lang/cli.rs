@@ -172,6 +172,81 @@ fn engram_shell_goes_on_after_a_line_that_is_not_utf8() {
     }
 }
 
+/// From a pipe, results go to stdout and errors to stderr, every
+/// statement still runs, and a failed one makes the exit status 1; a
+/// command after the last `;` of a line is run as a command.
+#[test]
+fn engram_shell_reports_errors_on_stderr_and_in_its_exit_status() {
+    let (_tmp, d) = store();
+    let o = shell_piped(
+        &["--data", &d, "shell", "--tenant", "t"],
+        b"FIND ANY LIMIT 0;\nFIND ANY LIMIT 2; \\q\nFIND ANY LIMIT 3;\n",
+    );
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(
+        err.contains("error[out_of_range]") && !out.contains("error["),
+        "{out}|{err}"
+    );
+    assert!(out.contains("(2 rows)"), "{out}");
+    assert!(
+        !out.contains("(3 rows)"),
+        "\\q after `;` did not quit: {out}"
+    );
+    let o = shell_piped(
+        &["--data", &d, "shell", "--tenant", "t"],
+        b"FIND ANY LIMIT 1;\n",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+/// Stored text is printed as data: terminal control characters in a
+/// record come out escaped (`\u001b`), in tables and in `--json` alike
+/// (where the escape is JSON's, the same string).
+#[test]
+fn terminal_controls_in_stored_text_are_printed_escaped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("s");
+    let d = d.to_str().unwrap();
+    assert!(engram(&["--data", d, "init"]).status.success());
+    let file = tmp.path().join("x.jsonl");
+    std::fs::write(
+        &file,
+        "{\"tenant\":\"t\",\"kind\":\"note\",\"external_id\":\"esc\",\"text\":\"zz \\u001b]0;PWNED\\u0007 \\u001b[2J \\u009b \\u202e end\"}\n",
+    )
+    .unwrap();
+    assert!(
+        engram(&["--data", d, "ingest", file.to_str().unwrap()])
+            .status
+            .success()
+    );
+    for args in [
+        vec!["query", "--tenant", "t", "FIND ANY MATCH 'zz' RETURN text"],
+        vec!["get", "--tenant", "t", "esc"],
+        vec!["log"],
+        vec![
+            "query",
+            "--tenant",
+            "t",
+            "--json",
+            "FIND ANY MATCH 'zz' RETURN text",
+        ],
+    ] {
+        let mut all = vec!["--data", d];
+        all.extend(args.iter().copied());
+        let o = engram(&all);
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+        let out = String::from_utf8(o.stdout).unwrap();
+        for c in ['\u{1b}', '\u{7}', '\u{9b}', '\u{202e}'] {
+            assert!(!out.contains(c), "{args:?} printed {c:?} raw: {out:?}");
+        }
+        assert!(out.contains("\\u001b]0;PWNED"), "{args:?}: {out}");
+    }
+}
+
 /// Examples 2 to 5 typed into `engram shell` from a pipe (with a
 /// parameter bound by `\param`): the same rows as `engram query`.
 #[test]

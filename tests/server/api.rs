@@ -378,6 +378,54 @@ fn keys_created_and_revoked_apply_to_a_running_server() {
             .permissions(),
     );
     assert_eq!(mode & 0o777, 0o600);
+
+    // A bulk stream opened with a key that is revoked while it runs stops
+    // at its next batch: nothing after the revocation is stored.
+    let k = tenant_key(&dir, "t", "bulk", "user");
+    let mut c = TcpStream::connect(&s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let chunk = |text: &str| format!("{:x}\r\n{text}\r\n", text.len());
+    c.write_all(
+        format!(
+            "POST /v1/records/bulk?batch=1 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\
+             Authorization: Bearer {k}\r\nTransfer-Encoding: chunked\r\n\r\n{}",
+            chunk("{\"kind\": \"note\", \"external_id\": \"b/1\", \"text\": \"before\"}\n")
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    // the first line is stored (its batch of one is full)
+    let admin = tenant_key(&dir, "t", "boss", "admin");
+    let stored = |ext: &str| {
+        s.call("GET", &format!("/v1/records/{ext}"), Some(&admin), None)
+            .status
+            == 200
+    };
+    let t0 = std::time::Instant::now();
+    while !stored("b%2F1") {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "line 1 never stored"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    engram(&dir, &["keys", "revoke", &k[4..12]]);
+    c.write_all(
+        format!(
+            "{}0\r\n\r\n",
+            chunk("{\"kind\": \"note\", \"external_id\": \"b/2\", \"text\": \"after\"}\n")
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let r = read_response(&mut c).unwrap();
+    let text = r.text();
+    assert!(text.contains("\"unauthorized\""), "{text}");
+    assert!(text.contains("\"complete\":false"), "{text}");
+    assert!(
+        !stored("b%2F2"),
+        "a line sent after the revocation was stored"
+    );
 }
 
 #[test]
