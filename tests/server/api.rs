@@ -48,6 +48,15 @@ fn endpoints_do_their_job() {
         s.json("GET", "/v1/openapi.json", None, None, 200),
         committed
     );
+    // every failure has one shape, a wrong method on any route too
+    for (method, path) in [
+        ("GET", "/v1/backup"),
+        ("DELETE", "/v1/compact"),
+        ("DELETE", "/v1/recall"),
+    ] {
+        let e = s.json(method, path, Some(&k.store), None, 405);
+        assert_eq!(e["error"]["code"], "method_not_allowed", "{method} {path}");
+    }
 
     // append: per-item results after fsync
     let r = append(

@@ -50,7 +50,7 @@ use crate::http::routes::{admin, bulk, health, lifecycle, query, records};
         health::metrics,
         health::openapi,
     ),
-    modifiers(&BearerKey),
+    modifiers(&BearerKey, &CommonErrors),
     tags(
         (name = "records", description = "Append, bulk ingest, read and trace records"),
         (name = "lifecycle", description = "Correct, expire, delete, retract, review, access, retention, holds"),
@@ -79,6 +79,89 @@ impl Modify for BearerKey {
                     .build(),
             ),
         );
+    }
+}
+
+/// Declares the answers any `/v1` operation may give besides its own
+/// (docs/server.md's error table): 401, 403, 429 (a full queue), 500 and
+/// 503 on every operation that needs a key, and 413 where there is a body.
+/// An operation's own description of a status is kept.
+struct CommonErrors;
+
+impl Modify for CommonErrors {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+        const COMMON: [(&str, &str, &str); 6] = [
+            (
+                "401",
+                "Unauthorized",
+                "unauthorized: no key, a malformed header, an unknown or revoked key",
+            ),
+            (
+                "403",
+                "Forbidden",
+                "forbidden: the authorization matrix refuses this key the operation",
+            ),
+            (
+                "413",
+                "PayloadTooLarge",
+                "payload_too_large: the body is over its limit",
+            ),
+            ("429", "Busy", "busy: a queue is full; Retry-After"),
+            (
+                "500",
+                "Internal",
+                "internal: details only in the server log",
+            ),
+            (
+                "503",
+                "Unavailable",
+                "timeout (past the request's deadline; Retry-After) or unavailable (the store is closing or storage failed)",
+            ),
+        ];
+        let components = openapi.components.get_or_insert_with(Default::default);
+        for (_, name, what) in COMMON {
+            let answer = ResponseBuilder::new()
+                .description(what)
+                .content(
+                    "application/json",
+                    ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name("ErrorBody")))
+                        .build(),
+                )
+                .build();
+            components.responses.insert(name.to_string(), answer.into());
+        }
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            if !path.starts_with("/v1/") {
+                continue;
+            }
+            for op in [
+                &mut item.get,
+                &mut item.post,
+                &mut item.put,
+                &mut item.delete,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                // (this document, the one /v1 path without a key, answers itself)
+                if op.security.as_ref().is_none_or(|s| s.is_empty()) {
+                    continue;
+                }
+                for (code, name, _) in COMMON {
+                    if code == "413" && op.request_body.is_none() {
+                        continue;
+                    }
+                    op.responses
+                        .responses
+                        .entry(code.to_string())
+                        .or_insert_with(|| {
+                            RefOr::Ref(Ref::new(format!("#/components/responses/{name}")))
+                        });
+                }
+            }
+        }
     }
 }
 

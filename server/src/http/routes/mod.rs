@@ -82,7 +82,8 @@ pub fn router(app: Shared) -> Router {
     // (one at a time, store key only).
     let maintenance = Router::new()
         .route("/v1/backup", post(admin::backup))
-        .route("/v1/compact", post(admin::compact));
+        .route("/v1/compact", post(admin::compact))
+        .method_not_allowed_fallback(method_not_allowed);
     v1.layer(
         ServiceBuilder::new()
             .layer(HandleErrorLayer::new(
