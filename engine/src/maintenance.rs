@@ -229,26 +229,29 @@ fn purge_set(st: &State, report: &mut CompactReport) -> HashMap<[u8; 16], Stored
 
 /// Whether `path` is `dir` or below it (compared after making both
 /// absolute, without requiring them to exist).
-fn inside(path: &Path, dir: &Path) -> bool {
-    let abs = |p: &Path| {
-        let p = if p.is_absolute() {
-            p.to_path_buf()
-        } else {
-            std::env::current_dir().unwrap_or_default().join(p)
-        };
-        let mut out = std::path::PathBuf::new();
-        for c in p.components() {
-            match c {
-                std::path::Component::ParentDir => {
-                    out.pop();
-                }
-                std::path::Component::CurDir => {}
-                c => out.push(c),
-            }
-        }
-        out
+/// `p` made absolute from the working directory, `.` and `..` applied
+/// lexically.
+fn absolute(p: &Path) -> std::path::PathBuf {
+    let p = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(p)
     };
-    abs(path).starts_with(abs(dir))
+    let mut out = std::path::PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn inside(path: &Path, dir: &Path) -> bool {
+    absolute(path).starts_with(absolute(dir))
 }
 
 fn lock_dir(opts: &Options, dir: &Path) -> Result<engram_storage::backend::LockGuard> {
@@ -420,7 +423,9 @@ impl Engram {
         // read through the store's backend.
         let backend = self.options().backend.as_ref();
         crate::store_dir::check_empty_target(backend, dest, "backup directory")?;
-        if inside(dest, self.dir()) {
+        // (through symbolic links too: a link into the store is inside it)
+        let real = |p: &Path| backend.real_path(&absolute(p));
+        if inside(dest, self.dir()) || inside(&real(dest), &real(self.dir())) {
             return Err(EngineError::invalid(
                 "backup directory",
                 format!(

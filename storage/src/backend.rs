@@ -84,6 +84,12 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// on read-only media) gives a guard that holds nothing: no writer can
     /// exist there either.
     fn try_lock_shared(&self, path: &Path) -> io::Result<Option<LockGuard>>;
+    /// `path` with every symbolic link among its existing parts resolved
+    /// (the parts that do not exist yet appended as written): where a
+    /// file at `path` would really be. Without links, `path` itself.
+    fn real_path(&self, path: &Path) -> std::path::PathBuf {
+        path.to_path_buf()
+    }
 }
 
 /// An open file. All offsets are absolute; there is no cursor.

@@ -178,4 +178,14 @@ fn a_backup_carries_no_content_deleted_before_it() {
     // a backup inside the store is refused
     let msg = fails(&store, &["backup", store.join("log/sub").to_str().unwrap()]);
     assert!(msg.contains("inside the store"), "{msg}");
+    // and through a symbolic link to the store, or to a directory in it
+    let link = tmp.path().join("link");
+    std::os::unix::fs::symlink(&store, &link).unwrap();
+    let log_link = tmp.path().join("log-link");
+    std::os::unix::fs::symlink(store.join("log"), &log_link).unwrap();
+    for dest in [link.join("bk2"), link.join("log/bk3"), log_link.join("bk4")] {
+        let msg = fails(&store, &["backup", dest.to_str().unwrap()]);
+        assert!(msg.contains("inside the store"), "{dest:?}: {msg}");
+        assert!(!dest.exists(), "{dest:?} written");
+    }
 }

@@ -19,6 +19,24 @@ struct FsFile {
 }
 
 impl Backend for FsBackend {
+    fn real_path(&self, path: &Path) -> std::path::PathBuf {
+        // the longest existing prefix, resolved, then the rest as written
+        let mut rest = Vec::new();
+        let mut at = path;
+        loop {
+            if let Ok(real) = fs::canonicalize(at) {
+                return rest.iter().rev().fold(real, |p, c| p.join(c));
+            }
+            match (at.parent(), at.file_name()) {
+                (Some(parent), Some(name)) => {
+                    rest.push(name.to_os_string());
+                    at = parent;
+                }
+                _ => return path.to_path_buf(),
+            }
+        }
+    }
+
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         fs::create_dir_all(path)
     }
@@ -164,5 +182,26 @@ impl BackendFile for FsFile {
             MapInner::Mmap(m),
             crate::cast::usize_from(len),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn real_path_resolves_links_in_the_part_that_exists() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = fs::canonicalize(tmp.path()).unwrap();
+        fs::create_dir(root.join("store")).unwrap();
+        std::os::unix::fs::symlink(root.join("store"), root.join("link")).unwrap();
+        let b = FsBackend;
+        assert_eq!(b.real_path(&root.join("link")), root.join("store"));
+        assert_eq!(
+            b.real_path(&root.join("link/not/yet")),
+            root.join("store/not/yet"),
+            "missing parts are appended as written"
+        );
+        assert_eq!(b.real_path(&root.join("plain/x")), root.join("plain/x"));
     }
 }
