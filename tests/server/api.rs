@@ -57,6 +57,21 @@ fn endpoints_do_their_job() {
         let e = s.json(method, path, Some(&k.store), None, 405);
         assert_eq!(e["error"]["code"], "method_not_allowed", "{method} {path}");
     }
+    // a query parameter no endpoint reads is refused, not ignored
+    for (method, path, body) in [
+        ("POST", "/v1/recall?tenant=beta", Some(r#"{"text": "x"}"#)),
+        (
+            "POST",
+            "/v1/records?tenant=beta",
+            Some(r#"[{"kind": "note", "text": "x"}]"#),
+        ),
+        ("GET", "/v1/stats?x=1", None),
+        ("GET", "/v1/records/nope/history?x=1", None),
+    ] {
+        let e = s.json(method, path, Some(&k.boss), body, 400);
+        assert_eq!(e["error"]["code"], "bad_request", "{method} {path}");
+    }
+    s.json("GET", "/v1/records?limit=1", Some(&k.boss), None, 200);
 
     // append: per-item results after fsync
     let r = append(

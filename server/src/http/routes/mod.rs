@@ -44,6 +44,16 @@ pub mod records;
 /// Route template of bulk ingest (it has its own body limit).
 pub const BULK_ROUTE: &str = "/v1/records/bulk";
 
+/// The endpoints that read query parameters (each through [`Params`],
+/// which refuses unknown ones); any other `/v1` endpoint given a query
+/// string answers 400 `bad_request`.
+const TAKES_QUERY: [(&str, &str); 4] = [
+    ("GET", "/v1/records"),
+    ("POST", BULK_ROUTE),
+    ("DELETE", "/v1/records/{ref}"),
+    ("POST", "/v1/eval"),
+];
+
 /// The router of the server over `app`.
 pub fn router(app: Shared) -> Router {
     let timeout_ms = app.cfg.limits.request_timeout_ms;
@@ -135,9 +145,18 @@ async fn observe(State(app): State<Shared>, req: Request, next: Next) -> Respons
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     let limit = body_limit(&app, &route);
+    let stray_query = route.starts_with("/v1/")
+        && req.uri().query().is_some_and(|q| !q.is_empty())
+        && !TAKES_QUERY.contains(&(req.method().as_str(), route.as_str()));
     let mut resp = match declared_len {
         // refused before a byte of the body is read
         Some(n) if n > limit => ServerError::TooLarge { limit_bytes: limit }.into_response(),
+        // a parameter no endpoint reads is a mistake (a misspelt one, or
+        // one that hopes to choose the tenant), never silently ignored
+        _ if stray_query => {
+            ServerError::bad_request("query", "this endpoint takes no query parameters")
+                .into_response()
+        }
         _ => next.run(req).await,
     };
     if let Ok(v) = HeaderValue::from_str(&request_id) {
