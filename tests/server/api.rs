@@ -574,6 +574,23 @@ fn query_runs_statements_as_the_key_and_locates_errors() {
         200,
     );
     assert_eq!(r["rows"][0]["text"], "the catalog cache is cold");
+    // a field the tree does not have is refused, not dropped (a misspelt
+    // limit, or one that hopes to name who asks)
+    for ast in [
+        json!({"ast": {"body": {"statement": "find", "limt": 1}}}),
+        json!({"ast": {"body": {"statement": "find"}, "principal": "boss"}}),
+        json!({"ast": {"body": {"statement": "find", "tenant": "globex"}}}),
+        json!({"ast": {"body": {"statement": "find", "retrievers": [{"retriever": "match", "text": "x", "tenant": "t"}]}}}),
+    ] {
+        let e = s.json(
+            "POST",
+            "/v1/query",
+            Some(&k.boss),
+            Some(&ast.to_string()),
+            422,
+        );
+        assert_eq!(e["error"]["code"], "invalid_input", "{ast}: {e}");
+    }
     // another tenant's key and a reader without the label see nothing
     for key in [&other, &k.ann] {
         let r = s.json(

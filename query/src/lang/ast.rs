@@ -271,6 +271,7 @@ impl StrList {
 
 /// `SOURCES [DEPTH n]` or `DERIVATIVES [DEPTH n]` after `WITH`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Attach {
     /// Levels (default [`DEFAULT_ATTACH_DEPTH`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -373,6 +374,7 @@ impl ReturnField {
 
 /// A search: eligibility filters, retrievers, fusion, lineage, output.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Find {
     /// Record types (`FIND entities, assertions`); empty is `ANY`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -481,6 +483,7 @@ impl TraceDirection {
 
 /// Lineage from one record, no search.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Trace {
     /// The record.
     pub target: RecordRef,
@@ -517,6 +520,7 @@ impl Trace {
     reason = "one statement per request, never held in bulk: boxing would buy nothing"
 )]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 #[serde(tag = "statement", rename_all = "snake_case")]
 pub enum Body {
     /// `FIND ...`.
@@ -527,6 +531,7 @@ pub enum Body {
 
 /// A whole statement.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Statement {
     /// `EXPLAIN`: return the manifest.
     #[serde(default, skip_serializing_if = "is_false")]

@@ -142,6 +142,7 @@ mod rfc3339_ms {
 /// `{"time": "at", "at": "2025-06-10T00:00:00Z"}`, `{"time": "param",
 /// "param": "since"}`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 #[serde(tag = "time", rename_all = "snake_case")]
 pub enum TimeExpr {
     /// `now`, `now - 7d`: the engine clock at execution, plus the offset.
@@ -382,6 +383,7 @@ impl CmpOp {
 /// `field = v`, `field != v`, `field IN (...)`, `field NOT IN (...)` on a
 /// string field. `= v` is a one-item list.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TextPredicate {
     /// The field.
     pub field: TextField,
@@ -397,6 +399,7 @@ pub struct TextPredicate {
 
 /// `record = entity`, `record IN (entity, relation)`, negatable.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RecordPredicate {
     /// `!=` or `NOT IN`.
     #[serde(default, skip_serializing_if = "is_false")]
@@ -410,6 +413,7 @@ pub struct RecordPredicate {
 
 /// `status = superseded`, `status IN (active, stale)`, negatable.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct StatusPredicate {
     /// `!=` or `NOT IN`.
     #[serde(default, skip_serializing_if = "is_false")]
@@ -423,6 +427,7 @@ pub struct StatusPredicate {
 
 /// `occurred_at >= now - 7d`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TimePredicate {
     /// The field.
     pub field: TimeField,
@@ -439,6 +444,7 @@ pub struct TimePredicate {
 /// both. A chain of one operator is one node (`a AND b AND c` has three
 /// items); parentheses make a nested node.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 #[serde(tag = "expr", rename_all = "snake_case")]
 pub enum Expr {
     /// All items hold.

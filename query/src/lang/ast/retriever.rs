@@ -57,6 +57,7 @@ impl RetrieverKind {
 
 /// `SIMILAR TO <text | $p> [MODEL m] [MIN x] [TOP n] [AS name]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Similar {
     /// Text (embedded by the store's embedder), or a parameter bound to a
     /// text or to a vector.
@@ -80,6 +81,7 @@ pub struct Similar {
 
 /// `MATCH <text | $p> [TOP n] [AS name]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Match {
     /// The query text (BM25).
     pub text: Arg<String>,
@@ -96,6 +98,7 @@ pub struct Match {
 
 /// `RECENT [TOP n] [AS name]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Recent {
     /// Candidate budget.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -110,6 +113,7 @@ pub struct Recent {
 
 /// A record named by id.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 #[serde(tag = "ref", rename_all = "snake_case")]
 pub enum RecordRef {
     /// `ID '01J...'`: an internal id (26 characters of Crockford base32).
@@ -147,6 +151,7 @@ impl RecordRef {
 
 /// Where an `EXPAND` starts.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 #[serde(tag = "seed", rename_all = "snake_case")]
 pub enum Seed {
     /// `ENTITY 'Acme'`: entities whose canonical name or alias is this (a
@@ -177,6 +182,7 @@ impl Seed {
 
 /// `HOPS a..b` (`HOPS n` is `1..n`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct HopRange {
     /// Fewest hops (0 includes the seeds themselves).
     pub min: u64,
@@ -212,6 +218,7 @@ impl Direction {
 
 /// `EXPAND FROM seeds [HOPS a..b] [VIA preds] [DIRECTION d] [MAX n] [TOP n] [AS name]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Expand {
     /// Seeds (at least one).
     pub from: Vec<Seed>,
@@ -246,6 +253,7 @@ pub type Around = Recent;
 
 /// One named candidate generator.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 #[serde(tag = "retriever", rename_all = "snake_case")]
 pub enum Retriever {
     /// `SIMILAR TO`.
@@ -331,6 +339,7 @@ impl Normalize {
 
 /// How retrievers' candidates are combined.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 #[serde(tag = "method", rename_all = "snake_case")]
 pub enum Fusion {
     /// `FUSE RRF [K n]`: `sum over r of w_r / (k + rank_r)`.
@@ -364,6 +373,7 @@ impl Fusion {
 
 /// `name = w` in `WEIGHTS (...)`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Weight {
     /// The retriever.
     pub name: Name,
