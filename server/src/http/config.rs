@@ -65,6 +65,10 @@ pub const QUERIES_IN_FLIGHT_MAX_DEFAULT: usize = 32;
 pub const QUERY_QUEUE_WAIT_MS_DEFAULT: u64 = 250;
 /// Open connections; more are closed at once.
 pub const CONNECTIONS_MAX_DEFAULT: usize = 1024;
+/// Open connections from one client address: a quarter of
+/// [`CONNECTIONS_MAX_DEFAULT`], so one client stalling connections (headers
+/// sent slowly, or never) cannot take every slot and lock others out.
+pub const CONNECTIONS_PER_CLIENT_MAX_DEFAULT: usize = 256;
 /// How long shutdown waits for in-flight requests.
 pub const SHUTDOWN_GRACE_MS_DEFAULT: u64 = 30_000;
 
@@ -110,6 +114,8 @@ pub struct Limits {
     pub query_queue_wait_ms: u64,
     /// See [`CONNECTIONS_MAX_DEFAULT`].
     pub connections_max: usize,
+    /// See [`CONNECTIONS_PER_CLIENT_MAX_DEFAULT`].
+    pub connections_per_client_max: usize,
     /// See [`SHUTDOWN_GRACE_MS_DEFAULT`].
     pub shutdown_grace_ms: u64,
 }
@@ -136,6 +142,7 @@ impl Default for Limits {
             queries_in_flight_max: QUERIES_IN_FLIGHT_MAX_DEFAULT,
             query_queue_wait_ms: QUERY_QUEUE_WAIT_MS_DEFAULT,
             connections_max: CONNECTIONS_MAX_DEFAULT,
+            connections_per_client_max: CONNECTIONS_PER_CLIENT_MAX_DEFAULT,
             shutdown_grace_ms: SHUTDOWN_GRACE_MS_DEFAULT,
         }
     }
@@ -229,7 +236,7 @@ impl Config {
 impl Limits {
     /// Refuses zero limits and limits above what the engine enforces.
     pub fn check(&self) -> Result<(), String> {
-        let nonzero: [(&str, u64); 14] = [
+        let nonzero: [(&str, u64); 15] = [
             ("body_bytes_max", self.body_bytes_max),
             ("bulk_body_bytes_max", self.bulk_body_bytes_max),
             ("bulk_line_bytes_max", self.bulk_line_bytes_max as u64),
@@ -247,6 +254,10 @@ impl Limits {
             ("appends_in_flight_max", self.appends_in_flight_max as u64),
             ("queries_in_flight_max", self.queries_in_flight_max as u64),
             ("connections_max", self.connections_max as u64),
+            (
+                "connections_per_client_max",
+                self.connections_per_client_max as u64,
+            ),
         ];
         for (name, v) in nonzero {
             if v == 0 {

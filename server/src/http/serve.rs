@@ -165,19 +165,25 @@ async fn run(app: Shared) -> ServerResult<()> {
         .keep_alive(true);
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(app.cfg.limits.connections_max));
+    let per_client = PerClient::new(app.cfg.limits.connections_per_client_max);
     let signal = shutdown_signal();
     tokio::pin!(signal);
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((s, _peer)) => s,
+                let (stream, peer) = match accepted {
+                    Ok(x) => x,
                     Err(e) => {
                         // out of file descriptors and the like: pause, go on
                         log("warn", "accept failed", &[("error", json!(e.to_string()))]);
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     }
+                };
+                let Some(mine) = per_client.open(peer.ip()) else {
+                    app.metrics.throttled("connections_per_client");
+                    drop(stream);
+                    continue;
                 };
                 let Ok(slot) = slots.clone().try_acquire_owned() else {
                     app.metrics.throttled("connections");
@@ -198,6 +204,7 @@ async fn run(app: Shared) -> ServerResult<()> {
                     let _ = watched.await;
                     app.metrics.connection_closed();
                     drop(slot);
+                    drop(mine);
                 });
             }
             which = &mut signal => {
@@ -238,5 +245,72 @@ async fn shutdown_signal() -> &'static str {
     tokio::select! {
         _ = term.recv() => "SIGTERM",
         _ = tokio::signal::ctrl_c() => "SIGINT",
+    }
+}
+
+/// Open connections per client address, each at most `max`.
+#[derive(Clone)]
+struct PerClient {
+    open: Arc<parking_lot::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+    max: usize,
+}
+
+/// One open connection of a client; dropping it closes it in the count.
+struct ClientSlot {
+    of: PerClient,
+    ip: std::net::IpAddr,
+}
+
+impl PerClient {
+    fn new(max: usize) -> PerClient {
+        PerClient {
+            open: Default::default(),
+            max,
+        }
+    }
+
+    /// A slot for a new connection from `ip`, if it has fewer than `max`.
+    fn open(&self, ip: std::net::IpAddr) -> Option<ClientSlot> {
+        let mut open = self.open.lock();
+        let n = open.entry(ip).or_default();
+        if *n >= self.max {
+            return None;
+        }
+        *n += 1;
+        Some(ClientSlot {
+            of: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut open = self.of.open.lock();
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_client_holds_at_most_its_share_of_connections() {
+        let per = PerClient::new(2);
+        let a: std::net::IpAddr = [10, 0, 0, 1].into();
+        let b: std::net::IpAddr = [10, 0, 0, 2].into();
+        let (a1, a2) = (per.open(a).unwrap(), per.open(a).unwrap());
+        assert!(per.open(a).is_none(), "a third from the same client");
+        let b1 = per.open(b).expect("another client is not locked out");
+        drop(a1);
+        let a3 = per.open(a).expect("a closed connection frees its slot");
+        drop((a2, a3, b1));
+        assert!(per.open.lock().is_empty(), "no count left behind");
     }
 }
