@@ -113,6 +113,17 @@ pub struct Meta {
     pub predicate: Option<Sym>,
 }
 
+impl Meta {
+    /// Whether the record becomes valid only after it was ingested: a
+    /// `valid_from` given apart from `occurred_at` (which it defaults to)
+    /// and later than the ingestion. A record about an event dated later
+    /// (a meeting planned for tomorrow, or a client clock ahead of the
+    /// store's) is known, and valid, from when it is written.
+    pub fn valid_later(&self) -> bool {
+        self.valid_from > self.ingested_at && self.valid_from != self.occurred_at
+    }
+}
+
 /// Grants of one principal.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Grants {
@@ -331,8 +342,8 @@ pub struct State {
     /// `0..=i`. The recency retriever walks records newest index first and
     /// stops once nothing at or below the index can enter its top n.
     pub occurred_prefix_max: Vec<i64>,
-    /// Records valid only from after their ingestion (`valid_from` later
-    /// than `ingested_at`): the only ones that can be not yet valid at
+    /// Records valid only from after their ingestion
+    /// ([`Meta::valid_later`]): the only ones that can be not yet valid at
     /// the present or a later moment. Derived from the record table (kept
     /// with it, not in checkpoints).
     pub bm_valid_later: RoaringBitmap,
@@ -516,7 +527,7 @@ impl State {
     pub fn push_meta(&mut self, meta: Meta) {
         let before = self.occurred_prefix_max.last().copied().unwrap_or(i64::MIN);
         self.occurred_prefix_max.push(before.max(meta.occurred_at));
-        if meta.valid_from > meta.ingested_at {
+        if meta.valid_later() {
             self.bm_valid_later.insert(idx_of(self.metas.len()));
         }
         self.metas.push(meta);
@@ -529,7 +540,7 @@ impl State {
         self.bm_valid_later = metas
             .iter()
             .enumerate()
-            .filter(|(_, m)| m.valid_from > m.ingested_at)
+            .filter(|(_, m)| m.valid_later())
             .map(|(i, _)| idx_of(i))
             .collect();
         let mut max = i64::MIN;

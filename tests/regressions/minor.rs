@@ -150,11 +150,15 @@ fn a_record_valid_from_the_future_is_left_out_until_then() {
     let s = db.session(Principal::admin("t"));
     let mut later = NewRecord::event("policy", "refunds need two approvals").with_external_id("p");
     later.valid_from = Some(from);
+    // an event dated later, with no validity of its own: known now
+    let mut planned = NewRecord::event("meeting", "refunds review meeting").with_external_id("m");
+    planned.occurred_at = Some(from);
     s.append(vec![
         NewRecord::event("note", "refunds memo").with_external_id("memo"),
         later,
     ])
     .unwrap();
+    s.append(vec![planned]).unwrap();
     let found = |s: &engram::Session, valid_at: Option<i64>| {
         let mut q = RecallRequest::text("refunds");
         q.valid_at = valid_at;
@@ -163,8 +167,16 @@ fn a_record_valid_from_the_future_is_left_out_until_then() {
             .hits
             .iter()
             .filter_map(|h| h.external_id.clone())
+            .filter(|e| e != "m")
             .collect::<Vec<_>>()
     };
+    let planned_found = s
+        .recall(&RecallRequest::text("meeting"))
+        .unwrap()
+        .hits
+        .iter()
+        .any(|h| h.external_id.as_deref() == Some("m"));
+    assert!(planned_found, "a record about a later event is valid now");
     assert_eq!(found(&s, None), ["memo"], "not valid yet, now");
     assert_eq!(found(&s, Some(from - 1)), ["memo"], "nor just before");
     assert!(
