@@ -2,9 +2,38 @@
 //! and byte column of the first invalid sequence named, and a leading UTF-8
 //! byte-order mark (which editors add) dropped.
 //!
+//! And the other way: text made safe to print to a terminal
+//! ([`terminal_safe`]).
+//!
 //! This module must never guess an encoding.
 
 use crate::ingest::LineError;
+
+/// `text` with every character that could drive a terminal written as a
+/// `\uXXXX` escape: C0 controls but newline and tab, DEL, C1 controls and
+/// the bidirectional overrides and isolates. Stored text is data, never
+/// terminal commands (an ESC sequence in a record could retitle or clear
+/// the terminal, or reach its clipboard). The escape is JSON's: inside a
+/// JSON string it means the same character, so `--json` output stays
+/// equal as JSON.
+pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    fn unsafe_char(c: char) -> bool {
+        matches!(c, '\0'..='\u{8}' | '\u{b}'..='\u{1f}' | '\u{7f}'..='\u{9f}')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    }
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
 
 /// The UTF-8 byte-order mark.
 const BOM: &[u8] = b"\xEF\xBB\xBF";
@@ -47,6 +76,23 @@ pub fn decode(bytes: &[u8]) -> Result<String, LineError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn terminal_safe_escapes_controls_and_keeps_text() {
+        let plain = "café, 東京, 🙂\ttab\nline";
+        assert!(matches!(
+            terminal_safe(plain),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            terminal_safe("a\u{1b}]0;x\u{7}b\rc\u{7f}\u{9b}\u{202e}\u{2066}d\u{0}"),
+            "a\\u001b]0;x\\u0007b\\u000dc\\u007f\\u009b\\u202e\\u2066d\\u0000"
+        );
+        // the escape is JSON's: a JSON string stays the same string
+        let json = serde_json::to_string("x\u{7f}\u{9b}\u{202e}y").unwrap();
+        let back: String = serde_json::from_str(&terminal_safe(&json)).unwrap();
+        assert_eq!(back, "x\u{7f}\u{9b}\u{202e}y");
+    }
+
     use super::*;
 
     #[test]

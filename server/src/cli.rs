@@ -321,12 +321,16 @@ where
     let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
-            let _ = e.print();
             return match e.kind() {
                 clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    let _ = e.print();
                     ExitCode::SUCCESS
                 }
-                _ => ExitCode::from(2),
+                // an error quotes the argument: plain text, controls escaped
+                _ => {
+                    eprint!("{}", crate::output::terminal_safe(&e.render().to_string()));
+                    ExitCode::from(2)
+                }
             };
         }
     };

@@ -187,7 +187,7 @@ pub fn keys(data: &Path, cmd: KeysCommand) -> CliResult {
                 for k in &all {
                     crate::outln!("{}", describe(k));
                 }
-                eprintln!("{} key(s) in {}", all.len(), path.display());
+                crate::errln!("{} key(s) in {}", all.len(), path.display());
             }
         }
         KeysCommand::Revoke { id, file } => {

@@ -23,31 +23,7 @@ pub fn emit(line: std::fmt::Arguments<'_>) {
     }
 }
 
-/// `text` with every character that could drive a terminal written as a
-/// `\uXXXX` escape: C0 controls but newline and tab, DEL, C1 controls and
-/// the bidirectional overrides and isolates. Stored text is data, never
-/// terminal commands (an ESC sequence in a record could retitle or clear
-/// the terminal, or reach its clipboard). The escape is JSON's: inside a
-/// JSON string it means the same character, so `--json` output stays
-/// equal as JSON.
-pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
-    fn unsafe_char(c: char) -> bool {
-        matches!(c, '\0'..='\u{8}' | '\u{b}'..='\u{1f}' | '\u{7f}'..='\u{9f}')
-            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-    }
-    if !text.chars().any(unsafe_char) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        if unsafe_char(c) {
-            out.push_str(&format!("\\u{:04x}", c as u32));
-        } else {
-            out.push(c);
-        }
-    }
-    std::borrow::Cow::Owned(out)
-}
+pub use engram_query::text::terminal_safe;
 
 /// `eprintln!` with [`terminal_safe`] text.
 #[macro_export]

@@ -157,7 +157,8 @@ fn cell(v: &Value, width: usize) -> String {
         },
         other => other.to_string(),
     };
-    let one_line: String = s.replace(['\n', '\r', '\t'], " ");
+    // escaped before measuring, so the columns line up as printed
+    let one_line = crate::output::terminal_safe(&s.replace(['\n', '\r', '\t'], " ")).into_owned();
     if one_line.chars().count() > width {
         let mut t: String = one_line.chars().take(width.saturating_sub(1)).collect();
         t.push('…');
@@ -343,7 +344,13 @@ fn shell_loop(db: &Engram, s: &Session, a: &ShellArgs) -> CliResult {
             }
         };
         let trimmed = line.trim();
-        if buf.trim().is_empty() && trimmed.starts_with('\\') {
+        // A command line (outside a string): a statement left open before
+        // it runs first, as at the end of the input.
+        if trimmed.starts_with('\\') && !statement_ends(&buf).2 {
+            let open = std::mem::take(&mut buf);
+            if statement_ends(&open).1 {
+                run_one(&mut sh, s, &open);
+            }
             if !command(&mut sh, s, trimmed, &who) {
                 break;
             }
@@ -375,8 +382,9 @@ fn shell_loop(db: &Engram, s: &Session, a: &ShellArgs) -> CliResult {
             }
         }
     }
-    // Input ended inside a statement: it runs as if its `;` were there.
-    if !buf.trim().is_empty() {
+    // Input ended inside a statement: it runs as if its `;` were there
+    // (comments alone are no statement).
+    if statement_ends(&buf).1 {
         run_one(&mut sh, s, &buf);
     }
     if let (Some(e), Some(h)) = (editor.as_mut(), history_path(a)) {
@@ -394,13 +402,14 @@ fn shell_loop(db: &Engram, s: &Session, a: &ShellArgs) -> CliResult {
 /// Whether `text` ends with a `;` that is not inside a string or a comment.
 #[cfg(test)]
 fn ends_statement(text: &str) -> bool {
-    let (ends, open) = statement_ends(text);
+    let (ends, open, _) = statement_ends(text);
     !ends.is_empty() && !open
 }
 
-/// Byte offsets just past each `;` outside strings and comments, and
-/// whether anything but whitespace and comments follows the last one.
-fn statement_ends(text: &str) -> (Vec<usize>, bool) {
+/// Byte offsets just past each `;` outside strings and comments, whether
+/// anything but whitespace and comments follows the last one, and whether
+/// the text ends inside a string.
+fn statement_ends(text: &str) -> (Vec<usize>, bool, bool) {
     let mut ends = Vec::new();
     let mut open = false;
     let mut in_str = false;
@@ -436,7 +445,7 @@ fn statement_ends(text: &str) -> (Vec<usize>, bool) {
             _ => open = true,
         }
     }
-    (ends, open || in_str)
+    (ends, open || in_str, in_str)
 }
 
 fn run_one(sh: &mut Shell, s: &Session, text: &str) {

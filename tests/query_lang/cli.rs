@@ -201,6 +201,23 @@ fn engram_shell_reports_errors_on_stderr_and_in_its_exit_status() {
         b"FIND ANY LIMIT 1;\n",
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // comments after the last statement are no statement
+    let o = shell_piped(
+        &["--data", &d, "shell", "--tenant", "t"],
+        b"FIND ANY LIMIT 1; -- trailing\n-- done\n",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // a command line runs the statement left open before it, then itself
+    let o = shell_piped(
+        &["--data", &d, "shell", "--tenant", "t"],
+        b"FIND ANY\nLIMIT 2\n\\q\nFIND ANY LIMIT 3;\n",
+    );
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("(2 rows)") && !out.contains("(3 rows)"),
+        "{out}"
+    );
 }
 
 /// Stored text is printed as data: terminal control characters in a

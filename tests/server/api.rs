@@ -581,6 +581,8 @@ fn query_runs_statements_as_the_key_and_locates_errors() {
         json!({"ast": {"body": {"statement": "find"}, "principal": "boss"}}),
         json!({"ast": {"body": {"statement": "find", "tenant": "globex"}}}),
         json!({"ast": {"body": {"statement": "find", "retrievers": [{"retriever": "match", "text": "x", "tenant": "t"}]}}}),
+        json!({"ast": {"body": {"statement": "find", "limit": {"lit": 1, "principal": "x"}}}}),
+        json!({"ast": {"body": {"statement": "find", "retrievers": [{"retriever": "match", "text": {"param": "t", "tenant": "globex"}}]}}}),
     ] {
         let e = s.json(
             "POST",

@@ -91,6 +91,7 @@ pub struct Spanned<T> {
 #[derive(Deserialize)]
 #[serde(
     untagged,
+    deny_unknown_fields,
     expecting = "a value, or {\"value\": value, \"span\": \"a..b\"}"
 )]
 enum SpannedRepr<T> {
@@ -154,6 +155,7 @@ pub enum Arg<T> {
 #[derive(Deserialize)]
 #[serde(
     untagged,
+    deny_unknown_fields,
     expecting = "a literal, {\"lit\": literal, \"span\": \"a..b\"} or {\"param\": name}"
 )]
 enum ArgRepr<T> {
@@ -231,6 +233,7 @@ pub enum StrList {
 #[derive(Deserialize)]
 #[serde(
     untagged,
+    deny_unknown_fields,
     expecting = "a list of strings or parameters, {\"items\": [...]} or {\"param\": name}"
 )]
 enum StrListRepr {

@@ -471,11 +471,12 @@ impl LangError {
             while !source.is_char_boundary(end) {
                 end -= 1;
             }
-            let text = source[line_start..line_end]
-                .trim_end_matches('\r')
-                .replace('\t', " ");
-            let lead = source[line_start..start].chars().count();
-            let carets = source[start..end].chars().count().max(1);
+            // escaped as printed (`terminal_safe`), so the carets stay
+            // under what they point at
+            let safe = |t: &str| crate::text::terminal_safe(&t.replace('\t', " ")).into_owned();
+            let text = safe(source[line_start..line_end].trim_end_matches('\r'));
+            let lead = safe(&source[line_start..start]).chars().count();
+            let carets = safe(&source[start..end]).chars().count().max(1);
             let (text, lead, carets) = excerpt(&text, lead, carets);
             let number = line.to_string();
             pad = " ".repeat(number.len());
@@ -592,6 +593,19 @@ mod tests {
             e.render(""),
             "error[deleted_not_allowed]: `deleted` cannot be selected: deleted records are never returned\n"
         );
+    }
+
+    #[test]
+    fn render_escapes_controls_and_keeps_the_carets_under_the_span() {
+        let src = "FIND ANY MATCH '\u{1b}[31m\u{1b}[31m' LIMIT 1e3";
+        let at = src.find("1e3").unwrap();
+        let e = LangError::new(ErrorKind::UnterminatedString, Span::new(at, at + 3)).located(src);
+        let r = e.render(src);
+        assert!(!r.contains('\u{1b}'), "{r}");
+        let lines: Vec<&str> = r.lines().collect();
+        let shown = lines[3].split_once(" | ").unwrap().1;
+        let caret = lines[4].split_once(" | ").unwrap().1.find('^').unwrap();
+        assert_eq!(&shown[caret..caret + 3], "1e3", "{r}");
     }
 
     #[test]
