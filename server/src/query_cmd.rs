@@ -580,7 +580,7 @@ mod tests {
     #[test]
     fn a_line_may_hold_several_statements() {
         let text = "FIND ANY; FIND ANY MATCH 'a;b' LIMIT 1;\n-- note;\n";
-        let (ends, open) = statement_ends(text);
+        let (ends, open, _) = statement_ends(text);
         assert!(!open);
         let parts: Vec<&str> = ends
             .iter()

@@ -433,12 +433,13 @@ fn lex_number(src: &str, start: usize) -> Result<(Token, usize), LangError> {
         let word = &src[j..k];
         let exponent =
             word.starts_with(['e', 'E']) && word[1..].bytes().all(|c| c.is_ascii_digit());
-        let hex = &src[start..j] == "0" && word.starts_with(['x', 'X']);
-        if unit.is_none() && (exponent || hex) {
+        let radix = &src[start..j] == "0" && word.starts_with(['x', 'X', 'b', 'B', 'o', 'O']);
+        let grouped = word.starts_with('_');
+        if unit.is_none() && (exponent || radix || grouped) {
             return Err(LangError::new(
                 ErrorKind::InvalidNumber {
                     text: truncated(text),
-                    reason: "numbers are decimal, without an exponent".into(),
+                    reason: "numbers are decimal digits, without an exponent, prefix or `_`".into(),
                 },
                 span,
             )
@@ -544,6 +545,9 @@ mod tests {
             ("2.5E10", "invalid_number"),
             ("1e", "invalid_number"),
             ("0x10", "invalid_number"),
+            ("0b1", "invalid_number"),
+            ("0o7", "invalid_number"),
+            ("1_000", "invalid_number"),
             ("10x", "invalid_duration"),
             ("1.5h", "invalid_duration"),
             ("99999999999999999999999d", "invalid_duration"),

@@ -83,15 +83,21 @@ impl Modify for BearerKey {
 }
 
 /// Declares the answers any `/v1` operation may give besides its own
-/// (docs/server.md's error table): 401, 403, 429 (a full queue), 500 and
-/// 503 on every operation that needs a key, and 413 where there is a body.
+/// (docs/server.md's error table): 400, 401, 403, 429 (a full queue), 500
+/// and 503 on every operation that needs a key, and 413 where there is a
+/// body.
 /// An operation's own description of a status is kept.
 struct CommonErrors;
 
 impl Modify for CommonErrors {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
-        const COMMON: [(&str, &str, &str); 6] = [
+        const COMMON: [(&str, &str, &str); 7] = [
+            (
+                "400",
+                "BadRequest",
+                "invalid_json, bad_request (a wrong shape, a query parameter the endpoint does not read) or session_field (the body names tenant or principal)",
+            ),
             (
                 "401",
                 "Unauthorized",
