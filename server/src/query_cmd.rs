@@ -481,13 +481,24 @@ fn command(sh: &mut Shell, s: &Session, cmd: &str, who: &str) -> bool {
         "\\explain" => match parts.next() {
             Some("on") => sh.explain = true,
             Some("off") => sh.explain = false,
-            _ => crate::outln!("explain is {}", if sh.explain { "on" } else { "off" }),
+            None => crate::outln!("explain is {}", if sh.explain { "on" } else { "off" }),
+            Some(other) => {
+                crate::errln!("\\explain {other}: expected on or off");
+                sh.failed = true;
+            }
         },
         "\\timing" => {
             sh.timing = !sh.timing;
             crate::outln!("timing is {}", if sh.timing { "on" } else { "off" });
         }
-        "\\tenant" => crate::outln!("{who}"),
+        "\\tenant" if parts.next().is_none() => crate::outln!("{who}"),
+        "\\tenant" => {
+            // the session's tenant is chosen when the shell starts
+            crate::errln!(
+                "\\tenant takes no argument: start `engram shell --tenant T` for another tenant"
+            );
+            sh.failed = true;
+        }
         "\\param" => match (parts.next(), parts.next()) {
             (Some(name), Some(value)) => {
                 let rest: Vec<&str> = std::iter::once(value).chain(parts).collect();

@@ -201,6 +201,11 @@ fn engram_shell_reports_errors_on_stderr_and_in_its_exit_status() {
         b"FIND ANY LIMIT 1;\n",
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // a command with a wrong argument fails too
+    for cmd in ["\\explain maybe\n", "\\tenant other\n"] {
+        let o = shell_piped(&["--data", &d, "shell", "--tenant", "t"], cmd.as_bytes());
+        assert_eq!(o.status.code(), Some(1), "{cmd}: {}", text(&o));
+    }
     // comments after the last statement are no statement
     let o = shell_piped(
         &["--data", &d, "shell", "--tenant", "t"],
