@@ -6,10 +6,14 @@
 /// quietly instead of panicking.
 pub fn emit(line: std::fmt::Arguments<'_>) {
     use std::io::Write;
-    let text = match line.as_str() {
-        Some(s) => terminal_safe(s),
-        None => std::borrow::Cow::Owned(terminal_safe(&line.to_string()).into_owned()),
-    };
+    let formatted;
+    let text = terminal_safe(match line.as_str() {
+        Some(s) => s,
+        None => {
+            formatted = line.to_string();
+            &formatted
+        }
+    });
     let mut out = std::io::stdout().lock();
     if let Err(e) = out
         .write_all(text.as_bytes())

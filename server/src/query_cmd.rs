@@ -346,10 +346,11 @@ fn shell_loop(db: &Engram, s: &Session, a: &ShellArgs) -> CliResult {
         let trimmed = line.trim();
         // A command line (outside a string): a statement left open before
         // it runs first, as at the end of the input.
-        if trimmed.starts_with('\\') && !statement_ends(&buf).2 {
-            let open = std::mem::take(&mut buf);
-            if statement_ends(&open).1 {
-                run_one(&mut sh, s, &open);
+        let (_, open, in_string) = statement_ends(&buf);
+        if trimmed.starts_with('\\') && !in_string {
+            let left = std::mem::take(&mut buf);
+            if open {
+                run_one(&mut sh, s, &left);
             }
             if !command(&mut sh, s, trimmed, &who) {
                 break;

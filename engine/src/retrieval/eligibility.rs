@@ -804,10 +804,12 @@ fn compute_windowed(
     // records not yet valid at valid_at (valid_from in the future of it):
     // at a past moment any record may be; at the present or later only
     // one valid from after its ingestion can be, until its valid_from
+    let later_only;
     let maybe_later = if cut.valid_at < cut.now {
-        b.clone()
+        &b
     } else {
-        &b & &st.bm_valid_later
+        later_only = &b & &st.bm_valid_later;
+        &later_only
     };
     for idx in maybe_later.iter() {
         let from = st.meta(idx).valid_from;

@@ -270,13 +270,12 @@ impl Session {
         // Facts about whole spaces count records the principal may not
         // read: only the tenant admin sees them.
         let admin = self.acts_as_admin(&st);
-        let space_facts = admin;
         let vector_spaces = st
             .vectors
             .of_tenant(self.principal.tenant())
             .filter(|s| !el.hidden_spaces.contains(&s.model))
             .map(|s| {
-                let (n, indexed) = if space_facts {
+                let (n, indexed) = if admin {
                     (s.len() as u64, (s.len() - s.pending()) as u64)
                 } else {
                     (0, 0)
@@ -284,7 +283,7 @@ impl Session {
                 (s.model.clone(), (s.dim, n, indexed))
             })
             .collect();
-        if !space_facts {
+        if !admin {
             for p in outputs
                 .iter_mut()
                 .filter_map(|o| o.plan.as_mut())
