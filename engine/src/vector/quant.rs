@@ -447,6 +447,35 @@ pub fn estimate(q: CodeMeta, x: CodeMeta, dot: i32, dim: usize) -> (f32, f32) {
     (est, err)
 }
 
+/// [`estimate`] of each of `dots` as (lower, upper) bounds, for vectors
+/// with the given steps and L1 norms (as `f32`): the same operations in
+/// the same order, written without branches so they vectorize.
+#[allow(clippy::cast_precision_loss)] // as in `estimate`
+fn bounds(
+    q: CodeMeta,
+    steps: &[f32],
+    l1s: &[f32],
+    dots: &[i32],
+    dim: usize,
+) -> (Vec<f32>, Vec<f32>) {
+    let count = dots.len().min(steps.len()).min(l1s.len());
+    let (ql1, d) = (q.l1 as f32, dim as f32);
+    let mut lower = vec![0.0f32; count];
+    let mut upper = vec![0.0f32; count];
+    let rows = lower.iter_mut().zip(upper.iter_mut());
+    for ((((lo, up), &step), &l1), &dot) in rows.zip(steps).zip(l1s).zip(dots) {
+        let s = q.step * step;
+        let est = s * dot as f32;
+        let err = s * (0.5 * (ql1 + l1) + 0.25 * d);
+        let margin = err * 1e-3 + s * Q * Q * d * 1e-5;
+        let err = err + margin;
+        let ok = est.is_finite() & err.is_finite();
+        *lo = if ok { est - err } else { f32::NEG_INFINITY };
+        *up = if ok { est + err } else { f32::INFINITY };
+    }
+    (lower, upper)
+}
+
 /// Int8 codes of a space's vectors, by slot.
 #[derive(Debug, Default, PartialEq)]
 pub struct Codes {
@@ -571,6 +600,9 @@ pub struct Gathered {
     items: Vec<u32>,
     codes: Vec<i8>,
     meta: Vec<CodeMeta>,
+    /// Each item's step and L1 norm (as `f32`), apart, for [`bounds`].
+    steps: Vec<f32>,
+    l1s: Vec<f32>,
     /// Sign bits of the codes (`words` u64 per item), for the binary
     /// prefilter.
     bits: Vec<u64>,
@@ -586,6 +618,8 @@ impl Gathered {
             items: Vec::with_capacity(slots.len()),
             codes: Vec::with_capacity(slots.len() * codes.dim),
             meta: Vec::with_capacity(slots.len()),
+            steps: Vec::with_capacity(slots.len()),
+            l1s: Vec::with_capacity(slots.len()),
             bits: Vec::with_capacity(slots.len() * words),
             words,
         };
@@ -597,6 +631,9 @@ impl Gathered {
             g.items.push(item);
             g.codes.extend_from_slice(c);
             g.meta.push(m);
+            g.steps.push(m.step);
+            #[allow(clippy::cast_precision_loss)] // as in `estimate`
+            g.l1s.push(m.l1 as f32);
             g.bits.extend(sign_bits(c, words));
         }
         g
@@ -655,7 +692,11 @@ impl Gathered {
     }
 
     /// [`top_candidates`] over the items at `positions` (all of them for
-    /// `None`), estimated in one batch.
+    /// `None`), estimated in one batch: the same bounds as [`estimate`]
+    /// (the same operations in the same order, so the same bits), computed
+    /// over arrays so the compiler vectorizes them, and the threshold found
+    /// by selection rather than a heap updated per item (as per-item
+    /// scalar code they took twice the dot products' time at 200 items).
     fn bounded_top(
         &self,
         q: &QueryCode,
@@ -663,26 +704,44 @@ impl Gathered {
         n: usize,
         positions: Option<&[u32]>,
     ) -> Vec<Bounded<u32>> {
-        if dim == 0 {
+        if dim == 0 || n == 0 {
             return Vec::new();
         }
         let dots = q.dots(&self.codes, &self.meta, dim, positions);
-        let bounded = dots.into_iter().enumerate().map(|(j, d)| {
-            let i = positions.map_or(j, |p| p[j] as usize);
-            let (est, err) = estimate(q.meta, self.meta[i], d, dim);
-            Bounded {
-                item: self.items[i],
-                lower: est - err,
-                upper: est + err,
+        let picked: (Vec<f32>, Vec<f32>);
+        let (steps, l1s): (&[f32], &[f32]) = match positions {
+            None => (&self.steps, &self.l1s),
+            Some(p) => {
+                picked = p
+                    .iter()
+                    .map(|&i| (self.steps[i as usize], self.l1s[i as usize]))
+                    .unzip();
+                (&picked.0, &picked.1)
             }
-        });
-        top_candidates(bounded, n)
+        };
+        let (lower, upper) = bounds(q.meta, steps, l1s, &dots, dim);
+        let bounded = |j: usize| Bounded {
+            item: self.items[positions.map_or(j, |p| p[j] as usize)],
+            lower: lower[j],
+            upper: upper[j],
+        };
+        if lower.len() <= n {
+            return (0..lower.len()).map(bounded).collect();
+        }
+        let mut sorted = lower.clone();
+        let at = sorted.len() - n;
+        let (_, &mut t, _) = sorted.select_nth_unstable_by(at, f32::total_cmp);
+        (0..lower.len())
+            .filter(|&j| upper[j] >= t)
+            .map(bounded)
+            .collect()
     }
 
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         self.codes.len()
             + self.meta.len() * std::mem::size_of::<CodeMeta>()
+            + (self.steps.len() + self.l1s.len()) * 4
             + self.items.len() * 4
             + self.bits.len() * 8
     }
@@ -1006,6 +1065,48 @@ mod tests {
             };
             let got: Vec<usize> = top_candidates(all.into_iter(), n).into_iter().map(|b| b.item).collect();
             prop_assert_eq!(got, want);
+        }
+
+        /// A gathered scan's batched bounds are bit for bit the per-item
+        /// [`estimate`]s, and it keeps what [`top_candidates`] keeps, in
+        /// the same order, over every item and over a subset of positions.
+        #[test]
+        fn batched_bounds_equal_the_per_item_estimates(
+            vs in prop::collection::vec(prop::collection::vec(-1.0f32..1.0, 70), 1..90),
+            q in prop::collection::vec(-1.0f32..1.0, 70),
+            n in 1usize..15,
+            stride in 1usize..4,
+        ) {
+            let dim = 70;
+            let rows: Vec<f32> = vs.iter().flat_map(|v| unit(v.clone())).collect();
+            let mut codes = Codes::new(dim);
+            codes.extend_rows(&rows);
+            #[allow(clippy::cast_possible_truncation)]
+            let slots: Vec<(u32, u32)> = (0..vs.len() as u32).map(|i| (i, 1000 + i)).collect();
+            let key: RoaringBitmap = slots.iter().map(|s| s.1).collect();
+            let g = Gathered::new(&key, &slots, &codes);
+            let qc = QueryCode::new(&unit(q));
+            #[allow(clippy::cast_possible_truncation)]
+            let subset: Vec<u32> = (0..vs.len() as u32).step_by(stride).collect();
+            for positions in [None, Some(subset.as_slice())] {
+                let all: Vec<u32> = (0..vs.len() as u32).collect();
+                let at = positions.unwrap_or(&all);
+                let want: Vec<Bounded<u32>> = top_candidates(
+                    at.iter().map(|&p| {
+                        let (c, m) = codes.get(p);
+                        let (est, err) = estimate(qc.meta, m, qc.dot(c, m), dim);
+                        Bounded { item: 1000 + p, lower: est - err, upper: est + err }
+                    }),
+                    n,
+                );
+                let got = g.bounded_top(&qc, dim, n, positions);
+                prop_assert_eq!(got.len(), want.len());
+                for (a, b) in got.iter().zip(&want) {
+                    prop_assert_eq!(a.item, b.item);
+                    prop_assert_eq!(a.lower.to_bits(), b.lower.to_bits());
+                    prop_assert_eq!(a.upper.to_bits(), b.upper.to_bits());
+                }
+            }
         }
 
         /// Pruning by the bounds keeps the exact top n, ties included.
