@@ -161,6 +161,16 @@ pub fn prepare(backend: &dyn Backend, dir: &Path, create: bool, writable: bool) 
 /// Whether `dir` can receive a new store or a copy of one (backup target):
 /// missing or empty.
 pub fn check_empty_target(backend: &dyn Backend, dir: &Path, what: &str) -> Result<()> {
+    // a link to nothing looks absent, yet nothing can be created there
+    if backend.is_dangling_link(dir) {
+        return Err(EngineError::invalid(
+            what,
+            format!(
+                "{} is a symbolic link to a path that does not exist",
+                dir.display()
+            ),
+        ));
+    }
     match classify(backend, dir)? {
         DirKind::Empty => Ok(()),
         _ => Err(EngineError::invalid(

@@ -90,6 +90,13 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     fn real_path(&self, path: &Path) -> std::path::PathBuf {
         path.to_path_buf()
     }
+    /// Whether `path` is a symbolic link whose target does not exist
+    /// ([`Backend::exists`] follows links, so it says no for one, while
+    /// creating a directory there fails). Backends without links: never.
+    fn is_dangling_link(&self, path: &Path) -> bool {
+        let _ = path;
+        false
+    }
 }
 
 /// An open file. All offsets are absolute; there is no cursor.

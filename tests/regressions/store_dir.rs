@@ -188,4 +188,15 @@ fn a_backup_carries_no_content_deleted_before_it() {
         assert!(msg.contains("inside the store"), "{dest:?}: {msg}");
         assert!(!dest.exists(), "{dest:?} written");
     }
+    // a destination that is a link to nothing is refused as bad input,
+    // and nothing appears where it points
+    let dangling = tmp.path().join("dangling");
+    let target = tmp.path().join("nowhere");
+    std::os::unix::fs::symlink(&target, &dangling).unwrap();
+    let msg = fails(&store, &["backup", dangling.to_str().unwrap()]);
+    assert!(
+        msg.contains("symbolic link to a path that does not exist"),
+        "{msg}"
+    );
+    assert!(!target.exists(), "the link's target was created");
 }

@@ -336,6 +336,19 @@ fn endpoints_do_their_job() {
     );
     assert!(b["last_lsn"].as_u64().unwrap() > 0);
     engram(&dest, &["verify"]);
+    // a destination that is a link to nothing is bad input (422), not an
+    // unavailable store
+    let dangling = tmp.path().join("dangling");
+    std::os::unix::fs::symlink(tmp.path().join("nowhere"), &dangling).unwrap();
+    let e = s.json(
+        "POST",
+        "/v1/backup",
+        Some(&k.store),
+        Some(&json!({"dest": dangling.to_str().unwrap()}).to_string()),
+        422,
+    );
+    assert_eq!(e["error"]["code"], "invalid_input", "{e}");
+    assert!(!tmp.path().join("nowhere").exists());
 
     // metrics: route templates, batch sizes, engine counters; no tenant
     let m = s.call("GET", "/metrics", None, None);

@@ -103,6 +103,12 @@ impl Backend for FsBackend {
         path.exists()
     }
 
+    fn is_dangling_link(&self, path: &Path) -> bool {
+        path.symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink())
+            && !path.exists()
+    }
+
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         File::open(path)?.sync_all()
     }
@@ -188,6 +194,21 @@ impl BackendFile for FsFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_link_to_nothing_is_dangling_and_others_are_not() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        fs::create_dir(root.join("dir")).unwrap();
+        std::os::unix::fs::symlink(root.join("dir"), root.join("to-dir")).unwrap();
+        std::os::unix::fs::symlink(root.join("missing"), root.join("to-missing")).unwrap();
+        let b = FsBackend;
+        assert!(b.is_dangling_link(&root.join("to-missing")));
+        assert!(!b.exists(&root.join("to-missing")));
+        for p in ["dir", "to-dir", "missing"] {
+            assert!(!b.is_dangling_link(&root.join(p)), "{p}");
+        }
+    }
 
     #[test]
     fn real_path_resolves_links_in_the_part_that_exists() {
