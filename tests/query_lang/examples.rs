@@ -153,5 +153,16 @@ fn explain_returns_the_manifest_and_errors_point_at_the_text() {
     let text = e.to_string();
     assert!(text.contains("4") && text.contains("dimensions"), "{text}");
     assert!(text.contains('^'), "no caret: {text}");
+    // a zero vector is located at its parameter too
+    let e = s
+        .query("FIND ANY SIMILAR TO $v MODEL 'text-embedding-3-small'", &{
+            let mut p = Params::new();
+            p.insert("v", ParamValue::Vector(vec![0.0; 4]));
+            p
+        })
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(text.contains("zero"), "{text}");
+    assert!(text.contains('^'), "no caret: {text}");
     db.close().unwrap();
 }

@@ -611,6 +611,19 @@ impl Checker<'_> {
                     );
                     return;
                 }
+                if v.iter().all(|x| *x == 0.0) {
+                    // (the engine refuses it too, without a position)
+                    self.push(
+                        ErrorKind::InvalidParam {
+                            name,
+                            reason:
+                                "all components are zero: a zero vector has no direction to compare"
+                                    .into(),
+                        },
+                        s.query.span(),
+                    );
+                    return;
+                }
                 if self.ctx.models.is_empty() {
                     return;
                 }
