@@ -51,8 +51,20 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
     move |e| EngineError::Storage(StorageError::io(path, e))
 }
 
-/// Classifies `dir`.
+/// Classifies `dir`. A symbolic link to a path that does not exist is an
+/// error, for every caller: a store, a restore or a backup cannot be made
+/// there.
 pub fn classify(backend: &dyn Backend, dir: &Path) -> Result<DirKind> {
+    // a link to nothing looks absent, yet nothing can be created there
+    if backend.is_dangling_link(dir) {
+        return Err(EngineError::invalid(
+            "directory",
+            format!(
+                "{} is a symbolic link to a path that does not exist",
+                dir.display()
+            ),
+        ));
+    }
     if !backend.exists(dir) {
         return Ok(DirKind::Empty);
     }
@@ -161,16 +173,6 @@ pub fn prepare(backend: &dyn Backend, dir: &Path, create: bool, writable: bool) 
 /// Whether `dir` can receive a new store or a copy of one (backup target):
 /// missing or empty.
 pub fn check_empty_target(backend: &dyn Backend, dir: &Path, what: &str) -> Result<()> {
-    // a link to nothing looks absent, yet nothing can be created there
-    if backend.is_dangling_link(dir) {
-        return Err(EngineError::invalid(
-            what,
-            format!(
-                "{} is a symbolic link to a path that does not exist",
-                dir.display()
-            ),
-        ));
-    }
     match classify(backend, dir)? {
         DirKind::Empty => Ok(()),
         _ => Err(EngineError::invalid(

@@ -694,9 +694,9 @@ impl Gathered {
     /// [`top_candidates`] over the items at `positions` (all of them for
     /// `None`), estimated in one batch: the same bounds as [`estimate`]
     /// (the same operations in the same order, so the same bits), computed
-    /// over arrays so the compiler vectorizes them, and the threshold found
-    /// by selection rather than a heap updated per item (as per-item
-    /// scalar code they took twice the dot products' time at 200 items).
+    /// over arrays so the compiler vectorizes them (as per-item scalar code,
+    /// with a heap for the threshold, they took twice the dot products'
+    /// time at 200 items).
     fn bounded_top(
         &self,
         q: &QueryCode,
@@ -720,21 +720,12 @@ impl Gathered {
             }
         };
         let (lower, upper) = bounds(q.meta, steps, l1s, &dots, dim);
-        let bounded = |j: usize| Bounded {
+        let bounded = (0..lower.len()).map(|j| Bounded {
             item: self.items[positions.map_or(j, |p| p[j] as usize)],
             lower: lower[j],
             upper: upper[j],
-        };
-        if lower.len() <= n {
-            return (0..lower.len()).map(bounded).collect();
-        }
-        let mut sorted = lower.clone();
-        let at = sorted.len() - n;
-        let (_, &mut t, _) = sorted.select_nth_unstable_by(at, f32::total_cmp);
-        (0..lower.len())
-            .filter(|&j| upper[j] >= t)
-            .map(bounded)
-            .collect()
+        });
+        top_candidates(bounded, n)
     }
 
     /// Bytes held.
@@ -805,57 +796,22 @@ pub struct Bounded<T> {
 /// Keeps the candidates that may be among the `n` most similar: those whose
 /// upper bound reaches the n-th largest lower bound, in the order given.
 ///
-/// One pass: the n largest lower bounds seen so far are kept in a min-heap,
-/// whose least is a threshold that only rises. An item whose upper bound
-/// is below it when the item is seen is below the final one too, so it is
-/// dropped at once; the few kept are checked against the final threshold.
+/// The threshold is found by selection over a copy of the lower bounds
+/// (linear; a heap updated per item cost more than the bounds themselves
+/// at a few hundred items), then one pass keeps the items that reach it.
 pub fn top_candidates<T>(all: impl Iterator<Item = Bounded<T>>, n: usize) -> Vec<Bounded<T>> {
-    use std::cmp::Reverse;
-    use std::collections::BinaryHeap;
     if n == 0 {
         return Vec::new();
     }
-    let mut lowers: BinaryHeap<Reverse<TotalF32>> = BinaryHeap::with_capacity(n);
-    let mut kept = Vec::new();
-    for b in all {
-        let full = lowers.len() == n;
-        if !full {
-            lowers.push(Reverse(TotalF32(b.lower)));
-        } else if let Some(mut least) = lowers.peek_mut() {
-            if b.lower.total_cmp(&least.0.0).is_gt() {
-                *least = Reverse(TotalF32(b.lower));
-            }
-        }
-        if lowers.len() < n || lowers.peek().is_some_and(|t| b.upper >= t.0.0) {
-            kept.push(b);
-        }
+    let mut kept: Vec<Bounded<T>> = all.collect();
+    if kept.len() <= n {
+        return kept;
     }
-    if let (true, Some(t)) = (lowers.len() == n, lowers.peek()) {
-        let t = t.0.0;
-        kept.retain(|b| b.upper >= t);
-    }
+    let mut lowers: Vec<f32> = kept.iter().map(|b| b.lower).collect();
+    let at = lowers.len() - n;
+    let (_, &mut t, _) = lowers.select_nth_unstable_by(at, f32::total_cmp);
+    kept.retain(|b| b.upper >= t);
     kept
-}
-
-/// An `f32` ordered by [`f32::total_cmp`].
-#[derive(Clone, Copy, Debug)]
-struct TotalF32(f32);
-
-impl PartialEq for TotalF32 {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.total_cmp(&other.0).is_eq()
-    }
-}
-impl Eq for TotalF32 {}
-impl PartialOrd for TotalF32 {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for TotalF32 {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&other.0)
-    }
 }
 
 #[cfg(test)]
@@ -1040,7 +996,7 @@ mod tests {
             prop_assert!((est - exact).abs() <= err, "est {est} exact {exact} err {err}");
         }
 
-        /// The one-pass selection keeps exactly the items whose upper bound
+        /// The selection keeps exactly the items whose upper bound
         /// reaches the n-th largest lower bound (found here by sorting), in
         /// the order given; few distinct values make ties common.
         #[test]

@@ -580,48 +580,23 @@ impl Checker<'_> {
                     Arg::Param { name, .. } => name.clone(),
                     Arg::Lit { .. } => String::new(),
                 };
-                if v.is_empty() {
-                    self.push(
-                        ErrorKind::InvalidParam {
+                // the engine's one check of a query vector (not empty,
+                // within the dimension limit, finite, not all zeros),
+                // located here at the vector
+                if let Err(e) = engram_engine::model::check_query_vector("query vector", &v) {
+                    let kind = match e {
+                        engram_engine::EngineError::LimitExceeded {
+                            what, limit, got, ..
+                        } => ErrorKind::LimitExceeded { what, limit, got },
+                        engram_engine::EngineError::InvalidInput { reason, .. } => {
+                            ErrorKind::InvalidParam { name, reason }
+                        }
+                        other => ErrorKind::InvalidParam {
                             name,
-                            reason: "the vector is empty".into(),
+                            reason: other.to_string(),
                         },
-                        s.query.span(),
-                    );
-                    return;
-                }
-                if v.len() > VECTOR_DIM_MAX {
-                    self.push(
-                        ErrorKind::LimitExceeded {
-                            what: "query vector dimensions".into(),
-                            limit: VECTOR_DIM_MAX as u64,
-                            got: v.len() as u64,
-                        },
-                        s.query.span(),
-                    );
-                    return;
-                }
-                if let Some(i) = v.iter().position(|x| !x.is_finite()) {
-                    self.push(
-                        ErrorKind::InvalidParam {
-                            name,
-                            reason: format!("component {i} is not finite"),
-                        },
-                        s.query.span(),
-                    );
-                    return;
-                }
-                if v.iter().all(|x| *x == 0.0) {
-                    // (the engine refuses it too, without a position)
-                    self.push(
-                        ErrorKind::InvalidParam {
-                            name,
-                            reason:
-                                "all components are zero: a zero vector has no direction to compare"
-                                    .into(),
-                        },
-                        s.query.span(),
-                    );
+                    };
+                    self.push(kind, s.query.span());
                     return;
                 }
                 if self.ctx.models.is_empty() {
