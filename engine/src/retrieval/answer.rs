@@ -47,60 +47,111 @@ pub struct Hit {
     pub derivatives: Vec<search::Linked>,
 }
 
-/// A retriever's name as results carry it: shared, so every hit and
-/// fusion input names its retrievers without a copy of the string. It
-/// compares with and serializes as a plain string.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(transparent)]
-pub struct RetrieverName(std::sync::Arc<str>);
+/// A retriever's name as results carry it: the names recall uses are
+/// static strings and any other is shared, so every hit and fusion input
+/// names its retrievers without a copy of the string (nor, for recall's
+/// names, a reference count to touch). It compares, hashes, orders and
+/// serializes as a plain string.
+#[derive(Clone)]
+pub struct RetrieverName(NameRepr);
+
+#[derive(Clone)]
+enum NameRepr {
+    Static(&'static str),
+    Shared(std::sync::Arc<str>),
+}
+
+/// The names recall's retrievers go by, held without an allocation.
+const STATIC_NAMES: [&str; 5] = ["vector", "lexical", "recency", "graph", "episodic"];
 
 impl RetrieverName {
     /// The name.
     pub fn as_str(&self) -> &str {
-        &self.0
+        match &self.0 {
+            NameRepr::Static(s) => s,
+            NameRepr::Shared(s) => s,
+        }
+    }
+}
+
+impl PartialEq for RetrieverName {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (NameRepr::Static(a), NameRepr::Static(b)) if std::ptr::eq(*a, *b) => true,
+            _ => self.as_str() == other.as_str(),
+        }
+    }
+}
+
+impl Eq for RetrieverName {}
+
+impl std::hash::Hash for RetrieverName {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.as_str().hash(h);
+    }
+}
+
+impl PartialOrd for RetrieverName {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for RetrieverName {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl Serialize for RetrieverName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }
 
 impl std::ops::Deref for RetrieverName {
     type Target = str;
     fn deref(&self) -> &str {
-        &self.0
+        self.as_str()
     }
 }
 
 impl From<&str> for RetrieverName {
     fn from(s: &str) -> Self {
-        RetrieverName(s.into())
+        match STATIC_NAMES.iter().find(|n| **n == s) {
+            Some(n) => RetrieverName(NameRepr::Static(n)),
+            None => RetrieverName(NameRepr::Shared(s.into())),
+        }
     }
 }
 
 impl PartialEq<str> for RetrieverName {
     fn eq(&self, other: &str) -> bool {
-        *self.0 == *other
+        self.as_str() == other
     }
 }
 
 impl PartialEq<&str> for RetrieverName {
     fn eq(&self, other: &&str) -> bool {
-        *self.0 == **other
+        self.as_str() == *other
     }
 }
 
 impl PartialEq<String> for RetrieverName {
     fn eq(&self, other: &String) -> bool {
-        *self.0 == **other
+        self.as_str() == other.as_str()
     }
 }
 
 impl fmt::Debug for RetrieverName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.0, f)
+        fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
 impl fmt::Display for RetrieverName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
