@@ -42,6 +42,7 @@ pub mod log;
 mod mmap;
 pub mod oneshot;
 pub mod overlay;
+pub mod spin;
 
 pub use aligned::AlignedBuf;
 pub use backend::{Backend, BackendFile, FsBackend, MapOptions, Mapping, MemBackend, OpenMode};

@@ -1,10 +1,11 @@
-//! A one-value reply slot between two threads that blocks without spinning.
+//! A one-value reply slot between two threads.
 //!
-//! Appending threads wait for their batch to become durable. With many of
-//! them on few cores, a channel receiver that spins and yields before
-//! sleeping takes the CPU from the writer and applier threads that would
-//! answer it; this slot parks the waiting thread at once (a mutex and a
-//! condition variable).
+//! Appending threads wait here for their batch to become durable. The
+//! receiver polls the slot for [`REPLY_POLL`](crate::spin::REPLY_POLL)
+//! (yielding the CPU between polls, so that the writer and applier threads
+//! that will answer it run), then parks on a condition variable: waking a
+//! parked thread costs more than most of a short wait on a virtual machine
+//! (docs/benchmarks.md, "Polling before parking").
 
 use std::sync::Arc;
 
@@ -76,6 +77,9 @@ impl<T> Drop for Sender<T> {
 impl<T> Receiver<T> {
     /// Waits for the value.
     pub fn recv(self) -> Result<T, Disconnected> {
+        crate::spin::poll_for(crate::spin::REPLY_POLL, || {
+            (!matches!(*self.slot.state.lock(), State::Empty)).then_some(())
+        });
         let mut state = self.slot.state.lock();
         loop {
             match std::mem::replace(&mut *state, State::Closed) {

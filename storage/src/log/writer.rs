@@ -4,6 +4,7 @@
 //! (rotating, sealing and preallocating segments as it goes), then hands
 //! the group to the applier thread, which runs the commit hook and only
 //! then acknowledges every batch. A failed write or sync poisons the log.
+//! Both threads poll their queues briefly before they park (`crate::spin`).
 //!
 //! This module must never acknowledge a batch before its fsync returned,
 //! and never let a batch span segments.
@@ -64,7 +65,7 @@ struct Run {
 }
 
 pub(super) fn applier_loop(rx: Receiver<ApplyJob>, mut hook: CommitHook) {
-    while let Ok(job) = rx.recv() {
+    while let Ok(job) = recv_polling(&rx) {
         for run in &job.runs {
             let committed: Vec<CommittedFrame<'_>> = run
                 .metas
@@ -83,9 +84,21 @@ pub(super) fn applier_loop(rx: Receiver<ApplyJob>, mut hook: CommitHook) {
     }
 }
 
+/// The next message, polled for [`HANDOFF_POLL`](crate::spin::HANDOFF_POLL)
+/// before blocking (see `crate::spin`).
+fn recv_polling<T>(rx: &Receiver<T>) -> Result<T, crossbeam_channel::RecvError> {
+    use crossbeam_channel::TryRecvError;
+    crate::spin::poll_for(crate::spin::HANDOFF_POLL, || match rx.try_recv() {
+        Ok(v) => Some(Ok(v)),
+        Err(TryRecvError::Disconnected) => Some(Err(crossbeam_channel::RecvError)),
+        Err(TryRecvError::Empty) => None,
+    })
+    .unwrap_or_else(|| rx.recv())
+}
+
 pub(super) fn writer_loop(shared: Arc<Shared>, rx: Receiver<Request>, apply: Sender<ApplyJob>) {
     let mut next_lsn = shared.last_lsn.load(Ordering::Acquire) + 1;
-    while let Ok(first) = rx.recv() {
+    while let Ok(first) = recv_polling(&rx) {
         let mut batches: Vec<Group> = Vec::new();
         let mut bytes = 0usize;
         let mut pending = Some(first);
