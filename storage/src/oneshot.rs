@@ -77,20 +77,28 @@ impl<T> Drop for Sender<T> {
 impl<T> Receiver<T> {
     /// Waits for the value.
     pub fn recv(self) -> Result<T, Disconnected> {
-        crate::spin::poll_for(crate::spin::REPLY_POLL, || {
-            (!matches!(*self.slot.state.lock(), State::Empty)).then_some(())
-        });
-        let mut state = self.slot.state.lock();
-        loop {
-            match std::mem::replace(&mut *state, State::Closed) {
-                State::Full(v) => return Ok(v),
-                State::Closed => return Err(Disconnected),
-                State::Empty => {
-                    *state = State::Empty;
+        static REPLIES: crate::spin::Site = crate::spin::Site::new();
+        let take = |state: &mut State<T>| match std::mem::replace(state, State::Closed) {
+            State::Full(v) => Some(Ok(v)),
+            State::Closed => Some(Err(Disconnected)),
+            State::Empty => {
+                *state = State::Empty;
+                None
+            }
+        };
+        REPLIES.wait(
+            crate::spin::REPLY_POLL,
+            || take(&mut self.slot.state.lock()),
+            || {
+                let mut state = self.slot.state.lock();
+                loop {
+                    if let Some(r) = take(&mut state) {
+                        return r;
+                    }
                     self.slot.ready.wait(&mut state);
                 }
-            }
-        }
+            },
+        )
     }
 }
 

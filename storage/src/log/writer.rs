@@ -65,7 +65,8 @@ struct Run {
 }
 
 pub(super) fn applier_loop(rx: Receiver<ApplyJob>, mut hook: CommitHook) {
-    while let Ok(job) = recv_polling(&rx) {
+    let site = crate::spin::Site::new();
+    while let Ok(job) = recv_polling(&site, &rx) {
         for run in &job.runs {
             let committed: Vec<CommittedFrame<'_>> = run
                 .metas
@@ -85,20 +86,27 @@ pub(super) fn applier_loop(rx: Receiver<ApplyJob>, mut hook: CommitHook) {
 }
 
 /// The next message, polled for [`HANDOFF_POLL`](crate::spin::HANDOFF_POLL)
-/// before blocking (see `crate::spin`).
-fn recv_polling<T>(rx: &Receiver<T>) -> Result<T, crossbeam_channel::RecvError> {
+/// before blocking where that pays off (see `crate::spin`).
+fn recv_polling<T>(
+    site: &crate::spin::Site,
+    rx: &Receiver<T>,
+) -> Result<T, crossbeam_channel::RecvError> {
     use crossbeam_channel::TryRecvError;
-    crate::spin::poll_for(crate::spin::HANDOFF_POLL, || match rx.try_recv() {
-        Ok(v) => Some(Ok(v)),
-        Err(TryRecvError::Disconnected) => Some(Err(crossbeam_channel::RecvError)),
-        Err(TryRecvError::Empty) => None,
-    })
-    .unwrap_or_else(|| rx.recv())
+    site.wait(
+        crate::spin::HANDOFF_POLL,
+        || match rx.try_recv() {
+            Ok(v) => Some(Ok(v)),
+            Err(TryRecvError::Disconnected) => Some(Err(crossbeam_channel::RecvError)),
+            Err(TryRecvError::Empty) => None,
+        },
+        || rx.recv(),
+    )
 }
 
 pub(super) fn writer_loop(shared: Arc<Shared>, rx: Receiver<Request>, apply: Sender<ApplyJob>) {
     let mut next_lsn = shared.last_lsn.load(Ordering::Acquire) + 1;
-    while let Ok(first) = recv_polling(&rx) {
+    let site = crate::spin::Site::new();
+    while let Ok(first) = recv_polling(&site, &rx) {
         let mut batches: Vec<Group> = Vec::new();
         let mut bytes = 0usize;
         let mut pending = Some(first);
