@@ -1,13 +1,18 @@
 //! A one-value reply slot between two threads.
 //!
-//! Appending threads wait here for their batch to become durable. The
-//! receiver polls the slot for [`REPLY_POLL`](crate::spin::REPLY_POLL)
-//! (yielding the CPU between polls, so that the writer and applier threads
-//! that will answer it run), then parks on a condition variable: waking a
-//! parked thread costs more than most of a short wait on a virtual machine
-//! (docs/benchmarks.md, "Polling before parking").
+//! Appending threads wait here for their batch to become durable. A
+//! receiver made by [`channel_polling`] (the log's appends) first waits at
+//! its log's reply [`Site`]: it polls the slot for up to
+//! [`REPLY_POLL`](crate::spin::REPLY_POLL), yielding the CPU between polls
+//! so that the writer and applier threads that will answer it run, unless
+//! the site's recent waits were longer than that; then it parks on a
+//! condition variable. Waking a parked thread costs more than most of a
+//! short wait on a virtual machine (docs/benchmarks.md, "Polling before
+//! parking"). A receiver made by [`channel`] parks at once.
 
 use std::sync::Arc;
+
+use crate::spin::Site;
 
 use parking_lot::{Condvar, Mutex};
 
@@ -31,6 +36,8 @@ pub struct Sender<T> {
 /// The receiving half.
 pub struct Receiver<T> {
     slot: Arc<Slot<T>>,
+    /// Where to poll before parking (none: park at once).
+    site: Option<Arc<Site>>,
 }
 
 /// The sender went away without sending.
@@ -47,8 +54,16 @@ pub fn channel<T>() -> (Sender<T>, Receiver<T>) {
         Sender {
             slot: Some(slot.clone()),
         },
-        Receiver { slot },
+        Receiver { slot, site: None },
     )
+}
+
+/// A slot whose receiver polls at `site` before it parks (see the module
+/// documentation).
+pub fn channel_polling<T>(site: Arc<Site>) -> (Sender<T>, Receiver<T>) {
+    let (tx, mut rx) = channel();
+    rx.site = Some(site);
+    (tx, rx)
 }
 
 impl<T> Sender<T> {
@@ -77,7 +92,6 @@ impl<T> Drop for Sender<T> {
 impl<T> Receiver<T> {
     /// Waits for the value.
     pub fn recv(self) -> Result<T, Disconnected> {
-        static REPLIES: crate::spin::Site = crate::spin::Site::new();
         let take = |state: &mut State<T>| match std::mem::replace(state, State::Closed) {
             State::Full(v) => Some(Ok(v)),
             State::Closed => Some(Err(Disconnected)),
@@ -86,19 +100,23 @@ impl<T> Receiver<T> {
                 None
             }
         };
-        REPLIES.wait(
-            crate::spin::REPLY_POLL,
-            || take(&mut self.slot.state.lock()),
-            || {
-                let mut state = self.slot.state.lock();
-                loop {
-                    if let Some(r) = take(&mut state) {
-                        return r;
-                    }
-                    self.slot.ready.wait(&mut state);
+        let block = || {
+            let mut state = self.slot.state.lock();
+            loop {
+                if let Some(r) = take(&mut state) {
+                    return r;
                 }
-            },
-        )
+                self.slot.ready.wait(&mut state);
+            }
+        };
+        match &self.site {
+            Some(site) => site.wait(
+                crate::spin::REPLY_POLL,
+                || take(&mut self.slot.state.lock()),
+                block,
+            ),
+            None => block(),
+        }
     }
 }
 
@@ -115,6 +133,27 @@ mod tests {
         });
         assert_eq!(rx.recv(), Ok(42));
         h.join().unwrap();
+    }
+
+    #[test]
+    fn a_polling_receiver_gets_the_value_or_the_disconnection() {
+        let site = Arc::new(Site::new());
+        for delay_ms in [0, 5] {
+            let (tx, rx) = channel_polling(site.clone());
+            let h = std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+                tx.send(delay_ms);
+            });
+            assert_eq!(rx.recv(), Ok(delay_ms));
+            h.join().unwrap();
+            let (tx, rx) = channel_polling::<u8>(site.clone());
+            let h = std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+                drop(tx);
+            });
+            assert_eq!(rx.recv(), Err(Disconnected));
+            h.join().unwrap();
+        }
     }
 
     #[test]

@@ -285,6 +285,8 @@ struct Shared {
     fsync_us_total: AtomicU64,
     n_fsyncs: AtomicU64,
     group_commit_us_total: AtomicU64,
+    /// Where this log's appenders wait for their acknowledgements.
+    replies: Arc<crate::spin::Site>,
 }
 
 /// The segment log. See the module documentation.
@@ -631,6 +633,7 @@ impl SegmentLog {
             fsync_us_total: AtomicU64::new(0),
             n_fsyncs: AtomicU64::new(0),
             group_commit_us_total: AtomicU64::new(0),
+            replies: Arc::new(crate::spin::Site::new()),
         });
         if shared.segments.read().is_empty() && !read_only {
             let seg = create_segment(
@@ -723,7 +726,7 @@ impl SegmentLog {
         if let Some(reason) = self.shared.poisoned.lock().clone() {
             return Err(StorageError::Poisoned { reason });
         }
-        let (reply, rx) = oneshot::channel();
+        let (reply, rx) = oneshot::channel_polling(self.shared.replies.clone());
         let tx = self.tx.lock();
         let tx = tx.as_ref().ok_or(StorageError::Closed)?;
         tx.send(Request::Append {

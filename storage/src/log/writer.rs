@@ -4,7 +4,8 @@
 //! (rotating, sealing and preallocating segments as it goes), then hands
 //! the group to the applier thread, which runs the commit hook and only
 //! then acknowledges every batch. A failed write or sync poisons the log.
-//! Both threads poll their queues briefly before they park (`crate::spin`).
+//! Both threads poll their queues briefly before they park, where their
+//! recent waits were short (`crate::spin`).
 //!
 //! This module must never acknowledge a batch before its fsync returned,
 //! and never let a batch span segments.
