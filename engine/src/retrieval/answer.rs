@@ -76,10 +76,7 @@ impl RetrieverName {
 
 impl PartialEq for RetrieverName {
     fn eq(&self, other: &Self) -> bool {
-        match (&self.0, &other.0) {
-            (NameRepr::Static(a), NameRepr::Static(b)) if std::ptr::eq(*a, *b) => true,
-            _ => self.as_str() == other.as_str(),
-        }
+        self.as_str() == other.as_str()
     }
 }
 
