@@ -410,7 +410,7 @@ pub fn encode(st: &State, spaces: &[SpaceSlots], anchor_crc: u32) -> Vec<u8> {
             w.opt_i64(*p);
         }
         w.strs(t.holds.iter());
-        let mut ext: Vec<(&Box<str>, &Idx)> = t.external_ids.iter().collect();
+        let mut ext: Vec<(&std::sync::Arc<str>, &Idx)> = t.external_ids.iter().collect();
         ext.sort();
         w.len(ext.len());
         for (e, i) in ext {
@@ -583,7 +583,7 @@ pub fn decode(body: &[u8]) -> Result<Decoded> {
             superseded_by: r.opt_u32()?,
             has_text: r.bool()?,
             tombstone: r.bool()?,
-            external_id: r.opt_str()?.map(String::into_boxed_str),
+            external_id: r.opt_str()?.map(Into::into),
             subject: r.opt_u32()?,
             object: r.opt_u32()?,
             predicate: r.opt_u32()?,
@@ -645,10 +645,10 @@ pub fn decode(body: &[u8]) -> Result<Decoded> {
             retention.insert(c, r.opt_i64()?);
         }
         let holds = r.strs()?.into_iter().collect();
-        let mut external_ids = HashMap::default();
+        let mut external_ids: HashMap<std::sync::Arc<str>, Idx> = HashMap::default();
         for _ in 0..r.len()? {
             let e = r.str()?;
-            external_ids.insert(e.into_boxed_str(), r.u32()?);
+            external_ids.insert(e.into(), r.u32()?);
         }
         let mut entity_names = HashMap::default();
         for _ in 0..r.len()? {
@@ -855,7 +855,7 @@ impl StateParts {
         }
         let strings = std::mem::take(&mut self.strings);
         self.interner = Some(
-            Interner::from_names(strings.into_iter().map(String::into_boxed_str).collect())
+            Interner::from_names(strings.into_iter().map(Into::into).collect())
                 .ok_or_else(|| corrupt("a string is listed twice"))?,
         );
         let mut by_id = HashMap::with_capacity_and_hasher(self.metas.len(), Default::default());

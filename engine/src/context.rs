@@ -229,7 +229,7 @@ impl Session {
         };
         Ok(ContextItem {
             id: m.id,
-            external_id,
+            external_id: external_id.as_deref().map(str::to_string),
             record: m.rtype.name(),
             kind: st.strings.name(m.kind).to_string(),
             status: m.status.name(),

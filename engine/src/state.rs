@@ -22,6 +22,7 @@
 //! gives the same indexes, bitmaps and lineage).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -104,7 +105,7 @@ pub struct Meta {
     /// Content purged by compaction (only identity and lineage remain).
     pub tombstone: bool,
     /// External id.
-    pub external_id: Option<Box<str>>,
+    pub external_id: Option<std::sync::Arc<str>>,
     /// Subject entity (relations, assertions).
     pub subject: Option<Idx>,
     /// Object entity (relations).
@@ -153,7 +154,7 @@ pub struct TenantState {
     /// External id -> newest record holding it. A record purged by
     /// compaction keeps its key taken under [`purged_external_id_key`]
     /// (the tombstone holds only the id's SHA-256).
-    pub external_ids: HashMap<Box<str>, Idx>,
+    pub external_ids: HashMap<std::sync::Arc<str>, Idx>,
     /// How many keys of `external_ids` are purged records' (none: a new
     /// external id need not be hashed to be checked against them).
     pub purged_external_ids: usize,
@@ -169,8 +170,8 @@ pub struct TenantState {
 /// SHA-256 behind a control character, which no external id may contain,
 /// so it never names a live record. Why: deleted is final; a retried or
 /// replayed ingest after compaction must not bring the record back.
-pub fn purged_external_id_key(sha256: &[u8; 32]) -> Box<str> {
-    format!("{PURGED_EXTERNAL_ID_PREFIX}{}", crate::db::hex(sha256)).into_boxed_str()
+pub fn purged_external_id_key(sha256: &[u8; 32]) -> std::sync::Arc<str> {
+    format!("{PURGED_EXTERNAL_ID_PREFIX}{}", crate::db::hex(sha256)).into()
 }
 
 /// What every [`purged_external_id_key`] starts with.
@@ -247,11 +248,13 @@ pub struct Edge {
     pub outgoing: bool,
 }
 
-/// Interner for small repeated strings.
+/// Interner for small repeated strings. Each string is held once, shared
+/// by the lookup map and the symbol table, and handed out without a copy
+/// ([`Interner::shared`]: a hit's kind).
 #[derive(Clone, Debug, Default)]
 pub struct Interner {
-    map: HashMap<Box<str>, Sym>,
-    names: Vec<Box<str>>,
+    map: HashMap<Arc<str>, Sym>,
+    names: Vec<Arc<str>>,
 }
 
 impl Interner {
@@ -261,8 +264,9 @@ impl Interner {
             return x;
         }
         let x = Sym::try_from(self.names.len()).expect("fewer than 2^32 distinct names");
-        self.names.push(s.into());
-        self.map.insert(s.into(), x);
+        let s: Arc<str> = s.into();
+        self.names.push(s.clone());
+        self.map.insert(s, x);
         x
     }
     /// The symbol of `s`, if it exists.
@@ -273,13 +277,17 @@ impl Interner {
     pub fn name(&self, x: Sym) -> &str {
         &self.names[x as usize]
     }
+    /// The string of a symbol, shared (no copy).
+    pub fn shared(&self, x: Sym) -> Arc<str> {
+        self.names[x as usize].clone()
+    }
     /// Every string, in symbol order.
-    pub fn names(&self) -> &[Box<str>] {
+    pub fn names(&self) -> &[Arc<str>] {
         &self.names
     }
     /// An interner holding `names` as symbols 0, 1, ... (refused when a
     /// name repeats: symbols must stay one per string).
-    pub fn from_names(names: Vec<Box<str>>) -> Option<Interner> {
+    pub fn from_names(names: Vec<Arc<str>>) -> Option<Interner> {
         let mut map = HashMap::with_capacity_and_hasher(names.len(), Default::default());
         for (i, n) in names.iter().enumerate() {
             if map.insert(n.clone(), Sym::try_from(i).ok()?).is_some() {

@@ -220,7 +220,7 @@ impl Session {
             return Ok(node);
         }
         let (ext, text) = self.db.hit_content(st, i)?;
-        node.external_id = ext;
+        node.external_id = ext.as_deref().map(str::to_string);
         node.occurred_at = Some(format_rfc3339(m.occurred_at));
         if let Some(t) = &text {
             node.artifacts

@@ -249,7 +249,10 @@ pub struct CaseResult {
 }
 
 fn names(h: &Hit) -> [Option<String>; 2] {
-    [Some(h.id.to_string()), h.external_id.clone()]
+    [
+        Some(h.id.to_string()),
+        h.external_id.as_deref().map(str::to_string),
+    ]
 }
 
 /// Scores one case's hits.
@@ -261,7 +264,11 @@ pub fn score_case(case: &EvalCase, k: usize, hits: &[Hit]) -> CaseResult {
     let forbidden: Vec<String> = hits
         .iter()
         .filter(|h| is(h, &case.forbidden))
-        .map(|h| h.external_id.clone().unwrap_or_else(|| h.id.to_string()))
+        .map(|h| {
+            h.external_id
+                .as_deref()
+                .map_or_else(|| h.id.to_string(), str::to_string)
+        })
         .collect();
     CaseResult {
         case_id: case.case_id.clone(),
@@ -280,7 +287,11 @@ pub fn score_case(case: &EvalCase, k: usize, hits: &[Hit]) -> CaseResult {
         slices: case.slices.clone(),
         returned: top
             .iter()
-            .map(|h| h.external_id.clone().unwrap_or_else(|| h.id.to_string()))
+            .map(|h| {
+                h.external_id
+                    .as_deref()
+                    .map_or_else(|| h.id.to_string(), str::to_string)
+            })
             .collect(),
     }
 }

@@ -358,7 +358,14 @@ fn measure(
         session.recall(req).map_err(CliError::from)?;
     }
     let started = Instant::now();
-    type Row = (usize, Vec<RecordId>, f64, String, (u64, u64, u64), u64);
+    type Row = (
+        usize,
+        Vec<RecordId>,
+        f64,
+        &'static str,
+        (u64, u64, u64),
+        u64,
+    );
     let per_thread: Vec<Result<Vec<Row>, String>> = std::thread::scope(|sc| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
@@ -374,7 +381,7 @@ fn measure(
                             .manifest
                             .vector_plan
                             .as_ref()
-                            .map(|p| p.strategy.clone())
+                            .map(|p| p.strategy)
                             .unwrap_or_default();
                         let t = &r.manifest.timings;
                         out.push((
@@ -413,7 +420,7 @@ fn measure(
             parts.2 += t.2;
             recall += recall_at_10(&found, &gt.data[qi * gt_w..(qi + 1) * gt_w], ids);
             lat.push(l);
-            *plans.entry(plan).or_default() += 1;
+            *plans.entry(plan.to_string()).or_default() += 1;
         }
     }
     lat.sort_by(f64::total_cmp);

@@ -232,7 +232,7 @@ pub fn print_manifest(m: &Manifest) {
     let method = if m.fusion_method == "weighted_rrf" {
         format!("{} (rrf_k {})", m.fusion_method, m.rrf_k)
     } else {
-        m.fusion_method.clone()
+        m.fusion_method.to_string()
     };
     crate::outln!(
         "  fusion     {method} over {} candidate(s); weights {}",

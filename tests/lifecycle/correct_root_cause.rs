@@ -80,7 +80,7 @@ fn dependents_of_a_corrected_hypothesis_go_stale() {
     let ids: Vec<_> = r
         .hits
         .iter()
-        .filter_map(|h| h.external_id.clone())
+        .filter_map(|h| h.external_id.as_deref().map(str::to_string))
         .collect();
     assert!(
         !ids.contains(&"sum-4711".to_string()),

@@ -166,7 +166,7 @@ fn a_record_valid_from_the_future_is_left_out_until_then() {
             .unwrap()
             .hits
             .iter()
-            .filter_map(|h| h.external_id.clone())
+            .filter_map(|h| h.external_id.as_deref().map(str::to_string))
             .filter(|e| e != "m")
             .collect::<Vec<_>>()
     };

@@ -72,7 +72,7 @@ fn hybrid_recall_finds_relevant_records_and_explains_itself() {
     let top: Vec<_> = r
         .hits
         .iter()
-        .map(|h| h.external_id.clone().unwrap())
+        .map(|h| h.external_id.as_deref().unwrap().to_string())
         .collect();
     assert!(
         top[..2].contains(&"a".to_string()) && top[..2].contains(&"c".to_string()),
@@ -381,7 +381,7 @@ fn episodic_neighbours_come_from_the_hits_conversation_and_stay_eligible() {
     let ids = |r: &engram::retrieval::RecallResponse| -> Vec<String> {
         r.hits
             .iter()
-            .map(|h| h.external_id.clone().unwrap())
+            .map(|h| h.external_id.as_deref().unwrap().to_string())
             .collect()
     };
     assert_eq!(ids(&r), ["s1-2"]);
@@ -468,7 +468,7 @@ fn episodic_neighbours_in_a_very_long_conversation() {
     let got: Vec<String> = r
         .hits
         .iter()
-        .map(|h| h.external_id.clone().unwrap())
+        .map(|h| h.external_id.as_deref().unwrap().to_string())
         .collect();
     assert_eq!(got[0], "t3000");
     for nb in ["t2998", "t2999", "t3001", "t3002"] {
@@ -503,7 +503,7 @@ fn episodic_neighbours_in_a_very_long_conversation() {
     let got: Vec<String> = r
         .hits
         .iter()
-        .map(|h| h.external_id.clone().unwrap())
+        .map(|h| h.external_id.as_deref().unwrap().to_string())
         .collect();
     assert!(got.contains(&"t3001".to_string()), "{got:?}");
     let scanned = r.manifest.cost.records_scanned;

@@ -202,10 +202,7 @@ fn a_graph_built_in_batches_is_rebuilt_exactly() {
         })
         .unwrap();
     let plan = r.manifest.vector_plan.as_ref().unwrap();
-    assert_eq!(
-        (plan.strategy.as_str(), plan.unindexed_scanned),
-        ("hnsw", 10)
-    );
+    assert_eq!((plan.strategy, plan.unindexed_scanned), ("hnsw", 10));
     assert_eq!(
         r.hits[0].external_id.as_deref(),
         Some(&*format!("v{}", n - 1))

@@ -136,7 +136,7 @@ impl Engram {
         &self,
         st: &State,
         idx: Idx,
-    ) -> Result<(Option<String>, Option<String>)> {
+    ) -> Result<(Option<std::sync::Arc<str>>, Option<String>)> {
         let m = st.meta(idx);
         // A frame's payload is checksummed on its first read only (see
         // `FrameChecks`); the archive is validated on every read.
@@ -149,7 +149,7 @@ impl Engram {
         };
         let a = codec::view_record(f.payload())?;
         Ok((
-            a.external_id.as_ref().map(|s| s.as_str().to_string()),
+            a.external_id.as_ref().map(|s| s.as_str().into()),
             a.text.as_ref().map(|s| s.as_str().to_string()),
         ))
     }

@@ -19,14 +19,14 @@ pub struct Hit {
     pub rank: usize,
     /// Record id.
     pub id: RecordId,
-    /// External id.
-    pub external_id: Option<String>,
+    /// External id (shared with the store's record table: no copy).
+    pub external_id: Option<std::sync::Arc<str>>,
     /// Fused score.
     pub score: f64,
     /// Record type.
     pub record: &'static str,
-    /// Kind.
-    pub kind: String,
+    /// Kind (shared with the store's names: no copy).
+    pub kind: std::sync::Arc<str>,
     /// Status.
     pub status: &'static str,
     /// Valid time (RFC 3339 when shown or serialized).
@@ -342,7 +342,7 @@ pub struct VectorPlan {
     /// Space (model id).
     pub model: String,
     /// Metric.
-    pub metric: String,
+    pub metric: &'static str,
     /// Eligible records with a vector in the space.
     pub eligible_in_space: u64,
     /// Vectors in the space (shown to the tenant admin only: the space
@@ -354,7 +354,7 @@ pub struct VectorPlan {
     pub selectivity: Option<f64>,
     /// `exact`, `prefiltered` (sign bits, then an exact scan of those
     /// kept; inner-product spaces only) or `hnsw`.
-    pub strategy: String,
+    pub strategy: &'static str,
     /// Why that strategy.
     pub reason: PlanReason,
     /// ef requested.
@@ -369,7 +369,7 @@ pub struct VectorPlan {
     /// Eligible vectors not yet in the graph, scanned exactly.
     pub unindexed_scanned: u64,
     /// Where the query vector came from (`request` or the embedder's model id).
-    pub query_vector: String,
+    pub query_vector: std::borrow::Cow<'static, str>,
 }
 
 impl VectorPlan {
@@ -516,7 +516,7 @@ pub struct Timings {
 }
 
 /// One fused candidate with its inputs.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct FusionInput {
     /// Record id.
     pub id: RecordId,
@@ -524,6 +524,17 @@ pub struct FusionInput {
     pub contributions: Few<(RetrieverName, usize, f64)>,
     /// Fused score.
     pub score: f64,
+    /// The record's index in the state the search ran on, carried from its
+    /// candidates (no lookup by id when hits are built): bookkeeping, not
+    /// part of the answer (neither serialized nor compared).
+    #[serde(skip)]
+    pub(crate) idx: Idx,
+}
+
+impl PartialEq for FusionInput {
+    fn eq(&self, other: &Self) -> bool {
+        (self.id, &self.contributions, self.score) == (other.id, &other.contributions, other.score)
+    }
 }
 
 /// The principal as the manifest records it.
@@ -543,7 +554,7 @@ pub struct ManifestPrincipal {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Versions {
     /// Engine crate version.
-    pub engine: String,
+    pub engine: &'static str,
     /// Manifest layout.
     pub manifest: u32,
     /// Index term rules (tokenizer and stemming:
@@ -581,7 +592,7 @@ pub struct Manifest {
     /// Candidates per retriever.
     pub retrievers: Vec<RetrieverOutput>,
     /// Fusion.
-    pub fusion_method: String,
+    pub fusion_method: &'static str,
     /// rrf_k.
     pub rrf_k: f64,
     /// Fusion inputs (every fused candidate).
@@ -603,15 +614,11 @@ impl Manifest {
     }
 }
 
-/// The answer to a recall.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct RecallResponse {
-    /// Hits, best first.
-    pub hits: Vec<Hit>,
-    /// The manifest (always computed; `explain` only decides whether the
-    /// CLI prints it).
-    pub manifest: Manifest,
-}
+/// The answer to a recall: the answer of the search it compiles to (hits,
+/// best first, and the manifest, always computed; `explain` only decides
+/// whether the CLI prints it). One type, so a recall's answer is returned
+/// as the search made it, without a move of the manifest.
+pub type RecallResponse = search::SearchResponse;
 
 #[cfg(test)]
 mod tests {

@@ -402,11 +402,7 @@ impl Session {
                  clients send vectors); pass a query vector, or use mode hybrid or lexical",
             ));
         }
-        let r = self.search(&req.to_search())?;
-        Ok(RecallResponse {
-            hits: r.hits,
-            manifest: r.manifest,
-        })
+        self.search(&req.to_search())
     }
 
     pub(crate) fn vector_retriever(
@@ -473,7 +469,7 @@ impl Session {
                         got: v.len(),
                     });
                 }
-                (space, space.prepare_query(v), "request".to_string())
+                (space, space.prepare_query(v), "request".into())
             }
             (None, _) => {
                 let (Some(emb), Some(t)) = (st.embedder.as_ref(), text) else {
@@ -500,7 +496,7 @@ impl Session {
                 (
                     space,
                     std::borrow::Cow::Owned(space.prepare_owned(emb.embed(t))),
-                    emb.model_id().to_string(),
+                    emb.model_id().to_string().into(),
                 )
             }
         };
@@ -580,11 +576,11 @@ impl Session {
             RetrieverOutput::ran(candidates),
             Some(VectorPlan {
                 model: space.model.clone(),
-                metric: metric.name().to_string(),
+                metric: metric.name(),
                 eligible_in_space: e,
                 space_size: Some(size),
                 selectivity: Some(selectivity),
-                strategy: strategy.into(),
+                strategy,
                 reason: PlanReason {
                     eligible: e,
                     selectivity,

@@ -200,17 +200,15 @@ impl Session {
         let selection: Vec<RecordId> = fusion.iter().take(req.limit).map(|f| f.id).collect();
         let mut hits = Vec::with_capacity(selection.len());
         for (i, f) in fusion.iter().take(req.limit).enumerate() {
-            let idx = st.idx(f.id).expect("fused ids come from the state");
-            assert!(
-                el.bitmap.contains(idx),
-                "invariant violated: selected record {} is not eligible",
-                f.id
-            );
+            // Every fused record is a checked candidate (`assert_eligible`
+            // above) or, without retrievers, a member of the bitmap.
+            let idx = f.idx;
             let m = st.meta(idx);
+            debug_assert!(el.bitmap.contains(idx) && m.id == f.id);
             let (external_id, text) = if req.with_text {
                 self.db.hit_content(&st, idx)?
             } else {
-                (m.external_id.as_deref().map(str::to_string), None)
+                (m.external_id.clone(), None)
             };
             cost.bytes_returned += text.as_ref().map_or(0, |t| t.len() as u64);
             let (sources, derivatives) = if req.attach == Attach::default() {
@@ -225,7 +223,7 @@ impl Session {
                 external_id,
                 score: f.score,
                 record: m.rtype.name(),
-                kind: st.strings.name(m.kind).to_string(),
+                kind: st.strings.shared(m.kind),
                 status: if historical {
                     "historical"
                 } else {
@@ -302,7 +300,7 @@ impl Session {
             },
             snapshot_lsn: st.tenant(self.principal.tenant()).map_or(0, |t| t.last_lsn),
             versions: Versions {
-                engine: env!("CARGO_PKG_VERSION").to_string(),
+                engine: env!("CARGO_PKG_VERSION"),
                 manifest: MANIFEST_VERSION,
                 tokenizer: crate::lexical::terms::TERMS_VERSION,
                 vector_spaces,
@@ -317,9 +315,9 @@ impl Session {
             vector_plan,
             retrievers: outputs,
             fusion_method: match req.fusion {
-                Fusion::Rrf { .. } => "weighted_rrf".into(),
-                Fusion::Linear { norm: Norm::MinMax } => "linear_minmax".into(),
-                Fusion::Linear { norm: Norm::ZScore } => "linear_zscore".into(),
+                Fusion::Rrf { .. } => "weighted_rrf",
+                Fusion::Linear { norm: Norm::MinMax } => "linear_minmax",
+                Fusion::Linear { norm: Norm::ZScore } => "linear_zscore",
             },
             rrf_k: match req.fusion {
                 Fusion::Rrf { k } => k,
@@ -457,6 +455,7 @@ impl Session {
                 } else {
                     self.db.hit_content(st, i)?
                 };
+                let external_id = external_id.as_deref().map(str::to_string);
                 out.push(Linked {
                     id: m.id,
                     external_id,
@@ -485,17 +484,18 @@ fn listing(
     cost: &mut Cost,
 ) -> Vec<FusionInput> {
     cost.records_scanned += eligible.len();
-    let mut v: Vec<(i64, RecordId)> = eligible
+    let mut v: Vec<(i64, RecordId, Idx)> = eligible
         .iter()
-        .map(|i| (st.meta(i).occurred_at, st.meta(i).id))
+        .map(|i| (st.meta(i).occurred_at, st.meta(i).id, i))
         .collect();
     v.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
     v.truncate(limit);
     v.into_iter()
-        .map(|(_, id)| FusionInput {
+        .map(|(_, id, idx)| FusionInput {
             id,
             contributions: super::Few::new(),
             score: 0.0,
+            idx,
         })
         .collect()
 }
@@ -513,9 +513,10 @@ fn fuse_grouped(
     outputs: &[RetrieverOutput],
     fusion: Fusion,
 ) -> Vec<FusionInput> {
-    // (record, retriever index, rank, contribution), in retriever order.
+    // (record, retriever index, rank, contribution, record index), in
+    // retriever order.
     let total = outputs.iter().map(|o| o.candidates.len()).sum();
-    let mut all: Vec<(RecordId, usize, usize, f64)> = Vec::with_capacity(total);
+    let mut all: Vec<(RecordId, usize, usize, f64, Idx)> = Vec::with_capacity(total);
     for (ri, (spec, r)) in specs.iter().zip(outputs).enumerate() {
         let w = spec.weight;
         let normed: Vec<f64> = match fusion {
@@ -527,7 +528,7 @@ fn fuse_grouped(
                 Fusion::Rrf { k } => w / (k + c.rank as f64),
                 Fusion::Linear { .. } => w * normed[ci],
             };
-            all.push((c.id, ri, c.rank, term));
+            all.push((c.id, ri, c.rank, term, c.idx));
         }
     }
     // By record, then retriever: each record's contributions in retriever
@@ -558,9 +559,10 @@ fn fuse_grouped(
                 id: g[0].0,
                 contributions: g
                     .iter()
-                    .map(|&(_, ri, rank, term)| (outputs[ri].retriever.clone(), rank, term))
+                    .map(|&(_, ri, rank, term, _)| (outputs[ri].retriever.clone(), rank, term))
                     .collect(),
                 score: g.iter().fold(0.0, |s, c| s + c.3),
+                idx: g[0].4,
             }),
     );
     // (stable: one retriever's candidates arrive in order, a single run)
@@ -620,6 +622,7 @@ fn fuse_single(
                 contributions: super::Few::one((r.retriever.clone(), c.rank, term)),
                 // the general path's sum over one contribution
                 score: 0.0 + term,
+                idx: c.idx,
             }
         })
         .collect();

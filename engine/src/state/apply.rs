@@ -103,7 +103,8 @@ impl State {
             .unwrap_or(occurred_at);
         let valid_until = a.valid_until_ms.as_ref().map(|v| v.to_native());
         let text = a.text.as_ref().map(|t| t.as_str());
-        let external_id: Option<Box<str>> = a.external_id.as_ref().map(|e| e.as_str().into());
+        let external_id: Option<std::sync::Arc<str>> =
+            a.external_id.as_ref().map(|e| e.as_str().into());
         let meta = Meta {
             id,
             loc,
