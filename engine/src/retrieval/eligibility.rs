@@ -129,6 +129,9 @@ pub struct Eligibility {
     /// Steps with counts (shared: every manifest of a cached result
     /// names them without a copy).
     pub steps: std::sync::Arc<[Step]>,
+    /// The filter's canonical form ([`FilterExpr::normalized`]), as
+    /// manifests show it (shared, as `steps`).
+    pub filter: std::sync::Arc<FilterExpr>,
     /// BM25's corpus statistics over `bitmap`, set by the first lexical
     /// search over it: a cached result keeps them for the searches after
     /// (they cost a pass over the eligible documents' lengths).
@@ -661,7 +664,8 @@ fn compute_windowed(
     cut: &Cut,
 ) -> (Eligibility, i64) {
     let mut changes_at = i64::MAX;
-    let filter = &filter.normalized();
+    let normalized = std::sync::Arc::new(filter.normalized());
+    let filter = &*normalized;
     let mut steps = Vec::new();
     let mut push = |name: &str, b: &RoaringBitmap| {
         steps.push(Step {
@@ -679,6 +683,7 @@ fn compute_windowed(
                 remaining: 0,
             }]
             .into(),
+            filter: normalized,
             lexical_corpus: std::sync::OnceLock::new(),
             space_shares: SpaceShares::default(),
             hidden_spaces: Box::default(),
@@ -859,6 +864,7 @@ fn compute_windowed(
             historical,
             traversable,
             steps: steps.into(),
+            filter: normalized,
             lexical_corpus: std::sync::OnceLock::new(),
             space_shares: SpaceShares::default(),
             hidden_spaces,
@@ -935,10 +941,9 @@ impl EligibilityCache {
                     && e.held == *held
                     && e.filter == *filter
             }) {
-                let e = c.entries.remove(i);
-                let el = e.el.clone();
-                c.entries.insert(0, e);
-                return el;
+                // most recently used first
+                c.entries[..=i].rotate_right(1);
+                return c.entries[0].el.clone();
             }
         }
         let (el, until) = compute_windowed(st, tenant, held, filter, cut);

@@ -291,7 +291,7 @@ impl Session {
             }
         }
         let manifest = Manifest {
-            query: normalize(req, cut.valid_at),
+            query: normalize(req, el.filter.clone(), cut.valid_at),
             principal: ManifestPrincipal {
                 tenant: self.principal.tenant().to_string(),
                 id: self.principal.id().to_string(),
@@ -635,36 +635,38 @@ fn normalize_scores(c: &[Candidate], norm: Norm) -> Vec<f64> {
     if c.is_empty() {
         return Vec::new();
     }
-    let s: Vec<f64> = c.iter().map(|x| x.score).collect();
+    let s = || c.iter().map(|x| x.score);
     match norm {
         Norm::MinMax => {
-            let (lo, hi) = s
-                .iter()
-                .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| {
-                    (l.min(x), h.max(x))
-                });
+            let (lo, hi) = s().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), x| {
+                (l.min(x), h.max(x))
+            });
             if hi > lo {
-                s.iter().map(|x| (x - lo) / (hi - lo)).collect()
+                s().map(|x| (x - lo) / (hi - lo)).collect()
             } else {
-                vec![1.0; s.len()]
+                vec![1.0; c.len()]
             }
         }
         Norm::ZScore => {
-            let n = s.len() as f64;
-            let mean = s.iter().sum::<f64>() / n;
-            let sd = (s.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n).sqrt();
+            let n = c.len() as f64;
+            let mean = s().sum::<f64>() / n;
+            let sd = (s().map(|x| (x - mean).powi(2)).sum::<f64>() / n).sqrt();
             if sd > 0.0 {
-                s.iter().map(|x| (x - mean) / sd).collect()
+                s().map(|x| (x - mean) / sd).collect()
             } else {
-                vec![0.0; s.len()]
+                vec![0.0; c.len()]
             }
         }
     }
 }
 
-fn normalize(req: &SearchRequest, valid_at: i64) -> NormalizedQuery {
+fn normalize(
+    req: &SearchRequest,
+    filter: std::sync::Arc<FilterExpr>,
+    valid_at: i64,
+) -> NormalizedQuery {
     NormalizedQuery {
-        filter: req.filter.normalized(),
+        filter,
         as_of: req.as_of.map(crate::time::Rfc3339),
         valid_at: crate::time::Rfc3339(valid_at),
         retrievers: req

@@ -191,7 +191,9 @@ pub fn normalized(metric: Metric, v: &[f32]) -> Vec<f32> {
     }
     let n = (-distance(Metric::Dot, v, v)).max(0.0).sqrt();
     if n.is_finite() && n > 0.0 {
-        return v.iter().map(|x| x / n).collect();
+        let mut out = v.to_vec();
+        crate::vector::distance::div_assign(&mut out, n);
+        return out;
     }
     // The squares overflowed or underflowed (components near f32's limits,
     // which are finite and accepted): scale by the largest one first.

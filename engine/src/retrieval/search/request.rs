@@ -479,8 +479,8 @@ pub struct NormalizedRetriever {
 /// The normalised request a manifest records.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct NormalizedQuery {
-    /// The eligibility filter.
-    pub filter: FilterExpr,
+    /// The eligibility filter, in its canonical form.
+    pub filter: std::sync::Arc<FilterExpr>,
     /// `as_of` (RFC 3339 when shown or serialized).
     pub as_of: Option<crate::time::Rfc3339>,
     /// `valid_at` (RFC 3339 when shown or serialized).
