@@ -338,6 +338,66 @@ impl FrameChecks {
     }
 }
 
+/// Where each record's text lies in its frame's payload, learnt the first
+/// time this process reads the record whole (archive validated, see
+/// [`crate::db`]'s `hit_content`). A later read takes the text from there:
+/// its bounds are checked against the payload and its bytes must be UTF-8,
+/// but the rest of the archive is not validated again (a frame's bytes
+/// never change while its segment exists, as [`FrameChecks`] relies on).
+/// One word per record, set through `&self` (relaxed atomics: a reader
+/// that misses a fresh span validates the archive again); 0 is "not known".
+#[derive(Debug, Default)]
+pub struct TextSpans {
+    words: Vec<std::sync::atomic::AtomicU64>,
+}
+
+/// [`TextSpans`]' word of a record without text.
+const NO_TEXT: u64 = u64::MAX;
+
+impl TextSpans {
+    /// Makes room for records `0..n`.
+    fn cover(&mut self, n: usize) {
+        if self.words.len() < n {
+            self.words
+                .resize_with(n, || std::sync::atomic::AtomicU64::new(0));
+        }
+    }
+
+    /// Record `idx`'s text span, if known: `Some(None)` for a record
+    /// without text, `Some(Some(range))` for the text's bytes.
+    #[inline]
+    pub fn get(&self, idx: Idx) -> Option<Option<std::ops::Range<usize>>> {
+        let w = self
+            .words
+            .get(idx as usize)?
+            .load(std::sync::atomic::Ordering::Relaxed);
+        match w {
+            0 => None,
+            NO_TEXT => Some(None),
+            w => {
+                let start = (w >> 32) as usize - 1;
+                Some(Some(start..start + (w & 0xFFFF_FFFF) as usize))
+            }
+        }
+    }
+
+    /// Records record `idx`'s text span (ignored beyond the table, or for a
+    /// span that does not fit the word).
+    #[inline]
+    pub fn set(&self, idx: Idx, span: Option<std::ops::Range<usize>>) {
+        let w = match span {
+            None => NO_TEXT,
+            Some(r) => match (u32::try_from(r.start + 1), u32::try_from(r.len())) {
+                (Ok(s), Ok(n)) if s < u32::MAX => u64::from(s) << 32 | u64::from(n),
+                _ => return,
+            },
+        };
+        if let Some(x) = self.words.get(idx as usize) {
+            x.store(w, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
 /// Everything derived from the log and held in memory.
 pub struct State {
     /// Last LSN applied.
@@ -358,6 +418,8 @@ pub struct State {
     /// Records whose frame payload this process has read and checksummed
     /// (see [`FrameChecks`]).
     pub frame_checks: FrameChecks,
+    /// Where each record's text lies in its frame (see [`TextSpans`]).
+    pub text_spans: TextSpans,
     /// Id -> index.
     pub by_id: HashMap<RecordId, Idx>,
     /// Strings.
@@ -453,6 +515,7 @@ impl State {
             occurred_prefix_max: Vec::new(),
             bm_valid_later: RoaringBitmap::new(),
             frame_checks: FrameChecks::default(),
+            text_spans: TextSpans::default(),
             by_id: HashMap::default(),
             strings: Interner::default(),
             tenants: HashMap::default(),
@@ -540,6 +603,7 @@ impl State {
         }
         self.metas.push(meta);
         self.frame_checks.cover(self.metas.len());
+        self.text_spans.cover(self.metas.len());
     }
 
     /// Replaces the record table (restoring a checkpoint) and recomputes
@@ -562,6 +626,8 @@ impl State {
         self.metas = metas;
         self.frame_checks = FrameChecks::default();
         self.frame_checks.cover(self.metas.len());
+        self.text_spans = TextSpans::default();
+        self.text_spans.cover(self.metas.len());
     }
 
     /// Records ingested at or before `t`: the prefix `[0, n)`.

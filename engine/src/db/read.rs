@@ -131,7 +131,11 @@ impl Default for ListFilter {
 }
 
 impl Engram {
-    /// External id and text of record `idx`, read in place from the log.
+    /// External id and text of record `idx`: the text read in place from
+    /// the log, the external id the record table's (the same string, taken
+    /// from the same frame when it was applied; shared, not copied). The
+    /// first read validates the whole archive and notes where the text lies
+    /// ([`crate::state::TextSpans`]); later reads take the text from there.
     pub(crate) fn hit_content(
         &self,
         st: &State,
@@ -147,11 +151,36 @@ impl Engram {
             st.frame_checks.set_verified(idx);
             f
         };
-        let a = codec::view_record(f.payload())?;
-        Ok((
-            a.external_id.as_ref().map(|s| s.as_str().into()),
-            a.text.as_ref().map(|s| s.as_str().to_string()),
-        ))
+        let payload = f.payload();
+        if let Some(span) = st.text_spans.get(idx) {
+            let text = match span {
+                None => Some(None),
+                Some(r) => payload
+                    .get(r)
+                    .and_then(|b| std::str::from_utf8(b).ok())
+                    .map(|t| Some(t.to_string())),
+            };
+            // (a span that no longer fits: validate the archive, below)
+            if let Some(text) = text {
+                return Ok((m.external_id.clone(), text));
+            }
+        }
+        let a = codec::view_record(payload)?;
+        debug_assert_eq!(
+            a.external_id.as_ref().map(|s| s.as_str()),
+            m.external_id.as_deref()
+        );
+        let text = a.text.as_ref().map(|s| s.as_str());
+        // The text's place in the payload (a validated archive's strings lie
+        // inside its buffer).
+        let span = text.and_then(|t| {
+            let start = (t.as_ptr() as usize).checked_sub(payload.as_ptr() as usize)?;
+            (start + t.len() <= payload.len()).then_some(start..start + t.len())
+        });
+        if text.is_none() || span.is_some() {
+            st.text_spans.set(idx, span);
+        }
+        Ok((m.external_id.clone(), text.map(str::to_string)))
     }
 
     /// Builds the public view of record `idx` (content read from the log).

@@ -499,3 +499,63 @@ fn cached_eligibility_equals_a_fresh_computation() {
         check(step);
     }
 }
+
+#[test]
+fn a_records_text_reads_the_same_from_its_span_as_from_the_archive() {
+    let (db, _) = store_with(0);
+    let s = db.session(Principal::admin("t"));
+    let mut no_text = NewRecord::event("note", "");
+    no_text.text = None;
+    no_text.data = Some(serde_json::json!({"a": 1}));
+    let records = vec![
+        NewRecord::event("note", "grüße, 世界").with_external_id("x-1"),
+        NewRecord::event("note", "plain"),
+        no_text,
+    ];
+    let ids: Vec<RecordId> = s.append(records).unwrap().iter().map(|r| r.id).collect();
+    let st = db.state();
+    for &id in &ids {
+        let idx = st.idx(id).unwrap();
+        assert_eq!(st.text_spans.get(idx), None, "nothing known before a read");
+        let first = db.hit_content(&st, idx).unwrap();
+        assert!(
+            st.text_spans.get(idx).is_some(),
+            "the first read notes the span"
+        );
+        let again = db.hit_content(&st, idx).unwrap();
+        assert_eq!(first, again);
+    }
+    let texts: Vec<Option<String>> = ids
+        .iter()
+        .map(|&id| db.hit_content(&st, st.idx(id).unwrap()).unwrap().1)
+        .collect();
+    assert_eq!(
+        texts,
+        [Some("grüße, 世界".to_string()), Some("plain".into()), None]
+    );
+    assert_eq!(
+        db.hit_content(&st, st.idx(ids[0]).unwrap())
+            .unwrap()
+            .0
+            .as_deref(),
+        Some("x-1")
+    );
+    // A span that no longer fits the payload is not trusted: the archive
+    // is validated again and gives the text.
+    let idx = st.idx(ids[1]).unwrap();
+    st.text_spans.set(idx, Some(1_000_000..1_000_005));
+    assert_eq!(
+        db.hit_content(&st, idx).unwrap().1.as_deref(),
+        Some("plain")
+    );
+    assert_ne!(st.text_spans.get(idx), Some(Some(1_000_000..1_000_005)));
+    // Nor one whose bytes are not UTF-8 (the second byte of 'ü' alone).
+    let idx = st.idx(ids[0]).unwrap();
+    let Some(Some(r)) = st.text_spans.get(idx) else {
+        panic!("a text's span is known after a read")
+    };
+    st.text_spans.set(idx, Some(r.start + 3..r.start + 4));
+    let (_, text) = db.hit_content(&st, idx).unwrap();
+    assert_eq!(text.as_deref(), Some("grüße, 世界"));
+    assert_eq!(st.text_spans.get(idx), Some(Some(r)));
+}

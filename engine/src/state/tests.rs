@@ -364,6 +364,26 @@ proptest! {
 }
 
 #[test]
+fn text_spans_are_per_record_and_default_to_unknown() {
+    let mut s = TextSpans::default();
+    assert_eq!(s.get(0), None, "an empty table knows nothing");
+    s.set(3, Some(1..4)); // beyond the table: ignored, never a panic
+    assert_eq!(s.get(3), None);
+    s.cover(10);
+    assert!((0..10).all(|i| s.get(i).is_none()));
+    s.set(0, Some(0..0));
+    s.set(1, None);
+    s.set(2, Some(17..4113));
+    s.set(4, Some(usize::MAX - 1..usize::MAX)); // does not fit: not kept
+    assert_eq!(s.get(0), Some(Some(0..0)));
+    assert_eq!(s.get(1), Some(None));
+    assert_eq!(s.get(2), Some(Some(17..4113)));
+    assert_eq!(s.get(4), None);
+    s.cover(5); // never shrinks
+    assert_eq!(s.get(2), Some(Some(17..4113)));
+}
+
+#[test]
 fn frame_checks_are_per_record_and_default_to_check() {
     let mut c = FrameChecks::default();
     assert!(!c.verified(0), "an empty table has nothing verified");

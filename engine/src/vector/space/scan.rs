@@ -21,12 +21,13 @@ impl VectorSpace {
         let m = self.internal_metric();
         let vectors = self.vectors();
         let mut out = Vec::with_capacity(idxs.size_hint().0);
-        for idx in idxs {
+        // (`for_each`: a bitmap's iterator folds faster than it steps)
+        idxs.for_each(|idx| {
             if let Some(slot) = self.slot_of(idx) {
                 stats.distance_computations += 1;
                 out.push((idx, distance(m, query, vectors.get(slot))));
             }
-        }
+        });
         out
     }
 
