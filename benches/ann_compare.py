@@ -29,6 +29,12 @@ Usage (installs its own dependencies into benches/.venv on first run):
     python3 benches/ann_compare.py [--dataset ../shared/data/pypi-minilm-20k]
                                    [--dataset benches/results/minilm-200k]
                                    [--rounds 3] [--ef 16,32,64,128,256]
+                                   [--repeat 1] [--engram-store DIR]
+
+With `--repeat N`, Engram and every peer are measured N times in turn on
+each dataset (the peers' indexes built once) and each configuration keeps
+its best pass: on a shared machine a slow stretch then costs every method
+alike instead of whichever ran during it.
 """
 
 import argparse
@@ -85,6 +91,36 @@ def run_dataset(d, args, efs):
                                    "--n", str(n), "--out", d])
         else:
             sys.exit(f"{d}: no such dataset")
+    base = np.load(os.path.join(d, "base.npy")).astype("float32")
+    queries = np.load(os.path.join(d, "queries.npy")).astype("float32")
+    gt = np.load(os.path.join(d, "gt.npy"))
+    n, dim = base.shape
+    rows = []  # (filter, library, method, ef, recall, qps)
+    dists = {}  # (library, ef) -> mean distance computations per query, unfiltered
+    eng = None
+    peers = None
+    for rep in range(args.repeat):
+        if args.repeat > 1:
+            print(f"pass {rep + 1} of {args.repeat}", file=sys.stderr)
+        e = measure_engram(d, args, rows, dists)
+        eng = eng or e
+        if peers is None:
+            peers = build_peers(base, args)
+        measure_peers(d, args, efs, base, queries, gt, peers, rows, dists)
+    # every configuration's best pass, Engram's and the peers' alike
+    best = {}
+    for r in rows:
+        key = r[:4]
+        if key not in best or r[5] > best[key][5]:
+            best[key] = r
+    rows = list(best.values())
+    h_build, f_build = peers[3], peers[4]
+    report(d, args, efs, n, dim, queries, eng, rows, dists, h_build, f_build)
+    return n, rows
+
+
+def measure_engram(d, args, rows, dists):
+    """One `engram bench ann` run: its rows and distance counts appended."""
     print(f"engram bench ann on {d} (rounds {args.rounds}) ...", file=sys.stderr)
     cmd = [args.engram, "bench", "ann", "--dataset", d, "--ef", args.ef, "--m", str(args.m),
            "--ef-construction", str(args.ef_construction), "--rounds", str(args.rounds), "--json",
@@ -93,13 +129,6 @@ def run_dataset(d, args, efs):
         cmd += ["--store", os.path.join(args.engram_store, os.path.basename(os.path.normpath(d)))]
     out = subprocess.check_output(cmd)
     eng = json.loads(out)
-
-    base = np.load(os.path.join(d, "base.npy")).astype("float32")
-    queries = np.load(os.path.join(d, "queries.npy")).astype("float32")
-    gt = np.load(os.path.join(d, "gt.npy"))
-    n, dim = base.shape
-    rows = []  # (filter, library, method, ef, recall, qps)
-    dists = {}  # (library, ef) -> mean distance computations per query, unfiltered
     for f in eng["filters"]:
         for r in f["results"]:
             # "engram": hits with text read from the log (a recall's default);
@@ -109,7 +138,17 @@ def run_dataset(d, args, efs):
             rows.append((f["filter"], lib, r["plan"], r["ef"], r["recall_at_10"], r["qps"]))
             if f["filter"] == "none" and lib == "engram":
                 dists[("engram", r["ef"])] = r["distances_per_query"]
+    return eng
 
+
+def build_peers(base, args):
+    """hnswlib and FAISS indexes over `base`: (hnswlib, faiss HNSW, faiss
+    flat, hnswlib build seconds, faiss build seconds)."""
+    import numpy as np
+    import faiss
+    import hnswlib
+
+    n, dim = base.shape
     print("building hnswlib ...", file=sys.stderr)
     h = hnswlib.Index(space="ip", dim=dim)
     h.set_num_threads(1)
@@ -125,7 +164,16 @@ def run_dataset(d, args, efs):
     f_build = time.perf_counter() - t
     flat = faiss.IndexFlatIP(dim)
     flat.add(base)
+    return h, fh, flat, h_build, f_build
 
+
+def measure_peers(d, args, efs, base, queries, gt, peers, rows, dists):
+    """Every peer method on every filter: rows and distance counts appended."""
+    import numpy as np
+    import faiss
+
+    n = base.shape[0]
+    h, fh, flat = peers[0], peers[1], peers[2]
     for ef in efs:
         h.set_ef(ef)
         qps, found = timed(lambda q: h.knn_query(q, k=10)[0][0], queries, args.rounds)
@@ -183,9 +231,13 @@ def run_dataset(d, args, efs):
         qps, found = timed(pregathered_scan, queries, args.rounds)
         rows.append((name, "numpy", "pregathered", 0, recall_at_10(found, fgt), qps))
 
+
+def report(d, args, efs, n, dim, queries, eng, rows, dists, h_build, f_build):
+    """Prints one dataset's tables."""
     print()
     print(f"dataset {d}: n={n} dim={dim} queries={len(queries)} M={args.m} ef_construction={args.ef_construction}; "
-          f"one query per call, one thread, best of {args.rounds} rounds")
+          f"one query per call, one thread, best of {args.rounds} rounds"
+          + (f" in each of {args.repeat} passes" if args.repeat > 1 else ""))
     print(f"build seconds: engram {eng['build_seconds']:.1f} (ingest {eng['ingest_seconds']:.1f}, durable, then graph), "
           f"hnswlib {h_build:.1f}, faiss {f_build:.1f}; engram graph bytes/vector {eng['index_bytes_per_vector']:.0f}")
     print()
@@ -216,7 +268,6 @@ def run_dataset(d, args, efs):
             print(f"{flt:<14} {hits:<10} {ef:>4} {rc:>7.4f} {q:>10.0f} {'(none reaches it)':<22}")
         else:
             print(f"{flt:<14} {hits:<10} {ef:>4} {rc:>7.4f} {q:>10.0f} {best[0]:<22} {best[1]:>9.0f} {q / best[1]:>5.2f}x")
-    return n, rows
 
 
 PEERS = [("hnswlib", "hnsw"), ("hnswlib", "hnsw+filter"), ("faiss", "hnsw"), ("faiss", "hnsw+selector"),
@@ -240,6 +291,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dataset", action="append")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="measure Engram and every peer this many times in turn and keep each "
+                    "configuration's best pass (a slow stretch of a shared machine then costs "
+                    "every method alike)")
     ap.add_argument("--ef", default="16,32,64,128,256")
     ap.add_argument("--m", type=int, default=16)
     ap.add_argument("--ef-construction", type=int, default=200)

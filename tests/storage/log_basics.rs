@@ -69,6 +69,48 @@ fn append_read_reopen_roll() {
     assert_eq!(locs[0].lsn, 101);
 }
 
+/// A frame reader gives the payloads `read` gives, reading across segments
+/// in any order (its kept segment switches back and forth), and refuses a
+/// location that is not a frame as `read` does.
+#[test]
+fn a_frame_reader_reads_what_read_reads_across_segments() {
+    let b = MemBackend::new();
+    let log = open(
+        &b,
+        LogOptions {
+            segment_bytes_max: 1024,
+            ..LogOptions::default()
+        },
+    );
+    let locs: Vec<_> = (0..60u32)
+        .map(|i| {
+            let p = format!("frame {i} {}", "y".repeat(i as usize % 40));
+            log.append(vec![frame(p.as_bytes())]).unwrap()[0]
+        })
+        .collect();
+    assert!(log.stats().n_segments > 3, "segments rolled");
+    let mut r = log.reader();
+    // oldest, newest, oldest, ... then in order, checked and not
+    let order = (0..locs.len() / 2).flat_map(|i| [i, locs.len() - 1 - i]);
+    for (n, i) in order.chain(0..locs.len()).enumerate() {
+        let l = locs[i];
+        let want = log.read(l.segment, l.offset).unwrap().payload().to_vec();
+        let got = r.payload(l.segment, l.offset, n % 2 == 0).unwrap();
+        assert_eq!(got, &want[..], "frame {i}");
+        assert_eq!(got.as_ptr() as usize % 16, 0, "payload aligned");
+    }
+    for (seg, off) in [(locs[0].segment, locs[0].offset + 8), (999, locs[0].offset)] {
+        assert!(matches!(
+            r.payload(seg, off, false),
+            Err(StorageError::BadLocation { .. })
+        ));
+        assert!(log.read(seg, off).is_err());
+    }
+    // a frame appended after the reader kept its segment's mapping
+    let late = log.append(vec![frame(b"late")]).unwrap()[0];
+    assert_eq!(r.payload(late.segment, late.offset, true).unwrap(), b"late");
+}
+
 #[test]
 fn oversized_batches_and_frames_are_rejected_whole() {
     let b = MemBackend::new();

@@ -212,6 +212,29 @@ fn read_checks_both_checksums_and_read_verified_the_bounds() {
             other => panic!("expected a {what} checksum error, got {other:?}"),
         }
     }
+    // a frame reader makes the same checks as the read it is asked for
+    let mut r = log.reader();
+    for (l, what) in [(locs[1], "payload"), (locs[2], "header")] {
+        match r.payload(l.segment, l.offset, true) {
+            Err(StorageError::BadLocation { reason, .. }) => {
+                assert!(reason.contains("checksum"), "{what}: {reason}")
+            }
+            other => panic!("expected a {what} checksum error, got {other:?}"),
+        }
+    }
+    assert!(
+        r.payload(locs[1].segment, locs[1].offset, false)
+            .unwrap()
+            .contains(&b'X')
+    );
+    for (l, expected) in [(locs[3], "past the durable end"), (locs[4], "magic")] {
+        match r.payload(l.segment, l.offset, false) {
+            Err(StorageError::BadLocation { reason, .. }) => {
+                assert!(reason.contains(expected), "{reason}")
+            }
+            other => panic!("expected {expected:?}, got {other:?}"),
+        }
+    }
     let unchecked = log.read_verified(locs[1].segment, locs[1].offset).unwrap();
     assert!(unchecked.payload().contains(&b'X'));
     let unchecked = log.read_verified(locs[2].segment, locs[2].offset).unwrap();

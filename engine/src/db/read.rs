@@ -141,17 +141,30 @@ impl Engram {
         st: &State,
         idx: Idx,
     ) -> Result<(Option<std::sync::Arc<str>>, Option<String>)> {
+        self.hit_content_with(st, idx, &mut self.frame_reader())
+    }
+
+    /// A reader of the log's frames one after another (a search's hits:
+    /// [`Engram::hit_content_with`]).
+    pub(crate) fn frame_reader(&self) -> engram_storage::log::FrameReader<'_> {
+        self.inner.log.reader()
+    }
+
+    /// [`Engram::hit_content`] through `reader`.
+    pub(crate) fn hit_content_with(
+        &self,
+        st: &State,
+        idx: Idx,
+        reader: &mut engram_storage::log::FrameReader<'_>,
+    ) -> Result<(Option<std::sync::Arc<str>>, Option<String>)> {
         let m = st.meta(idx);
         // A frame's payload is checksummed on its first read only (see
-        // `FrameChecks`); the archive is validated on every read.
-        let f = if st.frame_checks.verified(idx) {
-            self.inner.log.read_verified(m.loc.segment, m.loc.offset)?
-        } else {
-            let f = self.inner.log.read(m.loc.segment, m.loc.offset)?;
+        // `FrameChecks`).
+        let verified = st.frame_checks.verified(idx);
+        let payload = reader.payload(m.loc.segment, m.loc.offset, !verified)?;
+        if !verified {
             st.frame_checks.set_verified(idx);
-            f
-        };
-        let payload = f.payload();
+        }
         if let Some(span) = st.text_spans.get(idx) {
             let text = match span {
                 None => Some(None),

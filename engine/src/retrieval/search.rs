@@ -199,6 +199,7 @@ impl Session {
         };
         let selection: Vec<RecordId> = fusion.iter().take(req.limit).map(|f| f.id).collect();
         let mut hits = Vec::with_capacity(selection.len());
+        let mut reader = self.db.frame_reader();
         for (i, f) in fusion.iter().take(req.limit).enumerate() {
             // Every fused record is a checked candidate (`assert_eligible`
             // above) or, without retrievers, a member of the bitmap.
@@ -206,7 +207,7 @@ impl Session {
             let m = st.meta(idx);
             debug_assert!(el.bitmap.contains(idx) && m.id == f.id);
             let (external_id, text) = if req.with_text {
-                self.db.hit_content(&st, idx)?
+                self.db.hit_content_with(&st, idx, &mut reader)?
             } else {
                 (m.external_id.clone(), None)
             };

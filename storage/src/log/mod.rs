@@ -43,6 +43,7 @@ use crate::backend::{Backend, MapOptions, OpenMode};
 use crate::error::{StorageError, StorageResult};
 use crate::frame::{self, FLAG_BATCH_END, FrameHeader, FrameType, Lsn};
 use crate::oneshot;
+pub use read::FrameReader;
 pub use segment::{FrameLoc, FrameRef};
 use segment::{SEGMENT_HEADER_BYTES, Segment};
 use writer::{APPLY_QUEUE_GROUPS, ApplyJob, applier_loop, create_segment, writer_loop};

@@ -282,6 +282,25 @@ impl Segment {
     /// are always checked; its header and payload checksums only if
     /// `check_payload` (a frame read before, see `SegmentLog::read_verified`).
     pub fn read_frame(&self, offset: u64, check_payload: bool) -> StorageResult<FrameRef> {
+        let mut map = self.view(offset + frame::FRAME_HEADER_BYTES as u64)?;
+        let header = self.locate(&mut map, offset, check_payload)?;
+        Ok(FrameRef {
+            map,
+            segment: self.no,
+            offset,
+            header,
+        })
+    }
+
+    /// The checks of [`Segment::read_frame`] on the frame at `offset`, read
+    /// through `map` (replaced by a longer view of this segment first if
+    /// the frame does not end inside it): its header.
+    pub(crate) fn locate(
+        &self,
+        map: &mut Arc<Mapping>,
+        offset: u64,
+        check_payload: bool,
+    ) -> StorageResult<FrameHeader> {
         let bad = |reason: String| StorageError::BadLocation {
             segment: self.no,
             offset,
@@ -295,7 +314,9 @@ impl Segment {
         if offset + frame::FRAME_HEADER_BYTES as u64 > durable {
             return Err(bad(format!("past the durable end ({durable} bytes)")));
         }
-        let map = self.view(offset + frame::FRAME_HEADER_BYTES as u64)?;
+        if (map.len() as u64) < offset + frame::FRAME_HEADER_BYTES as u64 {
+            *map = self.view(offset + frame::FRAME_HEADER_BYTES as u64)?;
+        }
         let start = crate::cast::usize_from(offset);
         let header = if check_payload {
             frame::decode_header(&map[start..])
@@ -307,21 +328,14 @@ impl Segment {
         if end > durable {
             return Err(bad("frame extends past the durable end".into()));
         }
-        let map = if (map.len() as u64) < end {
-            self.view(end)?
-        } else {
-            map
-        };
+        if (map.len() as u64) < end {
+            *map = self.view(end)?;
+        }
         if check_payload {
             let payload = &map[start + frame::FRAME_HEADER_BYTES..crate::cast::usize_from(end)];
             frame::check_payload(&header, payload).map_err(|e| bad(e.to_string()))?;
         }
-        Ok(FrameRef {
-            map,
-            segment: self.no,
-            offset,
-            header,
-        })
+        Ok(header)
     }
 }
 
