@@ -34,14 +34,18 @@ impl SegmentLog {
     }
 
     fn read_with(&self, segment: u64, offset: u64, check_payload: bool) -> StorageResult<FrameRef> {
-        let seg = self
-            .segment(segment)
+        self.segment_at(segment, offset)?
+            .read_frame(offset, check_payload)
+    }
+
+    /// The segment a location names (an error naming the location if none).
+    fn segment_at(&self, segment: u64, offset: u64) -> StorageResult<Arc<Segment>> {
+        self.segment(segment)
             .ok_or_else(|| StorageError::BadLocation {
                 segment,
                 offset,
                 reason: "no such segment".into(),
-            })?;
-        seg.read_frame(offset, check_payload)
+            })
     }
 
     pub(super) fn segment(&self, no: u64) -> Option<Arc<Segment>> {
@@ -169,14 +173,7 @@ impl FrameReader<'_> {
         check_payload: bool,
     ) -> StorageResult<&[u8]> {
         if self.cur.as_ref().is_none_or(|(s, _)| s.no != segment) {
-            let seg = self
-                .log
-                .segment(segment)
-                .ok_or_else(|| StorageError::BadLocation {
-                    segment,
-                    offset,
-                    reason: "no such segment".into(),
-                })?;
+            let seg = self.log.segment_at(segment, offset)?;
             let map = seg.view(0)?;
             self.cur = Some((seg, map));
         }
