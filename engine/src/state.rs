@@ -105,7 +105,7 @@ pub struct Meta {
     /// Content purged by compaction (only identity and lineage remain).
     pub tombstone: bool,
     /// External id.
-    pub external_id: Option<std::sync::Arc<str>>,
+    pub external_id: Option<Arc<str>>,
     /// Subject entity (relations, assertions).
     pub subject: Option<Idx>,
     /// Object entity (relations).
@@ -154,7 +154,7 @@ pub struct TenantState {
     /// External id -> newest record holding it. A record purged by
     /// compaction keeps its key taken under [`purged_external_id_key`]
     /// (the tombstone holds only the id's SHA-256).
-    pub external_ids: HashMap<std::sync::Arc<str>, Idx>,
+    pub external_ids: HashMap<Arc<str>, Idx>,
     /// How many keys of `external_ids` are purged records' (none: a new
     /// external id need not be hashed to be checked against them).
     pub purged_external_ids: usize,
@@ -170,7 +170,7 @@ pub struct TenantState {
 /// SHA-256 behind a control character, which no external id may contain,
 /// so it never names a live record. Why: deleted is final; a retried or
 /// replayed ingest after compaction must not bring the record back.
-pub fn purged_external_id_key(sha256: &[u8; 32]) -> std::sync::Arc<str> {
+pub fn purged_external_id_key(sha256: &[u8; 32]) -> Arc<str> {
     format!("{PURGED_EXTERNAL_ID_PREFIX}{}", crate::db::hex(sha256)).into()
 }
 
@@ -298,54 +298,18 @@ impl Interner {
     }
 }
 
-/// One bit per record: set once this process has read the record's frame
-/// and its payload checksum matched. Later reads of the same frame skip the
-/// checksum ([`engram_storage::SegmentLog::read_verified`]): a frame's
-/// bytes never change while its segment exists, and a record's location
-/// never changes once it is in the table. Bits are set through `&self` by
-/// concurrent readers (relaxed atomics: a bit only ever goes from 0 to 1,
-/// and a reader that misses a fresh 1 merely checks again). A bit that is
-/// not there, including one beyond the table, means "check".
-#[derive(Debug, Default)]
-pub struct FrameChecks {
-    words: Vec<std::sync::atomic::AtomicU64>,
-}
-
-impl FrameChecks {
-    /// Makes room for records `0..n`.
-    fn cover(&mut self, n: usize) {
-        let words = n.div_ceil(64);
-        if self.words.len() < words {
-            self.words
-                .resize_with(words, || std::sync::atomic::AtomicU64::new(0));
-        }
-    }
-
-    /// Whether record `idx`'s payload checksum was verified.
-    #[inline]
-    pub fn verified(&self, idx: Idx) -> bool {
-        self.words
-            .get(idx as usize / 64)
-            .is_some_and(|w| w.load(std::sync::atomic::Ordering::Relaxed) & (1 << (idx % 64)) != 0)
-    }
-
-    /// Records that record `idx`'s payload checksum matched.
-    #[inline]
-    pub fn set_verified(&self, idx: Idx) {
-        if let Some(w) = self.words.get(idx as usize / 64) {
-            w.fetch_or(1 << (idx % 64), std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-}
-
-/// Where each record's text lies in its frame's payload, learnt the first
-/// time this process reads the record whole (archive validated, see
-/// [`crate::db`]'s `hit_content`). A later read takes the text from there:
-/// its bounds are checked against the payload and its bytes must be UTF-8,
-/// but the rest of the archive is not validated again (a frame's bytes
-/// never change while its segment exists, as [`FrameChecks`] relies on).
-/// One word per record, set through `&self` (relaxed atomics: a reader
-/// that misses a fresh span validates the archive again); 0 is "not known".
+/// What this process learnt the first time it read a record's frame whole
+/// (see [`crate::db`]'s `hit_content`): that the payload's checksums
+/// matched and the archive is valid, and where the text lies in the
+/// payload. A later read skips the checksums
+/// ([`engram_storage::SegmentLog::read_verified`]) and takes the text from
+/// there: its bounds are checked against the payload and its bytes must be
+/// UTF-8, but the rest of the archive is not validated again. Why it is
+/// safe: a frame's bytes never change while its segment exists, and a
+/// record's location never changes once it is in the table. One word per
+/// record, set through `&self` (relaxed atomics: a reader that misses a
+/// fresh span reads and checks the frame again); 0 is "not known", as is
+/// any record beyond the table.
 #[derive(Debug, Default)]
 pub struct TextSpans {
     words: Vec<std::sync::atomic::AtomicU64>,
@@ -415,10 +379,8 @@ pub struct State {
     /// the present or a later moment. Derived from the record table (kept
     /// with it, not in checkpoints).
     pub bm_valid_later: RoaringBitmap,
-    /// Records whose frame payload this process has read and checksummed
-    /// (see [`FrameChecks`]).
-    pub frame_checks: FrameChecks,
-    /// Where each record's text lies in its frame (see [`TextSpans`]).
+    /// Records whose frame was read whole, and where their text lies (see
+    /// [`TextSpans`]).
     pub text_spans: TextSpans,
     /// Id -> index.
     pub by_id: HashMap<RecordId, Idx>,
@@ -514,7 +476,6 @@ impl State {
             metas: Vec::new(),
             occurred_prefix_max: Vec::new(),
             bm_valid_later: RoaringBitmap::new(),
-            frame_checks: FrameChecks::default(),
             text_spans: TextSpans::default(),
             by_id: HashMap::default(),
             strings: Interner::default(),
@@ -602,7 +563,6 @@ impl State {
             self.bm_valid_later.insert(idx_of(self.metas.len()));
         }
         self.metas.push(meta);
-        self.frame_checks.cover(self.metas.len());
         self.text_spans.cover(self.metas.len());
     }
 
@@ -624,8 +584,6 @@ impl State {
             })
             .collect();
         self.metas = metas;
-        self.frame_checks = FrameChecks::default();
-        self.frame_checks.cover(self.metas.len());
         self.text_spans = TextSpans::default();
         self.text_spans.cover(self.metas.len());
     }

@@ -158,14 +158,11 @@ impl Engram {
         reader: &mut engram_storage::log::FrameReader<'_>,
     ) -> Result<(Option<std::sync::Arc<str>>, Option<String>)> {
         let m = st.meta(idx);
-        // A frame's payload is checksummed on its first read only (see
-        // `FrameChecks`).
-        let verified = st.frame_checks.verified(idx);
-        let payload = reader.payload(m.loc.segment, m.loc.offset, !verified)?;
-        if !verified {
-            st.frame_checks.set_verified(idx);
-        }
-        if let Some(span) = st.text_spans.get(idx) {
+        // A frame's payload is checksummed, and its archive validated, on
+        // its first read only (see `TextSpans`).
+        let known = st.text_spans.get(idx);
+        let payload = reader.payload(m.loc.segment, m.loc.offset, known.is_none())?;
+        if let Some(span) = known {
             let text = match span {
                 None => Some(None),
                 Some(r) => payload

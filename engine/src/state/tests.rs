@@ -384,25 +384,6 @@ fn text_spans_are_per_record_and_default_to_unknown() {
 }
 
 #[test]
-fn frame_checks_are_per_record_and_default_to_check() {
-    let mut c = FrameChecks::default();
-    assert!(!c.verified(0), "an empty table has nothing verified");
-    c.set_verified(3); // beyond the table: ignored, never a panic
-    assert!(!c.verified(3));
-    c.cover(130);
-    for i in [0, 63, 64, 129] {
-        assert!(!c.verified(i));
-    }
-    c.set_verified(64);
-    c.set_verified(129);
-    assert!(c.verified(64) && c.verified(129));
-    assert!(!c.verified(63) && !c.verified(65) && !c.verified(128));
-    c.cover(10); // never shrinks
-    assert!(c.verified(129));
-    assert!(!c.verified(200) && !c.verified(u32::MAX));
-}
-
-#[test]
 fn statuses_at_give_the_from_of_the_first_transition_after_the_moment() {
     let mut st = empty_state();
     let change = |at, idx, from, to| StatusChange { at, idx, from, to };
