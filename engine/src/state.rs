@@ -301,10 +301,12 @@ impl Interner {
 /// What this process learnt the first time it read a record's frame whole
 /// (see [`crate::db`]'s `hit_content`): that the payload's checksums
 /// matched and the archive is valid, and where the text lies in the
-/// payload. A later read skips the checksums
-/// ([`engram_storage::SegmentLog::read_verified`]) and takes the text from
-/// there: its bounds are checked against the payload and its bytes must be
-/// UTF-8, but the rest of the archive is not validated again. Why it is
+/// payload. A later read takes only the text's bytes from the frame
+/// ([`engram_storage::log::FrameReader::payload_part`]: neither the
+/// header nor the checksums are read again); they must lie within the
+/// segment's durable bytes and be UTF-8, but the rest of the archive is
+/// not validated again (a span that fails either check sends the read
+/// back to verifying the whole frame). Why it is
 /// safe: a frame's bytes never change while its segment exists, and a
 /// record's location never changes once it is in the table. One word per
 /// record, set through `&self` (relaxed atomics: a reader that misses a

@@ -109,6 +109,52 @@ fn a_frame_reader_reads_what_read_reads_across_segments() {
     // a frame appended after the reader kept its segment's mapping
     let late = log.append(vec![frame(b"late")]).unwrap()[0];
     assert_eq!(r.payload(late.segment, late.offset, true).unwrap(), b"late");
+    assert_eq!(
+        r.payload_part(late.segment, late.offset, 1..3),
+        Some(&b"at"[..])
+    );
+}
+
+#[test]
+fn a_part_of_a_payload_reads_as_the_same_bytes_of_the_whole() {
+    let b = MemBackend::new();
+    let opts = LogOptions {
+        segment_bytes_max: 1024,
+        ..LogOptions::default()
+    };
+    let log = open(&b, opts);
+    let locs: Vec<_> = (0..40u32)
+        .map(|i| {
+            log.append(vec![frame(format!("payload number {i}").as_bytes())])
+                .unwrap()[0]
+        })
+        .collect();
+    assert!(log.stats().n_segments > 1, "segments rolled");
+    let mut r = log.reader();
+    for (i, l) in locs.iter().enumerate().rev() {
+        let whole = log.read(l.segment, l.offset).unwrap().payload().to_vec();
+        for part in [0..whole.len(), 8..15, 3..3] {
+            assert_eq!(
+                r.payload_part(l.segment, l.offset, part.clone()),
+                Some(&whole[part.clone()]),
+                "frame {i}, bytes {part:?}"
+            );
+        }
+    }
+    let l = locs[0];
+    // not a frame boundary, no such segment, past the durable end, reversed
+    let end = log.stats().bytes;
+    assert_eq!(r.payload_part(l.segment, l.offset + 8, 0..4), None);
+    assert_eq!(r.payload_part(999, l.offset, 0..4), None);
+    assert_eq!(r.payload_part(l.segment, l.offset, 0..end as usize), None);
+    #[allow(clippy::reversed_empty_ranges)]
+    let reversed = 5..2;
+    assert_eq!(r.payload_part(l.segment, l.offset, reversed), None);
+    assert_eq!(
+        r.payload_part(l.segment, 0, 0..1),
+        None,
+        "the segment header"
+    );
 }
 
 #[test]

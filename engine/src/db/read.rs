@@ -161,20 +161,21 @@ impl Engram {
         // A frame's payload is checksummed, and its archive validated, on
         // its first read only (see `TextSpans`).
         let known = st.text_spans.get(idx);
-        let payload = reader.payload(m.loc.segment, m.loc.offset, known.is_none())?;
-        if let Some(span) = known {
+        if let Some(span) = &known {
             let text = match span {
                 None => Some(None),
-                Some(r) => payload
-                    .get(r)
+                Some(r) => reader
+                    .payload_part(m.loc.segment, m.loc.offset, r.clone())
                     .and_then(|b| std::str::from_utf8(b).ok())
                     .map(|t| Some(t.to_string())),
             };
-            // (a span that no longer fits: validate the archive, below)
+            // (a span that does not fit, or bytes that are not UTF-8:
+            // verify the frame and validate the archive, below)
             if let Some(text) = text {
                 return Ok((m.external_id.clone(), text));
             }
         }
+        let payload = reader.payload(m.loc.segment, m.loc.offset, true)?;
         let a = codec::view_record(payload)?;
         debug_assert_eq!(
             a.external_id.as_ref().map(|s| s.as_str()),

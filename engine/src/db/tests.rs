@@ -540,8 +540,9 @@ fn a_records_text_reads_the_same_from_its_span_as_from_the_archive() {
             .as_deref(),
         Some("x-1")
     );
-    // A span that no longer fits the payload is not trusted: the archive
-    // is validated again and gives the text.
+    // A span that ends past the log's durable bytes is not trusted: the
+    // frame is verified, the archive validated again, and they give the
+    // text.
     let idx = st.idx(ids[1]).unwrap();
     st.text_spans.set(idx, Some(1_000_000..1_000_005));
     assert_eq!(

@@ -64,8 +64,10 @@ impl Session {
             now,
             include_candidates: false,
         };
-        // One clock read per phase: each ends where the next begins.
-        let mut mark = Instant::now();
+        // One clock read per phase: each ends where the next begins (the
+        // first, eligibility, counts from the start: checks and the
+        // principal's labels are part of deciding who may see what).
+        let mut mark = t_total;
         let el =
             st.eligibility_cache
                 .compute(&st, self.principal.tenant(), &held, &req.filter, &cut);

@@ -182,4 +182,30 @@ impl FrameReader<'_> {
         let start = crate::cast::usize_from(offset) + frame::FRAME_HEADER_BYTES;
         Ok(&map[start..start + header.payload_len as usize])
     }
+
+    /// Bytes `part` of the payload of the frame at a location, read without
+    /// decoding its header again: for a caller that read and verified this
+    /// frame before and noted where in its payload the bytes lie (a frame's
+    /// bytes never change while its segment exists). The location must be
+    /// a frame boundary and the bytes must end within the segment's durable
+    /// bytes; `None` otherwise (the caller reads the whole frame instead).
+    pub fn payload_part(
+        &mut self,
+        segment: u64,
+        offset: u64,
+        part: std::ops::Range<usize>,
+    ) -> Option<&[u8]> {
+        if self.cur.as_ref().is_none_or(|(s, _)| s.no != segment) {
+            let seg = self.log.segment_at(segment, offset).ok()?;
+            let map = seg.view(0).ok()?;
+            self.cur = Some((seg, map));
+        }
+        let (seg, map) = self.cur.as_mut().expect("set above");
+        let start = seg.part_bounds(offset, &part)?;
+        if (map.len() as u64) < start + part.len() as u64 {
+            *map = seg.view(start + part.len() as u64).ok()?;
+        }
+        let start = crate::cast::usize_from(start);
+        map.get(start..start + part.len())
+    }
 }

@@ -295,6 +295,21 @@ impl Segment {
     /// The checks of [`Segment::read_frame`] on the frame at `offset`, read
     /// through `map` (replaced by a longer view of this segment first if
     /// the frame does not end inside it): its header.
+    /// Where bytes `part` of the payload of the frame at `offset` begin in
+    /// the segment, if `offset` is a frame boundary and the bytes end within
+    /// the durable bytes (the frame's header is not read).
+    pub(crate) fn part_bounds(&self, offset: u64, part: &std::ops::Range<usize>) -> Option<u64> {
+        if offset < SEGMENT_HEADER_BYTES as u64 || !offset.is_multiple_of(frame::FRAME_ALIGN as u64)
+        {
+            return None;
+        }
+        let start = offset
+            .checked_add(frame::FRAME_HEADER_BYTES as u64)?
+            .checked_add(part.start as u64)?;
+        let end = start.checked_add(part.len() as u64)?;
+        (part.start <= part.end && end <= self.durable_len()).then_some(start)
+    }
+
     pub(crate) fn locate(
         &self,
         map: &mut Arc<Mapping>,
