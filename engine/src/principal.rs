@@ -26,8 +26,9 @@ pub const ROLE_ADMIN: &str = "admin";
 /// The identity a session acts as.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Principal {
-    tenant: String,
-    id: String,
+    // (shared: every manifest names them)
+    tenant: std::sync::Arc<str>,
+    id: std::sync::Arc<str>,
     kind: WriterKind,
     admin: bool,
     /// Labels and roles its credential (an API key) grants, on top of the
@@ -40,8 +41,8 @@ impl Principal {
     /// A person.
     pub fn user(tenant: impl Into<String>, id: impl Into<String>) -> Self {
         Principal {
-            tenant: tenant.into(),
-            id: id.into(),
+            tenant: tenant.into().into(),
+            id: id.into().into(),
             kind: WriterKind::User,
             admin: false,
             credential_labels: Default::default(),
@@ -52,8 +53,8 @@ impl Principal {
     /// A model or agent writer: procedural records it writes need review.
     pub fn model(tenant: impl Into<String>, id: impl Into<String>) -> Self {
         Principal {
-            tenant: tenant.into(),
-            id: id.into(),
+            tenant: tenant.into().into(),
+            id: id.into().into(),
             kind: WriterKind::Model,
             admin: false,
             credential_labels: Default::default(),
@@ -65,8 +66,8 @@ impl Principal {
     /// writes to the principal that produced them (the `writer` field).
     pub fn system(tenant: impl Into<String>, id: impl Into<String>) -> Self {
         Principal {
-            tenant: tenant.into(),
-            id: id.into(),
+            tenant: tenant.into().into(),
+            id: id.into().into(),
             kind: WriterKind::System,
             admin: false,
             credential_labels: Default::default(),
@@ -77,7 +78,7 @@ impl Principal {
     /// The tenant's administrator (what the operator CLI acts as by default).
     pub fn admin(tenant: impl Into<String>) -> Self {
         Principal {
-            tenant: tenant.into(),
+            tenant: tenant.into().into(),
             id: ROLE_ADMIN.into(),
             kind: WriterKind::System,
             admin: true,
@@ -90,7 +91,7 @@ impl Principal {
     /// key names its principal).
     pub fn admin_named(tenant: impl Into<String>, id: impl Into<String>) -> Self {
         Principal {
-            id: id.into(),
+            id: id.into().into(),
             ..Principal::admin(tenant)
         }
     }
@@ -126,6 +127,16 @@ impl Principal {
     /// The principal id.
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// The tenant, shared.
+    pub(crate) fn tenant_shared(&self) -> std::sync::Arc<str> {
+        self.tenant.clone()
+    }
+
+    /// The principal id, shared.
+    pub(crate) fn id_shared(&self) -> std::sync::Arc<str> {
+        self.id.clone()
     }
 
     /// Writer kind of records this principal writes itself.

@@ -79,7 +79,7 @@ fn hybrid_recall_finds_relevant_records_and_explains_itself() {
         "{top:?}"
     );
     let m = &r.manifest;
-    assert_eq!(m.principal.tenant, "acme");
+    assert_eq!(&*m.principal.tenant, "acme");
     assert_eq!(m.eligible, 5);
     assert!(
         m.retrievers

@@ -541,9 +541,9 @@ impl PartialEq for FusionInput {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ManifestPrincipal {
     /// Tenant.
-    pub tenant: String,
+    pub tenant: std::sync::Arc<str>,
     /// Principal id.
-    pub id: String,
+    pub id: std::sync::Arc<str>,
     /// Admin.
     pub admin: bool,
     /// Labels held at query time.

@@ -296,8 +296,8 @@ impl Session {
         let manifest = Manifest {
             query: normalize(req, el.filter.clone(), cut.valid_at),
             principal: ManifestPrincipal {
-                tenant: self.principal.tenant().to_string(),
-                id: self.principal.id().to_string(),
+                tenant: self.principal.tenant_shared(),
+                id: self.principal.id_shared(),
                 admin,
                 labels: held.into_iter().collect(),
             },
