@@ -380,7 +380,14 @@ impl FilterExpr {
     /// The expression of the classic filters: fields AND-ed, values of one
     /// field OR-ed, `include_historical` adding the historical class.
     pub fn from_filters(f: &Filters, include_historical: bool) -> FilterExpr {
-        let mut f = f.normalized();
+        // Each list as `Filters::normalized` gives it (sorted, without
+        // repeats), copied only where the filter names something.
+        fn sorted<T: Ord + Clone>(v: &[T]) -> Vec<T> {
+            let mut v = v.to_vec();
+            v.sort_unstable();
+            v.dedup();
+            v
+        }
         let mut terms = Vec::new();
         if include_historical {
             terms.push(FilterExpr::StatusIn {
@@ -388,22 +395,22 @@ impl FilterExpr {
             });
         }
         for (field, values) in [
-            (NameField::User, &mut f.users),
-            (NameField::Conversation, &mut f.conversations),
-            (NameField::Agent, &mut f.agents),
-            (NameField::ScopeLabel, &mut f.scope_labels),
-            (NameField::Kind, &mut f.kinds),
+            (NameField::User, &f.users),
+            (NameField::Conversation, &f.conversations),
+            (NameField::Agent, &f.agents),
+            (NameField::ScopeLabel, &f.scope_labels),
+            (NameField::Kind, &f.kinds),
         ] {
             if !values.is_empty() {
                 terms.push(FilterExpr::In {
                     field,
-                    values: std::mem::take(values),
+                    values: sorted(values),
                 });
             }
         }
         if !f.record_types.is_empty() {
             terms.push(FilterExpr::RecordIn {
-                types: std::mem::take(&mut f.record_types),
+                types: sorted(&f.record_types),
             });
         }
         if let Some(t) = f.occurred_after {
@@ -971,6 +978,44 @@ impl EligibilityCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A filter's expression is the same whether its lists come sorted and
+    /// without repeats or not: `from_filters` normalizes as
+    /// `Filters::normalized` does.
+    #[test]
+    fn filter_lists_in_any_order_and_with_repeats_give_one_expression() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let messy = Filters {
+            users: s(&["u2", "u1", "u2"]),
+            kinds: s(&["b", "a", "b", "a"]),
+            scope_labels: s(&["x"]),
+            record_types: vec![RecordType::Summary, RecordType::Event, RecordType::Summary],
+            occurred_after: Some(5),
+            ..Filters::default()
+        };
+        let tidy = messy.normalized();
+        assert_eq!(tidy.users, s(&["u1", "u2"]));
+        for historical in [false, true] {
+            let a = FilterExpr::from_filters(&messy, historical);
+            assert_eq!(a, FilterExpr::from_filters(&tidy, historical));
+            assert_eq!(a, a.normalized(), "already canonical");
+        }
+        let FilterExpr::And { terms } = FilterExpr::from_filters(&messy, false) else {
+            panic!("several terms make an And")
+        };
+        assert_eq!(
+            terms.len(),
+            5,
+            "users, labels, kinds, record types, time: {terms:?}"
+        );
+        assert!(terms.contains(&FilterExpr::RecordIn {
+            types: vec![RecordType::Event, RecordType::Summary]
+        }));
+        assert_eq!(
+            FilterExpr::from_filters(&Filters::default(), false),
+            FilterExpr::All
+        );
+    }
 
     #[test]
     fn a_space_share_is_made_once_per_key_and_again_when_the_space_grows() {
