@@ -292,15 +292,11 @@ impl Segment {
         })
     }
 
-    /// The checks of [`Segment::read_frame`] on the frame at `offset`, read
-    /// through `map` (replaced by a longer view of this segment first if
-    /// the frame does not end inside it): its header.
     /// Where bytes `part` of the payload of the frame at `offset` begin in
     /// the segment, if `offset` is a frame boundary and the bytes end within
     /// the durable bytes (the frame's header is not read).
     pub(crate) fn part_bounds(&self, offset: u64, part: &std::ops::Range<usize>) -> Option<u64> {
-        if offset < SEGMENT_HEADER_BYTES as u64 || !offset.is_multiple_of(frame::FRAME_ALIGN as u64)
-        {
+        if !is_frame_boundary(offset) {
             return None;
         }
         let start = offset
@@ -310,6 +306,9 @@ impl Segment {
         (part.start <= part.end && end <= self.durable_len()).then_some(start)
     }
 
+    /// The checks of [`Segment::read_frame`] on the frame at `offset`, read
+    /// through `map` (replaced by a longer view of this segment first if
+    /// the frame does not end inside it): its header.
     pub(crate) fn locate(
         &self,
         map: &mut Arc<Mapping>,
@@ -321,8 +320,7 @@ impl Segment {
             offset,
             reason,
         };
-        if offset < SEGMENT_HEADER_BYTES as u64 || !offset.is_multiple_of(frame::FRAME_ALIGN as u64)
-        {
+        if !is_frame_boundary(offset) {
             return Err(bad("not a frame boundary".into()));
         }
         let durable = self.durable_len();
@@ -352,6 +350,12 @@ impl Segment {
         }
         Ok(header)
     }
+}
+
+/// Whether a frame may start at `offset` of a segment: past the header,
+/// on the frame alignment.
+fn is_frame_boundary(offset: u64) -> bool {
+    offset >= SEGMENT_HEADER_BYTES as u64 && offset.is_multiple_of(frame::FRAME_ALIGN as u64)
 }
 
 /// Where a frame lives.
