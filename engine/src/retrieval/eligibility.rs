@@ -66,25 +66,24 @@ pub struct Filters {
     pub occurred_before: Option<i64>,
 }
 
+/// A filter list in its normalized form: sorted, without repeats.
+fn sorted_unique<T: Ord + Clone>(v: &[T]) -> Vec<T> {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
 impl Filters {
     /// Sorts and deduplicates every list (the normalized form).
     pub fn normalized(&self) -> Filters {
-        let n = |v: &Vec<String>| {
-            let mut v = v.clone();
-            v.sort();
-            v.dedup();
-            v
-        };
-        let mut types = self.record_types.clone();
-        types.sort();
-        types.dedup();
         Filters {
-            users: n(&self.users),
-            conversations: n(&self.conversations),
-            agents: n(&self.agents),
-            scope_labels: n(&self.scope_labels),
-            kinds: n(&self.kinds),
-            record_types: types,
+            users: sorted_unique(&self.users),
+            conversations: sorted_unique(&self.conversations),
+            agents: sorted_unique(&self.agents),
+            scope_labels: sorted_unique(&self.scope_labels),
+            kinds: sorted_unique(&self.kinds),
+            record_types: sorted_unique(&self.record_types),
             occurred_after: self.occurred_after,
             occurred_before: self.occurred_before,
         }
@@ -380,14 +379,8 @@ impl FilterExpr {
     /// The expression of the classic filters: fields AND-ed, values of one
     /// field OR-ed, `include_historical` adding the historical class.
     pub fn from_filters(f: &Filters, include_historical: bool) -> FilterExpr {
-        // Each list as `Filters::normalized` gives it (sorted, without
-        // repeats), copied only where the filter names something.
-        fn sorted<T: Ord + Clone>(v: &[T]) -> Vec<T> {
-            let mut v = v.to_vec();
-            v.sort_unstable();
-            v.dedup();
-            v
-        }
+        // Each list as `Filters::normalized` gives it, copied only where
+        // the filter names something.
         let mut terms = Vec::new();
         if include_historical {
             terms.push(FilterExpr::StatusIn {
@@ -404,13 +397,13 @@ impl FilterExpr {
             if !values.is_empty() {
                 terms.push(FilterExpr::In {
                     field,
-                    values: sorted(values),
+                    values: sorted_unique(values),
                 });
             }
         }
         if !f.record_types.is_empty() {
             terms.push(FilterExpr::RecordIn {
-                types: sorted(&f.record_types),
+                types: sorted_unique(&f.record_types),
             });
         }
         if let Some(t) = f.occurred_after {

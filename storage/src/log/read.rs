@@ -172,12 +172,8 @@ impl FrameReader<'_> {
         offset: u64,
         check_payload: bool,
     ) -> StorageResult<&[u8]> {
-        if self.cur.as_ref().is_none_or(|(s, _)| s.no != segment) {
-            let seg = self.log.segment_at(segment, offset)?;
-            let map = seg.view(0)?;
-            self.cur = Some((seg, map));
-        }
-        let (seg, map) = self.cur.as_mut().expect("set above");
+        self.keep(segment, offset)?;
+        let (seg, map) = self.cur.as_mut().expect("kept above");
         let header = seg.locate(map, offset, check_payload)?;
         let start = crate::cast::usize_from(offset) + frame::FRAME_HEADER_BYTES;
         Ok(&map[start..start + header.payload_len as usize])
@@ -195,17 +191,27 @@ impl FrameReader<'_> {
         offset: u64,
         part: std::ops::Range<usize>,
     ) -> Option<&[u8]> {
-        if self.cur.as_ref().is_none_or(|(s, _)| s.no != segment) {
-            let seg = self.log.segment_at(segment, offset).ok()?;
-            let map = seg.view(0).ok()?;
-            self.cur = Some((seg, map));
+        self.keep(segment, offset).ok()?;
+        let (seg, map) = self.cur.as_mut().expect("kept above");
+        seg.part(map, offset, part)
+    }
+
+    /// Keeps segment `segment` and its mapping, if another is kept.
+    #[inline(always)]
+    fn keep(&mut self, segment: u64, offset: u64) -> StorageResult<()> {
+        if self.cur.as_ref().is_some_and(|(s, _)| s.no == segment) {
+            return Ok(());
         }
-        let (seg, map) = self.cur.as_mut().expect("set above");
-        let start = seg.part_bounds(offset, &part)?;
-        if (map.len() as u64) < start + part.len() as u64 {
-            *map = seg.view(start + part.len() as u64).ok()?;
-        }
-        let start = crate::cast::usize_from(start);
-        map.get(start..start + part.len())
+        self.switch(segment, offset)
+    }
+
+    /// [`FrameReader::keep`] when another segment (or none) is kept.
+    #[cold]
+    #[inline(never)]
+    fn switch(&mut self, segment: u64, offset: u64) -> StorageResult<()> {
+        let seg = self.log.segment_at(segment, offset)?;
+        let map = seg.view(0)?;
+        self.cur = Some((seg, map));
+        Ok(())
     }
 }

@@ -292,18 +292,38 @@ impl Segment {
         })
     }
 
-    /// Where bytes `part` of the payload of the frame at `offset` begin in
-    /// the segment, if `offset` is a frame boundary and the bytes end within
-    /// the durable bytes (the frame's header is not read).
-    pub(crate) fn part_bounds(&self, offset: u64, part: &std::ops::Range<usize>) -> Option<u64> {
-        if !is_frame_boundary(offset) {
+    /// Bytes `part` of the payload of the frame at `offset`, read through
+    /// `map` (replaced by a longer view first if they do not end inside
+    /// it), if `offset` is a frame boundary and the bytes end within the
+    /// durable bytes (the frame's header is not read).
+    #[inline]
+    pub(crate) fn part<'m>(
+        &self,
+        map: &'m mut Arc<Mapping>,
+        offset: u64,
+        part: std::ops::Range<usize>,
+    ) -> Option<&'m [u8]> {
+        if !is_frame_boundary(offset) || part.start > part.end {
             return None;
         }
         let start = offset
             .checked_add(frame::FRAME_HEADER_BYTES as u64)?
             .checked_add(part.start as u64)?;
         let end = start.checked_add(part.len() as u64)?;
-        (part.start <= part.end && end <= self.durable_len()).then_some(start)
+        if end > self.durable_len() {
+            return None;
+        }
+        self.cover(map, end).ok()?;
+        map.get(crate::cast::usize_from(start)..crate::cast::usize_from(end))
+    }
+
+    /// Makes `map` reach at least `end` (a longer view of this segment).
+    #[inline]
+    fn cover(&self, map: &mut Arc<Mapping>, end: u64) -> StorageResult<()> {
+        if (map.len() as u64) < end {
+            *map = self.view(end)?;
+        }
+        Ok(())
     }
 
     /// The checks of [`Segment::read_frame`] on the frame at `offset`, read
@@ -327,9 +347,7 @@ impl Segment {
         if offset + frame::FRAME_HEADER_BYTES as u64 > durable {
             return Err(bad(format!("past the durable end ({durable} bytes)")));
         }
-        if (map.len() as u64) < offset + frame::FRAME_HEADER_BYTES as u64 {
-            *map = self.view(offset + frame::FRAME_HEADER_BYTES as u64)?;
-        }
+        self.cover(map, offset + frame::FRAME_HEADER_BYTES as u64)?;
         let start = crate::cast::usize_from(offset);
         let header = if check_payload {
             frame::decode_header(&map[start..])
@@ -341,9 +359,7 @@ impl Segment {
         if end > durable {
             return Err(bad("frame extends past the durable end".into()));
         }
-        if (map.len() as u64) < end {
-            *map = self.view(end)?;
-        }
+        self.cover(map, end)?;
         if check_payload {
             let payload = &map[start + frame::FRAME_HEADER_BYTES..crate::cast::usize_from(end)];
             frame::check_payload(&header, payload).map_err(|e| bad(e.to_string()))?;
