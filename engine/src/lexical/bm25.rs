@@ -126,16 +126,34 @@ use rustc_hash::FxHashMap;
 
 #[cfg(test)]
 use super::terms::terms_of;
-use super::terms::{TERMS_VERSION, terms, terms_spans};
+use super::terms::{TERMS_VERSION, terms, with_stem};
+use super::tokenize::tokenize_spans;
 
-/// Term bytes, term spans in them, term ids, and the unstemmed tokens:
-/// reused by `add`.
-type Scratch = (String, Vec<(u32, u32)>, Vec<u32>, String);
+/// Token bytes, token spans in them, and term ids: reused by `add`.
+type Scratch = (String, Vec<(u32, u32)>, Vec<u32>);
 
 thread_local! {
     /// Per-thread buffers for `add` (no allocation per token).
     static SCRATCH: std::cell::RefCell<Scratch> =
-        const { std::cell::RefCell::new((String::new(), Vec::new(), Vec::new(), String::new())) };
+        const { std::cell::RefCell::new((String::new(), Vec::new(), Vec::new())) };
+}
+
+/// Tokens remembered by [`TokenIds`] before it starts over.
+const TOKEN_IDS_MAX: usize = 1 << 16;
+
+/// The write path's shortcut from a token to its term id: a token seen
+/// before is one lookup, instead of a stem (itself a cached lookup) and a
+/// vocabulary lookup. Term ids never change within an index, so a hit is
+/// always right; the map is cleared when full (vocabularies are small and
+/// skewed, so nearly every token of a batch is a hit). Not part of the
+/// index's state: a clone or a decoded index starts empty.
+#[derive(Default)]
+struct TokenIds(FxHashMap<Box<str>, u32>);
+
+impl Clone for TokenIds {
+    fn clone(&self) -> Self {
+        TokenIds::default()
+    }
 }
 
 /// Version of the binary encoding written by [`Bm25Index::write_to`].
@@ -351,6 +369,8 @@ pub struct Bm25Index {
     /// Documents added, including empty ones.
     n_docs: u64,
     last_doc: Option<u32>,
+    /// Token -> term id, for `add` (not part of the index's state).
+    token_ids: TokenIds,
 }
 
 impl fmt::Debug for Bm25Index {
@@ -382,6 +402,7 @@ impl Bm25Index {
             total_len: 0,
             n_docs: 0,
             last_doc: None,
+            token_ids: TokenIds::default(),
         }
     }
 
@@ -404,39 +425,57 @@ impl Bm25Index {
             return Err(Bm25Error::DocOutOfOrder { last, got: doc });
         }
         SCRATCH.with(|cell| {
-            let (buf, spans, ids, tokens) = &mut *cell.borrow_mut();
+            let (buf, spans, ids) = &mut *cell.borrow_mut();
             buf.clear();
             spans.clear();
-            terms_spans(text, buf, spans, tokens);
-            self.add_tokens(doc, buf, spans, ids);
+            tokenize_spans(text, buf, spans);
+            ids.clear();
+            ids.extend(
+                spans
+                    .iter()
+                    .map(|&(a, b)| self.term_id(&buf[a as usize..b as usize])),
+            );
+            self.add_ids(doc, ids);
         });
         Ok(())
     }
 
-    /// Indexes one document's tokens: each token becomes a term id (one
-    /// vocabulary lookup per token), the ids are sorted as integers, and
-    /// each run of equal ids is one posting with its term frequency.
-    fn add_tokens(&mut self, doc: u32, buf: &str, spans: &[(u32, u32)], ids: &mut Vec<u32>) {
-        self.last_doc = Some(doc);
-        self.n_docs += 1;
-        if spans.is_empty() {
-            return;
+    /// The term id of a token (its stem's, as [`terms`] would give it),
+    /// adding the term to the vocabulary when new.
+    fn term_id(&mut self, token: &str) -> u32 {
+        if let Some(&id) = self.token_ids.0.get(token) {
+            return id;
         }
-        let dl = u32::try_from(spans.len()).unwrap_or(u32::MAX);
-        ids.clear();
-        for &(a, b) in spans {
-            let term = &buf[a as usize..b as usize];
-            let id = match self.vocab.get(term) {
+        let (vocab, postings) = (&mut self.vocab, &mut self.postings);
+        let id = with_stem(token, |stem| {
+            let term = stem.unwrap_or(token);
+            match vocab.get(term) {
                 Some(&id) => id,
                 None => {
-                    let id = u32::try_from(self.postings.len()).expect("more than 2^32 terms");
-                    self.vocab.insert(term.to_owned(), id);
-                    self.postings.push(Postings::default());
+                    let id = u32::try_from(postings.len()).expect("more than 2^32 terms");
+                    vocab.insert(term.to_owned(), id);
+                    postings.push(Postings::default());
                     id
                 }
-            };
-            ids.push(id);
+            }
+        });
+        if self.token_ids.0.len() >= TOKEN_IDS_MAX {
+            self.token_ids.0.clear();
         }
+        self.token_ids.0.insert(token.into(), id);
+        id
+    }
+
+    /// Indexes one document's term ids (one per token, in text order): the
+    /// ids are sorted as integers, and each run of equal ids is one posting
+    /// with its term frequency.
+    fn add_ids(&mut self, doc: u32, ids: &mut [u32]) {
+        self.last_doc = Some(doc);
+        self.n_docs += 1;
+        if ids.is_empty() {
+            return;
+        }
+        let dl = u32::try_from(ids.len()).unwrap_or(u32::MAX);
         ids.sort_unstable();
         let mut i = 0;
         while i < ids.len() {
@@ -487,10 +526,13 @@ impl Bm25Index {
     pub fn heap_bytes(&self) -> usize {
         let vocab_table = self.vocab.capacity() * (size_of::<(String, u32)>() + 1);
         let vocab_strings: usize = self.vocab.keys().map(String::capacity).sum();
+        let token_ids = self.token_ids.0.capacity() * (size_of::<(Box<str>, u32)>() + 1)
+            + self.token_ids.0.keys().map(|k| k.len()).sum::<usize>();
         let postings_vec = self.postings.capacity() * size_of::<Postings>();
         let postings: usize = self.postings.iter().map(Postings::heap_bytes).sum();
         vocab_table
             + vocab_strings
+            + token_ids
             + postings_vec
             + postings
             + self.doc_len.capacity() * size_of::<u32>()
@@ -607,6 +649,61 @@ mod tests {
             idx.add(*id, text).unwrap();
         }
         idx
+    }
+
+    /// `add` without the token cache: every term of [`terms_of`] looked
+    /// up in the vocabulary (the definition the cache must agree with).
+    fn add_by_terms(idx: &mut Bm25Index, doc: u32, text: &str) {
+        let mut ids: Vec<u32> = terms_of(text)
+            .iter()
+            .map(|term| match idx.vocab.get(term.as_str()) {
+                Some(&id) => id,
+                None => {
+                    let id = idx.postings.len() as u32;
+                    idx.vocab.insert(term.clone(), id);
+                    idx.postings.push(Postings::default());
+                    id
+                }
+            })
+            .collect();
+        idx.add_ids(doc, &mut ids);
+    }
+
+    fn encoded(idx: &Bm25Index) -> Vec<u8> {
+        let mut out = Vec::new();
+        idx.write_to(&mut out);
+        out
+    }
+
+    #[test]
+    fn the_token_cache_indexes_what_the_terms_say() {
+        // Inflections of one stem, tokens that are their own term, accents,
+        // digits, and a cache emptied part way (as when it fills).
+        let texts = [
+            "Walking walked walks; the walker WALKS",
+            "perché Perche\u{301} caffè, run running runner v2 conv_993",
+            "walking the dog walked by the walker",
+            "",
+            "İstanbul straße ﬁnancing financing",
+            "running runs ran walking",
+        ];
+        let mut cached = Bm25Index::new(Bm25Params::default());
+        let mut reference = Bm25Index::new(Bm25Params::default());
+        for (i, t) in texts.iter().enumerate() {
+            if i == 3 {
+                cached.token_ids.0.clear();
+            }
+            cached.add(i as u32, t).unwrap();
+            add_by_terms(&mut reference, i as u32, t);
+        }
+        assert!(!cached.token_ids.0.is_empty());
+        assert_eq!(encoded(&cached), encoded(&reference));
+        // a decoded index starts with an empty cache and goes on the same
+        let mut decoded = Bm25Index::read_from(&encoded(&cached)).unwrap();
+        assert!(decoded.token_ids.0.is_empty());
+        decoded.add(10, "walks walking runner").unwrap();
+        add_by_terms(&mut reference, 10, "walks walking runner");
+        assert_eq!(encoded(&decoded), encoded(&reference));
     }
 
     /// Textbook BM25 straight from token lists, in f64, every query token

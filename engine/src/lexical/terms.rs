@@ -44,7 +44,7 @@ fn stem_uncached(token: &str) -> Option<String> {
 }
 
 /// Calls `f` with the stem of `token` when it differs from the token.
-fn with_stem<R>(token: &str, f: impl FnOnce(Option<&str>) -> R) -> R {
+pub(super) fn with_stem<R>(token: &str, f: impl FnOnce(Option<&str>) -> R) -> R {
     if token.len() < 3 || !token.bytes().all(|b| b.is_ascii_lowercase()) {
         return f(None);
     }

@@ -239,6 +239,7 @@ impl Bm25Index {
             total_len,
             n_docs,
             last_doc,
+            token_ids: Default::default(),
         })
     }
 }
