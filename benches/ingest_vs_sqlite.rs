@@ -1,6 +1,7 @@
 //! Durable ingest, side by side in one run: Engram vs SQLite (WAL,
 //! synchronous=FULL), plus the raw sequential write bandwidth of the same
-//! disk with fsync.
+//! disk with fsync, and the floor of group commit on this machine: a bare
+//! loop of 16 writer threads and one committer, without an engine.
 //!
 //! SQLite runs twice: a plain table (the least it can do), and the same
 //! table with an FTS5 full-text index on the text, which is what a store
@@ -117,16 +118,22 @@ fn sqlite_measure(dir: &Path, n: usize, writers: usize, batch: usize, fts: bool)
     }
 }
 
-/// Sequential writes of `chunk` bytes, each followed by fdatasync.
-fn raw_bandwidth(dir: &Path, total: usize, chunk: usize) -> f64 {
+/// A new, empty file `name` in `dir` (created), for writing.
+fn scratch_file(dir: &Path, name: &str) -> (std::path::PathBuf, std::fs::File) {
     std::fs::create_dir_all(dir).unwrap();
-    let path = dir.join("raw.bin");
-    let mut f = OpenOptions::new()
+    let path = dir.join(name);
+    let f = OpenOptions::new()
         .create(true)
         .truncate(true)
         .write(true)
         .open(&path)
         .unwrap();
+    (path, f)
+}
+
+/// Sequential writes of `chunk` bytes, each followed by fdatasync.
+fn raw_bandwidth(dir: &Path, total: usize, chunk: usize) -> f64 {
+    let (path, mut f) = scratch_file(dir, "raw.bin");
     let buf = vec![0x5Au8; chunk];
     let started = Instant::now();
     let mut written = 0;
@@ -138,6 +145,112 @@ fn raw_bandwidth(dir: &Path, total: usize, chunk: usize) -> f64 {
     let s = started.elapsed().as_secs_f64();
     let _ = std::fs::remove_file(&path);
     written as f64 / s / 1e6
+}
+
+/// The floor of group commit on this machine, without an engine: `writers`
+/// threads each send one `bytes`-byte record at a time and wait for its
+/// reply; each of `committers` threads takes everything queued, writes it
+/// with one positional write and one `fdatasync`, and answers every sender
+/// once its group and every earlier group are durable (so with two
+/// committers, two fsyncs are in flight). Returns (events/s, mean records
+/// per fsync, mean fsync µs). Nothing is parsed, hashed or indexed: what it
+/// reaches is what the disk, the thread hand-offs and the wake-ups of this
+/// machine allow.
+fn bare_group_commit(
+    dir: &Path,
+    n: usize,
+    writers: usize,
+    bytes: usize,
+    committers: usize,
+) -> (f64, f64, f64) {
+    use std::os::unix::fs::FileExt;
+    use std::sync::mpsc::{Sender, channel};
+    let (path, mut f) = scratch_file(dir, "group.bin");
+    // Preallocated like Engram's active segment: no size update per fsync.
+    f.write_all(&vec![0u8; n * bytes + (1 << 20)]).unwrap();
+    f.sync_all().unwrap();
+    let f = Arc::new(f);
+    type Job = (Vec<u8>, Sender<()>);
+    let (tx, rx) = channel::<Job>();
+    // The queue, and the groups made durable so far (acknowledged in order).
+    let rx = Arc::new(parking_lot::Mutex::new((rx, 0u64, 0u64)));
+    let durable = Arc::new((parking_lot::Mutex::new(0u64), parking_lot::Condvar::new()));
+    let committer_threads: Vec<_> = (0..committers)
+        .map(|_| {
+            let (f, rx, durable) = (f.clone(), rx.clone(), durable.clone());
+            std::thread::spawn(move || {
+                let (mut groups, mut records, mut sync_us) = (0u64, 0u64, 0.0);
+                let mut buf = Vec::new();
+                let mut replies = Vec::new();
+                loop {
+                    // Take a group, its place in the file and its sequence number.
+                    let (at, seq) = {
+                        let mut q = rx.lock();
+                        let Ok(first) = q.0.recv() else { break };
+                        buf.clear();
+                        buf.extend_from_slice(&first.0);
+                        replies.push(first.1);
+                        while let Ok((rec, reply)) = q.0.try_recv() {
+                            buf.extend_from_slice(&rec);
+                            replies.push(reply);
+                        }
+                        let at = q.1;
+                        q.1 += buf.len() as u64;
+                        q.2 += 1;
+                        (at, q.2)
+                    };
+                    f.write_all_at(&buf, at).unwrap();
+                    let t = Instant::now();
+                    f.sync_data().unwrap();
+                    sync_us += t.elapsed().as_secs_f64() * 1e6;
+                    groups += 1;
+                    records += replies.len() as u64;
+                    let (done, cv) = &*durable;
+                    let mut d = done.lock();
+                    while *d + 1 != seq {
+                        cv.wait(&mut d);
+                    }
+                    *d = seq;
+                    cv.notify_all();
+                    drop(d);
+                    for r in replies.drain(..) {
+                        let _ = r.send(());
+                    }
+                }
+                (groups, records, sync_us)
+            })
+        })
+        .collect();
+    let per_writer = n.div_ceil(writers);
+    let started = Instant::now();
+    let clients: Vec<_> = (0..writers)
+        .map(|_| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let (rtx, rrx) = channel();
+                for _ in 0..per_writer {
+                    tx.send((vec![0x5A; bytes], rtx.clone())).unwrap();
+                    rrx.recv().unwrap();
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    drop(tx);
+    let (mut groups, mut records, mut sync_us) = (0u64, 0u64, 0.0);
+    for c in committer_threads {
+        let (g, r, s) = c.join().unwrap();
+        (groups, records, sync_us) = (groups + g, records + r, sync_us + s);
+    }
+    let _ = std::fs::remove_file(&path);
+    (
+        (per_writer * writers) as f64 / seconds,
+        records as f64 / groups as f64,
+        sync_us / groups as f64,
+    )
 }
 
 fn main() {
@@ -165,6 +278,8 @@ fn main() {
         "vs fts5"
     );
     let mut batch1000 = Vec::new();
+    // (writers, batch, engram ev/s, sqlite ev/s) of every row.
+    let mut rows: Vec<(usize, usize, f64, f64)> = Vec::new();
     for (i, (w, b)) in [(1, 1), (4, 1), (16, 1), (1, 1000), (4, 1000)]
         .into_iter()
         .enumerate()
@@ -187,6 +302,7 @@ fn main() {
             e.events_per_s / s.events_per_s,
             e.events_per_s / f.events_per_s
         );
+        rows.push((w, b, e.events_per_s, s.events_per_s));
         if b == 1000 {
             batch1000.push(e);
         }
@@ -218,6 +334,41 @@ fn main() {
     );
     println!(
         "raw sequential write + fdatasync, {chunk} B chunks (= one 1000-event batch): {raw:.1} MB/s; 8 MiB chunks: {raw_big:.1} MB/s"
+    );
+    // The group-commit ceiling of 16 single-event writers, two ways: 16
+    // events per fsync (the disk alone), and a bare group-commit loop
+    // (the disk, hand-offs and wake-ups, no engine).
+    let e16 = rows
+        .iter()
+        .find(|(w, b, _, _)| *w == 16 && *b == 1)
+        .expect("the 16-writer row");
+    let (bare, per_group, sync_us) = bare_group_commit(
+        &root.path().join("bare"),
+        n,
+        16,
+        log_bytes_per_event as usize,
+        1,
+    );
+    let ceiling = 16.0 / (sync_us / 1e6);
+    println!(
+        "bare group commit, 16 writer threads, {log_bytes_per_event:.0} B records, no engine, one fsync in flight: {bare:.0} ev/s ({per_group:.1} records per fsync of {sync_us:.0} us)"
+    );
+    let (bare2, per_group2, sync_us2) = bare_group_commit(
+        &root.path().join("bare2"),
+        n,
+        16,
+        log_bytes_per_event as usize,
+        2,
+    );
+    println!(
+        "bare group commit, two fsyncs in flight: {bare2:.0} ev/s ({per_group2:.1} records per fsync of {sync_us2:.0} us)"
+    );
+    println!(
+        "16 writers against the ceiling of 16 events per fsync ({ceiling:.0} ev/s): engram {:.0}%, bare group commit {:.0}%; engram = {:.2}x the bare loop, {:.1}x sqlite",
+        100.0 * e16.2 / ceiling,
+        100.0 * bare / ceiling,
+        e16.2 / bare,
+        e16.2 / e16.3
     );
     for e in &batch1000 {
         let engram_log_mb_s = e.events_per_s * log_bytes_per_event / 1e6;
