@@ -127,15 +127,15 @@ use rustc_hash::FxHashMap;
 #[cfg(test)]
 use super::terms::terms_of;
 use super::terms::{TERMS_VERSION, terms, with_stem};
-use super::tokenize::tokenize_spans;
+use super::tokenize::tokens_each;
 
-/// Token bytes, token spans in them, and term ids: reused by `add`.
-type Scratch = (String, Vec<(u32, u32)>, Vec<u32>);
+/// A token being built, and term ids: reused by `add`.
+type Scratch = (String, Vec<u32>);
 
 thread_local! {
     /// Per-thread buffers for `add` (no allocation per token).
     static SCRATCH: std::cell::RefCell<Scratch> =
-        const { std::cell::RefCell::new((String::new(), Vec::new(), Vec::new())) };
+        const { std::cell::RefCell::new((String::new(), Vec::new())) };
 }
 
 /// Tokens remembered by [`TokenIds`] before it starts over.
@@ -425,16 +425,9 @@ impl Bm25Index {
             return Err(Bm25Error::DocOutOfOrder { last, got: doc });
         }
         SCRATCH.with(|cell| {
-            let (buf, spans, ids) = &mut *cell.borrow_mut();
-            buf.clear();
-            spans.clear();
-            tokenize_spans(text, buf, spans);
+            let (token, ids) = &mut *cell.borrow_mut();
             ids.clear();
-            ids.extend(
-                spans
-                    .iter()
-                    .map(|&(a, b)| self.term_id(&buf[a as usize..b as usize])),
-            );
+            tokens_each(text, token, |t| ids.push(self.term_id(t)));
             self.add_ids(doc, ids);
         });
         Ok(())

@@ -18,7 +18,7 @@ use std::sync::LazyLock;
 
 use rust_stemmers::{Algorithm, Stemmer};
 
-use super::tokenize::{TOKENIZER_VERSION, tokenize, tokenize_spans};
+use super::tokenize::{TOKENIZER_VERSION, tokenize};
 
 /// Identity of the term rules: the tokenizer's version times 100 plus
 /// this module's own (1: English Snowball stems).
@@ -85,32 +85,6 @@ pub fn terms_of(text: &str) -> Vec<String> {
     out
 }
 
-/// [`terms`] into one buffer: every term's bytes appended to `buf` and its
-/// byte range pushed to `spans` (the index's write path). `scratch` is
-/// reused between calls.
-pub fn terms_spans(
-    text: &str,
-    buf: &mut String,
-    spans: &mut Vec<(u32, u32)>,
-    scratch: &mut String,
-) {
-    let (from_buf, from_span) = (buf.len(), spans.len());
-    tokenize_spans(text, buf, spans);
-    scratch.clear();
-    scratch.push_str(&buf[from_buf..]);
-    buf.truncate(from_buf);
-    for s in &mut spans[from_span..] {
-        let (a, b) = (s.0 as usize - from_buf, s.1 as usize - from_buf);
-        let tok = &scratch[a..b];
-        let start = buf.len();
-        with_stem(tok, |st| buf.push_str(st.unwrap_or(tok)));
-        *s = (
-            u32::try_from(start).expect("term offsets of texts below 4 GiB"),
-            u32::try_from(buf.len()).expect("term offsets of texts below 4 GiB"),
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,31 +119,5 @@ mod tests {
             assert_eq!(stem(w), direct, "{w}");
             assert_eq!(stem(w), direct, "{w} (cached)");
         }
-    }
-
-    #[test]
-    fn spans_equal_terms_for_many_texts() {
-        let texts = [
-            "",
-            "   ",
-            "The meetings were rescheduled, perché l'API è lenta",
-            "supporting supported supports support",
-            "İstanbul ǅemal ﬁnancing x",
-            &"a".repeat(200),
-            "mixed: Running2 runners' RUNS",
-        ];
-        let (mut buf, mut spans, mut scratch) =
-            (String::from("prefix"), vec![(0, 6)], String::new());
-        for t in texts {
-            let (b0, s0) = (buf.len(), spans.len());
-            terms_spans(t, &mut buf, &mut spans, &mut scratch);
-            let got: Vec<&str> = spans[s0..]
-                .iter()
-                .map(|&(a, b)| &buf[a as usize..b as usize])
-                .collect();
-            assert_eq!(got, terms_of(t), "{t}");
-            assert!(spans[s0..].iter().all(|&(a, _)| a as usize >= b0));
-        }
-        assert_eq!(&buf[..6], "prefix");
     }
 }

@@ -125,54 +125,58 @@ pub fn tokenize_with(text: &str, opts: TokenizerOptions, out: &mut Vec<String>) 
     cur.flush(opts, out);
 }
 
-/// Tokenizes `text` into one buffer: every token's bytes are appended to
-/// `buf` and its byte range pushed to `spans` (same rules as [`tokenize`],
-/// without stopword removal). No allocation per token: the form the index
-/// uses on its write path.
-pub fn tokenize_spans(text: &str, buf: &mut String, spans: &mut Vec<(u32, u32)>) {
-    let mut start = buf.len();
+/// Calls `f` with each token of `text`, in order (same rules and output as
+/// [`tokenize`], without stopword removal): the index's write path. A
+/// token that is a run of lowercase ASCII letters and digits between ASCII
+/// separators (most tokens of most texts) is passed as a slice of `text`
+/// itself; any other is built in `scratch` first. No allocation per token.
+pub fn tokens_each(text: &str, scratch: &mut String, mut f: impl FnMut(&str)) {
+    scratch.clear();
+    // chars of the token being built in `scratch` (0: none)
     let mut chars = 0usize;
-    let flush =
-        |buf: &mut String, spans: &mut Vec<(u32, u32)>, start: &mut usize, chars: &mut usize| {
-            if *chars > 0 {
-                if *chars <= MAX_TOKEN_CHARS {
-                    spans.push((
-                        u32::try_from(*start).expect("token offsets of texts below 4 GiB"),
-                        u32::try_from(buf.len()).expect("token offsets of texts below 4 GiB"),
-                    ));
-                } else {
-                    buf.truncate(*start);
-                }
-            }
-            *start = buf.len();
-            *chars = 0;
-        };
-    let push = |buf: &mut String, chars: &mut usize, c: char| {
-        *chars += 1;
-        if *chars <= MAX_TOKEN_CHARS {
-            buf.push(c);
+    let flush = |scratch: &mut String, chars: &mut usize, f: &mut dyn FnMut(&str)| {
+        if *chars > 0 && *chars <= MAX_TOKEN_CHARS {
+            f(scratch);
         }
+        scratch.clear();
+        *chars = 0;
     };
     let bytes = text.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
         let b = bytes[i];
         if b.is_ascii_alphanumeric() {
-            // Fast path: a whole run of ASCII letters and digits is copied
-            // and lowercased at once (the same as pushing it char by char).
             let run = i;
+            let mut upper = false;
             while i < bytes.len() && bytes[i].is_ascii_alphanumeric() {
+                upper |= bytes[i].is_ascii_uppercase();
                 i += 1;
             }
-            let keep = (i - run).min(MAX_TOKEN_CHARS.saturating_sub(chars));
-            let at = buf.len();
-            buf.push_str(&text[run..run + keep]);
-            buf[at..].make_ascii_lowercase();
-            chars += i - run;
+            let n = i - run;
+            // The whole token, when nothing came before the run and an
+            // ASCII separator (or the end) comes after it.
+            if chars == 0 && bytes.get(i).is_none_or(u8::is_ascii) {
+                if n <= MAX_TOKEN_CHARS {
+                    if upper {
+                        scratch.push_str(&text[run..i]);
+                        scratch.make_ascii_lowercase();
+                        f(scratch);
+                        scratch.clear();
+                    } else {
+                        f(&text[run..i]);
+                    }
+                }
+                continue;
+            }
+            let keep = n.min(MAX_TOKEN_CHARS.saturating_sub(chars));
+            let at = scratch.len();
+            scratch.push_str(&text[run..run + keep]);
+            scratch[at..].make_ascii_lowercase();
+            chars += n;
             continue;
         }
         if b.is_ascii() {
-            flush(buf, spans, &mut start, &mut chars);
+            flush(scratch, &mut chars, &mut f);
             i += 1;
             continue;
         }
@@ -187,15 +191,18 @@ pub fn tokenize_spans(text: &str, buf: &mut String, spans: &mut Vec<(u32, u32)>)
                 if is_combining_mark(l) {
                     continue;
                 }
-                push(buf, &mut chars, fold(l));
+                chars += 1;
+                if chars <= MAX_TOKEN_CHARS {
+                    scratch.push(fold(l));
+                }
             }
         } else if is_combining_mark(c) && chars > 0 {
             // a mark after a letter or digit is dropped, the token goes on
         } else {
-            flush(buf, spans, &mut start, &mut chars);
+            flush(scratch, &mut chars, &mut f);
         }
     }
-    flush(buf, spans, &mut start, &mut chars);
+    flush(scratch, &mut chars, &mut f);
 }
 
 /// The token being built: its text and its length in chars. Characters past
@@ -303,25 +310,21 @@ mod span_tests {
 
     proptest! {
         #[test]
-        fn spans_agree_with_tokens(text in ".{0,200}") {
-            let mut buf = String::new();
-            let mut spans = Vec::new();
-            tokenize_spans(&text, &mut buf, &mut spans);
-            let from_spans: Vec<&str> = spans.iter().map(|&(a, b)| &buf[a as usize..b as usize]).collect();
-            prop_assert_eq!(from_spans, tokens(&text));
+        fn each_token_agrees_with_tokens(text in ".{0,200}") {
+            let mut got = Vec::new();
+            tokens_each(&text, &mut String::from("stale"), |t| got.push(t.to_string()));
+            prop_assert_eq!(got, tokens(&text));
         }
 
-        /// Mostly ASCII with runs around the length limit, accents that
-        /// continue a run, and separators: the fast path's territory.
+        /// Lower and upper case runs around the length limit, accents and
+        /// marks that continue a run, and separators, ASCII or not.
         #[test]
-        fn spans_agree_with_tokens_on_mostly_ascii(
-            text in "([a-zA-Z0-9]{0,70}[ .,'_\u{e9}\u{301}\u{130}\u{df}\u{1F600}]?){0,6}"
+        fn each_token_agrees_with_tokens_on_mostly_ascii(
+            text in "([a-zA-Z0-9]{0,70}[ .,'_\u{e9}\u{301}\u{130}\u{df}\u{2014}\u{1F600}]?){0,6}"
         ) {
-            let mut buf = String::new();
-            let mut spans = Vec::new();
-            tokenize_spans(&text, &mut buf, &mut spans);
-            let from_spans: Vec<&str> = spans.iter().map(|&(a, b)| &buf[a as usize..b as usize]).collect();
-            prop_assert_eq!(from_spans, tokens(&text));
+            let mut got = Vec::new();
+            tokens_each(&text, &mut String::new(), |t| got.push(t.to_string()));
+            prop_assert_eq!(got, tokens(&text));
         }
     }
 }
