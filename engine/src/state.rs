@@ -710,7 +710,7 @@ impl State {
 }
 
 mod apply;
-pub use apply::apply_frame;
+pub use apply::{apply_frame, apply_frame_prepared, prepare_frame};
 
 #[cfg(test)]
 mod tests;

@@ -232,6 +232,45 @@ fn failed_fsync_poisons_the_writer_and_reopen_recovers() {
 }
 
 #[test]
+fn a_large_group_is_prepared_before_it_is_committed_and_a_failed_one_never_committed() {
+    use engram_storage::log::PREPARE_MIN_FRAMES;
+    let b = MemBackend::new();
+    let backend: Arc<dyn Backend> = Arc::new(b.clone());
+    let (log, _) =
+        SegmentLog::open(backend, Path::new("/data/log"), LogOptions::default()).unwrap();
+    // (hook, first LSN, frames) in the order the hooks ran
+    let seen = Arc::new(parking_lot::Mutex::new(Vec::<(&str, u64, usize)>::new()));
+    let (p, c) = (seen.clone(), seen.clone());
+    log.start_writer_prepared(
+        Some(Box::new(move |frames| {
+            p.lock().push(("prepare", frames[0].loc.lsn, frames.len()));
+        })),
+        Box::new(move |frames| {
+            c.lock().push(("commit", frames[0].loc.lsn, frames.len()));
+        }),
+    )
+    .unwrap();
+    let big: Vec<PendingFrame> = (0..PREPARE_MIN_FRAMES).map(|_| frame(b"large")).collect();
+    log.append(big.clone()).unwrap();
+    log.append(vec![frame(b"small")]).unwrap();
+    let n = PREPARE_MIN_FRAMES;
+    assert_eq!(
+        *seen.lock(),
+        [
+            ("prepare", 1, n),
+            ("commit", 1, n),
+            ("commit", n as u64 + 1, 1)
+        ]
+    );
+    // a group whose fsync fails was prepared, and is never committed
+    b.inject(Fault::FailSyncsAfter(0));
+    let err = log.append(big).unwrap_err();
+    assert!(matches!(err, StorageError::Poisoned { .. }), "{err}");
+    assert_eq!(seen.lock().len(), 4);
+    assert_eq!(seen.lock()[3], ("prepare", n as u64 + 2, n));
+}
+
+#[test]
 fn rewrite_drops_and_replaces_frames_keeping_lsns() {
     let b = MemBackend::new();
     let log = open(&b, LogOptions::default());

@@ -2,6 +2,10 @@
 //! the log after it (or the whole log), the lexical snapshot and vector
 //! spaces, and finishing a restore interrupted by a crash.
 
+use std::collections::VecDeque;
+
+use crate::lexical::PreparedText;
+
 use super::workers::{checkpoint_loop, indexer_loop};
 use super::*;
 
@@ -238,19 +242,48 @@ impl Engram {
         let hook_err = inner.apply_error.clone();
         let hook_tx = tx.clone();
         if !inner.opts.read_only {
-            inner
-                .log
-                .start_writer(Box::new(move |frames: &[CommittedFrame<'_>]| {
+            // What the prepare hook looked up while a large group was being
+            // synced, by frame LSN, for the commit hook (both run on the
+            // applier thread, prepare first). Entries of a group that never
+            // became durable are dropped as older LSNs go by.
+            let prepared = Arc::new(Mutex::new(VecDeque::<(u64, PreparedText)>::new()));
+            let (prep_state, prep_out) = (inner.state.clone(), prepared.clone());
+            let prepare = Box::new(move |frames: &[CommittedFrame<'_>]| {
+                let st = prep_state.read();
+                let done: Vec<(u64, PreparedText)> = frames
+                    .iter()
+                    .filter_map(|f| {
+                        let (ft, v) = (f.header.frame_type, f.header.frame_version);
+                        prepare_frame(&st, ft, v, f.payload, f.loc).map(|p| (f.loc.lsn, p))
+                    })
+                    .collect();
+                drop(st);
+                prep_out.lock().extend(done);
+            });
+            inner.log.start_writer_prepared(
+                Some(prepare),
+                Box::new(move |frames: &[CommittedFrame<'_>]| {
                     let vectors_pending;
                     {
+                        let mut ready = prepared.lock();
                         let mut st = hook_state.write();
                         for f in frames {
-                            if let Err(e) = apply_frame(
+                            while ready.front().is_some_and(|(lsn, _)| *lsn < f.loc.lsn) {
+                                ready.pop_front();
+                            }
+                            let mine = match ready.front() {
+                                Some((lsn, _)) if *lsn == f.loc.lsn => {
+                                    ready.pop_front().map(|(_, p)| p)
+                                }
+                                _ => None,
+                            };
+                            if let Err(e) = apply_frame_prepared(
                                 &mut st,
                                 f.header.frame_type,
                                 f.header.frame_version,
                                 f.payload,
                                 f.loc,
+                                mine,
                             ) {
                                 hook_err.lock().get_or_insert(e.to_string());
                             }
@@ -264,7 +297,8 @@ impl Engram {
                     if vectors_pending {
                         let _ = hook_tx.try_send(());
                     }
-                }))?;
+                }),
+            )?;
         }
         let spawn_err = |e| EngineError::Storage(StorageError::io("background thread", e));
         if !inner.opts.read_only && inner.opts.checkpoint_after_frames > 0 {

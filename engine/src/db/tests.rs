@@ -213,14 +213,7 @@ fn direct_content_hash_matches_the_value_based_definition() {
 /// correction of it. Applying them must not revive anything.
 #[test]
 fn a_write_that_raced_a_deletion_is_deleted_when_applied() {
-    let db = Engram::open(
-        "/race",
-        Options {
-            backend: Arc::new(engram_storage::MemBackend::new()),
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let db = mem_store("/race");
     let s = db.session(Principal::admin("t"));
     let x = s.append(vec![NewRecord::event("note", "x")]).unwrap()[0].id;
     let keep = s.append(vec![NewRecord::event("note", "keep")]).unwrap()[0].id;
@@ -268,15 +261,20 @@ fn a_write_that_raced_a_deletion_is_deleted_when_applied() {
     db.close().unwrap();
 }
 
-fn store_with(n: usize) -> (Engram, Vec<RecordId>) {
-    let db = Engram::open(
-        "/inv",
+/// A new store in memory at `dir`.
+fn mem_store(dir: &str) -> Engram {
+    Engram::open(
+        dir,
         Options {
             backend: Arc::new(engram_storage::MemBackend::new()),
             ..Options::default()
         },
     )
-    .unwrap();
+    .unwrap()
+}
+
+fn store_with(n: usize) -> (Engram, Vec<RecordId>) {
+    let db = mem_store("/inv");
     let s = db.session(Principal::admin("t"));
     let ids = (0..n)
         .map(|i| {
@@ -322,7 +320,7 @@ fn transaction_time_going_back_on_replay_is_refused() {
         offset: 0,
         lsn: st.applied_lsn + 1,
     };
-    let e = st.apply_record(a, loc).unwrap_err();
+    let e = st.apply_record(a, loc, None).unwrap_err();
     assert!(e.to_string().contains("ingested_at"), "{e}");
 }
 
@@ -559,4 +557,64 @@ fn a_records_text_reads_the_same_from_its_span_as_from_the_archive() {
     let (_, text) = db.hit_content(&st, idx).unwrap();
     assert_eq!(text.as_deref(), Some("grüße, 世界"));
     assert_eq!(st.text_spans.get(idx), Some(Some(r)));
+}
+
+/// Large groups are looked up while they are synced (the log's prepare
+/// hook), with other groups committing meanwhile: the lexical index must
+/// still be the one indexing every text in log order from scratch gives.
+#[test]
+fn texts_prepared_while_synced_index_as_texts_added_in_log_order() {
+    let db = mem_store("/prep");
+    let words = [
+        "walk", "walking", "zebra", "Crossing", "stripes", "caffè", "v2", "runner",
+    ];
+    let per_batch = engram_storage::log::PREPARE_MIN_FRAMES + 8;
+    let texts: Vec<(RecordId, String)> = std::thread::scope(|scope| {
+        let writers: Vec<_> = (0..3usize)
+            .map(|w| {
+                let db = &db;
+                scope.spawn(move || {
+                    let s = db.session(Principal::admin("t"));
+                    let mut out = Vec::new();
+                    for b in 0..4usize {
+                        let batch: Vec<String> = (0..per_batch)
+                            .map(|i| {
+                                // new words appear in later batches
+                                let k = w * 7 + b * 3 + i;
+                                format!(
+                                    "{} {} word{} {}",
+                                    words[k % words.len()],
+                                    words[(k / 3) % words.len()],
+                                    k % (10 + 5 * b),
+                                    words[(k + b) % words.len()]
+                                )
+                            })
+                            .collect();
+                        let records = batch.iter().map(|t| NewRecord::event("note", t.clone()));
+                        let got = s.append(records.collect()).unwrap();
+                        out.extend(got.iter().map(|r| r.id).zip(batch));
+                    }
+                    out
+                })
+            })
+            .collect();
+        writers
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    let st = db.state();
+    let mut in_order: Vec<(Idx, &str)> = texts
+        .iter()
+        .map(|(id, t)| (st.idx(*id).unwrap(), t.as_str()))
+        .collect();
+    in_order.sort_unstable();
+    let mut fresh = crate::lexical::Bm25Index::new(crate::lexical::Bm25Params::default());
+    for (idx, t) in in_order {
+        fresh.add(idx, t).unwrap();
+    }
+    let (mut live, mut want) = (Vec::new(), Vec::new());
+    st.lexical.write_to(&mut live);
+    fresh.write_to(&mut want);
+    assert_eq!(live, want);
 }

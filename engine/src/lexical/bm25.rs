@@ -147,13 +147,40 @@ const TOKEN_IDS_MAX: usize = 1 << 16;
 /// always right; the map is cleared when full (vocabularies are small and
 /// skewed, so nearly every token of a batch is a hit). Not part of the
 /// index's state: a clone or a decoded index starts empty.
-#[derive(Default)]
-struct TokenIds(FxHashMap<Box<str>, u32>);
+struct TokenIds {
+    map: FxHashMap<Box<str>, u32>,
+    /// Names this index instance (every new, decoded or cloned index gets
+    /// its own), for [`Bm25Index::add_prepared`].
+    generation: u64,
+}
+
+impl Default for TokenIds {
+    fn default() -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        TokenIds {
+            map: FxHashMap::default(),
+            generation: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+}
 
 impl Clone for TokenIds {
     fn clone(&self) -> Self {
         TokenIds::default()
     }
+}
+
+/// A text's tokens looked up ahead of [`Bm25Index::add_prepared`] by
+/// [`Bm25Index::prepare`], which needs no write access: the term id of
+/// every token already known, in text order, and the tokens that were not.
+#[derive(Debug)]
+pub struct PreparedText {
+    generation: u64,
+    /// One per token; a placeholder where `unknown` holds the token.
+    ids: Vec<u32>,
+    /// (position in `ids`, span in `tokens`) of each token not yet known.
+    unknown: Vec<(u32, u32, u32)>,
+    tokens: String,
 }
 
 /// Version of the binary encoding written by [`Bm25Index::write_to`].
@@ -433,10 +460,67 @@ impl Bm25Index {
         Ok(())
     }
 
+    /// Looks up the tokens of `text` for [`add_prepared`](Self::add_prepared),
+    /// without changing the index: the write path runs this while the
+    /// text's frame is being synced, under a read lock.
+    pub fn prepare(&self, text: &str) -> PreparedText {
+        let mut p = PreparedText {
+            generation: self.token_ids.generation,
+            ids: Vec::new(),
+            unknown: Vec::new(),
+            tokens: String::new(),
+        };
+        SCRATCH.with(|cell| {
+            let (token, _) = &mut *cell.borrow_mut();
+            tokens_each(text, token, |t| {
+                let known =
+                    self.token_ids.map.get(t).copied().or_else(|| {
+                        with_stem(t, |stem| self.vocab.get(stem.unwrap_or(t)).copied())
+                    });
+                if known.is_none() {
+                    let offset = |n: usize| u32::try_from(n).expect("texts below 4 GiB");
+                    let at = offset(p.tokens.len());
+                    p.tokens.push_str(t);
+                    let end = offset(p.tokens.len());
+                    p.unknown.push((offset(p.ids.len()), at, end));
+                }
+                p.ids.push(known.unwrap_or(0));
+            });
+        });
+        p
+    }
+
+    /// [`add`](Self::add), with the tokens of `text` already looked up by
+    /// [`prepare`](Self::prepare). `p` must be `prepare(text)` of this
+    /// index; one prepared by another index instance (a rebuilt or reloaded
+    /// index) is ignored and `text` indexed from scratch.
+    pub fn add_prepared(
+        &mut self,
+        doc: u32,
+        text: &str,
+        mut p: PreparedText,
+    ) -> Result<(), Bm25Error> {
+        if p.generation != self.token_ids.generation {
+            return self.add(doc, text);
+        }
+        if let Some(last) = self.last_doc
+            && doc <= last
+        {
+            return Err(Bm25Error::DocOutOfOrder { last, got: doc });
+        }
+        // Terms are only ever added, and ids never change: an id found by
+        // `prepare` is still right; a token unknown then may be known now.
+        for &(pos, a, b) in &p.unknown {
+            p.ids[pos as usize] = self.term_id(&p.tokens[a as usize..b as usize]);
+        }
+        self.add_ids(doc, &mut p.ids);
+        Ok(())
+    }
+
     /// The term id of a token (its stem's, as [`terms`] would give it),
     /// adding the term to the vocabulary when new.
     fn term_id(&mut self, token: &str) -> u32 {
-        if let Some(&id) = self.token_ids.0.get(token) {
+        if let Some(&id) = self.token_ids.map.get(token) {
             return id;
         }
         let (vocab, postings) = (&mut self.vocab, &mut self.postings);
@@ -452,10 +536,10 @@ impl Bm25Index {
                 }
             }
         });
-        if self.token_ids.0.len() >= TOKEN_IDS_MAX {
-            self.token_ids.0.clear();
+        if self.token_ids.map.len() >= TOKEN_IDS_MAX {
+            self.token_ids.map.clear();
         }
-        self.token_ids.0.insert(token.into(), id);
+        self.token_ids.map.insert(token.into(), id);
         id
     }
 
@@ -519,8 +603,8 @@ impl Bm25Index {
     pub fn heap_bytes(&self) -> usize {
         let vocab_table = self.vocab.capacity() * (size_of::<(String, u32)>() + 1);
         let vocab_strings: usize = self.vocab.keys().map(String::capacity).sum();
-        let token_ids = self.token_ids.0.capacity() * (size_of::<(Box<str>, u32)>() + 1)
-            + self.token_ids.0.keys().map(|k| k.len()).sum::<usize>();
+        let token_ids = self.token_ids.map.capacity() * (size_of::<(Box<str>, u32)>() + 1)
+            + self.token_ids.map.keys().map(|k| k.len()).sum::<usize>();
         let postings_vec = self.postings.capacity() * size_of::<Postings>();
         let postings: usize = self.postings.iter().map(Postings::heap_bytes).sum();
         vocab_table
@@ -684,16 +768,37 @@ mod tests {
         let mut reference = Bm25Index::new(Bm25Params::default());
         for (i, t) in texts.iter().enumerate() {
             if i == 3 {
-                cached.token_ids.0.clear();
+                cached.token_ids.map.clear();
             }
             cached.add(i as u32, t).unwrap();
             add_by_terms(&mut reference, i as u32, t);
         }
-        assert!(!cached.token_ids.0.is_empty());
+        assert!(!cached.token_ids.map.is_empty());
         assert_eq!(encoded(&cached), encoded(&reference));
+        // prepared ahead, with a term added in between (unknown when
+        // prepared, known when added): the same index
+        let (ahead, between) = ("walkers walk quietly zebras", "zebra crossing");
+        let p = cached.prepare(ahead);
+        assert!(!p.unknown.is_empty() && !p.ids.is_empty());
+        cached.add(6, between).unwrap();
+        cached.add_prepared(7, ahead, p).unwrap();
+        add_by_terms(&mut reference, 6, between);
+        add_by_terms(&mut reference, 7, ahead);
+        assert_eq!(encoded(&cached), encoded(&reference));
+        // prepared by another instance (a clone): ignored, the text indexed
+        let p = cached.clone().prepare("zebra stripes");
+        cached.add_prepared(8, "zebra stripes", p).unwrap();
+        add_by_terms(&mut reference, 8, "zebra stripes");
+        assert_eq!(encoded(&cached), encoded(&reference));
+        // out of order is refused, as by `add`
+        let p = cached.prepare("late");
+        assert!(matches!(
+            cached.add_prepared(8, "late", p),
+            Err(Bm25Error::DocOutOfOrder { last: 8, got: 8 })
+        ));
         // a decoded index starts with an empty cache and goes on the same
         let mut decoded = Bm25Index::read_from(&encoded(&cached)).unwrap();
-        assert!(decoded.token_ids.0.is_empty());
+        assert!(decoded.token_ids.map.is_empty());
         decoded.add(10, "walks walking runner").unwrap();
         add_by_terms(&mut reference, 10, "walks walking runner");
         assert_eq!(encoded(&decoded), encoded(&reference));

@@ -12,5 +12,7 @@ pub mod snapshot;
 pub mod terms;
 pub mod tokenize;
 
-pub use bm25::{Bm25Error, Bm25Index, Bm25Params, CorpusStats, LexicalStats, ScoredDoc};
+pub use bm25::{
+    Bm25Error, Bm25Index, Bm25Params, CorpusStats, LexicalStats, PreparedText, ScoredDoc,
+};
 pub use tokenize::{TOKENIZER_VERSION, name_key, tokenize, tokens};

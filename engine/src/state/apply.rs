@@ -5,8 +5,15 @@
 use super::*;
 
 impl State {
-    /// Applies a record frame.
-    pub fn apply_record(&mut self, a: &ArchivedStoredRecord, loc: FrameLoc) -> Result<()> {
+    /// Applies a record frame; `prepared` is its text as
+    /// [`Bm25Index::prepare`](crate::lexical::Bm25Index::prepare) looked it
+    /// up while the frame was being synced, if it was.
+    pub fn apply_record(
+        &mut self,
+        a: &ArchivedStoredRecord,
+        loc: FrameLoc,
+        prepared: Option<crate::lexical::PreparedText>,
+    ) -> Result<()> {
         // The write path refuses records past the limit; a log holding more
         // could not be indexed without wrapping.
         if self.metas.len() >= crate::model::limits::RECORDS_MAX {
@@ -235,12 +242,14 @@ impl State {
         // indexes
         if let Some(t) = text {
             if loc.lsn > self.lexical_loaded_lsn && !t.is_empty() {
-                self.lexical
-                    .add(idx, t)
-                    .map_err(|e| crate::error::EngineError::Corrupt {
-                        what: "lexical index".into(),
-                        detail: e.to_string(),
-                    })?;
+                match prepared {
+                    Some(p) => self.lexical.add_prepared(idx, t, p),
+                    None => self.lexical.add(idx, t),
+                }
+                .map_err(|e| crate::error::EngineError::Corrupt {
+                    what: "lexical index".into(),
+                    detail: e.to_string(),
+                })?;
             }
         }
         if let (Some(emb), Some(t)) = (self.embedder.clone(), text) {
@@ -499,6 +508,44 @@ pub fn apply_frame(
     payload: &[u8],
     loc: FrameLoc,
 ) -> Result<()> {
+    apply_frame_prepared(st, ft, version, payload, loc, None)
+}
+
+/// The work [`apply_frame_prepared`] can do ahead, while a record frame is
+/// being synced, under a read lock: its text's tokens looked up
+/// ([`Bm25Index::prepare`](crate::lexical::Bm25Index::prepare)). None for
+/// other frames, unreadable payloads and texts the lexical index skips.
+pub fn prepare_frame(
+    st: &State,
+    ft: engram_storage::frame::FrameType,
+    version: u8,
+    payload: &[u8],
+    loc: FrameLoc,
+) -> Option<crate::lexical::PreparedText> {
+    if ft != codec::FRAME_RECORD
+        || version != codec::PAYLOAD_VERSION
+        || loc.lsn <= st.lexical_loaded_lsn
+    {
+        return None;
+    }
+    let a = codec::view_record(payload).ok()?;
+    let text = a
+        .text
+        .as_ref()
+        .map(|t| t.as_str())
+        .filter(|t| !t.is_empty())?;
+    Some(st.lexical.prepare(text))
+}
+
+/// [`apply_frame`], with what [`prepare_frame`] computed for the frame.
+pub fn apply_frame_prepared(
+    st: &mut State,
+    ft: engram_storage::frame::FrameType,
+    version: u8,
+    payload: &[u8],
+    loc: FrameLoc,
+    prepared: Option<crate::lexical::PreparedText>,
+) -> Result<()> {
     // Frames are applied once each, in LSN order: the state is a function
     // of the log prefix it has seen.
     assert!(
@@ -521,7 +568,7 @@ pub fn apply_frame(
         )));
     }
     let r = if ft == codec::FRAME_RECORD {
-        codec::view_record(payload).and_then(|a| st.apply_record(a, loc))
+        codec::view_record(payload).and_then(|a| st.apply_record(a, loc, prepared))
     } else if ft == codec::FRAME_OP {
         codec::view_op(payload).and_then(|a| st.apply_op(a, loc.lsn))
     } else if ft == codec::FRAME_TOMBSTONE {

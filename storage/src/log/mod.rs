@@ -46,7 +46,7 @@ use crate::oneshot;
 pub use read::FrameReader;
 pub use segment::{FrameLoc, FrameRef};
 use segment::{SEGMENT_HEADER_BYTES, Segment};
-use writer::{APPLY_QUEUE_GROUPS, ApplyJob, applier_loop, create_segment, writer_loop};
+use writer::{APPLY_QUEUE_GROUPS, ApplyMsg, applier_loop, create_segment, writer_loop};
 
 /// Default bound on a segment file's size.
 pub const SEGMENT_BYTES_MAX_DEFAULT: u64 = 64 << 20;
@@ -142,6 +142,19 @@ pub struct CommittedFrame<'a> {
 /// Called by the writer thread after each group's fsync and before the
 /// group is acknowledged, with the group's frames in LSN order.
 pub type CommitHook = Box<dyn FnMut(&[CommittedFrame<'_>]) + Send>;
+
+/// Called on the same thread as the [`CommitHook`], with a large group's
+/// frames once they are written and while their fsync runs, always before
+/// the commit hook sees the same frames. The frames are not durable yet:
+/// the hook may only prepare work for the commit hook (nothing it does may
+/// become visible), and a group whose fsync fails is prepared but never
+/// committed. Groups of fewer than [`PREPARE_MIN_FRAMES`] frames are not
+/// prepared.
+pub type PrepareHook = Box<dyn FnMut(&[CommittedFrame<'_>]) + Send>;
+
+/// The smallest group handed to a [`PrepareHook`]: below it, waking the
+/// applier for the preparation costs about what it would save.
+pub const PREPARE_MIN_FRAMES: usize = 32;
 
 /// Result of an append: where each frame went.
 pub type AppendOutcome = Vec<FrameLoc>;
@@ -658,6 +671,16 @@ impl SegmentLog {
     /// Starts the writer thread. `hook` runs after each group's fsync and
     /// before its acknowledgement.
     pub fn start_writer(&self, hook: CommitHook) -> StorageResult<()> {
+        self.start_writer_prepared(None, hook)
+    }
+
+    /// [`start_writer`](Self::start_writer), with a `prepare` hook that
+    /// sees each large group while its fsync runs.
+    pub fn start_writer_prepared(
+        &self,
+        prepare: Option<PrepareHook>,
+        hook: CommitHook,
+    ) -> StorageResult<()> {
         if self.shared.read_only {
             return Err(StorageError::ReadOnly);
         }
@@ -668,16 +691,18 @@ impl SegmentLog {
         let (tx, rx) = crossbeam_channel::unbounded();
         // Groups go from the writer (write + fsync) to the applier (hook +
         // acknowledgements) in LSN order; the bound keeps the pipeline short.
-        let (apply_tx, apply_rx) = crossbeam_channel::bounded::<ApplyJob>(APPLY_QUEUE_GROUPS);
+        // Each group is at most two messages (prepare, then apply).
+        let (apply_tx, apply_rx) = crossbeam_channel::bounded::<ApplyMsg>(2 * APPLY_QUEUE_GROUPS);
         let shared = self.shared.clone();
         let io = |e| StorageError::io(&self.shared.dir, e);
+        let prepares = prepare.is_some();
         let applier = std::thread::Builder::new()
             .name("engram-log-apply".into())
-            .spawn(move || applier_loop(apply_rx, hook))
+            .spawn(move || applier_loop(apply_rx, prepare, hook))
             .map_err(io)?;
         let handle = std::thread::Builder::new()
             .name("engram-log-writer".into())
-            .spawn(move || writer_loop(shared, rx, apply_tx))
+            .spawn(move || writer_loop(shared, rx, apply_tx, prepares))
             .map_err(io)?;
         *tx_slot = Some(tx);
         *self.writer.lock() = Some(handle);

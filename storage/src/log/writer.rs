@@ -49,9 +49,17 @@ struct Group {
 /// Groups a writer may hand to the applier before it waits.
 pub(super) const APPLY_QUEUE_GROUPS: usize = 4;
 
+/// What the writer hands the applier, in LSN order.
+pub(super) enum ApplyMsg {
+    /// A run just written, whose fsync is running (for the prepare hook).
+    Prepare(Arc<Run>),
+    /// A durable group.
+    Apply(ApplyJob),
+}
+
 /// A durable group on its way to the commit hook and the acknowledgements.
 pub(super) struct ApplyJob {
-    runs: Vec<Run>,
+    runs: Vec<Arc<Run>>,
     replies: Vec<(
         oneshot::Sender<StorageResult<AppendOutcome>>,
         StorageResult<AppendOutcome>,
@@ -60,28 +68,46 @@ pub(super) struct ApplyJob {
 
 /// Frames written to one segment by one group: the bytes as written, and
 /// each frame's location, header and payload offset in `buf`.
-struct Run {
+pub(super) struct Run {
     buf: AlignedBuf,
     metas: Vec<(FrameLoc, FrameHeader, usize)>,
 }
 
-pub(super) fn applier_loop(rx: Receiver<ApplyJob>, mut hook: CommitHook) {
+impl Run {
+    /// The run's frames as the hooks see them.
+    fn frames(&self) -> Vec<CommittedFrame<'_>> {
+        self.metas
+            .iter()
+            .map(|(loc, header, at)| CommittedFrame {
+                loc: *loc,
+                header: *header,
+                payload: &self.buf.as_slice()[*at..*at + header.payload_len as usize],
+            })
+            .collect()
+    }
+}
+
+pub(super) fn applier_loop(
+    rx: Receiver<ApplyMsg>,
+    mut prepare: Option<PrepareHook>,
+    mut hook: CommitHook,
+) {
     let site = crate::spin::Site::new();
-    while let Ok(job) = recv_polling(&site, &rx) {
-        for run in &job.runs {
-            let committed: Vec<CommittedFrame<'_>> = run
-                .metas
-                .iter()
-                .map(|(loc, header, at)| CommittedFrame {
-                    loc: *loc,
-                    header: *header,
-                    payload: &run.buf.as_slice()[*at..*at + header.payload_len as usize],
-                })
-                .collect();
-            hook(&committed);
-        }
-        for (reply, result) in job.replies {
-            reply.send(result);
+    while let Ok(msg) = recv_polling(&site, &rx) {
+        match msg {
+            ApplyMsg::Prepare(run) => {
+                if let Some(p) = prepare.as_mut() {
+                    p(&run.frames());
+                }
+            }
+            ApplyMsg::Apply(job) => {
+                for run in &job.runs {
+                    hook(&run.frames());
+                }
+                for (reply, result) in job.replies {
+                    reply.send(result);
+                }
+            }
         }
     }
 }
@@ -104,7 +130,16 @@ fn recv_polling<T>(
     )
 }
 
-pub(super) fn writer_loop(shared: Arc<Shared>, rx: Receiver<Request>, apply: Sender<ApplyJob>) {
+pub(super) fn writer_loop(
+    shared: Arc<Shared>,
+    rx: Receiver<Request>,
+    apply: Sender<ApplyMsg>,
+    prepares: bool,
+) {
+    let out = Applier {
+        tx: apply,
+        prepares,
+    };
     let mut next_lsn = shared.last_lsn.load(Ordering::Acquire) + 1;
     let site = crate::spin::Site::new();
     while let Ok(first) = recv_polling(&site, &rx) {
@@ -127,7 +162,7 @@ pub(super) fn writer_loop(shared: Arc<Shared>, rx: Receiver<Request>, apply: Sen
                 }
                 Some(Request::Rotate { reply }) => {
                     // Finish what was gathered first, then rotate.
-                    commit_group(&shared, &mut next_lsn, std::mem::take(&mut batches), &apply);
+                    commit_group(&shared, &mut next_lsn, std::mem::take(&mut batches), &out);
                     let r = rotate_now(&shared, next_lsn);
                     if let Err(e) = &r {
                         poison(&shared, e.to_string());
@@ -145,7 +180,7 @@ pub(super) fn writer_loop(shared: Arc<Shared>, rx: Receiver<Request>, apply: Sen
                 Err(_) => break,
             }
         }
-        commit_group(&shared, &mut next_lsn, batches, &apply);
+        commit_group(&shared, &mut next_lsn, batches, &out);
     }
     // Closed cleanly: leave the active segment holding exactly its frames, so
     // that a stopped store has no preallocated space on disk.
@@ -252,12 +287,14 @@ fn poison(shared: &Shared, why: String) -> StorageError {
     StorageError::Poisoned { reason: why }
 }
 
-fn commit_group(
-    shared: &Shared,
-    next_lsn: &mut Lsn,
-    batches: Vec<Group>,
-    apply: &Sender<ApplyJob>,
-) {
+/// The writer's way to the applier.
+struct Applier {
+    tx: Sender<ApplyMsg>,
+    /// Whether large runs are sent ahead of their fsync for the prepare hook.
+    prepares: bool,
+}
+
+fn commit_group(shared: &Shared, next_lsn: &mut Lsn, batches: Vec<Group>, apply: &Applier) {
     if batches.is_empty() {
         return;
     }
@@ -272,7 +309,7 @@ fn commit_group(
     let mut runs = Vec::new();
     let mut done: Vec<AppendOutcome> = Vec::with_capacity(batches.len());
     let started = std::time::Instant::now();
-    let failure = write_runs(shared, next_lsn, &batches, &mut runs, &mut done).err();
+    let failure = write_runs(shared, next_lsn, &batches, &mut runs, &mut done, apply).err();
     shared
         .group_commit_us_total
         .fetch_add(micros_since(started), Ordering::Relaxed);
@@ -300,7 +337,7 @@ fn commit_group(
             None => replies.push((b.reply, Err(clone_failure(failed.as_ref())))),
         }
     }
-    if let Err(e) = apply.send(ApplyJob { runs, replies }) {
+    if let Err(e) = apply.tx.send(ApplyMsg::Apply(ApplyJob { runs, replies })) {
         // The applier is gone (shutdown): nobody is waiting for these.
         drop(e);
     }
@@ -339,8 +376,9 @@ fn write_runs(
     shared: &Shared,
     next_lsn: &mut Lsn,
     batches: &[Group],
-    runs: &mut Vec<Run>,
+    runs: &mut Vec<Arc<Run>>,
     out: &mut Vec<AppendOutcome>,
+    apply: &Applier,
 ) -> Result<(), WriteFailure> {
     use WriteFailure::{Clean, Fatal};
     let mut i = 0;
@@ -432,6 +470,12 @@ fn write_runs(
             *next_lsn = first_lsn;
             return Err(Clean(e));
         }
+        // A large run goes to the prepare hook now, to be prepared while
+        // it is synced (the applier sees it again once durable, or never).
+        let run = Arc::new(Run { buf, metas });
+        if apply.prepares && run.metas.len() >= PREPARE_MIN_FRAMES {
+            let _ = apply.tx.send(ApplyMsg::Prepare(run.clone()));
+        }
         let synced = std::time::Instant::now();
         seg.file
             .sync_data()
@@ -445,7 +489,7 @@ fn write_runs(
         seg.durable_len.store(start + run_bytes, Ordering::Release);
         shared.last_lsn.store(*next_lsn - 1, Ordering::Release);
         debug_assert!(first_lsn < *next_lsn);
-        runs.push(Run { buf, metas });
+        runs.push(run);
         out.extend(run_out);
         i = j;
     }
