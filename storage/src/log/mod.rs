@@ -139,8 +139,9 @@ pub struct CommittedFrame<'a> {
     pub payload: &'a [u8],
 }
 
-/// Called by the writer thread after each group's fsync and before the
-/// group is acknowledged, with the group's frames in LSN order.
+/// Called on the log's applier thread after each group's fsync and before
+/// the group is acknowledged, with the group's frames in LSN order (one
+/// call per segment the group touched).
 pub type CommitHook = Box<dyn FnMut(&[CommittedFrame<'_>]) + Send>;
 
 /// Called on the same thread as the [`CommitHook`], with a large group's

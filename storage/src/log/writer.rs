@@ -3,7 +3,9 @@
 //! them with one positional write and one `fdatasync` per segment touched
 //! (rotating, sealing and preallocating segments as it goes), then hands
 //! the group to the applier thread, which runs the commit hook and only
-//! then acknowledges every batch. A failed write or sync poisons the log.
+//! then acknowledges every batch. A run of at least
+//! [`PREPARE_MIN_FRAMES`] frames is also handed over once written, before
+//! its fsync, for the prepare hook. A failed write or sync poisons the log.
 //! Both threads poll their queues briefly before they park, where their
 //! recent waits were short (`crate::spin`).
 //!
