@@ -523,23 +523,22 @@ impl Bm25Index {
         if let Some(&id) = self.token_ids.map.get(token) {
             return id;
         }
-        let (vocab, postings) = (&mut self.vocab, &mut self.postings);
-        let id = with_stem(token, |stem| {
-            let term = stem.unwrap_or(token);
-            match vocab.get(term) {
-                Some(&id) => id,
-                None => {
-                    let id = u32::try_from(postings.len()).expect("more than 2^32 terms");
-                    vocab.insert(term.to_owned(), id);
-                    postings.push(Postings::default());
-                    id
-                }
-            }
-        });
+        let id = with_stem(token, |stem| self.vocab_id(stem.unwrap_or(token)));
         if self.token_ids.map.len() >= TOKEN_IDS_MAX {
             self.token_ids.map.clear();
         }
         self.token_ids.map.insert(token.into(), id);
+        id
+    }
+
+    /// The id of `term`, added to the vocabulary when new.
+    fn vocab_id(&mut self, term: &str) -> u32 {
+        if let Some(&id) = self.vocab.get(term) {
+            return id;
+        }
+        let id = u32::try_from(self.postings.len()).expect("more than 2^32 terms");
+        self.vocab.insert(term.to_owned(), id);
+        self.postings.push(Postings::default());
         id
     }
 
@@ -731,18 +730,7 @@ mod tests {
     /// `add` without the token cache: every term of [`terms_of`] looked
     /// up in the vocabulary (the definition the cache must agree with).
     fn add_by_terms(idx: &mut Bm25Index, doc: u32, text: &str) {
-        let mut ids: Vec<u32> = terms_of(text)
-            .iter()
-            .map(|term| match idx.vocab.get(term.as_str()) {
-                Some(&id) => id,
-                None => {
-                    let id = idx.postings.len() as u32;
-                    idx.vocab.insert(term.clone(), id);
-                    idx.postings.push(Postings::default());
-                    id
-                }
-            })
-            .collect();
+        let mut ids: Vec<u32> = terms_of(text).iter().map(|t| idx.vocab_id(t)).collect();
         idx.add_ids(doc, &mut ids);
     }
 
