@@ -688,13 +688,25 @@ impl State {
         then
     }
 
-    /// What deleting `idx` removes: every version of its correction chain
-    /// and every derivative of any of them.
+    /// What deleting `idx` removes: every version of its correction chain,
+    /// every record derived from any of them, and in turn every version of
+    /// each such record's chain and what derives from those, to the end.
+    ///
+    /// Why the chains of derivatives too: no version of a deleted chain may
+    /// live. A correction applied after a deletion of the record it corrects
+    /// is deleted as it is applied (`apply_record`, "born deleted"), and a
+    /// compacted log applies a correction after its deleted predecessor's
+    /// tombstone; a correction written before the deletion must end the
+    /// same way, or the state would depend on when the log was compacted.
     pub fn deletion_set(&self, idx: Idx) -> Vec<Idx> {
         let mut out = BTreeSet::new();
-        for v in self.chain(idx) {
-            out.insert(v);
-            out.extend(self.derivatives(v));
+        let mut stack = vec![idx];
+        while let Some(i) = stack.pop() {
+            for v in self.chain(i) {
+                if out.insert(v) {
+                    stack.extend(self.dependents.get(&v).into_iter().flatten().copied());
+                }
+            }
         }
         out.into_iter().collect()
     }

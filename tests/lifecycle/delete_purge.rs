@@ -6,7 +6,9 @@
 
 use crate::common::*;
 use engram::retrieval::RecallRequest;
-use engram::{Body, EngineError, Engram, ManualClock, NewRecord, Principal, RecordRef, Scope};
+use engram::{
+    AssertionKind, Body, EngineError, Engram, ManualClock, NewRecord, Principal, RecordRef, Scope,
+};
 
 const CANARY: &str = "zebra-canary-7f3a91";
 
@@ -298,4 +300,62 @@ fn online_compaction_purges_while_reads_go_on() {
     assert_eq!(again.report.purged, 0);
     s.get(&ext("after")).unwrap();
     db.close().unwrap();
+}
+
+/// A deletion reaches the corrections of what it deletes, also when a
+/// correction cites other sources: the state right after the deletion is the
+/// state after `compact` (which applies a correction after its deleted
+/// predecessor's tombstone), and one `compact` purges every version.
+#[test]
+fn deleting_a_source_deletes_every_version_of_what_derives_from_it_before_and_after_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    let fact = |text: &str, source: &str| {
+        NewRecord::assertion(AssertionKind::Fact, text, vec![ext(source)])
+    };
+    s.append(vec![
+        NewRecord::event("note", format!("probe log with {CANARY}")).with_external_id("e1"),
+        NewRecord::event("note", "a later, clean probe").with_external_id("e2"),
+    ])
+    .unwrap();
+    s.append(vec![
+        fact("the api was unhealthy", "e1").with_external_id("a1"),
+    ])
+    .unwrap();
+    // the correction cites only the clean event
+    let mut correction = fact(&format!("corrected, still {CANARY}-ish"), "e2");
+    correction.external_id = Some("a1".into());
+    correction.supersedes = Some(ext("a1"));
+    s.append(vec![correction]).unwrap();
+    // an earlier version of a fact whose later version cites e1
+    s.append(vec![fact("b first said this", "e2").with_external_id("b1")])
+        .unwrap();
+    let mut later = fact("b now cites the probe", "e1");
+    later.external_id = Some("b1".into());
+    later.supersedes = Some(ext("b1"));
+    s.append(vec![later]).unwrap();
+
+    let res = s.delete(&ext("e1"), None).unwrap();
+    // e1, both versions of a1, both versions of b1
+    assert_eq!(res.affected.len(), 5, "{:?}", res.affected);
+    let live = |db: &Engram| {
+        let s = db.session(Principal::admin("t"));
+        ["e1", "a1", "b1", "e2"].map(|e| s.get(&ext(e)).is_ok())
+    };
+    assert_eq!(live(&db), [false, false, false, true]);
+    db.close().unwrap();
+    let report = Engram::compact(dir.path(), &opts(&clock)).unwrap();
+    assert_eq!(report.purged, 5);
+    assert!(
+        grep(dir.path(), CANARY).is_empty(),
+        "one compaction purges it all"
+    );
+    let db = open(dir.path(), &clock);
+    assert_eq!(live(&db), [false, false, false, true]);
+    assert!(db.verify().unwrap().ok());
+    db.close().unwrap();
+    let again = Engram::compact(dir.path(), &opts(&clock)).unwrap();
+    assert_eq!(again.purged, 0, "nothing left for a second compaction");
 }

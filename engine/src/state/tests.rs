@@ -235,12 +235,19 @@ impl Run {
                 let target = self.ids[t].to_bytes();
                 let op = match s {
                     Step::Delete(_) => {
-                        for v in self.model.chain(t) {
-                            let mut set = self.model.derivatives(v);
-                            set.insert(v);
-                            for d in set {
-                                self.model.set_status(d, Status::Deleted);
+                        // the chain, what derives from any version, and on
+                        // through the chains of those, to a fixpoint
+                        let mut reached = BTreeSet::new();
+                        let mut todo = vec![t];
+                        while let Some(x) = todo.pop() {
+                            for v in self.model.chain(x) {
+                                if reached.insert(v) {
+                                    todo.extend(self.model.derivatives(v));
+                                }
                             }
+                        }
+                        for d in reached {
+                            self.model.set_status(d, Status::Deleted);
                         }
                         OpBody::Delete {
                             target,
