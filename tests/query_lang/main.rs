@@ -11,4 +11,5 @@ mod cli;
 mod equivalence;
 mod examples;
 mod fixture;
+mod hostile;
 mod isolation;

@@ -15,4 +15,4 @@ pub mod tokenize;
 pub use bm25::{
     Bm25Error, Bm25Index, Bm25Params, CorpusStats, LexicalStats, PreparedText, ScoredDoc,
 };
-pub use tokenize::{TOKENIZER_VERSION, name_key, tokenize, tokens};
+pub use tokenize::{MAX_TOKEN_CHARS, TOKENIZER_VERSION, name_key, tokenize, tokens};

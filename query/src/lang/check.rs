@@ -26,7 +26,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use engram_engine::id::RecordId;
-use engram_engine::lexical::tokens;
+use engram_engine::lexical::{MAX_TOKEN_CHARS, tokens};
 
 use super::ast::*;
 use super::error::{ErrorKind, LangError};
@@ -85,6 +85,7 @@ pub fn check(stmt: &Statement, ctx: &CheckContext) -> Result<(), Vec<LangError>>
         ctx,
         bind: ctx.binder(),
         errors: Vec::new(),
+        more: None,
     };
     match &stmt.body {
         Body::Find(f) => c.find(f),
@@ -94,6 +95,16 @@ pub fn check(stmt: &Statement, ctx: &CheckContext) -> Result<(), Vec<LangError>>
         Ok(())
     } else {
         c.errors.sort_by_key(|e| (e.span().start, e.span().end));
+        if let Some((n, span)) = c.more {
+            c.errors.push(LangError::new(
+                ErrorKind::LimitExceeded {
+                    what: "errors in one statement".into(),
+                    limit: ERRORS_MAX as u64,
+                    got: (ERRORS_MAX + n) as u64,
+                },
+                span,
+            ));
+        }
         Err(c.errors)
     }
 }
@@ -107,15 +118,29 @@ struct Checker<'a> {
     ctx: &'a CheckContext,
     bind: Binder<'a>,
     errors: Vec<LangError>,
+    /// Errors found past [`ERRORS_MAX`] (not kept), and where the first was.
+    more: Option<(usize, Span)>,
 }
 
 impl Checker<'_> {
+    /// Records an error; past [`ERRORS_MAX`] only counts it, so that no
+    /// statement (a JSON form may repeat a field a million times) makes a
+    /// response, or the memory to build it, grow without bound.
+    fn error(&mut self, e: LangError) {
+        if self.errors.len() < ERRORS_MAX {
+            self.errors.push(e);
+        } else {
+            let (n, _) = self.more.get_or_insert((0, e.span()));
+            *n += 1;
+        }
+    }
+
     fn push(&mut self, kind: ErrorKind, span: Span) {
-        self.errors.push(LangError::new(kind, span));
+        self.error(LangError::new(kind, span));
     }
 
     fn push_hint(&mut self, kind: ErrorKind, span: Span, hint: impl Into<String>) {
-        self.errors.push(LangError::new(kind, span).with_hint(hint));
+        self.error(LangError::new(kind, span).with_hint(hint));
     }
 
     /// The value, or `None` after recording the error.
@@ -123,7 +148,7 @@ impl Checker<'_> {
         match r {
             Ok(v) => Some(v),
             Err(e) => {
-                self.errors.push(e);
+                self.error(e);
                 None
             }
         }
@@ -352,6 +377,17 @@ impl Checker<'_> {
         fields: &[Spanned<ReturnField>],
         unavailable: impl Fn(ReturnField) -> Option<&'static str>,
     ) {
+        if fields.len() > RETURN_FIELDS_MAX {
+            self.push(
+                ErrorKind::LimitExceeded {
+                    what: "fields in RETURN".into(),
+                    limit: RETURN_FIELDS_MAX as u64,
+                    got: fields.len() as u64,
+                },
+                fields[RETURN_FIELDS_MAX].span,
+            );
+            return;
+        }
         let mut seen = Vec::new();
         for r in fields {
             if seen.contains(&r.value) {
@@ -441,6 +477,8 @@ impl Checker<'_> {
                 },
                 f.retrievers[RETRIEVERS_MAX].span(),
             );
+            // their names and parts are not worth checking one by one
+            return;
         }
         // Names: first retriever of each name, by position.
         let mut by_name: HashMap<&str, usize> = HashMap::new();
@@ -490,13 +528,24 @@ impl Checker<'_> {
                             QUERY_TEXT_BYTES_MAX,
                             m.text.span(),
                         );
-                        if !text.trim().is_empty() && tokens(&text).is_empty() {
+                        if !text.trim().is_empty()
+                            && text.len() <= QUERY_TEXT_BYTES_MAX
+                            && tokens(&text).is_empty()
+                        {
+                            let hint = if text.chars().any(char::is_alphanumeric) {
+                                format!(
+                                    "keyword search drops words longer than {MAX_TOKEN_CHARS} characters, and every word here is longer"
+                                )
+                            } else {
+                                "keyword search looks for letters and digits, and this text has none"
+                                    .to_string()
+                            };
                             self.push_hint(
                                 ErrorKind::EmptyValue {
                                     what: "the MATCH text, as words,".into(),
                                 },
                                 m.text.span(),
-                                "keyword search looks for letters and digits, and this text has none",
+                                hint,
                             );
                         }
                     }
@@ -685,7 +734,7 @@ impl Checker<'_> {
                         // reported as a cycle by expand_cycles
                     } else if f.retriever(&n.value).is_none() {
                         let e = self.unknown_retriever(f, n);
-                        self.errors.push(e);
+                        self.error(e);
                     }
                 }
             }
@@ -865,6 +914,17 @@ impl Checker<'_> {
         if let Some(Fusion::Rrf { k: Some(k), .. }) = &f.fusion {
             self.within("K", k.value, 1, RRF_K_MAX, k.span);
         }
+        if f.weights.len() > RETRIEVERS_MAX {
+            self.push(
+                ErrorKind::LimitExceeded {
+                    what: "weights".into(),
+                    limit: RETRIEVERS_MAX as u64,
+                    got: f.weights.len() as u64,
+                },
+                f.weights[RETRIEVERS_MAX].name.span,
+            );
+            return;
+        }
         let mut seen: Vec<&str> = Vec::new();
         for w in &f.weights {
             if seen.contains(&w.name.value.as_str()) {
@@ -878,7 +938,7 @@ impl Checker<'_> {
                 seen.push(&w.name.value);
                 if f.retriever(&w.name.value).is_none() {
                     let e = self.unknown_retriever(f, &w.name);
-                    self.errors.push(e);
+                    self.error(e);
                 }
             }
             if let Some(v) = self.ok(self.bind.number(&w.value)) {

@@ -21,8 +21,13 @@ pub const NESTING_DEPTH_MAX: usize = 32;
 pub const PREDICATES_MAX: usize = 256;
 /// Values in one `IN (...)` list, `KIND` list or `VIA` list, literal or bound.
 pub const IN_LIST_LEN_MAX: usize = 1024;
-/// Retrievers in one statement.
+/// Retrievers in one statement (and weights, one per retriever).
 pub const RETRIEVERS_MAX: usize = 16;
+/// Fields in one `RETURN` list (there are fewer distinct fields than this).
+pub const RETURN_FIELDS_MAX: usize = 64;
+/// Errors reported for one statement: past this many the checker only
+/// counts them, and the last error says how many there were.
+pub const ERRORS_MAX: usize = 32;
 /// Seeds of one `EXPAND` (entities, records and retrievers, after binding).
 pub const SEEDS_MAX: usize = 256;
 /// Candidates one retriever contributes (`TOP n`).
