@@ -422,7 +422,15 @@ impl Engram {
         // (whose own backend keeps changes in memory); the store's files are
         // read through the store's backend.
         let backend = self.options().backend.as_ref();
-        crate::store_dir::check_empty_target(backend, dest, "backup directory")?;
+        // Whatever is wrong with the destination is the caller's to fix (a
+        // file, a path under a file, a place it may not write): said as
+        // invalid input, before anything is copied.
+        let unusable = |e: EngineError| match e {
+            EngineError::InvalidInput { .. } => e,
+            other => EngineError::invalid("backup directory", other.to_string()),
+        };
+        crate::store_dir::check_empty_target(backend, dest, "backup directory")
+            .map_err(unusable)?;
         // (through symbolic links too: a link into the store is inside it)
         let real = |p: &Path| backend.real_path(&absolute(p));
         if inside(dest, self.dir()) || inside(&real(dest), &real(self.dir())) {
@@ -435,6 +443,12 @@ impl Engram {
                 ),
             ));
         }
+        backend.create_dir_all(dest).map_err(|e| {
+            EngineError::invalid(
+                "backup directory",
+                format!("{} cannot be created: {e}", dest.display()),
+            )
+        })?;
         let _m = self.writes_pause();
         let last = self.copy_store(backend, dest)?;
         let created_at_ms = self.now();

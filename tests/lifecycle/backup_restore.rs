@@ -295,3 +295,29 @@ fn a_ledger_entry_already_in_the_backup_is_not_reapplied_whatever_its_spelling()
     );
     db.close().unwrap();
 }
+
+/// A destination the caller cannot use (a file, a path under a file, a
+/// directory inside the store) is invalid input naming the path, never a
+/// storage failure to retry, and nothing is written anywhere.
+#[test]
+fn a_backup_to_an_unusable_destination_is_invalid_input() {
+    let (dir, backups, _bdir, clock) = dirs();
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![NewRecord::event("note", "one")]).unwrap();
+    let file = backups.path().join("a-file.txt");
+    std::fs::write(&file, b"not a directory").unwrap();
+    for dest in [file.clone(), file.join("sub"), dir.path().join("inside")] {
+        match db.backup(&dest) {
+            Err(EngineError::InvalidInput { field, reason, .. }) => {
+                assert_eq!(field, "backup directory");
+                assert!(reason.contains(&dest.display().to_string()), "{reason}");
+            }
+            other => panic!("{}: {other:?}", dest.display()),
+        }
+    }
+    assert_eq!(std::fs::read(&file).unwrap(), b"not a directory");
+    assert!(!dir.path().join("inside").exists());
+    let names: Vec<_> = std::fs::read_dir(backups.path()).unwrap().collect();
+    assert_eq!(names.len(), 1, "only the file the test wrote");
+}
