@@ -277,6 +277,18 @@ fn deep_nesting_huge_numbers_invalid_utf8_and_limits() {
         (Some(2), Some(7)),
         "{e}"
     );
+    // a body that is not JSON is `invalid_json` even where its first byte
+    // already shows the wrong shape; valid JSON of the wrong shape is not
+    let r = send("/v1/records", b"{not json");
+    assert_eq!(
+        (r.status, r.json()["error"]["code"].clone()),
+        (400, "invalid_json".into())
+    );
+    let r = send("/v1/records", br#"{"kind": "n", "text": "x"}"#);
+    assert_eq!(
+        (r.status, r.json()["error"]["code"].clone()),
+        (400, "bad_request".into())
+    );
     // malformed JSON names line and column
     let r = send("/v1/records", b"[\n {\"kind\": \"n\",\n  \"text\": }]");
     assert_eq!(r.status, 400);

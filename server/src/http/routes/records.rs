@@ -165,10 +165,14 @@ pub async fn append(
     let session = caller.session(&app, Operation::Append).await?;
     let text = utf8(&bytes)?;
     let items: Vec<&RawValue> = serde_json::from_str(text).map_err(|e| {
-        if e.is_data() {
-            ServerError::bad_request("body", "expected a JSON array of records")
-        } else {
-            ServerError::bad_json(&e, None)
+        // a wrong shape is found at the first byte (`{` is not `[`); a body
+        // that is not JSON at all is told so, wherever its fault is
+        match serde_json::from_str::<serde::de::IgnoredAny>(text) {
+            Err(syntax) if !syntax.is_data() => ServerError::bad_json(&syntax, None),
+            _ if e.is_data() => {
+                ServerError::bad_request("body", "expected a JSON array of records")
+            }
+            _ => ServerError::bad_json(&e, None),
         }
     })?;
     let max = app.cfg.limits.batch_records_max;
