@@ -417,6 +417,11 @@ fn ingest(ctx: &Ctx, a: IngestBenchArgs) -> CliResult {
         background_indexing: !a.no_indexer,
         ..Options::default()
     };
+    if a.n == 0 {
+        return Err(CliError::Message(
+            "--n must be at least 1 (events per configuration)".into(),
+        ));
+    }
     let mut results = Vec::new();
     let n_configs = configs.len();
     for (i, (w, b)) in configs.into_iter().enumerate() {

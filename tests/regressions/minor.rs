@@ -201,3 +201,51 @@ fn a_record_valid_from_the_future_is_left_out_until_then() {
     assert_eq!(found(&s, None), ["memo"]);
     db.close().unwrap();
 }
+
+#[test]
+fn verify_of_a_store_in_use_says_nothing_was_checked_not_that_it_failed() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path());
+    // another process's hold, as a running server's: this process's open
+    let db = engram::Engram::open(&store, engram::Options::default()).unwrap();
+    let o = cli::at(&store, &["verify"]);
+    let out = cli::text(&o);
+    assert!(!o.status.success(), "{out}");
+    assert!(
+        out.contains("in use") && out.contains("nothing was checked"),
+        "{out}"
+    );
+    assert!(!out.contains("FAILED") && !out.contains("PROBLEM"), "{out}");
+    db.close().unwrap();
+    ok(&store, &["verify"]);
+}
+
+#[test]
+fn bench_ingest_refuses_zero_events_as_it_refuses_zero_writers() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    for (n, w, says) in [
+        ("0", "1", "--n must be at least 1"),
+        ("10", "0", "at least 1"),
+    ] {
+        let o = cli::engram(&[
+            "bench",
+            "ingest",
+            "--n",
+            n,
+            "--writers",
+            w,
+            "--batch",
+            "10",
+            "--batch-writers",
+            "1",
+            "--dir",
+            dir.to_str().unwrap(),
+            "-q",
+        ]);
+        assert!(!o.status.success());
+        assert!(cli::text(&o).contains(says), "{}", cli::text(&o));
+    }
+}

@@ -199,6 +199,12 @@ pub(super) fn cmd_verify(ctx: &Ctx, a: JsonArgs) -> CliResult {
         Err(e @ (EngineError::NoStore { .. } | EngineError::NotAStore { .. })) => {
             return Err(CliError::Engine(e));
         }
+        // not damage: the store could not be checked at all
+        Err(EngineError::Storage(e @ engram_storage::StorageError::Locked { .. })) => {
+            return Err(CliError::Message(format!(
+                "{e}; nothing was checked. A running server verifies its store with GET /v1/verify (store key)"
+            )));
+        }
         Err(e) => problems.push(e.to_string()),
     }
     spinner.finish();
