@@ -11,8 +11,9 @@
 //!   recursively): lineage is complete in both directions and invents
 //!   nothing;
 //! - a deletion reaches exactly the record, every version of its correction
-//!   chain and every record derived from any of them (`get` says not found),
-//!   and nothing else;
+//!   chain, every record derived from any of them, and in turn every version
+//!   of those records' chains and what derives from them (`get` says not
+//!   found), and nothing else;
 //! - a correction makes the corrected version `superseded` and every record
 //!   derived from it that was current `stale`.
 
@@ -292,11 +293,14 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                     continue;
                 }
                 let target = live[*pick as usize % live.len()];
-                let mut gone = BTreeSet::new();
-                for v in m.chain(target) {
-                    gone.insert(v);
-                    gone.extend(m.derivatives(v));
-                }
+                // every version of the chain, what derives from any of
+                // them, and on through the chains of those
+                let mut gone = m.reach(target, |i| {
+                    let mut next = m.chain(i);
+                    next.extend(m.dependents(i));
+                    next
+                });
+                gone.insert(target);
                 let res = s.delete(&RecordRef::Id(target), Some("test")).unwrap();
                 let affected: BTreeSet<RecordId> = res.affected.into_iter().collect();
                 prop_assert_eq!(&affected, &gone, "deletion set of {}", target);
