@@ -593,8 +593,10 @@ pub fn read_input(file: &Path) -> Result<String, CliError> {
             source,
         })?
     };
-    engram_query::text::decode(&bytes)
-        .map_err(|e| CliError::Message(format!("{}: {e}", file.display())))
+    // (decoding fails for the file as a whole: no field to name)
+    engram_query::text::decode(&bytes).map_err(|e| {
+        CliError::Message(format!("{}: line {}: {}", file.display(), e.line, e.reason))
+    })
 }
 
 /// Formats a timestamp for messages.

@@ -83,6 +83,16 @@ fn engram_query_prints_tables_json_and_located_errors() {
     assert!(!o.status.success());
     let out = text(&o);
     assert!(out.contains("1:16") && out.contains('^'), "{out}");
+    // a statement file that is not UTF-8 names the file, line and byte
+    let bad = format!("{d}.bad.eql");
+    std::fs::write(&bad, b"FIND ANY\nWHERE kind = 'caf\xe9'").unwrap();
+    let o = engram(&["--data", &d, "query", "--tenant", "t", "-f", &bad]);
+    assert!(!o.status.success());
+    let out = text(&o);
+    assert!(
+        out.contains(&format!("{bad}: line 2: invalid UTF-8 at byte 18")),
+        "{out}"
+    );
     // a principal without the tenant's admin rights sees only what it may read
     let o = engram(&["--data", &d, "query", "--tenant", "other", "FIND ANY"]);
     assert!(o.status.success());

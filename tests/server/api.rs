@@ -255,6 +255,15 @@ fn endpoints_do_their_job() {
         Some(r#"{"grantee": "ann", "label": "secret"}"#),
         200,
     );
+    // a role needs a grantee: the error names the body's field
+    let e = s.json(
+        "POST",
+        "/v1/access/grant",
+        Some(&k.boss),
+        Some(r#"{"label": "secret", "role": "reviewer"}"#),
+        422,
+    );
+    assert_eq!(e["error"]["details"]["field"], "grantee", "{e}");
     s.json(
         "POST",
         "/v1/retention",

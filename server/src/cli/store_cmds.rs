@@ -292,16 +292,26 @@ pub(super) fn cmd_repair(ctx: &Ctx, a: RepairArgs) -> CliResult {
                         "no frame of the log is intact: the damage is in its first frame"
                     );
                 } else {
+                    // earlier places a cut may keep whole batches up to
+                    let earlier: Vec<String> = i
+                        .recent_batch_ends
+                        .iter()
+                        .rev()
+                        .filter(|&&l| l != 0 && l != i.intact_through)
+                        .take(5)
+                        .map(|l| l.to_string())
+                        .collect();
+                    let earlier = if earlier.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; earlier batch ends, where a cut may be made too: LSN {}",
+                            earlier.join(", ")
+                        )
+                    };
                     crate::outln!(
-                        "the log is intact from LSN 1 through LSN {} (batch ends nearby: {})",
-                        i.intact_through,
-                        i.recent_batch_ends
-                            .iter()
-                            .rev()
-                            .take(5)
-                            .map(|l| l.to_string())
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        "the log is intact from LSN 1 through LSN {}{earlier}",
+                        i.intact_through
                     );
                 }
                 let lost_to = i.highest_lsn_seen.max(i.durable_lsn);

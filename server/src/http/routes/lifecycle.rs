@@ -300,11 +300,13 @@ pub async fn grant(
 ) -> ServerResult<Json<OpResponse>> {
     let session = caller.session(&app, Operation::Grant).await?;
     op(&app, "grant", move || {
-        session.grant(
-            req.grantee.as_deref(),
-            req.label.as_deref(),
-            req.role.as_deref(),
-        )
+        session
+            .grant(
+                req.grantee.as_deref(),
+                req.label.as_deref(),
+                req.role.as_deref(),
+            )
+            .map_err(grantee_field)
     })
     .await
 }
@@ -325,13 +327,32 @@ pub async fn revoke(
 ) -> ServerResult<Json<OpResponse>> {
     let session = caller.session(&app, Operation::Revoke).await?;
     op(&app, "revoke", move || {
-        session.revoke(
-            req.grantee.as_deref(),
-            req.label.as_deref(),
-            req.role.as_deref(),
-        )
+        session
+            .revoke(
+                req.grantee.as_deref(),
+                req.label.as_deref(),
+                req.role.as_deref(),
+            )
+            .map_err(grantee_field)
     })
     .await
+}
+
+/// The engine calls the principal a grant is about `principal`; this body
+/// calls it `grantee` (`principal` is the caller's, from the key).
+fn grantee_field(e: engram_engine::EngineError) -> engram_engine::EngineError {
+    match e {
+        engram_engine::EngineError::InvalidInput {
+            item,
+            field,
+            reason,
+        } if field == "principal" => engram_engine::EngineError::InvalidInput {
+            item,
+            field: "grantee".into(),
+            reason,
+        },
+        e => e,
+    }
 }
 
 /// A retention period.

@@ -215,6 +215,45 @@ impl<T: DeserializeOwned + Send> FromRequestParts<Shared> for Params<T> {
         axum::extract::Query::<T>::from_request_parts(parts, app)
             .await
             .map(|q| Params(q.0))
-            .map_err(|e| ServerError::bad_request("query", e.body_text()))
+            .map_err(|e| query_param_error(&e.body_text()))
+    }
+}
+
+/// A query string's deserialization error, naming the parameter at fault
+/// when the deserializer says which (`limit: invalid digit found in
+/// string`), without the extractor's own wording around it.
+fn query_param_error(text: &str) -> ServerError {
+    let text = text
+        .strip_prefix("Failed to deserialize query string: ")
+        .unwrap_or(text);
+    match text.split_once(": ") {
+        Some((name, reason))
+            if !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') =>
+        {
+            ServerError::bad_request(name, format!("not a valid value ({reason})"))
+        }
+        _ => ServerError::bad_request("query string", text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_parameter_errors_name_the_parameter() {
+        let e = query_param_error(
+            "Failed to deserialize query string: limit: invalid digit found in string",
+        );
+        assert_eq!(
+            e.to_string(),
+            ServerError::bad_request("limit", "not a valid value (invalid digit found in string)")
+                .to_string()
+        );
+        let e = query_param_error(
+            "Failed to deserialize query string: unknown field `x`, expected `kind`",
+        );
+        assert!(e.to_string().contains("unknown field `x`"), "{e}");
+        assert!(!e.to_string().contains("Failed to deserialize"), "{e}");
     }
 }
