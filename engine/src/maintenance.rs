@@ -661,7 +661,18 @@ impl Engram {
                 .vectors
                 .all()
                 .iter()
-                .filter_map(|s| s.slot_of(i).map(|slot| format!("{}:{slot}", s.model)))
+                .filter_map(|s| {
+                    // the row's bytes too: a row damaged in place differs
+                    // from the one a rebuild computes
+                    let slot = s.slot_of(i)?;
+                    let row: Vec<u8> = s
+                        .vector_of(i)?
+                        .iter()
+                        .flat_map(|x| x.to_le_bytes())
+                        .collect();
+                    let digest = crate::db::hex(&crate::canonical::sha256(&row)[..8]);
+                    Some(format!("{}:{slot}:{digest}", s.model))
+                })
                 .collect();
             let (content, chunk) = if m.tombstone {
                 ("tombstone".to_string(), "-".to_string())

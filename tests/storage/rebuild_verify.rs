@@ -114,6 +114,22 @@ fn rebuild_reproduces_derived_state_exactly() {
         "derived state differs after rebuild:\n{}",
         r.differences.join("\n")
     );
+    // a vector row damaged in place (length, header and magic intact) is
+    // found by the comparison, and the rebuild writes it right again
+    let file = vectors_file(&dir.path().join("derived"), "client_m");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let row = 64 + 12 * 7; // slot 7 of a 3-dimensional space
+    bytes[row..row + 4].copy_from_slice(&0.5f32.to_le_bytes());
+    std::fs::write(&file, &bytes).unwrap();
+    let r = Engram::rebuild(dir.path(), &opts(&clock), true).unwrap();
+    assert_eq!(r.differences.len(), 2, "{:?}", r.differences);
+    assert!(
+        r.differences.iter().all(|d| d.contains("client-m:7:")),
+        "{:?}",
+        r.differences
+    );
+    let r = Engram::rebuild(dir.path(), &opts(&clock), true).unwrap();
+    assert!(r.differences.is_empty(), "{:?}", r.differences);
     // deleting all derived state by hand and reopening rebuilds it too
     std::fs::remove_dir_all(dir.path().join("derived")).unwrap();
     let db = open(dir.path(), &clock);
@@ -121,6 +137,17 @@ fn rebuild_reproduces_derived_state_exactly() {
     let s = db.session(Principal::admin("t"));
     assert_eq!(s.history(&ext("e1")).unwrap().len(), 2);
     db.close().unwrap();
+}
+
+/// The one `vectors.f32` under `dir` whose path holds `space`.
+fn vectors_file(dir: &std::path::Path, space: &str) -> std::path::PathBuf {
+    let found: Vec<_> = files_under(dir)
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n == "vectors.f32"))
+        .filter(|p| p.to_string_lossy().contains(space))
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    found[0].clone()
 }
 
 /// Options that make vector recalls walk the graph.
