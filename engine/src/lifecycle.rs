@@ -193,19 +193,21 @@ impl Session {
             let idx = self.resolve_in(&st, target)?;
             self.authorize(&st, Operation::Retract, Some((idx, target)))?;
             let m = st.meta(idx);
+            // the record's state first: a deleted event is deleted, whatever
+            // its type would allow
+            if matches!(m.status, Status::Deleted | Status::Retracted) {
+                return Err(EngineError::InvalidState {
+                    action: "retract".into(),
+                    target: m.id,
+                    reason: format!("it is {}", m.status.name()),
+                });
+            }
             if m.rtype == RecordType::Event {
                 return Err(EngineError::InvalidState {
                     action: "retract".into(),
                     target: m.id,
                     reason: "events are history and cannot be retracted; correct or delete them"
                         .into(),
-                });
-            }
-            if matches!(m.status, Status::Deleted | Status::Retracted) {
-                return Err(EngineError::InvalidState {
-                    action: "retract".into(),
-                    target: m.id,
-                    reason: format!("it is {}", m.status.name()),
                 });
             }
             let mut a = vec![m.id];

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Args, Subcommand};
+use engram_engine::model::limits;
 use engram_engine::{Engram, NewRecord, Options, Principal, Scope};
 use serde::Serialize;
 
@@ -395,6 +396,38 @@ pub fn measure_with_progress(
     })
 }
 
+/// Writer threads one configuration may start (each is an OS thread).
+const WRITERS_MAX: usize = 256;
+
+/// Every numeric flag of `bench ingest`, before any work starts.
+fn check_ingest_args(a: &IngestBenchArgs) -> Result<(), CliError> {
+    let refuse = |m: String| Err(CliError::Message(m));
+    if a.n == 0 {
+        return refuse("--n must be at least 1 (events per configuration)".into());
+    }
+    for (flag, values) in [
+        ("--writers", &a.writers),
+        ("--batch-writers", &a.batch_writers),
+    ] {
+        if let Some(w) = values.iter().find(|&&w| w == 0 || w > WRITERS_MAX) {
+            return refuse(format!(
+                "{flag} values must be between 1 and {WRITERS_MAX}, not {w}"
+            ));
+        }
+    }
+    if let Some(b) = a
+        .batch
+        .iter()
+        .find(|&&b| b == 0 || b > limits::BATCH_RECORDS_MAX)
+    {
+        return refuse(format!(
+            "--batch values must be between 1 and {} (records in one batch), not {b}",
+            limits::BATCH_RECORDS_MAX
+        ));
+    }
+    Ok(())
+}
+
 fn ingest(ctx: &Ctx, a: IngestBenchArgs) -> CliResult {
     let tmp;
     let root = match &a.dir {
@@ -404,6 +437,7 @@ fn ingest(ctx: &Ctx, a: IngestBenchArgs) -> CliResult {
             tmp.path().to_path_buf()
         }
     };
+    check_ingest_args(&a)?;
     let mut configs: Vec<(usize, usize)> = a.writers.iter().map(|&w| (w, 1)).collect();
     for &b in a.batch.iter().filter(|&&b| b > 1) {
         configs.extend(a.batch_writers.iter().map(|&w| (w, b)));
@@ -417,19 +451,9 @@ fn ingest(ctx: &Ctx, a: IngestBenchArgs) -> CliResult {
         background_indexing: !a.no_indexer,
         ..Options::default()
     };
-    if a.n == 0 {
-        return Err(CliError::Message(
-            "--n must be at least 1 (events per configuration)".into(),
-        ));
-    }
     let mut results = Vec::new();
     let n_configs = configs.len();
     for (i, (w, b)) in configs.into_iter().enumerate() {
-        if w == 0 || b == 0 {
-            return Err(CliError::Message(
-                "--writers and --batch values must be at least 1".into(),
-            ));
-        }
         let dir = root.join(format!("ingest-{i}-w{w}-b{b}"));
         let bar = ctx.counter("bench ingest", (a.n.div_ceil(w) * w) as u64, "events");
         bar.set_message(format!(

@@ -359,3 +359,22 @@ fn deleting_a_source_deletes_every_version_of_what_derives_from_it_before_and_af
     let again = Engram::compact(dir.path(), &opts(&clock)).unwrap();
     assert_eq!(again.purged, 0, "nothing left for a second compaction");
 }
+
+/// An operation on a deleted record says it is deleted, before anything its
+/// type would say.
+#[test]
+fn retracting_a_deleted_event_says_it_is_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    let id = s
+        .append(vec![NewRecord::event("note", "gone soon")])
+        .unwrap()[0]
+        .id;
+    s.delete(&RecordRef::Id(id), None).unwrap();
+    match s.retract(&RecordRef::Id(id), None) {
+        Err(EngineError::InvalidState { reason, .. }) => assert_eq!(reason, "it is deleted"),
+        other => panic!("{other:?}"),
+    }
+}

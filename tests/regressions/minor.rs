@@ -222,13 +222,34 @@ fn verify_of_a_store_in_use_says_nothing_was_checked_not_that_it_failed() {
 }
 
 #[test]
-fn bench_ingest_refuses_zero_events_as_it_refuses_zero_writers() {
+fn bench_ingest_checks_every_number_before_any_work() {
     let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("b");
-    for (n, w, says) in [
-        ("0", "1", "--n must be at least 1"),
-        ("10", "0", "at least 1"),
+    for (n, w, b, bw, says) in [
+        ("0", "1", "10", "1", "--n must be at least 1"),
+        (
+            "10",
+            "0",
+            "10",
+            "1",
+            "--writers values must be between 1 and 256, not 0",
+        ),
+        (
+            "10",
+            "100000",
+            "10",
+            "1",
+            "--writers values must be between 1 and 256, not 100000",
+        ),
+        ("10", "1", "0", "1", "--batch values must be between 1 and"),
+        (
+            "10",
+            "1",
+            "10",
+            "0",
+            "--batch-writers values must be between 1 and 256, not 0",
+        ),
     ] {
         let o = cli::engram(&[
             "bench",
@@ -238,14 +259,15 @@ fn bench_ingest_refuses_zero_events_as_it_refuses_zero_writers() {
             "--writers",
             w,
             "--batch",
-            "10",
+            b,
             "--batch-writers",
-            "1",
+            bw,
             "--dir",
             dir.to_str().unwrap(),
             "-q",
         ]);
         assert!(!o.status.success());
         assert!(cli::text(&o).contains(says), "{}", cli::text(&o));
+        assert!(!dir.exists(), "nothing ran before the refusal");
     }
 }

@@ -272,6 +272,13 @@ impl Bulk {
                 }
                 Err(e) => return self.push(n, Err(e)).await,
             };
+            // a byte-order mark opening the body is taken as `engram
+            // ingest` takes it in a file: skipped
+            let text = if n == 1 {
+                text.strip_prefix('\u{feff}').unwrap_or(text)
+            } else {
+                text
+            };
             let t = text.trim();
             if t.is_empty() || t.starts_with('#') {
                 return Ok(());
