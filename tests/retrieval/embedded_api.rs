@@ -67,6 +67,46 @@ fn append_get_history_and_reopen() {
         .unwrap();
     assert_eq!(again[0].outcome, AppendOutcome::Duplicate);
     assert_eq!(again[0].id, id);
+    // the same record twice in one batch: the second is a duplicate, as it
+    // would be in a later batch (of a record created by the batch, or of
+    // one stored before), and only one is stored (in another tenant: the
+    // rest of this test counts this one's records)
+    let s2 = db.session(Principal::user("tenant_43", "user_18"));
+    let twice = |text: &str, ext: &str| {
+        vec![
+            NewRecord::event("user_message", text).with_external_id(ext),
+            NewRecord::event("user_message", "between"),
+            NewRecord::event("user_message", text).with_external_id(ext),
+        ]
+    };
+    let n_before = db.stats().unwrap().records;
+    let r = s2.append(twice("said twice", "twice/1")).unwrap();
+    let outcomes: Vec<_> = r.iter().map(|x| x.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [
+            AppendOutcome::Created,
+            AppendOutcome::Created,
+            AppendOutcome::Duplicate
+        ]
+    );
+    assert_eq!(
+        (r[2].id, r[2].lsn, r[2].status),
+        (r[0].id, r[0].lsn, r[0].status)
+    );
+    assert!(r[2].lsn > 0);
+    assert_eq!(db.stats().unwrap().records, n_before + 2);
+    let r = s2.append(twice("said twice", "twice/1")).unwrap();
+    assert!(r[0].outcome == AppendOutcome::Duplicate && r[2].outcome == AppendOutcome::Duplicate);
+    assert_eq!((r[2].id, r[2].lsn), (r[0].id, r[0].lsn));
+    // the same external id with other content is still refused, naming both
+    let mut differ = twice("first words", "twice/2");
+    differ[2].text = Some("other words".into());
+    let e = s2.append(differ).unwrap_err().to_string();
+    assert!(
+        e.contains("appears twice in the batch (items 0 and 2)"),
+        "{e}"
+    );
     let lsn_before = db.applied_lsn();
 
     // same external id, different content -> error naming the fix

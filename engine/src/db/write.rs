@@ -33,6 +33,8 @@ struct Prepared {
     notes: Vec<String>,
     /// Position of its record frame in the batch (created records only).
     frame: usize,
+    /// A duplicate of the record this batch creates at this position.
+    same_as: Option<usize>,
 }
 
 /// A record's access labels (sorted, deduplicated), retention class, and
@@ -272,6 +274,10 @@ impl Session {
             let actor = self.actor(&st);
             // The labels held, computed once if an external id is met again.
             let held_once = std::cell::OnceCell::new();
+            // item -> the earlier item of the batch it repeats exactly (same
+            // external id, same content): a duplicate, as it would be in a
+            // later batch
+            let mut repeats: HashMap<usize, usize> = HashMap::new();
             for (i, r) in records.iter().enumerate() {
                 let id = w.ids.mint(now);
                 batch_ids.push(id);
@@ -281,6 +287,12 @@ impl Session {
                         let corrects_it = r.supersedes.as_ref()
                             == Some(&RecordRef::External(e.clone()))
                             || r.supersedes.as_ref() == Some(&RecordRef::Id(batch_ids[j]));
+                        let same = normalized[i].2.is_some() && normalized[i].2 == normalized[j].2;
+                        if !corrects_it && same {
+                            repeats.insert(i, j);
+                            batch_ids[i] = batch_ids[j];
+                            continue;
+                        }
                         if !corrects_it {
                             return Err(EngineError::invalid(
                                 "external_id",
@@ -305,6 +317,20 @@ impl Session {
                 metric: db.inner.opts.metric,
             };
             for (i, r) in records.iter().enumerate() {
+                if let Some(&j) = repeats.get(&i) {
+                    let first = &prepared[j];
+                    let p = Prepared {
+                        stored: StoredRecord::empty(batch_ids[j]),
+                        outcome: AppendOutcome::Duplicate,
+                        status: first.status,
+                        lsn: first.lsn,
+                        notes: Vec::new(),
+                        frame: 0,
+                        same_as: (first.outcome == AppendOutcome::Created).then_some(j),
+                    };
+                    prepared.push(p);
+                    continue;
+                }
                 let rtype = r.body.record_type();
                 let (res, notes, inherited) = rz.record(
                     i,
@@ -348,6 +374,7 @@ impl Session {
                         lsn,
                         notes: Vec::new(),
                         frame: 0,
+                        same_as: None,
                     });
                     continue;
                 }
@@ -385,6 +412,7 @@ impl Session {
                     lsn: 0,
                     notes,
                     frame: 0,
+                    same_as: None,
                 });
             }
             let frames = encode_frames(&mut prepared, &records);
@@ -839,9 +867,11 @@ fn results(prepared: &[Prepared], records: &[NewRecord], locs: &[FrameLoc]) -> V
         .iter()
         .zip(records)
         .map(|(p, r)| {
-            let lsn = match p.outcome {
-                AppendOutcome::Created => locs.get(p.frame).map(|l| l.lsn).unwrap_or(0),
-                AppendOutcome::Duplicate => p.lsn,
+            let frame_lsn = |frame: usize| locs.get(frame).map(|l| l.lsn).unwrap_or(0);
+            let lsn = match (p.outcome, p.same_as) {
+                (AppendOutcome::Created, _) => frame_lsn(p.frame),
+                (AppendOutcome::Duplicate, Some(j)) => frame_lsn(prepared[j].frame),
+                (AppendOutcome::Duplicate, None) => p.lsn,
             };
             AppendResult {
                 id: RecordId::from_bytes(p.stored.id),
