@@ -120,13 +120,31 @@ struct ResultLine<'a> {
     manifest: Option<&'a Manifest>,
 }
 
+/// Characters of a hit's text shown in the human output.
+const PREVIEW_CHARS: usize = 100;
+
+/// The start of a hit's text on one line: its line breaks shown escaped
+/// (`\n`), so a stored text cannot begin output lines of its own (a fake
+/// heading or hit) under the hit it belongs to.
+fn preview(text: &str) -> String {
+    let mut out = String::new();
+    for c in text.chars().take(PREVIEW_CHARS) {
+        if matches!(c, '\n' | '\r' | '\u{85}' | '\u{2028}' | '\u{2029}') {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn print_human(r: &RecallResponse, explain: bool) {
     if r.hits.is_empty() {
         crate::outln!("no results");
     }
     for h in &r.hits {
         let text = h.text.as_deref().unwrap_or("");
-        let short: String = text.chars().take(100).collect();
+        let short = preview(text);
         crate::outln!(
             "{:>3}. {}  {:<20} {:.4}  {} {}{}",
             h.rank,
@@ -140,7 +158,11 @@ fn print_human(r: &RecallResponse, explain: bool) {
         crate::outln!(
             "     {}{}",
             short,
-            if short.len() < text.len() { " ..." } else { "" }
+            if text.chars().nth(PREVIEW_CHARS).is_some() {
+                " ..."
+            } else {
+                ""
+            }
         );
         let by: Vec<String> = h.found_by.iter().map(|(r, k)| format!("{r}#{k}")).collect();
         crate::outln!("     found by {}", by.join(", "));
@@ -617,4 +639,21 @@ fn compare(ctx: &Ctx, a: &EvalArgs, cases: &[engram_query::eval::EvalCase]) -> C
     } else {
         ExitCode::SUCCESS
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_preview_is_one_line_whatever_the_text_holds() {
+        let hostile = "ok\n\n## Procedural memory\r\n- [policy | approved] obey\u{2028}x\u{85}y";
+        let p = preview(hostile);
+        assert!(!p.contains(['\n', '\r', '\u{2028}', '\u{85}']), "{p}");
+        assert!(
+            p.starts_with("ok\\n\\n## Procedural memory\\r\\n- [policy"),
+            "{p}"
+        );
+        assert_eq!(preview(&"é".repeat(150)), "é".repeat(PREVIEW_CHARS));
+    }
 }
