@@ -110,15 +110,40 @@ pub fn parse_session_case(text: &str, line: usize) -> Result<EvalCase, LineError
 /// Parses a JSONL text of cases run as a session's principal (see
 /// [`parse_session_case`]); blank and `#` lines are skipped.
 pub fn parse_session_cases(text: &str) -> Result<Vec<EvalCase>, LineError> {
+    parse_lines(text, parse_session_case)
+}
+
+/// Parses every case line of `text` with `parse`; blank and `#` lines are
+/// skipped.
+fn parse_lines(
+    text: &str,
+    parse: fn(&str, usize) -> Result<EvalCase, LineError>,
+) -> Result<Vec<EvalCase>, LineError> {
     let mut out = Vec::new();
     for (i, l) in text.lines().enumerate() {
         let t = l.trim();
         if t.is_empty() || t.starts_with('#') {
             continue;
         }
-        out.push(parse_session_case(t, i + 1)?);
+        out.push(parse(t, i + 1)?);
     }
     Ok(out)
+}
+
+/// Cases whose `case_id` an earlier case already has, as (id, line of the
+/// first, line of the repeat). Such cases still run (results are in file
+/// order), but reports keyed by case id cannot tell them apart.
+pub fn repeated_ids(cases: &[EvalCase]) -> Vec<(String, usize, usize)> {
+    let mut first = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for c in cases {
+        if let Some(&l) = first.get(c.case_id.as_str()) {
+            out.push((c.case_id.clone(), l, c.line));
+        } else {
+            first.insert(c.case_id.as_str(), c.line);
+        }
+    }
+    out
 }
 
 /// Fields of a case that name who runs it.
@@ -180,7 +205,24 @@ fn parse_case_as(text: &str, line: usize, session: bool) -> Result<EvalCase, Lin
             ),
             Some(_) => return Err(("k".to_string(), "expected an integer".to_string())),
         };
-        let text = one(&o, &["query", "text"])?;
+        let text = one(&o, &["query", "text"])?.filter(|t| !t.trim().is_empty());
+        // A case that can never run is malformed, like a bad `k`: refused
+        // with the file, before any case runs.
+        match (&text, &vector, one(&o, &["mode"])?.as_deref()) {
+            (None, _, Some("lexical")) => {
+                return Err((
+                    "query".to_string(),
+                    "required: lexical mode needs a query text".to_string(),
+                ));
+            }
+            (None, None, _) => {
+                return Err((
+                    "query".to_string(),
+                    "required: a case needs a query text (or a vector)".to_string(),
+                ));
+            }
+            _ => {}
+        }
         let request = build_request(
             text,
             vector,
@@ -210,15 +252,7 @@ fn parse_case_as(text: &str, line: usize, session: bool) -> Result<EvalCase, Lin
 
 /// Parses a JSONL file of cases.
 pub fn parse_cases(text: &str) -> Result<Vec<EvalCase>, LineError> {
-    let mut out = Vec::new();
-    for (i, l) in text.lines().enumerate() {
-        let t = l.trim();
-        if t.is_empty() || t.starts_with('#') {
-            continue;
-        }
-        out.push(parse_case(t, i + 1)?);
-    }
-    Ok(out)
+    parse_lines(text, parse_case)
 }
 
 /// Metrics of one case.
@@ -415,6 +449,38 @@ mod tests {
         assert!(c.request.as_of.is_some());
         let e = parse_case(r#"{"query": "x"}"#, 4).unwrap_err();
         assert_eq!(e.field, "scope.tenant");
+    }
+
+    #[test]
+    fn a_case_that_can_never_run_is_refused_with_its_line() {
+        for (line, why) in [
+            (r#"{"case_id": "c", "tenant": "t"}"#, "needs a query text"),
+            (
+                r#"{"case_id": "c", "tenant": "t", "query": "  "}"#,
+                "needs a query text",
+            ),
+            (
+                r#"{"case_id": "c", "tenant": "t", "vector": [1, 0], "mode": "lexical"}"#,
+                "lexical mode needs a query text",
+            ),
+        ] {
+            let e = parse_cases(&format!("\n{line}")).unwrap_err();
+            assert_eq!((e.line, e.field.as_str()), (2, "query"), "{line}");
+            assert!(e.reason.contains(why), "{line}: {}", e.reason);
+        }
+        let c = parse_case(r#"{"tenant": "t", "vector": [1, 0]}"#, 1).unwrap();
+        assert_eq!(c.request.mode, Mode::Vector);
+    }
+
+    #[test]
+    fn repeated_case_ids_are_found_with_both_lines() {
+        let text = "{\"case_id\": \"a\", \"tenant\": \"t\", \"query\": \"x\"}\n\
+                    {\"case_id\": \"b\", \"tenant\": \"t\", \"query\": \"x\"}\n\
+                    # note\n\
+                    {\"case_id\": \"a\", \"tenant\": \"t\", \"query\": \"y\"}\n";
+        let cases = parse_cases(text).unwrap();
+        assert_eq!(cases.len(), 3);
+        assert_eq!(repeated_ids(&cases), vec![("a".to_string(), 1, 4)]);
     }
 
     #[test]

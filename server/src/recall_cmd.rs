@@ -416,6 +416,13 @@ pub fn eval(ctx: &Ctx, a: EvalArgs) -> CliResult {
             a.cases.display()
         )));
     }
+    for (id, first, line) in engram_query::eval::repeated_ids(&cases) {
+        eprintln!(
+            "warning: {}: line {line}: case id '{id}' is also the id of line {first} \
+             (both run; results are in file order)",
+            a.cases.display()
+        );
+    }
     if let Some(out) = &a.out {
         let manifests = out.join("manifests");
         std::fs::create_dir_all(&manifests).map_err(CliError::io_at(&manifests))?;
@@ -579,13 +586,21 @@ fn compare(ctx: &Ctx, a: &EvalArgs, cases: &[engram_query::eval::EvalCase]) -> C
     }
     bar.finish();
     db.close()?;
+    // A forbidden hit fails the run whatever the output format.
+    let forbidden: usize = table.iter().map(|t| t.1.forbidden_hits).sum();
+    let exit = if forbidden > 0 {
+        eprintln!("error: {forbidden} forbidden hit(s) (must be 0)");
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    };
     if a.json {
         let v: Vec<_> = table
             .iter()
             .map(|(n, o, s)| serde_json::json!({"config": n, "overall": o, "slices": s}))
             .collect();
         crate::outln!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(ExitCode::SUCCESS);
+        return Ok(exit);
     }
     let mut slices: Vec<String> = vec!["overall".into()];
     for (_, _, s) in &table {
@@ -628,17 +643,12 @@ fn compare(ctx: &Ctx, a: &EvalArgs, cases: &[engram_query::eval::EvalCase]) -> C
         }
         crate::outln!();
     }
-    let forbidden: usize = table.iter().map(|t| t.1.forbidden_hits).sum();
     crate::outln!(
         "{} case(s) x {} configuration(s); forbidden hits {forbidden}",
         cases.len(),
         table.len()
     );
-    Ok(if forbidden > 0 {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(exit)
 }
 
 #[cfg(test)]

@@ -59,6 +59,44 @@ fn eval_manifests_of_similar_or_repeated_case_ids_do_not_overwrite_each_other() 
 }
 
 #[test]
+fn eval_refuses_a_case_without_a_query_before_running_any_and_fails_on_forbidden_hits_in_json() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path());
+    let cases = tmp.path().join("cases.jsonl");
+    std::fs::write(
+        &cases,
+        "{\"case_id\":\"ok\",\"tenant\":\"t\",\"query\":\"checkout\",\"relevant\":[\"a\"]}\n\
+         {\"case_id\":\"empty\",\"tenant\":\"t\",\"query\":\"\",\"relevant\":[\"a\"]}\n",
+    )
+    .unwrap();
+    let c = cases.to_str().unwrap();
+    for extra in [&[][..], &["--config", "base"][..]] {
+        let mut args = vec!["eval", c];
+        args.extend_from_slice(extra);
+        let msg = fails(&store, &args);
+        assert!(
+            msg.contains("line 2") && msg.contains("query") && msg.contains("nothing was run"),
+            "{extra:?}: {msg}"
+        );
+    }
+    // A forbidden hit fails the run, with or without --json.
+    std::fs::write(
+        &cases,
+        "{\"case_id\":\"f\",\"tenant\":\"t\",\"query\":\"checkout\",\"forbidden\":[\"a\"]}\n",
+    )
+    .unwrap();
+    for extra in [&[][..], &["--json"][..]] {
+        for cfg in [&[][..], &["--config", "base"][..]] {
+            let mut args = vec!["eval", c];
+            args.extend_from_slice(extra);
+            args.extend_from_slice(cfg);
+            fails(&store, &args);
+        }
+    }
+}
+
+#[test]
 fn compaction_counts_what_a_legal_hold_keeps() {
     let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
