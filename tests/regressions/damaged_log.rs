@@ -237,3 +237,28 @@ fn verify_changes_nothing_and_reports_a_torn_tail_that_a_writer_then_cuts() {
     let v = cli::json(&ok(&store, &["verify", "--json"]));
     assert!(v["notes"].as_array().unwrap().is_empty(), "{v}");
 }
+
+#[test]
+fn damage_inside_a_batch_of_a_sealed_segment_names_the_last_intact_frame_and_batch() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    multi_segment_store(&store);
+    // The text of LSN 14: the fourth record of the second batch (LSNs 11..=20).
+    let first = cli::segments(&store)[0].clone();
+    let mut b = std::fs::read(&first).unwrap();
+    let needle = b"batch 1 record 3 ";
+    let at = b
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .expect("the record's text is in the first segment");
+    b[at] ^= 0x5A;
+    std::fs::write(&first, b).unwrap();
+    let e = open_err(&store).to_string();
+    assert!(
+        e.contains("segment 1")
+            && e.contains("after LSN 13, inside a batch that began after LSN 10")
+            && e.contains("not a torn tail"),
+        "{e}"
+    );
+}

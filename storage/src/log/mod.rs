@@ -519,12 +519,18 @@ impl SegmentLog {
                         None
                     };
                     if let Some(why) = why_not_torn {
+                        // Name the last intact frame; if it is inside a
+                        // batch, also where the last whole batch ends.
+                        let at = match scan.unfinished_batch_lsns.last() {
+                            Some(l) => format!(
+                                "after LSN {l}, inside a batch that began after LSN {last_kept}"
+                            ),
+                            None => format!("after LSN {last_kept}"),
+                        };
                         return Err(StorageError::CorruptLog {
                             segment: no,
                             offset: *offset,
-                            reason: format!(
-                                "{reason}, after LSN {last_kept}; not a torn tail: {why}"
-                            ),
+                            reason: format!("{reason}, {at}; not a torn tail: {why}"),
                         });
                     }
                 } else if !is_last {
