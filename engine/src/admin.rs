@@ -252,13 +252,8 @@ impl Engram {
                     loc,
                 ));
             } else if ft == codec::FRAME_TOMBSTONE {
-                let a = codec::view_tombstone(f.payload()).map_err(bad)?;
-                in_log.push((
-                    RecordId::from_bytes(a.id),
-                    a.tenant.as_str().to_string(),
-                    None,
-                    loc,
-                ));
+                let a = codec::read_tombstone(f.payload(), f.header.frame_version).map_err(bad)?;
+                in_log.push((RecordId::from_bytes(a.id), a.tenant, None, loc));
             }
             Ok(ControlFlow::Continue(()))
         })?;

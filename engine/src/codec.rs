@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | 1 `RECORD` | 1 | [`StoredRecord`]: an event or semantic record |
 //! | 2 `OP` | 1 | [`StoredOp`]: a lifecycle operation (review, expire, delete, grant, revoke, retention, hold) |
-//! | 3 `TOMBSTONE` | 1 | [`StoredTombstone`]: what compaction leaves of a purged record |
+//! | 3 `TOMBSTONE` | 2 | [`StoredTombstone`]: what compaction leaves of a purged record (version 1, written by earlier builds: without `access`, read as no labels) |
 //! | 4 `VECTOR` | 1 | [`StoredVector`]: a client-supplied vector of the record just before it in the batch |
 //!
 //! Vectors travel in frames of their own so that reading a record (a
@@ -34,8 +34,12 @@ pub const FRAME_OP: FrameType = FrameType(2);
 pub const FRAME_TOMBSTONE: FrameType = FrameType(3);
 /// Frame type of client vectors.
 pub const FRAME_VECTOR: FrameType = FrameType(4);
-/// Payload version written by this build (all three types).
+/// Payload version written by this build for records, operations and
+/// vectors.
 pub const PAYLOAD_VERSION: u8 = 1;
+/// Payload version of tombstones written by this build (version 1, without
+/// `access`, is still read).
+pub const TOMBSTONE_VERSION: u8 = 2;
 
 /// Derivation as stored.
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
@@ -294,6 +298,29 @@ pub struct StoredTombstone {
     pub external_id_sha256: Option<[u8; 32]>,
     /// The operation that deleted it.
     pub deleted_by: [u8; 16],
+    /// Its effective access labels when it was purged: a tombstone stays
+    /// as hidden as its record was, and what was derived from it or is
+    /// about it keeps inheriting them.
+    pub access: Vec<String>,
+}
+
+/// A tombstone of payload version 1 (earlier builds): no `access`.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
+pub struct StoredTombstoneV1 {
+    /// Record id.
+    pub id: [u8; 16],
+    /// Tenant.
+    pub tenant: String,
+    /// Record type code.
+    pub record_type: u8,
+    /// Transaction time of the original record.
+    pub ingested_at_ms: i64,
+    /// Sources of the original record (ids only).
+    pub sources: Vec<[u8; 16]>,
+    /// SHA-256 of the external id.
+    pub external_id_sha256: Option<[u8; 32]>,
+    /// The operation that deleted it.
+    pub deleted_by: [u8; 16],
 }
 
 fn encode<T>(value: &T) -> Vec<u8>
@@ -353,10 +380,41 @@ pub fn view_op(payload: &[u8]) -> Result<&ArchivedStoredOp> {
     rkyv::access::<ArchivedStoredOp, rancor::Error>(payload).map_err(|e| corrupt("operation", e))
 }
 
-/// Validates and views a tombstone payload in place.
+/// Validates and views a tombstone payload (of [`TOMBSTONE_VERSION`]) in
+/// place.
 pub fn view_tombstone(payload: &[u8]) -> Result<&ArchivedStoredTombstone> {
     rkyv::access::<ArchivedStoredTombstone, rancor::Error>(payload)
         .map_err(|e| corrupt("tombstone", e))
+}
+
+/// Reads a tombstone payload of either version (`frame_version` 1 or 2);
+/// version 1 has no labels. Any other version is refused, naming it.
+pub fn read_tombstone(payload: &[u8], version: u8) -> Result<StoredTombstone> {
+    match version {
+        TOMBSTONE_VERSION => view_tombstone(payload).map(tombstone_to_owned),
+        1 => {
+            let a = rkyv::access::<ArchivedStoredTombstoneV1, rancor::Error>(payload)
+                .map_err(|e| corrupt("tombstone", e))?;
+            let v1 = rkyv::deserialize::<StoredTombstoneV1, rancor::Error>(a)
+                .expect("validated archive deserializes");
+            Ok(StoredTombstone {
+                id: v1.id,
+                tenant: v1.tenant,
+                record_type: v1.record_type,
+                ingested_at_ms: v1.ingested_at_ms,
+                sources: v1.sources,
+                external_id_sha256: v1.external_id_sha256,
+                deleted_by: v1.deleted_by,
+                access: Vec::new(),
+            })
+        }
+        v => Err(EngineError::Corrupt {
+            what: "tombstone frame".into(),
+            detail: format!(
+                "payload version {v} is not readable by this build (reads 1 and {TOMBSTONE_VERSION})"
+            ),
+        }),
+    }
 }
 
 /// Copies an archived record out.
@@ -465,9 +523,33 @@ mod tests {
             sources: vec![[2; 16]],
             external_id_sha256: None,
             deleted_by: [4; 16],
+            access: vec!["hr".into()],
         };
         let b = AlignedBuf::copy_from(&encode_tombstone(&t));
         assert_eq!(tombstone_to_owned(view_tombstone(b.as_slice()).unwrap()), t);
+        assert_eq!(read_tombstone(b.as_slice(), TOMBSTONE_VERSION).unwrap(), t);
+        // Version 1, as earlier builds wrote it: read with no labels.
+        let v1 = StoredTombstoneV1 {
+            id: t.id,
+            tenant: t.tenant.clone(),
+            record_type: t.record_type,
+            ingested_at_ms: t.ingested_at_ms,
+            sources: t.sources.clone(),
+            external_id_sha256: Some([5; 32]),
+            deleted_by: t.deleted_by,
+        };
+        let b1 = AlignedBuf::copy_from(&encode(&v1));
+        let read = read_tombstone(b1.as_slice(), 1).unwrap();
+        assert_eq!(
+            read,
+            StoredTombstone {
+                access: Vec::new(),
+                external_id_sha256: Some([5; 32]),
+                ..t.clone()
+            }
+        );
+        let e = read_tombstone(b.as_slice(), 3).unwrap_err().to_string();
+        assert!(e.contains("payload version 3"), "{e}");
     }
 
     #[test]

@@ -221,6 +221,7 @@ fn purge_set(st: &State, report: &mut CompactReport) -> HashMap<[u8; 16], Stored
                     .as_ref()
                     .map(|e| crate::canonical::sha256(e.as_bytes())),
                 deleted_by: deleted_by.get(&i).copied().unwrap_or([0; 16]),
+                access: st.access_names(i),
             },
         );
     }
@@ -379,7 +380,7 @@ impl Engram {
                     {
                         Some(t) => Rewrite::Replace {
                             frame_type: FrameType(codec::FRAME_TOMBSTONE.0),
-                            frame_version: codec::PAYLOAD_VERSION,
+                            frame_version: codec::TOMBSTONE_VERSION,
                             payload: codec::encode_tombstone(t),
                         },
                         None => Rewrite::Keep,

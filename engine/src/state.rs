@@ -31,9 +31,7 @@ use engram_storage::log::FrameLoc;
 use roaring::RoaringBitmap;
 
 use crate::codec;
-use crate::codec::{
-    ArchivedOpBody, ArchivedStoredOp, ArchivedStoredRecord, ArchivedStoredTombstone,
-};
+use crate::codec::{ArchivedOpBody, ArchivedStoredOp, ArchivedStoredRecord, StoredTombstone};
 use crate::embed::Embedder;
 use crate::error::Result;
 use crate::id::RecordId;

@@ -378,3 +378,123 @@ fn retracting_a_deleted_event_says_it_is_deleted() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A purged record stays as hidden as it was: its tombstone keeps its
+/// effective labels, so claims about a deleted restricted entity keep
+/// inheriting them, and a principal without them sees neither the
+/// tombstone in a trace nor a different answer when reusing its external
+/// id. The same before `compact`, after it, and after backup and restore.
+#[test]
+fn a_purged_restricted_record_stays_hidden_and_keeps_restricting_what_is_about_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let store = dir.path().join("store");
+    let db = open(&store, &clock);
+    let admin = db.session(Principal::admin("t"));
+    let entity = |name: &str| NewRecord {
+        body: Body::Entity {
+            entity_type: "person".into(),
+            name: name.into(),
+            aliases: vec![],
+        },
+        kind: "entity".into(),
+        external_id: Some(format!("ent/{name}")),
+        ..NewRecord::default()
+    };
+    admin
+        .append(vec![
+            entity("informant").with_access(&["hr"]),
+            entity("org"),
+            NewRecord::event("note", "a public note").with_external_id("pub"),
+            NewRecord::event("note", "a hidden note")
+                .with_external_id("hid")
+                .with_access(&["secret"]),
+        ])
+        .unwrap();
+    admin
+        .append(vec![
+            NewRecord {
+                body: Body::Relation {
+                    subject: ext("ent/informant"),
+                    predicate: "informs_on".into(),
+                    object: ext("ent/org"),
+                },
+                kind: "relation".into(),
+                external_id: Some("rel".into()),
+                ..NewRecord::default()
+            },
+            NewRecord {
+                body: Body::Assertion {
+                    kind: AssertionKind::Fact,
+                    subject: Some(ext("ent/informant")),
+                    predicate: Some("lives_in".into()),
+                    object: Some("paris".into()),
+                },
+                kind: "fact".into(),
+                text: Some("the informant lives in paris".into()),
+                sources: vec![ext("ent/org")],
+                external_id: Some("claim".into()),
+                ..NewRecord::default()
+            },
+            NewRecord {
+                body: Body::Summary {
+                    generator: "g".into(),
+                },
+                kind: "summary".into(),
+                text: Some("a hidden summary".into()),
+                sources: vec![ext("pub")],
+                external_id: Some("hsum".into()),
+                ..NewRecord::default()
+            }
+            .with_access(&["secret"]),
+        ])
+        .unwrap();
+    let hid = admin.resolve(&ext("hid")).unwrap();
+    admin.delete(&ext("ent/informant"), None).unwrap();
+    admin.delete(&ext("hid"), None).unwrap();
+    admin.delete(&ext("hsum"), None).unwrap();
+
+    let check = |db: &Engram, when: &str| {
+        let bob = db.session(Principal::user("t", "bob"));
+        for e in ["claim", "rel"] {
+            assert!(bob.get(&ext(e)).is_err(), "{when}: bob reads {e}");
+        }
+        let admin = db.session(Principal::admin("t"));
+        let claim = admin.get(&ext("claim")).unwrap();
+        assert_eq!(claim.effective_access, vec!["hr"], "{when}");
+        assert!(
+            matches!(
+                bob.trace(&RecordRef::Id(hid)),
+                Err(EngineError::NotFound { .. })
+            ),
+            "{when}: bob traces the hidden tombstone"
+        );
+        let t = bob.trace(&ext("pub")).unwrap();
+        assert_eq!(t.nodes.len(), 1, "{when}: {:?}", t.nodes);
+        let reuse = bob
+            .append(vec![
+                NewRecord::event("note", "probe").with_external_id("hid"),
+            ])
+            .unwrap_err();
+        assert!(
+            matches!(
+                reuse,
+                EngineError::ExternalIdConflict { existing: None, .. }
+            ),
+            "{when}: {reuse}"
+        );
+    };
+    check(&db, "before compact");
+    let backup = dir.path().join("backup");
+    db.backup(&backup).unwrap();
+    db.close().unwrap();
+    Engram::compact(&store, &opts(&clock)).unwrap();
+    let db = open(&store, &clock);
+    check(&db, "after compact");
+    db.close().unwrap();
+    let copy = dir.path().join("copy");
+    Engram::restore(&copy, &backup, &opts(&clock), None).unwrap();
+    let db = open(&copy, &clock);
+    check(&db, "after restore");
+    db.close().unwrap();
+}

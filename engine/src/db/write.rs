@@ -804,15 +804,24 @@ fn existing_version(
         .and_then(|t| t.external_ids.get(e.as_str()))
     else {
         // A record purged by compaction keeps its key (only its hash is
-        // left, and no labels: nothing of the record is named).
-        let purged = st.tenant(tenant).is_some_and(|t| {
-            t.purged_external_ids > 0
-                && t.external_ids
-                    .contains_key(&crate::state::purged_external_id_key(
-                        &crate::canonical::sha256(e.as_bytes()),
-                    ))
+        // left) and its labels: a principal without them gets the answer
+        // it got before the purge.
+        let purged = st.tenant(tenant).and_then(|t| {
+            (t.purged_external_ids > 0)
+                .then(|| {
+                    t.external_ids
+                        .get(&crate::state::purged_external_id_key(
+                            &crate::canonical::sha256(e.as_bytes()),
+                        ))
+                        .copied()
+                })
+                .flatten()
         });
-        if purged {
+        if let Some(tomb) = purged {
+            let held = held.get_or_init(|| session.held_labels(st));
+            if !session.target(st, tomb, held).readable {
+                return Err(in_use());
+            }
             return Err(EngineError::invalid(
                 "external_id",
                 format!(

@@ -285,7 +285,7 @@ impl State {
 
     /// Applies a tombstone frame: the record exists (identity, lineage) but
     /// its content is gone, and it is deleted.
-    pub fn apply_tombstone(&mut self, a: &ArchivedStoredTombstone, loc: FrameLoc) -> Result<()> {
+    pub fn apply_tombstone(&mut self, a: &StoredTombstone, loc: FrameLoc) -> Result<()> {
         let idx = idx_of(self.metas.len());
         let id = RecordId::from_bytes(a.id);
         let (tenant, ts) = self.tenant_mut(a.tenant.as_str());
@@ -303,7 +303,11 @@ impl State {
             .iter()
             .filter_map(|b| self.idx_in(tenant, RecordId::from_bytes(*b)))
             .collect();
-        let ingested_at = a.ingested_at_ms.to_native();
+        let ingested_at = a.ingested_at_ms;
+        // As hidden as its record was (a version 1 tombstone has no labels).
+        let mut access: Vec<Sym> = a.access.iter().map(|l| self.strings.intern(l)).collect();
+        access.sort_unstable();
+        access.dedup();
         self.push_meta(Meta {
             id,
             loc,
@@ -323,7 +327,7 @@ impl State {
             conversation: None,
             agent: None,
             scope_labels: Vec::new(),
-            access: Vec::new(),
+            access: access.clone(),
             supersedes: None,
             superseded_by: None,
             has_text: false,
@@ -340,6 +344,14 @@ impl State {
             .entry(Status::Deleted)
             .or_default()
             .insert(idx);
+        for &l in &access {
+            bm_add(&mut self.bm_access, l, idx);
+        }
+        self.tenants
+            .get_mut(&tenant)
+            .expect("tenant created above")
+            .labels
+            .extend(access.iter().copied());
         for &s in &sources {
             self.dependents.entry(s).or_default().push(idx);
         }
@@ -560,7 +572,12 @@ pub fn apply_frame_prepared(
         lsn: loc.lsn,
         reason,
     };
-    if version != codec::PAYLOAD_VERSION {
+    let readable = if ft == codec::FRAME_TOMBSTONE {
+        version == 1 || version == codec::TOMBSTONE_VERSION
+    } else {
+        version == codec::PAYLOAD_VERSION
+    };
+    if !readable {
         return Err(failed(format!(
             "payload version {version} of frame type {} is not readable by this build (reads {})",
             ft.0,
@@ -572,7 +589,7 @@ pub fn apply_frame_prepared(
     } else if ft == codec::FRAME_OP {
         codec::view_op(payload).and_then(|a| st.apply_op(a, loc.lsn))
     } else if ft == codec::FRAME_TOMBSTONE {
-        codec::view_tombstone(payload).and_then(|a| st.apply_tombstone(a, loc))
+        codec::read_tombstone(payload, version).and_then(|t| st.apply_tombstone(&t, loc))
     } else if ft == codec::FRAME_VECTOR {
         codec::view_vector(payload).and_then(|a| st.apply_vector(a, loc.lsn))
     } else {
