@@ -197,7 +197,7 @@ pub struct LogArgs {
     #[arg(long)]
     pub limit: Option<usize>,
     /// Act as this principal instead of the tenant admin.
-    #[arg(long, value_parser = crate::cli::name_arg)]
+    #[arg(long, value_parser = crate::cli::name_arg, requires = "tenant")]
     pub principal: Option<String>,
     /// One JSON record per line.
     #[arg(long)]

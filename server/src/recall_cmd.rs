@@ -18,11 +18,13 @@ use crate::cli::{CliError, CliResult, Ctx, session_for};
 /// `engram recall`.
 #[derive(Args, Debug)]
 pub struct RecallArgs {
-    /// Tenant (lines of --queries may name their own).
+    /// Tenant (required; lines of --queries never name a tenant or
+    /// principal).
     #[arg(long, value_parser = crate::cli::name_arg)]
     pub tenant: Option<String>,
-    /// Read as this principal instead of the tenant admin.
-    #[arg(long, value_parser = crate::cli::name_arg)]
+    /// Read as this principal instead of the tenant admin (needs
+    /// --tenant).
+    #[arg(long, value_parser = crate::cli::name_arg, requires = "tenant")]
     pub principal: Option<String>,
     /// Query text.
     #[arg(long)]
@@ -296,9 +298,16 @@ fn recall_inner(db: &Engram, a: &RecallArgs) -> CliResult {
                 Err(e) => {
                     failures += 1;
                     if a.json {
+                        // The line's `id`, when the line is a JSON object
+                        // at all: every result line has the same shape.
+                        let query_id = text
+                            .lines()
+                            .nth(e.line.saturating_sub(1))
+                            .and_then(|l| serde_json::from_str::<serde_json::Value>(l.trim()).ok())
+                            .and_then(|v| v.get("id").cloned());
                         crate::outln!(
                             "{}",
-                            serde_json::json!({"line": e.line, "error": format!("{}: {}", e.field, e.reason)})
+                            serde_json::json!({"line": e.line, "query_id": query_id, "error": format!("{}: {}", e.field, e.reason)})
                         );
                     } else {
                         crate::outln!("== line {}: error: {}: {}", e.line, e.field, e.reason);

@@ -667,3 +667,72 @@ fn a_principal_granted_the_admin_role_reads_as_the_admin() {
     assert_eq!(sees(&alice), (0, false), "and no longer once revoked");
     db.close().unwrap();
 }
+
+/// A principal belongs to one tenant: listing or recalling as a principal
+/// without `--tenant` is refused, never run once per tenant.
+#[test]
+fn log_and_recall_as_a_principal_need_its_tenant() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = secret_store(tmp.path());
+    let other = tmp.path().join("b.jsonl");
+    std::fs::write(
+        &other,
+        r#"{"external_id":"b/1","tenant":"B","kind":"m","text":"tenant B note"}"#,
+    )
+    .unwrap();
+    ok(&store, &["ingest", other.to_str().unwrap()]);
+    for args in [
+        &["log", "--principal", "bob"][..],
+        &["recall", "--principal", "bob", "--text", "note"][..],
+    ] {
+        let msg = fails(&store, args);
+        assert!(msg.contains("--tenant"), "{args:?}: {msg}");
+        assert!(!msg.contains("tenant B note"), "{args:?}: {msg}");
+    }
+    let listed =
+        String::from_utf8(cli::at(&store, &["log", "--tenant", "A", "--principal", "bob"]).stdout)
+            .unwrap();
+    assert!(
+        listed.contains("public note") && !listed.contains("tenant B"),
+        "{listed}"
+    );
+    assert!(!listed.contains("hunter2"), "{listed}");
+}
+
+/// Every result line of `recall --queries --json` has the same shape: a
+/// line refused while parsing still echoes its `id` as `query_id`.
+#[test]
+fn a_refused_request_line_echoes_its_id() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = secret_store(tmp.path());
+    let q = tmp.path().join("q.jsonl");
+    std::fs::write(
+        &q,
+        "{\"id\": \"q1\", \"text\": \"note\"}\n{\"id\": \"q2\", \"text\": \"note\", \"principal\": \"root\"}\nnot json\n",
+    )
+    .unwrap();
+    let out = cli::at(
+        &store,
+        &[
+            "recall",
+            "--tenant",
+            "A",
+            "--queries",
+            q.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(lines[0]["query_id"], "q1");
+    assert_eq!(lines[1]["query_id"], "q2");
+    assert!(lines[1]["error"].as_str().unwrap().contains("principal"));
+    assert!(lines[2]["query_id"].is_null() && lines[2]["error"].is_string());
+    assert!(!out.status.success());
+}
