@@ -50,8 +50,9 @@ use engram_storage::FrameLoc;
 
 /// Magic of the checkpoint snapshot.
 pub const MAGIC: [u8; 8] = *b"ENGRSTAT";
-/// Format version of the body.
-pub const VERSION: u32 = 1;
+/// Format version of the body (2: the ledger holds legal holds; a version
+/// 1 checkpoint, which lacks them, is not used and the log is replayed).
+pub const VERSION: u32 = 2;
 
 const STATUSES: [Status; 8] = [
     Status::Active,
@@ -469,6 +470,11 @@ pub fn encode(st: &State, spaces: &[SpaceSlots], anchor_crc: u32) -> Vec<u8> {
                 w.opt_str(label.as_deref());
                 w.opt_str(role.as_deref());
             }
+            LedgerWhat::Hold { scope, on } => {
+                w.u8(2);
+                w.str(scope);
+                w.bool(*on);
+            }
         }
     }
     // vector spaces' slot maps
@@ -717,6 +723,10 @@ pub fn decode(body: &[u8]) -> Result<Decoded> {
                 principal: r.opt_str()?,
                 label: r.opt_str()?,
                 role: r.opt_str()?,
+            },
+            2 => LedgerWhat::Hold {
+                scope: r.str()?,
+                on: r.bool()?,
             },
             _ => return Err(corrupt("ledger entry")),
         };

@@ -348,23 +348,31 @@ impl Session {
     /// Places (`on`) or lifts a legal hold on a scope: `tenant`,
     /// `user:<id>`, `conversation:<id>`, `agent:<id>` or `label:<label>`.
     pub fn hold(&self, scope: &str, on: bool) -> Result<OpResult> {
+        self.hold_as(scope, on, None)
+    }
+
+    /// [`Session::hold`], optionally under a given operation id (a restore
+    /// re-applying a ledger entry).
+    pub(crate) fn hold_as(
+        &self,
+        scope: &str,
+        on: bool,
+        reuse: Option<RecordId>,
+    ) -> Result<OpResult> {
         self.require(Operation::Hold)?;
-        let ok = scope == "tenant"
-            || ["user:", "conversation:", "agent:", "label:"]
-                .iter()
-                .any(|p| scope.strip_prefix(p).is_some_and(|v| !v.is_empty()));
-        if !ok {
-            return Err(EngineError::invalid(
-                "scope",
-                format!(
-                    "'{scope}': expected tenant, user:<id>, conversation:<id>, agent:<id> or label:<label>"
-                ),
-            ));
+        check_hold_scope(scope)?;
+        let (op_id, lsn) = self.write_op_as(
+            OpBody::Hold {
+                scope: scope.to_string(),
+                on,
+            },
+            reuse,
+        )?;
+        // Into the ledger now, as a deletion or revocation is: a restore of
+        // an older backup applies it again (a restore syncs once, at its end).
+        if reuse.is_none() {
+            self.db.sync_ledger()?;
         }
-        let (op_id, lsn) = self.write_op(OpBody::Hold {
-            scope: scope.to_string(),
-            on,
-        })?;
         Ok(OpResult {
             op_id,
             lsn,
@@ -391,6 +399,24 @@ impl Session {
             lsn,
             affected: Vec::new(),
         })
+    }
+}
+
+/// Checks the scope of a legal hold.
+pub(crate) fn check_hold_scope(scope: &str) -> Result<()> {
+    let ok = scope == "tenant"
+        || ["user:", "conversation:", "agent:", "label:"]
+            .iter()
+            .any(|p| scope.strip_prefix(p).is_some_and(|v| !v.is_empty()));
+    if ok {
+        Ok(())
+    } else {
+        Err(EngineError::invalid(
+            "scope",
+            format!(
+                "'{scope}': expected tenant, user:<id>, conversation:<id>, agent:<id> or label:<label>"
+            ),
+        ))
     }
 }
 

@@ -3,7 +3,8 @@
 //! rebuild-and-compare check of derived state.
 //!
 //! - **Ledger** (`ledger.jsonl` in the data directory): a durable copy of
-//!   every deletion and revocation, appended when the operation is written
+//!   every deletion, revocation and legal hold (placed or lifted: what
+//!   compaction may purge depends on it), appended when the operation is written
 //!   and reconciled with the log on every open. Restore does not replace it,
 //!   so restoring an older backup can re-apply what happened after it.
 //! - **Compaction** (store closed): records that are deleted (or past their
@@ -826,6 +827,9 @@ pub struct RestoreReport {
     pub deletions_reapplied: usize,
     /// Revocations re-applied from the ledger.
     pub revocations_reapplied: usize,
+    /// Legal holds placed or lifted after the backup, applied again.
+    #[serde(default)]
+    pub holds_reapplied: usize,
     /// Ledger deletions of records the backup does not hold.
     pub not_in_backup: usize,
     /// Ledger deletions already in effect.

@@ -233,6 +233,15 @@ pub enum LedgerWhat {
         /// Role.
         role: Option<String>,
     },
+    /// A legal hold placed or lifted: what compaction may purge depends on
+    /// it, so a restore of an older backup applies it again.
+    Hold {
+        /// `tenant`, `user:<id>`, `conversation:<id>`, `agent:<id>` or
+        /// `label:<l>`.
+        scope: String,
+        /// Placed (true) or lifted.
+        on: bool,
+    },
 }
 
 /// Edge of the entity graph.

@@ -321,3 +321,50 @@ fn a_backup_to_an_unusable_destination_is_invalid_input() {
     let names: Vec<_> = std::fs::read_dir(backups.path()).unwrap().collect();
     assert_eq!(names.len(), 1, "only the file the test wrote");
 }
+
+/// Legal holds are in the ledger too: a restore of an older backup lifts a
+/// hold lifted after it (so deleted bytes do not come back and stay) and
+/// places again a hold placed after it (so a later compaction does not
+/// purge what it protects).
+#[test]
+fn restore_reapplies_holds_placed_or_lifted_after_the_backup() {
+    let (dir, _backups, bdir, clock) = dirs();
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    let in_scope = |user: &str, text: &str, ext: &str| {
+        let mut r = NewRecord::event("note", text).with_external_id(ext);
+        r.scope.user = Some(user.into());
+        r
+    };
+    s.append(vec![
+        in_scope("u1", "held-canary-1 under a lifted hold", "h1"),
+        in_scope("u2", "held-canary-2 under a later hold", "h2"),
+    ])
+    .unwrap();
+    s.hold("user:u1", true).unwrap();
+    s.delete(&ext("h1"), None).unwrap();
+    db.backup(&bdir).unwrap();
+    // after the backup: the hold on u1 is lifted, u2 is put on hold and
+    // its record deleted
+    clock.advance(MINUTE);
+    s.hold("user:u1", false).unwrap();
+    s.hold("user:u2", true).unwrap();
+    s.delete(&ext("h2"), None).unwrap();
+    db.close().unwrap();
+    let c = Engram::compact(dir.path(), &opts(&clock)).unwrap();
+    assert_eq!((c.purged, c.held), (1, 1), "{c:?}");
+
+    let r = Engram::restore(dir.path(), &bdir, &opts(&clock), None).unwrap();
+    assert_eq!(r.holds_reapplied, 2, "{r:?}");
+    assert_eq!(r.deletions_reapplied, 1, "{r:?}");
+    let c = Engram::compact(dir.path(), &opts(&clock)).unwrap();
+    assert_eq!(c.held, 1, "{c:?}");
+    assert!(
+        grep(dir.path(), "held-canary-1").is_empty(),
+        "the lifted hold came back with the backup"
+    );
+    assert!(
+        !grep(dir.path(), "held-canary-2").is_empty(),
+        "the later hold was lost by the restore"
+    );
+}

@@ -18,7 +18,7 @@ pub struct LedgerLine {
     pub tenant: String,
     /// Transaction time (ms).
     pub at_ms: i64,
-    /// `delete` or `revoke`.
+    /// `delete`, `revoke` or `hold`.
     pub op: String,
     /// Deleted record.
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -35,6 +35,12 @@ pub struct LedgerLine {
     /// Revoked role.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub role: Option<String>,
+    /// Scope of a legal hold.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub scope: Option<String>,
+    /// Whether a hold was placed (true) or lifted.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub on: Option<bool>,
 }
 
 impl From<&LedgerEntry> for LedgerLine {
@@ -49,6 +55,8 @@ impl From<&LedgerEntry> for LedgerLine {
             principal: None,
             label: None,
             role: None,
+            scope: None,
+            on: None,
         };
         match &e.what {
             LedgerWhat::Delete { target, reason } => {
@@ -65,6 +73,11 @@ impl From<&LedgerEntry> for LedgerLine {
                 l.principal = principal.clone();
                 l.label = label.clone();
                 l.role = role.clone();
+            }
+            LedgerWhat::Hold { scope, on } => {
+                l.op = "hold".into();
+                l.scope = Some(scope.clone());
+                l.on = Some(*on);
             }
         }
         l
@@ -156,7 +169,19 @@ pub(super) fn check_line(l: &LedgerLine) -> Result<RecordId> {
             l.label.as_deref(),
             l.role.as_deref(),
         )?,
-        other => return Err(bad("op", &format!("'{other}' is not delete or revoke"))),
+        "hold" => {
+            let scope = l.scope.as_deref().ok_or_else(|| bad("scope", "missing"))?;
+            crate::lifecycle::check_hold_scope(scope)?;
+            if l.on.is_none() {
+                return Err(bad("on", "missing"));
+            }
+        }
+        other => {
+            return Err(bad(
+                "op",
+                &format!("'{other}' is not delete, revoke or hold"),
+            ));
+        }
     }
     Ok(op_id)
 }
@@ -202,6 +227,13 @@ fn reapply_ledger(db: &Engram, lines: Vec<LedgerLine>, report: &mut RestoreRepor
                     Some(op_id),
                 )?;
                 report.revocations_reapplied += 1;
+            }
+            "hold" => {
+                let (Some(scope), Some(on)) = (l.scope.as_deref(), l.on) else {
+                    continue;
+                };
+                s.hold_as(scope, on, Some(op_id))?;
+                report.holds_reapplied += 1;
             }
             _ => report.skipped += 1,
         }

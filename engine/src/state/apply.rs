@@ -504,6 +504,16 @@ impl State {
                 } else {
                     t.holds.remove(scope.as_str());
                 }
+                self.ledger.push(LedgerEntry {
+                    lsn,
+                    op_id,
+                    tenant: tenant_name.clone(),
+                    at,
+                    what: LedgerWhat::Hold {
+                        scope: scope.as_str().to_string(),
+                        on: *on,
+                    },
+                });
             }
         }
         self.applied_lsn = self.applied_lsn.max(lsn);
