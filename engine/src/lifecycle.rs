@@ -330,7 +330,7 @@ impl Session {
     /// Sets the retention period of a class in this tenant (None: forever).
     pub fn set_retention(&self, class: &str, period_ms: Option<i64>) -> Result<OpResult> {
         self.require(Operation::Retention)?;
-        check_name("retention_class", class)?;
+        check_name("class", class)?;
         if period_ms.is_some_and(|p| p <= 0) {
             return Err(EngineError::invalid("period", "must be positive"));
         }
@@ -402,14 +402,19 @@ impl Session {
     }
 }
 
-/// Checks the scope of a legal hold.
+/// Checks the scope of a legal hold: `tenant`, or a prefix and a value
+/// that is a valid name (as a record's scope values and labels are: at
+/// most 256 bytes, no control characters).
 pub(crate) fn check_hold_scope(scope: &str) -> Result<()> {
-    let ok = scope == "tenant"
-        || ["user:", "conversation:", "agent:", "label:"]
-            .iter()
-            .any(|p| scope.strip_prefix(p).is_some_and(|v| !v.is_empty()));
-    if ok {
-        Ok(())
+    if scope == "tenant" {
+        return Ok(());
+    }
+    let value = ["user:", "conversation:", "agent:", "label:"]
+        .iter()
+        .find_map(|p| scope.strip_prefix(p))
+        .filter(|v| !v.is_empty());
+    if let Some(v) = value {
+        crate::model::check_name("scope", v)
     } else {
         Err(EngineError::invalid(
             "scope",

@@ -252,6 +252,16 @@ fn absolute(p: &Path) -> std::path::PathBuf {
     out
 }
 
+/// What went wrong in an I/O error, in words, without the OS's error
+/// number (" (os error 2)").
+fn io_reason(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error ") {
+        Some(at) => s[..at].to_string(),
+        None => s,
+    }
+}
+
 fn inside(path: &Path, dir: &Path) -> bool {
     absolute(path).starts_with(absolute(dir))
 }
@@ -439,16 +449,15 @@ impl Engram {
             return Err(EngineError::invalid(
                 "backup directory",
                 format!(
-                    "{} is inside the store {}: a backup must live outside it",
-                    dest.display(),
-                    self.dir().display()
+                    "{} is inside the store: a backup must live outside it",
+                    dest.display()
                 ),
             ));
         }
         backend.create_dir_all(dest).map_err(|e| {
             EngineError::invalid(
                 "backup directory",
-                format!("{} cannot be created: {e}", dest.display()),
+                format!("{} cannot be created: {}", dest.display(), io_reason(&e)),
             )
         })?;
         let _m = self.writes_pause();

@@ -610,7 +610,7 @@ pub(crate) fn check_labels(field: &str, labels: &[String]) -> Result<()> {
     if labels.len() > limits::LABELS_MAX {
         return Err(EngineError::LimitExceeded {
             item: None,
-            what: format!("number of {field}"),
+            what: format!("{field} count"),
             limit: limits::LABELS_MAX as u64,
             got: labels.len() as u64,
         });
@@ -813,7 +813,7 @@ impl NewRecord {
         if self.sources.len() > limits::SOURCES_MAX {
             return Err(EngineError::LimitExceeded {
                 item: None,
-                what: "number of sources".into(),
+                what: "sources count".into(),
                 limit: limits::SOURCES_MAX as u64,
                 got: self.sources.len() as u64,
             });

@@ -272,14 +272,16 @@ pub fn format_rfc3339(ms: TimestampMs) -> String {
     out
 }
 
-/// Parses a duration like `90s`, `15m`, `6h`, `30d`, `2y` (365-day years)
-/// or a plain number of milliseconds.
+/// Parses a duration like `500ms`, `90s`, `15m`, `6h`, `30d`, `2w`, `2y`
+/// (365-day years). The unit is required: a bare `30` could mean
+/// anything from milliseconds to days, and a retention period read in the
+/// wrong unit deletes records.
 pub fn parse_duration_ms(s: &str) -> Option<i64> {
     let s = s.trim();
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: i64 = num.parse().ok()?;
     let mult = match unit {
-        "" | "ms" => 1,
+        "ms" => 1,
         "s" => 1000,
         "m" => 60_000,
         "h" => 3_600_000,
@@ -289,6 +291,21 @@ pub fn parse_duration_ms(s: &str) -> Option<i64> {
         _ => return None,
     };
     n.checked_mul(mult)
+}
+
+/// Parses a retention period: a duration with its unit
+/// ([`parse_duration_ms`]), or `forever` (None). The error says what is
+/// accepted.
+pub fn parse_retention_period(s: &str) -> Result<Option<i64>, String> {
+    if s.trim() == "forever" {
+        return Ok(None);
+    }
+    match parse_duration_ms(s) {
+        Some(ms) => Ok(Some(ms)),
+        None => Err(format!(
+            "'{s}': expected a number with a unit (ms, s, m, h, d, w, y), like 90s, 15m, 6h, 30d, 7y, or forever"
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -348,7 +365,9 @@ mod tests {
         assert_eq!(parse_duration_ms("90s"), Some(90_000));
         assert_eq!(parse_duration_ms("6h"), Some(21_600_000));
         assert_eq!(parse_duration_ms("2y"), Some(2 * 365 * 86_400_000));
-        assert_eq!(parse_duration_ms("12"), Some(12));
+        assert_eq!(parse_duration_ms("12ms"), Some(12));
+        assert_eq!(parse_duration_ms("12"), None, "a unit is required");
+        assert_eq!(parse_duration_ms("s"), None);
         assert_eq!(parse_duration_ms("6 hours"), None);
     }
 

@@ -547,11 +547,18 @@ pub fn parse_jsonl(text: &str) -> Result<Vec<IngestLine>, LineError> {
 pub fn parse_jsonl_lines(text: &str) -> impl Iterator<Item = Result<IngestLine, LineError>> + '_ {
     text.lines().enumerate().filter_map(|(i, l)| {
         let t = l.trim();
-        if t.is_empty() || t.starts_with('#') || t.starts_with("//") {
+        if is_skipped_line(t) {
             return None;
         }
         Some(parse_line(t, i + 1))
     })
+}
+
+/// Whether a (trimmed) line of ingest input holds no record: blank, or a
+/// comment starting with `#` or `//`. One rule for files and for the
+/// server's bulk NDJSON.
+pub fn is_skipped_line(t: &str) -> bool {
+    t.is_empty() || t.starts_with('#') || t.starts_with("//")
 }
 
 #[cfg(test)]
@@ -609,6 +616,13 @@ mod tests {
             (r#"[1, 2]"#, "-"),
             (r#"{"tenant": "t", "kind""#, "-"),
         ];
+        // A limit on a list names the list.
+        let labels: Vec<String> = (0..100).map(|i| format!("\"l{i}\"")).collect();
+        let many = format!(
+            r#"{{"tenant": "t", "kind": "k", "text": "x", "access": [{}]}}"#,
+            labels.join(",")
+        );
+        let cases = cases.into_iter().chain([(many.as_str(), "access")]);
         for (text, field) in cases {
             match parse_line(text, 7) {
                 Ok(_) if field == "-ok-" => {}

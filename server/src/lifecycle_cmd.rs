@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use engram_engine::context::ContextRequest;
-use engram_engine::time::{parse_duration_ms, parse_rfc3339};
+use engram_engine::time::{parse_retention_period, parse_rfc3339};
 use engram_engine::trace::render_trace;
 use engram_engine::{Engram, RecordRef};
 use serde::Serialize;
@@ -413,16 +413,8 @@ pub fn access(ctx: &Ctx, a: AccessArgs, revoke: bool) -> CliResult {
 
 /// `engram retention`.
 pub fn retention(ctx: &Ctx, a: RetentionArgs) -> CliResult {
-    let period = if a.period == "forever" {
-        None
-    } else {
-        Some(parse_duration_ms(&a.period).ok_or_else(|| {
-            CliError::Message(format!(
-                "--period: '{}' is not a duration (90s, 15m, 6h, 30d, 7y, forever)",
-                a.period
-            ))
-        })?)
-    };
+    let period = parse_retention_period(&a.period)
+        .map_err(|why| CliError::Message(format!("--period: {why}")))?;
     let db = ctx.open_store()?;
     let r = session_for(&db, &a.tenant, a.act_as.as_deref()).set_retention(&a.class, period);
     db.close()?;

@@ -271,6 +271,43 @@ fn endpoints_do_their_job() {
         Some(r#"{"class": "ephemeral", "period": "6h"}"#),
         200,
     );
+    // a period needs its unit (a bare "30" would be read as milliseconds)
+    let e = s.json(
+        "POST",
+        "/v1/retention",
+        Some(&k.boss),
+        Some(r#"{"class": "ephemeral", "period": "30"}"#),
+        422,
+    );
+    assert_eq!(e["error"]["details"]["field"], "period", "{e}");
+    let e = s.json(
+        "POST",
+        "/v1/retention",
+        Some(&k.boss),
+        Some(r#"{"class": "", "period": "30d"}"#),
+        422,
+    );
+    assert_eq!(e["error"]["details"]["field"], "class", "{e}");
+    // a hold's scope value is a name like any other: at most 256 bytes
+    let long = format!(r#"{{"scope": "user:{}"}}"#, "u".repeat(300));
+    let e = s.json("POST", "/v1/holds", Some(&k.boss), Some(&long), 422);
+    assert!(
+        e["error"]["message"].as_str().unwrap().contains("256"),
+        "{e}"
+    );
+    // a type error speaks JSON, not Rust
+    let e = s.json(
+        "POST",
+        "/v1/context",
+        Some(&k.ann),
+        Some(r#"{"text": "x", "recent_turns": -1}"#),
+        422,
+    );
+    let m = e["error"]["message"].as_str().unwrap();
+    assert!(
+        m.contains("non-negative integer") && !m.contains("usize"),
+        "{e}"
+    );
     s.json(
         "POST",
         "/v1/holds",
@@ -304,7 +341,8 @@ fn endpoints_do_their_job() {
     assert_eq!(gone.body, never.body);
 
     // bulk ingest: results per line after each batch, idempotent by external id
-    let lines = "{\"kind\": \"note\", \"text\": \"b1\", \"external_id\": \"b1\"}\n{\"kind\": \"note\", \"text\": \"b2\", \"external_id\": \"b2\"}\n\n{\"kind\": \"note\", \"text\": \"b3\", \"external_id\": \"b3\"}\n";
+    // (line 3 is a comment, skipped as `engram ingest` skips it)
+    let lines = "{\"kind\": \"note\", \"text\": \"b1\", \"external_id\": \"b1\"}\n{\"kind\": \"note\", \"text\": \"b2\", \"external_id\": \"b2\"}\n// a comment\n{\"kind\": \"note\", \"text\": \"b3\", \"external_id\": \"b3\"}\n";
     for expected in ["created", "duplicate"] {
         // (the second time opening with a byte-order mark, skipped as
         // `engram ingest` skips it)

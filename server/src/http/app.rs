@@ -61,7 +61,7 @@ pub enum Queue {
     Write,
     /// Reads.
     Read,
-    /// Online backups (one at a time).
+    /// Online backups and compactions (one at a time).
     Backup,
 }
 
@@ -216,7 +216,7 @@ impl App {
         let (sem, wait_ms, what) = match queue {
             Queue::Write => (&self.writes, l.append_queue_wait_ms, "appends"),
             Queue::Read => (&self.reads, l.query_queue_wait_ms, "queries"),
-            Queue::Backup => (&self.backups, 0, "backups"),
+            Queue::Backup => (&self.backups, 0, "backups or compactions"),
         };
         let got = match sem.clone().try_acquire_owned() {
             Ok(p) => Some(p),

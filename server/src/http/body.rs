@@ -120,13 +120,45 @@ pub fn parse_typed<T: DeserializeOwned>(bytes: &[u8]) -> ServerResult<T> {
         } else {
             field
         };
-        ServerError::invalid(None, field, e.into_inner().to_string())
+        ServerError::invalid(None, field, plain_types(&e.into_inner().to_string()))
     })
+}
+
+/// A deserializer's message with Rust type names said in JSON's words
+/// ("expected usize" -> "expected a non-negative integer").
+fn plain_types(msg: &str) -> String {
+    const NAMES: [(&str, &str); 8] = [
+        ("expected usize", "expected a non-negative integer"),
+        ("expected u64", "expected a non-negative integer"),
+        ("expected u32", "expected a non-negative integer"),
+        ("expected u16", "expected a non-negative integer"),
+        ("expected u8", "expected a non-negative integer"),
+        ("expected i64", "expected an integer"),
+        ("expected f64", "expected a number"),
+        ("expected f32", "expected a number"),
+    ];
+    NAMES
+        .iter()
+        .fold(msg.to_string(), |m, (rust, json)| m.replace(rust, json))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn type_errors_speak_json_not_rust() {
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct B {
+            n: Option<usize>,
+        }
+        let e = parse_typed::<B>(br#"{"n": -1}"#).unwrap_err().to_string();
+        assert!(
+            e.contains("expected a non-negative integer") && !e.contains("usize"),
+            "{e}"
+        );
+    }
 
     #[derive(Debug, serde::Deserialize)]
     #[serde(deny_unknown_fields)]

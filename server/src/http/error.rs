@@ -375,11 +375,19 @@ impl ServerError {
 
     /// A JSON syntax error of `serde_json`, at batch item `item` if any.
     pub fn bad_json(e: &serde_json::Error, item: Option<usize>) -> Self {
+        let reason = strip_position(&e.to_string());
+        // The parser's own depth limit (128): the JSON may be valid, it is
+        // too deep to read, which is what the message says.
+        let reason = if reason.contains("recursion limit exceeded") {
+            "nested too deeply to read (more than 127 levels of arrays and objects)".to_string()
+        } else {
+            reason
+        };
         ServerError::BadJson {
             item,
             line: e.line(),
             column: e.column(),
-            reason: strip_position(&e.to_string()),
+            reason,
         }
     }
 

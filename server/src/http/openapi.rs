@@ -84,8 +84,8 @@ impl Modify for BearerKey {
 
 /// Declares the answers any `/v1` operation may give besides its own
 /// (docs/server.md's error table): 400, 401, 403, 429 (a full queue), 500
-/// and 503 on every operation that needs a key, and 413 where there is a
-/// body.
+/// and 503 on every operation that needs a key, 413 where there is a
+/// body, and 422 (`ambiguous_reference`) where the path names a record.
 /// An operation's own description of a status is kept.
 struct CommonErrors;
 
@@ -125,8 +125,13 @@ impl Modify for CommonErrors {
                 "timeout (past the request's deadline; Retry-After) or unavailable (the store is closing or storage failed)",
             ),
         ];
+        const AMBIGUOUS: (&str, &str, &str) = (
+            "422",
+            "UnprocessableReference",
+            "ambiguous_reference (the reference is both an internal id and an external id; write id:<id> or ext:<key>), or another invalid_input of this operation",
+        );
         let components = openapi.components.get_or_insert_with(Default::default);
-        for (_, name, what) in COMMON {
+        for (_, name, what) in COMMON.into_iter().chain([AMBIGUOUS]) {
             let answer = ResponseBuilder::new()
                 .description(what)
                 .content(
@@ -155,8 +160,11 @@ impl Modify for CommonErrors {
                 if op.security.as_ref().is_none_or(|s| s.is_empty()) {
                     continue;
                 }
-                for (code, name, _) in COMMON {
+                for (code, name, _) in COMMON.into_iter().chain([AMBIGUOUS]) {
                     if code == "413" && op.request_body.is_none() {
+                        continue;
+                    }
+                    if code == "422" && !path.contains("{ref}") {
                         continue;
                     }
                     op.responses

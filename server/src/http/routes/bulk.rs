@@ -46,6 +46,7 @@ const RESPONSE_CHUNKS_BUFFERED: usize = 4;
 pub struct BulkParams {
     /// Lines per atomic batch (default limits.bulk_batch_default, at most
     /// limits.batch_records_max).
+    #[param(minimum = 1)]
     pub batch: Option<usize>,
 }
 
@@ -280,7 +281,7 @@ impl Bulk {
                 text
             };
             let t = text.trim();
-            if t.is_empty() || t.starts_with('#') {
+            if engram_query::ingest::is_skipped_line(t) {
                 return Ok(());
             }
             parse_line(t, n)

@@ -60,7 +60,8 @@ pub async fn readyz(State(app): State<Shared>) -> ServerResult<Json<Status>> {
     get, path = "/metrics", tag = "health",
     responses(
         (status = 200, description = "Prometheus text format 0.0.4", body = String, content_type = "text/plain"),
-        (status = 401, description = "Only with metrics_auth = \"admin\" and no store key", body = ErrorBody),
+        (status = 401, description = "Only with metrics_auth = \"admin\" and no key", body = ErrorBody),
+        (status = 403, description = "Only with metrics_auth = \"admin\" and a tenant key (metrics need the store key)", body = ErrorBody),
     )
 )]
 pub async fn metrics(State(app): State<Shared>, parts: Parts) -> Response {

@@ -11,7 +11,7 @@ use axum::Json;
 use axum::extract::State;
 use engram_engine::authz::Operation;
 use engram_engine::lifecycle::OpResult;
-use engram_engine::time::{parse_duration_ms, parse_rfc3339};
+use engram_engine::time::{parse_retention_period, parse_rfc3339};
 use engram_engine::{Record, RecordRef};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -378,20 +378,8 @@ pub async fn retention(
     JsonBody(req): JsonBody<RetentionRequest>,
 ) -> ServerResult<Json<OpResponse>> {
     let session = caller.session(&app, Operation::Retention).await?;
-    let period = if req.period == "forever" {
-        None
-    } else {
-        Some(parse_duration_ms(&req.period).ok_or_else(|| {
-            ServerError::invalid(
-                None,
-                "period",
-                format!(
-                    "'{}': expected 90s, 15m, 6h, 30d, 7y or forever",
-                    req.period
-                ),
-            )
-        })?)
-    };
+    let period = parse_retention_period(&req.period)
+        .map_err(|why| ServerError::invalid(None, "period", why))?;
     op(&app, "retention", move || {
         session.set_retention(&req.class, period)
     })

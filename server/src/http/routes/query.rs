@@ -113,7 +113,8 @@ pub struct ContextBody {
     pub conversation: Option<String>,
     /// The agent making the call.
     pub agent: Option<String>,
-    /// Byte budget of the rendered items (default 8192).
+    /// Byte budget of the rendered text, headers included (default 8192).
+    #[schema(minimum = 1)]
     pub budget_bytes: Option<usize>,
     /// Semantic items to consider (default 8).
     pub semantic_k: Option<usize>,
@@ -210,6 +211,7 @@ pub async fn context(
 #[into_params(parameter_in = Query)]
 pub struct EvalParams {
     /// Cutoff for cases that do not set their own `k` (default 10).
+    #[param(minimum = 1)]
     pub k: Option<usize>,
 }
 

@@ -224,6 +224,7 @@ pub struct ListParams {
     /// Keep superseded versions (default true).
     pub include_superseded: Option<bool>,
     /// At most this many (default 100, at most limits.list_limit_max).
+    #[param(minimum = 1)]
     pub limit: Option<usize>,
 }
 
