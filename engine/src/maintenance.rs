@@ -570,7 +570,7 @@ impl Engram {
         for l in &ledger {
             check_line(l)?;
         }
-        {
+        let later = {
             let _lock = lock_dir(opts, dir)?;
             // Copy the backup's log beside the current one, then swap them
             // with renames: a crash leaves either log whole (see
@@ -629,6 +629,30 @@ impl Engram {
                     format!("{} is damaged: {why}; nothing was changed", src.display()),
                 ));
             }
+            // Records the store holds past the backup's last LSN are
+            // replaced with the rest of its log: counted, so the report
+            // says what the restore gave up (read only; nothing is cut).
+            let later = SegmentLog::open_with(
+                backend.clone(),
+                &log_dir,
+                opts.log.clone(),
+                &engram_storage::log::RecoveryOptions {
+                    read_only: true,
+                    ..Default::default()
+                },
+            )
+            .ok()
+            .and_then(|(log, _)| {
+                let mut n = 0u64;
+                log.scan(taken.last_lsn + 1, |f| {
+                    if f.header.frame_type == codec::FRAME_RECORD {
+                        n += 1;
+                    }
+                    Ok(std::ops::ControlFlow::Continue(()))
+                })
+                .ok()
+                .map(|()| n)
+            });
             // What must be re-applied goes to disk before the log is
             // touched: from here on, an interrupted restore is finished by
             // the next open.
@@ -646,11 +670,13 @@ impl Engram {
             backend.rename(&incoming, &log_dir).map_err(io(&incoming))?;
             backend.sync_dir(dir).map_err(io(dir))?;
             crate::store_dir::remove_owned(backend.as_ref(), &old)?;
-        }
+            later
+        };
         // Opening finds `restore.pending` and re-applies its entries.
         let (db, opened) = Engram::open_with_report(dir, opts.clone())?;
         let mut report = opened.restore_resumed.unwrap_or_default();
         report.restored_records = db.state().len() as u64;
+        report.later_records_replaced = later;
         db.close()?;
         let c = Engram::compact(dir, opts)?;
         report.purged = c.purged;
@@ -847,6 +873,11 @@ pub struct RestoreReport {
     pub purged: usize,
     /// Ledger entries that could not be re-applied (malformed).
     pub skipped: usize,
+    /// Records the store held past the backup's last LSN (written after
+    /// the backup was taken, if it is this store's): replaced by the
+    /// restore. None when the store's log could not be read.
+    #[serde(default)]
+    pub later_records_replaced: Option<u64>,
 }
 
 /// What a rebuild did.

@@ -539,6 +539,11 @@ pub fn restore(ctx: &Ctx, a: DirArgs) -> CliResult {
                 r.skipped
             );
         }
+        if let Some(n) = r.later_records_replaced.filter(|&n| n > 0) {
+            crate::outln!(
+                "{n} record(s) the store held past the backup's end (written after it was taken) are not in the restored store"
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -52,6 +52,8 @@ fn restore_reapplies_later_deletions_and_revocations() {
         (1, 1),
         "{r:?}"
     );
+    // "late" was written after the backup: the report says it is gone
+    assert_eq!(r.later_records_replaced, Some(1), "{r:?}");
     assert!(
         grep(dir.path(), "restore-canary-x").is_empty(),
         "restored bytes of deleted content were purged"
