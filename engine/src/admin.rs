@@ -30,6 +30,26 @@ pub struct TenantStats {
     pub by_status: BTreeMap<String, u64>,
 }
 
+impl TenantStats {
+    /// Counts one record. A deleted record counts under the kind
+    /// `deleted`, as its tombstone will after compaction: nothing of what
+    /// it said, its kind included, shows once it is deleted.
+    fn count(&mut self, st: &crate::state::State, m: &crate::state::Meta) {
+        self.records += 1;
+        let kind = if m.status == crate::model::Status::Deleted {
+            "deleted"
+        } else {
+            st.strings.name(m.kind)
+        };
+        *self.by_kind.entry(kind.to_string()).or_default() += 1;
+        *self.by_type.entry(m.rtype.name().to_string()).or_default() += 1;
+        *self
+            .by_status
+            .entry(m.status.name().to_string())
+            .or_default() += 1;
+    }
+}
+
 /// One vector space.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SpaceStats {
@@ -171,16 +191,10 @@ impl Engram {
             ..StoreStats::default()
         };
         for m in &st.metas {
-            let t = s
-                .tenants
+            s.tenants
                 .entry(st.strings.name(m.tenant).to_string())
-                .or_default();
-            t.records += 1;
-            *t.by_kind
-                .entry(st.strings.name(m.kind).to_string())
-                .or_default() += 1;
-            *t.by_type.entry(m.rtype.name().to_string()).or_default() += 1;
-            *t.by_status.entry(m.status.name().to_string()).or_default() += 1;
+                .or_default()
+                .count(&st, m);
         }
         let ls = self.log().stats();
         s.log_segments = ls.n_segments;
@@ -348,14 +362,7 @@ impl Session {
         };
         if let Some(bm) = st.tenant_sym(tenant).and_then(|t| st.bm_tenant.get(&t)) {
             for idx in bm.iter() {
-                let m = st.meta(idx);
-                let c = &mut view.counts;
-                c.records += 1;
-                *c.by_kind
-                    .entry(st.strings.name(m.kind).to_string())
-                    .or_default() += 1;
-                *c.by_type.entry(m.rtype.name().to_string()).or_default() += 1;
-                *c.by_status.entry(m.status.name().to_string()).or_default() += 1;
+                view.counts.count(&st, st.meta(idx));
             }
         }
         for sp in st.vectors.of_tenant(tenant) {
@@ -392,6 +399,34 @@ mod tests {
             db.session(Principal::user("a", "u")).tenant_stats(),
             Err(EngineError::Forbidden { .. })
         ));
+        db.close().unwrap();
+    }
+
+    #[test]
+    fn a_deleted_record_counts_under_the_kind_deleted_before_and_after_compaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Engram::open(dir.path(), Options::default()).unwrap();
+        let s = db.session(Principal::admin("a"));
+        let r = s
+            .append(vec![
+                NewRecord::event("kindmark-secret", "x"),
+                NewRecord::event("note", "y"),
+            ])
+            .unwrap();
+        s.delete(&crate::RecordRef::Id(r[0].id), None).unwrap();
+        let kinds = |db: &Engram| {
+            let before = db.stats().unwrap().tenants["a"].by_kind.clone();
+            let view = db.session(Principal::admin("a")).tenant_stats().unwrap();
+            assert_eq!(view.counts.by_kind, before);
+            before
+        };
+        let want: std::collections::BTreeMap<String, u64> =
+            [("deleted".to_string(), 1), ("note".to_string(), 1)].into();
+        assert_eq!(kinds(&db), want);
+        db.close().unwrap();
+        Engram::compact(dir.path(), &Options::default()).unwrap();
+        let db = Engram::open(dir.path(), Options::default()).unwrap();
+        assert_eq!(kinds(&db), want);
         db.close().unwrap();
     }
 }
