@@ -49,6 +49,10 @@ pub struct App {
     request_seq: AtomicU64,
     request_prefix: String,
     last_key_problem: Mutex<Option<String>>,
+    /// The log counters of store handles replaced by online compaction:
+    /// added to the current handle's, so `/metrics` counters only go down
+    /// when the process restarts.
+    log_carried: parking_lot::Mutex<engram_storage::LogStats>,
 }
 
 /// What handlers hold.
@@ -84,6 +88,7 @@ impl App {
             request_seq: AtomicU64::new(0),
             request_prefix: engram_engine::db::hex(&prefix),
             last_key_problem: Mutex::new(None),
+            log_carried: parking_lot::Mutex::new(engram_storage::LogStats::default()),
         }
     }
 
@@ -130,6 +135,7 @@ impl App {
             let r = match out {
                 Ok(out) => {
                     if let Some(paused) = out.reads_paused {
+                        app.carry_log_counters(&db);
                         *app.db.write() = out.db;
                         drop(paused);
                     }
@@ -141,7 +147,10 @@ impl App {
                     if db.is_closed() {
                         let _g = gate.blocking_write();
                         match Engram::open(db.dir(), db.options().clone()) {
-                            Ok(new) => *app.db.write() = new,
+                            Ok(new) => {
+                                app.carry_log_counters(&db);
+                                *app.db.write() = new;
+                            }
                             Err(reopen) => {
                                 app.stop_accepting();
                                 logging::log(
@@ -191,11 +200,35 @@ impl App {
         }
     }
 
+    /// Keeps the log counters of `old`, a handle about to be replaced.
+    fn carry_log_counters(&self, old: &Engram) {
+        let o = old.log_stats();
+        let mut c = self.log_carried.lock();
+        c.n_groups += o.n_groups;
+        c.n_frames_appended += o.n_frames_appended;
+        c.fsync_us_total += o.fsync_us_total;
+        c.n_fsyncs += o.n_fsyncs;
+        c.group_commit_us_total += o.group_commit_us_total;
+    }
+
+    /// The log's statistics, its counters summed over every handle this
+    /// process has had (see `log_carried`).
+    fn log_stats(&self) -> engram_storage::LogStats {
+        let mut s = self.db().log_stats();
+        let c = self.log_carried.lock();
+        s.n_groups += c.n_groups;
+        s.n_frames_appended += c.n_frames_appended;
+        s.fsync_us_total += c.fsync_us_total;
+        s.n_fsyncs += c.n_fsyncs;
+        s.group_commit_us_total += c.group_commit_us_total;
+        s
+    }
+
     /// What `/metrics` shows of the engine and the queues now.
     pub fn snapshot(&self) -> Snapshot {
         let l = &self.cfg.limits;
         Snapshot {
-            log: self.db().log_stats(),
+            log: self.log_stats(),
             store: self.db().gauges(),
             appends_in_flight: (
                 l.appends_in_flight_max - self.writes.available_permits(),
