@@ -230,8 +230,10 @@ impl Engram {
     /// Checks every frame's checksums, and the in-memory state (loaded from
     /// a checkpoint or replayed) against the log: every record frame is a
     /// record of the state with the same tenant and location, the current
-    /// holder of an external id is the one the state resolves it to, and
-    /// the state holds no record the log does not.
+    /// holder of an external id is the one the state resolves it to, the
+    /// state holds no record the log does not, and every client vector's
+    /// row in its space's file holds the vector of its log frame (a row
+    /// damaged in place would otherwise be searched as it is).
     pub fn verify(&self) -> Result<VerifyReport> {
         let mut report = VerifyReport::default();
         let (frames, problems) = self.log().verify()?;
@@ -244,8 +246,24 @@ impl Engram {
         }
         // Read the log without holding the state lock (writers go on),
         // up to what the state has applied now.
-        let upto = self.state().applied_lsn;
+        let (upto, metrics) = {
+            let st = self.state();
+            let metrics: std::collections::HashMap<
+                (String, String),
+                crate::vector::distance::Metric,
+            > = st
+                .vectors
+                .all()
+                .iter()
+                .filter(|s| !s.derived)
+                .map(|s| ((s.tenant.clone(), s.model.clone()), s.metric))
+                .collect();
+            (st.applied_lsn, metrics)
+        };
         let mut in_log: Vec<(RecordId, String, Option<String>, FrameLoc)> = Vec::new();
+        // (record, tenant, model, digest of the row it must have, LSN):
+        // digests, not vectors, so a large store's vectors are not copied.
+        let mut rows: Vec<(RecordId, String, String, [u8; 8], u64)> = Vec::new();
         self.log().scan(0, |f| {
             let loc = f.loc();
             if loc.lsn > upto {
@@ -268,6 +286,20 @@ impl Engram {
             } else if ft == codec::FRAME_TOMBSTONE {
                 let a = codec::read_tombstone(f.payload(), f.header.frame_version).map_err(bad)?;
                 in_log.push((RecordId::from_bytes(a.id), a.tenant, None, loc));
+            } else if ft == codec::FRAME_VECTOR {
+                // A vector frame follows its record's frame in one batch.
+                let a = codec::view_vector(f.payload()).map_err(bad)?;
+                let record = RecordId::from_bytes(a.record);
+                if let Some((_, tenant, _, _)) = in_log.last().filter(|r| r.0 == record) {
+                    let key = (tenant.clone(), a.model.as_str().to_string());
+                    if let Some(&metric) = metrics.get(&key) {
+                        let v: Vec<f32> = a.vector.iter().map(|x| x.to_native()).collect();
+                        let want = crate::vector::space::row_digest(
+                            &crate::vector::space::normalized(metric, &v),
+                        );
+                        rows.push((record, key.0, key.1, want, loc.lsn));
+                    }
+                }
             }
             Ok(ControlFlow::Continue(()))
         })?;
@@ -306,6 +338,18 @@ impl Engram {
                             held.map(|i| st.meta(i).id)
                         ));
                     }
+                }
+            }
+        }
+        for (record, tenant, model, want, lsn) in &rows {
+            let row = st
+                .idx(*record)
+                .and_then(|i| st.vectors.get(tenant, model)?.vector_of(i));
+            if let Some(row) = row {
+                if crate::vector::space::row_digest(row) != *want {
+                    report.problems.push(format!(
+                        "record {record}: its vector row in space '{model}' differs from the vector in the log (LSN {lsn}); `engram rebuild` writes it again"
+                    ));
                 }
             }
         }

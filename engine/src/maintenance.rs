@@ -702,12 +702,7 @@ impl Engram {
                     // the row's bytes too: a row damaged in place differs
                     // from the one a rebuild computes
                     let slot = s.slot_of(i)?;
-                    let row: Vec<u8> = s
-                        .vector_of(i)?
-                        .iter()
-                        .flat_map(|x| x.to_le_bytes())
-                        .collect();
-                    let digest = crate::db::hex(&crate::canonical::sha256(&row)[..8]);
+                    let digest = crate::db::hex(&crate::vector::space::row_digest(s.vector_of(i)?));
                     Some(format!("{}:{slot}:{digest}", s.model))
                 })
                 .collect();

@@ -121,6 +121,16 @@ fn rebuild_reproduces_derived_state_exactly() {
     let row = 64 + 12 * 7; // slot 7 of a 3-dimensional space
     bytes[row..row + 4].copy_from_slice(&0.5f32.to_le_bytes());
     std::fs::write(&file, &bytes).unwrap();
+    // plain `verify` finds it too: the row differs from its log frame
+    let db = open(dir.path(), &clock);
+    let v = db.verify().unwrap();
+    assert_eq!(v.problems.len(), 1, "{:?}", v.problems);
+    assert!(
+        v.problems[0].contains("vector row in space 'client-m'"),
+        "{:?}",
+        v.problems
+    );
+    db.close().unwrap();
     let r = Engram::rebuild(dir.path(), &opts(&clock), true).unwrap();
     assert_eq!(r.differences.len(), 2, "{:?}", r.differences);
     assert!(

@@ -182,6 +182,16 @@ fn space_dir_name(tenant: &str, model: &str, metric: Metric, dim: usize) -> Stri
     )
 }
 
+/// The first 8 bytes of the SHA-256 of a row's little-endian bytes: what
+/// `verify` and the derived manifest compare rows by.
+pub fn row_digest(row: &[f32]) -> [u8; 8] {
+    let bytes: Vec<u8> = row.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let h = crate::canonical::sha256(&bytes);
+    let mut out = [0u8; 8];
+    out.copy_from_slice(&h[..8]);
+    out
+}
+
 /// Normalises a vector for a cosine space (unit length). The length comes
 /// from the SIMD dot kernel (a sequential `f32` sum does not vectorise), so
 /// like distances it is bit-reproducible per CPU feature set.
