@@ -246,24 +246,9 @@ impl Engram {
         }
         // Read the log without holding the state lock (writers go on),
         // up to what the state has applied now.
-        let (upto, metrics) = {
-            let st = self.state();
-            let metrics: std::collections::HashMap<
-                (String, String),
-                crate::vector::distance::Metric,
-            > = st
-                .vectors
-                .all()
-                .iter()
-                .filter(|s| !s.derived)
-                .map(|s| ((s.tenant.clone(), s.model.clone()), s.metric))
-                .collect();
-            (st.applied_lsn, metrics)
-        };
+        let upto = self.state().applied_lsn;
         let mut in_log: Vec<(RecordId, String, Option<String>, FrameLoc)> = Vec::new();
-        // (record, tenant, model, digest of the row it must have, LSN):
-        // digests, not vectors, so a large store's vectors are not copied.
-        let mut rows: Vec<(RecordId, String, String, [u8; 8], u64)> = Vec::new();
+        let mut row_problems = Vec::new();
         self.log().scan(0, |f| {
             let loc = f.loc();
             if loc.lsn > upto {
@@ -291,13 +276,19 @@ impl Engram {
                 let a = codec::view_vector(f.payload()).map_err(bad)?;
                 let record = RecordId::from_bytes(a.record);
                 if let Some((_, tenant, _, _)) = in_log.last().filter(|r| r.0 == record) {
-                    let key = (tenant.clone(), a.model.as_str().to_string());
-                    if let Some(&metric) = metrics.get(&key) {
+                    // (a read lock per vector: writers go on between them)
+                    let st = self.state();
+                    let space = st.vectors.get(tenant, a.model.as_str());
+                    let row = space.and_then(|s| Some((s.metric, s.vector_of(st.idx(record)?)?)));
+                    if let Some((metric, row)) = row {
                         let v: Vec<f32> = a.vector.iter().map(|x| x.to_native()).collect();
-                        let want = crate::vector::space::row_digest(
-                            &crate::vector::space::normalized(metric, &v),
-                        );
-                        rows.push((record, key.0, key.1, want, loc.lsn));
+                        if !crate::vector::space::row_matches(metric, &v, row) {
+                            row_problems.push(format!(
+                                "record {record}: its vector row in space '{}' differs from the vector in the log (LSN {}); `engram rebuild` writes it again",
+                                a.model.as_str(),
+                                loc.lsn
+                            ));
+                        }
                     }
                 }
             }
@@ -341,18 +332,7 @@ impl Engram {
                 }
             }
         }
-        for (record, tenant, model, want, lsn) in &rows {
-            let row = st
-                .idx(*record)
-                .and_then(|i| st.vectors.get(tenant, model)?.vector_of(i));
-            if let Some(row) = row {
-                if crate::vector::space::row_digest(row) != *want {
-                    report.problems.push(format!(
-                        "record {record}: its vector row in space '{model}' differs from the vector in the log (LSN {lsn}); `engram rebuild` writes it again"
-                    ));
-                }
-            }
-        }
+        report.problems.extend(row_problems);
         let in_state = st.metas.iter().filter(|m| m.loc.lsn <= upto).count();
         if in_state != in_log.len() {
             report.problems.push(format!(

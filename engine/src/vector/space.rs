@@ -192,6 +192,25 @@ pub fn row_digest(row: &[f32]) -> [u8; 8] {
     out
 }
 
+/// Whether `row`, as a space of `metric` stores it, holds `vector` (a
+/// client's vector as its log frame has it). Exact, except that a cosine
+/// space's normalisation may differ in the last bits between CPUs (its
+/// length comes from the SIMD kernel): there each component of the unit
+/// vector may differ by a few units in the last place.
+pub fn row_matches(metric: Metric, vector: &[f32], row: &[f32]) -> bool {
+    if vector.len() != row.len() {
+        return false;
+    }
+    let want = normalized(metric, vector);
+    if metric != Metric::Cosine {
+        return want
+            .iter()
+            .zip(row)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+    }
+    want.iter().zip(row).all(|(a, b)| (a - b).abs() <= 4e-6)
+}
+
 /// Normalises a vector for a cosine space (unit length). The length comes
 /// from the SIMD dot kernel (a sequential `f32` sum does not vectorise), so
 /// like distances it is bit-reproducible per CPU feature set.
@@ -997,6 +1016,24 @@ mod tests {
             assert!(u.iter().all(|x| (x - each).abs() < 1e-6), "{:?}", &u[..4]);
         }
         assert_eq!(normalized(Metric::Cosine, &[0.0; 3]), vec![0.0; 3]);
+    }
+
+    #[test]
+    fn a_row_matches_its_vector_up_to_the_last_bits_of_a_normalisation() {
+        let v = [3.0f32, 4.0, 0.0];
+        let mut row = normalized(Metric::Cosine, &v);
+        assert!(row_matches(Metric::Cosine, &v, &row));
+        // another CPU's kernel: a unit in the last place
+        row[0] = f32::from_bits(row[0].to_bits() + 1);
+        assert!(row_matches(Metric::Cosine, &v, &row));
+        row[1] = 0.5;
+        assert!(!row_matches(Metric::Cosine, &v, &row));
+        assert!(!row_matches(Metric::Cosine, &v, &row[..2]));
+        // other metrics store the vector as sent: bit for bit
+        assert!(row_matches(Metric::L2, &v, &v));
+        let mut off = v;
+        off[2] = f32::from_bits(1);
+        assert!(!row_matches(Metric::L2, &v, &off));
     }
 
     use super::*;
