@@ -302,6 +302,9 @@ pub struct StoredTombstone {
     /// as hidden as its record was, and what was derived from it or is
     /// about it keeps inheriting them.
     pub access: Vec<String>,
+    /// The version it corrected, if any: a trace after compaction still
+    /// shows the chain.
+    pub supersedes: Option<[u8; 16]>,
 }
 
 /// A tombstone of payload version 1 (earlier builds): no `access`.
@@ -406,6 +409,7 @@ pub fn read_tombstone(payload: &[u8], version: u8) -> Result<StoredTombstone> {
                 external_id_sha256: v1.external_id_sha256,
                 deleted_by: v1.deleted_by,
                 access: Vec::new(),
+                supersedes: None,
             })
         }
         v => Err(EngineError::Corrupt {
@@ -524,6 +528,7 @@ mod tests {
             external_id_sha256: None,
             deleted_by: [4; 16],
             access: vec!["hr".into()],
+            supersedes: Some([3; 16]),
         };
         let b = AlignedBuf::copy_from(&encode_tombstone(&t));
         assert_eq!(tombstone_to_owned(view_tombstone(b.as_slice()).unwrap()), t);
@@ -544,6 +549,7 @@ mod tests {
             read,
             StoredTombstone {
                 access: Vec::new(),
+                supersedes: None,
                 external_id_sha256: Some([5; 32]),
                 ..t.clone()
             }

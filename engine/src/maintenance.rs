@@ -223,6 +223,7 @@ fn purge_set(st: &State, report: &mut CompactReport) -> HashMap<[u8; 16], Stored
                     .map(|e| crate::canonical::sha256(e.as_bytes())),
                 deleted_by: deleted_by.get(&i).copied().unwrap_or([0; 16]),
                 access: st.access_names(i),
+                supersedes: m.supersedes.map(|s| st.meta(s).id.to_bytes()),
             },
         );
     }

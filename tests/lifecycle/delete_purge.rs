@@ -337,9 +337,23 @@ fn deleting_a_source_deletes_every_version_of_what_derives_from_it_before_and_af
     later.supersedes = Some(ext("b1"));
     s.append(vec![later]).unwrap();
 
+    let a1_first = s.history(&ext("a1")).unwrap()[0].id;
     let res = s.delete(&ext("e1"), None).unwrap();
     // e1, both versions of a1, both versions of b1
     assert_eq!(res.affected.len(), 5, "{:?}", res.affected);
+    // a trace of the first version shows its correction, before and after
+    // compaction (a tombstone keeps the link to the version it corrected)
+    let corrected_by = |db: &Engram| {
+        let t = db
+            .session(Principal::admin("t"))
+            .trace(&engram::RecordRef::Id(a1_first))
+            .unwrap();
+        t.edges
+            .iter()
+            .filter(|e| e.relation == "corrected_by" && e.from == a1_first)
+            .count()
+    };
+    assert_eq!(corrected_by(&db), 1);
     let live = |db: &Engram| {
         let s = db.session(Principal::admin("t"));
         ["e1", "a1", "b1", "e2"].map(|e| s.get(&ext(e)).is_ok())
@@ -354,6 +368,7 @@ fn deleting_a_source_deletes_every_version_of_what_derives_from_it_before_and_af
     );
     let db = open(dir.path(), &clock);
     assert_eq!(live(&db), [false, false, false, true]);
+    assert_eq!(corrected_by(&db), 1);
     assert!(db.verify().unwrap().ok());
     db.close().unwrap();
     let again = Engram::compact(dir.path(), &opts(&clock)).unwrap();

@@ -304,6 +304,10 @@ impl State {
             .filter_map(|b| self.idx_in(tenant, RecordId::from_bytes(*b)))
             .collect();
         let ingested_at = a.ingested_at_ms;
+        // The version it corrected (deleted too): the chain stays whole.
+        let supersedes = a
+            .supersedes
+            .and_then(|b| self.idx_in(tenant, RecordId::from_bytes(b)));
         // As hidden as its record was (a version 1 tombstone has no labels).
         let mut access: Vec<Sym> = a.access.iter().map(|l| self.strings.intern(l)).collect();
         access.sort_unstable();
@@ -328,7 +332,7 @@ impl State {
             agent: None,
             scope_labels: Vec::new(),
             access: access.clone(),
-            supersedes: None,
+            supersedes,
             superseded_by: None,
             has_text: false,
             tombstone: true,
@@ -346,6 +350,9 @@ impl State {
             .insert(idx);
         for &l in &access {
             bm_add(&mut self.bm_access, l, idx);
+        }
+        if let Some(old) = supersedes {
+            self.metas[old as usize].superseded_by = Some(idx);
         }
         self.tenants
             .get_mut(&tenant)
