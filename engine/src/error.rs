@@ -262,16 +262,23 @@ impl EngineError {
 
     /// Attaches a batch position to errors about one item.
     pub fn at_item(self, idx: usize) -> Self {
+        self.with_item(Some(idx))
+    }
+
+    /// Sets the batch position of errors about one item: `None` for a
+    /// request of one record that is not a batch (a correction), whose
+    /// errors should not say "item 0".
+    pub fn with_item(self, idx: Option<usize>) -> Self {
         match self {
             EngineError::InvalidInput { field, reason, .. } => EngineError::InvalidInput {
-                item: Some(idx),
+                item: idx,
                 field,
                 reason,
             },
             EngineError::LimitExceeded {
                 what, limit, got, ..
             } => EngineError::LimitExceeded {
-                item: Some(idx),
+                item: idx,
                 what,
                 limit,
                 got,
@@ -281,12 +288,12 @@ impl EngineError {
                 existing,
                 ..
             } => EngineError::ExternalIdConflict {
-                item: Some(idx),
+                item: idx,
                 external_id,
                 existing,
             },
             EngineError::AlreadySuperseded { target, by, .. } => EngineError::AlreadySuperseded {
-                item: Some(idx),
+                item: idx,
                 target,
                 by,
             },
@@ -297,7 +304,7 @@ impl EngineError {
                 got,
                 ..
             } => EngineError::DimensionMismatch {
-                item: Some(idx),
+                item: idx,
                 field,
                 model,
                 expected,

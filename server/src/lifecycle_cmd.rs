@@ -321,7 +321,7 @@ pub fn correct(ctx: &Ctx, a: CorrectArgs) -> CliResult {
                 )));
             }
         }
-        let res = s.append(vec![rec])?;
+        let res = s.append(vec![rec]).map_err(|e| e.with_item(None))?;
         let new = s.get(&RecordRef::Id(res[0].id))?;
         if a.target.json {
             json(&new)?;

@@ -200,6 +200,24 @@ fn endpoints_do_their_job() {
         200,
     );
     assert_eq!(h["versions"].as_array().unwrap().len(), 2);
+    // correcting the old version again: a conflict about this record, not
+    // about "item 0" of a batch the caller never sent
+    let again = s.json(
+        "POST",
+        &format!("/v1/records/id:{id1}/correct"),
+        Some(&k.ann),
+        Some(r#"{"kind": "user_message", "text": "a second correction"}"#),
+        409,
+    );
+    assert_eq!(again["error"]["code"], "already_superseded", "{again}");
+    assert!(again["error"]["details"]["item"].is_null(), "{again}");
+    assert!(
+        !again["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("item 0"),
+        "{again}"
+    );
 
     // review: an agent's instruction is a candidate until a reviewer approves
     let inst = append(

@@ -105,7 +105,8 @@ pub async fn correct(
                     ));
                 }
             }
-            let mut res = session.append(vec![rec])?;
+            // one record, not a batch: its errors name no item
+            let mut res = session.append(vec![rec]).map_err(|e| e.with_item(None))?;
             let r = res.remove(0);
             let record = session.get(&RecordRef::Id(r.id))?;
             Ok((r, record))
