@@ -154,6 +154,18 @@ impl Checker<'_> {
         }
     }
 
+    /// Records that `what` is `got`, over its `limit`.
+    fn over(&mut self, what: impl Into<String>, limit: u64, got: u64, span: Span) {
+        self.push(
+            ErrorKind::LimitExceeded {
+                what: what.into(),
+                limit,
+                got,
+            },
+            span,
+        );
+    }
+
     /// `min <= v <= max`: below is out of range, above exceeds the limit.
     fn within(&mut self, what: &str, v: u64, min: u64, max: u64, span: Span) {
         if v < min {
@@ -166,14 +178,7 @@ impl Checker<'_> {
                 span,
             );
         } else if v > max {
-            self.push(
-                ErrorKind::LimitExceeded {
-                    what: what.into(),
-                    limit: max,
-                    got: v,
-                },
-                span,
-            );
+            self.over(what, max, v, span);
         }
     }
 
@@ -181,12 +186,10 @@ impl Checker<'_> {
         if s.trim().is_empty() {
             self.push(ErrorKind::EmptyValue { what: what.into() }, span);
         } else if s.len() > bytes_max {
-            self.push(
-                ErrorKind::LimitExceeded {
-                    what: format!("{what} length in bytes"),
-                    limit: bytes_max as u64,
-                    got: s.len() as u64,
-                },
+            self.over(
+                format!("{what} length in bytes"),
+                bytes_max as u64,
+                s.len() as u64,
                 span,
             );
         }
@@ -206,12 +209,10 @@ impl Checker<'_> {
             );
         }
         if values.len() > IN_LIST_LEN_MAX {
-            self.push(
-                ErrorKind::LimitExceeded {
-                    what: format!("items in {list_what}"),
-                    limit: IN_LIST_LEN_MAX as u64,
-                    got: values.len() as u64,
-                },
+            self.over(
+                format!("items in {list_what}"),
+                IN_LIST_LEN_MAX as u64,
+                values.len() as u64,
                 l.span(),
             );
         }
@@ -236,12 +237,10 @@ impl Checker<'_> {
     fn expr(&mut self, e: &Expr) {
         let depth = e.depth();
         if depth > NESTING_DEPTH_MAX {
-            self.push(
-                ErrorKind::LimitExceeded {
-                    what: "nesting depth of the WHERE expression".into(),
-                    limit: NESTING_DEPTH_MAX as u64,
-                    got: depth as u64,
-                },
+            self.over(
+                "nesting depth of the WHERE expression",
+                NESTING_DEPTH_MAX as u64,
+                depth as u64,
                 e.span(),
             );
             return;
@@ -252,12 +251,10 @@ impl Checker<'_> {
             .filter(|n| !matches!(n, Expr::And { .. } | Expr::Or { .. } | Expr::Not { .. }))
             .count();
         if n_predicates > PREDICATES_MAX {
-            self.push(
-                ErrorKind::LimitExceeded {
-                    what: "predicates in the WHERE expression".into(),
-                    limit: PREDICATES_MAX as u64,
-                    got: n_predicates as u64,
-                },
+            self.over(
+                "predicates in the WHERE expression",
+                PREDICATES_MAX as u64,
+                n_predicates as u64,
                 e.span(),
             );
         }
@@ -304,12 +301,10 @@ impl Checker<'_> {
                 span,
             );
         } else if values.len() > IN_LIST_LEN_MAX {
-            self.push(
-                ErrorKind::LimitExceeded {
-                    what: format!("items in the values of {field}"),
-                    limit: IN_LIST_LEN_MAX as u64,
-                    got: values.len() as u64,
-                },
+            self.over(
+                format!("items in the values of {field}"),
+                IN_LIST_LEN_MAX as u64,
+                values.len() as u64,
                 span,
             );
         }
@@ -378,12 +373,10 @@ impl Checker<'_> {
         unavailable: impl Fn(ReturnField) -> Option<&'static str>,
     ) {
         if fields.len() > RETURN_FIELDS_MAX {
-            self.push(
-                ErrorKind::LimitExceeded {
-                    what: "fields in RETURN".into(),
-                    limit: RETURN_FIELDS_MAX as u64,
-                    got: fields.len() as u64,
-                },
+            self.over(
+                "fields in RETURN",
+                RETURN_FIELDS_MAX as u64,
+                fields.len() as u64,
                 fields[RETURN_FIELDS_MAX].span,
             );
             return;
@@ -469,12 +462,10 @@ impl Checker<'_> {
 
     fn retrievers(&mut self, f: &Find) {
         if f.retrievers.len() > RETRIEVERS_MAX {
-            self.push(
-                ErrorKind::LimitExceeded {
-                    what: "retrievers".into(),
-                    limit: RETRIEVERS_MAX as u64,
-                    got: f.retrievers.len() as u64,
-                },
+            self.over(
+                "retrievers",
+                RETRIEVERS_MAX as u64,
+                f.retrievers.len() as u64,
                 f.retrievers[RETRIEVERS_MAX].span(),
             );
             // their names and parts are not worth checking one by one
@@ -740,14 +731,7 @@ impl Checker<'_> {
             }
         }
         if n_seeds > SEEDS_MAX {
-            self.push(
-                ErrorKind::LimitExceeded {
-                    what: "seeds of EXPAND".into(),
-                    limit: SEEDS_MAX as u64,
-                    got: n_seeds as u64,
-                },
-                e.span,
-            );
+            self.over("seeds of EXPAND", SEEDS_MAX as u64, n_seeds as u64, e.span);
         }
         if let Some(h) = &e.hops {
             if h.max == 0 {
@@ -769,14 +753,7 @@ impl Checker<'_> {
                     format!("write the fewer hops first: HOPS {}..{}", h.max, h.min),
                 );
             } else if h.max > HOPS_MAX {
-                self.push(
-                    ErrorKind::LimitExceeded {
-                        what: "HOPS".into(),
-                        limit: HOPS_MAX,
-                        got: h.max,
-                    },
-                    h.span,
-                );
+                self.over("HOPS", HOPS_MAX, h.max, h.span);
             }
         }
         if let Some(v) = &e.via {
@@ -915,12 +892,10 @@ impl Checker<'_> {
             self.within("K", k.value, 1, RRF_K_MAX, k.span);
         }
         if f.weights.len() > RETRIEVERS_MAX {
-            self.push(
-                ErrorKind::LimitExceeded {
-                    what: "weights".into(),
-                    limit: RETRIEVERS_MAX as u64,
-                    got: f.weights.len() as u64,
-                },
+            self.over(
+                "weights",
+                RETRIEVERS_MAX as u64,
+                f.weights.len() as u64,
                 f.weights[RETRIEVERS_MAX].name.span,
             );
             return;
