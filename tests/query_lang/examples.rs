@@ -166,3 +166,54 @@ fn explain_returns_the_manifest_and_errors_point_at_the_text() {
     assert!(text.contains('^'), "no caret: {text}");
     db.close().unwrap();
 }
+
+/// Under `AS OF t`, attached derivatives are those ingested by `t`, with
+/// the status they had then: the store as it was, lineage included.
+#[test]
+fn attachments_under_as_of_hold_only_what_existed_then() {
+    use engram::ManualClock;
+    const DAY: i64 = 86_400_000;
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let db = fixture::open(tmp.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    let lines = |jsonl: &str| -> Vec<engram::NewRecord> {
+        engram::query::parse_jsonl(jsonl)
+            .unwrap()
+            .into_iter()
+            .map(|l| l.record)
+            .collect()
+    };
+    s.append(lines(
+        r#"{"external_id":"m1","kind":"user_message","text":"billing issue"}
+{"external_id":"d0","record":"assertion","kind":"fact","text":"an early fact","sources":["m1"]}"#,
+    ))
+    .unwrap();
+    clock.advance(DAY);
+    let then = engram::time::format_rfc3339(1_700_000_000_000 + DAY / 2);
+    s.append(lines(
+        r#"{"external_id":"d1","record":"assertion","kind":"fact","text":"a later fact","sources":["m1"]}"#,
+    ))
+    .unwrap();
+    let derivatives = |text: &str| -> Vec<String> {
+        let out = run(&s, text, &Params::new());
+        assert_eq!(out.rows.len(), 1, "{text}");
+        out.rows[0]["derivatives"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["external_id"].as_str().unwrap_or("-").to_string())
+            .collect()
+    };
+    assert_eq!(
+        derivatives("FIND events WITH DERIVATIVES RETURN external_id, derivatives"),
+        ["d0", "d1"]
+    );
+    assert_eq!(
+        derivatives(&format!(
+            "FIND events AS OF '{then}' WITH DERIVATIVES RETURN external_id, derivatives"
+        )),
+        ["d0"],
+        "a record ingested after AS OF was attached"
+    );
+}

@@ -217,7 +217,7 @@ impl Session {
             let (sources, derivatives) = if req.attach == Attach::default() {
                 (Vec::new(), Vec::new())
             } else {
-                self.attach(&st, idx, req.attach, &held)?
+                self.attach(&st, idx, req.attach, &held, req.as_of, &el)?
             };
             let historical = el.historical.contains(idx);
             hits.push(Hit {
@@ -417,12 +417,16 @@ impl Session {
     }
 
     /// Sources and derivatives of a hit, as far as the principal may read.
+    /// Under `as_of`, only records ingested by then, with the status they
+    /// had then (a record deleted since is shown deleted, without text).
     fn attach(
         &self,
         st: &State,
         idx: Idx,
         attach: Attach,
         held: &BTreeSet<String>,
+        as_of: Option<i64>,
+        el: &super::eligibility::Eligibility,
     ) -> Result<(Vec<Linked>, Vec<Linked>)> {
         let walk = |depth_max: Option<usize>, up: bool| -> Result<Vec<Linked>> {
             let Some(depth_max) = depth_max else {
@@ -443,7 +447,11 @@ impl Session {
                         .unwrap_or_default()
                 };
                 for n in next {
-                    if n == idx || seen.contains_key(&n) || !self.target(st, n, held).readable {
+                    if n == idx
+                        || seen.contains_key(&n)
+                        || !self.target(st, n, held).readable
+                        || as_of.is_some_and(|t| st.meta(n).ingested_at > t)
+                    {
                         continue;
                     }
                     seen.insert(n, d + 1);
@@ -464,7 +472,11 @@ impl Session {
                     external_id,
                     record: m.rtype.name(),
                     kind: st.strings.name(m.kind).to_string(),
-                    status: m.status.name(),
+                    status: if m.status == crate::model::Status::Deleted {
+                        m.status.name()
+                    } else {
+                        el.status(st, i).name()
+                    },
                     depth,
                     text,
                 });
