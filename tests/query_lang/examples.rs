@@ -217,3 +217,38 @@ fn attachments_under_as_of_hold_only_what_existed_then() {
         "a record ingested after AS OF was attached"
     );
 }
+
+/// `RECENT` with `AROUND` and no evidence retriever: recency is what ranks,
+/// and the neighbourhood grows around its hits; they are not dropped.
+#[test]
+fn recent_with_around_keeps_the_recent_hits() {
+    use engram::ManualClock;
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let db = fixture::open(tmp.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    let jsonl: String = (1..=7)
+        .map(|i| {
+            format!(
+                "{{\"external_id\":\"e{i}\",\"kind\":\"msg\",\"scope\":{{\"conversation\":\"c\"}},\"occurred_at\":\"2025-01-01T10:0{i}:00Z\",\"text\":\"turn {i}\"}}\n"
+            )
+        })
+        .collect();
+    let lines = engram::query::parse_jsonl(&jsonl).unwrap();
+    s.append(lines.into_iter().map(|l| l.record).collect())
+        .unwrap();
+    let ids = |text: &str| -> Vec<String> {
+        let out = run(&s, text, &Params::new());
+        col(&out, "external_id")
+    };
+    let recent = ids("FIND ANY RECENT TOP 2 RETURN external_id");
+    assert_eq!(recent, ["e7", "e6"]);
+    for fusion in ["", " FUSE LINEAR"] {
+        let with = ids(&format!(
+            "FIND ANY RECENT TOP 2 AROUND{fusion} RETURN external_id"
+        ));
+        for e in ["e7", "e6", "e5"] {
+            assert!(with.contains(&e.to_string()), "{fusion}: {with:?}");
+        }
+    }
+}

@@ -28,7 +28,8 @@
 //! ties broken by id. Default weights: vector 1.0, lexical 1.0, graph 0.5,
 //! recency 0.1. Recency only re-orders records that a content retriever
 //! (vector, lexical, graph) found; a record found by recency alone is not
-//! returned.
+//! returned, unless no content retriever ran (recency, perhaps with the
+//! episodic neighbourhood of its hits, is then what ranks).
 //!
 //! This module must never score a record outside the eligibility bitmap;
 //! every build asserts it for every candidate list and every hit.

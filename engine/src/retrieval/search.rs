@@ -516,10 +516,32 @@ fn listing(
 }
 
 /// Fuses the retrievers' candidates. A record found only by recency
-/// retrievers is dropped when a content retriever ran: recency re-orders
-/// evidence, it is not evidence.
+/// retrievers is dropped when an evidence retriever (similarity, keyword
+/// match, graph expansion) ran: recency re-orders evidence, it is not
+/// evidence. Without one, recency is what ranks (and episodic
+/// neighbourhoods grow around its hits), so its records stay.
 fn fuse(specs: &[RetrieverSpec], outputs: &[RetrieverOutput], fusion: Fusion) -> Vec<FusionInput> {
     fuse_single(specs, outputs, fusion).unwrap_or_else(|| fuse_grouped(specs, outputs, fusion))
+}
+
+/// Which retrievers' records are results (bit i: retriever i; 0: all;
+/// RETRIEVERS_MAX <= 32): every retriever but recency when an evidence
+/// retriever ran, every one otherwise.
+fn content_mask(specs: &[RetrieverSpec]) -> u32 {
+    let evidence = specs.iter().any(|s| {
+        matches!(
+            s.params.kind(),
+            RetrieverKind::Similar | RetrieverKind::Match | RetrieverKind::Expand
+        )
+    });
+    if !evidence {
+        return 0;
+    }
+    specs
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.params.kind() != RetrieverKind::Recent)
+        .fold(0, |m, (i, _)| m | 1 << i)
 }
 
 /// [`fuse`] in general: contributions grouped by record.
@@ -559,13 +581,7 @@ fn fuse_grouped(
                 == all.chunk_by(|a, b| a.0 == b.0).count(),
         "a retriever proposed a record twice"
     );
-    // Records found only by recency are not results of a content query
-    // (bit i: retriever i is a content retriever; RETRIEVERS_MAX <= 32).
-    let content: u32 = specs
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.params.kind() != RetrieverKind::Recent)
-        .fold(0, |m, (i, _)| m | 1 << i);
+    let content = content_mask(specs);
     let mut out: Vec<FusionInput> = Vec::with_capacity(all.len());
     out.extend(
         all.chunk_by(|a, b| a.0 == b.0)
@@ -603,10 +619,8 @@ fn fuse_single(
     if proposing.next().is_some() {
         return None;
     }
-    let content_ran = specs
-        .iter()
-        .any(|s| s.params.kind() != RetrieverKind::Recent);
-    if content_ran && specs[ri].params.kind() == RetrieverKind::Recent {
+    let content = content_mask(specs);
+    if content != 0 && content & 1 << ri == 0 {
         return None;
     }
     debug_assert!(
