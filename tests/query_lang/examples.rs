@@ -252,3 +252,45 @@ fn recent_with_around_keeps_the_recent_hits() {
         }
     }
 }
+
+/// A row read `AS OF t` shows the end of validity known at `t`, like its
+/// status: an expiry made later is not in it.
+#[test]
+fn valid_until_under_as_of_is_what_was_known_then() {
+    use engram::ManualClock;
+    const DAY: i64 = 86_400_000;
+    let t0 = 1_700_000_000_000;
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(t0);
+    let db = fixture::open(tmp.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![
+        engram::NewRecord::event("msg", "the api is down").with_external_id("e1"),
+    ])
+    .unwrap();
+    clock.advance(DAY);
+    s.expire(&engram::RecordRef::External("e1".into()), t0 + DAY / 4)
+        .unwrap();
+    let then = engram::time::format_rfc3339(t0 + DAY / 2);
+    let row = |text: &str| {
+        let out = run(&s, text, &Params::new());
+        assert_eq!(out.rows.len(), 1, "{text}");
+        (
+            out.rows[0]["status"].as_str().unwrap().to_string(),
+            out.rows[0]["valid_until"].clone(),
+        )
+    };
+    let (status, until) = row(&format!(
+        "FIND ANY WHERE status IN (active, historical) AS OF '{then}' VALID AT '{then}' RETURN status, valid_until"
+    ));
+    assert_eq!(status, "active");
+    assert!(until.is_null(), "a later expiry shows under AS OF: {until}");
+    let (status, until) =
+        row("FIND ANY WHERE status IN (active, historical) RETURN status, valid_until");
+    assert_eq!(status, "historical");
+    assert_eq!(
+        until,
+        engram::time::format_rfc3339(t0 + DAY / 4).as_str(),
+        "now, the expiry shows"
+    );
+}

@@ -17,6 +17,24 @@ impl Session {
         self.view(&st, idx, &held)
     }
 
+    /// [`Session::get`] as the store knew the record at `as_of` (None:
+    /// now): its end of validity as it stood then, an `expire` made later
+    /// not applied, so a row read `AS OF` a time agrees with its status
+    /// then.
+    pub fn get_as_of(&self, r: &RecordRef, as_of: Option<i64>) -> Result<Record> {
+        let mut rec = self.get(r)?;
+        if let Some(t) = as_of {
+            let st = self.db.inner.state.read();
+            if let Some(idx) = st.idx(rec.id) {
+                // the first change after `t` holds the value `t` knew
+                if let Some(c) = st.expiry_log.iter().find(|c| c.idx == idx && c.at > t) {
+                    rec.valid_until = c.before;
+                }
+            }
+        }
+        Ok(rec)
+    }
+
     /// The view of record `idx` as this principal sees it: a newer or older
     /// version it cannot read (a correction that added a label, an old
     /// version whose label the admin dropped) is not named. The record's

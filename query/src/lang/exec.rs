@@ -147,7 +147,7 @@ fn run(s: &Session, stmt: &Statement, ctx: &CheckContext) -> Result<QueryOutput,
             let r = s.search(&request)?;
             let mut rows = Vec::with_capacity(r.hits.len());
             for h in &r.hits {
-                rows.push(find_row(s, h, &returns)?);
+                rows.push(find_row(s, h, &returns, request.as_of)?);
             }
             Ok(QueryOutput {
                 columns: returns.iter().map(|f| f.name().to_string()).collect(),
@@ -254,6 +254,7 @@ fn find_row(
     s: &Session,
     h: &Hit,
     returns: &[ReturnField],
+    as_of: Option<i64>,
 ) -> Result<Map<String, Value>, EngineError> {
     let full = if returns.iter().any(|f| {
         matches!(
@@ -265,7 +266,7 @@ fn find_row(
                 | ReturnField::Labels
         )
     }) {
-        Some(s.get(&RecordRef::Id(h.id))?)
+        Some(s.get_as_of(&RecordRef::Id(h.id), as_of)?)
     } else {
         None
     };
