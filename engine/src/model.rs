@@ -51,6 +51,9 @@ pub mod limits {
     pub const GRAPH_DEPTH_MAX: usize = 4;
     /// ef_search of the vector index.
     pub const EF_MAX: usize = 10_000;
+    /// A retriever's fusion weight: large enough for any ratio worth
+    /// asking for, small enough that no sum of weighted scores overflows.
+    pub const WEIGHT_MAX: f64 = 1_000_000.0;
     /// Bytes of a context budget.
     pub const CONTEXT_BUDGET_BYTES_MAX: usize = 16 << 20;
     /// Records in one store (dense record indexes are 32-bit; the top

@@ -93,3 +93,22 @@ fn a_match_text_of_only_overlong_words_says_why_it_has_no_words() {
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(limit_of(&errors[0]).is_some(), "{errors:?}");
 }
+
+#[test]
+fn a_weight_too_large_to_sum_is_out_of_range() {
+    let huge = "9".repeat(308);
+    let text = format!(
+        "FIND ANY MATCH 'turn' AS a MATCH 'turn' AS b FUSE LINEAR WEIGHTS (a = {huge}, b = 1)"
+    );
+    let errors = compile(&text, &ctx()).unwrap_err();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        matches!(errors[0].kind(), ErrorKind::OutOfRange { what, .. } if what.contains("weight of `a`")),
+        "{errors:?}"
+    );
+    compile(
+        "FIND ANY MATCH 'turn' AS a MATCH 'turn' AS b FUSE LINEAR WEIGHTS (a = 1000000, b = 0)",
+        &ctx(),
+    )
+    .unwrap();
+}

@@ -258,8 +258,11 @@ fn validate(req: &RecallRequest) -> Result<()> {
         ("weights.recency", req.weights.recency),
         ("weights.graph", req.weights.graph),
     ] {
-        if !w.is_finite() || w < 0.0 {
-            return Err(EngineError::invalid(f, "must be a finite number >= 0"));
+        if !w.is_finite() || !(0.0..=limits::WEIGHT_MAX).contains(&w) {
+            return Err(EngineError::invalid(
+                f,
+                format!("must be a number in 0..={}", limits::WEIGHT_MAX),
+            ));
         }
     }
     if let (Some(a), Some(b)) = (req.filters.occurred_after, req.filters.occurred_before) {

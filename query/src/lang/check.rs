@@ -917,12 +917,13 @@ impl Checker<'_> {
                 }
             }
             if let Some(v) = self.ok(self.bind.number(&w.value)) {
-                if !(v.is_finite() && v >= 0.0) {
+                if !(v.is_finite() && (0.0..=engram_engine::model::limits::WEIGHT_MAX).contains(&v))
+                {
                     self.push(
                         ErrorKind::OutOfRange {
                             what: format!("the weight of `{}`", w.name.value),
                             got: v.to_string(),
-                            range: "finite numbers >= 0".into(),
+                            range: format!("0..={}", engram_engine::model::limits::WEIGHT_MAX),
                         },
                         w.value.span(),
                     );

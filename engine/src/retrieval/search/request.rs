@@ -315,8 +315,15 @@ impl SearchRequest {
                     ),
                 );
             }
-            if !(r.weight.is_finite() && r.weight >= 0.0) {
-                return bad("weight", format!("retriever '{}': must be >= 0", r.name));
+            if !(r.weight.is_finite() && (0.0..=limits::WEIGHT_MAX).contains(&r.weight)) {
+                return bad(
+                    "weight",
+                    format!(
+                        "retriever '{}': must be in 0..={}",
+                        r.name,
+                        limits::WEIGHT_MAX
+                    ),
+                );
             }
             match &r.params {
                 RetrieverParams::Similar {
