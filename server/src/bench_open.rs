@@ -113,6 +113,12 @@ pub fn run(ctx: &Ctx, a: OpenBenchArgs) -> CliResult {
     if a.records == 0 || a.tenants == 0 || a.runs == 0 {
         return Err(fail("--records, --tenants and --runs must be at least 1"));
     }
+    if a.tenants > a.records {
+        return Err(fail(format!(
+            "--tenants {} is more than --records {}: every tenant needs a record",
+            a.tenants, a.records
+        )));
+    }
     if !(0.0..=1.0).contains(&a.vector_share) {
         return Err(fail("--vector-share must be between 0 and 1"));
     }

@@ -68,6 +68,9 @@ fn params(a: &QueryArgs) -> Result<Params, CliError> {
         }
         None => Params::new(),
     };
+    // A --param overrides --param-file; two --param of one name are a
+    // mistake (which one was meant?).
+    let mut given = std::collections::BTreeSet::new();
     for kv in &a.params {
         let Some((name, value)) = kv.split_once('=') else {
             return Err(CliError::Message(format!(
@@ -75,6 +78,11 @@ fn params(a: &QueryArgs) -> Result<Params, CliError> {
             )));
         };
         let name = param_name(name).map_err(|e| CliError::Message(format!("--param {kv}: {e}")))?;
+        if !given.insert(name) {
+            return Err(CliError::Message(format!(
+                "--param {name} is given twice; give each parameter once"
+            )));
+        }
         let v = match serde_json::from_str::<Value>(value) {
             Ok(j) => ParamValue::from_json(&j)
                 .map_err(|e| CliError::Message(format!("--param {name}: {e}")))?,

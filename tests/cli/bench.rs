@@ -220,3 +220,24 @@ fn bench_ingest_with_vectors_runs_with_and_without_the_indexer() {
         }
     }
 }
+
+#[test]
+fn bench_open_refuses_more_tenants_than_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = engram(&[
+        "bench",
+        "open",
+        "--records",
+        "10",
+        "--tenants",
+        "100",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--tenants 100 is more than --records 10"),
+        "{err}"
+    );
+}

@@ -456,3 +456,29 @@ fn the_six_examples_run_through_engram_query() {
         "followed `likes`: {reached:?}"
     );
 }
+
+#[test]
+fn a_parameter_given_twice_is_refused_and_hints_name_the_cli_ways_to_bind() {
+    let (_tmp, d) = store();
+    let o = engram(&[
+        "--data",
+        &d,
+        "query",
+        "--tenant",
+        "t",
+        "FIND ANY LIMIT $n",
+        "--param",
+        "n=1",
+        "--param",
+        "n=3",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("--param n is given twice"),
+        "{}",
+        text(&o)
+    );
+    let o = engram(&["--data", &d, "query", "--tenant", "t", "FIND ANY LIMIT $n"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("--param n="), "{}", text(&o));
+}

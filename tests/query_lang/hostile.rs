@@ -112,3 +112,22 @@ fn a_weight_too_large_to_sum_is_out_of_range() {
     )
     .unwrap();
 }
+
+#[test]
+fn a_model_hint_names_the_space_of_the_vector_s_dimensions() {
+    use engram::query::lang::{ParamValue, Params};
+    let mut params = Params::new();
+    params.insert("v", ParamValue::Vector(vec![0.0, 1.0, 0.0, 0.0]));
+    let ctx = CheckContext {
+        params,
+        models: [("big".to_string(), 8), ("small".to_string(), 4)].into(),
+        ..CheckContext::default()
+    };
+    let errors = compile("FIND ANY SIMILAR TO $v", &ctx).unwrap_err();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let hint = errors[0].hint().unwrap_or_default();
+    assert!(
+        hint.contains("'small'") && !hint.contains("'big'"),
+        "{hint}"
+    );
+}

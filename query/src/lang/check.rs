@@ -662,10 +662,37 @@ impl Checker<'_> {
                         self.ctx.models.iter().next().map(|(m, d)| (m.clone(), *d))
                     }
                     None => {
-                        let hint = format!(
-                            "add MODEL '{}'",
-                            available.first().cloned().unwrap_or_default()
-                        );
+                        // a space of the vector's dimensions, if there is one
+                        let fits: Vec<&String> = self
+                            .ctx
+                            .models
+                            .iter()
+                            .filter(|(_, d)| **d == v.len())
+                            .map(|(m, _)| m)
+                            .collect();
+                        let hint = match fits.as_slice() {
+                            [] => format!(
+                                "no space has {} dimensions (the vector's); spaces: {}",
+                                v.len(),
+                                self.ctx
+                                    .models
+                                    .iter()
+                                    .map(|(m, d)| format!("'{m}' ({d})"))
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ),
+                            [one] => {
+                                format!("add MODEL '{one}' (the space of {} dimensions)", v.len())
+                            }
+                            many => format!(
+                                "add MODEL with one of {} ({} dimensions each)",
+                                many.iter()
+                                    .map(|m| format!("'{m}'"))
+                                    .collect::<Vec<_>>()
+                                    .join(", "),
+                                v.len()
+                            ),
+                        };
                         self.push_hint(
                             ErrorKind::ModelRequired { available },
                             s.query.span(),

@@ -216,7 +216,7 @@ impl<'a> Binder<'a> {
                 span,
             )
             .with_hint(format!(
-                "bind it in the request's parameters: {{\"{name}\": ...}}"
+                "bind it: --param {name}=... (engram query), \\param {name} ... (engram shell), or {{\"{name}\": ...}} in the request's parameters (HTTP)"
             ))
         })
     }
