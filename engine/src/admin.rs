@@ -236,6 +236,10 @@ impl Engram {
     /// damaged in place would otherwise be searched as it is).
     pub fn verify(&self) -> Result<VerifyReport> {
         let mut report = VerifyReport::default();
+        // Ledger lines found damaged (still JSON, differing from the log's
+        // entry) when this handle reconciled the file with the log. (Taken
+        // before the state lock: reconciling takes them in that order.)
+        report.problems.extend(self.ledger_sync().iter().cloned());
         let (frames, problems) = self.log().verify()?;
         report.frames = frames;
         for p in problems {
@@ -333,6 +337,7 @@ impl Engram {
             }
         }
         report.problems.extend(row_problems);
+
         let in_state = st.metas.iter().filter(|m| m.loc.lsn <= upto).count();
         if in_state != in_log.len() {
             report.problems.push(format!(

@@ -97,6 +97,14 @@ impl Engram {
         let backend = opts.backend.clone();
         crate::store_dir::prepare(backend.as_ref(), dir, false, true)?;
         let io = |p: &Path, e| EngineError::Storage(StorageError::io(p, e));
+        // The lock first: a store in use is refused with no byte changed.
+        let lock_path = layout::lock(dir);
+        let lock = backend
+            .try_lock(&lock_path)
+            .map_err(|e| io(&lock_path, e))?
+            .ok_or(EngineError::Storage(StorageError::Locked {
+                path: lock_path.clone(),
+            }))?;
         let quarantine = {
             let root = dir.join("quarantine");
             backend.create_dir_all(&root).map_err(|e| io(&root, e))?;
@@ -104,13 +112,7 @@ impl Engram {
             root.join(format!("repair-{n}"))
         };
         let cut = {
-            let lock_path = layout::lock(dir);
-            let _lock = backend
-                .try_lock(&lock_path)
-                .map_err(|e| io(&lock_path, e))?
-                .ok_or(EngineError::Storage(StorageError::Locked {
-                    path: lock_path.clone(),
-                }))?;
+            let _lock = lock;
             // The ledger's deletions and revocations are applied again after
             // the cut (by the next open, even if this process stops now).
             let ledger = read_ledger(backend.as_ref(), dir)?;

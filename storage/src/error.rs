@@ -61,7 +61,8 @@ pub enum StorageError {
     /// The segment was written by a newer format version. Give up: upgrade
     /// Engram.
     #[error(
-        "segment {segment} uses log format version {found}; this build reads up to {supported}"
+        "segment {segment} uses log format version {found}; this build reads up to {supported} \
+         (a newer Engram wrote it: open the store with that version; nothing was changed)"
     )]
     UnsupportedFormat {
         /// Segment number.

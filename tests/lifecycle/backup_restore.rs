@@ -370,3 +370,57 @@ fn restore_reapplies_holds_placed_or_lifted_after_the_backup() {
         "the later hold was lost by the restore"
     );
 }
+
+/// A ledger line damaged in place but still JSON (a deletion's target
+/// changed) is found by `verify` and written again from the log by the
+/// next writable open, so a restore still re-applies the true deletion.
+#[test]
+fn a_ledger_line_damaged_in_place_is_found_and_rewritten_from_the_log() {
+    let (dir, _backups, bdir, clock) = dirs();
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![
+        NewRecord::event("note", "ledger-canary to be deleted").with_external_id("x"),
+        NewRecord::event("note", "another note").with_external_id("y"),
+    ])
+    .unwrap();
+    db.backup(&bdir).unwrap();
+    let x = s.resolve(&ext("x")).unwrap().to_string();
+    s.delete(&ext("x"), None).unwrap();
+    db.close().unwrap();
+    // one character of the target id changed: still an id, still JSON
+    let path = dir.path().join("ledger.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let last = x.chars().last().unwrap();
+    let other = if last == '0' { '1' } else { '0' };
+    let damaged_id = format!("{}{other}", &x[..x.len() - 1]);
+    assert!(text.contains(&x));
+    std::fs::write(&path, text.replace(&x, &damaged_id)).unwrap();
+
+    let ro = engram::Options {
+        read_only: true,
+        ..opts(&clock)
+    };
+    let db = Engram::open(dir.path(), ro).unwrap();
+    let v = db.verify().unwrap();
+    assert!(
+        v.problems
+            .iter()
+            .any(|p| p.contains("ledger.jsonl line 1 differed")),
+        "{:?}",
+        v.problems
+    );
+    db.close().unwrap();
+
+    let r = Engram::restore(dir.path(), &bdir, &opts(&clock), None).unwrap();
+    assert_eq!(r.deletions_reapplied, 1, "{r:?}");
+    let db = open(dir.path(), &clock);
+    assert!(matches!(
+        db.session(Principal::admin("t")).get(&ext("x")),
+        Err(EngineError::NotFound { .. })
+    ));
+    assert!(db.verify().unwrap().ok());
+    db.close().unwrap();
+    assert!(std::fs::read_to_string(&path).unwrap().contains(&x));
+    assert!(grep(dir.path(), "ledger-canary").is_empty());
+}

@@ -262,3 +262,19 @@ fn damage_inside_a_batch_of_a_sealed_segment_names_the_last_intact_frame_and_bat
         "{e}"
     );
 }
+
+#[test]
+fn a_repair_refused_because_the_store_is_in_use_changes_nothing() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    multi_segment_store(&store);
+    let db = Engram::open(&store, small_segments()).unwrap();
+    let e = Engram::repair_log(&store, &small_segments(), 100).unwrap_err();
+    assert!(
+        matches!(e, EngineError::Storage(StorageError::Locked { .. })),
+        "{e}"
+    );
+    assert!(!store.join("quarantine").exists(), "a refused repair wrote");
+    db.close().unwrap();
+}

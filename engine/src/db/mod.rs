@@ -244,8 +244,10 @@ pub(crate) struct Inner {
     /// Held shared by appends, exclusively by maintenance (compaction, restore).
     maintenance: RwLock<()>,
     /// Serialises reconciling `ledger.jsonl` with the log: two deletions
-    /// reconciling at once would interleave their appends.
-    ledger_sync: Mutex<()>,
+    /// reconciling at once would interleave their appends. Holds what
+    /// reconciling found damaged in the file since open (reported by
+    /// `verify`).
+    ledger_sync: Mutex<Vec<String>>,
 }
 
 /// An open store. Cheap to clone; all clones share one store.
@@ -367,8 +369,9 @@ impl Engram {
         self.inner.maintenance.write()
     }
 
-    /// Serialises reconciling `ledger.jsonl` with the log.
-    pub(crate) fn ledger_sync(&self) -> parking_lot::MutexGuard<'_, ()> {
+    /// Serialises reconciling `ledger.jsonl` with the log; holds the
+    /// damage found in it since open.
+    pub(crate) fn ledger_sync(&self) -> parking_lot::MutexGuard<'_, Vec<String>> {
         self.inner.ledger_sync.lock()
     }
 

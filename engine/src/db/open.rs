@@ -221,7 +221,7 @@ impl Engram {
             checkpointer: Mutex::new(None),
             closed: AtomicBool::new(false),
             maintenance: RwLock::new(()),
-            ledger_sync: Mutex::new(()),
+            ledger_sync: Mutex::new(Vec::new()),
         });
         Self::start_threads(&inner)?;
         let db = Engram { inner };

@@ -121,8 +121,14 @@ pub(super) fn read_ledger_file(
             Err(_) if i + 1 == lines.len() => torn = true,
             Err(e) => {
                 return Err(EngineError::Corrupt {
-                    what: format!("ledger line {}", i + 1),
-                    detail: e.to_string(),
+                    what: format!("{} line {}", path.display(), i + 1),
+                    detail: format!(
+                        "{e}. The log holds every deletion, revocation and hold of this \
+                         store: move the file aside and open the store again to write it \
+                         anew from the log (entries it held only for a restore of an \
+                         older backup are then lost; keep the moved file to pass as \
+                         `restore --ledger`)"
+                    ),
                 });
             }
         }
@@ -260,10 +266,35 @@ pub(crate) fn resume_restore(db: &Engram) -> Result<Option<RestoreReport>> {
     Ok(Some(report))
 }
 
-/// Appends the log's ledger entries missing from the ledger file (a torn
-/// tail is repaired by rewriting the file whole).
-fn reconcile_ledger(backend: &dyn Backend, dir: &Path, st: &State) -> Result<usize> {
-    let (lines, torn) = read_ledger_checked(backend, dir)?;
+/// Lines of the ledger file that differ from the log's entry under the
+/// same operation id (a line damaged in place but still JSON), as (line
+/// number, the log's line). The log is checksummed; the file is not.
+pub(crate) fn ledger_mismatches(lines: &[LedgerLine], st: &State) -> Vec<(usize, LedgerLine)> {
+    let in_log: std::collections::HashMap<String, LedgerLine> = st
+        .ledger
+        .iter()
+        .map(|e| (e.op_id.to_string(), LedgerLine::from(e)))
+        .collect();
+    lines
+        .iter()
+        .enumerate()
+        .filter_map(|(n, l)| match in_log.get(&l.op_id) {
+            Some(want) if want != l => Some((n + 1, want.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Appends the log's ledger entries missing from the ledger file. A torn
+/// tail, or a line that differs from the log's entry of its operation
+/// (damaged in place), is repaired by rewriting the file whole, the log's
+/// entry in place of the damaged line.
+fn reconcile_ledger(
+    backend: &dyn Backend,
+    dir: &Path,
+    st: &State,
+) -> Result<(usize, Vec<(usize, LedgerLine)>)> {
+    let (mut lines, torn) = read_ledger_checked(backend, dir)?;
     let have: BTreeSet<String> = lines.iter().map(|l| l.op_id.clone()).collect();
     let missing: Vec<LedgerLine> = st
         .ledger
@@ -271,7 +302,11 @@ fn reconcile_ledger(backend: &dyn Backend, dir: &Path, st: &State) -> Result<usi
         .filter(|e| !have.contains(&e.op_id.to_string()))
         .map(LedgerLine::from)
         .collect();
-    if torn {
+    let damaged = ledger_mismatches(&lines, st);
+    for (n, want) in &damaged {
+        lines[n - 1] = want.clone();
+    }
+    if torn || !damaged.is_empty() {
         let mut all = lines;
         all.extend(missing.iter().cloned());
         write_all_durable(backend, &ledger_path(dir), render_ledger(&all).as_bytes())?;
@@ -282,15 +317,27 @@ fn reconcile_ledger(backend: &dyn Backend, dir: &Path, st: &State) -> Result<usi
             render_ledger(&missing).as_bytes(),
         )?;
     }
-    Ok(missing.len())
+    Ok((missing.len(), damaged))
 }
 
 impl Engram {
     /// Brings the ledger file up to date with the log.
     pub(crate) fn sync_ledger(&self) -> Result<()> {
-        let _one_at_a_time = self.ledger_sync();
+        let mut found = self.ledger_sync();
         let st = self.state();
-        reconcile_ledger(self.backend().as_ref(), self.dir(), &st)?;
+        let (_, damaged) = reconcile_ledger(self.backend().as_ref(), self.dir(), &st)?;
+        found.extend(damaged.into_iter().map(|(n, want)| {
+            format!(
+                "ledger.jsonl line {n} differed from the log's operation {} ({}); it was written again from the log{}",
+                want.op_id,
+                want.op,
+                if self.options().read_only {
+                    " in memory only (read-only open): a writable open fixes the file"
+                } else {
+                    ""
+                }
+            )
+        }));
         Ok(())
     }
 }

@@ -624,7 +624,9 @@ impl SegmentLog {
                     first_lsn: prev_end + 1,
                     last_lsn: ropts.durable_lsn,
                     detail: format!(
-                        "the log ends at LSN {prev_end} but {evidence} shows LSN {} was durable",
+                        "the log ends at LSN {prev_end} but {evidence} shows LSN {} was durable \
+                         (if that derived file came from another store, remove derived/ and \
+                         open again: it is rebuilt from the log)",
                         ropts.durable_lsn
                     ),
                 },
