@@ -151,6 +151,49 @@ enum Stop {
     Failed(ServerError),
 }
 
+/// `msg` with each "item N" / "items N and M" (positions in the batch)
+/// said as the body's line numbers (`lines[N]`).
+fn items_as_lines(msg: &str, lines: &[usize]) -> String {
+    let mut out = String::with_capacity(msg.len());
+    let mut rest = msg;
+    while let Some(at) = rest.find("item") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 4..];
+        let (plural, after) = match after.strip_prefix('s') {
+            Some(a) => (true, a),
+            None => (false, after),
+        };
+        let digits = |s: &str| -> Option<(usize, usize)> {
+            let s2 = s.strip_prefix(' ')?;
+            let n = s2.bytes().take_while(u8::is_ascii_digit).count();
+            let v: usize = s2[..n].parse().ok()?;
+            Some((1 + n, *lines.get(v)?))
+        };
+        match digits(after) {
+            Some((len, first)) => {
+                let mut tail = &after[len..];
+                let mut said = format!("{} {first}", if plural { "lines" } else { "line" });
+                if plural {
+                    if let Some(and) = tail.strip_prefix(" and") {
+                        if let Some((len2, second)) = digits(and) {
+                            said.push_str(&format!(" and {second}"));
+                            tail = &and[len2..];
+                        }
+                    }
+                }
+                out.push_str(&said);
+                rest = tail;
+            }
+            None => {
+                out.push_str("item");
+                rest = &rest[at + 4..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 fn error_json(e: &ServerError) -> Value {
     json!({"code": e.code(), "message": e.public_message(), "details": e.details()})
 }
@@ -381,9 +424,14 @@ impl Bulk {
                 if fatal {
                     return Err(Stop::Failed(err));
                 }
+                // The engine counts items of the batch; the caller sent lines.
+                let mut own = error_json(&err);
+                if let Some(m) = own["message"].as_str() {
+                    own["message"] = Value::String(items_as_lines(m, &lines));
+                }
                 let rows = lines
                     .iter()
-                    .map(|&l| (l, (at.is_none() || at == Some(l)).then(|| error_json(&err))))
+                    .map(|&l| (l, (at.is_none() || at == Some(l)).then(|| own.clone())))
                     .collect();
                 self.reject(rows, at.unwrap_or(first), &mut out);
                 self.send_text(out).await
@@ -445,4 +493,27 @@ fn parse_line(text: &str, n: usize) -> Result<NewRecord, ServerError> {
         });
     }
     Ok(l.record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::items_as_lines;
+
+    #[test]
+    fn batch_items_are_said_as_the_body_s_lines() {
+        let lines = [1, 2, 4];
+        assert_eq!(
+            items_as_lines(
+                "item 2: invalid external_id: 'd' appears twice in the batch (items 0 and 2) and item 2 does not supersede it",
+                &lines
+            ),
+            "line 4: invalid external_id: 'd' appears twice in the batch (lines 1 and 4) and line 4 does not supersede it"
+        );
+        // no position, or one past the batch: left as it is
+        assert_eq!(
+            items_as_lines("an itemized note", &lines),
+            "an itemized note"
+        );
+        assert_eq!(items_as_lines("item 9: x", &lines), "item 9: x");
+    }
 }
