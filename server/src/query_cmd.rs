@@ -113,7 +113,18 @@ pub fn query(ctx: &Ctx, a: QueryArgs) -> CliResult {
         (None, Some(f)) => read_input(f)?,
         _ => return Err(CliError::Message("give a statement, or -f FILE".into())),
     };
-    let params = params(&a)?;
+    let params = match params(&a) {
+        Ok(p) => p,
+        // with --json, every failure of the statement's input is JSON
+        Err(CliError::Message(m)) if a.json => {
+            crate::outln!(
+                "{}",
+                serde_json::json!({"errors": [{"code": "invalid_param", "message": m}]})
+            );
+            return Ok(ExitCode::from(1));
+        }
+        Err(e) => return Err(e),
+    };
     let db = ctx.open_store()?;
     let s = session_for(&db, &a.tenant, a.principal.as_deref());
     let r = s.query(&text, &params);

@@ -481,4 +481,19 @@ fn a_parameter_given_twice_is_refused_and_hints_name_the_cli_ways_to_bind() {
     let o = engram(&["--data", &d, "query", "--tenant", "t", "FIND ANY LIMIT $n"]);
     assert!(!o.status.success());
     assert!(text(&o).contains("--param n="), "{}", text(&o));
+    // with --json, a bad --param is a JSON error too
+    let o = engram(&[
+        "--data",
+        &d,
+        "query",
+        "--tenant",
+        "t",
+        "--json",
+        "FIND ANY LIMIT $n",
+        "--param",
+        "n",
+    ]);
+    assert!(!o.status.success());
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
+    assert_eq!(j["errors"][0]["code"], "invalid_param", "{j}");
 }
