@@ -266,9 +266,21 @@ pub(crate) fn resume_restore(db: &Engram) -> Result<Option<RestoreReport>> {
     Ok(Some(report))
 }
 
-/// Lines of the ledger file that differ from the log's entry under the
-/// same operation id (a line damaged in place but still JSON), as (line
-/// number, the log's line). The log is checksummed; the file is not.
+/// What a ledger line does when re-applied: its operation and target.
+/// (Not its time or reason: an entry re-applied by a restore is logged
+/// again under its operation id with the restore's time and reason.)
+fn effect(l: &LedgerLine) -> impl PartialEq + '_ {
+    (
+        (&l.op, &l.tenant, &l.target),
+        (&l.principal, &l.label, &l.role),
+        (&l.scope, &l.on),
+    )
+}
+
+/// Lines of the ledger file whose effect differs from the log's entry
+/// under the same operation id (a line damaged in place but still JSON),
+/// as (line number, the log's line). The log is checksummed; the file is
+/// not.
 pub(crate) fn ledger_mismatches(lines: &[LedgerLine], st: &State) -> Vec<(usize, LedgerLine)> {
     let in_log: std::collections::HashMap<String, LedgerLine> = st
         .ledger
@@ -279,7 +291,7 @@ pub(crate) fn ledger_mismatches(lines: &[LedgerLine], st: &State) -> Vec<(usize,
         .iter()
         .enumerate()
         .filter_map(|(n, l)| match in_log.get(&l.op_id) {
-            Some(want) if want != l => Some((n + 1, want.clone())),
+            Some(want) if effect(want) != effect(l) => Some((n + 1, want.clone())),
             _ => None,
         })
         .collect()
