@@ -340,3 +340,45 @@ def test_datetimes_inside_a_body_are_sent_as_rfc3339() -> None:
     c.append([{"kind": "note", "text": "x", "occurred_at": dt.datetime(2025, 1, 1, 12, 30)}])
     sent = json.loads(s.requests[0].content)
     assert sent[0]["occurred_at"].startswith("2025-01-01T12:30:00")
+
+
+def test_a_key_read_with_its_newline_works_and_a_bad_one_is_refused_without_echo() -> None:
+    seen: List[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"status": "ok"})
+
+    secret = "egk_" + "ab" * 32
+    c = Client("http://engram.test", secret + "\n", transport=httpx.MockTransport(handler))
+    c.stats()
+    assert seen[0].headers["authorization"] == f"Bearer {secret}"
+    with pytest.raises(ValueError) as e:
+        Client("http://engram.test", secret[:10] + " " + secret[10:])
+    assert secret[:20] not in str(e.value)
+
+
+def test_a_transport_error_never_carries_the_key_and_a_local_one_is_not_retried() -> None:
+    secret = "egk_" + "cd" * 32
+    calls: List[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        raise httpx.LocalProtocolError(f"Illegal header value b'Bearer {secret}'")
+
+    c = Client("http://engram.test", secret, retry=FAST, transport=httpx.MockTransport(handler))
+    slept: List[float] = []
+    c._sleep = slept.append  # type: ignore[method-assign]
+    with pytest.raises(TransportError) as e:
+        c.stats()
+    assert secret not in str(e.value) and "redacted" in str(e.value)
+    assert len(calls) == 1 and slept == []
+
+
+def test_a_404_that_is_not_engrams_is_not_a_missing_record() -> None:
+    s = Script(httpx.Response(404, content=b"<!DOCTYPE HTML><title>404</title>"))
+    c, _ = client(s, RetryPolicy(max_attempts=1))
+    with pytest.raises(EngramError) as e:
+        c.get("n1")
+    assert not isinstance(e.value, NotFound)
+    assert e.value.code == "http_404"

@@ -81,6 +81,8 @@ class RetryPolicy:
         if attempt >= self.max_attempts or kind is Retry.NEVER:
             return False
         if isinstance(err, TransportError):
+            if err.details.get("local"):
+                return False
             connect = bool(err.details.get("connect"))
             return connect or kind is Retry.IDEMPOTENT
         if err.status not in self.retry_statuses:
@@ -532,14 +534,34 @@ def request_headers(call: Call, key: Optional[str]) -> Dict[str, str]:
     return h
 
 
-def transport_error(exc: Exception) -> TransportError:
+def check_key(key: Optional[str]) -> Optional[str]:
+    """The API key as it is sent: surrounding whitespace (a key read from a
+    file with its newline) dropped. A key that an HTTP header cannot carry
+    raises ``ValueError``, which never repeats the key (it is a secret)."""
+    if key is None:
+        return None
+    k = key.strip()
+    if not k or any(not 33 <= ord(c) <= 126 for c in k):
+        raise ValueError(
+            "the API key is empty or holds characters an HTTP header cannot carry "
+            "(a key is egk_ and 64 hex digits, as `engram keys create` prints it)"
+        )
+    return k
+
+
+def transport_error(exc: Exception, key: Optional[str] = None) -> TransportError:
     """Wraps an ``httpx.TransportError``; ``details.connect`` tells whether
-    the connection was never opened (so nothing was sent)."""
+    the connection was never opened (so nothing was sent), ``details.local``
+    whether the request could not even be written (never worth a retry).
+    The key never appears in the message."""
     import httpx
 
     connect = isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
+    local = isinstance(exc, httpx.LocalProtocolError)
     message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return TransportError(0, "transport", message, {"connect": connect})
+    if key:
+        message = message.replace(key, "egk_<redacted>")
+    return TransportError(0, "transport", message, {"connect": connect, "local": local})
 
 
 def decode(call: Call, content: bytes) -> Any:

@@ -92,7 +92,7 @@ class AsyncClient:
         transport: Optional[httpx.AsyncBaseTransport] = None,
         http_client: Optional[httpx.AsyncClient] = None,
     ) -> None:
-        self.key = key
+        self.key = _api.check_key(key)
         self.retry = retry or RetryPolicy()
         self._owns_http = http_client is None
         self._http = http_client or httpx.AsyncClient(
@@ -131,7 +131,7 @@ class AsyncClient:
                     headers=_api.request_headers(call, self.key),
                 )
             except httpx.TransportError as exc:
-                err: EngramError = _api.transport_error(exc)
+                err: EngramError = _api.transport_error(exc, self.key)
                 if self.retry.should_retry(call.retry, err, attempt):
                     await self._sleep(self.retry.delay(attempt, None))
                     continue
@@ -467,7 +467,7 @@ class AsyncBulkStream(AsyncIterator[BulkLine]):
                             yield cast(BulkLine, out)
             except httpx.TransportError as exc:
                 self._totals.summary["complete"] = False
-                raise _api.transport_error(exc) from exc
+                raise _api.transport_error(exc, self._client.key) from exc
             self._totals.request_ended()
             offset += sent[0]
 

@@ -78,7 +78,7 @@ class Client:
         transport: Optional[httpx.BaseTransport] = None,
         http_client: Optional[httpx.Client] = None,
     ) -> None:
-        self.key = key
+        self.key = _api.check_key(key)
         self.retry = retry or RetryPolicy()
         self._owns_http = http_client is None
         self._http = http_client or httpx.Client(
@@ -117,7 +117,7 @@ class Client:
                     headers=_api.request_headers(call, self.key),
                 )
             except httpx.TransportError as exc:
-                err: EngramError = _api.transport_error(exc)
+                err: EngramError = _api.transport_error(exc, self.key)
                 if self.retry.should_retry(call.retry, err, attempt):
                     self._sleep(self.retry.delay(attempt, None))
                     continue
@@ -448,6 +448,6 @@ class BulkStream(Iterator[BulkLine]):
                             yield cast(BulkLine, out)
             except httpx.TransportError as exc:
                 self._totals.summary["complete"] = False
-                raise _api.transport_error(exc) from exc
+                raise _api.transport_error(exc, self._client.key) from exc
             self._totals.request_ended()
             offset += sent[0]

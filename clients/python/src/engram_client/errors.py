@@ -200,6 +200,10 @@ def error_class(status: int, code: str) -> Type[EngramError]:
         return EngramError
     if status == 503 and code == "timeout":
         return Timeout
+    if status == 404 and code == "http_404":
+        # A 404 without Engram's error body: a proxy or another service at
+        # the base URL, not a missing record.
+        return EngramError
     cls = _BY_STATUS.get(status)
     if cls is not None:
         return cls
