@@ -123,10 +123,16 @@ class Record(TypedDict, total=False):
     text: Optional[str]
     data: JSON
     access: List[str]
+    effective_access: List[str]
     writer: Writer
     supersedes: Optional[str]
+    superseded_by: Optional[str]
     sources: List[str]
     status: str
+    valid_from: Optional[str]
+    valid_until: Optional[str]
+    retention_class: str
+    lsn: int
 
 
 class ItemResult(TypedDict, total=False):
@@ -245,6 +251,7 @@ class RecallRequest(TypedDict, total=False):
     id: Any
     explain: bool
     with_text: bool
+    weights: Dict[str, float]
 
 
 class Hit(TypedDict, total=False):
@@ -261,6 +268,7 @@ class Hit(TypedDict, total=False):
     historical: bool
     text: Optional[str]
     found_by: List[List[Any]]
+    ranks: List[Dict[str, Any]]
 
 
 class RecallResponse(TypedDict, total=False):
@@ -356,6 +364,7 @@ class QueryResponse(TypedDict, total=False):
     columns: List[str]
     rows: List[Dict[str, Any]]
     manifest: Dict[str, Any]
+    statement: str
 
 
 class Status(TypedDict):
