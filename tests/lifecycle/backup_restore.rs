@@ -406,7 +406,7 @@ fn a_ledger_line_damaged_in_place_is_found_and_rewritten_from_the_log() {
     assert!(
         v.problems
             .iter()
-            .any(|p| p.contains("ledger.jsonl line 1 differed")),
+            .any(|p| p.contains("ledger.jsonl line 1 differs")),
         "{:?}",
         v.problems
     );
