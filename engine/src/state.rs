@@ -682,6 +682,16 @@ impl State {
         }
     }
 
+    /// Record `idx`'s end of validity as known at transaction time `t`: the
+    /// value before its first change made after `t` (eligibility reverts
+    /// every record at once with the same rule).
+    pub fn valid_until_at(&self, idx: Idx, t: i64) -> Option<i64> {
+        match self.expiry_log.iter().find(|c| c.idx == idx && c.at > t) {
+            Some(c) => c.before,
+            None => self.metas[idx as usize].valid_until,
+        }
+    }
+
     /// The status each record changed after transaction time `t` had at
     /// `t`: the `from` of its first transition made after it. Records
     /// missing from the map have their current status.

@@ -26,10 +26,7 @@ impl Session {
         if let Some(t) = as_of {
             let st = self.db.inner.state.read();
             if let Some(idx) = st.idx(rec.id) {
-                // the first change after `t` holds the value `t` knew
-                if let Some(c) = st.expiry_log.iter().find(|c| c.idx == idx && c.at > t) {
-                    rec.valid_until = c.before;
-                }
+                rec.valid_until = st.valid_until_at(idx, t);
             }
         }
         Ok(rec)

@@ -281,7 +281,7 @@ fn effect(l: &LedgerLine) -> impl PartialEq + '_ {
 /// under the same operation id (a line damaged in place but still JSON),
 /// as (line number, the log's line). The log is checksummed; the file is
 /// not.
-pub(crate) fn ledger_mismatches(lines: &[LedgerLine], st: &State) -> Vec<(usize, LedgerLine)> {
+fn ledger_mismatches(lines: &[LedgerLine], st: &State) -> Vec<(usize, LedgerLine)> {
     let in_log: std::collections::HashMap<String, LedgerLine> = st
         .ledger
         .iter()
@@ -301,11 +301,12 @@ pub(crate) fn ledger_mismatches(lines: &[LedgerLine], st: &State) -> Vec<(usize,
 /// tail, or a line that differs from the log's entry of its operation
 /// (damaged in place), is repaired by rewriting the file whole, the log's
 /// entry in place of the damaged line.
+/// Returns the damaged lines it rewrote, as (line number, the log's line).
 fn reconcile_ledger(
     backend: &dyn Backend,
     dir: &Path,
     st: &State,
-) -> Result<(usize, Vec<(usize, LedgerLine)>)> {
+) -> Result<Vec<(usize, LedgerLine)>> {
     let (mut lines, torn) = read_ledger_checked(backend, dir)?;
     let have: BTreeSet<String> = lines.iter().map(|l| l.op_id.clone()).collect();
     let missing: Vec<LedgerLine> = st
@@ -329,7 +330,7 @@ fn reconcile_ledger(
             render_ledger(&missing).as_bytes(),
         )?;
     }
-    Ok((missing.len(), damaged))
+    Ok(damaged)
 }
 
 impl Engram {
@@ -337,7 +338,7 @@ impl Engram {
     pub(crate) fn sync_ledger(&self) -> Result<()> {
         let mut found = self.ledger_sync();
         let st = self.state();
-        let (_, damaged) = reconcile_ledger(self.backend().as_ref(), self.dir(), &st)?;
+        let damaged = reconcile_ledger(self.backend().as_ref(), self.dir(), &st)?;
         // A writable open has fixed the file; a read-only one only in
         // memory, so the file on disk is still damaged: `verify` says so.
         if self.options().read_only {

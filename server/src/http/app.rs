@@ -202,25 +202,14 @@ impl App {
 
     /// Keeps the log counters of `old`, a handle about to be replaced.
     fn carry_log_counters(&self, old: &Engram) {
-        let o = old.log_stats();
-        let mut c = self.log_carried.lock();
-        c.n_groups += o.n_groups;
-        c.n_frames_appended += o.n_frames_appended;
-        c.fsync_us_total += o.fsync_us_total;
-        c.n_fsyncs += o.n_fsyncs;
-        c.group_commit_us_total += o.group_commit_us_total;
+        self.log_carried.lock().add_counters(&old.log_stats());
     }
 
     /// The log's statistics, its counters summed over every handle this
     /// process has had (see `log_carried`).
     fn log_stats(&self) -> engram_storage::LogStats {
         let mut s = self.db().log_stats();
-        let c = self.log_carried.lock();
-        s.n_groups += c.n_groups;
-        s.n_frames_appended += c.n_frames_appended;
-        s.fsync_us_total += c.fsync_us_total;
-        s.n_fsyncs += c.n_fsyncs;
-        s.group_commit_us_total += c.group_commit_us_total;
+        s.add_counters(&self.log_carried.lock());
         s
     }
 

@@ -267,6 +267,18 @@ pub struct LogStats {
     pub group_commit_us_total: u64,
 }
 
+impl LogStats {
+    /// Adds `other`'s counters (groups, frames, fsyncs and their times,
+    /// all "since open") to these; sizes and LSNs are left as they are.
+    pub fn add_counters(&mut self, other: &LogStats) {
+        self.n_groups += other.n_groups;
+        self.n_frames_appended += other.n_frames_appended;
+        self.fsync_us_total += other.fsync_us_total;
+        self.n_fsyncs += other.n_fsyncs;
+        self.group_commit_us_total += other.group_commit_us_total;
+    }
+}
+
 /// One problem found by [`SegmentLog::verify`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogProblem {
