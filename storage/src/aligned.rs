@@ -29,6 +29,37 @@ impl AlignedBuf {
         AlignedBuf { buf, start, len }
     }
 
+    /// A buffer of `len` bytes pushed by `fill` onto the vector it is
+    /// given, with no zeroing first (a log group of a megabyte is written
+    /// once, not cleared and then written). The vector may already hold a
+    /// few bytes before the buffer's start; `fill` pushes its bytes after
+    /// them and reads back what it pushed at `v[v.len() - n..]`.
+    ///
+    /// # Panics
+    /// If `fill` pushes other than exactly `len` bytes.
+    pub fn filled(len: usize, fill: impl FnOnce(&mut Vec<u8>)) -> Self {
+        if len == 0 {
+            return Self::default();
+        }
+        let mut buf: Vec<u8> = Vec::with_capacity(len + BUF_ALIGN - 1);
+        let start = buf.as_ptr().align_offset(BUF_ALIGN);
+        assert!(
+            start < BUF_ALIGN,
+            "align_offset on u8 pointers is always < alignment"
+        );
+        buf.resize(start, 0);
+        fill(&mut buf);
+        assert_eq!(
+            buf.len() - start,
+            len,
+            "AlignedBuf::filled: pushed bytes differ from the length given"
+        );
+        // Pushing within the capacity kept the allocation; a longer push
+        // was refused above, so the start is still aligned.
+        debug_assert_eq!(buf.as_ptr().wrapping_add(start).align_offset(BUF_ALIGN), 0);
+        AlignedBuf { buf, start, len }
+    }
+
     /// An aligned copy of `bytes`.
     pub fn copy_from(bytes: &[u8]) -> Self {
         let mut b = Self::zeroed(bytes.len());
@@ -72,6 +103,23 @@ impl std::fmt::Debug for AlignedBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn filled_is_aligned_and_holds_what_was_pushed() {
+        for n in [1usize, 15, 16, 17, 4096, 1 << 20] {
+            let b = AlignedBuf::filled(n, |v| v.extend((0..n).map(|i| i as u8)));
+            assert_eq!(b.len(), n);
+            assert_eq!(b.as_slice().as_ptr().align_offset(BUF_ALIGN), 0);
+            assert!(b.as_slice().iter().enumerate().all(|(i, &x)| x == i as u8));
+        }
+        assert!(AlignedBuf::filled(0, |_| {}).is_empty());
+    }
+
+    #[test]
+    #[should_panic(expected = "pushed bytes differ")]
+    fn filled_refuses_a_short_fill() {
+        let _ = AlignedBuf::filled(8, |v| v.extend([1u8; 7]));
+    }
 
     #[test]
     fn aligned_for_every_size() {

@@ -422,44 +422,45 @@ fn write_runs(
             continue;
         }
         preallocate(shared, &seg, start + run_bytes).map_err(Fatal)?;
-        let mut buf = AlignedBuf::zeroed(crate::cast::usize_from(run_bytes));
-        let mut pos = 0usize;
         let durable_before = u32::try_from(start).unwrap_or(u32::MAX);
         let first_lsn = *next_lsn;
         let mut metas: Vec<(FrameLoc, FrameHeader, usize)> = Vec::new();
         let mut run_out: Vec<AppendOutcome> = Vec::with_capacity(j - i);
-        for b in &batches[i..j] {
-            let mut locs = Vec::with_capacity(b.frames.len());
-            for (k, f) in b.frames.iter().enumerate() {
-                let flags = if k + 1 == b.frames.len() {
-                    FLAG_BATCH_END
-                } else {
-                    0
-                };
-                let len = frame::encoded_len(f.payload.len());
-                frame::encode_into(
-                    &mut buf.as_mut_slice()[pos..pos + len],
-                    *next_lsn,
-                    f.frame_type,
-                    f.frame_version,
-                    flags,
-                    durable_before,
-                    &f.payload,
-                );
-                let loc = FrameLoc {
-                    segment: seg.no,
-                    offset: start + pos as u64,
-                    lsn: *next_lsn,
-                };
-                let header = frame::decode_header(&buf.as_slice()[pos..pos + len])
-                    .expect("a frame just encoded decodes");
-                metas.push((loc, header, pos + frame::FRAME_HEADER_BYTES));
-                locs.push(loc);
-                *next_lsn += 1;
-                pos += len;
+        let buf = AlignedBuf::filled(crate::cast::usize_from(run_bytes), |out| {
+            let mut pos = 0usize;
+            for b in &batches[i..j] {
+                let mut locs = Vec::with_capacity(b.frames.len());
+                for (k, f) in b.frames.iter().enumerate() {
+                    let flags = if k + 1 == b.frames.len() {
+                        FLAG_BATCH_END
+                    } else {
+                        0
+                    };
+                    frame::encode(
+                        out,
+                        *next_lsn,
+                        f.frame_type,
+                        f.frame_version,
+                        flags,
+                        durable_before,
+                        &f.payload,
+                    );
+                    let len = frame::encoded_len(f.payload.len());
+                    let loc = FrameLoc {
+                        segment: seg.no,
+                        offset: start + pos as u64,
+                        lsn: *next_lsn,
+                    };
+                    let header = frame::decode_header(&out[out.len() - len..])
+                        .expect("a frame just encoded decodes");
+                    metas.push((loc, header, pos + frame::FRAME_HEADER_BYTES));
+                    locs.push(loc);
+                    *next_lsn += 1;
+                    pos += len;
+                }
+                run_out.push(locs);
             }
-            run_out.push(locs);
-        }
+        });
         if let Err(e) = seg.file.write_all_at(buf.as_slice(), start) {
             // Nothing of this run was fsynced: cut what reached the file
             // and give the LSNs back, so the log continues exactly where
