@@ -37,6 +37,7 @@ pub mod principal;
 pub mod repair;
 pub mod retrieval;
 pub mod settings;
+pub mod split;
 pub mod state;
 pub mod store_dir;
 pub mod time;

@@ -510,11 +510,13 @@ impl Session {
         for (i, r) in records.iter().enumerate() {
             r.validate().map_err(|e| e.at_item(i))?;
         }
-        let data_json: Vec<Option<String>> = records
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                r.data
+        // Each record's canonical `data`, normalized access and retention,
+        // and the content hash of a record that names no other record:
+        // computed before the writer lock, over the cores for a large batch.
+        let per_record: Vec<Result<(Option<String>, Normalized)>> =
+            crate::split::map(records, crate::split::SPLIT_MIN, |i, r| {
+                let data = r
+                    .data
                     .as_ref()
                     .map(|d| {
                         let s = canonical::to_canonical_string(d)
@@ -529,15 +531,7 @@ impl Session {
                         }
                         Ok(s)
                     })
-                    .transpose()
-            })
-            .collect::<Result<_>>()?;
-        // Normalized access and retention, and the content hash of every
-        // record that names no other record: computed before the writer lock.
-        let normalized: Vec<Normalized> = records
-            .iter()
-            .zip(&data_json)
-            .map(|(r, d)| {
+                    .transpose()?;
                 let mut access = r.access.clone();
                 access.sort();
                 access.dedup();
@@ -546,11 +540,23 @@ impl Session {
                     .clone()
                     .unwrap_or_else(|| DEFAULT_RETENTION_CLASS.to_string());
                 let hash = (!has_references(r)).then(|| {
-                    content_hash(r, &Resolved::default(), &retention, &access, d.as_deref())
+                    content_hash(
+                        r,
+                        &Resolved::default(),
+                        &retention,
+                        &access,
+                        data.as_deref(),
+                    )
                 });
-                (access, retention, hash)
-            })
-            .collect();
+                Ok((data, (access, retention, hash)))
+            });
+        let mut data_json = Vec::with_capacity(records.len());
+        let mut normalized: Vec<Normalized> = Vec::with_capacity(records.len());
+        for r in per_record {
+            let (d, n) = r?;
+            data_json.push(d);
+            normalized.push(n);
+        }
         Ok(Validated {
             data_json,
             normalized,
@@ -561,16 +567,20 @@ impl Session {
 /// Stage 4: each created record's frame, followed by one frame per client
 /// vector; sets each record's `frame` to the position of its record frame.
 fn encode_frames(prepared: &mut [Prepared], records: &[NewRecord]) -> Vec<PendingFrame> {
+    // The archives over the cores for a large batch; the frames in order.
+    let payloads = crate::split::map(prepared, crate::split::SPLIT_MIN, |_, p| {
+        (p.outcome == AppendOutcome::Created).then(|| codec::encode_record(&p.stored))
+    });
     let mut frames: Vec<PendingFrame> = Vec::with_capacity(prepared.len());
-    for (p, r) in prepared.iter_mut().zip(records) {
-        if p.outcome != AppendOutcome::Created {
+    for ((p, r), payload) in prepared.iter_mut().zip(records).zip(payloads) {
+        let Some(payload) = payload else {
             continue;
-        }
+        };
         p.frame = frames.len();
         frames.push(PendingFrame {
             frame_type: codec::FRAME_RECORD,
             frame_version: codec::PAYLOAD_VERSION,
-            payload: codec::encode_record(&p.stored),
+            payload,
         });
         for e in &r.embeddings {
             frames.push(PendingFrame {
