@@ -250,12 +250,15 @@ impl Engram {
             let (prep_state, prep_out) = (inner.state.clone(), prepared.clone());
             let prepare = Box::new(move |frames: &[CommittedFrame<'_>]| {
                 let st = prep_state.read();
-                let done: Vec<(u64, PreparedText)> = frames
-                    .iter()
-                    .filter_map(|f| {
+                // over the cores for a large group (the caller of a large
+                // batch is waiting, so its core is free)
+                let done: Vec<(u64, PreparedText)> =
+                    crate::split::map(frames, crate::split::SPLIT_MIN, |_, f| {
                         let (ft, v) = (f.header.frame_type, f.header.frame_version);
                         prepare_frame(&st, ft, v, f.payload, f.loc).map(|p| (f.loc.lsn, p))
                     })
+                    .into_iter()
+                    .flatten()
                     .collect();
                 drop(st);
                 prep_out.lock().extend(done);

@@ -171,15 +171,16 @@ impl Clone for TokenIds {
 }
 
 /// A text's tokens looked up ahead of [`Bm25Index::add_prepared`] by
-/// [`Bm25Index::prepare`], which needs no write access: the term id of
-/// every token already known, in text order, and the tokens that were not.
+/// [`Bm25Index::prepare`], which needs no write access: the term ids of
+/// the tokens already known, sorted (the order `add` indexes them in), and
+/// the tokens that were not.
 #[derive(Debug)]
 pub struct PreparedText {
     generation: u64,
-    /// One per token; a placeholder where `unknown` holds the token.
+    /// The term id of every known token, sorted.
     ids: Vec<u32>,
-    /// (position in `ids`, span in `tokens`) of each token not yet known.
-    unknown: Vec<(u32, u32, u32)>,
+    /// Span in `tokens` of each token not yet known.
+    unknown: Vec<(u32, u32)>,
     tokens: String,
 }
 
@@ -477,16 +478,20 @@ impl Bm25Index {
                     self.token_ids.map.get(t).copied().or_else(|| {
                         with_stem(t, |stem| self.vocab.get(stem.unwrap_or(t)).copied())
                     });
-                if known.is_none() {
-                    let offset = |n: usize| u32::try_from(n).expect("texts below 4 GiB");
-                    let at = offset(p.tokens.len());
-                    p.tokens.push_str(t);
-                    let end = offset(p.tokens.len());
-                    p.unknown.push((offset(p.ids.len()), at, end));
+                match known {
+                    Some(id) => p.ids.push(id),
+                    None => {
+                        let offset = |n: usize| u32::try_from(n).expect("texts below 4 GiB");
+                        let at = offset(p.tokens.len());
+                        p.tokens.push_str(t);
+                        p.unknown.push((at, offset(p.tokens.len())));
+                    }
                 }
-                p.ids.push(known.unwrap_or(0));
             });
         });
+        // Sorted here, where the write path splits the work over the
+        // cores, rather than under the state's write lock.
+        p.ids.sort_unstable();
         p
     }
 
@@ -510,10 +515,14 @@ impl Bm25Index {
         }
         // Terms are only ever added, and ids never change: an id found by
         // `prepare` is still right; a token unknown then may be known now.
-        for &(pos, a, b) in &p.unknown {
-            p.ids[pos as usize] = self.term_id(&p.tokens[a as usize..b as usize]);
+        if !p.unknown.is_empty() {
+            for &(a, b) in &p.unknown {
+                let id = self.term_id(&p.tokens[a as usize..b as usize]);
+                p.ids.push(id);
+            }
+            p.ids.sort_unstable();
         }
-        self.add_ids(doc, &mut p.ids);
+        self.add_sorted_ids(doc, &p.ids);
         Ok(())
     }
 
@@ -546,13 +555,19 @@ impl Bm25Index {
     /// ids are sorted as integers, and each run of equal ids is one posting
     /// with its term frequency.
     fn add_ids(&mut self, doc: u32, ids: &mut [u32]) {
+        ids.sort_unstable();
+        self.add_sorted_ids(doc, ids);
+    }
+
+    /// [`add_ids`](Self::add_ids) of ids already sorted.
+    fn add_sorted_ids(&mut self, doc: u32, ids: &[u32]) {
+        debug_assert!(ids.is_sorted(), "term ids sorted");
         self.last_doc = Some(doc);
         self.n_docs += 1;
         if ids.is_empty() {
             return;
         }
         let dl = u32::try_from(ids.len()).unwrap_or(u32::MAX);
-        ids.sort_unstable();
         let mut i = 0;
         while i < ids.len() {
             let id = ids[i];
