@@ -22,13 +22,16 @@ fn threads() -> usize {
 /// core), else over contiguous chunks on scoped threads, the calling thread
 /// taking the first.
 pub fn map<T: Sync, R: Send>(items: &[T], min: usize, f: impl Fn(usize, &T) -> R + Sync) -> Vec<R> {
-    map_with(items, min, threads(), f)
+    map_with(items, min, threads(), true, f)
 }
 
+/// [`map`] on `threads`; `spawn: false` acts as if no thread could be
+/// started (the fallback, for tests).
 fn map_with<T: Sync, R: Send>(
     items: &[T],
     min: usize,
     threads: usize,
+    spawn: bool,
     f: impl Fn(usize, &T) -> R + Sync,
 ) -> Vec<R> {
     let parts = if items.len() < min.max(2) {
@@ -51,17 +54,29 @@ fn map_with<T: Sync, R: Send>(
             .collect()
     };
     std::thread::scope(|sc| {
-        let others: Vec<_> = (1..parts)
+        // A chunk whose thread cannot be started (the process is at its
+        // thread limit) runs on the calling thread instead.
+        let others: Vec<Result<_, usize>> = (1..parts)
             .filter(|&k| k * chunk < items.len())
-            .map(|k| sc.spawn(move || run(k)))
+            .map(|k| {
+                if !spawn {
+                    return Err(k);
+                }
+                std::thread::Builder::new()
+                    .spawn_scoped(sc, move || run(k))
+                    .map_err(|_| k)
+            })
             .collect();
         let mut out = run(0);
         out.reserve(items.len() - out.len());
         for h in others {
-            match h.join() {
-                Ok(part) => out.extend(part),
-                // The item's panic, on the caller's thread.
-                Err(p) => std::panic::resume_unwind(p),
+            match h {
+                Ok(h) => match h.join() {
+                    Ok(part) => out.extend(part),
+                    // The item's panic, on the caller's thread.
+                    Err(p) => std::panic::resume_unwind(p),
+                },
+                Err(k) => out.extend(run(k)),
             }
         }
         out
@@ -80,7 +95,9 @@ mod tests {
             let items: Vec<u64> = (0..n as u64).map(|i| i.wrapping_mul(0x9E37_79B9)).collect();
             let f = |i: usize, x: &u64| (i, x ^ 5);
             let want: Vec<(usize, u64)> = items.iter().enumerate().map(|(i, x)| f(i, x)).collect();
-            prop_assert_eq!(map_with(&items, min, threads, f), want);
+            prop_assert_eq!(&map_with(&items, min, threads, true, f), &want);
+            // no thread could be started: the same, on the caller's thread
+            prop_assert_eq!(&map_with(&items, min, threads, false, f), &want);
         }
     }
 
@@ -88,18 +105,20 @@ mod tests {
     fn large_inputs_do_use_other_threads() {
         let items = vec![0u8; 1000];
         let me = std::thread::current().id();
-        let ids = map_with(&items, 10, 2, |_, _| std::thread::current().id());
+        let ids = map_with(&items, 10, 2, true, |_, _| std::thread::current().id());
         assert_eq!(ids[0], me);
         assert_ne!(ids[999], me);
-        let small = map_with(&items[..5], 10, 2, |_, _| std::thread::current().id());
+        let small = map_with(&items[..5], 10, 2, true, |_, _| std::thread::current().id());
         assert!(small.iter().all(|&t| t == me));
+        let unspawned = map_with(&items, 10, 2, false, |_, _| std::thread::current().id());
+        assert!(unspawned.iter().all(|&t| t == me));
     }
 
     #[test]
     #[should_panic(expected = "item 600")]
     fn a_panic_on_another_thread_reaches_the_caller() {
         let items = vec![0u8; 1000];
-        map_with(&items, 10, 2, |i, _| {
+        map_with(&items, 10, 2, true, |i, _| {
             if i == 600 {
                 panic!("item 600");
             }
