@@ -251,6 +251,31 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// The stable code of the error, the same on every surface (the
+    /// server's error body, `engram query --json`): `invalid_input`,
+    /// `limit_exceeded`, `not_found`, `external_id_conflict`,
+    /// `already_superseded`, `invalid_state`, `forbidden`,
+    /// `ambiguous_reference`, `unavailable` (closed, read-only, a storage
+    /// failure: retry later) or `internal`.
+    pub fn code(&self) -> &'static str {
+        use EngineError as E;
+        match self {
+            E::InvalidInput { .. }
+            | E::DimensionMismatch { .. }
+            | E::SupersedesCycle { .. }
+            | E::UnknownModel { .. } => "invalid_input",
+            E::LimitExceeded { .. } => "limit_exceeded",
+            E::NotFound { .. } => "not_found",
+            E::ExternalIdConflict { .. } => "external_id_conflict",
+            E::AlreadySuperseded { .. } => "already_superseded",
+            E::InvalidState { .. } => "invalid_state",
+            E::Forbidden { .. } => "forbidden",
+            E::AmbiguousReference { .. } => "ambiguous_reference",
+            E::Closed | E::ReadOnly { .. } | E::Storage(_) => "unavailable",
+            _ => "internal",
+        }
+    }
+
     /// Shorthand for [`EngineError::InvalidInput`].
     pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
         EngineError::InvalidInput {

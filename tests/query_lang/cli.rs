@@ -497,3 +497,61 @@ fn a_parameter_given_twice_is_refused_and_hints_name_the_cli_ways_to_bind() {
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
     assert_eq!(j["errors"][0]["code"], "invalid_param", "{j}");
 }
+
+/// An error the engine raises while a statement runs carries the engine's
+/// code (the one the server gives), and `TRACE` walks as deep as
+/// `engram trace` does.
+#[test]
+fn engine_errors_have_their_code_and_trace_walks_the_engines_depth() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("s");
+    let d = d.to_str().unwrap();
+    // a chain of 21 records, each derived from the one before
+    let mut lines = String::from(
+        "{\"external_id\":\"c0\",\"record\":\"event\",\"kind\":\"note\",\"text\":\"origin\"}\n",
+    );
+    for i in 1..=20 {
+        lines.push_str(&format!(
+            "{{\"external_id\":\"c{i}\",\"record\":\"summary\",\"generator\":\"g@1\",\"text\":\"level {i}\",\"sources\":[\"c{}\"]}}\n",
+            i - 1
+        ));
+    }
+    let file = tmp.path().join("chain.jsonl");
+    std::fs::write(&file, lines).unwrap();
+    let o = engram(&[
+        "--data",
+        d,
+        "ingest",
+        "--tenant",
+        "t",
+        file.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let query = |stmt: &str| {
+        let o = engram(&["--data", d, "query", "--tenant", "t", "--json", stmt]);
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
+        (o.status.success(), j)
+    };
+    let (ok, j) = query("TRACE 'nope' BOTH");
+    assert!(!ok);
+    assert_eq!(j["errors"][0]["code"], "not_found", "{j}");
+    let (ok, j) = query("TRACE 'c0' DERIVATIVES");
+    assert!(ok, "{j}");
+    let depths: Vec<u64> = j["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["depth"].as_u64())
+        .collect();
+    assert_eq!(depths.iter().max(), Some(&20), "{j}");
+    let o = engram(&["--data", d, "trace", "c0", "--tenant", "t", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let t: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
+    let deepest = t["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["depth"].as_u64())
+        .max();
+    assert_eq!(deepest, Some(20), "{t}");
+}

@@ -21,7 +21,7 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::limits::LINEAGE_DEPTH_MAX;
+use super::limits::TRACE_DEPTH_MAX;
 use super::span::Span;
 
 mod expr;
@@ -45,7 +45,7 @@ pub const DEFAULT_RRF_K: u64 = engram_engine::retrieval::RRF_K as u64;
 /// sources or derivatives only.
 pub const DEFAULT_ATTACH_DEPTH: u64 = 1;
 /// Levels of a `TRACE` without `DEPTH`: the whole lineage up to the limit.
-pub const DEFAULT_TRACE_DEPTH: u64 = LINEAGE_DEPTH_MAX;
+pub const DEFAULT_TRACE_DEPTH: u64 = TRACE_DEPTH_MAX;
 /// Fields of a `FIND` without `RETURN` (`score` and `ranks` only when it
 /// has retrievers; `sources`, `derivatives` when attached).
 pub const DEFAULT_RETURN_FIND: &[ReturnField] = &[

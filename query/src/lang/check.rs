@@ -312,8 +312,15 @@ impl Checker<'_> {
 
     fn name(&mut self, n: &Name) {
         let v = &n.value;
-        if !is_identifier(v) || v.len() > IDENT_BYTES_MAX {
+        if !is_identifier(v) {
             self.push(ErrorKind::InvalidName { name: truncated(v) }, n.span);
+        } else if v.len() > IDENT_BYTES_MAX {
+            self.over(
+                "bytes in a retriever name",
+                IDENT_BYTES_MAX as u64,
+                v.len() as u64,
+                n.span,
+            );
         } else if is_keyword(v) && !DEFAULT_NAMES.contains(&v.as_str()) {
             self.push(ErrorKind::ReservedName { name: v.clone() }, n.span);
         }
@@ -339,7 +346,7 @@ impl Checker<'_> {
             (&f.derivatives, "WITH DERIVATIVES DEPTH"),
         ] {
             if let Some(d) = a.as_ref().and_then(|a| a.depth.as_ref()) {
-                self.within(clause, d.value, 1, LINEAGE_DEPTH_MAX, d.span);
+                self.within(clause, d.value, 1, ATTACH_DEPTH_MAX, d.span);
             }
         }
         if let Some(l) = &f.limit {
@@ -408,7 +415,7 @@ impl Checker<'_> {
     fn trace(&mut self, t: &Trace) {
         let _ = self.record_ref(&t.target, false);
         if let Some(d) = &t.depth {
-            self.within("TRACE DEPTH", d.value, 1, LINEAGE_DEPTH_MAX, d.span);
+            self.within("TRACE DEPTH", d.value, 1, TRACE_DEPTH_MAX, d.span);
         }
         self.returns(&t.returns, |field| match field {
             ReturnField::Score | ReturnField::Ranks => Some("TRACE does not search, so nothing is scored"),
@@ -944,8 +951,16 @@ impl Checker<'_> {
                 }
             }
             if let Some(v) = self.ok(self.bind.number(&w.value)) {
-                if !(v.is_finite() && (0.0..=engram_engine::model::limits::WEIGHT_MAX).contains(&v))
-                {
+                let max = engram_engine::model::limits::WEIGHT_MAX;
+                if v.is_finite() && v > max {
+                    // `as` saturates: a weight of 1e300 is reported as u64::MAX
+                    self.over(
+                        format!("the weight of `{}`", w.name.value),
+                        max as u64,
+                        v.ceil() as u64,
+                        w.value.span(),
+                    );
+                } else if !(v.is_finite() && (0.0..=max).contains(&v)) {
                     self.push(
                         ErrorKind::OutOfRange {
                             what: format!("the weight of `{}`", w.name.value),

@@ -85,7 +85,7 @@ impl QueryError {
             QueryError::Language { errors, .. } => {
                 Value::Array(errors.iter().map(|e| e.to_json()).collect())
             }
-            QueryError::Engine(e) => json!([{"code": "engine", "message": e.to_string()}]),
+            QueryError::Engine(e) => json!([{"code": e.code(), "message": e.to_string()}]),
         }
     }
 }

@@ -38,9 +38,12 @@ pub const LIMIT_MAX: u64 = engine::K_MAX as u64;
 pub const HOPS_MAX: u64 = engine::GRAPH_DEPTH_MAX as u64;
 /// Nodes one `EXPAND` may reach (`MAX n`).
 pub const EXPANDED_NODES_MAX: u64 = 10_000;
-/// Levels of lineage attached to hits (`WITH SOURCES DEPTH n`) or walked
-/// by `TRACE ... DEPTH n`.
-pub const LINEAGE_DEPTH_MAX: u64 = 16;
+/// Levels of lineage attached to hits (`WITH SOURCES DEPTH n`): the
+/// engine's `ATTACH_DEPTH_MAX`.
+pub const ATTACH_DEPTH_MAX: u64 = engram_engine::retrieval::search::ATTACH_DEPTH_MAX as u64;
+/// Levels walked by `TRACE ... DEPTH n`: the engine's `TRACE_DEPTH_MAX`, the
+/// depth of `engram trace` and of the server's trace endpoint.
+pub const TRACE_DEPTH_MAX: u64 = engram_engine::trace::TRACE_DEPTH_MAX as u64;
 /// The constant `k` of reciprocal rank fusion (`FUSE RRF K n`).
 pub const RRF_K_MAX: u64 = 10_000;
 /// Bytes of a query text (`SIMILAR TO 'text'`, `MATCH 'text'`): the engine's.
@@ -54,6 +57,3 @@ pub const EXTERNAL_ID_BYTES_MAX: usize = engine::EXTERNAL_ID_BYTES_MAX;
 pub const VECTOR_DIM_MAX: usize = engine::VECTOR_DIM_MAX;
 /// Bytes of a retriever or parameter name.
 pub const IDENT_BYTES_MAX: usize = 64;
-
-// A TRACE deeper than the engine walks would be silently cut short.
-const _: () = assert!(LINEAGE_DEPTH_MAX as usize <= engram_engine::trace::TRACE_DEPTH_MAX);

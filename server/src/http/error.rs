@@ -439,9 +439,10 @@ impl From<EngineError> for ServerError {
     fn from(e: EngineError) -> Self {
         use EngineError as E;
         let message = e.to_string();
+        let code = e.code();
         match e {
             E::InvalidInput { item, field, .. } => ServerError::Invalid {
-                code: "invalid_input",
+                code,
                 message,
                 details: json!({"item": item, "field": field}),
             },
@@ -451,7 +452,7 @@ impl From<EngineError> for ServerError {
                 limit,
                 got,
             } => ServerError::Invalid {
-                code: "limit_exceeded",
+                code,
                 message,
                 details: json!({"item": item, "what": what, "limit": limit, "got": got}),
             },
@@ -462,22 +463,22 @@ impl From<EngineError> for ServerError {
                 expected,
                 got,
             } => ServerError::Invalid {
-                code: "invalid_input",
+                code,
                 message,
                 details: json!({"item": item, "field": field, "model": model, "expected": expected, "got": got}),
             },
             E::SupersedesCycle { item, .. } => ServerError::Invalid {
-                code: "invalid_input",
+                code,
                 message,
                 details: json!({"item": item, "field": "supersedes"}),
             },
             E::UnknownModel { available, .. } => ServerError::Invalid {
-                code: "invalid_input",
+                code,
                 message,
                 details: json!({"field": "model", "available": available}),
             },
             E::AmbiguousReference { reference, .. } => ServerError::Invalid {
-                code: "ambiguous_reference",
+                code,
                 message,
                 details: json!({"reference": reference}),
             },
@@ -487,17 +488,17 @@ impl From<EngineError> for ServerError {
                 external_id,
                 existing,
             } => ServerError::Conflict {
-                code: "external_id_conflict",
+                code,
                 message,
                 details: json!({"item": item, "external_id": external_id, "existing": existing.map(|e| e.to_string())}),
             },
             E::AlreadySuperseded { item, target, by } => ServerError::Conflict {
-                code: "already_superseded",
+                code,
                 message,
                 details: json!({"item": item, "target": target.to_string(), "by": by.map(|b| b.to_string())}),
             },
             E::InvalidState { action, target, .. } => ServerError::Conflict {
-                code: "invalid_state",
+                code,
                 message,
                 details: json!({"action": action, "target": target.to_string()}),
             },
