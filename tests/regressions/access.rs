@@ -736,3 +736,98 @@ fn a_refused_request_line_echoes_its_id() {
     assert!(lines[2]["query_id"].is_null() && lines[2]["error"].is_string());
     assert!(!out.status.success());
 }
+
+fn correction_of(target: &str, ext: &str, text: &str) -> NewRecord {
+    let mut c = NewRecord::event("m", text).with_external_id(ext);
+    c.supersedes = Some(RecordRef::External(target.into()));
+    c
+}
+
+/// A correction in the same batch as the record it corrects inherits its
+/// labels and scope, exactly as one sent in a later batch: the corrected
+/// text stays out of reach of principals without the label.
+#[test]
+fn a_correction_in_the_target_s_batch_keeps_its_protection() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let admin = db.session(Principal::admin("A"));
+    let mut orig = NewRecord::event("m", "secret orig").with_external_id("a");
+    orig.access = vec!["hr".into()];
+    orig.scope.user = Some("u9".into());
+    let out = admin
+        .append(vec![orig.clone(), correction_of("a", "b", "secret fixed")])
+        .unwrap();
+    let fixed = admin.get(&RecordRef::Id(out[1].id)).unwrap();
+    assert_eq!(fixed.access, vec!["hr".to_string()]);
+    assert_eq!(fixed.scope.user.as_deref(), Some("u9"));
+    assert!(out[1].notes.iter().any(|n| n.contains("inherited access")));
+    // another principal of the tenant sees neither version
+    let bob = db.session(Principal::user("A", "bob"));
+    assert!(bob.get(&RecordRef::External("b".into())).is_err());
+    // the same two records in two batches: the same stored content
+    let db2 = Engram::open(tmp.path().join("s2"), Options::default()).unwrap();
+    let admin2 = db2.session(Principal::admin("A"));
+    admin2.append(vec![orig]).unwrap();
+    let two = admin2
+        .append(vec![correction_of("a", "b", "secret fixed")])
+        .unwrap();
+    let fixed2 = admin2.get(&RecordRef::Id(two[0].id)).unwrap();
+    assert_eq!((fixed2.access, fixed2.scope), (fixed.access, fixed.scope));
+    db.close().unwrap();
+    db2.close().unwrap();
+}
+
+/// A record the writer cannot read (it wrote a label it does not hold) is
+/// not made correctable by repeating it first in the same batch.
+#[test]
+fn repeating_a_hidden_record_does_not_make_it_correctable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let w = db.session(Principal::user("A", "w1"));
+    let mut secret = NewRecord::event("m", "board minutes confidential").with_external_id("dw_a");
+    secret.access = vec!["sec".into()];
+    w.append(vec![secret.clone()]).unwrap();
+    // alone: the hidden record is "no record"
+    let e = w
+        .append(vec![correction_of("dw_a", "dw_c", "board minutes edited")])
+        .unwrap_err();
+    assert!(e.to_string().contains("no record"), "{e}");
+    // after a repeat of it in the same batch: the same answer
+    let e = w
+        .append(vec![
+            secret,
+            correction_of("dw_a", "dw_c2", "board minutes edited"),
+        ])
+        .unwrap_err();
+    assert!(e.to_string().contains("no record"), "{e}");
+    let admin = db.session(Principal::admin("A"));
+    let a = admin.get(&RecordRef::External("dw_a".into())).unwrap();
+    assert_eq!(a.status, engram::Status::Active);
+    assert!(admin.get(&RecordRef::External("dw_c2".into())).is_err());
+    db.close().unwrap();
+}
+
+/// Sending a correction again, alone or with its target, is a duplicate
+/// (appends are idempotent by external id), not "already superseded".
+#[test]
+fn a_correction_sent_again_is_a_duplicate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let s = db.session(Principal::user("A", "bob"));
+    let orig = NewRecord::event("m", "first").with_external_id("a");
+    let fix = correction_of("a", "b", "second");
+    s.append(vec![orig.clone()]).unwrap();
+    let first = s.append(vec![fix.clone()]).unwrap();
+    for batch in [vec![fix.clone()], vec![orig, fix]] {
+        let again = s.append(batch).unwrap();
+        let last = again.last().unwrap();
+        assert_eq!(last.outcome, engram::AppendOutcome::Duplicate);
+        assert_eq!(last.id, first[0].id);
+    }
+    // a different correction of the corrected record is still refused
+    let e = s
+        .append(vec![correction_of("a", "c", "third")])
+        .unwrap_err();
+    assert!(matches!(e, EngineError::AlreadySuperseded { .. }), "{e}");
+    db.close().unwrap();
+}

@@ -7,6 +7,71 @@ use super::write::{Resolved, one_of};
 use super::*;
 use crate::state::{Sym, TenantState};
 
+/// Where a reference of the batch led.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Place {
+    /// A stored record (possibly one an earlier item repeated).
+    Stored(Idx),
+    /// A record an earlier item of the batch creates.
+    Batch(usize),
+}
+
+/// What stage 2 keeps of an item of the batch it created, for a later item
+/// that corrects it: a correction in the same batch as its target inherits
+/// and is authorized exactly as one in a later batch.
+#[derive(Clone, Debug)]
+pub(super) struct InBatch {
+    pub(super) rtype: RecordType,
+    /// Its effective access labels (its own and its sources'); `None` when
+    /// a source is another batch's record still in flight.
+    pub(super) effective: Option<Vec<String>>,
+    /// Whether the session's principal is its writer.
+    pub(super) own: bool,
+    pub(super) scope: Scope,
+    pub(super) external_id: Option<String>,
+}
+
+/// What a correction inherits from, and is authorized against: the record
+/// it corrects, stored or earlier in the batch.
+struct Prior {
+    labels: Vec<String>,
+    target: crate::authz::Target,
+    scope: Scope,
+    external_id: Option<String>,
+    /// The refusal of a correction of a version already corrected, unless
+    /// the item is a duplicate.
+    superseded: Option<EngineError>,
+}
+
+/// Stage 2's answer for one item.
+pub(super) struct ItemResolution {
+    pub(super) resolved: Resolved,
+    /// What the engine decided beyond what the item said.
+    pub(super) notes: Vec<String>,
+    /// The item with the fields its correction inherits, when any.
+    pub(super) inherited: Option<NewRecord>,
+    /// Its effective access labels (see [`InBatch::effective`]).
+    pub(super) effective: Option<Vec<String>>,
+    /// The error to give unless stage 3 finds the item a duplicate (a
+    /// correction of a version already corrected: appends are idempotent,
+    /// so that correction sent again is a duplicate, anything else is
+    /// refused).
+    pub(super) unless_duplicate: Option<EngineError>,
+}
+
+/// A correction has the type of the record it corrects.
+fn same_type(i: usize, r: &NewRecord, target: RecordType) -> Result<()> {
+    let rtype = r.body.record_type();
+    if rtype == target {
+        return Ok(());
+    }
+    Err(EngineError::invalid(
+        "supersedes",
+        format!("a {} cannot supersede a {}", rtype.name(), target.name()),
+    )
+    .at_item(i))
+}
+
 /// Stage 2's view of the store and the batch, under the writer lock.
 pub(super) struct Resolver<'a> {
     pub(super) session: &'a Session,
@@ -17,6 +82,9 @@ pub(super) struct Resolver<'a> {
     /// Labels the session holds (only when the batch names other records).
     pub(super) held: BTreeSet<String>,
     pub(super) actor: crate::authz::Actor<'a>,
+    /// Whether the session acts as its tenant's admin, who holds every
+    /// label not revoked tenant-wide (labels new in this batch included).
+    pub(super) admin: bool,
     /// External id -> positions in the batch.
     pub(super) batch_ext: HashMap<String, Vec<usize>>,
     pub(super) metric: Metric,
@@ -30,15 +98,46 @@ impl Resolver<'_> {
         self.session.target(self.st, ix, &self.held).readable
     }
 
-    /// A reference of item `i` to (id, stored position): an earlier item
-    /// of the batch (no position), or a stored record of the tenant.
+    /// The error for a reference that names nothing the caller can see.
+    fn missing(&self, rf: &RecordRef, field: &str, i: usize) -> EngineError {
+        EngineError::invalid(
+            field,
+            format!(
+                "no record {} in tenant '{}'",
+                reference_phrase(rf),
+                self.tenant
+            ),
+        )
+        .at_item(i)
+    }
+
+    /// A reference of item `i` to an earlier item `j` of the batch, whose
+    /// id is `id`. An item that repeated a stored record (a duplicate)
+    /// stands for that record: the reference then leads to it, with the
+    /// same visibility and checks as a reference to it from a later batch.
+    fn earlier(
+        &self,
+        rf: &RecordRef,
+        field: &str,
+        (i, j): (usize, usize),
+        id: RecordId,
+    ) -> Result<(RecordId, Place)> {
+        match self.tsym.and_then(|t| self.st.idx_in(t, id)) {
+            Some(ix) if self.visible(ix) => Ok((id, Place::Stored(ix))),
+            Some(_) => Err(self.missing(rf, field, i)),
+            None => Ok((id, Place::Batch(j))),
+        }
+    }
+
+    /// A reference of item `i` to an earlier item of the batch or a stored
+    /// record of the tenant.
     fn resolve(
         &self,
         batch_ids: &[RecordId],
         rf: &RecordRef,
         field: &str,
         i: usize,
-    ) -> Result<(RecordId, Option<Idx>)> {
+    ) -> Result<(RecordId, Place)> {
         // An earlier item of the batch, by the id minted for it.
         if let Some(id) = rf.as_id() {
             if let Some(j) = batch_ids.iter().position(|b| *b == id) {
@@ -49,7 +148,7 @@ impl Resolver<'_> {
                     )
                     .at_item(i));
                 }
-                return Ok((id, None));
+                return self.earlier(rf, field, (i, j), id);
             }
         }
         // The latest earlier item with that external id; an item
@@ -58,7 +157,7 @@ impl Resolver<'_> {
         if let Some(e) = rf.as_external() {
             if let Some(pos) = self.batch_ext.get(e) {
                 if let Some(&j) = pos.iter().rev().find(|&&j| j < i) {
-                    return Ok((batch_ids[j], None));
+                    return self.earlier(rf, field, (i, j), batch_ids[j]);
                 }
                 if let Some(&j) = pos.iter().find(|&&j| j > i) {
                     if !pos.contains(&i) {
@@ -78,142 +177,217 @@ impl Resolver<'_> {
             .as_external()
             .and_then(|e| self.tstate.and_then(|t| t.external_ids.get(e).copied()));
         match one_of(by_id, by_ext, rf, self.tenant, |ix| self.visible(ix)) {
-            Some(Ok(ix)) => Ok((self.st.meta(ix).id, Some(ix))),
+            Some(Ok(ix)) => Ok((self.st.meta(ix).id, Place::Stored(ix))),
             Some(Err(e)) => Err(e),
-            None => Err(EngineError::invalid(
-                field,
+            None => Err(self.missing(rf, field, i)),
+        }
+    }
+
+    /// The stored record `ix` that item `i` corrects: the matrix, its
+    /// type, a newer version, a deletion; then what the correction
+    /// inherits from it.
+    fn stored_prior(&self, i: usize, r: &NewRecord, sid: RecordId, ix: Idx) -> Result<Prior> {
+        let m = self.st.meta(ix);
+        // The matrix first: what the target's state is (its type, a
+        // newer version, a deletion) is told only to a principal that may
+        // correct it.
+        let target = self.session.target(self.st, ix, &self.held);
+        if let crate::authz::Decision::Forbidden(reason) =
+            crate::authz::decide(self.actor, crate::authz::Operation::Correct, Some(target))
+        {
+            return Err(EngineError::Forbidden {
+                principal: self.session.principal.to_string(),
+                action: format!("correct {sid} (item {i})"),
+                reason: reason.to_string(),
+            });
+        }
+        same_type(i, r, m.rtype)?;
+        // A version already corrected: refused unless the item turns out
+        // to be that correction sent again (stage 3, by content).
+        let superseded = m.superseded_by.map(|by| EngineError::AlreadySuperseded {
+            item: Some(i),
+            target: sid,
+            by: self.visible(by).then(|| self.st.meta(by).id),
+        });
+        if m.status == Status::Deleted {
+            return Err(EngineError::invalid("supersedes", format!("{sid} is deleted")).at_item(i));
+        }
+        let name = |x: Option<u32>| x.map(|x| self.st.strings.name(x).to_string());
+        Ok(Prior {
+            labels: self.st.access_names(ix),
+            target,
+            scope: Scope {
+                user: name(m.user),
+                conversation: name(m.conversation),
+                agent: name(m.agent),
+                labels: m
+                    .scope_labels
+                    .iter()
+                    .map(|&l| self.st.strings.name(l).to_string())
+                    .collect(),
+            },
+            external_id: m.external_id.as_deref().map(str::to_string),
+            superseded,
+        })
+    }
+
+    /// Item `j` of the batch, which item `i` corrects: the same matrix and
+    /// type rule as for a stored record.
+    fn batch_prior(
+        &self,
+        (i, j): (usize, usize),
+        r: &NewRecord,
+        s: &RecordRef,
+        batch: &[Option<InBatch>],
+    ) -> Result<Prior> {
+        let in_flight = || {
+            EngineError::invalid(
+                "supersedes",
                 format!(
-                    "no record {} in tenant '{}'",
-                    reference_phrase(rf),
-                    self.tenant
+                    "{} (item {j}) is being written by another batch in flight; retry",
+                    reference_phrase(s)
                 ),
             )
-            .at_item(i)),
+            .at_item(i)
+        };
+        let Some(b) = batch.get(j).and_then(Option::as_ref) else {
+            return Err(in_flight());
+        };
+        let Some(labels) = b.effective.clone() else {
+            return Err(in_flight());
+        };
+        let holds = |l: &String| {
+            self.held.contains(l)
+                || (self.admin && !self.tstate.is_some_and(|t| t.revoked_labels.contains(l)))
+        };
+        let target = crate::authz::Target {
+            readable: labels.iter().all(holds),
+            own: b.own,
+        };
+        match crate::authz::decide(self.actor, crate::authz::Operation::Correct, Some(target)) {
+            crate::authz::Decision::Allow => {}
+            crate::authz::Decision::Hidden => return Err(self.missing(s, "supersedes", i)),
+            crate::authz::Decision::Forbidden(reason) => {
+                return Err(EngineError::Forbidden {
+                    principal: self.session.principal.to_string(),
+                    action: format!("correct {} (item {i})", reference_phrase(s)),
+                    reason: reason.to_string(),
+                });
+            }
         }
+        same_type(i, r, b.rtype)?;
+        Ok(Prior {
+            labels,
+            target,
+            scope: b.scope.clone(),
+            external_id: b.external_id.clone(),
+            superseded: None,
+        })
+    }
+
+    /// What a correction leaves out, taken from the record it corrects:
+    /// its access labels (into `access`; dropping one takes the tenant
+    /// admin and `replace_access`), its scope when the correction gives
+    /// none, its external id when the correction gives none.
+    fn inherit(
+        &self,
+        (i, r): (usize, &NewRecord),
+        what: &str,
+        prior: Prior,
+        access: &mut Vec<String>,
+        notes: &mut Vec<String>,
+    ) -> Result<Option<NewRecord>> {
+        let dropped: Vec<String> = prior
+            .labels
+            .iter()
+            .filter(|l| !access.contains(l))
+            .cloned()
+            .collect();
+        if !dropped.is_empty() {
+            if r.replace_access {
+                if let crate::authz::Decision::Forbidden(reason) = crate::authz::decide(
+                    self.actor,
+                    crate::authz::Operation::LowerAccess,
+                    Some(prior.target),
+                ) {
+                    return Err(EngineError::Forbidden {
+                        principal: self.session.principal.to_string(),
+                        action: format!(
+                            "drop access label(s) {} of {what} (item {i})",
+                            dropped.join(", ")
+                        ),
+                        reason: reason.to_string(),
+                    });
+                }
+                notes.push(format!(
+                    "access lowered by the tenant admin: label(s) {} of the corrected record dropped",
+                    dropped.join(", ")
+                ));
+            } else {
+                access.extend(dropped.iter().cloned());
+                access.sort();
+                access.dedup();
+                notes.push(format!(
+                    "inherited access label(s) {} from the corrected record",
+                    dropped.join(", ")
+                ));
+            }
+        }
+        let scope_empty = r.scope == Scope::default();
+        let ext_missing = r.external_id.is_none() && prior.external_id.is_some();
+        if !(scope_empty || ext_missing) {
+            return Ok(None);
+        }
+        let mut c = r.clone();
+        if scope_empty {
+            c.scope = prior.scope;
+        }
+        if ext_missing {
+            c.external_id = prior.external_id;
+        }
+        Ok(Some(c))
     }
 
     /// Stage 2 for item `i`: resolves what it names (the record it
     /// corrects, its sources, a relation's or assertion's endpoints) inside
-    /// the tenant and among earlier items, checks the correction may
-    /// happen, inherits what a correction leaves out (access labels into
-    /// `access`, scope and external id into the returned record), and checks
-    /// vector dimensions. Returns the resolution, notes for the caller, and
-    /// the record with inherited fields when there are any.
+    /// the tenant and among earlier items (`batch`: what stage 2 kept of
+    /// each), checks the correction may happen, inherits what a correction
+    /// leaves out (access labels into `access`, scope and external id into
+    /// the returned record), and checks vector dimensions.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn record(
         &self,
         i: usize,
         r: &NewRecord,
         batch_ids: &[RecordId],
+        batch: &[Option<InBatch>],
         access: &mut Vec<String>,
         w: &WriterState,
         superseded_here: &mut HashMap<RecordId, usize>,
         new_dims: &mut HashMap<String, usize>,
-    ) -> Result<(Resolved, Vec<String>, Option<NewRecord>)> {
+    ) -> Result<ItemResolution> {
         let mut res = Resolved::default();
-        let rtype = r.body.record_type();
         let mut notes: Vec<String> = Vec::new();
-        // A correction of a stored record inherits what it leaves out.
+        // A correction inherits what it leaves out.
         let mut inherited: Option<NewRecord> = None;
+        let mut unless_duplicate = None;
         if let Some(s) = &r.supersedes {
-            let (sid, six) = self.resolve(batch_ids, s, "supersedes", i)?;
+            let (sid, place) = self.resolve(batch_ids, s, "supersedes", i)?;
             if sid == batch_ids[i] {
                 return Err(EngineError::SupersedesCycle {
                     item: i,
                     chain: format!("{s} supersedes itself"),
                 });
             }
-            if let Some(ix) = six {
-                let m = self.st.meta(ix);
-                // The matrix first: what the target's state is (its type, a
-                // newer version, a deletion) is told only to a principal
-                // that may correct it.
-                let target = self.session.target(self.st, ix, &self.held);
-                if let crate::authz::Decision::Forbidden(reason) =
-                    crate::authz::decide(self.actor, crate::authz::Operation::Correct, Some(target))
-                {
-                    return Err(EngineError::Forbidden {
-                        principal: self.session.principal.to_string(),
-                        action: format!("correct {sid} (item {i})"),
-                        reason: reason.to_string(),
-                    });
-                }
-                if m.rtype != rtype {
-                    return Err(EngineError::invalid(
-                        "supersedes",
-                        format!("a {} cannot supersede a {}", rtype.name(), m.rtype.name()),
-                    )
-                    .at_item(i));
-                }
-                if let Some(by) = m.superseded_by {
-                    return Err(EngineError::AlreadySuperseded {
-                        item: Some(i),
-                        target: sid,
-                        by: self.visible(by).then(|| self.st.meta(by).id),
-                    });
-                }
-                if m.status == Status::Deleted {
-                    return Err(
-                        EngineError::invalid("supersedes", format!("{sid} is deleted")).at_item(i),
-                    );
-                }
-                let given = &mut *access;
-                let old: Vec<String> = self.st.access_names(ix);
-                let dropped: Vec<String> =
-                    old.iter().filter(|l| !given.contains(l)).cloned().collect();
-                if !dropped.is_empty() {
-                    if r.replace_access {
-                        if let crate::authz::Decision::Forbidden(reason) = crate::authz::decide(
-                            self.actor,
-                            crate::authz::Operation::LowerAccess,
-                            Some(target),
-                        ) {
-                            return Err(EngineError::Forbidden {
-                                principal: self.session.principal.to_string(),
-                                action: format!(
-                                    "drop access label(s) {} of {sid} (item {i})",
-                                    dropped.join(", ")
-                                ),
-                                reason: reason.to_string(),
-                            });
-                        }
-                        notes.push(format!(
-                            "access lowered by the tenant admin: label(s) {} of the corrected record dropped",
-                            dropped.join(", ")
-                        ));
-                    } else {
-                        given.extend(dropped.iter().cloned());
-                        given.sort();
-                        given.dedup();
-                        notes.push(format!(
-                            "inherited access label(s) {} from the corrected record",
-                            dropped.join(", ")
-                        ));
-                    }
-                }
-                let scope_empty = r.scope == Scope::default();
-                let ext_missing = r.external_id.is_none() && m.external_id.is_some();
-                if scope_empty || ext_missing {
-                    let mut c = r.clone();
-                    if scope_empty {
-                        let name = |x: Option<u32>| x.map(|x| self.st.strings.name(x).to_string());
-                        c.scope = Scope {
-                            user: name(m.user),
-                            conversation: name(m.conversation),
-                            agent: name(m.agent),
-                            labels: m
-                                .scope_labels
-                                .iter()
-                                .map(|&l| self.st.strings.name(l).to_string())
-                                .collect(),
-                        };
-                    }
-                    if ext_missing {
-                        c.external_id = m.external_id.as_deref().map(str::to_string);
-                    }
-                    inherited = Some(c);
-                }
-            }
+            let (mut prior, what) = match place {
+                Place::Stored(ix) => (self.stored_prior(i, r, sid, ix)?, sid.to_string()),
+                Place::Batch(j) => (
+                    self.batch_prior((i, j), r, s, batch)?,
+                    format!("{} (item {j})", reference_phrase(s)),
+                ),
+            };
+            unless_duplicate = prior.superseded.take();
+            inherited = self.inherit((i, r), &what, prior, access, &mut notes)?;
             if w.pending_superseded.contains(&sid) {
                 return Err(EngineError::invalid(
                     "supersedes",
@@ -224,28 +398,49 @@ impl Resolver<'_> {
             if let Some(j) = superseded_here.insert(sid, i) {
                 return Err(EngineError::invalid(
                     "supersedes",
-                    format!("{sid} is corrected twice in the batch (items {j} and {i})"),
+                    format!(
+                        "{} is corrected twice in the batch (items {j} and {i})",
+                        reference_phrase(s)
+                    ),
                 )
                 .at_item(i));
             }
             res.supersedes = Some(sid);
         }
         let r = inherited.as_ref().unwrap_or(r);
+        // Effective labels: its own and every source's (as applying it
+        // will compute them).
+        let mut effective = Some(access.clone());
         for s in &r.sources {
-            let (sid, six) = self.resolve(batch_ids, s, "sources", i)?;
-            if let Some(ix) = six {
-                let m = self.st.meta(ix);
-                if m.status == Status::Deleted {
-                    return Err(EngineError::invalid(
-                        "sources",
-                        format!("source {sid} is deleted"),
-                    )
-                    .at_item(i));
+            let (sid, place) = self.resolve(batch_ids, s, "sources", i)?;
+            let labels = match place {
+                Place::Stored(ix) => {
+                    let m = self.st.meta(ix);
+                    if m.status == Status::Deleted {
+                        return Err(EngineError::invalid(
+                            "sources",
+                            format!("source {sid} is deleted"),
+                        )
+                        .at_item(i));
+                    }
+                    Some(self.st.access_names(ix))
                 }
-            }
+                Place::Batch(j) => batch
+                    .get(j)
+                    .and_then(Option::as_ref)
+                    .and_then(|b| b.effective.clone()),
+            };
+            effective = effective.zip(labels).map(|(mut e, l)| {
+                e.extend(l);
+                e
+            });
             if !res.sources.contains(&sid) {
                 res.sources.push(sid);
             }
+        }
+        if let Some(e) = &mut effective {
+            e.sort();
+            e.dedup();
         }
         match &r.body {
             Body::Relation {
@@ -253,9 +448,13 @@ impl Resolver<'_> {
             } => {
                 let (s, six) = self.resolve(batch_ids, subject, "subject", i)?;
                 let (o, oix) = self.resolve(batch_ids, object, "object", i)?;
-                for (ix, f) in [(six, "subject"), (oix, "object")] {
-                    if let Some(ix) = ix {
-                        if self.st.meta(ix).rtype != RecordType::Entity {
+                for (place, f) in [(six, "subject"), (oix, "object")] {
+                    let endpoint = match place {
+                        Place::Stored(ix) => Some(self.st.meta(ix).rtype),
+                        Place::Batch(j) => batch.get(j).and_then(Option::as_ref).map(|b| b.rtype),
+                    };
+                    if let Some(t) = endpoint {
+                        if t != RecordType::Entity {
                             return Err(
                                 EngineError::invalid(f, "a relation connects entities").at_item(i)
                             );
@@ -308,6 +507,12 @@ impl Resolver<'_> {
                 .at_item(i));
             }
         }
-        Ok((res, notes, inherited))
+        Ok(ItemResolution {
+            resolved: res,
+            notes,
+            inherited,
+            effective,
+            unless_duplicate,
+        })
     }
 }

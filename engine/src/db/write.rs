@@ -18,7 +18,7 @@
 //!
 //! A batch is all or nothing: any error before stage 5 stores nothing.
 
-use super::resolve::Resolver;
+use super::resolve::{InBatch, ItemResolution, Resolver};
 use super::*;
 use crate::codec::{OpBody, StoredOp};
 
@@ -313,11 +313,15 @@ impl Session {
                 tstate,
                 held,
                 actor,
+                admin: self.acts_as_admin(&st),
                 batch_ext,
                 metric: db.inner.opts.metric,
             };
+            // what stage 2 kept of each item it created (None: a duplicate)
+            let mut batch: Vec<Option<InBatch>> = Vec::with_capacity(records.len());
             for (i, r) in records.iter().enumerate() {
                 if let Some(&j) = repeats.get(&i) {
+                    batch.push(None);
                     let first = &prepared[j];
                     let p = Prepared {
                         stored: StoredRecord::empty(batch_ids[j]),
@@ -332,10 +336,17 @@ impl Session {
                     continue;
                 }
                 let rtype = r.body.record_type();
-                let (res, notes, inherited) = rz.record(
+                let ItemResolution {
+                    resolved: res,
+                    notes,
+                    inherited,
+                    effective,
+                    unless_duplicate,
+                } = rz.record(
                     i,
                     r,
                     &batch_ids,
+                    &batch,
                     &mut normalized[i].0,
                     &w,
                     &mut superseded_here,
@@ -357,7 +368,12 @@ impl Session {
                     (i, r),
                     (hash, &access),
                     res.supersedes,
-                )?;
+                );
+                let existing = match (existing, unless_duplicate) {
+                    (Ok(Some(dup)), _) => Some(dup),
+                    (_, Some(refused)) => return Err(refused),
+                    (found, None) => found?,
+                };
                 let outcome = if existing.is_some() {
                     AppendOutcome::Duplicate
                 } else {
@@ -367,6 +383,7 @@ impl Session {
                     // Later items of the batch that name this one must
                     // point at the stored record.
                     batch_ids[i] = eid;
+                    batch.push(None);
                     prepared.push(Prepared {
                         stored: StoredRecord::empty(eid),
                         outcome,
@@ -387,6 +404,13 @@ impl Session {
                     },
                 };
                 let status = admission(rtype, &r.body, writer.kind, tstate);
+                batch.push(Some(InBatch {
+                    rtype,
+                    effective,
+                    own: writer.principal == self.principal.id(),
+                    scope: r.scope.clone(),
+                    external_id: r.external_id.clone(),
+                }));
                 let stored = stored_record(
                     r,
                     &res,
