@@ -5,7 +5,11 @@
 //! - an integer that a JSON number cannot carry exactly through Engram's
 //!   canonical form (RFC 8785 represents numbers as IEEE doubles): beyond
 //!   ±2^53 it would be stored rounded (`1234567890123456789` would come back
-//!   as `1234567890123456800`). Send such values as strings.
+//!   as `1234567890123456800`). Send such values as strings. This covers
+//!   integers beyond 64 bits too, which serde_json reads as doubles: the
+//!   text's number literals are scanned for them first. A literal with a
+//!   fraction or an exponent (`1e20`, `0.1`) is a double by its form and is
+//!   stored as the nearest one, as RFC 8785 says.
 //!
 //! Each refusal names the field by its path (`data.ids[2]`).
 //!
@@ -28,10 +32,16 @@ pub type Refusal = (String, String);
 /// `Err(Ok(refusal))`: a strictness rule; `Err(Err(e))`: not valid JSON.
 pub fn parse(text: &str) -> Result<Value, Result<Refusal, serde_json::Error>> {
     let refusal = RefCell::new(None);
+    let oversized = oversized_integers(text);
+    let numbers = std::cell::Cell::new(0);
     let mut de = serde_json::Deserializer::from_str(text);
     let r = Walk {
         path: String::new(),
         refusal: &refusal,
+        numbers: Numbers {
+            seen: &numbers,
+            oversized: &oversized,
+        },
     }
     .deserialize(&mut de)
     .and_then(|v| de.end().map(|()| v));
@@ -44,9 +54,75 @@ pub fn parse(text: &str) -> Result<Value, Result<Refusal, serde_json::Error>> {
     }
 }
 
+/// Integer literals of `text` (outside strings) too large for 64 bits,
+/// which serde_json reads as doubles, as (position among the text's number
+/// literals, the literal). Empty for almost every document.
+fn oversized_integers(text: &str) -> Vec<(usize, String)> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let (mut i, mut n) = (0usize, 0usize);
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                // skip the string, escapes included
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                i += 1;
+                while i < b.len() && b[i].is_ascii_digit() {
+                    i += 1;
+                }
+                let integer_end = i;
+                while i < b.len() && matches!(b[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
+                {
+                    i += 1;
+                }
+                let literal = &text[start..i];
+                let digits = literal.trim_start_matches('-');
+                // beyond i64/u64: 20 digits or more (u64::MAX has 20)
+                if integer_end == i
+                    && digits.len() >= 19
+                    && literal.parse::<i64>().is_err()
+                    && literal.parse::<u64>().is_err()
+                {
+                    out.push((n, literal.to_string()));
+                }
+                n += 1;
+            }
+            _ => i += 1,
+        }
+    }
+    out
+}
+
+/// Where the walk is among the document's number literals.
+#[derive(Clone, Copy)]
+struct Numbers<'a> {
+    seen: &'a std::cell::Cell<usize>,
+    oversized: &'a [(usize, String)],
+}
+
+impl Numbers<'_> {
+    /// Counts one number; the literal, when it is an oversized integer.
+    fn next(&self) -> Option<&str> {
+        let k = self.seen.get();
+        self.seen.set(k + 1);
+        self.oversized
+            .binary_search_by_key(&k, |(at, _)| *at)
+            .ok()
+            .map(|x| self.oversized[x].1.as_str())
+    }
+}
+
 struct Walk<'a> {
     path: String,
     refusal: &'a RefCell<Option<Refusal>>,
+    numbers: Numbers<'a>,
 }
 
 impl Walk<'_> {
@@ -71,6 +147,7 @@ impl Walk<'_> {
         Walk {
             path,
             refusal: self.refusal,
+            numbers: self.numbers,
         }
     }
 }
@@ -94,6 +171,7 @@ impl<'de> Visitor<'de> for Walk<'_> {
     }
 
     fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Value, E> {
+        self.numbers.next();
         if v.unsigned_abs() > SAFE_INTEGER_MAX {
             return Err(self.refuse(format!(
                 "integer {v} is beyond ±2^53 and would not be stored exactly; send it as a string"
@@ -103,6 +181,7 @@ impl<'de> Visitor<'de> for Walk<'_> {
     }
 
     fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Value, E> {
+        self.numbers.next();
         if v > SAFE_INTEGER_MAX {
             return Err(self.refuse(format!(
                 "integer {v} is beyond 2^53 and would not be stored exactly; send it as a string"
@@ -112,6 +191,11 @@ impl<'de> Visitor<'de> for Walk<'_> {
     }
 
     fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Value, E> {
+        if let Some(literal) = self.numbers.next() {
+            return Err(self.refuse(format!(
+                "integer {literal} is beyond ±2^53 and would not be stored exactly; send it as a string"
+            )));
+        }
         serde_json::Number::from_f64(v)
             .map(Value::Number)
             .ok_or_else(|| self.refuse(format!("{v} is not a finite number")))
@@ -180,6 +264,54 @@ mod tests {
         assert!(e.1.contains("send it as a string"), "{e:?}");
         let e = parse(r#"{"n": -9007199254740993}"#).unwrap_err().unwrap();
         assert_eq!(e.0, "n");
+    }
+
+    #[test]
+    fn integers_beyond_64_bits_are_refused_and_doubles_are_not() {
+        for (t, field) in [
+            (r#"{"v": 18446744073709551616}"#, "v"),
+            (
+                r#"{"a": "1234567890123456789012", "v": [1.5, -9223372036854775809]}"#,
+                "v[1]",
+            ),
+            (
+                r#"{"s": "x\"y 99999999999999999999", "w": {"z": 12345678901234567890123}}"#,
+                "w.z",
+            ),
+        ] {
+            let e = parse(t).unwrap_err().unwrap();
+            assert_eq!(e.0, field, "{t}");
+            assert!(e.1.contains("send it as a string"), "{e:?}");
+        }
+        // doubles by their form, and digits inside strings, are accepted
+        for t in [
+            r#"{"v": 1e20, "w": 6.02e23, "x": 0.1, "y": 18446744073709551616.0}"#,
+            r#"{"s": "18446744073709551616", "t": 1e-400}"#,
+        ] {
+            let plain: Value = serde_json::from_str(t).unwrap();
+            assert_eq!(parse(t).unwrap(), plain, "{t}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Any integer literal parses exactly when it fits ±2^53, and is
+        /// refused otherwise, whatever its size.
+        #[test]
+        fn every_integer_is_exact_or_refused(digits in "-?[1-9][0-9]{0,40}") {
+            let t = format!("{{\"k\": [true, {digits}]}}");
+            let fits = digits.parse::<i128>().is_ok_and(|v| v.unsigned_abs() <= u128::from(SAFE_INTEGER_MAX));
+            match parse(&t) {
+                Ok(v) => {
+                    proptest::prop_assert!(fits, "{}", t);
+                    proptest::prop_assert_eq!(v["k"][1].to_string(), digits);
+                }
+                Err(Ok((field, _))) => {
+                    proptest::prop_assert!(!fits, "{}", t);
+                    proptest::prop_assert_eq!(field, "k[1]");
+                }
+                Err(Err(e)) => proptest::prop_assert!(false, "{}: {}", t, e),
+            }
+        }
     }
 
     #[test]

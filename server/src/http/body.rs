@@ -80,16 +80,19 @@ pub fn no_session_fields(o: &serde_json::Map<String, Value>) -> ServerResult<()>
     }
 }
 
-/// Parses `text` as one JSON object (syntax errors: 400 with position; a
-/// non-object: 400; a session field: 400).
+/// Parses `text` as one JSON object with the strict parser every JSON line
+/// goes through (`engram_query::strict`: a repeated key, or an integer a
+/// JSON number cannot carry exactly, is 422 naming the field; syntax
+/// errors: 400 with position; a non-object: 400; a session field: 400).
 pub fn json_object(text: &str) -> ServerResult<serde_json::Map<String, Value>> {
-    match serde_json::from_str::<Value>(text) {
+    match engram_query::strict::parse(text) {
         Ok(Value::Object(o)) => {
             no_session_fields(&o)?;
             Ok(o)
         }
         Ok(_) => Err(ServerError::bad_request("body", "expected a JSON object")),
-        Err(e) => Err(ServerError::bad_json(&e, None)),
+        Err(Ok((field, reason))) => Err(ServerError::invalid(None, field, reason)),
+        Err(Err(e)) => Err(ServerError::bad_json(&e, None)),
     }
 }
 
