@@ -149,6 +149,61 @@ pub fn repeated_ids(cases: &[EvalCase]) -> Vec<(String, usize, usize)> {
 /// Fields of a case that name who runs it.
 const SESSION_FIELDS: &[&str] = &["tenant", "tenant_id", "principal"];
 
+/// Every field a case may have (docs/ingest.md, "Evaluation cases"): any
+/// other is refused, since a misspelt one would be silently lost.
+const CASE_FIELDS: &[&str] = &[
+    "case_id",
+    "query",
+    "text",
+    "vector",
+    "model",
+    "scope",
+    "tenant",
+    "tenant_id",
+    "principal",
+    "relevant_ids",
+    "relevant_event_ids",
+    "relevant",
+    "forbidden_ids",
+    "forbidden_event_ids",
+    "forbidden",
+    "mode",
+    "k",
+    "kind",
+    "as_of",
+    "valid_at",
+    "slice",
+    "slices",
+    "notes",
+];
+
+/// Every field a case's `scope` may have.
+const CASE_SCOPE_FIELDS: &[&str] = &[
+    "tenant",
+    "tenant_id",
+    "user",
+    "user_id",
+    "conversation",
+    "conversation_id",
+    "agent",
+    "agent_id",
+];
+
+/// The first field of `o` not in `known`, as the error naming it.
+fn unknown_field(
+    o: &Map<String, Value>,
+    known: &[&str],
+    prefix: &str,
+) -> Result<(), (String, String)> {
+    match o.keys().find(|k| !known.contains(&k.as_str())) {
+        Some(k) => Err((
+            format!("{prefix}{k}"),
+            format!("unknown field (known: {})", known.join(", ")),
+        )),
+        None => Ok(()),
+    }
+}
+
 fn parse_case_as(text: &str, line: usize, session: bool) -> Result<EvalCase, LineError> {
     let o = crate::ingest::json_object(text, line)?;
     (|| {
@@ -163,6 +218,8 @@ fn parse_case_as(text: &str, line: usize, session: bool) -> Result<EvalCase, Lin
             None | Some(Value::Null) => &empty,
             Some(_) => return Err(("scope".to_string(), "expected an object".to_string())),
         };
+        unknown_field(&o, CASE_FIELDS, "")?;
+        unknown_field(scope, CASE_SCOPE_FIELDS, "scope.")?;
         let tenant = if session {
             for (prefix, m) in [("", &o), ("scope.", scope)] {
                 if let Some(f) = SESSION_FIELDS.iter().find(|f| m.contains_key(**f)) {
@@ -432,6 +489,30 @@ mod tests {
             let e = EvalConfig::parse(bad).unwrap_err();
             assert!(e.contains(says), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn an_unknown_field_of_a_case_is_refused_with_its_name() {
+        for (t, field) in [
+            (r#"{"query": "q", "tenant": "t", "bogus": 1}"#, "bogus"),
+            (
+                r#"{"query": "q", "tenant": "t", "relevent_ids": ["a"]}"#,
+                "relevent_ids",
+            ),
+            (
+                r#"{"query": "q", "scope": {"tenant": "t", "usr": "u"}}"#,
+                "scope.usr",
+            ),
+        ] {
+            let e = parse_case(t, 3).unwrap_err();
+            assert_eq!((e.line, e.field.as_str()), (3, field), "{t}");
+            assert!(e.reason.contains("unknown field"), "{}", e.reason);
+        }
+        parse_case(
+            r#"{"query": "q", "tenant": "t", "notes": "why", "slices": ["x"], "k": 3}"#,
+            1,
+        )
+        .unwrap();
     }
 
     #[test]
