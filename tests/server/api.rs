@@ -839,3 +839,40 @@ fn compaction_is_not_cut_by_the_request_deadline() {
     let c = s.json("POST", "/v1/compact", Some(&store), None, 200);
     assert_eq!(c["purged"], 1, "{c}");
 }
+
+/// What a lifecycle operation on a deleted record answers (409
+/// `invalid_state`) is in the published contract of its endpoint.
+#[test]
+fn conflicts_of_lifecycle_operations_are_in_the_contract() {
+    let (_tmp, dir) = new_store();
+    let k = keys(&dir);
+    let s = Server::start(&dir, None);
+    append(
+        &s,
+        &k.ann,
+        r#"[{"kind": "note", "external_id": "gone", "text": "to be deleted"}]"#,
+    );
+    s.json("DELETE", "/v1/records/gone", Some(&k.ann), None, 200);
+    let api = s.json("GET", "/v1/openapi.json", None, None, 200);
+    for (method, path, body, op) in [
+        (
+            "DELETE",
+            "/v1/records/gone",
+            None,
+            ("/v1/records/{ref}", "delete"),
+        ),
+        (
+            "POST",
+            "/v1/records/gone/expire",
+            Some(r#"{"at": "2025-01-01T00:00:00Z"}"#),
+            ("/v1/records/{ref}/expire", "post"),
+        ),
+    ] {
+        let e = s.json(method, path, Some(&k.ann), body, 409);
+        assert_eq!(e["error"]["code"], "invalid_state", "{method} {path}: {e}");
+        assert!(
+            api["paths"][op.0][op.1]["responses"].get("409").is_some(),
+            "{method} {path}: 409 not in openapi"
+        );
+    }
+}

@@ -133,7 +133,7 @@ pub struct ExpireRequest {
     post, path = "/v1/records/{ref}/expire", tag = "lifecycle",
     params(("ref" = String, Path, description = "The record")),
     request_body = ExpireRequest,
-    responses((status = 200, body = OpResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+    responses((status = 200, body = OpResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "invalid_state: the record is deleted", body = ErrorBody), (status = 422, body = ErrorBody)),
     security(("api_key" = []))
 )]
 pub async fn expire(
@@ -162,7 +162,7 @@ pub struct DeleteParams {
 #[utoipa::path(
     delete, path = "/v1/records/{ref}", tag = "lifecycle",
     params(("ref" = String, Path, description = "The record"), DeleteParams),
-    responses((status = 200, body = OpResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    responses((status = 200, body = OpResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "invalid_state: the record is already deleted", body = ErrorBody)),
     security(("api_key" = []))
 )]
 pub async fn delete(
