@@ -164,6 +164,18 @@ pub struct TenantState {
     pub review_rules: BTreeMap<(String, String), bool>,
 }
 
+impl TenantState {
+    /// The purged record (its tombstone) that held external id `e`, if
+    /// compaction purged one.
+    pub fn purged_external_id(&self, e: &str) -> Option<Idx> {
+        if self.purged_external_ids == 0 {
+            return None;
+        }
+        let key = purged_external_id_key(&crate::canonical::sha256(e.as_bytes()));
+        self.external_ids.get(&key).copied()
+    }
+}
+
 /// The key under which a purged record's external id stays taken: its
 /// SHA-256 behind a control character, which no external id may contain,
 /// so it never names a live record. Why: deleted is final; a retried or

@@ -513,3 +513,40 @@ fn a_purged_restricted_record_stays_hidden_and_keeps_restricting_what_is_about_i
     check(&db, "after restore");
     db.close().unwrap();
 }
+
+/// A deleted record is named by its external id as by its id, before and
+/// after `compact` purges it (only the id's hash is then left): a trace
+/// shows its tombstone either way, and a second delete says it is deleted.
+#[test]
+fn a_purged_record_is_named_by_its_external_id_as_by_its_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    let id = s
+        .append(vec![
+            NewRecord::event("note", "gone soon").with_external_id("evt_9f2"),
+        ])
+        .unwrap()[0]
+        .id;
+    s.delete(&RecordRef::External("evt_9f2".into()), None)
+        .unwrap();
+    db.close().unwrap();
+    Engram::compact(dir.path(), &opts(&clock)).unwrap();
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    for r in [RecordRef::Id(id), RecordRef::External("evt_9f2".into())] {
+        let t = s.trace(&r).unwrap();
+        assert_eq!(t.target, id, "{r:?}");
+        let node = t.nodes.iter().find(|n| n.id == id).unwrap();
+        assert!(node.tombstone, "{r:?}");
+        assert!(
+            matches!(s.delete(&r, None), Err(EngineError::InvalidState { .. })),
+            "{r:?}"
+        );
+    }
+    // another tenant: nothing, by either name
+    let other = db.session(Principal::admin("u"));
+    assert!(other.trace(&RecordRef::External("evt_9f2".into())).is_err());
+    db.close().unwrap();
+}

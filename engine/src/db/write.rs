@@ -840,17 +840,7 @@ fn existing_version(
         // A record purged by compaction keeps its key (only its hash is
         // left) and its labels: a principal without them gets the answer
         // it got before the purge.
-        let purged = st.tenant(tenant).and_then(|t| {
-            (t.purged_external_ids > 0)
-                .then(|| {
-                    t.external_ids
-                        .get(&crate::state::purged_external_id_key(
-                            &crate::canonical::sha256(e.as_bytes()),
-                        ))
-                        .copied()
-                })
-                .flatten()
-        });
+        let purged = st.tenant(tenant).and_then(|t| t.purged_external_id(e));
         if let Some(tomb) = purged {
             let held = held.get_or_init(|| session.held_labels(st));
             if !session.target(st, tomb, held).readable {
