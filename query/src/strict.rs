@@ -192,8 +192,14 @@ impl<'de> Visitor<'de> for Walk<'_> {
 
     fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Value, E> {
         if let Some(literal) = self.numbers.next() {
+            // worded as the 64-bit cases above are
+            let bound = if literal.starts_with('-') {
+                "±2^53"
+            } else {
+                "2^53"
+            };
             return Err(self.refuse(format!(
-                "integer {literal} is beyond ±2^53 and would not be stored exactly; send it as a string"
+                "integer {literal} is beyond {bound} and would not be stored exactly; send it as a string"
             )));
         }
         serde_json::Number::from_f64(v)

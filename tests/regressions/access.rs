@@ -831,3 +831,123 @@ fn a_correction_sent_again_is_a_duplicate() {
     assert!(matches!(e, EngineError::AlreadySuperseded { .. }), "{e}");
     db.close().unwrap();
 }
+
+/// A correction in the batch of a relation to a labelled entity carries the
+/// entity's labels, as a correction in a later batch does: relations carry
+/// their endpoints' labels, and so does what corrects them.
+#[test]
+fn a_correction_in_the_batch_of_a_relation_keeps_its_endpoints_labels() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let carol = db.session(Principal::user("A", "carol").with_labels(["secret".to_string()]));
+    let lines = [
+        r#"{"record":"entity","entity_type":"svc","name":"vault","external_id":"svc/sec","access":["secret"]}"#,
+        r#"{"record":"entity","entity_type":"svc","name":"web","external_id":"svc/pub"}"#,
+        r#"{"record":"relation","subject":"svc/sec","predicate":"calls","object":"svc/pub","external_id":"rel/1"}"#,
+        r#"{"record":"relation","subject":"svc/pub","predicate":"calls","object":"svc/pub","supersedes":"rel/1"}"#,
+    ];
+    let records: Vec<NewRecord> = lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| engram::query::parse_line(l, i + 1).unwrap().record)
+        .collect();
+    let out = carol.append(records.clone()).unwrap();
+    let fixed = carol.get(&RecordRef::Id(out[3].id)).unwrap();
+    assert_eq!(
+        fixed.access,
+        vec!["secret".to_string()],
+        "{:?}",
+        out[3].notes
+    );
+    let alice = db.session(Principal::user("A", "alice"));
+    assert!(alice.get(&RecordRef::Id(out[3].id)).is_err());
+    // dropping the label takes the tenant admin, in the batch as later
+    let mut drop = records;
+    drop[3].access = Vec::new();
+    drop[3].replace_access = true;
+    drop[2].external_id = Some("rel/2".into());
+    drop[3].supersedes = Some(RecordRef::External("rel/2".into()));
+    let e = carol.append(drop).unwrap_err();
+    assert!(matches!(e, EngineError::Forbidden { .. }), "{e}");
+    db.close().unwrap();
+}
+
+/// A key's own labels count in a tenant with nothing stored yet: its
+/// first batch may write a labelled record and correct it.
+#[test]
+fn a_credential_label_counts_in_a_new_tenant() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let gus = db.session(Principal::user("T3", "gus").with_labels(["secret".to_string()]));
+    let mut g1 = NewRecord::event("m", "g").with_external_id("g1");
+    g1.access = vec!["secret".into()];
+    let out = gus
+        .append(vec![g1, correction_of("g1", "g1b", "g2")])
+        .unwrap();
+    assert_eq!(
+        gus.get(&RecordRef::Id(out[1].id)).unwrap().access,
+        vec!["secret".to_string()]
+    );
+    db.close().unwrap();
+}
+
+/// Sending again a correction that gave no external id of its own (it
+/// inherited its target's, which now names it) is a duplicate; so is a
+/// correction line repeated in one batch; and a chain of corrections
+/// naming the same external id is the same chain in one batch or in
+/// several.
+#[test]
+fn corrections_sent_again_or_chained_do_not_depend_on_batches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let s = db.session(Principal::user("A", "bob"));
+    let fix = || {
+        let mut c = NewRecord::event("m", "b");
+        c.supersedes = Some(RecordRef::External("B".into()));
+        c
+    };
+    s.append(vec![NewRecord::event("m", "a").with_external_id("B")])
+        .unwrap();
+    let first = s.append(vec![fix()]).unwrap();
+    let again = s.append(vec![fix()]).unwrap();
+    assert_eq!(again[0].outcome, engram::AppendOutcome::Duplicate);
+    assert_eq!(again[0].id, first[0].id);
+    assert_eq!(again[0].external_id.as_deref(), Some("B"));
+    assert_eq!(
+        s.history(&RecordRef::External("B".into())).unwrap().len(),
+        2
+    );
+    // a repeated correction line in one batch
+    let x2 = correction_of("x", "x2", "x two");
+    let out = s
+        .append(vec![
+            NewRecord::event("m", "x one").with_external_id("x"),
+            x2.clone(),
+            x2,
+        ])
+        .unwrap();
+    assert_eq!(out[2].outcome, engram::AppendOutcome::Duplicate);
+    assert_eq!(out[2].id, out[1].id);
+    // A; b corrects A; c corrects A: in one batch as in three
+    let chain = |ext: &str| {
+        let mut b = NewRecord::event("m", "second");
+        b.supersedes = Some(RecordRef::External(ext.into()));
+        let mut c = NewRecord::event("m", "third");
+        c.supersedes = Some(RecordRef::External(ext.into()));
+        vec![NewRecord::event("m", "first").with_external_id(ext), b, c]
+    };
+    s.append(chain("one")).unwrap();
+    for r in chain("many") {
+        s.append(vec![r]).unwrap();
+    }
+    let texts = |ext: &str| -> Vec<String> {
+        s.history(&RecordRef::External(ext.into()))
+            .unwrap()
+            .into_iter()
+            .map(|r| r.text.unwrap_or_default())
+            .collect()
+    };
+    assert_eq!(texts("one"), vec!["first", "second", "third"]);
+    assert_eq!(texts("one"), texts("many"));
+    db.close().unwrap();
+}

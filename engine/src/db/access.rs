@@ -76,7 +76,9 @@ impl Session {
     /// Labels the principal holds now (admins: every label not revoked).
     pub(crate) fn held_labels(&self, st: &State) -> BTreeSet<String> {
         let Some(t) = st.tenant(self.principal.tenant()) else {
-            return BTreeSet::new();
+            // A tenant with nothing stored yet: the credential's labels
+            // (a batch may write and then correct a labelled record).
+            return self.principal.credential_labels().iter().cloned().collect();
         };
         let mut held: BTreeSet<String> = if self.acts_as_admin(st) {
             t.labels

@@ -85,8 +85,10 @@ pub(super) struct Resolver<'a> {
     /// Whether the session acts as its tenant's admin, who holds every
     /// label not revoked tenant-wide (labels new in this batch included).
     pub(super) admin: bool,
-    /// External id -> positions in the batch.
-    pub(super) batch_ext: HashMap<String, Vec<usize>>,
+    /// External id -> positions in the batch; a correction that inherits
+    /// its target's external id is added, so a later item naming that id
+    /// names the newest version, as it would in a later batch.
+    pub(super) batch_ext: std::cell::RefCell<HashMap<String, Vec<usize>>>,
     pub(super) metric: Metric,
 }
 
@@ -155,7 +157,7 @@ impl Resolver<'_> {
         // naming its own external id refers to the version it
         // corrects (earlier in the batch or stored).
         if let Some(e) = rf.as_external() {
-            if let Some(pos) = self.batch_ext.get(e) {
+            if let Some(pos) = self.batch_ext.borrow().get(e) {
                 if let Some(&j) = pos.iter().rev().find(|&&j| j < i) {
                     return self.earlier(rf, field, (i, j), batch_ids[j]);
                 }
@@ -173,9 +175,14 @@ impl Resolver<'_> {
         let by_id = rf
             .as_id()
             .and_then(|id| self.tsym.and_then(|t| self.st.idx_in(t, id)));
-        let by_ext = rf
-            .as_external()
-            .and_then(|e| self.tstate.and_then(|t| t.external_ids.get(e).copied()));
+        let by_ext = rf.as_external().and_then(|e| {
+            self.tstate.and_then(|t| {
+                t.external_ids
+                    .get(e)
+                    .copied()
+                    .or_else(|| t.purged_external_id(e))
+            })
+        });
         match one_of(by_id, by_ext, rf, self.tenant, |ix| self.visible(ix)) {
             Some(Ok(ix)) => Ok((self.st.meta(ix).id, Place::Stored(ix))),
             Some(Err(e)) => Err(e),
@@ -243,10 +250,7 @@ impl Resolver<'_> {
         let in_flight = || {
             EngineError::invalid(
                 "supersedes",
-                format!(
-                    "{} (item {j}) is being written by another batch in flight; retry",
-                    reference_phrase(s)
-                ),
+                format!("{s} (item {j}) is being written by another batch in flight; retry"),
             )
             .at_item(i)
         };
@@ -270,7 +274,7 @@ impl Resolver<'_> {
             crate::authz::Decision::Forbidden(reason) => {
                 return Err(EngineError::Forbidden {
                     principal: self.session.principal.to_string(),
-                    action: format!("correct {} (item {i})", reference_phrase(s)),
+                    action: format!("correct {s} (item {i})"),
                     reason: reason.to_string(),
                 });
             }
@@ -383,11 +387,22 @@ impl Resolver<'_> {
                 Place::Stored(ix) => (self.stored_prior(i, r, sid, ix)?, sid.to_string()),
                 Place::Batch(j) => (
                     self.batch_prior((i, j), r, s, batch)?,
-                    format!("{} (item {j})", reference_phrase(s)),
+                    format!("item {j} of the batch ({s})"),
                 ),
             };
             unless_duplicate = prior.superseded.take();
             inherited = self.inherit((i, r), &what, prior, access, &mut notes)?;
+            if let Some(e) = inherited
+                .as_ref()
+                .filter(|_| r.external_id.is_none())
+                .and_then(|c| c.external_id.as_ref())
+            {
+                self.batch_ext
+                    .borrow_mut()
+                    .entry(e.clone())
+                    .or_default()
+                    .push(i);
+            }
             if w.pending_superseded.contains(&sid) {
                 return Err(EngineError::invalid(
                     "supersedes",
@@ -398,10 +413,7 @@ impl Resolver<'_> {
             if let Some(j) = superseded_here.insert(sid, i) {
                 return Err(EngineError::invalid(
                     "supersedes",
-                    format!(
-                        "{} is corrected twice in the batch (items {j} and {i})",
-                        reference_phrase(s)
-                    ),
+                    format!("{s} is corrected twice in the batch (items {j} and {i})"),
                 )
                 .at_item(i));
             }
@@ -442,12 +454,33 @@ impl Resolver<'_> {
             e.sort();
             e.dedup();
         }
+        // The labels of a record at `place`, for the effective labels of
+        // what names it (None: another batch's record, still in flight).
+        let labels_at = |place: Place| match place {
+            Place::Stored(ix) => Some(self.st.access_names(ix)),
+            Place::Batch(j) => batch
+                .get(j)
+                .and_then(Option::as_ref)
+                .and_then(|b| b.effective.clone()),
+        };
+        let mut add_labels = |place: Place| {
+            let labels = labels_at(place);
+            effective = effective.take().zip(labels).map(|(mut e, l)| {
+                e.extend(l);
+                e.sort();
+                e.dedup();
+                e
+            });
+        };
         match &r.body {
             Body::Relation {
                 subject, object, ..
             } => {
                 let (s, six) = self.resolve(batch_ids, subject, "subject", i)?;
                 let (o, oix) = self.resolve(batch_ids, object, "object", i)?;
+                // a relation carries its endpoints' labels
+                add_labels(six);
+                add_labels(oix);
                 for (place, f) in [(six, "subject"), (oix, "object")] {
                     let endpoint = match place {
                         Place::Stored(ix) => Some(self.st.meta(ix).rtype),
@@ -468,7 +501,10 @@ impl Resolver<'_> {
                 subject: Some(subject),
                 ..
             } => {
-                res.subject = Some(self.resolve(batch_ids, subject, "subject", i)?.0);
+                let (sid, place) = self.resolve(batch_ids, subject, "subject", i)?;
+                // an assertion carries its subject's labels
+                add_labels(place);
+                res.subject = Some(sid);
             }
             _ => {}
         }

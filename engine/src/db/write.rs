@@ -287,7 +287,12 @@ impl Session {
                         let corrects_it = r.supersedes.as_ref()
                             == Some(&RecordRef::External(e.clone()))
                             || r.supersedes.as_ref() == Some(&RecordRef::Id(batch_ids[j]));
-                        let same = normalized[i].2.is_some() && normalized[i].2 == normalized[j].2;
+                        // the same content: the same hash, or (for a record
+                        // naming others, hashed only once resolved) the
+                        // same record as sent
+                        let same = (normalized[i].2.is_some()
+                            && normalized[i].2 == normalized[j].2)
+                            || (normalized[i].2.is_none() && records[i] == records[j]);
                         if !corrects_it && same {
                             repeats.insert(i, j);
                             batch_ids[i] = batch_ids[j];
@@ -314,7 +319,7 @@ impl Session {
                 held,
                 actor,
                 admin: self.acts_as_admin(&st),
-                batch_ext,
+                batch_ext: std::cell::RefCell::new(batch_ext),
                 metric: db.inner.opts.metric,
             };
             // what stage 2 kept of each item it created (None: a duplicate)
@@ -371,6 +376,17 @@ impl Session {
                 );
                 let existing = match (existing, unless_duplicate) {
                     (Ok(Some(dup)), _) => Some(dup),
+                    _ if let Some(same) = unchanged_correction(
+                        db,
+                        &st,
+                        tsym,
+                        (r, &res),
+                        (&retention, &access),
+                        data_json[i].as_deref(),
+                    )? =>
+                    {
+                        Some(same)
+                    }
                     (_, Some(refused)) => return Err(refused),
                     (found, None) => found?,
                 };
@@ -384,8 +400,11 @@ impl Session {
                     // point at the stored record.
                     batch_ids[i] = eid;
                     batch.push(None);
+                    let mut stored = StoredRecord::empty(eid);
+                    // the external id it has, given or inherited
+                    stored.external_id = r.external_id.clone();
                     prepared.push(Prepared {
-                        stored: StoredRecord::empty(eid),
+                        stored,
                         outcome,
                         status,
                         lsn,
@@ -893,6 +912,42 @@ fn existing_version(
         });
     }
     Ok(None)
+}
+
+/// A correction that says exactly what the stored record it corrects says
+/// (the same external id, and its content hashed as that record's sibling
+/// equals that record's hash): a duplicate of that record, not a new
+/// version. A correction sent
+/// again after it became the current version, naming its target by the
+/// external id it inherited (which now names it), is one.
+fn unchanged_correction(
+    db: &Engram,
+    st: &State,
+    tsym: Option<crate::state::Sym>,
+    (r, res): (&NewRecord, &Resolved),
+    (retention, access): (&str, &[String]),
+    data: Option<&str>,
+) -> Result<Option<(RecordId, u64, Status)>> {
+    let Some(ix) = res
+        .supersedes
+        .and_then(|sid| tsym.and_then(|t| st.idx_in(t, sid)))
+    else {
+        return Ok(None);
+    };
+    let m = st.meta(ix);
+    // the same record: its external id too (which is not hashed)
+    if m.tombstone
+        || m.status == Status::Deleted
+        || r.external_id.as_deref() != m.external_id.as_deref()
+    {
+        return Ok(None);
+    }
+    let sibling = Resolved {
+        supersedes: m.supersedes.map(|p| st.meta(p).id),
+        ..res.clone()
+    };
+    let hash = content_hash(r, &sibling, retention, access, data);
+    Ok((stored_hash(db, m.loc)? == hash).then_some((m.id, m.loc.lsn, m.status)))
 }
 
 fn results(prepared: &[Prepared], records: &[NewRecord], locs: &[FrameLoc]) -> Vec<AppendResult> {
