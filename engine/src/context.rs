@@ -306,10 +306,12 @@ impl Session {
         let now = self.db.now();
         let st = self.db.state();
         let held = self.held_labels(&st);
+        // Historical records as the request says (recent turns that ended
+        // are shown marked); procedure only ever from current records.
         let cut = Cut {
             as_of: None,
             valid_at: now,
-            include_historical: false,
+            include_historical: req.include_historical,
             now,
             include_candidates: false,
         };
@@ -328,6 +330,7 @@ impl Session {
             .filter(|&i| {
                 let m = st.meta(i);
                 m.status == Status::Approved
+                    && !el.historical.contains(i)
                     && m.akind.is_some_and(AssertionKind::is_procedural)
                     && in_scope(&st, i, req)
             })
@@ -431,7 +434,7 @@ impl Session {
                     turns.truncate(req.recent_turns);
                     turns.reverse();
                     for i in turns {
-                        recent_items.push(self.context_item(&st, i, false)?);
+                        recent_items.push(self.context_item(&st, i, el.historical.contains(i))?);
                     }
                 }
             }

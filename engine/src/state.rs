@@ -704,6 +704,29 @@ impl State {
         }
     }
 
+    /// How a record's status `status` (the one it had at `as_of`, or now)
+    /// is shown at valid time `valid_at`: a current record whose validity
+    /// had ended by then (its end as known at `as_of`) is `historical`, as
+    /// retrieval marks it; every other status is its name.
+    pub fn shown_status(
+        &self,
+        idx: Idx,
+        status: Status,
+        valid_at: i64,
+        as_of: Option<i64>,
+    ) -> &'static str {
+        let current = matches!(status, Status::Active | Status::Approved);
+        let until = match as_of {
+            Some(t) => self.valid_until_at(idx, t),
+            None => self.metas[idx as usize].valid_until,
+        };
+        if current && until.is_some_and(|u| u <= valid_at) {
+            "historical"
+        } else {
+            status.name()
+        }
+    }
+
     /// The status each record changed after transaction time `t` had at
     /// `t`: the `from` of its first transition made after it. Records
     /// missing from the map have their current status.

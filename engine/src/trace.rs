@@ -205,7 +205,8 @@ impl Session {
             id: m.id,
             record: m.rtype.name(),
             kind: st.strings.name(m.kind).to_string(),
-            status: m.status.name(),
+            // an ended current record is historical, as retrieval shows it
+            status: st.shown_status(i, m.status, self.db.now(), None),
             side,
             depth,
             external_id: None,

@@ -113,3 +113,79 @@ fn an_expired_observation_is_history_not_current_state() {
     assert_eq!(db.applied_lsn(), lsn);
     db.close().unwrap();
 }
+
+/// Context assembly keeps a conversation's ended turns in its recent
+/// section, marked historical, unless the request leaves history out; an
+/// ended policy is never in the procedural section.
+#[test]
+fn context_marks_ended_recent_turns_and_never_follows_an_ended_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0 + MINUTE);
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("acme-ops"));
+    let scope = engram::Scope {
+        user: Some("u2".into()),
+        conversation: Some("c2".into()),
+        ..Default::default()
+    };
+    let turn = |ext: &str, text: &str, at: i64| {
+        NewRecord::event("user_message", text)
+            .with_external_id(ext)
+            .with_scope(scope.clone())
+            .at(at)
+    };
+    let mut policy = NewRecord::assertion(
+        engram::AssertionKind::Policy,
+        "refunds need approval",
+        vec![ext("t2")],
+    )
+    .with_external_id("pol");
+    policy.valid_until = Some(T0 + 5 * MINUTE);
+    s.append(vec![
+        turn("t1", "checkout is slow", T0),
+        turn("t2", "billing is slow too", T0 + 1000),
+        policy,
+    ])
+    .unwrap();
+    s.expire(&ext("t1"), T0 + 2 * MINUTE).unwrap();
+    let ask = |historical: bool| {
+        let mut r = ContextRequest::new("checkout billing slow");
+        r.user = Some("u2".into());
+        r.conversation = Some("c2".into());
+        r.include_historical = historical;
+        s.context(&r).unwrap()
+    };
+    let section = |c: &engram::context::Context, name: &str| -> Vec<(String, bool)> {
+        c.sections
+            .iter()
+            .filter(|sec| sec.name == name)
+            .flat_map(|sec| &sec.items)
+            .map(|it| (it.external_id.clone().unwrap_or_default(), it.historical))
+            .collect()
+    };
+    // while the policy is valid, it is followed
+    assert_eq!(
+        section(&ask(true), "procedural"),
+        vec![("pol".to_string(), false)]
+    );
+    clock.set(T0 + 10 * MINUTE);
+    let with = ask(true);
+    assert_eq!(
+        section(&with, "recent"),
+        vec![("t1".to_string(), true), ("t2".to_string(), false)],
+        "{}",
+        with.render()
+    );
+    assert!(with.render().contains("HISTORICAL"));
+    assert!(section(&with, "procedural").is_empty(), "{}", with.render());
+    let without = ask(false);
+    assert_eq!(section(&without, "recent"), vec![("t2".to_string(), false)]);
+    // a trace shows the ended policy as retrieval does: historical
+    let t = s.trace(&ext("t2")).unwrap();
+    let pol = t
+        .nodes
+        .iter()
+        .find(|n| n.external_id.as_deref() == Some("pol"))
+        .unwrap();
+    assert_eq!(pol.status, "historical");
+}

@@ -217,7 +217,7 @@ impl Session {
             let (sources, derivatives) = if req.attach == Attach::default() {
                 (Vec::new(), Vec::new())
             } else {
-                self.attach(&st, idx, req.attach, &held, req.as_of, &el)?
+                self.attach(&st, idx, req.attach, &held, (req.as_of, cut.valid_at), &el)?
             };
             let historical = el.historical.contains(idx);
             hits.push(Hit {
@@ -425,7 +425,7 @@ impl Session {
         idx: Idx,
         attach: Attach,
         held: &BTreeSet<String>,
-        as_of: Option<i64>,
+        (as_of, valid_at): (Option<i64>, i64),
         el: &super::eligibility::Eligibility,
     ) -> Result<(Vec<Linked>, Vec<Linked>)> {
         let walk = |depth_max: Option<usize>, up: bool| -> Result<Vec<Linked>> {
@@ -475,7 +475,7 @@ impl Session {
                     status: if m.status == crate::model::Status::Deleted {
                         m.status.name()
                     } else {
-                        el.status(st, i).name()
+                        st.shown_status(i, el.status(st, i), valid_at, as_of)
                     },
                     depth,
                     text,
