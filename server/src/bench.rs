@@ -195,6 +195,21 @@ impl KeptStore {
         };
         let store = root.join("store");
         let stamp = root.join(format!("bench-{bench}.params"));
+        // Only a directory this bench made is written to: a missing or
+        // empty one, or one holding its stamp (the user's own files, or a
+        // real store, are never replaced).
+        let ours =
+            stamp.exists() || std::fs::read_dir(&root).map_or(true, |mut d| d.next().is_none());
+        if !ours {
+            return Err(fail(format!(
+                "--dir {}: not empty and not a directory `engram bench {bench}` made \
+                 (no {}); give a new or empty directory",
+                root.display(),
+                stamp
+                    .file_name()
+                    .map_or_else(String::new, |f| f.to_string_lossy().into_owned()),
+            )));
+        }
         let reuse = std::fs::read_to_string(&stamp).is_ok_and(|s| s == params)
             && store.join("ENGRAM").exists();
         if reuse {
@@ -205,7 +220,10 @@ impl KeptStore {
             if store.exists() {
                 std::fs::remove_dir_all(&store)?;
             }
-            let _ = std::fs::remove_file(&stamp);
+            // Marks the directory as this bench's before anything is
+            // built: an interrupted build is rebuilt, never reused.
+            std::fs::create_dir_all(&root)?;
+            std::fs::write(&stamp, "building")?;
         }
         Ok(KeptStore {
             _tmp: tmp,

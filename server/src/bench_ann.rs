@@ -35,7 +35,9 @@ use crate::cli::{CliError, CliResult, Ctx};
 /// `engram bench ann`.
 #[derive(Args, Debug)]
 pub struct AnnArgs {
-    /// Dataset directory (see the module documentation for the layout).
+    /// Dataset directory: base.npy, queries.npy, gt.npy, optional attrs.npy,
+    /// filters.json and gt_<filter>.npy (docs/benchmarks.md; made by
+    /// benches/make_ann_dataset.py).
     #[arg(long)]
     pub dataset: PathBuf,
     /// HNSW M.
@@ -451,13 +453,14 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
     let d = &a.dataset;
     if a.rounds == 0
         || a.threads == 0
+        || a.queries == Some(0)
         || a.ef.is_empty()
         || a.ef.contains(&0)
         || a.m < 2
         || a.ef_construction == 0
     {
         return Err(CliError::Message(
-            "--threads, --ef values, --m (>= 2) and --ef-construction must be positive".into(),
+            "--rounds, --threads, --queries, --ef values, --m (>= 2) and --ef-construction must be positive".into(),
         ));
     }
     // Build times on stderr (they are in the --json report too); progress
@@ -800,6 +803,12 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
     db.close()?;
     if a.json {
         crate::outln!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    if report.filters.is_empty() {
+        // every configuration asked for was skipped: nothing was measured
+        return Err(CliError::Message(
+            "nothing measured: every filter asked for was skipped (see above)".into(),
+        ));
     }
     Ok(ExitCode::SUCCESS)
 }

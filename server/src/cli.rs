@@ -124,7 +124,7 @@ pub enum Command {
     Backup(crate::lifecycle_cmd::DirArgs),
     /// Restore from a backup, re-applying later deletions and revocations.
     Restore(crate::lifecycle_cmd::DirArgs),
-    /// Benchmarks (`engram bench ingest`, `engram bench ann`).
+    /// Benchmarks (`engram bench ingest`, `ann`, `open`, `recall`; see docs/benchmarks.md).
     #[command(subcommand)]
     Bench(crate::bench::BenchCommand),
     /// Serve the store over HTTP/1.1 + JSON (API keys from `engram keys create`; see docs/server.md).

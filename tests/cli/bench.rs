@@ -241,3 +241,44 @@ fn bench_open_refuses_more_tenants_than_records() {
         "{err}"
     );
 }
+
+/// `--dir` of `bench open` and `bench recall` is written to only when it
+/// is new, empty, or one the bench made: a user's store or files there are
+/// never replaced.
+#[test]
+fn bench_dir_never_replaces_what_the_bench_did_not_make() {
+    let tmp = tempfile::tempdir().unwrap();
+    let victim = tmp.path().join("victim");
+    let store = victim.join("store");
+    let s = store.to_str().unwrap();
+    assert!(engram(&["--data", s, "init"]).status.success());
+    let mine = tmp.path().join("mine");
+    std::fs::create_dir_all(mine.join("store")).unwrap();
+    std::fs::write(mine.join("store").join("notes.txt"), "keep me").unwrap();
+    for (bench, dir) in [("open", &victim), ("recall", &mine)] {
+        let mut args = vec![
+            "bench",
+            bench,
+            "--records",
+            "200",
+            "--tenants",
+            "2",
+            "--quiet",
+            "--dir",
+            dir.to_str().unwrap(),
+        ];
+        if bench == "recall" {
+            args.push("--synthetic");
+        }
+        let o = engram(&args);
+        assert!(!o.status.success(), "{bench}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("not empty") && err.contains("--dir"), "{err}");
+    }
+    assert!(store.join("ENGRAM").exists());
+    assert_eq!(
+        std::fs::read_to_string(mine.join("store").join("notes.txt")).unwrap(),
+        "keep me"
+    );
+    assert!(!victim.join("bench-open.params").exists());
+}
