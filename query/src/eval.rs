@@ -65,6 +65,18 @@ pub struct EvalCase {
 }
 
 fn strs(o: &Map<String, Value>, keys: &[&str]) -> Result<Vec<String>, (String, String)> {
+    // Two spellings of one field: which one counts would be a guess.
+    let given: Vec<&str> = keys
+        .iter()
+        .copied()
+        .filter(|k| o.get(*k).is_some_and(|v| !v.is_null()))
+        .collect();
+    if given.len() > 1 {
+        return Err((
+            given[1].to_string(),
+            format!("give one of {}, not both", given.join(" and ")),
+        ));
+    }
     for k in keys {
         match o.get(*k) {
             None | Some(Value::Null) => continue,
@@ -257,6 +269,7 @@ fn parse_case_as(text: &str, line: usize, session: bool) -> Result<EvalCase, Lin
             None | Some(Value::Null) => None,
             Some(Value::Number(n)) => Some(
                 n.as_u64()
+                    .filter(|&k| k > 0)
                     .ok_or_else(|| ("k".to_string(), "expected a positive integer".to_string()))?
                     as usize,
             ),
@@ -513,6 +526,30 @@ mod tests {
             1,
         )
         .unwrap();
+        // two spellings of one field: refused, never one silently dropped
+        for (t, field) in [
+            (
+                r#"{"query": "q", "tenant": "t", "forbidden": ["a"], "forbidden_ids": ["b"]}"#,
+                "forbidden",
+            ),
+            (r#"{"query": "q", "text": "r", "tenant": "t"}"#, "text"),
+            (
+                r#"{"query": "q", "tenant": "t", "scope": {"user": "u", "user_id": "v"}}"#,
+                "user_id",
+            ),
+        ] {
+            let e = parse_case(t, 4).unwrap_err();
+            assert!(
+                e.field.ends_with(field) && e.reason.contains("not both"),
+                "{t}: {e:?}"
+            );
+        }
+        // a k of 0 can never run: refused with the file, like -3
+        for k in ["0", "-3"] {
+            let e = parse_case(&format!(r#"{{"query": "q", "tenant": "t", "k": {k}}}"#), 2)
+                .unwrap_err();
+            assert_eq!(e.field, "k", "{k}");
+        }
     }
 
     #[test]
