@@ -34,6 +34,7 @@ pub fn parse(text: &str) -> Result<Value, Result<Refusal, serde_json::Error>> {
     let refusal = RefCell::new(None);
     let oversized = oversized_integers(text);
     let numbers = std::cell::Cell::new(0);
+    let at = RefCell::new(String::new());
     let mut de = serde_json::Deserializer::from_str(text);
     let r = Walk {
         path: String::new(),
@@ -41,6 +42,7 @@ pub fn parse(text: &str) -> Result<Value, Result<Refusal, serde_json::Error>> {
         numbers: Numbers {
             seen: &numbers,
             oversized: &oversized,
+            at: &at,
         },
     }
     .deserialize(&mut de)
@@ -49,9 +51,37 @@ pub fn parse(text: &str) -> Result<Value, Result<Refusal, serde_json::Error>> {
         Ok(v) => Ok(v),
         Err(e) => match refusal.into_inner() {
             Some(x) => Err(Ok(x)),
-            None => Err(Err(e)),
+            None => {
+                // An integer too long even for a double ("number out of
+                // range"): the same refusal as any oversized integer, at
+                // the value being read when the parse stopped.
+                let next = numbers.get();
+                match oversized.iter().find(|(at, _)| *at == next) {
+                    Some((_, literal)) if e.to_string().contains("number out of range") => {
+                        let field = at.into_inner();
+                        Err(Ok((
+                            if field.is_empty() { "-".into() } else { field },
+                            unsafe_integer(literal),
+                        )))
+                    }
+                    _ => Err(Err(e)),
+                }
+            }
         },
     }
+}
+
+/// Why an integer is refused.
+fn unsafe_integer(literal: &str) -> String {
+    let bound = if literal.starts_with('-') {
+        "±2^53"
+    } else {
+        "2^53"
+    };
+    format!(
+        "integer {literal} is beyond {bound}, so a JSON number (a double) cannot carry it \
+         exactly; in `data`, send it as a string"
+    )
 }
 
 /// Integer literals of `text` (outside strings) too large for 64 bits,
@@ -105,6 +135,8 @@ fn oversized_integers(text: &str) -> Vec<(usize, String)> {
 struct Numbers<'a> {
     seen: &'a std::cell::Cell<usize>,
     oversized: &'a [(usize, String)],
+    /// The path of the value being read (for a parse that stops inside it).
+    at: &'a RefCell<String>,
 }
 
 impl Numbers<'_> {
@@ -155,6 +187,9 @@ impl Walk<'_> {
 impl<'de> DeserializeSeed<'de> for Walk<'_> {
     type Value = Value;
     fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        if !self.numbers.oversized.is_empty() {
+            self.numbers.at.replace(self.path.clone());
+        }
         d.deserialize_any(self)
     }
 }
@@ -173,9 +208,7 @@ impl<'de> Visitor<'de> for Walk<'_> {
     fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Value, E> {
         self.numbers.next();
         if v.unsigned_abs() > SAFE_INTEGER_MAX {
-            return Err(self.refuse(format!(
-                "integer {v} is beyond ±2^53 and would not be stored exactly; send it as a string"
-            )));
+            return Err(self.refuse(unsafe_integer(&v.to_string())));
         }
         Ok(Value::from(v))
     }
@@ -183,24 +216,14 @@ impl<'de> Visitor<'de> for Walk<'_> {
     fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Value, E> {
         self.numbers.next();
         if v > SAFE_INTEGER_MAX {
-            return Err(self.refuse(format!(
-                "integer {v} is beyond 2^53 and would not be stored exactly; send it as a string"
-            )));
+            return Err(self.refuse(unsafe_integer(&v.to_string())));
         }
         Ok(Value::from(v))
     }
 
     fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Value, E> {
         if let Some(literal) = self.numbers.next() {
-            // worded as the 64-bit cases above are
-            let bound = if literal.starts_with('-') {
-                "±2^53"
-            } else {
-                "2^53"
-            };
-            return Err(self.refuse(format!(
-                "integer {literal} is beyond {bound} and would not be stored exactly; send it as a string"
-            )));
+            return Err(self.refuse(unsafe_integer(literal)));
         }
         serde_json::Number::from_f64(v)
             .map(Value::Number)
@@ -289,6 +312,11 @@ mod tests {
             assert_eq!(e.0, field, "{t}");
             assert!(e.1.contains("send it as a string"), "{e:?}");
         }
+        // too long even for a double: the same refusal, at its field
+        let huge = format!(r#"{{"a": 1, "d": {{"n": {}}}}}"#, "9".repeat(400));
+        let e = parse(&huge).unwrap_err().unwrap();
+        assert_eq!(e.0, "d.n");
+        assert!(e.1.contains("send it as a string"), "{e:?}");
         // doubles by their form, and digits inside strings, are accepted
         for t in [
             r#"{"v": 1e20, "w": 6.02e23, "x": 0.1, "y": 18446744073709551616.0}"#,
