@@ -86,3 +86,29 @@ def test_line_numbers_in_error_details_count_over_the_whole_iterable(
     assert out[1]["outcome"] == "created" and out[3]["outcome"] == "created"
     assert out[2]["error"]["details"]["line"] == 2
     assert out[2]["error"]["details"]["field"] == "occurred_at"
+
+
+def test_an_item_that_cannot_be_sent_ends_the_stream_after_what_was_stored(
+    user: Client, uniq: str
+) -> None:
+    items: List[Any] = list(records(uniq, 6))
+    items[4] = {"kind": "note", "text": "bad \ud800 surrogate"}
+    stream = user.bulk(items, batch=2, lines_per_request=10)
+    got: List[Any] = []
+    with pytest.raises(ValueError, match="bulk item 5"):
+        for r in stream:
+            got.append(r)
+    # the four lines before it were stored and reported
+    assert [r["outcome"] for r in got] == ["created"] * 4
+    assert stream.summary["complete"] is False
+    assert user.get(f"{uniq}-3")["text"] == "bulk note 3"
+
+
+def test_what_json_cannot_carry_is_refused_before_sending(user: Client, uniq: str) -> None:
+    for bad in (
+        {"kind": "note", "text": "x", "data": {1: "a", "1": "b"}},
+        {"kind": "note", "text": "x", "data": {"v": float("nan")}},
+        {"kind": "note", "text": "x", "confidence": float("inf")},
+    ):
+        with pytest.raises(ValueError):
+            user.append([bad])

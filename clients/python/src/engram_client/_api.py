@@ -119,11 +119,42 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"{type(o).__name__} is not JSON serializable")
 
 
+def _check_keys(obj: Any) -> None:
+    """Refuses a dict key that is not a string: ``json`` would turn ``1`` into
+    ``"1"`` silently (and ``{1: a, "1": b}`` into a repeated key, which the
+    server refuses)."""
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        if isinstance(o, Mapping):
+            for k, v in o.items():
+                if not isinstance(k, str):
+                    raise ValueError(
+                        f"JSON object keys must be strings, not {type(k).__name__} ({k!r})"
+                    )
+                stack.append(v)
+        elif isinstance(o, (list, tuple)):
+            stack.extend(o)
+
+
 def dumps(obj: Any) -> bytes:
-    """Compact UTF-8 JSON; ``datetime`` and ``date`` values as RFC 3339."""
-    return json.dumps(
-        obj, ensure_ascii=False, separators=(",", ":"), default=_json_default
-    ).encode("utf-8")
+    """Compact UTF-8 JSON; ``datetime`` and ``date`` values as RFC 3339.
+
+    Raises ``ValueError`` for what JSON cannot carry, before anything is
+    sent: NaN and infinities, a dict key that is not a string, and a
+    string with a lone surrogate (not UTF-8)."""
+    _check_keys(obj)
+    try:
+        text = json.dumps(
+            obj,
+            ensure_ascii=False,
+            separators=(",", ":"),
+            default=_json_default,
+            allow_nan=False,
+        )
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"a string is not valid UTF-8 (a lone surrogate?): {exc}") from None
 
 
 def ref_path(ref: str) -> str:

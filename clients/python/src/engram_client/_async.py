@@ -439,16 +439,25 @@ class AsyncBulkStream(AsyncIterator[BulkLine]):
             if first is sentinel:
                 return
             sent = [0]
+            # An item that cannot be sent ends the body where it is: the
+            # lines before it are stored and reported, then it is raised.
+            bad: List[BaseException] = []
 
             async def body(first: Any = first, sent: List[int] = sent) -> AsyncIterator[bytes]:
-                yield _api.bulk_line(first)
-                sent[0] = 1
-                while sent[0] < self._per:
+                item = first
+                while True:
+                    try:
+                        line = _api.bulk_line(item)
+                    except (ValueError, TypeError) as exc:
+                        bad.append(exc)
+                        return
+                    yield line
+                    sent[0] += 1
+                    if sent[0] >= self._per:
+                        return
                     item = await _anext(it, sentinel)
                     if item is sentinel:
                         return
-                    yield _api.bulk_line(item)
-                    sent[0] += 1
 
             try:
                 async with client._http.stream(
@@ -470,6 +479,10 @@ class AsyncBulkStream(AsyncIterator[BulkLine]):
                 raise _api.transport_error(exc, self._client.key) from exc
             self._totals.request_ended()
             offset += sent[0]
+            if bad:
+                self._totals.summary["complete"] = False
+                err = bad[0]
+                raise type(err)(f"bulk item {offset + 1}: {err}") from err
 
 
 async def _anext(it: AsyncIterator[Any], default: Any) -> Any:

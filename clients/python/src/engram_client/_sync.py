@@ -420,16 +420,25 @@ class BulkStream(Iterator[BulkLine]):
             if first is sentinel:
                 return
             sent = [0]
+            # An item that cannot be sent ends the body where it is: the
+            # lines before it are stored and reported, then it is raised.
+            bad: List[BaseException] = []
 
             def body(first: Any = first, sent: List[int] = sent) -> Iterator[bytes]:
-                yield _api.bulk_line(first)
-                sent[0] = 1
-                while sent[0] < self._per:
+                item = first
+                while True:
+                    try:
+                        line = _api.bulk_line(item)
+                    except (ValueError, TypeError) as exc:
+                        bad.append(exc)
+                        return
+                    yield line
+                    sent[0] += 1
+                    if sent[0] >= self._per:
+                        return
                     item = next(it, sentinel)
                     if item is sentinel:
                         return
-                    yield _api.bulk_line(item)
-                    sent[0] += 1
 
             try:
                 with client._http.stream(
@@ -451,3 +460,7 @@ class BulkStream(Iterator[BulkLine]):
                 raise _api.transport_error(exc, self._client.key) from exc
             self._totals.request_ended()
             offset += sent[0]
+            if bad:
+                self._totals.summary["complete"] = False
+                err = bad[0]
+                raise type(err)(f"bulk item {offset + 1}: {err}") from err
