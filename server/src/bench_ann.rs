@@ -35,9 +35,9 @@ use crate::cli::{CliError, CliResult, Ctx};
 /// `engram bench ann`.
 #[derive(Args, Debug)]
 pub struct AnnArgs {
-    /// Dataset directory: base.npy, queries.npy, gt.npy, optional attrs.npy,
-    /// filters.json and gt_<filter>.npy (docs/benchmarks.md; made by
-    /// benches/make_ann_dataset.py).
+    /// Dataset directory: `base.npy`, `queries.npy`, `gt.npy`, optional
+    /// `attrs.npy`, `filters.json` and `gt_<filter>.npy` (docs/benchmarks.md;
+    /// made by `benches/make_ann_dataset.py`).
     #[arg(long)]
     pub dataset: PathBuf,
     /// HNSW M.
