@@ -65,6 +65,7 @@ use crate::vector::precision::GraphPrecision;
 use crate::vector::space::VectorSpaces;
 
 mod access;
+mod admit;
 mod open;
 mod read;
 mod resolve;

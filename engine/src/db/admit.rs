@@ -1,0 +1,183 @@
+//! Stage 3 of the write path (`Session::append_run`, `write.rs`): whether
+//! a record repeats a stored or in-flight version (a duplicate stores
+//! nothing), the external id rules, and the admission status of a new
+//! record.
+
+use super::write::{Resolved, content_hash};
+use super::*;
+
+/// Stage 3, the external id rules: the stored (or in-flight) version this
+/// record repeats, if any, as (id, LSN, status); an error if its external
+/// id names another record it does not correct, or a deleted one.
+///
+/// A holder the session cannot read (it lacks one of its labels) and did
+/// not write is not described: the key is reported as in use, whether the content matches,
+/// differs or was deleted, so an append can neither name a hidden record
+/// nor confirm a guess of its content (docs/security.md, guarantee 2).
+pub(super) fn existing_version(
+    (session, held): (&Session, &std::cell::OnceCell<BTreeSet<String>>),
+    w: &WriterState,
+    st: &State,
+    tenant: &str,
+    (i, r): (usize, &NewRecord),
+    (hash, access): ([u8; 32], &[String]),
+    supersedes: Option<RecordId>,
+) -> Result<Option<(RecordId, u64, Status)>> {
+    let Some(e) = &r.external_id else {
+        return Ok(None);
+    };
+    let in_use = || EngineError::ExternalIdConflict {
+        item: Some(i),
+        external_id: e.clone(),
+        existing: None,
+    };
+    let key = (tenant.to_string(), e.clone());
+    if let Some((pid, phash, writer)) = w.pending_ext.get(&key) {
+        // In flight: not yet in the state, so its labels are the ones this
+        // request gives when the content (labels included) matches.
+        let held = held.get_or_init(|| session.held_labels(st));
+        if *phash == hash {
+            let own = writer == session.principal.id();
+            if !own && !access.iter().all(|l| held.contains(l)) {
+                return Err(in_use());
+            }
+            return Ok(Some((*pid, 0, Status::Active)));
+        }
+        let readable = st
+            .idx(*pid)
+            .is_some_and(|ix| session.target(st, ix, held).readable);
+        return Err(EngineError::ExternalIdConflict {
+            item: Some(i),
+            external_id: e.clone(),
+            existing: readable.then_some(*pid),
+        });
+    }
+    let Some(&ix) = st
+        .tenant(tenant)
+        .and_then(|t| t.external_ids.get(e.as_str()))
+    else {
+        // A record purged by compaction keeps its key (only its hash is
+        // left) and its labels: a principal without them gets the answer
+        // it got before the purge.
+        let purged = st.tenant(tenant).and_then(|t| t.purged_external_id(e));
+        if let Some(tomb) = purged {
+            let held = held.get_or_init(|| session.held_labels(st));
+            if !session.target(st, tomb, held).readable {
+                return Err(in_use());
+            }
+            return Err(EngineError::invalid(
+                "external_id",
+                format!(
+                    "'{e}' named a record that was deleted; deleted content is not re-ingested"
+                ),
+            )
+            .at_item(i));
+        }
+        return Ok(None);
+    };
+    // Its writer knows what it wrote: a retry of its own append is a
+    // duplicate even when it does not hold the labels it wrote.
+    let held = held.get_or_init(|| session.held_labels(st));
+    let readable = |x: Idx| {
+        let t = session.target(st, x, held);
+        t.readable || t.own
+    };
+    if !readable(ix) {
+        return Err(in_use());
+    }
+    let m = st.meta(ix);
+    if m.status == Status::Deleted {
+        return Err(EngineError::invalid(
+            "external_id",
+            format!(
+                "'{e}' named record {} which was deleted; deleted content is not re-ingested",
+                m.id
+            ),
+        )
+        .at_item(i));
+    }
+    // Re-sending any version of the chain is a no-op (a file holding a
+    // record and its correction re-ingests cleanly).
+    for v in st.chain(ix) {
+        let vm = st.meta(v);
+        if !vm.tombstone && readable(v) && stored_hash(&session.db, vm.loc)? == hash {
+            return Ok(Some((vm.id, vm.loc.lsn, vm.status)));
+        }
+    }
+    if supersedes != Some(m.id) {
+        return Err(EngineError::ExternalIdConflict {
+            item: Some(i),
+            external_id: e.clone(),
+            existing: Some(m.id),
+        });
+    }
+    Ok(None)
+}
+
+/// A correction that says exactly what the stored record it corrects says
+/// (the same external id, and its content hashed as that record's sibling
+/// equals that record's hash): a duplicate of that record, not a new
+/// version. A correction sent
+/// again after it became the current version, naming its target by the
+/// external id it inherited (which now names it), is one.
+pub(super) fn unchanged_correction(
+    db: &Engram,
+    st: &State,
+    tsym: Option<crate::state::Sym>,
+    (r, res): (&NewRecord, &Resolved),
+    (retention, access): (&str, &[String]),
+    data: Option<&str>,
+) -> Result<Option<(RecordId, u64, Status)>> {
+    let Some(ix) = res
+        .supersedes
+        .and_then(|sid| tsym.and_then(|t| st.idx_in(t, sid)))
+    else {
+        return Ok(None);
+    };
+    let m = st.meta(ix);
+    // the same record: its external id too (which is not hashed)
+    if m.tombstone
+        || m.status == Status::Deleted
+        || r.external_id.as_deref() != m.external_id.as_deref()
+    {
+        return Ok(None);
+    }
+    let sibling = Resolved {
+        supersedes: m.supersedes.map(|p| st.meta(p).id),
+        ..res.clone()
+    };
+    let hash = content_hash(r, &sibling, retention, access, data);
+    Ok((stored_hash(db, m.loc)? == hash).then_some((m.id, m.loc.lsn, m.status)))
+}
+
+pub(super) fn stored_hash(db: &Engram, loc: FrameLoc) -> Result<[u8; 32]> {
+    let f = db.inner.log.read(loc.segment, loc.offset)?;
+    let a = codec::view_record(f.payload())?;
+    Ok(a.content_sha256)
+}
+
+/// Admission: the initial status of a new record.
+pub(super) fn admission(
+    rtype: RecordType,
+    body: &Body,
+    writer: WriterKind,
+    tenant: Option<&crate::state::TenantState>,
+) -> Status {
+    match (rtype, body) {
+        (RecordType::Event, _) => Status::Active,
+        (RecordType::Assertion, Body::Assertion { kind, .. }) => {
+            let rule = tenant.and_then(|t| {
+                t.review_rules
+                    .get(&(kind.name().to_string(), writer.name().to_string()))
+                    .copied()
+            });
+            let review = rule.unwrap_or(kind.is_procedural() && writer == WriterKind::Model);
+            if review {
+                Status::Candidate
+            } else {
+                Status::Approved
+            }
+        }
+        _ => Status::Approved,
+    }
+}
