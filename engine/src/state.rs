@@ -165,6 +165,16 @@ pub struct TenantState {
 }
 
 impl TenantState {
+    /// The record external id `e` names: the newest version holding it, or
+    /// the tombstone of a record compaction purged (named by it as by its
+    /// id).
+    pub fn by_external_id(&self, e: &str) -> Option<Idx> {
+        self.external_ids
+            .get(e)
+            .copied()
+            .or_else(|| self.purged_external_id(e))
+    }
+
     /// The purged record (its tombstone) that held external id `e`, if
     /// compaction purged one.
     pub fn purged_external_id(&self, e: &str) -> Option<Idx> {

@@ -42,13 +42,9 @@ impl Session {
         let by_id = r.as_id().and_then(|id| st.idx_in(t, id));
         // A record purged by compaction keeps its external id hashed: it
         // is named by it as by its id (a trace shows its tombstone).
-        let by_ext = r.as_external().and_then(|e| {
-            let ts = st.tenants.get(&t)?;
-            ts.external_ids
-                .get(e)
-                .copied()
-                .or_else(|| ts.purged_external_id(e))
-        });
+        let by_ext = r
+            .as_external()
+            .and_then(|e| st.tenants.get(&t)?.by_external_id(e));
         let held = if filter {
             self.held_labels(st)
         } else {

@@ -175,14 +175,9 @@ impl Resolver<'_> {
         let by_id = rf
             .as_id()
             .and_then(|id| self.tsym.and_then(|t| self.st.idx_in(t, id)));
-        let by_ext = rf.as_external().and_then(|e| {
-            self.tstate.and_then(|t| {
-                t.external_ids
-                    .get(e)
-                    .copied()
-                    .or_else(|| t.purged_external_id(e))
-            })
-        });
+        let by_ext = rf
+            .as_external()
+            .and_then(|e| self.tstate?.by_external_id(e));
         match one_of(by_id, by_ext, rf, self.tenant, |ix| self.visible(ix)) {
             Some(Ok(ix)) => Ok((self.st.meta(ix).id, Place::Stored(ix))),
             Some(Err(e)) => Err(e),
@@ -287,6 +282,27 @@ impl Resolver<'_> {
             external_id: b.external_id.clone(),
             superseded: None,
         })
+    }
+
+    /// A record's effective labels, as applying it will compute them: its
+    /// own (`access`) and those of every record it carries the labels of;
+    /// `None` when one of those is another batch's record still in flight.
+    fn effective(
+        &self,
+        access: &[String],
+        carried: &[Place],
+        batch: &[Option<InBatch>],
+    ) -> Option<Vec<String>> {
+        let mut e = access.to_vec();
+        for &place in carried {
+            match place {
+                Place::Stored(ix) => e.extend(self.st.access_names(ix)),
+                Place::Batch(j) => e.extend(batch.get(j)?.as_ref()?.effective.clone()?),
+            }
+        }
+        e.sort();
+        e.dedup();
+        Some(e)
     }
 
     /// What a correction leaves out, taken from the record it corrects:
@@ -422,65 +438,32 @@ impl Resolver<'_> {
         let r = inherited.as_ref().unwrap_or(r);
         // Effective labels: its own and every source's (as applying it
         // will compute them).
-        let mut effective = Some(access.clone());
+        // what it carries the labels of: its sources, a relation's
+        // endpoints, an assertion's subject
+        let mut carried: Vec<Place> = Vec::new();
         for s in &r.sources {
             let (sid, place) = self.resolve(batch_ids, s, "sources", i)?;
-            let labels = match place {
-                Place::Stored(ix) => {
-                    let m = self.st.meta(ix);
-                    if m.status == Status::Deleted {
-                        return Err(EngineError::invalid(
-                            "sources",
-                            format!("source {sid} is deleted"),
-                        )
-                        .at_item(i));
-                    }
-                    Some(self.st.access_names(ix))
+            if let Place::Stored(ix) = place {
+                if self.st.meta(ix).status == Status::Deleted {
+                    return Err(EngineError::invalid(
+                        "sources",
+                        format!("source {sid} is deleted"),
+                    )
+                    .at_item(i));
                 }
-                Place::Batch(j) => batch
-                    .get(j)
-                    .and_then(Option::as_ref)
-                    .and_then(|b| b.effective.clone()),
-            };
-            effective = effective.zip(labels).map(|(mut e, l)| {
-                e.extend(l);
-                e
-            });
+            }
+            carried.push(place);
             if !res.sources.contains(&sid) {
                 res.sources.push(sid);
             }
         }
-        if let Some(e) = &mut effective {
-            e.sort();
-            e.dedup();
-        }
-        // The labels of a record at `place`, for the effective labels of
-        // what names it (None: another batch's record, still in flight).
-        let labels_at = |place: Place| match place {
-            Place::Stored(ix) => Some(self.st.access_names(ix)),
-            Place::Batch(j) => batch
-                .get(j)
-                .and_then(Option::as_ref)
-                .and_then(|b| b.effective.clone()),
-        };
-        let mut add_labels = |place: Place| {
-            let labels = labels_at(place);
-            effective = effective.take().zip(labels).map(|(mut e, l)| {
-                e.extend(l);
-                e.sort();
-                e.dedup();
-                e
-            });
-        };
         match &r.body {
             Body::Relation {
                 subject, object, ..
             } => {
                 let (s, six) = self.resolve(batch_ids, subject, "subject", i)?;
                 let (o, oix) = self.resolve(batch_ids, object, "object", i)?;
-                // a relation carries its endpoints' labels
-                add_labels(six);
-                add_labels(oix);
+                carried.extend([six, oix]);
                 for (place, f) in [(six, "subject"), (oix, "object")] {
                     let endpoint = match place {
                         Place::Stored(ix) => Some(self.st.meta(ix).rtype),
@@ -502,8 +485,7 @@ impl Resolver<'_> {
                 ..
             } => {
                 let (sid, place) = self.resolve(batch_ids, subject, "subject", i)?;
-                // an assertion carries its subject's labels
-                add_labels(place);
+                carried.push(place);
                 res.subject = Some(sid);
             }
             _ => {}
@@ -543,6 +525,7 @@ impl Resolver<'_> {
                 .at_item(i));
             }
         }
+        let effective = self.effective(access, &carried, batch);
         Ok(ItemResolution {
             resolved: res,
             notes,
