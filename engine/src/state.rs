@@ -784,7 +784,7 @@ impl State {
 }
 
 mod apply;
-pub use apply::{apply_frame, apply_frame_prepared, prepare_frame};
+pub use apply::{GroupFrame, apply_frame, apply_group, prepare_frame};
 
 #[cfg(test)]
 mod tests;

@@ -269,7 +269,7 @@ impl Engram {
                     let vectors_pending;
                     {
                         let mut ready = prepared.lock();
-                        let mut st = hook_state.write();
+                        let mut group = Vec::with_capacity(frames.len());
                         for f in frames {
                             while ready.front().is_some_and(|(lsn, _)| *lsn < f.loc.lsn) {
                                 ready.pop_front();
@@ -280,17 +280,18 @@ impl Engram {
                                 }
                                 _ => None,
                             };
-                            if let Err(e) = apply_frame_prepared(
-                                &mut st,
-                                f.header.frame_type,
-                                f.header.frame_version,
-                                f.payload,
-                                f.loc,
-                                mine,
-                            ) {
-                                hook_err.lock().get_or_insert(e.to_string());
-                            }
+                            group.push(GroupFrame {
+                                ft: f.header.frame_type,
+                                version: f.header.frame_version,
+                                payload: f.payload,
+                                loc: f.loc,
+                                prepared: mine,
+                            });
                         }
+                        let mut st = hook_state.write();
+                        apply_group(&mut st, group, &mut |e| {
+                            hook_err.lock().get_or_insert(e.to_string());
+                        });
                         // Without waiting for a graph's lock: the indexer
                         // (low priority) may hold one, and every append
                         // waits for this hook.

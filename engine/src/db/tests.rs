@@ -313,14 +313,20 @@ fn transaction_time_going_back_on_replay_is_refused() {
     r.retention_class = DEFAULT_RETENTION_CLASS.into();
     r.ingested_at_ms = 1; // long before the stored record
     let payload = codec::encode_record(&r);
-    let a = codec::view_record(&payload).unwrap();
     let mut st = db.inner.state.write();
     let loc = FrameLoc {
         segment: 1,
         offset: 0,
         lsn: st.applied_lsn + 1,
     };
-    let e = st.apply_record(a, loc, None).unwrap_err();
+    let e = apply_frame(
+        &mut st,
+        codec::FRAME_RECORD,
+        codec::PAYLOAD_VERSION,
+        &payload,
+        loc,
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("ingested_at"), "{e}");
 }
 

@@ -114,6 +114,14 @@ struct Run {
     lsn: u64,
 }
 
+fn loc_at(lsn: u64) -> FrameLoc {
+    FrameLoc {
+        segment: 1,
+        offset: 64 * lsn,
+        lsn,
+    }
+}
+
 fn empty_state() -> State {
     let vectors = VectorSpaces::open(
         Arc::new(engram_storage::MemBackend::new()),
@@ -137,12 +145,14 @@ impl Run {
 
     fn apply(&mut self, ft: engram_storage::frame::FrameType, payload: &[u8]) {
         self.lsn += 1;
-        let loc = FrameLoc {
-            segment: 1,
-            offset: 64 * self.lsn,
-            lsn: self.lsn,
-        };
-        apply_frame(&mut self.st, ft, codec::PAYLOAD_VERSION, payload, loc).expect("applies");
+        apply_frame(
+            &mut self.st,
+            ft,
+            codec::PAYLOAD_VERSION,
+            payload,
+            loc_at(self.lsn),
+        )
+        .expect("applies");
     }
 
     /// Applies `s` to both the state and the model; returns the frame.
@@ -192,6 +202,11 @@ impl Run {
                 r.sources = srcs.iter().map(|&p| self.ids[p].to_bytes()).collect();
                 r.supersedes = sup.map(|p| self.ids[p].to_bytes());
                 r.writer_kind = WriterKind::System.code();
+                // a text for the lexical index: shared and rare words, and
+                // now and then none
+                if n % 5 != 4 {
+                    r.text = Some(format!("note {n} word{} about t{tenant}", n % 7));
+                }
                 // the model: only this tenant's records count
                 let same = |p: &usize| self.model.recs[*p].tenant == *tenant;
                 let m_sources: Vec<usize> = srcs.iter().copied().filter(same).collect();
@@ -367,6 +382,70 @@ proptest! {
             .expect("a state");
         let c = crate::checkpoint::encode(&back, &back.vectors.slots(), 0);
         prop_assert!(a == c, "a decoded checkpoint encodes differently");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+
+    /// The commit hook applies a large group with its texts indexed on a
+    /// second thread: the state (checkpoint and lexical index, byte for
+    /// byte) is the one a frame-by-frame replay leaves, whatever the group
+    /// boundaries and whichever texts were prepared ahead.
+    #[test]
+    fn a_group_applied_on_two_threads_equals_a_replay(
+        steps in proptest::collection::vec(step(), 300..700),
+        cuts in proptest::collection::vec(20..400usize, 1..4),
+        prepare_mask in any::<u64>(),
+    ) {
+        let mut run = Run::new();
+        let mut frames = Vec::new();
+        for s in &steps {
+            if let Some(f) = run.step(s) {
+                let (ft, payload) = &f;
+                run.apply(*ft, payload);
+                frames.push(f);
+            }
+        }
+        let mut grouped = empty_state();
+        let (mut at, mut lsn, mut split_groups) = (0usize, 0u64, 0usize);
+        let mut sizes = cuts.iter().cycle();
+        while at < frames.len() {
+            let end = (at + sizes.next().copied().unwrap_or(1) * 4).min(frames.len());
+            let group: Vec<GroupFrame<'_>> = frames[at..end]
+                .iter()
+                .enumerate()
+                .map(|(k, (ft, payload))| {
+                    let loc = loc_at(lsn + 1 + k as u64);
+                    let ahead = prepare_mask & (1 << ((at + k) % 64)) != 0;
+                    GroupFrame {
+                        ft: *ft,
+                        version: codec::PAYLOAD_VERSION,
+                        payload,
+                        loc,
+                        prepared: ahead
+                            .then(|| prepare_frame(&grouped, *ft, codec::PAYLOAD_VERSION, payload, loc))
+                            .flatten(),
+                    }
+                })
+                .collect();
+            lsn += group.len() as u64;
+            let records = group.iter().filter(|f| f.ft == codec::FRAME_RECORD).count();
+            split_groups += usize::from(records >= crate::split::SPLIT_MIN);
+            let mut errors = Vec::new();
+            apply_group(&mut grouped, group, &mut |e| errors.push(e.to_string()));
+            prop_assert!(errors.is_empty(), "errors: {errors:?}");
+            at = end;
+        }
+        let a = crate::checkpoint::encode(&run.st, &run.st.vectors.slots(), 0);
+        let b = crate::checkpoint::encode(&grouped, &grouped.vectors.slots(), 0);
+        prop_assert!(a == b, "grouped application encodes differently");
+        let (mut la, mut lb) = (Vec::new(), Vec::new());
+        run.st.lexical.write_to(&mut la);
+        grouped.lexical.write_to(&mut lb);
+        prop_assert!(la == lb, "grouped application indexes texts differently");
+        prop_assert!(run.st.lexical.len() > 100, "texts were indexed");
+        prop_assume!(split_groups > 0, "no group large enough to split");
     }
 }
 
