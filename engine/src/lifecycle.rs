@@ -116,8 +116,27 @@ impl Session {
     /// Deletes a record, every version of its correction chain and every
     /// record derived from any of them. They are ineligible at once; their
     /// bytes are purged by the next compaction.
+    /// A reason beginning `retention:` is refused: it marks compaction's
+    /// deletions of expired versions
+    /// ([`State::deletion_set_for`](crate::state::State::deletion_set_for)).
     pub fn delete(&self, target: &RecordRef, reason: Option<&str>) -> Result<OpResult> {
+        if crate::state::is_retention_reason(reason) {
+            return Err(EngineError::invalid(
+                "reason",
+                format!(
+                    "`{}` begins only the reasons of retention expiries, which compaction records; choose another",
+                    crate::state::RETENTION_REASON_PREFIX
+                ),
+            ));
+        }
         self.delete_as(target, reason, None)
+    }
+
+    /// Deletes an expired version of a record and what was built on it,
+    /// with reason `retention:<class>` (compaction).
+    pub(crate) fn delete_expired(&self, id: RecordId, class: &str) -> Result<OpResult> {
+        let reason = format!("{}{class}", crate::state::RETENTION_REASON_PREFIX);
+        self.delete_as(&RecordRef::Id(id), Some(&reason), None)
     }
 
     /// [`Session::delete`], re-applying the operation `reuse` (restore; the
@@ -172,7 +191,7 @@ impl Session {
             st.idx(id)
                 .map(|i| {
                     let removed = st
-                        .deletion_set(i)
+                        .deletion_set_for(i, reason)
                         .into_iter()
                         .filter(|&v| st.meta(v).status == Status::Deleted);
                     self.named(&st, removed)

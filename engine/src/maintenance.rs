@@ -173,7 +173,7 @@ impl Engram {
         for (tenant, id, class) in &expired {
             let s = self.session(crate::principal::Principal::admin(tenant.clone()));
             // A record may already be gone with an earlier one's chain.
-            match s.delete(&RecordRef::Id(*id), Some(&format!("retention:{class}"))) {
+            match s.delete_expired(*id, class) {
                 Ok(_) | Err(EngineError::InvalidState { .. }) => report.retention_deleted += 1,
                 Err(e) => return Err(e),
             }
@@ -187,9 +187,9 @@ impl Engram {
 fn purge_set(st: &State, report: &mut CompactReport) -> HashMap<[u8; 16], StoredTombstone> {
     let mut deleted_by: HashMap<u32, [u8; 16]> = HashMap::new();
     for e in &st.ledger {
-        if let LedgerWhat::Delete { target, .. } = &e.what {
+        if let LedgerWhat::Delete { target, reason } = &e.what {
             if let Some(i) = st.idx(*target) {
-                for v in st.deletion_set(i) {
+                for v in st.deletion_set_for(i, reason.as_deref()) {
                     deleted_by.entry(v).or_insert(e.op_id.to_bytes());
                 }
             }

@@ -455,6 +455,11 @@ pub struct State {
     pub expiry_log: Vec<ExpiryChange>,
     /// Deletions and revocations, in log order.
     pub ledger: Vec<LedgerEntry>,
+    /// The deleting operation of each tombstone this state applied (see
+    /// [`State::deleted_before`]). Needed only while a compacted log is
+    /// replayed from its start (compaction removes the derived state, so
+    /// it always is); not kept in checkpoints.
+    pub tombstone_deleted_by: HashMap<Idx, RecordId>,
     /// Lexical index.
     pub lexical: Bm25Index,
     /// LSN up to which the lexical index was loaded from its snapshot (adds
@@ -529,6 +534,7 @@ impl State {
             status_log: Vec::new(),
             expiry_log: Vec::new(),
             ledger: Vec::new(),
+            tombstone_deleted_by: HashMap::default(),
             lexical,
             lexical_loaded_lsn,
             vectors,
@@ -773,6 +779,35 @@ impl State {
         out.into_iter().collect()
     }
 
+    /// What a deletion with `reason` removes: [`State::deletion_set`],
+    /// except for a retention expiry (reason `retention:<class>`, written
+    /// only by compaction), which removes the expired version and what was
+    /// built on it, not the other versions of its chain. Why: retention is
+    /// how long a record's content may be kept; a correction is a newer
+    /// statement with its own class and period (retrieval's retention step
+    /// leaves it eligible), and compaction must not change what is
+    /// eligible.
+    pub fn deletion_set_for(&self, idx: Idx, reason: Option<&str>) -> Vec<Idx> {
+        if !is_retention_reason(reason) {
+            return self.deletion_set(idx);
+        }
+        let mut set = RoaringBitmap::new();
+        set.insert(idx);
+        self.add_derivatives(&mut set);
+        set.iter().collect()
+    }
+
+    /// Whether `p`, a record `id` names as a source or corrects, was
+    /// deleted before `id` was written: it is deleted, and unless it is a
+    /// tombstone whose deleting operation came after `id` (a compacted log
+    /// replays a purged record's tombstone at the record's place, before
+    /// the operation that deleted it). Operation and record ids follow log
+    /// order (both are minted under the writer lock with their queueing).
+    pub fn deleted_before(&self, p: Idx, id: RecordId) -> bool {
+        self.metas[p as usize].status == Status::Deleted
+            && self.tombstone_deleted_by.get(&p).is_none_or(|&op| op < id)
+    }
+
     /// The effective label names of a record.
     pub fn access_names(&self, idx: Idx) -> Vec<String> {
         self.metas[idx as usize]
@@ -781,6 +816,14 @@ impl State {
             .map(|&s| self.strings.name(s).to_string())
             .collect()
     }
+}
+
+/// The reason compaction gives a retention expiry's deletion.
+pub const RETENTION_REASON_PREFIX: &str = "retention:";
+
+/// Whether a deletion's reason marks a retention expiry.
+pub fn is_retention_reason(reason: Option<&str>) -> bool {
+    reason.is_some_and(|r| r.starts_with(RETENTION_REASON_PREFIX))
 }
 
 mod apply;

@@ -204,7 +204,13 @@ impl Session {
         let mut node = TraceNode {
             id: m.id,
             record: m.rtype.name(),
-            kind: st.strings.name(m.kind).to_string(),
+            // a kind is free text: a deleted record shows none, before
+            // compaction as after (its tombstone's kind is `deleted`)
+            kind: if m.status == crate::model::Status::Deleted {
+                "deleted".to_string()
+            } else {
+                st.strings.name(m.kind).to_string()
+            },
             // an ended current record is historical, as retrieval shows it
             status: st.shown_status(i, m.status, self.db.now(), None),
             side,

@@ -392,6 +392,17 @@ fn retracting_a_deleted_event_says_it_is_deleted() {
         Err(EngineError::InvalidState { reason, .. }) => assert_eq!(reason, "it is deleted"),
         other => panic!("{other:?}"),
     }
+    // a correction too (the server's 409 `invalid_state`)
+    let correction = NewRecord {
+        supersedes: Some(RecordRef::Id(id)),
+        ..NewRecord::event("note", "back again")
+    };
+    match s.append(vec![correction]) {
+        Err(EngineError::InvalidState { reason, target, .. }) => {
+            assert_eq!((reason.as_str(), target), ("it is deleted", id));
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 /// A purged record stays as hidden as it was: its tombstone keeps its
@@ -548,5 +559,126 @@ fn a_purged_record_is_named_by_its_external_id_as_by_its_id() {
     // another tenant: nothing, by either name
     let other = db.session(Principal::admin("u"));
     assert!(other.trace(&RecordRef::External("evt_9f2".into())).is_err());
+    db.close().unwrap();
+}
+
+/// Retention removes an expired version and what was built on it, never
+/// the newer versions of its chain: a correction with its own (standard)
+/// class stays eligible before and after `compact`, and after the reopens
+/// that replay the compacted log (where the purged version's tombstone
+/// comes before the correction, and the deletion after it).
+#[test]
+fn retention_purges_an_expired_version_but_not_its_correction() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.set_retention("ephemeral", Some(60 * MINUTE)).unwrap();
+    let old = s
+        .append(vec![NewRecord {
+            retention_class: Some("ephemeral".into()),
+            ..NewRecord::event("note", "expired-canary-4 first version").with_external_id("r")
+        }])
+        .unwrap()[0]
+        .id;
+    // built on the old version: carries its content
+    s.append(vec![NewRecord {
+        body: Body::Summary {
+            generator: "g@1".into(),
+        },
+        kind: "summary".into(),
+        text: Some("old-summary-canary-5".into()),
+        sources: vec![RecordRef::Id(old)],
+        external_id: Some("old-sum".into()),
+        ..NewRecord::default()
+    }])
+    .unwrap();
+    clock.advance(30 * MINUTE);
+    s.append(vec![NewRecord {
+        retention_class: Some("standard".into()),
+        supersedes: Some(ext("r")),
+        ..NewRecord::event("note", "fresh correction kept-canary-6").with_external_id("r")
+    }])
+    .unwrap();
+    // built on the correction
+    s.append(vec![NewRecord {
+        body: Body::Summary {
+            generator: "g@1".into(),
+        },
+        kind: "summary".into(),
+        text: Some("new-summary-kept-canary-7".into()),
+        sources: vec![ext("r")],
+        external_id: Some("new-sum".into()),
+        ..NewRecord::default()
+    }])
+    .unwrap();
+    clock.advance(45 * MINUTE);
+    let found = |s: &engram::Session, text: &str, ext_id: &str| {
+        s.recall(&RecallRequest::text(text))
+            .unwrap()
+            .hits
+            .iter()
+            .any(|h| h.external_id.as_deref() == Some(ext_id))
+    };
+    let kept = |s: &engram::Session| {
+        found(s, "kept-canary-6", "r") && found(s, "new-summary-kept-canary-7", "new-sum")
+    };
+    assert!(kept(&s), "the correction and its summary are eligible");
+    assert!(!found(&s, "old-summary-canary-5", "old-sum"));
+    // a client cannot pass a deletion off as a retention expiry
+    let e = s
+        .delete(&ext("new-sum"), Some("retention:standard"))
+        .unwrap_err();
+    assert!(matches!(e, EngineError::InvalidInput { .. }), "{e}");
+    db.close().unwrap();
+    let r = Engram::compact(dir.path(), &opts(&clock)).unwrap();
+    assert_eq!((r.retention_deleted, r.purged), (1, 2), "{r:?}");
+    for gone in ["expired-canary-4", "old-summary-canary-5"] {
+        assert!(grep(dir.path(), gone).is_empty(), "{gone} purged");
+    }
+    for kept_text in ["kept-canary-6", "new-summary-kept-canary-7"] {
+        assert!(!grep(dir.path(), kept_text).is_empty(), "{kept_text} kept");
+    }
+    // the first open replays the compacted log; the second its checkpoint
+    for round in 0..2 {
+        let db = open(dir.path(), &clock);
+        let s = db.session(Principal::admin("t"));
+        assert!(
+            kept(&s),
+            "round {round}: the correction and its summary live"
+        );
+        let got = s.get(&ext("r")).unwrap();
+        assert!(got.text.as_deref().unwrap_or("").contains("kept-canary-6"));
+        let t = s.trace(&RecordRef::Id(old)).unwrap();
+        let node = t.nodes.iter().find(|n| n.id == old).unwrap();
+        assert!(
+            node.tombstone,
+            "round {round}: the expired version is purged"
+        );
+        db.close().unwrap();
+    }
+}
+
+/// A deleted record's trace node carries no content before compaction
+/// either: its kind (free text) reads `deleted`, as its tombstone's will.
+#[test]
+fn a_deleted_record_shows_no_kind_in_a_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    let id = s
+        .append(vec![
+            NewRecord::event("diagnosis-canary-8", "private").with_external_id("k1"),
+        ])
+        .unwrap()[0]
+        .id;
+    s.delete(&ext("k1"), None).unwrap();
+    let t = s.trace(&RecordRef::Id(id)).unwrap();
+    let node = t.nodes.iter().find(|n| n.id == id).unwrap();
+    assert_eq!(node.kind, "deleted");
+    assert!(node.text.is_none() && node.external_id.is_none());
+    let shown = serde_json::to_string(&t).unwrap();
+    assert!(!shown.contains("diagnosis-canary-8"), "{shown}");
     db.close().unwrap();
 }

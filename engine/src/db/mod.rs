@@ -442,7 +442,11 @@ impl Engram {
 
     /// Mints an id and a transaction time (monotonic).
     pub(crate) fn mint(&self) -> (RecordId, i64) {
-        let mut w = self.inner.writer.lock();
+        self.mint_locked(&mut self.inner.writer.lock())
+    }
+
+    /// [`Engram::mint`], under the writer lock the caller holds.
+    pub(crate) fn mint_locked(&self, w: &mut WriterState) -> (RecordId, i64) {
         let now = self
             .now()
             .max(w.last_ingested_at)

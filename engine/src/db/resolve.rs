@@ -212,7 +212,12 @@ impl Resolver<'_> {
             by: self.visible(by).then(|| self.st.meta(by).id),
         });
         if m.status == Status::Deleted {
-            return Err(EngineError::invalid("supersedes", format!("{sid} is deleted")).at_item(i));
+            // as any other operation on a deleted record it could read
+            return Err(EngineError::InvalidState {
+                action: format!("correct (item {i})"),
+                target: sid,
+                reason: "it is deleted".into(),
+            });
         }
         let name = |x: Option<u32>| x.map(|x| self.st.strings.name(x).to_string());
         Ok(Prior {

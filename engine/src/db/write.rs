@@ -495,29 +495,39 @@ impl Session {
         reuse: Option<RecordId>,
     ) -> Result<(RecordId, u64)> {
         self.db.check_open()?;
-        let (minted, at) = self.db.mint();
-        let id = match reuse {
-            Some(r) => {
-                // later ids must stay above it
-                self.db.inner.writer.lock().ids.observe(r);
-                r
-            }
-            None => minted,
-        };
-        let stored = StoredOp {
-            id: id.to_bytes(),
-            tenant: self.principal.tenant().to_string(),
-            at_ms: at,
-            actor: self.principal.id().to_string(),
-            op,
-        };
-        let frame = PendingFrame {
-            frame_type: codec::FRAME_OP,
-            frame_version: codec::PAYLOAD_VERSION,
-            payload: codec::encode_op(&stored),
-        };
         let _m = self.db.inner.maintenance.read();
-        let locs = self.db.inner.log.append(vec![frame])?;
+        // Minted and queued under the writer lock, as a batch is: ids of
+        // operations and records follow log order (`State::deleted_before`
+        // relies on it).
+        let (id, rx) = {
+            let mut w = self.db.inner.writer.lock();
+            let (minted, at) = self.db.mint_locked(&mut w);
+            let id = match reuse {
+                Some(r) => {
+                    // later ids must stay above it
+                    w.ids.observe(r);
+                    r
+                }
+                None => minted,
+            };
+            let stored = StoredOp {
+                id: id.to_bytes(),
+                tenant: self.principal.tenant().to_string(),
+                at_ms: at,
+                actor: self.principal.id().to_string(),
+                op,
+            };
+            let frame = PendingFrame {
+                frame_type: codec::FRAME_OP,
+                frame_version: codec::PAYLOAD_VERSION,
+                payload: codec::encode_op(&stored),
+            };
+            (id, self.db.inner.log.append_async(vec![frame]))
+        };
+        let locs = rx?
+            .recv()
+            .map_err(|_| EngineError::Closed)
+            .and_then(|r| r.map_err(EngineError::from))?;
         self.db.check_open()?;
         Ok((id, locs[0].lsn))
     }

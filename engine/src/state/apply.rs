@@ -228,7 +228,7 @@ impl State {
         let born_deleted = sources
             .iter()
             .chain(supersedes.as_ref())
-            .any(|&s| self.metas[s as usize].status == Status::Deleted);
+            .any(|&s| self.deleted_before(s, id));
         // correction, before this record joins the lineage: what was
         // derived from the old version goes stale, never the correction
         // itself, even when it cites the old version among its sources
@@ -378,6 +378,10 @@ impl State {
             object: None,
             predicate: None,
         });
+        if a.deleted_by != [0; 16] {
+            self.tombstone_deleted_by
+                .insert(idx, RecordId::from_bytes(a.deleted_by));
+        }
         self.by_id.insert(id, idx);
         self.last_ingested_at = self.last_ingested_at.max(ingested_at);
         bm_add(&mut self.bm_tenant, tenant, idx);
@@ -442,7 +446,8 @@ impl State {
             }
             ArchivedOpBody::Delete { target, reason } => {
                 if let Some(i) = target_idx(self, target) {
-                    for v in self.deletion_set(i) {
+                    let reason = reason.as_ref().map(|r| r.as_str());
+                    for v in self.deletion_set_for(i, reason) {
                         self.set_status(v, Status::Deleted, at);
                     }
                 }

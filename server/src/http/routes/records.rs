@@ -150,7 +150,7 @@ pub fn parse_record(text: &str, item: Option<usize>) -> ServerResult<NewRecord> 
     responses(
         (status = 200, description = "Every record is durable", body = AppendResponse),
         (status = 400, description = "Not a JSON array, malformed JSON, or an item names tenant/principal", body = ErrorBody),
-        (status = 409, description = "External id taken by different content, or record already corrected", body = ErrorBody),
+        (status = 409, description = "External id taken by different content, record already corrected, or a correction of a deleted record (invalid_state)", body = ErrorBody),
         (status = 413, description = "Body over limits.body_bytes_max", body = ErrorBody),
         (status = 422, description = "An invalid record (details name item and field)", body = ErrorBody),
         (status = 429, description = "Writer queue full (Retry-After)", body = ErrorBody),
