@@ -277,6 +277,30 @@ fn lock_dir(opts: &Options, dir: &Path) -> Result<engram_storage::backend::LockG
         }))
 }
 
+/// The id in the first frame of `log` (a record, tombstone or operation;
+/// a tombstone keeps its record's id, so compaction does not change it).
+fn first_frame_id(log: &SegmentLog) -> Option<RecordId> {
+    let mut id = None;
+    log.scan(0, |f| {
+        let (ft, payload) = (f.header.frame_type, f.payload());
+        id = if ft == codec::FRAME_RECORD {
+            codec::view_record(payload).ok().map(|a| a.id)
+        } else if ft == codec::FRAME_OP {
+            codec::view_op(payload).ok().map(|a| a.id)
+        } else if ft == codec::FRAME_TOMBSTONE {
+            codec::read_tombstone(payload, f.header.frame_version)
+                .ok()
+                .map(|t| t.id)
+        } else {
+            None
+        }
+        .map(RecordId::from_bytes);
+        Ok(std::ops::ControlFlow::Break(()))
+    })
+    .ok()?;
+    id
+}
+
 /// Records in `log`: its record and tombstone frames (each is one record
 /// of the state it replays to).
 fn count_records(log: &SegmentLog) -> engram_storage::StorageResult<u64> {
@@ -630,10 +654,7 @@ impl Engram {
                     format!("{} is damaged: {why}; nothing was changed", src.display()),
                 ));
             }
-            // Records the store holds past the backup's last LSN are
-            // replaced with the rest of its log: counted, so the report
-            // says what the restore gave up (read only; nothing is cut).
-            let later = SegmentLog::open_with(
+            let current = SegmentLog::open_with(
                 backend.clone(),
                 &log_dir,
                 opts.log.clone(),
@@ -643,7 +664,36 @@ impl Engram {
                 },
             )
             .ok()
-            .and_then(|(log, _)| {
+            .map(|(log, _)| log);
+            // A backup of another store would replace this one's records
+            // with a history that is not theirs: refused. Both logs begin
+            // with the same frame (its id survives compaction) when the
+            // backup is of this store. A store whose log cannot be read is
+            // not checked (damage is a reason to restore).
+            let backup_first = SegmentLog::open(backend.clone(), &incoming, opts.log.clone())
+                .ok()
+                .and_then(|(log, _)| first_frame_id(&log));
+            if let (Some(ours), Some(theirs)) =
+                (current.as_ref().and_then(first_frame_id), backup_first)
+            {
+                if ours != theirs {
+                    crate::store_dir::remove_owned(backend.as_ref(), &incoming)?;
+                    return Err(EngineError::invalid(
+                        "backup directory",
+                        format!(
+                            "{} is a backup of another store (its log begins with {theirs}, \
+                             this store's with {ours}); restoring it would replace this \
+                             store's records; restore it into a new, empty directory \
+                             instead; nothing was changed",
+                            src.display()
+                        ),
+                    ));
+                }
+            }
+            // Records the store holds past the backup's last LSN are
+            // replaced with the rest of its log: counted, so the report
+            // says what the restore gave up (read only; nothing is cut).
+            let later = current.and_then(|log| {
                 let mut n = 0u64;
                 log.scan(taken.last_lsn + 1, |f| {
                     if f.header.frame_type == codec::FRAME_RECORD {

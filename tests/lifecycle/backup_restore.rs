@@ -424,3 +424,40 @@ fn a_ledger_line_damaged_in_place_is_found_and_rewritten_from_the_log() {
     assert!(std::fs::read_to_string(&path).unwrap().contains(&x));
     assert!(grep(dir.path(), "ledger-canary").is_empty());
 }
+
+/// A backup of another store is refused, naming both logs' first ids, and
+/// the store keeps its records; into a new, empty directory it restores.
+#[test]
+fn a_backup_of_another_store_is_refused() {
+    let (dir, backups, bdir, clock) = dirs();
+    let other = tempfile::tempdir().unwrap();
+    let db = open(other.path(), &clock);
+    db.session(Principal::admin("t"))
+        .append(vec![
+            NewRecord::event("note", "the other store's record").with_external_id("o1"),
+        ])
+        .unwrap();
+    db.backup(&bdir).unwrap();
+    db.close().unwrap();
+    let db = open(dir.path(), &clock);
+    db.session(Principal::admin("t"))
+        .append(vec![
+            NewRecord::event("note", "ours-canary-9").with_external_id("a"),
+        ])
+        .unwrap();
+    db.close().unwrap();
+    let e = Engram::restore(dir.path(), &bdir, &opts(&clock), None).unwrap_err();
+    assert!(matches!(e, EngineError::InvalidInput { .. }), "{e}");
+    assert!(e.to_string().contains("another store"), "{e}");
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    assert!(s.get(&ext("a")).is_ok(), "nothing was changed");
+    assert!(s.get(&ext("o1")).is_err());
+    db.close().unwrap();
+    // a new directory takes it
+    let fresh = backups.path().join("fresh");
+    Engram::restore(&fresh, &bdir, &opts(&clock), None).unwrap();
+    let db = open(&fresh, &clock);
+    assert!(db.session(Principal::admin("t")).get(&ext("o1")).is_ok());
+    db.close().unwrap();
+}
