@@ -50,9 +50,10 @@ use engram_storage::FrameLoc;
 
 /// Magic of the checkpoint snapshot.
 pub const MAGIC: [u8; 8] = *b"ENGRSTAT";
-/// Format version of the body (2: the ledger holds legal holds; a version
-/// 1 checkpoint, which lacks them, is not used and the log is replayed).
-pub const VERSION: u32 = 2;
+/// Format version of the body (2: the ledger holds legal holds; 3: and
+/// retention settings). A checkpoint of an earlier version, which lacks
+/// them, is not used and the log is replayed.
+pub const VERSION: u32 = 3;
 
 const STATUSES: [Status; 8] = [
     Status::Active,
@@ -475,6 +476,11 @@ pub fn encode(st: &State, spaces: &[SpaceSlots], anchor_crc: u32) -> Vec<u8> {
                 w.str(scope);
                 w.bool(*on);
             }
+            LedgerWhat::Retention { class, period_ms } => {
+                w.u8(3);
+                w.str(class);
+                w.opt_i64(*period_ms);
+            }
         }
     }
     // vector spaces' slot maps
@@ -727,6 +733,10 @@ pub fn decode(body: &[u8]) -> Result<Decoded> {
             2 => LedgerWhat::Hold {
                 scope: r.str()?,
                 on: r.bool()?,
+            },
+            3 => LedgerWhat::Retention {
+                class: r.str()?,
+                period_ms: r.opt_i64()?,
             },
             _ => return Err(corrupt("ledger entry")),
         };

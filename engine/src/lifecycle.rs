@@ -348,15 +348,34 @@ impl Session {
 
     /// Sets the retention period of a class in this tenant (None: forever).
     pub fn set_retention(&self, class: &str, period_ms: Option<i64>) -> Result<OpResult> {
+        self.set_retention_as(class, period_ms, None)
+    }
+
+    /// [`Session::set_retention`], optionally under a given operation id
+    /// (a restore re-applying a ledger entry).
+    pub(crate) fn set_retention_as(
+        &self,
+        class: &str,
+        period_ms: Option<i64>,
+        reuse: Option<RecordId>,
+    ) -> Result<OpResult> {
         self.require(Operation::Retention)?;
         check_name("class", class)?;
         if period_ms.is_some_and(|p| p <= 0) {
             return Err(EngineError::invalid("period", "must be positive"));
         }
-        let (op_id, lsn) = self.write_op(OpBody::Retention {
-            class: class.to_string(),
-            period_ms,
-        })?;
+        let (op_id, lsn) = self.write_op_as(
+            OpBody::Retention {
+                class: class.to_string(),
+                period_ms,
+            },
+            reuse,
+        )?;
+        // Into the ledger now, as a hold is: a restore of an older backup
+        // applies it again.
+        if reuse.is_none() {
+            self.db.sync_ledger()?;
+        }
         Ok(OpResult {
             op_id,
             lsn,

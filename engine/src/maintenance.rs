@@ -911,6 +911,9 @@ pub struct RestoreReport {
     /// Legal holds placed or lifted after the backup, applied again.
     #[serde(default)]
     pub holds_reapplied: usize,
+    /// Retention periods set after the backup, applied again.
+    #[serde(default)]
+    pub retention_reapplied: usize,
     /// Ledger deletions of records the backup does not hold.
     pub not_in_backup: usize,
     /// Ledger deletions already in effect.

@@ -264,6 +264,15 @@ pub enum LedgerWhat {
         /// Placed (true) or lifted.
         on: bool,
     },
+    /// A retention period set: what is eligible, and what compaction
+    /// purges, depends on it, so a restore of an older backup applies it
+    /// again.
+    Retention {
+        /// Retention class.
+        class: String,
+        /// Period in ms (none: kept forever).
+        period_ms: Option<i64>,
+    },
 }
 
 /// Edge of the entity graph.

@@ -524,12 +524,13 @@ pub fn restore(ctx: &Ctx, a: DirArgs) -> CliResult {
         json(&r)?;
     } else {
         crate::outln!(
-            "restored {} record(s) from {}; re-applied {} deletion(s), {} revocation(s) and {} legal hold change(s) recorded after the backup ({} deletion(s) concerned records not in the backup); {} record(s) purged",
+            "restored {} record(s) from {}; re-applied {} deletion(s), {} revocation(s), {} legal hold change(s) and {} retention setting(s) recorded after the backup ({} deletion(s) concerned records not in the backup); {} record(s) purged",
             r.restored_records,
             a.dir.display(),
             r.deletions_reapplied,
             r.revocations_reapplied,
             r.holds_reapplied,
+            r.retention_reapplied,
             r.not_in_backup,
             r.purged
         );

@@ -461,3 +461,54 @@ fn a_backup_of_another_store_is_refused() {
     assert!(db.session(Principal::admin("t")).get(&ext("o1")).is_ok());
     db.close().unwrap();
 }
+
+/// A retention period set after the backup comes back with the restore:
+/// what it made ineligible stays so, and the restore's compaction purges
+/// it (restoring never brings back content past its retention).
+#[test]
+fn restore_reapplies_retention_set_after_the_backup() {
+    let (dir, _backups, bdir, clock) = dirs();
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![NewRecord {
+        retention_class: Some("ephemeral".into()),
+        ..NewRecord::event("tool_result", "retained-canary-10 raw output").with_external_id("e")
+    }])
+    .unwrap();
+    db.backup(&bdir).unwrap();
+    clock.advance(MINUTE);
+    s.set_retention("ephemeral", Some(30_000)).unwrap();
+    clock.advance(MINUTE);
+    let hits = |s: &engram::Session| {
+        s.recall(&RecallRequest::text("retained-canary-10"))
+            .unwrap()
+            .hits
+            .len()
+    };
+    assert_eq!(hits(&s), 0, "past retention");
+    db.close().unwrap();
+    let r = Engram::restore(dir.path(), &bdir, &opts(&clock), None).unwrap();
+    assert_eq!(r.retention_reapplied, 1, "{r:?}");
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    assert_eq!(hits(&s), 0, "the restore brought the content back");
+    db.close().unwrap();
+    assert!(
+        grep(dir.path(), "retained-canary-10").is_empty(),
+        "purged by the restore"
+    );
+    // the retention setting is in the ledger file, like a hold
+    let ledger = engram::maintenance::read_ledger(&engram::storage::FsBackend, dir.path()).unwrap();
+    assert!(
+        ledger
+            .iter()
+            .any(|l| l.op == "retention" && l.class.as_deref() == Some("ephemeral")),
+        "{ledger:?}"
+    );
+    // restoring again applies it once
+    let again = Engram::restore(dir.path(), &bdir, &opts(&clock), None).unwrap();
+    assert_eq!(again.retention_reapplied, 1, "{again:?}");
+    let db = open(dir.path(), &clock);
+    assert_eq!(hits(&db.session(Principal::admin("t"))), 0);
+    db.close().unwrap();
+}

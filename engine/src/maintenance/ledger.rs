@@ -41,6 +41,12 @@ pub struct LedgerLine {
     /// Whether a hold was placed (true) or lifted.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub on: Option<bool>,
+    /// Retention class whose period was set.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub class: Option<String>,
+    /// The period set, in ms (absent: kept forever).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub period_ms: Option<i64>,
 }
 
 impl From<&LedgerEntry> for LedgerLine {
@@ -57,6 +63,8 @@ impl From<&LedgerEntry> for LedgerLine {
             role: None,
             scope: None,
             on: None,
+            class: None,
+            period_ms: None,
         };
         match &e.what {
             LedgerWhat::Delete { target, reason } => {
@@ -78,6 +86,11 @@ impl From<&LedgerEntry> for LedgerLine {
                 l.op = "hold".into();
                 l.scope = Some(scope.clone());
                 l.on = Some(*on);
+            }
+            LedgerWhat::Retention { class, period_ms } => {
+                l.op = "retention".into();
+                l.class = Some(class.clone());
+                l.period_ms = *period_ms;
             }
         }
         l
@@ -182,10 +195,17 @@ pub(super) fn check_line(l: &LedgerLine) -> Result<RecordId> {
                 return Err(bad("on", "missing"));
             }
         }
+        "retention" => {
+            let class = l.class.as_deref().ok_or_else(|| bad("class", "missing"))?;
+            crate::model::check_name("class", class)?;
+            if l.period_ms.is_some_and(|p| p <= 0) {
+                return Err(bad("period_ms", "must be positive"));
+            }
+        }
         other => {
             return Err(bad(
                 "op",
-                &format!("'{other}' is not delete, revoke or hold"),
+                &format!("'{other}' is not delete, revoke, hold or retention"),
             ));
         }
     }
@@ -241,6 +261,13 @@ fn reapply_ledger(db: &Engram, lines: Vec<LedgerLine>, report: &mut RestoreRepor
                 s.hold_as(scope, on, Some(op_id))?;
                 report.holds_reapplied += 1;
             }
+            "retention" => {
+                let Some(class) = l.class.as_deref() else {
+                    continue;
+                };
+                s.set_retention_as(class, l.period_ms, Some(op_id))?;
+                report.retention_reapplied += 1;
+            }
             _ => report.skipped += 1,
         }
     }
@@ -274,6 +301,7 @@ fn effect(l: &LedgerLine) -> impl PartialEq + '_ {
         (&l.op, &l.tenant, &l.target),
         (&l.principal, &l.label, &l.role),
         (&l.scope, &l.on),
+        (&l.class, &l.period_ms),
     )
 }
 

@@ -530,10 +530,18 @@ impl State {
             }
             ArchivedOpBody::Retention { class, period_ms } => {
                 let t = self.tenants.get_mut(&tenant).expect("tenant exists");
-                t.retention.insert(
-                    class.as_str().to_string(),
-                    period_ms.as_ref().map(|p| p.to_native()),
-                );
+                let period_ms = period_ms.as_ref().map(|p| p.to_native());
+                t.retention.insert(class.as_str().to_string(), period_ms);
+                self.ledger.push(LedgerEntry {
+                    lsn,
+                    op_id,
+                    tenant: tenant_name.clone(),
+                    at,
+                    what: LedgerWhat::Retention {
+                        class: class.as_str().to_string(),
+                        period_ms,
+                    },
+                });
             }
             ArchivedOpBody::ReviewRule {
                 kind,
