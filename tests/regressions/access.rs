@@ -578,6 +578,27 @@ fn a_vector_space_of_hidden_records_only_is_not_shown() {
     let r = ask(&bob, vec![0.1, 0.2, 0.3], Some("m-secret")).unwrap();
     assert_eq!(r.hits.len(), 1);
     assert_eq!(r.manifest.versions.vector_spaces.len(), 2);
+    // a space whose records are all deleted is gone for everyone
+    alice
+        .append(vec![
+            NewRecord::event("m", "to be deleted")
+                .with_external_id("gone")
+                .with_embedding("m-gone", vec![0.5, 0.5]),
+        ])
+        .unwrap();
+    assert_eq!(models(&alice), ["m-gone", "m-pub"]);
+    alice
+        .delete(&RecordRef::External("gone".into()), None)
+        .unwrap();
+    assert_eq!(models(&alice), ["m-pub"]);
+    assert_eq!(models(&bob), ["m-pub", "m-secret"]);
+    match ask(&alice, vec![1.0, 2.0, 3.0], Some("m-gone")).unwrap_err() {
+        EngineError::UnknownModel { available, .. } => assert_eq!(available, ["m-pub"]),
+        other => panic!("expected an unknown model, got {other}"),
+    }
+    let r = ask(&bob, vec![0.1, 0.2, 0.3], Some("m-secret")).unwrap();
+    let spaces: Vec<&String> = r.manifest.versions.vector_spaces.keys().collect();
+    assert_eq!(spaces, ["m-pub", "m-secret"]);
     db.close().unwrap();
 }
 

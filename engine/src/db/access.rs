@@ -151,14 +151,13 @@ impl Session {
     /// (`retrieval::eligibility::hidden_models`).
     pub(crate) fn hidden_spaces(&self, st: &State) -> Box<[String]> {
         let tenant = self.principal.tenant();
-        match st.tenant(tenant) {
+        let denied = match st.tenant(tenant) {
             Some(t) if !t.labels.is_empty() => {
-                let held = self.held_labels(st);
-                let denied = crate::retrieval::eligibility::denied(st, t, &held);
-                crate::retrieval::eligibility::hidden_models(st, tenant, &denied)
+                crate::retrieval::eligibility::denied(st, t, &self.held_labels(st))
             }
-            _ => Box::default(),
-        }
+            _ => roaring::RoaringBitmap::new(),
+        };
+        crate::retrieval::eligibility::hidden_models(st, tenant, &denied)
     }
 
     /// The session as the authorization matrix sees it.

@@ -8,9 +8,9 @@
 //! Order of steps (each narrows the set):
 //! 1. `tenant and access`: the session's tenant, nothing else, ever, minus
 //!    records carrying a label the principal does not hold now
-//!    (revocations apply to every read after them, time travel included).
-//!    One step, so that no count in a manifest includes records the
-//!    principal may not read;
+//!    (revocations apply to every read after them, time travel included),
+//!    and minus deleted records. One step, so that no count in a manifest
+//!    includes records the principal may not read, or deleted ones;
 //! 2. `as_of`: records ingested at or before the cut (a prefix of the log);
 //! 3. `status`: current versions that passed review (active, approved), as
 //!    they stood at `as_of` (a version superseded or approved later counts
@@ -175,17 +175,28 @@ pub(crate) fn denied(
 }
 
 /// Model ids of `tenant`'s vector spaces whose every vector belongs to a
-/// record in `denied`. A space is tenant metadata a principal would
+/// record in `denied` or a deleted record. A space is tenant metadata a principal would
 /// otherwise see in manifests and model errors; one that only records it
 /// cannot read fill would tell it that such records exist (their model and
 /// dimension), so for that principal it does not exist.
 pub(crate) fn hidden_models(st: &State, tenant: &str, denied: &RoaringBitmap) -> Box<[String]> {
-    if denied.is_empty() {
+    let deleted = st
+        .bm_status
+        .get(&crate::model::Status::Deleted)
+        .filter(|d| !d.is_empty());
+    if denied.is_empty() && deleted.is_none() {
         return Box::default();
     }
+    // a space holding only deleted records (or those and records the
+    // principal may not read) is not shown either: its model id was
+    // written with them, and deleted means gone
+    let hidden = |s: &crate::vector::space::VectorSpace| match deleted {
+        None => s.members.is_subset(denied),
+        Some(d) => (&s.members - denied).is_subset(d),
+    };
     st.vectors
         .of_tenant(tenant)
-        .filter(|s| s.members.is_subset(denied))
+        .filter(|s| hidden(s))
         .map(|s| s.model.clone())
         .collect()
 }
@@ -699,6 +710,10 @@ fn compute_windowed(
     let hidden_spaces = hidden_models(st, tenant, &denied);
     if !denied.is_empty() {
         b -= &denied;
+    }
+    // and deleted records: deleted means gone, from every count too
+    if let Some(d) = st.bm_status.get(&Status::Deleted) {
+        b -= d;
     }
     push("tenant and access", &b);
 
