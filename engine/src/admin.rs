@@ -362,7 +362,7 @@ impl Engram {
         let dir = dir.as_ref();
         let backend = opts.backend.clone();
         crate::store_dir::prepare(backend.as_ref(), dir, false, true)?;
-        crate::maintenance::check_opens(dir, opts)?;
+        crate::maintenance::check_replays(dir, opts)?;
         let path = crate::checkpoint::path(dir);
         crate::store_dir::remove_owned(backend.as_ref(), &path)?;
         let opts = Options {

@@ -326,11 +326,17 @@ pub(crate) fn remove_derived(backend: &dyn Backend, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Checks, without changing anything, that the store in `dir` opens: its
-/// log runs from LSN 1 without gaps and holds everything its derived state
-/// proves durable. Run before derived state (the evidence) is removed.
-pub(crate) fn check_opens(dir: &Path, opts: &Options) -> Result<()> {
+/// Checks, without changing anything, that the whole log of the store in
+/// `dir` replays: opens it read-only through an overlay in which its
+/// derived state is removed (so no checkpoint covers a frame that cannot
+/// be applied). Run before a rebuild removes derived state for real: a log
+/// that cannot be replayed keeps its checkpoint, and the store still opens.
+pub(crate) fn check_replays(dir: &Path, opts: &Options) -> Result<()> {
+    let overlay: std::sync::Arc<dyn Backend> =
+        std::sync::Arc::new(engram_storage::OverlayBackend::new(opts.backend.clone()));
+    remove_derived(overlay.as_ref(), dir)?;
     let ro = Options {
+        backend: overlay,
         read_only: true,
         create_if_missing: false,
         background_indexing: false,
@@ -853,7 +859,7 @@ impl Engram {
         } else {
             None
         };
-        check_opens(dir, opts)?;
+        check_replays(dir, opts)?;
         {
             let _lock = lock_dir(opts, dir)?;
             remove_derived(opts.backend.as_ref(), dir)?;

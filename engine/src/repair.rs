@@ -62,6 +62,20 @@ impl Engram {
     pub fn inspect_log(dir: impl AsRef<Path>, opts: &Options) -> Result<Inspection> {
         let dir = dir.as_ref();
         crate::store_dir::prepare(opts.backend.as_ref(), dir, false, false)?;
+        // A store in use is refused: its active segment's tail is being
+        // written (and preallocated) while it would be read, which reads
+        // as damage. A lock that cannot be taken at all (read-only media,
+        // where nothing writes either) does not stop the reading.
+        let lock_path = layout::lock(dir);
+        let _lock = match opts.backend.try_lock(&lock_path) {
+            Ok(Some(g)) => Some(g),
+            Ok(None) => {
+                return Err(EngineError::Storage(StorageError::Locked {
+                    path: lock_path,
+                }));
+            }
+            Err(_) => None,
+        };
         let (durable_lsn, evidence) = crate::db::durable_evidence(&opts.backend, dir);
         let LogInspection {
             n_segments,
@@ -105,6 +119,8 @@ impl Engram {
             .ok_or(EngineError::Storage(StorageError::Locked {
                 path: lock_path.clone(),
             }))?;
+        // A cut the log does not allow is refused with nothing changed.
+        log_repair::check_cut(backend.as_ref(), &layout::log(dir), keep_through)?;
         let quarantine = {
             let root = dir.join("quarantine");
             backend.create_dir_all(&root).map_err(|e| io(&root, e))?;
@@ -121,14 +137,16 @@ impl Engram {
                 &layout::restore_pending(dir),
                 render_ledger(&ledger).as_bytes(),
             )?;
-            let r = log_repair::repair(
+            // Derived state goes before the log is cut: it proves LSNs
+            // durable that the cut removes, and a crash between the two
+            // would leave a store that refuses to open.
+            remove_derived(backend.as_ref(), dir)?;
+            log_repair::repair(
                 backend.as_ref(),
                 &layout::log(dir),
                 keep_through,
                 &quarantine,
-            )?;
-            remove_derived(backend.as_ref(), dir)?;
-            r
+            )?
         };
         let (db, opened) = Engram::open_with_report(
             dir,

@@ -157,6 +157,19 @@ pub fn prepare(backend: &dyn Backend, dir: &Path, create: bool, writable: bool) 
             Ok(())
         }
         DirKind::Empty if create && writable => {
+            // Not inside another store: its maintenance (compact,
+            // rebuild, restore) removes what it owns under its own
+            // directories, and a store there would be in its way.
+            if let Some(outer) = enclosing_store(backend, dir) {
+                return Err(EngineError::invalid(
+                    "data directory",
+                    format!(
+                        "{} is inside the store at {}; create the store outside it",
+                        dir.display(),
+                        outer.display()
+                    ),
+                ));
+            }
             backend.create_dir_all(dir).map_err(io(dir))?;
             write_marker(backend, dir)
         }
@@ -168,6 +181,20 @@ pub fn prepare(backend: &dyn Backend, dir: &Path, create: bool, writable: bool) 
             found: format!("it holds {} and no {MARKER_FILE} marker", names.join(", ")),
         }),
     }
+}
+
+/// The nearest directory above `dir` (made absolute) holding a store
+/// marker, if any.
+fn enclosing_store(backend: &dyn Backend, dir: &Path) -> Option<std::path::PathBuf> {
+    let abs = if dir.is_absolute() {
+        dir.to_path_buf()
+    } else {
+        std::env::current_dir().ok()?.join(dir)
+    };
+    abs.ancestors()
+        .skip(1)
+        .find(|a| backend.exists(&a.join(MARKER_FILE)))
+        .map(Path::to_path_buf)
 }
 
 /// Whether `dir` can receive a new store or a copy of one (backup target):
@@ -248,7 +275,10 @@ fn remove_owned_inner(backend: &dyn Backend, path: &Path, foreign: &mut Vec<Stri
     };
     for e in entries {
         let p = path.join(&e.name);
-        if e.is_dir {
+        if e.is_dir && backend.exists(&p.join(MARKER_FILE)) {
+            // another store: never Engram's to remove
+            foreign.push(p.display().to_string());
+        } else if e.is_dir {
             remove_owned_inner(backend, &p, foreign)?;
         } else if is_owned_name(&e.name) {
             backend.remove_file(&p).map_err(io(&p))?;
@@ -303,6 +333,28 @@ mod tests {
         prepare(&b, Path::new("/s"), true, true).unwrap();
         assert_eq!(classify(&b, Path::new("/s")).unwrap(), DirKind::Store);
         prepare(&b, Path::new("/s"), false, false).unwrap();
+    }
+
+    /// A store inside another is refused, and removing what a store owns
+    /// never reaches into another store below it (one made before the
+    /// refusal existed, or by hand).
+    #[test]
+    fn a_store_inside_another_is_refused_and_never_removed_by_it() {
+        let b = MemBackend::new();
+        prepare(&b, Path::new("/s"), true, true).unwrap();
+        let e = prepare(&b, Path::new("/s/derived/n"), true, true).unwrap_err();
+        assert!(e.to_string().contains("inside the store at /s"), "{e}");
+        assert!(!b.exists(Path::new("/s/derived/n")));
+        // beside it is fine
+        prepare(&b, Path::new("/t"), true, true).unwrap();
+        // one made anyway survives the outer store's cleanup
+        touch(&b, "/s/derived/n/ENGRAM");
+        touch(&b, "/s/derived/n/log/00000000000000000001.seg");
+        touch(&b, "/s/derived/state.snap");
+        let left = remove_owned(&b, Path::new("/s/derived")).unwrap();
+        assert_eq!(left, ["/s/derived/n"]);
+        assert!(b.exists(Path::new("/s/derived/n/log/00000000000000000001.seg")));
+        assert!(!b.exists(Path::new("/s/derived/state.snap")));
     }
 
     #[test]

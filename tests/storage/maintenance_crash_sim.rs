@@ -261,3 +261,45 @@ fn a_power_cut_at_any_write_of_online_compaction_loses_nothing_and_resurrects_no
     );
     assert!(unpurged > 0 && purged > 0);
 }
+
+/// `repair --truncate-after`, cut by a power failure at any write: the
+/// store opens (derived state that the cut would contradict is gone before
+/// the log is cut), keeps every note before the cut, and the deletion the
+/// cut removed comes back from the ledger.
+#[test]
+fn a_power_cut_at_any_write_of_a_log_repair_leaves_a_store_that_opens() {
+    let clock = ManualClock::new(1_760_000_000_000);
+    let pristine = build(&clock, None);
+    // the deletion is the log's last frame; keep everything before it
+    let seen = Engram::inspect_log(DIR, &options(&pristine, &clock)).unwrap();
+    let keep = seen.intact_through - 1;
+    assert!(seen.recent_batch_ends.contains(&keep), "{seen:?}");
+    at_every_write(
+        &pristine,
+        |b| {
+            let r = Engram::repair_log(DIR, &options(b, &clock), keep).unwrap();
+            assert_eq!(r.kept_through, keep);
+        },
+        |b, what| check_sound(b, &clock, what),
+    );
+}
+
+/// Inspecting the log of a store in use is refused (its active segment is
+/// being written, which would read as damage); once closed it is read.
+#[test]
+fn inspecting_the_log_of_a_store_in_use_is_refused() {
+    let clock = ManualClock::new(1_760_000_000_000);
+    let b = build(&clock, None);
+    let db = Engram::open(DIR, options(&b, &clock)).unwrap();
+    let e = Engram::inspect_log(DIR, &options(&b, &clock)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            EngineError::Storage(engram::storage::StorageError::Locked { .. })
+        ),
+        "{e}"
+    );
+    db.close().unwrap();
+    let seen = Engram::inspect_log(DIR, &options(&b, &clock)).unwrap();
+    assert!(seen.problem.is_none(), "{seen:?}");
+}

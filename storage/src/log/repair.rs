@@ -113,6 +113,15 @@ fn walk(backend: &dyn Backend, dir: &Path) -> StorageResult<Walk> {
                 rest.push((no, path, len));
                 continue;
             }
+            // A newer Engram's segment is not damage: nothing here may
+            // judge (or cut) it.
+            Err(segment::HeaderProblem::Unsupported(v)) if v > segment::LOG_FORMAT_VERSION => {
+                return Err(StorageError::UnsupportedFormat {
+                    segment: no,
+                    found: v,
+                    supported: segment::LOG_FORMAT_VERSION,
+                });
+            }
             Err(p) => {
                 problem = Some(format!("segment {no}: bad header: {p:?}"));
                 rest.push((no, path, len));
@@ -255,18 +264,9 @@ pub fn inspect(backend: &dyn Backend, dir: &Path) -> StorageResult<LogInspection
     })
 }
 
-/// Cuts the log in `dir` so that it ends at `keep_through` (a batch-end
-/// LSN inside the intact part, or 0 for an empty log). Every byte after
-/// it is written to (or, for whole segments, moved into) `quarantine`,
-/// synced, before anything is shortened. The store must be closed.
-pub fn repair(
-    backend: &dyn Backend,
-    dir: &Path,
-    keep_through: Lsn,
-    quarantine: &Path,
-) -> StorageResult<RepairReport> {
-    let Walk { intact, rest, .. } = walk(backend, dir)?;
-    // Where the cut goes: segment index and offset.
+/// Where a cut keeping `keep_through` goes (segment index and offset), or
+/// an error naming the batch ends a cut may keep.
+fn cut_point(intact: &[SegInfo], keep_through: Lsn) -> StorageResult<Option<(usize, u64)>> {
     let mut at: Option<(usize, u64)> = None;
     if keep_through == 0 {
         if !intact.is_empty() {
@@ -305,6 +305,28 @@ pub fn repair(
             });
         }
     }
+    Ok(at)
+}
+
+/// Checks, changing nothing, that [`repair`] would accept `keep_through`
+/// for the log in `dir`.
+pub fn check_cut(backend: &dyn Backend, dir: &Path, keep_through: Lsn) -> StorageResult<()> {
+    let Walk { intact, .. } = walk(backend, dir)?;
+    cut_point(&intact, keep_through).map(|_| ())
+}
+
+/// Cuts the log in `dir` so that it ends at `keep_through` (a batch-end
+/// LSN inside the intact part, or 0 for an empty log). Every byte after
+/// it is written to (or, for whole segments, moved into) `quarantine`,
+/// synced, before anything is shortened. The store must be closed.
+pub fn repair(
+    backend: &dyn Backend,
+    dir: &Path,
+    keep_through: Lsn,
+    quarantine: &Path,
+) -> StorageResult<RepairReport> {
+    let Walk { intact, rest, .. } = walk(backend, dir)?;
+    let at = cut_point(&intact, keep_through)?;
     backend
         .create_dir_all(quarantine)
         .map_err(io_err(quarantine))?;
@@ -366,4 +388,39 @@ pub fn repair(
     backend.sync_dir(quarantine).map_err(io_err(quarantine))?;
     backend.sync_dir(dir).map_err(io_err(dir))?;
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::MemBackend;
+
+    /// A segment a newer Engram wrote is not damage: inspecting or
+    /// repairing the log refuses it by name, and nothing is cut or moved.
+    #[test]
+    fn a_newer_format_segment_is_refused_not_judged_damaged() {
+        let b = MemBackend::new();
+        let dir = Path::new("/s/log");
+        b.create_dir_all(dir).unwrap();
+        let mut h = segment::encode_header(1, 1);
+        h[8..10].copy_from_slice(&2u16.to_le_bytes());
+        let crc = crc32c::crc32c(&h[..60]);
+        h[60..].copy_from_slice(&crc.to_le_bytes());
+        let path = segment::segment_path(dir, 1);
+        b.write_file(&path, &h);
+        for e in [
+            inspect(&b, dir).map(|_| ()).unwrap_err(),
+            check_cut(&b, dir, 0).unwrap_err(),
+            repair(&b, dir, 0, Path::new("/s/quarantine/repair-1"))
+                .map(|_| ())
+                .unwrap_err(),
+        ] {
+            assert!(
+                matches!(e, StorageError::UnsupportedFormat { found: 2, .. }),
+                "{e}"
+            );
+        }
+        assert_eq!(b.read_file(&path).unwrap(), h);
+        assert!(!b.exists(Path::new("/s/quarantine/repair-1")));
+    }
 }
