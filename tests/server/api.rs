@@ -876,3 +876,17 @@ fn conflicts_of_lifecycle_operations_are_in_the_contract() {
         );
     }
 }
+
+/// A SIGTERM sent the moment `listening on` appears is caught (the store
+/// is closed cleanly, exit 0), not fatal: the handlers are installed
+/// before the line is printed.
+#[test]
+fn sigterm_right_after_the_listening_line_closes_cleanly() {
+    let (_tmp, dir) = new_store();
+    for round in 0..5 {
+        let mut s = Server::start(&dir, None);
+        s.signal_term();
+        let st = s.wait(Duration::from_secs(20));
+        assert!(st.success(), "round {round}: {st:?}\n{}", s.log_text());
+    }
+}

@@ -142,6 +142,10 @@ async fn run(app: Shared) -> ServerResult<()> {
         addr: addr.to_string(),
         source: e,
     })?;
+    // Signals are watched before anyone is told the server listens: a
+    // SIGTERM sent the moment the line appears must close the store
+    // cleanly, not kill the process (the default action).
+    let mut signals = Signals::watch();
     {
         use std::io::Write as _;
         let mut out = std::io::stdout().lock();
@@ -166,7 +170,7 @@ async fn run(app: Shared) -> ServerResult<()> {
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(app.cfg.limits.connections_max));
     let per_client = PerClient::new(app.cfg.limits.connections_per_client_max);
-    let signal = shutdown_signal();
+    let signal = signals.next();
     tokio::pin!(signal);
     loop {
         tokio::select! {
@@ -227,24 +231,48 @@ async fn run(app: Shared) -> ServerResult<()> {
     Ok(())
 }
 
-/// Resolves on SIGTERM or SIGINT with the signal's name.
-async fn shutdown_signal() -> &'static str {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            log(
-                "warn",
-                "cannot watch SIGTERM",
-                &[("error", json!(e.to_string()))],
-            );
-            let _ = tokio::signal::ctrl_c().await;
-            return "SIGINT";
+/// SIGTERM and SIGINT, watched from when [`Signals::watch`] runs.
+struct Signals {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    /// Installs the handlers now (a signal that arrives from here on is
+    /// caught, not fatal).
+    fn watch() -> Self {
+        use tokio::signal::unix::{SignalKind, signal};
+        let one = |kind: SignalKind, name: &str| match signal(kind) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                log(
+                    "warn",
+                    &format!("cannot watch {name}"),
+                    &[("error", json!(e.to_string()))],
+                );
+                None
+            }
+        };
+        Signals {
+            term: one(SignalKind::terminate(), "SIGTERM"),
+            int: one(SignalKind::interrupt(), "SIGINT"),
         }
-    };
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = tokio::signal::ctrl_c() => "SIGINT",
+    }
+
+    /// Resolves on the next SIGTERM or SIGINT with the signal's name.
+    async fn next(&mut self) -> &'static str {
+        async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        }
+        tokio::select! {
+            () = recv(&mut self.term) => "SIGTERM",
+            () = recv(&mut self.int) => "SIGINT",
+        }
     }
 }
 
