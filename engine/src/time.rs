@@ -123,7 +123,28 @@ fn days_in_month(y: i64, m: i64) -> i64 {
     }
 }
 
-/// Parses an RFC 3339 timestamp (or a bare `YYYY-MM-DD`) to ms since the epoch.
+/// [`parse_rfc3339`] for a time a query compares with (a filter's bound,
+/// `AS OF`, `valid_at`): a fraction finer than a millisecond that is not
+/// zero is refused. Why: Engram keeps times to the millisecond, and a bound
+/// cut to it would compare wrongly (`>= 10:00:00.0001` would take a record
+/// of `10:00:00.000`). Stored times keep being cut to the millisecond.
+pub fn parse_rfc3339_bound(s: &str) -> Result<TimestampMs, ParseTimeError> {
+    let ms = parse_rfc3339(s)?;
+    let t = s.trim();
+    if let Some(dot) = t.find('.') {
+        let frac = t[dot + 1..].bytes().take_while(u8::is_ascii_digit);
+        if frac.skip(3).any(|c| c != b'0') {
+            return Err(ParseTimeError {
+                input: s.chars().take(40).collect(),
+                reason: "finer than a millisecond (times are kept to the millisecond: round the bound)",
+            });
+        }
+    }
+    Ok(ms)
+}
+
+/// Parses an RFC 3339 timestamp (or a bare `YYYY-MM-DD`) to ms since the
+/// epoch. A fraction finer than a millisecond is cut.
 pub fn parse_rfc3339(s: &str) -> Result<TimestampMs, ParseTimeError> {
     let err = |reason| ParseTimeError {
         input: s.chars().take(40).collect(),

@@ -14,7 +14,7 @@
 //! This module must never panic on any input: every byte is either part of
 //! a token, skipped as space or comment, or reported as an error.
 
-use engram_engine::time::parse_rfc3339;
+use engram_engine::time::parse_rfc3339_bound;
 
 use super::ast::TimeUnit;
 use super::error::{ErrorKind, LangError};
@@ -373,7 +373,7 @@ fn lex_number(src: &str, start: usize) -> Result<(Token, usize), LangError> {
         }
         let text = &src[start..j];
         let span = Span::new(start, j);
-        return match parse_rfc3339(text) {
+        return match parse_rfc3339_bound(text) {
             Ok(ms) => Ok((
                 Token {
                     kind: TokenKind::Time(ms),

@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 
-use engram_engine::time::{TIMESTAMP_MAX_MS, TIMESTAMP_MIN_MS, format_rfc3339, parse_rfc3339};
+use engram_engine::time::{TIMESTAMP_MAX_MS, TIMESTAMP_MIN_MS, format_rfc3339, parse_rfc3339_bound};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::ast::{Arg, StrList, TimeExpr};
@@ -310,7 +310,7 @@ impl<'a> Binder<'a> {
             TimeExpr::At { ms, span } => (Some(*ms), *span),
             TimeExpr::Param { name, span } => match self.lookup(name, *span)? {
                 ParamValue::Time(ms) => (Some(*ms), *span),
-                ParamValue::String(s) => match parse_rfc3339(s) {
+                ParamValue::String(s) => match parse_rfc3339_bound(s) {
                     Ok(ms) => (Some(ms), *span),
                     Err(e) => {
                         return Err(LangError::new(

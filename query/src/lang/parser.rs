@@ -14,7 +14,7 @@
 //! It never resolves parameters or checks meaning beyond syntax (that is
 //! [`super::check()`]).
 
-use engram_engine::time::parse_rfc3339;
+use engram_engine::time::parse_rfc3339_bound;
 
 use super::ast::*;
 use super::error::{ErrorKind, LangError};
@@ -768,7 +768,7 @@ impl<'s> Parser<'s> {
                 self.bump();
                 Ok(TimeExpr::At { ms, span: t.span })
             }
-            TokenKind::Str(s) => match parse_rfc3339(&s) {
+            TokenKind::Str(s) => match parse_rfc3339_bound(&s) {
                 Ok(ms) => {
                     self.bump();
                     Ok(TimeExpr::At { ms, span: t.span })

@@ -126,7 +126,7 @@ impl<'de> Deserialize<'de> for Offset {
 }
 
 mod rfc3339_ms {
-    use engram_engine::time::{format_rfc3339, parse_rfc3339};
+    use engram_engine::time::{format_rfc3339, parse_rfc3339_bound};
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(ms: &i64, s: S) -> Result<S::Ok, S::Error> {
@@ -134,7 +134,7 @@ mod rfc3339_ms {
     }
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
         let text = String::deserialize(d)?;
-        parse_rfc3339(&text).map_err(serde::de::Error::custom)
+        parse_rfc3339_bound(&text).map_err(serde::de::Error::custom)
     }
 }
 
