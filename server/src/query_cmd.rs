@@ -317,6 +317,8 @@ fn shell_loop(db: &Engram, s: &Session, a: &ShellArgs) -> CliResult {
     };
     let mut stdin = std::io::stdin().lock();
     let mut line_no = 0usize;
+    // `\q` ends the session; the end of the input runs what is left open.
+    let mut quit = false;
     loop {
         let prompt = if buf.trim().is_empty() {
             "engram> "
@@ -363,15 +365,14 @@ fn shell_loop(db: &Engram, s: &Session, a: &ShellArgs) -> CliResult {
             }
         };
         let trimmed = line.trim();
-        // A command line (outside a string): a statement left open before
-        // it runs first, as at the end of the input.
-        let (_, open, in_string) = statement_ends(&buf);
+        // A command line (outside a string) runs at once; a statement left
+        // open before it stays open and goes on with the next lines (a
+        // command is not part of it, and does not end it: running half a
+        // statement would be a query nobody wrote).
+        let (_, _, in_string) = statement_ends(&buf);
         if trimmed.starts_with('\\') && !in_string {
-            let left = std::mem::take(&mut buf);
-            if open {
-                run_one(&mut sh, s, &left);
-            }
             if !command(&mut sh, s, trimmed, &who) {
+                quit = true;
                 break;
             }
             continue;
@@ -395,6 +396,7 @@ fn shell_loop(db: &Engram, s: &Session, a: &ShellArgs) -> CliResult {
             let rest = &text[last..];
             if rest.trim_start().starts_with('\\') {
                 if !command(&mut sh, s, rest.trim(), &who) {
+                    quit = true;
                     break;
                 }
             } else if !rest.trim().is_empty() {
@@ -403,8 +405,8 @@ fn shell_loop(db: &Engram, s: &Session, a: &ShellArgs) -> CliResult {
         }
     }
     // Input ended inside a statement: it runs as if its `;` were there
-    // (comments alone are no statement).
-    if statement_ends(&buf).1 {
+    // (comments alone are no statement); after `\q` it is dropped.
+    if !quit && statement_ends(&buf).1 {
         run_one(&mut sh, s, &buf);
     }
     if let (Some(e), Some(h)) = (editor.as_mut(), history_path(a)) {

@@ -222,17 +222,24 @@ fn engram_shell_reports_errors_on_stderr_and_in_its_exit_status() {
         b"FIND ANY LIMIT 1; -- trailing\n-- done\n",
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    // a command line runs the statement left open before it, then itself
+    // a command line runs at once and leaves the statement open before
+    // it open: the statement goes on with the next lines
+    let o = shell_piped(
+        &["--data", &d, "shell", "--tenant", "t"],
+        b"FIND ANY\n\\tenant\nLIMIT 2;\n",
+    );
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(out.contains("admin of tenant t"), "{out}");
+    assert!(out.contains("(2 rows)") && !out.contains("(3 rows)"), "{out}");
+    // `\q` drops a statement left open, and quits
     let o = shell_piped(
         &["--data", &d, "shell", "--tenant", "t"],
         b"FIND ANY\nLIMIT 2\n\\q\nFIND ANY LIMIT 3;\n",
     );
     let out = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}");
-    assert!(
-        out.contains("(2 rows)") && !out.contains("(3 rows)"),
-        "{out}"
-    );
+    assert!(!out.contains("rows)"), "{out}");
 }
 
 /// Stored text is printed as data: terminal control characters in a
