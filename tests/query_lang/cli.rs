@@ -231,7 +231,10 @@ fn engram_shell_reports_errors_on_stderr_and_in_its_exit_status() {
     let out = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}");
     assert!(out.contains("admin of tenant t"), "{out}");
-    assert!(out.contains("(2 rows)") && !out.contains("(3 rows)"), "{out}");
+    assert!(
+        out.contains("(2 rows)") && !out.contains("(3 rows)"),
+        "{out}"
+    );
     // `\q` drops a statement left open, and quits
     let o = shell_piped(
         &["--data", &d, "shell", "--tenant", "t"],

@@ -755,11 +755,22 @@ impl Checker<'_> {
                 Seed::Record(r) => n_seeds += self.record_ref(r, true),
                 Seed::Retriever(n) => {
                     n_seeds += 1;
+                    let at = f.retrievers.iter().position(|r| r.name() == n.value);
                     if n.value == f.retrievers[idx].name() {
                         // reported as a cycle by expand_cycles
-                    } else if f.retriever(&n.value).is_none() {
+                    } else if at.is_none() {
                         let e = self.unknown_retriever(f, n);
                         self.error(e);
+                    } else if at.is_some_and(|at| at > idx) {
+                        // the seeds are the hits found so far
+                        self.push_hint(
+                            ErrorKind::SeedOrder {
+                                expand: f.retrievers[idx].name().to_string(),
+                                seed: n.value.clone(),
+                            },
+                            n.span,
+                            format!("write `{}` before the EXPAND", n.value),
+                        );
                     }
                 }
             }

@@ -183,6 +183,14 @@ pub enum ErrorKind {
         /// Upper end.
         max: u64,
     },
+    /// An EXPAND seeded by a retriever written after it.
+    #[error("EXPAND `{expand}` starts from `{seed}`, which is written after it")]
+    SeedOrder {
+        /// The EXPAND retriever.
+        expand: String,
+        /// The seed retriever.
+        seed: String,
+    },
     /// EXPAND retrievers seeded from each other in a loop.
     #[error("EXPAND retrievers seed each other in a cycle: {}", cycle.join(" -> "))]
     ExpandCycle {
@@ -297,6 +305,7 @@ impl ErrorKind {
             ErrorKind::FusionWithoutRetrievers { .. } => "fusion_without_retrievers",
             ErrorKind::InvertedRange { .. } => "inverted_range",
             ErrorKind::ExpandCycle { .. } => "expand_cycle",
+            ErrorKind::SeedOrder { .. } => "seed_order",
             ErrorKind::FieldUnavailable { .. } => "field_unavailable",
             ErrorKind::InvalidRecordId { .. } => "invalid_record_id",
             ErrorKind::UnboundParam { .. } => "unbound_param",

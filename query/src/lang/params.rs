@@ -21,7 +21,9 @@
 
 use std::collections::BTreeMap;
 
-use engram_engine::time::{TIMESTAMP_MAX_MS, TIMESTAMP_MIN_MS, format_rfc3339, parse_rfc3339_bound};
+use engram_engine::time::{
+    TIMESTAMP_MAX_MS, TIMESTAMP_MIN_MS, format_rfc3339, parse_rfc3339_bound,
+};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::ast::{Arg, StrList, TimeExpr};
@@ -154,8 +156,16 @@ impl Params {
                 Span::default(),
             )
         };
-        let v: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| invalid("", format!("not JSON: {e}")))?;
+        // Strict, as every JSON body: a parameter given twice is refused
+        // (which one was meant?), not silently the last.
+        let v = match crate::strict::parse(text) {
+            Ok(v) => v,
+            Err(Ok((path, reason))) => {
+                let name = path.split(['.', '[']).next().unwrap_or("");
+                return Err(invalid(name, format!("{path}: {reason}")));
+            }
+            Err(Err(e)) => return Err(invalid("", format!("not JSON: {e}"))),
+        };
         Params::from_json_value(&v).map_err(|(name, reason)| invalid(&name, reason))
     }
 
@@ -380,6 +390,8 @@ mod tests {
             r#"{"v": {"a": 1}}"#,
             r#"{"v": [1e300]}"#,
             r#"[1]"#,
+            // a parameter given twice: which one was meant?
+            r#"{"n": 2, "n": 3}"#,
         ] {
             let e = Params::from_json(bad).unwrap_err();
             assert_eq!(e.code(), "invalid_param", "{bad}");

@@ -254,7 +254,9 @@ pub async fn list(
     let session = caller.session(&app, Operation::Read).await?;
     let time = |f: &str, v: &Option<String>| -> ServerResult<Option<i64>> {
         v.as_deref()
-            .map(|t| parse_rfc3339_bound(t).map_err(|e| ServerError::invalid(None, f, e.to_string())))
+            .map(|t| {
+                parse_rfc3339_bound(t).map_err(|e| ServerError::invalid(None, f, e.to_string()))
+            })
             .transpose()
     };
     let max = app.cfg.limits.list_limit_max;
