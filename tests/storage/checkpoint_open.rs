@@ -283,6 +283,30 @@ fn a_checkpoint_of_another_log_is_not_trusted() {
     db.close().unwrap();
 }
 
+/// A lexical snapshot of another log (same length, other texts) is not
+/// used: it does not name the frame this log holds at its LSN, so the
+/// index is rebuilt from the log and searches find this store's texts.
+#[test]
+fn a_lexical_snapshot_of_another_log_is_not_used() {
+    let clock = ManualClock::new(T0);
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    for (dir, part) in [(&a, "a"), (&b, "b")] {
+        let db = open(dir.path(), &clock);
+        write_part(&db, part, &clock);
+        db.close().unwrap();
+    }
+    let expected = full_replay(a.path(), &clock);
+    std::fs::copy(
+        b.path().join("derived/lexical.snap"),
+        a.path().join("derived/lexical.snap"),
+    )
+    .unwrap();
+    let (db, r) = open_report(a.path(), &clock);
+    assert!(r.lexical_rebuilt, "{r:?}");
+    assert_eq!(observe(&db), expected);
+    db.close().unwrap();
+}
+
 mod power_cut {
     //! A power cut at any write while appending and checkpointing: the
     //! store opens, verifies clean, holds every acknowledged record, and

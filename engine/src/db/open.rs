@@ -94,8 +94,16 @@ impl Engram {
         let (log, log_report, mut vectors, checkpoint) = opened?;
         report.log = log_report.clone();
         let last_lsn = log.last_lsn();
+        // Used only when it names the frame this log holds at its LSN (a
+        // snapshot of another store or an earlier log does not).
+        let anchored = |lsn: u64, a: crate::lexical::snapshot::Anchor| {
+            lsn == 0
+                || log
+                    .read(a.segment, a.offset)
+                    .is_ok_and(|f| f.header.lsn == lsn && f.header.payload_crc == a.payload_crc)
+        };
         let (lexical, lexical_lsn) = match lexical_read {
-            Some((lsn, Ok(ix))) if lsn <= last_lsn => (ix, lsn),
+            Some((lsn, a, Ok(ix))) if lsn <= last_lsn && anchored(lsn, a) => (ix, lsn),
             _ => (Bm25Index::new(Bm25Params::default()), 0),
         };
         report.lexical_rebuilt = lexical_lsn == 0 && last_lsn > 0;

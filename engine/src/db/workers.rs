@@ -65,6 +65,14 @@ impl Engram {
         let mut lexical = Vec::new();
         st.lexical.write_to(&mut lexical);
         let anchor = crate::checkpoint::anchor_crc(&self.inner.log, &st)?;
+        let lexical_anchor =
+            st.applied_loc
+                .filter(|l| l.lsn != 0)
+                .map_or_else(Default::default, |l| crate::lexical::snapshot::Anchor {
+                    segment: l.segment,
+                    offset: l.offset,
+                    payload_crc: anchor,
+                });
         let body = crate::checkpoint::encode(&st, &st.vectors.slots(), anchor);
         drop(st);
         // The lexical snapshot first: a checkpoint is used only when the
@@ -74,6 +82,7 @@ impl Engram {
             self.inner.backend.as_ref(),
             &layout::lexical(&self.inner.dir),
             lsn,
+            lexical_anchor,
             &lexical,
         )?;
         crate::checkpoint::write(self.inner.backend.as_ref(), &self.inner.dir, lsn, &body)?;
