@@ -66,7 +66,7 @@ mod ledger;
 mod online;
 use ledger::check_line;
 pub use ledger::{LedgerLine, ledger_path, read_ledger};
-pub(crate) use ledger::{render_ledger, resume_restore};
+pub(crate) use ledger::{reapply_cut_ledger, render_ledger, resume_restore};
 pub use online::OnlineCompaction;
 
 impl Session {

@@ -510,12 +510,27 @@ fn open_store_with(ctx: &Ctx, create: bool) -> Result<Engram, CliError> {
     }
     if let Some(t) = &report.log.truncation {
         eprintln!(
-            "recovery: cut {} bytes at segment {} offset {} ({:?}); {} unacknowledged frame(s) dropped",
+            "recovery: cut {} bytes at segment {} offset {} ({:?}); {} frame(s) nothing proved acknowledged dropped",
             t.bytes_dropped,
             t.segment,
             t.offset,
             t.reason,
             t.dropped_lsns.len()
+        );
+    }
+    if let Some(r) = &report.ledger_reapplied {
+        eprintln!(
+            "recovery: the cut tail held {} operation(s) the ledger proves acknowledged; applied again ({} deletion(s), {} revocation(s), {} legal hold change(s), {} retention setting(s))",
+            r.deletions_reapplied
+                + r.revocations_reapplied
+                + r.holds_reapplied
+                + r.retention_reapplied
+                + r.already_applied
+                + r.not_in_backup,
+            r.deletions_reapplied,
+            r.revocations_reapplied,
+            r.holds_reapplied,
+            r.retention_reapplied
         );
     }
     if let Some(p) = &report.log.removed_incomplete_segment {

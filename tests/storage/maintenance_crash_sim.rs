@@ -303,3 +303,53 @@ fn inspecting_the_log_of_a_store_in_use_is_refused() {
     let seen = Engram::inspect_log(DIR, &options(&b, &clock)).unwrap();
     assert!(seen.problem.is_none(), "{seen:?}");
 }
+
+/// A deletion acknowledged just before a crash, whose frame (the log's
+/// last) is then damaged: recovery cuts it as a tail nothing proved
+/// acknowledged, but the ledger line written after it was durable proves
+/// it, so the open applies it again and the record stays deleted.
+#[test]
+fn a_cut_tail_holding_an_acknowledged_deletion_is_applied_again_from_the_ledger() {
+    let clock = ManualClock::new(1_760_000_000_000);
+    let b = MemBackend::new();
+    let db = Engram::open(DIR, options(&b, &clock)).unwrap();
+    let s = db.session(Principal::admin("t"));
+    let id = s
+        .append(vec![
+            NewRecord::event("note", format!("the secret is {CANARY}")).with_external_id("secret"),
+        ])
+        .unwrap()[0]
+        .id;
+    s.delete(&RecordRef::Id(id), None).unwrap();
+    // a power cut now: no checkpoint proves the deletion durable
+    let image = b.crash_image(7);
+    drop(s);
+    drop(db);
+    // damage the deletion's frame: the last place the record's id appears
+    let seg = Path::new("/store/log/00000000000000000001.seg");
+    let bytes = image.read_file(seg).unwrap();
+    let needle = id.to_bytes();
+    let at = bytes
+        .windows(16)
+        .rposition(|w| w == needle)
+        .expect("the deletion names the record");
+    assert!(image.flip_bit(seg, at + 3, 0));
+    let (db, report) = Engram::open_with_report(DIR, options(&image, &clock)).unwrap();
+    assert!(report.log.truncation.is_some(), "{report:?}");
+    let again = report.ledger_reapplied.clone().expect("re-applied");
+    assert_eq!(again.deletions_reapplied, 1, "{again:?}");
+    let s = db.session(Principal::admin("t"));
+    assert!(
+        matches!(
+            s.get(&RecordRef::External("secret".into())),
+            Err(EngineError::NotFound { .. })
+        ),
+        "the acknowledged deletion was undone"
+    );
+    drop(s);
+    db.close().unwrap();
+    // and the next open finds nothing more to do
+    let (db, report) = Engram::open_with_report(DIR, options(&image, &clock)).unwrap();
+    assert!(report.ledger_reapplied.is_none(), "{report:?}");
+    db.close().unwrap();
+}

@@ -287,6 +287,11 @@ pub struct OpenReport {
     /// A read-only open found a restore's last step pending (the next
     /// writable open finishes it).
     pub restore_pending: bool,
+    /// Operations that recovery cut from the log's tail although the
+    /// ledger file proves them acknowledged (each line is written only
+    /// after its operation is durable): applied again by this open, so a
+    /// damaged last frame never undoes a deletion or revocation.
+    pub ledger_reapplied: Option<crate::maintenance::RestoreReport>,
 }
 
 /// The LSN the lexical snapshot of the store in `dir` covers (0 when it is

@@ -239,6 +239,9 @@ impl Engram {
             report.restore_pending = backend_has_restore_pending(&db);
         } else {
             report.restore_resumed = crate::maintenance::resume_restore(&db)?;
+            if report.log.truncation.is_some() {
+                report.ledger_reapplied = crate::maintenance::reapply_cut_ledger(&db)?;
+            }
         }
         Ok((db, report))
     }

@@ -293,6 +293,30 @@ pub(crate) fn resume_restore(db: &Engram) -> Result<Option<RestoreReport>> {
     Ok(Some(report))
 }
 
+/// Re-applies the ledger file's operations that the log no longer holds,
+/// after recovery cut its tail: a ledger line is written only once its
+/// operation is durable, so it proves the operation was acknowledged even
+/// when the frame holding it was damaged and cut. `None` when there was
+/// nothing to re-apply.
+pub(crate) fn reapply_cut_ledger(db: &Engram) -> Result<Option<RestoreReport>> {
+    let lines = read_ledger(db.backend().as_ref(), db.dir())?;
+    let present: BTreeSet<RecordId> = db.state().ledger.iter().map(|e| e.op_id).collect();
+    let missing: Vec<LedgerLine> = lines
+        .into_iter()
+        .filter(|l| {
+            l.op_id
+                .parse::<RecordId>()
+                .is_ok_and(|id| !present.contains(&id))
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(None);
+    }
+    let mut report = RestoreReport::default();
+    reapply_ledger(db, missing, &mut report)?;
+    Ok(Some(report))
+}
+
 /// What a ledger line does when re-applied: its operation and target.
 /// (Not its time or reason: an entry re-applied by a restore is logged
 /// again under its operation id with the restore's time and reason.)
