@@ -473,6 +473,15 @@ pub fn store_options(dir: &Path, embedder: Option<&str>) -> Result<Options, CliE
     })
 }
 
+/// Whether an open failed because the store's file system is read-only.
+fn on_read_only_media(e: &EngineError) -> bool {
+    matches!(
+        e,
+        EngineError::Storage(engram_storage::StorageError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::ReadOnlyFilesystem
+    )
+}
+
 /// Saves the `--embedder` choice into a store just created.
 fn save_embedder_choice(ctx: &Ctx) -> Result<(), CliError> {
     if let Some(name) = &ctx.embedder {
@@ -498,7 +507,25 @@ fn open_store_with(ctx: &Ctx, create: bool) -> Result<Engram, CliError> {
         create_if_missing: create,
         ..ctx.store_options()?
     };
-    let (db, report) = Engram::open_with_report(dir, opts).map_err(|e| match e {
+    // A store on read-only media (its lock file cannot be opened for
+    // writing) is opened read-only: reads work, writes say why they fail.
+    let opened = match Engram::open_with_report(dir, opts.clone()) {
+        Err(e) if !create && on_read_only_media(&e) => {
+            eprintln!(
+                "note: {} is on a read-only file system: opened read-only (writes are refused)",
+                dir.display()
+            );
+            Engram::open_with_report(
+                dir,
+                Options {
+                    read_only: true,
+                    ..opts
+                },
+            )
+        }
+        r => r,
+    };
+    let (db, report) = opened.map_err(|e| match e {
         EngineError::NoStore { .. } | EngineError::NotAStore { .. } => CliError::Engine(e),
         e => CliError::Open {
             path: dir.to_path_buf(),
