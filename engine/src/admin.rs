@@ -253,7 +253,9 @@ impl Engram {
         let upto = self.state().applied_lsn;
         let mut in_log: Vec<(RecordId, String, Option<String>, FrameLoc)> = Vec::new();
         let mut row_problems = Vec::new();
-        self.log().scan(0, |f| {
+        // A frame that cannot be read is a problem to report, not a reason
+        // for verify itself to fail.
+        let scanned = self.log().scan(0, |f| {
             let loc = f.loc();
             if loc.lsn > upto {
                 return Ok(ControlFlow::Break(()));
@@ -297,7 +299,14 @@ impl Engram {
                 }
             }
             Ok(ControlFlow::Continue(()))
-        })?;
+        });
+        if let Err(e) = scanned {
+            // the state cannot be checked against a log that does not read
+            if !report.problems.iter().any(|p| p.contains("log segment")) {
+                report.problems.push(format!("log: {e}"));
+            }
+            return Ok(report);
+        }
         let st = self.state();
         for (id, tenant, ext, loc) in &in_log {
             report.records += 1;

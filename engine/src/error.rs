@@ -255,8 +255,8 @@ impl EngineError {
     /// server's error body, `engram query --json`): `invalid_input`,
     /// `limit_exceeded`, `not_found`, `external_id_conflict`,
     /// `already_superseded`, `invalid_state`, `forbidden`,
-    /// `ambiguous_reference`, `unavailable` (closed, read-only, a storage
-    /// failure: retry later) or `internal`.
+    /// `ambiguous_reference`, `unavailable` (closed, read-only, an I/O
+    /// failure: retry later) or `internal` (damage on disk among others).
     pub fn code(&self) -> &'static str {
         use EngineError as E;
         match self {
@@ -271,6 +271,8 @@ impl EngineError {
             E::InvalidState { .. } => "invalid_state",
             E::Forbidden { .. } => "forbidden",
             E::AmbiguousReference { .. } => "ambiguous_reference",
+            // damage on disk is not cured by retrying
+            E::Storage(s) if s.is_damage() => "internal",
             E::Closed | E::ReadOnly { .. } | E::Storage(_) => "unavailable",
             _ => "internal",
         }

@@ -210,6 +210,21 @@ pub enum StorageError {
 }
 
 impl StorageError {
+    /// Whether this is damage to data on disk (a failed checksum, a gap, a
+    /// bad header or derived file): retrying will not help, unlike an I/O
+    /// failure or a closed or busy log.
+    pub fn is_damage(&self) -> bool {
+        matches!(
+            self,
+            StorageError::CorruptLog { .. }
+                | StorageError::AcknowledgedDataDamaged { .. }
+                | StorageError::LogGap { .. }
+                | StorageError::BadSegmentHeader { .. }
+                | StorageError::BadDerivedFile { .. }
+                | StorageError::BadLocation { .. }
+        )
+    }
+
     /// Wraps an `io::Error` with the path it concerns (a full disk becomes
     /// [`StorageError::DiskFull`]).
     pub fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {

@@ -670,3 +670,30 @@ fn a_rebuild_that_cannot_replay_keeps_the_checkpoint() {
     assert!(got.is_ok(), "{got:?}");
     db.close().unwrap();
 }
+
+/// Damage found in a live store's log is damage (`internal`: retrying
+/// will not cure it), and `verify` reports it as a problem rather than
+/// failing.
+#[test]
+fn live_damage_is_reported_as_damage_and_by_verify() {
+    let backend = engram_storage::MemBackend::new();
+    let opts = Options {
+        backend: Arc::new(backend.clone()),
+        ..Options::default()
+    };
+    let db = Engram::open("/live", opts).unwrap();
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![
+        NewRecord::event("note", "a record whose bytes go bad").with_external_id("a"),
+    ])
+    .unwrap();
+    let seg = Path::new("/live/log/00000000000000000001.seg");
+    let at = engram_storage::log::segment::SEGMENT_HEADER_BYTES + 40;
+    assert!(backend.flip_bit(seg, at, 0));
+    let v = db.verify().unwrap();
+    assert!(!v.ok(), "{v:?}");
+    match s.get(&RecordRef::External("a".into())) {
+        Err(e) => assert_eq!(e.code(), "internal", "{e}"),
+        Ok(r) => panic!("damaged bytes were served: {r:?}"),
+    }
+}

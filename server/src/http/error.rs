@@ -511,6 +511,7 @@ impl From<EngineError> for ServerError {
                 reason: "the store is read-only",
                 detail: message,
             },
+            E::Storage(ref s) if s.is_damage() => ServerError::Internal { detail: message },
             E::Storage(_) => ServerError::Unavailable {
                 reason: "the store could not complete the operation (storage failure); retry later",
                 detail: message,
