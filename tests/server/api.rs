@@ -534,6 +534,13 @@ fn keys_created_and_revoked_apply_to_a_running_server() {
         !stored("b%2F2"),
         "a line sent after the revocation was stored"
     );
+    drop(c);
+    // A key file removed while serving: every key is refused, and the
+    // server log says why.
+    std::fs::remove_file(dir.join("keys.json")).unwrap();
+    assert_eq!(s.call("GET", "/v1/records", Some(&admin), None).status, 401);
+    let log = s.log_text();
+    assert!(log.contains("keys.json was removed"), "{log}");
 }
 
 #[test]

@@ -392,6 +392,15 @@ impl KeyStore {
             return Ok(());
         }
         let (keys, err) = match read_file(&self.path) {
+            // a key file that was there and is gone: every key it held is
+            // refused now, which an operator must hear about
+            Ok(f) if now.is_none() && current.is_some() => (
+                f.keys,
+                Some(format!(
+                    "{} was removed: no key is valid until it is back",
+                    self.path.display()
+                )),
+            ),
             Ok(f) => (f.keys, None),
             Err(e) => (Vec::new(), Some(e.to_string())),
         };
