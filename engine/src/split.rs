@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 pub const SPLIT_MIN: usize = 256;
 
 /// Threads to split over: the cores, at most 4.
-pub fn threads() -> usize {
+fn threads() -> usize {
     static N: OnceLock<usize> = OnceLock::new();
     *N.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(4)))
 }

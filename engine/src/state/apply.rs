@@ -6,44 +6,15 @@
 use super::*;
 use crate::lexical::PreparedText;
 
-/// A record's text on its way to the lexical index: document, text,
-/// what the prepare hook looked up, and the frame (for an error).
-type LexicalJob<'t> = (u32, &'t str, Option<PreparedText>, FrameLoc);
-
-/// Where [`State::apply_record`] puts a record's text.
-enum LexicalSink<'s, 't> {
-    /// Into the state's lexical index, now.
-    Now(Option<PreparedText>),
-    /// To the thread filling the lexical index while a large group is
-    /// applied ([`apply_group`]).
-    Send(
-        &'s crossbeam_channel::Sender<LexicalJob<'t>>,
-        Option<PreparedText>,
-    ),
-}
-
-fn lexical_failed(loc: FrameLoc, e: crate::lexical::Bm25Error) -> crate::error::EngineError {
-    crate::error::EngineError::Apply {
-        segment: loc.segment,
-        offset: loc.offset,
-        lsn: loc.lsn,
-        reason: crate::error::EngineError::Corrupt {
-            what: "lexical index".into(),
-            detail: e.to_string(),
-        }
-        .to_string(),
-    }
-}
-
 impl State {
-    /// Applies a record frame; the sink's prepared text is the record's
-    /// text as [`Bm25Index::prepare`](crate::lexical::Bm25Index::prepare)
-    /// looked it up while the frame was being synced, if it was.
-    fn apply_record<'t>(
+    /// Applies a record frame; `prepared` is its text as
+    /// [`Bm25Index::prepare`](crate::lexical::Bm25Index::prepare) looked it
+    /// up while the frame was being synced, if it was.
+    fn apply_record(
         &mut self,
-        a: &'t ArchivedStoredRecord,
+        a: &ArchivedStoredRecord,
         loc: FrameLoc,
-        lexical: LexicalSink<'_, 't>,
+        prepared: Option<PreparedText>,
     ) -> Result<()> {
         // The write path refuses records past the limit; a log holding more
         // could not be indexed without wrapping.
@@ -273,20 +244,14 @@ impl State {
         // indexes
         if let Some(t) = text {
             if loc.lsn > self.lexical_loaded_lsn && !t.is_empty() {
-                match lexical {
-                    LexicalSink::Now(p) => match p {
-                        Some(p) => self.lexical.add_prepared(idx, t, p),
-                        None => self.lexical.add(idx, t),
-                    }
-                    .map_err(|e| crate::error::EngineError::Corrupt {
-                        what: "lexical index".into(),
-                        detail: e.to_string(),
-                    })?,
-                    // The filler outlives every send (`apply_group`).
-                    LexicalSink::Send(tx, p) => {
-                        let _ = tx.send((idx, t, p, loc));
-                    }
+                match prepared {
+                    Some(p) => self.lexical.add_prepared(idx, t, p),
+                    None => self.lexical.add(idx, t),
                 }
+                .map_err(|e| crate::error::EngineError::Corrupt {
+                    what: "lexical index".into(),
+                    detail: e.to_string(),
+                })?;
             }
         }
         if let (Some(emb), Some(t)) = (self.embedder.clone(), text) {
@@ -587,7 +552,7 @@ pub fn apply_frame(
     payload: &[u8],
     loc: FrameLoc,
 ) -> Result<()> {
-    apply_frame_to(st, ft, version, payload, loc, LexicalSink::Now(None))
+    apply_frame_prepared(st, ft, version, payload, loc, None)
 }
 
 /// The work [`apply_frame_prepared`] can do ahead, while a record frame is
@@ -632,82 +597,27 @@ pub struct GroupFrame<'t> {
 
 /// Applies a durable group's frames in LSN order, as [`apply_frame`] does
 /// one by one; a frame that fails is reported to `failed` and the rest are
-/// applied. A group holding at least [`SPLIT_MIN`](crate::split::SPLIT_MIN)
-/// record frames has its texts added to the lexical index on a second
-/// thread while this one applies everything else: the index is taken out
-/// of the state for the group (nothing else reads or writes it meanwhile,
-/// since the caller holds the state's write lock) and gets the documents
-/// in the same order, so the result is the state a loop would leave.
+/// applied.
 pub fn apply_group(
     st: &mut State,
     frames: Vec<GroupFrame<'_>>,
     failed: &mut dyn FnMut(crate::error::EngineError),
 ) {
-    let records = frames
-        .iter()
-        .filter(|f| f.ft == codec::FRAME_RECORD)
-        .count();
-    if records < crate::split::SPLIT_MIN || crate::split::threads() < 2 {
-        for f in frames {
-            let sink = LexicalSink::Now(f.prepared);
-            if let Err(e) = apply_frame_to(st, f.ft, f.version, f.payload, f.loc, sink) {
-                failed(e);
-            }
+    for f in frames {
+        if let Err(e) = apply_frame_prepared(st, f.ft, f.version, f.payload, f.loc, f.prepared) {
+            failed(e);
         }
-        return;
-    }
-    let params = st.lexical.params();
-    let mut lexical = std::mem::replace(&mut st.lexical, crate::lexical::Bm25Index::new(params));
-    let (tx, rx) = crossbeam_channel::unbounded::<LexicalJob<'_>>();
-    let mut errors = std::thread::scope(|sc| {
-        let filler = std::thread::Builder::new()
-            .name("engram-lexical".into())
-            .spawn_scoped(sc, || fill_lexical(&mut lexical, &rx));
-        for f in frames {
-            let sink = LexicalSink::Send(&tx, f.prepared);
-            if let Err(e) = apply_frame_to(st, f.ft, f.version, f.payload, f.loc, sink) {
-                failed(e);
-            }
-        }
-        drop(tx);
-        match filler {
-            Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-            // No thread could be started: the texts wait in the channel.
-            Err(_) => Vec::new(),
-        }
-    });
-    errors.extend(fill_lexical(&mut lexical, &rx));
-    st.lexical = lexical;
-    for e in errors {
-        failed(e);
     }
 }
 
-/// Adds the texts sent to `rx` until every sender is gone.
-fn fill_lexical(
-    lexical: &mut crate::lexical::Bm25Index,
-    rx: &crossbeam_channel::Receiver<LexicalJob<'_>>,
-) -> Vec<crate::error::EngineError> {
-    let mut errors = Vec::new();
-    for (idx, text, p, loc) in rx.iter() {
-        let r = match p {
-            Some(p) => lexical.add_prepared(idx, text, p),
-            None => lexical.add(idx, text),
-        };
-        if let Err(e) = r {
-            errors.push(lexical_failed(loc, e));
-        }
-    }
-    errors
-}
-
-fn apply_frame_to<'t>(
+/// [`apply_frame`], with what [`prepare_frame`] computed for the frame.
+pub fn apply_frame_prepared(
     st: &mut State,
     ft: engram_storage::frame::FrameType,
     version: u8,
-    payload: &'t [u8],
+    payload: &[u8],
     loc: FrameLoc,
-    lexical: LexicalSink<'_, 't>,
+    prepared: Option<PreparedText>,
 ) -> Result<()> {
     // Frames are applied once each, in LSN order: the state is a function
     // of the log prefix it has seen.
@@ -736,7 +646,7 @@ fn apply_frame_to<'t>(
         )));
     }
     let r = if ft == codec::FRAME_RECORD {
-        codec::view_record(payload).and_then(|a| st.apply_record(a, loc, lexical))
+        codec::view_record(payload).and_then(|a| st.apply_record(a, loc, prepared))
     } else if ft == codec::FRAME_OP {
         codec::view_op(payload).and_then(|a| st.apply_op(a, loc.lsn))
     } else if ft == codec::FRAME_TOMBSTONE {
