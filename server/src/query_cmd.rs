@@ -494,6 +494,15 @@ fn run_one(sh: &mut Shell, s: &Session, text: &str) {
     }
 }
 
+/// A value in single quotes, as statements write strings (`'it''s'`),
+/// without them; anything else as it is.
+fn unquote(v: &str) -> String {
+    match v.strip_prefix('\'').and_then(|x| x.strip_suffix('\'')) {
+        Some(inner) if v.len() >= 2 => inner.replace("''", "'"),
+        _ => v.to_string(),
+    }
+}
+
 /// Runs a backslash command; false to quit.
 fn command(sh: &mut Shell, s: &Session, cmd: &str, who: &str) -> bool {
     let mut parts = cmd.split_whitespace();
@@ -527,7 +536,8 @@ fn command(sh: &mut Shell, s: &Session, cmd: &str, who: &str) -> bool {
                 let value = rest.join(" ");
                 let v = match serde_json::from_str::<Value>(&value) {
                     Ok(j) => ParamValue::from_json(&j),
-                    Err(_) => Ok(ParamValue::String(value)),
+                    // 'text', as a statement writes a string, is the text
+                    Err(_) => Ok(ParamValue::String(unquote(&value))),
                 };
                 match (param_name(name), v) {
                     (Ok(name), Ok(v)) => {
@@ -544,7 +554,13 @@ fn command(sh: &mut Shell, s: &Session, cmd: &str, who: &str) -> bool {
                 sh.failed = true;
             }
         },
-        "\\d" => describe(s),
+        "\\d" if parts.next().is_none() => describe(s),
+        "\\d" => {
+            crate::errln!(
+                "\\d takes no argument: it describes this session's tenant (start `engram shell --tenant T` for another)"
+            );
+            sh.failed = true;
+        }
         other => {
             crate::errln!("unknown command {other}; \\help lists them");
             sh.failed = true;

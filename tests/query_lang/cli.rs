@@ -166,6 +166,24 @@ fn engram_shell_reads_statements_from_a_pipe() {
     assert!(out.contains("admin of tenant t"), "{out}");
 }
 
+/// `\param` takes a string in single quotes as a statement writes it, and
+/// `\d` takes no argument (the shell's tenant is fixed when it starts).
+#[test]
+fn engram_shell_param_quotes_and_describe_arguments() {
+    let (_tmp, d) = store();
+    let o = shell_piped(
+        &["--data", &d, "shell", "--tenant", "t"],
+        b"\\param k 'preference'\nFIND assertions WHERE kind = $k MATCH 'diet';\n",
+    );
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("(2 rows)"), "{out}");
+    let o = shell_piped(&["--data", &d, "shell", "--tenant", "t"], b"\\d other\n");
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("takes no argument"), "{out}");
+}
+
 /// A line that is not UTF-8 skips its statement with an error and the
 /// shell goes on; a line may hold several statements.
 #[test]
