@@ -555,7 +555,7 @@ pub fn apply_frame(
     apply_frame_prepared(st, ft, version, payload, loc, None)
 }
 
-/// The work [`apply_frame_prepared`] can do ahead, while a record frame is
+/// The work the commit hook ([`apply_group`]) can do ahead, while a record frame is
 /// being synced, under a read lock: its text's tokens looked up
 /// ([`Bm25Index::prepare`](crate::lexical::Bm25Index::prepare)). None for
 /// other frames, unreadable payloads and texts the lexical index skips.
