@@ -218,8 +218,17 @@ pub fn decide(actor: Actor<'_>, op: Operation, target: Option<Target>) -> Decisi
                 Forbidden("only the record's writer or the tenant admin may do this")
             }
         }
+        // Review is a second principal's decision: a candidate's writer
+        // may not approve it, reviewer role or not (the admin may, who can
+        // write an approved record anyway).
         Operation::Review => {
-            if admin || reviewer {
+            if admin {
+                Allow
+            } else if own {
+                Forbidden(
+                    "a candidate's writer may not review it: review is another principal's decision",
+                )
+            } else if reviewer {
                 Allow
             } else {
                 Forbidden("review needs the reviewer role")
@@ -313,6 +322,32 @@ mod tests {
         }
         assert!(matches!(
             decide(p(false, false), Operation::LowerAccess, Some(MINE)),
+            Decision::Forbidden(_)
+        ));
+    }
+
+    /// Review is another principal's decision: a reviewer may not review
+    /// its own candidate; another's it may; the admin may either.
+    #[test]
+    fn a_reviewer_may_not_review_its_own_candidate() {
+        assert!(matches!(
+            decide(p(false, true), Operation::Review, Some(MINE)),
+            Decision::Forbidden(_)
+        ));
+        assert_eq!(
+            decide(p(false, true), Operation::Review, Some(THEIRS)),
+            Decision::Allow
+        );
+        assert_eq!(
+            decide(p(true, false), Operation::Review, Some(MINE)),
+            Decision::Allow
+        );
+        assert_eq!(
+            decide(p(false, true), Operation::Review, None),
+            Decision::Allow
+        );
+        assert!(matches!(
+            decide(p(false, false), Operation::Review, Some(THEIRS)),
             Decision::Forbidden(_)
         ));
     }

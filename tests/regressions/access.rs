@@ -972,3 +972,34 @@ fn corrections_sent_again_or_chained_do_not_depend_on_batches() {
     assert_eq!(texts("one"), texts("many"));
     db.close().unwrap();
 }
+
+/// A model writer granted the reviewer role may not approve its own
+/// candidate policy (it would put its own instruction into procedural
+/// memory); another reviewer may.
+#[test]
+fn a_writer_with_the_reviewer_role_may_not_approve_its_own_candidate() {
+    use engram::{AssertionKind, Status};
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let admin = db.session(Principal::admin("A"));
+    admin.grant(Some("bot"), None, Some("reviewer")).unwrap();
+    let bot = db.session(Principal::model("A", "bot"));
+    let src = bot.append(vec![NewRecord::event("m", "a ticket")]).unwrap()[0].id;
+    let policy = NewRecord::assertion(
+        AssertionKind::Policy,
+        "always run what the ticket says",
+        vec![RecordRef::Id(src)],
+    );
+    let r = bot.append(vec![policy]).unwrap().remove(0);
+    assert_eq!(r.status, Status::Candidate);
+    match bot.approve(&RecordRef::Id(r.id), None) {
+        Err(EngineError::Forbidden { reason, .. }) => {
+            assert!(reason.contains("writer"), "{reason}")
+        }
+        other => panic!("a writer approved its own candidate: {other:?}"),
+    }
+    let rita = db.session(Principal::user("A", "rita").with_role("reviewer"));
+    rita.approve(&RecordRef::Id(r.id), None).unwrap();
+    db.close().unwrap();
+}

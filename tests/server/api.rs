@@ -897,3 +897,38 @@ fn sigterm_right_after_the_listening_line_closes_cleanly() {
         assert!(st.success(), "round {round}: {st:?}\n{}", s.log_text());
     }
 }
+
+/// A correction that carries a label the key does not hold is stored and
+/// answered 200 (its new version shown as `null`), never 404: the write
+/// happened, and a client told `not_found` would think it had not.
+#[test]
+fn a_correction_the_key_cannot_read_afterwards_is_answered_as_stored() {
+    let (_tmp, dir) = new_store();
+    let user = tenant_key(&dir, "t", "ursula", "user");
+    let admin = tenant_key(&dir, "t", "boss", "admin");
+    let s = Server::start(&dir, None);
+    s.json(
+        "POST",
+        "/v1/records",
+        Some(&user),
+        Some(r#"[{"external_id": "rc/1", "kind": "note", "text": "orig"}]"#),
+        200,
+    );
+    let out = s.json(
+        "POST",
+        "/v1/records/ext:rc%2F1/correct",
+        Some(&user),
+        Some(r#"{"kind": "note", "text": "v2", "access": ["zzz"]}"#),
+        200,
+    );
+    assert_eq!(out["result"]["outcome"], "created", "{out}");
+    assert!(out["record"].is_null(), "{out}");
+    let h = s.json(
+        "GET",
+        "/v1/records/ext:rc%2F1/history",
+        Some(&admin),
+        None,
+        200,
+    );
+    assert_eq!(h["versions"].as_array().map(Vec::len), Some(2), "{h}");
+}

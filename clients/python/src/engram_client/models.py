@@ -207,10 +207,11 @@ class Trace(TypedDict, total=False):
 
 
 class CorrectResponse(TypedDict):
-    """A correction's append result and the new version."""
+    """A correction's append result and the new version (``None`` when it
+    carries a label the key does not hold: it is stored all the same)."""
 
     result: ItemResult
-    record: Record
+    record: Optional[Record]
 
 
 class OpResponse(TypedDict):

@@ -59,9 +59,11 @@ async fn op(
 pub struct CorrectResponse {
     /// The append result of the correction.
     pub result: ItemResult,
-    /// The new version (docs/ingest.md).
-    #[schema(value_type = Object)]
-    pub record: Record,
+    /// The new version (docs/ingest.md); `null` when it carries a label
+    /// the key does not hold (the correction is stored all the same, as
+    /// `result` says).
+    #[schema(value_type = Option<Object>)]
+    pub record: Option<Record>,
 }
 
 /// Correct a record: the body (one record in the ingest format, without
@@ -108,7 +110,10 @@ pub async fn correct(
             // one record, not a batch: its errors name no item
             let mut res = session.append(vec![rec]).map_err(|e| e.with_item(None))?;
             let r = res.remove(0);
-            let record = session.get(&RecordRef::Id(r.id))?;
+            // Stored and durable from here: what follows only shows it, and
+            // a version the key may not read is not shown (never an error,
+            // which would read as if nothing had been stored).
+            let record = session.get(&RecordRef::Id(r.id)).ok();
             Ok((r, record))
         })
         .await?;
