@@ -66,7 +66,7 @@ mod ledger;
 mod online;
 use ledger::check_line;
 pub use ledger::{LedgerLine, ledger_path, read_ledger};
-pub(crate) use ledger::{reapply_cut_ledger, render_ledger, resume_restore};
+pub(crate) use ledger::{ledger_not_in_log, reapply_cut_ledger, render_ledger, resume_restore};
 pub use online::OnlineCompaction;
 
 impl Session {
@@ -366,6 +366,13 @@ impl Engram {
             db.close()?;
             purge
         };
+        // Purging removes derived state, and the store then opens by a
+        // replay of its whole log: a log that does not replay (a frame
+        // this build cannot apply, covered by the checkpoint) is refused
+        // first, with the store still opening.
+        if !purge.is_empty() {
+            check_replays(dir, opts)?;
+        }
         Self::purge_log(dir, opts, &purge, &mut report)?;
         Ok(report)
     }

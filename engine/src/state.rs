@@ -729,6 +729,18 @@ impl State {
         }
     }
 
+    /// The kind a reader is shown for record `idx`: `deleted` for a
+    /// deleted record (a kind is free text, content like any other; its
+    /// tombstone's kind reads the same after compaction), else its own.
+    pub fn shown_kind(&self, idx: Idx) -> &str {
+        let m = &self.metas[idx as usize];
+        if m.status == Status::Deleted {
+            "deleted"
+        } else {
+            self.strings.name(m.kind)
+        }
+    }
+
     /// How a record's status `status` (the one it had at `as_of`, or now)
     /// is shown at valid time `valid_at`: a current record whose validity
     /// had ended by then (its end as known at `as_of`) is `historical`, as

@@ -183,18 +183,27 @@ pub fn prepare(backend: &dyn Backend, dir: &Path, create: bool, writable: bool) 
     }
 }
 
-/// The nearest directory above `dir` (made absolute) holding a store
-/// marker, if any.
+/// The nearest directory above `dir` (made absolute, and with symbolic
+/// links resolved as far as the path exists) holding a store marker, if
+/// any.
 fn enclosing_store(backend: &dyn Backend, dir: &Path) -> Option<std::path::PathBuf> {
     let abs = if dir.is_absolute() {
         dir.to_path_buf()
     } else {
         std::env::current_dir().ok()?.join(dir)
     };
-    abs.ancestors()
-        .skip(1)
-        .find(|a| backend.exists(&a.join(MARKER_FILE)))
-        .map(Path::to_path_buf)
+    // the deepest part of the path that exists, with its links resolved,
+    // then the rest as written
+    let resolved = abs.ancestors().find_map(|a| {
+        let real = std::fs::canonicalize(a).ok()?;
+        Some(real.join(abs.strip_prefix(a).ok()?))
+    });
+    [Some(abs), resolved].into_iter().flatten().find_map(|p| {
+        p.ancestors()
+            .skip(1)
+            .find(|a| backend.exists(&a.join(MARKER_FILE)))
+            .map(Path::to_path_buf)
+    })
 }
 
 /// Whether `dir` can receive a new store or a copy of one (backup target):

@@ -204,13 +204,7 @@ impl Session {
         let mut node = TraceNode {
             id: m.id,
             record: m.rtype.name(),
-            // a kind is free text: a deleted record shows none, before
-            // compaction as after (its tombstone's kind is `deleted`)
-            kind: if m.status == crate::model::Status::Deleted {
-                "deleted".to_string()
-            } else {
-                st.strings.name(m.kind).to_string()
-            },
+            kind: st.shown_kind(i).to_string(),
             // an ended current record is historical, as retrieval shows it
             status: st.shown_status(i, m.status, self.db.now(), None),
             side,

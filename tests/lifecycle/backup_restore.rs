@@ -512,3 +512,47 @@ fn restore_reapplies_retention_set_after_the_backup() {
     assert_eq!(hits(&db.session(Principal::admin("t"))), 0);
     db.close().unwrap();
 }
+
+/// A retention expiry that compaction recorded after the backup is applied
+/// again by the restore as what it was: a deletion of the expired version
+/// only, never of the correction that outlives it (also when the same
+/// backup is restored twice).
+#[test]
+fn restore_reapplies_a_retention_expiry_as_a_version_deletion() {
+    let (dir, _backups, bdir, clock) = dirs();
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![NewRecord {
+        retention_class: Some("ephemeral".into()),
+        ..NewRecord::event("note", "alpha first, ephemeral").with_external_id("a")
+    }])
+    .unwrap();
+    s.append(vec![NewRecord {
+        retention_class: Some("standard".into()),
+        supersedes: Some(ext("a")),
+        ..NewRecord::event("note", "alpha-kept-canary fixed, standard").with_external_id("a")
+    }])
+    .unwrap();
+    db.backup(&bdir).unwrap();
+    s.set_retention("ephemeral", Some(30_000)).unwrap();
+    clock.advance(MINUTE);
+    db.close().unwrap();
+    let c = Engram::compact(dir.path(), &opts(&clock)).unwrap();
+    assert_eq!(c.retention_deleted, 1, "{c:?}");
+    for round in 0..2 {
+        Engram::restore(dir.path(), &bdir, &opts(&clock), None).unwrap();
+        let db = open(dir.path(), &clock);
+        let s = db.session(Principal::admin("t"));
+        let got = s
+            .get(&ext("a"))
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert!(
+            got.text
+                .as_deref()
+                .unwrap_or("")
+                .contains("alpha-kept-canary"),
+            "round {round}: {got:?}"
+        );
+        db.close().unwrap();
+    }
+}

@@ -682,3 +682,56 @@ fn a_deleted_record_shows_no_kind_in_a_trace() {
     assert!(!shown.contains("diagnosis-canary-8"), "{shown}");
     db.close().unwrap();
 }
+
+/// When the newer version of a chain is the one that expires, the version
+/// it corrected stays superseded: nothing of the chain is eligible before
+/// `compact`, and nothing after it, at every later open (the purged
+/// version's tombstone still supersedes it).
+#[test]
+fn an_expired_correction_does_not_bring_back_the_version_it_corrected() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.set_retention("ephemeral", Some(60 * MINUTE)).unwrap();
+    let old = s
+        .append(vec![
+            NewRecord::event("note", "charlie-canary-11 first, standard").with_external_id("c"),
+        ])
+        .unwrap()[0]
+        .id;
+    s.append(vec![NewRecord {
+        retention_class: Some("ephemeral".into()),
+        supersedes: Some(ext("c")),
+        ..NewRecord::event("note", "charlie-canary-12 correction, ephemeral").with_external_id("c")
+    }])
+    .unwrap();
+    clock.advance(2 * 60 * MINUTE);
+    let hits = |s: &engram::Session| {
+        s.recall(&RecallRequest::text("charlie-canary-11 charlie-canary-12"))
+            .unwrap()
+            .hits
+            .len()
+    };
+    assert_eq!(
+        hits(&s),
+        0,
+        "the current version expired; the old one is superseded"
+    );
+    db.close().unwrap();
+    let r = Engram::compact(dir.path(), &opts(&clock)).unwrap();
+    assert_eq!((r.retention_deleted, r.purged), (1, 1), "{r:?}");
+    assert!(grep(dir.path(), "charlie-canary-12").is_empty());
+    for round in 0..2 {
+        let db = open(dir.path(), &clock);
+        let s = db.session(Principal::admin("t"));
+        assert_eq!(
+            hits(&s),
+            0,
+            "round {round}: compaction brought a version back"
+        );
+        let got = s.get(&RecordRef::Id(old)).unwrap();
+        assert_eq!(got.status, engram::Status::Superseded, "round {round}");
+        db.close().unwrap();
+    }
+}

@@ -583,3 +583,49 @@ fn engine_errors_have_their_code_and_trace_walks_the_engines_depth() {
         .max();
     assert_eq!(deepest, Some(20), "{t}");
 }
+
+/// A deleted derivative attached to a result shows kind `deleted`, not its
+/// own (free text, content like any other), as a trace does.
+#[test]
+fn an_attached_deleted_derivative_shows_no_kind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("s");
+    let d = d.to_str().unwrap();
+    assert!(engram(&["--data", d, "init"]).status.success());
+    let file = tmp.path().join("x.jsonl");
+    std::fs::write(
+        &file,
+        concat!(
+            "{\"tenant\":\"t\",\"kind\":\"note\",\"external_id\":\"e1\",\"text\":\"first\"}\n",
+            "{\"tenant\":\"t\",\"kind\":\"note\",\"external_id\":\"e2\",\"text\":\"second\"}\n",
+            "{\"tenant\":\"t\",\"record\":\"summary\",\"kind\":\"private-kind-canary\",\"external_id\":\"s\",\"text\":\"both\",\"sources\":[\"e1\",\"e2\"],\"generator\":\"g\"}\n"
+        ),
+    )
+    .unwrap();
+    assert!(
+        engram(&["--data", d, "ingest", file.to_str().unwrap()])
+            .status
+            .success()
+    );
+    assert!(
+        engram(&["--data", d, "delete", "e1", "--tenant", "t"])
+            .status
+            .success()
+    );
+    let o = engram(&[
+        "--data",
+        d,
+        "query",
+        "--tenant",
+        "t",
+        "--json",
+        "FIND events WITH DERIVATIVES RETURN external_id, derivatives",
+    ]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("\"e2\"") && out.contains("\"deleted\""),
+        "{out}"
+    );
+    assert!(!out.contains("private-kind-canary"), "{out}");
+}

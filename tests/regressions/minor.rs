@@ -309,3 +309,22 @@ fn bench_ingest_checks_every_number_before_any_work() {
         assert!(!dir.exists(), "nothing ran before the refusal");
     }
 }
+
+/// A store is not created inside another, also through a symbolic link
+/// to one of its directories.
+#[test]
+fn a_store_is_not_created_inside_another_through_a_link() {
+    let tmp = tempfile::tempdir().unwrap();
+    let outer = tmp.path().join("s");
+    engram::Engram::open(&outer, engram::Options::default())
+        .unwrap()
+        .close()
+        .unwrap();
+    let link = tmp.path().join("lnk");
+    std::os::unix::fs::symlink(outer.join("derived"), &link).unwrap();
+    let Err(e) = engram::Engram::open(link.join("n"), engram::Options::default()) else {
+        panic!("a store was created inside another");
+    };
+    assert!(e.to_string().contains("inside the store at"), "{e}");
+    assert!(!outer.join("derived/n").exists());
+}

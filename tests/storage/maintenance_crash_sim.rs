@@ -334,6 +334,19 @@ fn a_cut_tail_holding_an_acknowledged_deletion_is_applied_again_from_the_ledger(
         .rposition(|w| w == needle)
         .expect("the deletion names the record");
     assert!(image.flip_bit(seg, at + 3, 0));
+    // a read-only open cannot apply it again: it refuses rather than show
+    // the deleted record
+    let ro = Options {
+        read_only: true,
+        ..options(&image, &clock)
+    };
+    match Engram::open(DIR, ro) {
+        Err(EngineError::Corrupt { detail, .. }) => {
+            assert!(detail.contains("ledger proves"), "{detail}");
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a read-only open served the state without the deletion"),
+    }
     let (db, report) = Engram::open_with_report(DIR, options(&image, &clock)).unwrap();
     assert!(report.log.truncation.is_some(), "{report:?}");
     let again = report.ledger_reapplied.clone().expect("re-applied");

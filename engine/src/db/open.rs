@@ -237,6 +237,24 @@ impl Engram {
         db.sync_ledger()?;
         if db.inner.opts.read_only {
             report.restore_pending = backend_has_restore_pending(&db);
+            // A torn tail that held operations the ledger proves were
+            // acknowledged (a deletion, say) cannot be applied again
+            // without writing: serving the state without them would show
+            // what was deleted.
+            if report.log.torn_tail_pending.is_some() || report.log.truncation.is_some() {
+                let missing = crate::maintenance::ledger_not_in_log(&db)?;
+                if !missing.is_empty() {
+                    return Err(EngineError::Corrupt {
+                        what: "the log's last frames".into(),
+                        detail: format!(
+                            "they are damaged and held {} operation(s) the ledger proves acknowledged (first: {} {}); a read-only open cannot apply them again: open the store writable once (it applies them)",
+                            missing.len(),
+                            missing[0].op,
+                            missing[0].op_id
+                        ),
+                    });
+                }
+            }
         } else {
             report.restore_resumed = crate::maintenance::resume_restore(&db)?;
             if report.log.truncation.is_some() {

@@ -663,11 +663,22 @@ fn a_rebuild_that_cannot_replay_keeps_the_checkpoint() {
     assert!(matches!(e, EngineError::Apply { lsn: 1, .. }), "{e:?}");
     let e = Engram::rebuild_checkpoint("/rb", &opts()).unwrap_err();
     assert!(matches!(e, EngineError::Apply { lsn: 1, .. }), "{e:?}");
+    // nor does a compaction with something to purge
+    let db = Engram::open("/rb", opts()).unwrap();
+    db.session(Principal::admin("t"))
+        .delete(&RecordRef::External("b".into()), None)
+        .unwrap();
+    db.close().unwrap();
+    let e = Engram::compact("/rb", &opts()).unwrap_err();
+    assert!(matches!(e, EngineError::Apply { lsn: 1, .. }), "{e:?}");
     let db = Engram::open("/rb", opts()).unwrap();
     let got = db
         .session(Principal::admin("t"))
         .get(&RecordRef::External("b".into()));
-    assert!(got.is_ok(), "{got:?}");
+    assert!(
+        matches!(got, Err(EngineError::NotFound { .. })),
+        "the store opens, the deletion holds: {got:?}"
+    );
     db.close().unwrap();
 }
 

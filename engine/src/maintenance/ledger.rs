@@ -237,7 +237,12 @@ fn reapply_ledger(db: &Engram, lines: Vec<LedgerLine>, report: &mut RestoreRepor
                 let Some(t) = l.target.as_deref().and_then(|t| t.parse::<RecordId>().ok()) else {
                     continue;
                 };
-                let reason = format!("restore: re-applied {}", l.op_id);
+                // a retention expiry keeps its reason: it is what limits the
+                // deletion to the expired version
+                let reason = match l.reason.as_deref() {
+                    Some(r) if crate::state::is_retention_reason(Some(r)) => r.to_string(),
+                    _ => format!("restore: re-applied {}", l.op_id),
+                };
                 match s.delete_as(&RecordRef::Id(t), Some(&reason), Some(op_id)) {
                     Ok(_) => report.deletions_reapplied += 1,
                     Err(EngineError::NotFound { .. }) => report.not_in_backup += 1,
@@ -299,22 +304,27 @@ pub(crate) fn resume_restore(db: &Engram) -> Result<Option<RestoreReport>> {
 /// when the frame holding it was damaged and cut. `None` when there was
 /// nothing to re-apply.
 pub(crate) fn reapply_cut_ledger(db: &Engram) -> Result<Option<RestoreReport>> {
-    let lines = read_ledger(db.backend().as_ref(), db.dir())?;
-    let present: BTreeSet<RecordId> = db.state().ledger.iter().map(|e| e.op_id).collect();
-    let missing: Vec<LedgerLine> = lines
-        .into_iter()
-        .filter(|l| {
-            l.op_id
-                .parse::<RecordId>()
-                .is_ok_and(|id| !present.contains(&id))
-        })
-        .collect();
+    let missing = ledger_not_in_log(db)?;
     if missing.is_empty() {
         return Ok(None);
     }
     let mut report = RestoreReport::default();
     reapply_ledger(db, missing, &mut report)?;
     Ok(Some(report))
+}
+
+/// The ledger file's lines whose operation the log does not hold.
+pub(crate) fn ledger_not_in_log(db: &Engram) -> Result<Vec<LedgerLine>> {
+    let lines = read_ledger(db.backend().as_ref(), db.dir())?;
+    let present: BTreeSet<RecordId> = db.state().ledger.iter().map(|e| e.op_id).collect();
+    Ok(lines
+        .into_iter()
+        .filter(|l| {
+            l.op_id
+                .parse::<RecordId>()
+                .is_ok_and(|id| !present.contains(&id))
+        })
+        .collect())
 }
 
 /// What a ledger line does when re-applied: its operation and target.

@@ -471,7 +471,7 @@ impl Session {
                     id: m.id,
                     external_id,
                     record: m.rtype.name(),
-                    kind: st.strings.name(m.kind).to_string(),
+                    kind: st.shown_kind(i).to_string(),
                     status: if m.status == crate::model::Status::Deleted {
                         m.status.name()
                     } else {

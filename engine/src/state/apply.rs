@@ -357,8 +357,13 @@ impl State {
         for &l in &access {
             bm_add(&mut self.bm_access, l, idx);
         }
+        // as when the record itself was applied: the version it corrected
+        // stays superseded (a retention expiry purges only the newer
+        // version), and what was derived from that version stale
         if let Some(old) = supersedes {
             self.metas[old as usize].superseded_by = Some(idx);
+            self.set_status(old, Status::Superseded, ingested_at);
+            self.mark_dependents_stale(old, ingested_at);
         }
         self.tenants
             .get_mut(&tenant)
