@@ -139,8 +139,10 @@ fn under_hold(st: &State, idx: u32) -> bool {
 
 impl Engram {
     /// Records every retention expiry as a deletion (reason
-    /// `retention:<class>`); records under a legal hold are counted in
-    /// `report.held` and kept.
+    /// `retention:<class>`), also under a legal hold: a hold keeps the
+    /// bytes (the purge leaves them, and counts them in `report.held`), not
+    /// the record's eligibility, so a retention period relaxed later does
+    /// not bring held, expired content back.
     fn delete_expired(&self, report: &mut CompactReport) -> Result<()> {
         let now = self.now();
         let expired: Vec<(String, RecordId, String)> = {
@@ -158,12 +160,7 @@ impl Engram {
                     for i in bm.iter().take_while(|&i| i < n) {
                         let m = st.meta(i);
                         if st.strings.name(m.tenant) == t.name && m.status != Status::Deleted {
-                            if under_hold(&st, i) {
-                                // past retention, kept by the hold
-                                report.held += 1;
-                            } else {
-                                v.push((t.name.clone(), m.id, class.clone()));
-                            }
+                            v.push((t.name.clone(), m.id, class.clone()));
                         }
                     }
                 }

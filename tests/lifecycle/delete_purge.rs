@@ -735,3 +735,44 @@ fn an_expired_correction_does_not_bring_back_the_version_it_corrected() {
         db.close().unwrap();
     }
 }
+
+/// Under a legal hold, compaction still records a retention expiry as a
+/// deletion (the hold keeps the bytes, not the eligibility): relaxing the
+/// retention period afterwards does not bring the held content back.
+#[test]
+fn a_hold_keeps_expired_bytes_but_not_their_eligibility() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    let held = Scope {
+        user: Some("u1".into()),
+        ..Scope::default()
+    };
+    s.append(vec![NewRecord {
+        retention_class: Some("ephemeral".into()),
+        ..NewRecord::event("note", "held-expired-canary-13")
+            .with_external_id("he")
+            .with_scope(held)
+    }])
+    .unwrap();
+    s.set_retention("ephemeral", Some(MINUTE)).unwrap();
+    s.hold("user:u1", true).unwrap();
+    clock.advance(2 * MINUTE);
+    db.close().unwrap();
+    let r = Engram::compact(dir.path(), &opts(&clock)).unwrap();
+    assert_eq!((r.retention_deleted, r.purged, r.held), (1, 0, 1), "{r:?}");
+    assert!(
+        !grep(dir.path(), "held-expired-canary-13").is_empty(),
+        "the hold keeps the bytes"
+    );
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.set_retention("ephemeral", None).unwrap();
+    let hits = s
+        .recall(&RecallRequest::text("held-expired-canary-13"))
+        .unwrap()
+        .hits;
+    assert!(hits.is_empty(), "held, expired content came back: {hits:?}");
+    db.close().unwrap();
+}
