@@ -271,6 +271,10 @@ def test_time_and_reference_helpers() -> None:
     import datetime as dt
 
     assert _api.time_str(dt.datetime(2025, 3, 8, 10, 14, 21)) == "2025-03-08T10:14:21Z"
+    # to the millisecond, the precision Engram keeps (a finer bound is refused)
+    assert (
+        _api.time_str(dt.datetime(2025, 3, 8, 10, 14, 21, 123456)) == "2025-03-08T10:14:21.123Z"
+    )
     assert _api.time_str(dt.date(2025, 3, 8)) == "2025-03-08T00:00:00Z"
     tz = dt.timezone(dt.timedelta(hours=2))
     assert _api.time_str(dt.datetime(2025, 3, 8, 12, tzinfo=tz)) == "2025-03-08T12:00:00+02:00"

@@ -170,13 +170,16 @@ def ref_path(ref: str) -> str:
 
 def time_str(t: TimeLike) -> str:
     """RFC 3339 text for a time. A naive ``datetime`` is taken as UTC; a
-    ``date`` is midnight UTC; a string is sent as given."""
+    ``date`` is midnight UTC; a string is sent as given. A ``datetime`` is
+    sent to the millisecond, the precision Engram keeps (the server refuses
+    a bound with a finer fraction)."""
     if isinstance(t, str):
         return t
     if isinstance(t, _dt.datetime):
         if t.tzinfo is None:
             t = t.replace(tzinfo=_dt.timezone.utc)
-        return t.isoformat().replace("+00:00", "Z")
+        spec = "seconds" if t.microsecond == 0 else "milliseconds"
+        return t.isoformat(timespec=spec).replace("+00:00", "Z")
     if isinstance(t, _dt.date):
         return t.isoformat() + "T00:00:00Z"
     raise TypeError(f"expected an RFC 3339 string, a datetime or a date, got {type(t).__name__}")
