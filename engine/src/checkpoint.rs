@@ -36,7 +36,7 @@ use engram_storage::files::{read_snapshot, write_snapshot};
 use roaring::RoaringBitmap;
 
 use crate::embed::Embedder;
-use crate::error::{EngineError, Result};
+use crate::error::Result;
 use crate::id::RecordId;
 use crate::lexical::Bm25Index;
 use crate::model::{AssertionKind, RecordType, Status, WriterKind};
@@ -47,6 +47,9 @@ use crate::state::{
 use crate::vector::space::SpaceSlots;
 use crate::vector::space::VectorSpaces;
 use engram_storage::FrameLoc;
+
+mod bytes;
+use bytes::{R, W, corrupt};
 
 /// Magic of the checkpoint snapshot.
 pub const MAGIC: [u8; 8] = *b"ENGRSTAT";
@@ -72,215 +75,6 @@ fn status_code(s: Status) -> u8 {
         .position(|x| *x == s)
         .and_then(|p| u8::try_from(p).ok())
         .unwrap_or(0)
-}
-
-fn corrupt(what: &str) -> EngineError {
-    EngineError::Corrupt {
-        what: "state checkpoint".into(),
-        detail: what.to_string(),
-    }
-}
-
-/// Appends little-endian values.
-#[derive(Default)]
-struct W(Vec<u8>);
-
-impl W {
-    fn u8(&mut self, v: u8) {
-        self.0.push(v);
-    }
-    fn u32(&mut self, v: u32) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn u64(&mut self, v: u64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn i64(&mut self, v: i64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn len(&mut self, n: usize) {
-        self.u64(n as u64);
-    }
-    fn bool(&mut self, v: bool) {
-        self.u8(v as u8);
-    }
-    fn str(&mut self, s: &str) {
-        self.len(s.len());
-        self.0.extend_from_slice(s.as_bytes());
-    }
-    fn opt_str(&mut self, s: Option<&str>) {
-        match s {
-            Some(s) => {
-                self.u8(1);
-                self.str(s);
-            }
-            None => self.u8(0),
-        }
-    }
-    fn opt_u32(&mut self, v: Option<u32>) {
-        match v {
-            Some(v) => {
-                self.u8(1);
-                self.u32(v);
-            }
-            None => self.u8(0),
-        }
-    }
-    fn opt_i64(&mut self, v: Option<i64>) {
-        match v {
-            Some(v) => {
-                self.u8(1);
-                self.i64(v);
-            }
-            None => self.u8(0),
-        }
-    }
-    fn id(&mut self, id: RecordId) {
-        self.0.extend_from_slice(&id.to_bytes());
-    }
-    fn u32s(&mut self, v: &[u32]) {
-        self.len(v.len());
-        for x in v {
-            self.u32(*x);
-        }
-    }
-    fn strs<S: AsRef<str>>(&mut self, v: impl ExactSizeIterator<Item = S>) {
-        self.len(v.len());
-        for s in v {
-            self.str(s.as_ref());
-        }
-    }
-    fn bitmap(&mut self, b: &RoaringBitmap) {
-        self.len(b.serialized_size());
-        // writing into a Vec cannot fail
-        let _ = b.serialize_into(&mut self.0);
-    }
-    fn sym_bitmaps(&mut self, m: &HashMap<Sym, RoaringBitmap>) {
-        let mut keys: Vec<&Sym> = m.keys().collect();
-        keys.sort();
-        self.len(keys.len());
-        for k in keys {
-            self.u32(*k);
-            self.bitmap(&m[k]);
-        }
-    }
-    fn idx_lists(&mut self, m: &HashMap<Idx, Vec<Idx>>) {
-        let mut keys: Vec<&Idx> = m.keys().collect();
-        keys.sort();
-        self.len(keys.len());
-        for k in keys {
-            self.u32(*k);
-            self.u32s(&m[k]);
-        }
-    }
-}
-
-/// Reads what [`W`] wrote; every read is bounds-checked.
-struct R<'a> {
-    b: &'a [u8],
-    p: usize,
-}
-
-impl<'a> R<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        let end = self
-            .p
-            .checked_add(n)
-            .filter(|&e| e <= self.b.len())
-            .ok_or_else(|| corrupt("truncated"))?;
-        let s = &self.b[self.p..end];
-        self.p = end;
-        Ok(s)
-    }
-    fn u8(&mut self) -> Result<u8> {
-        Ok(self.take(1)?[0])
-    }
-    fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(
-            self.take(4)?.try_into().expect("4 bytes"),
-        ))
-    }
-    fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(
-            self.take(8)?.try_into().expect("8 bytes"),
-        ))
-    }
-    fn i64(&mut self) -> Result<i64> {
-        Ok(i64::from_le_bytes(
-            self.take(8)?.try_into().expect("8 bytes"),
-        ))
-    }
-    fn len(&mut self) -> Result<usize> {
-        let n = self.u64()?;
-        // no collection is longer than the bytes left
-        if n > (self.b.len() - self.p) as u64 * 8 + 64 {
-            return Err(corrupt("implausible length"));
-        }
-        usize::try_from(n).map_err(|_| corrupt("length"))
-    }
-    fn bool(&mut self) -> Result<bool> {
-        Ok(self.u8()? != 0)
-    }
-    fn str(&mut self) -> Result<String> {
-        let n = self.len()?;
-        String::from_utf8(self.take(n)?.to_vec()).map_err(|_| corrupt("not UTF-8"))
-    }
-    fn opt_str(&mut self) -> Result<Option<String>> {
-        Ok(if self.bool()? {
-            Some(self.str()?)
-        } else {
-            None
-        })
-    }
-    fn opt_u32(&mut self) -> Result<Option<u32>> {
-        Ok(if self.bool()? {
-            Some(self.u32()?)
-        } else {
-            None
-        })
-    }
-    fn opt_i64(&mut self) -> Result<Option<i64>> {
-        Ok(if self.bool()? {
-            Some(self.i64()?)
-        } else {
-            None
-        })
-    }
-    fn id(&mut self) -> Result<RecordId> {
-        Ok(RecordId::from_bytes(
-            self.take(16)?.try_into().expect("16 bytes"),
-        ))
-    }
-    fn u32s(&mut self) -> Result<Vec<u32>> {
-        let n = self.len()?;
-        (0..n).map(|_| self.u32()).collect()
-    }
-    fn strs(&mut self) -> Result<Vec<String>> {
-        let n = self.len()?;
-        (0..n).map(|_| self.str()).collect()
-    }
-    fn bitmap(&mut self) -> Result<RoaringBitmap> {
-        let n = self.len()?;
-        RoaringBitmap::deserialize_from(self.take(n)?).map_err(|_| corrupt("bitmap"))
-    }
-    fn sym_bitmaps(&mut self) -> Result<HashMap<Sym, RoaringBitmap>> {
-        let n = self.len()?;
-        let mut m = HashMap::with_capacity_and_hasher(n, Default::default());
-        for _ in 0..n {
-            let k = self.u32()?;
-            m.insert(k, self.bitmap()?);
-        }
-        Ok(m)
-    }
-    fn idx_lists(&mut self) -> Result<HashMap<Idx, Vec<Idx>>> {
-        let n = self.len()?;
-        let mut m = HashMap::with_capacity_and_hasher(n, Default::default());
-        for _ in 0..n {
-            let k = self.u32()?;
-            m.insert(k, self.u32s()?);
-        }
-        Ok(m)
-    }
 }
 
 /// The payload checksum of the last frame `st` applied, read from `log`
