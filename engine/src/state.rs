@@ -848,7 +848,7 @@ pub fn is_retention_reason(reason: Option<&str>) -> bool {
 }
 
 mod apply;
-pub use apply::{GroupFrame, apply_frame, apply_group, prepare_frame};
+pub use apply::{apply_frame, apply_frame_prepared, prepare_frame};
 
 #[cfg(test)]
 mod tests;

@@ -74,7 +74,7 @@ mod tests;
 mod workers;
 mod write;
 
-pub(crate) use crate::state::{GroupFrame, apply_frame, apply_group, prepare_frame};
+pub(crate) use crate::state::{apply_frame, apply_frame_prepared, prepare_frame};
 pub(crate) use open::durable_evidence;
 pub use read::ListFilter;
 pub(crate) use write::reference_phrase;

@@ -298,7 +298,7 @@ impl Engram {
                     let vectors_pending;
                     {
                         let mut ready = prepared.lock();
-                        let mut group = Vec::with_capacity(frames.len());
+                        let mut st = hook_state.write();
                         for f in frames {
                             while ready.front().is_some_and(|(lsn, _)| *lsn < f.loc.lsn) {
                                 ready.pop_front();
@@ -309,18 +309,17 @@ impl Engram {
                                 }
                                 _ => None,
                             };
-                            group.push(GroupFrame {
-                                ft: f.header.frame_type,
-                                version: f.header.frame_version,
-                                payload: f.payload,
-                                loc: f.loc,
-                                prepared: mine,
-                            });
+                            if let Err(e) = apply_frame_prepared(
+                                &mut st,
+                                f.header.frame_type,
+                                f.header.frame_version,
+                                f.payload,
+                                f.loc,
+                                mine,
+                            ) {
+                                hook_err.lock().get_or_insert(e.to_string());
+                            }
                         }
-                        let mut st = hook_state.write();
-                        apply_group(&mut st, group, &mut |e| {
-                            hook_err.lock().get_or_insert(e.to_string());
-                        });
                         // Without waiting for a graph's lock: the indexer
                         // (low priority) may hold one, and every append
                         // waits for this hook.

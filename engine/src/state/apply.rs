@@ -1,7 +1,6 @@
 //! Applying log frames to the state: records, client vectors, tombstones
-//! and lifecycle operations. The commit hook ([`apply_group`]) and the
-//! replay at open ([`apply_frame`]) run the same per-frame code, so rebuilt
-//! state equals live state.
+//! and lifecycle operations. The commit hook and the replay at open run
+//! [`apply_frame`], so rebuilt state equals live state.
 
 use super::*;
 use crate::lexical::PreparedText;
@@ -560,7 +559,7 @@ pub fn apply_frame(
     apply_frame_prepared(st, ft, version, payload, loc, None)
 }
 
-/// The work the commit hook ([`apply_group`]) can do ahead, while a record frame is
+/// The work [`apply_frame_prepared`] can do ahead, while a record frame is
 /// being synced, under a read lock: its text's tokens looked up
 /// ([`Bm25Index::prepare`](crate::lexical::Bm25Index::prepare)). None for
 /// other frames, unreadable payloads and texts the lexical index skips.
@@ -584,35 +583,6 @@ pub fn prepare_frame(
         .map(|t| t.as_str())
         .filter(|t| !t.is_empty())?;
     Some(st.lexical.prepare(text))
-}
-
-/// A frame of a durable group, for [`apply_group`].
-pub struct GroupFrame<'t> {
-    /// Its type.
-    pub ft: engram_storage::frame::FrameType,
-    /// Its payload version.
-    pub version: u8,
-    /// Its payload.
-    pub payload: &'t [u8],
-    /// Where it lives.
-    pub loc: FrameLoc,
-    /// What [`prepare_frame`] computed for it, if it ran.
-    pub prepared: Option<PreparedText>,
-}
-
-/// Applies a durable group's frames in LSN order, as [`apply_frame`] does
-/// one by one; a frame that fails is reported to `failed` and the rest are
-/// applied.
-pub fn apply_group(
-    st: &mut State,
-    frames: Vec<GroupFrame<'_>>,
-    failed: &mut dyn FnMut(crate::error::EngineError),
-) {
-    for f in frames {
-        if let Err(e) = apply_frame_prepared(st, f.ft, f.version, f.payload, f.loc, f.prepared) {
-            failed(e);
-        }
-    }
 }
 
 /// [`apply_frame`], with what [`prepare_frame`] computed for the frame.

@@ -412,27 +412,24 @@ proptest! {
         let mut sizes = cuts.iter().cycle();
         while at < frames.len() {
             let end = (at + sizes.next().copied().unwrap_or(1) * 4).min(frames.len());
-            let group: Vec<GroupFrame<'_>> = frames[at..end]
+            // looked up against the state before the group, as the
+            // prepare hook does while the group is synced
+            let prepared: Vec<_> = frames[at..end]
                 .iter()
                 .enumerate()
                 .map(|(k, (ft, payload))| {
                     let loc = loc_at(lsn + 1 + k as u64);
                     let ahead = prepare_mask & (1 << ((at + k) % 64)) != 0;
-                    GroupFrame {
-                        ft: *ft,
-                        version: codec::PAYLOAD_VERSION,
-                        payload,
-                        loc,
-                        prepared: ahead
-                            .then(|| prepare_frame(&grouped, *ft, codec::PAYLOAD_VERSION, payload, loc))
-                            .flatten(),
-                    }
+                    ahead
+                        .then(|| prepare_frame(&grouped, *ft, codec::PAYLOAD_VERSION, payload, loc))
+                        .flatten()
                 })
                 .collect();
-            lsn += group.len() as u64;
-            let mut errors = Vec::new();
-            apply_group(&mut grouped, group, &mut |e| errors.push(e.to_string()));
-            prop_assert!(errors.is_empty(), "errors: {errors:?}");
+            for ((ft, payload), p) in frames[at..end].iter().zip(prepared) {
+                lsn += 1;
+                let r = apply_frame_prepared(&mut grouped, *ft, codec::PAYLOAD_VERSION, payload, loc_at(lsn), p);
+                prop_assert!(r.is_ok(), "{r:?}");
+            }
             at = end;
         }
         let a = crate::checkpoint::encode(&run.st, &run.st.vectors.slots(), 0);
