@@ -633,9 +633,11 @@ impl Engram {
                         first = Some(f.header.lsn);
                         Ok(std::ops::ControlFlow::Break(()))
                     })?;
-                    Ok((first, log.last_lsn(), count_records(&log)?))
+                    let first_id = first_frame_id(&log);
+                    Ok(((first, first_id), log.last_lsn(), count_records(&log)?))
                 },
             );
+            let backup_first = checked.as_ref().ok().and_then(|((_, id), _, _)| *id);
             let damage = match checked {
                 Ok((_, last, _)) if last < taken.last_lsn => Some(format!(
                     "its log ends at LSN {last} but backup.json records {}",
@@ -646,7 +648,7 @@ impl Engram {
                      backup.json does not describe this log",
                     taken.last_lsn
                 )),
-                Ok((Some(first), _, _)) if first != 1 => Some(format!(
+                Ok(((Some(first), _), _, _)) if first != 1 => Some(format!(
                     "its log starts at LSN {first}: segments are missing"
                 )),
                 Ok((_, _, n)) if n != taken.records => Some(format!(
@@ -680,9 +682,6 @@ impl Engram {
             // with the same frame (its id survives compaction) when the
             // backup is of this store. A store whose log cannot be read is
             // not checked (damage is a reason to restore).
-            let backup_first = SegmentLog::open(backend.clone(), &incoming, opts.log.clone())
-                .ok()
-                .and_then(|(log, _)| first_frame_id(&log));
             if let (Some(ours), Some(theirs)) =
                 (current.as_ref().and_then(first_frame_id), backup_first)
             {

@@ -547,13 +547,7 @@ fn open_store_with(ctx: &Ctx, create: bool) -> Result<Engram, CliError> {
     }
     if let Some(r) = &report.ledger_reapplied {
         eprintln!(
-            "recovery: the cut tail held {} operation(s) the ledger proves acknowledged; applied again ({} deletion(s), {} revocation(s), {} legal hold change(s), {} retention setting(s))",
-            r.deletions_reapplied
-                + r.revocations_reapplied
-                + r.holds_reapplied
-                + r.retention_reapplied
-                + r.already_applied
-                + r.not_in_backup,
+            "recovery: the cut tail held operations the ledger proves acknowledged; applied again: {} deletion(s), {} revocation(s), {} legal hold change(s), {} retention setting(s)",
             r.deletions_reapplied,
             r.revocations_reapplied,
             r.holds_reapplied,

@@ -471,13 +471,7 @@ impl Session {
             drop(st);
             rx = db.inner.log.append_async(frames);
         }
-        let reply = match rx {
-            Ok(rx) => rx
-                .recv()
-                .map_err(|_| EngineError::Closed)
-                .and_then(|r| r.map_err(EngineError::from)),
-            Err(e) => Err(EngineError::from(e)),
-        };
+        let reply = durable(rx);
         in_flight.release(&db.inner.writer);
         let locs = reply?;
         db.check_open()?;
@@ -524,13 +518,25 @@ impl Session {
             };
             (id, self.db.inner.log.append_async(vec![frame]))
         };
-        let locs = rx?
-            .recv()
-            .map_err(|_| EngineError::Closed)
-            .and_then(|r| r.map_err(EngineError::from))?;
+        let locs = durable(rx)?;
         self.db.check_open()?;
         Ok((id, locs[0].lsn))
     }
+}
+
+/// Waits for frames queued with `SegmentLog::append_async` to be durable
+/// (and applied): where they went, or why they are not.
+fn durable(
+    queued: engram_storage::StorageResult<
+        engram_storage::oneshot::Receiver<
+            engram_storage::StorageResult<engram_storage::log::AppendOutcome>,
+        >,
+    >,
+) -> Result<engram_storage::log::AppendOutcome> {
+    queued?
+        .recv()
+        .map_err(|_| EngineError::Closed)
+        .and_then(|r| r.map_err(EngineError::from))
 }
 
 impl Session {
