@@ -27,7 +27,7 @@ use crate::codec::OpBody;
 use crate::db::Session;
 use crate::error::{EngineError, Result};
 use crate::id::RecordId;
-use crate::model::{RecordRef, RecordType, Status, check_name, check_time};
+use crate::model::{RecordRef, RecordType, Status, check_name, check_reason, check_time};
 use crate::principal::{ROLE_ADMIN, ROLE_REVIEWER};
 use crate::time::format_rfc3339;
 
@@ -168,11 +168,7 @@ impl Session {
             }
             m.id
         };
-        if let Some(r) = reason {
-            if r.len() > 4096 {
-                return Err(EngineError::invalid("reason", "longer than 4096 bytes"));
-            }
-        }
+        check_reason("reason", reason)?;
         let (op_id, lsn) = self.write_op_as(
             OpBody::Delete {
                 target: id.to_bytes(),
@@ -207,6 +203,7 @@ impl Session {
 
     /// Withdraws a semantic record; its dependents become stale.
     pub fn retract(&self, target: &RecordRef, reason: Option<&str>) -> Result<OpResult> {
+        check_reason("reason", reason)?;
         let (id, affected) = {
             let st = self.db.state();
             let idx = self.resolve_in(&st, target)?;
@@ -246,6 +243,7 @@ impl Session {
 
     fn review(&self, target: &RecordRef, approve: bool, note: Option<&str>) -> Result<OpResult> {
         let action = if approve { "approve" } else { "reject" };
+        check_reason("note", note)?;
         let id = {
             let st = self.db.state();
             let idx = self.resolve_in(&st, target)?;

@@ -702,16 +702,20 @@ impl Engram {
             // Records the store holds past the backup's last LSN are
             // replaced with the rest of its log: counted, so the report
             // says what the restore gave up (read only; nothing is cut).
+            // So are the operations there that the ledger does not bring
+            // back (expiries, reviews, retractions, grants, review rules).
             let later = current.and_then(|log| {
-                let mut n = 0u64;
+                let (mut records, mut ops) = (0u64, 0u64);
                 log.scan(taken.last_lsn + 1, |f| {
-                    if f.header.frame_type == codec::FRAME_RECORD {
-                        n += 1;
+                    match f.header.frame_type {
+                        codec::FRAME_RECORD => records += 1,
+                        codec::FRAME_OP if !in_ledger(f.payload()) => ops += 1,
+                        _ => {}
                     }
                     Ok(std::ops::ControlFlow::Continue(()))
                 })
                 .ok()
-                .map(|()| n)
+                .map(|()| (records, ops))
             });
             // What must be re-applied goes to disk before the log is
             // touched: from here on, an interrupted restore is finished by
@@ -736,7 +740,8 @@ impl Engram {
         let (db, opened) = Engram::open_with_report(dir, opts.clone())?;
         let mut report = opened.restore_resumed.unwrap_or_default();
         report.restored_records = db.state().len() as u64;
-        report.later_records_replaced = later;
+        report.later_records_replaced = later.map(|(records, _)| records);
+        report.later_operations_replaced = later.map(|(_, ops)| ops);
         db.close()?;
         let c = Engram::compact(dir, opts)?;
         report.purged = c.purged;
@@ -936,6 +941,25 @@ pub struct RestoreReport {
     /// restore. None when the store's log could not be read.
     #[serde(default)]
     pub later_records_replaced: Option<u64>,
+    /// Operations the store held past the backup's last LSN that the
+    /// ledger does not re-apply (expiries, reviews, retractions, grants,
+    /// review rules): given up by the restore. None when the store's log
+    /// could not be read.
+    #[serde(default)]
+    pub later_operations_replaced: Option<u64>,
+}
+
+/// Whether an operation frame's payload is one the ledger records (and a
+/// restore re-applies): a deletion, revocation, hold or retention setting.
+/// An undecodable payload counts as not recorded.
+fn in_ledger(payload: &[u8]) -> bool {
+    use codec::ArchivedOpBody as B;
+    codec::view_op(payload).is_ok_and(|o| {
+        matches!(
+            o.op,
+            B::Delete { .. } | B::Revoke { .. } | B::Hold { .. } | B::Retention { .. }
+        )
+    })
 }
 
 /// What a rebuild did.

@@ -560,6 +560,22 @@ pub fn check_name(field: &str, s: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks the free-text reason or note of a lifecycle operation: at most
+/// [`limits::REASON_BYTES_MAX`] bytes. `field` names it in the error.
+pub fn check_reason(field: &str, s: Option<&str>) -> Result<()> {
+    match s {
+        Some(r) if r.len() > limits::REASON_BYTES_MAX => Err(EngineError::invalid(
+            field,
+            format!(
+                "longer than {} bytes ({} bytes)",
+                limits::REASON_BYTES_MAX,
+                r.len()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Checks a tenant name (same rules as every name-like field).
 pub fn check_tenant(t: &str) -> Result<()> {
     check_name("tenant", t)

@@ -17,7 +17,9 @@ pub mod strict;
 pub mod text;
 
 pub use ingest::{IngestLine, LineError, parse_jsonl, parse_jsonl_lines, parse_line};
-pub use recall::{RecallLine, parse_recall_jsonl, parse_recall_line, parse_recall_lines};
+pub use recall::{
+    RecallLine, parse_recall_jsonl, parse_recall_line, parse_recall_lines, recall_query_id,
+};
 
 /// No input panics a parser: arbitrary text, and JSON objects made of the
 /// documented field names with values of every JSON shape (so parsing gets

@@ -19,7 +19,7 @@
 //! | `valid_at` | RFC 3339 | what was true then (default: now) |
 //! | `include_historical` | bool | keep records whose validity ended |
 //! | `occurred_after`, `occurred_before` | RFC 3339 | valid-time range |
-//! | `id` | string | echoed back as `query_id` |
+//! | `id` | string (any other JSON value is echoed as its JSON text) | echoed back as `query_id` |
 //! | `explain` | bool | return the manifest with the hits |
 //! | `weights` | object | fusion weights by retriever, numbers >= 0: `vector`, `lexical`, `recency`, `graph`, `episodic` (each left out keeps its default; 0 turns a retriever off) |
 //!
@@ -56,6 +56,16 @@ pub const FIELDS: &[&str] = &[
     "with_text",
     "weights",
 ];
+
+/// The `query_id` a request's `id` is echoed as: a string as it is, any
+/// other JSON value as its JSON text, null or absent as none.
+pub fn recall_query_id(id: &Value) -> Option<String> {
+    match id {
+        Value::Null => None,
+        Value::String(s) => Some(s.clone()),
+        v => Some(v.to_string()),
+    }
+}
 
 /// One parsed request line.
 #[derive(Clone, Debug, PartialEq)]
@@ -219,11 +229,7 @@ fn parse_object(o: &Map<String, Value>) -> R<(Option<String>, RecallRequest)> {
         Some(Value::Bool(b)) => *b,
         Some(_) => return Err(("include_historical".into(), "expected a boolean".into())),
     };
-    let query_id = match o.get("id") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(v) => Some(v.to_string()),
-    };
+    let query_id = o.get("id").and_then(recall_query_id);
     let explain = match o.get("explain") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,

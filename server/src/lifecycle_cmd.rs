@@ -387,18 +387,22 @@ pub fn access(ctx: &Ctx, a: AccessArgs, revoke: bool) -> CliResult {
         if a.json {
             json(&res)?;
         } else {
-            let what = match (&a.label, &a.role) {
-                (Some(l), _) => format!("label '{l}'"),
-                (None, Some(r)) => format!("role '{r}'"),
-                _ => String::new(),
-            };
+            // both, when both were given: the operation carries both
+            let what = [
+                a.label.as_ref().map(|l| format!("label '{l}'")),
+                a.role.as_ref().map(|r| format!("role '{r}'")),
+            ]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(" and ");
             let whom = a
                 .principal
                 .as_ref()
-                .map(|p| format!("principal '{p}'"))
-                .unwrap_or_else(|| "everyone in the tenant".into());
+                .map(|p| format!("principal '{p}' in"))
+                .unwrap_or_else(|| "everyone in".into());
             crate::outln!(
-                "{} {what} {} {whom} in tenant '{}' (operation {}); applies to every read from now on",
+                "{} {what} {} {whom} tenant '{}' (operation {}); applies to every read from now on",
                 if revoke { "revoked" } else { "granted" },
                 if revoke { "from" } else { "to" },
                 a.tenant,
@@ -543,6 +547,11 @@ pub fn restore(ctx: &Ctx, a: DirArgs) -> CliResult {
         if let Some(n) = r.later_records_replaced.filter(|&n| n > 0) {
             crate::outln!(
                 "{n} record(s) the store held past the backup's end (written after it was taken) are not in the restored store"
+            );
+        }
+        if let Some(n) = r.later_operations_replaced.filter(|&n| n > 0) {
+            crate::outln!(
+                "{n} operation(s) written after the backup (expiries, reviews, retractions, grants, review rules) are not in the restored store"
             );
         }
     }

@@ -115,8 +115,10 @@ fn time(flag: &str, v: &Option<String>) -> Result<Option<i64>, CliError> {
 struct ResultLine<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     line: Option<usize>,
+    /// Every line of `--queries` carries it (null without an `id`); a
+    /// single recall has none.
     #[serde(skip_serializing_if = "Option::is_none")]
-    query_id: Option<&'a str>,
+    query_id: Option<Option<&'a str>>,
     hits: &'a [engram_engine::retrieval::Hit],
     #[serde(skip_serializing_if = "Option::is_none")]
     manifest: Option<&'a Manifest>,
@@ -304,7 +306,7 @@ fn recall_inner(db: &Engram, a: &RecallArgs) -> CliResult {
                             .lines()
                             .nth(e.line.saturating_sub(1))
                             .and_then(|l| serde_json::from_str::<serde_json::Value>(l.trim()).ok())
-                            .and_then(|v| v.get("id").cloned());
+                            .and_then(|v| v.get("id").and_then(engram_query::recall_query_id));
                         crate::outln!(
                             "{}",
                             serde_json::json!({"line": e.line, "query_id": query_id, "error": format!("{}: {}", e.field, e.reason)})
@@ -319,7 +321,7 @@ fn recall_inner(db: &Engram, a: &RecallArgs) -> CliResult {
                 Ok(r) => {
                     let line = ResultLine {
                         line: Some(l.line),
-                        query_id: l.query_id.as_deref(),
+                        query_id: Some(l.query_id.as_deref()),
                         hits: &r.hits,
                         manifest: a.explain.then_some(&r.manifest),
                     };

@@ -556,3 +556,86 @@ fn restore_reapplies_a_retention_expiry_as_a_version_deletion() {
         db.close().unwrap();
     }
 }
+
+/// A record corrected after the backup and then deleted (through its new
+/// version) stays deleted after the restore: the backup holds only the
+/// old version, and the ledger names the chain's other versions, so the
+/// restore deletes the chain through the version the backup holds. Its
+/// derived summary, in the backup too, goes with it.
+#[test]
+fn restore_deletes_an_older_version_when_the_deleted_version_is_newer_than_the_backup() {
+    let (dir, _backups, bdir, clock) = dirs();
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![
+        NewRecord::event("note", "chain-canary-one first words").with_external_id("m"),
+        NewRecord::event("note", "a fact that expires after the backup").with_external_id("f"),
+    ])
+    .unwrap();
+    let m1 = s.resolve(&ext("m")).unwrap();
+    s.append(vec![NewRecord {
+        body: engram::Body::Summary {
+            generator: "g@1".into(),
+        },
+        kind: "summary".into(),
+        text: Some("chain-canary-digest of m".into()),
+        sources: vec![ext("m")],
+        external_id: Some("sum".into()),
+        ..NewRecord::default()
+    }])
+    .unwrap();
+    db.backup(&bdir).unwrap();
+    clock.advance(MINUTE);
+    // after the backup: a correction, then a deletion through it
+    s.append(vec![NewRecord {
+        supersedes: Some(ext("m")),
+        ..NewRecord::event("note", "chain-canary-two corrected words").with_external_id("m")
+    }])
+    .unwrap();
+    s.delete(&ext("m"), Some("erasure request")).unwrap();
+    // an operation the ledger does not keep: the restore gives it up, and
+    // says so
+    s.expire(&ext("f"), T0 + MINUTE).unwrap();
+    let ledger = std::fs::read_to_string(dir.path().join("ledger.jsonl")).unwrap();
+    assert!(
+        ledger.contains(&m1.to_string()),
+        "the ledger names the older version:\n{ledger}"
+    );
+    db.close().unwrap();
+
+    for round in 0..2 {
+        let r = Engram::restore(dir.path(), &bdir, &opts(&clock), None).unwrap();
+        assert_eq!(r.deletions_reapplied, 1, "round {round}: {r:?}");
+        assert_eq!(r.not_in_backup, 0, "round {round}: {r:?}");
+        // round 0: the expiry; round 1: the restored store holds only the
+        // re-applied deletion past the backup, which the ledger keeps
+        let given_up = if round == 0 { 1 } else { 0 };
+        assert_eq!(
+            r.later_operations_replaced,
+            Some(given_up),
+            "round {round}: {r:?}"
+        );
+        assert!(
+            grep(dir.path(), "chain-canary").is_empty(),
+            "round {round}: restored bytes of the deleted chain were purged"
+        );
+        let db = open(dir.path(), &clock);
+        let s = db.session(Principal::admin("t"));
+        for e in ["m", "sum"] {
+            assert!(
+                matches!(s.get(&ext(e)), Err(EngineError::NotFound { .. })),
+                "round {round}: {e} came back"
+            );
+        }
+        let hits = s.recall(&RecallRequest::text("chain-canary")).unwrap().hits;
+        assert!(
+            hits.iter().all(|h| {
+                !h.text.as_deref().unwrap_or("").contains("chain-canary")
+                    && !matches!(h.external_id.as_deref(), Some("m" | "sum"))
+            }),
+            "round {round}: {hits:?}"
+        );
+        assert!(!hits.is_empty(), "round {round}: the fact is still there");
+        db.close().unwrap();
+    }
+}

@@ -26,6 +26,13 @@ pub struct LedgerLine {
     /// Deletion reason.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub reason: Option<String>,
+    /// The other versions of the deleted record's correction chain when
+    /// the deletion was written (oldest first; absent for a retention
+    /// expiry, which removes one version). A restore of a backup that
+    /// holds an older version but not `target` deletes the chain through
+    /// the first of these it holds.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub versions: Vec<String>,
     /// Revoked principal.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub principal: Option<String>,
@@ -58,6 +65,7 @@ impl From<&LedgerEntry> for LedgerLine {
             op: String::new(),
             target: None,
             reason: None,
+            versions: Vec::new(),
             principal: None,
             label: None,
             role: None,
@@ -91,6 +99,27 @@ impl From<&LedgerEntry> for LedgerLine {
                 l.op = "retention".into();
                 l.class = Some(class.clone());
                 l.period_ms = *period_ms;
+            }
+        }
+        l
+    }
+}
+
+impl LedgerLine {
+    /// The line of `e`, with what the state adds: a deletion's other
+    /// versions (`versions`).
+    pub(crate) fn with_state(e: &LedgerEntry, st: &State) -> Self {
+        let mut l = LedgerLine::from(e);
+        if let LedgerWhat::Delete { target, reason } = &e.what {
+            if !crate::state::is_retention_reason(reason.as_deref()) {
+                if let Some(idx) = st.idx(*target) {
+                    l.versions = st
+                        .chain(idx)
+                        .into_iter()
+                        .filter(|&v| v != idx)
+                        .map(|v| st.meta(v).id.to_string())
+                        .collect();
+                }
             }
         }
         l
@@ -182,6 +211,9 @@ pub(super) fn check_line(l: &LedgerLine) -> Result<RecordId> {
             {
                 return Err(bad("target", "missing or not an id"));
             }
+            if l.versions.iter().any(|v| v.parse::<RecordId>().is_err()) {
+                return Err(bad("versions", "not a list of ids"));
+            }
         }
         "revoke" => crate::lifecycle::check_grant(
             l.principal.as_deref(),
@@ -243,11 +275,31 @@ fn reapply_ledger(db: &Engram, lines: Vec<LedgerLine>, report: &mut RestoreRepor
                     Some(r) if crate::state::is_retention_reason(Some(r)) => r.to_string(),
                     _ => format!("restore: re-applied {}", l.op_id),
                 };
-                match s.delete_as(&RecordRef::Id(t), Some(&reason), Some(op_id)) {
-                    Ok(_) => report.deletions_reapplied += 1,
-                    Err(EngineError::NotFound { .. }) => report.not_in_backup += 1,
-                    Err(EngineError::InvalidState { .. }) => report.already_applied += 1,
-                    Err(e) => return Err(e),
+                // The target first; when the backup does not hold it, the
+                // first older (or newer) version it does hold: deleting a
+                // record deletes its whole chain, and an older version must
+                // not come back because its last version was written after
+                // the backup.
+                let candidates = std::iter::once(t).chain(
+                    l.versions
+                        .iter()
+                        .filter_map(|v| v.parse::<RecordId>().ok())
+                        .filter(|_| !crate::state::is_retention_reason(Some(&reason))),
+                );
+                let mut outcome = None;
+                for c in candidates {
+                    let r = s.delete_as(&RecordRef::Id(c), Some(&reason), Some(op_id));
+                    let absent = matches!(r, Err(EngineError::NotFound { .. }));
+                    outcome = Some(r);
+                    if !absent {
+                        break;
+                    }
+                }
+                match outcome {
+                    Some(Ok(_)) => report.deletions_reapplied += 1,
+                    None | Some(Err(EngineError::NotFound { .. })) => report.not_in_backup += 1,
+                    Some(Err(EngineError::InvalidState { .. })) => report.already_applied += 1,
+                    Some(Err(e)) => return Err(e),
                 }
             }
             "revoke" => {
@@ -375,7 +427,7 @@ fn reconcile_ledger(
         .ledger
         .iter()
         .filter(|e| !have.contains(&e.op_id.to_string()))
-        .map(LedgerLine::from)
+        .map(|e| LedgerLine::with_state(e, st))
         .collect();
     let damaged = ledger_mismatches(&lines, st);
     for (n, want) in &damaged {

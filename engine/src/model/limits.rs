@@ -4,6 +4,9 @@ pub const TEXT_BYTES_MAX: usize = 1 << 20;
 pub const DATA_BYTES_MAX: usize = 1 << 20;
 /// Bytes of a name-like field (tenant, kind, label, principal, model id, ...).
 pub const NAME_BYTES_MAX: usize = 256;
+/// Bytes of the free-text reason or note of a lifecycle operation
+/// (delete, retract, approve, reject): it is kept in the log for good.
+pub const REASON_BYTES_MAX: usize = 4096;
 /// Bytes of an external id.
 pub const EXTERNAL_ID_BYTES_MAX: usize = 512;
 /// Access labels on one record, scope labels on one record, aliases.

@@ -238,7 +238,8 @@ impl App {
         let (sem, wait_ms, what) = match queue {
             Queue::Write => (&self.writes, l.append_queue_wait_ms, "appends"),
             Queue::Read => (&self.reads, l.query_queue_wait_ms, "queries"),
-            Queue::Backup => (&self.backups, 0, "backups or compactions"),
+            // backups and compactions share this one slot
+            Queue::Backup => (&self.backups, 0, "backups"),
         };
         let got = match sem.clone().try_acquire_owned() {
             Ok(p) => Some(p),

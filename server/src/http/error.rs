@@ -126,9 +126,10 @@ pub enum ServerError {
         details: Value,
     },
     /// A bounded queue is full. Retry after `retry_after_s`. 429.
-    #[error("too many {what} in flight; retry after {retry_after_s} s")]
+    #[error("too many {} in flight; retry after {retry_after_s} s", busy_noun(what))]
     Busy {
-        /// `appends`, `queries` or `backups`.
+        /// `appends`, `queries` or `backups` (backups and compactions
+        /// share one slot).
         what: &'static str,
         /// Seconds to wait.
         retry_after_s: u64,
@@ -548,6 +549,15 @@ impl IntoResponse for ServerError {
             resp.extensions_mut().insert(LoggedDetail(d));
         }
         resp
+    }
+}
+
+/// What a busy queue holds, in words.
+fn busy_noun(queue: &str) -> &str {
+    if queue == "backups" {
+        "backups or compactions"
+    } else {
+        queue
     }
 }
 
