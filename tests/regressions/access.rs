@@ -1003,3 +1003,103 @@ fn a_writer_with_the_reviewer_role_may_not_approve_its_own_candidate() {
     rita.approve(&RecordRef::Id(r.id), None).unwrap();
     db.close().unwrap();
 }
+
+/// The free-text reason or note of a lifecycle operation is kept in the
+/// log for good, so it is capped as a delete's always was: a retraction,
+/// an approval or a rejection with a longer one is refused and writes
+/// nothing.
+#[test]
+fn lifecycle_reasons_and_notes_are_capped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![NewRecord {
+        body: engram::Body::Entity {
+            entity_type: "service".into(),
+            name: "checkout".into(),
+            aliases: vec![],
+        },
+        kind: "entity".into(),
+        external_id: Some("svc".into()),
+        ..NewRecord::default()
+    }])
+    .unwrap();
+    let lsn = db.applied_lsn();
+    let long = "r".repeat(4097);
+    let target = RecordRef::External("svc".into());
+    let named = |e: EngineError, field: &str| {
+        assert!(
+            matches!(&e, EngineError::InvalidInput { field: f, .. } if f == field),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("4096"), "{e}");
+    };
+    named(s.retract(&target, Some(&long)).unwrap_err(), "reason");
+    named(s.delete(&target, Some(&long)).unwrap_err(), "reason");
+    named(s.approve(&target, Some(&long)).unwrap_err(), "note");
+    named(s.reject(&target, Some(&long)).unwrap_err(), "note");
+    assert_eq!(db.applied_lsn(), lsn, "nothing was written");
+    // at the cap it goes through
+    s.retract(&target, Some(&long[..4096])).unwrap();
+    db.close().unwrap();
+}
+
+/// A deleted entity may not be connected by a new relation nor described
+/// by a new assertion, as a deleted record may not be cited as a source:
+/// what is written from now on never points at deleted content.
+#[test]
+fn a_deleted_entity_is_not_an_endpoint_or_a_subject() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let s = db.session(Principal::admin("t"));
+    let entity = |ext: &str, name: &str| NewRecord {
+        body: engram::Body::Entity {
+            entity_type: "person".into(),
+            name: name.into(),
+            aliases: vec![],
+        },
+        kind: "entity".into(),
+        external_id: Some(ext.into()),
+        ..NewRecord::default()
+    };
+    s.append(vec![
+        entity("gone", "Gone Person"),
+        entity("kept", "Kept Person"),
+        NewRecord::event("note", "Gone Person moved to Paris").with_external_id("ev"),
+    ])
+    .unwrap();
+    s.delete(&RecordRef::External("gone".into()), None).unwrap();
+    let relation = |subject: &str, object: &str| NewRecord {
+        body: engram::Body::Relation {
+            subject: RecordRef::External(subject.into()),
+            predicate: "knows".into(),
+            object: RecordRef::External(object.into()),
+        },
+        kind: "relation".into(),
+        ..NewRecord::default()
+    };
+    for (sub, obj, field) in [("gone", "kept", "subject"), ("kept", "gone", "object")] {
+        let e = s.append(vec![relation(sub, obj)]).unwrap_err();
+        assert!(
+            matches!(&e, EngineError::InvalidInput { field: f, .. } if f == field)
+                && e.to_string().contains("is deleted"),
+            "{e:?}"
+        );
+    }
+    let claim = NewRecord {
+        body: engram::Body::Assertion {
+            kind: engram::AssertionKind::Fact,
+            subject: Some(RecordRef::External("gone".into())),
+            predicate: Some("lives_in".into()),
+            object: Some("Paris".into()),
+        },
+        kind: "fact".into(),
+        sources: vec![RecordRef::External("ev".into())],
+        ..NewRecord::default()
+    };
+    let e = s.append(vec![claim]).unwrap_err();
+    assert!(e.to_string().contains("is deleted"), "{e:?}");
+    // between live entities it goes through
+    s.append(vec![relation("kept", "kept")]).unwrap();
+    db.close().unwrap();
+}

@@ -446,17 +446,18 @@ impl Resolver<'_> {
         // what it carries the labels of: its sources, a relation's
         // endpoints, an assertion's subject
         let mut carried: Vec<Place> = Vec::new();
+        // A deleted record is gone for what is written from now on: it
+        // may not be cited, nor connected or described (its tombstone
+        // still answers to its id, so say why).
+        let not_deleted = |place: Place, field: &str, what: &str, id: RecordId| match place {
+            Place::Stored(ix) if self.st.meta(ix).status == Status::Deleted => {
+                Err(EngineError::invalid(field, format!("{what} {id} is deleted")).at_item(i))
+            }
+            _ => Ok(()),
+        };
         for s in &r.sources {
             let (sid, place) = self.resolve(batch_ids, s, "sources", i)?;
-            if let Place::Stored(ix) = place {
-                if self.st.meta(ix).status == Status::Deleted {
-                    return Err(EngineError::invalid(
-                        "sources",
-                        format!("source {sid} is deleted"),
-                    )
-                    .at_item(i));
-                }
-            }
+            not_deleted(place, "sources", "source", sid)?;
             carried.push(place);
             if !res.sources.contains(&sid) {
                 res.sources.push(sid);
@@ -468,6 +469,8 @@ impl Resolver<'_> {
             } => {
                 let (s, six) = self.resolve(batch_ids, subject, "subject", i)?;
                 let (o, oix) = self.resolve(batch_ids, object, "object", i)?;
+                not_deleted(six, "subject", "subject", s)?;
+                not_deleted(oix, "object", "object", o)?;
                 carried.extend([six, oix]);
                 for (place, f) in [(six, "subject"), (oix, "object")] {
                     let endpoint = match place {
@@ -490,6 +493,7 @@ impl Resolver<'_> {
                 ..
             } => {
                 let (sid, place) = self.resolve(batch_ids, subject, "subject", i)?;
+                not_deleted(place, "subject", "subject", sid)?;
                 carried.push(place);
                 res.subject = Some(sid);
             }
