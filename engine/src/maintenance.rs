@@ -600,6 +600,14 @@ impl Engram {
                     "the ledger file must be named ledger.jsonl",
                 ));
             }
+            // A ledger named on purpose must be there: an empty one would
+            // let deleted records come back without a word.
+            if !backend.exists(p) {
+                return Err(EngineError::invalid(
+                    "ledger",
+                    format!("{} does not exist; nothing was changed", p.display()),
+                ));
+            }
             ledger.extend(read_ledger(backend.as_ref(), parent)?);
         }
         for l in &ledger {

@@ -121,9 +121,9 @@ pub enum Command {
     /// Purge deleted and expired-by-retention records' bytes (store must not be in use).
     Compact(JsonArgs),
     /// Back up the store (log, settings, ledger) into a new directory.
-    Backup(crate::lifecycle_cmd::DirArgs),
+    Backup(crate::lifecycle_cmd::BackupArgs),
     /// Restore from a backup, re-applying later deletions and revocations.
-    Restore(crate::lifecycle_cmd::DirArgs),
+    Restore(crate::lifecycle_cmd::RestoreArgs),
     /// Benchmarks (`engram bench ingest`, `ann`, `open`, `recall`; see docs/benchmarks.md).
     #[command(subcommand)]
     Bench(crate::bench::BenchCommand),

@@ -141,12 +141,23 @@ pub struct HoldArgs {
     act_as: Option<String>,
 }
 
-/// `engram backup` / `engram restore`.
+/// `engram backup`.
 #[derive(Args, Debug)]
-pub struct DirArgs {
+pub struct BackupArgs {
+    /// Backup directory (new, or empty).
+    pub dir: PathBuf,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `engram restore`.
+#[derive(Args, Debug)]
+pub struct RestoreArgs {
     /// Backup directory.
     pub dir: PathBuf,
-    /// restore: a ledger.jsonl kept outside the store, re-applied too.
+    /// A ledger.jsonl kept outside the store, re-applied too (it must
+    /// exist).
     #[arg(long)]
     pub ledger: Option<PathBuf>,
     /// Machine-readable output.
@@ -478,7 +489,7 @@ pub fn compact(ctx: &Ctx, json_out: bool) -> CliResult {
 }
 
 /// `engram backup`.
-pub fn backup(ctx: &Ctx, a: DirArgs) -> CliResult {
+pub fn backup(ctx: &Ctx, a: BackupArgs) -> CliResult {
     // Read-only: a backup changes nothing in the store (and works on a
     // store the user may not write, e.g. a read-only mount).
     let data = ctx.data.as_path();
@@ -514,7 +525,7 @@ pub fn backup(ctx: &Ctx, a: DirArgs) -> CliResult {
 }
 
 /// `engram restore`.
-pub fn restore(ctx: &Ctx, a: DirArgs) -> CliResult {
+pub fn restore(ctx: &Ctx, a: RestoreArgs) -> CliResult {
     let opts = ctx.store_options()?;
     let spinner = ctx.spinner("restore");
     spinner.set_message(format!(

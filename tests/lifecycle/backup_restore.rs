@@ -639,3 +639,26 @@ fn restore_deletes_an_older_version_when_the_deleted_version_is_newer_than_the_b
         db.close().unwrap();
     }
 }
+
+/// A ledger named with `--ledger` that is not there is an error, and the
+/// store is left as it was: an empty ledger would let records deleted
+/// after the backup come back without a word.
+#[test]
+fn a_missing_extra_ledger_is_refused_and_changes_nothing() {
+    let (dir, backups, bdir, clock) = dirs();
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![NewRecord::event("note", "kept").with_external_id("k")])
+        .unwrap();
+    db.backup(&bdir).unwrap();
+    db.close().unwrap();
+    let before = crate::common::files_under(dir.path());
+    let missing = backups.path().join("elsewhere").join("ledger.jsonl");
+    let e = Engram::restore(dir.path(), &bdir, &opts(&clock), Some(&missing)).unwrap_err();
+    assert!(
+        matches!(&e, EngineError::InvalidInput { field, .. } if field == "ledger")
+            && e.to_string().contains("does not exist"),
+        "{e:?}"
+    );
+    assert_eq!(before, crate::common::files_under(dir.path()));
+}

@@ -278,3 +278,46 @@ fn a_repair_refused_because_the_store_is_in_use_changes_nothing() {
     assert!(!store.join("quarantine").exists(), "a refused repair wrote");
     db.close().unwrap();
 }
+
+/// Damage in a compacted (sealed, header-recorded end) segment: `repair`
+/// reports the last intact batch end before the damage, not the end the
+/// segment's header records, and refuses a cut at that recorded end (which
+/// would have kept nothing while claiming to keep everything).
+#[test]
+fn damage_in_a_compacted_segment_is_reported_at_the_last_intact_batch() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 30);
+    ok(
+        &store,
+        &["ingest", file.to_str().unwrap(), "--batch-size", "10"],
+    );
+    ok(&store, &["delete", "e/3", "--tenant", "t"]);
+    ok(&store, &["compact"]);
+    let segs = cli::segments(&store);
+    assert_eq!(segs.len(), 1, "{segs:?}");
+    // a byte inside the second batch's frames (records e/10..=e/19, LSNs
+    // 11..=20)
+    let bytes = std::fs::read(&segs[0]).unwrap();
+    let text = "event 15 lorem";
+    let at = bytes
+        .windows(text.len())
+        .position(|w| w == text.as_bytes())
+        .expect("record 15's text is in the segment");
+    let mut damaged = bytes;
+    damaged[at + 2] ^= 0x20;
+    std::fs::write(&segs[0], damaged).unwrap();
+
+    let plan = cli::json(&ok(&store, &["repair", "--json"]));
+    assert_eq!(plan["intact_through"].as_u64().unwrap(), 10, "{plan}");
+    let msg = fails(&store, &["repair", "--truncate-after", "31"]);
+    assert!(
+        msg.contains("not the end of an intact atomic batch"),
+        "{msg}"
+    );
+    ok(&store, &["repair", "--truncate-after", "10"]);
+    let stats = cli::json(&ok(&store, &["stats", "--json"]));
+    assert_eq!(stats["records"], 10, "{stats}");
+    ok(&store, &["verify"]);
+}

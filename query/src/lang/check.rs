@@ -11,9 +11,10 @@
 //! the store ([`CheckContext`]), models, vector dimensions and the embedder.
 //!
 //! Decisions recorded here (see `docs/query-language.md`):
-//! - an empty `models` map means "not known": model and dimension checks
-//!   are skipped (the engine checks again); a non-empty map is the store's
-//!   full list, and a model not in it is an error;
+//! - an empty `models` map means "not known" (model and dimension checks
+//!   are skipped; the engine checks again) unless `models_known` is set; a
+//!   non-empty map, or an empty one that is known, is the store's full
+//!   list, and a model not in it is an error;
 //! - a `FIND` with no retriever is valid (a listing, newest first); so is
 //!   one whose only retriever is `RECENT`. The one retriever that can be
 //!   known to produce nothing is `SIMILAR TO 'text'` with no embedder for
@@ -53,8 +54,12 @@ pub struct CheckContext {
     /// The request's parameters.
     pub params: Params,
     /// The store's vector spaces: model id -> dimensions. Empty means not
-    /// known (model and dimension checks are skipped).
+    /// known (model and dimension checks are skipped) unless
+    /// `models_known` says the store has none.
     pub models: BTreeMap<String, usize>,
+    /// Whether `models` is the store's full list even when it is empty (a
+    /// store with no vector space: any `MODEL` is unknown).
+    pub models_known: bool,
     /// The store's embedder.
     pub embedder: Embedder,
     /// The engine clock's reading, ms since the epoch: `now` in times.
@@ -110,6 +115,9 @@ pub fn check(stmt: &Statement, ctx: &CheckContext) -> Result<(), Vec<LangError>>
 }
 
 fn models_hint(available: &[String]) -> String {
+    if available.is_empty() {
+        return "the store has no vectors you can read yet, in any model".into();
+    }
     let names: Vec<String> = available.iter().map(|m| format!("'{m}'")).collect();
     format!("the store's models are {}", names.join(", "))
 }
@@ -123,6 +131,11 @@ struct Checker<'a> {
 }
 
 impl Checker<'_> {
+    /// Whether the context's models are the store's full list.
+    fn models_known(&self) -> bool {
+        self.ctx.models_known || !self.ctx.models.is_empty()
+    }
+
     /// Records an error; past [`ERRORS_MAX`] only counts it, so that no
     /// statement (a JSON form may repeat a field a million times) makes a
     /// response, or the memory to build it, grow without bound.
@@ -607,7 +620,7 @@ impl Checker<'_> {
                         format!("drop MODEL, or pass a '{m}' vector as a parameter"),
                     ),
                     (Embedder::Unknown, Some((m, span)))
-                        if !self.ctx.models.is_empty() && !self.ctx.models.contains_key(m) =>
+                        if self.models_known() && !self.ctx.models.contains_key(m) =>
                     {
                         let hint = models_hint(&available);
                         self.push_hint(
@@ -646,7 +659,9 @@ impl Checker<'_> {
                     self.push(kind, s.query.span());
                     return;
                 }
-                if self.ctx.models.is_empty() {
+                // nothing to check against; or no space at all and none
+                // named (the engine answers that)
+                if !self.models_known() || (model.is_none() && self.ctx.models.is_empty()) {
                     return;
                 }
                 let space = match &model {

@@ -103,6 +103,7 @@ fn context(s: &Session, params: &Params) -> CheckContext {
     CheckContext {
         params: params.clone(),
         models: s.vector_models(),
+        models_known: true,
         embedder: match s.engram().embedder_model() {
             Some(m) => Embedder::Model(m),
             None => Embedder::Absent,

@@ -57,6 +57,18 @@ struct SegInfo {
     end_lsn: Option<Lsn>,
     /// (batch-end LSN, offset just past that frame)
     batch_ends: Vec<(Lsn, u64)>,
+    /// Whether the walk stopped inside this segment (at the problem): its
+    /// header's `end_lsn` then says what it held, not what is intact.
+    damaged: bool,
+}
+
+impl SegInfo {
+    /// The end LSN its header records, when that is known to be intact (a
+    /// sealed segment walked to its end: a compacted segment may have
+    /// dropped frames at its end and still covers their LSNs).
+    fn intact_end(&self) -> Option<Lsn> {
+        if self.damaged { None } else { self.end_lsn }
+    }
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StorageError + '_ {
@@ -158,6 +170,7 @@ fn walk(backend: &dyn Backend, dir: &Path) -> StorageResult<Walk> {
             first_lsn: header.first_lsn,
             end_lsn: header.end_lsn,
             batch_ends: Vec::new(),
+            damaged: false,
         };
         // Batch ends of the intact prefix, found by walking it again.
         let mut pos = SEGMENT_HEADER_BYTES as u64;
@@ -187,10 +200,11 @@ fn walk(backend: &dyn Backend, dir: &Path) -> StorageResult<Walk> {
             ));
         }
         if problem.is_some() {
+            info.damaged = true;
             highest = highest.max(scan.unfinished_batch_lsns.last().copied().unwrap_or(0));
             highest = highest.max(highest_lsn_in(&*file, len));
         }
-        prev_end = last_kept.max(header.end_lsn.unwrap_or(0));
+        prev_end = last_kept.max(info.intact_end().unwrap_or(0));
         intact.push(info);
     }
     Ok(Walk {
@@ -242,7 +256,7 @@ pub fn inspect(backend: &dyn Backend, dir: &Path) -> StorageResult<LogInspection
             s.batch_ends
                 .last()
                 .map_or(s.first_lsn - 1, |&(l, _)| l)
-                .max(s.end_lsn.unwrap_or(0))
+                .max(s.intact_end().unwrap_or(0))
         })
         .max()
         .unwrap_or(0);
@@ -279,7 +293,7 @@ fn cut_point(intact: &[SegInfo], keep_through: Lsn) -> StorageResult<Option<(usi
                 break;
             }
             // A rewritten segment whose frames all were dropped still covers its LSNs.
-            if s.batch_ends.is_empty() && s.end_lsn == Some(keep_through) {
+            if s.batch_ends.is_empty() && s.intact_end() == Some(keep_through) {
                 at = Some((i, SEGMENT_HEADER_BYTES as u64));
                 break;
             }
