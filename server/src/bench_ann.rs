@@ -313,6 +313,27 @@ fn vector_file_rss() -> Option<u64> {
     Some(total)
 }
 
+/// Query threads at most (as `engram bench recall` and `bench ingest`).
+const THREADS_MAX: usize = 256;
+
+/// Checks a ground-truth file against the dataset: 2-d, a row for every
+/// measured query, at least 10 columns (recall@10), and every id a base
+/// row or -1 (no neighbour).
+fn check_gt(name: &str, gt: &Npy<i32>, n: usize, n_queries: usize) -> Result<(), CliError> {
+    if gt.shape.len() != 2 || gt.shape[0] < n_queries || gt.shape[1] < 10 {
+        return Err(CliError::Message(format!(
+            "{name} must be 2-d with a row per query ({n_queries}) and at least 10 columns; it is {:?}",
+            gt.shape
+        )));
+    }
+    if let Some(bad) = gt.data.iter().find(|&&g| g < -1 || g as i64 >= n as i64) {
+        return Err(CliError::Message(format!(
+            "{name} names row {bad}, outside the {n} base rows (ids are 0..{n}, or -1 for none)"
+        )));
+    }
+    Ok(())
+}
+
 fn recall_at_10(found: &[RecordId], gt_row: &[i32], ids: &[RecordId]) -> f64 {
     let truth: Vec<RecordId> = gt_row
         .iter()
@@ -463,6 +484,11 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
             "--rounds, --threads, --queries, --ef values, --m (>= 2) and --ef-construction must be positive".into(),
         ));
     }
+    if a.threads > THREADS_MAX {
+        return Err(CliError::Message(format!(
+            "--threads must be between 1 and {THREADS_MAX}"
+        )));
+    }
     // Build times on stderr (they are in the --json report too); progress
     // is drawn separately, and only on a terminal.
     let log = |s: String| match (ctx.quiet, a.json) {
@@ -484,11 +510,34 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
         .unwrap_or(queries.shape[0])
         .min(queries.shape[0])
         .min(gt.shape[0]);
+    if n == 0 || n_queries == 0 {
+        return Err(CliError::Message(format!(
+            "the dataset has {n} base row(s) and {n_queries} query row(s) with ground truth: nothing to measure"
+        )));
+    }
+    check_gt("gt.npy", &gt, n, n_queries)?;
     let attrs = if d.join("attrs.npy").exists() {
-        Some(read_npy::<i64>(&d.join("attrs.npy"))?)
+        let at = read_npy::<i64>(&d.join("attrs.npy"))?;
+        if at.shape.len() != 2 || at.shape[0] != n || at.shape[1] != 3 {
+            return Err(CliError::Message(format!(
+                "attrs.npy must be [{n}, 3] (tenant, timestamp, deleted per base row); it is {:?}",
+                at.shape
+            )));
+        }
+        Some(at)
     } else {
         None
     };
+    // A malformed filters.json stops the run before anything is measured.
+    if let Ok(fjson) = std::fs::read_to_string(d.join("filters.json")) {
+        let defs: serde_json::Value = serde_json::from_str(&fjson)
+            .map_err(|e| CliError::Message(format!("filters.json: {e}")))?;
+        if !defs.is_object() {
+            return Err(CliError::Message(
+                "filters.json: expected an object of named filters".into(),
+            ));
+        }
+    }
     let texts: Vec<Option<String>> = match std::fs::read_to_string(d.join("base.jsonl")) {
         Ok(t) => t
             .lines()
@@ -757,6 +806,7 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
                     continue;
                 }
                 let fgt = read_npy::<i32>(&gt_path)?;
+                check_gt(&format!("gt_{name}.npy"), &fgt, n, n_queries)?;
                 let mut f = Filters::default();
                 if let Some(ts) = def.get("tenants").and_then(|t| t.as_array()) {
                     f.users = ts

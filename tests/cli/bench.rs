@@ -282,3 +282,72 @@ fn bench_dir_never_replaces_what_the_bench_did_not_make() {
     );
     assert!(!victim.join("bench-open.params").exists());
 }
+
+/// A `.npy` file of `shape` holding `data` (little-endian; `descr` is
+/// numpy's dtype string, e.g. `<f4`).
+fn npy(path: &std::path::Path, descr: &str, shape: &[usize], data: &[u8]) {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    let shape = if dims.len() == 1 {
+        format!("({},)", dims[0])
+    } else {
+        format!("({})", dims.join(", "))
+    };
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(data);
+    std::fs::write(path, out).unwrap();
+}
+
+/// `engram bench ann` on an inconsistent dataset, or with too many
+/// threads, says what is wrong before measuring anything, and never
+/// panics.
+#[test]
+fn bench_ann_refuses_an_inconsistent_dataset() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (n, nq, dim) = (20usize, 3usize, 4usize);
+    let f32s = |k: usize| -> Vec<u8> {
+        (0..k)
+            .flat_map(|i| ((i % 7) as f32 + 0.5).to_le_bytes())
+            .collect()
+    };
+    let i32s = |v: &[i32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    npy(&d.join("base.npy"), "<f4", &[n, dim], &f32s(n * dim));
+    npy(&d.join("queries.npy"), "<f4", &[nq, dim], &f32s(nq * dim));
+    let run = |args: &[&str]| {
+        let ds = d.to_str().unwrap();
+        let mut all = vec!["bench", "ann", "--dataset", ds, "--quiet"];
+        all.extend_from_slice(args);
+        let o = engram(&all);
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(!o.status.success(), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        err
+    };
+    // ground truth naming a row past the base rows
+    let mut gt: Vec<i32> = (0..(nq * 10) as i32).map(|i| i % n as i32).collect();
+    gt[5] = 500;
+    npy(&d.join("gt.npy"), "<i4", &[nq, 10], &i32s(&gt));
+    let err = run(&[]);
+    assert!(err.contains("gt.npy names row 500"), "{err}");
+    // fewer than 10 columns
+    npy(&d.join("gt.npy"), "<i4", &[nq, 5], &i32s(&gt[..nq * 5]));
+    let err = run(&[]);
+    assert!(err.contains("at least 10 columns"), "{err}");
+    // attributes for fewer rows than the base
+    let good: Vec<i32> = (0..(nq * 10) as i32).map(|i| i % n as i32).collect();
+    npy(&d.join("gt.npy"), "<i4", &[nq, 10], &i32s(&good));
+    let attrs: Vec<u8> = (0..(n - 1) * 3).flat_map(|_| 0i64.to_le_bytes()).collect();
+    npy(&d.join("attrs.npy"), "<i8", &[n - 1, 3], &attrs);
+    let err = run(&[]);
+    assert!(err.contains("attrs.npy must be [20, 3]"), "{err}");
+    std::fs::remove_file(d.join("attrs.npy")).unwrap();
+    let err = run(&["--threads", "100000"]);
+    assert!(err.contains("--threads must be between 1 and 256"), "{err}");
+}

@@ -330,3 +330,26 @@ fn a_store_is_not_created_inside_another_through_a_link() {
     assert!(e.to_string().contains("inside the store at"), "{e}");
     assert!(!outer.join("derived/n").exists());
 }
+
+#[test]
+fn a_model_on_a_store_without_vector_spaces_is_unknown_model() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path());
+    let out = cli::at(
+        &store,
+        &[
+            "query",
+            "--tenant",
+            "t",
+            "--json",
+            "FIND ANY SIMILAR TO $p MODEL 'nope'",
+            "--param",
+            "p=[1,2,3]",
+        ],
+    );
+    assert!(!out.status.success());
+    let v = cli::json(&out);
+    assert_eq!(v["errors"][0]["code"], "unknown_model", "{v}");
+    assert_eq!(v["errors"][0]["column"], 30, "{v}");
+}
