@@ -218,6 +218,25 @@ pub fn check_empty_target(backend: &dyn Backend, dir: &Path, what: &str) -> Resu
     }
 }
 
+/// Whether `dir` can receive a command's output files (`engram eval
+/// --out`): missing or empty (an earlier run's files would mix with the
+/// new ones), and not inside a store (no command writes into a store's
+/// directory but the store's own files).
+pub fn check_output_dir(backend: &dyn Backend, dir: &Path, what: &str) -> Result<()> {
+    check_empty_target(backend, dir, what)?;
+    if let Some(outer) = enclosing_store(backend, dir) {
+        return Err(EngineError::invalid(
+            what,
+            format!(
+                "{} is inside the store at {}; write the output outside it",
+                dir.display(),
+                outer.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Whether Engram gives a file this name somewhere in a store (segments,
 /// their rewrite temporaries, snapshots, vector files, the state checkpoint,
 /// a legacy catalog, the ledger).

@@ -90,8 +90,9 @@ pub struct EvalArgs {
     /// Cutoff k (cases may set their own).
     #[arg(long, default_value_t = 10)]
     pub k: usize,
-    /// Save every manifest and result here.
-    #[arg(long)]
+    /// Save every manifest and result here (a new or empty directory,
+    /// outside any store; not with --config).
+    #[arg(long, conflicts_with = "configs")]
     pub out: Option<PathBuf>,
     /// Machine-readable output.
     #[arg(long)]
@@ -435,6 +436,7 @@ pub fn eval(ctx: &Ctx, a: EvalArgs) -> CliResult {
         );
     }
     if let Some(out) = &a.out {
+        engram_engine::store_dir::check_output_dir(&engram_storage::FsBackend, out, "--out")?;
         let manifests = out.join("manifests");
         std::fs::create_dir_all(&manifests).map_err(CliError::io_at(&manifests))?;
     }
@@ -442,6 +444,7 @@ pub fn eval(ctx: &Ctx, a: EvalArgs) -> CliResult {
         return compare(ctx, &a, &cases);
     }
     let db = ctx.open_store()?;
+    check_cases(&db, &a, &cases)?;
     let mut results: Vec<CaseResult> = Vec::new();
     let mut errors = Vec::new();
     let mut result_lines = String::new();
@@ -562,6 +565,26 @@ pub fn eval(ctx: &Ctx, a: EvalArgs) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Checks every case's request as a recall would (limits, `k`, a
+/// vector-mode text without an embedder) before any case runs: a bad case
+/// stops the run with nothing measured, with or without `--config`.
+fn check_cases(db: &Engram, a: &EvalArgs, cases: &[engram_query::eval::EvalCase]) -> Result<(), CliError> {
+    for c in cases {
+        let mut req = c.request.clone();
+        req.k = if c.k_from_case { c.request.k } else { a.k };
+        let s = session_for(db, &c.tenant, c.principal.as_deref());
+        if let Err(e) = s.check_recall(&req) {
+            return Err(CliError::Message(format!(
+                "{}: case {} (line {}): {e} (nothing was run)",
+                a.cases.display(),
+                c.case_id,
+                c.line
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// `engram eval --config ...`: every case under every configuration, then
 /// one table per metric with a row per slice and a column per
 /// configuration.
@@ -573,6 +596,7 @@ fn compare(ctx: &Ctx, a: &EvalArgs, cases: &[engram_query::eval::EvalCase]) -> C
         .map(|c| EvalConfig::parse(c).map_err(|e| CliError::Message(format!("--config {e}"))))
         .collect::<Result<Vec<_>, _>>()?;
     let db = ctx.open_store()?;
+    check_cases(&db, a, cases)?;
     type Row = (String, Summary, std::collections::BTreeMap<String, Summary>);
     let mut table: Vec<Row> = Vec::new();
     let bar = ctx.counter("eval", (cases.len() * configs.len()) as u64, "cases");

@@ -353,3 +353,55 @@ fn a_model_on_a_store_without_vector_spaces_is_unknown_model() {
     assert_eq!(v["errors"][0]["code"], "unknown_model", "{v}");
     assert_eq!(v["errors"][0]["column"], 30, "{v}");
 }
+
+/// Every case is checked as a recall would check it before any case runs,
+/// with or without `--config` (a vector-mode text on a store without an
+/// embedder was scored 0 under `--config`, silently); `--out` takes a new
+/// or empty directory outside any store, and not with `--config`.
+#[test]
+fn eval_checks_every_case_first_and_out_is_a_fresh_directory() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path());
+    let cases = tmp.path().join("cases.jsonl");
+    let c = cases.to_str().unwrap();
+    let good = "{\"case_id\":\"ok\",\"tenant\":\"t\",\"query\":\"checkout\",\"relevant\":[\"a\"]}\n";
+    for bad in [
+        "{\"case_id\":\"vec\",\"tenant\":\"t\",\"query\":\"checkout\",\"relevant\":[\"a\"],\"mode\":\"vector\"}\n",
+        "{\"case_id\":\"big\",\"tenant\":\"t\",\"query\":\"checkout\",\"relevant\":[\"a\"],\"k\":5000}\n",
+    ] {
+        std::fs::write(&cases, format!("{good}{bad}")).unwrap();
+        for extra in [&[][..], &["--config", "base"][..]] {
+            let mut args = vec!["eval", c];
+            args.extend_from_slice(extra);
+            let out = cli::at(&store, &args);
+            let err = String::from_utf8_lossy(&out.stderr).to_string();
+            assert!(!out.status.success(), "{extra:?} {bad}: {err}");
+            assert!(
+                err.contains("line 2") && err.contains("nothing was run"),
+                "{extra:?} {bad}: {err}"
+            );
+            assert!(out.stdout.is_empty(), "{extra:?}: a case ran");
+        }
+    }
+    std::fs::write(&cases, good).unwrap();
+    // --out: not inside the store, not a directory holding files, not
+    // with --config
+    let inside = store.join("evalout");
+    let msg = fails(&store, &["eval", c, "--out", inside.to_str().unwrap()]);
+    assert!(msg.contains("inside the store"), "{msg}");
+    assert!(!inside.exists());
+    let used = tmp.path().join("used");
+    std::fs::create_dir_all(&used).unwrap();
+    std::fs::write(used.join("old.json"), "{}").unwrap();
+    let msg = fails(&store, &["eval", c, "--out", used.to_str().unwrap()]);
+    assert!(msg.contains("not empty"), "{msg}");
+    let fresh = tmp.path().join("fresh");
+    let msg = fails(
+        &store,
+        &["eval", c, "--out", fresh.to_str().unwrap(), "--config", "base"],
+    );
+    assert!(msg.contains("--config"), "{msg}");
+    ok(&store, &["eval", c, "--out", fresh.to_str().unwrap()]);
+    assert!(fresh.join("summary.json").exists());
+}

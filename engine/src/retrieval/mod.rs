@@ -392,6 +392,16 @@ impl Session {
     /// Retrieves the records most relevant to `req` among those the session
     /// may see: the search its [`RecallRequest::to_search`] means.
     pub fn recall(&self, req: &RecallRequest) -> Result<RecallResponse> {
+        self.check_recall(req)?;
+        self.search(&req.to_search())
+    }
+
+    /// The checks [`Session::recall`] makes before it searches: limits and
+    /// parameters, and a vector-mode text without an embedder. For callers
+    /// that check a whole set of requests before running any (`engram
+    /// eval`), or that run a request through [`Session::search`] with
+    /// other settings.
+    pub fn check_recall(&self, req: &RecallRequest) -> Result<()> {
         self.db.check_open()?;
         validate(req)?;
         let has_text = req.text.as_deref().is_some_and(|t| !t.trim().is_empty());
@@ -406,7 +416,7 @@ impl Session {
                  clients send vectors); pass a query vector, or use mode hybrid or lexical",
             ));
         }
-        self.search(&req.to_search())
+        Ok(())
     }
 
     pub(crate) fn vector_retriever(
