@@ -80,6 +80,14 @@ pub struct ParseTimeError {
 
 impl fmt::Display for ParseTimeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.reason == SUB_MS {
+            // a valid timestamp, too precise for a bound
+            return write!(
+                f,
+                "'{}' is finer than a millisecond: times are kept to the millisecond, so round the bound (e.g. 2025-03-08T10:14:21.123Z)",
+                self.input
+            );
+        }
         write!(
             f,
             "'{}' is not an RFC 3339 timestamp ({}); expected e.g. 2025-03-08T10:14:21Z",
@@ -123,6 +131,9 @@ fn days_in_month(y: i64, m: i64) -> i64 {
     }
 }
 
+/// The reason of a bound finer than a millisecond.
+const SUB_MS: &str = "finer than a millisecond (times are kept to the millisecond: round the bound)";
+
 /// [`parse_rfc3339`] for a time a query compares with (a filter's bound,
 /// `AS OF`, `valid_at`): a fraction finer than a millisecond that is not
 /// zero is refused. Why: Engram keeps times to the millisecond, and a bound
@@ -136,7 +147,7 @@ pub fn parse_rfc3339_bound(s: &str) -> Result<TimestampMs, ParseTimeError> {
         if frac.skip(3).any(|c| c != b'0') {
             return Err(ParseTimeError {
                 input: s.chars().take(40).collect(),
-                reason: "finer than a millisecond (times are kept to the millisecond: round the bound)",
+                reason: SUB_MS,
             });
         }
     }

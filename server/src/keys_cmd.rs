@@ -56,7 +56,7 @@ pub struct KeyFileArgs {
 /// `engram keys create`.
 #[derive(Args, Debug)]
 pub struct CreateArgs {
-    /// The store-wide admin key (backup, verify, store stats): no tenant.
+    /// The store-wide admin key (backup, compaction, verify, store stats): no tenant.
     #[arg(long, conflicts_with_all = ["tenant", "principal", "role", "label"])]
     pub admin: bool,
     /// Tenant of the key's principal.

@@ -17,7 +17,7 @@
 //!
 //! A `tenant` key acts as one principal of one tenant, with its role and
 //! labels ([`Grant::principal`]); the `store` key is the store operator
-//! (store-wide operations only: backup, verify, store stats). The file is
+//! (store-wide operations only: backup, compaction, verify, store stats). The file is
 //! rewritten whole, atomically and durably (temporary file, fsync, rename,
 //! directory fsync), readable by its owner only; writers take a lock file
 //! beside it. A running server notices a changed file on the next request,
