@@ -169,3 +169,33 @@ def _exists(c: Client, ref: str) -> bool:
         return True
     except NotFound:
         return False
+
+
+def test_errors_survive_pickle_and_copy(user: Client, uniq: str) -> None:
+    """An error raised in a worker process reaches the parent whole (a
+    process pool pickles it), and copies keep every field."""
+    import copy
+    import pickle
+
+    with pytest.raises(NotFound) as caught:
+        user.get(f"{uniq}-never")
+    err = caught.value
+    for again in (pickle.loads(pickle.dumps(err)), copy.copy(err), copy.deepcopy(err)):
+        assert type(again) is NotFound
+        assert (again.status, again.code, again.message, again.details, again.request_id) == (
+            err.status,
+            err.code,
+            err.message,
+            err.details,
+            err.request_id,
+        )
+        assert str(again) == str(err)
+
+
+def test_a_reference_no_url_can_carry_is_a_value_error(user: Client) -> None:
+    """A reference or parameter too long for a URL is the caller's argument:
+    ValueError, as for any argument the client refuses, not an httpx error."""
+    with pytest.raises(ValueError, match="cannot be sent"):
+        user.get("e" * 100_000)
+    with pytest.raises(ValueError, match="cannot be sent"):
+        user.list(kind="k" * 70_000)

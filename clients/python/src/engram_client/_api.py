@@ -583,6 +583,14 @@ def check_key(key: Optional[str]) -> Optional[str]:
     return k
 
 
+def invalid_url_message(exc: Exception) -> str:
+    """Why a request could not be made into a URL (``httpx.InvalidURL``)."""
+    return (
+        f"the request cannot be sent: {exc} (a reference or query parameter is "
+        "too long, or holds characters a URL cannot carry)"
+    )
+
+
 def transport_error(exc: Exception, key: Optional[str] = None) -> TransportError:
     """Wraps an ``httpx.TransportError``; ``details.connect`` tells whether
     the connection was never opened (so nothing was sent), ``details.local``

@@ -116,6 +116,10 @@ class Client:
                     content=call.body,
                     headers=_api.request_headers(call, self.key),
                 )
+            except httpx.InvalidURL as exc:
+                # a reference or parameter no URL can carry (too long, or
+                # characters a URL cannot hold): the caller's argument
+                raise ValueError(_api.invalid_url_message(exc)) from exc
             except httpx.TransportError as exc:
                 err: EngramError = _api.transport_error(exc, self.key)
                 if self.retry.should_retry(call.retry, err, attempt):
@@ -455,6 +459,10 @@ class BulkStream(Iterator[BulkLine]):
                         out = self._totals.take(raw.encode("utf-8"), offset)
                         if out is not None:
                             yield cast(BulkLine, out)
+            except httpx.InvalidURL as exc:
+                # a reference or parameter no URL can carry (too long, or
+                # characters a URL cannot hold): the caller's argument
+                raise ValueError(_api.invalid_url_message(exc)) from exc
             except httpx.TransportError as exc:
                 self._totals.summary["complete"] = False
                 raise _api.transport_error(exc, self._client.key) from exc

@@ -68,6 +68,34 @@ class EngramError(Exception):
         self.request_id = request_id
         self.retry_after = retry_after
 
+    def __reduce__(self) -> Any:
+        # Rebuilt from its fields (pickle, copy, process pools): the default
+        # would call __init__ with the message alone.
+        return (
+            _rebuild,
+            (
+                type(self),
+                self.status,
+                self.code,
+                self.message,
+                self.details,
+                self.request_id,
+                self.retry_after,
+            ),
+        )
+
+
+def _rebuild(
+    cls: Any,
+    status: int,
+    code: str,
+    message: str,
+    details: Dict[str, Any],
+    request_id: Optional[str],
+    retry_after: Optional[float],
+) -> "EngramError":
+    return cls(status, code, message, details, request_id=request_id, retry_after=retry_after)
+
 
 class BadRequest(EngramError):
     """400: malformed JSON, a wrong shape, an unknown parameter, or a body
