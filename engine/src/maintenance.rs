@@ -547,9 +547,6 @@ impl Engram {
         let dir = dir.as_ref();
         let src = src.as_ref();
         let backend = opts.backend.clone();
-        // Restore goes into a store or an empty directory, never into a
-        // directory holding anything else.
-        crate::store_dir::prepare(backend.as_ref(), dir, true, true)?;
         let src_log = layout::log(src);
         if !backend.exists(&src_log) {
             return Err(EngineError::invalid(
@@ -573,6 +570,27 @@ impl Engram {
                 what: manifest.display().to_string(),
                 detail: e.to_string(),
             })?;
+        if let Some(p) = extra_ledger {
+            if p.file_name().map(|f| f != "ledger.jsonl").unwrap_or(true) {
+                return Err(EngineError::invalid(
+                    "ledger",
+                    "the ledger file must be named ledger.jsonl",
+                ));
+            }
+            // A ledger named on purpose must be there: an empty one would
+            // let deleted records come back without a word.
+            if !backend.exists(p) {
+                return Err(EngineError::invalid(
+                    "ledger",
+                    format!("{} does not exist; nothing was changed", p.display()),
+                ));
+            }
+        }
+        // Restore goes into a store or an empty directory, never into a
+        // directory holding anything else; it is created only now that the
+        // backup and the ledger are known to be usable (a refused restore
+        // leaves no new store behind).
+        crate::store_dir::prepare(backend.as_ref(), dir, true, true)?;
         // Bring the ledger file up to date with the current log (a crash
         // between a deletion and its ledger line leaves the file behind);
         // best effort: a store too damaged to open is a reason to restore.
@@ -594,20 +612,6 @@ impl Engram {
         let mut ledger = read_ledger(backend.as_ref(), dir)?;
         if let Some(p) = extra_ledger {
             let parent = p.parent().unwrap_or(Path::new("."));
-            if p.file_name().map(|f| f != "ledger.jsonl").unwrap_or(true) {
-                return Err(EngineError::invalid(
-                    "ledger",
-                    "the ledger file must be named ledger.jsonl",
-                ));
-            }
-            // A ledger named on purpose must be there: an empty one would
-            // let deleted records come back without a word.
-            if !backend.exists(p) {
-                return Err(EngineError::invalid(
-                    "ledger",
-                    format!("{} does not exist; nothing was changed", p.display()),
-                ));
-            }
             ledger.extend(read_ledger(backend.as_ref(), parent)?);
         }
         for l in &ledger {

@@ -662,3 +662,22 @@ fn a_missing_extra_ledger_is_refused_and_changes_nothing() {
     );
     assert_eq!(before, crate::common::files_under(dir.path()));
 }
+
+/// A refused restore into a new directory leaves nothing there: the store
+/// is created only once the backup is known to be usable.
+#[test]
+fn a_refused_restore_creates_no_store() {
+    let (dir, backups, bdir, clock) = dirs();
+    let target = dir.path().join("new-store");
+    std::fs::create_dir_all(&bdir).unwrap();
+    std::fs::write(bdir.join("notes.txt"), "not a backup").unwrap();
+    for (src, ledger) in [
+        (bdir.clone(), None),
+        (backups.path().join("missing"), None),
+        (bdir.clone(), Some(backups.path().join("ledger.jsonl"))),
+    ] {
+        let e = Engram::restore(&target, &src, &opts(&clock), ledger.as_deref()).unwrap_err();
+        assert!(matches!(e, EngineError::InvalidInput { .. }), "{e:?}");
+        assert!(!target.exists(), "{src:?}: a refused restore created {target:?}");
+    }
+}

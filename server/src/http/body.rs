@@ -68,16 +68,25 @@ pub fn utf8(bytes: &[u8]) -> ServerResult<&str> {
     })
 }
 
-/// Refuses an object naming a session field.
+/// Refuses an object naming a session field, at its top level or in its
+/// `scope` (where a record's or a case's scope fields go).
 pub fn no_session_fields(o: &serde_json::Map<String, Value>) -> ServerResult<()> {
-    match SESSION_FIELDS.iter().find(|f| o.contains_key(**f)) {
-        Some(f) => Err(ServerError::SessionField {
+    let refuse = |field: String| {
+        Err(ServerError::SessionField {
             item: None,
             line: None,
-            field: (*f).to_string(),
-        }),
-        None => Ok(()),
+            field,
+        })
+    };
+    if let Some(f) = SESSION_FIELDS.iter().find(|f| o.contains_key(**f)) {
+        return refuse((*f).to_string());
     }
+    if let Some(Value::Object(scope)) = o.get("scope") {
+        if let Some(f) = SESSION_FIELDS.iter().find(|f| scope.contains_key(**f)) {
+            return refuse(format!("scope.{f}"));
+        }
+    }
+    Ok(())
 }
 
 /// Parses `text` as one JSON object with the strict parser every JSON line
@@ -182,6 +191,12 @@ mod tests {
         assert!(e.to_string().contains("reasn"), "{e}");
         let e = parse_typed::<Req>(b"{\"tenant\": \"t\"}").unwrap_err();
         assert!(matches!(e, ServerError::SessionField { .. }), "{e:?}");
+        // in a scope too (a recall's, a record's)
+        let e = parse_typed::<Req>(b"{\"scope\": {\"principal\": \"p\"}}").unwrap_err();
+        assert!(
+            matches!(&e, ServerError::SessionField { field, .. } if field == "scope.principal"),
+            "{e:?}"
+        );
         let e = parse_typed::<Req>(b"[1]").unwrap_err();
         assert_eq!(e.status(), 400);
         let e = parse_typed::<Req>(b"{\"reason\":\n\"a\xffb\"}").unwrap_err();
