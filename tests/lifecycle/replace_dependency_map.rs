@@ -118,3 +118,95 @@ fn the_current_map_answers_and_the_old_one_is_history() {
     assert_eq!(hist[0].status, Status::Superseded);
     db.close().unwrap();
 }
+
+/// An entity corrected after relations and assertions were written about
+/// it stays one node of the graph: the graph walks from its current
+/// version through the relations written about the older one, to the
+/// current version of the entity at the other end, and still finds what
+/// was said about it.
+#[test]
+fn a_corrected_entity_keeps_its_relations_and_claims() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("acme-ops"));
+    let entity = |ext: &str, name: &str| NewRecord {
+        body: Body::Entity {
+            entity_type: "service".into(),
+            name: name.into(),
+            aliases: vec![],
+        },
+        kind: "entity".into(),
+        external_id: Some(ext.into()),
+        ..NewRecord::default()
+    };
+    s.append(vec![
+        NewRecord::event("note", "billing_api calls ledger_api for every invoice")
+            .with_external_id("ev/1"),
+        entity("svc/billing", "billing_api"),
+        entity("svc/ledger", "ledger_api"),
+        NewRecord {
+            body: Body::Relation {
+                subject: ext("svc/billing"),
+                predicate: "calls".into(),
+                object: ext("svc/ledger"),
+            },
+            kind: "relation".into(),
+            external_id: Some("rel/billing-ledger".into()),
+            ..NewRecord::default()
+        },
+        NewRecord {
+            body: Body::Assertion {
+                kind: engram::AssertionKind::Fact,
+                subject: Some(ext("svc/ledger")),
+                predicate: Some("owned_by".into()),
+                object: Some("payments team".into()),
+            },
+            kind: "fact".into(),
+            text: Some("ledger_api is owned by the payments team".into()),
+            sources: vec![ext("ev/1")],
+            external_id: Some("fact/ledger-owner".into()),
+            ..NewRecord::default()
+        },
+    ])
+    .unwrap();
+    clock.advance(MINUTE);
+    // both entities corrected (their names fixed)
+    s.append(vec![
+        entity("svc/billing", "billing_service").superseding(ext("svc/billing")),
+        entity("svc/ledger", "ledger_service").superseding(ext("svc/ledger")),
+    ])
+    .unwrap();
+    let billing_now = s.resolve(&ext("svc/billing")).unwrap();
+    let ledger_now = s.resolve(&ext("svc/ledger")).unwrap();
+    let rel = s.resolve(&ext("rel/billing-ledger")).unwrap();
+    let fact = s.resolve(&ext("fact/ledger-owner")).unwrap();
+    let g = s
+        .recall(&RecallRequest {
+            filters: Filters {
+                record_types: vec![
+                    RecordType::Entity,
+                    RecordType::Relation,
+                    RecordType::Assertion,
+                ],
+                ..Filters::default()
+            },
+            ..RecallRequest::text("billing_service")
+        })
+        .unwrap();
+    let by_graph: Vec<_> = g
+        .hits
+        .iter()
+        .filter(|h| h.found_by.iter().any(|(r, _)| *r == "graph"))
+        .map(|h| h.id)
+        .collect();
+    for (what, id) in [
+        ("the seed", billing_now),
+        ("the relation about the older version", rel),
+        ("the other end, as it stands now", ledger_now),
+        ("what was said about the other end's older version", fact),
+    ] {
+        assert!(by_graph.contains(&id), "{what} not reached: {:?}", g.hits);
+    }
+    db.close().unwrap();
+}

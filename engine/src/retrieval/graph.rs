@@ -11,6 +11,13 @@
 //! relations walked, and the assertions about reached entities. A recall's
 //! implicit expansion walks up to [`GRAPH_DEPTH`] hops.
 //!
+//! An entity is one node across its versions: relations and assertions
+//! written about an older version of an entity are walked from its current
+//! version, and a relation leads to the current version of the entity at
+//! its other end. Why: a correction of an entity (a fixed name, a new alias)
+//! is a newer statement about the same thing; the relations about it still
+//! hold, and without this a correction cut the entity off from its graph.
+//!
 //! Only eligible nodes and edges are traversed: an ineligible relation is
 //! not walked and an ineligible entity is not entered, so the graph never
 //! leaks across a tenant or access boundary. (The request's own filters,
@@ -75,6 +82,20 @@ pub struct Walk<'a> {
     pub max_nodes: usize,
 }
 
+/// The newest version of `idx`'s correction chain.
+pub(crate) fn current_version(st: &State, idx: Idx) -> Idx {
+    let mut cur = idx;
+    let mut guard = 0usize;
+    while let Some(n) = st.meta(cur).superseded_by {
+        cur = n;
+        guard += 1;
+        if guard > st.len() {
+            break;
+        }
+    }
+    cur
+}
+
 /// Expands from entity `seeds` over relations, breadth-first: entities
 /// reached, the relations walked and the assertions about reached entities,
 /// each scored by its distance (`1 / (1 + hops)`), best first, at most `n`.
@@ -106,18 +127,29 @@ pub fn expand(
         let d = depth[&e];
         note(e, d, &mut reached);
         cost.records_scanned += 1;
-        if let Some(about) = st.about.get(&e) {
-            for &a in about {
-                if w.traversable.contains(a) {
-                    note(a, d, &mut reached);
+        // the entity's versions: what was said about any of them
+        let m = st.meta(e);
+        let versions = if m.supersedes.is_none() && m.superseded_by.is_none() {
+            vec![e]
+        } else {
+            st.chain(e)
+        };
+        for v in &versions {
+            if let Some(about) = st.about.get(v) {
+                for &a in about {
+                    if w.traversable.contains(a) {
+                        note(a, d, &mut reached);
+                    }
                 }
             }
         }
         if d >= w.hops.1 {
             continue;
         }
-        if let Some(edges) = st.edges.get(&e) {
+        for edges in versions.iter().filter_map(|v| st.edges.get(v)) {
             for edge in edges {
+                // the entity at the other end, as it stands now
+                let other = current_version(st, edge.other);
                 let dir_ok = match w.direction {
                     Direction::Both => true,
                     Direction::Out => edge.outgoing,
@@ -131,7 +163,7 @@ pub fn expand(
                 if !dir_ok
                     || !pred_ok
                     || !w.traversable.contains(edge.relation)
-                    || !w.traversable.contains(edge.other)
+                    || !w.traversable.contains(other)
                 {
                     continue;
                 }
@@ -139,9 +171,9 @@ pub fn expand(
                 if depth.len() >= w.max_nodes {
                     continue;
                 }
-                if let std::collections::btree_map::Entry::Vacant(v) = depth.entry(edge.other) {
+                if let std::collections::btree_map::Entry::Vacant(v) = depth.entry(other) {
                     v.insert(d + 1);
-                    queue.push_back(edge.other);
+                    queue.push_back(other);
                 }
             }
         }

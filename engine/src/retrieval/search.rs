@@ -356,13 +356,15 @@ impl Session {
                 out.push(i);
             }
         };
-        // entities a record is or talks about
+        // entities a record is or talks about, as they stand now (a
+        // relation written about an older version leads to the current one)
         let linked = |i: Idx| -> Vec<Idx> {
             let m = st.meta(i);
+            let now = |e: Idx| crate::retrieval::graph::current_version(st, e);
             match m.rtype {
-                RecordType::Entity => vec![i],
+                RecordType::Entity => vec![now(i)],
                 RecordType::Relation | RecordType::Assertion => {
-                    [m.subject, m.object].into_iter().flatten().collect()
+                    [m.subject, m.object].into_iter().flatten().map(now).collect()
                 }
                 _ => Vec::new(),
             }
