@@ -54,9 +54,9 @@ use bytes::{R, W, corrupt};
 /// Magic of the checkpoint snapshot.
 pub const MAGIC: [u8; 8] = *b"ENGRSTAT";
 /// Format version of the body (2: the ledger holds legal holds; 3: and
-/// retention settings). A checkpoint of an earlier version, which lacks
-/// them, is not used and the log is replayed.
-pub const VERSION: u32 = 3;
+/// retention settings; 4: and grants). A checkpoint of an earlier version,
+/// which lacks them, is not used and the log is replayed.
+pub const VERSION: u32 = 4;
 
 const STATUSES: [Status; 8] = [
     Status::Active,
@@ -274,6 +274,16 @@ pub fn encode(st: &State, spaces: &[SpaceSlots], anchor_crc: u32) -> Vec<u8> {
                 w.u8(3);
                 w.str(class);
                 w.opt_i64(*period_ms);
+            }
+            LedgerWhat::Grant {
+                principal,
+                label,
+                role,
+            } => {
+                w.u8(4);
+                w.opt_str(principal.as_deref());
+                w.opt_str(label.as_deref());
+                w.opt_str(role.as_deref());
             }
         }
     }
@@ -531,6 +541,11 @@ pub fn decode(body: &[u8]) -> Result<Decoded> {
             3 => LedgerWhat::Retention {
                 class: r.str()?,
                 period_ms: r.opt_i64()?,
+            },
+            4 => LedgerWhat::Grant {
+                principal: r.opt_str()?,
+                label: r.opt_str()?,
+                role: r.opt_str()?,
             },
             _ => return Err(corrupt("ledger entry")),
         };

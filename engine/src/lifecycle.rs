@@ -288,13 +288,34 @@ impl Session {
         label: Option<&str>,
         role: Option<&str>,
     ) -> Result<OpResult> {
+        self.grant_as(principal, label, role, None)
+    }
+
+    /// [`Session::grant`], re-applying the operation `reuse` (restore; the
+    /// caller then brings the ledger file up to date once).
+    pub(crate) fn grant_as(
+        &self,
+        principal: Option<&str>,
+        label: Option<&str>,
+        role: Option<&str>,
+        reuse: Option<RecordId>,
+    ) -> Result<OpResult> {
         self.require(Operation::Grant)?;
         check_grant(principal, label, role)?;
-        let (op_id, lsn) = self.write_op(OpBody::Grant {
-            principal: principal.map(str::to_string),
-            label: label.map(str::to_string),
-            role: role.map(str::to_string),
-        })?;
+        let (op_id, lsn) = self.write_op_as(
+            OpBody::Grant {
+                principal: principal.map(str::to_string),
+                label: label.map(str::to_string),
+                role: role.map(str::to_string),
+            },
+            reuse,
+        )?;
+        // The ledger keeps grants beside revocations, so that a restore
+        // re-applies both in order (a revocation lifted after a backup
+        // must stay lifted).
+        if reuse.is_none() {
+            self.db.sync_ledger()?;
+        }
         Ok(OpResult {
             op_id,
             lsn,

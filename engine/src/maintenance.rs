@@ -934,6 +934,10 @@ pub struct RestoreReport {
     pub deletions_reapplied: usize,
     /// Revocations re-applied from the ledger.
     pub revocations_reapplied: usize,
+    /// Grants (and tenant-wide revocations lifted) re-applied from the
+    /// ledger, after the revocations before them.
+    #[serde(default)]
+    pub grants_reapplied: usize,
     /// Legal holds placed or lifted after the backup, applied again.
     #[serde(default)]
     pub holds_reapplied: usize,
@@ -954,22 +958,27 @@ pub struct RestoreReport {
     #[serde(default)]
     pub later_records_replaced: Option<u64>,
     /// Operations the store held past the backup's last LSN that the
-    /// ledger does not re-apply (expiries, reviews, retractions, grants,
-    /// review rules): given up by the restore. None when the store's log
+    /// ledger does not re-apply (expiries, reviews, retractions, review
+    /// rules): given up by the restore. None when the store's log
     /// could not be read.
     #[serde(default)]
     pub later_operations_replaced: Option<u64>,
 }
 
 /// Whether an operation frame's payload is one the ledger records (and a
-/// restore re-applies): a deletion, revocation, hold or retention setting.
+/// restore re-applies): a deletion, revocation, grant, hold or retention
+/// setting.
 /// An undecodable payload counts as not recorded.
 fn in_ledger(payload: &[u8]) -> bool {
     use codec::ArchivedOpBody as B;
     codec::view_op(payload).is_ok_and(|o| {
         matches!(
             o.op,
-            B::Delete { .. } | B::Revoke { .. } | B::Hold { .. } | B::Retention { .. }
+            B::Delete { .. }
+                | B::Revoke { .. }
+                | B::Grant { .. }
+                | B::Hold { .. }
+                | B::Retention { .. }
         )
     })
 }

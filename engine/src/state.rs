@@ -246,6 +246,17 @@ pub enum LedgerWhat {
         /// Reason.
         reason: Option<String>,
     },
+    /// A label or role granted (to a principal, or a tenant-wide
+    /// revocation lifted): a restore re-applies it after the revocations
+    /// before it, so a revocation lifted after a backup stays lifted.
+    Grant {
+        /// Principal (None: lifts a tenant-wide revocation).
+        principal: Option<String>,
+        /// Label.
+        label: Option<String>,
+        /// Role.
+        role: Option<String>,
+    },
     /// A label or role revoked.
     Revoke {
         /// Principal (None: everyone).

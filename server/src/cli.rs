@@ -547,9 +547,10 @@ fn open_store_with(ctx: &Ctx, create: bool) -> Result<Engram, CliError> {
     }
     if let Some(r) = &report.ledger_reapplied {
         eprintln!(
-            "recovery: the cut tail held operations the ledger proves acknowledged; applied again: {} deletion(s), {} revocation(s), {} legal hold change(s), {} retention setting(s)",
+            "recovery: the cut tail held operations the ledger proves acknowledged; applied again: {} deletion(s), {} revocation(s), {} grant(s), {} legal hold change(s), {} retention setting(s)",
             r.deletions_reapplied,
             r.revocations_reapplied,
+            r.grants_reapplied,
             r.holds_reapplied,
             r.retention_reapplied
         );

@@ -539,11 +539,12 @@ pub fn restore(ctx: &Ctx, a: RestoreArgs) -> CliResult {
         json(&r)?;
     } else {
         crate::outln!(
-            "restored {} record(s) from {}; re-applied {} deletion(s), {} revocation(s), {} legal hold change(s) and {} retention setting(s) recorded after the backup ({} deletion(s) concerned records not in the backup); {} record(s) purged",
+            "restored {} record(s) from {}; re-applied {} deletion(s), {} revocation(s), {} grant(s), {} legal hold change(s) and {} retention setting(s) recorded after the backup ({} deletion(s) concerned records not in the backup); {} record(s) purged",
             r.restored_records,
             a.dir.display(),
             r.deletions_reapplied,
             r.revocations_reapplied,
+            r.grants_reapplied,
             r.holds_reapplied,
             r.retention_reapplied,
             r.not_in_backup,
@@ -562,7 +563,7 @@ pub fn restore(ctx: &Ctx, a: RestoreArgs) -> CliResult {
         }
         if let Some(n) = r.later_operations_replaced.filter(|&n| n > 0) {
             crate::outln!(
-                "{n} operation(s) written after the backup (expiries, reviews, retractions, grants, review rules) are not in the restored store"
+                "{n} operation(s) written after the backup (expiries, reviews, retractions, review rules) are not in the restored store"
             );
         }
     }

@@ -94,7 +94,8 @@ fn restore_reapplies_later_deletions_and_revocations() {
     );
     assert_eq!(again.already_applied, 0, "{again:?}");
     let lines = std::fs::read_to_string(dir.path().join("ledger.jsonl")).unwrap();
-    assert_eq!(lines.lines().count(), 2, "one line per operation:\n{lines}");
+    // the grant before the backup, the deletion and the revocation after it
+    assert_eq!(lines.lines().count(), 3, "one line per operation:\n{lines}");
     assert!(grep(dir.path(), "restore-canary-x").is_empty());
     let db = open(dir.path(), &clock);
     assert!(matches!(
@@ -680,4 +681,47 @@ fn a_refused_restore_creates_no_store() {
         assert!(matches!(e, EngineError::InvalidInput { .. }), "{e:?}");
         assert!(!target.exists(), "{src:?}: a refused restore created {target:?}");
     }
+}
+
+/// A revocation lifted by a grant after the backup stays lifted after the
+/// restore: the ledger keeps grants beside revocations and the restore
+/// re-applies them in order (it used to re-apply the revocation alone).
+#[test]
+fn restore_reapplies_a_grant_that_lifted_a_later_revocation() {
+    let (dir, _backups, bdir, clock) = dirs();
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![
+        NewRecord::event("note", "grant-canary restricted note")
+            .with_external_id("r")
+            .with_access(&["hr"]),
+    ])
+    .unwrap();
+    s.grant(Some("pat"), Some("hr"), None).unwrap();
+    db.backup(&bdir).unwrap();
+    clock.advance(MINUTE);
+    // after the backup: pat loses the label, then gets it back; the label
+    // is revoked tenant-wide and granted back tenant-wide too
+    s.revoke(Some("pat"), Some("hr"), None).unwrap();
+    s.grant(Some("pat"), Some("hr"), None).unwrap();
+    s.revoke(None, Some("hr"), None).unwrap();
+    s.grant(None, Some("hr"), None).unwrap();
+    let sees = |db: &Engram| {
+        db.session(Principal::user("t", "pat"))
+            .get(&ext("r"))
+            .is_ok()
+    };
+    assert!(sees(&db));
+    db.close().unwrap();
+
+    let r = Engram::restore(dir.path(), &bdir, &opts(&clock), None).unwrap();
+    assert_eq!(
+        (r.revocations_reapplied, r.grants_reapplied),
+        (2, 2),
+        "{r:?}"
+    );
+    assert_eq!(r.later_operations_replaced, Some(0), "{r:?}");
+    let db = open(dir.path(), &clock);
+    assert!(sees(&db), "the grant after the revocation was lost");
+    db.close().unwrap();
 }

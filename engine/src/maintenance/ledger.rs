@@ -18,7 +18,7 @@ pub struct LedgerLine {
     pub tenant: String,
     /// Transaction time (ms).
     pub at_ms: i64,
-    /// `delete`, `revoke` or `hold`.
+    /// `delete`, `revoke`, `grant`, `hold` or `retention`.
     pub op: String,
     /// Deleted record.
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -86,6 +86,16 @@ impl From<&LedgerEntry> for LedgerLine {
                 role,
             } => {
                 l.op = "revoke".into();
+                l.principal = principal.clone();
+                l.label = label.clone();
+                l.role = role.clone();
+            }
+            LedgerWhat::Grant {
+                principal,
+                label,
+                role,
+            } => {
+                l.op = "grant".into();
                 l.principal = principal.clone();
                 l.label = label.clone();
                 l.role = role.clone();
@@ -165,7 +175,7 @@ pub(super) fn read_ledger_file(
                 return Err(EngineError::Corrupt {
                     what: format!("{} line {}", path.display(), i + 1),
                     detail: format!(
-                        "{e}. The log holds every deletion, revocation and hold of this \
+                        "{e}. The log holds every deletion, revocation, grant and hold of this \
                          store: move the file aside and open the store again to write it \
                          anew from the log (entries it held only for a restore of an \
                          older backup are then lost; keep the moved file to pass as \
@@ -215,7 +225,7 @@ pub(super) fn check_line(l: &LedgerLine) -> Result<RecordId> {
                 return Err(bad("versions", "not a list of ids"));
             }
         }
-        "revoke" => crate::lifecycle::check_grant(
+        "revoke" | "grant" => crate::lifecycle::check_grant(
             l.principal.as_deref(),
             l.label.as_deref(),
             l.role.as_deref(),
@@ -237,7 +247,7 @@ pub(super) fn check_line(l: &LedgerLine) -> Result<RecordId> {
         other => {
             return Err(bad(
                 "op",
-                &format!("'{other}' is not delete, revoke, hold or retention"),
+                &format!("'{other}' is not delete, revoke, grant, hold or retention"),
             ));
         }
     }
@@ -310,6 +320,15 @@ fn reapply_ledger(db: &Engram, lines: Vec<LedgerLine>, report: &mut RestoreRepor
                     Some(op_id),
                 )?;
                 report.revocations_reapplied += 1;
+            }
+            "grant" => {
+                s.grant_as(
+                    l.principal.as_deref(),
+                    l.label.as_deref(),
+                    l.role.as_deref(),
+                    Some(op_id),
+                )?;
+                report.grants_reapplied += 1;
             }
             "hold" => {
                 let (Some(scope), Some(on)) = (l.scope.as_deref(), l.on) else {

@@ -444,6 +444,17 @@ impl State {
                 label,
                 role,
             } => {
+                self.ledger.push(LedgerEntry {
+                    lsn,
+                    op_id,
+                    tenant: tenant_name.clone(),
+                    at,
+                    what: LedgerWhat::Grant {
+                        principal: principal.as_ref().map(|p| p.as_str().to_string()),
+                        label: label.as_ref().map(|l| l.as_str().to_string()),
+                        role: role.as_ref().map(|r| r.as_str().to_string()),
+                    },
+                });
                 let t = self.tenants.get_mut(&tenant).expect("tenant exists");
                 match principal.as_ref() {
                     Some(p) => {
