@@ -132,7 +132,8 @@ fn days_in_month(y: i64, m: i64) -> i64 {
 }
 
 /// The reason of a bound finer than a millisecond.
-const SUB_MS: &str = "finer than a millisecond (times are kept to the millisecond: round the bound)";
+const SUB_MS: &str =
+    "finer than a millisecond (times are kept to the millisecond: round the bound)";
 
 /// [`parse_rfc3339`] for a time a query compares with (a filter's bound,
 /// `AS OF`, `valid_at`): a fraction finer than a millisecond that is not

@@ -405,6 +405,10 @@ pub fn score_case(case: &EvalCase, k: usize, hits: &[Hit]) -> CaseResult {
 pub struct Summary {
     /// Cases.
     pub cases: usize,
+    /// Cases with at least one relevant id: the relevance means (recall,
+    /// precision, MRR, all-evidence) are over these. A case with none (a
+    /// forbidden-hits check) counts toward the forbidden-hit rate only.
+    pub scored: usize,
     /// Mean recall@k.
     pub recall_at_k: f64,
     /// Mean precision@k.
@@ -427,17 +431,21 @@ pub fn summarize(results: &[CaseResult]) -> (Summary, BTreeMap<String, Summary>)
         let mut s = Summary::default();
         for r in rs {
             s.cases += 1;
+            s.forbidden_hits += r.forbidden_hits.len();
+            s.hits += r.hits;
+            if r.relevant == 0 {
+                continue;
+            }
+            s.scored += 1;
             s.recall_at_k += r.recall;
             s.precision_at_k += r.precision;
             s.mrr += r.reciprocal_rank;
-            if r.relevant > 0 && r.relevant_found == r.relevant {
+            if r.relevant_found == r.relevant {
                 s.all_evidence_at_k += 1.0;
             }
-            s.forbidden_hits += r.forbidden_hits.len();
-            s.hits += r.hits;
         }
-        if s.cases > 0 {
-            let n = s.cases as f64;
+        if s.scored > 0 {
+            let n = s.scored as f64;
             s.recall_at_k /= n;
             s.precision_at_k /= n;
             s.mrr /= n;
@@ -654,10 +662,24 @@ mod tests {
         assert!((r.precision - 1.0 / 3.0).abs() < 1e-12);
         assert!((r.reciprocal_rank - 0.5).abs() < 1e-12);
         assert_eq!(r.forbidden_hits, vec!["x"]);
-        let (s, per) = summarize(&[r]);
+        let (s, per) = summarize(std::slice::from_ref(&r));
         assert_eq!(s.forbidden_hits, 1);
         assert!((s.forbidden_hit_rate - 0.25).abs() < 1e-12);
         assert_eq!(per["s1"].cases, 1);
+        // a case naming no relevant id checks forbidden hits only: it does
+        // not raise the relevance means (its recall would read 1.0)
+        let only_forbidden = parse_case(
+            r#"{"case_id": "f", "query": "q", "tenant": "t", "forbidden": ["x"]}"#,
+            2,
+        )
+        .unwrap();
+        let f = score_case(&only_forbidden, 3, &[hit("x", 1), hit("y", 2)]);
+        let (s, _) = summarize(&[r, f]);
+        assert_eq!((s.cases, s.scored), (2, 1));
+        assert!((s.recall_at_k - 0.5).abs() < 1e-12, "{s:?}");
+        assert!((s.mrr - 0.5).abs() < 1e-12, "{s:?}");
+        assert_eq!(s.forbidden_hits, 2);
+        assert!((s.forbidden_hit_rate - 2.0 / 6.0).abs() < 1e-12, "{s:?}");
     }
 }
 

@@ -56,7 +56,9 @@ pub struct IngestBenchArgs {
     /// Concurrent writer counts for the batch configurations.
     #[arg(long, value_delimiter = ',', default_value = "1,4")]
     pub batch_writers: Vec<usize>,
-    /// Directory for the benchmark stores (default: a temporary directory).
+    /// Directory for the benchmark stores (default: a temporary directory,
+    /// removed afterwards, or by the next bench when this one is
+    /// interrupted).
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// Open the stores without the background indexer: the graphs are
@@ -188,7 +190,7 @@ impl KeptStore {
         let (tmp, root) = match dir {
             Some(d) => (None, d.to_path_buf()),
             None => {
-                let t = tempfile::tempdir()?;
+                let t = bench_tempdir()?;
                 let root = t.path().to_path_buf();
                 (Some(t), root)
             }
@@ -270,6 +272,36 @@ fn event(i: usize) -> NewRecord {
 }
 
 /// The `p` quantile (0..=1) of sorted values, nearest rank (0 when empty).
+/// A temporary directory for a bench's stores, removed on drop. Named
+/// `engram-bench-<pid>-…`, so that a bench interrupted by a signal (which
+/// skips the drop) leaves a directory the next bench removes: before
+/// creating its own, every bench removes those of processes that no longer
+/// run (Linux: `/proc/<pid>` is gone).
+pub(crate) fn bench_tempdir() -> std::io::Result<tempfile::TempDir> {
+    let tmp = std::env::temp_dir();
+    if Path::new("/proc/self").exists() {
+        if let Ok(entries) = std::fs::read_dir(&tmp) {
+            for e in entries.flatten() {
+                let name = e.file_name();
+                let Some(pid) = name
+                    .to_str()
+                    .and_then(|n| n.strip_prefix("engram-bench-"))
+                    .and_then(|rest| rest.split('-').next())
+                    .and_then(|p| p.parse::<u32>().ok())
+                else {
+                    continue;
+                };
+                if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+    }
+    tempfile::Builder::new()
+        .prefix(&format!("engram-bench-{}-", std::process::id()))
+        .tempdir_in(tmp)
+}
+
 pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -451,7 +483,7 @@ fn ingest(ctx: &Ctx, a: IngestBenchArgs) -> CliResult {
     let root = match &a.dir {
         Some(d) => d.clone(),
         None => {
-            tmp = tempfile::tempdir()?;
+            tmp = bench_tempdir()?;
             tmp.path().to_path_buf()
         }
     };
@@ -516,4 +548,29 @@ fn ingest(ctx: &Ctx, a: IngestBenchArgs) -> CliResult {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The directory of an interrupted bench (its process gone) is removed
+    /// by the next bench; a directory of a running process is not.
+    #[test]
+    fn a_bench_removes_the_directories_of_interrupted_benches() {
+        if !Path::new("/proc/self").exists() {
+            return; // the sweep needs /proc (Linux)
+        }
+        let tmp = std::env::temp_dir();
+        // no process has this id (above the kernel's pid limit)
+        let stale = tmp.join("engram-bench-4000000000-test");
+        std::fs::create_dir_all(stale.join("store")).unwrap();
+        let mine = tmp.join(format!("engram-bench-{}-test-own", std::process::id()));
+        std::fs::create_dir_all(&mine).unwrap();
+        let d = bench_tempdir().unwrap();
+        assert!(d.path().exists());
+        assert!(!stale.exists(), "the interrupted bench's directory is left");
+        assert!(mine.exists(), "a running bench's directory was removed");
+        std::fs::remove_dir_all(&mine).unwrap();
+    }
 }

@@ -472,17 +472,24 @@ fn measure(
 /// Runs the benchmark.
 pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
     let d = &a.dataset;
-    if a.rounds == 0
-        || a.threads == 0
-        || a.queries == Some(0)
-        || a.ef.is_empty()
-        || a.ef.contains(&0)
-        || a.m < 2
-        || a.ef_construction == 0
-    {
-        return Err(CliError::Message(
-            "--rounds, --threads, --queries, --ef values, --m (>= 2) and --ef-construction must be positive".into(),
-        ));
+    // each flag named on its own
+    for (bad, what) in [
+        (a.rounds == 0, "--rounds must be at least 1"),
+        (a.threads == 0, "--threads must be at least 1"),
+        (a.queries == Some(0), "--queries must be at least 1"),
+        (
+            a.ef.is_empty() || a.ef.contains(&0),
+            "--ef values must be at least 1",
+        ),
+        (a.m < 2, "--m must be at least 2"),
+        (
+            a.ef_construction == 0,
+            "--ef-construction must be at least 1",
+        ),
+    ] {
+        if bad {
+            return Err(CliError::Message(what.into()));
+        }
     }
     if a.threads > THREADS_MAX {
         return Err(CliError::Message(format!(
@@ -578,9 +585,7 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
             (p.clone(), Some(kept.unwrap_or(want)))
         }
         None => {
-            temp = tempfile::Builder::new()
-                .prefix("engram-bench-ann-")
-                .tempdir()?;
+            temp = crate::bench::bench_tempdir()?;
             (temp.path().to_path_buf(), None)
         }
     };

@@ -47,8 +47,9 @@ pub struct OpenBenchArgs {
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
     /// Directory of the benchmark store (default: a temporary directory,
-    /// removed afterwards). A store built earlier with the same parameters
-    /// is reused.
+    /// removed afterwards, or by the next bench when this one is
+    /// interrupted). A store built earlier with the same parameters is
+    /// reused.
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// Machine-readable output.

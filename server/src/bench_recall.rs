@@ -54,8 +54,9 @@ pub struct RecallBenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub threads: Vec<usize>,
     /// Directory of the benchmark store (default: a temporary directory,
-    /// removed afterwards). A store built earlier with the same parameters
-    /// is reused.
+    /// removed afterwards, or by the next bench when this one is
+    /// interrupted). A store built earlier with the same parameters is
+    /// reused.
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// What graph walks read: `auto` (the store's choice per space),

@@ -568,7 +568,11 @@ pub fn eval(ctx: &Ctx, a: EvalArgs) -> CliResult {
 /// Checks every case's request as a recall would (limits, `k`, a
 /// vector-mode text without an embedder) before any case runs: a bad case
 /// stops the run with nothing measured, with or without `--config`.
-fn check_cases(db: &Engram, a: &EvalArgs, cases: &[engram_query::eval::EvalCase]) -> Result<(), CliError> {
+fn check_cases(
+    db: &Engram,
+    a: &EvalArgs,
+    cases: &[engram_query::eval::EvalCase],
+) -> Result<(), CliError> {
     for c in cases {
         let mut req = c.request.clone();
         req.k = if c.k_from_case { c.request.k } else { a.k };

@@ -679,7 +679,10 @@ fn a_refused_restore_creates_no_store() {
     ] {
         let e = Engram::restore(&target, &src, &opts(&clock), ledger.as_deref()).unwrap_err();
         assert!(matches!(e, EngineError::InvalidInput { .. }), "{e:?}");
-        assert!(!target.exists(), "{src:?}: a refused restore created {target:?}");
+        assert!(
+            !target.exists(),
+            "{src:?}: a refused restore created {target:?}"
+        );
     }
 }
 

@@ -365,7 +365,8 @@ fn eval_checks_every_case_first_and_out_is_a_fresh_directory() {
     let store = small_store(tmp.path());
     let cases = tmp.path().join("cases.jsonl");
     let c = cases.to_str().unwrap();
-    let good = "{\"case_id\":\"ok\",\"tenant\":\"t\",\"query\":\"checkout\",\"relevant\":[\"a\"]}\n";
+    let good =
+        "{\"case_id\":\"ok\",\"tenant\":\"t\",\"query\":\"checkout\",\"relevant\":[\"a\"]}\n";
     for bad in [
         "{\"case_id\":\"vec\",\"tenant\":\"t\",\"query\":\"checkout\",\"relevant\":[\"a\"],\"mode\":\"vector\"}\n",
         "{\"case_id\":\"big\",\"tenant\":\"t\",\"query\":\"checkout\",\"relevant\":[\"a\"],\"k\":5000}\n",
@@ -399,7 +400,14 @@ fn eval_checks_every_case_first_and_out_is_a_fresh_directory() {
     let fresh = tmp.path().join("fresh");
     let msg = fails(
         &store,
-        &["eval", c, "--out", fresh.to_str().unwrap(), "--config", "base"],
+        &[
+            "eval",
+            c,
+            "--out",
+            fresh.to_str().unwrap(),
+            "--config",
+            "base",
+        ],
     );
     assert!(msg.contains("--config"), "{msg}");
     ok(&store, &["eval", c, "--out", fresh.to_str().unwrap()]);

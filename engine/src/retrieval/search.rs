@@ -363,9 +363,11 @@ impl Session {
             let now = |e: Idx| crate::retrieval::graph::current_version(st, e);
             match m.rtype {
                 RecordType::Entity => vec![now(i)],
-                RecordType::Relation | RecordType::Assertion => {
-                    [m.subject, m.object].into_iter().flatten().map(now).collect()
-                }
+                RecordType::Relation | RecordType::Assertion => [m.subject, m.object]
+                    .into_iter()
+                    .flatten()
+                    .map(now)
+                    .collect(),
                 _ => Vec::new(),
             }
         };

@@ -127,7 +127,12 @@ fn line_prefix(line: &Option<usize>) -> String {
 
 fn stored_before_text(n_stored: &usize, n_batches: &usize) -> String {
     if *n_stored > 0 {
-        format!(" ({n_stored} earlier record(s) in {n_batches} batch(es) were stored)")
+        // batches gather one tenant's lines, so a batch sent before this
+        // one may hold later lines of another tenant
+        format!(
+            " ({n_stored} record(s) in {n_batches} batch(es) sent before this one were stored; \
+             a batch holds one tenant's lines, so they may include later lines of other tenants)"
+        )
     } else {
         " (nothing was stored)".to_string()
     }

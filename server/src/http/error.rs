@@ -126,7 +126,10 @@ pub enum ServerError {
         details: Value,
     },
     /// A bounded queue is full. Retry after `retry_after_s`. 429.
-    #[error("too many {} in flight; retry after {retry_after_s} s", busy_noun(what))]
+    #[error(
+        "too many {} in flight; retry after {retry_after_s} s",
+        busy_noun(what)
+    )]
     Busy {
         /// `appends`, `queries` or `backups` (backups and compactions
         /// share one slot).

@@ -7,11 +7,11 @@
 //! principal, key or record content.
 
 use axum::Json;
-use engram_engine::authz::Operation;
 use axum::extract::State;
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use engram_engine::authz::Operation;
 use serde::Serialize;
 use utoipa::{OpenApi, ToSchema};
 
@@ -69,9 +69,7 @@ pub async fn metrics(State(app): State<Shared>, parts: Parts) -> Response {
     // Metrics are counts of the whole store: with `metrics_auth =
     // "admin"`, the matrix's store-stats cell decides (the store key only).
     if app.cfg.metrics_auth == MetricsAuth::Admin {
-        if let Err(e) =
-            authenticate(&app, &parts).and_then(|c| c.operator(Operation::StoreStats))
-        {
+        if let Err(e) = authenticate(&app, &parts).and_then(|c| c.operator(Operation::StoreStats)) {
             return e.into_response();
         }
     }

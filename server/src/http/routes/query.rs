@@ -218,7 +218,8 @@ pub struct EvalParams {
 /// Evaluation results.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct EvalResponse {
-    /// Means over all cases: recall@k, precision@k, MRR, forbidden-hit rate.
+    /// Means over the cases naming relevant ids (`scored`): recall@k,
+    /// precision@k, MRR; the forbidden-hit rate over all cases.
     #[schema(value_type = Object)]
     pub overall: Summary,
     /// The same per slice.
