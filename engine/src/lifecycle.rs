@@ -256,6 +256,20 @@ impl Session {
                     reason: format!("it is {}, not a review candidate", m.status.name()),
                 });
             }
+            if approve {
+                if let Some(s) = st.outdated_source(idx) {
+                    let sm = st.meta(s);
+                    return Err(EngineError::InvalidState {
+                        action: action.into(),
+                        target: m.id,
+                        reason: format!(
+                            "its source {} is {} since it was written: regenerate it from the current version, and reject this one",
+                            sm.id,
+                            sm.status.name()
+                        ),
+                    });
+                }
+            }
             m.id
         };
         let (op_id, lsn) = self.write_op(OpBody::Review {

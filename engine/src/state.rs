@@ -721,10 +721,28 @@ impl State {
     }
 
     /// Marks every current record derived from `idx` stale.
+    /// A source of `idx` that is no longer current (superseded, stale,
+    /// retracted, rejected or deleted), if any: what a derivative approved
+    /// now would be built on outdated input.
+    pub fn outdated_source(&self, idx: Idx) -> Option<Idx> {
+        self.sources.get(&idx)?.iter().copied().find(|&s| {
+            !matches!(
+                self.metas[s as usize].status,
+                Status::Active | Status::Approved | Status::Candidate
+            )
+        })
+    }
+
+    /// A review candidate is left a candidate: stale is a status of
+    /// knowledge in use, and a candidate is not in use until approved (a
+    /// stale record can be listed, so a candidate turned stale would have
+    /// shown its never-approved text and left the review queue). Approving
+    /// one whose source is no longer current is refused instead
+    /// (`Session::approve`).
     fn mark_dependents_stale(&mut self, idx: Idx, at: i64) {
         for d in self.derivatives(idx) {
             let st = self.metas[d as usize].status;
-            if matches!(st, Status::Active | Status::Approved | Status::Candidate) {
+            if matches!(st, Status::Active | Status::Approved) {
                 self.set_status(d, Status::Stale, at);
             }
         }

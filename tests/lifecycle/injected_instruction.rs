@@ -128,3 +128,73 @@ fn text_inside_a_record_never_becomes_policy() {
     assert!(op.lsn > lsn);
     db.close().unwrap();
 }
+
+/// A candidate whose source is corrected stays a candidate: it stays in
+/// the review queue and out of every listing (a stale record can be
+/// listed, so turning it stale showed its never-approved text); approving
+/// it is refused, since it was built on the outdated version, and a
+/// rejection still goes through.
+#[test]
+fn a_candidate_on_a_corrected_source_stays_under_review_and_cannot_be_approved() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let admin = db.session(Principal::admin("acme-ops"));
+    admin
+        .append(vec![
+            NewRecord::event("ticket", "restart the cache before the deploy")
+                .with_external_id("t-1"),
+        ])
+        .unwrap();
+    let model = db.session(Principal::model("acme-ops", "extractor"));
+    model
+        .append(vec![
+            NewRecord::assertion(
+                AssertionKind::Policy,
+                "candidate-canary: always restart the cache first.",
+                vec![ext("t-1")],
+            )
+            .with_external_id("pol-c"),
+        ])
+        .unwrap();
+    clock.advance(MINUTE);
+    admin
+        .append(vec![
+            NewRecord::event("ticket", "do not restart the cache before the deploy")
+                .with_external_id("t-1")
+                .superseding(ext("t-1")),
+        ])
+        .unwrap();
+    assert_eq!(admin.get(&ext("pol-c")).unwrap().status, Status::Candidate);
+    assert!(
+        admin
+            .review_queue()
+            .unwrap()
+            .iter()
+            .any(|r| r.external_id.as_deref() == Some("pol-c"))
+    );
+    use engram::query::lang::QueryExt;
+    for status in ["stale", "superseded"] {
+        let out = admin
+            .query(
+                &format!("FIND ANY WHERE status = {status} RETURN id, text"),
+                &Default::default(),
+            )
+            .unwrap();
+        let text = format!("{:?}", out.rows);
+        assert!(!text.contains("candidate-canary"), "{status}: {text}");
+    }
+    admin.grant(Some("rita"), None, Some("reviewer")).unwrap();
+    let rita = db.session(Principal::user("acme-ops", "rita"));
+    let lsn = db.applied_lsn();
+    let e = rita.approve(&ext("pol-c"), None).unwrap_err();
+    assert!(
+        matches!(e, EngineError::InvalidState { .. }) && e.to_string().contains("superseded"),
+        "{e}"
+    );
+    assert_eq!(db.applied_lsn(), lsn, "nothing written");
+    rita.reject(&ext("pol-c"), Some("built on an outdated ticket"))
+        .unwrap();
+    assert_eq!(admin.get(&ext("pol-c")).unwrap().status, Status::Rejected);
+    db.close().unwrap();
+}

@@ -15,7 +15,8 @@
 //!   of those records' chains and what derives from them (`get` says not
 //!   found), and nothing else;
 //! - a correction makes the corrected version `superseded` and every record
-//!   derived from it that was current `stale`.
+//!   derived from it that was current `stale` (a review candidate stays a
+//!   candidate).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -269,10 +270,7 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                 m.nodes.get_mut(&old).unwrap().status = Status::Superseded;
                 for d in m.derivatives(old) {
                     let node = m.nodes.get_mut(&d).unwrap();
-                    if matches!(
-                        node.status,
-                        Status::Active | Status::Approved | Status::Candidate
-                    ) {
+                    if matches!(node.status, Status::Active | Status::Approved) {
                         node.status = Status::Stale;
                     }
                 }

@@ -393,10 +393,13 @@ impl State {
             } => {
                 if let Some(i) = target_idx(self, target) {
                     if self.metas[i as usize].status == Status::Candidate {
-                        let to = if *approve {
-                            Status::Approved
-                        } else {
-                            Status::Rejected
+                        // approved on a source no longer current (corrected
+                        // between the reviewer's check and this operation):
+                        // built on outdated input, so stale
+                        let to = match (*approve, self.outdated_source(i)) {
+                            (true, None) => Status::Approved,
+                            (true, Some(_)) => Status::Stale,
+                            (false, _) => Status::Rejected,
                         };
                         self.set_status(i, to, at);
                     }

@@ -97,10 +97,7 @@ impl Model {
     }
     fn mark_dependents_stale(&mut self, i: usize) {
         for d in self.derivatives(i) {
-            if matches!(
-                self.recs[d].status,
-                Status::Active | Status::Approved | Status::Candidate
-            ) {
+            if matches!(self.recs[d].status, Status::Active | Status::Approved) {
                 self.set_status(d, Status::Stale);
             }
         }
