@@ -326,6 +326,17 @@ pub fn parse_duration_ms(s: &str) -> Option<i64> {
     n.checked_mul(mult)
 }
 
+/// Whether `s` is digits and a known unit whose milliseconds do not fit
+/// 64 bits.
+fn too_long(s: &str) -> bool {
+    let s = s.trim();
+    let at = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(at);
+    !num.is_empty()
+        && ["ms", "s", "m", "h", "d", "w", "y"].contains(&unit)
+        && parse_duration_ms(s).is_none()
+}
+
 /// Parses a retention period: a duration with its unit
 /// ([`parse_duration_ms`]), or `forever` (None). The error says what is
 /// accepted.
@@ -335,6 +346,10 @@ pub fn parse_retention_period(s: &str) -> Result<Option<i64>, String> {
     }
     match parse_duration_ms(s) {
         Some(ms) => Ok(Some(ms)),
+        // well formed, but past what milliseconds in 64 bits hold
+        None if too_long(s) => Err(format!(
+            "'{s}': too long a period (at most about 292 million years); use forever to keep records for good"
+        )),
         None => Err(format!(
             "'{s}': expected a number with a unit (ms, s, m, h, d, w, y), like 90s, 15m, 6h, 30d, 7y, or forever"
         )),
@@ -354,6 +369,20 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&t).unwrap(),
             "\"2025-03-08T10:14:21.250Z\""
+        );
+    }
+
+    #[test]
+    fn a_period_too_long_says_so() {
+        let e = parse_retention_period("9999999999y").unwrap_err();
+        assert!(e.contains("too long a period"), "{e}");
+        let e = parse_retention_period("99999999999999999999d").unwrap_err();
+        assert!(e.contains("too long a period"), "{e}");
+        let e = parse_retention_period("30 days").unwrap_err();
+        assert!(e.contains("expected a number with a unit"), "{e}");
+        assert_eq!(
+            parse_retention_period("7y").unwrap(),
+            Some(7 * 365 * 86_400_000)
         );
     }
 
