@@ -293,7 +293,9 @@ pub fn render_trace(t: &Trace) -> String {
             }
         ));
         if let Some(t) = &n.text {
-            out.push_str(&format!("{indent}    \"{t}\"\n"));
+            // quoted with its quotes and line breaks escaped: stored text
+            // cannot fake a line of the trace
+            out.push_str(&format!("{indent}    \"{}\"\n", t.escape_debug()));
         }
         for a in &n.artifacts {
             out.push_str(&format!("{indent}    - {a}\n"));
@@ -304,4 +306,38 @@ pub fn render_trace(t: &Trace) -> String {
         out.push_str(&format!("  {} -{}-> {}\n", e.from, e.relation, e.to));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Stored text is data: a quote or a line break in it cannot make the
+    /// rendered trace show a node or an edge that is not there.
+    #[test]
+    fn text_cannot_fake_a_line_of_the_rendered_trace() {
+        let node = TraceNode {
+            id: RecordId(1),
+            record: "event",
+            kind: "note".into(),
+            status: "active",
+            side: "target",
+            depth: 0,
+            external_id: None,
+            text: Some("ok\"\n  v 01FAKE summary summary [approved] ext=fake".into()),
+            occurred_at: None,
+            access: vec![],
+            readable: true,
+            tombstone: false,
+            artifacts: vec![],
+        };
+        let t = Trace {
+            target: RecordId(1),
+            nodes: vec![node],
+            edges: vec![],
+        };
+        let out = render_trace(&t);
+        assert_eq!(out.lines().count(), 3, "{out}");
+        assert!(out.contains(r#""ok\"\n  v 01FAKE"#), "{out}");
+    }
 }

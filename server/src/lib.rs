@@ -25,5 +25,13 @@ pub mod recall_cmd;
 
 /// Runs the command line with the process arguments; returns the exit code.
 pub fn main_entry() -> std::process::ExitCode {
-    cli::run(std::env::args_os())
+    // A closed stdout (`engram demo | head`) unwinds from the write that
+    // found it (`output::emit`) to here, so that what the command holds is
+    // dropped on the way (its store closed, a temporary directory removed)
+    // before the quiet exit.
+    match std::panic::catch_unwind(|| cli::run(std::env::args_os())) {
+        Ok(code) => code,
+        Err(payload) if payload.is::<output::StdoutClosed>() => std::process::ExitCode::SUCCESS,
+        Err(payload) => std::panic::resume_unwind(payload),
+    }
 }

@@ -1,9 +1,15 @@
 //! Human-readable rendering of records and reports for the terminal.
 //! (`--json` output is the serde form of the engine's types.)
 
+/// What a write to a closed stdout unwinds with (caught in
+/// `main_entry`, which then exits quietly with status 0).
+pub struct StdoutClosed;
+
 /// Writes one line to stdout, control characters escaped (see
-/// [`terminal_safe`]). If stdout is closed (`engram log | head`), exits
-/// quietly instead of panicking.
+/// [`terminal_safe`]). If stdout is closed (`engram log | head`), unwinds
+/// to `main_entry` (dropping what the command holds: its store is closed,
+/// a temporary directory removed), which exits quietly; no panic message
+/// is printed.
 pub fn emit(line: std::fmt::Arguments<'_>) {
     use std::io::Write;
     let formatted;
@@ -20,7 +26,8 @@ pub fn emit(line: std::fmt::Arguments<'_>) {
         .and_then(|_| out.write_all(b"\n"))
     {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(0);
+            drop(out);
+            std::panic::resume_unwind(Box::new(StdoutClosed));
         }
         eprintln!("error: cannot write output: {e}");
         std::process::exit(1);
@@ -44,6 +51,24 @@ macro_rules! outln {
 
 use engram_engine::Record;
 use engram_engine::time::format_rfc3339;
+
+/// `text` on one line: line breaks shown escaped (`\n`), so stored text
+/// cannot fake a line of the output.
+pub fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
+    let breaks = |c: char| matches!(c, '\n' | '\r' | '\u{85}' | '\u{2028}' | '\u{2029}');
+    if !text.contains(breaks) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if breaks(c) {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
 
 /// One-line header of a record.
 pub fn record_header(r: &Record) -> String {
@@ -84,7 +109,7 @@ pub fn record_block(r: &Record) -> String {
         line("scope", scope.join(" "));
     }
     if let Some(t) = &r.text {
-        line("text", t.clone());
+        line("text", one_line(t).into_owned());
     }
     if let Some(d) = &r.data {
         line("data", d.to_string());

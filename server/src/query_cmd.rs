@@ -251,7 +251,7 @@ const HELP: &str = "\
 Statements end with `;` and may span lines. Commands:
   \\help            this help
   \\explain on|off  prefix every statement with EXPLAIN (print the manifest)
-  \\timing          show how long each statement took
+  \\timing [on|off] show how long each statement took (no argument: toggle)
   \\tenant          show the tenant and principal of this session
   \\d               describe what this principal can see: kinds, record types, models
   \\param NAME VALUE  bind $NAME for the following statements (JSON or text)
@@ -518,10 +518,18 @@ fn command(sh: &mut Shell, s: &Session, cmd: &str, who: &str) -> bool {
                 sh.failed = true;
             }
         },
-        "\\timing" => {
-            sh.timing = !sh.timing;
-            crate::outln!("timing is {}", if sh.timing { "on" } else { "off" });
-        }
+        "\\timing" => match parts.next() {
+            Some("on") => sh.timing = true,
+            Some("off") => sh.timing = false,
+            None => {
+                sh.timing = !sh.timing;
+                crate::outln!("timing is {}", if sh.timing { "on" } else { "off" });
+            }
+            Some(other) => {
+                crate::errln!("\\timing {other}: expected on or off (or nothing, to toggle)");
+                sh.failed = true;
+            }
+        },
         "\\tenant" if parts.next().is_none() => crate::outln!("{who}"),
         "\\tenant" => {
             // the session's tenant is chosen when the shell starts

@@ -132,15 +132,8 @@ const PREVIEW_CHARS: usize = 100;
 /// (`\n`), so a stored text cannot begin output lines of its own (a fake
 /// heading or hit) under the hit it belongs to.
 fn preview(text: &str) -> String {
-    let mut out = String::new();
-    for c in text.chars().take(PREVIEW_CHARS) {
-        if matches!(c, '\n' | '\r' | '\u{85}' | '\u{2028}' | '\u{2029}') {
-            out.extend(c.escape_debug());
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    let cut: String = text.chars().take(PREVIEW_CHARS).collect();
+    crate::output::one_line(&cut).into_owned()
 }
 
 fn print_human(r: &RecallResponse, explain: bool) {

@@ -84,6 +84,18 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// on read-only media) gives a guard that holds nothing: no writer can
     /// exist there either.
     fn try_lock_shared(&self, path: &Path) -> io::Result<Option<LockGuard>>;
+    /// Takes a store's lock: its lock file `path`, exclusive or `shared`,
+    /// as [`Backend::try_lock`] / [`Backend::try_lock_shared`] do, and,
+    /// where the backend can, the directory holding it the same way, so
+    /// that removing the lock file (a cleanup script) does not let a second
+    /// writer in while the first still runs.
+    fn try_lock_store(&self, path: &Path, shared: bool) -> io::Result<Option<LockGuard>> {
+        if shared {
+            self.try_lock_shared(path)
+        } else {
+            self.try_lock(path)
+        }
+    }
     /// `path` with every symbolic link among its existing parts resolved
     /// (the parts that do not exist yet appended as written): where a
     /// file at `path` would really be. Without links, `path` itself.

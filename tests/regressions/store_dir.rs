@@ -200,3 +200,32 @@ fn a_backup_carries_no_content_deleted_before_it() {
     );
     assert!(!target.exists(), "the link's target was created");
 }
+
+/// Removing the lock file of an open store (a cleanup script) does not let
+/// a second writer in: the store's directory is locked too.
+#[test]
+fn removing_the_lock_file_does_not_unlock_an_open_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let db = engram::Engram::open(&dir, engram::Options::default()).unwrap();
+    std::fs::remove_file(dir.join("LOCK")).unwrap();
+    for read_only in [false, true] {
+        let e = engram::Engram::open(
+            &dir,
+            engram::Options {
+                read_only,
+                create_if_missing: false,
+                ..engram::Options::default()
+            },
+        )
+        .err()
+        .unwrap_or_else(|| panic!("a second open (read_only {read_only}) was let in"));
+        assert!(e.to_string().contains("in use"), "{e}");
+    }
+    db.close().unwrap();
+    // once closed, the store opens again (a new lock file is made)
+    engram::Engram::open(&dir, engram::Options::default())
+        .unwrap()
+        .close()
+        .unwrap();
+}

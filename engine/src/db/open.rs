@@ -28,15 +28,12 @@ impl Engram {
             real.clone()
         };
         let lock_path = layout::lock(&dir);
-        let lock = if opts.read_only {
-            real.try_lock_shared(&lock_path)
-        } else {
-            real.try_lock(&lock_path)
-        }
-        .map_err(io(&lock_path))?
-        .ok_or(EngineError::Storage(StorageError::Locked {
-            path: lock_path,
-        }))?;
+        let lock = real
+            .try_lock_store(&lock_path, opts.read_only)
+            .map_err(io(&lock_path))?
+            .ok_or(EngineError::Storage(StorageError::Locked {
+                path: lock_path,
+            }))?;
         recover_log_swap(backend.as_ref(), &dir)?;
         let mut report = OpenReport::default();
         // Derived state read (without changing it) before the log: what

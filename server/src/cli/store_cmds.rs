@@ -76,7 +76,7 @@ pub(super) fn cmd_log(ctx: &Ctx, a: LogArgs) -> CliResult {
         } else {
             crate::outln!("{}  {}", r.tenant, record_header(r));
             if let Some(t) = &r.text {
-                crate::outln!("    {t}");
+                crate::outln!("    {}", crate::output::one_line(t));
             }
         }
     }

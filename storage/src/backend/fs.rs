@@ -127,6 +127,36 @@ impl Backend for FsBackend {
         }
     }
 
+    fn try_lock_store(&self, path: &Path, shared: bool) -> io::Result<Option<LockGuard>> {
+        let file_lock = if shared {
+            self.try_lock_shared(path)?
+        } else {
+            self.try_lock(path)?
+        };
+        let Some(file_lock) = file_lock else {
+            return Ok(None);
+        };
+        // The directory too: a lock on the file alone ends when the file is
+        // removed and another opener creates a new one. A directory that
+        // cannot be opened for this (permissions) keeps the file lock only.
+        let Some(dir) = path.parent() else {
+            return Ok(Some(file_lock));
+        };
+        let Ok(d) = File::open(dir) else {
+            return Ok(Some(file_lock));
+        };
+        let taken = if shared {
+            d.try_lock_shared()
+        } else {
+            d.try_lock()
+        };
+        match taken {
+            Ok(()) => Ok(Some(LockGuard(Box::new((file_lock, d))))),
+            Err(fs::TryLockError::WouldBlock) => Ok(None),
+            Err(fs::TryLockError::Error(_)) => Ok(Some(file_lock)),
+        }
+    }
+
     fn try_lock_shared(&self, path: &Path) -> io::Result<Option<LockGuard>> {
         let file = match File::open(path) {
             Ok(f) => f,
