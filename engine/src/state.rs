@@ -121,6 +121,21 @@ impl Meta {
     pub fn valid_later(&self) -> bool {
         self.valid_from > self.ingested_at && self.valid_from != self.occurred_at
     }
+
+    /// When the record starts to be valid: its `valid_from` when given
+    /// apart from `occurred_at`; else (it defaults to `occurred_at`) the
+    /// earlier of `occurred_at` and its ingestion, since a record about
+    /// an event dated later is valid from when it is written. Why not
+    /// `valid_from` alone with a special case at the present: the answer
+    /// for a fixed `valid_at` must not depend on when it is asked (a
+    /// manifest replays).
+    pub fn valid_start(&self) -> i64 {
+        if self.valid_from != self.occurred_at {
+            self.valid_from
+        } else {
+            self.occurred_at.min(self.ingested_at)
+        }
+    }
 }
 
 /// Grants of one principal.

@@ -189,3 +189,41 @@ fn context_marks_ended_recent_turns_and_never_follows_an_ended_policy() {
         .unwrap();
     assert_eq!(pol.status, "historical");
 }
+
+/// A record about an event dated later is valid from when it is written,
+/// and a fixed `valid_at` gives the same answer whenever it is asked: the
+/// answer used to change once `valid_at` fell into the past.
+#[test]
+fn a_fixed_valid_at_gives_the_same_answer_at_any_later_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![NewRecord {
+        occurred_at: Some(T0 + 24 * 60 * MINUTE),
+        ..NewRecord::event("meeting", "planning meeting tomorrow").with_external_id("m")
+    }])
+    .unwrap();
+    let found = |valid_at: i64| {
+        s.recall(&RecallRequest {
+            valid_at: Some(valid_at),
+            ..RecallRequest::text("planning meeting")
+        })
+        .unwrap()
+        .hits
+        .iter()
+        .any(|h| h.external_id.as_deref() == Some("m"))
+    };
+    let asked = T0 + MINUTE;
+    assert!(found(asked), "valid once written");
+    assert!(!found(T0 - MINUTE), "not before it was written");
+    for later in [2, 60, 2 * 24 * 60] {
+        clock.advance(later * MINUTE);
+        assert!(
+            found(asked),
+            "{later} min later: the same valid_at changed its answer"
+        );
+        assert!(!found(T0 - MINUTE));
+    }
+    db.close().unwrap();
+}

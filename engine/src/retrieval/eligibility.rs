@@ -824,9 +824,11 @@ fn compute_windowed(
             None => {}
         }
     }
-    // records not yet valid at valid_at (valid_from in the future of it):
-    // at a past moment any record may be; at the present or later only
-    // one valid from after its ingestion can be, until its valid_from
+    // records not yet valid at valid_at (their start, `Meta::valid_start`,
+    // in the future of it): at a past moment any record may be; at the
+    // present or later only one valid from after its ingestion can be
+    // (every other starts at its ingestion at the latest), until its
+    // valid_from
     let later_only;
     let maybe_later = if cut.valid_at < cut.now {
         &b
@@ -835,7 +837,7 @@ fn compute_windowed(
         &later_only
     };
     for idx in maybe_later.iter() {
-        let from = st.meta(idx).valid_from;
+        let from = st.meta(idx).valid_start();
         if from > cut.valid_at {
             not_yet.insert(idx);
             changes_at = changes_at.min(from);
