@@ -526,7 +526,7 @@ impl Engram {
         };
         write_all_durable(
             backend,
-            &dest.join("backup.json"),
+            &dest.join(crate::store_dir::BACKUP_FILE),
             serde_json::to_string_pretty(&report)
                 .expect("report serializes")
                 .as_bytes(),
@@ -555,7 +555,7 @@ impl Engram {
             ));
         }
         // `backup.json` is written last: without it the backup is partial.
-        let manifest = src.join("backup.json");
+        let manifest = src.join(crate::store_dir::BACKUP_FILE);
         let Some(bytes) = read_all(backend.as_ref(), &manifest)? else {
             return Err(EngineError::invalid(
                 "backup directory",
@@ -586,6 +586,23 @@ impl Engram {
                 ));
             }
         }
+        // ... and must be readable, line by line, before anything changes
+        let extra = match extra_ledger {
+            Some(p) => {
+                let parent = p.parent().unwrap_or(Path::new("."));
+                let lines = read_ledger(backend.as_ref(), parent).map_err(|e| {
+                    EngineError::invalid(
+                        "ledger",
+                        format!("{}: {e}; nothing was changed", p.display()),
+                    )
+                })?;
+                for l in &lines {
+                    check_line(l)?;
+                }
+                lines
+            }
+            None => Vec::new(),
+        };
         // Restore goes into a store or an empty directory, never into a
         // directory holding anything else; it is created only now that the
         // backup and the ledger are known to be usable (a refused restore
@@ -610,10 +627,7 @@ impl Engram {
         }
         // The ledger that survives: the store's own, plus any extra one.
         let mut ledger = read_ledger(backend.as_ref(), dir)?;
-        if let Some(p) = extra_ledger {
-            let parent = p.parent().unwrap_or(Path::new("."));
-            ledger.extend(read_ledger(backend.as_ref(), parent)?);
-        }
+        ledger.extend(extra);
         for l in &ledger {
             check_line(l)?;
         }

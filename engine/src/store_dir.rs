@@ -28,6 +28,8 @@ use engram_storage::{Backend, StorageError};
 
 use crate::error::{EngineError, Result};
 
+/// The file a finished backup holds (written last, `Engram::backup`).
+pub const BACKUP_FILE: &str = "backup.json";
 /// Name of the marker file.
 pub const MARKER_FILE: &str = "ENGRAM";
 /// Store format version written in the marker by this build.
@@ -148,7 +150,25 @@ pub fn write_marker(backend: &dyn Backend, dir: &Path) -> Result<()> {
 /// `create` allows (missing or empty directory), adds the marker to an
 /// unmarked store when `writable`, and refuses anything else.
 pub fn prepare(backend: &dyn Backend, dir: &Path, create: bool, writable: bool) -> Result<()> {
-    match classify(backend, dir)? {
+    let kind = classify(backend, dir)?;
+    // A backup holds a store's marker and log, and `backup.json`: opened
+    // as a store to write, one write would make it a backup no restore
+    // accepts. (Read-only opens, `verify` of a backup, change nothing.)
+    if writable
+        && matches!(kind, DirKind::Store | DirKind::Unmarked)
+        && backend.exists(&dir.join(BACKUP_FILE))
+    {
+        return Err(EngineError::invalid(
+            "data directory",
+            format!(
+                "{} is a backup, not a store (it holds {BACKUP_FILE}): restore it into a store \
+                 directory with `engram --data DIR restore {}`",
+                dir.display(),
+                dir.display()
+            ),
+        ));
+    }
+    match kind {
         DirKind::Store => check_marker(backend, dir),
         DirKind::Unmarked => {
             if writable {

@@ -700,6 +700,26 @@ pub struct EvalConfig {
 }
 
 impl EvalConfig {
+    /// The recall `req` becomes under this configuration (its mode and
+    /// weights; fusion and the episodic window apply to the search, see
+    /// [`EvalConfig::search`]): what a run checks before any case runs.
+    pub fn recall(&self, req: &RecallRequest) -> RecallRequest {
+        let mut r = req.clone();
+        if let Some(m) = self.mode {
+            r.mode = m;
+        }
+        for (k, w) in &self.weights {
+            match k.as_str() {
+                "vector" => r.weights.vector = *w,
+                "lexical" => r.weights.lexical = *w,
+                "recency" => r.weights.recency = *w,
+                "graph" => r.weights.graph = *w,
+                _ => r.weights.episodic = *w,
+            }
+        }
+        r
+    }
+
     /// Parses `NAME:key=value,...` (or just `NAME` for the defaults).
     pub fn parse(text: &str) -> Result<EvalConfig, String> {
         let (name, spec) = text.split_once(':').unwrap_or((text, ""));
@@ -796,20 +816,7 @@ impl EvalConfig {
 
     /// The search a case's recall request means under this configuration.
     pub fn search(&self, req: &RecallRequest) -> SearchRequest {
-        let mut r = req.clone();
-        if let Some(m) = self.mode {
-            r.mode = m;
-        }
-        for (k, w) in &self.weights {
-            match k.as_str() {
-                "vector" => r.weights.vector = *w,
-                "lexical" => r.weights.lexical = *w,
-                "recency" => r.weights.recency = *w,
-                "graph" => r.weights.graph = *w,
-                _ => r.weights.episodic = *w,
-            }
-        }
-        let mut s = r.to_search();
+        let mut s = self.recall(req).to_search();
         if let Some(f) = self.fusion {
             s.fusion = f;
         }

@@ -74,7 +74,8 @@ pub struct RecallArgs {
     /// A JSONL file of requests (one result line per request, in order).
     #[arg(long)]
     pub queries: Option<PathBuf>,
-    /// Print the manifest (with --json: include it).
+    /// Print the manifest (with --json: include it); with --queries, for
+    /// every line (a line's own `"explain": true` asks for its own).
     #[arg(long)]
     pub explain: bool,
     /// Machine-readable output.
@@ -311,13 +312,15 @@ fn recall_inner(db: &Engram, a: &RecallArgs) -> CliResult {
                     continue;
                 }
             };
+            // the flag, or the line's own `"explain": true`
+            let explain = a.explain || l.request.explain;
             match s.recall(&l.request) {
                 Ok(r) => {
                     let line = ResultLine {
                         line: Some(l.line),
                         query_id: Some(l.query_id.as_deref()),
                         hits: &r.hits,
-                        manifest: a.explain.then_some(&r.manifest),
+                        manifest: explain.then_some(&r.manifest),
                     };
                     if a.json {
                         crate::outln!("{}", serde_json::to_string(&line)?);
@@ -330,7 +333,7 @@ fn recall_inner(db: &Engram, a: &RecallArgs) -> CliResult {
                                 .map(|q| format!(" ({q})"))
                                 .unwrap_or_default()
                         );
-                        print_human(&r, a.explain);
+                        print_human(&r, explain);
                     }
                 }
                 Err(e) => {
@@ -437,7 +440,7 @@ pub fn eval(ctx: &Ctx, a: EvalArgs) -> CliResult {
         return compare(ctx, &a, &cases);
     }
     let db = ctx.open_store()?;
-    check_cases(&db, &a, &cases)?;
+    check_cases(&db, &a, &cases, &[])?;
     let mut results: Vec<CaseResult> = Vec::new();
     let mut errors = Vec::new();
     let mut result_lines = String::new();
@@ -565,18 +568,33 @@ fn check_cases(
     db: &Engram,
     a: &EvalArgs,
     cases: &[engram_query::eval::EvalCase],
+    configs: &[engram_query::eval::EvalConfig],
 ) -> Result<(), CliError> {
     for c in cases {
         let mut req = c.request.clone();
         req.k = if c.k_from_case { c.request.k } else { a.k };
         let s = session_for(db, &c.tenant, c.principal.as_deref());
-        if let Err(e) = s.check_recall(&req) {
-            return Err(CliError::Message(format!(
-                "{}: case {} (line {}): {e} (nothing was run)",
-                a.cases.display(),
-                c.case_id,
-                c.line
-            )));
+        // as it runs: under each configuration, or as it is
+        let under: Vec<(Option<&str>, engram_engine::retrieval::RecallRequest)> =
+            if configs.is_empty() {
+                vec![(None, req)]
+            } else {
+                configs
+                    .iter()
+                    .map(|cfg| (Some(cfg.name.as_str()), cfg.recall(&req)))
+                    .collect()
+            };
+        for (name, r) in under {
+            if let Err(e) = s.check_recall(&r) {
+                return Err(CliError::Message(format!(
+                    "{}: {}case {} (line {}): {e} (nothing was run)",
+                    a.cases.display(),
+                    name.map(|n| format!("configuration {n}: "))
+                        .unwrap_or_default(),
+                    c.case_id,
+                    c.line
+                )));
+            }
         }
     }
     Ok(())
@@ -593,7 +611,7 @@ fn compare(ctx: &Ctx, a: &EvalArgs, cases: &[engram_query::eval::EvalCase]) -> C
         .map(|c| EvalConfig::parse(c).map_err(|e| CliError::Message(format!("--config {e}"))))
         .collect::<Result<Vec<_>, _>>()?;
     let db = ctx.open_store()?;
-    check_cases(&db, a, cases)?;
+    check_cases(&db, a, cases, &configs)?;
     type Row = (String, Summary, std::collections::BTreeMap<String, Summary>);
     let mut table: Vec<Row> = Vec::new();
     let bar = ctx.counter("eval", (cases.len() * configs.len()) as u64, "cases");

@@ -728,3 +728,46 @@ fn restore_reapplies_a_grant_that_lifted_a_later_revocation() {
     assert!(sees(&db), "the grant after the revocation was lost");
     db.close().unwrap();
 }
+
+/// A backup is not a store: opening it to write is refused, so no write
+/// makes it a backup no restore accepts (a read-only open, `verify` of a
+/// backup, changes nothing), and a store is not restored into its own
+/// backup; a restore whose extra ledger cannot be read creates nothing.
+#[test]
+fn a_backup_is_not_opened_as_a_store() {
+    let (dir, backups, bdir, clock) = dirs();
+    let db = open(dir.path(), &clock);
+    db.session(Principal::admin("t"))
+        .append(vec![NewRecord::event("note", "kept").with_external_id("k")])
+        .unwrap();
+    db.backup(&bdir).unwrap();
+    db.close().unwrap();
+    let before = crate::common::files_under(&bdir);
+    let Err(e) = Engram::open(&bdir, opts(&clock)) else {
+        panic!("a backup opened as a store to write");
+    };
+    assert!(e.to_string().contains("is a backup"), "{e}");
+    let e = Engram::restore(&bdir, &bdir, &opts(&clock), None).unwrap_err();
+    assert!(e.to_string().contains("is a backup"), "{e}");
+    assert_eq!(
+        before,
+        crate::common::files_under(&bdir),
+        "the backup changed"
+    );
+    // it restores as ever
+    Engram::restore(dir.path(), &bdir, &opts(&clock), None).unwrap();
+    // an extra ledger that does not decode: refused before a store is made
+    let bad = backups.path().join("bad");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::write(bad.join("ledger.jsonl"), "{\"op\":\"zzz\"}\nnot json\n").unwrap();
+    let target = backups.path().join("new-store");
+    let e = Engram::restore(
+        &target,
+        &bdir,
+        &opts(&clock),
+        Some(&bad.join("ledger.jsonl")),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("ledger"), "{e}");
+    assert!(!target.exists(), "a refused restore created a store");
+}

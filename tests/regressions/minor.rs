@@ -386,6 +386,18 @@ fn eval_checks_every_case_first_and_out_is_a_fresh_directory() {
         }
     }
     std::fs::write(&cases, good).unwrap();
+    // a configuration that makes a good case unable to run stops the run
+    // too (it was scored 0, silently)
+    let out = cli::at(
+        &store,
+        &["eval", c, "--config", "base", "--config", "v:mode=vector"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("configuration v") && err.contains("nothing was run"),
+        "{err}"
+    );
     // --out: not inside the store, not a directory holding files, not
     // with --config
     let inside = store.join("evalout");
@@ -412,4 +424,36 @@ fn eval_checks_every_case_first_and_out_is_a_fresh_directory() {
     assert!(msg.contains("--config"), "{msg}");
     ok(&store, &["eval", c, "--out", fresh.to_str().unwrap()]);
     assert!(fresh.join("summary.json").exists());
+}
+
+#[test]
+fn a_recall_line_asks_for_its_own_manifest() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path());
+    let q = tmp.path().join("q.jsonl");
+    std::fs::write(
+        &q,
+        "{\"text\":\"checkout\",\"id\":\"with\",\"explain\":true}\n{\"text\":\"checkout\",\"id\":\"without\"}\n",
+    )
+    .unwrap();
+    let out = ok(
+        &store,
+        &[
+            "recall",
+            "--tenant",
+            "t",
+            "--queries",
+            q.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(lines[0]["manifest"].is_object(), "{text}");
+    assert!(lines[1].get("manifest").is_none(), "{text}");
 }
