@@ -67,7 +67,9 @@ pub struct Cli {
 /// Commands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Run the guided demo on a fresh store (a temporary directory unless --dir is given).
+    /// Run the guided demo on a fresh store (a temporary directory unless
+    /// --dir is given; --data does not apply, and the demo's store uses
+    /// the built-in hash embedder).
     Demo(DemoArgs),
     /// Create an empty store in --data (a missing or empty directory); with
     /// --embedder NAME, the store remembers that built-in embedder.
@@ -620,20 +622,62 @@ pub(crate) fn print_json<T: Serialize>(v: &T) -> Result<(), CliError> {
 /// Reads an input file (`-`: stdin) as UTF-8 text; an invalid byte is
 /// reported with its line.
 pub fn read_input(file: &Path) -> Result<String, CliError> {
+    let read_err = |source| CliError::Read {
+        path: file.to_path_buf(),
+        source,
+    };
     let bytes = if file.as_os_str() == "-" {
-        let mut b = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)?;
-        b
+        read_lines_bounded(&mut std::io::stdin().lock(), file)?
     } else {
-        std::fs::read(file).map_err(|source| CliError::Read {
-            path: file.to_path_buf(),
-            source,
-        })?
+        let mut f = std::fs::File::open(file).map_err(read_err)?;
+        read_lines_bounded(&mut f, file)?
     };
     // (decoding fails for the file as a whole: no field to name)
     engram_query::text::decode(&bytes).map_err(|e| {
         CliError::Message(format!("{}: line {}: {}", file.display(), e.line, e.reason))
     })
+}
+
+/// Bytes one line of an input file may hold: far above any valid line (a
+/// record's text and data are at most 1 MiB each), so that an input
+/// without line ends (`/dev/zero`, a binary file) stops with an error
+/// instead of filling memory.
+const INPUT_LINE_BYTES_MAX: usize = 64 << 20;
+
+/// Reads `r` whole, refusing a line longer than [`INPUT_LINE_BYTES_MAX`].
+fn read_lines_bounded(r: &mut impl std::io::Read, file: &Path) -> Result<Vec<u8>, CliError> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let (mut line_len, mut line_no) = (0usize, 1usize);
+    loop {
+        let n = match r.read(&mut buf) {
+            Ok(0) => return Ok(out),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(source) => {
+                return Err(CliError::Read {
+                    path: file.to_path_buf(),
+                    source,
+                });
+            }
+        };
+        let chunk = &buf[..n];
+        match chunk.iter().rposition(|&b| b == b'\n') {
+            Some(last) => {
+                line_no += chunk.iter().filter(|&&b| b == b'\n').count();
+                line_len = n - last - 1;
+            }
+            None => line_len += n,
+        }
+        if line_len > INPUT_LINE_BYTES_MAX {
+            return Err(CliError::Message(format!(
+                "{}: line {line_no}: longer than {} MiB without a line end (not a JSONL or text file?)",
+                file.display(),
+                INPUT_LINE_BYTES_MAX >> 20
+            )));
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
 }
 
 /// Formats a timestamp for messages.
@@ -647,6 +691,26 @@ mod tests {
 
     use super::*;
     use engram_query::lang::QueryError;
+
+    /// An input without line ends (`/dev/zero`) stops at the line bound
+    /// instead of filling memory; lines below it read whole.
+    #[test]
+    fn an_endless_line_is_refused_not_read_whole() {
+        use std::io::Read;
+        let p = Path::new("zero");
+        let mut endless = std::io::repeat(0u8).take((INPUT_LINE_BYTES_MAX + (1 << 20)) as u64);
+        let e = read_lines_bounded(&mut endless, p).unwrap_err().to_string();
+        assert!(e.contains("zero: line 1: longer than 64 MiB"), "{e}");
+        let text = "a\nbb\n".repeat(1000);
+        let got = read_lines_bounded(&mut text.as_bytes(), p).unwrap();
+        assert_eq!(got, text.as_bytes());
+        let mut third = "x\ny\n".to_string();
+        third.push_str(&"z".repeat(INPUT_LINE_BYTES_MAX + 1));
+        let e = read_lines_bounded(&mut third.as_bytes(), p)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 3"), "{e}");
+    }
 
     #[test]
     fn errors_keep_their_source_and_print_as_before() {

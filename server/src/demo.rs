@@ -38,6 +38,12 @@ fn section(title: &str) {
 /// Runs the demo (in `dir`, or a temporary directory). Of the caller's
 /// context only `--quiet` counts: the demo picks its own store and embedder.
 pub fn run(ctx: &Ctx, dir: Option<PathBuf>) -> CliResult {
+    // the tour shows vector recall with the built-in hash embedder
+    if let Some(e) = ctx.embedder.as_deref().filter(|e| *e != "hash") {
+        return Err(CliError::Message(format!(
+            "--embedder {e}: the demo's store uses the built-in hash embedder; run it without --embedder"
+        )));
+    }
     let tmp;
     let kept = dir.is_some();
     let dir = match dir {

@@ -631,8 +631,10 @@ pub fn context(ctx: &Ctx, a: ContextArgs) -> CliResult {
             json(&v)?;
         } else {
             crate::outln!("{}", c.render().trim_end());
-            crate::outln!(
-                "\n({} of {} bytes used; snapshot LSN {}; not stored)",
+            // on stderr: stdout is the rendered context alone, within the
+            // budget, ready to go into a prompt
+            crate::errln!(
+                "({} of {} bytes used; snapshot LSN {}; not stored)",
                 c.used_bytes,
                 c.budget_bytes,
                 c.snapshot_lsn
