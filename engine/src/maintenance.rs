@@ -41,7 +41,7 @@
 //! This module must never purge a record that is not deleted, and never
 //! purge under a legal hold.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use engram_storage::files::{append_durable, read_all, write_all_durable};
@@ -64,10 +64,13 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
 
 mod ledger;
 mod online;
+mod restore;
+
 use ledger::check_line;
 pub use ledger::{LedgerLine, ledger_path, read_ledger};
 pub(crate) use ledger::{ledger_not_in_log, reapply_cut_ledger, render_ledger, resume_restore};
 pub use online::OnlineCompaction;
+pub use restore::RestoreReport;
 
 impl Session {
     /// Review candidates of the tenant, oldest first.
@@ -180,8 +183,15 @@ impl Engram {
 }
 
 /// The tombstone of every deleted record not yet purged and not under a
-/// legal hold (those are counted in `report.held`), by record id.
-fn purge_set(st: &State, report: &mut CompactReport) -> HashMap<[u8; 16], StoredTombstone> {
+/// legal hold (those are counted in `report.held`), by record id. A record
+/// in `purged_before` (purged in the store a restore replaced) is purged
+/// whatever the holds: a hold keeps the bytes it found, and it never found
+/// these.
+fn purge_set(
+    st: &State,
+    report: &mut CompactReport,
+    purged_before: &HashSet<[u8; 16]>,
+) -> HashMap<[u8; 16], StoredTombstone> {
     let mut deleted_by: HashMap<u32, [u8; 16]> = HashMap::new();
     for e in &st.ledger {
         if let LedgerWhat::Delete { target, reason } = &e.what {
@@ -198,7 +208,7 @@ fn purge_set(st: &State, report: &mut CompactReport) -> HashMap<[u8; 16], Stored
         if m.status != Status::Deleted || m.tombstone {
             continue;
         }
-        if under_hold(st, i) {
+        if under_hold(st, i) && !purged_before.contains(&m.id.to_bytes()) {
             report.held += 1;
             continue;
         }
@@ -345,13 +355,18 @@ pub(crate) fn check_replays(dir: &Path, opts: &Options) -> Result<()> {
 impl Engram {
     /// Compacts the (closed) store in `dir`: see the module documentation.
     pub fn compact(dir: impl AsRef<Path>, opts: &Options) -> Result<CompactReport> {
-        Self::compact_with(dir.as_ref(), opts, true)
+        Self::compact_with(dir.as_ref(), opts, true, &HashSet::new())
     }
 
     /// Compaction; `retention` also deletes records past their retention
     /// period first (a backup's copy is only purged of what was deleted
     /// when it was taken, so it runs without).
-    fn compact_with(dir: &Path, opts: &Options, retention: bool) -> Result<CompactReport> {
+    fn compact_with(
+        dir: &Path,
+        opts: &Options,
+        retention: bool,
+        purged_before: &HashSet<[u8; 16]>,
+    ) -> Result<CompactReport> {
         let mut report = CompactReport::default();
         // 1. Record retention expiries as deletions; find what to purge.
         let purge: HashMap<[u8; 16], StoredTombstone> = {
@@ -359,7 +374,7 @@ impl Engram {
             if retention {
                 db.delete_expired(&mut report)?;
             }
-            let purge = purge_set(&db.state(), &mut report);
+            let purge = purge_set(&db.state(), &mut report, purged_before);
             db.close()?;
             purge
         };
@@ -507,7 +522,7 @@ impl Engram {
             background_indexing: false,
             ..self.options().clone()
         };
-        let c = Self::compact_with(dest, &copy_opts, false)?;
+        let c = Self::compact_with(dest, &copy_opts, false, &HashSet::new())?;
         remove_derived(backend, dest)?;
         // Counted in the copy: records appended while it was taken are not
         // in it.
@@ -531,246 +546,6 @@ impl Engram {
                 .expect("report serializes")
                 .as_bytes(),
         )?;
-        Ok(report)
-    }
-
-    /// Restores the (closed) store in `dir` from the backup in `src`, then
-    /// re-applies every deletion and revocation of the store's ledger that
-    /// the backup does not contain, and compacts. A ledger kept elsewhere
-    /// can be supplied with `extra_ledger`.
-    pub fn restore(
-        dir: impl AsRef<Path>,
-        src: impl AsRef<Path>,
-        opts: &Options,
-        extra_ledger: Option<&Path>,
-    ) -> Result<RestoreReport> {
-        let dir = dir.as_ref();
-        let src = src.as_ref();
-        let backend = opts.backend.clone();
-        let src_log = layout::log(src);
-        if !backend.exists(&src_log) {
-            return Err(EngineError::invalid(
-                "backup directory",
-                format!("{} holds no log/ (not an Engram backup)", src.display()),
-            ));
-        }
-        // `backup.json` is written last: without it the backup is partial.
-        let manifest = src.join(crate::store_dir::BACKUP_FILE);
-        let Some(bytes) = read_all(backend.as_ref(), &manifest)? else {
-            return Err(EngineError::invalid(
-                "backup directory",
-                format!(
-                    "{} has no backup.json: the backup did not finish; take a new one",
-                    src.display()
-                ),
-            ));
-        };
-        let taken: BackupReport =
-            serde_json::from_slice(&bytes).map_err(|e| EngineError::Corrupt {
-                what: manifest.display().to_string(),
-                detail: e.to_string(),
-            })?;
-        if let Some(p) = extra_ledger {
-            if p.file_name().map(|f| f != "ledger.jsonl").unwrap_or(true) {
-                return Err(EngineError::invalid(
-                    "ledger",
-                    "the ledger file must be named ledger.jsonl",
-                ));
-            }
-            // A ledger named on purpose must be there: an empty one would
-            // let deleted records come back without a word.
-            if !backend.exists(p) {
-                return Err(EngineError::invalid(
-                    "ledger",
-                    format!("{} does not exist; nothing was changed", p.display()),
-                ));
-            }
-        }
-        // ... and must be readable, line by line, before anything changes
-        let extra = match extra_ledger {
-            Some(p) => {
-                let parent = p.parent().unwrap_or(Path::new("."));
-                let lines = read_ledger(backend.as_ref(), parent).map_err(|e| {
-                    EngineError::invalid(
-                        "ledger",
-                        format!("{}: {e}; nothing was changed", p.display()),
-                    )
-                })?;
-                for l in &lines {
-                    check_line(l)?;
-                }
-                lines
-            }
-            None => Vec::new(),
-        };
-        // Restore goes into a store or an empty directory, never into a
-        // directory holding anything else; it is created only now that the
-        // backup and the ledger are known to be usable (a refused restore
-        // leaves no new store behind).
-        crate::store_dir::prepare(backend.as_ref(), dir, true, true)?;
-        // Bring the ledger file up to date with the current log (a crash
-        // between a deletion and its ledger line leaves the file behind);
-        // best effort: a store too damaged to open is a reason to restore.
-        let opened = Engram::open(dir, opts.clone()).and_then(|db| db.close());
-        // That open also finishes an earlier restore interrupted after its
-        // swap; if it could not, its entries must not be lost under a new
-        // restore.
-        if backend.exists(&layout::restore_pending(dir)) {
-            let why = opened.err().map(|e| e.to_string()).unwrap_or_default();
-            return Err(EngineError::invalid(
-                "restore",
-                format!(
-                    "an earlier restore of {} is unfinished and opening the store could not finish it ({why}); nothing was changed",
-                    dir.display()
-                ),
-            ));
-        }
-        // The ledger that survives: the store's own, plus any extra one.
-        let mut ledger = read_ledger(backend.as_ref(), dir)?;
-        ledger.extend(extra);
-        for l in &ledger {
-            check_line(l)?;
-        }
-        let later = {
-            let _lock = lock_dir(opts, dir)?;
-            // Copy the backup's log beside the current one, then swap them
-            // with renames: a crash leaves either log whole (see
-            // `db::recover_log_swap`). Derived state is dropped.
-            let log_dir = layout::log(dir);
-            let incoming = dir.join("log.restore");
-            crate::store_dir::remove_owned(backend.as_ref(), &incoming)?;
-            backend.create_dir_all(&incoming).map_err(io(&incoming))?;
-            for e in backend.list_dir(&src_log).map_err(io(&src_log))? {
-                if e.is_dir
-                    || engram_storage::log::segment::parse_segment_file_name(&e.name).is_none()
-                {
-                    continue;
-                }
-                let from = src_log.join(&e.name);
-                let bytes = read_all(backend.as_ref(), &from)?.unwrap_or_default();
-                write_all_durable(backend.as_ref(), &incoming.join(&e.name), &bytes)?;
-            }
-            // The copy must hold the whole log the backup recorded: from
-            // LSN 1 up to the last LSN in backup.json.
-            let checked = SegmentLog::open(backend.clone(), &incoming, opts.log.clone()).and_then(
-                |(log, _)| {
-                    let mut first = None;
-                    log.scan(0, |f| {
-                        first = Some(f.header.lsn);
-                        Ok(std::ops::ControlFlow::Break(()))
-                    })?;
-                    let first_id = first_frame_id(&log);
-                    Ok(((first, first_id), log.last_lsn(), count_records(&log)?))
-                },
-            );
-            let backup_first = checked.as_ref().ok().and_then(|((_, id), _, _)| *id);
-            let damage = match checked {
-                Ok((_, last, _)) if last < taken.last_lsn => Some(format!(
-                    "its log ends at LSN {last} but backup.json records {}",
-                    taken.last_lsn
-                )),
-                Ok((_, last, _)) if last > taken.last_lsn => Some(format!(
-                    "its log holds LSNs up to {last} but backup.json records {}: \
-                     backup.json does not describe this log",
-                    taken.last_lsn
-                )),
-                Ok(((Some(first), _), _, _)) if first != 1 => Some(format!(
-                    "its log starts at LSN {first}: segments are missing"
-                )),
-                Ok((_, _, n)) if n != taken.records => Some(format!(
-                    "its log holds {n} record(s) but backup.json records {}: \
-                     backup.json does not describe this log",
-                    taken.records
-                )),
-                Ok(_) => None,
-                Err(e) => Some(format!("its log does not open: {e}")),
-            };
-            if let Some(why) = damage {
-                crate::store_dir::remove_owned(backend.as_ref(), &incoming)?;
-                return Err(EngineError::invalid(
-                    "backup directory",
-                    format!("{} is damaged: {why}; nothing was changed", src.display()),
-                ));
-            }
-            let current = SegmentLog::open_with(
-                backend.clone(),
-                &log_dir,
-                opts.log.clone(),
-                &engram_storage::log::RecoveryOptions {
-                    read_only: true,
-                    ..Default::default()
-                },
-            )
-            .ok()
-            .map(|(log, _)| log);
-            // A backup of another store would replace this one's records
-            // with a history that is not theirs: refused. Both logs begin
-            // with the same frame (its id survives compaction) when the
-            // backup is of this store. A store whose log cannot be read is
-            // not checked (damage is a reason to restore).
-            if let (Some(ours), Some(theirs)) =
-                (current.as_ref().and_then(first_frame_id), backup_first)
-            {
-                if ours != theirs {
-                    crate::store_dir::remove_owned(backend.as_ref(), &incoming)?;
-                    return Err(EngineError::invalid(
-                        "backup directory",
-                        format!(
-                            "{} is a backup of another store (its log begins with {theirs}, \
-                             this store's with {ours}); restoring it would replace this \
-                             store's records; restore it into a new, empty directory \
-                             instead; nothing was changed",
-                            src.display()
-                        ),
-                    ));
-                }
-            }
-            // Records the store holds past the backup's last LSN are
-            // replaced with the rest of its log: counted, so the report
-            // says what the restore gave up (read only; nothing is cut).
-            // So are the operations there that the ledger does not bring
-            // back (expiries, reviews, retractions, grants, review rules).
-            let later = current.and_then(|log| {
-                let (mut records, mut ops) = (0u64, 0u64);
-                log.scan(taken.last_lsn + 1, |f| {
-                    match f.header.frame_type {
-                        codec::FRAME_RECORD => records += 1,
-                        codec::FRAME_OP if !in_ledger(f.payload()) => ops += 1,
-                        _ => {}
-                    }
-                    Ok(std::ops::ControlFlow::Continue(()))
-                })
-                .ok()
-                .map(|()| (records, ops))
-            });
-            // What must be re-applied goes to disk before the log is
-            // touched: from here on, an interrupted restore is finished by
-            // the next open.
-            let marker = layout::restore_pending(dir);
-            write_all_durable(backend.as_ref(), &marker, render_ledger(&ledger).as_bytes())?;
-            if let Some(bytes) = read_all(backend.as_ref(), &src.join("settings.snap"))? {
-                write_all_durable(backend.as_ref(), &dir.join("settings.snap"), &bytes)?;
-            }
-            remove_derived(backend.as_ref(), dir)?;
-            let old = dir.join("log.old");
-            crate::store_dir::remove_owned(backend.as_ref(), &old)?;
-            if backend.exists(&log_dir) {
-                backend.rename(&log_dir, &old).map_err(io(&log_dir))?;
-            }
-            backend.rename(&incoming, &log_dir).map_err(io(&incoming))?;
-            backend.sync_dir(dir).map_err(io(dir))?;
-            crate::store_dir::remove_owned(backend.as_ref(), &old)?;
-            later
-        };
-        // Opening finds `restore.pending` and re-applies its entries.
-        let (db, opened) = Engram::open_with_report(dir, opts.clone())?;
-        let mut report = opened.restore_resumed.unwrap_or_default();
-        report.restored_records = db.state().len() as u64;
-        report.later_records_replaced = later.map(|(records, _)| records);
-        report.later_operations_replaced = later.map(|(_, ops)| ops);
-        db.close()?;
-        let c = Engram::compact(dir, opts)?;
-        report.purged = c.purged;
         Ok(report)
     }
 
@@ -937,64 +712,6 @@ pub struct BackupReport {
     /// Deleted records whose content was left out (as tombstones).
     #[serde(default)]
     pub purged: u64,
-}
-
-/// What a restore did.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct RestoreReport {
-    /// Records in the restored log.
-    pub restored_records: u64,
-    /// Deletions re-applied from the ledger.
-    pub deletions_reapplied: usize,
-    /// Revocations re-applied from the ledger.
-    pub revocations_reapplied: usize,
-    /// Grants (and tenant-wide revocations lifted) re-applied from the
-    /// ledger, after the revocations before them.
-    #[serde(default)]
-    pub grants_reapplied: usize,
-    /// Legal holds placed or lifted after the backup, applied again.
-    #[serde(default)]
-    pub holds_reapplied: usize,
-    /// Retention periods set after the backup, applied again.
-    #[serde(default)]
-    pub retention_reapplied: usize,
-    /// Ledger deletions of records the backup does not hold.
-    pub not_in_backup: usize,
-    /// Ledger deletions already in effect.
-    pub already_applied: usize,
-    /// Records purged by the final compaction.
-    pub purged: usize,
-    /// Ledger entries that could not be re-applied (malformed).
-    pub skipped: usize,
-    /// Records the store held past the backup's last LSN (written after
-    /// the backup was taken, if it is this store's): replaced by the
-    /// restore. None when the store's log could not be read.
-    #[serde(default)]
-    pub later_records_replaced: Option<u64>,
-    /// Operations the store held past the backup's last LSN that the
-    /// ledger does not re-apply (expiries, reviews, retractions, review
-    /// rules): given up by the restore. None when the store's log
-    /// could not be read.
-    #[serde(default)]
-    pub later_operations_replaced: Option<u64>,
-}
-
-/// Whether an operation frame's payload is one the ledger records (and a
-/// restore re-applies): a deletion, revocation, grant, hold or retention
-/// setting.
-/// An undecodable payload counts as not recorded.
-fn in_ledger(payload: &[u8]) -> bool {
-    use codec::ArchivedOpBody as B;
-    codec::view_op(payload).is_ok_and(|o| {
-        matches!(
-            o.op,
-            B::Delete { .. }
-                | B::Revoke { .. }
-                | B::Grant { .. }
-                | B::Hold { .. }
-                | B::Retention { .. }
-        )
-    })
 }
 
 /// What a rebuild did.

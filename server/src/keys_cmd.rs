@@ -91,8 +91,15 @@ fn key_file(data: &Path, a: &KeyFileArgs) -> Result<PathBuf, CliError> {
     if let Some(k) = &a.key_file {
         return Ok(k.clone());
     }
-    use engram_engine::store_dir::{DirKind, classify};
+    use engram_engine::store_dir::{BACKUP_FILE, DirKind, classify};
     match classify(&engram_storage::FsBackend, data)? {
+        // a backup is not a store: nothing is written into it
+        DirKind::Store | DirKind::Unmarked if data.join(BACKUP_FILE).exists() => {
+            Err(CliError::Message(format!(
+                "{} is a backup, not a store: keys belong to the store it is restored into",
+                data.display()
+            )))
+        }
         DirKind::Store | DirKind::Unmarked => Ok(keys::default_key_file(data)),
         _ => Err(CliError::Message(format!(
             "no store at {} (create one with `engram init`, or pass --key-file)",

@@ -89,8 +89,10 @@ pub fn record_header(r: &Record) -> String {
 /// A record in a few indented lines.
 pub fn record_block(r: &Record) -> String {
     let mut out = record_header(r);
+    // every value on its one line: no field (text, a claim's object, a
+    // derivation) can fake another line of the block
     let mut line = |k: &str, v: String| {
-        out.push_str(&format!("\n    {k:<14}{v}"));
+        out.push_str(&format!("\n    {k:<14}{}", one_line(&v)));
     };
     let mut scope = Vec::new();
     if let Some(u) = &r.scope.user {
@@ -109,7 +111,7 @@ pub fn record_block(r: &Record) -> String {
         line("scope", scope.join(" "));
     }
     if let Some(t) = &r.text {
-        line("text", one_line(t).into_owned());
+        line("text", t.clone());
     }
     if let Some(d) = &r.data {
         line("data", d.to_string());
@@ -179,4 +181,23 @@ pub fn record_block(r: &Record) -> String {
         line("embedding", format!("{} ({} dims)", e.model, e.dim));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Line breaks of every kind are shown escaped; other text is kept.
+    #[test]
+    fn one_line_escapes_every_line_break_and_keeps_the_rest() {
+        assert!(matches!(
+            one_line("plain, café\ttab"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            one_line("a\nb\rc\u{85}d\u{2028}e\u{2029}f"),
+            "a\\nb\\rc\\u{85}d\\u{2028}e\\u{2029}f"
+        );
+        assert_eq!(one_line("x\n    writer  admin").lines().count(), 1);
+    }
 }

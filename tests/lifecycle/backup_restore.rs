@@ -771,3 +771,96 @@ fn a_backup_is_not_opened_as_a_store() {
     assert!(e.to_string().contains("ledger"), "{e}");
     assert!(!target.exists(), "a refused restore created a store");
 }
+
+/// Bytes this store had purged stay purged after a restore of an older
+/// backup, even under a legal hold placed after the purge: the hold kept
+/// the bytes it found, and it never found these. A deletion a hold covered
+/// before any compaction keeps its bytes, as it did before the restore.
+#[test]
+fn a_restore_purges_again_what_was_purged_before_a_later_hold() {
+    let (dir, _backups, bdir, clock) = dirs();
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    let scoped = |ext: &str, text: &str| NewRecord {
+        scope: engram::Scope {
+            user: Some("uh".into()),
+            ..Default::default()
+        },
+        ..NewRecord::event("note", text).with_external_id(ext)
+    };
+    s.append(vec![
+        scoped("gone", "purged-canary erased before the hold"),
+        scoped("kept", "held-canary deleted under the hold"),
+    ])
+    .unwrap();
+    db.backup(&bdir).unwrap();
+    clock.advance(MINUTE);
+    s.delete(&ext("gone"), Some("erasure")).unwrap();
+    db.close().unwrap();
+    Engram::compact(dir.path(), &opts(&clock)).unwrap();
+    assert!(grep(dir.path(), "purged-canary").is_empty());
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.hold("user:uh", true).unwrap();
+    s.delete(&ext("kept"), Some("deleted while held")).unwrap();
+    db.close().unwrap();
+
+    let r = Engram::restore(dir.path(), &bdir, &opts(&clock), None).unwrap();
+    assert_eq!(r.deletions_reapplied, 2, "{r:?}");
+    assert!(
+        grep(dir.path(), "purged-canary").is_empty(),
+        "purged bytes came back under a hold placed after their purge"
+    );
+    assert!(
+        !grep(dir.path(), "held-canary").is_empty(),
+        "the hold no longer keeps what it covered"
+    );
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    for e in ["gone", "kept"] {
+        assert!(
+            matches!(s.get(&ext(e)), Err(EngineError::NotFound { .. })),
+            "{e}"
+        );
+    }
+    db.close().unwrap();
+}
+
+/// An empty backup says nothing of whose it was: restoring it over a store
+/// holding records is refused (it would remove them all), and a restore
+/// of a damaged backup into a new directory leaves nothing there.
+#[test]
+fn an_empty_backup_does_not_wipe_a_store_and_a_damaged_one_creates_nothing() {
+    let (dir, backups, bdir, clock) = dirs();
+    let empty_store = backups.path().join("empty-store");
+    let db = open(&empty_store, &clock);
+    db.backup(&bdir).unwrap();
+    db.close().unwrap();
+    let db = open(dir.path(), &clock);
+    db.session(Principal::admin("t"))
+        .append(vec![
+            NewRecord::event("note", "precious").with_external_id("p"),
+        ])
+        .unwrap();
+    db.close().unwrap();
+    let e = Engram::restore(dir.path(), &bdir, &opts(&clock), None).unwrap_err();
+    assert!(e.to_string().contains("empty store"), "{e}");
+    let db = open(dir.path(), &clock);
+    assert!(db.session(Principal::admin("t")).get(&ext("p")).is_ok());
+    // a backup whose backup.json does not describe its log
+    let good = backups.path().join("good");
+    db.backup(&good).unwrap();
+    db.close().unwrap();
+    let manifest = good.join("backup.json");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["last_lsn"] = serde_json::json!(v["last_lsn"].as_u64().unwrap() + 40);
+    std::fs::write(&manifest, v.to_string()).unwrap();
+    let target = backups.path().join("fresh");
+    let e = Engram::restore(&target, &good, &opts(&clock), None).unwrap_err();
+    assert!(e.to_string().contains("damaged"), "{e}");
+    assert!(
+        !target.exists() || std::fs::read_dir(&target).unwrap().next().is_none(),
+        "a refused restore left a store in {target:?}"
+    );
+}

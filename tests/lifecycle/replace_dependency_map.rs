@@ -208,5 +208,38 @@ fn a_corrected_entity_keeps_its_relations_and_claims() {
     ] {
         assert!(by_graph.contains(&id), "{what} not reached: {:?}", g.hits);
     }
+    // as of before the corrections, the walk follows the versions current
+    // then (the current ones did not exist yet)
+    let then = s
+        .recall(&RecallRequest {
+            as_of: Some(T0),
+            filters: Filters {
+                record_types: vec![
+                    RecordType::Entity,
+                    RecordType::Relation,
+                    RecordType::Assertion,
+                ],
+                ..Filters::default()
+            },
+            ..RecallRequest::text("billing_api")
+        })
+        .unwrap();
+    let ids: Vec<_> = then
+        .hits
+        .iter()
+        .filter(|h| h.found_by.iter().any(|(r, _)| *r == "graph"))
+        .map(|h| h.external_id.clone().unwrap_or_default())
+        .collect();
+    for e in [
+        "svc/billing",
+        "rel/billing-ledger",
+        "svc/ledger",
+        "fact/ledger-owner",
+    ] {
+        assert!(
+            ids.iter().any(|i| &**i == e),
+            "as of then, {e} not reached: {ids:?}"
+        );
+    }
     db.close().unwrap();
 }

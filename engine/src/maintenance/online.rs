@@ -72,7 +72,7 @@ impl Engram {
         let mut report = CompactReport::default();
         self.delete_expired(&mut report)?;
         let writes_paused = self.writes_exclusive();
-        let purge = purge_set(&self.state(), &mut report);
+        let purge = purge_set(&self.state(), &mut report, &Default::default());
         if purge.is_empty() {
             report.log_bytes_before = self.log().stats().bytes;
             report.log_bytes_after = report.log_bytes_before;

@@ -13,8 +13,8 @@
 //!
 //! An entity is one node across its versions: relations and assertions
 //! written about an older version of an entity are walked from its current
-//! version, and a relation leads to the current version of the entity at
-//! its other end. Why: a correction of an entity (a fixed name, a new alias)
+//! version, and a relation leads to the version of the entity at its other
+//! end that is current at the request's cut (now, or as of `AS OF`). Why: a correction of an entity (a fixed name, a new alias)
 //! is a newer statement about the same thing; the relations about it still
 //! hold, and without this a correction cut the entity off from its graph.
 //!
@@ -82,18 +82,21 @@ pub struct Walk<'a> {
     pub max_nodes: usize,
 }
 
-/// The newest version of `idx`'s correction chain.
-pub(crate) fn current_version(st: &State, idx: Idx) -> Idx {
-    let mut cur = idx;
-    let mut guard = 0usize;
-    while let Some(n) = st.meta(cur).superseded_by {
-        cur = n;
-        guard += 1;
-        if guard > st.len() {
-            break;
+/// The newest version of `idx`'s correction chain, from `idx` on, that
+/// `walkable` holds: the version current at the request's cut (under `AS
+/// OF`, the one current then, not now). None when none is.
+pub(crate) fn walkable_version(st: &State, idx: Idx, walkable: &RoaringBitmap) -> Option<Idx> {
+    let (mut cur, mut best) = (idx, None);
+    for _ in 0..=st.len() {
+        if walkable.contains(cur) {
+            best = Some(cur);
+        }
+        match st.meta(cur).superseded_by {
+            Some(n) => cur = n,
+            None => break,
         }
     }
-    cur
+    best
 }
 
 /// Expands from entity `seeds` over relations, breadth-first: entities
@@ -148,8 +151,10 @@ pub fn expand(
         }
         for edges in versions.iter().filter_map(|v| st.edges.get(v)) {
             for edge in edges {
-                // the entity at the other end, as it stands now
-                let other = current_version(st, edge.other);
+                // the entity at the other end, as it stands at the cut
+                let Some(other) = walkable_version(st, edge.other, w.traversable) else {
+                    continue;
+                };
                 let dir_ok = match w.direction {
                     Direction::Both => true,
                     Direction::Out => edge.outgoing,

@@ -360,7 +360,8 @@ impl Session {
         // relation written about an older version leads to the current one)
         let linked = |i: Idx| -> Vec<Idx> {
             let m = st.meta(i);
-            let now = |e: Idx| crate::retrieval::graph::current_version(st, e);
+            let now =
+                |e: Idx| crate::retrieval::graph::walkable_version(st, e, traversable).unwrap_or(e);
             match m.rtype {
                 RecordType::Entity => vec![now(i)],
                 RecordType::Relation | RecordType::Assertion => [m.subject, m.object]
