@@ -181,8 +181,10 @@ fn a_corrected_entity_keeps_its_relations_and_claims() {
     let ledger_now = s.resolve(&ext("svc/ledger")).unwrap();
     let rel = s.resolve(&ext("rel/billing-ledger")).unwrap();
     let fact = s.resolve(&ext("fact/ledger-owner")).unwrap();
-    let g = s
-        .recall(&RecallRequest {
+    // the records the graph retriever reached from `text`, as of `as_of`
+    let by_graph = |text: &str, as_of: Option<i64>| -> Vec<engram::RecordId> {
+        s.recall(&RecallRequest {
+            as_of,
             filters: Filters {
                 record_types: vec![
                     RecordType::Entity,
@@ -191,54 +193,37 @@ fn a_corrected_entity_keeps_its_relations_and_claims() {
                 ],
                 ..Filters::default()
             },
-            ..RecallRequest::text("billing_service")
+            ..RecallRequest::text(text)
         })
-        .unwrap();
-    let by_graph: Vec<_> = g
+        .unwrap()
         .hits
         .iter()
         .filter(|h| h.found_by.iter().any(|(r, _)| *r == "graph"))
         .map(|h| h.id)
-        .collect();
+        .collect()
+    };
+    let now = by_graph("billing_service", None);
     for (what, id) in [
         ("the seed", billing_now),
         ("the relation about the older version", rel),
         ("the other end, as it stands now", ledger_now),
         ("what was said about the other end's older version", fact),
     ] {
-        assert!(by_graph.contains(&id), "{what} not reached: {:?}", g.hits);
+        assert!(now.contains(&id), "{what} not reached: {now:?}");
     }
     // as of before the corrections, the walk follows the versions current
     // then (the current ones did not exist yet)
-    let then = s
-        .recall(&RecallRequest {
-            as_of: Some(T0),
-            filters: Filters {
-                record_types: vec![
-                    RecordType::Entity,
-                    RecordType::Relation,
-                    RecordType::Assertion,
-                ],
-                ..Filters::default()
-            },
-            ..RecallRequest::text("billing_api")
-        })
-        .unwrap();
-    let ids: Vec<_> = then
-        .hits
-        .iter()
-        .filter(|h| h.found_by.iter().any(|(r, _)| *r == "graph"))
-        .map(|h| h.external_id.clone().unwrap_or_default())
-        .collect();
-    for e in [
-        "svc/billing",
-        "rel/billing-ledger",
-        "svc/ledger",
-        "fact/ledger-owner",
+    let then = by_graph("billing_api", Some(T0));
+    let first = |e: &str| s.history(&ext(e)).unwrap()[0].id;
+    for (what, id) in [
+        ("the seed", first("svc/billing")),
+        ("the relation", rel),
+        ("the other end as it stood then", first("svc/ledger")),
+        ("what was said about it", fact),
     ] {
         assert!(
-            ids.iter().any(|i| &**i == e),
-            "as of then, {e} not reached: {ids:?}"
+            then.contains(&id),
+            "as of then, {what} not reached: {then:?}"
         );
     }
     db.close().unwrap();
