@@ -474,49 +474,50 @@ fn fit(sections: [(&'static str, Vec<ContextItem>); 4], budget: usize) -> Vec<Co
         .iter()
         .map(|(_, items)| items.iter().map(|it| line_of(it).len() + 1).collect())
         .collect();
-    // Headers and blank lines, `(none)` under sections with nothing to keep:
-    // exact when every item is kept.
-    let frame: usize = sections
-        .iter()
-        .map(|(name, items)| header(name).len() + 1 + if items.is_empty() { NONE.len() } else { 0 })
-        .sum();
-    // With `(none)` under every section: an upper bound whatever is kept.
-    let frame_max: usize = sections.iter().map(|(name, _)| frame_len(name)).sum();
-    // The recent turns are taken newest first (the turn being answered
-    // matters most) and still rendered oldest first.
-    let newest_first: Vec<bool> = sections.iter().map(|(name, _)| *name == "recent").collect();
-    let keep = |items_budget: usize| -> Vec<Vec<bool>> {
-        let mut used = 0usize;
-        lines
+    // The exact length of the text with `kept_n[s]` items of `kept_bytes[s]`
+    // bytes kept in section `s` (every other item left out): what
+    // `render_len` gives for that choice.
+    let len_of = |kept_n: &[usize], kept_bytes: &[usize]| -> usize {
+        sections
             .iter()
-            .zip(&newest_first)
-            .map(|(ls, &reversed)| {
-                let mut kept = vec![false; ls.len()];
-                let order: Vec<usize> = if reversed {
-                    (0..ls.len()).rev().collect()
-                } else {
-                    (0..ls.len()).collect()
-                };
-                for i in order {
-                    if used + ls[i] <= items_budget {
-                        used += ls[i];
-                        kept[i] = true;
+            .enumerate()
+            .map(|(s, (name, _))| {
+                let omitted = lines[s].len() - kept_n[s];
+                header(name).len()
+                    + kept_bytes[s]
+                    + if kept_n[s] == 0 { NONE.len() } else { 0 }
+                    + if omitted > 0 {
+                        omitted_line(omitted).len()
+                    } else {
+                        0
                     }
-                }
-                kept
+                    + 1
             })
-            .collect()
+            .sum()
     };
-    // First without room for "left out" notes; if anything is left out,
-    // again with room for each section's longest possible note.
-    let mut kept = keep(budget.saturating_sub(frame));
-    if kept.iter().flatten().any(|k| !k) {
-        let notes: usize = lines
-            .iter()
-            .filter(|ls| !ls.is_empty())
-            .map(|ls| omitted_line(ls.len()).len())
-            .sum();
-        kept = keep(budget.saturating_sub(frame_max + notes));
+    // Items in section order (the recent turns newest first: the turn
+    // being answered matters most; still rendered oldest first), each kept
+    // if the whole text with it still fits. Exact at every step: an item
+    // kept removes its section's `(none)` and shortens its note, so the
+    // text with it is measured, not bounded.
+    let mut kept: Vec<Vec<bool>> = lines.iter().map(|ls| vec![false; ls.len()]).collect();
+    let (mut kept_n, mut kept_bytes) = (vec![0usize; lines.len()], vec![0usize; lines.len()]);
+    for (s, (name, _)) in sections.iter().enumerate() {
+        let order: Vec<usize> = if *name == "recent" {
+            (0..lines[s].len()).rev().collect()
+        } else {
+            (0..lines[s].len()).collect()
+        };
+        for i in order {
+            kept_n[s] += 1;
+            kept_bytes[s] += lines[s][i];
+            if len_of(&kept_n, &kept_bytes) <= budget {
+                kept[s][i] = true;
+            } else {
+                kept_n[s] -= 1;
+                kept_bytes[s] -= lines[s][i];
+            }
+        }
     }
     sections
         .into_iter()
@@ -547,11 +548,6 @@ fn header(name: &str) -> String {
         _ => "Recent conversation (quoted)",
     };
     format!("## {title}\n")
-}
-
-/// What an empty section renders to: its header, `(none)`, a blank line.
-fn frame_len(name: &str) -> usize {
-    header(name).len() + NONE.len() + 1
 }
 
 const NONE: &str = "(none)\n";
@@ -622,6 +618,55 @@ mod tests {
             budget_bytes: budget,
             used_bytes: render_len(&sections),
             sections,
+        }
+    }
+
+    /// Whatever the budget, every item left out would not have fitted:
+    /// taken in order, an item is kept when the whole text with it (its
+    /// section's `(none)` gone, its note shorter) fits. A first
+    /// procedural item used to be left out at budgets just above the text
+    /// with it alone, because the fit counted `(none)` and notes that
+    /// keeping it removes.
+    #[test]
+    fn an_item_that_fits_is_kept() {
+        let all = sections();
+        let alone = {
+            let only_first: Vec<ContextSection> = all
+                .iter()
+                .enumerate()
+                .map(|(s, (name, items))| ContextSection {
+                    name,
+                    items: if s == 0 {
+                        vec![items[0].clone()]
+                    } else {
+                        Vec::new()
+                    },
+                    omitted: items.len() - usize::from(s == 0),
+                })
+                .collect();
+            render_len(&only_first)
+        };
+        let c = context(alone);
+        assert_eq!(c.sections[0].items.len(), 1, "{:?}", c.sections);
+        assert!(c.used_bytes <= alone);
+        for budget in (alone - 40)..(alone + 400) {
+            let c = context(budget);
+            // no left-out item would have fitted on top of what was kept
+            for (s, (_, items)) in all.iter().enumerate() {
+                for it in items {
+                    if c.sections[s].items.iter().any(|k| k.id == it.id) {
+                        continue;
+                    }
+                    let mut more = c.sections.clone();
+                    more[s].items.push(it.clone());
+                    more[s].omitted -= 1;
+                    assert!(
+                        render_len(&more) > budget,
+                        "budget {budget}: item {} would have fitted",
+                        it.id
+                    );
+                }
+            }
         }
     }
 
