@@ -302,39 +302,7 @@ impl Session {
         label: Option<&str>,
         role: Option<&str>,
     ) -> Result<OpResult> {
-        self.grant_as(principal, label, role, None)
-    }
-
-    /// [`Session::grant`], re-applying the operation `reuse` (restore; the
-    /// caller then brings the ledger file up to date once).
-    pub(crate) fn grant_as(
-        &self,
-        principal: Option<&str>,
-        label: Option<&str>,
-        role: Option<&str>,
-        reuse: Option<RecordId>,
-    ) -> Result<OpResult> {
-        self.require(Operation::Grant)?;
-        check_grant(principal, label, role)?;
-        let (op_id, lsn) = self.write_op_as(
-            OpBody::Grant {
-                principal: principal.map(str::to_string),
-                label: label.map(str::to_string),
-                role: role.map(str::to_string),
-            },
-            reuse,
-        )?;
-        // The ledger keeps grants beside revocations, so that a restore
-        // re-applies both in order (a revocation lifted after a backup
-        // must stay lifted).
-        if reuse.is_none() {
-            self.db.sync_ledger()?;
-        }
-        Ok(OpResult {
-            op_id,
-            lsn,
-            affected: Vec::new(),
-        })
+        self.access_as(true, principal, label, role, None)
     }
 
     /// Revokes a label or role from a principal; with no principal, revokes
@@ -346,28 +314,47 @@ impl Session {
         label: Option<&str>,
         role: Option<&str>,
     ) -> Result<OpResult> {
-        self.revoke_as(principal, label, role, None)
+        self.access_as(false, principal, label, role, None)
     }
 
-    /// [`Session::revoke`], re-applying the operation `reuse` (restore; the
-    /// caller then brings the ledger file up to date once).
-    pub(crate) fn revoke_as(
+    /// [`Session::grant`] (`grant`) or [`Session::revoke`], re-applying the
+    /// operation `reuse` (restore; the caller then brings the ledger file
+    /// up to date once). Both are in the ledger, so that a restore
+    /// re-applies them in order (a revocation lifted after a backup must
+    /// stay lifted).
+    pub(crate) fn access_as(
         &self,
+        grant: bool,
         principal: Option<&str>,
         label: Option<&str>,
         role: Option<&str>,
         reuse: Option<RecordId>,
     ) -> Result<OpResult> {
-        self.require(Operation::Revoke)?;
+        self.require(if grant {
+            Operation::Grant
+        } else {
+            Operation::Revoke
+        })?;
         check_grant(principal, label, role)?;
-        let (op_id, lsn) = self.write_op_as(
+        let (principal, label, role) = (
+            principal.map(str::to_string),
+            label.map(str::to_string),
+            role.map(str::to_string),
+        );
+        let op = if grant {
+            OpBody::Grant {
+                principal,
+                label,
+                role,
+            }
+        } else {
             OpBody::Revoke {
-                principal: principal.map(str::to_string),
-                label: label.map(str::to_string),
-                role: role.map(str::to_string),
-            },
-            reuse,
-        )?;
+                principal,
+                label,
+                role,
+            }
+        };
+        let (op_id, lsn) = self.write_op_as(op, reuse)?;
         // A restore re-applying operations syncs the ledger once at its end.
         if reuse.is_none() {
             self.db.sync_ledger()?;

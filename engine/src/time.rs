@@ -310,10 +310,16 @@ pub fn format_rfc3339(ms: TimestampMs) -> String {
 /// anything from milliseconds to days, and a retention period read in the
 /// wrong unit deletes records.
 pub fn parse_duration_ms(s: &str) -> Option<i64> {
+    let (num, unit_ms) = duration_parts(s)?;
+    num.parse::<i64>().ok()?.checked_mul(unit_ms)
+}
+
+/// A duration's digits and its unit in milliseconds, when it has that
+/// form (whatever the size of the number).
+fn duration_parts(s: &str) -> Option<(&str, i64)> {
     let s = s.trim();
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: i64 = num.parse().ok()?;
-    let mult = match unit {
+    let unit_ms = match unit {
         "ms" => 1,
         "s" => 1000,
         "m" => 60_000,
@@ -323,18 +329,13 @@ pub fn parse_duration_ms(s: &str) -> Option<i64> {
         "y" => 365 * 86_400_000,
         _ => return None,
     };
-    n.checked_mul(mult)
+    (!num.is_empty()).then_some((num, unit_ms))
 }
 
-/// Whether `s` is digits and a known unit whose milliseconds do not fit
-/// 64 bits.
+/// Whether `s` has a duration's form but its milliseconds do not fit 64
+/// bits.
 fn too_long(s: &str) -> bool {
-    let s = s.trim();
-    let at = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(at);
-    !num.is_empty()
-        && ["ms", "s", "m", "h", "d", "w", "y"].contains(&unit)
-        && parse_duration_ms(s).is_none()
+    duration_parts(s).is_some() && parse_duration_ms(s).is_none()
 }
 
 /// Parses a retention period: a duration with its unit

@@ -290,30 +290,31 @@ fn reapply_ledger(db: &Engram, lines: Vec<LedgerLine>, report: &mut RestoreRepor
                 // record deletes its whole chain, and an older version must
                 // not come back because its last version was written after
                 // the backup.
-                let candidates = std::iter::once(t).chain(
-                    l.versions
-                        .iter()
-                        .filter_map(|v| v.parse::<RecordId>().ok())
-                        .filter(|_| !crate::state::is_retention_reason(Some(&reason))),
-                );
-                let mut outcome = None;
-                for c in candidates {
-                    let r = s.delete_as(&RecordRef::Id(c), Some(&reason), Some(op_id));
-                    let absent = matches!(r, Err(EngineError::NotFound { .. }));
-                    outcome = Some(r);
-                    if !absent {
+                // (a retention expiry removes one version: not its chain)
+                let others: &[String] = if crate::state::is_retention_reason(Some(&reason)) {
+                    &[]
+                } else {
+                    &l.versions
+                };
+                let delete =
+                    |id: RecordId| s.delete_as(&RecordRef::Id(id), Some(&reason), Some(op_id));
+                let mut outcome = delete(t);
+                for v in others.iter().filter_map(|v| v.parse::<RecordId>().ok()) {
+                    if !matches!(outcome, Err(EngineError::NotFound { .. })) {
                         break;
                     }
+                    outcome = delete(v);
                 }
                 match outcome {
-                    Some(Ok(_)) => report.deletions_reapplied += 1,
-                    None | Some(Err(EngineError::NotFound { .. })) => report.not_in_backup += 1,
-                    Some(Err(EngineError::InvalidState { .. })) => report.already_applied += 1,
-                    Some(Err(e)) => return Err(e),
+                    Ok(_) => report.deletions_reapplied += 1,
+                    Err(EngineError::NotFound { .. }) => report.not_in_backup += 1,
+                    Err(EngineError::InvalidState { .. }) => report.already_applied += 1,
+                    Err(e) => return Err(e),
                 }
             }
             "revoke" => {
-                s.revoke_as(
+                s.access_as(
+                    false,
                     l.principal.as_deref(),
                     l.label.as_deref(),
                     l.role.as_deref(),
@@ -322,7 +323,8 @@ fn reapply_ledger(db: &Engram, lines: Vec<LedgerLine>, report: &mut RestoreRepor
                 report.revocations_reapplied += 1;
             }
             "grant" => {
-                s.grant_as(
+                s.access_as(
+                    true,
                     l.principal.as_deref(),
                     l.label.as_deref(),
                     l.role.as_deref(),

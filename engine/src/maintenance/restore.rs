@@ -231,38 +231,30 @@ impl Engram {
                     ));
                 }
             }
-            // Records this store had purged: the restore's compaction
-            // purges them again whatever the holds (a hold placed after
-            // the purge never kept their bytes; the backup brings them
-            // back).
-            let purged_before: HashSet<[u8; 16]> = current
-                .as_ref()
-                .map(|log| {
-                    let mut ids = HashSet::new();
-                    let _ = log.scan(0, |f| {
-                        if f.header.frame_type == codec::FRAME_TOMBSTONE {
+            // One read of this store's log (read only; nothing is cut):
+            // - the records it had purged: the restore's compaction purges
+            //   them again whatever the holds (a hold placed after the purge
+            //   never kept their bytes; the backup brings them back);
+            // - the records past the backup's last LSN, replaced with the
+            //   rest of its log, and the operations there that the ledger
+            //   does not bring back (expiries, reviews, retractions, review
+            //   rules): counted, so the report says what the restore gave
+            //   up (None when the log cannot be read to its end).
+            let mut purged_before: HashSet<[u8; 16]> = HashSet::new();
+            let later = current.and_then(|log| {
+                let (mut records, mut ops) = (0u64, 0u64);
+                log.scan(0, |f| {
+                    let after = f.header.lsn > taken.last_lsn;
+                    match f.header.frame_type {
+                        codec::FRAME_TOMBSTONE => {
                             if let Ok(t) =
                                 codec::read_tombstone(f.payload(), f.header.frame_version)
                             {
-                                ids.insert(t.id);
+                                purged_before.insert(t.id);
                             }
                         }
-                        Ok(std::ops::ControlFlow::Continue(()))
-                    });
-                    ids
-                })
-                .unwrap_or_default();
-            // Records the store holds past the backup's last LSN are
-            // replaced with the rest of its log: counted, so the report
-            // says what the restore gave up (read only; nothing is cut).
-            // So are the operations there that the ledger does not bring
-            // back (expiries, reviews, retractions, review rules).
-            let later = current.and_then(|log| {
-                let (mut records, mut ops) = (0u64, 0u64);
-                log.scan(taken.last_lsn + 1, |f| {
-                    match f.header.frame_type {
-                        codec::FRAME_RECORD => records += 1,
-                        codec::FRAME_OP if !in_ledger(f.payload()) => ops += 1,
+                        codec::FRAME_RECORD if after => records += 1,
+                        codec::FRAME_OP if after && !in_ledger(f.payload()) => ops += 1,
                         _ => {}
                     }
                     Ok(std::ops::ControlFlow::Continue(()))
