@@ -200,6 +200,20 @@ fn read_file(path: &Path) -> ServerResult<KeyFile> {
             ),
         ));
     }
+    // `revoke` marks one entry and `authenticate` takes the first live one:
+    // a second entry of the same id would keep a revoked key valid, so a
+    // file holding one is refused (failing closed) rather than read.
+    let mut ids = std::collections::HashSet::new();
+    if let Some(dup) = f.keys.iter().find(|k| !ids.insert(k.id.as_str())) {
+        return Err(key_err(
+            path,
+            format!(
+                "key id '{}' appears more than once; keep one entry for it (a revoked key's \
+                 revoked_at must stay on the entry that remains)",
+                dup.id
+            ),
+        ));
+    }
     Ok(f)
 }
 
@@ -514,6 +528,37 @@ mod tests {
         assert!(found.is_none());
         assert!(problem.unwrap().contains("damaged"));
         assert!(KeyStore::open(&path).is_err());
+    }
+
+    #[test]
+    fn a_key_file_with_an_id_twice_fails_closed() {
+        // an operator who copied an entry, then revoked the key: the copy
+        // must not keep it valid
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(KEY_FILE_NAME);
+        let (k, e) = create(&path, Grant::Store).unwrap();
+        let mut f = read_file(&path).unwrap();
+        f.keys.push(f.keys[0].clone());
+        write_file(&path, &f).unwrap();
+        let err = KeyStore::open(&path).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("key id '{}' appears more than once", e.id)),
+            "{err}"
+        );
+        assert!(revoke(&path, &e.id).is_err());
+        f.keys.pop();
+        write_file(&path, &f).unwrap();
+        let store = KeyStore::open(&path).unwrap();
+        assert!(store.authenticate(&k).0.is_some());
+        revoke(&path, &e.id).unwrap();
+        let mut f = read_file(&path).unwrap();
+        let mut live = f.keys[0].clone();
+        live.revoked_at = None;
+        f.keys.push(live);
+        write_file(&path, &f).unwrap();
+        let (found, problem) = store.authenticate(&k);
+        assert!(found.is_none());
+        assert!(problem.unwrap().contains("appears more than once"));
     }
 
     #[test]
