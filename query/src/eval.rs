@@ -64,6 +64,18 @@ pub struct EvalCase {
     pub k_from_case: bool,
 }
 
+/// A filter's values ([`strs`]); an empty list is refused, as a recall
+/// request refuses it (it would read as no filter at all).
+fn filter(o: &Map<String, Value>, keys: &[&str]) -> Result<Vec<String>, (String, String)> {
+    if let Some(k) = keys
+        .iter()
+        .find(|k| matches!(o.get(**k), Some(Value::Array(a)) if a.is_empty()))
+    {
+        return Err((k.to_string(), crate::recall::EMPTY_LIST.into()));
+    }
+    strs(o, keys)
+}
+
 fn strs(o: &Map<String, Value>, keys: &[&str]) -> Result<Vec<String>, (String, String)> {
     // Two spellings of one field: which one counts would be a guess.
     let given: Vec<&str> = keys
@@ -250,10 +262,10 @@ fn parse_case_as(text: &str, line: usize, session: bool) -> Result<EvalCase, Lin
                 .ok_or_else(|| ("scope.tenant".to_string(), "required".to_string()))?
         };
         let filters = Filters {
-            users: strs(scope, &["user", "user_id"])?,
-            conversations: strs(scope, &["conversation", "conversation_id"])?,
-            agents: strs(scope, &["agent", "agent_id"])?,
-            kinds: strs(&o, &["kind"])?,
+            users: filter(scope, &["user", "user_id"])?,
+            conversations: filter(scope, &["conversation", "conversation_id"])?,
+            agents: filter(scope, &["agent", "agent_id"])?,
+            kinds: filter(&o, &["kind"])?,
             ..Filters::default()
         };
         let vector = match o.get("vector") {
@@ -575,6 +587,19 @@ mod tests {
         assert!(c.request.as_of.is_some());
         let e = parse_case(r#"{"query": "x"}"#, 4).unwrap_err();
         assert_eq!(e.field, "scope.tenant");
+        // an empty filter list would run the case unfiltered; an empty list
+        // of relevant ids is a case with nothing to find
+        let e = parse_case(
+            r#"{"query": "x", "tenant": "t", "scope": {"user_id": []}}"#,
+            4,
+        )
+        .unwrap_err();
+        assert!(
+            e.field.ends_with("user_id") && e.reason.contains("empty list"),
+            "{e:?}"
+        );
+        let c = parse_case(r#"{"query": "x", "tenant": "t", "relevant": []}"#, 4).unwrap();
+        assert!(c.relevant.is_empty());
     }
 
     #[test]

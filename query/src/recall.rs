@@ -80,10 +80,19 @@ pub struct RecallLine {
 
 type R<T> = Result<T, (String, String)>;
 
+/// Why an empty filter list is refused (a filter matches any of its
+/// values, so an empty one would match nothing; the query language refuses
+/// it too).
+pub(crate) const EMPTY_LIST: &str =
+    "an empty list matches nothing; leave the field out (or null) for no filter";
+
 fn strs(o: &Map<String, Value>, f: &str) -> R<Vec<String>> {
     match o.get(f) {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::String(s)) => Ok(vec![s.clone()]),
+        // an empty list would read as no filter at all: a client passing an
+        // empty allow-list must not get everything
+        Some(Value::Array(a)) if a.is_empty() => Err((f.to_string(), EMPTY_LIST.into())),
         Some(Value::Array(a)) => a
             .iter()
             .map(|v| {
@@ -389,6 +398,8 @@ mod tests {
             (r#"{"text": "x", "as_of": "soon"}"#, "as_of"),
             (r#"{"text": "x", "vector": ["a"]}"#, "vector"),
             (r#"{"text": "x", "record": "fact"}"#, "record"),
+            (r#"{"text": "x", "user": []}"#, "user"),
+            (r#"{"text": "x", "kind": []}"#, "kind"),
             (r#"{"txt": "x"}"#, "txt"),
         ] {
             let e = parse_recall_line(t, 9).unwrap_err();
