@@ -602,6 +602,69 @@ fn a_vector_space_of_hidden_records_only_is_not_shown() {
     db.close().unwrap();
 }
 
+/// The same through the store's embedder: a text query of a principal for
+/// whom the embedder's space holds only unreadable records runs as if the
+/// tenant had no vectors at all (the manifest used to plan a search over
+/// the space, telling its hidden records apart from none).
+#[test]
+fn an_embedder_space_of_hidden_records_only_is_not_shown() {
+    use engram::{HashEmbedder, RecallRequest};
+    use std::sync::Arc;
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = || Options {
+        embedder: Some(Arc::new(HashEmbedder::default())),
+        ..Options::default()
+    };
+    let db = Engram::open(tmp.path().join("s"), opts()).unwrap();
+    let admin = |t: &str| db.session(Principal::admin(t));
+    admin("A").grant(Some("bob"), Some("secret"), None).unwrap();
+    db.session(Principal::user("A", "bob"))
+        .append(vec![
+            NewRecord::event("m", "hidden vector text").with_access(&["secret"]),
+        ])
+        .unwrap();
+    let ask = |tenant: &str| {
+        let r = db
+            .session(Principal::user(tenant, "alice"))
+            .recall(&RecallRequest {
+                text: Some("hidden vector text".into()),
+                explain: true,
+                ..RecallRequest::default()
+            })
+            .unwrap();
+        assert!(r.hits.is_empty());
+        let m = r.manifest;
+        let vector = m
+            .retrievers
+            .iter()
+            .find(|o| o.retriever.as_str() == "vector")
+            .expect("a vector retriever");
+        (
+            vector.skipped.clone(),
+            vector.plan.is_some(),
+            m.versions.vector_spaces.len(),
+        )
+    };
+    // tenant B has no vectors at all; in A alice can read none of them
+    let none = ask("B");
+    assert!(
+        none.0.as_deref().unwrap_or("").contains("no vectors yet"),
+        "{none:?}"
+    );
+    assert_eq!(ask("A"), none);
+    // bob, who holds the label, searches the space
+    let r = db
+        .session(Principal::user("A", "bob"))
+        .recall(&RecallRequest {
+            text: Some("hidden vector text".into()),
+            ..RecallRequest::default()
+        })
+        .unwrap();
+    assert_eq!(r.hits.len(), 1);
+    db.close().unwrap();
+}
+
 /// A trace counts an entity's relation edges among the relations the
 /// principal may read, and not deleted ones.
 #[test]

@@ -501,7 +501,9 @@ impl Session {
                         ));
                     }
                 }
-                let Some(space) = st.vectors.get(tenant, emb.model_id()) else {
+                // (a space of vectors this principal cannot read is told
+                // apart from none at all by nothing, as with a request vector)
+                let Some(space) = st.vectors.get(tenant, emb.model_id()).filter(shown) else {
                     return skipped(format!(
                         "no vectors yet for the embedder's model '{}'",
                         emb.model_id()
