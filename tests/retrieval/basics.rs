@@ -322,6 +322,37 @@ fn bad_requests_are_refused_with_the_field_named() {
         s.recall(&RecallRequest::vector(Some("nope"), vec![1.0; 3])),
         Err(EngineError::UnknownModel { .. })
     ));
+    // A text in a named space: only an embedder making that model's vectors
+    // can compare it, so a model it does not make (here: no embedder at
+    // all, then another model) is refused rather than answered emptier.
+    let in_model = |model: &str, mode: Mode| RecallRequest {
+        model: Some(model.into()),
+        mode,
+        ..RecallRequest::text("x")
+    };
+    for mode in [Mode::Hybrid, Mode::Vector] {
+        let e = s.recall(&in_model("m", mode)).unwrap_err();
+        assert!(e.to_string().contains("embedder"), "{e}");
+    }
+    assert!(s.recall(&in_model("m", Mode::Lexical)).is_ok());
+    let db2 = store(&clock, true);
+    let s2 = db2.session(Principal::admin("t"));
+    s2.append(vec![NewRecord::event("n", "x")]).unwrap();
+    let own = db2
+        .options()
+        .embedder
+        .as_ref()
+        .unwrap()
+        .model_id()
+        .to_string();
+    for mode in [Mode::Hybrid, Mode::Vector] {
+        let e = s2.recall(&in_model("no-such-model", mode)).unwrap_err();
+        assert!(
+            e.to_string().contains(&format!("makes '{own}' vectors")),
+            "{e}"
+        );
+        assert_eq!(s2.recall(&in_model(&own, mode)).unwrap().hits.len(), 1);
+    }
 }
 
 /// The episodic retriever brings in the turns around a hit in its

@@ -397,7 +397,8 @@ impl Session {
     }
 
     /// The checks [`Session::recall`] makes before it searches: limits and
-    /// parameters, and a vector-mode text without an embedder. For callers
+    /// parameters, a vector-mode text without an embedder, and a text with
+    /// a `model` the embedder does not make. For callers
     /// that check a whole set of requests before running any (`engram
     /// eval`), or that run a request through [`Session::search`] with
     /// other settings.
@@ -415,6 +416,35 @@ impl Session {
                 "vector retrieval of a text needs a built-in embedder (this store has none: \
                  clients send vectors); pass a query vector, or use mode hybrid or lexical",
             ));
+        }
+        // A text names no vector space but the embedder's: another model
+        // would leave the vector retriever with nothing to compare, and a
+        // misspelt model would answer with a confident, emptier result.
+        if let (None, Some(m), true, false) =
+            (&req.vector, &req.model, has_text, req.mode == Mode::Lexical)
+        {
+            match self.db.options().embedder.as_ref() {
+                Some(e) if e.model_id() == m.as_str() => {}
+                Some(e) => {
+                    return Err(EngineError::invalid(
+                        "model",
+                        format!(
+                            "the store's embedder makes '{}' vectors, so a text cannot be \
+                             compared in '{m}'; drop model, or pass a '{m}' query vector",
+                            e.model_id()
+                        ),
+                    ));
+                }
+                None => {
+                    return Err(EngineError::invalid(
+                        "model",
+                        format!(
+                            "this store has no embedder, so a text cannot be compared in \
+                             '{m}'; pass a '{m}' query vector, or drop model"
+                        ),
+                    ));
+                }
+            }
         }
         Ok(())
     }
