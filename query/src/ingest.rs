@@ -102,6 +102,9 @@ pub struct IngestLine {
     pub line: usize,
     /// Tenant named by the line, if any.
     pub tenant: Option<String>,
+    /// Whether the line has a `tenant` key at all (`null` included): a
+    /// server, whose tenant is the key's, refuses the field by its name.
+    pub names_tenant: bool,
     /// The record.
     pub record: NewRecord,
 }
@@ -274,6 +277,7 @@ pub fn parse_line(text: &str, line: usize) -> Result<IngestLine, LineError> {
         .map(|(tenant, record)| IngestLine {
             line,
             tenant,
+            names_tenant: o.contains_key("tenant"),
             record,
         })
 }

@@ -422,6 +422,12 @@ fn every_endpoint_against_every_caller() {
             r#"[{"kind": "note", "text": "y", "principal": "boss"}]"#,
             "principal",
         ),
+        // by its name, whatever its value
+        (
+            "/v1/records",
+            r#"[{"kind": "note", "text": "y", "tenant": null}]"#,
+            "tenant",
+        ),
         ("/v1/recall", r#"{"text": "x", "tenant": "beta"}"#, "tenant"),
         (
             "/v1/query",
@@ -467,4 +473,22 @@ fn every_endpoint_against_every_caller() {
         e.json()["error"]["details"],
         json!({"line": 2, "field": "scope.tenant_id"})
     );
+    let b = request(
+        &s.addr,
+        "POST",
+        "/v1/records/bulk",
+        Some(&other),
+        Some(b"{\"kind\": \"note\", \"text\": \"x\", \"tenant\": null}\n"),
+        "application/x-ndjson",
+    )
+    .unwrap();
+    // (a stream answers per line)
+    let first: serde_json::Value =
+        serde_json::from_str(b.text().lines().next().unwrap_or_default()).unwrap();
+    assert_eq!(first["error"]["code"], "session_field", "{}", b.text());
+    assert_eq!(
+        first["error"]["details"],
+        json!({"line": 1, "field": "tenant"})
+    );
+    assert!(b.text().contains("\"created\":0"), "{}", b.text());
 }

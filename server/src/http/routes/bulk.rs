@@ -484,15 +484,7 @@ fn push_json(out: &mut String, v: &Value) {
 
 /// One NDJSON line: a record without tenant or principal.
 fn parse_line(text: &str, n: usize) -> Result<NewRecord, ServerError> {
-    let l = engram_query::parse_line(text, n).map_err(|e| line_error(e, None, Some(n)))?;
-    if l.tenant.is_some() {
-        return Err(ServerError::SessionField {
-            item: None,
-            line: Some(n),
-            field: "tenant".into(),
-        });
-    }
-    Ok(l.record)
+    super::records::parse_record_at(text, None, Some(n))
 }
 
 #[cfg(test)]

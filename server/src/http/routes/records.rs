@@ -120,15 +120,26 @@ pub fn line_error(e: LineError, item: Option<usize>, line: Option<usize>) -> Ser
     }
 }
 
-/// Parses one ingest object (the text of one array element or line) at
-/// position `item`; it may not name a tenant or principal.
+/// Parses one ingest object (the text of one array element) at position
+/// `item`; it may not name a tenant or principal.
 pub fn parse_record(text: &str, item: Option<usize>) -> ServerResult<NewRecord> {
-    let l =
-        engram_query::parse_line(text, item.unwrap_or(0)).map_err(|e| line_error(e, item, None))?;
-    if l.tenant.is_some() {
+    parse_record_at(text, item, None)
+}
+
+/// [`parse_record`] for an array element (`item`) or an NDJSON line
+/// (`line`, 1-based). A `tenant` key is refused whatever its value
+/// (`null` too), as every other body refuses it.
+pub fn parse_record_at(
+    text: &str,
+    item: Option<usize>,
+    line: Option<usize>,
+) -> ServerResult<NewRecord> {
+    let l = engram_query::parse_line(text, line.or(item).unwrap_or(0))
+        .map_err(|e| line_error(e, item, line))?;
+    if l.names_tenant {
         return Err(ServerError::SessionField {
             item,
-            line: None,
+            line,
             field: "tenant".into(),
         });
     }
