@@ -229,6 +229,16 @@ fn endpoints_do_their_job() {
     let q = s.json("GET", "/v1/review", Some(&k.rev), None, 200);
     assert_eq!(q["candidates"][0]["external_id"], "i1");
     assert_eq!(s.call("GET", "/v1/review", Some(&k.ann), None).status, 403);
+    // `note` and `reason` are one field under two names (both in the
+    // OpenAPI document): one of them
+    let both = s.call(
+        "POST",
+        "/v1/review/i1/approve",
+        Some(&k.rev),
+        Some(r#"{"note": "fine", "reason": "fine"}"#),
+    );
+    assert_eq!(both.status, 422, "{}", both.text());
+    assert!(both.text().contains("not both"), "{}", both.text());
     let ok = s.json(
         "POST",
         "/v1/review/i1/approve",

@@ -188,8 +188,24 @@ pub async fn delete(
 #[serde(deny_unknown_fields)]
 pub struct NoteRequest {
     /// Why (retract) or the reviewer's note (approve, reject).
-    #[serde(alias = "note")]
     pub reason: Option<String>,
+    /// The same as `reason`, under the name a reviewer may use; give one
+    /// of the two.
+    pub note: Option<String>,
+}
+
+impl NoteRequest {
+    /// The text given, under either name.
+    fn text(self) -> ServerResult<Option<String>> {
+        match (self.reason, self.note) {
+            (Some(_), Some(_)) => Err(ServerError::invalid(
+                None,
+                "note",
+                "give one of reason and note, not both",
+            )),
+            (r, n) => Ok(r.or(n)),
+        }
+    }
 }
 
 /// Withdraw a semantic record; its dependents go stale.
@@ -207,8 +223,9 @@ pub async fn retract(
     JsonBody(req): JsonBody<NoteRequest>,
 ) -> ServerResult<Json<OpResponse>> {
     let session = caller.session(&app, Operation::Retract).await?;
+    let text = req.text()?;
     op(&app, "retract", move || {
-        session.retract(&target, req.reason.as_deref())
+        session.retract(&target, text.as_deref())
     })
     .await
 }
@@ -251,8 +268,9 @@ pub async fn approve(
     JsonBody(req): JsonBody<NoteRequest>,
 ) -> ServerResult<Json<OpResponse>> {
     let session = caller.session(&app, Operation::Review).await?;
+    let text = req.text()?;
     op(&app, "approve", move || {
-        session.approve(&target, req.reason.as_deref())
+        session.approve(&target, text.as_deref())
     })
     .await
 }
@@ -272,8 +290,9 @@ pub async fn reject(
     JsonBody(req): JsonBody<NoteRequest>,
 ) -> ServerResult<Json<OpResponse>> {
     let session = caller.session(&app, Operation::Review).await?;
+    let text = req.text()?;
     op(&app, "reject", move || {
-        session.reject(&target, req.reason.as_deref())
+        session.reject(&target, text.as_deref())
     })
     .await
 }
