@@ -341,6 +341,9 @@ struct Stamp {
     inode: u64,
     len: u64,
     modified_ns: i128,
+    /// The inode's change time: an edit in place that keeps the length
+    /// and puts the modification time back still moves it.
+    changed_ns: i128,
 }
 
 fn stamp(path: &Path) -> Option<Stamp> {
@@ -350,6 +353,7 @@ fn stamp(path: &Path) -> Option<Stamp> {
         inode: m.ino(),
         len: m.len(),
         modified_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+        changed_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
     })
 }
 
@@ -559,6 +563,29 @@ mod tests {
         let (found, problem) = store.authenticate(&k);
         assert!(found.is_none());
         assert!(problem.unwrap().contains("appears more than once"));
+    }
+
+    #[test]
+    fn an_edit_in_place_that_keeps_length_and_mtime_is_noticed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(KEY_FILE_NAME);
+        let (k, _) = create(&path, Grant::Store).unwrap();
+        let store = KeyStore::open(&path).unwrap();
+        assert!(store.authenticate(&k).0.is_some());
+        let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
+        // past the file system's timestamp granularity
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        // another hash of the same length, written over the old one
+        let text = std::fs::read_to_string(&path).unwrap();
+        let old = sha256_hex(&k);
+        let edited = text.replace(&old, &"0".repeat(old.len()));
+        assert_eq!(edited.len(), text.len());
+        let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        std::io::Write::write_all(&mut f, edited.as_bytes()).unwrap();
+        f.set_modified(mtime).unwrap();
+        drop(f);
+        assert_eq!(std::fs::metadata(&path).unwrap().modified().unwrap(), mtime);
+        assert!(store.authenticate(&k).0.is_none());
     }
 
     #[test]
