@@ -96,7 +96,8 @@ pub struct AccessArgs {
     /// Role (reviewer, admin).
     #[arg(long)]
     role: Option<String>,
-    /// Principal (without it: the label, for everyone in the tenant).
+    /// Principal (without it: revoke takes the label from everyone in the
+    /// tenant, the admin included; grant lifts that revocation).
     #[arg(long, value_parser = crate::cli::name_arg)]
     principal: Option<String>,
     /// Act as this principal of the tenant instead of the tenant admin.
@@ -407,18 +408,28 @@ pub fn access(ctx: &Ctx, a: AccessArgs, revoke: bool) -> CliResult {
             .flatten()
             .collect::<Vec<_>>()
             .join(" and ");
-            let whom = a
-                .principal
-                .as_ref()
-                .map(|p| format!("principal '{p}' in"))
-                .unwrap_or_else(|| "everyone in".into());
-            crate::outln!(
-                "{} {what} {} {whom} tenant '{}' (operation {}); applies to every read from now on",
-                if revoke { "revoked" } else { "granted" },
-                if revoke { "from" } else { "to" },
-                a.tenant,
-                res.op_id
-            );
+            match (&a.principal, revoke) {
+                (Some(p), _) => crate::outln!(
+                    "{} {what} {} principal '{p}' in tenant '{}' (operation {}); applies to every read from now on",
+                    if revoke { "revoked" } else { "granted" },
+                    if revoke { "from" } else { "to" },
+                    a.tenant,
+                    res.op_id
+                ),
+                (None, true) => crate::outln!(
+                    "revoked {what} from everyone in tenant '{}', the admin included (operation {}); applies to every read from now on",
+                    a.tenant,
+                    res.op_id
+                ),
+                // a tenant-wide grant gives nobody the label: it lifts a
+                // tenant-wide revocation, and principals read it again with
+                // the grants they hold
+                (None, false) => crate::outln!(
+                    "lifted the tenant-wide revocation of {what} in tenant '{}' (operation {}); each principal reads it again with its own grants, from the next read",
+                    a.tenant,
+                    res.op_id
+                ),
+            }
         }
         Ok(ExitCode::SUCCESS)
     })();

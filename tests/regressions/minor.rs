@@ -457,3 +457,35 @@ fn a_recall_line_asks_for_its_own_manifest() {
     assert!(lines[0]["manifest"].is_object(), "{text}");
     assert!(lines[1].get("manifest").is_none(), "{text}");
 }
+
+/// A tenant-wide grant gives nobody the label: it lifts a tenant-wide
+/// revocation, and says so (it used to report "granted ... to everyone").
+#[test]
+fn a_tenant_wide_grant_says_it_lifts_a_revocation() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let f = tmp.path().join("e.jsonl");
+    std::fs::write(
+        &f,
+        "{\"external_id\":\"h\",\"tenant\":\"t\",\"kind\":\"k\",\"text\":\"salary table\",\"access\":[\"hr\"]}\n",
+    )
+    .unwrap();
+    ok(&store, &["ingest", f.to_str().unwrap()]);
+    let out = |args: &[&str]| String::from_utf8_lossy(&ok(&store, args).stdout).into_owned();
+    let said = out(&["revoke", "--tenant", "t", "--label", "hr"]);
+    assert!(
+        said.contains("from everyone in tenant 't', the admin included"),
+        "{said}"
+    );
+    fails(&store, &["get", "h", "--tenant", "t"]);
+    let said = out(&["grant", "--tenant", "t", "--label", "hr"]);
+    assert!(
+        said.contains("lifted the tenant-wide revocation of label 'hr'"),
+        "{said}"
+    );
+    assert!(!said.contains("to everyone"), "{said}");
+    // the admin reads it again; a principal without its own grant does not
+    ok(&store, &["get", "h", "--tenant", "t"]);
+    fails(&store, &["get", "h", "--tenant", "t", "--principal", "p"]);
+}
