@@ -105,7 +105,7 @@ pub struct OpenBenchResult {
 pub fn run(ctx: &Ctx, a: OpenBenchArgs) -> CliResult {
     if let Some(dir) = &a.measure {
         let r = measure_once(dir)?;
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string(&r).map_err(|e| fail(e.to_string()))?
         );
@@ -180,7 +180,7 @@ pub fn run(ctx: &Ctx, a: OpenBenchArgs) -> CliResult {
         replay: median(replay),
     };
     if a.json {
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string_pretty(&result).map_err(|e| fail(e.to_string()))?
         );
@@ -342,7 +342,7 @@ fn median(mut runs: Vec<OpenRun>) -> OpenRun {
 }
 
 fn print_table(r: &OpenBenchResult) {
-    println!(
+    crate::outln!(
         "store: {} records over {} tenants, {} with vectors; log {:.0} MiB, checkpoint {:.0} MiB",
         r.records,
         r.tenants,
@@ -351,19 +351,30 @@ fn print_table(r: &OpenBenchResult) {
         r.checkpoint_bytes as f64 / 1048576.0
     );
     if r.build_s > 0.0 {
-        println!(
+        crate::outln!(
             "built in {:.1} s, close (graphs, snapshots, checkpoint) {:.1} s",
-            r.build_s, r.close_s
+            r.build_s,
+            r.close_s
         );
     }
-    println!(
+    crate::outln!(
         "{:<12} {:>9} {:>16} {:>10} {:>14} {:>14}",
-        "open", "seconds", "frames replayed", "RSS MiB", "1st recall ms", "2nd recall ms"
+        "open",
+        "seconds",
+        "frames replayed",
+        "RSS MiB",
+        "1st recall ms",
+        "2nd recall ms"
     );
     for (name, x) in [("checkpoint", &r.checkpoint), ("replay", &r.replay)] {
-        println!(
+        crate::outln!(
             "{:<12} {:>9.3} {:>16} {:>10.0} {:>14.2} {:>14.2}",
-            name, x.open_s, x.frames_replayed, x.rss_mib, x.first_recall_ms, x.second_recall_ms
+            name,
+            x.open_s,
+            x.frames_replayed,
+            x.rss_mib,
+            x.first_recall_ms,
+            x.second_recall_ms
         );
     }
 }

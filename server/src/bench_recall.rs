@@ -107,11 +107,14 @@ pub struct Measured {
     /// Share of queries to which each retriever contributed a candidate:
     /// vector, lexical, recency, graph.
     pub contributed: Vec<(String, f64)>,
-    /// Mean stage times over the single-thread run, microseconds:
-    /// eligibility, vector, lexical, other retrievers, fusion, total.
+    /// Threads of the run the per-query figures (eligible records,
+    /// retrievers, stage times) come from: the first of `--threads`.
+    pub stages_threads: usize,
+    /// Mean stage times over that run, microseconds: eligibility, vector,
+    /// lexical, other retrievers, fusion, total.
     pub stages_us: Vec<(String, f64)>,
-    /// The 95th percentile of each stage's time over the single-thread
-    /// run, microseconds (same stages).
+    /// The 95th percentile of each stage's time over that run,
+    /// microseconds (same stages).
     pub stages_p95_us: Vec<(String, f64)>,
     /// Queries that returned no hit.
     pub empty: usize,
@@ -172,7 +175,7 @@ pub fn run(ctx: &Ctx, a: RecallBenchArgs) -> CliResult {
     let plan = Plan::new(&a);
     if let Some(dir) = &a.measure {
         let m = measure(dir, &a, &plan, &seed)?;
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string(&m).map_err(|e| fail(e.to_string()))?
         );
@@ -224,7 +227,7 @@ pub fn run(ctx: &Ctx, a: RecallBenchArgs) -> CliResult {
         measured,
     };
     if a.json {
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string_pretty(&result).map_err(|e| fail(e.to_string()))?
         );
@@ -746,8 +749,22 @@ fn measure(
             Some(*acc)
         })
         .collect();
+    // A client sends a query vector only where its principal has a vector
+    // space: a small tenant may hold no vector at all (a vector sent there
+    // is refused as an unknown model, and would end the run).
+    let mut has_space = std::collections::HashMap::new();
     let reqs: Vec<(Principal, RecallRequest)> = (0..a.queries)
-        .map(|q| request(q, plan, seed, &cumulative))
+        .map(|q| {
+            let (p, mut r) = request(q, plan, seed, &cumulative);
+            let key = (p.tenant().to_string(), p.id().to_string());
+            let spaces = *has_space
+                .entry(key)
+                .or_insert_with(|| !db.session(p.clone()).vector_models().is_empty());
+            if !spaces {
+                r.vector = None;
+            }
+            (p, r)
+        })
         .collect();
     // Warm-up: a tenth of the queries (pages of the log, caches).
     for (p, r) in reqs.iter().take(a.queries / 10 + 1) {
@@ -760,6 +777,8 @@ fn measure(
     let mut eligible_sum = 0f64;
     let mut empty = 0usize;
     for &threads in &a.threads {
+        // per-query figures from the first run, whatever its threads
+        let first = runs.is_empty();
         let chunk = reqs.len().div_ceil(threads);
         let started = Instant::now();
         let per_thread: Vec<Result<Vec<Timed>, CliError>> = std::thread::scope(|s| {
@@ -774,7 +793,7 @@ fn measure(
                                 let t = Instant::now();
                                 let resp = session.recall(r)?;
                                 let ms = t.elapsed().as_secs_f64() * 1e3;
-                                Ok((ms, (threads == 1).then(|| Stats::of(&resp))))
+                                Ok((ms, first.then(|| Stats::of(&resp))))
                             })
                             .collect()
                     })
@@ -818,7 +837,7 @@ fn measure(
             max_ms: lat.last().copied().unwrap_or(0.0),
         });
     }
-    let single = a.threads.iter().filter(|&&t| t == 1).count() * a.queries;
+    let single = if runs.is_empty() { 0 } else { a.queries };
     let per = |x: f64| if single == 0 { 0.0 } else { x / single as f64 };
     Ok(Measured {
         open_s,
@@ -845,6 +864,7 @@ fn measure(
             })
             .collect(),
         empty,
+        stages_threads: a.threads.first().copied().unwrap_or(1),
     })
 }
 
@@ -902,7 +922,7 @@ impl Stats {
 
 fn print_report(r: &RecallBenchResult) {
     let m = &r.measured;
-    println!(
+    crate::outln!(
         "store: {} records over {} tenants (largest {}), {} with vectors, {} deleted, {} corrected; log {:.0} MiB",
         r.records,
         r.tenants,
@@ -912,22 +932,37 @@ fn print_report(r: &RecallBenchResult) {
         r.corrected,
         r.log_bytes as f64 / 1048576.0
     );
-    println!("texts and vectors: {}", r.seed);
+    crate::outln!("texts and vectors: {}", r.seed);
     if r.build_s > 0.0 {
-        println!("built in {:.1} s", r.build_s);
+        crate::outln!("built in {:.1} s", r.build_s);
     }
-    println!(
+    crate::outln!(
         "open {:.2} s; RSS {:.0} MiB after open, {:.0} MiB after the queries ({:.0} bytes per record)",
-        m.open_s, m.rss_open_mib, m.rss_after_mib, r.rss_bytes_per_record
+        m.open_s,
+        m.rss_open_mib,
+        m.rss_after_mib,
+        r.rss_bytes_per_record
     );
-    println!(
+    crate::outln!(
         "{:>8} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9}",
-        "threads", "queries", "queries/s", "p50 ms", "p95 ms", "p99 ms", "max ms"
+        "threads",
+        "queries",
+        "queries/s",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "max ms"
     );
     for x in &m.runs {
-        println!(
+        crate::outln!(
             "{:>8} {:>8} {:>10.0} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
-            x.threads, x.queries, x.qps, x.p50_ms, x.p95_ms, x.p99_ms, x.max_ms
+            x.threads,
+            x.queries,
+            x.qps,
+            x.p50_ms,
+            x.p95_ms,
+            x.p99_ms,
+            x.max_ms
         );
     }
     let fmt = |v: &[(String, f64)], unit: &str| {
@@ -936,20 +971,21 @@ fn print_report(r: &RecallBenchResult) {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    println!("mean eligible per query: {:.0}", m.mean_eligible);
+    crate::outln!("mean eligible per query: {:.0}", m.mean_eligible);
     let pct: Vec<(String, f64)> = m
         .contributed
         .iter()
         .map(|(n, x)| (n.clone(), x * 100.0))
         .collect();
-    println!("retrievers with candidates: {}", fmt(&pct, "%"));
-    println!("mean stage times (1 thread): {}", fmt(&m.stages_us, " µs"));
-    println!(
-        "p95 stage times (1 thread): {}",
-        fmt(&m.stages_p95_us, " µs")
-    );
+    crate::outln!("retrievers with candidates: {}", fmt(&pct, "%"));
+    let run = match m.stages_threads {
+        1 => "1 thread".to_string(),
+        n => format!("{n} threads"),
+    };
+    crate::outln!("mean stage times ({run}): {}", fmt(&m.stages_us, " µs"));
+    crate::outln!("p95 stage times ({run}): {}", fmt(&m.stages_p95_us, " µs"));
     if m.empty > 0 {
-        println!("queries with no hit: {}", m.empty);
+        crate::outln!("queries with no hit: {}", m.empty);
     }
 }
 

@@ -65,6 +65,35 @@ fn bench_recall_measures_a_generated_store_and_reuses_it() {
     assert_eq!(again["vectors"], r["vectors"]);
 }
 
+/// The smallest store a bench accepts runs: tenants too small to hold a
+/// vector are queried without one (a vector sent there ended the run as
+/// an unknown model), and a run without one thread still reports the
+/// per-query figures, from its first configuration.
+#[test]
+fn bench_recall_runs_at_its_smallest_size_and_without_one_thread() {
+    let o = engram(&[
+        "bench",
+        "recall",
+        "--records",
+        "240",
+        "--tenants",
+        "10",
+        "--queries",
+        "30",
+        "--threads",
+        "2",
+        "--synthetic",
+        "--json",
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON report");
+    let m = &r["measured"];
+    assert_eq!(m["stages_threads"], 2, "{m}");
+    assert!(m["mean_eligible"].as_f64().unwrap() > 0.0, "{m}");
+    assert!(m["stages_us"][5][1].as_f64().unwrap() > 0.0, "{m}");
+}
+
 #[test]
 fn bench_recall_rejects_bad_parameters() {
     for (args, says) in [
@@ -350,4 +379,48 @@ fn bench_ann_refuses_an_inconsistent_dataset() {
     std::fs::remove_file(d.join("attrs.npy")).unwrap();
     let err = run(&["--threads", "100000"]);
     assert!(err.contains("--threads must be between 1 and 256"), "{err}");
+}
+
+/// A closed stdout (`engram bench open | true`) ends a command quietly:
+/// the benches printed with `println!`, which panics on a broken pipe.
+#[test]
+fn a_closed_stdout_ends_a_bench_quietly() {
+    use std::process::Stdio;
+    for args in [
+        &[
+            "bench",
+            "open",
+            "--records",
+            "100",
+            "--tenants",
+            "5",
+            "--runs",
+            "1",
+            "-q",
+        ][..],
+        &[
+            "bench",
+            "recall",
+            "--records",
+            "240",
+            "--tenants",
+            "10",
+            "--queries",
+            "10",
+            "--synthetic",
+            "-q",
+        ][..],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_engram"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(o.status.success(), "{args:?}: {:?} {err}", o.status);
+    }
 }
