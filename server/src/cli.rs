@@ -642,7 +642,7 @@ pub fn read_input(file: &Path) -> Result<String, CliError> {
 /// record's text and data are at most 1 MiB each), so that an input
 /// without line ends (`/dev/zero`, a binary file) stops with an error
 /// instead of filling memory.
-const INPUT_LINE_BYTES_MAX: usize = 64 << 20;
+pub(crate) const INPUT_LINE_BYTES_MAX: usize = 64 << 20;
 
 /// Reads `r` whole, refusing a line longer than [`INPUT_LINE_BYTES_MAX`].
 fn read_lines_bounded(r: &mut impl std::io::Read, file: &Path) -> Result<Vec<u8>, CliError> {

@@ -629,3 +629,61 @@ fn an_attached_deleted_derivative_shows_no_kind() {
     );
     assert!(!out.contains("private-kind-canary"), "{out}");
 }
+
+/// The shell bounds what it holds: a statement past the language's limit
+/// is skipped when it ends (its text is not kept, and each line is scanned
+/// once), the statements after it still run, and an error names the input
+/// line its statement starts on.
+#[test]
+fn the_shell_skips_an_oversized_statement_and_names_lines() {
+    let (_tmp, d) = store();
+    let mut input = String::from("FIND ANY LIMIT 1 RETURN id;\n\nFIND ANY WHERE\n");
+    for _ in 0..6000 {
+        input.push_str("kind = 'x' OR\n");
+    }
+    input.push_str("kind = 'y';\nFIND ANY LIMIT 2;\n\nFIND ANY\nLIMIT 0;\n");
+    let o = shell_piped(&["--data", &d, "shell", "--tenant", "t"], input.as_bytes());
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("the statement starting on line 3 is longer than 64 KiB"),
+        "{out}"
+    );
+    assert!(out.contains("(1 row)") && out.contains("(2 rows)"), "{out}");
+    // LIMIT 0 is refused: its statement starts on input line 6007, and
+    // the error's own position counts from there
+    assert!(
+        out.contains("in the statement starting on line 6007"),
+        "{out}"
+    );
+    assert!(out.contains("--> 2:"), "{out}");
+}
+
+/// An input without line ends (`/dev/zero`) stops the shell with an error
+/// at the line bound instead of filling memory.
+#[test]
+fn the_shell_stops_at_a_line_without_an_end() {
+    let (_tmp, d) = store();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_engram"))
+        .args(["--data", &d, "shell", "--tenant", "t"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // (the shell stops reading: the rest of the write fails, as it should)
+    let writer = std::thread::spawn(move || {
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..80 {
+            if stdin.write_all(&zeros).is_err() {
+                break;
+            }
+        }
+    });
+    let o = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("line 1 is longer than 64 MiB"), "{out}");
+}

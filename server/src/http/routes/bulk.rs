@@ -34,7 +34,6 @@ use crate::http::app::{Queue, Shared, run_blocking};
 use crate::http::auth::Caller;
 use crate::http::error::{ErrorBody, ServerError, ServerResult};
 use crate::http::routes::Params;
-use crate::http::routes::records::line_error;
 
 /// Chunks of the response waiting for the client.
 const RESPONSE_CHUNKS_BUFFERED: usize = 4;
