@@ -19,7 +19,8 @@ use crate::cli::{CliError, CliResult, Ctx, read_input, session_for};
 /// `engram query`.
 #[derive(Args, Debug)]
 pub struct QueryArgs {
-    /// The statement (or use -f FILE).
+    /// The statement (or use -f FILE). It may begin with a `--` comment.
+    #[arg(allow_hyphen_values = true)]
     pub statement: Option<String>,
     /// Read the statement from a file (`-` for stdin).
     #[arg(short = 'f', long = "file", conflicts_with = "statement")]

@@ -687,3 +687,23 @@ fn the_shell_stops_at_a_line_without_an_end() {
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(out.contains("line 1 is longer than 64 MiB"), "{out}");
 }
+
+/// A statement given as an argument may begin with a `--` comment, as the
+/// acceptance examples of docs/query-language.md do (the command line read
+/// it as an unknown flag).
+#[test]
+fn a_statement_argument_may_begin_with_a_comment() {
+    let (_tmp, d) = store();
+    let o = engram(&[
+        "--data",
+        &d,
+        "query",
+        "--tenant",
+        "t",
+        "-- what do we know about diets?\nFIND assertions KIND 'preference' MATCH 'diet'",
+        "--json",
+    ]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("vegan"), "{out}");
+}
