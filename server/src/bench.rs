@@ -53,7 +53,8 @@ pub struct IngestBenchArgs {
     /// `--batch-writers`.
     #[arg(long, value_delimiter = ',', default_value = "1000")]
     pub batch: Vec<usize>,
-    /// Concurrent writer counts for the batch configurations.
+    /// Concurrent writer counts for the batch configurations (`0`: no
+    /// batch configuration).
     #[arg(long, value_delimiter = ',', default_value = "1,4")]
     pub batch_writers: Vec<usize>,
     /// Directory for the benchmark stores (default: a temporary directory,
@@ -77,7 +78,8 @@ pub struct IngestBenchArgs {
 pub struct IngestResult {
     /// Concurrent writers.
     pub writers: usize,
-    /// Events per append call.
+    /// Events per append call: the configuration's batch, or a writer's
+    /// share of the events when that is smaller.
     pub batch: usize,
     /// Events appended.
     pub events: usize,
@@ -370,7 +372,9 @@ pub fn measure_with_progress(
     progress: &Progress,
 ) -> Result<IngestResult, CliError> {
     let db = Engram::open(dir, opts.clone())?;
-    let per_writer = n.div_ceil(writers);
+    // exactly `n` events: the first `n % writers` writers take one more
+    let share = move |w: usize| n / writers + usize::from(w < n % writers);
+    let first_of = move |w: usize| w * (n / writers) + w.min(n % writers);
     let started = Instant::now();
     let mut handles = Vec::new();
     let db = Arc::new(db);
@@ -379,12 +383,12 @@ pub fn measure_with_progress(
         let progress = progress.clone();
         handles.push(std::thread::spawn(move || -> Result<Vec<f64>, String> {
             let s = db.session(Principal::system("bench", format!("writer-{w}")));
+            let (per_writer, first) = (share(w), first_of(w));
             let mut lat = Vec::with_capacity(per_writer / batch + 1);
             let mut i = 0;
             while i < per_writer {
                 let take = batch.min(per_writer - i);
-                let records: Vec<NewRecord> =
-                    (0..take).map(|k| event(w * per_writer + i + k)).collect();
+                let records: Vec<NewRecord> = (0..take).map(|k| event(first + i + k)).collect();
                 let t = Instant::now();
                 s.append(records).map_err(|e| e.to_string())?;
                 lat.push(t.elapsed().as_secs_f64() * 1e6);
@@ -403,7 +407,7 @@ pub fn measure_with_progress(
         );
     }
     let seconds = started.elapsed().as_secs_f64();
-    let events = per_writer * writers;
+    let events = n;
     let groups = db.log_stats().n_groups;
     // How long the graphs lag behind the last acknowledgement: the
     // background indexer alone (no `wait_indexed`), or, with no indexer
@@ -434,7 +438,8 @@ pub fn measure_with_progress(
     db.close()?;
     Ok(IngestResult {
         writers,
-        batch,
+        // the largest append made: a writer's share may be below `batch`
+        batch: batch.min(share(0)),
         events,
         seconds,
         events_per_s: events as f64 / seconds,
@@ -455,13 +460,13 @@ fn check_ingest_args(a: &IngestBenchArgs) -> Result<(), CliError> {
     if a.n == 0 {
         return refuse("--n must be at least 1 (events per configuration)".into());
     }
-    for (flag, values) in [
-        ("--writers", &a.writers),
-        ("--batch-writers", &a.batch_writers),
+    for (flag, values, min) in [
+        ("--writers", &a.writers, 1),
+        ("--batch-writers", &a.batch_writers, 0),
     ] {
-        if let Some(w) = values.iter().find(|&&w| w == 0 || w > WRITERS_MAX) {
+        if let Some(w) = values.iter().find(|&&w| w < min || w > WRITERS_MAX) {
             return refuse(format!(
-                "{flag} values must be between 1 and {WRITERS_MAX}, not {w}"
+                "{flag} values must be between {min} and {WRITERS_MAX}, not {w}"
             ));
         }
     }
@@ -490,7 +495,7 @@ fn ingest(ctx: &Ctx, a: IngestBenchArgs) -> CliResult {
     check_ingest_args(&a)?;
     let mut configs: Vec<(usize, usize)> = a.writers.iter().map(|&w| (w, 1)).collect();
     for &b in a.batch.iter().filter(|&&b| b > 1) {
-        configs.extend(a.batch_writers.iter().map(|&w| (w, b)));
+        configs.extend(a.batch_writers.iter().filter(|&&w| w > 0).map(|&w| (w, b)));
     }
     // The global `--embedder` gives every event a vector (the bench's
     // stores are fresh: nothing saved to follow).
@@ -505,7 +510,7 @@ fn ingest(ctx: &Ctx, a: IngestBenchArgs) -> CliResult {
     let n_configs = configs.len();
     for (i, (w, b)) in configs.into_iter().enumerate() {
         let dir = root.join(format!("ingest-{i}-w{w}-b{b}"));
-        let bar = ctx.counter("bench ingest", (a.n.div_ceil(w) * w) as u64, "events");
+        let bar = ctx.counter("bench ingest", a.n as u64, "events");
         bar.set_message(format!(
             "configuration {}/{n_configs}: {w} writer(s), {b} event(s) per append",
             i + 1

@@ -424,3 +424,42 @@ fn a_closed_stdout_ends_a_bench_quietly() {
         assert!(o.status.success(), "{args:?}: {:?} {err}", o.status);
     }
 }
+
+/// `bench ingest` writes exactly `--n` events per configuration (it
+/// rounded up to a multiple of the writers), reports the appends it made
+/// (a writer's share below the batch size), and `--batch-writers 0` runs
+/// no batch configuration.
+#[test]
+fn bench_ingest_writes_n_events_and_reports_its_appends() {
+    let run = |args: &[&str]| {
+        let mut all = vec!["bench", "ingest", "--json", "-q"];
+        all.extend_from_slice(args);
+        let o = engram(&all);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["results"].as_array().unwrap().clone()
+    };
+    let r = run(&["--n", "10", "--writers", "4", "--batch-writers", "0"]);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0]["events"], 10);
+    assert_eq!(r[0]["batch"], 1);
+    let r = run(&[
+        "--n",
+        "500",
+        "--writers",
+        "1",
+        "--batch",
+        "1000",
+        "--batch-writers",
+        "1,3",
+    ]);
+    assert_eq!(r.len(), 3, "{r:?}");
+    assert_eq!(
+        (r[1]["events"].clone(), r[1]["batch"].clone()),
+        (500.into(), 500.into())
+    );
+    assert_eq!(
+        (r[2]["events"].clone(), r[2]["batch"].clone()),
+        (500.into(), 167.into())
+    );
+}

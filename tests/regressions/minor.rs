@@ -287,8 +287,8 @@ fn bench_ingest_checks_every_number_before_any_work() {
             "10",
             "1",
             "10",
-            "0",
-            "--batch-writers values must be between 1 and 256, not 0",
+            "300",
+            "--batch-writers values must be between 0 and 256, not 300",
         ),
     ] {
         let o = cli::engram(&[
