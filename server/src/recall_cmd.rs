@@ -506,13 +506,19 @@ pub fn eval(ctx: &Ctx, a: EvalArgs) -> CliResult {
         );
     } else {
         for r in &results {
+            // a case naming no relevant record is a forbidden-hits check:
+            // it has no recall to show
+            let relevance = if r.relevant == 0 {
+                format!("recall@{} n/a (no relevant ids)", r.k)
+            } else {
+                format!(
+                    "recall@{} {:.3}  precision {:.3}  rr {:.3}",
+                    r.k, r.recall, r.precision, r.reciprocal_rank
+                )
+            };
             crate::outln!(
-                "{:<24} recall@{} {:.3}  precision {:.3}  rr {:.3}{}",
+                "{:<24} {relevance}{}",
                 r.case_id,
-                r.k,
-                r.recall,
-                r.precision,
-                r.reciprocal_rank,
                 if r.forbidden_hits.is_empty() {
                     String::new()
                 } else {
@@ -524,23 +530,19 @@ pub fn eval(ctx: &Ctx, a: EvalArgs) -> CliResult {
             crate::outln!("ERROR {e}");
         }
         crate::outln!(
-            "\n{} case(s): recall@k {:.3}  precision@k {:.3}  MRR {:.3}  forbidden-hit rate {} ({} of {} hits)",
+            "\n{} case(s): {}  forbidden-hit rate {} ({} of {} hits)",
             summary.cases,
-            summary.recall_at_k,
-            summary.precision_at_k,
-            summary.mrr,
+            means(&summary),
             summary.forbidden_hit_rate,
             summary.forbidden_hits,
             summary.hits
         );
         for (name, s) in &slices {
             crate::outln!(
-                "  slice {:<20} {} case(s): recall@k {:.3}  precision@k {:.3}  MRR {:.3}  forbidden {}",
+                "  slice {:<20} {} case(s): {}  forbidden {}",
                 name,
                 s.cases,
-                s.recall_at_k,
-                s.precision_at_k,
-                s.mrr,
+                means(s),
                 s.forbidden_hits
             );
         }
@@ -600,6 +602,18 @@ fn check_cases(
     Ok(())
 }
 
+/// The relevance means of `s`, or `n/a` when no case of it names a
+/// relevant record (a slice of forbidden-hits checks).
+fn means(s: &engram_query::eval::Summary) -> String {
+    if s.scored == 0 {
+        return "recall@k n/a  precision@k n/a  MRR n/a (no case names a relevant id)".into();
+    }
+    format!(
+        "recall@k {:.3}  precision@k {:.3}  MRR {:.3}",
+        s.recall_at_k, s.precision_at_k, s.mrr
+    )
+}
+
 /// `engram eval --config ...`: every case under every configuration, then
 /// one table per metric with a row per slice and a column per
 /// configuration.
@@ -614,6 +628,7 @@ fn compare(ctx: &Ctx, a: &EvalArgs, cases: &[engram_query::eval::EvalCase]) -> C
     check_cases(&db, a, cases, &configs)?;
     type Row = (String, Summary, std::collections::BTreeMap<String, Summary>);
     let mut table: Vec<Row> = Vec::new();
+    let mut errors: Vec<String> = Vec::new();
     let bar = ctx.counter("eval", (cases.len() * configs.len()) as u64, "cases");
     for (ci, cfg) in configs.iter().enumerate() {
         let mut results = Vec::new();
@@ -623,13 +638,15 @@ fn compare(ctx: &Ctx, a: &EvalArgs, cases: &[engram_query::eval::EvalCase]) -> C
             let mut req = c.request.clone();
             req.k = k;
             let s = session_for(&db, &c.tenant, c.principal.as_deref());
-            let r = s.search(&cfg.search(&req)).map_err(|e| {
-                CliError::Message(format!(
+            // a case that fails is an error of that case, as without
+            // --config: the others still run
+            match s.search(&cfg.search(&req)) {
+                Ok(r) => results.push(score_case(c, k, &r.hits)),
+                Err(e) => errors.push(format!(
                     "configuration {}: case {} (line {}): {e}",
                     cfg.name, c.case_id, c.line
-                ))
-            })?;
-            results.push(score_case(c, k, &r.hits));
+                )),
+            }
         }
         let (overall, slices) = summarize(&results);
         table.push((cfg.name.clone(), overall, slices));
@@ -641,13 +658,22 @@ fn compare(ctx: &Ctx, a: &EvalArgs, cases: &[engram_query::eval::EvalCase]) -> C
     let exit = if forbidden > 0 {
         eprintln!("error: {forbidden} forbidden hit(s) (must be 0)");
         ExitCode::FAILURE
+    } else if !errors.is_empty() {
+        ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
     };
     if a.json {
         let v: Vec<_> = table
             .iter()
-            .map(|(n, o, s)| serde_json::json!({"config": n, "overall": o, "slices": s}))
+            .map(|(n, o, s)| {
+                let prefix = format!("configuration {n}: ");
+                let errs: Vec<&str> = errors
+                    .iter()
+                    .filter_map(|e| e.strip_prefix(prefix.as_str()))
+                    .collect();
+                serde_json::json!({"config": n, "overall": o, "slices": s, "errors": errs})
+            })
             .collect();
         crate::outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(exit);
@@ -685,7 +711,9 @@ fn compare(ctx: &Ctx, a: &EvalArgs, cases: &[engram_query::eval::EvalCase]) -> C
             let mut row = format!("{sl:<16} {n:>6}");
             for t in &table {
                 match pick(t) {
-                    Some(s) => row.push_str(&format!("  {:>width$.3}", get(&s))),
+                    // (a slice of cases naming no relevant id has no mean)
+                    Some(s) if s.scored > 0 => row.push_str(&format!("  {:>width$.3}", get(&s))),
+                    Some(_) => row.push_str(&format!("  {:>width$}", "n/a")),
                     None => row.push_str(&format!("  {:>width$}", "-")),
                 }
             }
@@ -693,10 +721,14 @@ fn compare(ctx: &Ctx, a: &EvalArgs, cases: &[engram_query::eval::EvalCase]) -> C
         }
         crate::outln!();
     }
+    for e in &errors {
+        crate::outln!("ERROR {e}");
+    }
     crate::outln!(
-        "{} case(s) x {} configuration(s); forbidden hits {forbidden}",
+        "{} case(s) x {} configuration(s); forbidden hits {forbidden}; {} error(s)",
         cases.len(),
-        table.len()
+        table.len(),
+        errors.len()
     );
     Ok(exit)
 }

@@ -489,3 +489,58 @@ fn a_tenant_wide_grant_says_it_lifts_a_revocation() {
     ok(&store, &["get", "h", "--tenant", "t"]);
     fails(&store, &["get", "h", "--tenant", "t", "--principal", "p"]);
 }
+
+/// A case that fails while running is an error of that case under
+/// `--config` too (one such case ended the whole comparison with nothing
+/// printed), and cases naming no relevant id show no recall (they showed
+/// recall 1.000; a slice of them showed means of 0).
+#[test]
+fn eval_reports_a_failing_case_under_config_and_no_recall_without_relevant_ids() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path());
+    let cases = tmp.path().join("cases.jsonl");
+    let c = cases.to_str().unwrap();
+    std::fs::write(
+        &cases,
+        "{\"case_id\":\"ok\",\"tenant\":\"t\",\"query\":\"checkout\",\"relevant\":[\"a\"]}\n\
+         {\"case_id\":\"nomodel\",\"tenant\":\"t\",\"query\":\"checkout\",\"relevant\":[\"a\"],\"vector\":[1,0],\"model\":\"other\"}\n\
+         {\"case_id\":\"guard\",\"tenant\":\"t\",\"query\":\"catalog\",\"forbidden\":[\"zz\"],\"slice\":\"guards\"}\n",
+    )
+    .unwrap();
+    let out = cli::at(
+        &store,
+        &[
+            "eval",
+            c,
+            "--config",
+            "base",
+            "--config",
+            "lex:mode=lexical",
+        ],
+    );
+    let text = cli::text(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("ERROR configuration base: case nomodel (line 2)"),
+        "{text}"
+    );
+    assert!(text.contains("recall@k"), "the table is printed: {text}");
+    assert!(text.contains("n/a"), "the guards slice has no mean: {text}");
+    let out = cli::at(&store, &["eval", c, "--config", "base", "--json"]);
+    let v = cli::json(&out);
+    assert_eq!(v[0]["errors"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v[0]["overall"]["cases"], 2, "{v}");
+    // without --config
+    let out = cli::at(&store, &["eval", c]);
+    let text = cli::text(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("guard") && text.contains("recall@10 n/a"),
+        "{text}"
+    );
+    assert!(
+        text.contains("slice guards") && text.contains("MRR n/a"),
+        "{text}"
+    );
+}
