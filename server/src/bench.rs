@@ -273,37 +273,14 @@ fn event(i: usize) -> NewRecord {
     })
 }
 
-/// The `p` quantile (0..=1) of sorted values, nearest rank (0 when empty).
-/// A temporary directory for a bench's stores, removed on drop. Named
-/// `engram-bench-<pid>-…`, so that a bench interrupted by a signal (which
-/// skips the drop) leaves a directory the next bench removes: before
-/// creating its own, every bench removes those of processes that no longer
-/// run (Linux: `/proc/<pid>` is gone).
+/// A temporary directory for a bench's stores, removed on drop
+/// ([`crate::cli::scratch_dir`]: one a bench interrupted by a signal left
+/// is removed by the next bench).
 pub(crate) fn bench_tempdir() -> std::io::Result<tempfile::TempDir> {
-    let tmp = std::env::temp_dir();
-    if Path::new("/proc/self").exists() {
-        if let Ok(entries) = std::fs::read_dir(&tmp) {
-            for e in entries.flatten() {
-                let name = e.file_name();
-                let Some(pid) = name
-                    .to_str()
-                    .and_then(|n| n.strip_prefix("engram-bench-"))
-                    .and_then(|rest| rest.split('-').next())
-                    .and_then(|p| p.parse::<u32>().ok())
-                else {
-                    continue;
-                };
-                if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
-                    let _ = std::fs::remove_dir_all(e.path());
-                }
-            }
-        }
-    }
-    tempfile::Builder::new()
-        .prefix(&format!("engram-bench-{}-", std::process::id()))
-        .tempdir_in(tmp)
+    crate::cli::scratch_dir("bench")
 }
 
+/// The `p` quantile (0..=1) of sorted values, nearest rank (0 when empty).
 pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -577,5 +554,16 @@ mod tests {
         assert!(!stale.exists(), "the interrupted bench's directory is left");
         assert!(mine.exists(), "a running bench's directory was removed");
         std::fs::remove_dir_all(&mine).unwrap();
+        // the demo's scratch stores likewise (a demo stopped by Ctrl-C left
+        // them for good), and only the demo's
+        let demo = tmp.join("engram-demo-4000000001-test");
+        let bench = tmp.join("engram-bench-4000000001-test");
+        std::fs::create_dir_all(&demo).unwrap();
+        std::fs::create_dir_all(&bench).unwrap();
+        let d = crate::cli::scratch_dir("demo").unwrap();
+        assert!(d.path().exists());
+        assert!(!demo.exists(), "the interrupted demo's directory is left");
+        assert!(bench.exists(), "a demo removed a bench's directory");
+        std::fs::remove_dir_all(&bench).unwrap();
     }
 }

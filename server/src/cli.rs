@@ -638,6 +638,38 @@ pub fn read_input(file: &Path) -> Result<String, CliError> {
     })
 }
 
+/// A temporary directory for a command's scratch stores (`kind`: bench,
+/// demo), removed on drop. Named `engram-<kind>-<pid>-…`, so that a
+/// command interrupted by a signal (which skips the drop) leaves a
+/// directory the next such command removes: before creating its own, it
+/// removes those of processes that no longer run (Linux: `/proc/<pid>` is
+/// gone).
+pub(crate) fn scratch_dir(kind: &str) -> std::io::Result<tempfile::TempDir> {
+    let tmp = std::env::temp_dir();
+    let prefix = format!("engram-{kind}-");
+    if Path::new("/proc/self").exists() {
+        if let Ok(entries) = std::fs::read_dir(&tmp) {
+            for e in entries.flatten() {
+                let name = e.file_name();
+                let Some(pid) = name
+                    .to_str()
+                    .and_then(|n| n.strip_prefix(prefix.as_str()))
+                    .and_then(|rest| rest.split('-').next())
+                    .and_then(|p| p.parse::<u32>().ok())
+                else {
+                    continue;
+                };
+                if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+    }
+    tempfile::Builder::new()
+        .prefix(&format!("{prefix}{}-", std::process::id()))
+        .tempdir_in(tmp)
+}
+
 /// Bytes one line of an input file may hold: far above any valid line (a
 /// record's text and data are at most 1 MiB each), so that an input
 /// without line ends (`/dev/zero`, a binary file) stops with an error

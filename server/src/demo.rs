@@ -62,7 +62,7 @@ pub fn run(ctx: &Ctx, dir: Option<PathBuf>) -> CliResult {
             d
         }
         None => {
-            tmp = tempfile::Builder::new().prefix("engram-demo-").tempdir()?;
+            tmp = crate::cli::scratch_dir("demo")?;
             tmp.path().to_path_buf()
         }
     };
