@@ -86,6 +86,9 @@ pub struct Trace {
     pub nodes: Vec<TraceNode>,
     /// Edges.
     pub edges: Vec<TraceEdge>,
+    /// The lineage goes on past [`TRACE_DEPTH_MAX`] hops in some
+    /// direction: records further away are not in `nodes`.
+    pub truncated: bool,
 }
 
 impl Session {
@@ -100,12 +103,10 @@ impl Session {
         let mut edges: BTreeSet<TraceEdge> = BTreeSet::new();
         let mut sides: BTreeMap<Idx, (&'static str, usize)> = BTreeMap::new();
         sides.insert(target, ("target", 0));
+        let mut truncated = false;
         // upstream
         let mut q = VecDeque::from([(target, 0usize)]);
         while let Some((i, d)) = q.pop_front() {
-            if d >= TRACE_DEPTH_MAX {
-                continue;
-            }
             let m = st.meta(i);
             let mut ups: Vec<(Idx, &'static str)> = Vec::new();
             if let Some(srcs) = st.sources.get(&i) {
@@ -119,6 +120,11 @@ impl Session {
             }
             for (u, rel) in ups {
                 if !visible(u) {
+                    continue;
+                }
+                if d >= TRACE_DEPTH_MAX {
+                    // (said, not shown: the walk stops at the limit)
+                    truncated |= !sides.contains_key(&u);
                     continue;
                 }
                 let (from, to) = if rel == "about" {
@@ -140,9 +146,6 @@ impl Session {
         // downstream
         let mut q = VecDeque::from([(target, 0usize)]);
         while let Some((i, d)) = q.pop_front() {
-            if d >= TRACE_DEPTH_MAX {
-                continue;
-            }
             let m = st.meta(i);
             let mut downs: Vec<(Idx, &'static str)> = Vec::new();
             if let Some(ds) = st.dependents.get(&i) {
@@ -153,6 +156,10 @@ impl Session {
             }
             for (x, rel) in downs {
                 if !visible(x) {
+                    continue;
+                }
+                if d >= TRACE_DEPTH_MAX {
+                    truncated |= !sides.contains_key(&x);
                     continue;
                 }
                 edges.insert(TraceEdge {
@@ -187,6 +194,7 @@ impl Session {
             target: st.meta(target).id,
             nodes,
             edges: edges.into_iter().collect(),
+            truncated,
         })
     }
 
@@ -264,48 +272,92 @@ impl Session {
     }
 }
 
-/// Renders a trace as indented text.
+/// Renders a trace as an indented tree: the target, then its upstream
+/// records under the record each one is a source of (or that is about
+/// it), then its downstream records under the record each is built on.
+/// A record reached from several is shown once, under the first of them;
+/// the edge list after the tree holds every link.
 pub fn render_trace(t: &Trace) -> String {
+    let linked = |a: RecordId, b: RecordId| {
+        t.edges
+            .iter()
+            .any(|e| (e.from == a && e.to == b) || (e.from == b && e.to == a))
+    };
+    // each node's parent: the first node one hop nearer the target on its
+    // side (the target for the first hop) that an edge links it to
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); t.nodes.len()];
+    let target = t.nodes.iter().position(|n| n.side == "target");
+    for (k, n) in t.nodes.iter().enumerate() {
+        if n.side == "target" {
+            continue;
+        }
+        let parent = t
+            .nodes
+            .iter()
+            .position(|p| {
+                p.depth + 1 == n.depth
+                    && (p.side == n.side || p.side == "target")
+                    && linked(p.id, n.id)
+            })
+            .or(target);
+        if let Some(p) = parent {
+            children[p].push(k);
+        }
+    }
     let mut out = String::new();
-    for n in &t.nodes {
-        let indent = "  ".repeat(n.depth);
-        let marker = match n.side {
-            "target" => "*",
-            "upstream" => "^",
-            _ => "v",
-        };
+    if let Some(root) = target {
+        let mut stack = vec![root];
+        while let Some(k) = stack.pop() {
+            render_node(&mut out, &t.nodes[k]);
+            // upstream before downstream, each in node order
+            stack.extend(children[k].iter().rev());
+        }
+    }
+    if t.truncated {
         out.push_str(&format!(
-            "{indent}{marker} {} {} {} [{}]{}{}\n",
-            n.id,
-            n.record,
-            n.kind,
-            n.status,
-            n.external_id
-                .as_ref()
-                .map(|e| format!(" ext={e}"))
-                .unwrap_or_default(),
-            if n.tombstone {
-                " (tombstone: content purged)"
-            } else if !n.readable {
-                " (not readable)"
-            } else {
-                ""
-            }
+            "(the lineage goes on past {TRACE_DEPTH_MAX} hops: records further away are not shown)\n"
         ));
-        if let Some(t) = &n.text {
-            // quoted with its quotes and line breaks escaped: stored text
-            // cannot fake a line of the trace
-            out.push_str(&format!("{indent}    \"{}\"\n", t.escape_debug()));
-        }
-        for a in &n.artifacts {
-            out.push_str(&format!("{indent}    - {a}\n"));
-        }
     }
     out.push_str("edges:\n");
     for e in &t.edges {
         out.push_str(&format!("  {} -{}-> {}\n", e.from, e.relation, e.to));
     }
     out
+}
+
+fn render_node(out: &mut String, n: &TraceNode) {
+    let indent = "  ".repeat(n.depth);
+    let marker = match n.side {
+        "target" => "*",
+        "upstream" => "^",
+        _ => "v",
+    };
+    out.push_str(&format!(
+        "{indent}{marker} {} {} {} [{}]{}{}\n",
+        n.id,
+        n.record,
+        n.kind,
+        n.status,
+        n.external_id
+            .as_ref()
+            .map(|e| format!(" ext={e}"))
+            .unwrap_or_default(),
+        if n.tombstone {
+            " (tombstone: content purged)"
+        } else if !n.readable {
+            " (not readable)"
+        } else {
+            ""
+        }
+    ));
+    if let Some(t) = &n.text {
+        // quoted with its quotes and line breaks escaped: stored text
+        // cannot fake a line of the trace
+        out.push_str(&format!("{indent}    \"{}\"\n", t.escape_debug()));
+    }
+    for a in &n.artifacts {
+        out.push_str(&format!("{indent}    - {a}\n"));
+    }
 }
 
 #[cfg(test)]
@@ -335,9 +387,66 @@ mod tests {
             target: RecordId(1),
             nodes: vec![node],
             edges: vec![],
+            truncated: false,
         };
         let out = render_trace(&t);
         assert_eq!(out.lines().count(), 3, "{out}");
         assert!(out.contains(r#""ok\"\n  v 01FAKE"#), "{out}");
+    }
+
+    fn node(id: u128, side: &'static str, depth: usize) -> TraceNode {
+        TraceNode {
+            id: RecordId(id),
+            record: "summary",
+            kind: "summary".into(),
+            status: "approved",
+            side,
+            depth,
+            external_id: None,
+            text: None,
+            occurred_at: None,
+            access: vec![],
+            readable: true,
+            tombstone: false,
+            artifacts: vec![],
+        }
+    }
+
+    /// A record is drawn under the record it is built on, not under the
+    /// one listed just before it at its depth (the tree used to be drawn
+    /// depth by depth).
+    #[test]
+    fn a_rendered_trace_draws_each_record_under_its_parent() {
+        let edge = |from: u128, to: u128| TraceEdge {
+            from: RecordId(from),
+            to: RecordId(to),
+            relation: "source_of",
+        };
+        let t = Trace {
+            target: RecordId(1),
+            // 3 and 4 are built on the target; 5 on 3 only
+            nodes: vec![
+                node(1, "target", 0),
+                node(3, "downstream", 1),
+                node(4, "downstream", 1),
+                node(5, "downstream", 2),
+            ],
+            edges: vec![edge(1, 3), edge(1, 4), edge(3, 5)],
+            truncated: false,
+        };
+        let out = render_trace(&t);
+        let ids: Vec<String> = out
+            .lines()
+            .take(4)
+            .map(|l| l.split_whitespace().nth(1).unwrap().to_string())
+            .collect();
+        let id = |n: u128| RecordId(n).to_string();
+        assert_eq!(ids, [id(1), id(3), id(5), id(4)], "{out}");
+        assert!(!out.contains("past 32 hops"), "{out}");
+        let cut = Trace {
+            truncated: true,
+            ..t
+        };
+        assert!(render_trace(&cut).contains("past 32 hops"));
     }
 }

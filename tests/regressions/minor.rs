@@ -544,3 +544,32 @@ fn eval_reports_a_failing_case_under_config_and_no_recall_without_relevant_ids()
         "{text}"
     );
 }
+
+/// A trace that stops at its depth limit says so (it stopped silently).
+#[test]
+fn a_trace_past_its_depth_limit_says_it_is_cut() {
+    use engram::{AssertionKind, NewRecord, Principal, RecordRef};
+    let tmp = tempfile::tempdir().unwrap();
+    let db = engram::Engram::open(tmp.path().join("s"), engram::Options::default()).unwrap();
+    let s = db.session(Principal::admin("t"));
+    let mut prev = s.append(vec![NewRecord::event("k", "root")]).unwrap()[0].id;
+    let mut chain = vec![prev];
+    for i in 0..40 {
+        prev = s
+            .append(vec![NewRecord::assertion(
+                AssertionKind::Note,
+                format!("level {i}"),
+                vec![RecordRef::Id(prev)],
+            )])
+            .unwrap()[0]
+            .id;
+        chain.push(prev);
+    }
+    let t = s.trace(&RecordRef::Id(chain[0])).unwrap();
+    assert!(t.truncated);
+    assert_eq!(t.nodes.len(), engram::trace::TRACE_DEPTH_MAX + 1);
+    let t = s.trace(&RecordRef::Id(chain[20])).unwrap();
+    assert!(!t.truncated, "20 up and 20 down are within the limit");
+    assert_eq!(t.nodes.len(), 41);
+    db.close().unwrap();
+}
