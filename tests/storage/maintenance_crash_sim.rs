@@ -366,3 +366,72 @@ fn a_cut_tail_holding_an_acknowledged_deletion_is_applied_again_from_the_ledger(
     assert!(report.ledger_reapplied.is_none(), "{report:?}");
     db.close().unwrap();
 }
+
+/// The same deletion frame zeroed, or the segment cut at its first byte:
+/// the log then reads as one that ended before it (nothing for recovery
+/// to cut), and the ledger still proves the deletion, so every open
+/// applies it again (only a cut tail used to be checked against the
+/// ledger, and the deleted record came back).
+#[test]
+fn a_deletion_frame_zeroed_or_cut_at_its_edge_is_applied_again_from_the_ledger() {
+    for zeroed in [true, false] {
+        let clock = ManualClock::new(1_760_000_000_000);
+        let b = MemBackend::new();
+        let db = Engram::open(DIR, options(&b, &clock)).unwrap();
+        let s = db.session(Principal::admin("t"));
+        let id = s
+            .append(vec![
+                NewRecord::event("note", format!("the secret is {CANARY}"))
+                    .with_external_id("secret"),
+            ])
+            .unwrap()[0]
+            .id;
+        s.delete(&RecordRef::Id(id), None).unwrap();
+        let image = b.crash_image(7);
+        drop(s);
+        drop(db);
+        let seg = Path::new("/store/log/00000000000000000001.seg");
+        let mut bytes = image.read_file(seg).unwrap();
+        let at = bytes
+            .windows(16)
+            .rposition(|w| w == id.to_bytes())
+            .expect("the deletion names the record");
+        let start = bytes[..at]
+            .windows(4)
+            .rposition(|w| w == b"EGRM")
+            .expect("the deletion's frame header");
+        if zeroed {
+            bytes[start..].fill(0);
+        } else {
+            bytes.truncate(start);
+        }
+        image.write_file(seg, &bytes);
+        let ro = Options {
+            read_only: true,
+            ..options(&image, &clock)
+        };
+        match Engram::open(DIR, ro) {
+            Err(EngineError::Corrupt { detail, .. }) => {
+                assert!(detail.contains("ledger proves"), "{detail}");
+            }
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("a read-only open served the state without the deletion"),
+        }
+        let (db, report) = Engram::open_with_report(DIR, options(&image, &clock)).unwrap();
+        let again = report.ledger_reapplied.clone().expect("re-applied");
+        assert_eq!(again.deletions_reapplied, 1, "zeroed {zeroed}: {again:?}");
+        let s = db.session(Principal::admin("t"));
+        assert!(
+            matches!(
+                s.get(&RecordRef::External("secret".into())),
+                Err(EngineError::NotFound { .. })
+            ),
+            "zeroed {zeroed}: the acknowledged deletion was undone"
+        );
+        drop(s);
+        db.close().unwrap();
+        let (db, report) = Engram::open_with_report(DIR, options(&image, &clock)).unwrap();
+        assert!(report.ledger_reapplied.is_none(), "{report:?}");
+        db.close().unwrap();
+    }
+}

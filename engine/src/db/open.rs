@@ -234,17 +234,19 @@ impl Engram {
         db.sync_ledger()?;
         if db.inner.opts.read_only {
             report.restore_pending = backend_has_restore_pending(&db);
-            // A torn tail that held operations the ledger proves were
-            // acknowledged (a deletion, say) cannot be applied again
-            // without writing: serving the state without them would show
-            // what was deleted.
-            if report.log.torn_tail_pending.is_some() || report.log.truncation.is_some() {
-                let missing = crate::maintenance::ledger_not_in_log(&db)?;
+            // Operations the ledger proves acknowledged that the log lost
+            // (a damaged tail, whether recovery cut it or it reads as a log
+            // that ended there) cannot be applied again without writing:
+            // serving the state without them would show what was deleted.
+            // (A pending restore is resumed by a writable open, which
+            // re-applies them: the report says it is pending.)
+            if !report.restore_pending {
+                let missing = crate::maintenance::ledger_not_applied(&db)?;
                 if !missing.is_empty() {
                     return Err(EngineError::Corrupt {
-                        what: "the log's last frames".into(),
+                        what: "the log".into(),
                         detail: format!(
-                            "they are damaged and held {} operation(s) the ledger proves acknowledged (first: {} {}); a read-only open cannot apply them again: open the store writable once (it applies them)",
+                            "it lacks {} operation(s) the ledger proves acknowledged (first: {} {}), lost with a damaged tail; a read-only open cannot apply them again: open the store writable once (it applies them)",
                             missing.len(),
                             missing[0].op,
                             missing[0].op_id
@@ -254,9 +256,12 @@ impl Engram {
             }
         } else {
             report.restore_resumed = crate::maintenance::resume_restore(&db)?;
-            if report.log.truncation.is_some() {
-                report.ledger_reapplied = crate::maintenance::reapply_cut_ledger(&db)?;
-            }
+            // Operations the ledger proves acknowledged and the log no
+            // longer holds: a tail recovery cut, but also one zeroed or cut
+            // at a frame's edge (which reads as a log that ended there), or
+            // segments removed by hand. The ledger file is read by every
+            // open anyway (`sync_ledger`).
+            report.ledger_reapplied = crate::maintenance::reapply_cut_ledger(&db)?;
         }
         Ok((db, report))
     }

@@ -377,13 +377,39 @@ pub(crate) fn resume_restore(db: &Engram) -> Result<Option<RestoreReport>> {
 /// when the frame holding it was damaged and cut. `None` when there was
 /// nothing to re-apply.
 pub(crate) fn reapply_cut_ledger(db: &Engram) -> Result<Option<RestoreReport>> {
-    let missing = ledger_not_in_log(db)?;
+    let missing = ledger_not_applied(db)?;
     if missing.is_empty() {
         return Ok(None);
     }
     let mut report = RestoreReport::default();
     reapply_ledger(db, missing, &mut report)?;
     Ok(Some(report))
+}
+
+/// The ledger file's lines whose operation the log does not hold and
+/// whose effect is not in the state either: any but a deletion (a grant,
+/// a revocation, a hold, a retention setting is logged when re-applied),
+/// and a deletion of a record the state holds undeleted. A deletion of a
+/// record the log does not hold at all, or holds deleted, has nothing
+/// left to do (re-applying it logs nothing, so it would be found again at
+/// every open).
+pub(crate) fn ledger_not_applied(db: &Engram) -> Result<Vec<LedgerLine>> {
+    let missing = ledger_not_in_log(db)?;
+    let st = db.state();
+    let live = |t: &str| {
+        t.parse::<RecordId>()
+            .ok()
+            .and_then(|id| st.idx(id))
+            .is_some_and(|i| st.meta(i).status != crate::model::Status::Deleted)
+    };
+    Ok(missing
+        .into_iter()
+        .filter(|l| {
+            l.op != "delete"
+                || l.target.as_deref().is_some_and(&live)
+                || l.versions.iter().any(|v| live(v))
+        })
+        .collect())
 }
 
 /// The ledger file's lines whose operation the log does not hold.
