@@ -218,7 +218,7 @@ impl KeptStore {
             && store.join("ENGRAM").exists();
         if reuse {
             if !ctx.quiet {
-                eprintln!("bench {bench}: reusing the store in {}", store.display());
+                crate::eoutln!("bench {bench}: reusing the store in {}", store.display());
             }
         } else {
             if store.exists() {

@@ -500,8 +500,8 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
     // is drawn separately, and only on a terminal.
     let log = |s: String| match (ctx.quiet, a.json) {
         (true, _) => {}
-        (false, false) => eprintln!("{s}"),
-        (false, true) => eprintln!("bench ann: {s}"),
+        (false, false) => crate::eoutln!("{s}"),
+        (false, true) => crate::eoutln!("bench ann: {s}"),
     };
     let base = read_npy::<f32>(&d.join("base.npy"))?;
     let queries = read_npy::<f32>(&d.join("queries.npy"))?;

@@ -330,7 +330,12 @@ where
                 }
                 // an error quotes the argument: plain text, controls escaped
                 _ => {
-                    eprint!("{}", crate::output::terminal_safe(&e.render().to_string()));
+                    crate::output::emit_err(format_args!(
+                        "{}",
+                        crate::output::terminal_safe(
+                            &e.render().to_string().trim_end_matches('\n')
+                        )
+                    ));
                     ExitCode::from(2)
                 }
             };
@@ -513,7 +518,7 @@ fn open_store_with(ctx: &Ctx, create: bool) -> Result<Engram, CliError> {
     // writing) is opened read-only: reads work, writes say why they fail.
     let opened = match Engram::open_with_report(dir, opts.clone()) {
         Err(e) if !create && on_read_only_media(&e) => {
-            eprintln!(
+            crate::eoutln!(
                 "note: {} is on a read-only file system: opened read-only (writes are refused)",
                 dir.display()
             );
@@ -538,7 +543,7 @@ fn open_store_with(ctx: &Ctx, create: bool) -> Result<Engram, CliError> {
         save_embedder_choice(ctx)?;
     }
     if let Some(t) = &report.log.truncation {
-        eprintln!(
+        crate::eoutln!(
             "recovery: cut {} bytes at segment {} offset {} ({:?}); {} frame(s) nothing proved acknowledged dropped",
             t.bytes_dropped,
             t.segment,
@@ -548,7 +553,7 @@ fn open_store_with(ctx: &Ctx, create: bool) -> Result<Engram, CliError> {
         );
     }
     if let Some(r) = &report.ledger_reapplied {
-        eprintln!(
+        crate::eoutln!(
             "recovery: the cut tail held operations the ledger proves acknowledged; applied again: {} deletion(s), {} revocation(s), {} grant(s), {} legal hold change(s), {} retention setting(s)",
             r.deletions_reapplied,
             r.revocations_reapplied,
@@ -558,16 +563,16 @@ fn open_store_with(ctx: &Ctx, create: bool) -> Result<Engram, CliError> {
         );
     }
     if let Some(p) = &report.log.removed_incomplete_segment {
-        eprintln!(
+        crate::eoutln!(
             "recovery: removed empty segment {} left by an interrupted start",
             p.display()
         );
     }
     if let Some(why) = &report.checkpoint_discarded {
-        eprintln!("recovery: state checkpoint not used ({why}); the whole log was replayed");
+        crate::eoutln!("recovery: state checkpoint not used ({why}); the whole log was replayed");
     }
     for m in &report.vectors_rebuilt {
-        eprintln!("recovery: vector index for '{m}' rebuilt from the log");
+        crate::eoutln!("recovery: vector index for '{m}' rebuilt from the log");
     }
     Ok(db)
 }

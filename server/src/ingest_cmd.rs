@@ -299,7 +299,7 @@ pub fn ingest(ctx: &Ctx, a: IngestArgs) -> CliResult {
     closing.finish();
     let report = result?;
     if let Err(e) = closed {
-        eprintln!(
+        crate::eoutln!(
             "warning: every record reported below is stored and durable; writing derived state at close failed ({e}); it is rebuilt from the log at the next open"
         );
     }

@@ -172,7 +172,7 @@ pub fn keys(data: &Path, cmd: KeysCommand) -> CliResult {
                 crate::outln!("{v}");
             } else {
                 crate::outln!("{key}");
-                eprintln!(
+                crate::eoutln!(
                     "created key {} ({}); it is shown only now: store it safely",
                     entry.id,
                     describe(&entry)

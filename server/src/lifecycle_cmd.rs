@@ -338,7 +338,7 @@ pub fn correct(ctx: &Ctx, a: CorrectArgs) -> CliResult {
         if a.target.json {
             json(&new)?;
             for n in &res[0].notes {
-                eprintln!("note: {n}");
+                crate::eoutln!("note: {n}");
             }
         } else {
             crate::outln!("{target_id} is superseded by:\n{}", record_block(&new));

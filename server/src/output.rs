@@ -29,17 +29,36 @@ pub fn emit(line: std::fmt::Arguments<'_>) {
             drop(out);
             std::panic::resume_unwind(Box::new(StdoutClosed));
         }
-        eprintln!("error: cannot write output: {e}");
+        emit_err(format_args!("error: cannot write output: {e}"));
         std::process::exit(1);
     }
 }
 
+/// Writes one line to stderr as it is. A stderr that cannot be written
+/// (closed, `2>/dev/full`) loses the line: `eprintln!` would panic, and
+/// the command would end with a panic's status instead of its own.
+pub fn emit_err(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
 pub use engram_query::text::terminal_safe;
 
-/// `eprintln!` with [`terminal_safe`] text.
+/// A line on stderr with [`terminal_safe`] text (see [`emit_err`]).
 #[macro_export]
 macro_rules! errln {
-    ($($arg:tt)*) => { eprintln!("{}", $crate::output::terminal_safe(&format!($($arg)*))) };
+    ($($arg:tt)*) => {
+        $crate::output::emit_err(format_args!(
+            "{}",
+            $crate::output::terminal_safe(&format!($($arg)*))
+        ))
+    };
+}
+
+/// `eprintln!` that tolerates a stderr it cannot write (see [`emit_err`]).
+#[macro_export]
+macro_rules! eoutln {
+    ($($arg:tt)*) => { $crate::output::emit_err(format_args!($($arg)*)) };
 }
 
 /// `println!` that tolerates a closed stdout (see [`emit`]).

@@ -425,7 +425,7 @@ pub fn eval(ctx: &Ctx, a: EvalArgs) -> CliResult {
         )));
     }
     for (id, first, line) in engram_query::eval::repeated_ids(&cases) {
-        eprintln!(
+        crate::eoutln!(
             "warning: {}: line {line}: case id '{id}' is also the id of line {first} \
              (both run; results are in file order)",
             a.cases.display()
@@ -551,7 +551,7 @@ pub fn eval(ctx: &Ctx, a: EvalArgs) -> CliResult {
         }
     }
     if summary.forbidden_hits > 0 {
-        eprintln!(
+        crate::eoutln!(
             "error: forbidden-hit rate is {} (must be 0)",
             summary.forbidden_hit_rate
         );
@@ -656,7 +656,7 @@ fn compare(ctx: &Ctx, a: &EvalArgs, cases: &[engram_query::eval::EvalCase]) -> C
     // A forbidden hit fails the run whatever the output format.
     let forbidden: usize = table.iter().map(|t| t.1.forbidden_hits).sum();
     let exit = if forbidden > 0 {
-        eprintln!("error: {forbidden} forbidden hit(s) (must be 0)");
+        crate::eoutln!("error: {forbidden} forbidden hit(s) (must be 0)");
         ExitCode::FAILURE
     } else if !errors.is_empty() {
         ExitCode::FAILURE

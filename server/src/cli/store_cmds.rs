@@ -81,7 +81,7 @@ pub(super) fn cmd_log(ctx: &Ctx, a: LogArgs) -> CliResult {
         }
     }
     if !a.json {
-        eprintln!("{} record(s)", all.len());
+        crate::eoutln!("{} record(s)", all.len());
     }
     db.close()?;
     Ok(ExitCode::SUCCESS)
