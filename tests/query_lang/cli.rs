@@ -707,3 +707,19 @@ fn a_statement_argument_may_begin_with_a_comment() {
     assert!(o.status.success(), "{out}");
     assert!(out.contains("vegan"), "{out}");
 }
+
+/// A stderr that cannot be written (`2>/dev/full`) does not turn a refused
+/// statement into a panic: the exit status stays the command's own.
+#[test]
+fn an_unwritable_stderr_keeps_the_exit_status() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        return; // (no /dev/full on this system)
+    };
+    let (_tmp, d) = store();
+    let o = Command::new(env!("CARGO_BIN_EXE_engram"))
+        .args(["--data", &d, "query", "--tenant", "t", "TRACE 'nope' BOTH"])
+        .stderr(Stdio::from(full))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+}
