@@ -149,13 +149,26 @@ pub(super) fn read_ledger_checked(
     backend: &dyn Backend,
     dir: &Path,
 ) -> Result<(Vec<LedgerLine>, bool)> {
-    read_ledger_file(backend, &ledger_path(dir))
+    read_ledger_file(backend, &ledger_path(dir), LedgerFile::Ledger)
+}
+
+/// Which file of ledger lines is read: they differ in how they are
+/// written, so in what a damaged line means and how it is mended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum LedgerFile {
+    /// `ledger.jsonl`, appended to: a torn last line is a crash while
+    /// appending (the log still holds that operation).
+    Ledger,
+    /// `restore.pending`, written whole (a temporary file renamed into
+    /// place): any torn or undecodable line is damage.
+    RestorePending,
 }
 
 /// Reads ledger lines from `path` (empty if absent); see [`read_ledger`].
 pub(super) fn read_ledger_file(
     backend: &dyn Backend,
     path: &Path,
+    kind: LedgerFile,
 ) -> Result<(Vec<LedgerLine>, bool)> {
     let Some(bytes) = read_all(backend, path)? else {
         return Ok((Vec::new(), false));
@@ -164,26 +177,40 @@ pub(super) fn read_ledger_file(
     let lines: Vec<&str> = text.split('\n').collect();
     let mut out = Vec::new();
     let mut torn = !bytes.is_empty() && !bytes.ends_with(b"\n");
+    let damaged = |line: usize, why: String| {
+        let remedy = match kind {
+            LedgerFile::Ledger => {
+                "The log holds every deletion, revocation, grant and hold of this \
+                 store: move the file aside and open the store again to write it \
+                 anew from the log (entries it held only for a restore of an \
+                 older backup are then lost; keep the moved file to pass as \
+                 `restore --ledger`)"
+            }
+            LedgerFile::RestorePending => {
+                "It lists what an interrupted restore must re-apply. Run the same \
+                 `engram restore BACKUP` (with the same `--ledger`, if one was given) \
+                 again: it re-applies this store's operations from its ledger.jsonl. \
+                 Moving the file aside instead re-applies those of ledger.jsonl at \
+                 the next open, but not those of an external `--ledger`"
+            }
+        };
+        EngineError::Corrupt {
+            what: format!("{} line {line}", path.display()),
+            detail: format!("{why}. {remedy}"),
+        }
+    };
     for (i, l) in lines.iter().enumerate() {
         if l.trim().is_empty() {
             continue;
         }
         match serde_json::from_str(l) {
             Ok(x) => out.push(x),
-            Err(_) if i + 1 == lines.len() => torn = true,
-            Err(e) => {
-                return Err(EngineError::Corrupt {
-                    what: format!("{} line {}", path.display(), i + 1),
-                    detail: format!(
-                        "{e}. The log holds every deletion, revocation, grant and hold of this \
-                         store: move the file aside and open the store again to write it \
-                         anew from the log (entries it held only for a restore of an \
-                         older backup are then lost; keep the moved file to pass as \
-                         `restore --ledger`)"
-                    ),
-                });
-            }
+            Err(_) if i + 1 == lines.len() && kind == LedgerFile::Ledger => torn = true,
+            Err(e) => return Err(damaged(i + 1, e.to_string())),
         }
+    }
+    if torn && kind == LedgerFile::RestorePending {
+        return Err(damaged(lines.len(), "the file ends inside a line".into()));
     }
     Ok((out, torn))
 }
@@ -363,7 +390,7 @@ pub(crate) fn resume_restore(db: &Engram) -> Result<Option<RestoreReport>> {
     if !backend.exists(&marker) {
         return Ok(None);
     }
-    let (lines, _) = read_ledger_file(backend.as_ref(), &marker)?;
+    let (lines, _) = read_ledger_file(backend.as_ref(), &marker, LedgerFile::RestorePending)?;
     let mut report = RestoreReport::default();
     reapply_ledger(db, lines, &mut report)?;
     backend.remove_file(&marker).map_err(io(&marker))?;
@@ -511,5 +538,36 @@ impl Engram {
             }));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engram_storage::MemBackend;
+
+    /// `restore.pending` is written whole, so a line cut short is damage,
+    /// refused with the restore's remedy (it was dropped as a torn append,
+    /// and what the restore had to re-apply was lost); in the appended
+    /// ledger a torn last line is a crash while appending.
+    #[test]
+    fn a_torn_line_is_damage_in_restore_pending_only() {
+        let b = MemBackend::new();
+        b.create_dir_all(Path::new("/s")).unwrap();
+        let path = Path::new("/s/f.jsonl");
+        b.write_file(
+            path,
+            b"{\"op_id\":\"01JYWFQM00WY5D3AH0QGQVB41C\",\"tenant\":\"t\",\"at_ms\":0,\"op\":\"del",
+        );
+        let (lines, torn) = read_ledger_file(&b, path, LedgerFile::Ledger).unwrap();
+        assert!(lines.is_empty() && torn);
+        let e = read_ledger_file(&b, path, LedgerFile::RestorePending).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("line 1"), "{text}");
+        assert!(text.contains("engram restore BACKUP"), "{text}");
+        b.write_file(path, b"not json\n{}\n");
+        let e = read_ledger_file(&b, path, LedgerFile::RestorePending).unwrap_err();
+        assert!(e.to_string().contains("line 1"), "{e}");
+        assert!(e.to_string().contains("interrupted restore"), "{e}");
     }
 }
