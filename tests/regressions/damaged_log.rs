@@ -321,3 +321,33 @@ fn damage_in_a_compacted_segment_is_reported_at_the_last_intact_batch() {
     assert_eq!(stats["records"], 10, "{stats}");
     ok(&store, &["verify"]);
 }
+
+/// A log cut at a frame's edge has no damaged frame, but fewer frames than
+/// were acknowledged: `repair` names the missing LSNs and the ways out (it
+/// said "nothing to repair" of a store that would not open).
+#[test]
+fn repair_names_acknowledged_lsns_a_log_cut_at_a_frame_edge_lacks() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 30);
+    ok(
+        &store,
+        &["ingest", file.to_str().unwrap(), "--batch-size", "10"],
+    );
+    let seg = cli::segments(&store).pop().unwrap();
+    let bytes = std::fs::read(&seg).unwrap();
+    // the header of the frame of LSN 21 (magic, length, then the LSN)
+    let at = (64..bytes.len())
+        .step_by(16)
+        .find(|&o| {
+            bytes[o..].starts_with(b"EGRM")
+                && u64::from_le_bytes(bytes[o + 8..o + 16].try_into().unwrap()) == 21
+        })
+        .expect("the frame of LSN 21");
+    std::fs::write(&seg, &bytes[..at]).unwrap();
+    let out = cli::text(&cli::at(&store, &["repair"]));
+    assert!(out.contains("LSNs 21..=30 are missing"), "{out}");
+    assert!(out.contains("repair --truncate-after 20"), "{out}");
+    assert!(!out.contains("nothing to repair"), "{out}");
+}
