@@ -277,7 +277,7 @@ fn inside(path: &Path, dir: &Path) -> bool {
 fn lock_dir(opts: &Options, dir: &Path) -> Result<engram_storage::backend::LockGuard> {
     let lock_path = layout::lock(dir);
     opts.backend
-        .try_lock_store(&lock_path, false)
+        .try_lock_store(&lock_path, false, &[&layout::log(dir)])
         .map_err(io(&lock_path))?
         .ok_or(EngineError::Storage(StorageError::Locked {
             path: lock_path,

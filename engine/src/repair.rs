@@ -67,7 +67,10 @@ impl Engram {
         // as damage. A lock that cannot be taken at all (read-only media,
         // where nothing writes either) does not stop the reading.
         let lock_path = layout::lock(dir);
-        let _lock = match opts.backend.try_lock_store(&lock_path, false) {
+        let _lock = match opts
+            .backend
+            .try_lock_store(&lock_path, false, &[&layout::log(dir)])
+        {
             Ok(Some(g)) => Some(g),
             Ok(None) => {
                 return Err(EngineError::Storage(StorageError::Locked {
@@ -114,7 +117,7 @@ impl Engram {
         // The lock first: a store in use is refused with no byte changed.
         let lock_path = layout::lock(dir);
         let lock = backend
-            .try_lock_store(&lock_path, false)
+            .try_lock_store(&lock_path, false, &[&layout::log(dir)])
             .map_err(|e| io(&lock_path, e))?
             .ok_or(EngineError::Storage(StorageError::Locked {
                 path: lock_path.clone(),

@@ -88,8 +88,16 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// as [`Backend::try_lock`] / [`Backend::try_lock_shared`] do, and,
     /// where the backend can, the directory holding it the same way, so
     /// that removing the lock file (a cleanup script) does not let a second
-    /// writer in while the first still runs.
-    fn try_lock_store(&self, path: &Path, shared: bool) -> io::Result<Option<LockGuard>> {
+    /// writer in while the first still runs; and each existing directory
+    /// of `also` (the store's log, which a symbolic link may make another
+    /// store's too) the same way.
+    fn try_lock_store(
+        &self,
+        path: &Path,
+        shared: bool,
+        also: &[&Path],
+    ) -> io::Result<Option<LockGuard>> {
+        let _ = also;
         if shared {
             self.try_lock_shared(path)
         } else {

@@ -229,3 +229,28 @@ fn removing_the_lock_file_does_not_unlock_an_open_store() {
         .close()
         .unwrap();
 }
+
+/// Two stores whose logs lead to one directory (a symbolic link) exclude
+/// each other: the second open is `Locked`, where both used to write the
+/// same segment and one's acknowledged writes were lost.
+#[test]
+fn two_stores_sharing_a_log_directory_through_a_link_exclude_each_other() {
+    use engram::{EngineError, Engram, Options, storage::StorageError};
+    let tmp = tempfile::tempdir().unwrap();
+    let (x, y) = (tmp.path().join("x"), tmp.path().join("y"));
+    for d in [&x, &y] {
+        Engram::open(d, Options::default())
+            .unwrap()
+            .close()
+            .unwrap();
+    }
+    std::fs::remove_dir_all(y.join("log")).unwrap();
+    std::os::unix::fs::symlink(x.join("log"), y.join("log")).unwrap();
+    let db = Engram::open(&x, Options::default()).unwrap();
+    match Engram::open(&y, Options::default()) {
+        Err(EngineError::Storage(StorageError::Locked { .. })) => {}
+        Err(e) => panic!("expected Locked, got {e}"),
+        Ok(_) => panic!("a second store writes the first one's log"),
+    }
+    db.close().unwrap();
+}

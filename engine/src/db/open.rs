@@ -29,7 +29,7 @@ impl Engram {
         };
         let lock_path = layout::lock(&dir);
         let lock = real
-            .try_lock_store(&lock_path, opts.read_only)
+            .try_lock_store(&lock_path, opts.read_only, &[&layout::log(&dir)])
             .map_err(io(&lock_path))?
             .ok_or(EngineError::Storage(StorageError::Locked {
                 path: lock_path,

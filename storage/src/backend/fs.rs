@@ -127,7 +127,12 @@ impl Backend for FsBackend {
         }
     }
 
-    fn try_lock_store(&self, path: &Path, shared: bool) -> io::Result<Option<LockGuard>> {
+    fn try_lock_store(
+        &self,
+        path: &Path,
+        shared: bool,
+        also: &[&Path],
+    ) -> io::Result<Option<LockGuard>> {
         let file_lock = if shared {
             self.try_lock_shared(path)?
         } else {
@@ -150,11 +155,30 @@ impl Backend for FsBackend {
         } else {
             d.try_lock()
         };
+        let mut held: Vec<File> = Vec::new();
         match taken {
-            Ok(()) => Ok(Some(LockGuard(Box::new((file_lock, d))))),
-            Err(fs::TryLockError::WouldBlock) => Ok(None),
-            Err(fs::TryLockError::Error(_)) => Ok(Some(file_lock)),
+            Ok(()) => held.push(d),
+            Err(fs::TryLockError::WouldBlock) => return Ok(None),
+            Err(fs::TryLockError::Error(_)) => {}
         }
+        // A directory reached through a link is locked where it lives:
+        // two stores whose logs lead to one directory exclude each other.
+        for other in also {
+            let Ok(o) = File::open(other) else {
+                continue;
+            };
+            let taken = if shared {
+                o.try_lock_shared()
+            } else {
+                o.try_lock()
+            };
+            match taken {
+                Ok(()) => held.push(o),
+                Err(fs::TryLockError::WouldBlock) => return Ok(None),
+                Err(fs::TryLockError::Error(_)) => {}
+            }
+        }
+        Ok(Some(LockGuard(Box::new((file_lock, held)))))
     }
 
     fn try_lock_shared(&self, path: &Path) -> io::Result<Option<LockGuard>> {
