@@ -512,6 +512,15 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
         ));
     }
     let (n, dim) = (base.shape[0], base.shape[1]);
+    // fewer ground-truth rows than queries: a truncated or mismatched file
+    // (measuring the first rows only would be silent about it)
+    let asked = a.queries.unwrap_or(queries.shape[0]).min(queries.shape[0]);
+    if gt.shape.first().is_some_and(|&rows| rows < asked) {
+        return Err(CliError::Message(format!(
+            "gt.npy has {} row(s) for {asked} quer(ies): give --queries {} to measure only the queries it covers",
+            gt.shape[0], gt.shape[0]
+        )));
+    }
     let n_queries = a
         .queries
         .unwrap_or(queries.shape[0])
@@ -752,13 +761,24 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
     };
     let wanted = |name: &str| a.only.is_empty() || a.only.iter().any(|o| o == name);
     let deleted_applied = kept.as_ref().is_some_and(|k| k.deleted_applied);
+    // why each configuration asked for was not measured (the error when
+    // nothing was: with -q the notices are not printed)
+    let mut skipped: Vec<String> = Vec::new();
     if deleted_applied && wanted("none") {
-        log("the kept store has the dataset's deletions applied: skipping `none`".into());
+        let why = "the kept store has the dataset's deletions applied: skipping `none`";
+        log(why.into());
+        skipped.push(why.into());
     }
     if wanted("none") && !deleted_applied {
         run_gt("none", &gt, &Filters::default(), n, &mut report)?;
     }
     let filtered_wanted = a.only.is_empty() || a.only.iter().any(|o| o != "none");
+    if a.no_filters {
+        skipped.push("--no-filters: no filtered ground truth".into());
+    } else if filtered_wanted && (attrs.is_none() || !d.join("filters.json").exists()) {
+        skipped
+            .push("the dataset has no attrs.npy and filters.json: no filtered ground truth".into());
+    }
     if !a.no_filters && filtered_wanted {
         if let (Some(at), Ok(fjson)) = (&attrs, std::fs::read_to_string(d.join("filters.json"))) {
             let defs: serde_json::Value = serde_json::from_str(&fjson)
@@ -808,6 +828,7 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
                 }
                 let gt_path = d.join(format!("gt_{name}.npy"));
                 if !gt_path.exists() {
+                    skipped.push(format!("filter '{name}': no gt_{name}.npy"));
                     continue;
                 }
                 let fgt = read_npy::<i32>(&gt_path)?;
@@ -861,9 +882,14 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
     }
     if report.filters.is_empty() {
         // every configuration asked for was skipped: nothing was measured
-        return Err(CliError::Message(
-            "nothing measured: every filter asked for was skipped (see above)".into(),
-        ));
+        return Err(CliError::Message(format!(
+            "nothing measured: every configuration asked for was skipped ({})",
+            if skipped.is_empty() {
+                "none was asked for".to_string()
+            } else {
+                skipped.join("; ")
+            }
+        )));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -106,22 +106,28 @@ fn param_name(raw: &str) -> Result<&str, String> {
 
 /// Runs `engram query`.
 pub fn query(ctx: &Ctx, a: QueryArgs) -> CliResult {
+    // with --json, every failure of the statement's input is JSON
+    let input_error = |code: &str, e: CliError| -> CliResult {
+        if !a.json {
+            return Err(e);
+        }
+        crate::outln!(
+            "{}",
+            serde_json::json!({"errors": [{"code": code, "message": e.to_string()}]})
+        );
+        Ok(ExitCode::from(1))
+    };
     let text = match (&a.statement, &a.file) {
         (Some(s), None) => s.clone(),
-        (None, Some(f)) => read_input(f)?,
+        (None, Some(f)) => match read_input(f) {
+            Ok(t) => t,
+            Err(e) => return input_error("invalid_input", e),
+        },
         _ => return Err(CliError::Message("give a statement, or -f FILE".into())),
     };
     let params = match params(&a) {
         Ok(p) => p,
-        // with --json, every failure of the statement's input is JSON
-        Err(CliError::Message(m)) if a.json => {
-            crate::outln!(
-                "{}",
-                serde_json::json!({"errors": [{"code": "invalid_param", "message": m}]})
-            );
-            return Ok(ExitCode::from(1));
-        }
-        Err(e) => return Err(e),
+        Err(e) => return input_error("invalid_param", e),
     };
     let db = ctx.open_store()?;
     let s = session_for(&db, &a.tenant, a.principal.as_deref());

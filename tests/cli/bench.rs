@@ -379,6 +379,16 @@ fn bench_ann_refuses_an_inconsistent_dataset() {
     std::fs::remove_file(d.join("attrs.npy")).unwrap();
     let err = run(&["--threads", "100000"]);
     assert!(err.contains("--threads must be between 1 and 256"), "{err}");
+    // fewer ground-truth rows than queries (it measured the first rows)
+    npy(
+        &d.join("gt.npy"),
+        "<i4",
+        &[nq - 1, 10],
+        &i32s(&good[..(nq - 1) * 10]),
+    );
+    let err = run(&[]);
+    assert!(err.contains("gt.npy has 2 row(s) for 3 quer"), "{err}");
+    assert!(err.contains("--queries 2"), "{err}");
 }
 
 /// A closed stdout (`engram bench open | true`) ends a command quietly:

@@ -723,3 +723,31 @@ fn an_unwritable_stderr_keeps_the_exit_status() {
         .unwrap();
     assert_eq!(o.status.code(), Some(1), "{o:?}");
 }
+
+/// With `--json`, a statement file that cannot be read is a JSON error too
+/// (it was plain text on stderr).
+#[test]
+fn json_errors_cover_an_unreadable_statement_file() {
+    let (tmp, d) = store();
+    let missing = tmp.path().join("nope.eql");
+    let o = engram(&[
+        "--data",
+        &d,
+        "query",
+        "--tenant",
+        "t",
+        "--json",
+        "-f",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
+    assert_eq!(v["errors"][0]["code"], "invalid_input", "{v}");
+    assert!(
+        v["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("nope.eql"),
+        "{v}"
+    );
+}

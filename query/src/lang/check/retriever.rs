@@ -515,7 +515,12 @@ impl Checker<'_> {
                     self.push(
                         ErrorKind::OutOfRange {
                             what: format!("the weight of `{}`", w.name.value),
-                            got: v.to_string(),
+                            // (-1e308 in full is 309 digits)
+                            got: if v.abs() >= 1e15 {
+                                format!("{v:e}")
+                            } else {
+                                v.to_string()
+                            },
                             range: format!("0..={}", engram_engine::model::limits::WEIGHT_MAX),
                         },
                         w.value.span(),
