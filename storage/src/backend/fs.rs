@@ -38,7 +38,17 @@ impl Backend for FsBackend {
     }
 
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        fs::create_dir_all(path)
+        fs::create_dir_all(path).map_err(|e| {
+            // the OS says "File exists" of a file where a directory belongs
+            if e.kind() == io::ErrorKind::AlreadyExists && path.exists() && !path.is_dir() {
+                io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    "a file is where this directory belongs (move it away)",
+                )
+            } else {
+                e
+            }
+        })
     }
 
     fn list_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {
@@ -248,6 +258,16 @@ impl BackendFile for FsFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_where_a_directory_belongs_is_named_as_such() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("derived");
+        fs::write(&p, b"").unwrap();
+        let e = FsBackend.create_dir_all(&p).unwrap_err();
+        assert!(e.to_string().contains("a file is where this directory belongs"), "{e}");
+        FsBackend.create_dir_all(&tmp.path().join("a/b")).unwrap();
+    }
 
     #[test]
     fn a_link_to_nothing_is_dangling_and_others_are_not() {
