@@ -648,7 +648,13 @@ pub fn apply_frame_prepared(
             detail: format!("unknown frame type {}", ft.0),
         })
     };
-    r.map_err(|e| failed(e.to_string()))?;
+    r.map_err(|e| match e {
+        // a derived file that cannot be read or written (a vector file
+        // replaced by a directory, say) is not the frame's fault: the
+        // error names the file
+        crate::error::EngineError::Storage(engram_storage::StorageError::Io { .. }) => e,
+        e => failed(e.to_string()),
+    })?;
     st.applied_loc = Some(loc);
     Ok(())
 }
