@@ -254,3 +254,56 @@ fn two_stores_sharing_a_log_directory_through_a_link_exclude_each_other() {
     }
     db.close().unwrap();
 }
+
+/// A derived file that cannot be read (a vector file replaced by a
+/// directory) is named as the problem: a read-only open blamed the intact
+/// log frame it was applying ("open the store with a build that reads
+/// it"), and a writable open rebuilds it.
+#[test]
+fn an_unreadable_derived_file_is_named_not_the_log() {
+    use engram::{Engram, HashEmbedder, NewRecord, Options, Principal};
+    use std::sync::Arc;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let opts = |read_only: bool| Options {
+        embedder: Some(Arc::new(HashEmbedder::default())),
+        read_only,
+        create_if_missing: !read_only,
+        ..Options::default()
+    };
+    let db = Engram::open(&dir, opts(false)).unwrap();
+    db.session(Principal::admin("t"))
+        .append(vec![NewRecord::event("k", "hello world")])
+        .unwrap();
+    db.close().unwrap();
+    let vectors = walk(&dir.join("derived"))
+        .into_iter()
+        .find(|p| p.ends_with("vectors.f32"))
+        .expect("a vector file");
+    std::fs::remove_file(&vectors).unwrap();
+    std::fs::create_dir(&vectors).unwrap();
+    // (the checkpoint may cover the frame: force its replay)
+    let _ = std::fs::remove_file(dir.join("derived").join("state.snap"));
+    match Engram::open(&dir, opts(true)) {
+        Err(e) => {
+            let text = e.to_string();
+            assert!(text.contains("vectors.f32"), "{text}");
+            assert!(!text.contains("could not be applied"), "{text}");
+        }
+        Ok(_) => panic!("a vector file that is a directory went unnoticed"),
+    }
+    std::fs::remove_dir(&vectors).unwrap();
+    Engram::open(&dir, opts(false)).unwrap().close().unwrap();
+}
+
+fn walk(d: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(d).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        }
+        out.push(p);
+    }
+    out
+}

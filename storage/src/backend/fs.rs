@@ -265,7 +265,11 @@ mod tests {
         let p = tmp.path().join("derived");
         fs::write(&p, b"").unwrap();
         let e = FsBackend.create_dir_all(&p).unwrap_err();
-        assert!(e.to_string().contains("a file is where this directory belongs"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("a file is where this directory belongs"),
+            "{e}"
+        );
         FsBackend.create_dir_all(&tmp.path().join("a/b")).unwrap();
     }
 
