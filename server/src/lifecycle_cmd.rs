@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use engram_engine::context::ContextRequest;
 use engram_engine::time::{parse_retention_period, parse_rfc3339};
 use engram_engine::trace::render_trace;
-use engram_engine::{Engram, RecordRef};
+use engram_engine::{EngineError, Engram, RecordRef};
 use serde::Serialize;
 
 use crate::cli::{CliError, CliResult, Ctx, IdArgs, resolve_cli_id, session_for};
@@ -512,9 +512,16 @@ pub fn backup(ctx: &Ctx, a: BackupArgs) -> CliResult {
             ..ctx.store_options()?
         },
     )
-    .map_err(|source| CliError::Open {
-        path: data.to_path_buf(),
-        source,
+    .map_err(|source| match source {
+        EngineError::Storage(e @ engram_storage::StorageError::Locked { .. }) => {
+            CliError::Message(format!(
+                "{e}; nothing was copied. A running server backs up its store with POST /v1/backup (store key)"
+            ))
+        }
+        source => CliError::Open {
+            path: data.to_path_buf(),
+            source,
+        },
     })?;
     let spinner = ctx.spinner("backup ");
     spinner.set_message(format!("copying the log to {}", a.dir.display()));

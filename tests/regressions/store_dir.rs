@@ -307,3 +307,18 @@ fn walk(d: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// `engram backup` of a store another process holds says how to back it
+/// up instead (a running server's route), as `verify` does.
+#[test]
+fn backup_of_a_store_in_use_names_the_server_route() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let db = engram::Engram::open(&dir, engram::Options::default()).unwrap();
+    let out = crate::cli::at(&dir, &["backup", tmp.path().join("b").to_str().unwrap()]);
+    let text = crate::cli::text(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("POST /v1/backup"), "{text}");
+    db.close().unwrap();
+}
