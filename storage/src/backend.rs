@@ -58,6 +58,12 @@ impl fmt::Debug for LockGuard {
     }
 }
 
+/// Why a file of a store is not created where a symbolic link to nothing
+/// stands: it would be created wherever the link points, outside the
+/// store.
+pub(crate) const DANGLING_LINK: &str = "a symbolic link to nothing is where this file belongs \
+     (a file is never created through one, outside the store): remove it";
+
 /// The directory-level operations Engram needs.
 pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Creates a directory and its parents.

@@ -205,6 +205,16 @@ pub fn read_snapshot(
 /// Appends `bytes` to the file at `path` (created if missing) and makes
 /// them durable before returning.
 pub fn append_durable(backend: &dyn Backend, path: &Path, bytes: &[u8]) -> StorageResult<()> {
+    // (a file is never created through a link to nothing: outside the store)
+    if backend.is_dangling_link(path) {
+        return Err(StorageError::io(
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                crate::backend::DANGLING_LINK,
+            ),
+        ));
+    }
     let existed = backend.exists(path);
     let f = backend
         .open(path, OpenMode::Create)

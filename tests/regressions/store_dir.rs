@@ -322,3 +322,42 @@ fn backup_of_a_store_in_use_names_the_server_route() {
     assert!(text.contains("POST /v1/backup"), "{text}");
     db.close().unwrap();
 }
+
+/// `LOCK` or `ledger.jsonl` replaced by a symbolic link to nothing: the
+/// store refuses to create the file through it (it created it wherever
+/// the link pointed, outside the store), naming the link.
+#[test]
+fn a_store_file_is_never_created_through_a_link_to_nothing() {
+    use engram::{Engram, NewRecord, Options, Principal, RecordRef};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let elsewhere = tmp.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let db = Engram::open(&dir, Options::default()).unwrap();
+    let id = db
+        .session(Principal::admin("t"))
+        .append(vec![NewRecord::event("k", "x")])
+        .unwrap()[0]
+        .id;
+    db.close().unwrap();
+    for name in ["LOCK", "ledger.jsonl"] {
+        let path = dir.join(name);
+        let _ = std::fs::remove_file(&path);
+        std::os::unix::fs::symlink(elsewhere.join(name), &path).unwrap();
+        let r = Engram::open(&dir, Options::default()).and_then(|db| {
+            let d = db
+                .session(Principal::admin("t"))
+                .delete(&RecordRef::Id(id), None);
+            db.close()?;
+            d.map(|_| ())
+        });
+        let e = r.expect_err(name).to_string();
+        assert!(e.contains("symbolic link to nothing"), "{name}: {e}");
+        assert!(e.contains(name), "{name}: {e}");
+        assert!(
+            !elsewhere.join(name).exists(),
+            "{name} was created outside the store"
+        );
+        std::fs::remove_file(&path).unwrap();
+    }
+}

@@ -124,6 +124,7 @@ impl Backend for FsBackend {
     }
 
     fn try_lock(&self, path: &Path) -> io::Result<Option<LockGuard>> {
+        refuse_dangling_link(path)?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -192,6 +193,7 @@ impl Backend for FsBackend {
     }
 
     fn try_lock_shared(&self, path: &Path) -> io::Result<Option<LockGuard>> {
+        refuse_dangling_link(path)?;
         let file = match File::open(path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -253,6 +255,22 @@ impl BackendFile for FsFile {
             crate::cast::usize_from(len),
         ))
     }
+}
+
+/// A symbolic link to nothing where a store's file belongs: creating the
+/// file would create it wherever the link points, outside the store.
+pub(crate) fn refuse_dangling_link(path: &Path) -> io::Result<()> {
+    if path
+        .symlink_metadata()
+        .is_ok_and(|m| m.file_type().is_symlink())
+        && !path.exists()
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            super::DANGLING_LINK,
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
