@@ -332,9 +332,7 @@ where
                 _ => {
                     crate::output::emit_err(format_args!(
                         "{}",
-                        crate::output::terminal_safe(
-                            &e.render().to_string().trim_end_matches('\n')
-                        )
+                        crate::output::terminal_safe(e.render().to_string().trim_end_matches('\n'))
                     ));
                     ExitCode::from(2)
                 }
