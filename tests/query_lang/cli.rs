@@ -751,3 +751,21 @@ fn json_errors_cover_an_unreadable_statement_file() {
         "{v}"
     );
 }
+
+/// Blank lines between statements are not part of the next one: they
+/// neither count toward its limit nor move the line its errors name (and
+/// are not scanned again at every line).
+#[test]
+fn the_shell_skips_blank_lines_between_statements() {
+    let (_tmp, d) = store();
+    let mut input = String::from("FIND ANY LIMIT 1 RETURN id;\n");
+    input.push_str(&"\n".repeat(70_000));
+    input.push_str("FIND ANY LIMIT 2;\n");
+    input.push_str(&"  \n".repeat(1000));
+    input.push_str("FIND bad;\n");
+    let o = shell_piped(&["--data", &d, "shell", "--tenant", "t"], input.as_bytes());
+    let out = text(&o);
+    assert!(out.contains("(1 row)") && out.contains("(2 rows)"), "{out}");
+    assert!(out.contains("statement starting on line 71003"), "{out}");
+    assert!(!out.contains("longer than 64 KiB"), "{out}");
+}

@@ -79,11 +79,15 @@ struct Pending {
     /// It passed the statement limit: its text is no longer kept, and it
     /// is refused when it ends.
     oversized: bool,
+    /// Something but whitespace was pushed (whitespace before a statement
+    /// is not kept: it neither counts toward the limit nor moves
+    /// `first_line`).
+    started: bool,
 }
 
 impl Pending {
     fn is_blank(&self) -> bool {
-        !self.oversized && self.text.trim().is_empty()
+        !self.started
     }
 
     /// Adds `piece` (part of line `line`), keeping at most the statement
@@ -92,7 +96,11 @@ impl Pending {
         if self.oversized {
             return;
         }
-        if self.text.trim().is_empty() && !piece.trim().is_empty() {
+        if !self.started {
+            if piece.trim().is_empty() {
+                return;
+            }
+            self.started = true;
             self.first_line = line;
         }
         self.text.push_str(piece);
@@ -105,6 +113,7 @@ impl Pending {
     /// The statement gathered so far, leaving this empty (the scan state
     /// is the caller's to set).
     fn take(&mut self) -> Gathered {
+        self.started = false;
         let g = if std::mem::take(&mut self.oversized) {
             Gathered::Oversized(self.first_line)
         } else {
