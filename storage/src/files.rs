@@ -225,7 +225,7 @@ pub fn append_durable(backend: &dyn Backend, path: &Path, bytes: &[u8]) -> Stora
     f.sync_data().map_err(|e| StorageError::io(path, e))?;
     // A new file's name is durable only once its directory is synced.
     if !existed {
-        if let Some(dir) = path.parent() {
+        if let Some(dir) = parent_dir(path) {
             backend
                 .sync_dir(dir)
                 .map_err(|e| StorageError::io(dir, e))?;
@@ -270,6 +270,13 @@ fn write_parts_durable(backend: &dyn Backend, path: &Path, parts: &[&[u8]]) -> S
     write_file_durable(backend, path, parts, OpenMode::Truncate)
 }
 
+/// The directory holding `path`: `.` for a bare file name (whose
+/// `parent()` is the empty path, which names no directory to sync).
+fn parent_dir(path: &Path) -> Option<&Path> {
+    path.parent()
+        .map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p })
+}
+
 /// Writes `parts` to a temporary file opened with `mode`, syncs it, renames
 /// it over `path` and syncs the directory.
 fn write_file_durable(
@@ -300,7 +307,7 @@ fn write_file_durable(
     backend
         .rename(&tmp, path)
         .map_err(|e| StorageError::io(path, e))?;
-    if let Some(dir) = path.parent() {
+    if let Some(dir) = parent_dir(path) {
         backend
             .sync_dir(dir)
             .map_err(|e| StorageError::io(dir, e))?;
@@ -754,6 +761,17 @@ impl VectorFile {
 mod tests {
     use super::*;
     use crate::backend::{FsBackend, MemBackend};
+
+    /// A bare file name (`--key-file keys.json`) lives in `.`: its parent
+    /// is the empty path, and syncing "" failed after the file was written
+    /// (a key was added and never shown).
+    #[test]
+    fn a_bare_file_name_syncs_the_current_directory() {
+        assert_eq!(parent_dir(Path::new("keys.json")), Some(Path::new(".")));
+        assert_eq!(parent_dir(Path::new("a/keys.json")), Some(Path::new("a")));
+        assert_eq!(parent_dir(Path::new("/keys.json")), Some(Path::new("/")));
+        FsBackend.sync_dir(parent_dir(Path::new("x")).unwrap()).unwrap();
+    }
 
     #[test]
     fn snapshot_roundtrip_and_damage() {
