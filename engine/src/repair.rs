@@ -20,7 +20,7 @@ use serde::Serialize;
 use crate::db::{Engram, Options};
 use crate::error::{EngineError, Result};
 use crate::layout;
-use crate::maintenance::{RestoreReport, read_ledger, remove_derived, render_ledger};
+use crate::maintenance::{RestoreReport, read_ledger, remove_derived, render_restore_pending};
 
 /// What [`Engram::inspect_log`] found.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -138,7 +138,7 @@ impl Engram {
             write_all_durable(
                 backend.as_ref(),
                 &layout::restore_pending(dir),
-                render_ledger(&ledger).as_bytes(),
+                render_restore_pending(&ledger).as_bytes(),
             )?;
             // Derived state goes before the log is cut: it proves LSNs
             // durable that the cut removes, and a crash between the two

@@ -273,8 +273,13 @@ fn write_parts_durable(backend: &dyn Backend, path: &Path, parts: &[&[u8]]) -> S
 /// The directory holding `path`: `.` for a bare file name (whose
 /// `parent()` is the empty path, which names no directory to sync).
 fn parent_dir(path: &Path) -> Option<&Path> {
-    path.parent()
-        .map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p })
+    path.parent().map(|p| {
+        if p.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            p
+        }
+    })
 }
 
 /// Writes `parts` to a temporary file opened with `mode`, syncs it, renames
@@ -770,7 +775,9 @@ mod tests {
         assert_eq!(parent_dir(Path::new("keys.json")), Some(Path::new(".")));
         assert_eq!(parent_dir(Path::new("a/keys.json")), Some(Path::new("a")));
         assert_eq!(parent_dir(Path::new("/keys.json")), Some(Path::new("/")));
-        FsBackend.sync_dir(parent_dir(Path::new("x")).unwrap()).unwrap();
+        FsBackend
+            .sync_dir(parent_dir(Path::new("x")).unwrap())
+            .unwrap();
     }
 
     #[test]

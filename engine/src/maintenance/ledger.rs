@@ -10,7 +10,7 @@ pub fn ledger_path(dir: &Path) -> PathBuf {
 }
 
 /// One line of the ledger file.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LedgerLine {
     /// Operation id.
     pub op_id: String,
@@ -174,7 +174,7 @@ pub(super) fn read_ledger_file(
         return Ok((Vec::new(), false));
     };
     let text = String::from_utf8_lossy(&bytes);
-    let lines: Vec<&str> = text.split('\n').collect();
+    let mut lines: Vec<&str> = text.split('\n').collect();
     let mut out = Vec::new();
     let mut torn = !bytes.is_empty() && !bytes.ends_with(b"\n");
     let damaged = |line: usize, why: String| {
@@ -199,6 +199,29 @@ pub(super) fn read_ledger_file(
             detail: format!("{why}. {remedy}"),
         }
     };
+    // `restore.pending` ends with `{"end": N}`, N its entries: a file cut
+    // at a line's end is told from a whole one by it
+    let mut expected = None;
+    if kind == LedgerFile::RestorePending {
+        let last = lines.iter().rposition(|l| !l.trim().is_empty());
+        let end = last.and_then(|i| {
+            let v: serde_json::Value = serde_json::from_str(lines[i]).ok()?;
+            let o = v.as_object().filter(|o| o.len() == 1)?;
+            Some((i, o.get("end")?.as_u64()?))
+        });
+        match end {
+            Some((i, n)) => {
+                expected = Some(n);
+                lines.truncate(i);
+            }
+            None => {
+                return Err(damaged(
+                    last.map_or(1, |i| i + 1),
+                    "the file was cut short (its closing {\"end\": N} line is missing)".into(),
+                ));
+            }
+        }
+    }
     for (i, l) in lines.iter().enumerate() {
         if l.trim().is_empty() {
             continue;
@@ -209,10 +232,24 @@ pub(super) fn read_ledger_file(
             Err(e) => return Err(damaged(i + 1, e.to_string())),
         }
     }
+    if let Some(n) = expected.filter(|&n| n != out.len() as u64) {
+        return Err(damaged(
+            out.len() + 1,
+            format!("the file holds {} entries where it says {n}", out.len()),
+        ));
+    }
     if torn && kind == LedgerFile::RestorePending {
         return Err(damaged(lines.len(), "the file ends inside a line".into()));
     }
     Ok((out, torn))
+}
+
+/// `restore.pending`'s text: the entries as the ledger writes them, then
+/// `{"end": N}` (so a file cut at a line's end is known to be cut).
+pub(crate) fn render_restore_pending(lines: &[LedgerLine]) -> String {
+    let mut text = render_ledger(lines);
+    text.push_str(&format!("{{\"end\": {}}}\n", lines.len()));
+    text
 }
 
 /// Ledger lines as JSONL text.
@@ -565,9 +602,47 @@ mod tests {
         let text = e.to_string();
         assert!(text.contains("line 1"), "{text}");
         assert!(text.contains("engram restore BACKUP"), "{text}");
-        b.write_file(path, b"not json\n{}\n");
+        b.write_file(path, b"not json\n{\"end\": 1}\n");
         let e = read_ledger_file(&b, path, LedgerFile::RestorePending).unwrap_err();
         assert!(e.to_string().contains("line 1"), "{e}");
         assert!(e.to_string().contains("interrupted restore"), "{e}");
+    }
+
+    /// A `restore.pending` cut at a line's end (or emptied) lacks its
+    /// closing line, and one that lost lines says so by its count: both
+    /// are refused (the first line alone was read as the whole file, and
+    /// the deletions after it came back).
+    #[test]
+    fn restore_pending_cut_at_a_line_end_is_refused() {
+        let b = MemBackend::new();
+        b.create_dir_all(Path::new("/s")).unwrap();
+        let path = Path::new("/s/restore.pending");
+        let line = |n: u128| LedgerLine {
+            op_id: RecordId(n).to_string(),
+            tenant: "t".into(),
+            op: "delete".into(),
+            target: Some(RecordId(1).to_string()),
+            ..LedgerLine::default()
+        };
+        let whole = render_restore_pending(&[line(10), line(11)]);
+        b.write_file(path, whole.as_bytes());
+        let (lines, _) = read_ledger_file(&b, path, LedgerFile::RestorePending).unwrap();
+        assert_eq!(lines.len(), 2);
+        let first_line_only = whole.lines().next().unwrap().to_string() + "\n";
+        for cut in [first_line_only.as_str(), ""] {
+            b.write_file(path, cut.as_bytes());
+            let e = read_ledger_file(&b, path, LedgerFile::RestorePending).unwrap_err();
+            assert!(e.to_string().contains("cut short"), "{e}");
+        }
+        let lost = whole.lines().skip(1).collect::<Vec<_>>().join("\n") + "\n";
+        b.write_file(path, lost.as_bytes());
+        let e = read_ledger_file(&b, path, LedgerFile::RestorePending).unwrap_err();
+        assert!(
+            e.to_string().contains("holds 1 entries where it says 2"),
+            "{e}"
+        );
+        b.write_file(path, render_restore_pending(&[]).as_bytes());
+        let (lines, _) = read_ledger_file(&b, path, LedgerFile::RestorePending).unwrap();
+        assert!(lines.is_empty());
     }
 }

@@ -267,7 +267,11 @@ impl Engram {
             // the next open.
             let marker = layout::restore_pending(dir);
             *swapped = true;
-            write_all_durable(backend.as_ref(), &marker, render_ledger(&ledger).as_bytes())?;
+            write_all_durable(
+                backend.as_ref(),
+                &marker,
+                render_restore_pending(&ledger).as_bytes(),
+            )?;
             if let Some(bytes) = read_all(backend.as_ref(), &src.join("settings.snap"))? {
                 write_all_durable(backend.as_ref(), &dir.join("settings.snap"), &bytes)?;
             }
