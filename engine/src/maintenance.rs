@@ -341,6 +341,19 @@ pub(crate) fn remove_derived(backend: &dyn Backend, dir: &Path) -> Result<()> {
 /// be applied). Run before a rebuild removes derived state for real: a log
 /// that cannot be replayed keeps its checkpoint, and the store still opens.
 pub(crate) fn check_replays(dir: &Path, opts: &Options) -> Result<()> {
+    // A log that lacks what derived state proves acknowledged (segments
+    // removed, or cut at a frame's edge) replays, but rebuilding from it
+    // would discard the only evidence of the loss.
+    let seen = Engram::inspect_log(dir, opts)?;
+    if seen.problem.is_none() && seen.durable_lsn > seen.intact_through {
+        return Err(EngineError::Corrupt {
+            what: "the log".into(),
+            detail: format!(
+                "it ends at LSN {} but {} shows LSN {} was acknowledged (segment files removed, or cut at a frame's edge); rebuilding would discard that evidence: put the missing segments back, or see `engram repair`. Nothing was changed",
+                seen.intact_through, seen.durable_evidence, seen.durable_lsn
+            ),
+        });
+    }
     let overlay: std::sync::Arc<dyn Backend> =
         std::sync::Arc::new(engram_storage::OverlayBackend::new(opts.backend.clone()));
     remove_derived(overlay.as_ref(), dir)?;

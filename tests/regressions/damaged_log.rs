@@ -350,4 +350,16 @@ fn repair_names_acknowledged_lsns_a_log_cut_at_a_frame_edge_lacks() {
     assert!(out.contains("LSNs 21..=30 are missing"), "{out}");
     assert!(out.contains("repair --truncate-after 20"), "{out}");
     assert!(!out.contains("nothing to repair"), "{out}");
+    // rebuild (and rebuild --checkpoint) would discard the evidence of the
+    // loss and report success: refused, nothing changed
+    let before = snapshot(&store);
+    for args in [&["rebuild"][..], &["rebuild", "--checkpoint"][..]] {
+        let msg = fails(&store, args);
+        assert!(msg.contains("LSN 30 was acknowledged"), "{args:?}: {msg}");
+        cli::assert_same(
+            &before,
+            &snapshot(&store),
+            "a refused rebuild changed the store",
+        );
+    }
 }
