@@ -246,6 +246,12 @@ pub fn print_output(out: &QueryOutput, summary: bool) {
             if out.rows.len() == 1 { "" } else { "s" }
         );
     }
+    if out.truncated {
+        crate::outln!(
+            "(the lineage goes on past {} hops: records further away are not listed)",
+            engram_engine::trace::TRACE_DEPTH_MAX
+        );
+    }
     if let Some(m) = &out.manifest {
         crate::recall_cmd::print_manifest(m);
     }

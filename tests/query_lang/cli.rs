@@ -769,3 +769,51 @@ fn the_shell_skips_blank_lines_between_statements() {
     assert!(out.contains("statement starting on line 71003"), "{out}");
     assert!(!out.contains("longer than 64 KiB"), "{out}");
 }
+
+/// A `TRACE` statement at the engine's 32-hop limit says when the lineage
+/// goes on past it (it returned 32 levels and said nothing).
+#[test]
+fn a_trace_statement_at_the_depth_limit_says_it_is_cut() {
+    use engram::{AssertionKind, Engram, NewRecord, Options, Principal, RecordRef};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let db = Engram::open(&dir, Options::default()).unwrap();
+    let s = db.session(Principal::admin("t"));
+    let mut prev = s
+        .append(vec![NewRecord::event("k", "root").with_external_id("n0")])
+        .unwrap()[0]
+        .id;
+    for i in 0..40 {
+        prev = s
+            .append(vec![NewRecord::assertion(
+                AssertionKind::Note,
+                format!("level {i}"),
+                vec![RecordRef::Id(prev)],
+            )])
+            .unwrap()[0]
+            .id;
+    }
+    drop(s);
+    db.close().unwrap();
+    let d = dir.to_str().unwrap();
+    let run = |stmt: &str| {
+        let o = engram(&["--data", d, "query", "--tenant", "t", "--json", stmt]);
+        assert!(o.status.success(), "{}", text(&o));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let v = run("TRACE 'n0' DERIVATIVES");
+    assert_eq!(v["rows"].as_array().unwrap().len(), 32);
+    assert_eq!(v["truncated"], true, "{v}");
+    // a smaller DEPTH is the statement's own limit
+    let v = run("TRACE 'n0' DERIVATIVES DEPTH 5");
+    assert!(v.get("truncated").is_none(), "{v}");
+    let o = engram(&[
+        "--data",
+        d,
+        "query",
+        "--tenant",
+        "t",
+        "TRACE 'n0' DERIVATIVES",
+    ]);
+    assert!(text(&o).contains("past 32 hops"), "{}", text(&o));
+}

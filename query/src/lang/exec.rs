@@ -47,6 +47,11 @@ pub struct QueryOutput {
     pub manifest: Option<Manifest>,
     /// The statement in canonical form.
     pub statement: String,
+    /// `TRACE` only: the lineage goes on past the engine's limit of
+    /// `TRACE_DEPTH_MAX` (32) hops, so rows at the limit have further
+    /// records not listed.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
 }
 
 /// Why a statement did not run.
@@ -155,6 +160,7 @@ fn run(s: &Session, stmt: &Statement, ctx: &CheckContext) -> Result<QueryOutput,
                 rows,
                 manifest: stmt.explain.then_some(r.manifest),
                 statement,
+                truncated: false,
             })
         }
         Plan::Trace {
@@ -203,6 +209,8 @@ fn run(s: &Session, stmt: &Statement, ctx: &CheckContext) -> Result<QueryOutput,
                 rows,
                 manifest: None,
                 statement,
+                // (a smaller DEPTH is the statement's own limit)
+                truncated: t.truncated && depth >= engram_engine::trace::TRACE_DEPTH_MAX,
             })
         }
     }

@@ -360,12 +360,14 @@ class CompactResponse(TypedDict):
 
 class QueryResponse(TypedDict, total=False):
     """The answer to a query-language statement: ``columns`` in order, one
-    dict per row, and for ``EXPLAIN`` the manifest."""
+    dict per row, and for ``EXPLAIN`` the manifest; ``truncated`` (``TRACE``
+    only, present when true) says the lineage goes on past 32 hops."""
 
     columns: List[str]
     rows: List[Dict[str, Any]]
     manifest: Dict[str, Any]
     statement: str
+    truncated: bool
 
 
 class Status(TypedDict):

@@ -344,6 +344,10 @@ pub struct QueryResponse {
     pub manifest: Option<Manifest>,
     /// The statement in canonical form.
     pub statement: String,
+    /// `TRACE` only, when true: the lineage goes on past the engine's limit
+    /// of 32 hops (records further away are not listed).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
 }
 
 fn query_error(e: engram_query::lang::QueryError) -> ServerError {
@@ -423,5 +427,6 @@ pub async fn query(
         rows: out.rows,
         manifest: out.manifest,
         statement: out.statement,
+        truncated: out.truncated,
     }))
 }
