@@ -198,3 +198,53 @@ fn concurrent_lifecycle_operations_each_get_one_whole_ledger_line() {
     }
     assert_eq!(ids.len(), 8 * 24 + 64, "one line per operation");
 }
+
+/// Two corrections of one record racing: the loser gets a conflict
+/// (`AlreadySuperseded`, or `InvalidState` while the winner is in
+/// flight: 409 over HTTP), never an `InvalidInput` about its own request.
+#[test]
+fn racing_corrections_of_one_record_conflict_rather_than_fail_as_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Engram::open(dir.path(), Options::default()).unwrap();
+    let admin = db.session(Principal::admin("t"));
+    for round in 0..60 {
+        let id = admin
+            .append(vec![NewRecord::event("note", format!("round {round}"))])
+            .unwrap()[0]
+            .id;
+        let barrier = std::sync::Barrier::new(2);
+        let outcomes: Vec<Result<(), EngineError>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..2)
+                .map(|w| {
+                    let (db, barrier) = (&db, &barrier);
+                    s.spawn(move || {
+                        let mut fix = NewRecord::event("note", format!("round {round} fix {w}"));
+                        fix.supersedes = Some(RecordRef::Id(id));
+                        barrier.wait();
+                        db.session(Principal::admin("t"))
+                            .append(vec![fix])
+                            .map(|_| ())
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(
+            outcomes.iter().any(Result::is_ok),
+            "round {round}: {outcomes:?}"
+        );
+        for o in outcomes {
+            if let Err(e) = o {
+                assert!(
+                    matches!(
+                        e,
+                        EngineError::AlreadySuperseded { .. } | EngineError::InvalidState { .. }
+                    ),
+                    "round {round}: {e:?}"
+                );
+            }
+        }
+    }
+    drop(admin);
+    db.close().unwrap();
+}

@@ -424,12 +424,17 @@ impl Resolver<'_> {
                     .or_default()
                     .push(i);
             }
+            // A conflict with state about to be stored (409, as when it is
+            // stored), not a bad field: once the other batch is
+            // acknowledged, a retry is a duplicate or already superseded.
             if w.pending_superseded.contains(&sid) {
-                return Err(EngineError::invalid(
-                    "supersedes",
-                    format!("{sid} is being corrected by another batch in flight; retry"),
-                )
-                .at_item(i));
+                return Err(EngineError::InvalidState {
+                    action: "correct".into(),
+                    target: sid,
+                    reason: format!(
+                        "item {i}: another batch in flight corrects it; once that batch is acknowledged, a retry of the same correction is a duplicate and another one is refused as already superseded"
+                    ),
+                });
             }
             if let Some(j) = superseded_here.insert(sid, i) {
                 return Err(EngineError::invalid(
