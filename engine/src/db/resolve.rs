@@ -431,9 +431,11 @@ impl Resolver<'_> {
                 return Err(EngineError::InvalidState {
                     action: "correct".into(),
                     target: sid,
-                    reason: format!(
-                        "item {i}: another batch in flight corrects it; once that batch is acknowledged, a retry of the same correction is a duplicate and another one is refused as already superseded"
-                    ),
+                    reason:
+                        "another batch in flight corrects it; once that batch is acknowledged, \
+                             a retry of the same correction is a duplicate and another one is \
+                             refused as already superseded"
+                            .into(),
                 });
             }
             if let Some(j) = superseded_here.insert(sid, i) {
