@@ -114,6 +114,35 @@ fn endpoints_do_their_job() {
         200,
     );
     assert_eq!(list["records"].as_array().unwrap().len(), 2);
+    assert!(list["next_after_lsn"].is_null(), "{list}");
+    // pages: a full one names the cursor of the next
+    let first = s.json(
+        "GET",
+        "/v1/records?kind=user_message&limit=1",
+        Some(&k.ann),
+        None,
+        200,
+    );
+    let after = first["next_after_lsn"].as_u64().expect("a cursor");
+    assert_eq!(first["records"][0]["lsn"].as_u64(), Some(after));
+    let second = s.json(
+        "GET",
+        &format!("/v1/records?kind=user_message&limit=1&after_lsn={after}"),
+        Some(&k.ann),
+        None,
+        200,
+    );
+    assert_ne!(second["records"][0]["id"], first["records"][0]["id"]);
+    let last = second["next_after_lsn"].as_u64().expect("a full page");
+    let none = s.json(
+        "GET",
+        &format!("/v1/records?kind=user_message&limit=1&after_lsn={last}"),
+        Some(&k.ann),
+        None,
+        200,
+    );
+    assert_eq!(none["records"].as_array().unwrap().len(), 0, "{none}");
+    assert!(none["next_after_lsn"].is_null());
 
     // recall, with and without the manifest
     let hits = s.json(

@@ -70,6 +70,17 @@ def test_append_get_list_history_trace(user: Client, uniq: str) -> None:
     assert len(since["records"]) == 2
     assert user.list(since="2100-01-01T00:00:00Z")["records"] == []
 
+    # paging: a full page names the cursor of the next, the last names none
+    user.append([{"kind": f"page-{uniq}", "text": f"p{i}"} for i in range(5)])
+    seen, after = [], None
+    while True:
+        page = user.list(kind=f"page-{uniq}", limit=2, after_lsn=after)
+        seen += [x["text"] for x in page["records"]]
+        after = page["next_after_lsn"]
+        if after is None:
+            break
+    assert seen == [f"p{i}" for i in range(5)]
+
     h = user.history(ext)
     assert [v["id"] for v in h["versions"]] == [rid]
     t = user.trace(ext)

@@ -90,7 +90,12 @@ impl Session {
         };
         let held = self.held_labels(&st);
         let mut out = Vec::new();
-        for idx in bm.iter() {
+        // records are in log order: the first one past the cursor is found
+        // by its LSN, and the walk starts there
+        let start = filter.after_lsn.map_or(0, |a| {
+            Idx::try_from(st.metas.partition_point(|m| m.loc.lsn <= a)).unwrap_or(Idx::MAX)
+        });
+        for idx in bm.range(start..) {
             let m = st.meta(idx);
             if filter.since.is_some_and(|s| m.occurred_at < s)
                 || filter.until.is_some_and(|u| m.occurred_at > u)
@@ -130,6 +135,9 @@ pub struct ListFilter {
     pub include_superseded: bool,
     /// At most this many.
     pub limit: usize,
+    /// Only records after this log position (a record's `lsn`): give the
+    /// last `lsn` of a page to get the next one.
+    pub after_lsn: Option<u64>,
 }
 
 impl Default for ListFilter {
@@ -141,6 +149,7 @@ impl Default for ListFilter {
             record: None,
             include_superseded: true,
             limit: usize::MAX,
+            after_lsn: None,
         }
     }
 }

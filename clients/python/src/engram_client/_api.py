@@ -234,6 +234,7 @@ def list_records(
     until: Optional[TimeLike],
     include_superseded: Optional[bool],
     limit: Optional[int],
+    after_lsn: Optional[int] = None,
 ) -> Call:
     """``GET /v1/records``."""
     return _json_call(
@@ -247,6 +248,7 @@ def list_records(
         until=None if until is None else time_str(until),
         include_superseded=include_superseded,
         limit=limit,
+        after_lsn=after_lsn,
     )
 
 

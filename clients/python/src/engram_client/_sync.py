@@ -211,13 +211,18 @@ class Client:
         until: Optional[TimeLike] = None,
         include_superseded: Optional[bool] = None,
         limit: Optional[int] = None,
+        after_lsn: Optional[int] = None,
     ) -> RecordList:
         """Lists records the key may read, in log order (``GET /v1/records``).
 
         ``record`` is a record type (``event``, ``entity``, ...); ``since`` and
-        ``until`` bound the ingest time; ``limit`` is at most 1000 by default.
+        ``until`` bound the time a record *occurred* (``occurred_at``);
+        ``limit`` defaults to 100 (the server allows up to its
+        ``list_limit_max``, 1000 by default). A full page carries
+        ``next_after_lsn``: pass it as ``after_lsn`` for the next page (it
+        is ``None`` on the last one).
         """
-        call = _api.list_records(kind, record, since, until, include_superseded, limit)
+        call = _api.list_records(kind, record, since, until, include_superseded, limit, after_lsn)
         return cast(RecordList, self._call(call))
 
     def get(self, ref: str) -> Record:

@@ -187,9 +187,11 @@ class BulkSummary(TypedDict, total=False):
 
 
 class RecordList(TypedDict):
-    """Records the key may read, in log order."""
+    """Records the key may read, in log order; ``next_after_lsn``: the
+    ``after_lsn`` of the next page (``None`` on the last one)."""
 
     records: List[Record]
+    next_after_lsn: Optional[int]
 
 
 class History(TypedDict):

@@ -237,6 +237,9 @@ pub struct ListParams {
     /// At most this many (default 100, at most limits.list_limit_max).
     #[param(minimum = 1)]
     pub limit: Option<usize>,
+    /// Only records after this log position: the `next_after_lsn` of the
+    /// page before (the next page of the same listing).
+    pub after_lsn: Option<u64>,
 }
 
 /// Records the key may read, in log order.
@@ -245,6 +248,9 @@ pub struct RecordList {
     /// The records (see docs/ingest.md for their fields).
     #[schema(value_type = Vec<Object>)]
     pub records: Vec<Record>,
+    /// When the page is full: the `lsn` of its last record, to pass as
+    /// `after_lsn` for the next page (null when this page is the last).
+    pub next_after_lsn: Option<u64>,
 }
 
 /// List records of the key's tenant that it may read, in log order.
@@ -299,9 +305,17 @@ pub async fn list(
         record,
         include_superseded: p.include_superseded.unwrap_or(true),
         limit,
+        after_lsn: p.after_lsn,
     };
     let records = app.read(move || session.list(&filter)).await?;
-    Ok(Json(RecordList { records }))
+    // a full page may have a next one (an empty next page ends it)
+    let next_after_lsn = (records.len() == limit)
+        .then(|| records.last().map(|r| r.lsn))
+        .flatten();
+    Ok(Json(RecordList {
+        records,
+        next_after_lsn,
+    }))
 }
 
 /// Get a record.
