@@ -386,3 +386,24 @@ def test_a_404_that_is_not_engrams_is_not_a_missing_record() -> None:
         c.get("n1")
     assert not isinstance(e.value, NotFound)
     assert e.value.code == "http_404"
+
+
+def test_a_probe_answers_at_once_and_is_never_retried() -> None:
+    script = Script(error(503, "unavailable"), httpx.Response(200, json={"status": "ready"}))
+    c = Client("http://engram.test/", transport=httpx.MockTransport(script), retry=FAST)
+    with pytest.raises(Unavailable):
+        c.ready()
+    assert len(script.requests) == 1
+
+
+def test_a_closed_client_and_an_empty_answer_are_engram_errors() -> None:
+    script = Script(httpx.Response(200, content=b""))
+    c = Client("http://engram.test/", "egk_k", transport=httpx.MockTransport(script), retry=FAST)
+    with pytest.raises(EngramError) as e:
+        c.get("x")
+    assert e.value.code == "invalid_response"
+    c.close()
+    with pytest.raises(TransportError) as e2:
+        c.get("x")
+    assert "closed" in str(e2.value)
+    assert len(script.requests) == 1

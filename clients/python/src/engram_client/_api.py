@@ -406,8 +406,10 @@ def compact() -> Call:
 
 
 def probe(path: str) -> Call:
-    """``/healthz``, ``/readyz``: no key, retried like reads."""
-    return Call("GET", path, Retry.IDEMPOTENT, auth=False)
+    """``/healthz``, ``/readyz``: no key, and never retried: a probe says
+    how the server is now (a 503 from ``/readyz`` is the answer, raised at
+    once as ``Unavailable``, not something to wait out)."""
+    return Call("GET", path, Retry.NEVER, auth=False)
 
 
 def metrics() -> Call:
@@ -608,6 +610,17 @@ def transport_error(exc: Exception, key: Optional[str] = None) -> TransportError
     return TransportError(0, "transport", message, {"connect": connect, "local": local})
 
 
+def closed_client_error() -> TransportError:
+    """A request on a client that was closed (``close()``, or after its
+    ``with`` block): nothing was sent."""
+    return TransportError(
+        0,
+        "transport",
+        "the client is closed (after close() or its with block): make a new one",
+        {"connect": True, "local": True},
+    )
+
+
 def decode(call: Call, content: bytes) -> Any:
     """The answer of a successful request. An answer that is not what an
     Engram server sends (another service on that address) raises an
@@ -615,7 +628,8 @@ def decode(call: Call, content: bytes) -> Any:
     try:
         if call.answer == "text":
             return content.decode("utf-8")
-        return json.loads(content) if content else None
+        # (every Engram answer has a body: an empty one is not Engram's)
+        return json.loads(content)
     except ValueError as e:  # UnicodeDecodeError and JSONDecodeError alike
         raise EngramError(
             200,

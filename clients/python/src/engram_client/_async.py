@@ -122,6 +122,8 @@ class AsyncClient:
         attempt = 0
         while True:
             attempt += 1
+            if self._http.is_closed:
+                raise _api.closed_client_error()
             try:
                 resp = await self._http.request(
                     call.method,

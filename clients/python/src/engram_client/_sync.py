@@ -108,6 +108,8 @@ class Client:
         attempt = 0
         while True:
             attempt += 1
+            if self._http.is_closed:
+                raise _api.closed_client_error()
             try:
                 resp = self._http.request(
                     call.method,
