@@ -112,3 +112,46 @@ def test_what_json_cannot_carry_is_refused_before_sending(user: Client, uniq: st
     ):
         with pytest.raises(ValueError):
             user.append([bad])
+
+
+def test_a_value_nested_too_deeply_is_a_value_error(user: Client) -> None:
+    deep: Any = "x"
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(ValueError, match="nested too deeply"):
+        user.append([{"kind": "note", "text": "x", "data": {"v": deep}}])
+
+
+def test_a_stream_that_fails_before_its_summary_keeps_what_it_reported() -> None:
+    import httpx
+
+    from engram_client import Unavailable
+
+    body = (
+        b'{"line": 1, "outcome": "created", "id": "a"}\n'
+        b'{"line": 2, "outcome": "duplicate", "id": "b"}\n'
+        b'{"error": {"code": "timeout", "message": "too slow", "details": {}}}\n'
+    )
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        request.read()
+        return httpx.Response(200, content=body)
+
+    c = Client("http://engram.test/", "egk_k", transport=httpx.MockTransport(handler))
+    stream = c.bulk([{"kind": "note", "text": "a"}, {"kind": "note", "text": "b"}])
+    got: List[Any] = []
+    with pytest.raises(Unavailable):
+        for r in stream:
+            got.append(r)
+    assert len(got) == 2
+    s = stream.summary
+    assert (s["lines"], s["created"], s["duplicates"], s["complete"]) == (2, 1, 1, False)
+
+
+def test_a_bulk_stream_can_be_closed_early(user: Client, uniq: str) -> None:
+    stream = user.bulk(records(f"{uniq}-close", 50), batch=5)
+    first = next(stream)
+    assert first["line"] == 1
+    stream.close()
+    with pytest.raises(StopIteration):
+        next(stream)

@@ -155,6 +155,10 @@ def dumps(obj: Any) -> bytes:
         return text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ValueError(f"a string is not valid UTF-8 (a lone surrogate?): {exc}") from None
+    except RecursionError:
+        raise ValueError(
+            "a value is nested too deeply for JSON (the server reads at most 128 levels)"
+        ) from None
 
 
 def ref_path(ref: str) -> str:
@@ -499,6 +503,18 @@ class BulkTotals:
             "requests": 0,
         }
         self._summaries_seen = 0
+        # the current request's result lines, until its summary (which is
+        # authoritative) arrives: what a stream that failed before its
+        # summary had already reported
+        self._pending = {"lines": 0, "created": 0, "duplicates": 0, "rejected": 0}
+
+    def failed(self) -> None:
+        """The current request's stream ended without its summary: its
+        result lines so far are the totals it reported."""
+        for k, v in self._pending.items():
+            self.summary[k] += v
+            self._pending[k] = 0
+        self.summary["complete"] = False
 
     def take(self, raw: bytes, offset: int) -> Optional[Dict[str, Any]]:
         """Handles one response line of a request whose first line is
@@ -514,8 +530,17 @@ class BulkTotals:
                 self.summary[k] += int(s.get(k, 0))
             self.summary["complete"] = self.summary["complete"] and bool(s.get("complete", False))
             self._summaries_seen += 1
+            self._pending = dict.fromkeys(self._pending, 0)
             return None
         if "line" in obj:
+            self._pending["lines"] += 1
+            outcome = obj.get("outcome")
+            if outcome == "created":
+                self._pending["created"] += 1
+            elif outcome == "duplicate":
+                self._pending["duplicates"] += 1
+            elif "error" in obj:
+                self._pending["rejected"] += 1
             obj["line"] = int(obj["line"]) + offset
             err = obj.get("error")
             details = err.get("details") if isinstance(err, dict) else None
@@ -525,7 +550,7 @@ class BulkTotals:
                         details[k] += offset
             return obj
         if "error" in obj:
-            self.summary["complete"] = False
+            self.failed()
             raise stream_error(obj["error"])
         return obj
 
@@ -533,7 +558,7 @@ class BulkTotals:
         """Checks that the request's stream ended with its summary."""
         self.summary["requests"] += 1
         if self._summaries_seen != self.summary["requests"]:
-            self.summary["complete"] = False
+            self.failed()
             raise TransportError(
                 0, "transport", "the bulk response ended before its summary line", {}
             )

@@ -490,7 +490,7 @@ class AsyncBulkStream(AsyncIterator[BulkLine]):
                 # characters a URL cannot hold): the caller's argument
                 raise ValueError(_api.invalid_url_message(exc)) from exc
             except httpx.TransportError as exc:
-                self._totals.summary["complete"] = False
+                self._totals.failed()
                 raise _api.transport_error(exc, self._client.key) from exc
             self._totals.request_ended()
             offset += sent[0]

@@ -421,6 +421,11 @@ class BulkStream(Iterator[BulkLine]):
         """Consumes the results and returns them all (small inputs)."""
         return [*self]
 
+    def close(self) -> None:
+        """Stops early: closes the request in flight (as leaving a loop over
+        the stream does not)."""
+        self._gen.close()
+
     def _run(self, it: Iterator[Any]) -> Iterator[BulkLine]:
         client = self._client
         call = _api.bulk_call(self._batch)
@@ -471,7 +476,7 @@ class BulkStream(Iterator[BulkLine]):
                 # characters a URL cannot hold): the caller's argument
                 raise ValueError(_api.invalid_url_message(exc)) from exc
             except httpx.TransportError as exc:
-                self._totals.summary["complete"] = False
+                self._totals.failed()
                 raise _api.transport_error(exc, self._client.key) from exc
             self._totals.request_ended()
             offset += sent[0]
