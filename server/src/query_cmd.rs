@@ -129,7 +129,20 @@ pub fn query(ctx: &Ctx, a: QueryArgs) -> CliResult {
         Ok(p) => p,
         Err(e) => return input_error("invalid_param", e),
     };
-    let db = ctx.open_store()?;
+    let db = match ctx.open_store() {
+        Ok(db) => db,
+        Err(e) => {
+            let code = match &e {
+                CliError::Open { source, .. } | CliError::Engine(source) => match source {
+                    engram_engine::EngineError::NoStore { .. }
+                    | engram_engine::EngineError::NotAStore { .. } => "no_store",
+                    other => other.code(),
+                },
+                _ => "unavailable",
+            };
+            return input_error(code, e);
+        }
+    };
     let s = session_for(&db, &a.tenant, a.principal.as_deref());
     let r = s.query(&text, &params);
     db.close()?;

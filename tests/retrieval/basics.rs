@@ -266,6 +266,16 @@ fn bad_requests_are_refused_with_the_field_named() {
         ),
         (RecallRequest::text("   "), "text"),
         (
+            RecallRequest {
+                filters: Filters {
+                    users: vec!["u".into(), String::new()],
+                    ..Filters::default()
+                },
+                ..RecallRequest::text("x")
+            },
+            "user",
+        ),
+        (
             RecallRequest::vector(Some("m"), vec![1.0, f32::NAN, 0.0]),
             "vector",
         ),

@@ -215,6 +215,23 @@ fn validate(req: &RecallRequest) -> Result<()> {
             ));
         }
     }
+    // An empty name matches nothing (no record is written with one): a
+    // filter holding one is a mistake, not a question with no answer.
+    let f = &req.filters;
+    for (field, values) in [
+        ("user", &f.users),
+        ("conversation", &f.conversations),
+        ("agent", &f.agents),
+        ("label", &f.scope_labels),
+        ("kind", &f.kinds),
+    ] {
+        if values.iter().any(|v| v.is_empty()) {
+            return Err(EngineError::invalid(
+                field,
+                "an empty value matches nothing; leave it out",
+            ));
+        }
+    }
     let text = req.text.as_deref().map(str::trim).filter(|t| !t.is_empty());
     if let Some(t) = &req.text {
         if t.len() > limits::QUERY_TEXT_BYTES_MAX {
