@@ -750,6 +750,20 @@ fn json_errors_cover_an_unreadable_statement_file() {
             .contains("nope.eql"),
         "{v}"
     );
+    // and a store that is not there
+    let none = tmp.path().join("no-store");
+    let o = engram(&[
+        "--data",
+        none.to_str().unwrap(),
+        "query",
+        "--tenant",
+        "t",
+        "--json",
+        "FIND ANY",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
+    assert_eq!(v["errors"][0]["code"], "no_store", "{v}");
 }
 
 /// Blank lines between statements are not part of the next one: they
