@@ -69,7 +69,8 @@ mod restore;
 use ledger::check_line;
 pub use ledger::{LedgerLine, ledger_path, read_ledger};
 pub(crate) use ledger::{
-    ledger_not_applied, reapply_cut_ledger, render_restore_pending, resume_restore,
+    check_restore_pending, ledger_not_applied, reapply_cut_ledger, render_restore_pending,
+    restore_pending_damaged, resume_restore,
 };
 pub use online::OnlineCompaction;
 pub use restore::RestoreReport;

@@ -864,3 +864,55 @@ fn an_empty_backup_does_not_wipe_a_store_and_a_damaged_one_creates_nothing() {
         "a refused restore left a store in {target:?}"
     );
 }
+
+/// A restore interrupted after its log swap whose `restore.pending` is then
+/// damaged: the store refuses to open with the advice to run the restore
+/// again, and running it again works (it refused too, "unfinished", so the
+/// advice looped) and keeps a deletion made after the backup; `verify`'s
+/// read-only open reports the damage rather than calling it pending.
+#[test]
+fn a_restore_over_a_damaged_pending_file_runs_again_and_keeps_deletions() {
+    let (dir, _backups, bdir, clock) = dirs();
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![
+        NewRecord::event("note", "kept").with_external_id("a"),
+        NewRecord::event("note", "deleted-after-backup-canary").with_external_id("b"),
+    ])
+    .unwrap();
+    db.backup(&bdir).unwrap();
+    s.delete(&ext("b"), None).unwrap();
+    drop(s);
+    db.close().unwrap();
+    // the state after an interrupted swap: the backup's log in place, no
+    // derived state, and a damaged pending file
+    let log = dir.path().join("log");
+    std::fs::remove_dir_all(&log).unwrap();
+    std::fs::create_dir(&log).unwrap();
+    for e in std::fs::read_dir(bdir.join("log")).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), log.join(e.file_name())).unwrap();
+    }
+    std::fs::remove_dir_all(dir.path().join("derived")).unwrap();
+    std::fs::write(dir.path().join("restore.pending"), "{\"op_id\": \"x\"\n").unwrap();
+    let ro = engram::Options {
+        read_only: true,
+        ..opts(&clock)
+    };
+    let e = Engram::open(dir.path(), ro).err().expect("damage reported");
+    assert!(e.to_string().contains("restore.pending"), "{e}");
+    let e = Engram::open(dir.path(), opts(&clock))
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("engram restore BACKUP"), "{e}");
+    Engram::restore(dir.path(), &bdir, &opts(&clock), None).unwrap();
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    assert!(s.get(&ext("a")).is_ok());
+    assert!(
+        matches!(s.get(&ext("b")), Err(EngineError::NotFound { .. })),
+        "the deletion after the backup was undone"
+    );
+    drop(s);
+    db.close().unwrap();
+}

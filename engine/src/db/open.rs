@@ -234,6 +234,9 @@ impl Engram {
         db.sync_ledger()?;
         if db.inner.opts.read_only {
             report.restore_pending = backend_has_restore_pending(&db);
+            if report.restore_pending {
+                crate::maintenance::check_restore_pending(&db)?;
+            }
             // Operations the ledger proves acknowledged that the log lost
             // (a damaged tail, whether recovery cut it or it reads as a log
             // that ended there) cannot be applied again without writing:

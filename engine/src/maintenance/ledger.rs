@@ -421,6 +421,23 @@ fn reapply_ledger(db: &Engram, lines: Vec<LedgerLine>, report: &mut RestoreRepor
 /// step of a restore, run by every open so that a restore interrupted after
 /// its log swap is finished before the store serves anything (see the
 /// module documentation). `None` without `restore.pending`.
+/// Checks that a pending `restore.pending` reads whole (a read-only open,
+/// which cannot finish the restore, reports a damaged one rather than
+/// saying the next write finishes it).
+pub(crate) fn check_restore_pending(db: &Engram) -> Result<()> {
+    let marker = layout::restore_pending(db.dir());
+    read_ledger_file(db.backend().as_ref(), &marker, LedgerFile::RestorePending).map(|_| ())
+}
+
+/// Whether `restore.pending` in `dir` is there and damaged: a new restore
+/// may then replace it (it lists again, from `ledger.jsonl` and the
+/// `--ledger` given, what the damaged file listed).
+pub(crate) fn restore_pending_damaged(backend: &dyn Backend, dir: &Path) -> bool {
+    let marker = layout::restore_pending(dir);
+    backend.exists(&marker)
+        && read_ledger_file(backend, &marker, LedgerFile::RestorePending).is_err()
+}
+
 pub(crate) fn resume_restore(db: &Engram) -> Result<Option<RestoreReport>> {
     let backend = db.backend().clone();
     let marker = layout::restore_pending(db.dir());

@@ -107,7 +107,13 @@ impl Engram {
         // That open also finishes an earlier restore interrupted after its
         // swap; if it could not, its entries must not be lost under a new
         // restore.
-        if backend.exists(&layout::restore_pending(dir)) {
+        // A damaged pending file is the exception: its entries are listed
+        // again below, from `ledger.jsonl` and the `--ledger` given (the
+        // same sources it was written from), so this restore replaces it.
+        if restore_pending_damaged(backend.as_ref(), dir) {
+            let marker = layout::restore_pending(dir);
+            backend.remove_file(&marker).map_err(io(&marker))?;
+        } else if backend.exists(&layout::restore_pending(dir)) {
             let why = opened.err().map(|e| e.to_string()).unwrap_or_default();
             return Err(EngineError::invalid(
                 "restore",
