@@ -500,6 +500,16 @@ impl Engram {
         // (whose own backend keeps changes in memory); the store's files are
         // read through the store's backend.
         let backend = self.options().backend.as_ref();
+        // A restore not yet finished (a read-only open cannot finish it):
+        // the log holds operations its state does not, and a copy of it
+        // would be a backup no restore accepts.
+        if backend.exists(&layout::restore_pending(self.dir())) {
+            return Err(EngineError::invalid(
+                "store",
+                "a restore of this store is not finished: run any command that writes \
+                 (or the same `engram restore` again), then back up",
+            ));
+        }
         // Whatever is wrong with the destination is the caller's to fix (a
         // file, a path under a file, a place it may not write): said as
         // invalid input, before anything is copied.

@@ -916,3 +916,33 @@ fn a_restore_over_a_damaged_pending_file_runs_again_and_keeps_deletions() {
     drop(s);
     db.close().unwrap();
 }
+
+/// A backup of a store whose restore is not finished is refused: its log
+/// holds what its state does not yet, and no restore would accept the copy.
+#[test]
+fn a_backup_waits_for_an_unfinished_restore() {
+    let (dir, backups, bdir, clock) = dirs();
+    let db = open(dir.path(), &clock);
+    db.session(Principal::admin("t"))
+        .append(vec![NewRecord::event("note", "x")])
+        .unwrap();
+    let ro = engram::Options {
+        read_only: true,
+        ..opts(&clock)
+    };
+    db.close().unwrap();
+    std::fs::write(dir.path().join("restore.pending"), "{\"end\": 0}\n").unwrap();
+    let db = Engram::open(dir.path(), ro).unwrap();
+    let e = db.backup(&bdir).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("restore of this store is not finished"),
+        "{e}"
+    );
+    db.close().unwrap();
+    // a writable open finishes it; then the backup is taken
+    open(dir.path(), &clock).close().unwrap();
+    let db = open(dir.path(), &clock);
+    db.backup(&backups.path().join("c")).unwrap();
+    db.close().unwrap();
+}
