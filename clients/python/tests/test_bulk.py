@@ -155,3 +155,20 @@ def test_a_bulk_stream_can_be_closed_early(user: Client, uniq: str) -> None:
     stream.close()
     with pytest.raises(StopIteration):
         next(stream)
+    # what was reported stays counted; the stream is not complete
+    s = stream.summary
+    assert s["lines"] >= 1 and s["created"] >= 1 and s["complete"] is False
+    # a stream read to its end and closed stays complete
+    done = user.bulk(records(f"{uniq}-done", 3))
+    done.run()
+    done.close()
+    assert done.summary["complete"] is True and done.summary["lines"] == 3
+
+
+def test_bulk_on_a_closed_client_is_an_engram_error() -> None:
+    from engram_client import TransportError
+
+    c = Client("http://engram.test/", "egk_k")
+    c.close()
+    with pytest.raises(TransportError):
+        c.bulk([{"kind": "note", "text": "x"}]).run()

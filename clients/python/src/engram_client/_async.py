@@ -413,6 +413,7 @@ class AsyncBulkStream(AsyncIterator[BulkLine]):
         self._client = client
         self._batch, self._per = _api.bulk_sizes(batch, lines_per_request)
         self._totals = _api.BulkTotals()
+        self._finished = False
         self._gen = self._run(_aiter(records))
 
     @property
@@ -437,17 +438,23 @@ class AsyncBulkStream(AsyncIterator[BulkLine]):
         return [r async for r in self]
 
     async def aclose(self) -> None:
-        """Stops early: closes the request in flight."""
+        """Stops early: closes the request in flight. ``summary`` keeps what
+        was reported."""
         await self._gen.aclose()
+        if not self._finished:
+            self._totals.failed()
 
     async def _run(self, it: AsyncIterator[Any]) -> AsyncIterator[BulkLine]:
         client = self._client
+        if client._http.is_closed:
+            raise _api.closed_client_error()
         call = _api.bulk_call(self._batch)
         offset = 0
         sentinel = object()
         while True:
             first = await _anext(it, sentinel)
             if first is sentinel:
+                self._finished = True
                 return
             sent = [0]
             # An item that cannot be sent ends the body where it is: the
@@ -480,6 +487,7 @@ class AsyncBulkStream(AsyncIterator[BulkLine]):
                 ) as resp:
                     if not resp.is_success:
                         await resp.aread()
+                        self._totals.failed()
                         raise error_from_response(resp)
                     async for raw in resp.aiter_lines():
                         out = self._totals.take(raw.encode("utf-8"), offset)

@@ -398,6 +398,7 @@ class BulkStream(Iterator[BulkLine]):
         self._client = client
         self._batch, self._per = _api.bulk_sizes(batch, lines_per_request)
         self._totals = _api.BulkTotals()
+        self._finished = False
         self._gen = self._run(iter(records))
 
     @property
@@ -423,17 +424,22 @@ class BulkStream(Iterator[BulkLine]):
 
     def close(self) -> None:
         """Stops early: closes the request in flight (as leaving a loop over
-        the stream does not)."""
+        the stream does not). ``summary`` keeps what was reported."""
         self._gen.close()
+        if not self._finished:
+            self._totals.failed()
 
     def _run(self, it: Iterator[Any]) -> Iterator[BulkLine]:
         client = self._client
+        if client._http.is_closed:
+            raise _api.closed_client_error()
         call = _api.bulk_call(self._batch)
         offset = 0
         sentinel = object()
         while True:
             first = next(it, sentinel)
             if first is sentinel:
+                self._finished = True
                 return
             sent = [0]
             # An item that cannot be sent ends the body where it is: the
@@ -466,6 +472,7 @@ class BulkStream(Iterator[BulkLine]):
                 ) as resp:
                     if not resp.is_success:
                         resp.read()
+                        self._totals.failed()
                         raise error_from_response(resp)
                     for raw in resp.iter_lines():
                         out = self._totals.take(raw.encode("utf-8"), offset)
