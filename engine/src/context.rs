@@ -276,6 +276,19 @@ impl Session {
                 "empty: say what the call is about",
             ));
         }
+        // (as a recall refuses an empty filter value: no record has one)
+        for (field, v) in [
+            ("user", &req.user),
+            ("conversation", &req.conversation),
+            ("agent", &req.agent),
+        ] {
+            if v.as_deref() == Some("") {
+                return Err(EngineError::invalid(
+                    field,
+                    "an empty value matches nothing; leave it out",
+                ));
+            }
+        }
         // Retrieval first (it takes its own read lock).
         let base = RecallRequest {
             text: Some(req.text.clone()),

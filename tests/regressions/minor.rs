@@ -573,3 +573,30 @@ fn a_trace_past_its_depth_limit_says_it_is_cut() {
     assert_eq!(t.nodes.len(), 41);
     db.close().unwrap();
 }
+
+/// A context request with an empty user, conversation or agent is refused
+/// as a recall's filter is (it matched nothing, silently).
+#[test]
+fn a_context_request_with_an_empty_scope_value_is_refused() {
+    use engram::context::ContextRequest;
+    use engram::{Engram, Options, Principal};
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let s = db.session(Principal::admin("t"));
+    for field in ["user", "conversation", "agent"] {
+        let mut r = ContextRequest::new("what now?");
+        match field {
+            "user" => r.user = Some(String::new()),
+            "conversation" => r.conversation = Some(String::new()),
+            _ => r.agent = Some(String::new()),
+        }
+        let e = s.context(&r).unwrap_err().to_string();
+        assert!(
+            e.contains(field) && e.contains("empty value"),
+            "{field}: {e}"
+        );
+    }
+    assert!(s.context(&ContextRequest::new("what now?")).is_ok());
+    drop(s);
+    db.close().unwrap();
+}
