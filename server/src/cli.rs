@@ -222,8 +222,9 @@ pub struct RebuildArgs {
     #[arg(long, alias = "catalog")]
     pub checkpoint: bool,
     /// Compare the deterministic parts of derived state before and after
-    /// (exit 1 on any difference).
-    #[arg(long)]
+    /// (exit 1 on any difference; not with --checkpoint, which rebuilds
+    /// only the checkpoint).
+    #[arg(long, conflicts_with = "checkpoint")]
     pub verify: bool,
     /// Machine-readable output.
     #[arg(long)]

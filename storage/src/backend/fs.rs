@@ -53,7 +53,18 @@ impl Backend for FsBackend {
 
     fn list_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {
         let mut out = Vec::new();
-        for entry in fs::read_dir(path)? {
+        let entries = fs::read_dir(path).map_err(|e| {
+            // the OS says "Not a directory" of a file where one belongs
+            if e.kind() == io::ErrorKind::NotADirectory {
+                io::Error::new(
+                    e.kind(),
+                    "a file is where this directory belongs (move it away)",
+                )
+            } else {
+                e
+            }
+        })?;
+        for entry in entries {
             let entry = entry?;
             out.push(DirEntry {
                 name: entry.file_name().to_string_lossy().into_owned(),
@@ -289,6 +300,12 @@ mod tests {
             "{e}"
         );
         FsBackend.create_dir_all(&tmp.path().join("a/b")).unwrap();
+        let e = FsBackend.list_dir(&p).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("a file is where this directory belongs"),
+            "{e}"
+        );
     }
 
     #[test]
