@@ -529,6 +529,12 @@ fn fit(sections: [(&'static str, Vec<ContextItem>); 4], budget: usize) -> Vec<Co
             } else {
                 kept_n[s] -= 1;
                 kept_bytes[s] -= lines[s][i];
+                // The recent turns are a stretch of the conversation: an
+                // older turn kept past a newer one left out would show
+                // turns as consecutive that were not.
+                if *name == "recent" {
+                    break;
+                }
             }
         }
     }
@@ -665,9 +671,17 @@ mod tests {
         for budget in (alone - 40)..(alone + 400) {
             let c = context(budget);
             // no left-out item would have fitted on top of what was kept
-            for (s, (_, items)) in all.iter().enumerate() {
-                for it in items {
+            // (of the recent turns, the newest left out: the turns kept
+            // are the newest ones without a gap)
+            for (s, (name, items)) in all.iter().enumerate() {
+                let newest_left_out = items
+                    .iter()
+                    .rposition(|it| !c.sections[s].items.iter().any(|k| k.id == it.id));
+                for (i, it) in items.iter().enumerate() {
                     if c.sections[s].items.iter().any(|k| k.id == it.id) {
+                        continue;
+                    }
+                    if *name == "recent" && Some(i) != newest_left_out {
                         continue;
                     }
                     let mut more = c.sections.clone();
@@ -724,6 +738,38 @@ mod tests {
         );
         let ids: Vec<u128> = s[3].items.iter().map(|i| i.id.0).collect();
         assert_eq!(ids, [13, 14], "the newest two, oldest first");
+        assert_eq!(s[3].omitted, 3);
+    }
+
+    /// The turns kept are the newest ones up to the first that does not
+    /// fit: a smaller older turn is not kept past a newer one left out (the
+    /// conversation would read as consecutive turns that were not).
+    #[test]
+    fn the_recent_turns_kept_are_a_stretch_without_gaps() {
+        let mut turns: Vec<ContextItem> =
+            (0..4).map(|i| item(10 + i, &format!("turn {i}"))).collect();
+        turns[2] = item(12, &"a long turn ".repeat(40));
+        let with = |turns: Vec<ContextItem>, budget| {
+            fit(
+                [
+                    ("procedural", Vec::new()),
+                    ("semantic", Vec::new()),
+                    ("episodic", Vec::new()),
+                    ("recent", turns),
+                ],
+                budget,
+            )
+        };
+        let frame = render_len(&with(turns.clone(), 0));
+        let small = line_of(&turns[3]).len() + 1;
+        // room for the newest turn and one more small one, not the long one
+        let s = with(turns, frame + 3 * small);
+        let ids: Vec<u128> = s[3].items.iter().map(|i| i.id.0).collect();
+        assert_eq!(
+            ids,
+            [13],
+            "only the newest: turn 2 does not fit, so 0 and 1 stay out"
+        );
         assert_eq!(s[3].omitted, 3);
     }
 
