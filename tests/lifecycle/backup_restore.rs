@@ -899,11 +899,9 @@ fn a_restore_over_a_damaged_pending_file_runs_again_and_keeps_deletions() {
         read_only: true,
         ..opts(&clock)
     };
-    let e = Engram::open(dir.path(), ro).err().expect("damage reported");
+    let e = Engram::open(dir.path(), ro).expect_err("damage reported");
     assert!(e.to_string().contains("restore.pending"), "{e}");
-    let e = Engram::open(dir.path(), opts(&clock))
-        .err()
-        .expect("refused");
+    let e = Engram::open(dir.path(), opts(&clock)).expect_err("refused");
     assert!(e.to_string().contains("engram restore BACKUP"), "{e}");
     Engram::restore(dir.path(), &bdir, &opts(&clock), None).unwrap();
     let db = open(dir.path(), &clock);
@@ -943,6 +941,6 @@ fn a_backup_waits_for_an_unfinished_restore() {
     // a writable open finishes it; then the backup is taken
     open(dir.path(), &clock).close().unwrap();
     let db = open(dir.path(), &clock);
-    db.backup(&backups.path().join("c")).unwrap();
+    db.backup(backups.path().join("c")).unwrap();
     db.close().unwrap();
 }
