@@ -231,7 +231,7 @@ impl Engram {
         Self::start_threads(&inner)?;
         let db = Engram { inner };
         // The ledger file must hold every deletion and revocation of the log.
-        db.sync_ledger()?;
+        let ledger = db.sync_ledger()?;
         if db.inner.opts.read_only {
             report.restore_pending = backend_has_restore_pending(&db);
             if report.restore_pending {
@@ -244,7 +244,7 @@ impl Engram {
             // (A pending restore is resumed by a writable open, which
             // re-applies them: the report says it is pending.)
             if !report.restore_pending {
-                let missing = crate::maintenance::ledger_not_applied(&db)?;
+                let missing = crate::maintenance::ledger_not_applied(&db, ledger);
                 if !missing.is_empty() {
                     return Err(EngineError::Corrupt {
                         what: "the log".into(),
@@ -262,9 +262,9 @@ impl Engram {
             // Operations the ledger proves acknowledged and the log no
             // longer holds: a tail recovery cut, but also one zeroed or cut
             // at a frame's edge (which reads as a log that ended there), or
-            // segments removed by hand. The ledger file is read by every
-            // open anyway (`sync_ledger`).
-            report.ledger_reapplied = crate::maintenance::reapply_cut_ledger(&db)?;
+            // segments removed by hand. (The lines are those `sync_ledger`
+            // read: the file is read once per open.)
+            report.ledger_reapplied = crate::maintenance::reapply_cut_ledger(&db, ledger)?;
         }
         Ok((db, report))
     }

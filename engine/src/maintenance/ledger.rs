@@ -417,34 +417,38 @@ fn reapply_ledger(db: &Engram, lines: Vec<LedgerLine>, report: &mut RestoreRepor
     Ok(())
 }
 
-/// Re-applies the entries of `restore.pending` and removes it: the last
-/// step of a restore, run by every open so that a restore interrupted after
-/// its log swap is finished before the store serves anything (see the
-/// module documentation). `None` without `restore.pending`.
+/// The entries of `restore.pending` in `dir` (none when it is absent),
+/// read as the whole file it is written as.
+fn read_restore_pending(backend: &dyn Backend, dir: &Path) -> Result<Vec<LedgerLine>> {
+    let marker = layout::restore_pending(dir);
+    Ok(read_ledger_file(backend, &marker, LedgerFile::RestorePending)?.0)
+}
+
 /// Checks that a pending `restore.pending` reads whole (a read-only open,
 /// which cannot finish the restore, reports a damaged one rather than
 /// saying the next write finishes it).
 pub(crate) fn check_restore_pending(db: &Engram) -> Result<()> {
-    let marker = layout::restore_pending(db.dir());
-    read_ledger_file(db.backend().as_ref(), &marker, LedgerFile::RestorePending).map(|_| ())
+    read_restore_pending(db.backend().as_ref(), db.dir()).map(|_| ())
 }
 
 /// Whether `restore.pending` in `dir` is there and damaged: a new restore
 /// may then replace it (it lists again, from `ledger.jsonl` and the
 /// `--ledger` given, what the damaged file listed).
 pub(crate) fn restore_pending_damaged(backend: &dyn Backend, dir: &Path) -> bool {
-    let marker = layout::restore_pending(dir);
-    backend.exists(&marker)
-        && read_ledger_file(backend, &marker, LedgerFile::RestorePending).is_err()
+    read_restore_pending(backend, dir).is_err()
 }
 
+/// Re-applies the entries of `restore.pending` and removes it: the last
+/// step of a restore, run by every open so that a restore interrupted after
+/// its log swap is finished before the store serves anything (see the
+/// module documentation). `None` without `restore.pending`.
 pub(crate) fn resume_restore(db: &Engram) -> Result<Option<RestoreReport>> {
     let backend = db.backend().clone();
     let marker = layout::restore_pending(db.dir());
     if !backend.exists(&marker) {
         return Ok(None);
     }
-    let (lines, _) = read_ledger_file(backend.as_ref(), &marker, LedgerFile::RestorePending)?;
+    let lines = read_restore_pending(backend.as_ref(), db.dir())?;
     let mut report = RestoreReport::default();
     reapply_ledger(db, lines, &mut report)?;
     backend.remove_file(&marker).map_err(io(&marker))?;
@@ -457,8 +461,11 @@ pub(crate) fn resume_restore(db: &Engram) -> Result<Option<RestoreReport>> {
 /// operation is durable, so it proves the operation was acknowledged even
 /// when the frame holding it was damaged and cut. `None` when there was
 /// nothing to re-apply.
-pub(crate) fn reapply_cut_ledger(db: &Engram) -> Result<Option<RestoreReport>> {
-    let missing = ledger_not_applied(db)?;
+pub(crate) fn reapply_cut_ledger(
+    db: &Engram,
+    ledger: Vec<LedgerLine>,
+) -> Result<Option<RestoreReport>> {
+    let missing = ledger_not_applied(db, ledger);
     if missing.is_empty() {
         return Ok(None);
     }
@@ -467,44 +474,35 @@ pub(crate) fn reapply_cut_ledger(db: &Engram) -> Result<Option<RestoreReport>> {
     Ok(Some(report))
 }
 
-/// The ledger file's lines whose operation the log does not hold and
-/// whose effect is not in the state either: any but a deletion (a grant,
-/// a revocation, a hold, a retention setting is logged when re-applied),
-/// and a deletion of a record the state holds undeleted. A deletion of a
-/// record the log does not hold at all, or holds deleted, has nothing
-/// left to do (re-applying it logs nothing, so it would be found again at
-/// every open).
-pub(crate) fn ledger_not_applied(db: &Engram) -> Result<Vec<LedgerLine>> {
-    let missing = ledger_not_in_log(db)?;
+/// Of the ledger file's lines (`ledger`, as [`Engram::sync_ledger`] left
+/// the file), those whose operation the log does not hold and whose effect
+/// is not in the state either: any but a deletion (a grant, a revocation,
+/// a hold, a retention setting is logged when re-applied), and a deletion
+/// of a record the state holds undeleted. A deletion of a record the log
+/// does not hold at all, or holds deleted, has nothing left to do
+/// (re-applying it logs nothing, so it would be found again at every open).
+pub(crate) fn ledger_not_applied(db: &Engram, ledger: Vec<LedgerLine>) -> Vec<LedgerLine> {
     let st = db.state();
+    let present: BTreeSet<RecordId> = st.ledger.iter().map(|e| e.op_id).collect();
     let live = |t: &str| {
         t.parse::<RecordId>()
             .ok()
             .and_then(|id| st.idx(id))
             .is_some_and(|i| st.meta(i).status != crate::model::Status::Deleted)
     };
-    Ok(missing
-        .into_iter()
-        .filter(|l| {
-            l.op != "delete"
-                || l.target.as_deref().is_some_and(&live)
-                || l.versions.iter().any(|v| live(v))
-        })
-        .collect())
-}
-
-/// The ledger file's lines whose operation the log does not hold.
-pub(crate) fn ledger_not_in_log(db: &Engram) -> Result<Vec<LedgerLine>> {
-    let lines = read_ledger(db.backend().as_ref(), db.dir())?;
-    let present: BTreeSet<RecordId> = db.state().ledger.iter().map(|e| e.op_id).collect();
-    Ok(lines
+    ledger
         .into_iter()
         .filter(|l| {
             l.op_id
                 .parse::<RecordId>()
                 .is_ok_and(|id| !present.contains(&id))
         })
-        .collect())
+        .filter(|l| {
+            l.op != "delete"
+                || l.target.as_deref().is_some_and(&live)
+                || l.versions.iter().any(|v| live(v))
+        })
+        .collect()
 }
 
 /// What a ledger line does when re-applied: its operation and target.
@@ -543,12 +541,13 @@ fn ledger_mismatches(lines: &[LedgerLine], st: &State) -> Vec<(usize, LedgerLine
 /// tail, or a line that differs from the log's entry of its operation
 /// (damaged in place), is repaired by rewriting the file whole, the log's
 /// entry in place of the damaged line.
-/// Returns the damaged lines it rewrote, as (line number, the log's line).
+/// Returns the damaged lines it rewrote, as (line number, the log's line),
+/// and the file's lines as it left them.
 fn reconcile_ledger(
     backend: &dyn Backend,
     dir: &Path,
     st: &State,
-) -> Result<Vec<(usize, LedgerLine)>> {
+) -> Result<(Vec<(usize, LedgerLine)>, Vec<LedgerLine>)> {
     let (mut lines, torn) = read_ledger_checked(backend, dir)?;
     let have: BTreeSet<String> = lines.iter().map(|l| l.op_id.clone()).collect();
     let missing: Vec<LedgerLine> = st
@@ -562,7 +561,7 @@ fn reconcile_ledger(
         lines[n - 1] = want.clone();
     }
     if torn || !damaged.is_empty() {
-        let mut all = lines;
+        let mut all = lines.clone();
         all.extend(missing.iter().cloned());
         write_all_durable(backend, &ledger_path(dir), render_ledger(&all).as_bytes())?;
     } else if !missing.is_empty() {
@@ -572,15 +571,17 @@ fn reconcile_ledger(
             render_ledger(&missing).as_bytes(),
         )?;
     }
-    Ok(damaged)
+    lines.extend(missing);
+    Ok((damaged, lines))
 }
 
 impl Engram {
-    /// Brings the ledger file up to date with the log.
-    pub(crate) fn sync_ledger(&self) -> Result<()> {
+    /// Brings the ledger file up to date with the log; returns its lines
+    /// as it left them (so an open reads the file once).
+    pub(crate) fn sync_ledger(&self) -> Result<Vec<LedgerLine>> {
         let mut found = self.ledger_sync();
         let st = self.state();
-        let damaged = reconcile_ledger(self.backend().as_ref(), self.dir(), &st)?;
+        let (damaged, lines) = reconcile_ledger(self.backend().as_ref(), self.dir(), &st)?;
         // A writable open has fixed the file; a read-only one only in
         // memory, so the file on disk is still damaged: `verify` says so.
         if self.options().read_only {
@@ -591,7 +592,7 @@ impl Engram {
                 )
             }));
         }
-        Ok(())
+        Ok(lines)
     }
 }
 
