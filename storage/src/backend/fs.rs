@@ -41,10 +41,7 @@ impl Backend for FsBackend {
         fs::create_dir_all(path).map_err(|e| {
             // the OS says "File exists" of a file where a directory belongs
             if e.kind() == io::ErrorKind::AlreadyExists && path.exists() && !path.is_dir() {
-                io::Error::new(
-                    io::ErrorKind::AlreadyExists,
-                    "a file is where this directory belongs (move it away)",
-                )
+                io::Error::new(io::ErrorKind::AlreadyExists, FILE_FOR_DIR)
             } else {
                 e
             }
@@ -56,10 +53,7 @@ impl Backend for FsBackend {
         let entries = fs::read_dir(path).map_err(|e| {
             // the OS says "Not a directory" of a file where one belongs
             if e.kind() == io::ErrorKind::NotADirectory {
-                io::Error::new(
-                    e.kind(),
-                    "a file is where this directory belongs (move it away)",
-                )
+                io::Error::new(e.kind(), FILE_FOR_DIR)
             } else {
                 e
             }
@@ -164,38 +158,23 @@ impl Backend for FsBackend {
             return Ok(None);
         };
         // The directory too: a lock on the file alone ends when the file is
-        // removed and another opener creates a new one. A directory that
-        // cannot be opened for this (permissions) keeps the file lock only.
-        let Some(dir) = path.parent() else {
-            return Ok(Some(file_lock));
-        };
-        let Ok(d) = File::open(dir) else {
-            return Ok(Some(file_lock));
-        };
-        let taken = if shared {
-            d.try_lock_shared()
-        } else {
-            d.try_lock()
-        };
+        // removed and another opener creates a new one. And each directory
+        // of `also` where it lives (opening follows links): two stores
+        // whose logs lead to one directory exclude each other. A directory
+        // that cannot be opened or locked for this (permissions) is left
+        // out: the file lock still holds.
         let mut held: Vec<File> = Vec::new();
-        match taken {
-            Ok(()) => held.push(d),
-            Err(fs::TryLockError::WouldBlock) => return Ok(None),
-            Err(fs::TryLockError::Error(_)) => {}
-        }
-        // A directory reached through a link is locked where it lives:
-        // two stores whose logs lead to one directory exclude each other.
-        for other in also {
-            let Ok(o) = File::open(other) else {
+        for dir in path.parent().into_iter().chain(also.iter().copied()) {
+            let Ok(d) = File::open(dir) else {
                 continue;
             };
             let taken = if shared {
-                o.try_lock_shared()
+                d.try_lock_shared()
             } else {
-                o.try_lock()
+                d.try_lock()
             };
             match taken {
-                Ok(()) => held.push(o),
+                Ok(()) => held.push(d),
                 Err(fs::TryLockError::WouldBlock) => return Ok(None),
                 Err(fs::TryLockError::Error(_)) => {}
             }
@@ -268,14 +247,14 @@ impl BackendFile for FsFile {
     }
 }
 
+/// What the OS calls "File exists" or "Not a directory" when a file
+/// stands where a directory belongs.
+const FILE_FOR_DIR: &str = "a file is where this directory belongs (move it away)";
+
 /// A symbolic link to nothing where a store's file belongs: creating the
 /// file would create it wherever the link points, outside the store.
-pub(crate) fn refuse_dangling_link(path: &Path) -> io::Result<()> {
-    if path
-        .symlink_metadata()
-        .is_ok_and(|m| m.file_type().is_symlink())
-        && !path.exists()
-    {
+fn refuse_dangling_link(path: &Path) -> io::Result<()> {
+    if FsBackend.is_dangling_link(path) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             super::DANGLING_LINK,
