@@ -147,15 +147,7 @@ impl Checker<'_> {
                     (Embedder::Unknown, Some((m, span)))
                         if self.models_known() && !self.ctx.models.contains_key(m) =>
                     {
-                        let hint = models_hint(&available);
-                        self.push_hint(
-                            ErrorKind::UnknownModel {
-                                model: m.clone(),
-                                available,
-                            },
-                            *span,
-                            hint,
-                        );
+                        self.unknown_model(m, *span, available);
                     }
                     _ => {}
                 }
@@ -193,15 +185,7 @@ impl Checker<'_> {
                     Some((m, span)) => match self.ctx.models.get(m) {
                         Some(dims) => Some((m.clone(), *dims)),
                         None => {
-                            let hint = models_hint(&available);
-                            self.push_hint(
-                                ErrorKind::UnknownModel {
-                                    model: m.clone(),
-                                    available,
-                                },
-                                *span,
-                                hint,
-                            );
+                            self.unknown_model(m, *span, available);
                             None
                         }
                     },
@@ -353,6 +337,19 @@ impl Checker<'_> {
                 m.span,
             );
         }
+    }
+
+    /// `MODEL m` names no vector space the principal sees.
+    fn unknown_model(&mut self, m: &str, span: Span, available: Vec<String>) {
+        let hint = models_hint(&available);
+        self.push_hint(
+            ErrorKind::UnknownModel {
+                model: m.to_string(),
+                available,
+            },
+            span,
+            hint,
+        );
     }
 
     fn unknown_retriever(&self, f: &Find, n: &Name) -> LangError {
