@@ -114,13 +114,12 @@ impl Pending {
     /// is the caller's to set).
     fn take(&mut self) -> Gathered {
         self.started = false;
-        let g = if std::mem::take(&mut self.oversized) {
+        // (an oversized statement's text was already dropped)
+        if std::mem::take(&mut self.oversized) {
             Gathered::Oversized(self.first_line)
         } else {
             Gathered::Text(std::mem::take(&mut self.text), self.first_line)
-        };
-        self.text.clear();
-        g
+        }
     }
 }
 
