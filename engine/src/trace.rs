@@ -278,11 +278,16 @@ impl Session {
 /// A record reached from several is shown once, under the first of them;
 /// the edge list after the tree holds every link.
 pub fn render_trace(t: &Trace) -> String {
-    let linked = |a: RecordId, b: RecordId| {
-        t.edges
-            .iter()
-            .any(|e| (e.from == a && e.to == b) || (e.from == b && e.to == a))
-    };
+    // the nodes each edge links, by position (either direction)
+    let at: std::collections::HashMap<RecordId, usize> =
+        t.nodes.iter().enumerate().map(|(k, n)| (n.id, k)).collect();
+    let mut linked: Vec<Vec<usize>> = vec![Vec::new(); t.nodes.len()];
+    for e in &t.edges {
+        if let (Some(&a), Some(&b)) = (at.get(&e.from), at.get(&e.to)) {
+            linked[a].push(b);
+            linked[b].push(a);
+        }
+    }
     // each node's parent: the first node one hop nearer the target on its
     // side (the target for the first hop) that an edge links it to
     let mut children: Vec<Vec<usize>> = vec![Vec::new(); t.nodes.len()];
@@ -291,14 +296,14 @@ pub fn render_trace(t: &Trace) -> String {
         if n.side == "target" {
             continue;
         }
-        let parent = t
-            .nodes
+        let parent = linked[k]
             .iter()
-            .position(|p| {
-                p.depth + 1 == n.depth
-                    && (p.side == n.side || p.side == "target")
-                    && linked(p.id, n.id)
+            .copied()
+            .filter(|&q| {
+                let p = &t.nodes[q];
+                p.depth + 1 == n.depth && (p.side == n.side || p.side == "target")
             })
+            .min()
             .or(target);
         if let Some(p) = parent {
             children[p].push(k);
