@@ -537,6 +537,9 @@ fn ledger_mismatches(lines: &[LedgerLine], st: &State) -> Vec<(usize, LedgerLine
         .collect()
 }
 
+/// A damaged ledger line written again: its number, and the log's entry.
+type Rewritten = (usize, LedgerLine);
+
 /// Appends the log's ledger entries missing from the ledger file. A torn
 /// tail, or a line that differs from the log's entry of its operation
 /// (damaged in place), is repaired by rewriting the file whole, the log's
@@ -547,7 +550,7 @@ fn reconcile_ledger(
     backend: &dyn Backend,
     dir: &Path,
     st: &State,
-) -> Result<(Vec<(usize, LedgerLine)>, Vec<LedgerLine>)> {
+) -> Result<(Vec<Rewritten>, Vec<LedgerLine>)> {
     let (mut lines, torn) = read_ledger_checked(backend, dir)?;
     let have: BTreeSet<String> = lines.iter().map(|l| l.op_id.clone()).collect();
     let missing: Vec<LedgerLine> = st
