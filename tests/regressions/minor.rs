@@ -600,3 +600,41 @@ fn a_context_request_with_an_empty_scope_value_is_refused() {
     drop(s);
     db.close().unwrap();
 }
+
+/// A recall's `as_of` or `valid_at` before year 1 (or past 9999) is
+/// refused by name, as the query language refuses it, not answered as an
+/// empty store.
+#[test]
+fn a_recall_time_outside_the_years_1_to_9999_is_refused() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path());
+    for flag in ["--as-of", "--valid-at"] {
+        let msg = fails(
+            &store,
+            &[
+                "recall",
+                "--tenant",
+                "t",
+                "--text",
+                "checkout",
+                flag,
+                "0000-12-31T00:00:00Z",
+            ],
+        );
+        assert!(msg.contains("outside years 0001..9999"), "{flag}: {msg}");
+        // the first moment accepted is answered (nothing was known then)
+        ok(
+            &store,
+            &[
+                "recall",
+                "--tenant",
+                "t",
+                "--text",
+                "checkout",
+                flag,
+                "0001-01-01T00:00:00Z",
+            ],
+        );
+    }
+}

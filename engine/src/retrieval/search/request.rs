@@ -435,6 +435,10 @@ impl SearchRequest {
                 }
             }
         }
+        // the years every stored time lies in (0001..9999), as the query
+        // language checks its times
+        crate::model::check_time("as_of", self.as_of)?;
+        crate::model::check_time("valid_at", self.valid_at)?;
         for (what, d) in [
             ("sources depth", self.attach.sources),
             ("derivatives depth", self.attach.derivatives),
