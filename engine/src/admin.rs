@@ -28,9 +28,25 @@ pub struct TenantStats {
     pub by_type: BTreeMap<String, u64>,
     /// By status.
     pub by_status: BTreeMap<String, u64>,
+    /// Retention period per class set in the tenant (`engram retention`),
+    /// as that command reads it (`30d`, `forever`). A class not listed
+    /// is kept until deleted.
+    pub retention: BTreeMap<String, String>,
+    /// Scopes under legal hold (`engram hold`), sorted.
+    pub holds: Vec<String>,
 }
 
 impl TenantStats {
+    /// Takes the tenant's retention periods and legal holds.
+    fn policy(&mut self, t: &crate::state::TenantState) {
+        self.retention = t
+            .retention
+            .iter()
+            .map(|(class, period)| (class.clone(), crate::time::format_retention_period(*period)))
+            .collect();
+        self.holds = t.holds.iter().cloned().collect();
+    }
+
     /// Counts one record. A deleted record counts under the kind
     /// `deleted`, as its tombstone will after compaction: nothing of what
     /// it said, its kind included, shows once it is deleted.
@@ -195,6 +211,11 @@ impl Engram {
                 .entry(st.strings.name(m.tenant).to_string())
                 .or_default()
                 .count(&st, m);
+        }
+        for t in st.tenants.values() {
+            if !t.retention.is_empty() || !t.holds.is_empty() {
+                s.tenants.entry(t.name.clone()).or_default().policy(t);
+            }
         }
         let ls = self.log().stats();
         s.log_segments = ls.n_segments;
@@ -403,6 +424,9 @@ impl Session {
                 view.counts.count(&st, st.meta(idx));
             }
         }
+        if let Some(t) = st.tenant(tenant) {
+            view.counts.policy(t);
+        }
         for sp in st.vectors.of_tenant(tenant) {
             view.pending_vectors += sp.indexable();
             view.vector_spaces.push(SpaceStats::of(sp));
@@ -437,6 +461,42 @@ mod tests {
             db.session(Principal::user("a", "u")).tenant_stats(),
             Err(EngineError::Forbidden { .. })
         ));
+        db.close().unwrap();
+    }
+
+    #[test]
+    fn stats_list_a_tenants_retention_and_holds_and_a_lift_names_a_placed_hold() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Engram::open(dir.path(), Options::default()).unwrap();
+        let admin = db.session(Principal::admin("a"));
+        admin.set_retention("chat", Some(30 * 86_400_000)).unwrap();
+        admin.set_retention("audit", None).unwrap();
+        admin.hold("user:ann", true).unwrap();
+        admin.hold("tenant", true).unwrap();
+        let err = admin.hold("user:bob", false).unwrap_err();
+        assert!(
+            matches!(&err, EngineError::InvalidInput { field, reason, .. }
+                if field == "scope" && reason.contains("no legal hold is placed on 'user:bob'")),
+            "{err}"
+        );
+        admin.hold("tenant", false).unwrap();
+        // another tenant's hold is not this tenant's to lift
+        db.session(Principal::admin("b"))
+            .hold("user:ann", false)
+            .unwrap_err();
+        let view = admin.tenant_stats().unwrap();
+        let want: std::collections::BTreeMap<String, String> = [
+            ("audit".to_string(), "forever".to_string()),
+            ("chat".to_string(), "30d".to_string()),
+        ]
+        .into();
+        assert_eq!(view.counts.retention, want);
+        assert_eq!(view.counts.holds, vec!["user:ann".to_string()]);
+        // the store's stats list a tenant that has policy and no records
+        let store = db.stats().unwrap();
+        assert_eq!(store.tenants["a"].records, 0);
+        assert_eq!(store.tenants["a"].holds, vec!["user:ann".to_string()]);
+        assert!(!store.tenants.contains_key("b"));
         db.close().unwrap();
     }
 

@@ -419,6 +419,24 @@ impl Session {
     ) -> Result<OpResult> {
         self.require(Operation::Hold)?;
         check_hold_scope(scope)?;
+        // Lifting a hold nobody placed is a mistake worth naming (a
+        // mistyped scope would otherwise read as lifted). A restore
+        // re-applies the log's own operations as they were.
+        if !on && reuse.is_none() {
+            let st = self.db.state();
+            let placed = st
+                .tenant(self.principal.tenant())
+                .is_some_and(|t| t.holds.contains(scope));
+            if !placed {
+                return Err(EngineError::invalid(
+                    "scope",
+                    format!(
+                        "no legal hold is placed on '{scope}' in tenant '{}'; nothing was lifted (the tenant's holds: `engram stats`, GET /v1/stats)",
+                        self.principal.tenant()
+                    ),
+                ));
+            }
+        }
         let (op_id, lsn) = self.write_op_as(
             OpBody::Hold {
                 scope: scope.to_string(),

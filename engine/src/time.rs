@@ -338,6 +338,29 @@ fn too_long(s: &str) -> bool {
     duration_parts(s).is_some() && parse_duration_ms(s).is_none()
 }
 
+/// Formats a retention period as [`parse_retention_period`] reads it:
+/// the largest unit that divides it exactly (`30d`, `6h`, `90s`), or
+/// `forever`. Parsing the text gives the same period back.
+pub fn format_retention_period(period_ms: Option<i64>) -> String {
+    let Some(ms) = period_ms else {
+        return "forever".to_string();
+    };
+    const UNITS: [(&str, i64); 7] = [
+        ("y", 365 * 86_400_000),
+        ("w", 7 * 86_400_000),
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1000),
+        ("ms", 1),
+    ];
+    let (unit, size) = UNITS
+        .into_iter()
+        .find(|&(_, size)| ms != 0 && ms % size == 0)
+        .unwrap_or(("ms", 1));
+    format!("{}{unit}", ms / size)
+}
+
 /// Parses a retention period: a duration with its unit
 /// ([`parse_duration_ms`]), or `forever` (None). The error says what is
 /// accepted.
@@ -361,6 +384,19 @@ pub fn parse_retention_period(s: &str) -> Result<Option<i64>, String> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_formatted_retention_period_parses_back_to_itself() {
+        assert_eq!(format_retention_period(None), "forever");
+        assert_eq!(format_retention_period(Some(30 * 86_400_000)), "30d");
+        assert_eq!(format_retention_period(Some(14 * 86_400_000)), "2w");
+        assert_eq!(format_retention_period(Some(90_000)), "90s");
+        assert_eq!(format_retention_period(Some(1_500)), "1500ms");
+        for ms in [1, 999, 60_000, 86_400_000, 365 * 86_400_000, i64::MAX] {
+            let text = format_retention_period(Some(ms));
+            assert_eq!(parse_retention_period(&text), Ok(Some(ms)), "{text}");
+        }
+    }
 
     #[test]
     fn a_kept_time_reads_and_serializes_as_its_rfc3339_text() {

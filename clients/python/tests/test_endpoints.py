@@ -194,10 +194,16 @@ def test_tenant_admin_operations(admin: Client, user: Client, uniq: str) -> None
 
     assert admin.retention("ephemeral", "6h")["lsn"] > 0
     assert admin.hold(f"user:u-{uniq}")["lsn"] > 0
+    st = admin.stats()
+    assert f"user:u-{uniq}" in st["holds"]
+    assert st["retention"]["ephemeral"] == "6h"
     assert admin.hold(f"user:u-{uniq}", on=False)["lsn"] > 0
+    with pytest.raises(InvalidInput):
+        admin.hold(f"user:u-{uniq}", on=False)
     st = admin.stats()
     assert st["tenant"] == "acme"
     assert st["records"] >= 1
+    assert f"user:u-{uniq}" not in st["holds"]
 
 
 def test_recall_context_eval(user: Client, uniq: str) -> None:

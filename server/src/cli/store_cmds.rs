@@ -143,6 +143,12 @@ pub(super) fn cmd_stats(ctx: &Ctx, a: JsonArgs) -> CliResult {
                 .map(|(k, n)| format!("{k} {n}"))
                 .collect();
             crate::outln!("             status {}", statuses.join(", "));
+            for (class, period) in &ts.retention {
+                crate::outln!("             retention {class}: {period}");
+            }
+            if !ts.holds.is_empty() {
+                crate::outln!("             legal hold on {}", ts.holds.join(", "));
+            }
         }
     }
     db.close()?;
