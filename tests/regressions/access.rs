@@ -1036,6 +1036,78 @@ fn corrections_sent_again_or_chained_do_not_depend_on_batches() {
     db.close().unwrap();
 }
 
+/// A chain of corrections ingested again, line by line or whole, or one
+/// earlier correction of it sent again after later ones, is a duplicate of
+/// the version that line made: the chain keeps its versions and its
+/// current one. A correction saying what the chain's first version said
+/// (which was not written as a correction) brings that content back as a
+/// new version. The same holds for a chain named by ids alone.
+#[test]
+fn a_chain_of_corrections_sent_again_adds_no_versions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let s = db.session(Principal::user("A", "bob"));
+    let line = |text: &str, first: bool| {
+        let r = NewRecord::event("m", text);
+        if first {
+            r.with_external_id("k")
+        } else {
+            let mut c = r;
+            c.supersedes = Some(RecordRef::External("k".into()));
+            c
+        }
+    };
+    let chain = || vec![line("v0", true), line("v1", false), line("v2", false)];
+    let made: Vec<_> = chain()
+        .into_iter()
+        .map(|r| s.append(vec![r]).unwrap().remove(0))
+        .collect();
+    let texts = || -> Vec<String> {
+        s.history(&RecordRef::External("k".into()))
+            .unwrap()
+            .into_iter()
+            .map(|r| r.text.unwrap_or_default())
+            .collect()
+    };
+    for r in chain() {
+        let again = s.append(vec![r]).unwrap().remove(0);
+        assert_eq!(again.outcome, engram::AppendOutcome::Duplicate);
+    }
+    let whole = s.append(chain()).unwrap();
+    for (a, m) in whole.iter().zip(&made) {
+        assert_eq!(a.outcome, engram::AppendOutcome::Duplicate);
+        assert_eq!(a.id, m.id);
+    }
+    // the middle correction alone, after the last one
+    let again = s.append(vec![line("v1", false)]).unwrap().remove(0);
+    assert_eq!(again.outcome, engram::AppendOutcome::Duplicate);
+    assert_eq!(again.id, made[1].id);
+    assert_eq!(texts(), vec!["v0", "v1", "v2"]);
+    let current = s.get(&RecordRef::External("k".into())).unwrap();
+    assert_eq!(current.text.as_deref(), Some("v2"));
+    // back to what the first version said: a new version
+    let back = s.append(vec![line("v0", false)]).unwrap().remove(0);
+    assert_eq!(back.outcome, engram::AppendOutcome::Created);
+    assert_eq!(texts(), vec!["v0", "v1", "v2", "v0"]);
+
+    // by ids alone: w0; w1 corrects w0; w2 corrects w1; w1 sent again
+    let w0 = s.append(vec![NewRecord::event("m", "w0")]).unwrap()[0].id;
+    let by_id = |text: &str, of| {
+        let mut c = NewRecord::event("m", text);
+        c.supersedes = Some(RecordRef::Id(of));
+        c
+    };
+    let w1 = s.append(vec![by_id("w1", w0)]).unwrap()[0].id;
+    s.append(vec![by_id("w2", w1)]).unwrap();
+    let again = s.append(vec![by_id("w1", w0)]).unwrap().remove(0);
+    assert_eq!(again.outcome, engram::AppendOutcome::Duplicate);
+    assert_eq!(again.id, w1);
+    // another correction of w0 is still refused: it was corrected
+    let e = s.append(vec![by_id("w1 bis", w0)]).unwrap_err();
+    assert!(matches!(e, EngineError::AlreadySuperseded { .. }), "{e}");
+    db.close().unwrap();
+}
+
 /// A model writer granted the reviewer role may not approve its own
 /// candidate policy (it would put its own instruction into procedural
 /// memory); another reviewer may.

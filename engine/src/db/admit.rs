@@ -114,12 +114,23 @@ pub(super) fn existing_version(
     Ok(None)
 }
 
-/// A correction that says exactly what the stored record it corrects says
-/// (the same external id, and its content hashed as that record's sibling
-/// equals that record's hash): a duplicate of that record, not a new
-/// version. A correction sent
-/// again after it became the current version, naming its target by the
-/// external id it inherited (which now names it), is one.
+/// A correction that says exactly what a version of its target's chain
+/// says: a duplicate of that version, not a new one.
+///
+/// - The target itself, its content hashed as the target's sibling (with
+///   what the target corrects): a correction sent again after it became
+///   the current version, naming its target by the external id it
+///   inherited (which now names it), is one.
+/// - Any other version that is itself a correction, hashed as that
+///   version's sibling: the same correction line sent again after later
+///   ones (a file holding a chain ingested twice, a retry whose
+///   acknowledgement was lost) made that version, whatever is current
+///   now. The chain's first version is not one: it was not written as a
+///   correction, so a correction saying what it said brings that content
+///   back as a new version.
+///
+/// A version the session can neither read nor wrote is skipped (naming it
+/// would tell its id), as are tombstones and deleted versions.
 pub(super) fn unchanged_correction(
     db: &Engram,
     st: &State,
@@ -127,27 +138,35 @@ pub(super) fn unchanged_correction(
     (r, res): (&NewRecord, &Resolved),
     (retention, access): (&str, &[String]),
     data: Option<&str>,
+    readable: &dyn Fn(Idx) -> bool,
 ) -> Result<Option<(RecordId, u64, Status)>> {
-    let Some(ix) = res
+    let Some(target) = res
         .supersedes
         .and_then(|sid| tsym.and_then(|t| st.idx_in(t, sid)))
     else {
         return Ok(None);
     };
-    let m = st.meta(ix);
-    // the same record: its external id too (which is not hashed)
-    if m.tombstone
-        || m.status == Status::Deleted
-        || r.external_id.as_deref() != m.external_id.as_deref()
-    {
-        return Ok(None);
+    for v in st.chain(target) {
+        let m = st.meta(v);
+        if (v != target && m.supersedes.is_none())
+            || m.tombstone
+            || m.status == Status::Deleted
+            // the same record: its external id too (which is not hashed)
+            || r.external_id.as_deref() != m.external_id.as_deref()
+            || (v != target && !readable(v))
+        {
+            continue;
+        }
+        let sibling = Resolved {
+            supersedes: m.supersedes.map(|p| st.meta(p).id),
+            ..res.clone()
+        };
+        let hash = content_hash(r, &sibling, retention, access, data);
+        if stored_hash(db, m.loc)? == hash {
+            return Ok(Some((m.id, m.loc.lsn, m.status)));
+        }
     }
-    let sibling = Resolved {
-        supersedes: m.supersedes.map(|p| st.meta(p).id),
-        ..res.clone()
-    };
-    let hash = content_hash(r, &sibling, retention, access, data);
-    Ok((stored_hash(db, m.loc)? == hash).then_some((m.id, m.loc.lsn, m.status)))
+    Ok(None)
 }
 
 pub(super) fn stored_hash(db: &Engram, loc: FrameLoc) -> Result<[u8; 32]> {

@@ -384,6 +384,11 @@ impl Session {
                         (r, &res),
                         (&retention, &access),
                         data_json[i].as_deref(),
+                        &|v| {
+                            let held = held_once.get_or_init(|| self.held_labels(&st));
+                            let t = self.target(&st, v, held);
+                            t.readable || t.own
+                        },
                     )? =>
                     {
                         Some(same)
