@@ -279,6 +279,44 @@ fn a_repair_refused_because_the_store_is_in_use_changes_nothing() {
     db.close().unwrap();
 }
 
+/// Damage to the last frame of a compacted segment that is still the last
+/// one (its header records its end): not a torn write, since the segment
+/// was written whole and synced before use. Every open refuses and
+/// nothing is cut; it used to be cut as a torn tail by the next command.
+#[test]
+fn damage_at_the_end_of_a_compacted_last_segment_is_not_cut_as_torn() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 30);
+    ok(
+        &store,
+        &["ingest", file.to_str().unwrap(), "--batch-size", "10"],
+    );
+    ok(&store, &["delete", "e/3", "--tenant", "t"]);
+    ok(&store, &["compact"]);
+    let segs = cli::segments(&store);
+    assert_eq!(segs.len(), 1, "{segs:?}");
+    // a byte of the deletion's frame, the segment's last
+    let mut bytes = std::fs::read(&segs[0]).unwrap();
+    let end = bytes.iter().rposition(|&b| b != 0).unwrap();
+    bytes[end - 8] ^= 0xff;
+    std::fs::write(&segs[0], &bytes).unwrap();
+    let before = snapshot(&store);
+    let v = cli::at(&store, &["verify"]);
+    assert!(!v.status.success(), "{}", cli::text(&v));
+    for cmd in [vec!["stats"], vec!["log", "--tenant", "t"]] {
+        let msg = fails(&store, &cmd);
+        assert!(msg.contains("not a torn tail"), "{cmd:?}: {msg}");
+    }
+    cli::assert_same(
+        &before,
+        &snapshot(&store),
+        "a refused open changed the store",
+    );
+    assert_eq!(std::fs::read(&segs[0]).unwrap(), bytes);
+}
+
 /// Damage in a compacted (sealed, header-recorded end) segment: `repair`
 /// reports the last intact batch end before the damage, not the end the
 /// segment's header records, and refuses a cut at that recorded end (which

@@ -185,13 +185,13 @@ pub(super) fn cmd_verify(ctx: &Ctx, a: JsonArgs) -> CliResult {
             if let Some(t) = &report.log.torn_tail_pending {
                 notes.push(format!(
                     "the log ends with an unacknowledged torn write ({} bytes at segment {} offset {}: {:?}); \
-                     the next command that writes cuts it",
+                     the next command that opens the store for writing (every command but verify and backup) cuts it",
                     t.bytes_dropped, t.segment, t.offset, t.reason
                 ));
             }
             if report.restore_pending {
                 notes.push(
-                    "a restore's last step (re-applying later deletions) is pending; the next command that writes finishes it"
+                    "a restore's last step (re-applying later deletions) is pending; the next command that opens the store for writing (every command but verify and backup) finishes it"
                         .into(),
                 );
             }

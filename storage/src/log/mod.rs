@@ -518,6 +518,12 @@ impl SegmentLog {
                             "a later segment exists, so this one was complete and durable"
                                 .to_string(),
                         )
+                    } else if let Some(end) = header.end_lsn.filter(|&e| e > last_kept) {
+                        Some(format!(
+                            "the segment's header records frames through LSN {end}: it was \
+                             written whole (by a compaction, restore or repair) and synced \
+                             before its first use"
+                        ))
                     } else if let Some((at, before)) = scan.durable_after_damage {
                         Some(format!(
                             "the intact frame at offset {at} was written after bytes up to {before} were durable"
