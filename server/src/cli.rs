@@ -472,6 +472,16 @@ pub fn store_options(dir: &Path, embedder: Option<&str>) -> Result<Options, CliE
             != engram_engine::store_dir::DirKind::Empty
     {
         engram_engine::settings::save(opts.backend.as_ref(), dir, &wanted)?;
+        // said, since a read command changes it too
+        crate::eoutln!(
+            "note: {} now remembers the embedder '{}' (it was '{}'); later commands use it without --embedder",
+            dir.display(),
+            wanted.embedder.as_deref().unwrap_or("none"),
+            saved
+                .as_ref()
+                .and_then(|s| s.embedder.as_deref())
+                .unwrap_or("none")
+        );
     }
     Ok(Options {
         embedder: chosen,

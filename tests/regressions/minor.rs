@@ -638,3 +638,20 @@ fn a_recall_time_outside_the_years_1_to_9999_is_refused() {
         );
     }
 }
+
+/// `--embedder` on any command changes what the store remembers, a read
+/// command's included: the change is said on stderr, once.
+#[test]
+fn a_changed_embedder_choice_is_said_once() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path());
+    let note = |args: &[&str]| String::from_utf8_lossy(&ok(&store, args).stderr).to_string();
+    let first = note(&["--embedder", "hash", "stats"]);
+    assert!(
+        first.contains("now remembers the embedder 'hash' (it was 'none')"),
+        "{first}"
+    );
+    assert!(!note(&["--embedder", "hash", "stats"]).contains("remembers"));
+    assert!(!note(&["stats"]).contains("remembers"));
+}
