@@ -24,6 +24,10 @@ pub struct ServeArgs {
     /// TOML configuration: listen address, key file, limits (see docs/server.md).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// The key file (default: the `key_file` of --config, else keys.json in
+    /// --data), as `engram keys --key-file` takes it.
+    #[arg(long)]
+    pub key_file: Option<PathBuf>,
 }
 
 /// `engram keys`.
@@ -82,7 +86,7 @@ pub fn serve(ctx: &crate::cli::Ctx, a: ServeArgs) -> CliResult {
         &ctx.data,
         ctx.embedder.as_deref(),
         a.config.as_deref(),
-        a.listen.as_deref(),
+        (a.listen.as_deref(), a.key_file.as_deref()),
     )?;
     Ok(ExitCode::SUCCESS)
 }

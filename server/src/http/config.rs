@@ -184,12 +184,13 @@ pub struct Config {
 
 impl Config {
     /// Resolves the configuration: `--listen` over the file's `listen` over
-    /// [`LISTEN_DEFAULT`]; the file's `key_file` (relative to `data_dir`)
+    /// [`LISTEN_DEFAULT`]; `--key-file` (as given, like `engram keys
+    /// --key-file`) over the file's `key_file` (relative to `data_dir`)
     /// over `data_dir/keys.json`.
     pub fn load(
         data_dir: &Path,
         file: Option<&Path>,
-        listen_flag: Option<&str>,
+        (listen_flag, key_file_flag): (Option<&str>, Option<&Path>),
     ) -> ServerResult<Config> {
         let parsed = match file {
             None => ConfigFile::default(),
@@ -215,6 +216,7 @@ impl Config {
             reason: format!("'{listen_text}' is not an address like 127.0.0.1:7878"),
         })?;
         let key_file = match parsed.key_file {
+            _ if let Some(k) = key_file_flag => k.to_path_buf(),
             Some(k) if k.is_absolute() => k,
             Some(k) => data_dir.join(k),
             None => crate::http::keys::default_key_file(data_dir),
@@ -306,7 +308,7 @@ mod tests {
     #[test]
     fn defaults_flags_and_file() {
         let dir = tempfile::tempdir().unwrap();
-        let c = Config::load(dir.path(), None, None).unwrap();
+        let c = Config::load(dir.path(), None, (None, None)).unwrap();
         assert_eq!(c.listen.to_string(), LISTEN_DEFAULT);
         assert_eq!(c.key_file, dir.path().join("keys.json"));
         assert_eq!(c.limits, Limits::default());
@@ -317,14 +319,18 @@ mod tests {
             "listen = \"127.0.0.1:9\"\nkey_file = \"k.json\"\nmetrics_auth = \"admin\"\n[limits]\nk_max = 50\n",
         )
         .unwrap();
-        let c = Config::load(dir.path(), Some(&f), None).unwrap();
+        let c = Config::load(dir.path(), Some(&f), (None, None)).unwrap();
         assert_eq!(c.listen.port(), 9);
         assert_eq!(c.key_file, dir.path().join("k.json"));
         assert_eq!(c.metrics_auth, MetricsAuth::Admin);
         assert_eq!(c.limits.k_max, 50);
         assert_eq!(c.limits.body_bytes_max, BODY_BYTES_MAX_DEFAULT);
-        let c = Config::load(dir.path(), Some(&f), Some("127.0.0.1:0")).unwrap();
+        let c = Config::load(dir.path(), Some(&f), (Some("127.0.0.1:0"), None)).unwrap();
         assert_eq!(c.listen.port(), 0);
+        // --key-file over the file's key_file, taken as given
+        let flag = Path::new("elsewhere/keys.json");
+        let c = Config::load(dir.path(), Some(&f), (None, Some(flag))).unwrap();
+        assert_eq!(c.key_file, flag);
     }
 
     #[test]
@@ -339,12 +345,12 @@ mod tests {
             ("lisen = 1\n", "lisen"),
         ] {
             std::fs::write(&f, text).unwrap();
-            let e = Config::load(dir.path(), Some(&f), None)
+            let e = Config::load(dir.path(), Some(&f), (None, None))
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(needle), "{text}: {e}");
         }
-        let e = Config::load(dir.path(), None, Some("x")).unwrap_err();
+        let e = Config::load(dir.path(), None, (Some("x"), None)).unwrap_err();
         assert!(e.to_string().contains("--listen"), "{e}");
     }
 }

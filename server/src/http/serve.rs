@@ -39,14 +39,14 @@ const EXTRA_BLOCKING_THREADS: usize = 8;
 
 /// Runs the server for the store in `data` until a signal stops it;
 /// `embedder` is the `--embedder` choice, if one was given (else the
-/// store's settings decide).
+/// store's settings decide); `flags` are `--listen` and `--key-file`.
 pub fn serve(
     data: &Path,
     embedder: Option<&str>,
     config: Option<&Path>,
-    listen: Option<&str>,
+    flags: (Option<&str>, Option<&Path>),
 ) -> ServerResult<()> {
-    let cfg = Config::load(data, config, listen)?;
+    let cfg = Config::load(data, config, flags)?;
     let keys = KeyStore::open(&cfg.key_file)?;
     let db = open(data, embedder)?;
     if keys.n_active() == 0 {
