@@ -194,6 +194,14 @@ impl FromRequestParts<Shared> for RefPath {
     type Rejection = ServerError;
 
     async fn from_request_parts(parts: &mut Parts, app: &Shared) -> Result<Self, Self::Rejection> {
+        // A `%` that starts no escape is bad encoding, not part of the id
+        // (the decoder would keep it as it is and answer 404).
+        if !percent_escapes_well_formed(parts.uri.path()) {
+            return Err(ServerError::bad_request(
+                "ref",
+                "a '%' not followed by two hex digits; write '%' itself as %25",
+            ));
+        }
         let axum::extract::Path(raw) =
             axum::extract::Path::<String>::from_request_parts(parts, app)
                 .await
@@ -202,6 +210,16 @@ impl FromRequestParts<Shared> for RefPath {
             .map(RefPath)
             .map_err(|e| ServerError::bad_request("ref", e))
     }
+}
+
+/// Whether every `%` of `path` starts an escape (`%` and two hex digits).
+fn percent_escapes_well_formed(path: &str) -> bool {
+    let b = path.as_bytes();
+    b.iter().enumerate().all(|(i, &c)| {
+        c != b'%'
+            || b.get(i + 1..i + 3)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+    })
 }
 
 /// Query parameters deserialized into `T`, with errors in the JSON shape.
@@ -239,6 +257,21 @@ fn query_param_error(text: &str) -> ServerError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_percent_that_starts_no_escape_is_bad_encoding() {
+        for ok in ["/v1/records/a%2Fb", "/v1/records/%FF", "/v1/records/plain"] {
+            assert!(percent_escapes_well_formed(ok), "{ok}");
+        }
+        for bad in [
+            "/v1/records/%ZZ",
+            "/v1/records/a%2",
+            "/v1/records/%",
+            "/v1/records/%g1",
+        ] {
+            assert!(!percent_escapes_well_formed(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn query_parameter_errors_name_the_parameter() {
