@@ -33,6 +33,31 @@ fn suggested_recall(d: &str) -> Output {
     ])
 }
 
+/// The README's `engram --data demo-store query --tenant T "..."`
+/// commands, as (tenant, statement): a statement may go on over lines
+/// until its closing quote.
+fn readme_demo_queries() -> Vec<(String, String)> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let prefix = "engram --data demo-store query --tenant ";
+    let mut out = Vec::new();
+    let mut lines = readme.lines();
+    while let Some(line) = lines.next() {
+        let Some(rest) = line.strip_prefix(prefix) else {
+            continue;
+        };
+        let (tenant, quoted) = rest.split_once(" \"").expect("a quoted statement");
+        let mut statement = quoted.to_string();
+        while !statement.ends_with('"') {
+            statement.push('\n');
+            statement.push_str(lines.next().expect("the statement's closing quote"));
+        }
+        statement.pop();
+        out.push((tenant.to_string(), statement));
+    }
+    out
+}
+
 fn text(o: &Output) -> String {
     format!(
         "{}{}",
@@ -58,6 +83,18 @@ fn the_demo_runs_and_leaves_a_sound_store() {
     assert!(out.contains(&format!("engram --data {d} recall")), "{out}");
 
     engram_ok(&["--data", d, "verify"]);
+    // the README's query examples on the demo's store answer rows
+    let examples = readme_demo_queries();
+    assert_eq!(examples.len(), 2, "{examples:?}");
+    for (tenant, statement) in &examples {
+        let out = text(&engram_ok(&[
+            "--data", d, "query", "--tenant", tenant, statement,
+        ]));
+        assert!(
+            out.contains(" rows)") && !out.contains("(0 rows)"),
+            "{statement}: {out}"
+        );
+    }
     let r = suggested_recall(d);
     let json: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
     let hits = json["hits"].as_array().expect("hits");

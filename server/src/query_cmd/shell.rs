@@ -28,7 +28,7 @@ Statements end with `;` and may span lines. Commands:
 Examples:
   FIND ANY MATCH 'checkout latency' LIMIT 5;
   FIND assertions KIND 'preference' WHERE ingested_at >= now - 30d MATCH 'diet';
-  TRACE 'inc-4711/alert' DERIVATIVES;
+  TRACE 'inc-4711/hc-1' BOTH;
 See docs/query-language.md for the grammar.";
 
 struct Shell {
