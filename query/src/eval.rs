@@ -362,6 +362,50 @@ pub struct CaseResult {
     pub slices: Vec<String>,
     /// Returned ids, in rank order.
     pub returned: Vec<String>,
+    /// Relevant ids that name no record the case's principal can read
+    /// (counted as relevant and not found: a misspelt id shows here).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unresolved: Vec<String>,
+}
+
+/// A case's relevant records: one entry per record, whatever names it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Relevant {
+    /// Each relevant record once: its internal id when the reference was
+    /// resolved, else the reference as given.
+    pub ids: Vec<String>,
+    /// References that name no record the principal can read.
+    pub unresolved: Vec<String>,
+}
+
+impl Relevant {
+    /// Resolves a case's relevant references with `canonical` (a
+    /// reference to the internal id of the record it names, when the
+    /// case's principal can read it): a record named twice, or by its
+    /// external id and its internal id, counts once.
+    pub fn resolve(case: &EvalCase, canonical: impl Fn(&str) -> Option<String>) -> Relevant {
+        let mut out = Relevant::default();
+        for r in &case.relevant {
+            let id = match canonical(r) {
+                Some(id) => id,
+                None => {
+                    if !out.unresolved.contains(r) {
+                        out.unresolved.push(r.clone());
+                    }
+                    r.clone()
+                }
+            };
+            if !out.ids.contains(&id) {
+                out.ids.push(id);
+            }
+        }
+        out
+    }
+
+    /// The case's references as given, repeats merged (no store at hand).
+    fn as_given(case: &EvalCase) -> Relevant {
+        Relevant::resolve(case, |r| Some(r.to_string()))
+    }
 }
 
 fn names(h: &Hit) -> [Option<String>; 2] {
@@ -371,12 +415,17 @@ fn names(h: &Hit) -> [Option<String>; 2] {
     ]
 }
 
-/// Scores one case's hits.
+/// Scores one case's hits, its relevant ids as given (repeats merged).
 pub fn score_case(case: &EvalCase, k: usize, hits: &[Hit]) -> CaseResult {
+    score_resolved(case, &Relevant::as_given(case), k, hits)
+}
+
+/// Scores one case's hits against its resolved relevant records.
+pub fn score_resolved(case: &EvalCase, relevant: &Relevant, k: usize, hits: &[Hit]) -> CaseResult {
     let is = |h: &Hit, list: &[String]| names(h).iter().flatten().any(|n| list.contains(n));
     let top = &hits[..hits.len().min(k)];
-    let found: Vec<&Hit> = top.iter().filter(|h| is(h, &case.relevant)).collect();
-    let first = top.iter().position(|h| is(h, &case.relevant));
+    let found: Vec<&Hit> = top.iter().filter(|h| is(h, &relevant.ids)).collect();
+    let first = top.iter().position(|h| is(h, &relevant.ids));
     let forbidden: Vec<String> = hits
         .iter()
         .filter(|h| is(h, &case.forbidden))
@@ -389,12 +438,12 @@ pub fn score_case(case: &EvalCase, k: usize, hits: &[Hit]) -> CaseResult {
     CaseResult {
         case_id: case.case_id.clone(),
         k,
-        relevant: case.relevant.len(),
+        relevant: relevant.ids.len(),
         relevant_found: found.len(),
-        recall: if case.relevant.is_empty() {
+        recall: if relevant.ids.is_empty() {
             1.0
         } else {
-            found.len() as f64 / case.relevant.len() as f64
+            found.len() as f64 / relevant.ids.len() as f64
         },
         precision: found.len() as f64 / k as f64,
         reciprocal_rank: first.map_or(0.0, |p| 1.0 / (p + 1) as f64),
@@ -409,6 +458,7 @@ pub fn score_case(case: &EvalCase, k: usize, hits: &[Hit]) -> CaseResult {
                     .map_or_else(|| h.id.to_string(), str::to_string)
             })
             .collect(),
+        unresolved: relevant.unresolved.clone(),
     }
 }
 
@@ -705,6 +755,31 @@ mod tests {
         assert!((s.mrr - 0.5).abs() < 1e-12, "{s:?}");
         assert_eq!(s.forbidden_hits, 2);
         assert!((s.forbidden_hit_rate - 2.0 / 6.0).abs() < 1e-12, "{s:?}");
+    }
+
+    #[test]
+    fn a_relevant_record_named_twice_or_by_two_names_counts_once() {
+        let c = parse_case(
+            r#"{"case_id": "c", "query": "q", "tenant": "t", "relevant": ["a", "a", "id-of-a", "nope"]}"#,
+            1,
+        )
+        .unwrap();
+        let hits = [hit("z", 1), hit("a", 2)];
+        // as given: the repeat merged, the alias and the unknown id not
+        let r = score_case(&c, 3, &hits);
+        assert_eq!((r.relevant, r.relevant_found), (3, 1));
+        assert!(r.unresolved.is_empty());
+        // resolved: `a` and `id-of-a` are one record (the hit's id);
+        // `nope` names none, and says so
+        let a_id = hits[1].id.to_string();
+        let rel = Relevant::resolve(&c, |r| match r {
+            "a" | "id-of-a" => Some(a_id.clone()),
+            _ => None,
+        });
+        let r = score_resolved(&c, &rel, 3, &hits);
+        assert_eq!((r.relevant, r.relevant_found), (2, 1));
+        assert!((r.recall - 0.5).abs() < 1e-12);
+        assert_eq!(r.unresolved, vec!["nope".to_string()]);
     }
 }
 

@@ -9,7 +9,7 @@ use clap::Args;
 use engram_engine::Engram;
 use engram_engine::retrieval::{Filters, Manifest, RecallResponse};
 use engram_engine::time::parse_rfc3339_bound;
-use engram_query::eval::{CaseResult, parse_cases, score_case, summarize};
+use engram_query::eval::{CaseResult, EvalCase, Relevant, parse_cases, score_resolved, summarize};
 use engram_query::recall::{build_request, record_types};
 use serde::Serialize;
 
@@ -453,7 +453,7 @@ pub fn eval(ctx: &Ctx, a: EvalArgs) -> CliResult {
         let s = session_for(&db, &c.tenant, c.principal.as_deref());
         match s.recall(&req) {
             Ok(r) => {
-                let res = score_case(c, k, &r.hits);
+                let res = score_resolved(c, &relevant_of(&s, c), k, &r.hits);
                 if let Some(out) = &a.out {
                     // Position first: ids that differ only in characters a
                     // file name cannot hold (x/y, x_y) or that repeat still
@@ -525,13 +525,20 @@ pub fn eval(ctx: &Ctx, a: EvalArgs) -> CliResult {
                     format!("  FORBIDDEN HITS: {}", r.forbidden_hits.join(", "))
                 }
             );
+            if !r.unresolved.is_empty() {
+                crate::outln!(
+                    "    relevant id(s) naming no record this principal can read (counted as not found): {}",
+                    r.unresolved.join(", ")
+                );
+            }
         }
         for e in &errors {
             crate::outln!("ERROR {e}");
         }
         crate::outln!(
-            "\n{} case(s): {}  forbidden-hit rate {} ({} of {} hits)",
+            "\n{} case(s), {} with relevant ids: {}  forbidden-hit rate {} ({} of {} hits)",
             summary.cases,
+            summary.scored,
             means(&summary),
             summary.forbidden_hit_rate,
             summary.forbidden_hits,
@@ -641,7 +648,7 @@ fn compare(ctx: &Ctx, a: &EvalArgs, cases: &[engram_query::eval::EvalCase]) -> C
             // a case that fails is an error of that case, as without
             // --config: the others still run
             match s.search(&cfg.search(&req)) {
-                Ok(r) => results.push(score_case(c, k, &r.hits)),
+                Ok(r) => results.push(score_resolved(c, &relevant_of(&s, c), k, &r.hits)),
                 Err(e) => errors.push(format!(
                     "configuration {}: case {} (line {}): {e}",
                     cfg.name, c.case_id, c.line
@@ -731,6 +738,16 @@ fn compare(ctx: &Ctx, a: &EvalArgs, cases: &[engram_query::eval::EvalCase]) -> C
         errors.len()
     );
     Ok(exit)
+}
+
+/// A case's relevant records as its session reads them: each record once,
+/// whether named twice or by its external and its internal id, and the
+/// references that name nothing the session can read.
+pub(crate) fn relevant_of(s: &engram_engine::Session, c: &EvalCase) -> Relevant {
+    Relevant::resolve(c, |r| {
+        let rf = engram_engine::RecordRef::parse_text(r).ok()?;
+        s.get(&rf).ok().map(|rec| rec.id.to_string())
+    })
 }
 
 #[cfg(test)]

@@ -655,3 +655,28 @@ fn a_changed_embedder_choice_is_said_once() {
     assert!(!note(&["--embedder", "hash", "stats"]).contains("remembers"));
     assert!(!note(&["stats"]).contains("remembers"));
 }
+
+/// `eval` counts a relevant record once however it is named (twice, or by
+/// its external and internal id), and lists a relevant id that names no
+/// readable record with its case.
+#[test]
+fn eval_counts_a_relevant_record_once_and_lists_an_unknown_id() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path());
+    let got = cli::json(&ok(&store, &["get", "a", "--tenant", "t", "--json"]));
+    let id = got["id"].as_str().unwrap();
+    let cases = tmp.path().join("cases.jsonl");
+    std::fs::write(
+        &cases,
+        format!(
+            "{{\"case_id\": \"c\", \"query\": \"checkout latency\", \"tenant\": \"t\", \"relevant\": [\"a\", \"a\", \"{id}\", \"a-typo\"]}}\n"
+        ),
+    )
+    .unwrap();
+    let out = cli::json(&ok(&store, &["eval", cases.to_str().unwrap(), "--json"]));
+    let case = &out["cases"][0];
+    assert_eq!(case["relevant"], 2, "{case}");
+    assert_eq!(case["relevant_found"], 1, "{case}");
+    assert_eq!(case["unresolved"], serde_json::json!(["a-typo"]), "{case}");
+}

@@ -12,7 +12,7 @@ use axum::extract::State;
 use engram_engine::authz::Operation;
 use engram_engine::context::{CONTEXT_BUDGET_BYTES_DEFAULT, Context, ContextRequest};
 use engram_engine::retrieval::{Hit, Manifest};
-use engram_query::eval::{CaseResult, Summary, parse_session_cases, score_case, summarize};
+use engram_query::eval::{CaseResult, Summary, parse_session_cases, score_resolved, summarize};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use utoipa::{IntoParams, ToSchema};
@@ -298,7 +298,12 @@ pub async fn eval(
                 let mut req = c.request.clone();
                 req.k = k;
                 match session.recall(&req) {
-                    Ok(r) => results.push(score_case(c, k, &r.hits)),
+                    Ok(r) => results.push(score_resolved(
+                        c,
+                        &crate::recall_cmd::relevant_of(&session, c),
+                        k,
+                        &r.hits,
+                    )),
                     Err(e) => errors.push(format!("case {} (line {}): {e}", c.case_id, c.line)),
                 }
             }
