@@ -490,12 +490,65 @@ fn slow_clients_time_out() {
     let r = read_response(&mut c).unwrap();
     assert_eq!(r.status, 200);
     let out = r.ndjson();
-    assert!(
-        out.iter().any(|l| l["error"]["code"] == "timeout"),
-        "{out:?}"
-    );
+    let err = out
+        .iter()
+        .find(|l| l["error"]["code"] == "timeout")
+        .unwrap_or_else(|| panic!("{out:?}"));
+    // the unfinished batch is not stored, and the error line says which
+    // lines to send again
+    assert_eq!(err["not_stored"]["from_line"], 1, "{err}");
+    assert_eq!(err["not_stored"]["to_line"], 1, "{err}");
     assert_eq!(out.last().unwrap()["summary"]["complete"], false);
+    let listed = s.json("GET", "/v1/records", Some(&k), None, 200);
+    assert_eq!(listed["records"].as_array().unwrap().len(), 0, "{listed}");
     s.json("GET", "/healthz", None, None, 200);
+}
+
+/// A bulk body cut off inside a batch (the client goes away before the
+/// declared length): the batches it completed are stored, the unfinished
+/// one is not (batches are atomic); it used to be stored in part.
+#[test]
+fn a_bulk_body_cut_off_stores_whole_batches_only() {
+    let (_tmp, dir) = new_store();
+    let k = tenant_key(&dir, "t", "p", "user");
+    let s = Server::start(&dir, None);
+    let mut c = TcpStream::connect(&s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(
+        head(
+            "POST",
+            "/v1/records/bulk?batch=2",
+            Some(&k),
+            "application/x-ndjson",
+            Some(10_000),
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let lines: String = (1..=3)
+        .map(|i| {
+            format!("{{\"kind\": \"n\", \"text\": \"line {i}\", \"external_id\": \"l{i}\"}}\n")
+        })
+        .collect();
+    c.write_all(lines.as_bytes()).unwrap();
+    c.write_all(b"{\"kind\": \"n\", \"te").unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let r = read_response(&mut c).unwrap();
+    let out = r.ndjson();
+    let err = out
+        .iter()
+        .find(|l| l.get("error").is_some())
+        .unwrap_or_else(|| panic!("{out:?}"));
+    assert_eq!(err["not_stored"]["from_line"], 3, "{err}");
+    assert_eq!(out.last().unwrap()["summary"]["complete"], false);
+    let listed = s.json("GET", "/v1/records", Some(&k), None, 200);
+    let ext: Vec<&str> = listed["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["external_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ext, vec!["l1", "l2"], "{listed}");
 }
 
 #[test]

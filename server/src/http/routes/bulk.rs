@@ -200,18 +200,30 @@ fn error_json(e: &ServerError) -> Value {
 impl Bulk {
     async fn run(mut self, body: Body) {
         let outcome = self.read_all(body).await;
-        // complete lines received before a failure of the body are still
-        // appended (and answered)
+        // A body that fails (cut off, idle, too large) leaves its last batch
+        // unfinished: it is not appended (batches are atomic), and the
+        // error line names its lines for a re-send. Earlier batches stand.
+        let mut unstored = None;
         let failure = match outcome {
             Ok(()) => self.flush().await.err(),
             Err(Stop::Gone) => Some(Stop::Gone),
-            Err(failed) => Some(self.flush().await.err().unwrap_or(failed)),
+            Err(failed) => {
+                let dropped = std::mem::take(&mut self.pending);
+                if let (Some(first), Some(last)) = (dropped.first(), dropped.last()) {
+                    unstored = Some(json!({"from_line": first.line, "to_line": last.line}));
+                }
+                Some(failed)
+            }
         };
         let complete = failure.is_none();
         match failure {
             Some(Stop::Gone) => return,
             Some(Stop::Failed(e)) => {
-                let _ = self.send(json!({"error": error_json(&e)})).await;
+                let mut line = json!({"error": error_json(&e)});
+                if let Some(u) = unstored {
+                    line["not_stored"] = u;
+                }
+                let _ = self.send(line).await;
             }
             None => {}
         }
