@@ -680,3 +680,24 @@ fn eval_counts_a_relevant_record_once_and_lists_an_unknown_id() {
     assert_eq!(case["relevant_found"], 1, "{case}");
     assert_eq!(case["unresolved"], serde_json::json!(["a-typo"]), "{case}");
 }
+
+/// `verify` of a backup whose log was cut short reports the damage (exit
+/// 1), naming the LSN its backup.json records: restore refuses that copy,
+/// and a cut end is never a torn write in a backup.
+#[test]
+fn verify_of_a_backup_cut_short_fails() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path());
+    let backup = tmp.path().join("backup");
+    ok(&store, &["backup", backup.to_str().unwrap()]);
+    ok(&backup, &["verify"]);
+    let seg = cli::segments(&backup).pop().unwrap();
+    let bytes = std::fs::read(&seg).unwrap();
+    std::fs::write(&seg, &bytes[..bytes.len() - 40]).unwrap();
+    let msg = fails(&backup, &["verify"]);
+    assert!(
+        msg.contains("backup.json records LSN 2") && msg.contains("FAILED"),
+        "{msg}"
+    );
+}

@@ -179,10 +179,36 @@ pub(super) fn cmd_verify(ctx: &Ctx, a: JsonArgs) -> CliResult {
     let (mut frames, mut records) = (0, 0);
     let spinner = ctx.spinner("verify");
     spinner.set_message("checking every frame, and the state against the log");
+    // A backup's log must run to the LSN its backup.json records: it was
+    // copied whole, so a shorter one is damage, never a torn write.
+    let backup = backup_manifest(data)
+        .map_err(|why| problems.push(why))
+        .ok()
+        .flatten();
     let opened = Engram::open_with_report(data, opts);
     match opened {
         Ok((db, report)) => {
-            if let Some(t) = &report.log.torn_tail_pending {
+            if let Some(b) = &backup {
+                let last = db.stats()?.last_lsn;
+                if report.log.torn_tail_pending.is_some() || last != b.last_lsn {
+                    problems.push(format!(
+                        "this backup's log ends at LSN {last}{} but its backup.json records LSN {}: \
+                         the copy is damaged (restore refuses it); take a new backup",
+                        if report.log.torn_tail_pending.is_some() {
+                            " before damaged bytes"
+                        } else {
+                            ""
+                        },
+                        b.last_lsn
+                    ));
+                }
+            }
+            if let Some(t) = report
+                .log
+                .torn_tail_pending
+                .as_ref()
+                .filter(|_| backup.is_none())
+            {
                 notes.push(format!(
                     "the log ends with an unacknowledged torn write ({} bytes at segment {} offset {}: {:?}); \
                      the next command that opens the store for writing (every command but verify and backup) cuts it",
@@ -237,6 +263,20 @@ pub(super) fn cmd_verify(ctx: &Ctx, a: JsonArgs) -> CliResult {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The `backup.json` of a backup directory (None: `data` is not a backup).
+fn backup_manifest(
+    data: &std::path::Path,
+) -> Result<Option<engram_engine::maintenance::BackupReport>, String> {
+    let path = data.join(engram_engine::store_dir::BACKUP_FILE);
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| format!("{}: does not parse ({e})", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("{}: cannot read ({e})", path.display())),
+    }
 }
 
 pub(super) fn cmd_init(ctx: &Ctx, a: JsonArgs) -> CliResult {
