@@ -178,6 +178,9 @@ pub struct StoreGauges {
     pub vector_spaces: u64,
     /// Last LSN applied to the in-memory state.
     pub applied_lsn: u64,
+    /// Whether the log writer stopped after an I/O failure: writes are
+    /// refused until the store is opened again.
+    pub writes_failed: bool,
 }
 
 /// What `verify` found.
@@ -245,7 +248,15 @@ impl Engram {
             unbatched_vectors: (pending - indexable) as u64,
             vector_spaces: spaces.len() as u64,
             applied_lsn: st.applied_lsn,
+            writes_failed: self.log().write_failure().is_some(),
         }
+    }
+
+    /// Why the store refuses every write, if its log writer stopped after
+    /// an I/O failure (a full disk, a failed fsync): reopening the store
+    /// recovers the log; nothing acknowledged was lost.
+    pub fn write_failure(&self) -> Option<String> {
+        self.log().write_failure()
     }
 
     /// Checks every frame's checksums, and the in-memory state (loaded from
@@ -261,6 +272,12 @@ impl Engram {
         // entry) when this handle reconciled the file with the log. (Taken
         // before the state lock: reconciling takes them in that order.)
         report.problems.extend(self.ledger_sync().iter().cloned());
+        if let Some(why) = self.write_failure() {
+            report.problems.push(format!(
+                "the log writer stopped after an I/O failure ({why}): every write is refused \
+                 until the store is opened again (restart the server), which recovers the log"
+            ));
+        }
         let (frames, problems) = self.log().verify()?;
         report.frames = frames;
         for p in problems {

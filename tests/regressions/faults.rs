@@ -142,3 +142,49 @@ fn a_misdirected_write_is_never_read_back_as_good_data() {
         }
     }
 }
+
+/// A failed fsync stops the log writer: the store says so where an
+/// operator looks (`write_failure`, the gauges behind `/readyz` and
+/// `/metrics`, `verify`), reads go on, and a reopen recovers with every
+/// acknowledged write.
+#[test]
+fn a_stopped_log_writer_is_reported_and_a_reopen_recovers() {
+    let b = build(20);
+    let db = Engram::open(DIR, opts(&b)).unwrap();
+    let s = db.session(Principal::admin("t"));
+    assert!(db.write_failure().is_none());
+    assert!(!db.gauges().writes_failed);
+    b.inject(Fault::FailSyncsAfter(0));
+    let e = s
+        .append(vec![NewRecord::event("note", "lost")])
+        .unwrap_err();
+    let why = db
+        .write_failure()
+        .unwrap_or_else(|| panic!("not reported after: {e}"));
+    assert!(!why.is_empty());
+    assert!(db.gauges().writes_failed);
+    // refused from now on, and said by verify
+    s.append(vec![NewRecord::event("note", "also refused")])
+        .unwrap_err();
+    let v = db.verify().unwrap();
+    assert!(
+        v.problems.iter().any(|p| p.contains("log writer stopped")),
+        "{:?}",
+        v.problems
+    );
+    s.get(&RecordRef::External("r/19".into()))
+        .expect("reads go on");
+    drop(s);
+    let _ = db.close();
+    b.clear_faults();
+    let db = Engram::open(DIR, opts(&b)).unwrap();
+    assert!(db.write_failure().is_none());
+    let s = db.session(Principal::admin("t"));
+    for i in 0..20 {
+        s.get(&RecordRef::External(format!("r/{i}")))
+            .expect("every acknowledged write");
+    }
+    s.append(vec![NewRecord::event("note", "after the reopen")])
+        .unwrap();
+    db.close().unwrap();
+}

@@ -474,6 +474,7 @@ fn endpoints_do_their_job() {
         "engram_writer_queue_depth 0",
         "engram_pending_vectors",
         "engram_unbatched_vectors 0",
+        "engram_writes_failed 0",
         "engram_lifecycle_operations_total{op=\"delete\"} 1",
         "engram_http_rejected_total{code=\"not_found\"} 2",
     ] {

@@ -457,6 +457,12 @@ impl Metrics {
                 s.store.pending_vectors as f64,
             ),
             (
+                "engram_writes_failed",
+                "gauge",
+                "1 when the log writer stopped after an I/O failure (every write refused until a restart), else 0.",
+                if s.store.writes_failed { 1.0 } else { 0.0 },
+            ),
+            (
                 "engram_unbatched_vectors",
                 "gauge",
                 "Vectors of HNSW batches not yet complete (at most 63 per space; searched exactly until the batch fills).",

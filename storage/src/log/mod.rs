@@ -809,6 +809,12 @@ impl SegmentLog {
         rx.recv().map_err(|_| StorageError::Closed)?
     }
 
+    /// Why the writer stopped, if a write or fsync failed: every append is
+    /// refused from then on, until the log is opened again.
+    pub fn write_failure(&self) -> Option<String> {
+        self.shared.poisoned.lock().clone()
+    }
+
     /// Last durable LSN (0 when empty).
     pub fn last_lsn(&self) -> Lsn {
         self.shared.last_lsn.load(Ordering::Acquire)

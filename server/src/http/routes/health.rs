@@ -35,7 +35,8 @@ pub async fn healthz() -> Json<Status> {
 }
 
 /// The store is open and the server accepts requests (no key needed); 503
-/// while it shuts down.
+/// while it shuts down, and once the log writer stopped after an I/O
+/// failure (writes are refused until a restart).
 #[utoipa::path(
     get, path = "/readyz", tag = "health",
     responses((status = 200, body = Status), (status = 503, body = ErrorBody))
@@ -49,7 +50,19 @@ pub async fn readyz(State(app): State<Shared>) -> ServerResult<Json<Status>> {
     }
     let db = app.bind().await;
     // a read of the store's state proves it is open and applying
-    crate::http::app::run_blocking(move || Ok(db.applied_lsn())).await?;
+    let failure = crate::http::app::run_blocking(move || {
+        db.applied_lsn();
+        Ok(db.write_failure())
+    })
+    .await?;
+    // a store whose log writer stopped refuses every write until a restart:
+    // not ready (a load balancer moves traffic, an orchestrator restarts)
+    if let Some(why) = failure {
+        return Err(ServerError::Unavailable {
+            reason: "the store's log writer stopped after an I/O failure; restart the server",
+            detail: why,
+        });
+    }
     Ok(Json(Status { status: "ready" }))
 }
 
