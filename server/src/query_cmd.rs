@@ -31,7 +31,8 @@ pub struct QueryArgs {
     /// Act as this principal instead of the tenant admin.
     #[arg(long, value_parser = crate::cli::name_arg)]
     pub principal: Option<String>,
-    /// A parameter: name=value (value read as JSON when it parses, else as a string).
+    /// A parameter: name=value (value read as JSON when it parses, else as a
+    /// string; a value opening with `[` or `{` must parse).
     #[arg(long = "param", value_name = "NAME=VALUE")]
     pub params: Vec<String>,
     /// Parameters from a JSON object file.
@@ -81,14 +82,30 @@ fn params(a: &QueryArgs) -> Result<Params, CliError> {
                 "--param {name} is given twice; give each parameter once"
             )));
         }
-        let v = match serde_json::from_str::<Value>(value) {
-            Ok(j) => ParamValue::from_json(&j)
-                .map_err(|e| CliError::Message(format!("--param {name}: {e}")))?,
-            Err(_) => ParamValue::String(value.to_string()),
-        };
+        let v = param_value(value, |v| v.to_string())
+            .map_err(|e| CliError::Message(format!("--param {name}: {e}")))?;
         p.insert(name, v);
     }
     Ok(p)
+}
+
+/// A parameter's value: JSON when it parses, else the text `text(value)`.
+/// A value that opens like a JSON list or object (`[`, `{`) and does not
+/// parse is refused: a vector with `NaN`, a number out of range or a cut
+/// end would otherwise run as a text query and answer something else.
+pub(crate) fn param_value(
+    value: &str,
+    text: impl FnOnce(&str) -> String,
+) -> Result<ParamValue, String> {
+    match serde_json::from_str::<Value>(value) {
+        Ok(j) => ParamValue::from_json(&j),
+        Err(e) if value.trim_start().starts_with(['[', '{']) => Err(format!(
+            "'{}' opens like a JSON list or object but does not parse ({e}); a vector is a \
+             JSON list of finite numbers (a text starting with '[' is written as a JSON string)",
+            value.chars().take(40).collect::<String>()
+        )),
+        Err(_) => Ok(ParamValue::String(text(value))),
+    }
 }
 
 /// A parameter's name as statements write it (`$name`): a letter or `_`,
@@ -275,6 +292,26 @@ pub use shell::shell;
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_parameter_opening_like_json_that_does_not_parse_is_refused() {
+        for bad in ["[NaN]", "[1e400]", "[0.1, 0.2", "{\"a\": }"] {
+            let e = param_value(bad, str::to_string).unwrap_err();
+            assert!(e.contains("does not parse"), "{bad}: {e}");
+        }
+        assert!(matches!(
+            param_value("[0.5, -0.5]", str::to_string),
+            Ok(ParamValue::Vector(_))
+        ));
+        assert!(matches!(
+            param_value("checkout latency", str::to_string),
+            Ok(ParamValue::String(s)) if s == "checkout latency"
+        ));
+        assert!(matches!(
+            param_value("\"[x]\"", str::to_string),
+            Ok(ParamValue::String(s)) if s == "[x]"
+        ));
+    }
     use super::*;
 
     #[test]

@@ -10,8 +10,7 @@ use std::time::Instant;
 
 use engram_engine::{Engram, Session};
 use engram_query::lang::limits::STATEMENT_BYTES_MAX;
-use engram_query::lang::{ParamValue, Params, QueryExt};
-use serde_json::Value;
+use engram_query::lang::{Params, QueryExt};
 
 use super::{ShellArgs, param_name, print_output};
 use crate::cli::{CliError, CliResult, Ctx, INPUT_LINE_BYTES_MAX, session_for};
@@ -443,11 +442,8 @@ fn command(sh: &mut Shell, s: &Session, cmd: &str, who: &str) -> bool {
             (Some(name), Some(value)) => {
                 let rest: Vec<&str> = std::iter::once(value).chain(parts).collect();
                 let value = rest.join(" ");
-                let v = match serde_json::from_str::<Value>(&value) {
-                    Ok(j) => ParamValue::from_json(&j),
-                    // 'text', as a statement writes a string, is the text
-                    Err(_) => Ok(ParamValue::String(unquote(&value))),
-                };
+                // 'text', as a statement writes a string, is the text
+                let v = super::param_value(&value, unquote);
                 match (param_name(name), v) {
                     (Ok(name), Ok(v)) => {
                         sh.params.insert(name, v);
