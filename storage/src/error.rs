@@ -48,7 +48,10 @@ pub enum StorageError {
 
     /// A segment header is unreadable. Repair: restore the segment from a
     /// backup; the log cannot be opened past it.
-    #[error("segment {segment} ({path}): bad header: {reason}")]
+    #[error(
+        "segment {segment} ({path}): bad header: {reason}; its frames cannot be read without it: \
+         put back the segment file from a backup, or restore the store from one"
+    )]
     BadSegmentHeader {
         /// Segment number.
         segment: u64,

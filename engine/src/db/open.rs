@@ -246,10 +246,9 @@ impl Engram {
             if !report.restore_pending {
                 let missing = crate::maintenance::ledger_not_applied(&db, ledger);
                 if !missing.is_empty() {
-                    return Err(EngineError::Corrupt {
-                        what: "the log".into(),
-                        detail: format!(
-                            "it lacks {} operation(s) the ledger proves acknowledged (first: {} {}), lost with a damaged tail; a read-only open cannot apply them again: open the store writable once (it applies them)",
+                    return Err(EngineError::ReadOnly {
+                        action: format!(
+                            "reading it (its log lacks {} operation(s) the ledger proves acknowledged, first: {} {}, lost with a damaged tail; a writable open applies them again)",
                             missing.len(),
                             missing[0].op,
                             missing[0].op_id

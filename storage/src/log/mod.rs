@@ -436,7 +436,7 @@ impl SegmentLog {
                     return Err(StorageError::BadSegmentHeader {
                         segment: no,
                         path,
-                        reason: format!("{p:?}"),
+                        reason: p.to_string(),
                     });
                 }
             };

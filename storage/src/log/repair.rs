@@ -135,7 +135,7 @@ fn walk(backend: &dyn Backend, dir: &Path) -> StorageResult<Walk> {
                 });
             }
             Err(p) => {
-                problem = Some(format!("segment {no}: bad header: {p:?}"));
+                problem = Some(format!("segment {no}: bad header: {p}"));
                 rest.push((no, path, len));
                 continue;
             }

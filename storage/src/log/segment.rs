@@ -126,6 +126,20 @@ pub enum HeaderProblem {
     Unsupported(u16),
 }
 
+impl std::fmt::Display for HeaderProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HeaderProblem::Incomplete => {
+                f.write_str("incomplete (shorter than a header, or zeros)")
+            }
+            HeaderProblem::Damaged(why) => f.write_str(why),
+            HeaderProblem::Unsupported(v) => {
+                write!(f, "log format version {v}, newer than this build")
+            }
+        }
+    }
+}
+
 /// Decodes and verifies a segment header.
 pub fn decode_header(bytes: &[u8]) -> Result<SegmentHeader, HeaderProblem> {
     if bytes.len() < SEGMENT_HEADER_BYTES {
