@@ -1020,7 +1020,10 @@ mod tests {
         let mut r = NewRecord::event("note", "x");
         r.replace_access = true;
         let e = r.validate().unwrap_err().to_string();
-        assert!(e.contains("replace_access") && e.contains("supersedes"), "{e}");
+        assert!(
+            e.contains("replace_access") && e.contains("supersedes"),
+            "{e}"
+        );
         r.supersedes = Some(RecordRef::External("k".into()));
         r.validate().unwrap();
     }

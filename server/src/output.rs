@@ -89,15 +89,33 @@ pub fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
-/// One-line header of a record.
+/// One-line header of a record. A current record whose validity ended is
+/// marked historical, as `trace` and retrieval show it.
 pub fn record_header(r: &Record) -> String {
+    use engram_engine::time::Clock;
+    let now = engram_engine::time::SystemClock.now_ms();
+    let status = match r.valid_until {
+        Some(t)
+            if t <= now
+                && matches!(
+                    r.status,
+                    engram_engine::Status::Active | engram_engine::Status::Approved
+                ) =>
+        {
+            format!(
+                "{}, historical since {}",
+                r.status.name(),
+                format_rfc3339(t)
+            )
+        }
+        _ => r.status.name().to_string(),
+    };
     let mut s = format!(
-        "{}  {} {}  {}  [{}]",
+        "{}  {} {}  {}  [{status}]",
         r.id,
         r.record.name(),
         r.kind,
         format_rfc3339(r.occurred_at),
-        r.status.name()
     );
     if let Some(e) = &r.external_id {
         s.push_str(&format!("  ext={e}"));

@@ -701,3 +701,37 @@ fn verify_of_a_backup_cut_short_fails() {
         "{msg}"
     );
 }
+
+/// `get` and `history` mark an expired record historical, as `trace` and
+/// retrieval do (they showed it `[active]`).
+#[test]
+fn get_marks_an_expired_record_historical() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let f = tmp.path().join("e.jsonl");
+    std::fs::write(
+        &f,
+        "{\"external_id\":\"old\",\"tenant\":\"t\",\"kind\":\"k\",\"text\":\"office in Lyon\",\"occurred_at\":\"2025-01-01T00:00:00Z\"}\n",
+    )
+    .unwrap();
+    ok(&store, &["ingest", f.to_str().unwrap()]);
+    ok(
+        &store,
+        &[
+            "expire",
+            "old",
+            "--tenant",
+            "t",
+            "--at",
+            "2025-06-01T00:00:00Z",
+        ],
+    );
+    for cmd in ["get", "history"] {
+        let out = cli::text(&ok(&store, &[cmd, "old", "--tenant", "t"]));
+        assert!(
+            out.contains("[active, historical since 2025-06-01T00:00:00Z]"),
+            "{cmd}: {out}"
+        );
+    }
+}
