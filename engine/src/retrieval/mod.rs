@@ -339,8 +339,9 @@ impl RecallRequest {
             .map(str::trim)
             .filter(|t| !t.is_empty())
             .map(str::to_string);
-        // One retriever needs no extra candidates for fusion to choose from.
-        let top = if self.mode == Mode::Vector {
+        // One retriever (vector or lexical mode) needs no extra candidates
+        // for fusion to choose from.
+        let top = if self.mode != Mode::Hybrid {
             self.k
         } else {
             (self.k * CANDIDATES_PER_K).max(self.k)
@@ -774,6 +775,27 @@ pub fn candidate_ids(r: &RetrieverOutput) -> BTreeSet<RecordId> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_retriever_takes_k_candidates_and_hybrid_takes_more() {
+        for (mode, want) in [
+            (Mode::Lexical, 3),
+            (Mode::Vector, 3),
+            (Mode::Hybrid, 3 * CANDIDATES_PER_K),
+        ] {
+            let req = RecallRequest {
+                mode,
+                k: 3,
+                ..RecallRequest::text("checkout")
+            };
+            let search = req.to_search();
+            assert!(
+                search.retrievers.iter().all(|r| r.top == want),
+                "{mode:?}: {:?}",
+                search.retrievers
+            );
+        }
+    }
 
     /// A plan's reason is the planner's figures written out when shown,
     /// the same text serialized; redacted, it keeps only the eligible
