@@ -44,7 +44,8 @@ fn statement(r: &RecallRequest) -> String {
     if !where_terms.is_empty() {
         s.push_str(&format!(" WHERE {}", where_terms.join(" AND ")));
     }
-    let top = if r.mode == Mode::Vector { r.k } else { r.k * 3 };
+    // one retriever (vector or lexical mode) takes k candidates, hybrid 3k
+    let top = if r.mode == Mode::Hybrid { r.k * 3 } else { r.k };
     let text = r.text.as_deref().unwrap_or("");
     let mut weights = Vec::new();
     if r.mode != Mode::Lexical {
