@@ -341,7 +341,7 @@ fn a_cut_tail_holding_an_acknowledged_deletion_is_applied_again_from_the_ledger(
         ..options(&image, &clock)
     };
     match Engram::open(DIR, ro) {
-        Err(EngineError::Corrupt { detail, .. }) => {
+        Err(EngineError::ReadOnly { action: detail }) => {
             assert!(detail.contains("ledger proves"), "{detail}");
         }
         Err(e) => panic!("{e}"),
@@ -411,7 +411,7 @@ fn a_deletion_frame_zeroed_or_cut_at_its_edge_is_applied_again_from_the_ledger()
             ..options(&image, &clock)
         };
         match Engram::open(DIR, ro) {
-            Err(EngineError::Corrupt { detail, .. }) => {
+            Err(EngineError::ReadOnly { action: detail }) => {
                 assert!(detail.contains("ledger proves"), "{detail}");
             }
             Err(e) => panic!("{e}"),
