@@ -972,3 +972,48 @@ fn a_correction_the_key_cannot_read_afterwards_is_answered_as_stored() {
     );
     assert_eq!(h["versions"].as_array().map(Vec::len), Some(2), "{h}");
 }
+
+/// A revoke from a principal whose API key carries the label (or role)
+/// says so: the key's label holds on top of the store's grants, so the
+/// principal still reads; the answer names the key and the ways out.
+#[test]
+fn a_revoke_that_a_key_still_carries_says_so() {
+    let (_tmp, dir) = new_store();
+    let boss = tenant_key(&dir, "acme", "boss", "admin");
+    let alice = key(
+        &dir,
+        &[
+            "--tenant",
+            "acme",
+            "--principal",
+            "alice",
+            "--role",
+            "user",
+            "--label",
+            "secret",
+        ],
+    );
+    let s = Server::start(&dir, None);
+    let body = json!({"grantee": "alice", "label": "secret"}).to_string();
+    let r = s.json("POST", "/v1/access/revoke", Some(&boss), Some(&body), 200);
+    let note = r["note"].as_str().unwrap_or_else(|| panic!("{r}"));
+    let alice_id = &alice[4..12];
+    assert!(
+        note.contains(alice_id) && note.contains("keys revoke"),
+        "{note}"
+    );
+    // another principal's revoke, or a label its keys lack: no note
+    for body in [
+        json!({"grantee": "bob", "label": "secret"}),
+        json!({"grantee": "alice", "label": "other"}),
+    ] {
+        let r = s.json(
+            "POST",
+            "/v1/access/revoke",
+            Some(&boss),
+            Some(&body.to_string()),
+            200,
+        );
+        assert!(r.get("note").is_none(), "{r}");
+    }
+}

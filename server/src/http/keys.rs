@@ -392,6 +392,42 @@ impl KeyStore {
         &self.path
     }
 
+    /// Ids of the active keys of `principal` in `tenant` that carry
+    /// `label` among their labels, or `role` as their role: what a revoke
+    /// of that label or role from the principal does not take away (a
+    /// key's labels and role hold on top of the store's grants).
+    pub fn carrying(
+        &self,
+        tenant: &str,
+        principal: &str,
+        label: Option<&str>,
+        role: Option<&str>,
+    ) -> Vec<String> {
+        let _ = self.refresh();
+        let Ok(l) = self.loaded.read() else {
+            return Vec::new();
+        };
+        l.keys
+            .iter()
+            .filter(|k| k.revoked_at.is_none())
+            .filter(|k| match &k.grant {
+                Grant::Tenant {
+                    tenant: t,
+                    principal: p,
+                    role: r,
+                    labels,
+                } => {
+                    t == tenant
+                        && p == principal
+                        && (label.is_some_and(|x| labels.iter().any(|y| y == x))
+                            || role.is_some_and(|x| r.name() == x))
+                }
+                Grant::Store => false,
+            })
+            .map(|k| k.id.clone())
+            .collect()
+    }
+
     /// Keys that are not revoked.
     pub fn n_active(&self) -> usize {
         self.loaded

@@ -216,12 +216,18 @@ class CorrectResponse(TypedDict):
     record: Optional[Record]
 
 
-class OpResponse(TypedDict):
-    """What a lifecycle operation did (itself a durable log record)."""
-
+class _OpResponseBase(TypedDict):
     op_id: str
     lsn: int
     affected: List[str]
+
+
+class OpResponse(_OpResponseBase, total=False):
+    """What a lifecycle operation did (itself a durable log record).
+    ``note``: what it did not change that the caller may expect it to (a
+    revoke from a principal whose API key still carries the label)."""
+
+    note: str
 
 
 class ReviewQueue(TypedDict):

@@ -32,6 +32,10 @@ pub struct OpResponse {
     pub lsn: u64,
     /// Records whose status changed (for a delete: everything removed).
     pub affected: Vec<String>,
+    /// What the operation did not change that the caller may expect it to
+    /// (a revoke from a principal whose API key carries the label or role).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl From<OpResult> for OpResponse {
@@ -40,6 +44,7 @@ impl From<OpResult> for OpResponse {
             op_id: r.op_id.to_string(),
             lsn: r.lsn,
             affected: r.affected.iter().map(ToString::to_string).collect(),
+            note: None,
         }
     }
 }
@@ -351,7 +356,9 @@ pub async fn revoke(
     JsonBody(req): JsonBody<AccessRequest>,
 ) -> ServerResult<Json<OpResponse>> {
     let session = caller.session(&app, Operation::Revoke).await?;
-    op(&app, "revoke", move || {
+    let tenant = session.principal().tenant().to_string();
+    let (grantee, label, role) = (req.grantee.clone(), req.label.clone(), req.role.clone());
+    let mut answer = op(&app, "revoke", move || {
         session
             .revoke(
                 req.grantee.as_deref(),
@@ -360,7 +367,24 @@ pub async fn revoke(
             )
             .map_err(grantee_field)
     })
-    .await
+    .await?;
+    // A key's labels and role hold on top of the store's grants: a revoke
+    // from one principal leaves what its keys carry (a tenant-wide revoke
+    // of a label reaches keys too).
+    if let Some(p) = &grantee {
+        let keys = app
+            .keys
+            .carrying(&tenant, p, label.as_deref(), role.as_deref());
+        if !keys.is_empty() {
+            answer.0.note = Some(format!(
+                "principal '{p}' still holds it through API key(s) {} (a key's labels and role \
+                 hold on top of the store's grants): revoke those keys (`engram keys revoke ID`), \
+                 or revoke the label tenant-wide",
+                keys.join(", ")
+            ));
+        }
+    }
+    Ok(answer)
 }
 
 /// The engine calls the principal a grant is about `principal`; this body
