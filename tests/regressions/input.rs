@@ -87,3 +87,39 @@ fn empty_names_and_oversized_fields_are_named() {
     let msg = fails(&store, &["ingest", f.to_str().unwrap()]);
     assert!(msg.contains("line 1: text:"), "{msg}");
 }
+
+/// A duplicate that carries other vectors than the stored record says it
+/// stored none of them (vectors are not part of the content hash); one
+/// without vectors says nothing.
+#[test]
+fn a_duplicate_with_other_vectors_says_they_were_not_stored() {
+    use engram::{AppendOutcome, Engram, NewRecord, Options, Principal};
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let s = db.session(Principal::admin("t"));
+    let rec = |v: Vec<f32>| {
+        NewRecord::event("note", "the same text")
+            .with_external_id("k")
+            .with_embedding("m", v)
+    };
+    s.append(vec![rec(vec![1.0, 0.0, 0.0])]).unwrap();
+    let again = s.append(vec![rec(vec![0.0, 1.0, 0.0])]).unwrap().remove(0);
+    assert_eq!(again.outcome, AppendOutcome::Duplicate);
+    assert!(
+        again
+            .notes
+            .iter()
+            .any(|n| n.contains("keeps the vectors it has")),
+        "{:?}",
+        again.notes
+    );
+    let plain = s
+        .append(vec![
+            NewRecord::event("note", "the same text").with_external_id("k"),
+        ])
+        .unwrap()
+        .remove(0);
+    assert_eq!(plain.outcome, AppendOutcome::Duplicate);
+    assert!(plain.notes.is_empty(), "{:?}", plain.notes);
+    db.close().unwrap();
+}

@@ -49,6 +49,20 @@ struct Validated {
     normalized: Vec<Normalized>,
 }
 
+/// What a duplicate's answer says about what it carried and did not store:
+/// vectors are not part of a record's content hash, so a duplicate with
+/// other vectors keeps the stored record's.
+fn duplicate_notes(r: &NewRecord) -> Vec<String> {
+    if r.embeddings.is_empty() {
+        return Vec::new();
+    }
+    vec![
+        "a duplicate stores nothing, its vectors included: the record keeps the vectors it has \
+         (a correction with supersedes gives it others)"
+            .to_string(),
+    ]
+}
+
 /// SHA-256 of the record's canonical content (docs/format.md §6.1): the
 /// canonical JSON of an object holding what the record says, with references
 /// resolved to ids. Written straight from the record's parts; `data` is given
@@ -334,7 +348,7 @@ impl Session {
                         outcome: AppendOutcome::Duplicate,
                         status: first.status,
                         lsn: first.lsn,
-                        notes: Vec::new(),
+                        notes: duplicate_notes(r),
                         frame: 0,
                         same_as: (first.outcome == AppendOutcome::Created).then_some(j),
                     };
@@ -414,7 +428,7 @@ impl Session {
                         outcome,
                         status,
                         lsn,
-                        notes: Vec::new(),
+                        notes: duplicate_notes(r),
                         frame: 0,
                         same_as: None,
                     });
