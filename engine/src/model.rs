@@ -695,12 +695,6 @@ impl NewRecord {
                 ));
             }
         }
-        if self.replace_access && self.supersedes.is_none() {
-            return Err(EngineError::invalid(
-                "replace_access",
-                "applies to a correction only (with supersedes): a new record's access is its own `access`",
-            ));
-        }
         check_name("kind", &self.kind)?;
         if let Body::Assertion { kind, .. } = &self.body {
             if self.kind != kind.name() {
@@ -1013,19 +1007,6 @@ mod tests {
         assert!(e.contains("zero"), "{e}");
         assert!(!ok(&[]));
         assert!(!ok(&vec![1.0; limits::VECTOR_DIM_MAX + 1]));
-    }
-
-    #[test]
-    fn replace_access_needs_a_correction() {
-        let mut r = NewRecord::event("note", "x");
-        r.replace_access = true;
-        let e = r.validate().unwrap_err().to_string();
-        assert!(
-            e.contains("replace_access") && e.contains("supersedes"),
-            "{e}"
-        );
-        r.supersedes = Some(RecordRef::External("k".into()));
-        r.validate().unwrap();
     }
 
     #[test]

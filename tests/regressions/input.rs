@@ -123,3 +123,33 @@ fn a_duplicate_with_other_vectors_says_they_were_not_stored() {
     assert!(plain.notes.is_empty(), "{:?}", plain.notes);
     db.close().unwrap();
 }
+
+/// `replace_access` applies to corrections only: an append without
+/// `supersedes` is refused naming it, and a correction (also one whose
+/// target is named after its body is parsed, as `correct` does) is not.
+#[test]
+fn replace_access_applies_to_corrections_only() {
+    use engram::{EngineError, Engram, NewRecord, Options, Principal, RecordRef};
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let s = db.session(Principal::admin("t"));
+    let mut r = NewRecord::event("note", "x").with_external_id("k");
+    r.access = vec!["secret".into()];
+    s.append(vec![r]).unwrap();
+    let mut lone = NewRecord::event("note", "y");
+    lone.replace_access = true;
+    let e = s.append(vec![lone.clone()]).unwrap_err();
+    assert!(
+        matches!(&e, EngineError::InvalidInput { field, .. } if field == "replace_access"),
+        "{e}"
+    );
+    lone.supersedes = Some(RecordRef::External("k".into()));
+    s.append(vec![lone]).unwrap();
+    assert!(
+        s.get(&RecordRef::External("k".into()))
+            .unwrap()
+            .access
+            .is_empty()
+    );
+    db.close().unwrap();
+}

@@ -1017,3 +1017,23 @@ fn a_revoke_that_a_key_still_carries_says_so() {
         assert!(r.get("note").is_none(), "{r}");
     }
 }
+
+/// The correct endpoint names the corrected record in its path: a body
+/// with `replace_access` needs no `supersedes` of its own.
+#[test]
+fn a_correction_by_path_takes_replace_access() {
+    let (_tmp, dir) = new_store();
+    let boss = tenant_key(&dir, "acme", "boss", "admin");
+    let s = Server::start(&dir, None);
+    let rec = r#"[{"kind": "note", "text": "v1", "external_id": "ra1", "access": ["secret"]}]"#;
+    s.json("POST", "/v1/records", Some(&boss), Some(rec), 200);
+    let body = r#"{"kind": "note", "text": "v2", "access": [], "replace_access": true}"#;
+    let r = s.json(
+        "POST",
+        "/v1/records/ra1/correct",
+        Some(&boss),
+        Some(body),
+        200,
+    );
+    assert_eq!(r["record"]["access"], json!([]), "{r}");
+}

@@ -588,6 +588,15 @@ impl Session {
         }
         for (i, r) in records.iter().enumerate() {
             r.validate().map_err(|e| e.at_item(i))?;
+            // Checked here, not in `validate`: a correction endpoint parses
+            // its body first and names the corrected record after.
+            if r.replace_access && r.supersedes.is_none() {
+                return Err(EngineError::invalid(
+                    "replace_access",
+                    "applies to a correction only (with supersedes): a new record's access is its own `access`",
+                )
+                .at_item(i));
+            }
         }
         // Each record's canonical `data`, normalized access and retention,
         // and the content hash of a record that names no other record:
