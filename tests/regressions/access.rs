@@ -1036,14 +1036,13 @@ fn corrections_sent_again_or_chained_do_not_depend_on_batches() {
     db.close().unwrap();
 }
 
-/// A chain of corrections ingested again, line by line or whole, or one
-/// earlier correction of it sent again after later ones, is a duplicate of
-/// the version that line made: the chain keeps its versions and its
-/// current one. A correction saying what the chain's first version said
-/// (which was not written as a correction) brings that content back as a
-/// new version. The same holds for a chain named by ids alone.
+/// A chain of corrections ingested again in one batch, or a correction of
+/// one version sent again by its id after later ones, is a duplicate of
+/// the version it made. A correction naming the chain by its external id
+/// corrects the current version: one saying what an older version said (a
+/// preference changed back and forth) is a new version, never swallowed.
 #[test]
-fn a_chain_of_corrections_sent_again_adds_no_versions() {
+fn a_chain_sent_again_adds_no_versions_and_a_change_back_is_kept() {
     let tmp = tempfile::tempdir().unwrap();
     let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
     let s = db.session(Principal::user("A", "bob"));
@@ -1069,28 +1068,22 @@ fn a_chain_of_corrections_sent_again_adds_no_versions() {
             .map(|r| r.text.unwrap_or_default())
             .collect()
     };
-    for r in chain() {
-        let again = s.append(vec![r]).unwrap().remove(0);
-        assert_eq!(again.outcome, engram::AppendOutcome::Duplicate);
-    }
     let whole = s.append(chain()).unwrap();
     for (a, m) in whole.iter().zip(&made) {
         assert_eq!(a.outcome, engram::AppendOutcome::Duplicate);
         assert_eq!(a.id, m.id);
     }
-    // the middle correction alone, after the last one
-    let again = s.append(vec![line("v1", false)]).unwrap().remove(0);
-    assert_eq!(again.outcome, engram::AppendOutcome::Duplicate);
-    assert_eq!(again.id, made[1].id);
     assert_eq!(texts(), vec!["v0", "v1", "v2"]);
-    let current = s.get(&RecordRef::External("k".into())).unwrap();
-    assert_eq!(current.text.as_deref(), Some("v2"));
-    // back to what the first version said: a new version
-    let back = s.append(vec![line("v0", false)]).unwrap().remove(0);
-    assert_eq!(back.outcome, engram::AppendOutcome::Created);
-    assert_eq!(texts(), vec!["v0", "v1", "v2", "v0"]);
+    // dark, light, dark, light: every change back is a new version
+    for t in ["v1", "v2", "v1"] {
+        let r = s.append(vec![line(t, false)]).unwrap().remove(0);
+        assert_eq!(r.outcome, engram::AppendOutcome::Created, "{t}");
+        let current = s.get(&RecordRef::External("k".into())).unwrap();
+        assert_eq!(current.text.as_deref(), Some(t));
+    }
+    assert_eq!(texts(), vec!["v0", "v1", "v2", "v1", "v2", "v1"]);
 
-    // by ids alone: w0; w1 corrects w0; w2 corrects w1; w1 sent again
+    // by ids: w0; w1 corrects w0; w2 corrects w1; w1 sent again
     let w0 = s.append(vec![NewRecord::event("m", "w0")]).unwrap()[0].id;
     let by_id = |text: &str, of| {
         let mut c = NewRecord::event("m", text);

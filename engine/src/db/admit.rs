@@ -114,20 +114,23 @@ pub(super) fn existing_version(
     Ok(None)
 }
 
-/// A correction that says exactly what a version of its target's chain
-/// says: a duplicate of that version, not a new one.
+/// A correction that says exactly what its target, or the version that
+/// corrected its target, says: a duplicate of that version, not a new one.
 ///
 /// - The target itself, its content hashed as the target's sibling (with
 ///   what the target corrects): a correction sent again after it became
 ///   the current version, naming its target by the external id it
 ///   inherited (which now names it), is one.
-/// - Any other version that is itself a correction, hashed as that
-///   version's sibling: the same correction line sent again after later
-///   ones (a file holding a chain ingested twice, a retry whose
-///   acknowledgement was lost) made that version, whatever is current
-///   now. The chain's first version is not one: it was not written as a
-///   correction, so a correction saying what it said brings that content
-///   back as a new version.
+/// - The version that corrected the target, hashed as it was (its
+///   `supersedes` is the target): the same correction of the same version
+///   sent again after it was stored (a retry whose acknowledgement was
+///   lost, a file holding a chain ingested again in one batch), whatever
+///   came after it.
+///
+/// Nothing further back: a correction naming the chain by its external id
+/// corrects the current version, and one that says what an older version
+/// said (a preference changed back: dark, light, dark, light) is a new
+/// version, never swallowed.
 ///
 /// A version the session can neither read nor wrote is skipped (naming it
 /// would tell its id), as are tombstones and deleted versions.
@@ -146,10 +149,10 @@ pub(super) fn unchanged_correction(
     else {
         return Ok(None);
     };
-    for v in st.chain(target) {
+    let successor = st.meta(target).superseded_by;
+    for v in std::iter::once(target).chain(successor) {
         let m = st.meta(v);
-        if (v != target && m.supersedes.is_none())
-            || m.tombstone
+        if m.tombstone
             || m.status == Status::Deleted
             // the same record: its external id too (which is not hashed)
             || r.external_id.as_deref() != m.external_id.as_deref()
