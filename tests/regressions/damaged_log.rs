@@ -317,6 +317,51 @@ fn damage_at_the_end_of_a_compacted_last_segment_is_not_cut_as_torn() {
     assert_eq!(std::fs::read(&segs[0]).unwrap(), bytes);
 }
 
+/// A compacted last segment cut, or zeroed, at a frame's edge: its header
+/// records an end past the frames left, which is no frame; the derived
+/// state's LSN proves the lost ones acknowledged. Refused, nothing cut
+/// (it opened, and the next command dropped the acknowledged writes).
+#[test]
+fn a_compacted_last_segment_cut_at_a_frame_edge_is_refused() {
+    let _serial = crate::cli::serial();
+    for zeroed in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = tmp.path().join("store");
+        let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 30);
+        ok(
+            &store,
+            &["ingest", file.to_str().unwrap(), "--batch-size", "10"],
+        );
+        ok(&store, &["delete", "e/3", "--tenant", "t"]);
+        ok(&store, &["compact"]);
+        let segs = cli::segments(&store);
+        let bytes = std::fs::read(&segs[0]).unwrap();
+        // the frame of the deletion (LSN 31), the segment's last
+        let at = (64..bytes.len())
+            .step_by(16)
+            .find(|&o| {
+                bytes[o..].starts_with(b"EGRM")
+                    && u64::from_le_bytes(bytes[o + 8..o + 16].try_into().unwrap()) == 31
+            })
+            .expect("the frame of LSN 31");
+        let mut damaged = bytes[..at].to_vec();
+        if zeroed {
+            damaged.resize(bytes.len(), 0);
+        }
+        std::fs::write(&segs[0], &damaged).unwrap();
+        let before = snapshot(&store);
+        let v = cli::at(&store, &["verify"]);
+        assert!(!v.status.success(), "zeroed {zeroed}: {}", cli::text(&v));
+        let msg = fails(&store, &["stats"]);
+        assert!(msg.contains("LSN 31"), "zeroed {zeroed}: {msg}");
+        cli::assert_same(
+            &before,
+            &snapshot(&store),
+            "a refused open changed the store",
+        );
+    }
+}
+
 /// Damage in a compacted (sealed, header-recorded end) segment: `repair`
 /// reports the last intact batch end before the damage, not the end the
 /// segment's header records, and refuses a cut at that recorded end (which

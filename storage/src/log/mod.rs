@@ -394,6 +394,10 @@ impl SegmentLog {
         let mut segments: Vec<Arc<Segment>> = Vec::new();
         // The last LSN the segments so far cover: frames must continue from it.
         let mut prev_end: Lsn = 0;
+        // The highest LSN of a frame the log holds (a segment's header may
+        // record an end past its last frame, for frames a compaction
+        // dropped).
+        let mut last_frame: Lsn = 0;
         let mut expected_no = 1u64;
         let mut cut: Option<PendingCut> = None;
         let n = numbers.len();
@@ -602,6 +606,9 @@ impl SegmentLog {
             let kept_len = scan.batch_end;
             report.n_frames += scan.frames;
             prev_end = last_kept.max(header.end_lsn.unwrap_or(0));
+            if let Some(l) = scan.last_lsn {
+                last_frame = last_frame.max(l);
+            }
             segments.push(Arc::new(Segment::new(
                 no,
                 path,
@@ -617,8 +624,13 @@ impl SegmentLog {
             )?));
         }
         // Something outside the log proves LSNs up to `durable_lsn` were
-        // durable: the log must still hold them.
-        if ropts.durable_lsn > prev_end {
+        // durable: the log must still hold them, up to a frame of that LSN
+        // (derived state is taken at a frame it applied, and rebuilt
+        // whenever a compaction drops frames; a header's recorded end is
+        // no frame, so a compacted segment cut or zeroed at a frame's edge
+        // is caught here).
+        if ropts.durable_lsn > last_frame {
+            let prev_end = last_frame;
             let evidence = if ropts.durable_evidence.is_empty() {
                 "derived state".to_string()
             } else {
