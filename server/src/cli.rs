@@ -439,7 +439,10 @@ fn write_stdout(bytes: &[u8]) -> Result<(), CliError> {
 
 /// Options the CLI opens the store in `dir` with: the embedder is
 /// `embedder` (the `--embedder` flag), else the one in the store's
-/// settings, else none. A new choice is saved in the store's settings.
+/// settings, else none. Nothing is saved here: a new choice is remembered
+/// by [`remember_embedder`] once a command has opened the store to write
+/// (a read, a refused open, a backup or a directory that is not a store
+/// keeps its settings).
 pub fn store_options(dir: &Path, embedder: Option<&str>) -> Result<Options, CliError> {
     let opts = Options {
         create_if_missing: false,
@@ -463,30 +466,41 @@ pub fn store_options(dir: &Path, embedder: Option<&str>) -> Result<Options, CliE
         .or_else(|| saved.as_ref().and_then(|s| s.embedder.clone()))
         .unwrap_or_else(|| "none".to_string());
     let chosen = engram_engine::settings::embedder_by_name(&name)?;
-    let wanted = StoreSettings {
-        embedder: (name != "none").then_some(name),
-    };
-    if embedder.is_some()
-        && saved.as_ref() != Some(&wanted)
-        && engram_engine::store_dir::classify(opts.backend.as_ref(), dir)?
-            != engram_engine::store_dir::DirKind::Empty
-    {
-        engram_engine::settings::save(opts.backend.as_ref(), dir, &wanted)?;
-        // said, since a read command changes it too
-        crate::eoutln!(
-            "note: {} now remembers the embedder '{}' (it was '{}'); later commands use it without --embedder",
-            dir.display(),
-            wanted.embedder.as_deref().unwrap_or("none"),
-            saved
-                .as_ref()
-                .and_then(|s| s.embedder.as_deref())
-                .unwrap_or("none")
-        );
-    }
     Ok(Options {
         embedder: chosen,
         ..opts
     })
+}
+
+/// Saves the `--embedder` choice into the store in `dir` when it differs
+/// from what the store remembers (or the settings file is damaged), saying
+/// so on stderr. Called once a command has opened the store to write, so
+/// it only ever changes a store that command was allowed to change.
+pub fn remember_embedder(dir: &Path, embedder: Option<&str>) -> Result<(), CliError> {
+    let Some(name) = embedder else {
+        return Ok(());
+    };
+    let backend = Options::default().backend;
+    let wanted = StoreSettings {
+        embedder: (name != "none").then(|| name.to_string()),
+    };
+    // what the store remembers now (no settings file: none)
+    let before = match engram_engine::settings::load(backend.as_ref(), dir) {
+        Ok(s) => {
+            let current = s.and_then(|s| s.embedder);
+            if current == wanted.embedder {
+                return Ok(());
+            }
+            current.unwrap_or_else(|| "none".to_string())
+        }
+        Err(_) => "unreadable settings".to_string(),
+    };
+    engram_engine::settings::save(backend.as_ref(), dir, &wanted)?;
+    crate::eoutln!(
+        "note: {} now remembers the embedder '{name}' (it was '{before}'); later commands use it without --embedder",
+        dir.display()
+    );
+    Ok(())
 }
 
 /// Whether an open failed because the store's file system is read-only.
@@ -550,6 +564,8 @@ fn open_store_with(ctx: &Ctx, create: bool) -> Result<Engram, CliError> {
     })?;
     if create {
         save_embedder_choice(ctx)?;
+    } else if !db.options().read_only {
+        remember_embedder(dir, ctx.embedder.as_deref())?;
     }
     if let Some(t) = &report.log.truncation {
         crate::eoutln!(

@@ -483,6 +483,7 @@ pub fn compact(ctx: &Ctx, json_out: bool) -> CliResult {
     let r = Engram::compact(data, &opts);
     spinner.finish();
     let r = r?;
+    crate::cli::remember_embedder(data, ctx.embedder.as_deref())?;
     if json_out {
         json(&r)?;
     } else {
@@ -553,6 +554,7 @@ pub fn restore(ctx: &Ctx, a: RestoreArgs) -> CliResult {
     let r = Engram::restore(&ctx.data, &a.dir, &opts, a.ledger.as_deref());
     spinner.finish();
     let r = r?;
+    crate::cli::remember_embedder(&ctx.data, ctx.embedder.as_deref())?;
     if a.json {
         json(&r)?;
     } else {
@@ -600,6 +602,7 @@ pub fn rebuild(ctx: &Ctx, verify: bool, json_out: bool) -> CliResult {
     let r = Engram::rebuild(&ctx.data, &opts, verify);
     spinner.finish();
     let r = r?;
+    crate::cli::remember_embedder(&ctx.data, ctx.embedder.as_deref())?;
     if json_out {
         json(&r)?;
     } else {

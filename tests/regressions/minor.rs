@@ -654,6 +654,37 @@ fn a_changed_embedder_choice_is_said_once() {
     );
     assert!(!note(&["--embedder", "hash", "stats"]).contains("remembers"));
     assert!(!note(&["stats"]).contains("remembers"));
+    // a read-only command, a refused open and a backup keep their settings
+    let settings = store.join("settings.snap");
+    let before = std::fs::read(&settings).unwrap();
+    let v = cli::at(&store, &["--embedder", "none", "verify"]);
+    assert!(v.status.success(), "{}", cli::text(&v));
+    assert!(!cli::text(&v).contains("remembers"));
+    assert_eq!(
+        std::fs::read(&settings).unwrap(),
+        before,
+        "verify changed the settings"
+    );
+    let backup = tmp.path().join("backup");
+    ok(&store, &["backup", backup.to_str().unwrap()]);
+    let b_settings = std::fs::read(backup.join("settings.snap")).unwrap();
+    cli::at(&backup, &["--embedder", "none", "verify"]);
+    assert_eq!(
+        std::fs::read(backup.join("settings.snap")).unwrap(),
+        b_settings
+    );
+    let _held = engram::Engram::open(&store, engram::Options::default()).unwrap();
+    fails(&store, &["--embedder", "none", "stats"]);
+    assert_eq!(
+        std::fs::read(&settings).unwrap(),
+        before,
+        "a refused open changed the settings"
+    );
+    let not_a_store = tmp.path().join("plain");
+    std::fs::create_dir_all(&not_a_store).unwrap();
+    std::fs::write(not_a_store.join("notes.txt"), "x").unwrap();
+    cli::at(&not_a_store, &["--embedder", "hash", "stats"]);
+    assert!(!not_a_store.join("settings.snap").exists());
 }
 
 /// `eval` counts a relevant record once however it is named (twice, or by

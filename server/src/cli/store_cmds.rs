@@ -434,6 +434,7 @@ pub(super) fn cmd_rebuild(ctx: &Ctx, a: RebuildArgs) -> CliResult {
     let n = Engram::rebuild_checkpoint(data, &opts);
     spinner.finish();
     let n = n?;
+    crate::cli::remember_embedder(data, ctx.embedder.as_deref())?;
     if a.json {
         print_json(&serde_json::json!({"records": n, "seconds": started.elapsed().as_secs_f64()}))?;
     } else {

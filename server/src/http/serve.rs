@@ -97,6 +97,12 @@ fn open(data: &Path, embedder: Option<&str>) -> ServerResult<Engram> {
         ..opts
     };
     let (db, report) = Engram::open_with_report(data, opts).map_err(ServerError::Engine)?;
+    // the store is open to write (and locked): a new --embedder choice is
+    // remembered now
+    crate::cli::remember_embedder(data, embedder).map_err(|e| ServerError::Config {
+        path: data.to_path_buf(),
+        reason: e.to_string(),
+    })?;
     let mut fields = vec![
         ("store", json!(data.display().to_string())),
         ("frames_replayed", json!(report.frames_replayed)),
