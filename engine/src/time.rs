@@ -78,8 +78,17 @@ pub struct ParseTimeError {
     pub reason: &'static str,
 }
 
+const OUT_OF_RANGE: &str = "outside years 0001..9999";
+
 impl fmt::Display for ParseTimeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.reason == OUT_OF_RANGE {
+            return write!(
+                f,
+                "'{}' is outside years 0001..9999, where every stored time lies",
+                self.input
+            );
+        }
         if self.reason == SUB_MS {
             // a valid timestamp, too precise for a bound
             return write!(
@@ -151,6 +160,21 @@ pub fn parse_rfc3339_bound(s: &str) -> Result<TimestampMs, ParseTimeError> {
                 reason: SUB_MS,
             });
         }
+    }
+    Ok(ms)
+}
+
+/// [`parse_rfc3339_bound`] for a time a request compares with, inside the
+/// years every stored time lies in (0001..=9999, as the query language
+/// checks its times): a bound outside them is refused by name rather than
+/// answered as an empty store.
+pub fn parse_query_time(s: &str) -> Result<TimestampMs, ParseTimeError> {
+    let ms = parse_rfc3339_bound(s)?;
+    if !(TIMESTAMP_MIN_MS..=TIMESTAMP_MAX_MS).contains(&ms) {
+        return Err(ParseTimeError {
+            input: s.chars().take(40).collect(),
+            reason: OUT_OF_RANGE,
+        });
     }
     Ok(ms)
 }
@@ -384,6 +408,19 @@ pub fn parse_retention_period(s: &str) -> Result<Option<i64>, String> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_query_time_outside_the_stored_years_is_refused() {
+        for bad in ["0000-12-31T00:00:00Z", "0001-01-01T00:30:00+01:00"] {
+            let e = parse_query_time(bad).unwrap_err().to_string();
+            assert!(e.contains("outside years 0001..9999"), "{bad}: {e}");
+        }
+        assert_eq!(
+            parse_query_time("0001-01-01T00:00:00Z"),
+            Ok(TIMESTAMP_MIN_MS)
+        );
+        assert!(parse_query_time("9999-12-31T23:59:59.999Z").is_ok());
+    }
 
     #[test]
     fn a_formatted_retention_period_parses_back_to_itself() {

@@ -34,7 +34,7 @@ use engram_engine::retrieval::episodic::{self, Window as EpisodicWindow};
 use engram_engine::retrieval::{
     Filters, Fusion, Hit, Mode, Norm, RRF_K, RecallRequest, RetrieverParams, SearchRequest,
 };
-use engram_engine::time::parse_rfc3339_bound;
+use engram_engine::time::parse_query_time;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -274,7 +274,7 @@ fn parse_case_as(text: &str, line: usize, session: bool) -> Result<EvalCase, Lin
         };
         let time = |f: &str| -> Result<Option<i64>, (String, String)> {
             one(&o, &[f])?
-                .map(|s| parse_rfc3339_bound(&s).map_err(|e| (f.to_string(), e.to_string())))
+                .map(|s| parse_query_time(&s).map_err(|e| (f.to_string(), e.to_string())))
                 .transpose()
         };
         let k = match o.get("k") {

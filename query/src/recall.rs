@@ -27,7 +27,7 @@
 
 use engram_engine::model::RecordType;
 use engram_engine::retrieval::{Filters, Mode, RecallRequest};
-use engram_engine::time::parse_rfc3339_bound;
+use engram_engine::time::parse_query_time;
 use serde_json::{Map, Value};
 
 use crate::ingest::{LineError, parse_vector};
@@ -118,7 +118,7 @@ fn opt_str(o: &Map<String, Value>, f: &str) -> R<Option<String>> {
 
 fn opt_time(o: &Map<String, Value>, f: &str) -> R<Option<i64>> {
     opt_str(o, f)?
-        .map(|s| parse_rfc3339_bound(&s).map_err(|e| (f.to_string(), e.to_string())))
+        .map(|s| parse_query_time(&s).map_err(|e| (f.to_string(), e.to_string())))
         .transpose()
 }
 

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Args;
 use engram_engine::Engram;
 use engram_engine::retrieval::{Filters, Manifest, RecallResponse};
-use engram_engine::time::parse_rfc3339_bound;
+use engram_engine::time::parse_query_time;
 use engram_query::eval::{CaseResult, EvalCase, Relevant, parse_cases, score_resolved, summarize};
 use engram_query::recall::{build_request, record_types};
 use serde::Serialize;
@@ -109,7 +109,7 @@ pub struct EvalArgs {
 
 fn time(flag: &str, v: &Option<String>) -> Result<Option<i64>, CliError> {
     v.as_deref()
-        .map(|t| parse_rfc3339_bound(t).map_err(|e| CliError::Message(format!("--{flag}: {e}"))))
+        .map(|t| parse_query_time(t).map_err(|e| CliError::Message(format!("--{flag}: {e}"))))
         .transpose()
 }
 

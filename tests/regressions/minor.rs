@@ -766,3 +766,30 @@ fn get_marks_an_expired_record_historical() {
         );
     }
 }
+
+/// A time outside the years 0001..9999 in an eval case or a listing bound
+/// is refused before anything runs, naming it (a case used to run and
+/// fail on its own, the others still running).
+#[test]
+fn eval_and_log_refuse_a_time_outside_the_stored_years_up_front() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path());
+    let cases = tmp.path().join("cases.jsonl");
+    std::fs::write(
+        &cases,
+        "{\"case_id\": \"ok\", \"query\": \"checkout\", \"tenant\": \"t\", \"relevant\": [\"a\"]}\n{\"case_id\": \"bad\", \"query\": \"checkout\", \"tenant\": \"t\", \"as_of\": \"0000-06-01T00:00:00Z\"}\n",
+    )
+    .unwrap();
+    let msg = fails(&store, &["eval", cases.to_str().unwrap()]);
+    assert!(
+        msg.contains("line 2") && msg.contains("outside years 0001..9999"),
+        "{msg}"
+    );
+    assert!(!msg.contains("recall@"), "a case ran: {msg}");
+    let msg = fails(
+        &store,
+        &["log", "--tenant", "t", "--since", "0000-01-01T00:00:00Z"],
+    );
+    assert!(msg.contains("outside years 0001..9999"), "{msg}");
+}

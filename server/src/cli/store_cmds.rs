@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use engram_engine::time::parse_rfc3339_bound;
+use engram_engine::time::parse_query_time;
 use engram_engine::{EngineError, Engram, ListFilter, Options, Record};
 
 use crate::output::{record_block, record_header};
@@ -47,7 +47,7 @@ pub(super) fn cmd_get(ctx: &Ctx, a: IdArgs, history: bool) -> CliResult {
 pub(super) fn cmd_log(ctx: &Ctx, a: LogArgs) -> CliResult {
     let parse = |s: &Option<String>, f: &str| -> Result<Option<i64>, CliError> {
         s.as_deref()
-            .map(|t| parse_rfc3339_bound(t).map_err(|e| CliError::Message(format!("--{f}: {e}"))))
+            .map(|t| parse_query_time(t).map_err(|e| CliError::Message(format!("--{f}: {e}"))))
             .transpose()
     };
     let filter = ListFilter {

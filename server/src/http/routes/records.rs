@@ -8,7 +8,7 @@
 use axum::Json;
 use axum::extract::State;
 use engram_engine::authz::Operation;
-use engram_engine::time::parse_rfc3339_bound;
+use engram_engine::time::parse_query_time;
 use engram_engine::trace::Trace;
 use engram_engine::{AppendOutcome, AppendResult, ListFilter, NewRecord, Record, RecordType};
 use engram_query::LineError;
@@ -271,9 +271,7 @@ pub async fn list(
     let session = caller.session(&app, Operation::Read).await?;
     let time = |f: &str, v: &Option<String>| -> ServerResult<Option<i64>> {
         v.as_deref()
-            .map(|t| {
-                parse_rfc3339_bound(t).map_err(|e| ServerError::invalid(None, f, e.to_string()))
-            })
+            .map(|t| parse_query_time(t).map_err(|e| ServerError::invalid(None, f, e.to_string())))
             .transpose()
     };
     let max = app.cfg.limits.list_limit_max;
