@@ -539,7 +539,9 @@ fn a_bulk_body_cut_off_stores_whole_batches_only() {
         .iter()
         .find(|l| l.get("error").is_some())
         .unwrap_or_else(|| panic!("{out:?}"));
+    // line 3 waited for its batch; line 4 was cut inside
     assert_eq!(err["not_stored"]["from_line"], 3, "{err}");
+    assert_eq!(err["not_stored"]["to_line"], 4, "{err}");
     assert_eq!(out.last().unwrap()["summary"]["complete"], false);
     let listed = s.json("GET", "/v1/records", Some(&k), None, 200);
     let ext: Vec<&str> = listed["records"]

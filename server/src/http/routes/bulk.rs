@@ -102,6 +102,7 @@ pub async fn ingest(
         tx,
         pending: Vec::with_capacity(batch),
         totals: Totals::default(),
+        cut_line: None,
     };
     tokio::spawn(job.run(req.into_body()));
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
@@ -140,6 +141,8 @@ struct Bulk {
     tx: mpsc::Sender<Bytes>,
     pending: Vec<Pending>,
     totals: Totals,
+    /// The number of a line the body broke off inside, if it did.
+    cut_line: Option<usize>,
 }
 
 /// Why a stream ended early.
@@ -209,8 +212,10 @@ impl Bulk {
             Err(Stop::Gone) => Some(Stop::Gone),
             Err(failed) => {
                 let dropped = std::mem::take(&mut self.pending);
-                if let (Some(first), Some(last)) = (dropped.first(), dropped.last()) {
-                    unstored = Some(json!({"from_line": first.line, "to_line": last.line}));
+                let first = dropped.first().map(|p| p.line).or(self.cut_line);
+                let last = self.cut_line.or(dropped.last().map(|p| p.line));
+                if let (Some(first), Some(last)) = (first, last) {
+                    unstored = Some(json!({"from_line": first, "to_line": last}));
                 }
                 Some(failed)
             }
@@ -254,12 +259,14 @@ impl Bulk {
         loop {
             let chunk = match tokio::time::timeout(idle, data.next()).await {
                 Err(_) => {
+                    self.note_cut(n_line, &line, overlong);
                     return Err(Stop::Failed(ServerError::Timeout {
                         after_ms: limits.body_idle_timeout_ms,
                     }));
                 }
                 Ok(None) => break,
                 Ok(Some(Err(e))) => {
+                    self.note_cut(n_line, &line, overlong);
                     return Err(Stop::Failed(ServerError::bad_request(
                         "body",
                         format!("could not read the request body: {e}"),
@@ -269,6 +276,7 @@ impl Bulk {
             };
             total_bytes += chunk.len() as u64;
             if total_bytes > limits.bulk_body_bytes_max {
+                self.note_cut(n_line, &line, overlong);
                 return Err(Stop::Failed(ServerError::TooLarge {
                     limit_bytes: limits.bulk_body_bytes_max,
                 }));
@@ -301,6 +309,14 @@ impl Bulk {
             self.take_line(n_line, &line, overlong).await?;
         }
         Ok(())
+    }
+
+    /// Notes the line the body broke off inside (after `n_line` whole
+    /// lines), if part of one was read.
+    fn note_cut(&mut self, n_line: usize, line: &[u8], overlong: bool) {
+        if !line.is_empty() || overlong {
+            self.cut_line = Some(n_line + 1);
+        }
     }
 
     /// Parses one line into the pending batch; flushes a full batch.
