@@ -1231,3 +1231,38 @@ fn a_deleted_entity_is_not_an_endpoint_or_a_subject() {
     s.append(vec![relation("kept", "kept")]).unwrap();
     db.close().unwrap();
 }
+
+/// A writer that cannot read what it wrote (it lacks a label it gave) gets
+/// a duplicate for a retry of the same content, and for anything else the
+/// plain "in use": never the record's id, nor that it was deleted.
+#[test]
+fn a_writer_without_the_label_learns_nothing_beyond_its_own_retry() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let alice = db.session(Principal::user("A", "alice"));
+    let mut r = NewRecord::event("m", "salary review notes").with_external_id("d2");
+    r.access = vec!["hr".into()];
+    let first = alice.append(vec![r.clone()]).unwrap().remove(0);
+    let again = alice.append(vec![r.clone()]).unwrap().remove(0);
+    assert_eq!(again.outcome, engram::AppendOutcome::Duplicate);
+    assert_eq!(again.id, first.id);
+    let other = || {
+        let mut o = NewRecord::event("m", "something else").with_external_id("d2");
+        o.access = vec!["hr".into()];
+        o
+    };
+    let in_use = |e: EngineError| {
+        assert!(
+            matches!(&e, EngineError::ExternalIdConflict { existing: None, .. }),
+            "{e}"
+        );
+        assert!(!e.to_string().contains(&first.id.to_string()), "{e}");
+        assert!(!e.to_string().contains("deleted"), "{e}");
+    };
+    in_use(alice.append(vec![other()]).unwrap_err());
+    db.session(Principal::admin("A"))
+        .delete(&RecordRef::External("d2".into()), None)
+        .unwrap();
+    in_use(alice.append(vec![other()]).unwrap_err());
+    db.close().unwrap();
+}

@@ -85,7 +85,14 @@ pub(super) fn existing_version(
     if !readable(ix) {
         return Err(in_use());
     }
+    // Only a duplicate is its writer's to know without the labels: any
+    // other answer about a record it cannot read (deleted, or naming it)
+    // is the plain "in use".
+    let visible = session.target(st, ix, held).readable;
     let m = st.meta(ix);
+    if m.status == Status::Deleted && !visible {
+        return Err(in_use());
+    }
     if m.status == Status::Deleted {
         return Err(EngineError::invalid(
             "external_id",
@@ -108,7 +115,7 @@ pub(super) fn existing_version(
         return Err(EngineError::ExternalIdConflict {
             item: Some(i),
             external_id: e.clone(),
-            existing: Some(m.id),
+            existing: visible.then_some(m.id),
         });
     }
     Ok(None)
