@@ -1037,3 +1037,27 @@ fn a_correction_by_path_takes_replace_access() {
     );
     assert_eq!(r["record"]["access"], json!([]), "{r}");
 }
+
+/// A context request without a budget gets the default, or the configured
+/// maximum when that is lower (it was refused, naming a field it lacked).
+#[test]
+fn a_context_without_a_budget_fits_a_lower_configured_maximum() {
+    let (_tmp, dir) = new_store();
+    let ann = tenant_key(&dir, "acme", "ann", "user");
+    let s = Server::start(&dir, Some("[limits]\ncontext_budget_bytes_max = 4096\n"));
+    let r = s.json(
+        "POST",
+        "/v1/context",
+        Some(&ann),
+        Some(r#"{"text": "checkout"}"#),
+        200,
+    );
+    assert!(r["context"]["used_bytes"].as_u64().unwrap() <= 4096, "{r}");
+    s.json(
+        "POST",
+        "/v1/context",
+        Some(&ann),
+        Some(r#"{"text": "checkout", "budget_bytes": 8192}"#),
+        422,
+    );
+}

@@ -157,7 +157,10 @@ pub async fn context(
     req.user = b.user;
     req.conversation = b.conversation;
     req.agent = b.agent;
-    req.budget_bytes = b.budget_bytes.unwrap_or(CONTEXT_BUDGET_BYTES_DEFAULT);
+    // the default, or the configured maximum when that is lower
+    req.budget_bytes = b
+        .budget_bytes
+        .unwrap_or(CONTEXT_BUDGET_BYTES_DEFAULT.min(l.context_budget_bytes_max));
     if let Some(k) = b.semantic_k {
         req.semantic_k = k;
     }
