@@ -874,6 +874,9 @@ pub struct Record {
     pub kind: String,
     /// Current status.
     pub status: Status,
+    /// Whether its validity has ended (an active or approved record whose
+    /// `valid_until` has passed): historical, as retrieval marks it.
+    pub historical: bool,
     /// Valid time of the event.
     #[serde(serialize_with = "ser_time")]
     pub occurred_at: TimestampMs,

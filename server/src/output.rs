@@ -92,16 +92,8 @@ pub fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
 /// One-line header of a record. A current record whose validity ended is
 /// marked historical, as `trace` and retrieval show it.
 pub fn record_header(r: &Record) -> String {
-    use engram_engine::time::Clock;
-    let now = engram_engine::time::SystemClock.now_ms();
     let status = match r.valid_until {
-        Some(t)
-            if t <= now
-                && matches!(
-                    r.status,
-                    engram_engine::Status::Active | engram_engine::Status::Approved
-                ) =>
-        {
+        Some(t) if r.historical => {
             format!(
                 "{}, historical since {}",
                 r.status.name(),

@@ -793,3 +793,35 @@ fn eval_and_log_refuse_a_time_outside_the_stored_years_up_front() {
     );
     assert!(msg.contains("outside years 0001..9999"), "{msg}");
 }
+
+/// The machine-readable record says an expired record is historical, as
+/// its text header and retrieval do.
+#[test]
+fn a_record_s_json_says_it_is_historical() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let f = tmp.path().join("e.jsonl");
+    std::fs::write(
+        &f,
+        "{\"external_id\":\"old\",\"tenant\":\"t\",\"kind\":\"k\",\"text\":\"office in Lyon\",\"occurred_at\":\"2025-01-01T00:00:00Z\"}\n{\"external_id\":\"new\",\"tenant\":\"t\",\"kind\":\"k\",\"text\":\"office in Paris\"}\n",
+    )
+    .unwrap();
+    ok(&store, &["ingest", f.to_str().unwrap()]);
+    ok(
+        &store,
+        &[
+            "expire",
+            "old",
+            "--tenant",
+            "t",
+            "--at",
+            "2025-06-01T00:00:00Z",
+        ],
+    );
+    let old = cli::json(&ok(&store, &["get", "old", "--tenant", "t", "--json"]));
+    assert_eq!(old["historical"], true, "{old}");
+    assert_eq!(old["status"], "active", "{old}");
+    let new = cli::json(&ok(&store, &["get", "new", "--tenant", "t", "--json"]));
+    assert_eq!(new["historical"], false, "{new}");
+}

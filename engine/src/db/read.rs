@@ -251,6 +251,7 @@ impl Engram {
             },
             kind: r.kind,
             status: m.status,
+            historical: st.shown_status(idx, m.status, self.now(), None) == "historical",
             occurred_at: r.occurred_at_ms,
             ingested_at: r.ingested_at_ms,
             valid_from: r.valid_from_ms,

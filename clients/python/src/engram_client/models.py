@@ -118,6 +118,7 @@ class Record(TypedDict, total=False):
     record: str
     kind: str
     scope: Scope
+    historical: bool
     occurred_at: str
     ingested_at: str
     text: Optional[str]
