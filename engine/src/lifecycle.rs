@@ -89,6 +89,17 @@ impl Session {
                     reason: "it is deleted".into(),
                 });
             }
+            // An old version is out of every current and valid-time read
+            // already (`AS OF` shows it as it was): its expiry would change
+            // nothing, so an old id named by mistake is said.
+            if let Some(by) = m.superseded_by {
+                let by = st.meta(by).id;
+                return Err(EngineError::InvalidState {
+                    action: "expire".into(),
+                    target: m.id,
+                    reason: format!("it is superseded by {by}; expire the current version"),
+                });
+            }
             (m.id, m.valid_from)
         };
         if valid_until < from {

@@ -227,3 +227,33 @@ fn a_fixed_valid_at_gives_the_same_answer_at_any_later_time() {
     }
     db.close().unwrap();
 }
+
+/// An old version of a correction chain is out of every current read
+/// already: expiring it would change nothing, so it is refused, naming
+/// the version to expire instead.
+#[test]
+fn expiring_a_superseded_version_is_refused_naming_the_current_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0 + MINUTE);
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("acme-ops"));
+    let old = s
+        .append(vec![
+            NewRecord::event("observation", "db-1 disk at 40%").with_external_id("disk"),
+        ])
+        .unwrap()
+        .remove(0)
+        .id;
+    let mut fix = NewRecord::event("observation", "db-1 disk at 45%");
+    fix.supersedes = Some(ext("disk"));
+    let new = s.append(vec![fix]).unwrap().remove(0).id;
+    let e = s
+        .expire(&engram::RecordRef::Id(old), T0 + 10 * MINUTE)
+        .unwrap_err();
+    assert!(
+        matches!(&e, EngineError::InvalidState { reason, .. } if reason.contains(&new.to_string())),
+        "{e}"
+    );
+    s.expire(&ext("disk"), T0 + 10 * MINUTE).unwrap();
+    db.close().unwrap();
+}
