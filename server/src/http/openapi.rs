@@ -84,8 +84,9 @@ impl Modify for BearerKey {
 
 /// Declares the answers any `/v1` operation may give besides its own
 /// (docs/server.md's error table): 400, 401, 403, 429 (a full queue), 500
-/// and 503 on every operation that needs a key, 413 where there is a
-/// body, and 422 (`ambiguous_reference`) where the path names a record.
+/// and 503 on every operation that needs a key, 413 on each of them too
+/// (the body limit applies to any request, also one whose operation reads
+/// no body), and 422 (`ambiguous_reference`) where the path names a record.
 /// An operation's own description of a status is kept.
 struct CommonErrors;
 
@@ -111,7 +112,7 @@ impl Modify for CommonErrors {
             (
                 "413",
                 "PayloadTooLarge",
-                "payload_too_large: the body is over its limit",
+                "payload_too_large: the body is over its limit (a body sent to an operation that reads none counts too)",
             ),
             ("429", "Busy", "busy: a queue is full; Retry-After"),
             (
@@ -161,9 +162,6 @@ impl Modify for CommonErrors {
                     continue;
                 }
                 for (code, name, _) in COMMON.into_iter().chain([AMBIGUOUS]) {
-                    if code == "413" && op.request_body.is_none() {
-                        continue;
-                    }
                     if code == "422" && !path.contains("{ref}") {
                         continue;
                     }
