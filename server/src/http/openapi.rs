@@ -161,6 +161,18 @@ impl Modify for CommonErrors {
                 if op.security.as_ref().is_none_or(|s| s.is_empty()) {
                     continue;
                 }
+                // a body whose every field is optional may be left out (an
+                // empty body reads as `{}`)
+                if ["/retract", "/approve", "/reject"]
+                    .iter()
+                    .any(|end| path.ends_with(end))
+                {
+                    if let Some(body) = op.request_body.as_mut() {
+                        body.required = Some(utoipa::openapi::Required::False);
+                        body.description =
+                            Some("Optional: an empty body is read as {}".to_string());
+                    }
+                }
                 for (code, name, _) in COMMON.into_iter().chain([AMBIGUOUS]) {
                     if code == "422" && !path.contains("{ref}") {
                         continue;
