@@ -346,12 +346,14 @@ pub(crate) fn check_replays(dir: &Path, opts: &Options) -> Result<()> {
     // removed, or cut at a frame's edge) replays, but rebuilding from it
     // would discard the only evidence of the loss.
     let seen = Engram::inspect_log(dir, opts)?;
-    if seen.problem.is_none() && seen.durable_lsn > seen.intact_through {
+    // (held to the last frame: derived state is always taken at a frame
+    // it applied, and a header's recorded end is no frame)
+    if seen.problem.is_none() && seen.durable_lsn > seen.last_frame_lsn {
         return Err(EngineError::Corrupt {
             what: "the log".into(),
             detail: format!(
                 "it ends at LSN {} but {} shows LSN {} was acknowledged (segment files removed, or cut at a frame's edge); rebuilding would discard that evidence: put the missing segments back, or see `engram repair`. Nothing was changed",
-                seen.intact_through, seen.durable_evidence, seen.durable_lsn
+                seen.last_frame_lsn, seen.durable_evidence, seen.durable_lsn
             ),
         });
     }

@@ -37,6 +37,9 @@ pub struct Inspection {
     pub bytes_after: u64,
     /// The highest LSN seen in any intact frame (after damage too).
     pub highest_lsn_seen: u64,
+    /// LSN of the last frame of the intact part (`intact_through` may be
+    /// past it, by frames a compaction dropped).
+    pub last_frame_lsn: u64,
     /// The highest LSN derived state proves was durable (acknowledged).
     pub durable_lsn: u64,
     /// What proves it.
@@ -87,6 +90,7 @@ impl Engram {
             problem,
             bytes_after,
             highest_lsn_seen,
+            last_frame_lsn,
         } = log_repair::inspect(opts.backend.as_ref(), &layout::log(dir))?;
         Ok(Inspection {
             segments: n_segments,
@@ -95,6 +99,7 @@ impl Engram {
             problem,
             bytes_after,
             highest_lsn_seen,
+            last_frame_lsn,
             durable_lsn,
             durable_evidence: evidence.to_string(),
         })

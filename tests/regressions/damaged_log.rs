@@ -354,11 +354,22 @@ fn a_compacted_last_segment_cut_at_a_frame_edge_is_refused() {
         assert!(!v.status.success(), "zeroed {zeroed}: {}", cli::text(&v));
         let msg = fails(&store, &["stats"]);
         assert!(msg.contains("LSN 31"), "zeroed {zeroed}: {msg}");
+        // rebuild would discard the evidence: refused too
+        let msg = fails(&store, &["rebuild"]);
+        assert!(msg.contains("LSN 31"), "zeroed {zeroed}: {msg}");
         cli::assert_same(
             &before,
             &snapshot(&store),
             "a refused open changed the store",
         );
+        // repair names the loss and the cut that accepts it
+        let out = cli::text(&ok(&store, &["repair"]));
+        assert!(
+            out.contains("LSNs 31..=31 are missing") && out.contains("--truncate-after 30"),
+            "zeroed {zeroed}: {out}"
+        );
+        ok(&store, &["repair", "--truncate-after", "30"]);
+        ok(&store, &["verify"]);
     }
 }
 

@@ -328,20 +328,22 @@ pub(super) fn cmd_repair(ctx: &Ctx, a: RepairArgs) -> CliResult {
         match &i.problem {
             // frames intact, but fewer than were acknowledged: a segment
             // removed, or one cut or zeroed at a frame's edge
-            None if i.durable_lsn > i.intact_through => {
+            // (held to the last frame: a compacted segment's header may
+            // record an end past it)
+            None if i.durable_lsn > i.last_frame_lsn => {
                 crate::outln!(
-                    "the log ({} segment(s)) is intact through LSN {}, but {} shows LSN {} was acknowledged: LSNs {}..={} are missing (a segment file removed, or cut at a frame's edge)",
+                    "the log ({} segment(s)) holds frames through LSN {}, but {} shows LSN {} was acknowledged: LSNs {}..={} are missing (a segment file removed, or cut or zeroed at a frame's edge)",
                     i.segments,
-                    i.intact_through,
+                    i.last_frame_lsn,
                     i.durable_evidence,
                     i.durable_lsn,
-                    i.intact_through + 1,
+                    i.last_frame_lsn + 1,
                     i.durable_lsn
                 );
                 crate::outln!(
                     "put the missing segment files back, or restore from a backup; to accept the loss: engram --data {} repair --truncate-after {} (deletions and revocations in ledger.jsonl are applied again)",
                     data.display(),
-                    i.intact_through
+                    i.last_frame_lsn
                 );
             }
             None => crate::outln!(

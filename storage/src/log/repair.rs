@@ -36,6 +36,10 @@ pub struct LogInspection {
     /// Highest LSN of an intact frame found anywhere after the problem
     /// (what cutting at `intact_through` would lose, at least).
     pub highest_lsn_seen: Lsn,
+    /// LSN of the last frame of the intact part (`intact_through` may be
+    /// past it: a compacted segment's header records an end past frames
+    /// the compaction dropped). What derived state's evidence is held to.
+    pub last_frame_lsn: Lsn,
 }
 
 /// What [`repair`] did.
@@ -268,9 +272,15 @@ pub fn inspect(backend: &dyn Backend, dir: &Path) -> StorageResult<LogInspection
             .map_or(SEGMENT_HEADER_BYTES as u64, |&(_, o)| o);
         bytes_after += last.len.saturating_sub(kept);
     }
+    let last_frame_lsn = intact
+        .iter()
+        .filter_map(|s| s.batch_ends.last().map(|&(l, _)| l))
+        .max()
+        .unwrap_or(0);
     Ok(LogInspection {
         n_segments: intact.len() + rest.len(),
         intact_through,
+        last_frame_lsn,
         recent_batch_ends: all_ends[all_ends.len().saturating_sub(20)..].to_vec(),
         problem,
         bytes_after,
