@@ -92,8 +92,11 @@ impl Session {
             // An old version is out of every current and valid-time read
             // already (`AS OF` shows it as it was): its expiry would change
             // nothing, so an old id named by mistake is said.
-            if let Some(by) = m.superseded_by {
-                let by = st.meta(by).id;
+            if m.superseded_by.is_some() {
+                // the chain's newest version
+                let by = st
+                    .meta(*st.chain(idx).last().expect("a chain holds its record"))
+                    .id;
                 return Err(EngineError::InvalidState {
                     action: "expire".into(),
                     target: m.id,

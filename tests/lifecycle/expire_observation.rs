@@ -246,6 +246,10 @@ fn expiring_a_superseded_version_is_refused_naming_the_current_one() {
         .id;
     let mut fix = NewRecord::event("observation", "db-1 disk at 45%");
     fix.supersedes = Some(ext("disk"));
+    s.append(vec![fix]).unwrap();
+    let mut fix = NewRecord::event("observation", "db-1 disk at 50%");
+    fix.supersedes = Some(ext("disk"));
+    // the current version is named, not the next one
     let new = s.append(vec![fix]).unwrap().remove(0).id;
     let e = s
         .expire(&engram::RecordRef::Id(old), T0 + 10 * MINUTE)

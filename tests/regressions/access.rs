@@ -1266,3 +1266,47 @@ fn a_writer_without_the_label_learns_nothing_beyond_its_own_retry() {
     in_use(alice.append(vec![other()]).unwrap_err());
     db.close().unwrap();
 }
+
+/// In one batch: two corrections of a stored record by its external id
+/// make two versions (the second corrects the first, as in two batches);
+/// a correction line repeated is one correction; and a correction of a
+/// version already corrected that says what that version said is refused
+/// as already superseded, not answered as a duplicate of it.
+#[test]
+fn corrections_in_one_batch_chain_and_repeats_are_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let s = db.session(Principal::user("A", "bob"));
+    let fix = |text: &str| {
+        let mut c = NewRecord::event("m", text);
+        c.supersedes = Some(RecordRef::External("k".into()));
+        c
+    };
+    let v1 = s
+        .append(vec![NewRecord::event("m", "tea").with_external_id("k")])
+        .unwrap()
+        .remove(0)
+        .id;
+    let two = s.append(vec![fix("coffee"), fix("milk")]).unwrap();
+    assert!(
+        two.iter()
+            .all(|r| r.outcome == engram::AppendOutcome::Created)
+    );
+    let repeated = s.append(vec![fix("water"), fix("water")]).unwrap();
+    assert_eq!(repeated[0].outcome, engram::AppendOutcome::Created);
+    assert_eq!(repeated[1].outcome, engram::AppendOutcome::Duplicate);
+    assert_eq!(repeated[1].id, repeated[0].id);
+    let texts: Vec<String> = s
+        .history(&RecordRef::External("k".into()))
+        .unwrap()
+        .into_iter()
+        .map(|r| r.text.unwrap_or_default())
+        .collect();
+    assert_eq!(texts, vec!["tea", "coffee", "milk", "water"]);
+    // "tea" again, correcting the first version by its id
+    let mut back = NewRecord::event("m", "tea");
+    back.supersedes = Some(RecordRef::Id(v1));
+    let e = s.append(vec![back]).unwrap_err();
+    assert!(matches!(e, EngineError::AlreadySuperseded { .. }), "{e}");
+    db.close().unwrap();
+}

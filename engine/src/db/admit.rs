@@ -21,7 +21,7 @@ pub(super) fn existing_version(
     tenant: &str,
     (i, r): (usize, &NewRecord),
     (hash, access): ([u8; 32], &[String]),
-    supersedes: Option<RecordId>,
+    (supersedes, continues_batch): (Option<RecordId>, bool),
 ) -> Result<Option<(RecordId, u64, Status)>> {
     let Some(e) = &r.external_id else {
         return Ok(None);
@@ -111,7 +111,7 @@ pub(super) fn existing_version(
             return Ok(Some((vm.id, vm.loc.lsn, vm.status)));
         }
     }
-    if supersedes != Some(m.id) {
+    if supersedes != Some(m.id) && !continues_batch {
         return Err(EngineError::ExternalIdConflict {
             item: Some(i),
             external_id: e.clone(),
@@ -124,10 +124,11 @@ pub(super) fn existing_version(
 /// A correction that says exactly what its target, or the version that
 /// corrected its target, says: a duplicate of that version, not a new one.
 ///
-/// - The target itself, its content hashed as the target's sibling (with
-///   what the target corrects): a correction sent again after it became
-///   the current version, naming its target by the external id it
-///   inherited (which now names it), is one.
+/// - The target itself while it is the current version, its content
+///   hashed as the target's sibling (with what the target corrects): a
+///   correction sent again after it became the current version, naming
+///   its target by the external id it inherited (which now names it), is
+///   one.
 /// - The version that corrected the target, hashed as it was (its
 ///   `supersedes` is the target): the same correction of the same version
 ///   sent again after it was stored (a retry whose acknowledgement was
@@ -164,6 +165,9 @@ pub(super) fn unchanged_correction(
             // the same record: its external id too (which is not hashed)
             || r.external_id.as_deref() != m.external_id.as_deref()
             || (v != target && !readable(v))
+            // a target already corrected is no current version to repeat
+            // (saying what it said is refused as already superseded)
+            || (v == target && m.superseded_by.is_some())
         {
             continue;
         }

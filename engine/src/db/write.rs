@@ -324,6 +324,25 @@ impl Session {
                     pos.push(i);
                 }
             }
+            // A correction line repeated in the batch is one correction, as
+            // it is when sent again in a later batch: the repeat is a
+            // duplicate of the earlier line.
+            {
+                let mut seen: HashMap<(&RecordRef, Option<&str>), Vec<usize>> = HashMap::new();
+                for (i, r) in records.iter().enumerate() {
+                    let Some(s) = &r.supersedes else { continue };
+                    if repeats.contains_key(&i) {
+                        continue;
+                    }
+                    let same = seen.entry((s, r.text.as_deref())).or_default();
+                    if let Some(&j) = same.iter().find(|&&j| records[j] == *r) {
+                        repeats.insert(i, j);
+                        batch_ids[i] = batch_ids[j];
+                    } else {
+                        same.push(i);
+                    }
+                }
+            }
             // resolve a reference to (id, record type, effective state)
             let rz = Resolver {
                 session: self,
@@ -380,6 +399,14 @@ impl Session {
                     None => content_hash(r, &res, &retention, &access, data_json[i].as_deref()),
                 };
                 // stage 3: external id rules (a duplicate stores nothing)
+                // a correction of an earlier item of this batch that holds
+                // the same external id continues that chain (the item
+                // corrected the stored version)
+                let continues_batch = res
+                    .supersedes
+                    .and_then(|s| batch_ids[..i].iter().position(|b| *b == s))
+                    .and_then(|j| batch[j].as_ref())
+                    .is_some_and(|b| b.external_id.is_some() && b.external_id == r.external_id);
                 let existing = existing_version(
                     (self, &held_once),
                     &w,
@@ -387,7 +414,7 @@ impl Session {
                     &tenant,
                     (i, r),
                     (hash, &access),
-                    res.supersedes,
+                    (res.supersedes, continues_batch),
                 );
                 let existing = match (existing, unless_duplicate) {
                     (Ok(Some(dup)), _) => Some(dup),
