@@ -68,6 +68,10 @@ pub struct IngestedLine {
     pub outcome: AppendOutcome,
     /// Admission status.
     pub status: Status,
+    /// What the engine decided beyond what the line said (inherited
+    /// fields of a correction, vectors a duplicate did not store).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// What an ingest did. Its serde form is the `--json` output, which
@@ -172,6 +176,7 @@ pub fn ingest_lines(
                     external_id: r.external_id,
                     outcome: r.outcome,
                     status: r.status,
+                    notes: r.notes,
                 });
             }
         }
@@ -324,6 +329,9 @@ pub fn ingest(ctx: &Ctx, a: IngestArgs) -> CliResult {
                     .map(|e| format!("  ext={e}"))
                     .unwrap_or_default()
             );
+            for n in &r.notes {
+                crate::outln!("              note: {n}");
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -1061,3 +1061,36 @@ fn a_context_without_a_budget_fits_a_lower_configured_maximum() {
         422,
     );
 }
+
+/// A bulk result line carries the append's notes (a duplicate with vectors
+/// says it stored none of them).
+#[test]
+fn bulk_result_lines_carry_notes() {
+    let (_tmp, dir) = new_store();
+    let ann = tenant_key(&dir, "acme", "ann", "user");
+    let s = Server::start(&dir, None);
+    let line = |v: &str| {
+        format!(
+            "{{\"kind\": \"n\", \"text\": \"x\", \"external_id\": \"k\", \"embedding\": {{\"model\": \"m\", \"vector\": {v}}}}}\n"
+        )
+    };
+    let body = format!("{}{}", line("[1, 0, 0]"), line("[0, 1, 0]"));
+    let r = request(
+        &s.addr,
+        "POST",
+        "/v1/records/bulk?batch=1",
+        Some(&ann),
+        Some(body.as_bytes()),
+        "application/x-ndjson",
+    )
+    .unwrap();
+    let out = r.ndjson();
+    assert!(out[0].get("notes").is_none(), "{out:?}");
+    assert_eq!(out[1]["outcome"], "duplicate", "{out:?}");
+    assert!(
+        out[1]["notes"][0]
+            .as_str()
+            .is_some_and(|n| n.contains("keeps the vectors it has")),
+        "{out:?}"
+    );
+}

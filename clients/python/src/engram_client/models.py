@@ -170,6 +170,7 @@ class BulkLine(TypedDict, total=False):
     outcome: str
     status: str
     lsn: int
+    notes: List[str]
     error: Dict[str, Any]
 
 

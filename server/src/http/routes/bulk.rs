@@ -424,20 +424,21 @@ impl Bulk {
                         AppendOutcome::Created => self.totals.created += 1,
                         AppendOutcome::Duplicate => self.totals.duplicates += 1,
                     }
-                    push_json(
-                        &mut out,
-                        &json!({
-                            "line": line,
-                            "id": res.id.to_string(),
-                            "external_id": res.external_id,
-                            "outcome": match res.outcome {
-                                AppendOutcome::Created => "created",
-                                AppendOutcome::Duplicate => "duplicate",
-                            },
-                            "status": res.status.name(),
-                            "lsn": res.lsn,
-                        }),
-                    );
+                    let mut result = json!({
+                        "line": line,
+                        "id": res.id.to_string(),
+                        "external_id": res.external_id,
+                        "outcome": match res.outcome {
+                            AppendOutcome::Created => "created",
+                            AppendOutcome::Duplicate => "duplicate",
+                        },
+                        "status": res.status.name(),
+                        "lsn": res.lsn,
+                    });
+                    if !res.notes.is_empty() {
+                        result["notes"] = json!(res.notes);
+                    }
+                    push_json(&mut out, &result);
                 }
                 self.send_text(out).await
             }
