@@ -497,7 +497,8 @@ pub fn remember_embedder(dir: &Path, embedder: Option<&str>) -> Result<(), CliEr
     };
     engram_engine::settings::save(backend.as_ref(), dir, &wanted)?;
     crate::eoutln!(
-        "note: {} now remembers the embedder '{name}' (it was '{before}'); later commands use it without --embedder",
+        "note: {} now remembers the embedder '{name}' (it was '{before}'); later commands use it without --embedder; records stored before get its vectors from `engram --data {} rebuild`",
+        dir.display(),
         dir.display()
     );
     Ok(())
