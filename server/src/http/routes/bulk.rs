@@ -276,7 +276,9 @@ impl Bulk {
             };
             total_bytes += chunk.len() as u64;
             if total_bytes > limits.bulk_body_bytes_max {
-                self.note_cut(n_line, &line, overlong);
+                // the chunk that crossed the limit is not read: the line
+                // after the last whole one was (at least partly) in it
+                self.cut_line = Some(n_line + 1);
                 return Err(Stop::Failed(ServerError::TooLarge {
                     limit_bytes: limits.bulk_body_bytes_max,
                 }));
