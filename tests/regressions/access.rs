@@ -1303,6 +1303,38 @@ fn corrections_in_one_batch_chain_and_repeats_are_one() {
         .map(|r| r.text.unwrap_or_default())
         .collect();
     assert_eq!(texts, vec!["tea", "coffee", "milk", "water"]);
+    // a change back inside one batch is kept (the repeat is not right
+    // after itself); a repeat of the current version, then a new value;
+    // a line repeated right after itself, then a new value
+    let batches: [&[&str]; 3] = [
+        &["juice", "water", "juice"],
+        &["juice", "soda"],
+        &["tonic", "tonic", "cola"],
+    ];
+    let mut want = texts.clone();
+    for (n, lines) in batches.iter().enumerate() {
+        let out = s
+            .append(lines.iter().map(|t| fix(t)).collect())
+            .unwrap_or_else(|e| panic!("batch {n}: {e}"));
+        for (t, r) in lines.iter().zip(&out) {
+            if r.outcome == engram::AppendOutcome::Created {
+                want.push(t.to_string());
+            }
+        }
+        let current = s.get(&RecordRef::External("k".into())).unwrap();
+        assert_eq!(current.text.as_deref(), lines.last().copied(), "batch {n}");
+    }
+    let texts: Vec<String> = s
+        .history(&RecordRef::External("k".into()))
+        .unwrap()
+        .into_iter()
+        .map(|r| r.text.unwrap_or_default())
+        .collect();
+    assert_eq!(texts, want);
+    assert_eq!(
+        &texts[4..],
+        ["juice", "water", "juice", "soda", "tonic", "cola"]
+    );
     // "tea" again, correcting the first version by its id
     let mut back = NewRecord::event("m", "tea");
     back.supersedes = Some(RecordRef::Id(v1));

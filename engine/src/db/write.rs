@@ -324,22 +324,27 @@ impl Session {
                     pos.push(i);
                 }
             }
-            // A correction line repeated in the batch is one correction, as
-            // it is when sent again in a later batch: the repeat is a
-            // duplicate of the earlier line.
+            // A correction line repeated right after itself (no other
+            // correction naming the same record in between) is one
+            // correction, as it is when sent again in a later batch while
+            // the version it made is current: the repeat is a duplicate of
+            // the earlier line. With another correction in between, it is
+            // a change back, and a new version.
             {
-                let mut seen: HashMap<(&RecordRef, Option<&str>), Vec<usize>> = HashMap::new();
+                let mut last: HashMap<&RecordRef, usize> = HashMap::new();
                 for (i, r) in records.iter().enumerate() {
                     let Some(s) = &r.supersedes else { continue };
                     if repeats.contains_key(&i) {
                         continue;
                     }
-                    let same = seen.entry((s, r.text.as_deref())).or_default();
-                    if let Some(&j) = same.iter().find(|&&j| records[j] == *r) {
-                        repeats.insert(i, j);
-                        batch_ids[i] = batch_ids[j];
-                    } else {
-                        same.push(i);
+                    match last.get(s) {
+                        Some(&j) if records[j] == *r => {
+                            repeats.insert(i, j);
+                            batch_ids[i] = batch_ids[j];
+                        }
+                        _ => {
+                            last.insert(s, i);
+                        }
                     }
                 }
             }
@@ -443,6 +448,13 @@ impl Session {
                     AppendOutcome::Created
                 };
                 if let Some((eid, lsn, status)) = existing {
+                    // A duplicate corrects nothing: a later item of the
+                    // batch may correct what it named.
+                    if let Some(s) = res.supersedes
+                        && superseded_here.get(&s) == Some(&i)
+                    {
+                        superseded_here.remove(&s);
+                    }
                     // Later items of the batch that name this one must
                     // point at the stored record.
                     batch_ids[i] = eid;
