@@ -370,26 +370,36 @@ pub(crate) fn check_replays(dir: &Path, opts: &Options) -> Result<()> {
     Engram::open(dir, ro)?.close()
 }
 
+/// What a compaction runs on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Compacting {
+    /// A store (retention expiries are recorded as deletions first).
+    Store,
+    /// A backup's copy while it is taken (it holds the partial marker).
+    BackupCopy,
+}
+
 impl Engram {
     /// Compacts the (closed) store in `dir`: see the module documentation.
     pub fn compact(dir: impl AsRef<Path>, opts: &Options) -> Result<CompactReport> {
-        Self::compact_with(dir.as_ref(), opts, true, &HashSet::new())
+        Self::compact_with(dir.as_ref(), opts, Compacting::Store, &HashSet::new())
     }
 
-    /// Compaction; `retention` also deletes records past their retention
-    /// period first (a backup's copy is only purged of what was deleted
-    /// when it was taken, so it runs without).
+    /// Compaction. A store's also deletes records past their retention
+    /// period first; a backup's copy is only purged of what was deleted
+    /// when it was taken, and is opened while it is unfinished.
     fn compact_with(
         dir: &Path,
         opts: &Options,
-        retention: bool,
+        what: Compacting,
         purged_before: &HashSet<[u8; 16]>,
     ) -> Result<CompactReport> {
         let mut report = CompactReport::default();
+        let copy = what == Compacting::BackupCopy;
         // 1. Record retention expiries as deletions; find what to purge.
         let purge: HashMap<[u8; 16], StoredTombstone> = {
-            let db = Engram::open(dir, opts.clone())?;
-            if retention {
+            let db = Engram::open_dir(dir, opts.clone(), copy)?.0;
+            if what == Compacting::Store {
                 db.delete_expired(&mut report)?;
             }
             let purge = purge_set(&db.state(), &mut report, purged_before);
@@ -399,11 +409,12 @@ impl Engram {
         // Purging removes derived state, and the store then opens by a
         // replay of its whole log: a log that does not replay (a frame
         // this build cannot apply, covered by the checkpoint) is refused
-        // first, with the store still opening.
-        if !purge.is_empty() {
+        // first, with the store still opening. (A backup's copy was just
+        // replayed whole by the open above: its derived state is its own.)
+        if !purge.is_empty() && !copy {
             check_replays(dir, opts)?;
         }
-        Self::purge_log(dir, opts, &purge, &mut report)?;
+        Self::purge_log(dir, opts, &purge, &mut report, copy)?;
         Ok(report)
     }
 
@@ -415,6 +426,7 @@ impl Engram {
         opts: &Options,
         purge: &HashMap<[u8; 16], StoredTombstone>,
         report: &mut CompactReport,
+        unfinished_backup: bool,
     ) -> Result<()> {
         // 2. Rewrite the segments holding purged records. Derived state (it
         // holds the purged content too) goes first, so a crash in between
@@ -472,7 +484,7 @@ impl Engram {
         report.log_bytes_after = log.stats().bytes;
         drop(log);
         drop(_lock);
-        let db = Engram::open(dir, opts.clone())?;
+        let db = Engram::open_dir(dir, opts.clone(), unfinished_backup)?.0;
         db.close()
     }
 
@@ -538,6 +550,15 @@ impl Engram {
                 format!("{} cannot be created: {}", dest.display(), io_reason(&e)),
             )
         })?;
+        // Marked unfinished until `backup.json` is durable: a backup cut
+        // short is no store and no backup (store_dir::PARTIAL_BACKUP_FILE).
+        let partial = dest.join(crate::store_dir::PARTIAL_BACKUP_FILE);
+        write_all_durable(
+            backend,
+            &partial,
+            b"a backup being taken; if no backup is running, it was cut short: remove this directory\n",
+        )?;
+        backend.sync_dir(dest).map_err(io(dest))?;
         let _m = self.writes_pause();
         let last = self.copy_store(backend, dest)?;
         let created_at_ms = self.now();
@@ -550,7 +571,7 @@ impl Engram {
             background_indexing: false,
             ..self.options().clone()
         };
-        let c = Self::compact_with(dest, &copy_opts, false, &HashSet::new())?;
+        let c = Self::compact_with(dest, &copy_opts, Compacting::BackupCopy, &HashSet::new())?;
         remove_derived(backend, dest)?;
         // Counted in the copy: records appended while it was taken are not
         // in it.
@@ -574,6 +595,8 @@ impl Engram {
                 .expect("report serializes")
                 .as_bytes(),
         )?;
+        backend.remove_file(&partial).map_err(io(&partial))?;
+        backend.sync_dir(dest).map_err(io(dest))?;
         Ok(report)
     }
 

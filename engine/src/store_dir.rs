@@ -7,7 +7,9 @@
 //! `catalog.redb`, `ledger.jsonl`, `settings.snap`, and transiently
 //! `restore.pending`, `log.restore/`, `log.old/`, `quarantine/`. The
 //! server keeps its API key hashes beside them in `keys.json` (with its
-//! lock file `keys.json.lock`; neither is part of a backup).
+//! lock file `keys.json.lock`; neither is part of a backup). A backup
+//! directory holds the marker, `log/`, the settings and the ledger, and
+//! `backup.json` once finished (`backup.partial` until then).
 //!
 //! Rules:
 //! - a store is created only in a missing or empty directory, and only when
@@ -30,6 +32,11 @@ use crate::error::{EngineError, Result};
 
 /// The file a finished backup holds (written last, `Engram::backup`).
 pub const BACKUP_FILE: &str = "backup.json";
+/// The file a backup holds while it is being taken (written first, removed
+/// once [`BACKUP_FILE`] is durable): a directory holding it is a backup
+/// cut short, which no command opens (it may still hold content deleted
+/// before the backup, which the backup's own compaction purges).
+pub const PARTIAL_BACKUP_FILE: &str = "backup.partial";
 /// Name of the marker file.
 pub const MARKER_FILE: &str = "ENGRAM";
 /// Store format version written in the marker by this build.
@@ -150,6 +157,29 @@ pub fn write_marker(backend: &dyn Backend, dir: &Path) -> Result<()> {
 /// `create` allows (missing or empty directory), adds the marker to an
 /// unmarked store when `writable`, and refuses anything else.
 pub fn prepare(backend: &dyn Backend, dir: &Path, create: bool, writable: bool) -> Result<()> {
+    prepare_dir(backend, dir, (create, writable), false)
+}
+
+/// [`prepare`], and for `Engram::backup` alone (its copy is opened to be
+/// compacted before it is finished), a directory holding
+/// [`PARTIAL_BACKUP_FILE`] when `unfinished_backup` is true.
+pub(crate) fn prepare_dir(
+    backend: &dyn Backend,
+    dir: &Path,
+    (create, writable): (bool, bool),
+    unfinished_backup: bool,
+) -> Result<()> {
+    if !unfinished_backup && backend.exists(&dir.join(PARTIAL_BACKUP_FILE)) {
+        return Err(EngineError::invalid(
+            "data directory",
+            format!(
+                "{} is a backup that did not finish (it holds {PARTIAL_BACKUP_FILE}: the backup \
+                 was cut short); it is neither a store nor a backup and nothing opens it: \
+                 remove the directory and take a new backup",
+                dir.display()
+            ),
+        ));
+    }
     let kind = classify(backend, dir)?;
     // A backup holds a store's marker and log, and `backup.json`: opened
     // as a store to write, one write would make it a backup no restore

@@ -32,8 +32,16 @@ fn options(backend: &MemBackend, clock: &ManualClock) -> Options {
 
 /// Every file of `b` under `DIR` whose bytes contain `needle`.
 fn grep(b: &MemBackend, needle: &str) -> Vec<String> {
+    grep_under(b, DIR, needle)
+}
+
+/// Every file of `b` under `root` whose bytes contain `needle`.
+fn grep_under(b: &MemBackend, root: &str, needle: &str) -> Vec<String> {
     let mut out = Vec::new();
-    let mut stack = vec![Path::new(DIR).to_path_buf()];
+    if !b.exists(Path::new(root)) {
+        return out;
+    }
+    let mut stack = vec![Path::new(root).to_path_buf()];
     while let Some(d) = stack.pop() {
         for e in b.list_dir(&d).unwrap() {
             let p = d.join(&e.name);
@@ -260,6 +268,66 @@ fn a_power_cut_at_any_write_of_online_compaction_loses_nothing_and_resurrects_no
         "online compaction: crash images with the canary on disk {unpurged}, purged {purged}"
     );
     assert!(unpurged > 0 && purged > 0);
+}
+
+/// A backup cut by a power failure at any write, taken after a deletion
+/// (the copy holds the deleted content until the backup's own compaction
+/// purges it): every image of the backup directory that still holds the
+/// deleted content is opened by nothing (no store open, read-only or
+/// writable, no restore); a finished one carries none of it and restores.
+/// The store itself is untouched.
+#[test]
+fn a_backup_cut_short_is_opened_by_nothing() {
+    let clock = ManualClock::new(1_760_000_000_000);
+    let pristine = build(&clock, None);
+    let (finished, refused) = (Arc::new(Mutex::new(0)), Arc::new(Mutex::new(0)));
+    at_every_write(
+        &pristine,
+        |b| {
+            let db = Engram::open(DIR, options(b, &clock)).unwrap();
+            db.backup("/backup").unwrap();
+            db.close().unwrap();
+        },
+        |b, what| {
+            check_sound(b, &clock, what);
+            let leaked = grep_under(b, "/backup", CANARY);
+            let opts = |read_only| Options {
+                read_only,
+                create_if_missing: false,
+                ..options(b, &clock)
+            };
+            let done = b.exists(Path::new("/backup/backup.json"))
+                && !b.exists(Path::new("/backup/backup.partial"));
+            if done {
+                assert!(
+                    leaked.is_empty(),
+                    "{what}: a finished backup holds {leaked:?}"
+                );
+                *finished.lock() += 1;
+                return;
+            }
+            if b.exists(Path::new("/backup/backup.partial")) {
+                for read_only in [true, false] {
+                    let e = Engram::open("/backup", opts(read_only))
+                        .err()
+                        .unwrap_or_else(|| panic!("{what}: an unfinished backup opened"));
+                    assert!(e.to_string().contains("did not finish"), "{what}: {e}");
+                }
+                *refused.lock() += 1;
+            } else {
+                // before its marker: nothing of the store was copied yet
+                assert!(leaked.is_empty(), "{what}: {leaked:?} without the marker");
+            }
+            let target = format!("/restored-{}", *refused.lock());
+            let e = Engram::restore(&target, "/backup", &opts(false), None)
+                .err()
+                .unwrap_or_else(|| panic!("{what}: an unfinished backup restored"));
+            assert!(!b.exists(Path::new(&target)), "{what}: {e}");
+        },
+    );
+    let (finished, refused) = (*finished.lock(), *refused.lock());
+    eprintln!("backup: finished images {finished}, refused unfinished images {refused}");
+    assert!(finished > 0 && refused > 0);
 }
 
 /// `repair --truncate-after`, cut by a power failure at any write: the

@@ -17,9 +17,24 @@ impl Engram {
 
     /// Opens the store and reports what recovery did.
     pub fn open_with_report(dir: impl AsRef<Path>, opts: Options) -> Result<(Engram, OpenReport)> {
-        let dir = dir.as_ref().to_path_buf();
+        Self::open_dir(dir.as_ref(), opts, false)
+    }
+
+    /// [`Engram::open_with_report`]; `unfinished_backup` also opens a
+    /// backup's copy before it is finished (`Engram::backup` compacts it).
+    pub(crate) fn open_dir(
+        dir: &Path,
+        opts: Options,
+        unfinished_backup: bool,
+    ) -> Result<(Engram, OpenReport)> {
+        let dir = dir.to_path_buf();
         let real = opts.backend.clone();
-        crate::store_dir::prepare(real.as_ref(), &dir, opts.create_if_missing, !opts.read_only)?;
+        crate::store_dir::prepare_dir(
+            real.as_ref(),
+            &dir,
+            (opts.create_if_missing, !opts.read_only),
+            unfinished_backup,
+        )?;
         // A read-only open works through a copy-on-write overlay: it may
         // rebuild derived state in memory, and never changes a byte on disk.
         let backend: Arc<dyn Backend> = if opts.read_only {

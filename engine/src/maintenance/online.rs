@@ -93,7 +93,7 @@ impl Engram {
                 create_if_missing: false,
                 ..opts.clone()
             };
-            Self::purge_log(&staging, &copy_opts, &purge, &mut report)
+            Self::purge_log(&staging, &copy_opts, &purge, &mut report, false)
         })();
         if let Err(e) = staged {
             let _ = remove_store_copy(backend.as_ref(), &staging);

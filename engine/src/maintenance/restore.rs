@@ -46,7 +46,18 @@ impl Engram {
                 format!("{} holds no log/ (not an Engram backup)", src.display()),
             ));
         }
-        // `backup.json` is written last: without it the backup is partial.
+        // `backup.partial` is removed last, `backup.json` written just
+        // before: with the one or without the other, the backup is partial.
+        if backend.exists(&src.join(crate::store_dir::PARTIAL_BACKUP_FILE)) {
+            return Err(EngineError::invalid(
+                "backup directory",
+                format!(
+                    "{} is a backup that did not finish (it holds {}); take a new one",
+                    src.display(),
+                    crate::store_dir::PARTIAL_BACKUP_FILE
+                ),
+            ));
+        }
         let manifest = src.join(crate::store_dir::BACKUP_FILE);
         let Some(bytes) = read_all(backend.as_ref(), &manifest)? else {
             return Err(EngineError::invalid(
@@ -299,7 +310,7 @@ impl Engram {
         report.later_records_replaced = later.map(|(records, _)| records);
         report.later_operations_replaced = later.map(|(_, ops)| ops);
         db.close()?;
-        let c = Engram::compact_with(dir, opts, true, &purged_before)?;
+        let c = Engram::compact_with(dir, opts, Compacting::Store, &purged_before)?;
         report.purged = c.purged;
         Ok(report)
     }
