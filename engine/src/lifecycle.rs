@@ -192,7 +192,7 @@ impl Session {
         )?;
         // A restore re-applying operations syncs the ledger once at its end.
         if reuse.is_none() {
-            self.db.sync_ledger()?;
+            self.db.sync_ledger_after_op(op_id);
         }
         // What the deletion covered when it was applied (listed after, not
         // before: a derivative written concurrently may have joined it).
@@ -371,7 +371,7 @@ impl Session {
         let (op_id, lsn) = self.write_op_as(op, reuse)?;
         // A restore re-applying operations syncs the ledger once at its end.
         if reuse.is_none() {
-            self.db.sync_ledger()?;
+            self.db.sync_ledger_after_op(op_id);
         }
         Ok(OpResult {
             op_id,
@@ -408,7 +408,7 @@ impl Session {
         // Into the ledger now, as a hold is: a restore of an older backup
         // applies it again.
         if reuse.is_none() {
-            self.db.sync_ledger()?;
+            self.db.sync_ledger_after_op(op_id);
         }
         Ok(OpResult {
             op_id,
@@ -461,7 +461,7 @@ impl Session {
         // Into the ledger now, as a deletion or revocation is: a restore of
         // an older backup applies it again (a restore syncs once, at its end).
         if reuse.is_none() {
-            self.db.sync_ledger()?;
+            self.db.sync_ledger_after_op(op_id);
         }
         Ok(OpResult {
             op_id,

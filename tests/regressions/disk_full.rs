@@ -110,3 +110,55 @@ fn derived_state_that_cannot_be_written_at_close_loses_nothing() {
     assert!(db.verify().unwrap().ok());
     db.close().unwrap();
 }
+
+/// A deletion stored in the log is answered as done when the ledger file
+/// (a side record the log rebuilds) cannot grow on a full disk: an error
+/// would tell the caller it did not happen. `verify` names the lagging
+/// ledger until a later operation or open writes it from the log.
+#[test]
+fn a_deletion_is_done_when_only_the_ledger_cannot_grow() {
+    let _serial = crate::cli::serial();
+    let b = MemBackend::new();
+    let dir = Path::new("/store");
+    let db = Engram::open(dir, opts(&b)).unwrap();
+    let s = db.session(Principal::admin("t"));
+    s.append(batch(0, 3)).unwrap();
+    // the log's segment is preallocated: its next frame fits; the ledger
+    // file has to grow
+    b.set_capacity(Some(b.used_bytes()));
+    let ledger = dir.join("ledger.jsonl");
+    let before = b.read_file(&ledger).unwrap_or_default();
+    s.delete(&RecordRef::External("r/0".into()), Some("user request"))
+        .expect("the deletion is stored in the log: done");
+    assert_eq!(
+        b.read_file(&ledger).unwrap_or_default(),
+        before,
+        "the ledger grew"
+    );
+    assert!(s.get(&RecordRef::External("r/0".into())).is_err());
+    let v = db.verify().unwrap();
+    assert!(
+        v.problems
+            .iter()
+            .any(|p| p.contains("ledger.jsonl lags the log")),
+        "{:?}",
+        v.problems
+    );
+    // room again: the next operation writes the ledger from the log
+    b.set_capacity(None);
+    s.delete(&RecordRef::External("r/1".into()), None).unwrap();
+    let v = db.verify().unwrap();
+    assert!(v.ok(), "{:?}", v.problems);
+    let lines = String::from_utf8(b.read_file(&ledger).unwrap()).unwrap();
+    assert_eq!(
+        lines.lines().filter(|l| l.contains("\"delete\"")).count(),
+        2,
+        "{lines}"
+    );
+    db.close().unwrap();
+    let db = Engram::open(dir, opts(&b)).unwrap();
+    let s = db.session(Principal::admin("t"));
+    assert!(s.get(&RecordRef::External("r/0".into())).is_err());
+    assert!(s.get(&RecordRef::External("r/2".into())).is_ok());
+    db.close().unwrap();
+}
