@@ -614,6 +614,24 @@ fn json_depth(v: &serde_json::Value) -> usize {
     }
 }
 
+/// `data` in canonical form (as it is hashed and stored), refused past
+/// [`limits::DATA_BYTES_MAX`]. Appends check it per record; a file's parse
+/// checks it per line, so such a line fails the file before anything is
+/// stored.
+pub fn canonical_data(d: &serde_json::Value) -> Result<String> {
+    let s = crate::canonical::to_canonical_string(d)
+        .map_err(|e| EngineError::invalid("data", e.to_string()))?;
+    if s.len() > limits::DATA_BYTES_MAX {
+        return Err(EngineError::LimitExceeded {
+            item: None,
+            what: "data length in bytes (canonical JSON)".into(),
+            limit: limits::DATA_BYTES_MAX as u64,
+            got: s.len() as u64,
+        });
+    }
+    Ok(s)
+}
+
 /// Checks a vector: dimension limits and finite components.
 pub fn check_vector(field: &str, v: &[f32]) -> Result<()> {
     check_dims(field, v)?;

@@ -526,15 +526,24 @@ fn parse_object(o: &Map<String, Value>) -> FieldResult<(Option<String>, NewRecor
         derivation,
         confidence,
     };
-    record.validate().map_err(|e| match e {
-        engram_engine::EngineError::InvalidInput { field, reason, .. } => (field, reason),
-        // `what` starts with the field it measures ("text length in bytes")
-        engram_engine::EngineError::LimitExceeded { ref what, .. } => (
-            what.split_whitespace().next().unwrap_or("-").to_string(),
-            e.to_string(),
-        ),
-        other => ("-".to_string(), other.to_string()),
-    })?;
+    record
+        .validate()
+        .and_then(|()| {
+            // (data's stored form is checked too: an append would refuse
+            // it after earlier batches of its file were stored)
+            record.data.as_ref().map_or(Ok(()), |d| {
+                engram_engine::model::canonical_data(d).map(drop)
+            })
+        })
+        .map_err(|e| match e {
+            engram_engine::EngineError::InvalidInput { field, reason, .. } => (field, reason),
+            // `what` starts with the field it measures ("text length in bytes")
+            engram_engine::EngineError::LimitExceeded { ref what, .. } => (
+                what.split_whitespace().next().unwrap_or("-").to_string(),
+                e.to_string(),
+            ),
+            other => ("-".to_string(), other.to_string()),
+        })?;
     Ok((tenant, record))
 }
 
@@ -568,6 +577,24 @@ pub fn is_skipped_line(t: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `data` past its limit in stored (canonical) form fails the line
+    /// itself, so a file holding it stores nothing rather than the batches
+    /// before it.
+    #[test]
+    fn data_over_its_limit_fails_the_line() {
+        let max = engram_engine::model::limits::DATA_BYTES_MAX;
+        let line = |n: usize| {
+            format!(
+                r#"{{"tenant":"t","kind":"note","data":{{"x":"{}"}}}}"#,
+                "b".repeat(n)
+            )
+        };
+        let e = parse_line(&line(max + 10), 7).unwrap_err();
+        assert_eq!((e.line, e.field.as_str()), (7, "data"), "{e}");
+        assert!(e.to_string().contains("canonical JSON"), "{e}");
+        parse_line(&line(max - 100), 1).expect("within the limit");
+    }
 
     #[test]
     fn the_documented_example_parses() {

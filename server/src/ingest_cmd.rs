@@ -42,8 +42,8 @@ pub struct IngestArgs {
     /// Tenant for lines that do not name one (lines naming another tenant are rejected).
     #[arg(long, value_parser = crate::cli::name_arg)]
     pub tenant: Option<String>,
-    /// Records per atomic batch.
-    #[arg(long, default_value_t = 1000)]
+    /// Records per atomic batch (1 to 10000, the most one batch holds).
+    #[arg(long, default_value_t = 1000, value_parser = batch_size_arg)]
     pub batch_size: usize,
     /// After the summary, one line per record (line, id, outcome, status).
     #[arg(long, short = 'v')]
@@ -109,6 +109,16 @@ fn line_tenant(l: &IngestLine, default_tenant: Option<&str>) -> Result<String, S
     };
     engram_engine::model::check_tenant(&t).map_err(|e| format!("line {}: {e}", l.line))?;
     Ok(t)
+}
+
+/// `--batch-size`: checked before the file is read, so a batch the store
+/// would refuse as too large fails no ingest midway.
+fn batch_size_arg(s: &str) -> Result<usize, String> {
+    let max = engram_engine::model::limits::BATCH_RECORDS_MAX;
+    match s.parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("expected a number of records from 1 to {max}")),
+    }
 }
 
 /// Ingests parsed lines in atomic batches: windows of `batch_size` lines,

@@ -298,6 +298,15 @@ pub fn expire(ctx: &Ctx, a: ExpireArgs) -> CliResult {
 /// `engram correct`.
 pub fn correct(ctx: &Ctx, a: CorrectArgs) -> CliResult {
     let text = crate::cli::read_input(&a.file)?;
+    // One JSON object, over as many lines as it likes: checked as JSON
+    // whole first (a raw line break inside a string is no JSON, and joining
+    // the lines would make it a space), then read as one ingest line.
+    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&text) {
+        return Err(CliError::Message(format!(
+            "{}: not one JSON object ({e}) (nothing was stored)",
+            a.file.display()
+        )));
+    }
     let one_line: String = text.lines().map(str::trim).collect::<Vec<_>>().join(" ");
     let parsed = engram_query::parse_line(&one_line, 1).map_err(|e| {
         CliError::Message(format!(
@@ -341,7 +350,13 @@ pub fn correct(ctx: &Ctx, a: CorrectArgs) -> CliResult {
                 crate::eoutln!("note: {n}");
             }
         } else {
-            crate::outln!("{target_id} is superseded by:\n{}", record_block(&new));
+            // (sent again: the version it repeats is stored already)
+            let head = if res[0].outcome == engram_engine::AppendOutcome::Duplicate {
+                format!("nothing new was stored: {} already says this", new.id)
+            } else {
+                format!("{target_id} is superseded by:")
+            };
+            crate::outln!("{head}\n{}", record_block(&new));
             for n in &res[0].notes {
                 crate::outln!("note: {n}");
             }

@@ -153,3 +153,86 @@ fn replace_access_applies_to_corrections_only() {
     );
     db.close().unwrap();
 }
+
+/// A file whose later line holds `data` past its limit stores nothing (the
+/// limit is checked at parse, not after earlier batches were stored), and
+/// `--batch-size` past the most one batch holds is refused before the file
+/// is read.
+#[test]
+fn a_file_with_oversized_data_on_a_later_batch_stores_nothing() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    ok(&store, &["init"]);
+    let mut body = String::new();
+    for i in 0..1500 {
+        body.push_str(&format!(
+            "{{\"tenant\":\"t\",\"external_id\":\"g{i}\",\"kind\":\"note\",\"text\":\"g\"}}\n"
+        ));
+    }
+    body.push_str(&format!(
+        "{{\"tenant\":\"t\",\"kind\":\"note\",\"data\":{{\"x\":\"{}\"}}}}\n",
+        "b".repeat((1 << 20) + 10)
+    ));
+    let f = one(tmp.path(), "p.jsonl", body.as_bytes());
+    let msg = fails(&store, &["ingest", f.to_str().unwrap()]);
+    assert!(
+        msg.contains("line 1501") && msg.contains("nothing was stored"),
+        "{msg}"
+    );
+    assert_eq!(cli::json(&ok(&store, &["stats", "--json"]))["records"], 0);
+    let o = cli::at(
+        &store,
+        &["ingest", f.to_str().unwrap(), "--batch-size", "15000"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", cli::text(&o));
+    assert!(cli::text(&o).contains("1 to 10000"), "{}", cli::text(&o));
+}
+
+/// `engram correct` reads one JSON object over any number of lines, and
+/// refuses a raw line break inside a string (no JSON) instead of storing
+/// it changed; sending the same correction again says nothing new was
+/// stored.
+#[test]
+fn correct_refuses_what_is_not_json_and_says_when_nothing_is_new() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let f = one(
+        tmp.path(),
+        "c.jsonl",
+        b"{\"tenant\":\"t\",\"external_id\":\"c\",\"kind\":\"note\",\"text\":\"first\"}\n",
+    );
+    ok(&store, &["ingest", f.to_str().unwrap()]);
+    let raw = one(
+        tmp.path(),
+        "raw.json",
+        b"{\"kind\":\"note\",\"text\":\"line1\nline2\"}",
+    );
+    let msg = fails(
+        &store,
+        &["correct", "c", raw.to_str().unwrap(), "--tenant", "t"],
+    );
+    assert!(
+        msg.contains("not one JSON object") && msg.contains("nothing was stored"),
+        "{msg}"
+    );
+    let pretty = one(
+        tmp.path(),
+        "pretty.json",
+        b"{\n  \"kind\": \"note\",\n  \"text\": \"second\\nline\"\n}\n",
+    );
+    let first = cli::text(&ok(
+        &store,
+        &["correct", "c", pretty.to_str().unwrap(), "--tenant", "t"],
+    ));
+    assert!(first.contains("is superseded by"), "{first}");
+    let r = cli::json(&ok(&store, &["get", "c", "--tenant", "t", "--json"]));
+    assert_eq!(r["text"], "second\nline");
+    let again = cli::text(&ok(
+        &store,
+        &["correct", "c", pretty.to_str().unwrap(), "--tenant", "t"],
+    ));
+    assert!(again.contains("nothing new was stored"), "{again}");
+    assert_eq!(cli::json(&ok(&store, &["stats", "--json"]))["records"], 2);
+}

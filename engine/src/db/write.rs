@@ -645,19 +645,7 @@ impl Session {
                 let data = r
                     .data
                     .as_ref()
-                    .map(|d| {
-                        let s = canonical::to_canonical_string(d)
-                            .map_err(|e| EngineError::invalid("data", e.to_string()).at_item(i))?;
-                        if s.len() > limits::DATA_BYTES_MAX {
-                            return Err(EngineError::LimitExceeded {
-                                item: Some(i),
-                                what: "data length in bytes (canonical JSON)".into(),
-                                limit: limits::DATA_BYTES_MAX as u64,
-                                got: s.len() as u64,
-                            });
-                        }
-                        Ok(s)
-                    })
+                    .map(|d| crate::model::canonical_data(d).map_err(|e| e.at_item(i)))
                     .transpose()?;
                 let mut access = r.access.clone();
                 access.sort();
