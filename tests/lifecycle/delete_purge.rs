@@ -776,3 +776,42 @@ fn a_hold_keeps_expired_bytes_but_not_their_eligibility() {
     assert!(hits.is_empty(), "held, expired content came back: {hits:?}");
     db.close().unwrap();
 }
+
+/// A purged record keeps no writer, yet its writer is never told it is not
+/// the writer: every principal that may read the tombstone gets the
+/// state's answer (already deleted), as its writer did before `compact`.
+/// A principal that may not read it still finds nothing.
+#[test]
+fn the_writer_of_a_purged_record_is_answered_as_before_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let store = dir.path().join("store");
+    let db = open(&store, &clock);
+    let carol = db.session(Principal::user("t", "carol"));
+    let id = carol
+        .append(vec![
+            NewRecord::event("note", "carol's note").with_external_id("cdel1"),
+        ])
+        .unwrap()[0]
+        .id;
+    carol.delete(&RecordRef::Id(id), None).unwrap();
+    let answers = |db: &Engram| {
+        let carol = db.session(Principal::user("t", "carol"));
+        let other = db.session(Principal::user("u", "carol"));
+        for e in [
+            carol.delete(&RecordRef::Id(id), None).unwrap_err(),
+            carol.expire(&RecordRef::Id(id), T0 + 1000).unwrap_err(),
+        ] {
+            assert!(matches!(e, EngineError::InvalidState { .. }), "{e:?}");
+        }
+        let e = other.delete(&RecordRef::Id(id), None).unwrap_err();
+        assert!(matches!(e, EngineError::NotFound { .. }), "{e:?}");
+    };
+    answers(&db);
+    db.close().unwrap();
+    let report = Engram::compact(&store, &opts(&clock)).unwrap();
+    assert_eq!(report.purged, 1);
+    let db = open(&store, &clock);
+    answers(&db);
+    db.close().unwrap();
+}

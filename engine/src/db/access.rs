@@ -205,11 +205,22 @@ impl Session {
             crate::authz::Decision::Hidden => {
                 Err(self.not_found(target.map(|(_, r)| r).expect("only targets are hidden")))
             }
-            crate::authz::Decision::Forbidden(reason) => Err(EngineError::Forbidden {
-                principal: self.principal.to_string(),
-                action: op.name().to_string(),
-                reason: reason.to_string(),
-            }),
+            // A record purged by compaction keeps no writer: the matrix
+            // cannot tell its writer from anyone else, and nothing can be
+            // done to it anyway. Whoever may read it gets the state's
+            // answer (its writer is never told it is not the writer).
+            crate::authz::Decision::Forbidden(reason) => match target {
+                Some((idx, _)) if st.meta(idx).tombstone => Err(EngineError::InvalidState {
+                    action: op.name().to_string(),
+                    target: st.meta(idx).id,
+                    reason: "it is deleted".into(),
+                }),
+                _ => Err(EngineError::Forbidden {
+                    principal: self.principal.to_string(),
+                    action: op.name().to_string(),
+                    reason: reason.to_string(),
+                }),
+            },
         }
     }
 
