@@ -211,6 +211,21 @@ fn endpoints_do_their_job() {
     let ev = ev.json();
     assert_eq!(ev["overall"]["cases"], 2);
     assert_eq!(ev["overall"]["recall_at_k"], 1.0);
+    // a case that cannot run stops the request before any case runs, as
+    // `engram eval` does: a k past the limit, vector mode without an
+    // embedder
+    for bad in [
+        "{\"case_id\": \"big\", \"query\": \"x\", \"k\": 5000}\n",
+        "{\"case_id\": \"vec\", \"query\": \"x\", \"mode\": \"vector\"}\n",
+    ] {
+        let body = format!("{{\"case_id\": \"ok\", \"query\": \"payment\"}}\n{bad}");
+        let e = s.json("POST", "/v1/eval", Some(&k.ann), Some(&body), 422);
+        let msg = e["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains("(line 2)") && msg.contains("nothing was run"),
+            "{msg}"
+        );
+    }
 
     // correction and history
     let c = s.json(

@@ -9,6 +9,7 @@
 
 use axum::Json;
 use axum::extract::State;
+use engram_engine::EngineError;
 use engram_engine::authz::Operation;
 use engram_engine::context::{CONTEXT_BUDGET_BYTES_DEFAULT, Context, ContextRequest};
 use engram_engine::retrieval::{Hit, Manifest};
@@ -283,28 +284,43 @@ pub async fn eval(
     let k_max = l.k_max;
     let resp = app
         .read(move || {
-            let mut results = Vec::new();
-            let mut errors = Vec::new();
+            // Every case checked as it would run before any runs (as
+            // `engram eval` does): a bad case stops the request with
+            // nothing measured, naming its id and line.
+            let mut requests = Vec::with_capacity(cases.len());
             for c in &cases {
                 let k = if c.k_from_case {
                     c.request.k
                 } else {
                     k_default
                 };
+                let bad = |field: &str, reason: String| {
+                    EngineError::invalid(
+                        field,
+                        format!(
+                            "case {} (line {}): {reason} (nothing was run)",
+                            c.case_id, c.line
+                        ),
+                    )
+                };
                 if k == 0 || k > k_max {
-                    errors.push(format!(
-                        "case {} (line {}): k {k} is out of range 1..={k_max}",
-                        c.case_id, c.line
-                    ));
-                    continue;
+                    return Err(bad("k", format!("{k} is out of range 1..={k_max}")));
                 }
                 let mut req = c.request.clone();
                 req.k = k;
-                match session.recall(&req) {
+                session
+                    .check_recall(&req)
+                    .map_err(|e| bad("case", e.to_string()))?;
+                requests.push(req);
+            }
+            let mut results = Vec::new();
+            let mut errors = Vec::new();
+            for (c, req) in cases.iter().zip(&requests) {
+                match session.recall(req) {
                     Ok(r) => results.push(score_resolved(
                         c,
                         &crate::recall_cmd::relevant_of(&session, c),
-                        k,
+                        req.k,
                         &r.hits,
                     )),
                     Err(e) => errors.push(format!("case {} (line {}): {e}", c.case_id, c.line)),
