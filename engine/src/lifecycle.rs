@@ -350,6 +350,25 @@ impl Session {
             Operation::Revoke
         })?;
         check_grant(principal, label, role)?;
+        // Lifting a tenant-wide revocation that is not in effect is a
+        // mistake worth naming, as lifting a hold nobody placed is (a
+        // mistyped label would otherwise read as lifted while the real
+        // revocation stays). A restore re-applies the log's own operations.
+        if let (true, None, Some(l), None) = (grant, principal, label, reuse) {
+            let st = self.db.state();
+            let revoked = st
+                .tenant(self.principal.tenant())
+                .is_some_and(|t| t.revoked_labels.contains(l));
+            if !revoked {
+                return Err(EngineError::invalid(
+                    "label",
+                    format!(
+                        "no tenant-wide revocation of '{l}' is in effect in tenant '{}'; nothing was granted (a grant to one principal names it)",
+                        self.principal.tenant()
+                    ),
+                ));
+            }
+        }
         let (principal, label, role) = (
             principal.map(str::to_string),
             label.map(str::to_string),

@@ -112,5 +112,21 @@ fn revocation_reaches_sources_and_derivatives() {
         .unwrap();
     assert!(sees(&eve, "sum-88") && sees(&admin, "sec-1"));
     assert!(!sees(&dana, "sec-1"));
+    // granting back what is not revoked tenant-wide (a mistyped label, or
+    // the same grant twice) is named, and nothing is written
+    let ops = db.stats().unwrap().last_lsn;
+    for label in ["security_investigation", "security_investigaton"] {
+        match admin.grant(None, Some(label), None) {
+            Err(EngineError::InvalidInput { field, reason, .. }) => {
+                assert_eq!(field, "label");
+                assert!(
+                    reason.contains(label) && reason.contains("nothing was granted"),
+                    "{reason}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(db.stats().unwrap().last_lsn, ops, "a refused grant wrote");
     db.close().unwrap();
 }
