@@ -944,3 +944,36 @@ fn a_backup_waits_for_an_unfinished_restore() {
     db.backup(backups.path().join("c")).unwrap();
     db.close().unwrap();
 }
+
+/// The restore's report counts what it gives up: a record written after
+/// the backup, not one written (and corrected) and deleted after it, of
+/// which nothing is given up.
+#[test]
+fn a_record_written_and_deleted_after_the_backup_is_not_counted_as_given_up() {
+    let (dir, _backups, bdir, clock) = dirs();
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![NewRecord::event("note", "kept").with_external_id("k")])
+        .unwrap();
+    db.backup(&bdir).unwrap();
+    clock.advance(MINUTE);
+    s.append(vec![
+        NewRecord::event("note", "written after the backup").with_external_id("late"),
+    ])
+    .unwrap();
+    s.append(vec![
+        NewRecord::event("note", "gone before the restore").with_external_id("gone"),
+    ])
+    .unwrap();
+    s.append(vec![NewRecord {
+        supersedes: Some(ext("gone")),
+        ..NewRecord::event("note", "gone, corrected").with_external_id("gone")
+    }])
+    .unwrap();
+    s.delete(&ext("gone"), None).unwrap();
+    db.close().unwrap();
+    let r = Engram::restore(dir.path(), &bdir, &opts(&clock), None).unwrap();
+    assert_eq!(r.later_records_replaced, Some(1), "{r:?}");
+    // its deletion is not in the backup's log, so nothing to re-apply
+    assert_eq!(r.not_in_backup, 1, "{r:?}");
+}
