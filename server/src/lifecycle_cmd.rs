@@ -512,7 +512,30 @@ pub fn compact(ctx: &Ctx, json_out: bool) -> CliResult {
             r.log_bytes_after
         );
     }
+    // Bytes `engram repair` cut from the log are the operator's, never
+    // compacted: they may hold content deleted since.
+    let quarantined = walk_files(&data.join("quarantine"));
+    if quarantined > 0 {
+        crate::eoutln!(
+            "note: {} holds {quarantined} file(s) of log bytes cut by `engram repair`; compaction does not touch them and they may hold content deleted since: remove the directory once nothing in it is needed",
+            data.join("quarantine").display()
+        );
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Files under `dir` (0 when it does not exist or cannot be read).
+fn walk_files(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .flatten()
+            .map(|e| match e.file_type() {
+                Ok(t) if t.is_dir() => walk_files(&e.path()),
+                Ok(_) => 1,
+                Err(_) => 0,
+            })
+            .sum()
+    })
 }
 
 /// `engram backup`.

@@ -825,3 +825,27 @@ fn a_record_s_json_says_it_is_historical() {
     let new = cli::json(&ok(&store, &["get", "new", "--tenant", "t", "--json"]));
     assert_eq!(new["historical"], false, "{new}");
 }
+
+/// `engram compact` never touches `quarantine/` (log bytes `engram repair`
+/// cut, the operator's to inspect), and says when it holds files, since
+/// they may hold content deleted since.
+#[test]
+fn compact_names_the_quarantine_it_leaves() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let f = tmp.path().join("a.jsonl");
+    std::fs::write(&f, "{\"tenant\":\"t\",\"kind\":\"n\",\"text\":\"x\"}\n").unwrap();
+    ok(&store, &["ingest", f.to_str().unwrap()]);
+    let quiet = cli::text(&ok(&store, &["compact"]));
+    assert!(!quiet.contains("quarantine"), "{quiet}");
+    let q = store.join("quarantine").join("repair-1");
+    std::fs::create_dir_all(&q).unwrap();
+    std::fs::write(q.join("00000000000000000001.seg.from-64"), b"cut bytes").unwrap();
+    let said = cli::text(&ok(&store, &["compact"]));
+    assert!(
+        said.contains("quarantine") && said.contains("1 file(s)"),
+        "{said}"
+    );
+    assert!(q.join("00000000000000000001.seg.from-64").exists());
+}
