@@ -474,6 +474,18 @@ fn endpoints_do_their_job() {
     );
     assert_eq!(e["error"]["code"], "invalid_input", "{e}");
     assert!(!tmp.path().join("nowhere").exists());
+    // a NUL character is named as such
+    let e = s.json(
+        "POST",
+        "/v1/backup",
+        Some(&k.store),
+        Some(r#"{"dest": "/tmp/a\u0000b"}"#),
+        422,
+    );
+    assert!(
+        e["error"]["message"].as_str().unwrap().contains("NUL"),
+        "{e}"
+    );
 
     // metrics: route templates, batch sizes, engine counters; no tenant
     let m = s.call("GET", "/metrics", None, None);

@@ -137,6 +137,13 @@ pub async fn backup(
     JsonBody(req): JsonBody<BackupRequest>,
 ) -> ServerResult<Json<BackupResponse>> {
     caller.operator(Operation::Backup)?;
+    if req.dest.contains('\0') {
+        return Err(ServerError::invalid(
+            None,
+            "dest",
+            "must not contain a NUL character (no file name holds one)",
+        ));
+    }
     let dest = PathBuf::from(&req.dest);
     if !dest.is_absolute() {
         return Err(ServerError::invalid(
