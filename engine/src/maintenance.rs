@@ -76,7 +76,8 @@ pub use online::OnlineCompaction;
 pub use restore::RestoreReport;
 
 impl Session {
-    /// Review candidates of the tenant, oldest first.
+    /// Review candidates of the tenant that the session may decide (a
+    /// reviewer's own candidates are not in its queue), oldest first.
     pub fn review_queue(&self) -> Result<Vec<Record>> {
         self.db.check_open()?;
         let st = self.db.state();
@@ -88,9 +89,17 @@ impl Session {
             return Ok(Vec::new());
         };
         let held = self.held_labels(&st);
+        let actor = self.actor(&st);
         let mut out = Vec::new();
         for i in (c & &st.bm_tenant[&t]).iter() {
-            if self.can_read_with(&st, i, &held) {
+            // what the matrix lets this principal decide: a reviewer's own
+            // candidates are not its to approve, so not in its queue
+            let may = crate::authz::decide(
+                actor,
+                crate::authz::Operation::Review,
+                Some(self.target(&st, i, &held)),
+            ) == crate::authz::Decision::Allow;
+            if may && self.can_read_with(&st, i, &held) {
                 out.push(self.view(&st, i, &held)?);
             }
         }

@@ -198,3 +198,51 @@ fn a_candidate_on_a_corrected_source_stays_under_review_and_cannot_be_approved()
     assert_eq!(admin.get(&ext("pol-c")).unwrap().status, Status::Rejected);
     db.close().unwrap();
 }
+
+/// A reviewer's queue holds what it may decide: not the candidates it
+/// wrote itself (approving them is forbidden), which another reviewer and
+/// the admin see.
+#[test]
+fn a_reviewer_does_not_find_its_own_candidates_in_its_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let admin = db.session(Principal::admin("acme-ops"));
+    admin
+        .append(vec![
+            NewRecord::event("ticket", "restart the cache").with_external_id("t-1"),
+        ])
+        .unwrap();
+    admin.grant(Some("bot"), None, Some("reviewer")).unwrap();
+    admin.grant(Some("rita"), None, Some("reviewer")).unwrap();
+    let bot = db.session(Principal::model("acme-ops", "bot"));
+    bot.append(vec![
+        NewRecord::assertion(
+            AssertionKind::Policy,
+            "always restart the cache first",
+            vec![ext("t-1")],
+        )
+        .with_external_id("pol-bot"),
+    ])
+    .unwrap();
+    assert_eq!(
+        admin.get(&ext("pol-bot")).unwrap().status,
+        Status::Candidate
+    );
+    let queue = |p: Principal| -> Vec<String> {
+        db.session(p)
+            .review_queue()
+            .unwrap()
+            .into_iter()
+            .filter_map(|r| r.external_id)
+            .collect()
+    };
+    assert!(queue(Principal::model("acme-ops", "bot")).is_empty());
+    assert!(matches!(
+        bot.approve(&ext("pol-bot"), None).unwrap_err(),
+        EngineError::Forbidden { .. }
+    ));
+    assert_eq!(queue(Principal::user("acme-ops", "rita")), vec!["pol-bot"]);
+    assert_eq!(queue(Principal::admin("acme-ops")), vec!["pol-bot"]);
+    db.close().unwrap();
+}
