@@ -286,15 +286,31 @@ impl Ctx {
         store_options(&self.data, self.embedder.as_deref())
     }
 
-    /// Opens the existing store, reporting recovery on stderr.
+    /// Opens the existing store for a command that only reads (an
+    /// `--embedder` given is used, not remembered), reporting recovery on
+    /// stderr.
     pub fn open_store(&self) -> Result<Engram, CliError> {
-        self.open_store_with(false)
+        open_store_as(self, OpenFor::Read)
     }
 
-    /// Opens the store, creating it when `create` and the directory is
-    /// missing or empty (commands that store records: init, ingest, demo).
+    /// Opens the existing store for a command that writes to it (an
+    /// `--embedder` given is remembered).
+    pub fn open_store_to_write(&self) -> Result<Engram, CliError> {
+        open_store_as(self, OpenFor::Write)
+    }
+
+    /// Opens the store to write, creating it when `create` and the
+    /// directory is missing or empty (commands that store records: init,
+    /// ingest, demo).
     pub fn open_store_with(&self, create: bool) -> Result<Engram, CliError> {
-        open_store_with(self, create)
+        open_store_as(
+            self,
+            if create {
+                OpenFor::Create
+            } else {
+                OpenFor::Write
+            },
+        )
     }
 
     /// A progress bar over `total` items (hidden unless stderr is a
@@ -440,9 +456,9 @@ fn write_stdout(bytes: &[u8]) -> Result<(), CliError> {
 /// Options the CLI opens the store in `dir` with: the embedder is
 /// `embedder` (the `--embedder` flag), else the one in the store's
 /// settings, else none. Nothing is saved here: a new choice is remembered
-/// by [`remember_embedder`] once a command has opened the store to write
-/// (a read, a refused open, a backup or a directory that is not a store
-/// keeps its settings).
+/// by [`remember_embedder`] once a command that writes has opened the
+/// store (a command that only reads, a refused open, a backup or a
+/// directory that is not a store keeps its settings).
 pub fn store_options(dir: &Path, embedder: Option<&str>) -> Result<Options, CliError> {
     let opts = Options {
         create_if_missing: false,
@@ -524,8 +540,27 @@ fn save_embedder_choice(ctx: &Ctx) -> Result<(), CliError> {
     Ok(())
 }
 
-fn open_store_with(ctx: &Ctx, create: bool) -> Result<Engram, CliError> {
+/// What a command opens the store for: what it does with `--embedder`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OpenFor {
+    /// Reads: the embedder given is used for this command only.
+    Read,
+    /// Writes: the embedder given is remembered.
+    Write,
+    /// Writes, creating the store if needed.
+    Create,
+}
+
+fn open_store_as(ctx: &Ctx, why: OpenFor) -> Result<Engram, CliError> {
+    let create = why == OpenFor::Create;
     let dir = ctx.data.as_path();
+    // (a store this open creates takes the choice silently; an existing
+    // one says it changed)
+    let new_store = create
+        && matches!(
+            engram_engine::store_dir::classify(Options::default().backend.as_ref(), dir),
+            Ok(engram_engine::store_dir::DirKind::Empty)
+        );
     if let Ok(m) = std::fs::metadata(dir)
         && !m.is_dir()
     {
@@ -563,9 +598,9 @@ fn open_store_with(ctx: &Ctx, create: bool) -> Result<Engram, CliError> {
             source: e,
         },
     })?;
-    if create {
+    if new_store {
         save_embedder_choice(ctx)?;
-    } else if !db.options().read_only {
+    } else if why != OpenFor::Read && !db.options().read_only {
         remember_embedder(dir, ctx.embedder.as_deref())?;
     }
     if let Some(t) = &report.log.truncation {

@@ -167,7 +167,7 @@ const SECRET: &str = "probe-misconfig-canary-9431";
 
 fn lifecycle_story(ctx: &Ctx) -> Result<(), CliError> {
     let dir = ctx.data.as_path();
-    let db = ctx.open_store()?;
+    let db = ctx.open_store_to_write()?;
     let s = db.session(Principal::admin("acme-ops"));
     section("5. Lifecycle: observation -> summary -> correction -> stale -> deletion -> purge");
     let mut obs = NewRecord::assertion(
@@ -246,7 +246,7 @@ fn lifecycle_story(ctx: &Ctx) -> Result<(), CliError> {
         c.purged,
         after.len()
     );
-    let db = ctx.open_store()?;
+    let db = ctx.open_store_to_write()?;
     let s = db.session(Principal::admin("acme-ops"));
     let t = s.trace(&RecordRef::Id(hc))?;
     crate::outln!(

@@ -197,7 +197,7 @@ pub struct ContextArgs {
 
 /// `engram review ...`.
 pub fn review(ctx: &Ctx, cmd: ReviewCommand) -> CliResult {
-    let db = ctx.open_store()?;
+    let db = ctx.open_store_to_write()?;
     let r = review_inner(&db, cmd);
     db.close()?;
     r
@@ -275,7 +275,7 @@ pub fn trace(ctx: &Ctx, t: IdArgs) -> CliResult {
 /// `engram expire`.
 pub fn expire(ctx: &Ctx, a: ExpireArgs) -> CliResult {
     let at = parse_rfc3339(&a.at).map_err(|e| CliError::Message(format!("--at: {e}")))?;
-    let db = ctx.open_store()?;
+    let db = ctx.open_store_to_write()?;
     let r = (|| -> CliResult {
         let (tenant, r) = resolve_cli_id(&db, &a.target)?;
         let res = session_for(&db, &tenant, a.target.principal.as_deref()).expire(&r, at)?;
@@ -316,7 +316,7 @@ pub fn correct(ctx: &Ctx, a: CorrectArgs) -> CliResult {
             e.reason
         ))
     })?;
-    let db = ctx.open_store()?;
+    let db = ctx.open_store_to_write()?;
     let r = (|| -> CliResult {
         let (tenant, target) = resolve_cli_id(&db, &a.target)?;
         if let Some(t) = &parsed.tenant {
@@ -369,7 +369,7 @@ pub fn correct(ctx: &Ctx, a: CorrectArgs) -> CliResult {
 
 /// `engram delete`.
 pub fn delete(ctx: &Ctx, a: DeleteArgs) -> CliResult {
-    let db = ctx.open_store()?;
+    let db = ctx.open_store_to_write()?;
     let r = (|| -> CliResult {
         let (tenant, r) = resolve_cli_id(&db, &a.target)?;
         let res = session_for(&db, &tenant, a.target.principal.as_deref())
@@ -395,7 +395,7 @@ pub fn delete(ctx: &Ctx, a: DeleteArgs) -> CliResult {
 
 /// `engram grant` (`revoke = false`) and `engram revoke`.
 pub fn access(ctx: &Ctx, a: AccessArgs, revoke: bool) -> CliResult {
-    let db = ctx.open_store()?;
+    let db = ctx.open_store_to_write()?;
     let r = (|| -> CliResult {
         let s = session_for(&db, &a.tenant, a.act_as.as_deref());
         let res = if revoke {
@@ -456,7 +456,7 @@ pub fn access(ctx: &Ctx, a: AccessArgs, revoke: bool) -> CliResult {
 pub fn retention(ctx: &Ctx, a: RetentionArgs) -> CliResult {
     let period = parse_retention_period(&a.period)
         .map_err(|why| CliError::Message(format!("--period: {why}")))?;
-    let db = ctx.open_store()?;
+    let db = ctx.open_store_to_write()?;
     let r = session_for(&db, &a.tenant, a.act_as.as_deref()).set_retention(&a.class, period);
     db.close()?;
     let res = r?;
@@ -472,7 +472,7 @@ pub fn retention(ctx: &Ctx, a: RetentionArgs) -> CliResult {
 
 /// `engram hold`.
 pub fn hold(ctx: &Ctx, a: HoldArgs) -> CliResult {
-    let db = ctx.open_store()?;
+    let db = ctx.open_store_to_write()?;
     let r = session_for(&db, &a.tenant, a.act_as.as_deref()).hold(&a.scope, !a.off);
     db.close()?;
     let res = r?;

@@ -639,23 +639,74 @@ fn a_recall_time_outside_the_years_1_to_9999_is_refused() {
     }
 }
 
-/// `--embedder` on any command changes what the store remembers, a read
-/// command's included: the change is said on stderr, once.
+/// `--embedder` on a command that writes changes what the store
+/// remembers, said on stderr, once; a command that only reads uses it for
+/// itself and changes nothing (a query tried with another embedder must
+/// not leave the store's vectors behind its choice).
 #[test]
 fn a_changed_embedder_choice_is_said_once() {
     let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
     let store = small_store(tmp.path());
+    let settings = store.join("settings.snap");
     let note = |args: &[&str]| String::from_utf8_lossy(&ok(&store, args).stderr).to_string();
-    let first = note(&["--embedder", "hash", "stats"]);
+    let original = std::fs::read(&settings).ok();
+    for read in [
+        &["--embedder", "hash", "stats"][..],
+        &["--embedder", "hash", "trace", "a", "--tenant", "t"],
+        &[
+            "--embedder",
+            "hash",
+            "recall",
+            "--tenant",
+            "t",
+            "--text",
+            "checkout",
+        ],
+        &[
+            "--embedder",
+            "hash",
+            "query",
+            "--tenant",
+            "t",
+            "FIND ANY LIMIT 1 RETURN id",
+        ],
+    ] {
+        assert!(!note(read).contains("remembers"), "{read:?}");
+        assert_eq!(
+            std::fs::read(&settings).ok(),
+            original,
+            "{read:?} changed the settings"
+        );
+    }
+    let first = note(&[
+        "--embedder",
+        "hash",
+        "hold",
+        "--tenant",
+        "t",
+        "--scope",
+        "user:u",
+    ]);
     assert!(
         first.contains("now remembers the embedder 'hash' (it was 'none')"),
         "{first}"
     );
-    assert!(!note(&["--embedder", "hash", "stats"]).contains("remembers"));
+    assert!(
+        !note(&[
+            "--embedder",
+            "hash",
+            "hold",
+            "--tenant",
+            "t",
+            "--scope",
+            "user:u",
+            "--off"
+        ])
+        .contains("remembers")
+    );
     assert!(!note(&["stats"]).contains("remembers"));
     // a read-only command, a refused open and a backup keep their settings
-    let settings = store.join("settings.snap");
     let before = std::fs::read(&settings).unwrap();
     let v = cli::at(&store, &["--embedder", "none", "verify"]);
     assert!(v.status.success(), "{}", cli::text(&v));
