@@ -72,7 +72,12 @@ pub struct RecallArgs {
     #[arg(long)]
     pub include_historical: bool,
     /// A JSONL file of requests (one result line per request, in order).
-    #[arg(long)]
+    /// Each line is a whole request: the flags that shape one (text,
+    /// filters, k, times) are refused beside it rather than ignored.
+    #[arg(long, conflicts_with_all = [
+        "text", "vector", "model", "mode", "k", "ef", "user", "conversation", "agent",
+        "label", "kind", "record", "as_of", "valid_at", "include_historical",
+    ])]
     pub queries: Option<PathBuf>,
     /// Print the manifest (with --json: include it); with --queries, for
     /// every line (a line's own `"explain": true` asks for its own).

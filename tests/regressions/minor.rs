@@ -900,3 +900,36 @@ fn compact_names_the_quarantine_it_leaves() {
     );
     assert!(q.join("00000000000000000001.seg.from-64").exists());
 }
+
+/// `recall --queries`: each line is a whole request, so a flag that shapes
+/// one (a filter, k, a time) is refused beside it, not silently ignored.
+#[test]
+fn recall_queries_refuses_the_flags_it_would_ignore() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path());
+    let q = tmp.path().join("q.jsonl");
+    std::fs::write(&q, "{\"text\":\"checkout\"}\n").unwrap();
+    let qs = q.to_str().unwrap();
+    ok(
+        &store,
+        &["recall", "--tenant", "t", "--queries", qs, "--json"],
+    );
+    for extra in [
+        &["--user", "nobody"][..],
+        &["--k", "1"],
+        &["--kind", "k"],
+        &["--as-of", "2000-01-01T00:00:00Z"],
+        &["--text", "zzz"],
+    ] {
+        let mut args = vec!["recall", "--tenant", "t", "--queries", qs];
+        args.extend_from_slice(extra);
+        let o = cli::at(&store, &args);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", cli::text(&o));
+        assert!(
+            cli::text(&o).contains("cannot be used with"),
+            "{}",
+            cli::text(&o)
+        );
+    }
+}
