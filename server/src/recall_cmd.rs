@@ -588,18 +588,24 @@ fn check_cases(
         let mut req = c.request.clone();
         req.k = if c.k_from_case { c.request.k } else { a.k };
         let s = session_for(db, &c.tenant, c.principal.as_deref());
-        // as it runs: under each configuration, or as it is
-        let under: Vec<(Option<&str>, engram_engine::retrieval::RecallRequest)> =
-            if configs.is_empty() {
-                vec![(None, req)]
-            } else {
-                configs
-                    .iter()
-                    .map(|cfg| (Some(cfg.name.as_str()), cfg.recall(&req)))
-                    .collect()
-            };
-        for (name, r) in under {
-            if let Err(e) = s.check_recall(&r) {
+        // as it runs: under each configuration (its recall, then the
+        // search it runs, whose episodic window and fusion are the
+        // configuration's), or as it is
+        let under: Vec<(Option<&str>, engram_engine::Result<()>)> = if configs.is_empty() {
+            vec![(None, s.check_recall(&req))]
+        } else {
+            configs
+                .iter()
+                .map(|cfg| {
+                    let checked = s
+                        .check_recall(&cfg.recall(&req))
+                        .and_then(|()| cfg.search(&req).validate());
+                    (Some(cfg.name.as_str()), checked)
+                })
+                .collect()
+        };
+        for (name, checked) in under {
+            if let Err(e) = checked {
                 return Err(CliError::Message(format!(
                     "{}: {}case {} (line {}): {e} (nothing was run)",
                     a.cases.display(),

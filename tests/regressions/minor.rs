@@ -933,3 +933,42 @@ fn recall_queries_refuses_the_flags_it_would_ignore() {
         );
     }
 }
+
+/// `eval` checks every case as it would run before any runs: under each
+/// `--config` (its episodic window too) and a zero query vector, so a bad
+/// one stops the run with nothing measured.
+#[test]
+fn eval_checks_configurations_and_vectors_before_any_case_runs() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path());
+    let cases = tmp.path().join("cases.jsonl");
+    std::fs::write(
+        &cases,
+        "{\"case_id\":\"c1\",\"tenant\":\"t\",\"query\":\"checkout\",\"relevant_ids\":[\"a\"]}\n",
+    )
+    .unwrap();
+    let cs = cases.to_str().unwrap();
+    ok(
+        &store,
+        &["eval", cs, "--config", "base", "--config", "x:window=8"],
+    );
+    for bad in ["x:window=999999", "x:seeds=0"] {
+        let msg = fails(&store, &["eval", cs, "--config", "base", "--config", bad]);
+        assert!(
+            msg.contains("configuration x: case c1 (line 1)") && msg.contains("nothing was run"),
+            "{bad}: {msg}"
+        );
+    }
+    let zero = tmp.path().join("zero.jsonl");
+    std::fs::write(
+        &zero,
+        "{\"case_id\":\"c1\",\"tenant\":\"t\",\"query\":\"checkout\",\"relevant_ids\":[\"a\"]}\n{\"case_id\":\"z\",\"tenant\":\"t\",\"vector\":[0,0],\"relevant_ids\":[\"a\"]}\n",
+    )
+    .unwrap();
+    let msg = fails(&store, &["eval", zero.to_str().unwrap()]);
+    assert!(
+        msg.contains("case z (line 2)") && msg.contains("zero") && msg.contains("nothing was run"),
+        "{msg}"
+    );
+}

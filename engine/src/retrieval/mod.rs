@@ -243,9 +243,10 @@ fn validate(req: &RecallRequest) -> Result<()> {
             });
         }
     }
-    // The search this recall compiles to checks the vector of its `vector`
-    // retriever; only lexical mode, which has none, leaves it to us.
-    if let (Mode::Lexical, Some(v)) = (req.mode, &req.vector) {
+    // (The search this recall compiles to checks it again; checked here
+    // too, so a caller checking requests before running any, `engram
+    // eval`, finds a zero vector before the first case runs.)
+    if let Some(v) = &req.vector {
         check_query_vector("vector", v)?;
     }
     match req.mode {
