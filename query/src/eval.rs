@@ -257,9 +257,21 @@ fn parse_case_as(text: &str, line: usize, session: bool) -> Result<EvalCase, Lin
             }
             String::new()
         } else {
-            one(scope, &["tenant", "tenant_id"])?
-                .or(one(&o, &["tenant", "tenant_id"])?)
-                .ok_or_else(|| ("scope.tenant".to_string(), "required".to_string()))?
+            // One place or the other: two tenants would leave which one
+            // the case runs in to a guess.
+            match (
+                one(scope, &["tenant", "tenant_id"])?,
+                one(&o, &["tenant", "tenant_id"])?,
+            ) {
+                (Some(a), Some(b)) if a != b => {
+                    return Err((
+                        "scope.tenant".to_string(),
+                        format!("'{a}' differs from the case's tenant '{b}'; give one"),
+                    ));
+                }
+                (Some(t), _) | (None, Some(t)) => t,
+                (None, None) => return Err(("scope.tenant".to_string(), "required".to_string())),
+            }
         };
         let filters = Filters {
             users: filter(scope, &["user", "user_id"])?,
@@ -637,6 +649,17 @@ mod tests {
         assert!(c.request.as_of.is_some());
         let e = parse_case(r#"{"query": "x"}"#, 4).unwrap_err();
         assert_eq!(e.field, "scope.tenant");
+        // two tenants that differ: refused; the same one twice: fine
+        let e = parse_cases(
+            r#"{"query": "x", "tenant": "a", "scope": {"tenant": "b"}, "relevant_ids": ["r"]}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "scope.tenant", "{e}");
+        assert!(e.reason.contains("differs"), "{e}");
+        parse_cases(
+            r#"{"query": "x", "tenant": "a", "scope": {"tenant": "a"}, "relevant_ids": ["r"]}"#,
+        )
+        .unwrap();
         // an empty filter list would run the case unfiltered; an empty list
         // of relevant ids is a case with nothing to find
         let e = parse_case(
