@@ -236,3 +236,31 @@ fn correct_refuses_what_is_not_json_and_says_when_nothing_is_new() {
     assert!(again.contains("nothing new was stored"), "{again}");
     assert_eq!(cli::json(&ok(&store, &["stats", "--json"]))["records"], 2);
 }
+
+/// A validity that would end before it starts is refused also when its
+/// start is the time the record is stored (no `occurred_at`, no
+/// `valid_from`); with a start given, a past validity is history to record.
+#[test]
+fn a_validity_ending_before_the_record_is_stored_is_refused() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    ok(&store, &["init"]);
+    let bad = one(
+        tmp.path(),
+        "bad.jsonl",
+        b"{\"tenant\":\"t\",\"external_id\":\"m4\",\"kind\":\"note\",\"text\":\"x\",\"valid_until\":\"2025-01-01T00:00:00Z\"}\n",
+    );
+    let msg = fails(&store, &["ingest", bad.to_str().unwrap()]);
+    assert!(
+        msg.contains("valid_until") && msg.contains("occurred_at or valid_from"),
+        "{msg}"
+    );
+    assert_eq!(cli::json(&ok(&store, &["stats", "--json"]))["records"], 0);
+    let good = one(
+        tmp.path(),
+        "good.jsonl",
+        b"{\"tenant\":\"t\",\"external_id\":\"m5\",\"kind\":\"note\",\"text\":\"x\",\"occurred_at\":\"2024-06-01T00:00:00Z\",\"valid_until\":\"2025-01-01T00:00:00Z\"}\n",
+    );
+    ok(&store, &["ingest", good.to_str().unwrap()]);
+}

@@ -625,8 +625,26 @@ impl Session {
                 got: (n_records + records.len()) as u64,
             });
         }
+        let now = db.now();
         for (i, r) in records.iter().enumerate() {
             r.validate().map_err(|e| e.at_item(i))?;
+            // Without `occurred_at` or `valid_from`, validity starts when
+            // the record is stored (no earlier than now): an end before
+            // that would make it historical from birth, as `expire`
+            // refuses to.
+            if let (None, None, Some(until)) = (r.valid_from, r.occurred_at, r.valid_until) {
+                if until < now {
+                    return Err(EngineError::invalid(
+                        "valid_until",
+                        format!(
+                            "{} is before the start of validity (without occurred_at or valid_from, the time the record is stored, {}); give occurred_at or valid_from",
+                            crate::time::format_rfc3339(until),
+                            crate::time::format_rfc3339(now)
+                        ),
+                    )
+                    .at_item(i));
+                }
+            }
             // Checked here, not in `validate`: a correction endpoint parses
             // its body first and names the corrected record after.
             if r.replace_access && r.supersedes.is_none() {
