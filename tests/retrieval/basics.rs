@@ -553,3 +553,56 @@ fn episodic_neighbours_in_a_very_long_conversation() {
         "the conversation was scanned whole: {scanned}"
     );
 }
+
+/// Next to a content retriever, recency re-orders what it found: every
+/// lexical hit gets a recency rank, newest first among them, also when
+/// many newer records match nothing (they used to fill recency's list and
+/// leave it nothing to re-order); with recency weighed heavily, the newer
+/// of two matches comes first.
+#[test]
+fn recency_reorders_the_matches_not_the_newest_records() {
+    let clock = ManualClock::new(1_760_000_000_000);
+    let db = store(&clock, false);
+    let s = db.session(Principal::admin("t"));
+    let at = |i: i64, r: NewRecord| NewRecord {
+        occurred_at: Some(1_700_000_000_000 + i * 60_000),
+        ..r
+    };
+    s.append(vec![
+        at(
+            0,
+            NewRecord::event("note", "zebra zebra zebra crossing").with_external_id("old"),
+        ),
+        at(
+            1,
+            NewRecord::event("note", "a zebra seen").with_external_id("new"),
+        ),
+    ])
+    .unwrap();
+    let filler: Vec<NewRecord> = (0..200)
+        .map(|i| {
+            at(
+                10 + i,
+                NewRecord::event("note", format!("unrelated note {i}")),
+            )
+        })
+        .collect();
+    s.append(filler).unwrap();
+    let mut req = RecallRequest::text("zebra");
+    req.k = 2;
+    let hits = s.recall(&req).unwrap().hits;
+    assert_eq!(hits.len(), 2);
+    for h in &hits {
+        let recency = h.found_by.iter().find(|(n, _)| n.as_str() == "recency");
+        let want = if h.external_id.as_deref() == Some("new") {
+            1
+        } else {
+            2
+        };
+        assert_eq!(recency.map(|(_, r)| *r), Some(want), "{:?}", h.external_id);
+    }
+    assert_eq!(hits[0].external_id.as_deref(), Some("old"), "BM25 leads");
+    req.weights.recency = 5.0;
+    let hits = s.recall(&req).unwrap().hits;
+    assert_eq!(hits[0].external_id.as_deref(), Some("new"), "recency leads");
+}

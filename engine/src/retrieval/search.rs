@@ -135,7 +135,21 @@ impl Session {
                     out
                 }
                 RetrieverParams::Recent => {
-                    let out = super::recency(&st, &el.bitmap, spec.top, &mut cost);
+                    // Next to evidence retrievers, recency re-orders what
+                    // they found: their records so far, newest first (the
+                    // newest of the whole eligible set are seldom among
+                    // them, and would re-order nothing). Alone, or before
+                    // any of them, it ranks the eligible set.
+                    let found: RoaringBitmap = outputs
+                        .iter()
+                        .flat_map(|o| o.candidates.iter().map(|c| c.idx))
+                        .collect();
+                    let among = if content_mask(&req.retrievers) != 0 && !found.is_empty() {
+                        &found
+                    } else {
+                        &el.bitmap
+                    };
+                    let out = super::recency(&st, among, spec.top, &mut cost);
                     times.2 += lap(&mut mark);
                     out
                 }
