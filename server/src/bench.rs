@@ -50,7 +50,8 @@ pub struct IngestBenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
     pub writers: Vec<usize>,
     /// Batch sizes to measure (in addition), each with every count of
-    /// `--batch-writers`.
+    /// `--batch-writers` (a size of 1 adds nothing: it is what `--writers`
+    /// measures).
     #[arg(long, value_delimiter = ',', default_value = "1000")]
     pub batch: Vec<usize>,
     /// Concurrent writer counts for the batch configurations (`0`: no
@@ -471,6 +472,11 @@ fn ingest(ctx: &Ctx, a: IngestBenchArgs) -> CliResult {
     };
     check_ingest_args(&a)?;
     let mut configs: Vec<(usize, usize)> = a.writers.iter().map(|&w| (w, 1)).collect();
+    if a.batch.contains(&1) {
+        crate::eoutln!(
+            "note: --batch 1 adds no configuration: single-event appends are what --writers measures"
+        );
+    }
     for &b in a.batch.iter().filter(|&&b| b > 1) {
         configs.extend(a.batch_writers.iter().filter(|&&w| w > 0).map(|&w| (w, b)));
     }

@@ -514,6 +514,12 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
     let (n, dim) = (base.shape[0], base.shape[1]);
     // fewer ground-truth rows than queries: a truncated or mismatched file
     // (measuring the first rows only would be silent about it)
+    if let Some(q) = a.queries.filter(|&q| q > queries.shape[0]) {
+        crate::eoutln!(
+            "note: --queries {q}: queries.npy holds {}; measuring all of them",
+            queries.shape[0]
+        );
+    }
     let asked = a.queries.unwrap_or(queries.shape[0]).min(queries.shape[0]);
     if gt.shape.first().is_some_and(|&rows| rows < asked) {
         return Err(CliError::Message(format!(
