@@ -1342,3 +1342,58 @@ fn corrections_in_one_batch_chain_and_repeats_are_one() {
     assert!(matches!(e, EngineError::AlreadySuperseded { .. }), "{e}");
     db.close().unwrap();
 }
+
+/// A file that names its external id on every line, creating a record and
+/// correcting it in one batch, ingests as it would over several batches,
+/// and again as duplicates only: a correction saying what the item it
+/// corrects says is a duplicate of that item; a line repeated right after
+/// itself is one correction, and a change back after it is kept.
+#[test]
+fn a_chain_with_external_ids_in_one_batch_ingests_once_and_again_as_duplicates() {
+    use engram::AppendOutcome::{Created, Duplicate};
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let s = db.session(Principal::admin("A"));
+    let line = |ext: &str, text: &str, corrects: bool| {
+        let mut r = NewRecord::event("m", text).with_external_id(ext);
+        if corrects {
+            r.supersedes = Some(RecordRef::External(ext.into()));
+        }
+        r
+    };
+    let outcomes = |out: &[engram::AppendResult]| out.iter().map(|r| r.outcome).collect::<Vec<_>>();
+    let versions = |ext: &str| s.history(&RecordRef::External(ext.into())).unwrap().len();
+    // created, then "corrected" to what it says: one version
+    let same = vec![line("a", "x", false), line("a", "x", true)];
+    let out = s.append(same.clone()).unwrap();
+    assert_eq!(outcomes(&out), [Created, Duplicate]);
+    assert_eq!(out[1].id, out[0].id);
+    assert_eq!(versions("a"), 1);
+    // x, y, y repeated, x back: three versions
+    let chain = vec![
+        line("c", "x", false),
+        line("c", "y", true),
+        line("c", "y", true),
+        line("c", "x", true),
+    ];
+    let out = s.append(chain.clone()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(outcomes(&out), [Created, Created, Duplicate, Created]);
+    assert_eq!(versions("c"), 3);
+    // the same files again: duplicates only, nothing new
+    for (file, ext, n) in [(same, "a", 1), (chain, "c", 3)] {
+        let out = s.append(file).unwrap_or_else(|e| panic!("{ext}: {e}"));
+        assert!(
+            out.iter().all(|r| r.outcome == Duplicate),
+            "{ext}: {:?}",
+            outcomes(&out)
+        );
+        assert_eq!(versions(ext), n, "{ext}");
+    }
+    assert_eq!(
+        s.get(&RecordRef::External("c".into()))
+            .unwrap()
+            .text
+            .as_deref(),
+        Some("x")
+    );
+}

@@ -159,6 +159,13 @@ impl Resolver<'_> {
         if let Some(e) = rf.as_external() {
             if let Some(pos) = self.batch_ext.borrow().get(e) {
                 if let Some(&j) = pos.iter().rev().find(|&&j| j < i) {
+                    // An item that repeats another stands for it: its id
+                    // is the earlier item's (the first that holds it) or
+                    // a stored record's.
+                    let j = batch_ids[..j]
+                        .iter()
+                        .position(|b| *b == batch_ids[j])
+                        .unwrap_or(j);
                     return self.earlier(rf, field, (i, j), batch_ids[j]);
                 }
                 if let Some(&j) = pos.iter().find(|&&j| j > i) {

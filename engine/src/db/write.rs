@@ -365,6 +365,9 @@ impl Session {
             let mut batch: Vec<Option<InBatch>> = Vec::with_capacity(records.len());
             for (i, r) in records.iter().enumerate() {
                 if let Some(&j) = repeats.get(&i) {
+                    // (the record it repeats, as resolved: a stored one
+                    // when that item turned out a duplicate itself)
+                    batch_ids[i] = batch_ids[j];
                     batch.push(None);
                     let first = &prepared[j];
                     let p = Prepared {
@@ -403,6 +406,48 @@ impl Session {
                     Some(h) => h,
                     None => content_hash(r, &res, &retention, &access, data_json[i].as_deref()),
                 };
+                // A correction saying exactly what the item of this batch
+                // it corrects says (hashed as that item's sibling, with its
+                // external id): a duplicate of that item, as it is of the
+                // stored version when sent in a later batch.
+                let unchanged_here = res
+                    .supersedes
+                    .and_then(|s| batch_ids[..i].iter().rposition(|b| *b == s))
+                    .filter(|&j| {
+                        let first = &prepared[j].stored;
+                        prepared[j].outcome == AppendOutcome::Created
+                            && first.external_id == r.external_id
+                            && content_hash(
+                                r,
+                                &Resolved {
+                                    supersedes: first.supersedes.map(RecordId::from_bytes),
+                                    ..res.clone()
+                                },
+                                &retention,
+                                &access,
+                                data_json[i].as_deref(),
+                            ) == first.content_sha256
+                    });
+                if let Some(j) = unchanged_here {
+                    let s = batch_ids[j];
+                    if superseded_here.get(&s) == Some(&i) {
+                        superseded_here.remove(&s);
+                    }
+                    batch_ids[i] = s;
+                    batch.push(None);
+                    let mut stored = StoredRecord::empty(s);
+                    stored.external_id = r.external_id.clone();
+                    prepared.push(Prepared {
+                        stored,
+                        outcome: AppendOutcome::Duplicate,
+                        status: prepared[j].status,
+                        lsn: 0,
+                        notes: duplicate_notes(r),
+                        frame: 0,
+                        same_as: Some(j),
+                    });
+                    continue;
+                }
                 // stage 3: external id rules (a duplicate stores nothing)
                 // a correction of an earlier item of this batch that holds
                 // the same external id continues that chain (the item
