@@ -197,7 +197,10 @@ pub struct ContextArgs {
 
 /// `engram review ...`.
 pub fn review(ctx: &Ctx, cmd: ReviewCommand) -> CliResult {
-    let db = ctx.open_store_to_write()?;
+    let db = match cmd {
+        ReviewCommand::List { .. } => ctx.open_store()?,
+        _ => ctx.open_store_to_write()?,
+    };
     let r = review_inner(&db, cmd);
     db.close()?;
     r

@@ -798,9 +798,14 @@ fn the_writer_of_a_purged_record_is_answered_as_before_compaction() {
     let answers = |db: &Engram| {
         let carol = db.session(Principal::user("t", "carol"));
         let other = db.session(Principal::user("u", "carol"));
+        let correction = NewRecord {
+            supersedes: Some(RecordRef::Id(id)),
+            ..NewRecord::event("note", "carol's fix")
+        };
         for e in [
             carol.delete(&RecordRef::Id(id), None).unwrap_err(),
             carol.expire(&RecordRef::Id(id), T0 + 1000).unwrap_err(),
+            carol.append(vec![correction]).unwrap_err(),
         ] {
             assert!(matches!(e, EngineError::InvalidState { .. }), "{e:?}");
         }

@@ -671,6 +671,7 @@ fn a_changed_embedder_choice_is_said_once() {
             "t",
             "FIND ANY LIMIT 1 RETURN id",
         ],
+        &["--embedder", "hash", "review", "list"],
     ] {
         assert!(!note(read).contains("remembers"), "{read:?}");
         assert_eq!(

@@ -606,3 +606,36 @@ fn recency_reorders_the_matches_not_the_newest_records() {
     let hits = s.recall(&req).unwrap().hits;
     assert_eq!(hits[0].external_id.as_deref(), Some("new"), "recency leads");
 }
+
+/// A query that matches nothing finds nothing: the graph retriever's seeds
+/// come from what the content retrievers found, not from recency's newest
+/// records (which are not about the query), so no entity comes back.
+#[test]
+fn a_query_matching_nothing_expands_from_nothing() {
+    let clock = ManualClock::new(1_760_000_000_000);
+    let db = store(&clock, false);
+    let s = db.session(Principal::admin("t"));
+    let entity = |name: &str| NewRecord {
+        body: engram::Body::Entity {
+            entity_type: "thing".into(),
+            name: name.into(),
+            aliases: vec![],
+        },
+        kind: "entity".into(),
+        ..NewRecord::default()
+    };
+    s.append(vec![entity("Gamma"), entity("Delta"), entity("Epsilon")])
+        .unwrap();
+    let hits = s.recall(&RecallRequest::text("qqqq")).unwrap().hits;
+    assert!(
+        hits.is_empty(),
+        "{:?}",
+        hits.iter().map(|h| &h.id).collect::<Vec<_>>()
+    );
+    // a query naming one still reaches it
+    let hits = s
+        .recall(&RecallRequest::text("where is Gamma"))
+        .unwrap()
+        .hits;
+    assert_eq!(hits.len(), 1);
+}

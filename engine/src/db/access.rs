@@ -205,22 +205,41 @@ impl Session {
             crate::authz::Decision::Hidden => {
                 Err(self.not_found(target.map(|(_, r)| r).expect("only targets are hidden")))
             }
-            // A record purged by compaction keeps no writer: the matrix
-            // cannot tell its writer from anyone else, and nothing can be
-            // done to it anyway. Whoever may read it gets the state's
-            // answer (its writer is never told it is not the writer).
-            crate::authz::Decision::Forbidden(reason) => match target {
-                Some((idx, _)) if st.meta(idx).tombstone => Err(EngineError::InvalidState {
-                    action: op.name().to_string(),
-                    target: st.meta(idx).id,
-                    reason: "it is deleted".into(),
-                }),
-                _ => Err(EngineError::Forbidden {
+            crate::authz::Decision::Forbidden(reason) => Err(match target {
+                Some((idx, _)) => self.refusal(st, idx, op.name().to_string(), reason),
+                None => EngineError::Forbidden {
                     principal: self.principal.to_string(),
                     action: op.name().to_string(),
                     reason: reason.to_string(),
-                }),
-            },
+                },
+            }),
+        }
+    }
+
+    /// The answer to `action` on record `idx` when the matrix forbids it.
+    /// A record purged by compaction keeps no writer: the matrix cannot
+    /// tell its writer from anyone else, and nothing can be done to it
+    /// anyway, so whoever may read it gets the state's answer (its writer
+    /// is never told it is not the writer).
+    pub(crate) fn refusal(
+        &self,
+        st: &State,
+        idx: Idx,
+        action: String,
+        reason: &str,
+    ) -> EngineError {
+        let m = st.meta(idx);
+        if m.tombstone {
+            return EngineError::InvalidState {
+                action,
+                target: m.id,
+                reason: "it is deleted".into(),
+            };
+        }
+        EngineError::Forbidden {
+            principal: self.principal.to_string(),
+            action,
+            reason: reason.to_string(),
         }
     }
 

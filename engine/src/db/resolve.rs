@@ -204,11 +204,8 @@ impl Resolver<'_> {
         if let crate::authz::Decision::Forbidden(reason) =
             crate::authz::decide(self.actor, crate::authz::Operation::Correct, Some(target))
         {
-            return Err(EngineError::Forbidden {
-                principal: self.session.principal.to_string(),
-                action: format!("correct {sid} (item {i})"),
-                reason: reason.to_string(),
-            });
+            let action = format!("correct {sid} (item {i})");
+            return Err(self.session.refusal(self.st, ix, action, reason));
         }
         same_type(i, r, m.rtype)?;
         // A version already corrected: refused unless the item turns out

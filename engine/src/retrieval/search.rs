@@ -420,7 +420,10 @@ impl Session {
                     }
                 }
                 Seed::EarlierHits { n } => {
-                    for o in earlier {
+                    // hits of the content retrievers: recency's are only
+                    // new, not about the query (a query matching nothing
+                    // would otherwise expand from the newest records)
+                    for o in earlier.iter().filter(|o| o.kind != RetrieverKind::Recent) {
                         for c in o.candidates.iter().take(*n) {
                             if let Some(i) = st.idx(c.id) {
                                 for e in linked(i) {
