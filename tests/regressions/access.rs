@@ -1397,3 +1397,40 @@ fn a_chain_with_external_ids_in_one_batch_ingests_once_and_again_as_duplicates()
         Some("x")
     );
 }
+
+/// A `writer` given by a principal that may not name one is replaced by
+/// the principal itself, and the result says so (it is something the
+/// engine decided that the line did not say); the tenant admin's stands.
+#[test]
+fn a_writer_a_principal_may_not_name_is_replaced_with_a_note() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let named = |ext: &str| NewRecord {
+        writer: Some(engram::Writer {
+            principal: "mallory".into(),
+            kind: engram::WriterKind::User,
+        }),
+        ..NewRecord::event("m", "x").with_external_id(ext)
+    };
+    let alice = db.session(Principal::user("A", "alice"));
+    let out = alice.append(vec![named("a1")]).unwrap();
+    assert!(
+        out[0]
+            .notes
+            .iter()
+            .any(|n| n.contains("writer ignored") && n.contains("alice")),
+        "{:?}",
+        out[0].notes
+    );
+    let r = alice.get(&RecordRef::External("a1".into())).unwrap();
+    assert_eq!(r.writer.principal, "alice");
+    let admin = db.session(Principal::admin("A"));
+    let out = admin.append(vec![named("a2")]).unwrap();
+    assert!(
+        out[0].notes.iter().all(|n| !n.contains("writer")),
+        "{:?}",
+        out[0].notes
+    );
+    let r = admin.get(&RecordRef::External("a2".into())).unwrap();
+    assert_eq!(r.writer.principal, "mallory");
+}

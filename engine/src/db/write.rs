@@ -385,7 +385,7 @@ impl Session {
                 let rtype = r.body.record_type();
                 let ItemResolution {
                     resolved: res,
-                    notes,
+                    mut notes,
                     inherited,
                     effective,
                     unless_duplicate,
@@ -521,10 +521,20 @@ impl Session {
                 // writer and admission
                 let writer = match (&r.writer, self.principal.may_attribute()) {
                     (Some(w), true) => w.clone(),
-                    _ => Writer {
-                        principal: self.principal.id().to_string(),
-                        kind: self.principal.kind(),
-                    },
+                    (given, _) => {
+                        let me = Writer {
+                            principal: self.principal.id().to_string(),
+                            kind: self.principal.kind(),
+                        };
+                        if given.as_ref().is_some_and(|w| *w != me) {
+                            notes.push(format!(
+                                "writer ignored: the record is written by '{}' ({}), the principal that appends it (only the tenant admin names another writer)",
+                                me.principal,
+                                me.kind.name()
+                            ));
+                        }
+                        me
+                    }
                 };
                 let status = admission(rtype, &r.body, writer.kind, tstate);
                 batch.push(Some(InBatch {
