@@ -1396,6 +1396,57 @@ fn a_chain_with_external_ids_in_one_batch_ingests_once_and_again_as_duplicates()
             .as_deref(),
         Some("x")
     );
+    // a create line sent again after a correction; a no-op correction,
+    // then a real one; a repeated create, then a no-op correction (the
+    // repeat stands for the first line): each file once, then again
+    type Case<'a> = (&'a str, Vec<NewRecord>, &'a [engram::AppendOutcome], usize);
+    let cases: [Case; 3] = [
+        (
+            "d",
+            vec![
+                line("d", "x", false),
+                line("d", "y", true),
+                line("d", "x", false),
+            ],
+            &[Created, Created, Duplicate],
+            2,
+        ),
+        (
+            "e",
+            vec![
+                line("e", "x", false),
+                line("e", "x", true),
+                line("e", "y", true),
+            ],
+            &[Created, Duplicate, Created],
+            2,
+        ),
+        (
+            "f",
+            vec![
+                line("f", "x", false),
+                line("f", "x", false),
+                line("f", "x", true),
+            ],
+            &[Created, Duplicate, Duplicate],
+            1,
+        ),
+    ];
+    for (ext, file, first, n) in cases {
+        let out = s
+            .append(file.clone())
+            .unwrap_or_else(|e| panic!("{ext}: {e}"));
+        assert_eq!(outcomes(&out), first, "{ext}");
+        let again = s
+            .append(file)
+            .unwrap_or_else(|e| panic!("{ext} again: {e}"));
+        assert!(
+            again.iter().all(|r| r.outcome == Duplicate),
+            "{ext}: {:?}",
+            outcomes(&again)
+        );
+        assert_eq!(versions(ext), n, "{ext}");
+    }
 }
 
 /// A `writer` given by a principal that may not name one is replaced by

@@ -135,6 +135,11 @@ pub(super) fn existing_version(
 ///   lost, a file holding a chain ingested again in one batch), whatever
 ///   came after it.
 ///
+/// The target is taken as it is even when already corrected if the
+/// correction named it through an earlier line of its batch (`via_batch`:
+/// a file holding a record and a correction that repeats it, ingested
+/// again, where the earlier line is a duplicate of the stored version).
+///
 /// Nothing further back: a correction naming the chain by its external id
 /// corrects the current version, and one that says what an older version
 /// said (a preference changed back: dark, light, dark, light) is a new
@@ -149,7 +154,7 @@ pub(super) fn unchanged_correction(
     (r, res): (&NewRecord, &Resolved),
     (retention, access): (&str, &[String]),
     data: Option<&str>,
-    readable: &dyn Fn(Idx) -> bool,
+    (readable, via_batch): (&dyn Fn(Idx) -> bool, bool),
 ) -> Result<Option<(RecordId, u64, Status)>> {
     let Some(target) = res
         .supersedes
@@ -166,8 +171,10 @@ pub(super) fn unchanged_correction(
             || r.external_id.as_deref() != m.external_id.as_deref()
             || (v != target && !readable(v))
             // a target already corrected is no current version to repeat
-            // (saying what it said is refused as already superseded)
-            || (v == target && m.superseded_by.is_some())
+            // (saying what it said is refused as already superseded),
+            // unless it was named through an earlier line of this batch
+            // that stands for it (a file holding a chain, ingested again)
+            || (v == target && m.superseded_by.is_some() && !via_batch)
         {
             continue;
         }

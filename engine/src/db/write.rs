@@ -304,11 +304,15 @@ impl Session {
                             || r.supersedes.as_ref() == Some(&RecordRef::Id(batch_ids[j]));
                         // the same content: the same hash, or (for a record
                         // naming others, hashed only once resolved) the
-                        // same record as sent
-                        let same = (normalized[i].2.is_some()
-                            && normalized[i].2 == normalized[j].2)
-                            || (normalized[i].2.is_none() && records[i] == records[j]);
-                        if !corrects_it && same {
+                        // same record as sent; any earlier line of that key
+                        // (a line of the chain sent again is a duplicate,
+                        // as in a later batch)
+                        let same = |j: usize| {
+                            (normalized[i].2.is_some() && normalized[i].2 == normalized[j].2)
+                                || (normalized[i].2.is_none() && records[i] == records[j])
+                        };
+                        let repeated = pos.iter().copied().find(|&k| same(k));
+                        if let (false, Some(j)) = (corrects_it, repeated) {
                             repeats.insert(i, j);
                             batch_ids[i] = batch_ids[j];
                             continue;
@@ -412,7 +416,9 @@ impl Session {
                 // stored version when sent in a later batch.
                 let unchanged_here = res
                     .supersedes
-                    .and_then(|s| batch_ids[..i].iter().rposition(|b| *b == s))
+                    // (the first item holding that id made it: a later
+                    // one repeats it)
+                    .and_then(|s| batch_ids[..i].iter().position(|b| *b == s))
                     .filter(|&j| {
                         let first = &prepared[j].stored;
                         prepared[j].outcome == AppendOutcome::Created
@@ -475,11 +481,14 @@ impl Session {
                         (r, &res),
                         (&retention, &access),
                         data_json[i].as_deref(),
-                        &|v| {
-                            let held = held_once.get_or_init(|| self.held_labels(&st));
-                            let t = self.target(&st, v, held);
-                            t.readable || t.own
-                        },
+                        (
+                            &|v| {
+                                let held = held_once.get_or_init(|| self.held_labels(&st));
+                                let t = self.target(&st, v, held);
+                                t.readable || t.own
+                            },
+                            res.supersedes.is_some_and(|s| batch_ids[..i].contains(&s)),
+                        ),
                     )? =>
                     {
                         Some(same)
