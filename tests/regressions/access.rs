@@ -1432,6 +1432,34 @@ fn a_chain_with_external_ids_in_one_batch_ingests_once_and_again_as_duplicates()
             1,
         ),
     ];
+    // corrections with and without the external id mixed (one without
+    // inherits it, and the next names the latest of them)
+    let bare = |text: &str| {
+        let mut r = NewRecord::event("m", text);
+        r.supersedes = Some(RecordRef::External("g".into()));
+        r
+    };
+    let mixed = vec![
+        line("g", "x", false),
+        bare("x"),
+        line("g", "y", true),
+        bare("z"),
+    ];
+    let out = s.append(mixed.clone()).unwrap_or_else(|e| panic!("g: {e}"));
+    assert_eq!(outcomes(&out), [Created, Duplicate, Created, Created]);
+    let texts: Vec<String> = s
+        .history(&RecordRef::External("g".into()))
+        .unwrap()
+        .into_iter()
+        .map(|r| r.text.unwrap_or_default())
+        .collect();
+    assert_eq!(texts, ["x", "y", "z"]);
+    let again = s.append(mixed).unwrap_or_else(|e| panic!("g again: {e}"));
+    assert!(
+        again.iter().all(|r| r.outcome == Duplicate),
+        "g: {:?}",
+        outcomes(&again)
+    );
     for (ext, file, first, n) in cases {
         let out = s
             .append(file.clone())

@@ -158,7 +158,10 @@ impl Resolver<'_> {
         // corrects (earlier in the batch or stored).
         if let Some(e) = rf.as_external() {
             if let Some(pos) = self.batch_ext.borrow().get(e) {
-                if let Some(&j) = pos.iter().rev().find(|&&j| j < i) {
+                // (the latest earlier item: positions are not in order, as
+                // an item inheriting the external id is added when it is
+                // resolved, after the items that give it)
+                if let Some(j) = pos.iter().copied().filter(|&j| j < i).max() {
                     // An item that repeats another stands for it: its id
                     // is the earlier item's (the first that holds it) or
                     // a stored record's.
