@@ -160,16 +160,11 @@ pub fn prepare(backend: &dyn Backend, dir: &Path, create: bool, writable: bool) 
     prepare_dir(backend, dir, (create, writable), false)
 }
 
-/// [`prepare`], and for `Engram::backup` alone (its copy is opened to be
-/// compacted before it is finished), a directory holding
-/// [`PARTIAL_BACKUP_FILE`] when `unfinished_backup` is true.
-pub(crate) fn prepare_dir(
-    backend: &dyn Backend,
-    dir: &Path,
-    (create, writable): (bool, bool),
-    unfinished_backup: bool,
-) -> Result<()> {
-    if !unfinished_backup && backend.exists(&dir.join(PARTIAL_BACKUP_FILE)) {
+/// Refuses `dir` when it is a backup cut short (it holds
+/// [`PARTIAL_BACKUP_FILE`]): every open does, and so do the commands that
+/// write beside a store without opening it (`keys create`, `init`).
+pub fn refuse_unfinished_backup(backend: &dyn Backend, dir: &Path) -> Result<()> {
+    if backend.exists(&dir.join(PARTIAL_BACKUP_FILE)) {
         return Err(EngineError::invalid(
             "data directory",
             format!(
@@ -179,6 +174,21 @@ pub(crate) fn prepare_dir(
                 dir.display()
             ),
         ));
+    }
+    Ok(())
+}
+
+/// [`prepare`], and for `Engram::backup` alone (its copy is opened to be
+/// compacted before it is finished), a directory holding
+/// [`PARTIAL_BACKUP_FILE`] when `unfinished_backup` is true.
+pub(crate) fn prepare_dir(
+    backend: &dyn Backend,
+    dir: &Path,
+    (create, writable): (bool, bool),
+    unfinished_backup: bool,
+) -> Result<()> {
+    if !unfinished_backup {
+        refuse_unfinished_backup(backend, dir)?;
     }
     let kind = classify(backend, dir)?;
     // A backup holds a store's marker and log, and `backup.json`: opened

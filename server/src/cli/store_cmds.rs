@@ -281,13 +281,8 @@ fn backup_manifest(
 
 pub(super) fn cmd_init(ctx: &Ctx, a: JsonArgs) -> CliResult {
     let data = ctx.data.as_path();
-    use engram_engine::store_dir::{DirKind, PARTIAL_BACKUP_FILE, classify};
-    if data.join(PARTIAL_BACKUP_FILE).exists() {
-        return Err(CliError::Message(format!(
-            "{} is a backup that did not finish, not a store: remove it and take a new backup",
-            data.display()
-        )));
-    }
+    use engram_engine::store_dir::{DirKind, classify, refuse_unfinished_backup};
+    refuse_unfinished_backup(Options::default().backend.as_ref(), data)?;
     match classify(Options::default().backend.as_ref(), data)? {
         DirKind::Empty => {}
         DirKind::Store | DirKind::Unmarked => {

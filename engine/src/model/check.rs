@@ -1,0 +1,350 @@
+//! The model's own rules for what a record may hold: names, labels,
+//! times, vectors, `data` in its stored form, and [`NewRecord::validate`]
+//! (every field of a new record, before the store is asked anything).
+
+use super::*;
+
+/// Checks a name (tenant, principal, label, kind, ...): non-empty, at most
+/// [`limits::NAME_BYTES_MAX`] bytes, no control characters, no surrounding
+/// whitespace. `field` names it in the error.
+pub fn check_name(field: &str, s: &str) -> Result<()> {
+    if s.is_empty() {
+        return Err(EngineError::invalid(field, "must not be empty"));
+    }
+    if s.len() > limits::NAME_BYTES_MAX {
+        return Err(EngineError::LimitExceeded {
+            item: None,
+            what: format!("{field} length in bytes"),
+            limit: limits::NAME_BYTES_MAX as u64,
+            got: s.len() as u64,
+        });
+    }
+    if s.chars().any(char::is_control) {
+        return Err(EngineError::invalid(
+            field,
+            "must not contain control characters",
+        ));
+    }
+    if s.trim() != s {
+        return Err(EngineError::invalid(
+            field,
+            "must not start or end with whitespace",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the free-text reason or note of a lifecycle operation: at most
+/// [`limits::REASON_BYTES_MAX`] bytes. `field` names it in the error.
+pub fn check_reason(field: &str, s: Option<&str>) -> Result<()> {
+    match s {
+        Some(r) if r.len() > limits::REASON_BYTES_MAX => Err(EngineError::invalid(
+            field,
+            format!(
+                "longer than {} bytes ({} bytes)",
+                limits::REASON_BYTES_MAX,
+                r.len()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Checks a tenant name (same rules as every name-like field).
+pub fn check_tenant(t: &str) -> Result<()> {
+    check_name("tenant", t)
+}
+
+pub(crate) fn check_time(field: &str, t: Option<TimestampMs>) -> Result<()> {
+    if let Some(t) = t {
+        if !(TIMESTAMP_MIN_MS..=TIMESTAMP_MAX_MS).contains(&t) {
+            return Err(EngineError::invalid(field, "outside years 0001..9999"));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn check_labels(field: &str, labels: &[String]) -> Result<()> {
+    if labels.len() > limits::LABELS_MAX {
+        return Err(EngineError::LimitExceeded {
+            item: None,
+            what: format!("{field} count"),
+            limit: limits::LABELS_MAX as u64,
+            got: labels.len() as u64,
+        });
+    }
+    for l in labels {
+        check_name(field, l)?;
+    }
+    Ok(())
+}
+
+/// Nesting depth of a JSON value (a scalar is 0, `[]` and `{}` are 1).
+fn json_depth(v: &serde_json::Value) -> usize {
+    match v {
+        serde_json::Value::Array(a) => 1 + a.iter().map(json_depth).max().unwrap_or(0),
+        serde_json::Value::Object(o) => 1 + o.values().map(json_depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// `data` in canonical form (as it is hashed and stored), refused past
+/// [`limits::DATA_BYTES_MAX`]. Appends check it per record; a file's parse
+/// checks it per line, so such a line fails the file before anything is
+/// stored.
+pub fn canonical_data(d: &serde_json::Value) -> Result<String> {
+    let s = crate::canonical::to_canonical_string(d)
+        .map_err(|e| EngineError::invalid("data", e.to_string()))?;
+    if s.len() > limits::DATA_BYTES_MAX {
+        return Err(EngineError::LimitExceeded {
+            item: None,
+            what: "data length in bytes (canonical JSON)".into(),
+            limit: limits::DATA_BYTES_MAX as u64,
+            got: s.len() as u64,
+        });
+    }
+    Ok(s)
+}
+
+/// Checks a vector: dimension limits and finite components.
+pub fn check_vector(field: &str, v: &[f32]) -> Result<()> {
+    check_dims(field, v)?;
+    check_finite(field, v)
+}
+
+/// Not empty and within [`limits::VECTOR_DIM_MAX`].
+fn check_dims(field: &str, v: &[f32]) -> Result<()> {
+    if v.is_empty() {
+        return Err(EngineError::invalid(field, "vector is empty"));
+    }
+    if v.len() > limits::VECTOR_DIM_MAX {
+        return Err(EngineError::LimitExceeded {
+            item: None,
+            what: format!("{field} dimensions"),
+            limit: limits::VECTOR_DIM_MAX as u64,
+            got: v.len() as u64,
+        });
+    }
+    Ok(())
+}
+
+/// Every component finite, or an error naming the first that is not.
+fn check_finite(field: &str, v: &[f32]) -> Result<()> {
+    // One branch-free pass (it vectorizes); the position only on failure.
+    if !v.iter().fold(true, |ok, x| ok & x.is_finite()) {
+        let i = v.iter().position(|x| !x.is_finite()).unwrap_or(0);
+        return Err(EngineError::invalid(
+            field,
+            format!("component {i} is {} (must be finite)", v[i]),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a query vector: [`check_vector`], and not all zeros (a zero
+/// vector has no direction to compare).
+pub fn check_query_vector(field: &str, v: &[f32]) -> Result<()> {
+    check_dims(field, v)?;
+    // Fast path, one SIMD pass: a positive, finite sum of squares means
+    // every component is finite and one is not zero. Anything else (a bad
+    // component, or huge or tiny values whose squares overflow or
+    // underflow) takes the exact checks, which name what is wrong.
+    let sq = -crate::vector::distance::distance(crate::vector::distance::Metric::Dot, v, v);
+    if sq.is_finite() && sq > 0.0 {
+        return Ok(());
+    }
+    check_finite(field, v)?;
+    if v.iter().fold(true, |zero, x| zero & (*x == 0.0)) {
+        return Err(EngineError::invalid(
+            field,
+            "all components are zero: a zero vector has no direction to compare",
+        ));
+    }
+    Ok(())
+}
+
+impl NewRecord {
+    /// Checks every field against the model's rules and limits (not against
+    /// the store: references and external ids are checked at append).
+    pub fn validate(&self) -> Result<()> {
+        let rt = self.body.record_type();
+        if let Some(e) = &self.external_id {
+            if e.is_empty() {
+                return Err(EngineError::invalid("external_id", "must not be empty"));
+            }
+            if e.len() > limits::EXTERNAL_ID_BYTES_MAX {
+                return Err(EngineError::LimitExceeded {
+                    item: None,
+                    what: "external_id length in bytes".into(),
+                    limit: limits::EXTERNAL_ID_BYTES_MAX as u64,
+                    got: e.len() as u64,
+                });
+            }
+            if e.chars().any(char::is_control) {
+                return Err(EngineError::invalid(
+                    "external_id",
+                    "must not contain control characters",
+                ));
+            }
+        }
+        check_name("kind", &self.kind)?;
+        if let Body::Assertion { kind, .. } = &self.body {
+            if self.kind != kind.name() {
+                return Err(EngineError::invalid(
+                    "kind",
+                    format!(
+                        "assertion kind is '{}' but kind says '{}'",
+                        kind.name(),
+                        self.kind
+                    ),
+                ));
+            }
+        }
+        for (f, v) in [
+            ("scope.user", &self.scope.user),
+            ("scope.conversation", &self.scope.conversation),
+            ("scope.agent", &self.scope.agent),
+        ] {
+            if let Some(v) = v {
+                check_name(f, v)?;
+            }
+        }
+        check_labels("scope.labels", &self.scope.labels)?;
+        check_labels("access", &self.access)?;
+        if let Some(r) = &self.retention_class {
+            check_name("retention_class", r)?;
+        }
+        if let Some(w) = &self.writer {
+            check_name("writer.principal", &w.principal)?;
+        }
+        check_time("occurred_at", self.occurred_at)?;
+        check_time("valid_from", self.valid_from)?;
+        check_time("valid_until", self.valid_until)?;
+        check_time("last_verified_at", self.last_verified_at)?;
+        if let (Some(from), Some(until)) = (self.valid_from.or(self.occurred_at), self.valid_until)
+        {
+            if until < from {
+                return Err(EngineError::invalid(
+                    "valid_until",
+                    format!(
+                        "{} is before the start of validity {}",
+                        format_rfc3339(until),
+                        format_rfc3339(from)
+                    ),
+                ));
+            }
+        }
+        let has_text = self.text.as_deref().is_some_and(|t| !t.is_empty());
+        if rt == RecordType::Event && !has_text && self.data.is_none() {
+            return Err(EngineError::invalid(
+                "text",
+                "an event needs `text` and/or `data`",
+            ));
+        }
+        if let Some(d) = &self.data {
+            // The content hash nests `data` one level inside its object.
+            let depth = json_depth(d);
+            if depth >= crate::canonical::DEPTH_MAX {
+                return Err(EngineError::LimitExceeded {
+                    item: None,
+                    what: "nesting depth of data".into(),
+                    limit: crate::canonical::DEPTH_MAX as u64 - 1,
+                    got: depth as u64,
+                });
+            }
+        }
+        if let Some(t) = &self.text {
+            if t.len() > limits::TEXT_BYTES_MAX {
+                return Err(EngineError::LimitExceeded {
+                    item: None,
+                    what: "text length in bytes".into(),
+                    limit: limits::TEXT_BYTES_MAX as u64,
+                    got: t.len() as u64,
+                });
+            }
+        }
+        if self.embeddings.len() > limits::EMBEDDINGS_PER_RECORD_MAX {
+            return Err(EngineError::LimitExceeded {
+                item: None,
+                what: "embeddings per record".into(),
+                limit: limits::EMBEDDINGS_PER_RECORD_MAX as u64,
+                got: self.embeddings.len() as u64,
+            });
+        }
+        for (i, e) in self.embeddings.iter().enumerate() {
+            check_name("embedding.model", &e.model)?;
+            check_vector("embedding.vector", &e.vector)?;
+            if self.embeddings[..i].iter().any(|o| o.model == e.model) {
+                return Err(EngineError::invalid(
+                    "embedding.model",
+                    format!("two vectors for model '{}' on one record", e.model),
+                ));
+            }
+        }
+        if let Some(c) = self.confidence {
+            if !(0.0..=1.0).contains(&c) {
+                return Err(EngineError::invalid("confidence", "must be within [0, 1]"));
+            }
+        }
+        if self.sources.len() > limits::SOURCES_MAX {
+            return Err(EngineError::LimitExceeded {
+                item: None,
+                what: "sources count".into(),
+                limit: limits::SOURCES_MAX as u64,
+                got: self.sources.len() as u64,
+            });
+        }
+        match &self.body {
+            Body::Event => {
+                if !self.sources.is_empty() {
+                    return Err(EngineError::invalid(
+                        "sources",
+                        "events have no sources (they are the sources); use a semantic record",
+                    ));
+                }
+            }
+            Body::Entity {
+                entity_type,
+                name,
+                aliases,
+            } => {
+                check_name("entity_type", entity_type)?;
+                check_name("name", name)?;
+                check_labels("aliases", aliases)?;
+            }
+            Body::Relation { predicate, .. } => {
+                check_name("predicate", predicate)?;
+            }
+            Body::Assertion { predicate, .. } => {
+                if let Some(p) = predicate {
+                    check_name("predicate", p)?;
+                }
+                if !has_text && predicate.is_none() {
+                    return Err(EngineError::invalid(
+                        "text",
+                        "an assertion needs a statement (`text`) or subject/predicate/object",
+                    ));
+                }
+                if self.sources.is_empty() {
+                    return Err(EngineError::invalid(
+                        "sources",
+                        "an assertion needs at least one source (provenance)",
+                    ));
+                }
+            }
+            Body::Summary { generator } => {
+                check_name("generator", generator)?;
+                if !has_text {
+                    return Err(EngineError::invalid("text", "a summary needs text"));
+                }
+                if self.sources.is_empty() {
+                    return Err(EngineError::invalid(
+                        "sources",
+                        "a summary needs its ordered inputs in `sources`",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
