@@ -331,9 +331,16 @@ impl<'s> Parser<'s> {
             return Err(self.unexpected("FIND or TRACE"));
         };
         let span = self.span_from(first);
-        self.eat(TokenKind::Semicolon, "`;`");
+        let ended = self.eat(TokenKind::Semicolon, "`;`").is_some();
         if self.peek().kind != TokenKind::Eof {
             self.note("end of input");
+            if ended {
+                // A second statement: the clause-order hint would mislead.
+                return Err(self.unexpected("the end of input after `;`").with_hint(
+                    "one statement per request: run several with `engram shell`, which reads \
+                     statements ending with `;`",
+                ));
+            }
             return Err(self.unexpected("the next clause or the end of the statement"));
         }
         Ok(Statement {
@@ -931,6 +938,27 @@ mod tests {
             "NOT ".repeat(NESTING_DEPTH_MAX - 1)
         );
         assert!(parse(&ok).is_ok());
+    }
+
+    #[test]
+    fn a_bracket_pair_costs_a_level_as_a_not_does() {
+        let brackets = |n: usize| {
+            format!(
+                "FIND ANY WHERE {}kind = 'x'{}",
+                "(".repeat(n),
+                ")".repeat(n)
+            )
+        };
+        let nots = |n: usize| format!("FIND ANY WHERE {}kind = 'x'", "NOT ".repeat(n));
+        for (name, text) in [
+            ("brackets", &brackets as &dyn Fn(usize) -> String),
+            ("nots", &nots),
+        ] {
+            assert!(parse(&text(NESTING_DEPTH_MAX - 1)).is_ok(), "{name}");
+            let e = err(&text(NESTING_DEPTH_MAX));
+            assert_eq!(e.code(), "limit_exceeded", "{name}");
+            assert!(e.to_string().contains("33"), "{name}: {e}");
+        }
     }
 
     #[test]

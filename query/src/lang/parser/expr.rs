@@ -52,9 +52,12 @@ impl Parser<'_> {
         Ok((Expr::And { items, span }, depth + 1))
     }
 
+    /// Enters a `NOT` or a parenthesis: the levels entered so far plus the
+    /// predicate that must still come below them are checked, so a bracket
+    /// pair costs a level exactly as a `NOT` does.
     fn enter_nesting(&mut self, at: Span) -> PResult<()> {
         self.nesting += 1;
-        self.check_depth(self.nesting, at)
+        self.check_depth(self.nesting + 1, at)
     }
 
     fn not_expr(&mut self) -> PResult<(Expr, usize)> {
