@@ -174,6 +174,42 @@ fn a_missing_middle_segment_is_refused() {
 }
 
 #[test]
+fn a_removed_log_and_derived_state_are_refused_when_the_ledger_proves_writes() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    multi_segment_store(&store);
+    let db = Engram::open(&store, small_segments()).unwrap();
+    let s = db.session(Principal::admin("t"));
+    let id = s
+        .append(vec![NewRecord::event("note", "to delete")])
+        .unwrap()[0]
+        .id;
+    s.delete(&engram::RecordRef::Id(id), None).unwrap();
+    db.close().unwrap();
+    std::fs::remove_dir_all(store.join("log")).unwrap();
+    std::fs::remove_dir_all(store.join("derived")).unwrap();
+    let before = snapshot(&store);
+    let e = open_err(&store);
+    assert!(
+        matches!(e, EngineError::Storage(StorageError::LogGap { .. })),
+        "{e}"
+    );
+    assert!(e.to_string().contains("ledger.jsonl records 1"), "{e}");
+    let v = fails(&store, &["verify"]);
+    assert!(v.contains("no segment file"), "{v}");
+    fails(&store, &["stats"]);
+    cli::assert_same(
+        &before,
+        &snapshot(&store),
+        "a refused open changed the store",
+    );
+    // An empty log/ is no different.
+    std::fs::create_dir(store.join("log")).unwrap();
+    assert!(open_err(&store).to_string().contains("no segment file"));
+}
+
+#[test]
 fn a_missing_last_segment_is_refused_when_derived_state_proves_it() {
     let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();

@@ -50,6 +50,7 @@ impl Engram {
                 path: lock_path,
             }))?;
         recover_log_swap(backend.as_ref(), &dir)?;
+        refuse_lost_log(backend.as_ref(), &dir)?;
         let mut report = OpenReport::default();
         // Derived state read (without changing it) before the log: what
         // it has applied was durable in the log, so recovery must not cut
@@ -470,6 +471,37 @@ fn rebuild_spaces(
 /// The highest LSN the derived state of the store in `dir` has applied
 /// (and so proves was durable), and what holds it. Reads through `backend`
 /// without changing anything when it is an overlay.
+/// Refuses a store whose log holds no segment file while `ledger.jsonl`
+/// records acknowledged operations: its `log/` was removed or emptied, and
+/// opening it would start an empty log in its place (every record lost,
+/// and `verify` content with an empty store). A store whose creation was
+/// cut short before its first segment has no ledger lines, and opens.
+/// (With derived state present, the log's recovery refuses it too, from
+/// the LSN the snapshots prove durable.)
+fn refuse_lost_log(backend: &dyn engram_storage::Backend, dir: &Path) -> Result<()> {
+    let log = crate::layout::log(dir);
+    let has_segment = backend.exists(&log)
+        && backend.list_dir(&log).map_err(io(&log))?.iter().any(|e| {
+            !e.is_dir && engram_storage::log::segment::parse_segment_file_name(&e.name).is_some()
+        });
+    if has_segment {
+        return Ok(());
+    }
+    let ops = crate::maintenance::read_ledger(backend, dir)?.len();
+    if ops == 0 {
+        return Ok(());
+    }
+    Err(EngineError::Storage(StorageError::LogGap {
+        first_lsn: 1,
+        last_lsn: ops as u64,
+        detail: format!(
+            "{} holds no segment file, but ledger.jsonl records {ops} acknowledged \
+             operation(s), so the log held at least {ops} frame(s)",
+            log.display()
+        ),
+    }))
+}
+
 pub(crate) fn durable_evidence(
     backend: &std::sync::Arc<dyn engram_storage::Backend>,
     dir: &Path,
