@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | 1 `RECORD` | 1 | [`StoredRecord`]: an event or semantic record |
 //! | 2 `OP` | 1 | [`StoredOp`]: a lifecycle operation (review, expire, delete, grant, revoke, retention, hold) |
-//! | 3 `TOMBSTONE` | 2 | [`StoredTombstone`]: what compaction leaves of a purged record (version 1, written by earlier builds: without `access`, read as no labels) |
+//! | 3 `TOMBSTONE` | 3 | [`StoredTombstone`]: what compaction leaves of a purged record (versions 1 and 2, written by earlier builds: without `writer`, and version 1 without `access` and `supersedes`) |
 //! | 4 `VECTOR` | 1 | [`StoredVector`]: a client-supplied vector of the record just before it in the batch |
 //!
 //! Vectors travel in frames of their own so that reading a record (a
@@ -39,7 +39,7 @@ pub const FRAME_VECTOR: FrameType = FrameType(4);
 pub const PAYLOAD_VERSION: u8 = 1;
 /// Payload version of tombstones written by this build (version 1, without
 /// `access`, is still read).
-pub const TOMBSTONE_VERSION: u8 = 2;
+pub const TOMBSTONE_VERSION: u8 = 3;
 
 /// Derivation as stored.
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
@@ -305,6 +305,33 @@ pub struct StoredTombstone {
     /// The version it corrected, if any: a trace after compaction still
     /// shows the chain.
     pub supersedes: Option<[u8; 16]>,
+    /// The principal that wrote it: the authorization matrix still tells
+    /// its writer from others after compaction (empty: not known, a
+    /// tombstone of an earlier version).
+    pub writer: String,
+}
+
+/// A tombstone of payload version 2 (earlier builds): no `writer`.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
+pub struct StoredTombstoneV2 {
+    /// Record id.
+    pub id: [u8; 16],
+    /// Tenant.
+    pub tenant: String,
+    /// Record type code.
+    pub record_type: u8,
+    /// Transaction time of the original record.
+    pub ingested_at_ms: i64,
+    /// Sources of the original record (ids only).
+    pub sources: Vec<[u8; 16]>,
+    /// SHA-256 of the external id.
+    pub external_id_sha256: Option<[u8; 32]>,
+    /// The operation that deleted it.
+    pub deleted_by: [u8; 16],
+    /// Its effective access labels when it was purged.
+    pub access: Vec<String>,
+    /// The version it corrected, if any.
+    pub supersedes: Option<[u8; 16]>,
 }
 
 /// A tombstone of payload version 1 (earlier builds): no `access`.
@@ -390,11 +417,30 @@ pub fn view_tombstone(payload: &[u8]) -> Result<&ArchivedStoredTombstone> {
         .map_err(|e| corrupt("tombstone", e))
 }
 
-/// Reads a tombstone payload of either version (`frame_version` 1 or 2);
-/// version 1 has no labels. Any other version is refused, naming it.
+/// Reads a tombstone payload of any version (`frame_version` 1 to 3);
+/// version 2 has no writer, version 1 no labels either. Any other version
+/// is refused, naming it.
 pub fn read_tombstone(payload: &[u8], version: u8) -> Result<StoredTombstone> {
     match version {
         TOMBSTONE_VERSION => view_tombstone(payload).map(tombstone_to_owned),
+        2 => {
+            let a = rkyv::access::<ArchivedStoredTombstoneV2, rancor::Error>(payload)
+                .map_err(|e| corrupt("tombstone", e))?;
+            let v2 = rkyv::deserialize::<StoredTombstoneV2, rancor::Error>(a)
+                .expect("validated archive deserializes");
+            Ok(StoredTombstone {
+                id: v2.id,
+                tenant: v2.tenant,
+                record_type: v2.record_type,
+                ingested_at_ms: v2.ingested_at_ms,
+                sources: v2.sources,
+                external_id_sha256: v2.external_id_sha256,
+                deleted_by: v2.deleted_by,
+                access: v2.access,
+                supersedes: v2.supersedes,
+                writer: String::new(),
+            })
+        }
         1 => {
             let a = rkyv::access::<ArchivedStoredTombstoneV1, rancor::Error>(payload)
                 .map_err(|e| corrupt("tombstone", e))?;
@@ -410,12 +456,13 @@ pub fn read_tombstone(payload: &[u8], version: u8) -> Result<StoredTombstone> {
                 deleted_by: v1.deleted_by,
                 access: Vec::new(),
                 supersedes: None,
+                writer: String::new(),
             })
         }
         v => Err(EngineError::Corrupt {
             what: "tombstone frame".into(),
             detail: format!(
-                "payload version {v} is not readable by this build (reads 1 and {TOMBSTONE_VERSION})"
+                "payload version {v} is not readable by this build (reads 1 to {TOMBSTONE_VERSION})"
             ),
         }),
     }
@@ -529,6 +576,7 @@ mod tests {
             deleted_by: [4; 16],
             access: vec!["hr".into()],
             supersedes: Some([3; 16]),
+            writer: "ana".into(),
         };
         let b = AlignedBuf::copy_from(&encode_tombstone(&t));
         assert_eq!(tombstone_to_owned(view_tombstone(b.as_slice()).unwrap()), t);
@@ -551,11 +599,32 @@ mod tests {
                 access: Vec::new(),
                 supersedes: None,
                 external_id_sha256: Some([5; 32]),
+                writer: String::new(),
                 ..t.clone()
             }
         );
-        let e = read_tombstone(b.as_slice(), 3).unwrap_err().to_string();
-        assert!(e.contains("payload version 3"), "{e}");
+        // Version 2: labels and the corrected version, no writer.
+        let v2 = StoredTombstoneV2 {
+            id: t.id,
+            tenant: t.tenant.clone(),
+            record_type: t.record_type,
+            ingested_at_ms: t.ingested_at_ms,
+            sources: t.sources.clone(),
+            external_id_sha256: None,
+            deleted_by: t.deleted_by,
+            access: t.access.clone(),
+            supersedes: t.supersedes,
+        };
+        let b2 = AlignedBuf::copy_from(&encode(&v2));
+        assert_eq!(
+            read_tombstone(b2.as_slice(), 2).unwrap(),
+            StoredTombstone {
+                writer: String::new(),
+                ..t.clone()
+            }
+        );
+        let e = read_tombstone(b.as_slice(), 4).unwrap_err().to_string();
+        assert!(e.contains("payload version 4"), "{e}");
     }
 
     #[test]

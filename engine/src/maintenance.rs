@@ -243,6 +243,7 @@ fn purge_set(
                 deleted_by: deleted_by.get(&i).copied().unwrap_or([0; 16]),
                 access: st.access_names(i),
                 supersedes: m.supersedes.map(|s| st.meta(s).id.to_bytes()),
+                writer: st.strings.name(m.writer).to_string(),
             },
         );
     }

@@ -777,10 +777,10 @@ fn a_hold_keeps_expired_bytes_but_not_their_eligibility() {
     db.close().unwrap();
 }
 
-/// A purged record keeps no writer, yet its writer is never told it is not
-/// the writer: every principal that may read the tombstone gets the
-/// state's answer (already deleted), as its writer did before `compact`.
-/// A principal that may not read it still finds nothing.
+/// A purged record keeps its writer: its writer gets the state's answer
+/// (already deleted), another principal of the tenant "forbidden", and a
+/// principal that may not read it finds nothing, before `compact` and
+/// after it alike.
 #[test]
 fn the_writer_of_a_purged_record_is_answered_as_before_compaction() {
     let dir = tempfile::tempdir().unwrap();
@@ -811,6 +811,18 @@ fn the_writer_of_a_purged_record_is_answered_as_before_compaction() {
         }
         let e = other.delete(&RecordRef::Id(id), None).unwrap_err();
         assert!(matches!(e, EngineError::NotFound { .. }), "{e:?}");
+        let dave = db.session(Principal::user("t", "dave"));
+        let correction = NewRecord {
+            supersedes: Some(RecordRef::Id(id)),
+            ..NewRecord::event("note", "dave's fix")
+        };
+        for e in [
+            dave.delete(&RecordRef::Id(id), None).unwrap_err(),
+            dave.expire(&RecordRef::Id(id), T0 + 1000).unwrap_err(),
+            dave.append(vec![correction]).unwrap_err(),
+        ] {
+            assert!(matches!(e, EngineError::Forbidden { .. }), "{e:?}");
+        }
     };
     answers(&db);
     db.close().unwrap();

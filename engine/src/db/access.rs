@@ -217,10 +217,12 @@ impl Session {
     }
 
     /// The answer to `action` on record `idx` when the matrix forbids it.
-    /// A record purged by compaction keeps no writer: the matrix cannot
-    /// tell its writer from anyone else, and nothing can be done to it
-    /// anyway, so whoever may read it gets the state's answer (its writer
-    /// is never told it is not the writer).
+    /// A tombstone keeps its record's writer (payload version 3), so the
+    /// matrix answers as before compaction. One purged by an earlier build
+    /// kept none (its writer is its kind's symbol): the matrix cannot tell
+    /// its writer from anyone else, and nothing can be done to it anyway,
+    /// so whoever may read it gets the state's answer (its writer is never
+    /// told it is not the writer).
     pub(crate) fn refusal(
         &self,
         st: &State,
@@ -229,7 +231,7 @@ impl Session {
         reason: &str,
     ) -> EngineError {
         let m = st.meta(idx);
-        if m.tombstone {
+        if m.tombstone && m.writer == m.kind {
             return EngineError::InvalidState {
                 action,
                 target: m.id,

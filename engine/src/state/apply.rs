@@ -313,6 +313,13 @@ impl State {
         let mut access: Vec<Sym> = a.access.iter().map(|l| self.strings.intern(l)).collect();
         access.sort_unstable();
         access.dedup();
+        // Its writer, when the tombstone keeps it (version 3); otherwise
+        // the kind's symbol, which `Session::refusal` reads as "not known".
+        let writer = if a.writer.is_empty() {
+            kind
+        } else {
+            self.strings.intern(&a.writer)
+        };
         self.push_meta(Meta {
             id,
             loc,
@@ -321,7 +328,7 @@ impl State {
             kind,
             akind: None,
             writer_kind: WriterKind::System,
-            writer: kind,
+            writer,
             occurred_at: ingested_at,
             ingested_at,
             valid_from: ingested_at,
@@ -623,7 +630,7 @@ pub fn apply_frame_prepared(
         reason,
     };
     let readable = if ft == codec::FRAME_TOMBSTONE {
-        version == 1 || version == codec::TOMBSTONE_VERSION
+        (1..=codec::TOMBSTONE_VERSION).contains(&version)
     } else {
         version == codec::PAYLOAD_VERSION
     };
