@@ -93,14 +93,21 @@ impl Session {
             // already (`AS OF` shows it as it was): its expiry would change
             // nothing, so an old id named by mistake is said.
             if m.superseded_by.is_some() {
-                // the chain's newest version
-                let by = st
-                    .meta(*st.chain(idx).last().expect("a chain holds its record"))
-                    .id;
+                // the chain's newest version, named only to a principal
+                // that may read it (a hidden version is never named)
+                let newest = *st.chain(idx).last().expect("a chain holds its record");
+                let reason = if self.can_read(&st, newest) {
+                    format!(
+                        "it is superseded by {}; expire the current version",
+                        st.meta(newest).id
+                    )
+                } else {
+                    "it is superseded by a version this principal cannot read".to_string()
+                };
                 return Err(EngineError::InvalidState {
                     action: "expire".into(),
                     target: m.id,
-                    reason: format!("it is superseded by {by}; expire the current version"),
+                    reason,
                 });
             }
             (m.id, m.valid_from)

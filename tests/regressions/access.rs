@@ -448,6 +448,15 @@ fn a_hidden_newer_version_is_not_named_and_the_matrix_decides_first() {
         EngineError::AlreadySuperseded { by, .. } => assert_eq!(by, Some(v2)),
         other => panic!("expected already superseded, got {other}"),
     }
+    // Expiring the old version: bob may, and is told it is superseded, but
+    // not by which version; the admin is told which.
+    let later = engram::time::parse_rfc3339("2100-01-01T00:00:00Z").unwrap();
+    let e = bob.expire(&RecordRef::Id(v1), later).unwrap_err();
+    assert!(matches!(e, EngineError::InvalidState { .. }), "{e}");
+    assert!(!e.to_string().contains(&v2.to_string()), "{e}");
+    assert!(e.to_string().contains("cannot read"), "{e}");
+    let e = admin.expire(&RecordRef::Id(v1), later).unwrap_err();
+    assert!(e.to_string().contains(&v2.to_string()), "{e}");
     db.close().unwrap();
 }
 
