@@ -143,6 +143,9 @@ fn endpoints_do_their_job() {
     );
     assert_eq!(none["records"].as_array().unwrap().len(), 0, "{none}");
     assert!(none["next_after_lsn"].is_null());
+    // an empty kind matches nothing: refused, naming the parameter
+    let e = s.json("GET", "/v1/records?kind=", Some(&k.ann), None, 422);
+    assert_eq!(e["error"]["details"]["field"], "kind", "{e}");
 
     // recall, with and without the manifest
     let hits = s.json(
@@ -225,6 +228,7 @@ fn endpoints_do_their_job() {
             msg.contains("(line 2)") && msg.contains("nothing was run"),
             "{msg}"
         );
+        assert_eq!(e["error"]["details"]["line"], 2, "{e}");
     }
 
     // correction and history
@@ -914,6 +918,47 @@ fn compaction_is_not_cut_by_the_request_deadline() {
     assert_eq!(c["purged"], 1, "{c}");
 }
 
+/// An endpoint that reads no body refuses one rather than ignoring it: a
+/// deletion's reason sent in a body would be dropped without a word.
+#[test]
+fn a_body_sent_to_an_endpoint_that_reads_none_is_refused() {
+    let (_tmp, dir) = new_store();
+    let k = keys(&dir);
+    let store = key(&dir, &["--admin"]);
+    let s = Server::start(&dir, None);
+    append(
+        &s,
+        &k.ann,
+        r#"[{"kind": "note", "external_id": "kept", "text": "still here"}]"#,
+    );
+    let e = s.json(
+        "DELETE",
+        "/v1/records/kept",
+        Some(&k.ann),
+        Some(r#"{"reason": "gdpr"}"#),
+        400,
+    );
+    assert_eq!(e["error"]["details"]["field"], "body", "{e}");
+    s.json("GET", "/v1/records/kept", Some(&k.ann), None, 200);
+    let e = s.json(
+        "POST",
+        "/v1/compact",
+        Some(&store),
+        Some(r#"{"x": 1}"#),
+        400,
+    );
+    assert_eq!(e["error"]["code"], "bad_request", "{e}");
+    // whitespace is no body
+    s.json("POST", "/v1/compact", Some(&store), Some(" \n"), 200);
+    s.json(
+        "DELETE",
+        "/v1/records/kept?reason=gdpr",
+        Some(&k.ann),
+        None,
+        200,
+    );
+}
+
 /// What a lifecycle operation on a deleted record answers (409
 /// `invalid_state`) is in the published contract of its endpoint.
 #[test]
@@ -1026,7 +1071,26 @@ fn a_revoke_that_a_key_still_carries_says_so() {
     let note = r["note"].as_str().unwrap_or_else(|| panic!("{r}"));
     let alice_id = &alice[4..12];
     assert!(
-        note.contains(alice_id) && note.contains("keys revoke"),
+        note.contains(alice_id) && note.contains("keys revoke") && note.contains("tenant-wide"),
+        "{note}"
+    );
+    // a role is granted to principals only: no tenant-wide way out is offered
+    key(
+        &dir,
+        &[
+            "--tenant",
+            "acme",
+            "--principal",
+            "rev1",
+            "--role",
+            "reviewer",
+        ],
+    );
+    let body = json!({"grantee": "rev1", "role": "reviewer"}).to_string();
+    let r = s.json("POST", "/v1/access/revoke", Some(&boss), Some(&body), 200);
+    let note = r["note"].as_str().unwrap_or_else(|| panic!("{r}"));
+    assert!(
+        note.contains("keys revoke") && !note.contains("tenant-wide"),
         "{note}"
     );
     // another principal's revoke, or a label its keys lack: no note

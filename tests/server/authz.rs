@@ -514,4 +514,16 @@ fn every_endpoint_against_every_caller() {
         json!({"line": 1, "field": "tenant"})
     );
     assert!(b.text().contains("\"created\":0"), "{}", b.text());
+    // In a query string too, percent-encoded or not, on every endpoint
+    // that reads one.
+    for (method, path, field) in [
+        ("GET", "/v1/records?tenant=acme", "tenant"),
+        ("GET", "/v1/records?limit=5&te%6Eant=acme", "tenant"),
+        ("DELETE", "/v1/records/x?principal=boss", "principal"),
+    ] {
+        let r = s.call(method, path, Some(&other), None);
+        assert_eq!(r.status, 400, "{method} {path}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], "session_field", "{path}");
+        assert_eq!(r.json()["error"]["details"]["field"], field, "{path}");
+    }
 }

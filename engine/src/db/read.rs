@@ -81,6 +81,13 @@ impl Session {
     /// Lists readable records of the tenant in log order.
     pub fn list(&self, filter: &ListFilter) -> Result<Vec<Record>> {
         self.db.check_open()?;
+        // No record has an empty kind: the filter would match nothing.
+        if filter.kind.as_deref() == Some("") {
+            return Err(EngineError::invalid(
+                "kind",
+                "empty: a kind is never empty; leave it out for records of every kind",
+            ));
+        }
         let st = self.db.inner.state.read();
         let Some(t) = st.tenant_sym(self.principal.tenant()) else {
             return Ok(Vec::new());

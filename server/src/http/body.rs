@@ -35,6 +35,29 @@ impl FromRequest<Shared> for RawBody {
     }
 }
 
+/// The body of an endpoint that reads none (`DELETE /v1/records/{ref}`,
+/// whose reason goes in the query string; `POST /v1/compact`): empty, or
+/// only whitespace. Anything else is refused rather than ignored (a
+/// reason sent in a body would be dropped without a word).
+#[derive(Debug)]
+pub struct NoBody;
+
+impl FromRequest<Shared> for NoBody {
+    type Rejection = ServerError;
+
+    async fn from_request(req: Request, app: &Shared) -> Result<Self, Self::Rejection> {
+        let RawBody(bytes) = RawBody::from_request(req, app).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            Ok(NoBody)
+        } else {
+            Err(ServerError::bad_request(
+                "body",
+                "this endpoint reads no body (its parameters, if any, go in the query string)",
+            ))
+        }
+    }
+}
+
 /// Reads `body` whole, refusing it past `limit` bytes (without reading
 /// further).
 pub async fn read_limited(body: axum::body::Body, limit: u64) -> ServerResult<Bytes> {

@@ -97,7 +97,7 @@ impl Modify for CommonErrors {
             (
                 "400",
                 "BadRequest",
-                "invalid_json, bad_request (a wrong shape, a query parameter the endpoint does not read) or session_field (the body names tenant or principal)",
+                "invalid_json, bad_request (a wrong shape, a query parameter the endpoint does not read, a body sent to an endpoint that reads none) or session_field (the body or the query string names tenant or principal)",
             ),
             (
                 "401",

@@ -194,6 +194,7 @@ pub struct CompactResponse {
 pub async fn compact(
     State(app): State<Shared>,
     caller: Caller,
+    _: crate::http::body::NoBody,
 ) -> ServerResult<Json<CompactResponse>> {
     caller.operator(Operation::Compact)?;
     let r = app.compact().await?;

@@ -180,6 +180,7 @@ pub async fn delete(
     caller: Caller,
     RefPath(target): RefPath,
     Params(p): Params<DeleteParams>,
+    _: crate::http::body::NoBody,
 ) -> ServerResult<Json<OpResponse>> {
     let session = caller.session(&app, Operation::Delete).await?;
     op(&app, "delete", move || {
@@ -376,10 +377,16 @@ pub async fn revoke(
             .keys
             .carrying(&tenant, p, label.as_deref(), role.as_deref());
         if !keys.is_empty() {
+            // (a role is granted to principals only: no tenant-wide revoke)
+            let or_tenant_wide = if label.is_some() {
+                ", or revoke the label tenant-wide"
+            } else {
+                ""
+            };
             answer.0.note = Some(format!(
                 "principal '{p}' still holds it through API key(s) {} (a key's labels and role \
-                 hold on top of the store's grants): revoke those keys (`engram keys revoke ID`), \
-                 or revoke the label tenant-wide",
+                 hold on top of the store's grants): revoke those keys (`engram keys revoke \
+                 ID`){or_tenant_wide}",
                 keys.join(", ")
             ));
         }

@@ -230,6 +230,22 @@ impl<T: DeserializeOwned + Send> FromRequestParts<Shared> for Params<T> {
     type Rejection = ServerError;
 
     async fn from_request_parts(parts: &mut Parts, app: &Shared) -> Result<Self, Self::Rejection> {
+        // A parameter naming the tenant or principal is refused as such,
+        // as the same field in a body is (whatever else the string holds).
+        if let Ok(axum::extract::Query(pairs)) =
+            axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&parts.uri)
+        {
+            if let Some((name, _)) = pairs
+                .iter()
+                .find(|(k, _)| crate::http::body::SESSION_FIELDS.contains(&k.as_str()))
+            {
+                return Err(ServerError::SessionField {
+                    item: None,
+                    line: None,
+                    field: name.clone(),
+                });
+            }
+        }
         axum::extract::Query::<T>::from_request_parts(parts, app)
             .await
             .map(|q| Params(q.0))

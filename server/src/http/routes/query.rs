@@ -9,7 +9,6 @@
 
 use axum::Json;
 use axum::extract::State;
-use engram_engine::EngineError;
 use engram_engine::authz::Operation;
 use engram_engine::context::{CONTEXT_BUDGET_BYTES_DEFAULT, Context, ContextRequest};
 use engram_engine::retrieval::{Hit, Manifest};
@@ -294,23 +293,26 @@ pub async fn eval(
                 } else {
                     k_default
                 };
+                // (422 with the case's line in `details`, as a line
+                // that does not parse gets)
                 let bad = |field: &str, reason: String| {
-                    EngineError::invalid(
-                        field,
-                        format!(
-                            "case {} (line {}): {reason} (nothing was run)",
+                    Ok(Err(ServerError::Invalid {
+                        code: "invalid_input",
+                        message: format!(
+                            "invalid {field}: case {} (line {}): {reason} (nothing was run)",
                             c.case_id, c.line
                         ),
-                    )
+                        details: serde_json::json!({"line": c.line, "field": field}),
+                    }))
                 };
                 if k == 0 || k > k_max {
-                    return Err(bad("k", format!("{k} is out of range 1..={k_max}")));
+                    return bad("k", format!("{k} is out of range 1..={k_max}"));
                 }
                 let mut req = c.request.clone();
                 req.k = k;
-                session
-                    .check_recall(&req)
-                    .map_err(|e| bad("case", e.to_string()))?;
+                if let Err(e) = session.check_recall(&req) {
+                    return bad("case", e.to_string());
+                }
                 requests.push(req);
             }
             let mut results = Vec::new();
@@ -327,14 +329,14 @@ pub async fn eval(
                 }
             }
             let (overall, slices) = summarize(&results);
-            Ok(EvalResponse {
+            Ok(Ok(EvalResponse {
                 overall,
                 slices,
                 cases: results,
                 errors,
-            })
+            }))
         })
-        .await?;
+        .await??;
     Ok(Json(resp))
 }
 
