@@ -48,6 +48,35 @@ fn damage_inside_an_acknowledged_batch_is_refused_and_nothing_is_cut() {
             && problem.contains("nothing was cut"),
         "{problem}"
     );
+    // where the damage is, and the batch it is in (nothing was dropped:
+    // the refusal does not say it was)
+    let seg_len = std::fs::metadata(&seg).unwrap().len();
+    let damaged_frame_at = |p: &str| {
+        let at: u64 = p
+            .split(" at offset ")
+            .nth(1)
+            .unwrap()
+            .split(',')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        at
+    };
+    let at = damaged_frame_at(&problem);
+    // (the flipped byte, 300 from the end, is inside the named frame)
+    let flipped = seg_len - 300;
+    assert!(at <= flipped && flipped - at < 4096, "{problem}");
+    assert!(
+        problem.contains("inside a batch that began after LSN 2000"),
+        "{problem}"
+    );
+    assert!(!problem.contains("dropped"), "{problem}");
+    let text = String::from_utf8(ok(&store, &["repair"]).stdout).unwrap();
+    assert!(
+        text.contains("past the cut") && !text.contains("past the damage"),
+        "{text}"
+    );
     cli::assert_same(&before, &snapshot(&store), "verify changed the store");
     let msg = fails(&store, &["get", "e/5", "--tenant", "t"]);
     assert!(msg.contains("engram repair"), "{msg}");
@@ -198,6 +227,7 @@ fn a_removed_log_and_derived_state_are_refused_when_the_ledger_proves_writes() {
     assert!(e.to_string().contains("ledger.jsonl records 1"), "{e}");
     let v = fails(&store, &["verify"]);
     assert!(v.contains("no segment file"), "{v}");
+    assert!(v.contains("the store did not open"), "{v}");
     fails(&store, &["stats"]);
     cli::assert_same(
         &before,

@@ -186,6 +186,7 @@ pub(super) fn cmd_verify(ctx: &Ctx, a: JsonArgs) -> CliResult {
         .ok()
         .flatten();
     let opened = Engram::open_with_report(data, opts);
+    let did_open = opened.is_ok();
     match opened {
         Ok((db, report)) => {
             if let Some(b) = &backup {
@@ -252,11 +253,18 @@ pub(super) fn cmd_verify(ctx: &Ctx, a: JsonArgs) -> CliResult {
         for p in &problems {
             crate::outln!("PROBLEM  {p}");
         }
-        crate::outln!(
-            "{}: {frames} frame(s) checked, {records} record(s) checked against the state, {} problem(s)",
-            if ok { "OK" } else { "FAILED" },
-            problems.len()
-        );
+        if did_open {
+            crate::outln!(
+                "{}: {frames} frame(s) checked, {records} record(s) checked against the state, {} problem(s)",
+                if ok { "OK" } else { "FAILED" },
+                problems.len()
+            );
+        } else {
+            crate::outln!(
+                "FAILED: the store did not open, so no frame or record was checked further; {} problem(s)",
+                problems.len()
+            );
+        }
     }
     Ok(if ok {
         ExitCode::SUCCESS
@@ -356,7 +364,7 @@ pub(super) fn cmd_repair(ctx: &Ctx, a: RepairArgs) -> CliResult {
                 crate::outln!("problem: {p}");
                 if i.intact_through == 0 {
                     crate::outln!(
-                        "no frame of the log is intact: the damage is in its first frame"
+                        "no whole batch of the log is intact: the damage is in its first batch, so a cut would keep nothing"
                     );
                 } else {
                     // earlier places a cut may keep whole batches up to
@@ -384,7 +392,7 @@ pub(super) fn cmd_repair(ctx: &Ctx, a: RepairArgs) -> CliResult {
                 let lost_to = i.highest_lsn_seen.max(i.durable_lsn);
                 if lost_to > i.intact_through {
                     crate::outln!(
-                        "cutting there loses LSNs {}..={} at least ({} shows LSN {} was acknowledged; intact frames up to LSN {} exist past the damage)",
+                        "cutting there loses LSNs {}..={} at least ({} shows LSN {} was acknowledged; the log holds intact frames up to LSN {} past the cut)",
                         i.intact_through + 1,
                         lost_to,
                         i.durable_evidence,

@@ -231,6 +231,8 @@ pub struct RecoveryOptions {
 /// A cut of the last segment decided by recovery, made only once every
 /// check has passed.
 struct PendingCut {
+    /// The damage as a refusal to cut names it.
+    refusal: String,
     file: Arc<dyn crate::backend::BackendFile>,
     path: PathBuf,
     truncation: Truncation,
@@ -578,8 +580,21 @@ impl SegmentLog {
                     },
                     None => TruncationReason::UnfinishedBatch,
                 };
+                // What a refusal to cut says (nothing is dropped then):
+                // where the damage is, and the batch it is in.
+                let refusal = match &scan.stop {
+                    Some((at, r)) => match scan.unfinished_batch_lsns.last() {
+                        Some(l) => format!(
+                            "{r} at offset {at}, after LSN {l}, inside a batch that began \
+                             after LSN {last_kept}"
+                        ),
+                        None => format!("{r} at offset {at}, after LSN {last_kept}"),
+                    },
+                    None => "the segment ends inside a batch".to_string(),
+                };
                 drop(map);
                 cut = Some(PendingCut {
+                    refusal,
                     file: file.clone(),
                     path: path.clone(),
                     truncation: Truncation {
@@ -642,12 +657,7 @@ impl SegmentLog {
                     offset: c.truncation.offset,
                     first_lsn: prev_end + 1,
                     last_lsn: ropts.durable_lsn,
-                    reason: match &c.truncation.reason {
-                        TruncationReason::InvalidTail { detail } => detail.clone(),
-                        TruncationReason::UnfinishedBatch => {
-                            "the segment ends inside a batch".to_string()
-                        }
-                    },
+                    reason: c.refusal,
                     evidence,
                 },
                 None => StorageError::LogGap {
