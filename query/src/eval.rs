@@ -360,12 +360,13 @@ pub struct CaseResult {
     pub relevant: usize,
     /// Relevant records in the top k.
     pub relevant_found: usize,
-    /// recall@k.
-    pub recall: f64,
-    /// precision@k.
-    pub precision: f64,
-    /// Reciprocal rank of the first relevant hit.
-    pub reciprocal_rank: f64,
+    /// recall@k; `None` (JSON `null`) for a case naming no relevant id
+    /// (a forbidden-hits check has no relevance to measure).
+    pub recall: Option<f64>,
+    /// precision@k; `None` as `recall`.
+    pub precision: Option<f64>,
+    /// Reciprocal rank of the first relevant hit; `None` as `recall`.
+    pub reciprocal_rank: Option<f64>,
     /// Hits returned.
     pub hits: usize,
     /// Hits named in the forbidden list.
@@ -447,18 +448,15 @@ pub fn score_resolved(case: &EvalCase, relevant: &Relevant, k: usize, hits: &[Hi
                 .map_or_else(|| h.id.to_string(), str::to_string)
         })
         .collect();
+    let scored = !relevant.ids.is_empty();
     CaseResult {
         case_id: case.case_id.clone(),
         k,
         relevant: relevant.ids.len(),
         relevant_found: found.len(),
-        recall: if relevant.ids.is_empty() {
-            1.0
-        } else {
-            found.len() as f64 / relevant.ids.len() as f64
-        },
-        precision: found.len() as f64 / k as f64,
-        reciprocal_rank: first.map_or(0.0, |p| 1.0 / (p + 1) as f64),
+        recall: scored.then(|| found.len() as f64 / relevant.ids.len() as f64),
+        precision: scored.then(|| found.len() as f64 / k as f64),
+        reciprocal_rank: scored.then(|| first.map_or(0.0, |p| 1.0 / (p + 1) as f64)),
         hits: hits.len(),
         forbidden_hits: forbidden,
         slices: case.slices.clone(),
@@ -511,9 +509,9 @@ pub fn summarize(results: &[CaseResult]) -> (Summary, BTreeMap<String, Summary>)
                 continue;
             }
             s.scored += 1;
-            s.recall_at_k += r.recall;
-            s.precision_at_k += r.precision;
-            s.mrr += r.reciprocal_rank;
+            s.recall_at_k += r.recall.unwrap_or_default();
+            s.precision_at_k += r.precision.unwrap_or_default();
+            s.mrr += r.reciprocal_rank.unwrap_or_default();
             if r.relevant_found == r.relevant {
                 s.all_evidence_at_k += 1.0;
             }
@@ -756,22 +754,32 @@ mod tests {
         .unwrap();
         let r = score_case(&c, 3, &[hit("z", 1), hit("a", 2), hit("x", 3), hit("b", 4)]);
         assert_eq!(r.relevant_found, 1);
-        assert!((r.recall - 0.5).abs() < 1e-12);
-        assert!((r.precision - 1.0 / 3.0).abs() < 1e-12);
-        assert!((r.reciprocal_rank - 0.5).abs() < 1e-12);
+        assert!((r.recall.unwrap() - 0.5).abs() < 1e-12);
+        assert!((r.precision.unwrap() - 1.0 / 3.0).abs() < 1e-12);
+        assert!((r.reciprocal_rank.unwrap() - 0.5).abs() < 1e-12);
         assert_eq!(r.forbidden_hits, vec!["x"]);
         let (s, per) = summarize(std::slice::from_ref(&r));
         assert_eq!(s.forbidden_hits, 1);
         assert!((s.forbidden_hit_rate - 0.25).abs() < 1e-12);
         assert_eq!(per["s1"].cases, 1);
         // a case naming no relevant id checks forbidden hits only: it does
-        // not raise the relevance means (its recall would read 1.0)
+        // not count in the relevance means
         let only_forbidden = parse_case(
             r#"{"case_id": "f", "query": "q", "tenant": "t", "forbidden": ["x"]}"#,
             2,
         )
         .unwrap();
         let f = score_case(&only_forbidden, 3, &[hit("x", 1), hit("y", 2)]);
+        // it has no relevance figures: null in JSON, as the text says n/a
+        assert_eq!(
+            (f.recall, f.precision, f.reciprocal_rank),
+            (None, None, None)
+        );
+        let json = serde_json::to_value(&f).unwrap();
+        assert!(
+            json["recall"].is_null() && json["reciprocal_rank"].is_null(),
+            "{json}"
+        );
         let (s, _) = summarize(&[r, f]);
         assert_eq!((s.cases, s.scored), (2, 1));
         assert!((s.recall_at_k - 0.5).abs() < 1e-12, "{s:?}");
@@ -801,7 +809,7 @@ mod tests {
         });
         let r = score_resolved(&c, &rel, 3, &hits);
         assert_eq!((r.relevant, r.relevant_found), (2, 1));
-        assert!((r.recall - 0.5).abs() < 1e-12);
+        assert!((r.recall.unwrap() - 0.5).abs() < 1e-12);
         assert_eq!(r.unresolved, vec!["nope".to_string()]);
     }
 }

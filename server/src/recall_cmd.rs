@@ -518,7 +518,10 @@ pub fn eval(ctx: &Ctx, a: EvalArgs) -> CliResult {
             } else {
                 format!(
                     "recall@{} {:.3}  precision {:.3}  rr {:.3}",
-                    r.k, r.recall, r.precision, r.reciprocal_rank
+                    r.k,
+                    r.recall.unwrap_or_default(),
+                    r.precision.unwrap_or_default(),
+                    r.reciprocal_rank.unwrap_or_default()
                 )
             };
             crate::outln!(
@@ -541,7 +544,7 @@ pub fn eval(ctx: &Ctx, a: EvalArgs) -> CliResult {
             crate::outln!("ERROR {e}");
         }
         crate::outln!(
-            "\n{} case(s), {} with relevant ids: {}  forbidden-hit rate {} ({} of {} hits)",
+            "\n{} case(s), {} with relevant ids: {}  forbidden-hit rate {:.3} ({} of {} hits)",
             summary.cases,
             summary.scored,
             means(&summary),
