@@ -659,6 +659,64 @@ fn retention_purges_an_expired_version_but_not_its_correction() {
     }
 }
 
+/// A correction that also cites the expired version among its sources was
+/// built on it: retention reaches it as any record built on the expired
+/// version (docs/lifecycle.md, "Retention and legal holds"), while a
+/// correction that cites only other sources stays.
+#[test]
+fn retention_reaches_a_correction_that_cites_the_expired_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.set_retention("ephemeral", Some(60 * MINUTE)).unwrap();
+    s.append(vec![
+        NewRecord::event("note", "source event").with_external_id("ev"),
+    ])
+    .unwrap();
+    for x in ["a", "b"] {
+        s.append(vec![NewRecord {
+            retention_class: Some("ephemeral".into()),
+            ..NewRecord::assertion(
+                engram::AssertionKind::Fact,
+                format!("first {x}canary"),
+                vec![ext("ev")],
+            )
+            .with_external_id(x)
+        }])
+        .unwrap();
+    }
+    clock.advance(30 * MINUTE);
+    // `a` corrected from the event only; `b` citing the version it replaces
+    for (x, sources) in [("a", vec![ext("ev")]), ("b", vec![ext("ev"), ext("b")])] {
+        s.append(vec![NewRecord {
+            supersedes: Some(ext(x)),
+            ..NewRecord::assertion(
+                engram::AssertionKind::Fact,
+                format!("fixed {x}kept"),
+                sources,
+            )
+            .with_external_id(x)
+        }])
+        .unwrap();
+    }
+    clock.advance(45 * MINUTE);
+    let found = |s: &engram::Session, text: &str, x: &str| {
+        s.recall(&RecallRequest::text(text))
+            .unwrap()
+            .hits
+            .iter()
+            .any(|h| h.external_id.as_deref() == Some(x))
+    };
+    assert!(found(&s, "akept", "a"));
+    assert!(!found(&s, "bkept", "b"), "built on the expired version");
+    db.close().unwrap();
+    Engram::compact(dir.path(), &opts(&clock)).unwrap();
+    assert!(!grep(dir.path(), "akept").is_empty());
+    assert!(grep(dir.path(), "bkept").is_empty());
+    assert!(grep(dir.path(), "bcanary").is_empty());
+}
+
 /// A deleted record's trace node carries no content before compaction
 /// either: its kind (free text) reads `deleted`, as its tombstone's will.
 #[test]
