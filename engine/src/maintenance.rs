@@ -66,8 +66,8 @@ mod ledger;
 mod online;
 mod restore;
 
-use ledger::check_line;
 pub use ledger::{LedgerLine, ledger_path, read_ledger};
+use ledger::{check_line, read_external_ledger};
 pub(crate) use ledger::{
     check_restore_pending, ledger_not_applied, reapply_cut_ledger, render_restore_pending,
     restore_pending_damaged, resume_restore,

@@ -82,7 +82,7 @@ pub const FIELDS: &[&str] = &[
 
 /// A parse error: which line, which field, what is wrong.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("line {line}: {field}: {reason}")]
+#[error("line {line}: {}{reason}", field_prefix(field))]
 pub struct LineError {
     /// 1-based line number.
     pub line: usize,
@@ -93,6 +93,15 @@ pub struct LineError {
     /// Where in the line's text a JSON syntax error is (line, column; both
     /// 1-based), when the text is not JSON at all.
     pub json_at: Option<(usize, usize)>,
+}
+
+/// `field: ` before a reason, nothing for the line as a whole (`-`).
+fn field_prefix(field: &str) -> String {
+    if field == "-" {
+        String::new()
+    } else {
+        format!("{field}: ")
+    }
 }
 
 /// One parsed line.
@@ -594,6 +603,15 @@ mod tests {
         assert_eq!((e.line, e.field.as_str()), (7, "data"), "{e}");
         assert!(e.to_string().contains("canonical JSON"), "{e}");
         parse_line(&line(max - 100), 1).expect("within the limit");
+    }
+
+    /// A fault of the line as a whole names no field.
+    #[test]
+    fn a_line_that_is_not_json_names_no_field() {
+        let e = parse_line(r#"{"tenant":"t","kind":"n","data":{"a":1e400}}"#, 3).unwrap_err();
+        assert_eq!(e.field, "-");
+        let text = e.to_string();
+        assert!(text.starts_with("line 3: not valid JSON"), "{text}");
     }
 
     #[test]

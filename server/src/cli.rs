@@ -361,7 +361,16 @@ where
         Err(e) => {
             match &e {
                 // Located query errors carry their own `error[code]` heading.
-                CliError::Query(_) => crate::errln!("{}", e.to_string().trim_start()),
+                // (an engine error met while running one has none)
+                CliError::Query(_) => {
+                    let text = e.to_string();
+                    let text = text.trim_start();
+                    if text.starts_with("error") {
+                        crate::errln!("{text}");
+                    } else {
+                        crate::errln!("error: {text}");
+                    }
+                }
                 _ => crate::errln!("error: {e}"),
             }
             ExitCode::from(1)

@@ -661,6 +661,22 @@ fn a_missing_extra_ledger_is_refused_and_changes_nothing() {
             && e.to_string().contains("does not exist"),
         "{e:?}"
     );
+    // a directory, even one named ledger.jsonl, is said to be one
+    let as_dir = backups.path().join("d").join("ledger.jsonl");
+    std::fs::create_dir_all(&as_dir).unwrap();
+    let e = Engram::restore(dir.path(), &bdir, &opts(&clock), Some(&as_dir)).unwrap_err();
+    assert!(e.to_string().contains("is a directory"), "{e}");
+    // a damaged one gets a remedy for a file of another store, not this
+    // store's "move it aside and open again"
+    let bad = backups.path().join("b").join("ledger.jsonl");
+    std::fs::create_dir_all(bad.parent().unwrap()).unwrap();
+    std::fs::write(&bad, "not json\n{}\n").unwrap();
+    let e = Engram::restore(dir.path(), &bdir, &opts(&clock), Some(&bad)).unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("restore without `--ledger`") && !text.contains("open the store again"),
+        "{text}"
+    );
     assert_eq!(before, crate::common::files_under(dir.path()));
 }
 

@@ -240,6 +240,13 @@ fn engram_shell_reports_errors_on_stderr_and_in_its_exit_status() {
         b"FIND ANY LIMIT 1; -- trailing\n-- done\n",
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // nor is a `;` after a comment, or after nothing: an empty statement
+    let o = shell_piped(
+        &["--data", &d, "shell", "--tenant", "t"],
+        b"-- a note\n;\n ; ;\nFIND ANY LIMIT 1;\n",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("(1 row"), "{}", text(&o));
     // a command line runs at once and leaves the statement open before
     // it open: the statement goes on with the next lines
     let o = shell_piped(

@@ -152,6 +152,13 @@ pub(super) fn read_ledger_checked(
     read_ledger_file(backend, &ledger_path(dir), LedgerFile::Ledger)
 }
 
+/// The lines of a ledger file named by path (`restore --ledger`): as
+/// [`read_ledger`], with a remedy for damage that fits a file of another
+/// store.
+pub(super) fn read_external_ledger(backend: &dyn Backend, path: &Path) -> Result<Vec<LedgerLine>> {
+    Ok(read_ledger_file(backend, path, LedgerFile::External)?.0)
+}
+
 /// Which file of ledger lines is read: they differ in how they are
 /// written, so in what a damaged line means and how it is mended.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -162,6 +169,9 @@ pub(super) enum LedgerFile {
     /// `restore.pending`, written whole (a temporary file renamed into
     /// place): any torn or undecodable line is damage.
     RestorePending,
+    /// Another store's `ledger.jsonl`, named by `restore --ledger`: read
+    /// as a ledger, but this store's log cannot write it anew.
+    External,
 }
 
 /// Reads ledger lines from `path` (empty if absent); see [`read_ledger`].
@@ -185,6 +195,12 @@ pub(super) fn read_ledger_file(
                  anew from the log (entries it held only for a restore of an \
                  older backup are then lost; keep the moved file to pass as \
                  `restore --ledger`)"
+            }
+            LedgerFile::External => {
+                "It was named with `restore --ledger` (the ledger of the store the \
+                 backup came from): repair or remove that line, or restore without \
+                 `--ledger` (the deletions and revocations it lists are then not \
+                 re-applied)"
             }
             LedgerFile::RestorePending => {
                 "It lists what an interrupted restore must re-apply. Run the same \
@@ -228,7 +244,7 @@ pub(super) fn read_ledger_file(
         }
         match serde_json::from_str(l) {
             Ok(x) => out.push(x),
-            Err(_) if i + 1 == lines.len() && kind == LedgerFile::Ledger => torn = true,
+            Err(_) if i + 1 == lines.len() && kind != LedgerFile::RestorePending => torn = true,
             Err(e) => return Err(damaged(i + 1, e.to_string())),
         }
     }

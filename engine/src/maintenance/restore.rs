@@ -74,6 +74,15 @@ impl Engram {
                 detail: e.to_string(),
             })?;
         if let Some(p) = extra_ledger {
+            if backend.list_dir(p).is_ok() {
+                return Err(EngineError::invalid(
+                    "ledger",
+                    format!(
+                        "{} is a directory; name the ledger.jsonl file (of the store the backup came from)",
+                        p.display()
+                    ),
+                ));
+            }
             if p.file_name().map(|f| f != "ledger.jsonl").unwrap_or(true) {
                 return Err(EngineError::invalid(
                     "ledger",
@@ -92,8 +101,7 @@ impl Engram {
         // ... and must be readable, line by line, before anything changes
         let extra = match extra_ledger {
             Some(p) => {
-                let parent = p.parent().unwrap_or(Path::new("."));
-                let lines = read_ledger(backend.as_ref(), parent).map_err(|e| {
+                let lines = read_external_ledger(backend.as_ref(), p).map_err(|e| {
                     EngineError::invalid(
                         "ledger",
                         format!("{}: {e}; nothing was changed", p.display()),

@@ -243,7 +243,7 @@ fn shell_loop(db: &Engram, s: &Session, a: &ShellArgs) -> CliResult {
             match pending.take() {
                 Gathered::Oversized(first) => sh.refuse_oversized(first),
                 Gathered::Text(text, first) => {
-                    if text.trim() != ";" {
+                    if is_statement(&text) {
                         run_one(&mut sh, s, &text, first);
                     }
                 }
@@ -283,6 +283,15 @@ fn shell_loop(db: &Engram, s: &Session, a: &ShellArgs) -> CliResult {
 }
 
 /// Whether `text` ends with a `;` that is not inside a string or a comment.
+/// Whether `text`, a statement up to its `;`, holds anything but
+/// whitespace and comments: an empty statement (`;` alone, or after a
+/// comment) is skipped, as in other SQL shells.
+fn is_statement(text: &str) -> bool {
+    let mut scan = Scan::default();
+    scan.feed(text.strip_suffix(';').unwrap_or(text));
+    scan.open()
+}
+
 #[cfg(test)]
 fn ends_statement(text: &str) -> bool {
     let (ends, open, _) = statement_ends(text);
