@@ -82,16 +82,32 @@ impl Engram {
             }
             Err(_) => None,
         };
-        let (durable_lsn, evidence) = crate::db::durable_evidence(&opts.backend, dir);
+        let (mut durable_lsn, mut evidence) = crate::db::durable_evidence(&opts.backend, dir);
         let LogInspection {
             n_segments,
             intact_through,
             recent_batch_ends,
-            problem,
+            mut problem,
             bytes_after,
             highest_lsn_seen,
             last_frame_lsn,
         } = log_repair::inspect(opts.backend.as_ref(), &layout::log(dir))?;
+        // A log with no segment at all, where the ledger proves operations
+        // were acknowledged (every open refuses it): the loss is named,
+        // and a cut at 0 accepts it (the ledger is applied again).
+        if n_segments == 0 && problem.is_none() {
+            let ops = read_ledger(opts.backend.as_ref(), dir)?.len() as u64;
+            if ops > 0 {
+                problem = Some(format!(
+                    "the log holds no segment file, but ledger.jsonl records {ops} acknowledged \
+                     operation(s): the log was removed"
+                ));
+                if ops > durable_lsn {
+                    durable_lsn = ops;
+                    evidence = "ledger.jsonl";
+                }
+            }
+        }
         Ok(Inspection {
             segments: n_segments,
             intact_through,
@@ -128,7 +144,23 @@ impl Engram {
                 path: lock_path.clone(),
             }))?;
         // A cut the log does not allow is refused with nothing changed.
-        log_repair::check_cut(backend.as_ref(), &layout::log(dir), keep_through)?;
+        // (A removed log/ is an empty log: only a cut at 0 is allowed.)
+        let log_dir = layout::log(dir);
+        if !backend.exists(&log_dir) {
+            if keep_through > 0 {
+                return Err(EngineError::invalid(
+                    "truncate-after",
+                    format!(
+                        "{} is missing: no LSN is left to keep; only --truncate-after 0 accepts the loss",
+                        log_dir.display()
+                    ),
+                ));
+            }
+            backend
+                .create_dir_all(&log_dir)
+                .map_err(|e| io(&log_dir, e))?;
+        }
+        log_repair::check_cut(backend.as_ref(), &log_dir, keep_through)?;
         let quarantine = {
             let root = dir.join("quarantine");
             backend.create_dir_all(&root).map_err(|e| io(&root, e))?;

@@ -26,7 +26,7 @@ use serde::Serialize;
 use crate::progress::Progress;
 
 mod error;
-mod store_cmds;
+pub(crate) mod store_cmds;
 
 pub use error::{CliError, RejectedBatch};
 use store_cmds::{cmd_get, cmd_init, cmd_log, cmd_rebuild, cmd_repair, cmd_stats, cmd_verify};

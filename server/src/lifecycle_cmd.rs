@@ -492,9 +492,7 @@ pub fn hold(ctx: &Ctx, a: HoldArgs) -> CliResult {
 /// `engram compact`.
 pub fn compact(ctx: &Ctx, json_out: bool) -> CliResult {
     let data = ctx.data.as_path();
-    if !data.join("log").exists() {
-        return Err(CliError::Message(format!("no store at {}", data.display())));
-    }
+    crate::cli::store_cmds::require_store(data)?;
     let opts = ctx.store_options()?;
     let spinner = ctx.spinner("compact");
     spinner.set_message("rewriting segments, then rebuilding derived state");

@@ -229,12 +229,47 @@ fn a_removed_log_and_derived_state_are_refused_when_the_ledger_proves_writes() {
     assert!(v.contains("no segment file"), "{v}");
     assert!(v.contains("the store did not open"), "{v}");
     fails(&store, &["stats"]);
+    for cmd in [
+        &["rebuild"][..],
+        &["compact"],
+        &["repair", "--truncate-after", "3"],
+    ] {
+        let e = fails(&store, cmd);
+        assert!(!e.contains("no store at"), "{cmd:?}: {e}");
+    }
     cli::assert_same(
         &before,
         &snapshot(&store),
-        "a refused open changed the store",
+        "a refused command changed the store",
     );
-    // An empty log/ is no different.
+    // repair names the loss, and a cut at 0 accepts it: an empty log, the
+    // ledger applied again
+    let plan = String::from_utf8(ok(&store, &["repair"]).stdout).unwrap();
+    assert!(
+        plan.contains("no segment file") && plan.contains("--truncate-after 0"),
+        "{plan}"
+    );
+    cli::assert_same(&before, &snapshot(&store), "inspecting changed the store");
+    ok(&store, &["repair", "--truncate-after", "0"]);
+    ok(&store, &["verify"]);
+    let stats = cli::json(&ok(&store, &["stats", "--json"]));
+    assert_eq!(stats["records"], 0, "{stats}");
+}
+
+#[test]
+fn an_empty_log_directory_is_refused_as_a_removed_one() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let db = Engram::open(&store, small_segments()).unwrap();
+    let s = db.session(Principal::admin("t"));
+    let id = s
+        .append(vec![NewRecord::event("note", "to delete")])
+        .unwrap()[0]
+        .id;
+    s.delete(&engram::RecordRef::Id(id), None).unwrap();
+    db.close().unwrap();
+    std::fs::remove_dir_all(store.join("log")).unwrap();
     std::fs::create_dir(store.join("log")).unwrap();
     assert!(open_err(&store).to_string().contains("no segment file"));
 }

@@ -484,7 +484,9 @@ fn refuse_lost_log(backend: &dyn engram_storage::Backend, dir: &Path) -> Result<
         && backend.list_dir(&log).map_err(io(&log))?.iter().any(|e| {
             !e.is_dir && engram_storage::log::segment::parse_segment_file_name(&e.name).is_some()
         });
-    if has_segment {
+    // (a repair that cut the whole log, or a restore, re-applies the
+    // ledger from `restore.pending` as this open goes on)
+    if has_segment || backend.exists(&crate::layout::restore_pending(dir)) {
         return Ok(());
     }
     let ops = crate::maintenance::read_ledger(backend, dir)?.len();

@@ -362,7 +362,9 @@ pub(super) fn cmd_repair(ctx: &Ctx, a: RepairArgs) -> CliResult {
             ),
             Some(p) => {
                 crate::outln!("problem: {p}");
-                if i.intact_through == 0 {
+                if i.segments == 0 {
+                    crate::outln!("no segment is left: a cut at 0 starts an empty log");
+                } else if i.intact_through == 0 {
                     crate::outln!(
                         "no whole batch of the log is intact: the damage is in its first batch, so a cut would keep nothing"
                     );
@@ -391,13 +393,20 @@ pub(super) fn cmd_repair(ctx: &Ctx, a: RepairArgs) -> CliResult {
                 }
                 let lost_to = i.highest_lsn_seen.max(i.durable_lsn);
                 if lost_to > i.intact_through {
+                    let past_cut = if i.highest_lsn_seen > i.intact_through {
+                        format!(
+                            "; the log holds intact frames up to LSN {} past the cut",
+                            i.highest_lsn_seen
+                        )
+                    } else {
+                        String::new()
+                    };
                     crate::outln!(
-                        "cutting there loses LSNs {}..={} at least ({} shows LSN {} was acknowledged; the log holds intact frames up to LSN {} past the cut)",
+                        "cutting there loses LSNs {}..={} at least ({} shows LSN {} was acknowledged{past_cut})",
                         i.intact_through + 1,
                         lost_to,
                         i.durable_evidence,
                         i.durable_lsn,
-                        i.highest_lsn_seen
                     );
                 }
                 crate::outln!(
@@ -430,11 +439,25 @@ pub(super) fn cmd_repair(ctx: &Ctx, a: RepairArgs) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Refuses a directory that holds no store ("no store at"), or another
+/// program's files, before a maintenance command that opens the store
+/// its own way (`rebuild`, `compact`). A store whose log is missing is
+/// left to the engine, which names what is missing.
+pub(crate) fn require_store(data: &std::path::Path) -> Result<(), CliError> {
+    use engram_engine::store_dir::{DirKind, classify};
+    match classify(Options::default().backend.as_ref(), data)? {
+        DirKind::Store | DirKind::Unmarked => Ok(()),
+        DirKind::Empty => Err(CliError::Message(format!("no store at {}", data.display()))),
+        DirKind::Foreign(names) => Err(CliError::Engine(EngineError::NotAStore {
+            dir: data.to_path_buf(),
+            found: format!("it holds {} and no ENGRAM marker", names.join(", ")),
+        })),
+    }
+}
+
 pub(super) fn cmd_rebuild(ctx: &Ctx, a: RebuildArgs) -> CliResult {
     let data = ctx.data.as_path();
-    if !data.join("log").exists() {
-        return Err(CliError::Message(format!("no store at {}", data.display())));
-    }
+    require_store(data)?;
     if !a.checkpoint {
         return crate::lifecycle_cmd::rebuild(ctx, a.verify, a.json);
     }
