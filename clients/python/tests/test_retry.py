@@ -125,6 +125,28 @@ def test_503_retried_for_appends_with_external_ids_only() -> None:
     assert isinstance(e.value, Unavailable)
 
 
+def test_503_not_retried_for_two_corrections_of_one_stored_chain() -> None:
+    # sent again, the first correction would correct the second's version
+    twice = [
+        {"kind": "pref", "text": "B", "external_id": "r1", "supersedes": "r1"},
+        {"kind": "pref", "text": "C", "external_id": "r1", "supersedes": "r1"},
+    ]
+    s = Script(error(503, "timeout", "1"), OK_APPEND)
+    c, slept = client(s)
+    with pytest.raises(Timeout):
+        c.append(twice)
+    assert len(s.requests) == 1 and slept == []
+    # one correction per chain, or a chain the batch creates, is re-sent
+    for batch in (
+        twice[:1],
+        [{"kind": "pref", "text": "A", "external_id": "r1"}] + twice,
+    ):
+        s = Script(error(503, "timeout", "1"), OK_APPEND)
+        c, slept = client(s)
+        c.append(batch)
+        assert len(s.requests) == 2, batch
+
+
 def test_503_not_retried_for_other_writes_but_429_is() -> None:
     for call in (
         lambda c: c.delete("x"),

@@ -10,7 +10,7 @@ import enum
 import json
 import random
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 from urllib.parse import quote
 
 from .errors import EngramError, TransportError, error_class
@@ -55,10 +55,11 @@ class RetryPolicy:
     since the server refuses it before doing anything; 503 (``timeout``,
     ``unavailable``) and lost connections only for idempotent requests:
     reads, and appends whose records all carry an ``external_id`` (the
-    server stores a re-sent record once and reports it as ``duplicate``).
-    Appends without external ids, corrections and lifecycle operations are
-    not re-sent after a 503 or a dropped connection: the first attempt may
-    have been stored. Bulk ingest is never retried by the client.
+    server stores a re-sent record once and reports it as ``duplicate``)
+    and that correct no stored chain twice. Other appends and lifecycle
+    operations are not re-sent after a 503 or a dropped connection: the
+    first attempt may have been stored. Bulk ingest is never retried by
+    the client.
     """
 
     max_attempts: int = 4
@@ -221,13 +222,35 @@ def _drop_none(d: Mapping[str, Any]) -> Dict[str, Any]:
 # --- records ---------------------------------------------------------------
 
 
+def _safe_to_resend(items: List[Any]) -> bool:
+    """Whether sending ``items`` again after a first attempt that may have
+    been stored stores nothing new: every record has an external id (a
+    re-sent record is a ``duplicate``), and no chain the batch did not
+    create is corrected twice in it. (A correction naming a chain by its
+    external id corrects the version current when it arrives: sent again,
+    the first of two corrections would correct the second's version.)"""
+    created = set()
+    corrections: Dict[str, int] = {}
+    for r in items:
+        if not isinstance(r, Mapping) or not r.get("external_id"):
+            return False
+        e = str(r["external_id"])
+        if r.get("supersedes") is None:
+            created.add(e)
+        elif e not in created:
+            corrections[e] = corrections.get(e, 0) + 1
+            if corrections[e] > 1:
+                return False
+    return True
+
+
 def append(records: Iterable[Mapping[str, Any]]) -> Call:
-    """``POST /v1/records``: retried like a read only when every record has
-    an external id."""
+    """``POST /v1/records``: retried like a read only when sending it again
+    stores nothing new (:func:`_safe_to_resend`)."""
     items = list(records)
     if not items:
         raise ValueError("append needs at least one record")
-    safe = all(isinstance(r, Mapping) and r.get("external_id") for r in items)
+    safe = _safe_to_resend(items)
     return _json_call("POST", "/v1/records", items, Retry.IDEMPOTENT if safe else Retry.BUSY_ONLY)
 
 
