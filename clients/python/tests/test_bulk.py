@@ -148,6 +148,43 @@ def test_a_stream_that_fails_before_its_summary_keeps_what_it_reported() -> None
     assert (s["lines"], s["created"], s["duplicates"], s["complete"]) == (2, 1, 1, False)
 
 
+def test_a_failed_body_reports_what_it_left_unstored_and_its_summary() -> None:
+    import httpx
+
+    from engram_client import Unavailable
+
+    # the second request of a bulk ingest (lines 3..4 overall) whose body
+    # failed after its first batch: the error line names the lines to send
+    # again, and the summary after it counts the stored batch
+    bodies = [
+        b'{"line": 1, "outcome": "created", "id": "a"}\n'
+        b'{"line": 2, "outcome": "created", "id": "b"}\n'
+        b'{"summary": {"lines": 2, "created": 2, "duplicates": 0, "rejected": 0,'
+        b' "batches": 1, "batches_rejected": 0, "complete": true}}\n',
+        b'{"line": 1, "outcome": "created", "id": "c"}\n'
+        b'{"error": {"code": "timeout", "message": "idle", "details": {}},'
+        b' "not_stored": {"from_line": 2, "to_line": 2}}\n'
+        b'{"summary": {"lines": 1, "created": 1, "duplicates": 0, "rejected": 0,'
+        b' "batches": 1, "batches_rejected": 0, "complete": false}}\n',
+    ]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        request.read()
+        return httpx.Response(200, content=bodies.pop(0))
+
+    c = Client("http://engram.test/", "egk_k", transport=httpx.MockTransport(handler))
+    items = [{"kind": "note", "text": t} for t in "abcd"]
+    stream = c.bulk(items, batch=1, lines_per_request=2)
+    got: List[Any] = []
+    with pytest.raises(Unavailable) as e:
+        for r in stream:
+            got.append(r)
+    assert [r["line"] for r in got] == [1, 2, 3]
+    assert e.value.details["not_stored"] == {"from_line": 4, "to_line": 4}
+    s = stream.summary
+    assert (s["batches"], s["created"], s["complete"]) == (2, 3, False)
+
+
 def test_a_bulk_stream_can_be_closed_early(user: Client, uniq: str) -> None:
     stream = user.bulk(records(f"{uniq}-close", 50), batch=5)
     first = next(stream)

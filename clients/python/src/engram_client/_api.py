@@ -526,6 +526,9 @@ class BulkTotals:
             "requests": 0,
         }
         self._summaries_seen = 0
+        # the error line that ended the current request's stream, raised
+        # once its summary (which still follows it) has been read
+        self._stream_error: Optional[EngramError] = None
         # the current request's result lines, until its summary (which is
         # authoritative) arrives: what a stream that failed before its
         # summary had already reported
@@ -573,18 +576,34 @@ class BulkTotals:
                         details[k] += offset
             return obj
         if "error" in obj:
-            self.failed()
-            raise stream_error(obj["error"])
+            # The body failed: what it left unstored (renumbered over the
+            # whole iterable) goes in the error's details, raised at the
+            # end of the request, after the summary that follows.
+            err = stream_error(obj["error"])
+            unstored = obj.get("not_stored")
+            if isinstance(unstored, dict):
+                err.details["not_stored"] = {
+                    k: v + offset if isinstance(v, int) else v for k, v in unstored.items()
+                }
+            self.summary["complete"] = False
+            self._stream_error = err
+            return None
         return obj
 
     def request_ended(self) -> None:
-        """Checks that the request's stream ended with its summary."""
+        """Checks that the request's stream ended with its summary; raises
+        the error that ended it, if one did."""
         self.summary["requests"] += 1
+        err, self._stream_error = self._stream_error, None
         if self._summaries_seen != self.summary["requests"]:
             self.failed()
+            if err is not None:
+                raise err
             raise TransportError(
                 0, "transport", "the bulk response ended before its summary line", {}
             )
+        if err is not None:
+            raise err
 
 
 def bulk_sizes(batch: Optional[int], lines_per_request: Optional[int]) -> Tuple[int, int]:
