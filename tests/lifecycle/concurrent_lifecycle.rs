@@ -248,3 +248,57 @@ fn racing_corrections_of_one_record_conflict_rather_than_fail_as_input() {
     drop(admin);
     db.close().unwrap();
 }
+
+/// Corrections naming one chain by its external id, racing: one that
+/// arrives while another batch's version is applied but not yet released
+/// corrects that version (or loses as a conflict of state), never gets
+/// "external id in use" for being the correction it is.
+#[test]
+fn racing_corrections_by_external_id_never_read_as_a_key_conflict() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Engram::open(dir.path(), Options::default()).unwrap();
+    let admin = db.session(Principal::admin("t"));
+    for round in 0..20 {
+        let key = format!("cc/{round}");
+        admin
+            .append(vec![
+                NewRecord::event("note", format!("round {round}")).with_external_id(&key),
+            ])
+            .unwrap();
+        let barrier = std::sync::Barrier::new(8);
+        let outcomes: Vec<Result<(), EngineError>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|w| {
+                    let (db, barrier, key) = (&db, &barrier, &key);
+                    s.spawn(move || {
+                        let mut out = Ok(());
+                        barrier.wait();
+                        for k in 0..4 {
+                            let mut fix = NewRecord::event("note", format!("v{}", (w + k) % 3))
+                                .with_external_id(key.as_str());
+                            fix.supersedes = Some(RecordRef::External(key.clone()));
+                            if let Err(e) = db.session(Principal::admin("t")).append(vec![fix]) {
+                                out = Err(e);
+                            }
+                        }
+                        out
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for o in outcomes {
+            if let Err(e) = o {
+                assert!(
+                    matches!(
+                        e,
+                        EngineError::AlreadySuperseded { .. } | EngineError::InvalidState { .. }
+                    ),
+                    "round {round}: {e:?}"
+                );
+            }
+        }
+    }
+    drop(admin);
+    db.close().unwrap();
+}

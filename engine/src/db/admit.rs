@@ -32,7 +32,14 @@ pub(super) fn existing_version(
         existing: None,
     };
     let key = (tenant.to_string(), e.clone());
-    if let Some((pid, phash, writer)) = w.pending_ext.get(&key) {
+    // A batch still registered in flight whose record the state already
+    // holds (applied, about to be released) is the stored chain's current
+    // version: a correction of it is judged against the state below.
+    let pending = w
+        .pending_ext
+        .get(&key)
+        .filter(|(pid, _, _)| !(supersedes == Some(*pid) && st.idx(*pid).is_some()));
+    if let Some((pid, phash, writer)) = pending {
         // In flight: not yet in the state, so its labels are the ones this
         // request gives when the content (labels included) matches.
         let held = held.get_or_init(|| session.held_labels(st));
