@@ -12,6 +12,7 @@ the tenant and the principal; a body naming either is refused).
 
 from __future__ import annotations
 
+import datetime as _dt
 from typing import Any, Dict, List, Optional, TypedDict, Union
 
 __all__ = [
@@ -43,10 +44,15 @@ __all__ = [
     "QueryResponse",
     "Status",
     "JSON",
+    "Time",
 ]
 
 JSON = Union[None, bool, int, float, str, List[Any], Dict[str, Any]]
 """Any JSON value."""
+
+Time = Union[str, _dt.datetime, _dt.date]
+"""A time in a request: an RFC 3339 string, a ``datetime`` (naive means
+UTC; sent to the millisecond) or a ``date``. Answers carry strings."""
 
 
 class Scope(TypedDict, total=False):
@@ -84,10 +90,10 @@ class NewRecord(TypedDict, total=False):
     kind: str
     external_id: str
     scope: Scope
-    occurred_at: str
-    valid_from: str
-    valid_until: str
-    last_verified_at: str
+    occurred_at: Time
+    valid_from: Time
+    valid_until: Time
+    last_verified_at: Time
     text: str
     data: JSON
     retention_class: str
@@ -254,11 +260,11 @@ class RecallRequest(TypedDict, total=False):
     label: Union[str, List[str]]
     kind: Union[str, List[str]]
     record: Union[str, List[str]]
-    as_of: str
-    valid_at: str
+    as_of: Time
+    valid_at: Time
     include_historical: bool
-    occurred_after: str
-    occurred_before: str
+    occurred_after: Time
+    occurred_before: Time
     id: Any
     explain: bool
     with_text: bool
@@ -320,8 +326,8 @@ class EvalCase(TypedDict, total=False):
     vector: List[float]
     model: str
     scope: Dict[str, str]
-    as_of: str
-    valid_at: str
+    as_of: Time
+    valid_at: Time
     relevant_ids: List[str]
     forbidden_ids: List[str]
     mode: str
