@@ -472,8 +472,10 @@ pub fn score_resolved(case: &EvalCase, relevant: &Relevant, k: usize, hits: &[Hi
     }
 }
 
-/// Aggregate metrics.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+/// Aggregate metrics. In JSON, the relevance means are `null` when no
+/// case names a relevant id (`scored` is 0: there is nothing to average,
+/// as the text output's `n/a` says).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Summary {
     /// Cases.
     pub cases: usize,
@@ -495,6 +497,36 @@ pub struct Summary {
     pub hits: usize,
     /// forbidden_hits / hits.
     pub forbidden_hit_rate: f64,
+}
+
+impl Serialize for Summary {
+    fn serialize<S: serde::Serializer>(&self, out: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Shown {
+            cases: usize,
+            scored: usize,
+            recall_at_k: Option<f64>,
+            precision_at_k: Option<f64>,
+            mrr: Option<f64>,
+            all_evidence_at_k: Option<f64>,
+            forbidden_hits: usize,
+            hits: usize,
+            forbidden_hit_rate: f64,
+        }
+        let mean = |v: f64| (self.scored > 0).then_some(v);
+        Shown {
+            cases: self.cases,
+            scored: self.scored,
+            recall_at_k: mean(self.recall_at_k),
+            precision_at_k: mean(self.precision_at_k),
+            mrr: mean(self.mrr),
+            all_evidence_at_k: mean(self.all_evidence_at_k),
+            forbidden_hits: self.forbidden_hits,
+            hits: self.hits,
+            forbidden_hit_rate: self.forbidden_hit_rate,
+        }
+        .serialize(out)
+    }
 }
 
 /// Aggregates results overall and per slice.
@@ -780,6 +812,15 @@ mod tests {
             json["recall"].is_null() && json["reciprocal_rank"].is_null(),
             "{json}"
         );
+        // and neither has a summary of such cases only
+        let (alone, _) = summarize(std::slice::from_ref(&f));
+        let json = serde_json::to_value(&alone).unwrap();
+        assert_eq!(json["scored"], 0);
+        assert!(
+            json["recall_at_k"].is_null() && json["mrr"].is_null(),
+            "{json}"
+        );
+        assert_eq!(json["forbidden_hits"], 1);
         let (s, _) = summarize(&[r, f]);
         assert_eq!((s.cases, s.scored), (2, 1));
         assert!((s.recall_at_k - 0.5).abs() < 1e-12, "{s:?}");
