@@ -520,6 +520,9 @@ fn every_endpoint_against_every_caller() {
         ("GET", "/v1/records?tenant=acme", "tenant"),
         ("GET", "/v1/records?limit=5&te%6Eant=acme", "tenant"),
         ("DELETE", "/v1/records/x?principal=boss", "principal"),
+        // and on endpoints that read no query string at all
+        ("GET", "/v1/records/x?tenant=acme", "tenant"),
+        ("GET", "/v1/stats?principal=boss", "principal"),
     ] {
         let r = s.call(method, path, Some(&other), None);
         assert_eq!(r.status, 400, "{method} {path}: {}", r.text());

@@ -153,10 +153,18 @@ async fn observe(State(app): State<Shared>, req: Request, next: Next) -> Respons
         Some(n) if n > limit => ServerError::TooLarge { limit_bytes: limit }.into_response(),
         // a parameter no endpoint reads is a mistake (a misspelt one, or
         // one that hopes to choose the tenant), never silently ignored
-        _ if stray_query => {
-            ServerError::bad_request("query", "this endpoint takes no query parameters")
-                .into_response()
-        }
+        _ if stray_query => match session_param(req.uri()) {
+            // naming the tenant or principal is refused as such, on every
+            // endpoint (as in a body)
+            Some(field) => ServerError::SessionField {
+                item: None,
+                line: None,
+                field,
+            }
+            .into_response(),
+            None => ServerError::bad_request("query", "this endpoint takes no query parameters")
+                .into_response(),
+        },
         _ => next.run(req).await,
     };
     if let Ok(v) = HeaderValue::from_str(&request_id) {
@@ -222,6 +230,17 @@ fn percent_escapes_well_formed(path: &str) -> bool {
     })
 }
 
+/// The first query parameter of `uri` that names the tenant or the
+/// principal (percent-encoded or not), if any.
+fn session_param(uri: &axum::http::Uri) -> Option<String> {
+    let axum::extract::Query(pairs) =
+        axum::extract::Query::<Vec<(String, String)>>::try_from_uri(uri).ok()?;
+    pairs
+        .into_iter()
+        .map(|(k, _)| k)
+        .find(|k| crate::http::body::SESSION_FIELDS.contains(&k.as_str()))
+}
+
 /// Query parameters deserialized into `T`, with errors in the JSON shape.
 #[derive(Debug)]
 pub struct Params<T>(pub T);
@@ -232,19 +251,12 @@ impl<T: DeserializeOwned + Send> FromRequestParts<Shared> for Params<T> {
     async fn from_request_parts(parts: &mut Parts, app: &Shared) -> Result<Self, Self::Rejection> {
         // A parameter naming the tenant or principal is refused as such,
         // as the same field in a body is (whatever else the string holds).
-        if let Ok(axum::extract::Query(pairs)) =
-            axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&parts.uri)
-        {
-            if let Some((name, _)) = pairs
-                .iter()
-                .find(|(k, _)| crate::http::body::SESSION_FIELDS.contains(&k.as_str()))
-            {
-                return Err(ServerError::SessionField {
-                    item: None,
-                    line: None,
-                    field: name.clone(),
-                });
-            }
+        if let Some(field) = session_param(&parts.uri) {
+            return Err(ServerError::SessionField {
+                item: None,
+                line: None,
+                field,
+            });
         }
         axum::extract::Query::<T>::from_request_parts(parts, app)
             .await
