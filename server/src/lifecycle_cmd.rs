@@ -27,6 +27,10 @@ pub enum ReviewCommand {
         /// Only this tenant (default: all).
         #[arg(long, value_parser = crate::cli::name_arg)]
         tenant: Option<String>,
+        /// The queue of this principal (a reviewer's holds what it may
+        /// decide, not its own candidates) instead of the tenant admin's.
+        #[arg(long, requires = "tenant", value_parser = crate::cli::name_arg)]
+        principal: Option<String>,
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
@@ -208,14 +212,18 @@ pub fn review(ctx: &Ctx, cmd: ReviewCommand) -> CliResult {
 
 fn review_inner(db: &Engram, cmd: ReviewCommand) -> CliResult {
     match cmd {
-        ReviewCommand::List { tenant, json: j } => {
+        ReviewCommand::List {
+            tenant,
+            principal,
+            json: j,
+        } => {
             let tenants: Vec<String> = match tenant {
                 Some(t) => vec![t],
                 None => db.stats()?.tenants.into_keys().collect(),
             };
             let mut all = Vec::new();
             for t in tenants {
-                all.extend(session_for(db, &t, None).review_queue()?);
+                all.extend(session_for(db, &t, principal.as_deref()).review_queue()?);
             }
             if j {
                 json(&all)?;

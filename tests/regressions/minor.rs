@@ -973,3 +973,55 @@ fn eval_checks_configurations_and_vectors_before_any_case_runs() {
         "{msg}"
     );
 }
+
+/// `review list --principal P` shows P's queue: a reviewer sees the
+/// candidates it may decide, not its own; a principal without the role is
+/// refused; a principal needs `--tenant`.
+#[test]
+fn review_list_shows_a_principals_own_queue() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("s");
+    let file = tmp.path().join("c.jsonl");
+    std::fs::write(
+        &file,
+        concat!(
+            "{\"tenant\":\"t\",\"external_id\":\"e1\",\"kind\":\"note\",\"text\":\"src\"}\n",
+            "{\"tenant\":\"t\",\"record\":\"assertion\",\"kind\":\"procedure\",\"text\":\"always do X\",",
+            "\"writer\":{\"principal\":\"bot\",\"kind\":\"model\"},\"sources\":[\"e1\"]}\n",
+            "{\"tenant\":\"t\",\"record\":\"assertion\",\"kind\":\"procedure\",\"text\":\"never do Y\",",
+            "\"writer\":{\"principal\":\"rita\",\"kind\":\"model\"},\"sources\":[\"e1\"]}\n",
+        ),
+    )
+    .unwrap();
+    ok(&store, &["ingest", file.to_str().unwrap()]);
+    ok(
+        &store,
+        &[
+            "grant",
+            "--tenant",
+            "t",
+            "--role",
+            "reviewer",
+            "--principal",
+            "rita",
+        ],
+    );
+    let queue = |who: Option<&str>| {
+        let mut args = vec!["review", "list", "--tenant", "t", "--json"];
+        if let Some(p) = who {
+            args.extend(["--principal", p]);
+        }
+        crate::cli::json(&ok(&store, &args))
+    };
+    assert_eq!(queue(None).as_array().unwrap().len(), 2);
+    let rita = queue(Some("rita"));
+    assert_eq!(rita.as_array().unwrap().len(), 1, "{rita}");
+    assert!(rita.to_string().contains("always do X"), "{rita}");
+    let e = crate::cli::fails(
+        &store,
+        &["review", "list", "--tenant", "t", "--principal", "bot"],
+    );
+    assert!(e.contains("reviewer"), "{e}");
+    crate::cli::fails(&store, &["review", "list", "--principal", "rita"]);
+}
