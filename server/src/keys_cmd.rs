@@ -167,7 +167,13 @@ pub fn keys(data: &Path, cmd: KeysCommand) -> CliResult {
                     tenant: a.tenant.unwrap_or_default(),
                     principal: a.principal.unwrap_or_default(),
                     role,
-                    labels: a.label,
+                    // (a label named twice is one label)
+                    labels: a.label.into_iter().fold(Vec::new(), |mut v, l| {
+                        if !v.contains(&l) {
+                            v.push(l);
+                        }
+                        v
+                    }),
                 }
             };
             let (key, entry) = keys::create(&path, grant).map_err(err)?;
@@ -204,9 +210,15 @@ pub fn keys(data: &Path, cmd: KeysCommand) -> CliResult {
         }
         KeysCommand::Revoke { id, file } => {
             let path = key_file(data, &file)?;
+            let was_revoked = keys::list(&path)
+                .map_err(err)?
+                .iter()
+                .any(|k| k.id == id && k.revoked_at.is_some());
             let k = keys::revoke(&path, &id).map_err(err)?;
             if file.json {
                 crate::outln!("{}", public(&k));
+            } else if was_revoked {
+                crate::outln!("already revoked, nothing changed: {}", describe(&k));
             } else {
                 crate::outln!("revoked {}", describe(&k));
             }

@@ -57,19 +57,26 @@ fn endpoints_do_their_job() {
         let e = s.json(method, path, Some(&k.store), None, 405);
         assert_eq!(e["error"]["code"], "method_not_allowed", "{method} {path}");
     }
-    // a query parameter no endpoint reads is refused, not ignored
-    for (method, path, body) in [
-        ("POST", "/v1/recall?tenant=beta", Some(r#"{"text": "x"}"#)),
+    // a query parameter no endpoint reads is refused, not ignored (one
+    // naming the tenant as the session field it is)
+    for (method, path, body, code) in [
+        (
+            "POST",
+            "/v1/recall?tenant=beta",
+            Some(r#"{"text": "x"}"#),
+            "session_field",
+        ),
         (
             "POST",
             "/v1/records?tenant=beta",
             Some(r#"[{"kind": "note", "text": "x"}]"#),
+            "session_field",
         ),
-        ("GET", "/v1/stats?x=1", None),
-        ("GET", "/v1/records/nope/history?x=1", None),
+        ("GET", "/v1/stats?x=1", None, "bad_request"),
+        ("GET", "/v1/records/nope/history?x=1", None, "bad_request"),
     ] {
         let e = s.json(method, path, Some(&k.boss), body, 400);
-        assert_eq!(e["error"]["code"], "bad_request", "{method} {path}");
+        assert_eq!(e["error"]["code"], code, "{method} {path}");
     }
     s.json("GET", "/v1/records?limit=1", Some(&k.boss), None, 200);
 
@@ -547,10 +554,35 @@ fn keys_created_and_revoked_apply_to_a_running_server() {
         "list never shows hashes"
     );
     assert!(!list.contains(&k[12..]));
-    engram(&dir, &["keys", "revoke", &k[4..12]]);
+    let out = engram(&dir, &["keys", "revoke", &k[4..12]]);
+    assert!(out.starts_with("revoked"), "{out}");
     let r = s.call("GET", "/v1/records", Some(&k), None);
     assert_eq!(r.status, 401);
     assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+    // revoking it again changes nothing, and says so
+    let again = engram(&dir, &["keys", "revoke", &k[4..12]]);
+    assert!(again.starts_with("already revoked"), "{again}");
+    // a label named twice is one label
+    let labelled = engram(
+        &dir,
+        &[
+            "keys",
+            "create",
+            "--tenant",
+            "t",
+            "--principal",
+            "q",
+            "--role",
+            "user",
+            "--label",
+            "a",
+            "--label",
+            "a",
+            "--json",
+        ],
+    );
+    let v: Value = serde_json::from_str(labelled.trim()).unwrap();
+    assert_eq!(v["labels"], serde_json::json!(["a"]), "{v}");
     let mode = std::os::unix::fs::PermissionsExt::mode(
         &std::fs::metadata(dir.join("keys.json"))
             .unwrap()
