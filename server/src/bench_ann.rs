@@ -554,10 +554,23 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
     if let Ok(fjson) = std::fs::read_to_string(d.join("filters.json")) {
         let defs: serde_json::Value = serde_json::from_str(&fjson)
             .map_err(|e| CliError::Message(format!("filters.json: {e}")))?;
-        if !defs.is_object() {
+        let Some(named) = defs.as_object() else {
             return Err(CliError::Message(
                 "filters.json: expected an object of named filters".into(),
             ));
+        };
+        // and so does an `--only` naming no filter (before the build)
+        if let Some(unknown) = a
+            .only
+            .iter()
+            .find(|o| *o != "none" && !named.contains_key(o.as_str()))
+        {
+            let mut names: Vec<&str> = named.keys().map(String::as_str).collect();
+            names.sort_unstable();
+            return Err(CliError::Message(format!(
+                "--only: no ground truth named '{unknown}' (available: none, {})",
+                names.join(", ")
+            )));
         }
     }
     let texts: Vec<Option<String>> = match std::fs::read_to_string(d.join("base.jsonl")) {
@@ -850,7 +863,23 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
                 if let Some(ts) = def.get("ts_min").and_then(|t| t.as_i64()) {
                     f.occurred_after = Some(ts * 1000);
                 }
-                let eligible = def.get("n_eligible").and_then(|x| x.as_u64()).unwrap_or(0) as usize;
+                // counted from the rows (`n_eligible` of filters.json is
+                // only a description, and may be absent)
+                let tenants: Vec<i64> = def
+                    .get("tenants")
+                    .and_then(|t| t.as_array())
+                    .map(|t| t.iter().filter_map(|x| x.as_i64()).collect())
+                    .unwrap_or_default();
+                let ts_min = def.get("ts_min").and_then(|t| t.as_i64());
+                let eligible = (0..n)
+                    .filter(|&i| {
+                        let (tenant, ts, deleted) =
+                            (at.data[i * 3], at.data[i * 3 + 1], at.data[i * 3 + 2]);
+                        deleted == 0
+                            && (tenants.is_empty() || tenants.contains(&tenant))
+                            && ts_min.is_none_or(|m| ts >= m)
+                    })
+                    .count();
                 run_gt(name, &fgt, &f, eligible, &mut report)?;
             }
         }

@@ -197,6 +197,44 @@ fn bench_ann_measures_full_hits_and_ids_only() {
         assert!(x["recall_at_10"].as_f64().unwrap() >= 0.9, "{x}");
         assert!(x["qps"].as_f64().unwrap() > 0.0);
     }
+    // a filtered ground truth: its eligible rows are counted from
+    // attrs.npy (tenant 1, not deleted), with no `n_eligible` given
+    let attrs: Vec<u8> = (0..n)
+        .flat_map(|i| [(i % 3) as i64, i as i64, i64::from(i % 50 == 0)])
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    write_npy(&ds.join("attrs.npy"), "<i8", (n, 3), &attrs);
+    let eligible: Vec<usize> = (0..n).filter(|i| i % 3 == 1 && i % 50 != 0).collect();
+    let mut fgt = Vec::new();
+    for qv in &queries {
+        let mut order = eligible.clone();
+        let dot = |i: usize| base[i].iter().zip(qv).map(|(a, b)| a * b).sum::<f32>();
+        order.sort_by(|&a, &b| dot(b).total_cmp(&dot(a)));
+        fgt.extend(order[..10].iter().flat_map(|&i| (i as i32).to_le_bytes()));
+    }
+    write_npy(&ds.join("gt_t1.npy"), "<i4", (q, 10), &fgt);
+    std::fs::write(ds.join("filters.json"), r#"{"t1": {"tenants": [1]}}"#).unwrap();
+    let o = engram(&[
+        "bench",
+        "ann",
+        "--dataset",
+        ds.to_str().unwrap(),
+        "--ef",
+        "64",
+        "--only",
+        "t1",
+        "--json",
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON report");
+    let t1 = r["filters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f.to_string().contains("t1"))
+        .unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(t1["eligible"], eligible.len(), "{t1}");
     let bad = engram(&[
         "bench",
         "ann",
@@ -389,6 +427,11 @@ fn bench_ann_refuses_an_inconsistent_dataset() {
     let err = run(&[]);
     assert!(err.contains("gt.npy has 2 row(s) for 3 quer"), "{err}");
     assert!(err.contains("--queries 2"), "{err}");
+    // an `--only` naming no filter of filters.json, before any build
+    npy(&d.join("gt.npy"), "<i4", &[nq, 10], &i32s(&good));
+    std::fs::write(d.join("filters.json"), r#"{"t1": {"tenants": [1]}}"#).unwrap();
+    let err = run(&["--only", "bogus"]);
+    assert!(err.contains("no ground truth named 'bogus'"), "{err}");
 }
 
 /// A closed stdout (`engram bench open | true`) ends a command quietly:
