@@ -708,3 +708,29 @@ fn live_damage_is_reported_as_damage_and_by_verify() {
         Ok(r) => panic!("damaged bytes were served: {r:?}"),
     }
 }
+
+/// An append's results say each record's status as the batch leaves it:
+/// a line a later line of the batch corrects is superseded.
+#[test]
+fn a_line_corrected_later_in_its_batch_is_reported_superseded() {
+    let db = mem_store("/st");
+    let s = db.session(Principal::admin("t"));
+    let fix = NewRecord {
+        supersedes: Some(RecordRef::External("x".into())),
+        ..NewRecord::event("note", "two").with_external_id("x")
+    };
+    let batch = vec![NewRecord::event("note", "one").with_external_id("x"), fix];
+    let first = s.append(batch.clone()).unwrap();
+    assert_eq!(first[0].status, Status::Superseded);
+    assert_eq!(first[1].status, Status::Active);
+    assert_eq!(
+        s.get(&RecordRef::Id(first[0].id)).unwrap().status,
+        Status::Superseded
+    );
+    // sent again: duplicates, with the same statuses
+    let again = s.append(batch).unwrap();
+    assert_eq!(
+        (again[0].status, again[1].status),
+        (Status::Superseded, Status::Active)
+    );
+}

@@ -961,6 +961,13 @@ fn stored_record(
 }
 
 fn results(prepared: &[Prepared], records: &[NewRecord], locs: &[FrameLoc]) -> Vec<AppendResult> {
+    // What a later line of the batch corrected is superseded once the
+    // batch is applied: its status is said as the batch left it.
+    let corrected: HashSet<[u8; 16]> = prepared
+        .iter()
+        .filter(|p| p.outcome == AppendOutcome::Created)
+        .filter_map(|p| p.stored.supersedes)
+        .collect();
     prepared
         .iter()
         .zip(records)
@@ -979,7 +986,11 @@ fn results(prepared: &[Prepared], records: &[NewRecord], locs: &[FrameLoc]) -> V
                     .clone()
                     .or_else(|| r.external_id.clone()),
                 outcome: p.outcome,
-                status: p.status,
+                status: if corrected.contains(&p.stored.id) {
+                    Status::Superseded
+                } else {
+                    p.status
+                },
                 lsn,
                 notes: p.notes.clone(),
             }
