@@ -59,9 +59,10 @@ pub fn parse(text: &str) -> Result<Value, Result<Refusal, serde_json::Error>> {
                 match oversized.iter().find(|(at, _)| *at == next) {
                     Some((_, literal)) if e.to_string().contains("number out of range") => {
                         let field = at.into_inner();
+                        let reason = unsafe_integer(literal, &field);
                         Err(Ok((
                             if field.is_empty() { "-".into() } else { field },
-                            unsafe_integer(literal),
+                            reason,
                         )))
                     }
                     _ => Err(Err(e)),
@@ -71,16 +72,22 @@ pub fn parse(text: &str) -> Result<Value, Result<Refusal, serde_json::Error>> {
     }
 }
 
-/// Why an integer is refused.
-fn unsafe_integer(literal: &str) -> String {
+/// Why an integer at `path` is refused (inside `data`, a payload whose
+/// shape is the client's, with the way round).
+fn unsafe_integer(literal: &str, path: &str) -> String {
     let bound = if literal.starts_with('-') {
         "±2^53"
     } else {
         "2^53"
     };
+    let hint = if path == "data" || path.starts_with("data.") || path.starts_with("data[") {
+        "; in `data`, send it as a string"
+    } else {
+        ""
+    };
     format!(
         "integer {literal} is beyond {bound}, so a JSON number (a double) cannot carry it \
-         exactly; in `data`, send it as a string"
+         exactly{hint}"
     )
 }
 
@@ -208,7 +215,7 @@ impl<'de> Visitor<'de> for Walk<'_> {
     fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Value, E> {
         self.numbers.next();
         if v.unsigned_abs() > SAFE_INTEGER_MAX {
-            return Err(self.refuse(unsafe_integer(&v.to_string())));
+            return Err(self.refuse(unsafe_integer(&v.to_string(), &self.path)));
         }
         Ok(Value::from(v))
     }
@@ -216,14 +223,14 @@ impl<'de> Visitor<'de> for Walk<'_> {
     fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Value, E> {
         self.numbers.next();
         if v > SAFE_INTEGER_MAX {
-            return Err(self.refuse(unsafe_integer(&v.to_string())));
+            return Err(self.refuse(unsafe_integer(&v.to_string(), &self.path)));
         }
         Ok(Value::from(v))
     }
 
     fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Value, E> {
         if let Some(literal) = self.numbers.next() {
-            return Err(self.refuse(unsafe_integer(literal)));
+            return Err(self.refuse(unsafe_integer(literal, &self.path)));
         }
         serde_json::Number::from_f64(v)
             .map(Value::Number)
@@ -310,12 +317,14 @@ mod tests {
         ] {
             let e = parse(t).unwrap_err().unwrap();
             assert_eq!(e.0, field, "{t}");
-            assert!(e.1.contains("send it as a string"), "{e:?}");
+            assert!(e.1.contains("cannot carry it exactly"), "{e:?}");
+            // the way round is said only where it applies: inside `data`
+            assert!(!e.1.contains("send it as a string"), "{e:?}");
         }
         // too long even for a double: the same refusal, at its field
-        let huge = format!(r#"{{"a": 1, "d": {{"n": {}}}}}"#, "9".repeat(400));
+        let huge = format!(r#"{{"a": 1, "data": {{"n": {}}}}}"#, "9".repeat(400));
         let e = parse(&huge).unwrap_err().unwrap();
-        assert_eq!(e.0, "d.n");
+        assert_eq!(e.0, "data.n");
         assert!(e.1.contains("send it as a string"), "{e:?}");
         // doubles by their form, and digits inside strings, are accepted
         for t in [
