@@ -11,5 +11,6 @@ mod cli;
 mod equivalence;
 mod examples;
 mod fixture;
+mod graph;
 mod hostile;
 mod isolation;

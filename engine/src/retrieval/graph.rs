@@ -104,9 +104,18 @@ pub(crate) fn walkable_version(st: &State, idx: Idx, walkable: &RoaringBitmap) -
 /// each scored by its distance (`1 / (1 + hops)`), best first, at most `n`.
 /// Only traversable nodes and edges are walked; only records in the result
 /// set are returned.
+///
+/// `seed_records` are records named as seeds that are not entities (a
+/// relation, an assertion, an event): they are at hop 0 themselves, as the
+/// entity seeds are, and the walk starts from the entities they link.
+///
+/// A record's hop is its distance from the seeds, the first at which the
+/// breadth-first walk meets it: a relation met again from its far end
+/// (one hop further) keeps its first hop, so `HOPS 2..2` never returns a
+/// relation one hop away.
 pub fn expand(
     st: &State,
-    seeds: &[Idx],
+    (seeds, seed_records): (&[Idx], &[Idx]),
     w: &Walk<'_>,
     n: usize,
     cost: &mut Cost,
@@ -120,15 +129,18 @@ pub fn expand(
         depth.insert(s, 0);
         queue.push_back(s);
     }
-    let mut reached: BTreeMap<Idx, usize> = BTreeMap::new();
-    let note = |i: Idx, d: usize, reached: &mut BTreeMap<Idx, usize>| {
-        if d >= w.hops.0 && d <= w.hops.1 {
-            reached.entry(i).or_insert(d);
-        }
+    // every record met, at the first (smallest) hop it was met at
+    let mut met: BTreeMap<Idx, usize> = BTreeMap::new();
+    let note = |i: Idx, d: usize, met: &mut BTreeMap<Idx, usize>| {
+        met.entry(i).or_insert(d);
     };
+    for &r in seed_records {
+        note(r, 0, &mut met);
+    }
+    let reached = &mut met;
     while let Some(e) = queue.pop_front() {
         let d = depth[&e];
-        note(e, d, &mut reached);
+        note(e, d, reached);
         cost.records_scanned += 1;
         // the entity's versions: what was said about any of them
         let m = st.meta(e);
@@ -141,7 +153,7 @@ pub fn expand(
             if let Some(about) = st.about.get(v) {
                 for &a in about {
                     if w.traversable.contains(a) {
-                        note(a, d, &mut reached);
+                        note(a, d, reached);
                     }
                 }
             }
@@ -172,20 +184,22 @@ pub fn expand(
                 {
                     continue;
                 }
-                note(edge.relation, d + 1, &mut reached);
-                if depth.len() >= w.max_nodes {
-                    continue;
-                }
-                if let std::collections::btree_map::Entry::Vacant(v) = depth.entry(other) {
-                    v.insert(d + 1);
+                // A relation is returned only with its far end reached:
+                // past `MAX n` nodes, one leading to a new node is not.
+                if !depth.contains_key(&other) {
+                    if depth.len() >= w.max_nodes {
+                        continue;
+                    }
+                    depth.insert(other, d + 1);
                     queue.push_back(other);
                 }
+                note(edge.relation, d + 1, reached);
             }
         }
     }
-    let mut ranked: Vec<(f64, Idx)> = reached
+    let mut ranked: Vec<(f64, Idx)> = met
         .into_iter()
-        .filter(|(i, _)| w.result_set.contains(*i))
+        .filter(|&(i, d)| d >= w.hops.0 && d <= w.hops.1 && w.result_set.contains(i))
         .map(|(i, d)| (1.0 / (1.0 + d as f64), i))
         .collect();
     ranked.sort_by(|a, b| {

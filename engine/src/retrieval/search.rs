@@ -171,13 +171,13 @@ impl Session {
                 } => {
                     let seed_idx = self.expansion_seeds(&st, seeds, &el.traversable, &outputs);
                     let out = match seed_idx {
-                        Some(s) if !s.is_empty() => {
+                        Some((s, records)) if !s.is_empty() || !records.is_empty() => {
                             // predicates the store never saw match no relation
                             let via_syms: Vec<u32> =
                                 via.iter().filter_map(|p| st.strings.get(p)).collect();
                             crate::retrieval::graph::expand(
                                 &st,
-                                &s,
+                                (&s, &records),
                                 &crate::retrieval::graph::Walk {
                                     traversable: &el.traversable,
                                     result_set: &el.bitmap,
@@ -355,16 +355,31 @@ impl Session {
         Ok(SearchResponse { hits, manifest })
     }
 
-    /// Entity seeds of an expansion (None: an `EarlierHits` seed found no
-    /// earlier retriever output at all; the caller skips then).
+    /// Entity seeds of an expansion, and the records named as seeds that
+    /// are not entities (hop 0 themselves; the walk starts from the
+    /// entities they link). None: an `EarlierHits` seed found no earlier
+    /// retriever output at all; the caller skips then.
     fn expansion_seeds(
         &self,
         st: &State,
         seeds: &[Seed],
         traversable: &RoaringBitmap,
         earlier: &[RetrieverOutput],
-    ) -> Option<Vec<Idx>> {
+    ) -> Option<(Vec<Idx>, Vec<Idx>)> {
         let mut out: Vec<Idx> = Vec::new();
+        let mut records: Vec<Idx> = Vec::new();
+        // The version of a named record that the walk may pass through:
+        // itself when it may (current at the cut, or an older version the
+        // request selects), otherwise the newest version of its chain that
+        // may (an external id names the current version, which under `AS
+        // OF` may not have existed at the cut).
+        let at_cut = |i: Idx| -> Option<Idx> {
+            if traversable.contains(i) {
+                return Some(i);
+            }
+            let first = *st.chain(i).first()?;
+            crate::retrieval::graph::walkable_version(st, first, traversable)
+        };
         let add = |i: Idx, out: &mut Vec<Idx>| {
             if traversable.contains(i) && !out.contains(&i) {
                 out.push(i);
@@ -397,9 +412,16 @@ impl Session {
                     }
                 }
                 Seed::Record { reference } => {
-                    if let Ok(i) = self.resolve_in(st, reference) {
-                        for e in linked(i) {
-                            add(e, &mut out);
+                    if let Some(i) = self.resolve_in(st, reference).ok().and_then(at_cut) {
+                        if st.meta(i).rtype == RecordType::Entity {
+                            add(i, &mut out);
+                        } else {
+                            if !records.contains(&i) {
+                                records.push(i);
+                            }
+                            for e in linked(i) {
+                                add(e, &mut out);
+                            }
                         }
                     }
                 }
@@ -435,7 +457,7 @@ impl Session {
                 }
             }
         }
-        Some(out)
+        Some((out, records))
     }
 
     /// Sources and derivatives of a hit, as far as the principal may read.

@@ -1,0 +1,142 @@
+//! `EXPAND` on a small graph whose answers are known: hop ranges count a
+//! record at the first hop the walk meets it, `MAX` returns no relation
+//! whose far end it did not reach, seeds that are not entities are hop 0
+//! themselves, and a seed named by external id under `AS OF` is the
+//! version current at the cut.
+
+use std::sync::Arc;
+
+use engram::query::lang::{Params, QueryExt};
+use engram::{Engram, ManualClock, Options, Principal, Session};
+
+const T0: i64 = 1_780_000_000_000;
+
+fn ext_ids(s: &Session, text: &str) -> Vec<String> {
+    let out = s
+        .query(text, &Params::new())
+        .unwrap_or_else(|e| panic!("{text}\n{e}"));
+    let mut ids: Vec<String> = out
+        .rows
+        .iter()
+        .map(|r| r["external_id"].as_str().unwrap_or("?").to_string())
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// Bob works for Acme, Carol works for Acme, Dan knows Bob; Bob is then
+/// corrected (renamed Robert) at `T0 + 10 s`.
+fn graph() -> (tempfile::TempDir, Engram, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = Engram::open(
+        tmp.path().join("s"),
+        Options {
+            clock: Arc::new(clock.clone()),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let s = db.session(Principal::admin("t"));
+    let lines = r#"{"external_id":"bob","record":"entity","entity_type":"person","name":"Bob"}
+{"external_id":"acme","record":"entity","entity_type":"org","name":"Acme"}
+{"external_id":"carol","record":"entity","entity_type":"person","name":"Carol"}
+{"external_id":"dan","record":"entity","entity_type":"person","name":"Dan"}
+{"external_id":"rel1","record":"relation","subject":"bob","predicate":"works_for","object":"acme"}
+{"external_id":"rel2","record":"relation","subject":"carol","predicate":"works_for","object":"acme"}
+{"external_id":"rel3","record":"relation","subject":"dan","predicate":"knows","object":"bob"}
+{"external_id":"e1","kind":"note","text":"an event"}
+"#;
+    let records = engram::query::parse_jsonl(lines).unwrap();
+    s.append(records.into_iter().map(|l| l.record).collect())
+        .unwrap();
+    clock.advance(10_000);
+    let fix = engram::query::parse_jsonl(
+        r#"{"external_id":"bob","supersedes":"bob","record":"entity","entity_type":"person","name":"Robert"}"#,
+    )
+    .unwrap();
+    s.append(fix.into_iter().map(|l| l.record).collect())
+        .unwrap();
+    clock.advance(10_000);
+    let cut = engram::time::format_rfc3339(T0 + 5_000);
+    drop(s);
+    (tmp, db, cut)
+}
+
+#[test]
+fn a_hop_range_counts_a_record_at_the_first_hop_it_is_met() {
+    let (_tmp, db, _) = graph();
+    let s = db.session(Principal::admin("t"));
+    // rel1 and rel3 are one hop from Robert; met again from Acme and Dan's
+    // side they stay at hop 1
+    assert_eq!(
+        ext_ids(
+            &s,
+            "FIND ANY EXPAND FROM ENTITY 'Robert' HOPS 2..2 RETURN external_id"
+        ),
+        ["carol", "rel2"]
+    );
+    assert_eq!(
+        ext_ids(
+            &s,
+            "FIND ANY EXPAND FROM ENTITY 'Robert' HOPS 1..1 RETURN external_id"
+        ),
+        ["acme", "dan", "rel1", "rel3"]
+    );
+}
+
+#[test]
+fn max_nodes_returns_no_relation_whose_far_end_it_did_not_reach() {
+    let (_tmp, db, _) = graph();
+    let s = db.session(Principal::admin("t"));
+    assert_eq!(
+        ext_ids(
+            &s,
+            "FIND ANY EXPAND FROM ENTITY 'Acme' HOPS 0..2 MAX 1 RETURN external_id"
+        ),
+        ["acme"]
+    );
+    let two = ext_ids(
+        &s,
+        "FIND ANY EXPAND FROM ENTITY 'Acme' HOPS 0..2 MAX 2 RETURN external_id",
+    );
+    assert_eq!(two.len(), 3, "{two:?}");
+    assert!(two.contains(&"acme".to_string()), "{two:?}");
+}
+
+#[test]
+fn a_seed_that_is_not_an_entity_is_hop_0_itself() {
+    let (_tmp, db, _) = graph();
+    let s = db.session(Principal::admin("t"));
+    assert_eq!(
+        ext_ids(&s, "FIND ANY EXPAND FROM 'e1' HOPS 0..1 RETURN external_id"),
+        ["e1"]
+    );
+    // a relation seed: itself and its ends at hop 0, what they touch at 1
+    let out = s
+        .query(
+            "FIND ANY EXPAND FROM 'rel1' HOPS 0..1 AS g RETURN external_id",
+            &Params::new(),
+        )
+        .unwrap();
+    assert_eq!(out.rows.len(), 7, "{:?}", out.rows);
+    assert_eq!(
+        ext_ids(
+            &s,
+            "FIND ANY EXPAND FROM 'rel1' HOPS 1..1 RETURN external_id"
+        ),
+        ["carol", "dan", "rel2", "rel3"]
+    );
+}
+
+#[test]
+fn an_external_id_seed_under_as_of_is_the_version_current_at_the_cut() {
+    let (_tmp, db, cut) = graph();
+    let s = db.session(Principal::admin("t"));
+    let at_cut = format!("FIND ANY AS OF '{cut}' EXPAND FROM 'bob' HOPS 0..1 RETURN external_id");
+    assert_eq!(ext_ids(&s, &at_cut), ["acme", "bob", "dan", "rel1", "rel3"]);
+    // the same as naming the entity by the name it had then
+    let by_name =
+        format!("FIND ANY AS OF '{cut}' EXPAND FROM ENTITY 'Bob' HOPS 0..1 RETURN external_id");
+    assert_eq!(ext_ids(&s, &at_cut), ext_ids(&s, &by_name));
+}
