@@ -18,3 +18,4 @@ mod input;
 mod metadata;
 mod minor;
 mod store_dir;
+mod vectors;

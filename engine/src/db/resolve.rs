@@ -513,8 +513,26 @@ impl Resolver<'_> {
             }
             _ => {}
         }
-        // dims
+        // dims, and the embedder's own model: what a duplicate would not
+        // store is refused only if the record is not one (a re-sent record
+        // with other vectors is a duplicate that stores none of them)
+        let mut vector_refusal: Option<EngineError> = None;
+        let derived_model = self.st.embedder.as_ref().map(|e| e.model_id().to_string());
         for e in &r.embeddings {
+            if derived_model.as_deref() == Some(e.model.as_str()) {
+                vector_refusal.get_or_insert_with(|| {
+                    EngineError::invalid(
+                        "embedding.model",
+                        format!(
+                            "'{}' is the model of this store's embedder, whose vectors are derived \
+                             from text; send client vectors under a model name of their own",
+                            e.model
+                        ),
+                    )
+                    .at_item(i)
+                });
+                continue;
+            }
             let known = self
                 .st
                 .vectors
@@ -527,13 +545,14 @@ impl Resolver<'_> {
                 .or_else(|| new_dims.get(&e.model).copied());
             match known {
                 Some(d) if d != e.vector.len() => {
-                    return Err(EngineError::DimensionMismatch {
+                    vector_refusal.get_or_insert(EngineError::DimensionMismatch {
                         item: Some(i),
                         field: "embedding.vector".into(),
                         model: e.model.clone(),
                         expected: d,
                         got: e.vector.len(),
                     });
+                    continue;
                 }
                 Some(_) => {}
                 None => {
@@ -554,7 +573,7 @@ impl Resolver<'_> {
             notes,
             inherited,
             effective,
-            unless_duplicate,
+            unless_duplicate: unless_duplicate.or(vector_refusal),
         })
     }
 }

@@ -254,7 +254,18 @@ impl State {
             }
         }
         if let (Some(emb), Some(t)) = (self.embedder.clone(), text) {
-            if embeds(rtype, akind) && !a.vector_models.iter().any(|m| m.as_str() == emb.model_id())
+            // A space of the embedder's model that is not the embedder's
+            // (client vectors sent under that name before this embedder was
+            // chosen: the write path refuses them now) keeps its own
+            // vectors; the record gets none derived, rather than a frame
+            // every replay would fail to apply.
+            let foreign = self
+                .vectors
+                .get(tenant_name, emb.model_id())
+                .is_some_and(|s| !s.derived || s.dim != emb.dim());
+            if embeds(rtype, akind)
+                && !foreign
+                && !a.vector_models.iter().any(|m| m.as_str() == emb.model_id())
             {
                 let v = emb.embed(t);
                 self.vectors
