@@ -717,7 +717,11 @@ fn normalize_scores(c: &[Candidate], norm: Norm) -> Vec<f64> {
             if hi > lo {
                 s().map(|x| (x - lo) / (hi - lo)).collect()
             } else {
-                vec![1.0; c.len()]
+                // Every candidate scored the same: nothing to spread. Full
+                // weight if that score says something matched, none if it
+                // is zero or below (vectors orthogonal to the query, or
+                // pointing away, are no match however few they are).
+                vec![if lo > 0.0 { 1.0 } else { 0.0 }; c.len()]
             }
         }
         Norm::ZScore => {

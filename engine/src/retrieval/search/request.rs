@@ -183,7 +183,8 @@ pub struct RetrieverSpec {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Norm {
-    /// `(s - min) / (max - min)`.
+    /// `(s - min) / (max - min)`; when every candidate scored the same,
+    /// 1 if that score is above 0, else 0.
     MinMax,
     /// `(s - mean) / stddev`.
     ZScore,
