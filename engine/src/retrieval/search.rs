@@ -845,6 +845,17 @@ mod tests {
         }
     }
 
+    /// Min-max over candidates that all scored the same: full weight when
+    /// that score says something matched, none when it is 0 or below.
+    #[test]
+    fn min_max_of_equal_scores_weighs_only_a_positive_score() {
+        let norm = |scores: &[f64]| normalize_scores(&output("v", scores).candidates, Norm::MinMax);
+        assert_eq!(norm(&[0.0, 0.0, 0.0]), [0.0, 0.0, 0.0]);
+        assert_eq!(norm(&[-0.2]), [0.0]);
+        assert_eq!(norm(&[0.4]), [1.0]);
+        assert_eq!(norm(&[2.0, 1.0, 0.0]), [1.0, 0.5, 0.0]);
+    }
+
     proptest! {
         /// The one-retriever shortcut ranks exactly as the grouping path:
         /// same records, contributions and scores, in the same order.
