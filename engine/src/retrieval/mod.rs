@@ -432,8 +432,9 @@ impl Session {
         {
             return Err(EngineError::invalid(
                 "vector",
-                "vector retrieval of a text needs a built-in embedder (this store has none: \
-                 clients send vectors); pass a query vector, or use mode hybrid or lexical",
+                "vector retrieval of a text needs a built-in embedder (none is in use for \
+                 this store as opened: clients send vectors); pass a query vector, or use \
+                 mode hybrid or lexical",
             ));
         }
         // A text names no vector space but the embedder's: another model
