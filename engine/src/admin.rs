@@ -69,6 +69,9 @@ impl TenantStats {
 /// One vector space.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SpaceStats {
+    /// The tenant the space belongs to (each tenant's vectors of a model
+    /// are a space of their own).
+    pub tenant: String,
     /// Model id.
     pub model: String,
     /// Dimensions.
@@ -93,6 +96,7 @@ impl SpaceStats {
     fn of(sp: &crate::vector::space::VectorSpace) -> SpaceStats {
         let indexed = sp.len() - sp.pending();
         SpaceStats {
+            tenant: sp.tenant.clone(),
             model: sp.model.clone(),
             dim: sp.dim,
             vectors: sp.len(),

@@ -119,8 +119,9 @@ pub(super) fn cmd_stats(ctx: &Ctx, a: JsonArgs) -> CliResult {
         );
         for v in &s.vector_spaces {
             crate::outln!(
-                "vectors    {}: {} x {} dims, {} indexed, walked over {}{}",
+                "vectors    {} of tenant {}: {} x {} dims, {} indexed, walked over {}{}",
                 v.model,
+                v.tenant,
                 v.vectors,
                 v.dim,
                 v.indexed,
