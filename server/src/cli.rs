@@ -114,7 +114,7 @@ pub enum Command {
     Delete(crate::lifecycle_cmd::DeleteArgs),
     /// Grant a label or role (to a principal, or lift a tenant-wide revocation).
     Grant(crate::lifecycle_cmd::AccessArgs),
-    /// Revoke a label or role (from a principal, or from everyone in the tenant).
+    /// Revoke a label (from a principal, or from everyone in the tenant) or a role (from a principal).
     Revoke(crate::lifecycle_cmd::AccessArgs),
     /// Set the retention period of a class in a tenant.
     Retention(crate::lifecycle_cmd::RetentionArgs),
