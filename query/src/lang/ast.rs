@@ -213,7 +213,8 @@ impl<T> Arg<T> {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(untagged, from = "StrListRepr")]
 pub enum StrList {
-    /// Written out; each item is a string literal or a string parameter.
+    /// Written out; each item is a string literal or a parameter (one
+    /// bound to a list is spliced in).
     Items {
         /// The items (at least one).
         items: Vec<Arg<String>>,

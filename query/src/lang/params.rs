@@ -272,10 +272,18 @@ impl<'a> Binder<'a> {
         }
     }
 
-    /// The strings of a list (items bound one by one, or a list parameter).
+    /// The strings of a list: its items bound one by one (a parameter
+    /// among them bound to a list is spliced in, as in `ENTITY ($names,
+    /// 'Eve')`), or a list parameter.
     pub fn strings(&self, l: &StrList) -> Result<Vec<String>, LangError> {
         match l {
-            StrList::Items { items, .. } => items.iter().map(|a| self.string(a)).collect(),
+            StrList::Items { items, .. } => {
+                let mut out = Vec::with_capacity(items.len());
+                for a in items {
+                    out.extend(self.strings_of(a)?);
+                }
+                Ok(out)
+            }
             StrList::Param { name, span } => self.list_param(name, *span),
         }
     }
@@ -396,6 +404,35 @@ mod tests {
             let e = Params::from_json(bad).unwrap_err();
             assert_eq!(e.code(), "invalid_param", "{bad}");
         }
+    }
+
+    /// A parameter among a list's items bound to a list is spliced in, in
+    /// every list (`KIND IN`, `VIA`, `scope.user IN`) as in `ENTITY`.
+    #[test]
+    fn a_list_parameter_among_items_is_spliced_in() {
+        let mut p = Params::new();
+        p.insert("k", ParamValue::List(vec!["note".into(), "fact".into()]))
+            .insert("s", ParamValue::String("one".into()));
+        let b = Binder::new(&p, 0);
+        let span = Span::default();
+        let l = StrList::Items {
+            items: vec![
+                Arg::Param {
+                    name: "k".into(),
+                    span,
+                },
+                Arg::Lit {
+                    value: "x".into(),
+                    span,
+                },
+                Arg::Param {
+                    name: "s".into(),
+                    span,
+                },
+            ],
+            span,
+        };
+        assert_eq!(b.strings(&l).unwrap(), ["note", "fact", "x", "one"]);
     }
 
     #[test]
