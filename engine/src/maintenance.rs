@@ -505,13 +505,19 @@ impl Engram {
         self.sync_ledger()?;
         backend.create_dir_all(dest).map_err(io(dest))?;
         crate::store_dir::write_marker(backend, dest)?;
-        let last = self.log().copy_to(backend, &layout::log(dest))?;
+        // The ledger before the log: a ledger line is written only once its
+        // operation is durable in the log, so every line copied now names
+        // an operation the log copied next holds. (Copied after, it could
+        // name a deletion made while the log was copied: opening the copy
+        // would apply it again, past the LSN the backup records.) What the
+        // copied log holds beyond the copied ledger, the copy's first open
+        // writes into its ledger from its log.
         for name in ["settings.snap", "ledger.jsonl"] {
             if let Some(bytes) = read_all(self.backend().as_ref(), &self.dir().join(name))? {
                 write_all_durable(backend, &dest.join(name), &bytes)?;
             }
         }
-        Ok(last)
+        Ok(self.log().copy_to(backend, &layout::log(dest))?)
     }
 
     /// Writes a backup of the store into `dest` (which must not exist or be
@@ -591,6 +597,10 @@ impl Engram {
             copy_opts.log.clone(),
         )?;
         let records = count_records(&copy_log)?;
+        // The copy's own log is what `backup.json` describes (a restore
+        // checks it runs to this LSN): the same as `last` unless opening
+        // the copy appended to it.
+        let last = copy_log.last_lsn().max(last);
         drop(copy_log);
         let report = BackupReport {
             last_lsn: last,
