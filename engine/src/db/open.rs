@@ -50,12 +50,12 @@ impl Engram {
                 path: lock_path,
             }))?;
         recover_log_swap(backend.as_ref(), &dir)?;
-        refuse_lost_log(backend.as_ref(), &dir)?;
         let mut report = OpenReport::default();
         // Derived state read (without changing it) before the log: what
         // it has applied was durable in the log, so recovery must not cut
         // below it.
         let (durable_lsn, durable_evidence) = durable_evidence(&backend, &dir);
+        refuse_lost_log(backend.as_ref(), &dir, (durable_lsn, durable_evidence))?;
         // The lexical snapshot is decoded on a second thread while this one
         // recovers the log, opens the vector spaces and decodes the state
         // checkpoint: the two are independent, and each is a large share
@@ -478,7 +478,11 @@ fn rebuild_spaces(
 /// cut short before its first segment has no ledger lines, and opens.
 /// (With derived state present, the log's recovery refuses it too, from
 /// the LSN the snapshots prove durable.)
-fn refuse_lost_log(backend: &dyn engram_storage::Backend, dir: &Path) -> Result<()> {
+fn refuse_lost_log(
+    backend: &dyn engram_storage::Backend,
+    dir: &Path,
+    (durable_lsn, evidence): (u64, &str),
+) -> Result<()> {
     let log = crate::layout::log(dir);
     let has_segment = backend.exists(&log)
         && backend.list_dir(&log).map_err(io(&log))?.iter().any(|e| {
@@ -493,14 +497,24 @@ fn refuse_lost_log(backend: &dyn engram_storage::Backend, dir: &Path) -> Result<
     if ops == 0 {
         return Ok(());
     }
-    Err(EngineError::Storage(StorageError::LogGap {
-        first_lsn: 1,
-        last_lsn: ops as u64,
-        detail: format!(
+    // (derived state, when kept, knows how far the log went)
+    let detail = if durable_lsn > ops as u64 {
+        format!(
+            "{} holds no segment file, but {evidence} shows LSN {durable_lsn} was durable \
+             and ledger.jsonl records {ops} acknowledged operation(s)",
+            log.display()
+        )
+    } else {
+        format!(
             "{} holds no segment file, but ledger.jsonl records {ops} acknowledged \
              operation(s), so the log held at least {ops} frame(s)",
             log.display()
-        ),
+        )
+    };
+    Err(EngineError::Storage(StorageError::LogGap {
+        first_lsn: 1,
+        last_lsn: durable_lsn.max(ops as u64),
+        detail,
     }))
 }
 
