@@ -468,9 +468,6 @@ fn rebuild_spaces(
     Ok(())
 }
 
-/// The highest LSN the derived state of the store in `dir` has applied
-/// (and so proves was durable), and what holds it. Reads through `backend`
-/// without changing anything when it is an overlay.
 /// Refuses a store whose log holds no segment file while `ledger.jsonl`
 /// records acknowledged operations: its `log/` was removed or emptied, and
 /// opening it would start an empty log in its place (every record lost,
@@ -518,6 +515,9 @@ fn refuse_lost_log(
     }))
 }
 
+/// The highest LSN the derived state of the store in `dir` has applied
+/// (and so proves was durable), and what holds it. Reads through `backend`
+/// without changing anything when it is an overlay.
 pub(crate) fn durable_evidence(
     backend: &std::sync::Arc<dyn engram_storage::Backend>,
     dir: &Path,

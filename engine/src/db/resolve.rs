@@ -517,9 +517,9 @@ impl Resolver<'_> {
         // store is refused only if the record is not one (a re-sent record
         // with other vectors is a duplicate that stores none of them)
         let mut vector_refusal: Option<EngineError> = None;
-        let derived_model = self.st.embedder.as_ref().map(|e| e.model_id().to_string());
+        let derived_model = self.st.embedder.as_deref().map(|e| e.model_id());
         for e in &r.embeddings {
-            if derived_model.as_deref() == Some(e.model.as_str()) {
+            if derived_model == Some(e.model.as_str()) {
                 vector_refusal.get_or_insert_with(|| {
                     EngineError::invalid(
                         "embedding.model",

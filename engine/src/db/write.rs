@@ -986,7 +986,7 @@ fn results(prepared: &[Prepared], records: &[NewRecord], locs: &[FrameLoc]) -> V
                     .clone()
                     .or_else(|| r.external_id.clone()),
                 outcome: p.outcome,
-                status: if corrected.contains(&p.stored.id) {
+                status: if !corrected.is_empty() && corrected.contains(&p.stored.id) {
                     Status::Superseded
                 } else {
                     p.status

@@ -137,10 +137,9 @@ pub fn expand(
     for &r in seed_records {
         note(r, 0, &mut met);
     }
-    let reached = &mut met;
     while let Some(e) = queue.pop_front() {
         let d = depth[&e];
-        note(e, d, reached);
+        note(e, d, &mut met);
         cost.records_scanned += 1;
         // the entity's versions: what was said about any of them
         let m = st.meta(e);
@@ -153,7 +152,7 @@ pub fn expand(
             if let Some(about) = st.about.get(v) {
                 for &a in about {
                     if w.traversable.contains(a) {
-                        note(a, d, reached);
+                        note(a, d, &mut met);
                     }
                 }
             }
@@ -193,7 +192,7 @@ pub fn expand(
                     depth.insert(other, d + 1);
                     queue.push_back(other);
                 }
-                note(edge.relation, d + 1, reached);
+                note(edge.relation, d + 1, &mut met);
             }
         }
     }

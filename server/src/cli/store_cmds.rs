@@ -445,15 +445,8 @@ pub(super) fn cmd_repair(ctx: &Ctx, a: RepairArgs) -> CliResult {
 /// its own way (`rebuild`, `compact`). A store whose log is missing is
 /// left to the engine, which names what is missing.
 pub(crate) fn require_store(data: &std::path::Path) -> Result<(), CliError> {
-    use engram_engine::store_dir::{DirKind, classify};
-    match classify(Options::default().backend.as_ref(), data)? {
-        DirKind::Store | DirKind::Unmarked => Ok(()),
-        DirKind::Empty => Err(CliError::Message(format!("no store at {}", data.display()))),
-        DirKind::Foreign(names) => Err(CliError::Engine(EngineError::NotAStore {
-            dir: data.to_path_buf(),
-            found: format!("it holds {} and no ENGRAM marker", names.join(", ")),
-        })),
-    }
+    engram_engine::store_dir::prepare(Options::default().backend.as_ref(), data, false, false)
+        .map_err(CliError::Engine)
 }
 
 pub(super) fn cmd_rebuild(ctx: &Ctx, a: RebuildArgs) -> CliResult {

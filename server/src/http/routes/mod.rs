@@ -145,26 +145,26 @@ async fn observe(State(app): State<Shared>, req: Request, next: Next) -> Respons
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     let limit = body_limit(&app, &route);
-    let stray_query = route.starts_with("/v1/")
-        && req.uri().query().is_some_and(|q| !q.is_empty())
-        && !TAKES_QUERY.contains(&(req.method().as_str(), route.as_str()));
+    let query = route.starts_with("/v1/") && req.uri().query().is_some_and(|q| !q.is_empty());
+    // naming the tenant or principal is refused as such, on every /v1/
+    // endpoint, whether it reads a query string or not (as in a body)
+    let session = query.then(|| session_param(req.uri())).flatten();
+    let stray_query = query && !TAKES_QUERY.contains(&(req.method().as_str(), route.as_str()));
     let mut resp = match declared_len {
         // refused before a byte of the body is read
         Some(n) if n > limit => ServerError::TooLarge { limit_bytes: limit }.into_response(),
         // a parameter no endpoint reads is a mistake (a misspelt one, or
         // one that hopes to choose the tenant), never silently ignored
-        _ if stray_query => match session_param(req.uri()) {
-            // naming the tenant or principal is refused as such, on every
-            // endpoint (as in a body)
-            Some(field) => ServerError::SessionField {
-                item: None,
-                line: None,
-                field,
-            }
-            .into_response(),
-            None => ServerError::bad_request("query", "this endpoint takes no query parameters")
-                .into_response(),
-        },
+        _ if let Some(field) = session => ServerError::SessionField {
+            item: None,
+            line: None,
+            field,
+        }
+        .into_response(),
+        _ if stray_query => {
+            ServerError::bad_request("query", "this endpoint takes no query parameters")
+                .into_response()
+        }
         _ => next.run(req).await,
     };
     if let Ok(v) = HeaderValue::from_str(&request_id) {
@@ -249,15 +249,6 @@ impl<T: DeserializeOwned + Send> FromRequestParts<Shared> for Params<T> {
     type Rejection = ServerError;
 
     async fn from_request_parts(parts: &mut Parts, app: &Shared) -> Result<Self, Self::Rejection> {
-        // A parameter naming the tenant or principal is refused as such,
-        // as the same field in a body is (whatever else the string holds).
-        if let Some(field) = session_param(&parts.uri) {
-            return Err(ServerError::SessionField {
-                item: None,
-                line: None,
-                field,
-            });
-        }
         axum::extract::Query::<T>::from_request_parts(parts, app)
             .await
             .map(|q| Params(q.0))
