@@ -95,9 +95,8 @@ impl Engram {
         // A log with no segment at all, where the ledger proves operations
         // were acknowledged (every open refuses it): the loss is named,
         // and a cut at 0 accepts it (the ledger is applied again).
-        if n_segments == 0 && problem.is_none() {
-            let ops = read_ledger(opts.backend.as_ref(), dir)?.len() as u64;
-            if ops > 0 {
+        if problem.is_none() {
+            if let Some(ops) = crate::db::lost_log_ops(opts.backend.as_ref(), dir)? {
                 problem = Some(format!(
                     "the log holds no segment file, but ledger.jsonl records {ops} acknowledged \
                      operation(s): the log was removed"

@@ -251,6 +251,10 @@ fn a_removed_log_and_derived_state_are_refused_when_the_ledger_proves_writes() {
     );
     cli::assert_same(&before, &snapshot(&store), "inspecting changed the store");
     ok(&store, &["repair", "--truncate-after", "0"]);
+    // the cut is accepted: inspecting again (before any open applies the
+    // ledger) reports no loss, as every open then opens it
+    let again = String::from_utf8(ok(&store, &["repair"]).stdout).unwrap();
+    assert!(!again.contains("no segment file"), "{again}");
     ok(&store, &["verify"]);
     let stats = cli::json(&ok(&store, &["stats", "--json"]));
     assert_eq!(stats["records"], 0, "{stats}");

@@ -468,34 +468,46 @@ fn rebuild_spaces(
     Ok(())
 }
 
-/// Refuses a store whose log holds no segment file while `ledger.jsonl`
-/// records acknowledged operations: its `log/` was removed or emptied, and
-/// opening it would start an empty log in its place (every record lost,
-/// and `verify` content with an empty store). A store whose creation was
-/// cut short before its first segment has no ledger lines, and opens.
-/// (With derived state present, the log's recovery refuses it too, from
-/// the LSN the snapshots prove durable.)
-fn refuse_lost_log(
+/// The number of acknowledged operations `ledger.jsonl` records for a
+/// store whose log holds no segment file: its `log/` was removed or
+/// emptied. `None` when the log has a segment, when a restore is pending
+/// (a repair that cut the whole log, or a restore, re-applies the ledger
+/// from `restore.pending` as the next open goes on), or when the ledger is
+/// empty (a store whose creation was cut short before its first segment).
+/// The one rule every open refuses by ([`refuse_lost_log`]) and
+/// `engram repair` reports by.
+pub(crate) fn lost_log_ops(
     backend: &dyn engram_storage::Backend,
     dir: &Path,
-    (durable_lsn, evidence): (u64, &str),
-) -> Result<()> {
+) -> Result<Option<u64>> {
     let log = crate::layout::log(dir);
     let has_segment = backend.exists(&log)
         && backend.list_dir(&log).map_err(io(&log))?.iter().any(|e| {
             !e.is_dir && engram_storage::log::segment::parse_segment_file_name(&e.name).is_some()
         });
-    // (a repair that cut the whole log, or a restore, re-applies the
-    // ledger from `restore.pending` as this open goes on)
     if has_segment || backend.exists(&crate::layout::restore_pending(dir)) {
-        return Ok(());
+        return Ok(None);
     }
-    let ops = crate::maintenance::read_ledger(backend, dir)?.len();
-    if ops == 0 {
+    let ops = crate::maintenance::read_ledger(backend, dir)?.len() as u64;
+    Ok((ops > 0).then_some(ops))
+}
+
+/// Refuses a store whose log was removed while the ledger records
+/// acknowledged operations ([`lost_log_ops`]): opening it would start an
+/// empty log in its place (every record lost, and `verify` content with an
+/// empty store). (With derived state present, the log's recovery refuses
+/// it too, from the LSN the snapshots prove durable.)
+fn refuse_lost_log(
+    backend: &dyn engram_storage::Backend,
+    dir: &Path,
+    (durable_lsn, evidence): (u64, &str),
+) -> Result<()> {
+    let Some(ops) = lost_log_ops(backend, dir)? else {
         return Ok(());
-    }
+    };
+    let log = crate::layout::log(dir);
     // (derived state, when kept, knows how far the log went)
-    let detail = if durable_lsn > ops as u64 {
+    let detail = if durable_lsn > ops {
         format!(
             "{} holds no segment file, but {evidence} shows LSN {durable_lsn} was durable \
              and ledger.jsonl records {ops} acknowledged operation(s)",
@@ -510,7 +522,7 @@ fn refuse_lost_log(
     };
     Err(EngineError::Storage(StorageError::LogGap {
         first_lsn: 1,
-        last_lsn: durable_lsn.max(ops as u64),
+        last_lsn: durable_lsn.max(ops),
         detail,
     }))
 }
