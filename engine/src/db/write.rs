@@ -38,6 +38,31 @@ struct Prepared {
     same_as: Option<usize>,
 }
 
+impl Prepared {
+    /// The answer for an item that stores nothing: a duplicate of record
+    /// `id`, with the external id the item has (given or inherited), the
+    /// status and LSN of what it repeats, and `same_as` when that is an
+    /// item this batch creates (its LSN is known once the batch is framed).
+    fn duplicate(
+        id: RecordId,
+        r: &NewRecord,
+        (status, lsn): (Status, u64),
+        same_as: Option<usize>,
+    ) -> Self {
+        let mut stored = StoredRecord::empty(id);
+        stored.external_id = r.external_id.clone();
+        Prepared {
+            stored,
+            outcome: AppendOutcome::Duplicate,
+            status,
+            lsn,
+            notes: duplicate_notes(r),
+            frame: 0,
+            same_as,
+        }
+    }
+}
+
 /// A record's access labels (sorted, deduplicated), retention class, and
 /// content hash when it names no other record (computed before the lock).
 type Normalized = (Vec<String>, String, Option<[u8; 32]>);
@@ -374,15 +399,9 @@ impl Session {
                     batch_ids[i] = batch_ids[j];
                     batch.push(None);
                     let first = &prepared[j];
-                    let p = Prepared {
-                        stored: StoredRecord::empty(batch_ids[j]),
-                        outcome: AppendOutcome::Duplicate,
-                        status: first.status,
-                        lsn: first.lsn,
-                        notes: duplicate_notes(r),
-                        frame: 0,
-                        same_as: (first.outcome == AppendOutcome::Created).then_some(j),
-                    };
+                    let same_as = (first.outcome == AppendOutcome::Created).then_some(j);
+                    let p =
+                        Prepared::duplicate(batch_ids[j], r, (first.status, first.lsn), same_as);
                     prepared.push(p);
                     continue;
                 }
@@ -441,17 +460,8 @@ impl Session {
                     }
                     batch_ids[i] = s;
                     batch.push(None);
-                    let mut stored = StoredRecord::empty(s);
-                    stored.external_id = r.external_id.clone();
-                    prepared.push(Prepared {
-                        stored,
-                        outcome: AppendOutcome::Duplicate,
-                        status: prepared[j].status,
-                        lsn: 0,
-                        notes: duplicate_notes(r),
-                        frame: 0,
-                        same_as: Some(j),
-                    });
+                    let status = prepared[j].status;
+                    prepared.push(Prepared::duplicate(s, r, (status, 0), Some(j)));
                     continue;
                 }
                 // stage 3: external id rules (a duplicate stores nothing)
@@ -496,11 +506,6 @@ impl Session {
                     (_, Some(refused)) => return Err(refused),
                     (found, None) => found?,
                 };
-                let outcome = if existing.is_some() {
-                    AppendOutcome::Duplicate
-                } else {
-                    AppendOutcome::Created
-                };
                 if let Some((eid, lsn, status)) = existing {
                     // A duplicate corrects nothing: a later item of the
                     // batch may correct what it named.
@@ -513,18 +518,7 @@ impl Session {
                     // point at the stored record.
                     batch_ids[i] = eid;
                     batch.push(None);
-                    let mut stored = StoredRecord::empty(eid);
-                    // the external id it has, given or inherited
-                    stored.external_id = r.external_id.clone();
-                    prepared.push(Prepared {
-                        stored,
-                        outcome,
-                        status,
-                        lsn,
-                        notes: duplicate_notes(r),
-                        frame: 0,
-                        same_as: None,
-                    });
+                    prepared.push(Prepared::duplicate(eid, r, (status, lsn), None));
                     continue;
                 }
                 // writer and admission
@@ -573,7 +567,7 @@ impl Session {
                 );
                 prepared.push(Prepared {
                     stored,
-                    outcome,
+                    outcome: AppendOutcome::Created,
                     status,
                     lsn: 0,
                     notes,
