@@ -295,6 +295,37 @@ fn a_missing_last_segment_is_refused_when_derived_state_proves_it() {
     );
 }
 
+/// A last segment cut below its header's 64 bytes reads as one whose
+/// creation was cut short; derived state proves its frames acknowledged,
+/// so the open is refused, and the refusal changes nothing: the file
+/// stays (it was removed before the refusal said "nothing was changed").
+#[test]
+fn a_last_segment_cut_into_its_header_is_refused_and_kept() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    multi_segment_store(&store);
+    let last = cli::segments(&store).last().unwrap().clone();
+    let bytes = std::fs::read(&last).unwrap();
+    std::fs::write(&last, &bytes[..48]).unwrap();
+    let before = snapshot(&store);
+    let e = open_err(&store);
+    assert!(
+        matches!(
+            e,
+            EngineError::Storage(StorageError::LogGap { last_lsn: 300, .. })
+        ),
+        "{e}"
+    );
+    let msg = fails(&store, &["stats"]);
+    assert!(msg.contains("nothing was changed"), "{msg}");
+    cli::assert_same(
+        &before,
+        &snapshot(&store),
+        "a refused open changed the store",
+    );
+}
+
 #[test]
 fn a_sealed_segment_cut_at_a_batch_boundary_is_a_gap() {
     let _serial = crate::cli::serial();
@@ -384,6 +415,22 @@ fn a_repair_refused_because_the_store_is_in_use_changes_nothing() {
     db.close().unwrap();
 }
 
+/// A store of 30 records in batches of 10 (LSNs 1..=30), record e/3
+/// deleted (LSN 31) and compacted: one rewritten segment. Returns the
+/// store and its segment files.
+fn compacted_store(dir: &Path) -> (std::path::PathBuf, Vec<std::path::PathBuf>) {
+    let store = dir.join("store");
+    let file = cli::events_file(dir, "ev.jsonl", "t", 30);
+    ok(
+        &store,
+        &["ingest", file.to_str().unwrap(), "--batch-size", "10"],
+    );
+    ok(&store, &["delete", "e/3", "--tenant", "t"]);
+    ok(&store, &["compact"]);
+    let segs = cli::segments(&store);
+    (store, segs)
+}
+
 /// Damage to the last frame of a compacted segment that is still the last
 /// one (its header records its end): not a torn write, since the segment
 /// was written whole and synced before use. Every open refuses and
@@ -392,15 +439,7 @@ fn a_repair_refused_because_the_store_is_in_use_changes_nothing() {
 fn damage_at_the_end_of_a_compacted_last_segment_is_not_cut_as_torn() {
     let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
-    let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 30);
-    ok(
-        &store,
-        &["ingest", file.to_str().unwrap(), "--batch-size", "10"],
-    );
-    ok(&store, &["delete", "e/3", "--tenant", "t"]);
-    ok(&store, &["compact"]);
-    let segs = cli::segments(&store);
+    let (store, segs) = compacted_store(tmp.path());
     assert_eq!(segs.len(), 1, "{segs:?}");
     // a byte of the deletion's frame, the segment's last
     let mut bytes = std::fs::read(&segs[0]).unwrap();
@@ -431,15 +470,7 @@ fn a_compacted_last_segment_cut_at_a_frame_edge_is_refused() {
     let _serial = crate::cli::serial();
     for zeroed in [false, true] {
         let tmp = tempfile::tempdir().unwrap();
-        let store = tmp.path().join("store");
-        let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 30);
-        ok(
-            &store,
-            &["ingest", file.to_str().unwrap(), "--batch-size", "10"],
-        );
-        ok(&store, &["delete", "e/3", "--tenant", "t"]);
-        ok(&store, &["compact"]);
-        let segs = cli::segments(&store);
+        let (store, segs) = compacted_store(tmp.path());
         let bytes = std::fs::read(&segs[0]).unwrap();
         // the frame of the deletion (LSN 31), the segment's last
         let at = (64..bytes.len())
@@ -470,7 +501,7 @@ fn a_compacted_last_segment_cut_at_a_frame_edge_is_refused() {
         // repair names the loss and the cut that accepts it
         let out = cli::text(&ok(&store, &["repair"]));
         assert!(
-            out.contains("LSNs 31..=31 are missing") && out.contains("--truncate-after 30"),
+            out.contains("LSNs 31..=31") && out.contains("--truncate-after 30"),
             "zeroed {zeroed}: {out}"
         );
         ok(&store, &["repair", "--truncate-after", "30"]);
@@ -486,15 +517,7 @@ fn a_compacted_last_segment_cut_at_a_frame_edge_is_refused() {
 fn damage_in_a_compacted_segment_is_reported_at_the_last_intact_batch() {
     let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
-    let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 30);
-    ok(
-        &store,
-        &["ingest", file.to_str().unwrap(), "--batch-size", "10"],
-    );
-    ok(&store, &["delete", "e/3", "--tenant", "t"]);
-    ok(&store, &["compact"]);
-    let segs = cli::segments(&store);
+    let (store, segs) = compacted_store(tmp.path());
     assert_eq!(segs.len(), 1, "{segs:?}");
     // a byte inside the second batch's frames (records e/10..=e/19, LSNs
     // 11..=20)
@@ -561,4 +584,131 @@ fn repair_names_acknowledged_lsns_a_log_cut_at_a_frame_edge_lacks() {
             "a refused rebuild changed the store",
         );
     }
+}
+
+/// The offset of the frame of `lsn` in a segment's bytes.
+fn frame_at(bytes: &[u8], lsn: u64) -> usize {
+    (64..bytes.len())
+        .step_by(16)
+        .find(|&o| {
+            bytes[o..].starts_with(b"EGRM")
+                && u64::from_le_bytes(bytes[o + 8..o + 16].try_into().unwrap()) == lsn
+        })
+        .unwrap_or_else(|| panic!("no frame of LSN {lsn}"))
+}
+
+/// A compacted last segment, with `derived/` removed (so no snapshot
+/// proves how far the log went), cut inside a batch, cut at a batch's
+/// edge, or zeroed from one: its header records the length the
+/// compaction wrote whole, so none of it is a torn write. Every open
+/// refuses and nothing is cut; `repair` names the damage and a cut
+/// accepts it, deleted content staying gone. (Cut inside a batch, it was
+/// cut back as an unfinished batch by the next `get`, and `verify` said
+/// OK; cut at a batch's edge, it opened short with no word.)
+#[test]
+fn a_compacted_segment_cut_with_derived_state_removed_is_refused() {
+    let _serial = crate::cli::serial();
+    for (case, lsn, zeroed, keep) in [
+        ("inside a batch", 12, false, 10),
+        ("at a batch's edge", 21, false, 20),
+        ("zeroed from a batch's edge", 21, true, 20),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (store, segs) = compacted_store(tmp.path());
+        assert_eq!(segs.len(), 1, "{segs:?}");
+        let bytes = std::fs::read(&segs[0]).unwrap();
+        let at = frame_at(&bytes, lsn);
+        let mut damaged = bytes[..at].to_vec();
+        if zeroed {
+            damaged.resize(bytes.len(), 0);
+        }
+        std::fs::write(&segs[0], &damaged).unwrap();
+        std::fs::remove_dir_all(store.join("derived")).unwrap();
+        let before = snapshot(&store);
+        let v = cli::at(&store, &["verify"]);
+        assert!(!v.status.success(), "{case}: {}", cli::text(&v));
+        for cmd in [vec!["stats"], vec!["get", "e/0", "--tenant", "t"]] {
+            let msg = fails(&store, &cmd);
+            assert!(
+                msg.contains("not a torn tail") && msg.contains("wrote it whole"),
+                "{case}: {cmd:?}: {msg}"
+            );
+        }
+        cli::assert_same(
+            &before,
+            &snapshot(&store),
+            "a refused open changed the store",
+        );
+        assert_eq!(std::fs::read(&segs[0]).unwrap(), damaged, "{case}");
+        let plan = cli::json(&ok(&store, &["repair", "--json"]));
+        assert_eq!(
+            plan["intact_through"].as_u64(),
+            Some(keep),
+            "{case}: {plan}"
+        );
+        assert!(
+            plan["problem"].as_str().unwrap().contains("wrote it whole"),
+            "{case}: {plan}"
+        );
+        ok(&store, &["repair", "--truncate-after", &keep.to_string()]);
+        ok(&store, &["verify"]);
+        ok(&store, &["get", "e/0", "--tenant", "t"]);
+        fails(&store, &["get", "e/3", "--tenant", "t"]);
+        // the cut keeps the header true: the next open finds nothing wrong
+        let again = cli::json(&ok(&store, &["repair", "--json"]));
+        assert!(again["problem"].is_null(), "{case}: {again}");
+    }
+}
+
+/// A compacted segment that is not the last one, cut at a batch's edge,
+/// with `derived/` removed: the next segment starts right after the LSNs
+/// its header covers, so continuity alone does not see the loss; the
+/// length the header records does. (It opened with that batch gone.)
+#[test]
+fn a_compacted_sealed_segment_cut_at_a_batch_edge_is_refused() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let db = Engram::open(&store, small_segments()).unwrap();
+    let s = db.session(Principal::admin("t"));
+    let mut first = None;
+    for b in 0..30 {
+        let batch = (0..10)
+            .map(|i| NewRecord::event("note", format!("batch {b} record {i} {}", "x".repeat(400))))
+            .collect();
+        let ids = s.append(batch).unwrap();
+        first.get_or_insert(ids[0].id);
+    }
+    s.delete(&engram::RecordRef::Id(first.unwrap()), None)
+        .unwrap();
+    db.close().unwrap();
+    assert!(cli::segments(&store).len() >= 3);
+    Engram::compact(&store, &small_segments()).unwrap();
+    let seg = cli::segments(&store)[0].clone();
+    let bytes = std::fs::read(&seg).unwrap();
+    let last = (64..bytes.len())
+        .step_by(16)
+        .filter(|&o| bytes[o..].starts_with(b"EGRM"))
+        .map(|o| u64::from_le_bytes(bytes[o + 8..o + 16].try_into().unwrap()))
+        .max()
+        .unwrap();
+    assert_eq!(last % 10, 0, "segment 1 ends at LSN {last}");
+    // drop its last batch
+    std::fs::write(&seg, &bytes[..frame_at(&bytes, last - 9)]).unwrap();
+    std::fs::remove_dir_all(store.join("derived")).unwrap();
+    let before = snapshot(&store);
+    let e = open_err(&store);
+    assert!(
+        matches!(
+            e,
+            EngineError::Storage(StorageError::CorruptLog { segment: 1, .. })
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("wrote it whole"), "{e}");
+    cli::assert_same(
+        &before,
+        &snapshot(&store),
+        "a refused open changed the store",
+    );
 }

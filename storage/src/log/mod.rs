@@ -422,12 +422,9 @@ impl SegmentLog {
                     if is_last && len <= SEGMENT_HEADER_BYTES as u64 =>
                 {
                     // Created but the header never became whole: no frame
-                    // was ever written to it.
+                    // was ever written to it. Removed once nothing refuses
+                    // the open (a refusal changes nothing).
                     drop(map);
-                    if !read_only {
-                        backend.remove_file(&path).map_err(io_err(&path))?;
-                        backend.sync_dir(dir).map_err(io_err(dir))?;
-                    }
                     report.removed_incomplete_segment = Some(path);
                     continue;
                 }
@@ -517,6 +514,40 @@ impl SegmentLog {
             }
             let last_kept = scan.last_lsn.unwrap_or(header.first_lsn - 1);
             let damaged = scan.stop.is_some() || scan.valid_end != scan.batch_end;
+            // A segment a rewrite wrote whole and synced before its first
+            // use: its batches must reach the length its header records.
+            // Whatever ends them before it (a cut, zeros, a damaged frame,
+            // a batch left unfinished) is no torn write.
+            if let Some(w) = header.whole_len.filter(|&w| scan.batch_end < w) {
+                let (offset, what) = match &scan.stop {
+                    Some((at, r)) => (*at, format!("{r} at offset {at}")),
+                    None if scan.valid_end != scan.batch_end => (
+                        scan.batch_end,
+                        "the segment ends inside a batch".to_string(),
+                    ),
+                    None => (
+                        scan.batch_end,
+                        format!("its frames end at offset {}", scan.batch_end),
+                    ),
+                };
+                return Err(StorageError::CorruptLog {
+                    segment: no,
+                    offset,
+                    reason: format!(
+                        "{what}, after LSN {last_kept}; not a torn tail: the segment's header \
+                         records that a compaction, restore or repair wrote it whole through \
+                         byte {w}{} and synced it before its first use",
+                        header
+                            .end_lsn
+                            .map(|e| format!(" (frames through LSN {e})"))
+                            .unwrap_or_default()
+                    ),
+                });
+            }
+            // A rewritten segment of an earlier build, which recorded no
+            // length: the LSNs its header covers are what it was written
+            // whole through.
+            let legacy_end = header.end_lsn.filter(|_| header.whole_len.is_none());
             if damaged {
                 if let Some((offset, reason)) = &scan.stop {
                     let why_not_torn = if !is_last {
@@ -524,7 +555,7 @@ impl SegmentLog {
                             "a later segment exists, so this one was complete and durable"
                                 .to_string(),
                         )
-                    } else if let Some(end) = header.end_lsn.filter(|&e| e > last_kept) {
+                    } else if let Some(end) = legacy_end.filter(|&e| e > last_kept) {
                         Some(format!(
                             "the segment's header records frames through LSN {end}: it was \
                              written whole (by a compaction, restore or repair) and synced \
@@ -563,6 +594,17 @@ impl SegmentLog {
                         offset: scan.batch_end,
                         reason: format!(
                             "sealed segment ends inside a batch, after LSN {last_kept}"
+                        ),
+                    });
+                } else if let Some(end) = legacy_end.filter(|&e| e > last_kept) {
+                    return Err(StorageError::CorruptLog {
+                        segment: no,
+                        offset: scan.batch_end,
+                        reason: format!(
+                            "the segment ends inside a batch, after LSN {last_kept}; not a torn \
+                             tail: the segment's header records frames through LSN {end}: it \
+                             was written whole (by a compaction, restore or repair) and synced \
+                             before its first use"
                         ),
                     });
                 }
@@ -682,6 +724,12 @@ impl SegmentLog {
                 c.file.sync_data().map_err(io_err(&c.path))?;
                 report.truncation = Some(c.truncation);
             }
+        }
+        if let Some(path) = &report.removed_incomplete_segment
+            && !read_only
+        {
+            backend.remove_file(path).map_err(io_err(path))?;
+            backend.sync_dir(dir).map_err(io_err(dir))?;
         }
         report.n_segments = segments.len();
         report.last_lsn = (prev_end > 0).then_some(prev_end);

@@ -59,6 +59,8 @@ struct SegInfo {
     len: u64,
     first_lsn: Lsn,
     end_lsn: Option<Lsn>,
+    /// The length its header records a rewrite wrote whole.
+    whole_len: Option<u64>,
     /// (batch-end LSN, offset just past that frame)
     batch_ends: Vec<(Lsn, u64)>,
     /// Whether the walk stopped inside this segment (at the problem): its
@@ -173,6 +175,7 @@ fn walk(backend: &dyn Backend, dir: &Path) -> StorageResult<Walk> {
             len,
             first_lsn: header.first_lsn,
             end_lsn: header.end_lsn,
+            whole_len: header.whole_len,
             batch_ends: Vec::new(),
             damaged: false,
         };
@@ -202,6 +205,21 @@ fn walk(backend: &dyn Backend, dir: &Path) -> StorageResult<Walk> {
                 "segment {no} offset {}: the segment ends inside a batch",
                 scan.batch_end
             ));
+        }
+        // (the header proves a rewrite wrote it whole past where its
+        // batches end: whatever ends them there is damage)
+        if let Some(w) = header.whole_len.filter(|&w| scan.batch_end < w) {
+            let whole = format!(
+                "its header records that a compaction, restore or repair wrote it whole \
+                 through byte {w}"
+            );
+            problem = Some(match problem.take() {
+                Some(p) => format!("{p}; {whole}"),
+                None => format!(
+                    "segment {no} offset {}: its frames end there, but {whole}",
+                    scan.batch_end
+                ),
+            });
         }
         if problem.is_some() {
             info.damaged = true;
@@ -361,31 +379,44 @@ pub fn repair(
     let mut moves: Vec<(PathBuf, u64)> = Vec::new();
     if let Some((idx, offset)) = at {
         let s = &intact[idx];
-        if s.len > offset {
+        // The segment now covers LSNs, and holds bytes written whole, only
+        // up to the cut (also when the cut removes no byte: a segment cut
+        // at a batch's edge before it came here).
+        let new_end = s
+            .end_lsn
+            .map(|end| {
+                if end > keep_through {
+                    keep_through
+                } else {
+                    end
+                }
+            })
+            .filter(|&end| end >= s.first_lsn);
+        let new_whole = s.whole_len.map(|w| w.min(offset));
+        let new_header = new_end != s.end_lsn || new_whole != s.whole_len;
+        if s.len > offset || new_header {
             let file = backend
                 .open(&s.path, OpenMode::Write)
                 .map_err(io_err(&s.path))?;
-            let mut buf = vec![0u8; crate::cast::usize_from(s.len - offset)];
-            file.read_exact_at(&mut buf, offset)
-                .map_err(io_err(&s.path))?;
-            let q = quarantine.join(format!(
-                "{}.from-{offset}",
-                segment::segment_file_name(s.no)
-            ));
-            let qf = backend.open(&q, OpenMode::Truncate).map_err(io_err(&q))?;
-            qf.write_all_at(&buf, 0).map_err(io_err(&q))?;
-            qf.sync_data().map_err(io_err(&q))?;
-            backend.sync_dir(quarantine).map_err(io_err(quarantine))?;
-            report.bytes_quarantined += buf.len() as u64;
-            report.quarantined.push(q);
-            file.set_len(offset).map_err(io_err(&s.path))?;
-            if let Some(end) = s.end_lsn
-                && end > keep_through
-            {
-                // The segment now covers LSNs only up to the cut.
-                let new_end = (keep_through >= s.first_lsn).then_some(keep_through);
+            if s.len > offset {
+                let mut buf = vec![0u8; crate::cast::usize_from(s.len - offset)];
+                file.read_exact_at(&mut buf, offset)
+                    .map_err(io_err(&s.path))?;
+                let q = quarantine.join(format!(
+                    "{}.from-{offset}",
+                    segment::segment_file_name(s.no)
+                ));
+                let qf = backend.open(&q, OpenMode::Truncate).map_err(io_err(&q))?;
+                qf.write_all_at(&buf, 0).map_err(io_err(&q))?;
+                qf.sync_data().map_err(io_err(&q))?;
+                backend.sync_dir(quarantine).map_err(io_err(quarantine))?;
+                report.bytes_quarantined += buf.len() as u64;
+                report.quarantined.push(q);
+                file.set_len(offset).map_err(io_err(&s.path))?;
+            }
+            if new_header {
                 file.write_all_at(
-                    &segment::encode_header_with_end(s.no, s.first_lsn, new_end),
+                    &segment::encode_header_with_end(s.no, s.first_lsn, new_end, new_whole),
                     0,
                 )
                 .map_err(io_err(&s.path))?;

@@ -51,10 +51,13 @@ impl SegmentLog {
             .last()
             .map_or(seg.first_lsn - 1, |(f, _)| f.header.lsn)
             .max(seg.end_lsn.unwrap_or(0));
+        let end_lsn_field = (end_lsn >= seg.first_lsn).then_some(end_lsn);
+        // (the header is written again below, with the length once known)
         out.extend_from_slice(&segment::encode_header_with_end(
             no,
             seg.first_lsn,
-            (end_lsn >= seg.first_lsn).then_some(end_lsn),
+            end_lsn_field,
+            None,
         ));
         // Keep batch boundaries: a kept frame that followed a dropped batch
         // end inherits nothing; flags are recomputed so that every maximal
@@ -116,6 +119,15 @@ impl SegmentLog {
         }
         drop(frames);
         drop(map);
+        // The header records the length written whole: recovery then never
+        // takes a cut or damaged frame before it for a torn write.
+        let whole_len = out.len() as u64;
+        out[..SEGMENT_HEADER_BYTES].copy_from_slice(&segment::encode_header_with_end(
+            no,
+            seg.first_lsn,
+            end_lsn_field,
+            Some(whole_len),
+        ));
         let tmp = seg.path.with_extension("seg.tmp");
         let backend = &self.shared.backend;
         let f = backend

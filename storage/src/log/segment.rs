@@ -13,7 +13,11 @@
 //!                             rewrite (compaction) that may have dropped
 //!                             frames; 0 for segments written by appends,
 //!                             whose LSNs run without gaps
-//! 40    20    reserved        zero
+//! 40     8    whole_len       u64, the segment's length in bytes as a
+//!                             rewrite wrote it whole and synced (its frames
+//!                             end there at a batch end); 0 for segments
+//!                             written by appends and by earlier builds
+//! 48    12    reserved        zero
 //! 60     4    header_crc      CRC32C of bytes 0..60
 //! 64     ..   frames (see crate::frame), each at a 16-byte aligned offset
 //! ```
@@ -51,6 +55,7 @@ mod offsets {
     pub const SEGMENT_NO: usize = 16;
     pub const FIRST_LSN: usize = 24;
     pub const END_LSN: usize = 32;
+    pub const WHOLE_LEN: usize = 40;
     pub const HEADER_CRC: usize = 60;
 }
 const _: () = assert!(offsets::HEADER_CRC + 4 == SEGMENT_HEADER_BYTES);
@@ -58,7 +63,8 @@ const _: () = assert!(SEGMENT_HEADER_BYTES.is_multiple_of(frame::FRAME_ALIGN));
 const _: () = assert!(offsets::MAGIC + 8 <= offsets::FORMAT_VERSION);
 const _: () = assert!(offsets::HEADER_BYTES + 2 <= offsets::SEGMENT_NO);
 const _: () = assert!(offsets::FIRST_LSN + 8 <= offsets::END_LSN);
-const _: () = assert!(offsets::END_LSN + 8 <= offsets::HEADER_CRC);
+const _: () = assert!(offsets::END_LSN + 8 <= offsets::WHOLE_LEN);
+const _: () = assert!(offsets::WHOLE_LEN + 8 <= offsets::HEADER_CRC);
 
 /// The file name of segment `no`.
 pub fn segment_file_name(no: u64) -> String {
@@ -76,15 +82,18 @@ pub fn parse_segment_file_name(name: &str) -> Option<u64> {
 
 /// Encodes the header of a segment written by appends.
 pub fn encode_header(segment_no: u64, first_lsn: Lsn) -> [u8; SEGMENT_HEADER_BYTES] {
-    encode_header_with_end(segment_no, first_lsn, None)
+    encode_header_with_end(segment_no, first_lsn, None, None)
 }
 
-/// Encodes a segment header; `end_lsn` is set by rewrites, which may drop
-/// frames, so that the log's continuity can still be checked.
+/// Encodes a segment header. Rewrites set `end_lsn` (they may drop frames,
+/// so the log's continuity is checked against it) and `whole_len` (the
+/// length they wrote and synced before the segment's first use: the
+/// frames before it are no torn write, whatever happens to them).
 pub fn encode_header_with_end(
     segment_no: u64,
     first_lsn: Lsn,
     end_lsn: Option<Lsn>,
+    whole_len: Option<u64>,
 ) -> [u8; SEGMENT_HEADER_BYTES] {
     let mut h = [0u8; SEGMENT_HEADER_BYTES];
     h[offsets::MAGIC..offsets::MAGIC + 8].copy_from_slice(&SEGMENT_MAGIC);
@@ -95,6 +104,8 @@ pub fn encode_header_with_end(
     h[offsets::SEGMENT_NO..offsets::SEGMENT_NO + 8].copy_from_slice(&segment_no.to_le_bytes());
     h[offsets::FIRST_LSN..offsets::FIRST_LSN + 8].copy_from_slice(&first_lsn.to_le_bytes());
     h[offsets::END_LSN..offsets::END_LSN + 8].copy_from_slice(&end_lsn.unwrap_or(0).to_le_bytes());
+    h[offsets::WHOLE_LEN..offsets::WHOLE_LEN + 8]
+        .copy_from_slice(&whole_len.unwrap_or(0).to_le_bytes());
     let crc = crc32c::crc32c(&h[..offsets::HEADER_CRC]);
     h[offsets::HEADER_CRC..].copy_from_slice(&crc.to_le_bytes());
     h
@@ -112,6 +123,9 @@ pub struct SegmentHeader {
     /// Last LSN the segment covers, when a rewrite set it (frames may then
     /// be missing inside `first_lsn..=end_lsn`: compaction dropped them).
     pub end_lsn: Option<Lsn>,
+    /// The length a rewrite wrote whole and synced before the segment's
+    /// first use (`None`: written by appends, or by an earlier build).
+    pub whole_len: Option<u64>,
 }
 
 /// Why a segment header is unusable.
@@ -191,6 +205,14 @@ pub fn decode_header(bytes: &[u8]) -> Result<SegmentHeader, HeaderProblem> {
         format_version: version,
         end_lsn: match u64::from_le_bytes(
             h[offsets::END_LSN..offsets::END_LSN + 8]
+                .try_into()
+                .expect("8 bytes"),
+        ) {
+            0 => None,
+            l => Some(l),
+        },
+        whole_len: match u64::from_le_bytes(
+            h[offsets::WHOLE_LEN..offsets::WHOLE_LEN + 8]
                 .try_into()
                 .expect("8 bytes"),
         ) {
@@ -463,8 +485,9 @@ mod tests {
         let d = decode_header(&h).unwrap();
         assert_eq!((d.segment_no, d.first_lsn, d.format_version), (42, 1000, 1));
         assert_eq!(d.end_lsn, None);
-        let r = decode_header(&encode_header_with_end(42, 1000, Some(1500))).unwrap();
+        let r = decode_header(&encode_header_with_end(42, 1000, Some(1500), Some(4096))).unwrap();
         assert_eq!(r.end_lsn, Some(1500));
+        assert_eq!(r.whole_len, Some(4096));
         let mut bad = h;
         bad[20] ^= 1;
         assert!(matches!(
