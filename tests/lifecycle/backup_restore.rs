@@ -121,8 +121,10 @@ fn a_partial_or_damaged_backup_is_refused_and_changes_nothing() {
     let partial = backups.path().join("partial");
     let damaged = backups.path().join("damaged");
     let understated = backups.path().join("understated");
+    let bad_settings = backups.path().join("bad_settings");
     db.backup(&partial).unwrap();
     db.backup(&damaged).unwrap();
+    db.backup(&bad_settings).unwrap();
     let taken = db.backup(&understated).unwrap();
     assert_eq!(taken.records, 20);
     s.append(vec![
@@ -161,6 +163,20 @@ fn a_partial_or_damaged_backup_is_refused_and_changes_nothing() {
             .contains("holds 20 record(s) but backup.json records 19"),
         "{e}"
     );
+
+    // damaged settings (a restore installs them as they are), or a
+    // directory where they belong
+    let settings = bad_settings.join("settings.snap");
+    std::fs::write(&settings, b"not a settings snapshot").unwrap();
+    let e = Engram::restore(dir.path(), &bad_settings, &opts(&clock), None).unwrap_err();
+    assert!(
+        e.to_string().contains("settings.snap") && e.to_string().contains("nothing was changed"),
+        "{e}"
+    );
+    std::fs::remove_file(&settings).unwrap();
+    std::fs::create_dir(&settings).unwrap();
+    let e = Engram::restore(dir.path(), &bad_settings, &opts(&clock), None).unwrap_err();
+    assert!(e.to_string().contains("settings.snap"), "{e}");
 
     // the store is untouched: everything, including what came after the backups
     let db = open(dir.path(), &clock);

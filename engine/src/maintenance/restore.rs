@@ -73,6 +73,18 @@ impl Engram {
                 what: manifest.display().to_string(),
                 detail: e.to_string(),
             })?;
+        // The backup's settings are installed as they are: damaged, they
+        // would leave a restored store no command opens.
+        if let Err(e) = crate::settings::load(backend.as_ref(), src) {
+            return Err(EngineError::invalid(
+                "backup directory",
+                format!(
+                    "{}: {e}; nothing was changed: take a new backup, or move that file out of \
+                     the backup (the restored store then keeps the embedder it is opened with)",
+                    src.join("settings.snap").display()
+                ),
+            ));
+        }
         if let Some(p) = extra_ledger {
             if backend.list_dir(p).is_ok() {
                 return Err(EngineError::invalid(
