@@ -639,3 +639,84 @@ fn a_query_matching_nothing_expands_from_nothing() {
         .hits;
     assert_eq!(hits.len(), 1);
 }
+
+/// In a fused recall a vector orthogonal to the query, or pointing away
+/// from it, is no match: min-max fusion gave the best of a poor lot (a
+/// cosine of 0 among negatives) full weight. Alone, a vector search still
+/// returns its nearest.
+#[test]
+fn orthogonal_vectors_are_no_match_in_a_fused_recall() {
+    let clock = ManualClock::new(1_760_000_000_000);
+    let db = store(&clock, false);
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![
+        NewRecord::event("note", "alpha")
+            .with_external_id("same")
+            .with_embedding("m", vec![1.0, 0.0]),
+        NewRecord::event("note", "beta")
+            .with_external_id("orthogonal")
+            .with_embedding("m", vec![0.0, 1.0]),
+        NewRecord::event("note", "gamma")
+            .with_external_id("away")
+            .with_embedding("m", vec![-1.0, 0.0]),
+    ])
+    .unwrap();
+    let ids = |req: &RecallRequest| {
+        s.recall(req)
+            .unwrap()
+            .hits
+            .into_iter()
+            .map(|h| h.external_id.unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let mut req = RecallRequest::text("qqqq");
+    req.vector = Some(vec![1.0, 0.0].into());
+    req.model = Some("m".into());
+    assert_eq!(ids(&req), ["same"]);
+    // nothing similar at all: nothing found
+    req.vector = Some(vec![0.0, 1.0].into());
+    assert_eq!(ids(&req), ["orthogonal"]);
+    req.vector = Some(vec![-0.6, -0.8].into());
+    assert_eq!(ids(&req), ["away"]);
+    req.vector = Some(vec![0.0, -1.0].into());
+    assert!(ids(&req).is_empty(), "{:?}", ids(&req));
+    // a vector search alone ranks every neighbour
+    req.mode = Mode::Vector;
+    assert_eq!(ids(&req).len(), 3);
+}
+
+/// A weight of 0 turns its retriever off in a hybrid recall (it ran, and
+/// its candidates came back at score 0); every weight 0 is refused.
+#[test]
+fn a_weight_of_zero_turns_a_retriever_off() {
+    let clock = ManualClock::new(1_760_000_000_000);
+    let db = store(&clock, true);
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![
+        NewRecord::event("note", "the cat sat"),
+        NewRecord::event("note", "a dog ran"),
+    ])
+    .unwrap();
+    let mut req = RecallRequest::text("xqzv");
+    req.weights.vector = 0.0;
+    req.weights.recency = 0.0;
+    req.weights.graph = 0.0;
+    req.weights.episodic = 0.0;
+    let r = s.recall(&req).unwrap();
+    assert!(r.hits.is_empty(), "{:?}", r.hits);
+    assert!(
+        r.manifest
+            .retrievers
+            .iter()
+            .all(|o| o.retriever.as_str() == "lexical"),
+        "{:?}",
+        r.manifest.retrievers
+    );
+    req.text = Some("cat".into());
+    assert_eq!(s.recall(&req).unwrap().hits.len(), 1);
+    req.weights.lexical = 0.0;
+    match s.recall(&req) {
+        Err(EngineError::InvalidInput { field, .. }) => assert_eq!(field, "weights"),
+        other => panic!("{other:?}"),
+    }
+}

@@ -275,6 +275,7 @@ fn validate(req: &RecallRequest) -> Result<()> {
         ("weights.lexical", req.weights.lexical),
         ("weights.recency", req.weights.recency),
         ("weights.graph", req.weights.graph),
+        ("weights.episodic", req.weights.episodic),
     ] {
         if !w.is_finite() || !(0.0..=limits::WEIGHT_MAX).contains(&w) {
             return Err(EngineError::invalid(
@@ -282,6 +283,20 @@ fn validate(req: &RecallRequest) -> Result<()> {
                 format!("must be a number in 0..={}", limits::WEIGHT_MAX),
             ));
         }
+    }
+    // A weight of 0 turns its retriever off; with every one off nothing
+    // would rank the records.
+    let w = &req.weights;
+    if req.mode == Mode::Hybrid
+        && [w.vector, w.lexical, w.recency, w.graph, w.episodic]
+            .iter()
+            .all(|&x| x == 0.0)
+    {
+        return Err(EngineError::invalid(
+            "weights",
+            "every retriever's weight is 0 (0 turns a retriever off): leave one out to keep its \
+             default, or give it a weight above 0",
+        ));
     }
     if let (Some(a), Some(b)) = (req.filters.occurred_after, req.filters.occurred_before) {
         if a > b {
@@ -348,7 +363,10 @@ impl RecallRequest {
             (self.k * CANDIDATES_PER_K).max(self.k)
         };
         let mut retrievers = Vec::new();
-        if self.mode != Mode::Lexical {
+        // (in hybrid mode a weight of 0 turns its retriever off; a mode
+        // naming one retriever runs it)
+        let on = |w: f64| self.mode != Mode::Hybrid || w > 0.0;
+        if self.mode != Mode::Lexical && on(self.weights.vector) {
             retrievers.push(RetrieverSpec {
                 name: "vector".into(),
                 top,
@@ -362,7 +380,7 @@ impl RecallRequest {
                 },
             });
         }
-        if self.mode != Mode::Vector {
+        if self.mode != Mode::Vector && on(self.weights.lexical) {
             retrievers.push(RetrieverSpec {
                 name: "lexical".into(),
                 top,

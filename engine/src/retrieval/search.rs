@@ -102,6 +102,20 @@ impl Session {
                     if let Some(m) = min {
                         out.candidates.retain(|c| c.score >= *m);
                     }
+                    // Fused with other retrievers, a vector orthogonal to
+                    // the query, or pointing away from it, is no match: it
+                    // would otherwise take a share of the fusion (min-max
+                    // gives the best of a poor lot full weight) and seed
+                    // the graph. (Alone, a similarity search returns its
+                    // nearest, as any vector search does; L2 similarities
+                    // are never above 0.)
+                    if req.retrievers.len() > 1
+                        && plan
+                            .as_ref()
+                            .is_some_and(|p| p.metric != crate::vector::distance::Metric::L2.name())
+                    {
+                        out.candidates.retain(|c| c.score > 0.0);
+                    }
                     if vector_plan.is_none() {
                         vector_plan = plan.clone();
                     }
