@@ -607,3 +607,69 @@ fn a_full_writer_queue_answers_429_with_retry_after() {
         "{m}"
     );
 }
+
+/// An eval past its deadline stops running its cases: its caller has had
+/// its 503, and the query slot is free for the next read. (It ran every
+/// case to the end holding the slot; a few such requests from one tenant
+/// kept every tenant's reads out for minutes.)
+#[test]
+fn an_eval_past_its_deadline_frees_its_query_slot() {
+    let (tmp, dir) = new_store();
+    let lines = tmp.path().join("notes.jsonl");
+    let text: String = (0..3000)
+        .map(|i| {
+            format!(
+                "{{\"tenant\": \"t\", \"kind\": \"note\", \"text\": \"note {i} lorem ipsum dolor {}\"}}\n",
+                i % 97
+            )
+        })
+        .collect();
+    std::fs::write(&lines, text).unwrap();
+    engram(&dir, &["ingest", lines.to_str().unwrap()]);
+    let ann = tenant_key(&dir, "t", "ann", "user");
+    let s = Server::start(
+        &dir,
+        Some(
+            "[limits]\nrequest_timeout_ms = 1000\nqueries_in_flight_max = 1\nquery_queue_wait_ms = 3000\n",
+        ),
+    );
+    let cases: String = (0..1000)
+        .map(|i| format!("{{\"query\": \"note lorem {i}\", \"relevant_ids\": [\"x\"]}}\n"))
+        .collect();
+    let r = s.call("POST", "/v1/eval?k=1000", Some(&ann), Some(&cases));
+    assert_eq!(r.status, 503, "{}", r.text());
+    // the eval stops at its next case; the recall gets the slot
+    s.json(
+        "POST",
+        "/v1/recall",
+        Some(&ann),
+        Some(r#"{"text": "lorem"}"#),
+        200,
+    );
+}
+
+/// A bulk batch ends once its lines reach `body_bytes_max`, whatever
+/// `?batch` says: it never holds more in memory than one append request.
+/// (A batch of 10,000 lines of 4 MiB was held whole, 40 GiB for one key.)
+#[test]
+fn a_bulk_batch_is_cut_at_the_body_size_of_one_append() {
+    let (_tmp, dir) = new_store();
+    let k = tenant_key(&dir, "t", "p", "user");
+    let s = Server::start(&dir, Some("[limits]\nbody_bytes_max = 1048576\n"));
+    let filler = "lorem ipsum ".repeat(300 * 1024 / 12);
+    let body: String = (1..=10)
+        .map(|i| {
+            format!(
+                "{{\"kind\": \"n\", \"text\": \"line {i} {filler}\", \"external_id\": \"b{i}\"}}\n"
+            )
+        })
+        .collect();
+    let r = s.call("POST", "/v1/records/bulk?batch=100", Some(&k), Some(&body));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let out = r.ndjson();
+    let summary = &out.last().unwrap()["summary"];
+    // 4 lines of ~300 KiB reach 1 MiB: batches of 4, 4 and 2
+    assert_eq!(summary["batches"], 3, "{summary}");
+    assert_eq!(summary["created"], 10, "{summary}");
+    assert_eq!(summary["complete"], true, "{summary}");
+}

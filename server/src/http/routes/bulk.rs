@@ -100,7 +100,8 @@ pub async fn ingest(
         key,
         batch,
         tx,
-        pending: Vec::with_capacity(batch),
+        pending: Vec::with_capacity(batch.min(1024)),
+        pending_bytes: 0,
         totals: Totals::default(),
         cut_line: None,
     };
@@ -140,6 +141,8 @@ struct Bulk {
     batch: usize,
     tx: mpsc::Sender<Bytes>,
     pending: Vec<Pending>,
+    /// Bytes of the pending batch's lines.
+    pending_bytes: u64,
     totals: Totals,
     /// The number of a line the body broke off inside, if it did.
     cut_line: Option<usize>,
@@ -341,9 +344,9 @@ impl Bulk {
                         column,
                         reason,
                     };
-                    return self.push(n, Err(e)).await;
+                    return self.push(n, bytes.len(), Err(e)).await;
                 }
-                Err(e) => return self.push(n, Err(e)).await,
+                Err(e) => return self.push(n, bytes.len(), Err(e)).await,
             };
             // a byte-order mark opening the body is taken as `engram
             // ingest` takes it in a file: skipped
@@ -358,17 +361,26 @@ impl Bulk {
             }
             parse_line(t, n)
         };
-        self.push(n, record).await
+        self.push(n, bytes.len(), record).await
     }
 
+    /// Adds a line (`bytes` long) to the pending batch; flushes the batch
+    /// once it holds `batch` lines, or once its lines reach
+    /// `limits.body_bytes_max` bytes: a batch never holds more in memory
+    /// than one append request may (a batch of 10,000 lines of 4 MiB
+    /// held 40 GiB).
     async fn push(
         &mut self,
         line: usize,
+        bytes: usize,
         record: Result<NewRecord, ServerError>,
     ) -> Result<(), Stop> {
         self.totals.lines += 1;
         self.pending.push(Pending { line, record });
-        if self.pending.len() >= self.batch {
+        self.pending_bytes += bytes as u64;
+        if self.pending.len() >= self.batch
+            || self.pending_bytes >= self.app.cfg.limits.body_bytes_max
+        {
             self.flush().await?;
         }
         Ok(())
@@ -380,6 +392,7 @@ impl Bulk {
             return Ok(());
         }
         let pending = std::mem::take(&mut self.pending);
+        self.pending_bytes = 0;
         let first = pending[0].line;
         let bad = pending.iter().find(|p| p.record.is_err()).map(|p| p.line);
         let mut out = String::new();

@@ -281,6 +281,12 @@ pub async fn eval(
         ));
     }
     let k_max = l.k_max;
+    // Past the request's deadline the caller has had its 503: the cases
+    // left are not run, so the query slot is free again (an eval of many
+    // cases at a large k costs minutes of CPU, and held its slot to the
+    // end: a few such requests kept every tenant's reads out).
+    let timeout_ms = l.request_timeout_ms;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms);
     let resp = app
         .read(move || {
             // Every case checked as it would run before any runs (as
@@ -318,6 +324,11 @@ pub async fn eval(
             let mut results = Vec::new();
             let mut errors = Vec::new();
             for (c, req) in cases.iter().zip(&requests) {
+                if std::time::Instant::now() >= deadline {
+                    return Ok(Err(ServerError::Timeout {
+                        after_ms: timeout_ms,
+                    }));
+                }
                 match session.recall(req) {
                     Ok(r) => results.push(score_resolved(
                         c,
