@@ -614,7 +614,7 @@ fn open_store_as(ctx: &Ctx, why: OpenFor) -> Result<Engram, CliError> {
     }
     if let Some(t) = &report.log.truncation {
         crate::eoutln!(
-            "recovery: cut {} bytes at segment {} offset {} ({:?}); {} frame(s) nothing proved acknowledged dropped",
+            "recovery: cut {} bytes at segment {} offset {} ({}); {} frame(s) nothing proved acknowledged dropped",
             t.bytes_dropped,
             t.segment,
             t.offset,
@@ -624,12 +624,8 @@ fn open_store_as(ctx: &Ctx, why: OpenFor) -> Result<Engram, CliError> {
     }
     if let Some(r) = &report.ledger_reapplied {
         crate::eoutln!(
-            "recovery: the cut tail held operations the ledger proves acknowledged; applied again: {} deletion(s), {} revocation(s), {} grant(s), {} legal hold change(s), {} retention setting(s)",
-            r.deletions_reapplied,
-            r.revocations_reapplied,
-            r.grants_reapplied,
-            r.holds_reapplied,
-            r.retention_reapplied
+            "recovery: the cut tail held operations the ledger proves acknowledged; applied again: {}",
+            crate::lifecycle_cmd::reapplied_counts(r)
         );
     }
     if let Some(p) = &report.log.removed_incomplete_segment {

@@ -606,14 +606,10 @@ pub fn restore(ctx: &Ctx, a: RestoreArgs) -> CliResult {
         json(&r)?;
     } else {
         crate::outln!(
-            "restored {} record(s) from {}; re-applied {} deletion(s), {} revocation(s), {} grant(s), {} legal hold change(s) and {} retention setting(s) recorded after the backup ({} deletion(s) concerned records not in the backup); {} record(s) purged",
+            "restored {} record(s) from {}; re-applied {} recorded after the backup ({} deletion(s) concerned records not in the backup); {} record(s) purged",
             r.restored_records,
             a.dir.display(),
-            r.deletions_reapplied,
-            r.revocations_reapplied,
-            r.grants_reapplied,
-            r.holds_reapplied,
-            r.retention_reapplied,
+            reapplied_counts(&r),
             r.not_in_backup,
             r.purged
         );
@@ -712,4 +708,17 @@ pub fn context(ctx: &Ctx, a: ContextArgs) -> CliResult {
     })();
     db.close()?;
     r
+}
+
+/// The operations a restore, a repair or a recovery applied again from the
+/// ledger, counted by kind ("2 deletion(s), 0 revocation(s), ...").
+pub(crate) fn reapplied_counts(r: &engram_engine::maintenance::RestoreReport) -> String {
+    format!(
+        "{} deletion(s), {} revocation(s), {} grant(s), {} legal hold change(s) and {} retention setting(s)",
+        r.deletions_reapplied,
+        r.revocations_reapplied,
+        r.grants_reapplied,
+        r.holds_reapplied,
+        r.retention_reapplied
+    )
 }

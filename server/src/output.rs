@@ -12,14 +12,7 @@ pub struct StdoutClosed;
 /// is printed.
 pub fn emit(line: std::fmt::Arguments<'_>) {
     use std::io::Write;
-    let formatted;
-    let text = terminal_safe(match line.as_str() {
-        Some(s) => s,
-        None => {
-            formatted = line.to_string();
-            &formatted
-        }
-    });
+    let text = safe_line(line);
     let mut out = std::io::stdout().lock();
     if let Err(e) = out
         .write_all(text.as_bytes())
@@ -34,28 +27,43 @@ pub fn emit(line: std::fmt::Arguments<'_>) {
     }
 }
 
-/// Writes one line to stderr as it is. A stderr that cannot be written
-/// (closed, `2>/dev/full`) loses the line: `eprintln!` would panic, and
-/// the command would end with a panic's status instead of its own.
+/// Writes one line to stderr, control characters escaped (see
+/// [`terminal_safe`]: a warning or an error may quote input or stored
+/// text). A stderr that cannot be written (closed, `2>/dev/full`) loses
+/// the line: `eprintln!` would panic, and the command would end with a
+/// panic's status instead of its own.
 pub fn emit_err(line: std::fmt::Arguments<'_>) {
     use std::io::Write;
-    let _ = writeln!(std::io::stderr().lock(), "{line}");
+    let text = safe_line(line);
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
+}
+
+/// A line's text, [`terminal_safe`] (borrowed when it is a plain string
+/// that needs no escape).
+fn safe_line(line: std::fmt::Arguments<'_>) -> std::borrow::Cow<'static, str> {
+    use std::borrow::Cow;
+    match line.as_str() {
+        Some(s) => terminal_safe(s),
+        None => {
+            let s = line.to_string();
+            match terminal_safe(&s) {
+                Cow::Borrowed(_) => Cow::Owned(s),
+                Cow::Owned(o) => Cow::Owned(o),
+            }
+        }
+    }
 }
 
 pub use engram_query::text::terminal_safe;
 
-/// A line on stderr with [`terminal_safe`] text (see [`emit_err`]).
+/// An error line on stderr (see [`emit_err`]).
 #[macro_export]
 macro_rules! errln {
-    ($($arg:tt)*) => {
-        $crate::output::emit_err(format_args!(
-            "{}",
-            $crate::output::terminal_safe(&format!($($arg)*))
-        ))
-    };
+    ($($arg:tt)*) => { $crate::output::emit_err(format_args!($($arg)*)) };
 }
 
-/// `eprintln!` that tolerates a stderr it cannot write (see [`emit_err`]).
+/// `eprintln!` that tolerates a stderr it cannot write, its text made
+/// terminal-safe (see [`emit_err`]).
 #[macro_export]
 macro_rules! eoutln {
     ($($arg:tt)*) => { $crate::output::emit_err(format_args!($($arg)*)) };

@@ -264,3 +264,28 @@ fn a_validity_ending_before_the_record_is_stored_is_refused() {
     );
     ok(&store, &["ingest", good.to_str().unwrap()]);
 }
+
+/// A warning quoting input escapes terminal controls as every other line
+/// does: a repeated eval case id holding an ESC sequence was printed raw
+/// on stderr.
+#[test]
+fn a_warning_quoting_input_escapes_terminal_controls() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    ok(&store, &["init"]);
+    let case = br#"{"case_id":"c\u001b[2J","query":"x","tenant":"t"}"#;
+    let cases = one(
+        tmp.path(),
+        "cases.jsonl",
+        &[&case[..], b"\n", &case[..], b"\n"].concat(),
+    );
+    let o = ok(&store, &["eval", cases.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("is also the id of line 1"), "{err}");
+    assert!(err.contains("c\\u001b[2J"), "{err}");
+    assert!(
+        !o.stderr.contains(&0x1b) && !o.stdout.contains(&0x1b),
+        "{err}"
+    );
+}

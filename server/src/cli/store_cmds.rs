@@ -429,12 +429,11 @@ pub(super) fn cmd_repair(ctx: &Ctx, a: RepairArgs) -> CliResult {
         print_json(&r)?;
     } else {
         crate::outln!(
-            "cut the log after LSN {}; {} byte(s) moved to {}; {} deletion(s) and {} revocation(s) applied again from the ledger; derived state rebuilt",
+            "cut the log after LSN {}; {} byte(s) moved to {}; {} applied again from the ledger; derived state rebuilt",
             r.kept_through,
             r.bytes_quarantined,
             r.quarantine.display(),
-            r.reapplied.deletions_reapplied,
-            r.reapplied.revocations_reapplied
+            crate::lifecycle_cmd::reapplied_counts(&r.reapplied)
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -175,6 +175,15 @@ pub enum TruncationReason {
     UnfinishedBatch,
 }
 
+impl std::fmt::Display for TruncationReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TruncationReason::InvalidTail { detail } => write!(f, "a torn tail: {detail}"),
+            TruncationReason::UnfinishedBatch => f.write_str("a batch left unfinished"),
+        }
+    }
+}
+
 /// What recovery removed from the end of the log. None of it was ever
 /// acknowledged.
 #[derive(Clone, Debug, PartialEq, Eq)]
