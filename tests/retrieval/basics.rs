@@ -265,6 +265,14 @@ fn bad_requests_are_refused_with_the_field_named() {
             "k",
         ),
         (RecallRequest::text("   "), "text"),
+        // an overlong model is refused before a message quotes it
+        (
+            RecallRequest {
+                model: Some("m".repeat(100_000)),
+                ..RecallRequest::text("x")
+            },
+            "model",
+        ),
         (
             RecallRequest {
                 filters: Filters {

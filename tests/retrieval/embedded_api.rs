@@ -180,6 +180,19 @@ fn append_get_history_and_reopen() {
         Some("Use the revised retention policy.")
     );
     assert_eq!(s.list(&ListFilter::default()).unwrap().len(), 2);
+    // a range that holds no time is refused, as a recall's is (it
+    // answered an empty page)
+    let e = s
+        .list(&ListFilter {
+            since: Some(2_000),
+            until: Some(1_000),
+            ..ListFilter::default()
+        })
+        .unwrap_err();
+    assert!(
+        matches!(e, EngineError::InvalidInput { ref field, .. } if field == "since"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -88,6 +88,16 @@ impl Session {
                 "empty: a kind is never empty; leave it out for records of every kind",
             ));
         }
+        // (as a recall refuses occurred_after past occurred_before: an
+        // empty answer would hide the mistake)
+        if let (Some(a), Some(b)) = (filter.since, filter.until)
+            && a > b
+        {
+            return Err(EngineError::invalid(
+                "since",
+                "later than until: the range holds no time",
+            ));
+        }
         let st = self.db.inner.state.read();
         let Some(t) = st.tenant_sym(self.principal.tenant()) else {
             return Ok(Vec::new());

@@ -270,6 +270,11 @@ fn validate(req: &RecallRequest) -> Result<()> {
         }
         _ => {}
     }
+    // (a model is a name as a record's is: an overlong one is refused
+    // before any message quotes it)
+    if let Some(m) = &req.model {
+        crate::model::check_name("model", m)?;
+    }
     for (f, w) in [
         ("weights.vector", req.weights.vector),
         ("weights.lexical", req.weights.lexical),

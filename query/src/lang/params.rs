@@ -310,6 +310,14 @@ impl<'a> Binder<'a> {
                 {
                     Ok(*n as u64)
                 }
+                // (an integer past 2^53 is one, yet not exact here: its
+                // range is what is wrong)
+                other @ ParamValue::Number(n) if n.fract() == 0.0 && *n > 0.0 => Err(Self::wrong(
+                    name,
+                    *span,
+                    "a non-negative integer of at most 2^53 (9007199254740992)",
+                    other,
+                )),
                 other => Err(Self::wrong(name, *span, "a non-negative integer", other)),
             },
         }
@@ -440,7 +448,8 @@ mod tests {
         let mut p = Params::new();
         p.insert("t", ParamValue::String("2025-03-01".into()))
             .insert("k", ParamValue::Number(2.5))
-            .insert("n", ParamValue::Number(7.0));
+            .insert("n", ParamValue::Number(7.0))
+            .insert("big", ParamValue::Number(1e18));
         let b = Binder::new(&p, 1_000_000);
         let param = |name: &str| Arg::<u64>::Param {
             name: name.into(),
@@ -449,6 +458,11 @@ mod tests {
         assert_eq!(b.count(&param("n")).unwrap(), 7);
         assert_eq!(b.count(&param("k")).unwrap_err().code(), "param_type");
         assert_eq!(b.count(&param("zz")).unwrap_err().code(), "unbound_param");
+        // an integer too large to be exact names its range, not its kind
+        let e = b.count(&param("big")).unwrap_err().to_string();
+        assert!(e.contains("at most 2^53"), "{e}");
+        let e = b.count(&param("k")).unwrap_err().to_string();
+        assert!(!e.contains("2^53"), "{e}");
         let t = TimeExpr::Param {
             name: "t".into(),
             span: Span::default(),

@@ -394,24 +394,30 @@ pub(super) fn cmd_repair(ctx: &Ctx, a: RepairArgs) -> CliResult {
                 }
                 let lost_to = i.highest_lsn_seen.max(i.durable_lsn);
                 if lost_to > i.intact_through {
-                    let past_cut = if i.highest_lsn_seen > i.intact_through {
-                        format!(
-                            "; the log holds intact frames up to LSN {} past the cut",
+                    // (only what proves the loss is named: no derived
+                    // state proves nothing)
+                    let mut why = Vec::new();
+                    if i.durable_lsn > i.intact_through {
+                        why.push(format!(
+                            "{} shows LSN {} was acknowledged",
+                            i.durable_evidence, i.durable_lsn
+                        ));
+                    }
+                    if i.highest_lsn_seen > i.intact_through {
+                        why.push(format!(
+                            "the log holds intact frames up to LSN {} past the cut",
                             i.highest_lsn_seen
-                        )
-                    } else {
-                        String::new()
-                    };
+                        ));
+                    }
                     crate::outln!(
-                        "cutting there loses LSNs {}..={} at least ({} shows LSN {} was acknowledged{past_cut})",
+                        "cutting there loses LSNs {}..={} at least ({})",
                         i.intact_through + 1,
                         lost_to,
-                        i.durable_evidence,
-                        i.durable_lsn,
+                        why.join("; ")
                     );
                 }
                 crate::outln!(
-                    "{} byte(s) would move to {}/quarantine/ (kept, not deleted); deletions and revocations in ledger.jsonl are applied again",
+                    "{} byte(s) would move to {}/quarantine/ (kept, not deleted); the operations ledger.jsonl records (deletions, revocations, grants, legal holds, retention) are applied again",
                     i.bytes_after,
                     data.display()
                 );
