@@ -39,8 +39,11 @@ impl Backend for FsBackend {
 
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         fs::create_dir_all(path).map_err(|e| {
-            // the OS says "File exists" of a file where a directory belongs
-            if e.kind() == io::ErrorKind::AlreadyExists && path.exists() && !path.is_dir() {
+            // the OS says "File exists" of a file, or of a link to nothing,
+            // where a directory belongs
+            if e.kind() == io::ErrorKind::AlreadyExists && self.is_dangling_link(path) {
+                io::Error::new(io::ErrorKind::AlreadyExists, LINK_FOR_DIR)
+            } else if e.kind() == io::ErrorKind::AlreadyExists && path.exists() && !path.is_dir() {
                 io::Error::new(io::ErrorKind::AlreadyExists, FILE_FOR_DIR)
             } else {
                 e
@@ -91,7 +94,17 @@ impl Backend for FsBackend {
                 o.write(true).create(true).truncate(true).mode(0o600);
             }
         }
-        let file = o.open(path)?;
+        let file = o.open(path).map_err(|e| {
+            if e.kind() == io::ErrorKind::IsADirectory {
+                io::Error::new(e.kind(), DIR_FOR_FILE)
+            } else {
+                e
+            }
+        })?;
+        // (a directory opens for reading, and fails at the first read)
+        if file.metadata()?.is_dir() {
+            return Err(io::Error::new(io::ErrorKind::IsADirectory, DIR_FOR_FILE));
+        }
         if mode == OpenMode::TruncatePrivate {
             use std::os::unix::fs::PermissionsExt;
             file.set_permissions(fs::Permissions::from_mode(0o600))?;
@@ -251,6 +264,16 @@ impl BackendFile for FsFile {
 /// stands where a directory belongs.
 const FILE_FOR_DIR: &str = "a file is where this directory belongs (move it away)";
 
+/// What the OS calls "Is a directory" when a directory stands where a
+/// file belongs.
+const DIR_FOR_FILE: &str = "a directory is where this file belongs (move it away)";
+
+/// What the OS calls "File exists" when a symbolic link to nothing stands
+/// where a directory belongs (creating it would create it wherever the
+/// link points).
+const LINK_FOR_DIR: &str =
+    "a symbolic link to nothing is where this directory belongs (move it away)";
+
 /// A symbolic link to nothing where a store's file belongs: creating the
 /// file would create it wherever the link points, outside the store.
 fn refuse_dangling_link(path: &Path) -> io::Result<()> {
@@ -285,6 +308,32 @@ mod tests {
                 .contains("a file is where this directory belongs"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_directory_or_a_dangling_link_where_it_does_not_belong_is_named() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        fs::create_dir(root.join("state.snap")).unwrap();
+        for mode in [OpenMode::Read, OpenMode::Write, OpenMode::Truncate] {
+            let e = FsBackend
+                .open(&root.join("state.snap"), mode)
+                .err()
+                .unwrap();
+            assert!(
+                e.to_string()
+                    .contains("a directory is where this file belongs"),
+                "{mode:?}: {e}"
+            );
+        }
+        std::os::unix::fs::symlink(root.join("missing"), root.join("derived")).unwrap();
+        let e = FsBackend.create_dir_all(&root.join("derived")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("a symbolic link to nothing is where this directory belongs"),
+            "{e}"
+        );
+        assert!(!root.join("missing").exists());
     }
 
     #[test]
