@@ -673,3 +673,51 @@ fn a_bulk_batch_is_cut_at_the_body_size_of_one_append() {
     assert_eq!(summary["created"], 10, "{summary}");
     assert_eq!(summary["complete"], true, "{summary}");
 }
+
+/// A client that goes away before its answer still leaves its request's
+/// log line (status 499), as the request log promises one line per
+/// request: a backup whose client disconnected left none.
+#[test]
+fn a_request_whose_client_went_away_is_logged() {
+    let (tmp, dir) = new_store();
+    let lines = tmp.path().join("notes.jsonl");
+    let text: String = (0..3000)
+        .map(|i| {
+            format!("{{\"tenant\": \"t\", \"kind\": \"note\", \"text\": \"note {i} lorem\"}}\n")
+        })
+        .collect();
+    std::fs::write(&lines, text).unwrap();
+    engram(&dir, &["ingest", lines.to_str().unwrap()]);
+    let ann = tenant_key(&dir, "t", "ann", "user");
+    let s = Server::start(&dir, None);
+    let cases: String = (0..1000)
+        .map(|i| format!("{{\"query\": \"note lorem {i}\", \"relevant_ids\": [\"x\"]}}\n"))
+        .collect();
+    let mut c = TcpStream::connect(&s.addr).unwrap();
+    c.write_all(
+        head(
+            "POST",
+            "/v1/eval?k=1000",
+            Some(&ann),
+            "application/x-ndjson",
+            Some(cases.len() as u64),
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    c.write_all(cases.as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(c);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let log = s.log_text();
+        if log
+            .lines()
+            .any(|l| l.contains("\"/v1/eval\"") && l.contains("\"status\":499"))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no line for the eval:\n{log}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

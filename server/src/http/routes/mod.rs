@@ -131,6 +131,43 @@ fn body_limit(app: &App, route: &str) -> u64 {
 }
 
 /// Request id, early size check, log line and metrics of every request.
+/// The log line of a request whose client went away before its answer
+/// (the request's future is dropped; what the engine had started, a
+/// backup say, goes on to its end): status 499, as the request log
+/// promises one line per request.
+struct Unanswered {
+    app: Shared,
+    request_id: String,
+    method: &'static str,
+    route: String,
+    started: Instant,
+    armed: bool,
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let latency = self.started.elapsed();
+        self.app
+            .metrics
+            .request(&self.route, self.method, 499, latency.as_secs_f64());
+        logging::log(
+            "info",
+            "request",
+            &[
+                ("request_id", json!(self.request_id)),
+                ("method", json!(self.method)),
+                ("route", json!(self.route)),
+                ("status", json!(499)),
+                ("latency_us", json!(latency.as_micros() as u64)),
+                ("error", json!("client_closed")),
+            ],
+        );
+    }
+}
+
 async fn observe(State(app): State<Shared>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let request_id = app.next_request_id();
@@ -150,6 +187,15 @@ async fn observe(State(app): State<Shared>, req: Request, next: Next) -> Respons
     // endpoint, whether it reads a query string or not (as in a body)
     let session = query.then(|| session_param(req.uri())).flatten();
     let stray_query = query && !TAKES_QUERY.contains(&(req.method().as_str(), route.as_str()));
+    // (a client that goes away before its answer still gets its line)
+    let mut unanswered = Unanswered {
+        app: app.clone(),
+        request_id: request_id.clone(),
+        method,
+        route: route.clone(),
+        started,
+        armed: true,
+    };
     let mut resp = match declared_len {
         // refused before a byte of the body is read
         Some(n) if n > limit => ServerError::TooLarge { limit_bytes: limit }.into_response(),
@@ -167,6 +213,7 @@ async fn observe(State(app): State<Shared>, req: Request, next: Next) -> Respons
         }
         _ => next.run(req).await,
     };
+    unanswered.armed = false;
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         resp.headers_mut().insert("x-request-id", v);
     }
