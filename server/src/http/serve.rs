@@ -116,7 +116,7 @@ fn open(data: &Path, embedder: Option<&str>) -> ServerResult<Engram> {
                 "offset": t.offset,
                 "bytes": t.bytes_dropped,
                 "unacknowledged_frames": t.dropped_lsns.len(),
-                "reason": format!("{:?}", t.reason),
+                "reason": t.reason.to_string(),
             }),
         ));
     }
