@@ -98,7 +98,7 @@ impl Engram {
         if problem.is_none() {
             if let Some(ops) = crate::db::lost_log_ops(opts.backend.as_ref(), dir)? {
                 problem = Some(format!(
-                    "the log holds no segment file, but ledger.jsonl records {ops} acknowledged \
+                    "the log holds no whole segment file, but ledger.jsonl records {ops} acknowledged \
                      operation(s): the log was removed"
                 ));
                 if ops > durable_lsn {

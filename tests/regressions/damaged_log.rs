@@ -226,7 +226,7 @@ fn a_removed_log_and_derived_state_are_refused_when_the_ledger_proves_writes() {
     );
     assert!(e.to_string().contains("ledger.jsonl records 1"), "{e}");
     let v = fails(&store, &["verify"]);
-    assert!(v.contains("no segment file"), "{v}");
+    assert!(v.contains("no whole segment file"), "{v}");
     assert!(v.contains("the store did not open"), "{v}");
     fails(&store, &["stats"]);
     for cmd in [
@@ -246,7 +246,7 @@ fn a_removed_log_and_derived_state_are_refused_when_the_ledger_proves_writes() {
     // ledger applied again
     let plan = String::from_utf8(ok(&store, &["repair"]).stdout).unwrap();
     assert!(
-        plan.contains("no segment file") && plan.contains("--truncate-after 0"),
+        plan.contains("no whole segment file") && plan.contains("--truncate-after 0"),
         "{plan}"
     );
     cli::assert_same(&before, &snapshot(&store), "inspecting changed the store");
@@ -254,7 +254,7 @@ fn a_removed_log_and_derived_state_are_refused_when_the_ledger_proves_writes() {
     // the cut is accepted: inspecting again (before any open applies the
     // ledger) reports no loss, as every open then opens it
     let again = String::from_utf8(ok(&store, &["repair"]).stdout).unwrap();
-    assert!(!again.contains("no segment file"), "{again}");
+    assert!(!again.contains("no whole segment file"), "{again}");
     ok(&store, &["verify"]);
     let stats = cli::json(&ok(&store, &["stats", "--json"]));
     assert_eq!(stats["records"], 0, "{stats}");
@@ -275,7 +275,11 @@ fn an_empty_log_directory_is_refused_as_a_removed_one() {
     db.close().unwrap();
     std::fs::remove_dir_all(store.join("log")).unwrap();
     std::fs::create_dir(store.join("log")).unwrap();
-    assert!(open_err(&store).to_string().contains("no segment file"));
+    assert!(
+        open_err(&store)
+            .to_string()
+            .contains("no whole segment file")
+    );
 }
 
 #[test]
@@ -711,4 +715,59 @@ fn a_compacted_sealed_segment_cut_at_a_batch_edge_is_refused() {
         &snapshot(&store),
         "a refused open changed the store",
     );
+}
+
+/// A ledger file that lacks operations of the log (a line never written,
+/// a file cut short) is named by `verify`, which changes nothing, and the
+/// next writable open writes them back. (`verify` said nothing.)
+#[test]
+fn verify_names_a_ledger_that_lacks_operations_of_the_log() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let (store, _) = compacted_store(tmp.path());
+    let ledger = store.join("ledger.jsonl");
+    let full = std::fs::read(&ledger).unwrap();
+    assert!(!full.is_empty());
+    std::fs::write(&ledger, b"").unwrap();
+    let v = cli::json(&ok(&store, &["verify", "--json"]));
+    assert_eq!(v["ok"], true, "{v}");
+    assert!(
+        v["notes"]
+            .to_string()
+            .contains("ledger.jsonl lacks 1 operation"),
+        "{v}"
+    );
+    assert!(std::fs::read(&ledger).unwrap().is_empty(), "verify wrote");
+    ok(&store, &["stats"]);
+    assert_eq!(std::fs::read(&ledger).unwrap(), full);
+    let v = cli::json(&ok(&store, &["verify", "--json"]));
+    assert_eq!(v["notes"], serde_json::json!([]), "{v}");
+}
+
+/// The only segment cut to less than its header, with `derived/` removed:
+/// recovery would remove it as a start cut short and open an empty store,
+/// but the ledger proves operations, so every open refuses it as it
+/// refuses a removed log, and `verify` says so. (It opened empty.)
+#[test]
+fn a_sole_segment_cut_into_its_header_is_refused_when_the_ledger_proves_writes() {
+    let _serial = crate::cli::serial();
+    for len in [0usize, 30, 63] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (store, segs) = compacted_store(tmp.path());
+        let bytes = std::fs::read(&segs[0]).unwrap();
+        std::fs::write(&segs[0], &bytes[..len]).unwrap();
+        std::fs::remove_dir_all(store.join("derived")).unwrap();
+        let before = snapshot(&store);
+        let v = cli::at(&store, &["verify"]);
+        assert!(!v.status.success(), "{len}: {}", cli::text(&v));
+        let msg = fails(&store, &["get", "e/0", "--tenant", "t"]);
+        assert!(msg.contains("no whole segment file"), "{len}: {msg}");
+        cli::assert_same(
+            &before,
+            &snapshot(&store),
+            "a refused open changed the store",
+        );
+        let plan = cli::text(&ok(&store, &["repair"]));
+        assert!(plan.contains("--truncate-after 0"), "{len}: {plan}");
+    }
 }

@@ -727,4 +727,15 @@ fn a_weight_of_zero_turns_a_retriever_off() {
         Err(EngineError::InvalidInput { field, .. }) => assert_eq!(field, "weights"),
         other => panic!("{other:?}"),
     }
+    // a mode of one retriever with that retriever off is refused too
+    req.mode = Mode::Lexical;
+    match s.recall(&req) {
+        Err(EngineError::InvalidInput { field, .. }) => assert_eq!(field, "weights.lexical"),
+        other => panic!("{other:?}"),
+    }
+    req.mode = Mode::Vector;
+    match s.recall(&req) {
+        Err(EngineError::InvalidInput { field, .. }) => assert_eq!(field, "weights.vector"),
+        other => panic!("{other:?}"),
+    }
 }

@@ -292,6 +292,10 @@ pub struct OpenReport {
     /// after its operation is durable): applied again by this open, so a
     /// damaged last frame never undoes a deletion or revocation.
     pub ledger_reapplied: Option<crate::maintenance::RestoreReport>,
+    /// A read-only open found `ledger.jsonl` lacking this many operations
+    /// of the log (written in memory only; the next writable open writes
+    /// them to the file).
+    pub ledger_lines_missing: usize,
 }
 
 /// The LSN the lexical snapshot of the store in `dir` covers (0 when it is

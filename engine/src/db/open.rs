@@ -247,8 +247,9 @@ impl Engram {
         Self::start_threads(&inner)?;
         let db = Engram { inner };
         // The ledger file must hold every deletion and revocation of the log.
-        let ledger = db.sync_ledger()?;
+        let (ledger, missing) = db.sync_ledger_counted()?;
         if db.inner.opts.read_only {
+            report.ledger_lines_missing = missing;
             report.restore_pending = backend_has_restore_pending(&db);
             if report.restore_pending {
                 crate::maintenance::check_restore_pending(&db)?;
@@ -469,8 +470,8 @@ fn rebuild_spaces(
 }
 
 /// The number of acknowledged operations `ledger.jsonl` records for a
-/// store whose log holds no segment file: its `log/` was removed or
-/// emptied. `None` when the log has a segment, when a restore is pending
+/// store whose log holds no segment file (or only segments cut shorter
+/// than their header): its `log/` was removed, emptied or cut. `None` when the log has a segment, when a restore is pending
 /// (a repair that cut the whole log, or a restore, re-applies the ledger
 /// from `restore.pending` as the next open goes on), or when the ledger is
 /// empty (a store whose creation was cut short before its first segment).
@@ -481,9 +482,25 @@ pub(crate) fn lost_log_ops(
     dir: &Path,
 ) -> Result<Option<u64>> {
     let log = crate::layout::log(dir);
+    // A segment counts when its header is whole: a shorter one is removed
+    // by recovery as a start cut short, so a log whose only segments are
+    // such is as gone as one with none. (A whole header with no frame is
+    // a log a repair cut to nothing: the ledger may still name operations
+    // on records it no longer holds.)
+    let holds_frames = |name: &str| {
+        let path = log.join(name);
+        backend
+            .open(&path, engram_storage::OpenMode::Read)
+            .and_then(|f| f.len())
+            .map_or(true, |len| {
+                len >= engram_storage::log::segment::SEGMENT_HEADER_BYTES as u64
+            })
+    };
     let has_segment = backend.exists(&log)
         && backend.list_dir(&log).map_err(io(&log))?.iter().any(|e| {
-            !e.is_dir && engram_storage::log::segment::parse_segment_file_name(&e.name).is_some()
+            !e.is_dir
+                && engram_storage::log::segment::parse_segment_file_name(&e.name).is_some()
+                && holds_frames(&e.name)
         });
     if has_segment || backend.exists(&crate::layout::restore_pending(dir)) {
         return Ok(None);
@@ -509,13 +526,13 @@ fn refuse_lost_log(
     // (derived state, when kept, knows how far the log went)
     let detail = if durable_lsn > ops {
         format!(
-            "{} holds no segment file, but {evidence} shows LSN {durable_lsn} was durable \
+            "{} holds no whole segment file, but {evidence} shows LSN {durable_lsn} was durable \
              and ledger.jsonl records {ops} acknowledged operation(s)",
             log.display()
         )
     } else {
         format!(
-            "{} holds no segment file, but ledger.jsonl records {ops} acknowledged \
+            "{} holds no whole segment file, but ledger.jsonl records {ops} acknowledged \
              operation(s), so the log held at least {ops} frame(s)",
             log.display()
         )

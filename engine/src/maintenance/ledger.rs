@@ -566,7 +566,7 @@ fn reconcile_ledger(
     backend: &dyn Backend,
     dir: &Path,
     st: &State,
-) -> Result<(Vec<Rewritten>, Vec<LedgerLine>)> {
+) -> Result<(Vec<Rewritten>, Vec<LedgerLine>, Vec<LedgerLine>)> {
     let (mut lines, torn) = read_ledger_checked(backend, dir)?;
     let have: BTreeSet<String> = lines.iter().map(|l| l.op_id.clone()).collect();
     let missing: Vec<LedgerLine> = st
@@ -590,8 +590,7 @@ fn reconcile_ledger(
             render_ledger(&missing).as_bytes(),
         )?;
     }
-    lines.extend(missing);
-    Ok((damaged, lines))
+    Ok((damaged, lines, missing))
 }
 
 /// How `verify` names a ledger file that could not be written after an
@@ -619,9 +618,20 @@ impl Engram {
     /// Brings the ledger file up to date with the log; returns its lines
     /// as it left them (so an open reads the file once).
     pub(crate) fn sync_ledger(&self) -> Result<Vec<LedgerLine>> {
+        Ok(self.sync_ledger_counted()?.0)
+    }
+
+    /// [`Engram::sync_ledger`], also counting the operations of the log
+    /// the file lacked (a crash between an operation and its line, or a
+    /// file cut short): a read-only open writes them in memory only, and
+    /// `verify` says so.
+    pub(crate) fn sync_ledger_counted(&self) -> Result<(Vec<LedgerLine>, usize)> {
         let mut found = self.ledger_sync();
         let st = self.state();
-        let (damaged, lines) = reconcile_ledger(self.backend().as_ref(), self.dir(), &st)?;
+        let (damaged, mut lines, missing) =
+            reconcile_ledger(self.backend().as_ref(), self.dir(), &st)?;
+        let n_missing = missing.len();
+        lines.extend(missing);
         // A writable open has fixed the file; a read-only one only in
         // memory, so the file on disk is still damaged: `verify` says so.
         if self.options().read_only {
@@ -632,7 +642,7 @@ impl Engram {
                 )
             }));
         }
-        Ok(lines)
+        Ok((lines, n_missing))
     }
 }
 

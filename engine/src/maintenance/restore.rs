@@ -75,7 +75,13 @@ impl Engram {
             })?;
         // The backup's settings are installed as they are: damaged, they
         // would leave a restored store no command opens.
-        if let Err(e) = crate::settings::load(backend.as_ref(), src) {
+        // (an embedder no build can make leaves it as unusable)
+        if let Err(e) = crate::settings::load(backend.as_ref(), src).and_then(|s| {
+            match s.and_then(|s| s.embedder) {
+                Some(name) => crate::settings::embedder_by_name(&name).map(|_| ()),
+                None => Ok(()),
+            }
+        }) {
             return Err(EngineError::invalid(
                 "backup directory",
                 format!(
@@ -410,4 +416,47 @@ fn in_ledger(payload: &[u8]) -> bool {
                 | B::Retention { .. }
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use engram_storage::{Backend, MemBackend};
+
+    use crate::settings::StoreSettings;
+    use crate::{Engram, NewRecord, Options, Principal};
+
+    /// A backup whose settings read well but name an embedder no build
+    /// makes is refused before anything changes: installed, it left a
+    /// store no command opened.
+    #[test]
+    fn a_backup_naming_an_unusable_embedder_is_refused() {
+        let backend = Arc::new(MemBackend::new());
+        let opts = Options {
+            backend: backend.clone(),
+            ..Options::default()
+        };
+        let db = Engram::open("/s", opts.clone()).unwrap();
+        db.session(Principal::admin("t"))
+            .append(vec![NewRecord::event("note", "x")])
+            .unwrap();
+        db.backup("/b").unwrap();
+        db.close().unwrap();
+        let bogus = StoreSettings {
+            embedder: Some("bogus-embedder".into()),
+        };
+        crate::settings::save(backend.as_ref(), std::path::Path::new("/b"), &bogus).unwrap();
+        let e = Engram::restore("/s", "/b", &opts, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("settings.snap")
+                && e.contains("bogus-embedder")
+                && e.contains("nothing was changed"),
+            "{e}"
+        );
+        assert!(!backend.exists(std::path::Path::new("/s/restore.pending")));
+        assert!(!backend.exists(std::path::Path::new("/s/log.restore")));
+    }
 }

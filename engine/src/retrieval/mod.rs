@@ -292,6 +292,22 @@ fn validate(req: &RecallRequest) -> Result<()> {
     // A weight of 0 turns its retriever off; with every one off nothing
     // would rank the records.
     let w = &req.weights;
+    let only = match req.mode {
+        Mode::Vector => Some(("weights.vector", w.vector, "vector")),
+        Mode::Lexical => Some(("weights.lexical", w.lexical, "lexical")),
+        Mode::Hybrid => None,
+    };
+    if let Some((field, weight, name)) = only
+        && weight == 0.0
+    {
+        return Err(EngineError::invalid(
+            field,
+            format!(
+                "0 turns the {name} retriever off, and mode {name} runs no other: leave the weight \
+                 out, or use mode hybrid"
+            ),
+        ));
+    }
     if req.mode == Mode::Hybrid
         && [w.vector, w.lexical, w.recency, w.graph, w.episodic]
             .iter()

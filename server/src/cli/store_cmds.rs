@@ -217,6 +217,14 @@ pub(super) fn cmd_verify(ctx: &Ctx, a: JsonArgs) -> CliResult {
                     t.bytes_dropped, t.segment, t.offset, t.reason
                 ));
             }
+            if report.ledger_lines_missing > 0 {
+                notes.push(format!(
+                    "ledger.jsonl lacks {} operation(s) the log holds (an operation whose line was not written, \
+                     or a file cut short); the next command that opens the store for writing (every command \
+                     but verify and backup) writes them from the log",
+                    report.ledger_lines_missing
+                ));
+            }
             if report.restore_pending {
                 notes.push(
                     "a restore's last step (re-applying later deletions) is pending; the next command that opens the store for writing (every command but verify and backup) finishes it"
@@ -351,7 +359,7 @@ pub(super) fn cmd_repair(ctx: &Ctx, a: RepairArgs) -> CliResult {
                     i.durable_lsn
                 );
                 crate::outln!(
-                    "put the missing segment files back, or restore from a backup; to accept the loss: engram --data {} repair --truncate-after {} (deletions and revocations in ledger.jsonl are applied again)",
+                    "put the missing segment files back, or restore from a backup; to accept the loss: engram --data {} repair --truncate-after {} (the operations ledger.jsonl records are applied again: deletions, revocations, grants, legal holds, retention)",
                     data.display(),
                     i.last_frame_lsn
                 );

@@ -341,6 +341,11 @@ impl Checker<'_> {
 
     /// `MODEL m` names no vector space the principal sees.
     fn unknown_model(&mut self, m: &str, span: Span, available: Vec<String>) {
+        // (an overlong model has its own error, and is quoted nowhere: it
+        // names no space whatever its bytes)
+        if m.len() > engram_engine::model::limits::NAME_BYTES_MAX {
+            return;
+        }
         let hint = models_hint(&available);
         self.push_hint(
             ErrorKind::UnknownModel {

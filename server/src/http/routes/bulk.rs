@@ -365,22 +365,26 @@ impl Bulk {
     }
 
     /// Adds a line (`bytes` long) to the pending batch; flushes the batch
-    /// once it holds `batch` lines, or once its lines reach
-    /// `limits.body_bytes_max` bytes: a batch never holds more in memory
-    /// than one append request may (a batch of 10,000 lines of 4 MiB
-    /// held 40 GiB).
+    /// first when the line would take its lines past
+    /// `limits.body_bytes_max` bytes, and after it once the batch holds
+    /// `batch` lines: a batch never holds more bytes of lines than one
+    /// append request's body may (a batch of 10,000 lines of 4 MiB held
+    /// 40 GiB), but for a single line (at most `bulk_line_bytes_max`).
     async fn push(
         &mut self,
         line: usize,
         bytes: usize,
         record: Result<NewRecord, ServerError>,
     ) -> Result<(), Stop> {
+        if !self.pending.is_empty()
+            && self.pending_bytes + bytes as u64 > self.app.cfg.limits.body_bytes_max
+        {
+            self.flush().await?;
+        }
         self.totals.lines += 1;
         self.pending.push(Pending { line, record });
         self.pending_bytes += bytes as u64;
-        if self.pending.len() >= self.batch
-            || self.pending_bytes >= self.app.cfg.limits.body_bytes_max
-        {
+        if self.pending.len() >= self.batch {
             self.flush().await?;
         }
         Ok(())
