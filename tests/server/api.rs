@@ -1217,3 +1217,19 @@ fn bulk_result_lines_carry_notes() {
         "{out:?}"
     );
 }
+
+/// A byte-order mark opening a JSON body is skipped, as bulk ingest and
+/// `engram ingest` skip one (it was a 400 "expected value at line 1
+/// column 1" that did not name it).
+#[test]
+fn a_byte_order_mark_opening_a_body_is_skipped() {
+    let (_tmp, dir) = new_store();
+    let k = keys(&dir);
+    let s = Server::start(&dir, None);
+    let body = "\u{feff}[{\"kind\": \"note\", \"external_id\": \"bom\", \"text\": \"with a mark\"}]";
+    s.json("POST", "/v1/records", Some(&k.ann), Some(body), 200);
+    s.json("GET", "/v1/records/bom", Some(&k.ann), None, 200);
+    let recall = "\u{feff}{\"text\": \"mark\"}";
+    let r = s.json("POST", "/v1/recall", Some(&k.ann), Some(recall), 200);
+    assert_eq!(r["hits"].as_array().unwrap().len(), 1, "{r}");
+}

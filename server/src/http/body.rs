@@ -91,6 +91,14 @@ pub fn utf8(bytes: &[u8]) -> ServerResult<&str> {
     })
 }
 
+/// A whole body as text: [`utf8`], a byte-order mark opening it skipped
+/// (as `engram ingest` and bulk ingest skip one; JSON parsers may ignore
+/// it, RFC 8259).
+pub fn body_text(bytes: &[u8]) -> ServerResult<&str> {
+    let text = utf8(bytes)?;
+    Ok(text.strip_prefix('\u{feff}').unwrap_or(text))
+}
+
 /// Refuses an object naming a session field, at its top level or in its
 /// `scope` (where a record's or a case's scope fields go).
 pub fn no_session_fields(o: &serde_json::Map<String, Value>) -> ServerResult<()> {
@@ -145,7 +153,7 @@ impl<T: DeserializeOwned> FromRequest<Shared> for JsonBody<T> {
 
 /// See [`JsonBody`]. An empty body is read as `{}`.
 pub fn parse_typed<T: DeserializeOwned>(bytes: &[u8]) -> ServerResult<T> {
-    let text = utf8(bytes)?;
+    let text = body_text(bytes)?;
     let text = if text.trim().is_empty() { "{}" } else { text };
     let o = json_object(text)?;
     serde_path_to_error::deserialize(Value::Object(o)).map_err(|e| {

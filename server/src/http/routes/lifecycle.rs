@@ -18,7 +18,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::http::app::Shared;
 use crate::http::auth::Caller;
-use crate::http::body::{JsonBody, RawBody, json_object, utf8};
+use crate::http::body::{JsonBody, RawBody, body_text, json_object};
 use crate::http::error::{ErrorBody, ServerError, ServerResult};
 use crate::http::routes::records::{ItemResult, parse_record};
 use crate::http::routes::{Params, RefPath};
@@ -96,7 +96,7 @@ pub async fn correct(
     RawBody(bytes): RawBody,
 ) -> ServerResult<Json<CorrectResponse>> {
     let session = caller.session(&app, Operation::Correct).await?;
-    let text = utf8(&bytes)?;
+    let text = body_text(&bytes)?;
     json_object(text)?;
     let mut rec = parse_record(text, None)?;
     let (result, record) = app

@@ -19,7 +19,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::http::app::Shared;
 use crate::http::auth::Caller;
-use crate::http::body::{JsonBody, RawBody, json_object, utf8};
+use crate::http::body::{JsonBody, RawBody, body_text, json_object};
 use crate::http::error::{ErrorBody, ServerError, ServerResult};
 use crate::http::routes::Params;
 use crate::http::routes::records::line_error;
@@ -67,7 +67,7 @@ pub async fn recall(
     RawBody(bytes): RawBody,
 ) -> ServerResult<Json<RecallResponse>> {
     let session = caller.session(&app, Operation::Read).await?;
-    let text = utf8(&bytes)?;
+    let text = body_text(&bytes)?;
     json_object(text)?;
     let line = engram_query::parse_recall_line(text, 1).map_err(|e| line_error(e, None, None))?;
     let l = &app.cfg.limits;
@@ -261,7 +261,7 @@ pub async fn eval(
             format!("{k_default} is out of range 1..={}", l.k_max),
         ));
     }
-    let text = utf8(&bytes)?;
+    let text = body_text(&bytes)?;
     let cases = parse_session_cases(text).map_err(|e| {
         let line = e.line;
         line_error(e, None, Some(line))

@@ -18,7 +18,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::http::app::Shared;
 use crate::http::auth::Caller;
-use crate::http::body::{RawBody, SESSION_FIELDS, utf8};
+use crate::http::body::{RawBody, SESSION_FIELDS, body_text};
 use crate::http::error::{ErrorBody, ServerError, ServerResult};
 use crate::http::routes::{Params, RefPath};
 
@@ -174,7 +174,7 @@ pub async fn append(
     RawBody(bytes): RawBody,
 ) -> ServerResult<Json<AppendResponse>> {
     let session = caller.session(&app, Operation::Append).await?;
-    let text = utf8(&bytes)?;
+    let text = body_text(&bytes)?;
     let items: Vec<&RawValue> = serde_json::from_str(text).map_err(|e| {
         // a wrong shape is found at the first byte (`{` is not `[`); a body
         // that is not JSON at all is told so, wherever its fault is
