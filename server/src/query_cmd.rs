@@ -140,7 +140,12 @@ pub fn query(ctx: &Ctx, a: QueryArgs) -> CliResult {
             Ok(t) => t,
             Err(e) => return input_error("invalid_input", e),
         },
-        _ => return Err(CliError::Message("give a statement, or -f FILE".into())),
+        _ => {
+            return input_error(
+                "invalid_input",
+                CliError::Message("give a statement, or -f FILE".into()),
+            );
+        }
     };
     let params = match params(&a) {
         Ok(p) => p,

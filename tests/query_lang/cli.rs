@@ -757,6 +757,11 @@ fn json_errors_cover_an_unreadable_statement_file() {
             .contains("nope.eql"),
         "{v}"
     );
+    // no statement at all
+    let o = engram(&["--data", &d, "query", "--tenant", "t", "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
+    assert_eq!(v["errors"][0]["code"], "invalid_input", "{v}");
     // and a store that is not there
     let none = tmp.path().join("no-store");
     let o = engram(&[
