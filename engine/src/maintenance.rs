@@ -110,6 +110,9 @@ impl Session {
 /// What compaction did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct CompactReport {
+    /// An unacknowledged torn tail the store's open cut first (in words).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tail_cut: Option<String>,
     /// Records whose content was purged (now tombstones).
     pub purged: usize,
     /// Records deleted now because their retention period passed.
@@ -408,7 +411,8 @@ impl Engram {
         let copy = what == Compacting::BackupCopy;
         // 1. Record retention expiries as deletions; find what to purge.
         let purge: HashMap<[u8; 16], StoredTombstone> = {
-            let db = Engram::open_dir(dir, opts.clone(), copy)?.0;
+            let (db, opened) = Engram::open_dir(dir, opts.clone(), copy)?;
+            report.tail_cut = opened.log.truncation.map(|t| t.to_string());
             if what == Compacting::Store {
                 db.delete_expired(&mut report)?;
             }
@@ -730,8 +734,10 @@ impl Engram {
     /// before and after. Returns the differences (empty: identical).
     pub fn rebuild(dir: impl AsRef<Path>, opts: &Options, verify: bool) -> Result<RebuildReport> {
         let dir = dir.as_ref();
+        let mut tail_cut = None;
         let before = if verify {
-            let db = Engram::open(dir, opts.clone())?;
+            let (db, opened) = Engram::open_with_report(dir, opts.clone())?;
+            tail_cut = opened.log.truncation.map(|t| t.to_string());
             db.wait_indexed()?;
             let m = db.derived_manifest()?;
             db.close()?;
@@ -745,7 +751,8 @@ impl Engram {
             remove_derived(opts.backend.as_ref(), dir)?;
         }
         let started = std::time::Instant::now();
-        let db = Engram::open(dir, opts.clone())?;
+        let (db, opened) = Engram::open_with_report(dir, opts.clone())?;
+        tail_cut = tail_cut.or(opened.log.truncation.map(|t| t.to_string()));
         db.wait_indexed()?;
         let after = db.derived_manifest()?;
         let records = db.state().len() as u64;
@@ -767,6 +774,7 @@ impl Engram {
             seconds: started.elapsed().as_secs_f64(),
             verified: verify,
             differences,
+            tail_cut,
         })
     }
 }
@@ -798,4 +806,7 @@ pub struct RebuildReport {
     pub verified: bool,
     /// Differences (`-` before only, `+` after only).
     pub differences: Vec<String>,
+    /// An unacknowledged torn tail the first open cut (in words).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tail_cut: Option<String>,
 }

@@ -613,14 +613,7 @@ fn open_store_as(ctx: &Ctx, why: OpenFor) -> Result<Engram, CliError> {
         remember_embedder(dir, ctx.embedder.as_deref())?;
     }
     if let Some(t) = &report.log.truncation {
-        crate::eoutln!(
-            "recovery: cut {} bytes at segment {} offset {} ({}); {} frame(s) nothing proved acknowledged dropped",
-            t.bytes_dropped,
-            t.segment,
-            t.offset,
-            t.reason,
-            t.dropped_lsns.len()
-        );
+        crate::eoutln!("recovery: {t}");
     }
     if let Some(r) = &report.ledger_reapplied {
         crate::eoutln!(

@@ -507,6 +507,9 @@ pub fn compact(ctx: &Ctx, json_out: bool) -> CliResult {
     let r = Engram::compact(data, &opts);
     spinner.finish();
     let r = r?;
+    if let Some(t) = &r.tail_cut {
+        crate::eoutln!("recovery: {t}");
+    }
     crate::cli::remember_embedder(data, ctx.embedder.as_deref())?;
     if json_out {
         json(&r)?;
@@ -645,6 +648,9 @@ pub fn rebuild(ctx: &Ctx, verify: bool, json_out: bool) -> CliResult {
     let r = Engram::rebuild(&ctx.data, &opts, verify);
     spinner.finish();
     let r = r?;
+    if let Some(t) = &r.tail_cut {
+        crate::eoutln!("recovery: {t}");
+    }
     crate::cli::remember_embedder(&ctx.data, ctx.embedder.as_deref())?;
     if json_out {
         json(&r)?;

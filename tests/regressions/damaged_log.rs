@@ -771,3 +771,25 @@ fn a_sole_segment_cut_into_its_header_is_refused_when_the_ledger_proves_writes()
         assert!(plan.contains("--truncate-after 0"), "{len}: {plan}");
     }
 }
+
+/// `rebuild` and `compact` say when their open cut an unacknowledged torn
+/// tail, as every other command does (they cut it without a word).
+#[test]
+fn rebuild_and_compact_say_when_they_cut_a_torn_tail() {
+    let _serial = crate::cli::serial();
+    for cmd in [&["rebuild"][..], &["rebuild", "--verify"], &["compact"]] {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = tmp.path().join("store");
+        let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 5);
+        ok(&store, &["ingest", file.to_str().unwrap()]);
+        let seg = cli::segments(&store).pop().unwrap();
+        let mut f = std::fs::OpenOptions::new().append(true).open(&seg).unwrap();
+        std::io::Write::write_all(&mut f, b"GARBAGE!!").unwrap();
+        drop(f);
+        let o = ok(&store, cmd);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("recovery: cut"), "{cmd:?}: {err}");
+        assert!(!err.contains("InvalidTail {"), "{cmd:?}: {err}");
+        ok(&store, &["verify"]);
+    }
+}

@@ -1226,7 +1226,8 @@ fn a_byte_order_mark_opening_a_body_is_skipped() {
     let (_tmp, dir) = new_store();
     let k = keys(&dir);
     let s = Server::start(&dir, None);
-    let body = "\u{feff}[{\"kind\": \"note\", \"external_id\": \"bom\", \"text\": \"with a mark\"}]";
+    let body =
+        "\u{feff}[{\"kind\": \"note\", \"external_id\": \"bom\", \"text\": \"with a mark\"}]";
     s.json("POST", "/v1/records", Some(&k.ann), Some(body), 200);
     s.json("GET", "/v1/records/bom", Some(&k.ann), None, 200);
     let recall = "\u{feff}{\"text\": \"mark\"}";

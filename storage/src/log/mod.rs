@@ -200,6 +200,20 @@ pub struct Truncation {
     pub reason: TruncationReason,
 }
 
+impl std::fmt::Display for Truncation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cut {} bytes at segment {} offset {} ({}); {} frame(s) nothing proved acknowledged dropped",
+            self.bytes_dropped,
+            self.segment,
+            self.offset,
+            self.reason,
+            self.dropped_lsns.len()
+        )
+    }
+}
+
 /// What opening the log found and did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
