@@ -302,3 +302,36 @@ fn a_closed_handle_that_lives_on_does_not_write_behind_the_next_one() {
     assert!(db.verify().unwrap().ok());
     db.close().unwrap();
 }
+
+/// After a correction gives a chain another external id, the old key names
+/// a superseded version: a new record under it is told to correct the
+/// chain's current version (the advice to correct the old key only met
+/// "already superseded").
+#[test]
+fn an_old_key_of_a_renamed_chain_points_at_its_current_version() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let dir = tempfile::tempdir().unwrap();
+    let db = Engram::open(dir.path(), opts(&clock)).unwrap();
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![
+        NewRecord::event("note", "first").with_external_id("cb1"),
+    ])
+    .unwrap();
+    let head = s
+        .append(vec![
+            NewRecord::event("note", "renamed")
+                .with_external_id("cb-new")
+                .superseding(RecordRef::External("cb1".into())),
+        ])
+        .unwrap()[0]
+        .id;
+    let e = s
+        .append(vec![
+            NewRecord::event("note", "other").with_external_id("cb1"),
+        ])
+        .unwrap_err();
+    match e {
+        EngineError::AlreadySuperseded { by, .. } => assert_eq!(by, Some(head)),
+        other => panic!("{other}"),
+    }
+}

@@ -119,6 +119,21 @@ pub(super) fn existing_version(
         }
     }
     if supersedes != Some(m.id) && !continues_batch {
+        // The key names a version its chain has moved past (a correction
+        // gave the chain another external id): what to correct is the
+        // chain's current version, named when readable (advising a
+        // correction of this one would only meet "already superseded").
+        if visible && m.status == Status::Superseded {
+            let head = *st.chain(ix).last().expect("a chain holds its versions");
+            return Err(EngineError::AlreadySuperseded {
+                item: Some(i),
+                target: m.id,
+                by: session
+                    .target(st, head, held)
+                    .readable
+                    .then(|| st.meta(head).id),
+            });
+        }
         return Err(EngineError::ExternalIdConflict {
             item: Some(i),
             external_id: e.clone(),
