@@ -727,6 +727,13 @@ fn a_weight_of_zero_turns_a_retriever_off() {
         Err(EngineError::InvalidInput { field, .. }) => assert_eq!(field, "weights"),
         other => panic!("{other:?}"),
     }
+    // with both content retrievers off, recency alone would list the
+    // newest records whatever the query: refused too
+    req.weights.recency = 0.5;
+    match s.recall(&req) {
+        Err(EngineError::InvalidInput { field, .. }) => assert_eq!(field, "weights"),
+        other => panic!("{other:?}"),
+    }
     // a mode of one retriever with that retriever off is refused too
     req.mode = Mode::Lexical;
     match s.recall(&req) {

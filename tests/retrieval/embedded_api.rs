@@ -335,3 +335,36 @@ fn an_old_key_of_a_renamed_chain_points_at_its_current_version() {
         other => panic!("{other}"),
     }
 }
+
+/// A correction of a version corrected twice since is told to correct the
+/// chain's newest version, not the next one (which was corrected too: a
+/// client walked the chain one refusal at a time).
+#[test]
+fn a_stale_correction_names_the_newest_version() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let dir = tempfile::tempdir().unwrap();
+    let db = Engram::open(dir.path(), opts(&clock)).unwrap();
+    let s = db.session(Principal::admin("t"));
+    let first = s
+        .append(vec![NewRecord::event("note", "v1").with_external_id("k")])
+        .unwrap()[0]
+        .id;
+    let mut newest = first;
+    for v in ["v2", "v3"] {
+        newest = s
+            .append(vec![
+                NewRecord::event("note", v).superseding(RecordRef::Id(newest)),
+            ])
+            .unwrap()[0]
+            .id;
+    }
+    let e = s
+        .append(vec![
+            NewRecord::event("note", "late").superseding(RecordRef::Id(first)),
+        ])
+        .unwrap_err();
+    match e {
+        EngineError::AlreadySuperseded { by, .. } => assert_eq!(by, Some(newest)),
+        other => panic!("{other}"),
+    }
+}

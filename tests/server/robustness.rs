@@ -676,9 +676,11 @@ fn a_bulk_batch_is_cut_at_the_body_size_of_one_append() {
 
 /// A client that goes away before its answer still leaves its request's
 /// log line (status 499), as the request log promises one line per
-/// request: a backup whose client disconnected left none.
+/// request: a backup whose client disconnected left none. An eval whose
+/// client went away runs no further case: its query slot is free again
+/// (it ran to its end).
 #[test]
-fn a_request_whose_client_went_away_is_logged() {
+fn a_request_whose_client_went_away_is_logged_and_its_eval_stops() {
     let (tmp, dir) = new_store();
     let lines = tmp.path().join("notes.jsonl");
     let text: String = (0..3000)
@@ -689,7 +691,10 @@ fn a_request_whose_client_went_away_is_logged() {
     std::fs::write(&lines, text).unwrap();
     engram(&dir, &["ingest", lines.to_str().unwrap()]);
     let ann = tenant_key(&dir, "t", "ann", "user");
-    let s = Server::start(&dir, None);
+    let s = Server::start(
+        &dir,
+        Some("[limits]\nqueries_in_flight_max = 1\nquery_queue_wait_ms = 1000\n"),
+    );
     let cases: String = (0..1000)
         .map(|i| format!("{{\"query\": \"note lorem {i}\", \"relevant_ids\": [\"x\"]}}\n"))
         .collect();
@@ -720,4 +725,11 @@ fn a_request_whose_client_went_away_is_logged() {
         assert!(Instant::now() < deadline, "no line for the eval:\n{log}");
         std::thread::sleep(Duration::from_millis(100));
     }
+    s.json(
+        "POST",
+        "/v1/recall",
+        Some(&ann),
+        Some(r#"{"text": "lorem"}"#),
+        200,
+    );
 }

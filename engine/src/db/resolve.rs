@@ -213,10 +213,20 @@ impl Resolver<'_> {
         same_type(i, r, m.rtype)?;
         // A version already corrected: refused unless the item turns out
         // to be that correction sent again (stage 3, by content).
-        let superseded = m.superseded_by.map(|by| EngineError::AlreadySuperseded {
-            item: Some(i),
-            target: sid,
-            by: self.visible(by).then(|| self.st.meta(by).id),
+        // (naming the chain's newest version: its next one may have been
+        // corrected too, and a client would walk the chain one refusal at
+        // a time)
+        let superseded = m.superseded_by.map(|_| {
+            let head = *self
+                .st
+                .chain(ix)
+                .last()
+                .expect("a chain holds its versions");
+            EngineError::AlreadySuperseded {
+                item: Some(i),
+                target: sid,
+                by: self.visible(head).then(|| self.st.meta(head).id),
+            }
         });
         if m.status == Status::Deleted {
             // as any other operation on a deleted record it could read

@@ -303,20 +303,21 @@ fn validate(req: &RecallRequest) -> Result<()> {
         return Err(EngineError::invalid(
             field,
             format!(
-                "0 turns the {name} retriever off, and mode {name} runs no other: leave the weight \
-                 out, or use mode hybrid"
+                "0 turns the {name} retriever off, and a {name} recall (mode {name}, or a request \
+                 giving only a {}) runs no other: leave the weight out",
+                if name == "vector" { "vector" } else { "text" }
             ),
         ));
     }
-    if req.mode == Mode::Hybrid
-        && [w.vector, w.lexical, w.recency, w.graph, w.episodic]
-            .iter()
-            .all(|&x| x == 0.0)
-    {
+    // Recency, graph and episodic re-rank and widen what the content
+    // retrievers find: with both of those off, nothing is found by content
+    // (recency alone would list the newest records, whatever the query).
+    if req.mode == Mode::Hybrid && w.vector == 0.0 && w.lexical == 0.0 {
         return Err(EngineError::invalid(
             "weights",
-            "every retriever's weight is 0 (0 turns a retriever off): leave one out to keep its \
-             default, or give it a weight above 0",
+            "weights.vector and weights.lexical are both 0 (0 turns a retriever off): a recall \
+             needs a content retriever; leave one out to keep its default, or give it a weight \
+             above 0",
         ));
     }
     if let (Some(a), Some(b)) = (req.filters.occurred_after, req.filters.occurred_before) {

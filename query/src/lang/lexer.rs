@@ -207,6 +207,17 @@ pub fn lex(src: &str) -> Result<Vec<Token>, LangError> {
                     )
                     .with_hint("a parameter is `$` and a name, e.g. `$qvec`"));
                 }
+                // (a name is quoted by every message about it)
+                if name.len() > crate::lang::limits::IDENT_BYTES_MAX {
+                    return Err(LangError::new(
+                        ErrorKind::LimitExceeded {
+                            what: "bytes in a parameter name".into(),
+                            limit: crate::lang::limits::IDENT_BYTES_MAX as u64,
+                            got: name.len() as u64,
+                        },
+                        Span::new(start, j),
+                    ));
+                }
                 toks.push(Token {
                     kind: TokenKind::Param(name.to_string()),
                     span: Span::new(start, j),

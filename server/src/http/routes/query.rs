@@ -7,6 +7,10 @@
 //! name a tenant or principal. This module must never filter or rank
 //! anything itself: eligibility and ranking are the engine's.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use axum::Json;
 use axum::extract::State;
 use engram_engine::authz::Operation;
@@ -14,7 +18,6 @@ use engram_engine::context::{CONTEXT_BUDGET_BYTES_DEFAULT, Context, ContextReque
 use engram_engine::retrieval::{Hit, Manifest};
 use engram_query::eval::{CaseResult, Summary, parse_session_cases, score_resolved, summarize};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::http::app::Shared;
@@ -287,6 +290,9 @@ pub async fn eval(
     // end: a few such requests kept every tenant's reads out).
     let timeout_ms = l.request_timeout_ms;
     let deadline = std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms);
+    // ... nor once its client has gone (this future dropped mid-await)
+    let abandoned = Arc::new(AtomicBool::new(false));
+    let _stop = StopOnDrop(abandoned.clone());
     let resp = app
         .read(move || {
             // Every case checked as it would run before any runs (as
@@ -324,7 +330,7 @@ pub async fn eval(
             let mut results = Vec::new();
             let mut errors = Vec::new();
             for (c, req) in cases.iter().zip(&requests) {
-                if std::time::Instant::now() >= deadline {
+                if abandoned.load(Ordering::Relaxed) || std::time::Instant::now() >= deadline {
                     return Ok(Err(ServerError::Timeout {
                         after_ms: timeout_ms,
                     }));
@@ -466,4 +472,14 @@ pub async fn query(
         statement: out.statement,
         truncated: out.truncated,
     }))
+}
+
+/// Sets its flag when dropped: with the handler's future, so a blocking
+/// loop learns that nobody waits for its answer any more.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
