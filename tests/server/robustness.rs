@@ -614,28 +614,14 @@ fn a_full_writer_queue_answers_429_with_retry_after() {
 /// kept every tenant's reads out for minutes.)
 #[test]
 fn an_eval_past_its_deadline_frees_its_query_slot() {
-    let (tmp, dir) = new_store();
-    let lines = tmp.path().join("notes.jsonl");
-    let text: String = (0..3000)
-        .map(|i| {
-            format!(
-                "{{\"tenant\": \"t\", \"kind\": \"note\", \"text\": \"note {i} lorem ipsum dolor {}\"}}\n",
-                i % 97
-            )
-        })
-        .collect();
-    std::fs::write(&lines, text).unwrap();
-    engram(&dir, &["ingest", lines.to_str().unwrap()]);
-    let ann = tenant_key(&dir, "t", "ann", "user");
+    let (_tmp, dir, ann) = notes_store();
     let s = Server::start(
         &dir,
         Some(
             "[limits]\nrequest_timeout_ms = 1000\nqueries_in_flight_max = 1\nquery_queue_wait_ms = 3000\n",
         ),
     );
-    let cases: String = (0..1000)
-        .map(|i| format!("{{\"query\": \"note lorem {i}\", \"relevant_ids\": [\"x\"]}}\n"))
-        .collect();
+    let cases = slow_eval_cases();
     let r = s.call("POST", "/v1/eval?k=1000", Some(&ann), Some(&cases));
     assert_eq!(r.status, 503, "{}", r.text());
     // the eval stops at its next case; the recall gets the slot
@@ -681,23 +667,12 @@ fn a_bulk_batch_is_cut_at_the_body_size_of_one_append() {
 /// (it ran to its end).
 #[test]
 fn a_request_whose_client_went_away_is_logged_and_its_eval_stops() {
-    let (tmp, dir) = new_store();
-    let lines = tmp.path().join("notes.jsonl");
-    let text: String = (0..3000)
-        .map(|i| {
-            format!("{{\"tenant\": \"t\", \"kind\": \"note\", \"text\": \"note {i} lorem\"}}\n")
-        })
-        .collect();
-    std::fs::write(&lines, text).unwrap();
-    engram(&dir, &["ingest", lines.to_str().unwrap()]);
-    let ann = tenant_key(&dir, "t", "ann", "user");
+    let (_tmp, dir, ann) = notes_store();
     let s = Server::start(
         &dir,
         Some("[limits]\nqueries_in_flight_max = 1\nquery_queue_wait_ms = 1000\n"),
     );
-    let cases: String = (0..1000)
-        .map(|i| format!("{{\"query\": \"note lorem {i}\", \"relevant_ids\": [\"x\"]}}\n"))
-        .collect();
+    let cases = slow_eval_cases();
     let mut c = TcpStream::connect(&s.addr).unwrap();
     c.write_all(
         head(
@@ -732,4 +707,26 @@ fn a_request_whose_client_went_away_is_logged_and_its_eval_stops() {
         Some(r#"{"text": "lorem"}"#),
         200,
     );
+}
+
+/// A store of 3,000 notes in tenant `t`, and a key of user `ann` there.
+fn notes_store() -> (tempfile::TempDir, std::path::PathBuf, String) {
+    let (tmp, dir) = new_store();
+    let lines = tmp.path().join("notes.jsonl");
+    let text: String = (0..3000)
+        .map(|i| {
+            format!("{{\"tenant\": \"t\", \"kind\": \"note\", \"text\": \"note {i} lorem\"}}\n")
+        })
+        .collect();
+    std::fs::write(&lines, text).unwrap();
+    engram(&dir, &["ingest", lines.to_str().unwrap()]);
+    let ann = tenant_key(&dir, "t", "ann", "user");
+    (tmp, dir, ann)
+}
+
+/// 1,000 eval cases: run at k=1000 on [`notes_store`], seconds of work.
+fn slow_eval_cases() -> String {
+    (0..1000)
+        .map(|i| format!("{{\"query\": \"note lorem {i}\", \"relevant_ids\": [\"x\"]}}\n"))
+        .collect()
 }
