@@ -470,8 +470,8 @@ fn rebuild_spaces(
 }
 
 /// The number of acknowledged operations `ledger.jsonl` records for a
-/// store whose log holds no segment file (or only segments cut shorter
-/// than their header): its `log/` was removed, emptied or cut. `None` when the log has a segment, when a restore is pending
+/// store whose log holds no segment file (or only segments recovery takes
+/// for a start cut short): its `log/` was removed, emptied or cut. `None` when the log has a segment, when a restore is pending
 /// (a repair that cut the whole log, or a restore, re-applies the ledger
 /// from `restore.pending` as the next open goes on), or when the ledger is
 /// empty (a store whose creation was cut short before its first segment).
@@ -482,19 +482,31 @@ pub(crate) fn lost_log_ops(
     dir: &Path,
 ) -> Result<Option<u64>> {
     let log = crate::layout::log(dir);
-    // A segment counts when its header is whole: a shorter one is removed
-    // by recovery as a start cut short, so a log whose only segments are
-    // such is as gone as one with none. (A whole header with no frame is
-    // a log a repair cut to nothing: the ledger may still name operations
-    // on records it no longer holds.)
+    // A segment counts unless recovery would remove it as a start cut
+    // short (a header's length or less, and no whole header: the same
+    // test), so a log whose only segments are such is as gone as one with
+    // none. (A whole header with no frame is a log a repair cut to
+    // nothing: the ledger may still name operations on records it no
+    // longer holds.)
     let holds_frames = |name: &str| {
         let path = log.join(name);
-        backend
-            .open(&path, engram_storage::OpenMode::Read)
-            .and_then(|f| f.len())
-            .map_or(true, |len| {
-                len >= engram_storage::log::segment::SEGMENT_HEADER_BYTES as u64
-            })
+        let Ok(f) = backend.open(&path, engram_storage::OpenMode::Read) else {
+            return true;
+        };
+        let header = engram_storage::log::segment::SEGMENT_HEADER_BYTES;
+        match f.len() {
+            Ok(len) if len <= header as u64 => {
+                let mut buf = vec![0u8; header];
+                buf.truncate(usize::try_from(len).unwrap_or(header));
+                use engram_storage::log::segment::{HeaderProblem, decode_header};
+                f.read_exact_at(&mut buf, 0).is_err()
+                    || !matches!(
+                        decode_header(&buf),
+                        Err(HeaderProblem::Incomplete | HeaderProblem::Damaged(_))
+                    )
+            }
+            _ => true,
+        }
     };
     let has_segment = backend.exists(&log)
         && backend.list_dir(&log).map_err(io(&log))?.iter().any(|e| {
