@@ -269,6 +269,11 @@ pub struct Ctx {
     pub embedder: Option<String>,
     /// `--quiet`: no progress on stderr.
     pub quiet: bool,
+    /// Set when a command opened an existing store to write with an
+    /// `--embedder` choice: the choice is remembered once the command has
+    /// succeeded, or has stored something ([`Ctx::remember_pending_embedder`]).
+    /// Why: a write that fails changes nothing, its store's settings included.
+    pub(crate) embedder_pending: std::cell::Cell<bool>,
 }
 
 impl Ctx {
@@ -278,7 +283,20 @@ impl Ctx {
             data: data.into(),
             embedder: None,
             quiet: false,
+            embedder_pending: Default::default(),
         }
+    }
+
+    /// Remembers this command's `--embedder` choice in the store if an open
+    /// to write left it pending (once; later calls do nothing). Called when
+    /// the command has succeeded, and by commands that write in several
+    /// steps as soon as one is stored, since their records then carry that
+    /// embedder's vectors whatever happens next.
+    pub fn remember_pending_embedder(&self) -> Result<(), CliError> {
+        if self.embedder_pending.replace(false) {
+            remember_embedder(&self.data, self.embedder.as_deref())?;
+        }
+        Ok(())
     }
 
     /// Options to open this store with (see [`store_options`]).
@@ -383,9 +401,24 @@ fn dispatch(cli: Cli) -> CliResult {
         data: cli.data,
         embedder: cli.embedder,
         quiet: cli.quiet,
+        embedder_pending: Default::default(),
     };
     let ctx = &ctx;
-    match cli.command {
+    let r = run_command(ctx, cli.command);
+    // A command that failed leaves the store's embedder choice as it was
+    // (unless it stored records first: those remembered it already).
+    if matches!(r, Ok(code) if code == ExitCode::SUCCESS)
+        && let Err(e) = ctx.remember_pending_embedder()
+    {
+        crate::eoutln!(
+            "warning: the command succeeded, but its --embedder choice was not remembered: {e}"
+        );
+    }
+    r
+}
+
+fn run_command(ctx: &Ctx, command: Command) -> CliResult {
+    match command {
         Command::Demo(a) => crate::demo::run(ctx, a.dir),
         Command::Init(a) => cmd_init(ctx, a),
         Command::Repair(a) => cmd_repair(ctx, a),
@@ -499,8 +532,9 @@ pub fn store_options(dir: &Path, embedder: Option<&str>) -> Result<Options, CliE
 
 /// Saves the `--embedder` choice into the store in `dir` when it differs
 /// from what the store remembers (or the settings file is damaged), saying
-/// so on stderr. Called once a command has opened the store to write, so
-/// it only ever changes a store that command was allowed to change.
+/// so on stderr. Called once a command that opened the store to write has
+/// succeeded (or stored records), so it only ever changes a store that
+/// command was allowed to change, and a failed write changes nothing.
 pub fn remember_embedder(dir: &Path, embedder: Option<&str>) -> Result<(), CliError> {
     let Some(name) = embedder else {
         return Ok(());
@@ -609,8 +643,8 @@ fn open_store_as(ctx: &Ctx, why: OpenFor) -> Result<Engram, CliError> {
     })?;
     if new_store {
         save_embedder_choice(ctx)?;
-    } else if why != OpenFor::Read && !db.options().read_only {
-        remember_embedder(dir, ctx.embedder.as_deref())?;
+    } else if why != OpenFor::Read && !db.options().read_only && ctx.embedder.is_some() {
+        ctx.embedder_pending.set(true);
     }
     if let Some(t) = &report.log.truncation {
         crate::eoutln!("recovery: {t}");

@@ -75,6 +75,7 @@ pub fn run(ctx: &Ctx, dir: Option<PathBuf>) -> CliResult {
         data: dir.clone(),
         embedder: Some("hash".to_string()),
         quiet: ctx.quiet,
+        embedder_pending: Default::default(),
     };
     tour(&demo)?;
     let recall = "recall --tenant acme-ops --text \"checkout latency\" --explain";

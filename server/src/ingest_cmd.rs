@@ -297,7 +297,13 @@ pub fn ingest(ctx: &Ctx, a: IngestArgs) -> CliResult {
     let db = ctx.open_store_with(true)?;
     let started = Instant::now();
     let bar = ctx.counter("ingest", lines.len() as u64, "records");
+    let at_open = db.applied_lsn();
     let result = ingest_lines(&db, lines, a.tenant.as_deref(), a.batch_size, &bar);
+    if db.applied_lsn() > at_open {
+        // stored records carry this embedder's vectors, even if a later
+        // batch failed
+        ctx.remember_pending_embedder()?;
+    }
     let store_seconds = started.elapsed().as_secs_f64();
     bar.finish();
     let closing = if result.is_ok() && db.pending_vectors() > 0 {

@@ -739,6 +739,78 @@ fn a_changed_embedder_choice_is_said_once() {
     assert!(!not_a_store.join("settings.snap").exists());
 }
 
+/// A write command that fails changes nothing, the embedder it was given
+/// included; an ingest that stored batches before failing remembers it
+/// (those records carry its vectors).
+#[test]
+fn a_failed_write_leaves_the_embedder_choice_alone() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path());
+    let settings = store.join("settings.snap");
+    let before = std::fs::read(&settings).ok();
+    let fix = tmp.path().join("fix.json");
+    std::fs::write(&fix, "{\"kind\":\"k\",\"text\":\"fixed\"}").unwrap();
+    for failing in [
+        &["--embedder", "hash", "delete", "nosuch", "--tenant", "t"][..],
+        &[
+            "--embedder",
+            "hash",
+            "correct",
+            "nosuch",
+            "--tenant",
+            "t",
+            fix.to_str().unwrap(),
+        ],
+        &[
+            "--embedder",
+            "hash",
+            "grant",
+            "--tenant",
+            "t",
+            "--label",
+            "",
+            "--principal",
+            "p",
+        ],
+    ] {
+        let out = cli::at(&store, failing);
+        assert!(!out.status.success(), "{failing:?}: {}", cli::text(&out));
+        assert!(!cli::text(&out).contains("remembers"), "{failing:?}");
+        assert_eq!(
+            std::fs::read(&settings).ok(),
+            before,
+            "{failing:?} failed, yet changed the settings"
+        );
+    }
+    // batch 1 is stored, batch 2 conflicts with it: the records stored
+    // carry the embedder's vectors, so the choice is remembered
+    let f = tmp.path().join("conflict.jsonl");
+    std::fs::write(
+        &f,
+        "{\"external_id\":\"c\",\"tenant\":\"t\",\"kind\":\"k\",\"text\":\"one\"}\n{\"external_id\":\"c\",\"tenant\":\"t\",\"kind\":\"k\",\"text\":\"two\"}\n",
+    )
+    .unwrap();
+    let out = cli::at(
+        &store,
+        &[
+            "--embedder",
+            "hash",
+            "ingest",
+            f.to_str().unwrap(),
+            "--batch-size",
+            "1",
+        ],
+    );
+    assert!(!out.status.success(), "{}", cli::text(&out));
+    assert!(
+        cli::text(&out).contains("now remembers the embedder 'hash'"),
+        "{}",
+        cli::text(&out)
+    );
+    assert_ne!(std::fs::read(&settings).ok(), before);
+}
+
 /// `eval` counts a relevant record once however it is named (twice, or by
 /// its external and internal id), and lists a relevant id that names no
 /// readable record with its case.
