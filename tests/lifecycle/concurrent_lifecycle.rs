@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use engram::retrieval::RecallRequest;
 use engram::{
-    AssertionKind, Body, EngineError, Engram, ManualClock, NewRecord, Options, Principal, RecordId,
-    RecordRef,
+    AppendResult, AssertionKind, Body, EngineError, Engram, ManualClock, NewRecord, Options,
+    Principal, RecordId, RecordRef, Status,
 };
 use parking_lot::Mutex;
 
@@ -41,6 +41,11 @@ fn racing_writers_and_readers_leave_a_store_that_verifies_and_rebuilds_identical
     let ids: Arc<Mutex<Vec<RecordId>>> = Arc::default();
     let created: Arc<Mutex<BTreeSet<RecordId>>> = Arc::default();
     let deleted: Arc<Mutex<BTreeSet<RecordId>>> = Arc::default();
+    // each append's answer (id, LSN, status) and each deletion's (LSN, affected)
+    type Answer = (RecordId, u64, Status);
+    type Deletion = (u64, Vec<RecordId>);
+    let answers: Mutex<Vec<Answer>> = Mutex::default();
+    let deletions: Mutex<Vec<Deletion>> = Mutex::default();
     let seed = db
         .session(Principal::admin("t"))
         .append(
@@ -56,8 +61,15 @@ fn racing_writers_and_readers_leave_a_store_that_verifies_and_rebuilds_identical
     std::thread::scope(|sc| {
         for w in 0..6u64 {
             let (db, ids, created, deleted, clock) = (&db, &ids, &created, &deleted, &clock);
+            let (answers, deletions) = (&answers, &deletions);
             sc.spawn(move || {
                 let s = db.session(Principal::admin("t"));
+                let answered = |r: Vec<AppendResult>| -> Vec<RecordId> {
+                    answers
+                        .lock()
+                        .extend(r.iter().map(|x| (x.id, x.lsn, x.status)));
+                    r.into_iter().map(|x| x.id).collect()
+                };
                 let mut rng = Rng(0x9E37_79B9 ^ ((w + 1) * 0x1234_5678_9ABC));
                 for n in 0..60 {
                     clock.advance(1);
@@ -69,7 +81,7 @@ fn racing_writers_and_readers_leave_a_store_that_verifies_and_rebuilds_identical
                                 "note",
                                 format!("writer {w} note {n} about billing"),
                             )])
-                            .map(|r| r.into_iter().map(|x| x.id).collect()),
+                            .map(answered),
                         4 | 5 => s
                             .append(vec![NewRecord {
                                 body: Body::Assertion {
@@ -83,16 +95,16 @@ fn racing_writers_and_readers_leave_a_store_that_verifies_and_rebuilds_identical
                                 sources: vec![RecordRef::Id(pick)],
                                 ..NewRecord::default()
                             }])
-                            .map(|r| r.into_iter().map(|x| x.id).collect()),
+                            .map(answered),
                         6 | 7 => {
                             // correct whatever `pick` is, as an event; a
                             // non-event target is a typed refusal
                             let mut fix = NewRecord::event("note", format!("correction {w}/{n}"));
                             fix.supersedes = Some(RecordRef::Id(pick));
-                            s.append(vec![fix])
-                                .map(|r| r.into_iter().map(|x| x.id).collect())
+                            s.append(vec![fix]).map(answered)
                         }
                         8 => s.delete(&RecordRef::Id(pick), Some("race")).map(|r| {
+                            deletions.lock().push((r.lsn, r.affected.clone()));
                             deleted.lock().extend(r.affected);
                             Vec::new()
                         }),
@@ -133,6 +145,17 @@ fn racing_writers_and_readers_leave_a_store_that_verifies_and_rebuilds_identical
                 gone.insert(*id);
             }
             Err(e) => panic!("{id}: {e}"),
+        }
+    }
+    // An answer never calls current a record a deletion logged before it
+    // had reached (a write that raced the deletion is deleted as it is
+    // applied, and its answer says so).
+    for &(id, lsn, status) in answers.lock().iter() {
+        for (del_lsn, affected) in deletions.lock().iter() {
+            assert!(
+                status == Status::Deleted || *del_lsn > lsn || !affected.contains(&id),
+                "{id} answered {status:?} at LSN {lsn}, deleted at LSN {del_lsn} before it"
+            );
         }
     }
     for r in &live {

@@ -257,6 +257,22 @@ fn a_write_that_raced_a_deletion_is_deleted_when_applied() {
         );
     }
     assert!(s.get(&RecordRef::Id(keep)).is_ok());
+    // the answers to such writes say so (the write path calls this once
+    // their batch is applied)
+    let mut answers: Vec<AppendResult> = [sid, fid, keep]
+        .into_iter()
+        .map(|id| AppendResult {
+            id,
+            external_id: None,
+            outcome: AppendOutcome::Created,
+            status: Status::Active,
+            lsn: 0,
+            notes: Vec::new(),
+        })
+        .collect();
+    super::write::said_deleted(&db.state(), &mut answers);
+    let said: Vec<Status> = answers.iter().map(|a| a.status).collect();
+    assert_eq!(said, [Status::Deleted, Status::Deleted, Status::Active]);
     assert!(db.verify().unwrap().ok());
     db.close().unwrap();
 }

@@ -591,7 +591,9 @@ impl Session {
         in_flight.release(&db.inner.writer);
         let locs = reply?;
         db.check_open()?;
-        Ok(results(&prepared, &records, &locs))
+        let mut out = results(&prepared, &records, &locs);
+        said_deleted(&db.state(), &mut out);
+        Ok(out)
     }
 }
 
@@ -951,6 +953,20 @@ fn stored_record(
         }),
         confidence: r.confidence,
         generator,
+    }
+}
+
+/// A record a deletion reached by the time its batch is acknowledged is
+/// said `deleted`: a write that raced a deletion (checked before it was
+/// applied, logged after it) is deleted as it is applied, and deleted is
+/// final, so the answer never calls it current.
+pub(super) fn said_deleted(state: &State, out: &mut [AppendResult]) {
+    for r in out.iter_mut() {
+        if let Some(i) = state.idx(r.id)
+            && state.meta(i).status == Status::Deleted
+        {
+            r.status = Status::Deleted;
+        }
     }
 }
 
