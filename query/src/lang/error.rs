@@ -521,12 +521,14 @@ impl LangError {
         if let serde_json::Value::Object(m) = &mut detail {
             m.remove("code");
         }
+        // line 0: no place in a text (a parameter's value, the JSON form)
+        let located = d.line > 0;
         serde_json::json!({
             "code": self.code(),
             "message": self.message(),
-            "line": d.line,
-            "column": d.column,
-            "span": d.span.to_string(),
+            "line": located.then_some(d.line),
+            "column": located.then_some(d.column),
+            "span": located.then(|| d.span.to_string()),
             "expected": d.expected,
             "hint": d.hint,
             "detail": detail,
@@ -602,6 +604,26 @@ mod tests {
             e.render(""),
             "error[deleted_not_allowed]: `deleted` cannot be selected: deleted records are never returned\n"
         );
+    }
+
+    /// An error with no place in a text (a parameter's value, the JSON
+    /// form) says so in JSON with null positions, never line 0.
+    #[test]
+    fn json_positions_are_null_where_an_error_has_no_place() {
+        let e = LangError::new(ErrorKind::DeletedNotAllowed, Span::default());
+        let j = e.to_json();
+        for k in ["line", "column", "span"] {
+            assert!(j[k].is_null(), "{k}: {j}");
+        }
+        let src = "FIND ANY LIMIT 1e3";
+        let e = LangError::new(ErrorKind::UnterminatedString, Span::new(15, 18)).located(src);
+        let j = e.to_json();
+        assert_eq!(
+            (j["line"].as_u64(), j["column"].as_u64()),
+            (Some(1), Some(16)),
+            "{j}"
+        );
+        assert_eq!(j["span"], "15..18");
     }
 
     #[test]

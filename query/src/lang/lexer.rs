@@ -367,12 +367,39 @@ fn lex_string(src: &str, start: usize) -> Result<(String, usize), LangError> {
     )
 }
 
+/// The error for a time that does not parse: `out_of_range` for a year of
+/// five digits or more (years 1 to 9999, as for year 0), `invalid_time`
+/// otherwise, with `hint`.
+pub(crate) fn time_error(text: &str, reason: &str, span: Span, hint: &str) -> LangError {
+    let year_digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    if year_digits > 4 && text.as_bytes().get(year_digits) == Some(&b'-') {
+        return LangError::new(
+            ErrorKind::OutOfRange {
+                what: "the time".into(),
+                got: format!("`{}`", truncated(text)),
+                range: "the years 1 to 9999".into(),
+            },
+            span,
+        );
+    }
+    LangError::new(
+        ErrorKind::InvalidTime {
+            text: truncated(text),
+            reason: reason.to_string(),
+        },
+        span,
+    )
+    .with_hint(hint)
+}
+
 /// A number, duration or timestamp starting with the digit at `start`.
 fn lex_number(src: &str, start: usize) -> Result<(Token, usize), LangError> {
     let b = src.as_bytes();
     let digit = |j: usize| b.get(j).is_some_and(u8::is_ascii_digit);
-    // A timestamp: four digits, '-', a digit.
-    if (start..start + 4).all(digit) && b.get(start + 4) == Some(&b'-') && digit(start + 5) {
+    // A timestamp: four digits (or more: a year past 9999, refused), '-',
+    // a digit.
+    let lead = (start..).take_while(|&j| digit(j)).count();
+    if lead >= 4 && b.get(start + lead) == Some(&b'-') && digit(start + lead + 1) {
         let mut j = start;
         while j < b.len()
             && matches!(
@@ -392,14 +419,12 @@ fn lex_number(src: &str, start: usize) -> Result<(Token, usize), LangError> {
                 },
                 j,
             )),
-            Err(e) => Err(LangError::new(
-                ErrorKind::InvalidTime {
-                    text: truncated(text),
-                    reason: e.reason.to_string(),
-                },
+            Err(e) => Err(time_error(
+                text,
+                e.reason,
                 span,
-            )
-            .with_hint("write a time as 2025-03-01 or 2025-03-01T09:30:00Z (RFC 3339)")),
+                "write a time as 2025-03-01 or 2025-03-01T09:30:00Z (RFC 3339)",
+            )),
         };
     }
     let mut j = start;

@@ -18,7 +18,7 @@ use engram_engine::time::parse_rfc3339_bound;
 
 use super::ast::*;
 use super::error::{ErrorKind, LangError};
-use super::lexer::{DEFAULT_NAMES, Token, TokenKind, is_keyword, lex, truncated};
+use super::lexer::{DEFAULT_NAMES, Token, TokenKind, is_keyword, lex, time_error, truncated};
 use super::limits::{NESTING_DEPTH_MAX, STATEMENT_BYTES_MAX};
 use super::span::Span;
 
@@ -780,14 +780,10 @@ impl<'s> Parser<'s> {
                     self.bump();
                     Ok(TimeExpr::At { ms, span: t.span })
                 }
-                Err(e) => Err(LangError::new(
-                    ErrorKind::InvalidTime {
-                        text: truncated(&s),
-                        reason: e.reason.to_string(),
-                    },
+                Err(e) => Err(time_error(
+                    &s,
+                    e.reason,
                     t.span,
-                )
-                .with_hint(
                     "write a time as 2025-03-01 or 2025-03-01T09:30:00Z (RFC 3339), or now - 7d",
                 )),
             },
