@@ -297,6 +297,24 @@ def test_time_and_reference_helpers() -> None:
     assert (
         _api.time_str(dt.datetime(2025, 3, 8, 10, 14, 21, 123456)) == "2025-03-08T10:14:21.123Z"
     )
+    # the lower end of a range (both ends included) is rounded up, so the
+    # millisecond range keeps exactly the times the datetime range keeps
+    fine = dt.datetime(2025, 3, 8, 10, 14, 21, 123456)
+    assert _api.time_str(fine, lower_bound=True) == "2025-03-08T10:14:21.124Z"
+    assert (
+        _api.time_str(dt.datetime(2025, 3, 8, 10, 14, 59, 999001), lower_bound=True)
+        == "2025-03-08T10:15:00Z"
+    )
+    exact = dt.datetime(2025, 3, 8, 10, 14, 21, 123000)
+    assert _api.time_str(exact, lower_bound=True) == "2025-03-08T10:14:21.123Z"
+    listing = _api.list_records(None, None, fine, fine, None, None, None)
+    assert listing.params["since"] == "2025-03-08T10:14:21.124Z"
+    assert listing.params["until"] == "2025-03-08T10:14:21.123Z"
+    body = json.loads(
+        _api.recall(None, {"text": "x", "occurred_after": fine, "occurred_before": fine}).body
+    )
+    assert body["occurred_after"] == "2025-03-08T10:14:21.124Z"
+    assert body["occurred_before"] == "2025-03-08T10:14:21.123Z"
     assert _api.time_str(dt.date(2025, 3, 8)) == "2025-03-08T00:00:00Z"
     tz = dt.timezone(dt.timedelta(hours=2))
     assert _api.time_str(dt.datetime(2025, 3, 8, 12, tzinfo=tz)) == "2025-03-08T12:00:00+02:00"
@@ -345,6 +363,15 @@ def test_an_answer_that_is_not_engrams_raises_an_engram_error() -> None:
     with pytest.raises(EngramError) as e:
         c.get("n1")
     assert e.value.code == "invalid_response"
+    # a bulk ingest too, whose answer is read line by line
+    for page in (b"<html>a web page</html>", b"[1, 2]"):
+        s = Script(httpx.Response(200, content=page))
+        c, _ = client(s, RetryPolicy(max_attempts=1))
+        stream = c.bulk([{"kind": "note", "text": "x"}])
+        with pytest.raises(EngramError) as e:
+            stream.run()
+        assert e.value.code == "invalid_response", page
+        assert stream.summary["complete"] is False
 
 
 def test_dot_references_stay_one_path_segment() -> None:

@@ -51,8 +51,9 @@ class RetryPolicy:
     one. At most ``max_attempts`` attempts in all; ``max_attempts=1``
     disables retries.
 
-    What is retried (see :class:`Retry`): 429 ``busy`` for every request,
-    since the server refuses it before doing anything; 503 (``timeout``,
+    What is retried (see :class:`Retry`): 429 ``busy`` for every request
+    but a bulk ingest and the ``/healthz`` and ``/readyz`` probes, since the
+    server refuses it before doing anything; 503 (``timeout``,
     ``unavailable``) and lost connections only for idempotent requests:
     reads, and appends whose records all carry an ``external_id`` (the
     server stores a re-sent record once and reports it as ``duplicate``)
@@ -173,16 +174,21 @@ def ref_path(ref: str) -> str:
     return quote(ref, safe=":")
 
 
-def time_str(t: TimeLike) -> str:
+def time_str(t: TimeLike, *, lower_bound: bool = False) -> str:
     """RFC 3339 text for a time. A naive ``datetime`` is taken as UTC; a
     ``date`` is midnight UTC; a string is sent as given. A ``datetime`` is
     sent to the millisecond, the precision Engram keeps (the server refuses
-    a bound with a finer fraction)."""
+    a bound with a finer fraction): cut, or for the lower end of a range
+    (``lower_bound``; both ends are included) rounded up, so that a range
+    keeps exactly the millisecond times the ``datetime`` range keeps."""
     if isinstance(t, str):
         return t
     if isinstance(t, _dt.datetime):
         if t.tzinfo is None:
             t = t.replace(tzinfo=_dt.timezone.utc)
+        sub_ms = t.microsecond % 1000
+        if lower_bound and sub_ms:
+            t = t + _dt.timedelta(microseconds=1000 - sub_ms)
         spec = "seconds" if t.microsecond == 0 else "milliseconds"
         return t.isoformat(timespec=spec).replace("+00:00", "Z")
     if isinstance(t, _dt.date):
@@ -271,7 +277,7 @@ def list_records(
         Retry.IDEMPOTENT,
         kind=kind,
         record=record,
-        since=None if since is None else time_str(since),
+        since=None if since is None else time_str(since, lower_bound=True),
         until=None if until is None else time_str(until),
         include_superseded=include_superseded,
         limit=limit,
@@ -372,7 +378,7 @@ def recall(request: Optional[Mapping[str, Any]], fields: Mapping[str, Any]) -> C
     body.update(_drop_none(fields))
     for k in ("as_of", "valid_at", "occurred_after", "occurred_before"):
         if k in body and not isinstance(body[k], str):
-            body[k] = time_str(body[k])
+            body[k] = time_str(body[k], lower_bound=k == "occurred_after")
     if "text" not in body and "vector" not in body:
         raise ValueError("recall needs text and/or a vector")
     return _json_call("POST", "/v1/recall", body, Retry.IDEMPOTENT)
@@ -549,7 +555,21 @@ class BulkTotals:
         raw = raw.strip()
         if not raw:
             return None
-        obj = json.loads(raw)
+        try:
+            obj = json.loads(raw)
+        except ValueError as e:  # UnicodeDecodeError and JSONDecodeError alike
+            obj = e
+        if not isinstance(obj, dict):
+            # another service on that address (a proxy's page, say): the
+            # same error every other call raises for such an answer
+            self.failed()
+            raise EngramError(
+                200,
+                "invalid_response",
+                f"a line of the answer to POST /v1/records/bulk is not an Engram answer "
+                f"({obj if isinstance(obj, ValueError) else 'not a JSON object'}); "
+                "is the client's URL an Engram server's?",
+            )
         if "summary" in obj:
             s = obj["summary"]
             for k in ("lines", "created", "duplicates", "rejected", "batches", "batches_rejected"):
