@@ -541,7 +541,7 @@ impl SegmentLog {
             // use: its batches must reach the length its header records.
             // Whatever ends them before it (a cut, zeros, a damaged frame,
             // a batch left unfinished) is no torn write.
-            if let Some(w) = header.whole_len.filter(|&w| scan.batch_end < w) {
+            if let Some(w) = header.whole_past(scan.batch_end) {
                 let (offset, what) = match &scan.stop {
                     Some((at, r)) => (*at, format!("{r} at offset {at}")),
                     None if scan.valid_end != scan.batch_end => (

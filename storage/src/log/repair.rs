@@ -208,7 +208,7 @@ fn walk(backend: &dyn Backend, dir: &Path) -> StorageResult<Walk> {
         }
         // (the header proves a rewrite wrote it whole past where its
         // batches end: whatever ends them there is damage)
-        if let Some(w) = header.whole_len.filter(|&w| scan.batch_end < w) {
+        if let Some(w) = header.whole_past(scan.batch_end) {
             let whole = format!(
                 "its header records that a compaction, restore or repair wrote it whole \
                  through byte {w}"

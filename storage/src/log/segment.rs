@@ -128,6 +128,16 @@ pub struct SegmentHeader {
     pub whole_len: Option<u64>,
 }
 
+impl SegmentHeader {
+    /// The length this segment was written whole through, when its
+    /// batches end before it (`batch_end`): whatever ends them there (a
+    /// cut, zeros, a damaged frame, an unfinished batch) is damage, never
+    /// a torn write. The one test recovery and repair share.
+    pub fn whole_past(&self, batch_end: u64) -> Option<u64> {
+        self.whole_len.filter(|&w| batch_end < w)
+    }
+}
+
 /// Why a segment header is unusable.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HeaderProblem {
@@ -488,6 +498,11 @@ mod tests {
         let r = decode_header(&encode_header_with_end(42, 1000, Some(1500), Some(4096))).unwrap();
         assert_eq!(r.end_lsn, Some(1500));
         assert_eq!(r.whole_len, Some(4096));
+        // batches ending before the length written whole are damage; at it
+        // (or in a segment of appends, which records none) they are not
+        assert_eq!(r.whole_past(4000), Some(4096));
+        assert_eq!(r.whole_past(4096), None);
+        assert_eq!(d.whole_past(0), None);
         let mut bad = h;
         bad[20] ^= 1;
         assert!(matches!(
