@@ -175,6 +175,10 @@ impl Session {
             let idx = if reuse.is_none() {
                 let idx = self.resolve_in(&st, target)?;
                 self.authorize(&st, Operation::Delete, Some((idx, target)))?;
+                // (a retention expiry reaches the version only)
+                if !crate::state::is_retention_reason(reason) {
+                    self.authorize_chain(&st, Operation::Delete, idx)?;
+                }
                 idx
             } else {
                 self.resolve_unfiltered(&st, target)?

@@ -462,6 +462,67 @@ fn a_hidden_newer_version_is_not_named_and_the_matrix_decides_first() {
 
 /// A store with tenant A's admin, alice (no labels) and bob (granted
 /// `secret`), as sessions.
+/// A deletion removes every version of a correction chain, so a principal
+/// may delete a version of its own only when it may delete each other
+/// version too: deleting bob's old version must not remove the admin's
+/// correction of it, readable to bob or hidden from him by a label. The
+/// refusal names no version; the admin may delete the chain.
+#[test]
+fn deleting_an_own_old_version_does_not_remove_versions_one_may_not_delete() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let admin = db.session(Principal::admin("A"));
+    let bob = db.session(Principal::user("A", "bob"));
+    for (key, labels) in [("open", vec![]), ("labelled", vec!["secret".to_string()])] {
+        let v1 = bob
+            .append(vec![
+                NewRecord::event("m", "bob's note").with_external_id(key),
+            ])
+            .unwrap()[0]
+            .id;
+        let mut fix = NewRecord::event("m", "the admin's correction");
+        fix.supersedes = Some(RecordRef::Id(v1));
+        fix.access = labels;
+        let v2 = admin.append(vec![fix]).unwrap()[0].id;
+        let e = bob.delete(&RecordRef::Id(v1), None).unwrap_err();
+        assert!(matches!(e, EngineError::Forbidden { .. }), "{key}: {e}");
+        let text = e.to_string();
+        assert!(
+            text.contains("tenant's admin may delete the chain"),
+            "{text}"
+        );
+        assert!(
+            !text.contains(&v2.to_string()),
+            "{key}: names the version: {text}"
+        );
+        assert_eq!(
+            admin.get(&RecordRef::Id(v2)).unwrap().status.name(),
+            "active",
+            "{key}: the admin's version survived"
+        );
+        let d = admin.delete(&RecordRef::Id(v1), None).unwrap();
+        assert!(d.affected.contains(&v2), "{key}: {:?}", d.affected);
+    }
+    // a chain all of bob's own is bob's to delete, from any version
+    let v1 = bob
+        .append(vec![
+            NewRecord::event("m", "bob again").with_external_id("own"),
+        ])
+        .unwrap()[0]
+        .id;
+    let mut fix = NewRecord::event("m", "bob's own fix");
+    fix.supersedes = Some(RecordRef::Id(v1));
+    let v2 = bob.append(vec![fix]).unwrap()[0].id;
+    let d = bob.delete(&RecordRef::Id(v1), None).unwrap();
+    assert!(
+        d.affected.contains(&v1) && d.affected.contains(&v2),
+        "{:?}",
+        d.affected
+    );
+    db.close().unwrap();
+}
+
 fn alice_and_bob(root: &Path) -> (Engram, engram::Session, engram::Session, engram::Session) {
     let db = Engram::open(root.join("s"), Options::default()).unwrap();
     let admin = db.session(Principal::admin("A"));

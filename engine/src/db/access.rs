@@ -216,6 +216,40 @@ impl Session {
         }
     }
 
+    /// Asks the matrix about `op` on every other live version of the
+    /// correction chain of `idx`, which `op` reaches with it (a deletion
+    /// removes the whole chain). A version the principal may not delete on
+    /// its own, because another principal wrote it or it carries a label
+    /// the principal lacks, makes the operation forbidden on `idx`, naming
+    /// no version: otherwise deleting an old version of one's own would
+    /// remove what one may not touch.
+    pub(crate) fn authorize_chain(
+        &self,
+        st: &State,
+        op: crate::authz::Operation,
+        idx: Idx,
+    ) -> Result<()> {
+        let held = self.held_labels(st);
+        let actor = self.actor(st);
+        let refused = st.chain(idx).into_iter().any(|v| {
+            v != idx
+                && st.meta(v).status != crate::model::Status::Deleted
+                && crate::authz::decide(actor, op, Some(self.target(st, v, &held)))
+                    != crate::authz::Decision::Allow
+        });
+        if refused {
+            return Err(self.refusal(
+                st,
+                idx,
+                op.name().to_string(),
+                "another version of its correction chain, which the deletion would remove \
+                 too, was written by another principal or carries a label this principal \
+                 does not hold; the tenant's admin may delete the chain",
+            ));
+        }
+        Ok(())
+    }
+
     /// The answer to `action` on record `idx` when the matrix forbids it.
     /// A tombstone keeps its record's writer (payload version 3), so the
     /// matrix answers as before compaction. One purged by an earlier build
