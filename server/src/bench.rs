@@ -60,7 +60,8 @@ pub struct IngestBenchArgs {
     pub batch_writers: Vec<usize>,
     /// Directory for the benchmark stores (default: a temporary directory,
     /// removed afterwards, or by the next bench when this one is
-    /// interrupted).
+    /// interrupted). Each configuration's store, `ingest-I-wW-bB`, is made
+    /// there and removed after it; one already there is refused.
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// Open the stores without the background indexer: the graphs are
@@ -489,10 +490,25 @@ fn ingest(ctx: &Ctx, a: IngestBenchArgs) -> CliResult {
         background_indexing: !a.no_indexer,
         ..Options::default()
     };
+    let config_dir = |i: usize, (w, b): (usize, usize)| root.join(format!("ingest-{i}-w{w}-b{b}"));
+    // Each configuration's store is made fresh and removed after it: a
+    // directory of that name already there (a store of the user's, say)
+    // is refused before anything runs, never measured or removed.
+    for (i, &c) in configs.iter().enumerate() {
+        let dir = config_dir(i, c);
+        if std::fs::symlink_metadata(&dir).is_ok() {
+            return Err(fail(format!(
+                "--dir {}: {} already exists; `engram bench ingest` makes each configuration's \
+                 store there and removes it afterwards: give a directory without it (one an interrupted run left can be removed)",
+                root.display(),
+                dir.display()
+            )));
+        }
+    }
     let mut results = Vec::new();
     let n_configs = configs.len();
     for (i, (w, b)) in configs.into_iter().enumerate() {
-        let dir = root.join(format!("ingest-{i}-w{w}-b{b}"));
+        let dir = config_dir(i, (w, b));
         let bar = ctx.counter("bench ingest", a.n as u64, "events");
         bar.set_message(format!(
             "configuration {}/{n_configs}: {w} writer(s), {b} event(s) per append",

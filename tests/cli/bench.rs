@@ -516,3 +516,56 @@ fn bench_ingest_writes_n_events_and_reports_its_appends() {
         (500.into(), 167.into())
     );
 }
+
+/// `bench ingest --dir D` makes each configuration's store in `D` and
+/// removes it afterwards: a directory of that name already there (a store
+/// of the user's) is refused before anything runs, and left as it was.
+#[test]
+fn bench_ingest_never_measures_or_removes_a_directory_it_did_not_make() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let theirs = dir.path().join("ingest-0-w1-b1");
+    let store = theirs.to_str().unwrap();
+    let made = engram(&["--data", store, "init"]);
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let before = std::fs::read_dir(&theirs).unwrap().count();
+    let o = engram(&[
+        "bench",
+        "ingest",
+        "--n",
+        "5",
+        "--writers",
+        "1",
+        "--batch-writers",
+        "0",
+        "--quiet",
+        "--dir",
+        d,
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("ingest-0-w1-b1 already exists"), "{err}");
+    assert!(theirs.join("ENGRAM").exists(), "the store was removed");
+    assert_eq!(std::fs::read_dir(&theirs).unwrap().count(), before);
+    // a directory without it is measured, and left as it was found
+    let empty = tempfile::tempdir().unwrap();
+    let o = engram(&[
+        "bench",
+        "ingest",
+        "--n",
+        "5",
+        "--writers",
+        "1",
+        "--batch-writers",
+        "0",
+        "--quiet",
+        "--dir",
+        empty.path().to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read_dir(empty.path()).unwrap().count(), 0);
+}
