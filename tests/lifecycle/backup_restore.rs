@@ -18,7 +18,7 @@ fn dirs() -> (
     (dir, backups, bdir, ManualClock::new(T0))
 }
 use engram::retrieval::RecallRequest;
-use engram::{EngineError, Engram, ManualClock, NewRecord, Principal};
+use engram::{EngineError, Engram, ManualClock, NewRecord, Principal, RecordRef};
 
 #[test]
 fn restore_reapplies_later_deletions_and_revocations() {
@@ -440,6 +440,69 @@ fn a_ledger_line_damaged_in_place_is_found_and_rewritten_from_the_log() {
     db.close().unwrap();
     assert!(std::fs::read_to_string(&path).unwrap().contains(&x));
     assert!(grep(dir.path(), "ledger-canary").is_empty());
+}
+
+/// Two edits of a deletion's ledger line that would change what a restore
+/// re-applies are damage too: a reason turned into a retention expiry's
+/// (which reaches one version) and a version dropped from `versions`.
+/// Each is found by `verify`, written again from the log, and a restore of
+/// a backup holding the older version keeps the whole chain deleted.
+#[test]
+fn a_ledger_line_that_would_spare_a_version_is_damage() {
+    for edit in ["reason", "versions"] {
+        let (dir, _backups, bdir, clock) = dirs();
+        let db = open(dir.path(), &clock);
+        let s = db.session(Principal::admin("t"));
+        let v1 = s
+            .append(vec![
+                NewRecord::event("note", "chain-canary one").with_external_id("c"),
+            ])
+            .unwrap()[0]
+            .id
+            .to_string();
+        let mut fix = NewRecord::event("note", "chain-canary two");
+        fix.supersedes = Some(ext("c"));
+        s.append(vec![fix]).unwrap();
+        db.backup(&bdir).unwrap();
+        s.delete(&ext("c"), Some("user asked")).unwrap();
+        db.close().unwrap();
+        let path = dir.path().join("ledger.jsonl");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let edited = match edit {
+            "reason" => text.replace("\"user asked\"", "\"retention:standard\""),
+            _ => text.replace(&format!("\"versions\":[\"{v1}\"]"), "\"versions\":[]"),
+        };
+        assert_ne!(edited, text, "{edit}: nothing to edit in {text}");
+        std::fs::write(&path, edited).unwrap();
+
+        let ro = engram::Options {
+            read_only: true,
+            ..opts(&clock)
+        };
+        let db = Engram::open(dir.path(), ro).unwrap();
+        let v = db.verify().unwrap();
+        assert!(
+            v.problems
+                .iter()
+                .any(|p| p.contains("ledger.jsonl line 1 differs")),
+            "{edit}: {:?}",
+            v.problems
+        );
+        db.close().unwrap();
+
+        Engram::restore(dir.path(), &bdir, &opts(&clock), None).unwrap();
+        let db = open(dir.path(), &clock);
+        let s = db.session(Principal::admin("t"));
+        assert!(
+            matches!(
+                s.get(&RecordRef::Id(v1.parse().unwrap())),
+                Err(EngineError::NotFound { .. })
+            ),
+            "{edit}: the older version came back"
+        );
+        assert!(db.verify().unwrap().ok());
+        db.close().unwrap();
+    }
 }
 
 /// A backup of another store is refused, naming both logs' first ids, and

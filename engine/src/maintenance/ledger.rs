@@ -521,16 +521,34 @@ pub(crate) fn ledger_not_applied(db: &Engram, ledger: Vec<LedgerLine>) -> Vec<Le
         .collect()
 }
 
-/// What a ledger line does when re-applied: its operation and target.
-/// (Not its time or reason: an entry re-applied by a restore is logged
-/// again under its operation id with the restore's time and reason.)
+/// What a ledger line does when re-applied: its operation and target,
+/// and whether a deletion is a retention expiry (which reaches its version
+/// only). (Not its time, nor the rest of its reason: an entry re-applied
+/// by a restore is logged again under its operation id with the restore's
+/// time and reason.)
 fn effect(l: &LedgerLine) -> impl PartialEq + '_ {
     (
         (&l.op, &l.tenant, &l.target),
+        crate::state::is_retention_reason(l.reason.as_deref()),
         (&l.principal, &l.label, &l.role),
         (&l.scope, &l.on),
         (&l.class, &l.period_ms),
     )
+}
+
+/// Whether a deletion's line lists the other versions of its chain as the
+/// state knows them (`want`, from [`LedgerLine::with_state`]): each one the
+/// state holds, and no record the state holds outside the chain. (Ids the
+/// state does not hold may be there: versions a restore of an older
+/// backup left out.) A restore deletes the chain through these, so a line
+/// missing one would leave that version alive.
+fn versions_agree(l: &LedgerLine, want: &LedgerLine, st: &State) -> bool {
+    want.versions.iter().all(|v| l.versions.contains(v))
+        && l.versions.iter().all(|v| {
+            want.versions.contains(v)
+                || v.parse::<RecordId>()
+                    .map_or(true, |id| st.idx(id).is_none())
+        })
 }
 
 /// Lines of the ledger file whose effect differs from the log's entry
@@ -538,17 +556,14 @@ fn effect(l: &LedgerLine) -> impl PartialEq + '_ {
 /// as (line number, the log's line). The log is checksummed; the file is
 /// not.
 fn ledger_mismatches(lines: &[LedgerLine], st: &State) -> Vec<(usize, LedgerLine)> {
-    let in_log: std::collections::HashMap<String, LedgerLine> = st
-        .ledger
-        .iter()
-        .map(|e| (e.op_id.to_string(), LedgerLine::from(e)))
-        .collect();
+    let in_log: std::collections::HashMap<String, &LedgerEntry> =
+        st.ledger.iter().map(|e| (e.op_id.to_string(), e)).collect();
     lines
         .iter()
         .enumerate()
-        .filter_map(|(n, l)| match in_log.get(&l.op_id) {
-            Some(want) if effect(want) != effect(l) => Some((n + 1, want.clone())),
-            _ => None,
+        .filter_map(|(n, l)| {
+            let want = LedgerLine::with_state(in_log.get(&l.op_id)?, st);
+            (effect(&want) != effect(l) || !versions_agree(l, &want, st)).then_some((n + 1, want))
         })
         .collect()
 }
