@@ -11,7 +11,8 @@ use crate::ingest::LineError;
 
 /// `text` with every character that could drive a terminal written as a
 /// `\uXXXX` escape: C0 controls but newline and tab, DEL, C1 controls and
-/// the bidirectional overrides and isolates. Stored text is data, never
+/// the bidirectional marks, overrides and isolates (a mark reorders the
+/// text around it as much as an override does). Stored text is data, never
 /// terminal commands (an ESC sequence in a record could retitle or clear
 /// the terminal, or reach its clipboard). The escape is JSON's: inside a
 /// JSON string it means the same character, so `--json` output stays
@@ -19,7 +20,10 @@ use crate::ingest::LineError;
 pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
     fn unsafe_char(c: char) -> bool {
         matches!(c, '\0'..='\u{8}' | '\u{b}'..='\u{1f}' | '\u{7f}'..='\u{9f}')
-            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+            || matches!(
+                c,
+                '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+            )
     }
     if !text.chars().any(unsafe_char) {
         return std::borrow::Cow::Borrowed(text);
@@ -86,6 +90,11 @@ mod tests {
         assert_eq!(
             terminal_safe("a\u{1b}]0;x\u{7}b\rc\u{7f}\u{9b}\u{202e}\u{2066}d\u{0}"),
             "a\\u001b]0;x\\u0007b\\u000dc\\u007f\\u009b\\u202e\\u2066d\\u0000"
+        );
+        // the marks as well as the overrides and isolates
+        assert_eq!(
+            terminal_safe("a\u{200e}b\u{200f}c\u{61c}d"),
+            "a\\u200eb\\u200fc\\u061cd"
         );
         // the escape is JSON's: a JSON string stays the same string
         let json = serde_json::to_string("x\u{7f}\u{9b}\u{202e}y").unwrap();
