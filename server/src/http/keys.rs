@@ -185,12 +185,16 @@ fn read_file(path: &Path) -> ServerResult<KeyFile> {
             keys: Vec::new(),
         });
     };
-    let f: KeyFile = serde_json::from_slice(&bytes).map_err(|e| {
+    let damaged = |e: String| {
         key_err(
             path,
             format!("damaged ({e}); restore it, or move it away and create keys again"),
         )
-    })?;
+    };
+    let raw: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| damaged(e.to_string()))?;
+    check_entry_fields(&raw).map_err(damaged)?;
+    let f: KeyFile = serde_json::from_value(raw).map_err(|e| damaged(e.to_string()))?;
     if f.version != KEY_FILE_VERSION {
         return Err(key_err(
             path,
@@ -215,6 +219,38 @@ fn read_file(path: &Path) -> ServerResult<KeyFile> {
         ));
     }
     Ok(f)
+}
+
+/// Refuses a key entry holding a field its scope does not have (a
+/// misspelt `revoked_at` would leave a revoked key valid; a store key with
+/// tenant fields reads as a tenant key to whoever edits the file). The
+/// entries' fields are flattened, which serde cannot check by itself.
+fn check_entry_fields(raw: &serde_json::Value) -> Result<(), String> {
+    const COMMON: [&str; 5] = ["id", "sha256", "scope", "created_at", "revoked_at"];
+    const TENANT: [&str; 4] = ["tenant", "principal", "role", "labels"];
+    let Some(keys) = raw.get("keys").and_then(|k| k.as_array()) else {
+        return Ok(()); // the typed read names what is wrong
+    };
+    for (n, entry) in keys.iter().enumerate() {
+        let Some(fields) = entry.as_object() else {
+            continue;
+        };
+        let tenant_scope = match fields.get("scope").and_then(|s| s.as_str()) {
+            Some("tenant") => true,
+            Some("store") => false,
+            _ => continue, // the typed read names the scope
+        };
+        let has = |f: &str| COMMON.contains(&f) || (tenant_scope && TENANT.contains(&f));
+        if let Some(f) = fields.keys().find(|f| !has(f)) {
+            let id = fields.get("id").and_then(|i| i.as_str()).unwrap_or("?");
+            return Err(format!(
+                "key entry {} (id '{id}'): field `{f}` is not one a{} key has",
+                n + 1,
+                if tenant_scope { " tenant" } else { " store" }
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn write_file(path: &Path, f: &KeyFile) -> ServerResult<()> {
@@ -568,6 +604,42 @@ mod tests {
         assert!(found.is_none());
         assert!(problem.unwrap().contains("damaged"));
         assert!(KeyStore::open(&path).is_err());
+    }
+
+    #[test]
+    fn a_field_a_key_entry_does_not_have_fails_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(KEY_FILE_NAME);
+        let (k, _) = create(&path, tenant_grant(Role::User)).unwrap();
+        create(&path, Grant::Store).unwrap();
+        let good = std::fs::read_to_string(&path).unwrap();
+        let store = KeyStore::open(&path).unwrap();
+        assert!(store.authenticate(&k).0.is_some());
+        let edit = |f: &dyn Fn(&mut serde_json::Value)| {
+            let mut v: serde_json::Value = serde_json::from_str(&good).unwrap();
+            f(&mut v);
+            std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+        };
+        // a misspelt revocation, which would leave the key valid
+        edit(&|v| v["keys"][0]["revoked"] = "2026-01-01T00:00:00Z".into());
+        let err = KeyStore::open(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("key entry 1") && err.contains("field `revoked`"),
+            "{err}"
+        );
+        assert!(
+            store.authenticate(&k).0.is_none(),
+            "a damaged file fails closed"
+        );
+        // a store key carrying a tenant's fields
+        edit(&|v| v["keys"][1]["tenant"] = "acme".into());
+        let err = KeyStore::open(&path).unwrap_err().to_string();
+        assert!(err.contains("not one a store key has"), "{err}");
+        // a tenant key turned into a store key, its tenant fields left
+        edit(&|v| v["keys"][0]["scope"] = "store".into());
+        assert!(KeyStore::open(&path).is_err());
+        std::fs::write(&path, &good).unwrap();
+        assert!(store.authenticate(&k).0.is_some());
     }
 
     #[test]
