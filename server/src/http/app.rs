@@ -48,6 +48,8 @@ pub struct App {
     ready: AtomicBool,
     request_seq: AtomicU64,
     request_prefix: String,
+    /// Keys [`App::next_request_id`]'s scrambling of the sequence.
+    request_key: u64,
     last_key_problem: Mutex<Option<String>>,
     /// The log counters of store handles replaced by online compaction:
     /// added to the current handle's, so `/metrics` counters only go down
@@ -75,6 +77,8 @@ impl App {
         let l = &cfg.limits;
         let mut prefix = [0u8; 4];
         let _ = getrandom::fill(&mut prefix);
+        let mut key = [0u8; 8];
+        let _ = getrandom::fill(&mut key);
         App {
             db: parking_lot::RwLock::new(db),
             swap_gate: Arc::new(RwLock::new(())),
@@ -87,6 +91,7 @@ impl App {
             ready: AtomicBool::new(true),
             request_seq: AtomicU64::new(0),
             request_prefix: engram_engine::db::hex(&prefix),
+            request_key: u64::from_le_bytes(key),
             last_key_problem: Mutex::new(None),
             log_carried: parking_lot::Mutex::new(engram_storage::LogStats::default()),
         }
@@ -170,10 +175,17 @@ impl App {
         .await
     }
 
-    /// A fresh request id (`<process prefix>-<sequence>`).
+    /// A fresh request id (`<process prefix>-<16 hex digits>`): the
+    /// process's request sequence under a keyed bijection, so an id never
+    /// repeats within a process, yet tells a client nothing of how many
+    /// requests every tenant made before its own.
     pub fn next_request_id(&self) -> String {
         let n = self.request_seq.fetch_add(1, Ordering::Relaxed) + 1;
-        format!("{}-{n}", self.request_prefix)
+        format!(
+            "{}-{:016x}",
+            self.request_prefix,
+            scramble(n ^ self.request_key)
+        )
     }
 
     /// Whether the server still accepts requests.
@@ -360,4 +372,27 @@ where
         .map_err(|e| ServerError::Internal {
             detail: format!("engine call failed: {e}"),
         })?
+}
+
+/// SplitMix64's finalizer: a bijection on `u64` whose output looks random
+/// (distinct inputs, distinct outputs; neighbours far apart).
+fn scramble(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::scramble;
+
+    #[test]
+    fn request_ids_never_repeat_and_do_not_count() {
+        let key = 0x1234_5678_9abc_def0;
+        let ids: Vec<u64> = (1..=10_000u64).map(|n| scramble(n ^ key)).collect();
+        let distinct: std::collections::HashSet<_> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len(), "a bijection repeats nothing");
+        // neighbours in the sequence are far apart: no id tells the next
+        assert!(ids.windows(2).all(|w| w[0].abs_diff(w[1]) > 1 << 20));
+    }
 }
