@@ -4,6 +4,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -38,17 +39,28 @@ impl Backend for FsBackend {
     }
 
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        fs::create_dir_all(path).map_err(|e| {
-            // the OS says "File exists" of a file, or of a link to nothing,
-            // where a directory belongs
-            if e.kind() == io::ErrorKind::AlreadyExists && self.is_dangling_link(path) {
-                io::Error::new(io::ErrorKind::AlreadyExists, LINK_FOR_DIR)
-            } else if e.kind() == io::ErrorKind::AlreadyExists && path.exists() && !path.is_dir() {
-                io::Error::new(io::ErrorKind::AlreadyExists, FILE_FOR_DIR)
-            } else {
-                e
-            }
-        })
+        // A store's directories are its owner's alone (what they hold may
+        // be deleted content until compaction): made 0700, as PostgreSQL
+        // makes its data directory. A directory that exists keeps its mode.
+        use std::os::unix::fs::DirBuilderExt;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(path)
+            .map_err(|e| {
+                // the OS says "File exists" of a file, or of a link to nothing,
+                // where a directory belongs
+                if e.kind() == io::ErrorKind::AlreadyExists && self.is_dangling_link(path) {
+                    io::Error::new(io::ErrorKind::AlreadyExists, LINK_FOR_DIR)
+                } else if e.kind() == io::ErrorKind::AlreadyExists
+                    && path.exists()
+                    && !path.is_dir()
+                {
+                    io::Error::new(io::ErrorKind::AlreadyExists, FILE_FOR_DIR)
+                } else {
+                    e
+                }
+            })
     }
 
     fn list_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {
@@ -80,17 +92,17 @@ impl Backend for FsBackend {
             OpenMode::Write => {
                 o.write(true);
             }
+            // (a file created is its owner's alone, as the directories are)
             OpenMode::Create => {
-                o.write(true).create(true);
+                o.write(true).create(true).mode(0o600);
             }
             OpenMode::CreateNew => {
-                o.write(true).create_new(true);
+                o.write(true).create_new(true).mode(0o600);
             }
             OpenMode::Truncate => {
-                o.write(true).create(true).truncate(true);
+                o.write(true).create(true).truncate(true).mode(0o600);
             }
             OpenMode::TruncatePrivate => {
-                use std::os::unix::fs::OpenOptionsExt;
                 o.write(true).create(true).truncate(true).mode(0o600);
             }
         }
@@ -148,6 +160,7 @@ impl Backend for FsBackend {
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(0o600)
             .open(path)?;
         match file.try_lock() {
             Ok(()) => Ok(Some(LockGuard(Box::new(file)))),
@@ -205,6 +218,7 @@ impl Backend for FsBackend {
                     .write(true)
                     .create(true)
                     .truncate(false)
+                    .mode(0o600)
                     .open(path)
                 {
                     Ok(f) => f,
@@ -289,6 +303,40 @@ fn refuse_dangling_link(path: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the store makes is its owner's alone: directories 0700, files
+    /// 0600 (the process's umask may only take more away); a directory
+    /// that already exists keeps its mode.
+    #[test]
+    fn what_the_store_makes_only_its_owner_reads() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let theirs = tmp.path().join("data");
+        fs::create_dir(&theirs).unwrap();
+        fs::set_permissions(&theirs, fs::Permissions::from_mode(0o755)).unwrap();
+        let log = theirs.join("log/sub");
+        FsBackend.create_dir_all(&log).unwrap();
+        assert_eq!(mode(&theirs), 0o755);
+        assert_eq!(mode(&theirs.join("log")), 0o700);
+        assert_eq!(mode(&log), 0o700);
+        for (i, m) in [
+            OpenMode::Create,
+            OpenMode::CreateNew,
+            OpenMode::Truncate,
+            OpenMode::TruncatePrivate,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let f = theirs.join(format!("f{i}"));
+            FsBackend.open(&f, m).unwrap();
+            assert_eq!(mode(&f), 0o600, "{f:?}");
+        }
+        let lock = theirs.join("LOCK");
+        let _held = FsBackend.try_lock(&lock).unwrap().unwrap();
+        assert_eq!(mode(&lock), 0o600);
+    }
 
     #[test]
     fn a_file_where_a_directory_belongs_is_named_as_such() {
