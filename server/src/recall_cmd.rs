@@ -438,14 +438,18 @@ pub fn eval(ctx: &Ctx, a: EvalArgs) -> CliResult {
     }
     if let Some(out) = &a.out {
         engram_engine::store_dir::check_output_dir(&engram_storage::FsBackend, out, "--out")?;
-        let manifests = out.join("manifests");
-        std::fs::create_dir_all(&manifests).map_err(CliError::io_at(&manifests))?;
     }
     if !a.configs.is_empty() {
         return compare(ctx, &a, &cases);
     }
     let db = ctx.open_store()?;
     check_cases(&db, &a, &cases, &[])?;
+    // made once the cases can run: a refused open or case leaves `--out`
+    // as it was, so the same command can be run again
+    if let Some(out) = &a.out {
+        let manifests = out.join("manifests");
+        std::fs::create_dir_all(&manifests).map_err(CliError::io_at(&manifests))?;
+    }
     let mut results: Vec<CaseResult> = Vec::new();
     let mut errors = Vec::new();
     let mut result_lines = String::new();

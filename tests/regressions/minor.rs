@@ -422,6 +422,13 @@ fn eval_checks_every_case_first_and_out_is_a_fresh_directory() {
         ],
     );
     assert!(msg.contains("--config"), "{msg}");
+    // a store that does not open leaves --out as it was: the same command
+    // runs again once it does
+    let held = engram::Engram::open(&store, engram::Options::default()).unwrap();
+    let msg = fails(&store, &["eval", c, "--out", fresh.to_str().unwrap()]);
+    assert!(msg.contains("in use"), "{msg}");
+    assert!(!fresh.join("manifests").exists(), "--out was written to");
+    held.close().unwrap();
     ok(&store, &["eval", c, "--out", fresh.to_str().unwrap()]);
     assert!(fresh.join("summary.json").exists());
 }
