@@ -106,6 +106,11 @@ pub enum HitsMode {
 #[derive(Debug, Serialize, serde::Deserialize, PartialEq)]
 struct Kept {
     dataset: String,
+    /// Length and modification time of the dataset's `base.npy` and
+    /// `attrs.npy` (see [`dataset_files`]): a dataset written again in
+    /// place, same shape, is another dataset.
+    #[serde(default)]
+    files: String,
     n: usize,
     dim: usize,
     m: usize,
@@ -559,6 +564,10 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
                 "filters.json: expected an object of named filters".into(),
             ));
         };
+        for (name, def) in named {
+            check_filter_def(def)
+                .map_err(|e| CliError::Message(format!("filters.json: filter '{name}': {e}")))?;
+        }
         // and so does an `--only` naming no filter (before the build)
         if let Some(unknown) = a
             .only
@@ -590,6 +599,7 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
             std::fs::create_dir_all(p)?;
             let want = Kept {
                 dataset: d.display().to_string(),
+                files: dataset_files(d),
                 n,
                 dim,
                 m: a.m,
@@ -600,13 +610,23 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
                 .ok()
                 .and_then(|t| serde_json::from_str::<Kept>(&t).ok())
                 .filter(|k| {
-                    k.dataset == want.dataset
+                    (&k.dataset, &k.files) == (&want.dataset, &want.files)
                         && (k.n, k.dim, k.m, k.ef_construction)
                             == (want.n, want.dim, want.m, want.ef_construction)
                 });
             if kept.is_none() && p.read_dir()?.next().is_some() {
+                let why = if p.join(KEPT_FILE).exists() {
+                    "it was kept by a run over another dataset, a dataset since written \
+                     again, or other parameters"
+                } else if p.join("ENGRAM").exists() {
+                    "it holds a store but no record of a finished run (one interrupted \
+                     while building leaves this)"
+                } else {
+                    "it is no store kept by `engram bench ann`"
+                };
                 return Err(CliError::Message(format!(
-                    "--store {}: not empty, and not a store kept by a run over this dataset with these parameters",
+                    "--store {}: not empty, and not reusable: {why}; remove it, or give \
+                     another directory",
                     p.display()
                 )));
             }
@@ -927,4 +947,101 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
         )));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The length and modification time of the dataset's `base.npy` and
+/// `attrs.npy`, as text (`-` for a file that is absent).
+fn dataset_files(d: &Path) -> String {
+    ["base.npy", "attrs.npy"]
+        .iter()
+        .map(|f| match std::fs::metadata(d.join(f)) {
+            Ok(m) => {
+                let mtime = m
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(0, |t| t.as_nanos());
+                format!("{f}:{}:{mtime}", m.len())
+            }
+            Err(_) => format!("{f}:-"),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A filter definition of `filters.json`: `tenants` (integers) and
+/// `ts_min` (an integer, unix seconds) select rows; `predicate`,
+/// `n_eligible` and `selectivity` describe them. Any other key, or a key
+/// of the wrong type, is refused: a filter misread as no filter would be
+/// scored against ground truth it does not match. (An empty definition is
+/// every live row, as `live` is.)
+fn check_filter_def(def: &serde_json::Value) -> Result<(), String> {
+    let Some(fields) = def.as_object() else {
+        return Err("expected an object".into());
+    };
+    for (k, v) in fields {
+        let ok = match k.as_str() {
+            "tenants" => v
+                .as_array()
+                .is_some_and(|a| a.iter().all(serde_json::Value::is_i64)),
+            "ts_min" | "n_eligible" => v.is_i64(),
+            "predicate" => v.is_string(),
+            "selectivity" => v.is_number(),
+            other => {
+                return Err(format!(
+                    "unknown key `{other}` (keys: tenants, ts_min, predicate, n_eligible, selectivity)"
+                ));
+            }
+        };
+        if !ok {
+            return Err(format!(
+                "`{k}` must be {}",
+                match k.as_str() {
+                    "tenants" => "an array of integers",
+                    "ts_min" | "n_eligible" => "an integer",
+                    "predicate" => "a string",
+                    _ => "a number",
+                }
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_filter_def;
+    use serde_json::json;
+
+    #[test]
+    fn filter_definitions_are_read_strictly() {
+        // the shapes of the 20k set's filters.json
+        for ok in [
+            json!({"predicate": "tenant == 0 AND deleted == 0", "tenants": [0], "n_eligible": 1861, "selectivity": 0.09}),
+            json!({"tenants": [1, 2], "ts_min": 1_704_067_200, "n_eligible": 19, "selectivity": 0.001, "predicate": "p"}),
+            json!({"predicate": "deleted == 0", "n_eligible": 19_600, "selectivity": 0.98}),
+            json!({}),
+        ] {
+            assert_eq!(check_filter_def(&ok), Ok(()), "{ok}");
+        }
+        for (bad, says) in [
+            (json!({"tenant": [0]}), "unknown key `tenant`"),
+            (
+                json!({"tenants": 0}),
+                "`tenants` must be an array of integers",
+            ),
+            (
+                json!({"tenants": ["0"]}),
+                "`tenants` must be an array of integers",
+            ),
+            (
+                json!({"ts_min": "2024-01-01"}),
+                "`ts_min` must be an integer",
+            ),
+            (json!([0]), "expected an object"),
+        ] {
+            let e = check_filter_def(&bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
 }

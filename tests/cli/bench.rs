@@ -130,13 +130,17 @@ fn write_npy(path: &std::path::Path, descr: &str, shape: (usize, usize), data: &
     std::fs::write(path, out).unwrap();
 }
 
-#[test]
-fn bench_ann_measures_full_hits_and_ids_only() {
-    let dir = tempfile::tempdir().unwrap();
-    let ds = dir.path().join("ds");
-    std::fs::create_dir(&ds).unwrap();
-    let (n, q, dim) = (300usize, 8usize, 8usize);
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+/// A dataset for `bench ann` in `ds`: `n` random unit vectors of 8 dims
+/// (from `seed`), `q` queries, and their exact top 10 by inner product.
+/// Returns the base and query vectors.
+fn write_dataset(
+    ds: &std::path::Path,
+    n: usize,
+    q: usize,
+    seed: u64,
+) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
+    let dim = 8;
+    let mut x = seed;
     let mut unit = || {
         let v: Vec<f32> = (0..dim)
             .map(|_| {
@@ -157,7 +161,6 @@ fn bench_ann_measures_full_hits_and_ids_only() {
             .flat_map(|v| v.to_le_bytes())
             .collect()
     };
-    // exact ground truth by inner product
     let mut gt = Vec::new();
     for qv in &queries {
         let mut order: Vec<usize> = (0..n).collect();
@@ -168,6 +171,16 @@ fn bench_ann_measures_full_hits_and_ids_only() {
     write_npy(&ds.join("base.npy"), "<f4", (n, dim), &f32s(&base));
     write_npy(&ds.join("queries.npy"), "<f4", (q, dim), &f32s(&queries));
     write_npy(&ds.join("gt.npy"), "<i4", (q, 10), &gt);
+    (base, queries)
+}
+
+#[test]
+fn bench_ann_measures_full_hits_and_ids_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    std::fs::create_dir(&ds).unwrap();
+    let (n, q) = (300usize, 8usize);
+    let (base, queries) = write_dataset(&ds, n, q, 0x9E37_79B9_7F4A_7C15);
     let data = dir.path().join("store");
     let o = engram(&[
         "bench",
@@ -568,4 +581,45 @@ fn bench_ingest_never_measures_or_removes_a_directory_it_did_not_make() {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(std::fs::read_dir(empty.path()).unwrap().count(), 0);
+}
+
+/// `bench ann --store` reuses a store only for the dataset it was built
+/// from: one written again in place, same shape, is refused with why,
+/// never measured against the old store's vectors.
+#[test]
+fn bench_ann_does_not_reuse_a_store_of_a_dataset_written_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    write_dataset(&data, 300, 5, 1);
+    let store = tmp.path().join("kept");
+    let run = || {
+        engram(&[
+            "bench",
+            "ann",
+            "--dataset",
+            data.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+            "--ef",
+            "64",
+            "--json",
+            "--quiet",
+        ])
+    };
+    let o = run();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run();
+    assert!(
+        o.status.success(),
+        "the store is reused: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // past the file system's timestamp granularity
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    write_dataset(&data, 300, 5, 2);
+    let o = run();
+    assert!(!o.status.success(), "a stale store was measured");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("written again"), "{err}");
 }
