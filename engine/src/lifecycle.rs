@@ -554,10 +554,10 @@ pub(crate) fn check_grant(
         return Err(EngineError::invalid("label", "give a label or a role"));
     }
     if let Some(p) = principal {
-        check_name("principal", p)?;
+        crate::model::check_identifier("principal", p)?;
     }
     if let Some(l) = label {
-        check_name("label", l)?;
+        crate::model::check_identifier("label", l)?;
     }
     if let Some(r) = role {
         if r != ROLE_REVIEWER && r != ROLE_ADMIN {

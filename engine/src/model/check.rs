@@ -50,9 +50,53 @@ pub fn check_reason(field: &str, s: Option<&str>) -> Result<()> {
     }
 }
 
-/// Checks a tenant name (same rules as every name-like field).
+/// Checks a tenant name (an identifier: [`check_identifier`]).
 pub fn check_tenant(t: &str) -> Result<()> {
-    check_name("tenant", t)
+    check_identifier("tenant", t)
+}
+
+/// Checks a name that decides who may see what (a tenant, a principal, an
+/// access or scope label): [`check_name`]'s rules, and none of the
+/// invisible formatting characters (zero-width spaces and joiners,
+/// bidirectional marks, the soft hyphen, a byte-order mark), with which
+/// `acme` and `acme` followed by a zero-width space would be two tenants
+/// that print alike. (Content names, such as an entity's, may hold them:
+/// joiners belong to some scripts and to emoji.)
+pub fn check_identifier(field: &str, s: &str) -> Result<()> {
+    check_name(field, s)?;
+    if let Some(c) = s.chars().find(|&c| invisible_format(c)) {
+        return Err(EngineError::invalid(
+            field,
+            format!(
+                "must not contain the invisible character U+{:04X}: it would make a name that prints like another",
+                c as u32
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Unicode format characters that print as nothing (or reorder text).
+fn invisible_format(c: char) -> bool {
+    matches!(
+        c,
+        '\u{ad}'
+            | '\u{34f}'
+            | '\u{61c}'
+            | '\u{115f}'
+            | '\u{1160}'
+            | '\u{17b4}'
+            | '\u{17b5}'
+            | '\u{180b}'..='\u{180f}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}'
+            | '\u{3164}'
+            | '\u{fe00}'..='\u{fe0f}'
+            | '\u{feff}'
+            | '\u{ffa0}'
+            | '\u{fff9}'..='\u{fffb}'
+    )
 }
 
 pub(crate) fn check_time(field: &str, t: Option<TimestampMs>) -> Result<()> {
@@ -77,6 +121,12 @@ pub(crate) fn check_labels(field: &str, labels: &[String]) -> Result<()> {
         check_name(field, l)?;
     }
     Ok(())
+}
+
+/// [`check_labels`] for labels that decide access: identifiers.
+fn check_access_labels(field: &str, labels: &[String]) -> Result<()> {
+    check_labels(field, labels)?;
+    labels.iter().try_for_each(|l| check_identifier(field, l))
 }
 
 /// Nesting depth of a JSON value (a scalar is 0, `[]` and `{}` are 1).
@@ -209,13 +259,13 @@ impl NewRecord {
                 check_name(f, v)?;
             }
         }
-        check_labels("scope.labels", &self.scope.labels)?;
-        check_labels("access", &self.access)?;
+        check_access_labels("scope.labels", &self.scope.labels)?;
+        check_access_labels("access", &self.access)?;
         if let Some(r) = &self.retention_class {
             check_name("retention_class", r)?;
         }
         if let Some(w) = &self.writer {
-            check_name("writer.principal", &w.principal)?;
+            check_identifier("writer.principal", &w.principal)?;
         }
         check_time("occurred_at", self.occurred_at)?;
         check_time("valid_from", self.valid_from)?;
@@ -346,5 +396,33 @@ impl NewRecord {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_refuse_invisible_characters_that_content_names_may_hold() {
+        for bad in [
+            "acme\u{200b}",
+            "ac\u{200d}me",
+            "\u{feff}acme",
+            "acme\u{200e}",
+            "a\u{ad}cme",
+        ] {
+            let e = check_identifier("tenant", bad).unwrap_err().to_string();
+            assert!(e.contains("invisible character U+"), "{bad:?}: {e}");
+            assert!(check_tenant(bad).is_err());
+        }
+        for good in ["acme", "acmé", "アクメ", "acme-eu_1", "a cme"] {
+            assert!(check_identifier("tenant", good).is_ok(), "{good:?}");
+        }
+        // an entity's name may hold a joiner (emoji sequences, scripts)
+        assert!(check_name("name", "👨\u{200d}👩\u{200d}👧").is_ok());
+        let mut r = crate::model::NewRecord::event("note", "x");
+        r.access = vec!["secret\u{200b}".into()];
+        assert!(r.validate().is_err(), "an access label is an identifier");
     }
 }

@@ -300,7 +300,7 @@ pub fn create(path: &Path, grant: Grant) -> ServerResult<(String, KeyEntry)> {
     } = &grant
     {
         let check = |field: &str, v: &str| {
-            engram_engine::model::check_name(field, v)
+            engram_engine::model::check_identifier(field, v)
                 .map_err(|e| ServerError::KeyUsage(e.to_string()))
         };
         check("tenant", tenant)?;
