@@ -145,7 +145,7 @@ pub enum EngineError {
 
     /// A query names a model with no vectors, or leaves the model out when
     /// several exist. Give up: pass `--model` with one of `available`.
-    #[error("{reason}; vector spaces in this store: [{}]", available.join(", "))]
+    #[error("{reason}; vector spaces of this tenant you may read: [{}]", available.join(", "))]
     UnknownModel {
         /// What went wrong.
         reason: String,

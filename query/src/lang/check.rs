@@ -118,10 +118,10 @@ pub fn check(stmt: &Statement, ctx: &CheckContext) -> Result<(), Vec<LangError>>
 
 fn models_hint(available: &[String]) -> String {
     if available.is_empty() {
-        return "the store has no vectors you can read yet, in any model".into();
+        return "this tenant has no vectors you can read yet, in any model".into();
     }
     let names: Vec<String> = available.iter().map(|m| format!("'{m}'")).collect();
-    format!("the store's models are {}", names.join(", "))
+    format!("this tenant's models you may read are {}", names.join(", "))
 }
 
 struct Checker<'a> {
