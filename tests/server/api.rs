@@ -633,6 +633,11 @@ fn keys_created_and_revoked_apply_to_a_running_server() {
     let text = r.text();
     assert!(text.contains("\"unauthorized\""), "{text}");
     assert!(text.contains("\"complete\":false"), "{text}");
+    // the error line names the line not stored, to send again
+    assert!(
+        text.contains("\"not_stored\":{\"from_line\":2,\"to_line\":2}"),
+        "{text}"
+    );
     assert!(
         !stored("b%2F2"),
         "a line sent after the revocation was stored"

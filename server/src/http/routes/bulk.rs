@@ -104,6 +104,7 @@ pub async fn ingest(
         pending_bytes: 0,
         totals: Totals::default(),
         cut_line: None,
+        unsent: None,
     };
     tokio::spawn(job.run(req.into_body()));
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
@@ -146,6 +147,9 @@ struct Bulk {
     totals: Totals,
     /// The number of a line the body broke off inside, if it did.
     cut_line: Option<usize>,
+    /// The first and last lines of a batch the stream ended before
+    /// appending (its key revoked meanwhile, say).
+    unsent: Option<(usize, usize)>,
 }
 
 /// Why a stream ended early.
@@ -218,11 +222,16 @@ impl Bulk {
                 let first = dropped.first().map(|p| p.line).or(self.cut_line);
                 let last = self.cut_line.or(dropped.last().map(|p| p.line));
                 if let (Some(first), Some(last)) = (first, last) {
-                    unstored = Some(json!({"from_line": first, "to_line": last}));
+                    unstored = Some((first, last));
                 }
                 Some(failed)
             }
         };
+        // a batch the stream ended before appending is not stored either
+        if let Some((from, to)) = self.unsent {
+            unstored = Some(unstored.map_or((from, to), |(f, t)| (f.min(from), t.max(to))));
+        }
+        let unstored = unstored.map(|(from, to)| json!({"from_line": from, "to_line": to}));
         let complete = failure.is_none();
         match failure {
             Some(Stop::Gone) => return,
@@ -416,12 +425,17 @@ impl Bulk {
         let permit = self.app.wait_slot(Queue::Write).await;
         // the key as it stands now (a key's grant never changes: only
         // revocation ends it)
+        let range = (first, lines.last().copied().unwrap_or(first));
         if let Err(e) = crate::http::auth::authenticate_key(&self.app, &self.key) {
+            self.unsent = Some(range);
             return Err(Stop::Failed(e));
         }
         let session = match self.caller.session(&self.app, Operation::Append).await {
             Ok(s) => s,
-            Err(e) => return Err(Stop::Failed(e)),
+            Err(e) => {
+                self.unsent = Some(range);
+                return Err(Stop::Failed(e));
+            }
         };
         let started = Instant::now();
         let r = run_blocking(move || {
