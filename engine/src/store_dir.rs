@@ -269,12 +269,18 @@ fn enclosing_store(backend: &dyn Backend, dir: &Path) -> Option<std::path::PathB
 /// Whether `dir` can receive a new store or a copy of one (backup target):
 /// missing or empty.
 pub fn check_empty_target(backend: &dyn Backend, dir: &Path, what: &str) -> Result<()> {
-    match classify(backend, dir)? {
-        DirKind::Empty => Ok(()),
-        _ => Err(EngineError::invalid(
+    match classify(backend, dir) {
+        Ok(DirKind::Empty) => Ok(()),
+        Ok(_) => Err(EngineError::invalid(
             what,
             format!("{} exists and is not empty", dir.display()),
         )),
+        // (a file where the directory would go is no store to name)
+        Err(EngineError::NotAStore { dir, found }) => Err(EngineError::invalid(
+            what,
+            format!("{}: {found}; give a new or empty directory", dir.display()),
+        )),
+        Err(e) => Err(e),
     }
 }
 

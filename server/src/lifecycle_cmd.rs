@@ -506,7 +506,14 @@ pub fn compact(ctx: &Ctx, json_out: bool) -> CliResult {
     spinner.set_message("rewriting segments, then rebuilding derived state");
     let r = Engram::compact(data, &opts);
     spinner.finish();
-    let r = r?;
+    let r = r.map_err(|e| match e {
+        EngineError::Storage(e @ engram_storage::StorageError::Locked { .. }) => {
+            CliError::Message(format!(
+                "{e}; nothing was changed. A running server compacts its store online with POST /v1/compact (store key)"
+            ))
+        }
+        e => CliError::Engine(e),
+    })?;
     if let Some(t) = &r.tail_cut {
         crate::eoutln!("recovery: {t}");
     }

@@ -417,8 +417,12 @@ fn recall_inner(db: &Engram, a: &RecallArgs) -> CliResult {
 
 /// Runs `engram eval`.
 pub fn eval(ctx: &Ctx, a: EvalArgs) -> CliResult {
-    if a.k == 0 {
-        return Err(CliError::Message("--k must be at least 1".into()));
+    if !(1..=engram_engine::model::limits::K_MAX).contains(&a.k) {
+        return Err(CliError::Message(format!(
+            "--k must be between 1 and {}, not {}",
+            engram_engine::model::limits::K_MAX,
+            a.k
+        )));
     }
     let text = crate::cli::read_input(&a.cases)?;
     let cases = parse_cases(&text)
@@ -649,6 +653,14 @@ fn compare(ctx: &Ctx, a: &EvalArgs, cases: &[engram_query::eval::EvalCase]) -> C
         .iter()
         .map(|c| EvalConfig::parse(c).map_err(|e| CliError::Message(format!("--config {e}"))))
         .collect::<Result<Vec<_>, _>>()?;
+    // each names a column of the table
+    let mut names = std::collections::HashSet::new();
+    if let Some(twice) = configs.iter().find(|c| !names.insert(c.name.as_str())) {
+        return Err(CliError::Message(format!(
+            "--config: the name '{}' is given twice; each configuration names a column",
+            twice.name
+        )));
+    }
     let db = ctx.open_store()?;
     check_cases(&db, a, cases, &configs)?;
     type Row = (String, Summary, std::collections::BTreeMap<String, Summary>);

@@ -428,7 +428,27 @@ fn eval_checks_every_case_first_and_out_is_a_fresh_directory() {
     let msg = fails(&store, &["eval", c, "--out", fresh.to_str().unwrap()]);
     assert!(msg.contains("in use"), "{msg}");
     assert!(!fresh.join("manifests").exists(), "--out was written to");
+    // and a compaction says how to compact a store a server holds
+    let msg = fails(&store, &["compact"]);
+    assert!(msg.contains("POST /v1/compact"), "{msg}");
     held.close().unwrap();
+    // flags are blamed as flags, and a file where --out goes is named so
+    let msg = fails(&store, &["eval", c, "--k", "1001"]);
+    assert!(
+        msg.contains("--k must be between 1 and 1000, not 1001"),
+        "{msg}"
+    );
+    let msg = fails(
+        &store,
+        &["eval", c, "--config", "a", "--config", "a:mode=lexical"],
+    );
+    assert!(msg.contains("'a' is given twice"), "{msg}");
+    let msg = fails(&store, &["eval", c, "--out", c]);
+    assert!(msg.contains("a file, not a directory"), "{msg}");
+    assert!(!msg.contains("not an Engram store"), "{msg}");
+    let gone = tmp.path().join("no-such-backup");
+    let msg = fails(&store, &["restore", gone.to_str().unwrap()]);
+    assert!(msg.contains("does not exist"), "{msg}");
     ok(&store, &["eval", c, "--out", fresh.to_str().unwrap()]);
     assert!(fresh.join("summary.json").exists());
 }

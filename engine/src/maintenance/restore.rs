@@ -40,6 +40,12 @@ impl Engram {
     ) -> Result<RestoreReport> {
         let backend = opts.backend.clone();
         let src_log = layout::log(src);
+        if !backend.exists(src) {
+            return Err(EngineError::invalid(
+                "backup directory",
+                format!("{} does not exist", src.display()),
+            ));
+        }
         if !backend.exists(&src_log) {
             return Err(EngineError::invalid(
                 "backup directory",
