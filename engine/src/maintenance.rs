@@ -554,8 +554,17 @@ impl Engram {
         crate::store_dir::check_empty_target(backend, dest, "backup directory")
             .map_err(unusable)?;
         // (through symbolic links too: a link into the store is inside it)
+        // (and the store's own directories may be links elsewhere: a
+        // destination inside where its log or derived state really lives
+        // is inside it too)
         let real = |p: &Path| backend.real_path(&absolute(p));
-        if inside(dest, self.dir()) || inside(&real(dest), &real(self.dir())) {
+        let real_dest = real(dest);
+        let store_parts = [
+            self.dir().to_path_buf(),
+            layout::log(self.dir()),
+            layout::derived(self.dir()),
+        ];
+        if inside(dest, self.dir()) || store_parts.iter().any(|p| inside(&real_dest, &real(p))) {
             return Err(EngineError::invalid(
                 "backup directory",
                 format!(

@@ -341,6 +341,32 @@ fn a_backup_to_an_unusable_destination_is_invalid_input() {
     assert_eq!(names.len(), 1, "only the file the test wrote");
 }
 
+/// A store whose log directory is a link elsewhere: a backup into where
+/// the log really lives is inside the store too, and refused.
+#[test]
+fn a_backup_into_a_linked_log_directory_is_refused() {
+    let (dir, backups, _bdir, clock) = dirs();
+    let db = open(dir.path(), &clock);
+    db.session(Principal::admin("t"))
+        .append(vec![NewRecord::event("note", "one")])
+        .unwrap();
+    db.close().unwrap();
+    let real_log = backups.path().join("real-log");
+    std::fs::rename(dir.path().join("log"), &real_log).unwrap();
+    std::os::unix::fs::symlink(&real_log, dir.path().join("log")).unwrap();
+    let db = open(dir.path(), &clock);
+    let dest = real_log.join("backup");
+    match db.backup(&dest) {
+        Err(EngineError::InvalidInput { reason, .. }) => {
+            assert!(reason.contains("inside the store"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!dest.exists());
+    db.backup(backups.path().join("fine")).unwrap();
+    db.close().unwrap();
+}
+
 /// Legal holds are in the ledger too: a restore of an older backup lifts a
 /// hold lifted after it (so deleted bytes do not come back and stay) and
 /// places again a hold placed after it (so a later compaction does not
