@@ -277,6 +277,61 @@ fn a_write_that_raced_a_deletion_is_deleted_when_applied() {
     db.close().unwrap();
 }
 
+/// A line re-sent while its first attempt is still in flight (queued by
+/// another request, its fsync not answered) is answered only once that
+/// record is durable and applied, with its LSN: a duplicate is never
+/// acknowledged before what it repeats.
+#[test]
+fn a_duplicate_of_a_record_in_flight_waits_for_it_to_be_durable() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let backend = Arc::new(engram_storage::MemBackend::new());
+    let db = Engram::open(
+        "/inflight",
+        Options {
+            backend: backend.clone(),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    // the next write of the log stalls, as a slow disk would
+    let stall = Arc::new(AtomicBool::new(false));
+    let released = Arc::new(AtomicBool::new(false));
+    {
+        let (stall, released) = (stall.clone(), released.clone());
+        backend.on_write(Arc::new(move |_| {
+            if stall.swap(false, Ordering::AcqRel) {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                released.store(true, Ordering::Release);
+            }
+        }));
+    }
+    let record = || vec![NewRecord::event("note", "sent twice").with_external_id("k")];
+    stall.store(true, Ordering::Release);
+    let (first, second) = std::thread::scope(|sc| {
+        let s1 = db.session(Principal::admin("t"));
+        let a = sc.spawn(move || s1.append(record()).unwrap());
+        // the first attempt is queued, its write stalled
+        while stall.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        let s2 = db.session(Principal::admin("t"));
+        let b = s2.append(record()).unwrap();
+        assert!(
+            released.load(Ordering::Acquire),
+            "the duplicate was answered while what it repeats was not durable"
+        );
+        (a.join().unwrap(), b)
+    });
+    assert_eq!(second[0].outcome, AppendOutcome::Duplicate);
+    assert_eq!(second[0].id, first[0].id);
+    assert_eq!(
+        second[0].lsn, first[0].lsn,
+        "the duplicate names the stored LSN"
+    );
+    assert_ne!(second[0].lsn, 0);
+    db.close().unwrap();
+}
+
 /// A new store in memory at `dir`.
 fn mem_store(dir: &str) -> Engram {
     Engram::open(

@@ -577,7 +577,10 @@ impl Session {
             }
             let frames = encode_frames(&mut prepared, &records);
             if frames.is_empty() {
-                return Ok(results(&prepared, &records, &[]));
+                drop((st, w));
+                let mut out = results(&prepared, &records, &[]);
+                await_repeated(db, &prepared, &mut out)?;
+                return Ok(out);
             }
             // stage 5: register what is in flight (so concurrent batches
             // see these external ids, corrections and new vector spaces),
@@ -592,8 +595,81 @@ impl Session {
         let locs = reply?;
         db.check_open()?;
         let mut out = results(&prepared, &records, &locs);
+        await_repeated(db, &prepared, &mut out)?;
         said_deleted(&db.state(), &mut out);
         Ok(out)
+    }
+}
+
+/// A line repeating a record another request has queued but not yet made
+/// durable (a client re-sending while its first attempt is in flight) is
+/// answered only once that record is durable and applied, with its LSN
+/// and status: a duplicate is never acknowledged before what it repeats.
+/// If that request's write failed, the line is refused (send it again).
+fn await_repeated(db: &Engram, prepared: &[Prepared], out: &mut [AppendResult]) -> Result<()> {
+    // (a duplicate of a stored record carries its LSN; of an earlier line
+    // of this batch, `same_as`: LSN 0 and neither is one still in flight)
+    let waiting: Vec<usize> = prepared
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.outcome == AppendOutcome::Duplicate && p.same_as.is_none() && p.lsn == 0)
+        .map(|(k, _)| k)
+        .collect();
+    if waiting.is_empty() {
+        return Ok(());
+    }
+    let applied = |out: &mut [AppendResult]| {
+        let st = db.state();
+        let found: Option<Vec<(u64, Status)>> = waiting
+            .iter()
+            .map(|&k| {
+                st.idx(out[k].id).map(|i| {
+                    let m = st.meta(i);
+                    (m.loc.lsn, m.status)
+                })
+            })
+            .collect();
+        found.map(|f| {
+            for (&k, (lsn, status)) in waiting.iter().zip(f) {
+                out[k].lsn = lsn;
+                out[k].status = status;
+            }
+        })
+    };
+    loop {
+        if applied(out).is_some() {
+            return Ok(());
+        }
+        db.check_open()?;
+        if let Some(reason) = db.inner.log.write_failure() {
+            return Err(EngineError::Storage(
+                engram_storage::StorageError::Poisoned { reason },
+            ));
+        }
+        // Still queued? (Its batch is applied before it leaves the in-flight
+        // table, so under the writer lock "neither queued nor applied"
+        // means its write failed.)
+        let queued = {
+            let w = db.inner.writer.lock();
+            let queued = waiting
+                .iter()
+                .any(|&k| w.pending_ext.values().any(|(pid, _, _)| *pid == out[k].id));
+            queued || applied(out).is_some()
+        };
+        if !queued {
+            let k = waiting[0];
+            return Err(EngineError::InvalidState {
+                action: "append".into(),
+                target: out[k].id,
+                reason: "it repeats a record another request was storing, and that write \
+                         failed; send the line again"
+                    .into(),
+            });
+        }
+        if applied(out).is_some() {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_micros(50));
     }
 }
 
