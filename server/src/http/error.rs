@@ -139,10 +139,17 @@ pub enum ServerError {
     },
     /// The request ran past its deadline. A write may or may not have
     /// been stored: retry (appends are idempotent by external id). 503.
-    #[error("the request did not finish within {after_ms} ms")]
+    #[error("{}", if *idle {
+        format!("the request body sent nothing for {after_ms} ms (body_idle_timeout_ms)")
+    } else {
+        format!("the request did not finish within {after_ms} ms")
+    })]
     Timeout {
         /// The deadline.
         after_ms: u64,
+        /// Whether it was the body falling silent, not the request's
+        /// deadline, that ended it.
+        idle: bool,
     },
     /// The store cannot serve (closing, storage failure). Retry later; the
     /// operator should read the server log. 503.
@@ -312,7 +319,7 @@ impl ServerError {
                 what,
                 retry_after_s,
             } => json!({"queue": what, "retry_after_s": retry_after_s}),
-            E::Timeout { after_ms } => json!({"deadline_ms": after_ms}),
+            E::Timeout { after_ms, .. } => json!({"deadline_ms": after_ms}),
             _ => json!({}),
         };
         // Where in the request (item, line, column, field) is left out when

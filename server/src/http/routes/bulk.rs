@@ -274,6 +274,7 @@ impl Bulk {
                     self.note_cut(n_line, &line, overlong);
                     return Err(Stop::Failed(ServerError::Timeout {
                         after_ms: limits.body_idle_timeout_ms,
+                        idle: true,
                     }));
                 }
                 Ok(None) => break,

@@ -100,6 +100,7 @@ pub fn router(app: Shared) -> Router {
                 move |_: tower::BoxError| async move {
                     ServerError::Timeout {
                         after_ms: timeout_ms,
+                        idle: false,
                     }
                 },
             ))

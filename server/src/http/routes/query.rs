@@ -333,6 +333,7 @@ pub async fn eval(
                 if abandoned.load(Ordering::Relaxed) || std::time::Instant::now() >= deadline {
                     return Ok(Err(ServerError::Timeout {
                         after_ms: timeout_ms,
+                        idle: false,
                     }));
                 }
                 match session.recall(req) {
