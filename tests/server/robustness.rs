@@ -500,7 +500,10 @@ fn slow_clients_time_out() {
     assert_eq!(err["not_stored"]["to_line"], 1, "{err}");
     // and it says the body fell silent, not that a deadline passed
     let msg = err["error"]["message"].as_str().unwrap();
-    assert!(msg.contains("sent nothing for 1000 ms (body_idle_timeout_ms)"), "{msg}");
+    assert!(
+        msg.contains("sent nothing for 1000 ms (body_idle_timeout_ms)"),
+        "{msg}"
+    );
     assert_eq!(out.last().unwrap()["summary"]["complete"], false);
     let listed = s.json("GET", "/v1/records", Some(&k), None, 200);
     assert_eq!(listed["records"].as_array().unwrap().len(), 0, "{listed}");
