@@ -354,7 +354,29 @@ pub fn correct(ctx: &Ctx, a: CorrectArgs) -> CliResult {
             }
         }
         let res = s.append(vec![rec]).map_err(|e| e.with_item(None))?;
-        let new = s.get(&RecordRef::Id(res[0].id))?;
+        // The new version is stored whatever happens next: one this
+        // principal cannot read (a label it does not hold, or a deletion
+        // that raced it) is said so, never reported as a failure.
+        let new = match s.get(&RecordRef::Id(res[0].id)) {
+            Ok(r) => r,
+            Err(EngineError::NotFound { .. }) => {
+                let r = &res[0];
+                if a.target.json {
+                    json(&serde_json::json!({"result": r, "record": null}))?;
+                } else {
+                    crate::outln!(
+                        "{target_id} is superseded by {} (stored, {}), which this principal cannot read: it carries a label the principal does not hold, or was deleted since",
+                        r.id,
+                        r.status.name()
+                    );
+                }
+                for n in &r.notes {
+                    crate::eoutln!("note: {n}");
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            Err(e) => return Err(e.into()),
+        };
         if a.target.json {
             json(&new)?;
             for n in &res[0].notes {

@@ -1583,3 +1583,53 @@ fn a_writer_a_principal_may_not_name_is_replaced_with_a_note() {
     let r = admin.get(&RecordRef::External("a2".into())).unwrap();
     assert_eq!(r.writer.principal, "mallory");
 }
+
+/// A correction that gives the new version a label its writer does not
+/// hold is stored; the CLI says so and succeeds, rather than failing on
+/// reading back what it may not read.
+#[test]
+fn a_correction_the_corrector_cannot_read_back_is_reported_as_stored() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let f = tmp.path().join("e.jsonl");
+    std::fs::write(
+        &f,
+        r#"{"external_id":"n","tenant":"A","kind":"m","text":"alice's note","writer":{"principal":"alice","kind":"user"}}
+"#,
+    )
+    .unwrap();
+    let fix = tmp.path().join("fix.json");
+    std::fs::write(
+        &fix,
+        r#"{"kind":"m","text":"now secret","access":["secret"]}"#,
+    )
+    .unwrap();
+    for json in [false, true] {
+        let store = tmp.path().join(format!("store-{json}"));
+        ok(&store, &["ingest", f.to_str().unwrap()]);
+        let mut args = vec![
+            "correct",
+            "n",
+            "--tenant",
+            "A",
+            "--principal",
+            "alice",
+            fix.to_str().unwrap(),
+        ];
+        if json {
+            args.push("--json");
+        }
+        let out = cli::at(&store, &args);
+        let text = cli::text(&out);
+        assert!(out.status.success(), "{text}");
+        if json {
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert!(v["record"].is_null(), "{v}");
+            assert!(v["result"]["id"].is_string(), "{v}");
+        } else {
+            assert!(text.contains("which this principal cannot read"), "{text}");
+        }
+        let history = ok(&store, &["history", "n", "--tenant", "A"]);
+        assert!(cli::text(&history).contains("now secret"));
+    }
+}
