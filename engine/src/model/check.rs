@@ -96,6 +96,12 @@ fn invisible_format(c: char) -> bool {
             | '\u{feff}'
             | '\u{ffa0}'
             | '\u{fff9}'..='\u{fffb}'
+            | '\u{110bd}'
+            | '\u{110cd}'
+            | '\u{13430}'..='\u{1343f}'
+            | '\u{1bca0}'..='\u{1bca3}'
+            | '\u{1d173}'..='\u{1d17a}'
+            | '\u{e0000}'..='\u{e0fff}'
     )
 }
 
@@ -411,6 +417,12 @@ mod tests {
             "\u{feff}acme",
             "acme\u{200e}",
             "a\u{ad}cme",
+            "acme\u{e0061}",
+            "acme\u{e0100}",
+            "acme\u{1d173}",
+            "acme\u{13430}",
+            "acme\u{1bca0}",
+            "acme\u{110bd}",
         ] {
             let e = check_identifier("tenant", bad).unwrap_err().to_string();
             assert!(e.contains("invisible character U+"), "{bad:?}: {e}");
