@@ -305,6 +305,8 @@ def test_time_and_reference_helpers() -> None:
         _api.time_str(dt.datetime(2025, 3, 8, 10, 14, 59, 999001), lower_bound=True)
         == "2025-03-08T10:15:00Z"
     )
+    with pytest.raises(ValueError):
+        _api.time_str(dt.datetime(9999, 12, 31, 23, 59, 59, 999500), lower_bound=True)
     exact = dt.datetime(2025, 3, 8, 10, 14, 21, 123000)
     assert _api.time_str(exact, lower_bound=True) == "2025-03-08T10:14:21.123Z"
     listing = _api.list_records(None, None, fine, fine, None, None, None)
@@ -364,7 +366,7 @@ def test_an_answer_that_is_not_engrams_raises_an_engram_error() -> None:
         c.get("n1")
     assert e.value.code == "invalid_response"
     # a bulk ingest too, whose answer is read line by line
-    for page in (b"<html>a web page</html>", b"[1, 2]"):
+    for page in (b"<html>a web page</html>", b"[1, 2]", b'{"ok": true}', b'{"foo": 1}\n'):
         s = Script(httpx.Response(200, content=page))
         c, _ = client(s, RetryPolicy(max_attempts=1))
         stream = c.bulk([{"kind": "note", "text": "x"}])

@@ -188,7 +188,12 @@ def time_str(t: TimeLike, *, lower_bound: bool = False) -> str:
             t = t.replace(tzinfo=_dt.timezone.utc)
         sub_ms = t.microsecond % 1000
         if lower_bound and sub_ms:
-            t = t + _dt.timedelta(microseconds=1000 - sub_ms)
+            try:
+                t = t + _dt.timedelta(microseconds=1000 - sub_ms)
+            except OverflowError:
+                raise ValueError(
+                    f"{t.isoformat()} rounded up to the millisecond is past year 9999"
+                ) from None
         spec = "seconds" if t.microsecond == 0 else "milliseconds"
         return t.isoformat(timespec=spec).replace("+00:00", "Z")
     if isinstance(t, _dt.date):
@@ -559,16 +564,22 @@ class BulkTotals:
             obj = json.loads(raw)
         except ValueError as e:  # UnicodeDecodeError and JSONDecodeError alike
             obj = e
-        if not isinstance(obj, dict):
+        if not isinstance(obj, dict) or not ({"summary", "line", "error"} & obj.keys()):
             # another service on that address (a proxy's page, say): the
             # same error every other call raises for such an answer
             self.failed()
+            why = (
+                obj
+                if isinstance(obj, ValueError)
+                else "not a JSON object"
+                if not isinstance(obj, dict)
+                else "no summary, line or error"
+            )
             raise EngramError(
                 200,
                 "invalid_response",
                 f"a line of the answer to POST /v1/records/bulk is not an Engram answer "
-                f"({obj if isinstance(obj, ValueError) else 'not a JSON object'}); "
-                "is the client's URL an Engram server's?",
+                f"({why}); is the client's URL an Engram server's?",
             )
         if "summary" in obj:
             s = obj["summary"]
@@ -608,7 +619,7 @@ class BulkTotals:
             self.summary["complete"] = False
             self._stream_error = err
             return None
-        return obj
+        return None  # (unreachable: one of the three keys is there)
 
     def request_ended(self) -> None:
         """Checks that the request's stream ended with its summary; raises
