@@ -11,8 +11,10 @@ use crate::ingest::LineError;
 
 /// `text` with every character that could drive a terminal written as a
 /// `\uXXXX` escape: C0 controls but newline and tab, DEL, C1 controls and
-/// the bidirectional marks, overrides and isolates (a mark reorders the
-/// text around it as much as an override does). Stored text is data, never
+/// the line and paragraph separators (a terminal may start a new line
+/// at them, so a record could print a line of its own making), and the
+/// bidirectional marks, overrides and isolates (a mark reorders the text
+/// around it as much as an override does). Stored text is data, never
 /// terminal commands (an ESC sequence in a record could retitle or clear
 /// the terminal, or reach its clipboard). The escape is JSON's: inside a
 /// JSON string it means the same character, so `--json` output stays
@@ -22,7 +24,13 @@ pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
         matches!(c, '\0'..='\u{8}' | '\u{b}'..='\u{1f}' | '\u{7f}'..='\u{9f}')
             || matches!(
                 c,
-                '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+                '\u{200e}'
+                    | '\u{200f}'
+                    | '\u{061c}'
+                    | '\u{2028}'
+                    | '\u{2029}'
+                    | '\u{202a}'..='\u{202e}'
+                    | '\u{2066}'..='\u{2069}'
             )
     }
     if !text.chars().any(unsafe_char) {
@@ -93,8 +101,8 @@ mod tests {
         );
         // the marks as well as the overrides and isolates
         assert_eq!(
-            terminal_safe("a\u{200e}b\u{200f}c\u{61c}d"),
-            "a\\u200eb\\u200fc\\u061cd"
+            terminal_safe("a\u{200e}b\u{200f}c\u{61c}d\u{2028}e"),
+            "a\\u200eb\\u200fc\\u061cd\\u2028e"
         );
         // the escape is JSON's: a JSON string stays the same string
         let json = serde_json::to_string("x\u{7f}\u{9b}\u{202e}y").unwrap();
