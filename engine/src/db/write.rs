@@ -23,6 +23,10 @@ use super::resolve::{InBatch, ItemResolution, Resolver};
 use super::*;
 use crate::codec::{OpBody, StoredOp};
 
+mod answer;
+pub(super) use answer::said_deleted;
+use answer::{await_repeated, results};
+
 /// A record as the write path prepared it.
 struct Prepared {
     stored: StoredRecord,
@@ -596,80 +600,15 @@ impl Session {
         db.check_open()?;
         let mut out = results(&prepared, &records, &locs);
         await_repeated(db, &prepared, &mut out)?;
-        said_deleted(&db.state(), &mut out);
+        // (only a record naming another can be reached by a deletion that
+        // raced it: plain records skip the lookups)
+        if prepared.iter().any(|p| {
+            p.outcome == AppendOutcome::Created
+                && (p.stored.supersedes.is_some() || !p.stored.sources.is_empty())
+        }) {
+            said_deleted(&db.state(), &mut out);
+        }
         Ok(out)
-    }
-}
-
-/// A line repeating a record another request has queued but not yet made
-/// durable (a client re-sending while its first attempt is in flight) is
-/// answered only once that record is durable and applied, with its LSN
-/// and status: a duplicate is never acknowledged before what it repeats.
-/// If that request's write failed, the line is refused (send it again).
-fn await_repeated(db: &Engram, prepared: &[Prepared], out: &mut [AppendResult]) -> Result<()> {
-    // (a duplicate of a stored record carries its LSN; of an earlier line
-    // of this batch, `same_as`: LSN 0 and neither is one still in flight)
-    let waiting: Vec<usize> = prepared
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| p.outcome == AppendOutcome::Duplicate && p.same_as.is_none() && p.lsn == 0)
-        .map(|(k, _)| k)
-        .collect();
-    if waiting.is_empty() {
-        return Ok(());
-    }
-    let applied = |out: &mut [AppendResult]| {
-        let st = db.state();
-        let found: Option<Vec<(u64, Status)>> = waiting
-            .iter()
-            .map(|&k| {
-                st.idx(out[k].id).map(|i| {
-                    let m = st.meta(i);
-                    (m.loc.lsn, m.status)
-                })
-            })
-            .collect();
-        found.map(|f| {
-            for (&k, (lsn, status)) in waiting.iter().zip(f) {
-                out[k].lsn = lsn;
-                out[k].status = status;
-            }
-        })
-    };
-    loop {
-        if applied(out).is_some() {
-            return Ok(());
-        }
-        db.check_open()?;
-        if let Some(reason) = db.inner.log.write_failure() {
-            return Err(EngineError::Storage(
-                engram_storage::StorageError::Poisoned { reason },
-            ));
-        }
-        // Still queued? (Its batch is applied before it leaves the in-flight
-        // table, so under the writer lock "neither queued nor applied"
-        // means its write failed.)
-        let queued = {
-            let w = db.inner.writer.lock();
-            let queued = waiting
-                .iter()
-                .any(|&k| w.pending_ext.values().any(|(pid, _, _)| *pid == out[k].id));
-            queued || applied(out).is_some()
-        };
-        if !queued {
-            let k = waiting[0];
-            return Err(EngineError::InvalidState {
-                action: "append".into(),
-                target: out[k].id,
-                reason: "it repeats a record another request was storing, and that write \
-                         failed; send the line again"
-                    .into(),
-            });
-        }
-        if applied(out).is_some() {
-            return Ok(());
-        }
-        std::thread::sleep(std::time::Duration::from_micros(50));
     }
 }
 
@@ -1030,56 +969,4 @@ fn stored_record(
         confidence: r.confidence,
         generator,
     }
-}
-
-/// A record a deletion reached by the time its batch is acknowledged is
-/// said `deleted`: a write that raced a deletion (checked before it was
-/// applied, logged after it) is deleted as it is applied, and deleted is
-/// final, so the answer never calls it current.
-pub(super) fn said_deleted(state: &State, out: &mut [AppendResult]) {
-    for r in out.iter_mut() {
-        if let Some(i) = state.idx(r.id)
-            && state.meta(i).status == Status::Deleted
-        {
-            r.status = Status::Deleted;
-        }
-    }
-}
-
-fn results(prepared: &[Prepared], records: &[NewRecord], locs: &[FrameLoc]) -> Vec<AppendResult> {
-    // What a later line of the batch corrected is superseded once the
-    // batch is applied: its status is said as the batch left it.
-    let corrected: HashSet<[u8; 16]> = prepared
-        .iter()
-        .filter(|p| p.outcome == AppendOutcome::Created)
-        .filter_map(|p| p.stored.supersedes)
-        .collect();
-    prepared
-        .iter()
-        .zip(records)
-        .map(|(p, r)| {
-            let frame_lsn = |frame: usize| locs.get(frame).map(|l| l.lsn).unwrap_or(0);
-            let lsn = match (p.outcome, p.same_as) {
-                (AppendOutcome::Created, _) => frame_lsn(p.frame),
-                (AppendOutcome::Duplicate, Some(j)) => frame_lsn(prepared[j].frame),
-                (AppendOutcome::Duplicate, None) => p.lsn,
-            };
-            AppendResult {
-                id: RecordId::from_bytes(p.stored.id),
-                external_id: p
-                    .stored
-                    .external_id
-                    .clone()
-                    .or_else(|| r.external_id.clone()),
-                outcome: p.outcome,
-                status: if !corrected.is_empty() && corrected.contains(&p.stored.id) {
-                    Status::Superseded
-                } else {
-                    p.status
-                },
-                lsn,
-                notes: p.notes.clone(),
-            }
-        })
-        .collect()
 }
