@@ -96,7 +96,10 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// that removing the lock file (a cleanup script) does not let a second
     /// writer in while the first still runs; and each existing directory
     /// of `also` (the store's log, which a symbolic link may make another
-    /// store's too) the same way.
+    /// store's too) the same way. A lock found held may be asked again for
+    /// a moment before `Ok(None)` ([`FsBackend`] waits up
+    /// to 300 ms: a child process being started holds its parent's
+    /// descriptors, and so its locks, until it runs its program).
     fn try_lock_store(
         &self,
         path: &Path,

@@ -175,37 +175,23 @@ impl Backend for FsBackend {
         shared: bool,
         also: &[&Path],
     ) -> io::Result<Option<LockGuard>> {
-        let file_lock = if shared {
-            self.try_lock_shared(path)?
-        } else {
-            self.try_lock(path)?
-        };
-        let Some(file_lock) = file_lock else {
-            return Ok(None);
-        };
-        // The directory too: a lock on the file alone ends when the file is
-        // removed and another opener creates a new one. And each directory
-        // of `also` where it lives (opening follows links): two stores
-        // whose logs lead to one directory exclude each other. A directory
-        // that cannot be opened or locked for this (permissions) is left
-        // out: the file lock still holds.
-        let mut held: Vec<File> = Vec::new();
-        for dir in path.parent().into_iter().chain(also.iter().copied()) {
-            let Ok(d) = File::open(dir) else {
-                continue;
-            };
-            let taken = if shared {
-                d.try_lock_shared()
-            } else {
-                d.try_lock()
-            };
-            match taken {
-                Ok(()) => held.push(d),
-                Err(fs::TryLockError::WouldBlock) => return Ok(None),
-                Err(fs::TryLockError::Error(_)) => {}
+        // A lock found held is asked again for a moment before the store is
+        // called in use: a child process that another thread of the holder
+        // is starting keeps a copy of every descriptor until it runs its
+        // program (fork, then exec), so a store closed just now can look
+        // held for that long.
+        let start = std::time::Instant::now();
+        let mut pause = std::time::Duration::from_millis(1);
+        loop {
+            if let Some(guard) = try_lock_store_once(self, path, shared, also)? {
+                return Ok(Some(guard));
             }
+            if start.elapsed() >= LOCK_PATIENCE {
+                return Ok(None);
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(25));
         }
-        Ok(Some(LockGuard(Box::new((file_lock, held)))))
     }
 
     fn try_lock_shared(&self, path: &Path) -> io::Result<Option<LockGuard>> {
@@ -234,6 +220,50 @@ impl Backend for FsBackend {
             Err(fs::TryLockError::Error(e)) => Err(e),
         }
     }
+}
+
+/// How long a store's lock found held is asked again before the store is
+/// called in use (see [`FsBackend`]'s `try_lock_store`).
+const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// One attempt at a store's lock (see [`Backend::try_lock_store`]).
+fn try_lock_store_once(
+    fs: &FsBackend,
+    path: &Path,
+    shared: bool,
+    also: &[&Path],
+) -> io::Result<Option<LockGuard>> {
+    let file_lock = if shared {
+        fs.try_lock_shared(path)?
+    } else {
+        fs.try_lock(path)?
+    };
+    let Some(file_lock) = file_lock else {
+        return Ok(None);
+    };
+    // The directory too: a lock on the file alone ends when the file is
+    // removed and another opener creates a new one. And each directory
+    // of `also` where it lives (opening follows links): two stores
+    // whose logs lead to one directory exclude each other. A directory
+    // that cannot be opened or locked for this (permissions) is left
+    // out: the file lock still holds.
+    let mut held: Vec<File> = Vec::new();
+    for dir in path.parent().into_iter().chain(also.iter().copied()) {
+        let Ok(d) = File::open(dir) else {
+            continue;
+        };
+        let taken = if shared {
+            d.try_lock_shared()
+        } else {
+            d.try_lock()
+        };
+        match taken {
+            Ok(()) => held.push(d),
+            Err(fs::TryLockError::WouldBlock) => return Ok(None),
+            Err(fs::TryLockError::Error(_)) => {}
+        }
+    }
+    Ok(Some(LockGuard(Box::new((file_lock, held)))))
 }
 
 impl BackendFile for FsFile {
@@ -336,6 +366,41 @@ mod tests {
         let lock = theirs.join("LOCK");
         let _held = FsBackend.try_lock(&lock).unwrap().unwrap();
         assert_eq!(mode(&lock), 0o600);
+    }
+
+    /// A store's lock held for a moment (as a child process being started
+    /// holds a copy of its holder's descriptors until it runs its program)
+    /// is waited for; one held on is reported held, after the wait.
+    #[test]
+    fn a_store_lock_held_for_a_moment_is_waited_for() {
+        let tmp = tempfile::tempdir().unwrap();
+        let lock = tmp.path().join("LOCK");
+        let held = FsBackend
+            .try_lock_store(&lock, false, &[])
+            .unwrap()
+            .unwrap();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(60));
+            drop(held);
+        });
+        let started = std::time::Instant::now();
+        let again = FsBackend.try_lock_store(&lock, false, &[]).unwrap();
+        assert!(
+            again.is_some(),
+            "a lock released after 60 ms was reported held"
+        );
+        release.join().unwrap();
+        let waited = started.elapsed();
+        assert!(waited >= std::time::Duration::from_millis(40), "{waited:?}");
+        // held on: refused, once the patience is spent
+        let started = std::time::Instant::now();
+        assert!(
+            FsBackend
+                .try_lock_store(&lock, true, &[])
+                .unwrap()
+                .is_none()
+        );
+        assert!(started.elapsed() >= LOCK_PATIENCE);
     }
 
     #[test]
