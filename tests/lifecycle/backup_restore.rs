@@ -531,6 +531,66 @@ fn a_ledger_line_that_would_spare_a_version_is_damage() {
     }
 }
 
+/// A ledger line the log does not hold is re-applied at open only when it
+/// is newer than everything the log holds (an operation lost with the
+/// log's tail). A grant line whose operation id was edited, older than the
+/// revocation after it, gave the principal the label back; it is now named
+/// by `verify` and not applied.
+#[test]
+fn a_ledger_line_older_than_the_log_is_not_taken_for_a_lost_tail() {
+    let (dir, _backups, _bdir, clock) = dirs();
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![
+        NewRecord::event("note", "vault code 4711")
+            .with_external_id("r")
+            .with_access(&["secret"]),
+    ])
+    .unwrap();
+    s.grant(Some("bob"), Some("secret"), None).unwrap();
+    clock.advance(MINUTE);
+    s.revoke(Some("bob"), Some("secret"), None).unwrap();
+    let sees = |db: &Engram| {
+        db.session(Principal::user("t", "bob"))
+            .get(&ext("r"))
+            .is_ok()
+    };
+    assert!(!sees(&db));
+    db.close().unwrap();
+    let path = dir.path().join("ledger.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let grant = text.lines().next().unwrap();
+    assert!(grant.contains("\"op\":\"grant\""), "{text}");
+    let id: String = grant.split("\"op_id\":\"").nth(1).unwrap()[..26].to_string();
+    let last = id.chars().last().unwrap();
+    let edited = format!("{}{}", &id[..25], if last == 'Z' { 'Y' } else { 'Z' });
+    std::fs::write(&path, text.replacen(&id, &edited, 1)).unwrap();
+
+    let ro = engram::Options {
+        read_only: true,
+        ..opts(&clock)
+    };
+    let db = Engram::open(dir.path(), ro).unwrap();
+    let v = db.verify().unwrap();
+    assert!(
+        v.problems
+            .iter()
+            .any(|p| p.contains("line 1") && p.contains(&edited) && p.contains("not applied")),
+        "{:?}",
+        v.problems
+    );
+    db.close().unwrap();
+    for _ in 0..2 {
+        let (db, report) = Engram::open_with_report(dir.path(), opts(&clock)).unwrap();
+        assert!(report.ledger_reapplied.is_none(), "{report:?}");
+        assert!(
+            !sees(&db),
+            "a revoked label came back from an edited ledger line"
+        );
+        db.close().unwrap();
+    }
+}
+
 /// A backup of another store is refused, naming both logs' first ids, and
 /// the store keeps its records; into a new, empty directory it restores.
 #[test]

@@ -497,29 +497,70 @@ pub(crate) fn reapply_cut_ledger(
 /// of a record the state holds undeleted. A deletion of a record the log
 /// does not hold at all, or holds deleted, has nothing left to do
 /// (re-applying it logs nothing, so it would be found again at every open).
+///
+/// Only an operation newer than everything the log holds can have been
+/// lost with its tail (ids are minted in log order, and the log that is
+/// left is a prefix of the one that was): a line older than the log's
+/// newest record or operation is not applied but named among the ledger's
+/// problems (`verify`), as an edited line or one copied from another
+/// store's ledger. (Re-applying it gave a principal back a label revoked
+/// after it.)
 pub(crate) fn ledger_not_applied(db: &Engram, ledger: Vec<LedgerLine>) -> Vec<LedgerLine> {
     let st = db.state();
     let present: BTreeSet<RecordId> = st.ledger.iter().map(|e| e.op_id).collect();
+    let newest = st
+        .metas
+        .iter()
+        .map(|m| m.id)
+        .chain(present.iter().copied())
+        .max();
     let live = |t: &str| {
         t.parse::<RecordId>()
             .ok()
             .and_then(|id| st.idx(id))
             .is_some_and(|i| st.meta(i).status != crate::model::Status::Deleted)
     };
-    ledger
+    let mut refused = Vec::new();
+    let apply = ledger
         .into_iter()
-        .filter(|l| {
+        .enumerate()
+        .filter(|(_, l)| {
             l.op_id
                 .parse::<RecordId>()
                 .is_ok_and(|id| !present.contains(&id))
         })
-        .filter(|l| {
+        .filter(|(_, l)| {
             l.op != "delete"
                 || l.target.as_deref().is_some_and(&live)
                 || l.versions.iter().any(|v| live(v))
         })
-        .collect()
+        .filter(|(n, l)| {
+            let lost_with_the_tail = l
+                .op_id
+                .parse::<RecordId>()
+                .is_ok_and(|id| newest.is_none_or(|newest| id > newest));
+            if !lost_with_the_tail {
+                refused.push(format!(
+                    "{LEDGER_NOT_LOST}: line {}, operation {} ({}), is not in the log, which holds newer records and operations, so it was not lost with the log's tail; it is not applied (a line edited, or copied from another store's ledger): remove the line",
+                    n + 1,
+                    l.op_id,
+                    l.op
+                ));
+            }
+            lost_with_the_tail
+        })
+        .map(|(_, l)| l)
+        .collect();
+    drop(st);
+    let mut found = db.ledger_sync();
+    found.retain(|p| !p.starts_with(LEDGER_NOT_LOST));
+    found.extend(refused);
+    apply
 }
+
+/// How `verify` names a ledger line that a log's lost tail cannot explain
+/// (the start of its problem line).
+const LEDGER_NOT_LOST: &str = "ledger.jsonl names an operation the log never held";
 
 /// What a ledger line does when re-applied: its operation and target,
 /// and whether a deletion is a retention expiry (which reaches its version
