@@ -54,9 +54,10 @@ use bytes::{R, W, corrupt};
 /// Magic of the checkpoint snapshot.
 pub const MAGIC: [u8; 8] = *b"ENGRSTAT";
 /// Format version of the body (2: the ledger holds legal holds; 3: and
-/// retention settings; 4: and grants). A checkpoint of an earlier version,
-/// which lacks them, is not used and the log is replayed.
-pub const VERSION: u32 = 4;
+/// retention settings; 4: and grants; 5: whether each record's
+/// `valid_from` was given). A checkpoint of an earlier version, which lacks
+/// them, is not used and the log is replayed.
+pub const VERSION: u32 = 5;
 
 const STATUSES: [Status; 8] = [
     Status::Active,
@@ -126,6 +127,7 @@ pub fn encode(st: &State, spaces: &[SpaceSlots], anchor_crc: u32) -> Vec<u8> {
         w.i64(m.occurred_at);
         w.i64(m.ingested_at);
         w.i64(m.valid_from);
+        w.bool(m.valid_from_given);
         w.opt_i64(m.valid_until);
         w.u8(status_code(m.status));
         w.u32(m.retention);
@@ -387,6 +389,7 @@ pub fn decode(body: &[u8]) -> Result<Decoded> {
             occurred_at: r.i64()?,
             ingested_at: r.i64()?,
             valid_from: r.i64()?,
+            valid_from_given: r.bool()?,
             valid_until: r.opt_i64()?,
             status: status(r.u8()?)?,
             retention: r.u32()?,

@@ -78,6 +78,9 @@ pub struct Meta {
     pub ingested_at: i64,
     /// Start of validity.
     pub valid_from: i64,
+    /// Whether `valid_from` was given (else it is `occurred_at`'s): a
+    /// `valid_from` given equal to `occurred_at` still starts validity.
+    pub valid_from_given: bool,
     /// End of validity (set at ingest or by an expiry).
     pub valid_until: Option<i64>,
     /// Current status.
@@ -114,23 +117,23 @@ pub struct Meta {
 
 impl Meta {
     /// Whether the record becomes valid only after it was ingested: a
-    /// `valid_from` given apart from `occurred_at` (which it defaults to)
-    /// and later than the ingestion. A record about an event dated later
+    /// `valid_from` given (else it is `occurred_at`'s), even equal to
+    /// `occurred_at`, and later than the ingestion. A record about an event dated later
     /// (a meeting planned for tomorrow, or a client clock ahead of the
     /// store's) is known, and valid, from when it is written.
     pub fn valid_later(&self) -> bool {
-        self.valid_from > self.ingested_at && self.valid_from != self.occurred_at
+        self.valid_from_given && self.valid_from > self.ingested_at
     }
 
     /// When the record starts to be valid: its `valid_from` when given
-    /// apart from `occurred_at`; else (it defaults to `occurred_at`) the
+    /// (equal to `occurred_at` or not); else (it defaults to `occurred_at`) the
     /// earlier of `occurred_at` and its ingestion, since a record about
     /// an event dated later is valid from when it is written. Why not
     /// `valid_from` alone with a special case at the present: the answer
     /// for a fixed `valid_at` must not depend on when it is asked (a
     /// manifest replays).
     pub fn valid_start(&self) -> i64 {
-        if self.valid_from != self.occurred_at {
+        if self.valid_from_given {
             self.valid_from
         } else {
             self.occurred_at.min(self.ingested_at)

@@ -176,7 +176,9 @@ fn a_hit_as_of_the_past_has_the_status_it_had_then() {
 
 /// A record valid only from a later moment is not returned before it, at
 /// the present or at a later `valid_at` short of it; from that moment on it
-/// is, with no write in between, and after a reopen the same.
+/// is, with no write in between, and after a reopen the same. A
+/// `valid_from` given equal to `occurred_at` is given all the same (it was
+/// read as the default, valid from the ingestion).
 #[test]
 fn a_record_valid_from_the_future_is_left_out_until_then() {
     use crate::common::{MINUTE, T0, open};
@@ -190,12 +192,16 @@ fn a_record_valid_from_the_future_is_left_out_until_then() {
     let s = db.session(Principal::admin("t"));
     let mut later = NewRecord::event("policy", "refunds need two approvals").with_external_id("p");
     later.valid_from = Some(from);
+    let mut both =
+        NewRecord::event("policy", "refunds over 100 need a receipt").with_external_id("q");
+    (both.occurred_at, both.valid_from) = (Some(from), Some(from));
     // an event dated later, with no validity of its own: known now
     let mut planned = NewRecord::event("meeting", "refunds review meeting").with_external_id("m");
     planned.occurred_at = Some(from);
     s.append(vec![
         NewRecord::event("note", "refunds memo").with_external_id("memo"),
         later,
+        both,
     ])
     .unwrap();
     s.append(vec![planned]).unwrap();
@@ -220,7 +226,9 @@ fn a_record_valid_from_the_future_is_left_out_until_then() {
     assert_eq!(found(&s, None), ["memo"], "not valid yet, now");
     assert_eq!(found(&s, Some(from - 1)), ["memo"], "nor just before");
     assert!(
-        found(&s, Some(from)).contains(&"p".to_string()),
+        ["p", "q"]
+            .iter()
+            .all(|e| found(&s, Some(from)).contains(&e.to_string())),
         "valid from then"
     );
     assert_eq!(
