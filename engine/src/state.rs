@@ -715,6 +715,41 @@ impl State {
         }
     }
 
+    /// Whether record `idx` is past its tenant's retention period for its
+    /// class at `now` (by ingest time), or built, directly or not, on a
+    /// record that is: what retrieval leaves out at once and `compact`
+    /// deletes. Reads by id and listings leave it out too, before
+    /// `compact` as after (docs/lifecycle.md, "Retention and legal holds").
+    pub fn past_retention(&self, idx: Idx, now: i64) -> bool {
+        let Some(t) = self.tenants.get(&self.metas[idx as usize].tenant) else {
+            return false;
+        };
+        if t.retention.values().all(Option::is_none) {
+            return false;
+        }
+        let expired = |i: Idx| {
+            let m = &self.metas[i as usize];
+            t.retention
+                .get(self.strings.name(m.retention))
+                .copied()
+                .flatten()
+                .is_some_and(|p| m.ingested_at.saturating_add(p) <= now)
+        };
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![idx];
+        while let Some(i) = stack.pop() {
+            if expired(i) {
+                return true;
+            }
+            for &s in self.sources.get(&i).into_iter().flatten() {
+                if seen.insert(s) {
+                    stack.push(s);
+                }
+            }
+        }
+        false
+    }
+
     /// Every version in the correction chain of `idx` (oldest first).
     pub fn chain(&self, idx: Idx) -> Vec<Idx> {
         let mut first = idx;

@@ -890,3 +890,67 @@ fn the_writer_of_a_purged_record_is_answered_as_before_compaction() {
     answers(&db);
     db.close().unwrap();
 }
+
+/// A record past its retention period, and what was built on it, are not
+/// read by id, listed, or shown in a trace before `compact` deletes them,
+/// as retrieval leaves them out: their content was readable by id and in
+/// listings until then.
+#[test]
+fn a_record_past_retention_is_not_read_by_id_or_listed_before_compact() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.set_retention("ephemeral", Some(60 * MINUTE)).unwrap();
+    s.append(vec![
+        NewRecord {
+            retention_class: Some("ephemeral".into()),
+            ..NewRecord::event("note", "card number past-canary-8").with_external_id("e")
+        },
+        NewRecord::event("note", "a note kept").with_external_id("k"),
+    ])
+    .unwrap();
+    s.append(vec![NewRecord {
+        body: Body::Summary {
+            generator: "g@1".into(),
+        },
+        kind: "summary".into(),
+        text: Some("summary of past-canary-8".into()),
+        sources: vec![ext("e"), ext("k")],
+        external_id: Some("sum".into()),
+        ..NewRecord::default()
+    }])
+    .unwrap();
+    let listed = |s: &engram::Session| {
+        s.list(&engram::ListFilter::default())
+            .unwrap()
+            .into_iter()
+            .filter_map(|r| r.external_id)
+            .collect::<Vec<_>>()
+    };
+    assert!(s.get(&ext("e")).is_ok() && s.get(&ext("sum")).is_ok());
+    assert_eq!(listed(&s), ["e", "k", "sum"]);
+    clock.advance(61 * MINUTE);
+    for gone in ["e", "sum"] {
+        assert!(
+            matches!(s.get(&ext(gone)), Err(EngineError::NotFound { .. })),
+            "{gone} read by id past retention"
+        );
+        assert!(s.history(&ext(gone)).is_err(), "{gone} in history");
+    }
+    assert_eq!(listed(&s), ["k"]);
+    let t = s.trace(&ext("k")).unwrap();
+    for n in &t.nodes {
+        assert!(
+            !n.text.as_deref().unwrap_or("").contains("past-canary-8"),
+            "{t:?}"
+        );
+    }
+    // a user principal of the tenant: the same
+    let u = db.session(Principal::user("t", "u"));
+    assert!(matches!(
+        u.get(&ext("e")),
+        Err(EngineError::NotFound { .. })
+    ));
+    db.close().unwrap();
+}

@@ -57,7 +57,8 @@ impl Session {
     }
 
     /// Whether the session may read record `idx` (tenant, labels; deleted
-    /// records are never readable).
+    /// records, and records past their retention period that `compact` has
+    /// not deleted yet, are never readable).
     pub(crate) fn can_read(&self, st: &State, idx: Idx) -> bool {
         self.can_read_with(st, idx, &self.held_labels(st))
     }
@@ -66,7 +67,10 @@ impl Session {
     /// caller (loops over many records).
     pub(crate) fn can_read_with(&self, st: &State, idx: Idx, held: &BTreeSet<String>) -> bool {
         let m = st.meta(idx);
-        m.status != Status::Deleted && !m.tombstone && self.target(st, idx, held).readable
+        m.status != Status::Deleted
+            && !m.tombstone
+            && self.target(st, idx, held).readable
+            && !st.past_retention(idx, self.db.now())
     }
 
     /// Labels the principal holds now (admins: every label not revoked).
