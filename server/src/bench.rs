@@ -414,7 +414,7 @@ pub fn measure_with_progress(
     lat.sort_by(f64::total_cmp);
     let text_bytes = 500.0 * events as f64;
     let db = Arc::try_unwrap(db).map_err(|_| CliError::Message("store still shared".into()))?;
-    db.close()?;
+    crate::cli::close_store(&db);
     Ok(IngestResult {
         writers,
         // the largest append made: a writer's share may be below `batch`

@@ -934,7 +934,7 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
         }
         report.memory = Some(m);
     }
-    db.close()?;
+    crate::cli::close_store(&db);
     if a.json {
         crate::outln!("{}", serde_json::to_string_pretty(&report)?);
     }

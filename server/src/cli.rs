@@ -530,6 +530,20 @@ pub fn store_options(dir: &Path, embedder: Option<&str>) -> Result<Options, CliE
     })
 }
 
+/// Closes a command's store. What closing can fail at is writing derived
+/// state (the graphs' last nodes, the checkpoint): everything the command
+/// stored is durable in the log by then, and derived state is rebuilt from
+/// the log at the next open, so the failure is a warning and the command's
+/// answer stands. (Why: an exit code of 1 after an acknowledged deletion
+/// told a script the deletion had not happened.)
+pub fn close_store(db: &Engram) {
+    if let Err(e) = db.close() {
+        crate::eoutln!(
+            "warning: writing derived state at close failed ({e}); what this command stored is durable in the log, and derived state is rebuilt from it at the next open"
+        );
+    }
+}
+
 /// Saves the `--embedder` choice into the store in `dir` when it differs
 /// from what the store remembers (or the settings file is damaged), saying
 /// so on stderr. Called once a command that opened the store to write has

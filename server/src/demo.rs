@@ -96,7 +96,7 @@ pub fn run(ctx: &Ctx, dir: Option<PathBuf>) -> CliResult {
 fn tour(ctx: &Ctx) -> Result<(), CliError> {
     let db = ctx.open_store_with(true)?;
     let r = first_half(&db);
-    db.close()?;
+    crate::cli::close_store(&db);
     r?;
     lifecycle_story(ctx)
 }
@@ -239,7 +239,7 @@ fn lifecycle_story(ctx: &Ctx) -> Result<(), CliError> {
         "before compaction, the deleted text is still in {} file(s) (ineligible, but on disk)",
         before.len()
     );
-    db.close()?;
+    crate::cli::close_store(&db);
     let c = Engram::compact(dir, &ctx.store_options()?)?;
     let after = engram_storage::files::files_containing(backend.as_ref(), dir, SECRET.as_bytes())?;
     crate::outln!(
@@ -289,6 +289,6 @@ fn lifecycle_story(ctx: &Ctx) -> Result<(), CliError> {
         stats.log_segments,
         stats.log_bytes
     );
-    db.close()?;
+    crate::cli::close_store(&db);
     Ok(())
 }

@@ -206,7 +206,7 @@ pub fn review(ctx: &Ctx, cmd: ReviewCommand) -> CliResult {
         _ => ctx.open_store_to_write()?,
     };
     let r = review_inner(&db, cmd);
-    db.close()?;
+    crate::cli::close_store(&db);
     r
 }
 
@@ -279,7 +279,7 @@ pub fn trace(ctx: &Ctx, t: IdArgs) -> CliResult {
         }
         Ok(ExitCode::SUCCESS)
     })();
-    db.close()?;
+    crate::cli::close_store(&db);
     r
 }
 
@@ -302,7 +302,7 @@ pub fn expire(ctx: &Ctx, a: ExpireArgs) -> CliResult {
         }
         Ok(ExitCode::SUCCESS)
     })();
-    db.close()?;
+    crate::cli::close_store(&db);
     r
 }
 
@@ -396,7 +396,7 @@ pub fn correct(ctx: &Ctx, a: CorrectArgs) -> CliResult {
         }
         Ok(ExitCode::SUCCESS)
     })();
-    db.close()?;
+    crate::cli::close_store(&db);
     r
 }
 
@@ -422,7 +422,7 @@ pub fn delete(ctx: &Ctx, a: DeleteArgs) -> CliResult {
         }
         Ok(ExitCode::SUCCESS)
     })();
-    db.close()?;
+    crate::cli::close_store(&db);
     r
 }
 
@@ -481,7 +481,7 @@ pub fn access(ctx: &Ctx, a: AccessArgs, revoke: bool) -> CliResult {
         }
         Ok(ExitCode::SUCCESS)
     })();
-    db.close()?;
+    crate::cli::close_store(&db);
     r
 }
 
@@ -491,7 +491,7 @@ pub fn retention(ctx: &Ctx, a: RetentionArgs) -> CliResult {
         .map_err(|why| CliError::Message(format!("--period: {why}")))?;
     let db = ctx.open_store_to_write()?;
     let r = session_for(&db, &a.tenant, a.act_as.as_deref()).set_retention(&a.class, period);
-    db.close()?;
+    crate::cli::close_store(&db);
     let res = r?;
     crate::outln!(
         "retention of class '{}' in tenant '{}': {} (operation {})",
@@ -507,7 +507,7 @@ pub fn retention(ctx: &Ctx, a: RetentionArgs) -> CliResult {
 pub fn hold(ctx: &Ctx, a: HoldArgs) -> CliResult {
     let db = ctx.open_store_to_write()?;
     let r = session_for(&db, &a.tenant, a.act_as.as_deref()).hold(&a.scope, !a.off);
-    db.close()?;
+    crate::cli::close_store(&db);
     let res = r?;
     crate::outln!(
         "legal hold on '{}' in tenant '{}' {} (operation {})",
@@ -607,7 +607,7 @@ pub fn backup(ctx: &Ctx, a: BackupArgs) -> CliResult {
     spinner.set_message(format!("copying the log to {}", a.dir.display()));
     let r = db.backup(&a.dir);
     spinner.finish();
-    db.close()?;
+    crate::cli::close_store(&db);
     let r = r?;
     if a.json {
         json(&r)?;
@@ -741,7 +741,7 @@ pub fn context(ctx: &Ctx, a: ContextArgs) -> CliResult {
         }
         Ok(ExitCode::SUCCESS)
     })();
-    db.close()?;
+    crate::cli::close_store(&db);
     r
 }
 

@@ -167,7 +167,7 @@ pub fn query(ctx: &Ctx, a: QueryArgs) -> CliResult {
     };
     let s = session_for(&db, &a.tenant, a.principal.as_deref());
     let r = s.query(&text, &params);
-    db.close()?;
+    crate::cli::close_store(&db);
     match r {
         Ok(out) => {
             if a.json {

@@ -280,7 +280,7 @@ pub fn print_manifest(m: &Manifest) {
 pub fn recall(ctx: &Ctx, a: RecallArgs) -> CliResult {
     let db = ctx.open_store()?;
     let r = recall_inner(&db, &a);
-    db.close()?;
+    crate::cli::close_store(&db);
     r
 }
 
@@ -496,7 +496,7 @@ pub fn eval(ctx: &Ctx, a: EvalArgs) -> CliResult {
         }
     }
     bar.finish();
-    db.close()?;
+    crate::cli::close_store(&db);
     let (summary, slices) = summarize(&results);
     if let Some(out) = &a.out {
         let path = out.join("results.jsonl");
@@ -689,7 +689,7 @@ fn compare(ctx: &Ctx, a: &EvalArgs, cases: &[engram_query::eval::EvalCase]) -> C
         table.push((cfg.name.clone(), overall, slices));
     }
     bar.finish();
-    db.close()?;
+    crate::cli::close_store(&db);
     // A forbidden hit fails the run whatever the output format.
     let forbidden: usize = table.iter().map(|t| t.1.forbidden_hits).sum();
     let exit = if forbidden > 0 {

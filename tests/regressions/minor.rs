@@ -1132,3 +1132,29 @@ fn review_list_shows_a_principals_own_queue() {
     assert!(e.contains("reviewer"), "{e}");
     crate::cli::fails(&store, &["review", "list", "--principal", "rita"]);
 }
+
+/// A command whose derived state cannot be written at close (the state
+/// checkpoint's path is a directory) still succeeds: what it stored is
+/// durable in the log, and it says so. A deletion exited 1 after printing
+/// that it had deleted.
+#[test]
+fn a_command_whose_close_cannot_write_derived_state_still_succeeds() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path());
+    let snap = store.join("derived").join("state.snap");
+    let _ = std::fs::remove_file(&snap);
+    std::fs::create_dir(&snap).unwrap();
+    let o = ok(&store, &["delete", "a", "--tenant", "t"]);
+    let out = crate::cli::text(&o);
+    assert!(
+        out.contains("warning: writing derived state at close failed"),
+        "{out}"
+    );
+    let o = ok(&store, &["get", "b", "--tenant", "t"]);
+    assert!(crate::cli::text(&o).contains("catalog outage"));
+    std::fs::remove_dir(&snap).unwrap();
+    let msg = fails(&store, &["get", "a", "--tenant", "t"]);
+    assert!(msg.contains("no record"), "{msg}");
+    ok(&store, &["verify"]);
+}

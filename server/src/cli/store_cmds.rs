@@ -40,7 +40,7 @@ pub(super) fn cmd_get(ctx: &Ctx, a: IdArgs, history: bool) -> CliResult {
             crate::outln!("{}", record_block(r));
         }
     }
-    db.close()?;
+    crate::cli::close_store(&db);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -83,7 +83,7 @@ pub(super) fn cmd_log(ctx: &Ctx, a: LogArgs) -> CliResult {
     if !a.json {
         crate::eoutln!("{} record(s)", all.len());
     }
-    db.close()?;
+    crate::cli::close_store(&db);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -152,7 +152,7 @@ pub(super) fn cmd_stats(ctx: &Ctx, a: JsonArgs) -> CliResult {
             }
         }
     }
-    db.close()?;
+    crate::cli::close_store(&db);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -232,7 +232,7 @@ pub(super) fn cmd_verify(ctx: &Ctx, a: JsonArgs) -> CliResult {
                 );
             }
             let r = db.verify();
-            db.close()?;
+            crate::cli::close_store(&db);
             let r = r?;
             frames = r.frames;
             records = r.records;
@@ -317,7 +317,7 @@ pub(super) fn cmd_init(ctx: &Ctx, a: JsonArgs) -> CliResult {
     }
     let db = ctx.open_store_with(true)?;
     let embedder = db.embedder_model().unwrap_or_else(|| "none".into());
-    db.close()?;
+    crate::cli::close_store(&db);
     if a.json {
         print_json(
             &serde_json::json!({"created": data.display().to_string(), "embedder": embedder}),

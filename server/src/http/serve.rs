@@ -79,7 +79,16 @@ pub fn serve(
     let closed = app.db().close();
     rt.shutdown_timeout(Duration::from_secs(5));
     served?;
-    closed.map_err(ServerError::Engine)?;
+    // Every acknowledged write is durable in the log by now; what closing
+    // can fail at is derived state, rebuilt from the log at the next open:
+    // logged, and the server stops as it was asked to.
+    if let Err(e) = closed {
+        log(
+            "warn",
+            "writing derived state at close failed; it is rebuilt from the log at the next open",
+            &[("error", e.to_string().into())],
+        );
+    }
     log("info", "stopped", &[]);
     Ok(())
 }

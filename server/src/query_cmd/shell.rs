@@ -45,7 +45,7 @@ pub fn shell(ctx: &Ctx, a: ShellArgs) -> CliResult {
     let db = ctx.open_store()?;
     let s = session_for(&db, &a.tenant, a.principal.as_deref());
     let r = shell_loop(&db, &s, &a);
-    db.close()?;
+    crate::cli::close_store(&db);
     r
 }
 
