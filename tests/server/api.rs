@@ -48,6 +48,13 @@ fn endpoints_do_their_job() {
         s.json("GET", "/v1/openapi.json", None, None, 200),
         committed
     );
+    // the document's own path refuses a query parameter, as it declares
+    let e = s.json("GET", "/v1/openapi.json?x=1", None, None, 400);
+    assert_eq!(e["error"]["code"], "bad_request", "{e}");
+    assert!(
+        committed["paths"]["/v1/openapi.json"]["get"]["responses"]["400"].is_object(),
+        "400 not declared"
+    );
     // every failure has one shape, a wrong method on any route too
     for (method, path) in [
         ("GET", "/v1/backup"),

@@ -277,6 +277,26 @@ fn deep_nesting_huge_numbers_invalid_utf8_and_limits() {
         (Some(2), Some(7)),
         "{e}"
     );
+    // an empty body is not JSON where a body is required, on every
+    // endpoint alike (some read it as `{}`); where every field is optional
+    // (approve, reject, retract) it reads as `{}`
+    for path in [
+        "/v1/records",
+        "/v1/recall",
+        "/v1/context",
+        "/v1/retention",
+        "/v1/holds",
+    ] {
+        for body in [&b""[..], b"   "] {
+            let r = send(path, body);
+            assert_eq!(
+                (r.status, r.json()["error"]["code"].clone()),
+                (400, "invalid_json".into()),
+                "{path}: {}",
+                r.text()
+            );
+        }
+    }
     // a body that is not JSON is `invalid_json` even where its first byte
     // already shows the wrong shape; valid JSON of the wrong shape is not
     let r = send("/v1/records", b"{not json");

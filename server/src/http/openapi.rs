@@ -86,7 +86,8 @@ impl Modify for BearerKey {
 /// (docs/server.md's error table): 400, 401, 403, 429 (a full queue), 500
 /// and 503 on every operation that needs a key, 413 on each of them too
 /// (the body limit applies to any request, also one whose operation reads
-/// no body), and 422 (`ambiguous_reference`) where the path names a record.
+/// no body), and 422 (`ambiguous_reference`) where the path names a record;
+/// 400 on this document's own path too.
 /// An operation's own description of a status is kept.
 struct CommonErrors;
 
@@ -157,8 +158,16 @@ impl Modify for CommonErrors {
             .into_iter()
             .flatten()
             {
-                // (this document, the one /v1 path without a key, answers itself)
+                // This document, the one /v1 path without a key, answers
+                // itself, and like every /v1 path refuses a query
+                // parameter it does not read (400).
                 if op.security.as_ref().is_none_or(|s| s.is_empty()) {
+                    op.responses
+                        .responses
+                        .entry("400".to_string())
+                        .or_insert_with(|| {
+                            RefOr::Ref(Ref::new("#/components/responses/BadRequest"))
+                        });
                     continue;
                 }
                 // a body whose every field is optional may be left out (an

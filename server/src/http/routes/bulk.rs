@@ -58,7 +58,7 @@ pub struct BulkParams {
 /// "lsn"}` or `{"line": n, "error": {"code", "message", "details"}}`; a
 /// batch with an invalid line stores nothing (its other lines answer
 /// `batch_rejected`) and the stream goes on. Blank lines and lines
-/// starting with `#` are skipped. Read the response while sending: the
+/// starting with `#` or `//` are skipped. Read the response while sending: the
 /// server stops reading the body when the client stops reading results.
 #[utoipa::path(
     post, path = "/v1/records/bulk", tag = "records", params(BulkParams),

@@ -18,7 +18,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::http::app::Shared;
 use crate::http::auth::Caller;
-use crate::http::body::{JsonBody, RawBody, body_text, json_object};
+use crate::http::body::{JsonBody, OptionalJsonBody, RawBody, body_text, json_object};
 use crate::http::error::{ErrorBody, ServerError, ServerResult};
 use crate::http::routes::records::{ItemResult, parse_record};
 use crate::http::routes::{Params, RefPath};
@@ -226,7 +226,7 @@ pub async fn retract(
     State(app): State<Shared>,
     caller: Caller,
     RefPath(target): RefPath,
-    JsonBody(req): JsonBody<NoteRequest>,
+    OptionalJsonBody(req): OptionalJsonBody<NoteRequest>,
 ) -> ServerResult<Json<OpResponse>> {
     let session = caller.session(&app, Operation::Retract).await?;
     let text = req.text()?;
@@ -271,7 +271,7 @@ pub async fn approve(
     State(app): State<Shared>,
     caller: Caller,
     RefPath(target): RefPath,
-    JsonBody(req): JsonBody<NoteRequest>,
+    OptionalJsonBody(req): OptionalJsonBody<NoteRequest>,
 ) -> ServerResult<Json<OpResponse>> {
     let session = caller.session(&app, Operation::Review).await?;
     let text = req.text()?;
@@ -293,7 +293,7 @@ pub async fn reject(
     State(app): State<Shared>,
     caller: Caller,
     RefPath(target): RefPath,
-    JsonBody(req): JsonBody<NoteRequest>,
+    OptionalJsonBody(req): OptionalJsonBody<NoteRequest>,
 ) -> ServerResult<Json<OpResponse>> {
     let session = caller.session(&app, Operation::Review).await?;
     let text = req.text()?;

@@ -34,7 +34,8 @@ pub struct ItemResult {
     /// `created`, or `duplicate`: the same external id and content were
     /// already stored, nothing was written.
     pub outcome: String,
-    /// Admission status: `active`, or `candidate` for records needing review.
+    /// Admission status: `active`; `approved` for entities and relations;
+    /// `candidate` for records needing review.
     pub status: String,
     /// Log sequence number of its frame (of the stored record for duplicates).
     pub lsn: u64,
