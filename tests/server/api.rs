@@ -463,6 +463,23 @@ fn endpoints_do_their_job() {
         assert_eq!(out[3]["summary"]["batches"], 2);
         assert_eq!(out[3]["summary"]["complete"], true);
     }
+    // an error the engine finds (a correction of a record that does not
+    // exist) names the body's line in its details, as a parse error does,
+    // not the position in its batch
+    let body = "{\"kind\": \"note\", \"text\": \"c1\", \"external_id\": \"c1\"}\n{\"kind\": \"note\", \"text\": \"c2\"}\n{\"kind\": \"note\", \"text\": \"c3\", \"supersedes\": \"no-such-record\"}\n";
+    let r = request(
+        &s.addr,
+        "POST",
+        "/v1/records/bulk?batch=2",
+        Some(&k.ann),
+        Some(body.as_bytes()),
+        "application/x-ndjson",
+    )
+    .unwrap();
+    let out = r.ndjson();
+    let bad = out.iter().find(|l| l["line"] == 3).expect("line 3");
+    assert_eq!(bad["error"]["details"]["line"], 3, "{out:?}");
+    assert!(bad["error"]["details"].get("item").is_none(), "{out:?}");
 
     // store operations with the store key
     let st = s.json("GET", "/v1/stats", Some(&k.store), None, 200);

@@ -86,6 +86,9 @@ def test_line_numbers_in_error_details_count_over_the_whole_iterable(
     assert out[1]["outcome"] == "created" and out[3]["outcome"] == "created"
     assert out[2]["error"]["details"]["line"] == 2
     assert out[2]["error"]["details"]["field"] == "occurred_at"
+    # the message too names the line over the whole iterable
+    assert "line 2" in out[2]["error"]["message"], out[2]["error"]["message"]
+    assert "line 1" not in out[2]["error"]["message"]
 
 
 def test_an_item_that_cannot_be_sent_ends_the_stream_after_what_was_stored(
@@ -209,3 +212,14 @@ def test_bulk_on_a_closed_client_is_an_engram_error() -> None:
     c.close()
     with pytest.raises(TransportError):
         c.bulk([{"kind": "note", "text": "x"}]).run()
+
+
+def test_a_message_s_line_numbers_are_shifted_with_the_request() -> None:
+    from engram_client._api import _renumber_lines
+
+    assert _renumber_lines("line 1: bad (lines 1 and 3)", 10) == "line 11: bad (lines 11 and 13)"
+    assert (
+        _renumber_lines("the batch of lines 3..=4 was rejected because of line 4", 2)
+        == "the batch of lines 5..=6 was rejected because of line 6"
+    )
+    assert _renumber_lines("online 5 items", 2) == "online 5 items"

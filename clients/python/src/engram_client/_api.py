@@ -9,6 +9,7 @@ import datetime as _dt
 import enum
 import json
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 from urllib.parse import quote
@@ -605,6 +606,8 @@ class BulkTotals:
                 for k in ("line", "culprit_line", "first_line", "last_line"):
                     if isinstance(details.get(k), int):
                         details[k] += offset
+            if isinstance(err, dict) and isinstance(err.get("message"), str) and offset:
+                err["message"] = _renumber_lines(err["message"], offset)
             return obj
         if "error" in obj:
             # The body failed: what it left unstored (renumbered over the
@@ -735,3 +738,20 @@ def decode(call: Call, content: bytes) -> Any:
             f"the answer to {call.method} {call.path} is not an Engram answer ({e}); "
             "is the client's URL an Engram server's?",
         ) from e
+
+
+_LINES = re.compile(r"\b(lines?) (\d+)(?:(\.\.=| and )(\d+))?")
+
+
+def _renumber_lines(message: str, offset: int) -> str:
+    """A bulk error's message with the line numbers it names ("line 2",
+    "lines 3..=4", "lines 1 and 3") counted over the whole iterable rather
+    than the one request, as its `line` and `details` are."""
+
+    def shift(m: "re.Match[str]") -> str:
+        out = f"{m.group(1)} {int(m.group(2)) + offset}"
+        if m.group(4) is not None:
+            out += f"{m.group(3)}{int(m.group(4)) + offset}"
+        return out
+
+    return _LINES.sub(shift, message)

@@ -491,6 +491,14 @@ impl Bulk {
                 if let Some(m) = own["message"].as_str() {
                     own["message"] = Value::String(items_as_lines(m, &lines));
                 }
+                // (and its details name the body's line, as a line's parse
+                // error does, not the position in the batch)
+                if let Some(d) = own["details"].as_object_mut()
+                    && let Some(i) = d.remove("item")
+                {
+                    let line = i.as_u64().and_then(|i| lines.get(i as usize).copied());
+                    d.insert("line".into(), json!(line));
+                }
                 let rows = lines
                     .iter()
                     .map(|&l| (l, (at.is_none() || at == Some(l)).then(|| own.clone())))
