@@ -96,7 +96,9 @@ impl Session {
                 // the chain's newest version, named only to a principal
                 // that may read it (a hidden version is never named)
                 let newest = *st.chain(idx).last().expect("a chain holds its record");
-                let reason = if self.can_read(&st, newest) {
+                let reason = if let Some(gone) = self.gone_head(&st, newest) {
+                    gone
+                } else if self.can_read(&st, newest) {
                     format!(
                         "it is superseded by {}; expire the current version",
                         st.meta(newest).id

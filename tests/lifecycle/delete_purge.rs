@@ -954,3 +954,52 @@ fn a_record_past_retention_is_not_read_by_id_or_listed_before_compact() {
     ));
     db.close().unwrap();
 }
+
+/// A chain whose newest version `compact` deleted at the end of its
+/// retention period takes no more corrections or expiries, and says why:
+/// a correction was told to correct the deleted version, and an expiry
+/// that the newest version was one the admin "cannot read".
+#[test]
+fn a_chain_whose_newest_version_expired_says_why_it_takes_no_correction() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.set_retention("ephemeral", Some(60 * MINUTE)).unwrap();
+    s.append(vec![
+        NewRecord::event("preference", "colour is blue").with_external_id("c"),
+    ])
+    .unwrap();
+    s.append(vec![NewRecord {
+        retention_class: Some("ephemeral".into()),
+        supersedes: Some(ext("c")),
+        ..NewRecord::event("preference", "colour is green").with_external_id("c")
+    }])
+    .unwrap();
+    clock.advance(61 * MINUTE);
+    db.close().unwrap();
+    Engram::compact(dir.path(), &opts(&clock)).unwrap();
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    let e = s
+        .append(vec![NewRecord {
+            supersedes: Some(ext("c")),
+            ..NewRecord::event("preference", "colour is red")
+        }])
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, EngineError::InvalidState { .. }), "{text}");
+    assert!(
+        text.contains("was deleted") && text.contains("new external id"),
+        "{text}"
+    );
+    let e = s
+        .expire(&ext("c"), T0 + 120 * MINUTE)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("was deleted") && !e.contains("cannot read"),
+        "{e}"
+    );
+    db.close().unwrap();
+}

@@ -73,6 +73,31 @@ impl Session {
             && !st.past_retention(idx, self.db.now())
     }
 
+    /// Why a chain whose newest version is `head` takes no correction or
+    /// expiry of an older version, when `head` is gone: deleted (a
+    /// retention expiry's deletion reaches that version only) or past its
+    /// retention period. Named only to a principal whose labels reach
+    /// `head` (a hidden version is never named). `None` while it lives.
+    pub(crate) fn gone_head(&self, st: &State, head: Idx) -> Option<String> {
+        let m = st.meta(head);
+        let named = if self.target(st, head, &self.held_labels(st)).readable {
+            format!(" {}", m.id)
+        } else {
+            String::new()
+        };
+        if m.status == Status::Deleted {
+            Some(format!(
+                "its chain's newest version{named} was deleted: a chain whose newest version is gone takes no more corrections or expiries; write the new statement as a new record, with a new external id"
+            ))
+        } else if st.past_retention(head, self.db.now()) {
+            Some(format!(
+                "its chain's newest version{named} is past its retention period: name that version (until compact deletes it, after which the chain takes no more corrections)"
+            ))
+        } else {
+            None
+        }
+    }
+
     /// Labels the principal holds now (admins: every label not revoked).
     pub(crate) fn held_labels(&self, st: &State) -> BTreeSet<String> {
         let Some(t) = st.tenant(self.principal.tenant()) else {

@@ -222,10 +222,18 @@ impl Resolver<'_> {
                 .chain(ix)
                 .last()
                 .expect("a chain holds its versions");
-            EngineError::AlreadySuperseded {
-                item: Some(i),
-                target: sid,
-                by: self.visible(head).then(|| self.st.meta(head).id),
+            // (a newest version that is gone is not a version to correct)
+            match self.session.gone_head(self.st, head) {
+                Some(reason) => EngineError::InvalidState {
+                    action: format!("correct (item {i})"),
+                    target: sid,
+                    reason,
+                },
+                None => EngineError::AlreadySuperseded {
+                    item: Some(i),
+                    target: sid,
+                    by: self.visible(head).then(|| self.st.meta(head).id),
+                },
             }
         });
         if m.status == Status::Deleted {
