@@ -373,6 +373,38 @@ fn a_frame_applied_out_of_order_stops_the_engine() {
     );
 }
 
+/// A record frame written twice into the log (its checksums intact) is
+/// refused when the second copy is applied, naming both LSNs, before
+/// anything changes: it was counted twice, and every later checkpoint was
+/// refused for holding an id twice.
+#[test]
+fn a_record_frame_repeated_in_the_log_is_refused_on_replay() {
+    let (db, ids) = store_with(2);
+    let mut st = db.inner.state.write();
+    let m = st.meta(st.idx(ids[1]).unwrap()).clone();
+    let f = db.inner.log.read(m.loc.segment, m.loc.offset).unwrap();
+    let (len, lsn) = (st.len(), st.applied_lsn + 1);
+    let loc = FrameLoc {
+        segment: 1,
+        offset: 0,
+        lsn,
+    };
+    let e = apply_frame(
+        &mut st,
+        f.header.frame_type,
+        f.header.frame_version,
+        f.payload(),
+        loc,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("already holds this record id") && e.contains(&format!("LSN {}", m.loc.lsn)),
+        "{e}"
+    );
+    assert_eq!(st.len(), len, "the repeated frame changed the state");
+}
+
 #[test]
 fn transaction_time_going_back_on_replay_is_refused() {
     let (db, _) = store_with(1);

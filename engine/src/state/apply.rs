@@ -27,6 +27,7 @@ impl State {
         }
         let idx = idx_of(self.metas.len());
         let id = RecordId::from_bytes(a.id);
+        self.check_new_id(id, loc)?;
         let tenant_name = a.tenant.as_str();
         let (tenant, ts) = self.tenant_mut(tenant_name);
         ts.last_lsn = ts.last_lsn.max(loc.lsn);
@@ -296,11 +297,31 @@ impl State {
         Ok(())
     }
 
+    /// A record or tombstone frame whose id the state already holds is
+    /// damage (a frame written twice into the log, or copied from another
+    /// place of it): ids are minted once and a record is written once.
+    /// Refused before anything changes, naming both frames, as any frame
+    /// that breaks a rule of the state is; it was counted twice and broke
+    /// every later checkpoint.
+    fn check_new_id(&self, id: RecordId, loc: FrameLoc) -> Result<()> {
+        match self.by_id.get(&id) {
+            None => Ok(()),
+            Some(&first) => Err(crate::error::EngineError::Corrupt {
+                what: format!("record {id} at LSN {}", loc.lsn),
+                detail: format!(
+                    "the log already holds this record id, at LSN {}",
+                    self.metas[first as usize].loc.lsn
+                ),
+            }),
+        }
+    }
+
     /// Applies a tombstone frame: the record exists (identity, lineage) but
     /// its content is gone, and it is deleted.
     pub fn apply_tombstone(&mut self, a: &StoredTombstone, loc: FrameLoc) -> Result<()> {
         let idx = idx_of(self.metas.len());
         let id = RecordId::from_bytes(a.id);
+        self.check_new_id(id, loc)?;
         let (tenant, ts) = self.tenant_mut(a.tenant.as_str());
         ts.last_lsn = ts.last_lsn.max(loc.lsn);
         if let Some(h) = a.external_id_sha256.as_ref() {
