@@ -364,11 +364,18 @@ pub(super) fn cmd_repair(ctx: &Ctx, a: RepairArgs) -> CliResult {
                     i.last_frame_lsn
                 );
             }
-            None => crate::outln!(
-                "the log ({} segment(s)) is intact through LSN {}; nothing to repair",
-                i.segments,
-                i.intact_through
-            ),
+            None => {
+                crate::outln!(
+                    "the log ({} segment(s)) is intact through LSN {}; nothing to repair",
+                    i.segments,
+                    i.intact_through
+                );
+                // (its frames' checksums hold; a frame may still break a
+                // rule of the state, which only an open finds)
+                crate::outln!(
+                    "(frames checked, not applied: if the store still does not open because a frame \"could not be applied\", `engram verify` names it; when it ends the log, --truncate-after the LSN before it cuts it, into quarantine/)"
+                );
+            }
             Some(p) => {
                 crate::outln!("problem: {p}");
                 if i.segments == 0 {

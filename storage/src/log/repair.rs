@@ -126,8 +126,13 @@ fn walk(backend: &dyn Backend, dir: &Path) -> StorageResult<Walk> {
             .map_err(io_err(&path))?;
         let header = match segment::decode_header(&map) {
             Ok(h) => h,
-            Err(segment::HeaderProblem::Incomplete) if i + 1 == numbers.len() => {
-                // never written to: not a problem, nothing to keep
+            Err(segment::HeaderProblem::Incomplete | segment::HeaderProblem::Damaged(_))
+                if i + 1 == numbers.len() && len <= SEGMENT_HEADER_BYTES as u64 =>
+            {
+                // never written to: not a problem, nothing to keep (the
+                // rule recovery applies; a longer file whose header is
+                // zeros or damaged holds frames that cannot be read
+                // without it, and every open refuses it)
                 rest.push((no, path, len));
                 continue;
             }
@@ -477,5 +482,25 @@ mod tests {
         }
         assert_eq!(b.read_file(&path).unwrap(), h);
         assert!(!b.exists(Path::new("/s/quarantine/repair-1")));
+    }
+
+    /// A last segment no longer than a header that never became whole was
+    /// never written to (nothing to repair), as recovery reads it; a
+    /// longer one whose header is zeros holds frames that cannot be read,
+    /// which every open refuses: inspecting names it (it said "intact
+    /// through LSN 0; nothing to repair").
+    #[test]
+    fn a_zeroed_header_before_frames_is_a_problem_not_an_empty_segment() {
+        let b = MemBackend::new();
+        let dir = Path::new("/s/log");
+        b.create_dir_all(dir).unwrap();
+        let path = segment::segment_path(dir, 1);
+        b.write_file(&path, &[0u8; SEGMENT_HEADER_BYTES]);
+        let i = inspect(&b, dir).unwrap();
+        assert!(i.problem.is_none(), "{:?}", i.problem);
+        b.write_file(&path, &[0u8; SEGMENT_HEADER_BYTES + 512]);
+        let i = inspect(&b, dir).unwrap();
+        let p = i.problem.expect("a problem");
+        assert!(p.contains("segment 1: bad header"), "{p}");
     }
 }
