@@ -87,6 +87,35 @@ pub fn classify(backend: &dyn Backend, dir: &Path) -> Result<DirKind> {
             EngineError::Storage(StorageError::io(dir, e))
         }
     })?;
+    // (every command, `verify` included, names it: a read-only open read
+    // the store as one from before the marker, and a writable one failed
+    // with the OS's bare "Is a directory")
+    if let Some(e) = entries
+        .iter()
+        .find(|e| e.is_dir && (e.name == MARKER_FILE || e.name == "LOCK"))
+    {
+        let path = dir.join(&e.name);
+        return Err(EngineError::Storage(StorageError::io(
+            &path,
+            std::io::Error::new(
+                std::io::ErrorKind::IsADirectory,
+                "a directory is where this file belongs (move it away)",
+            ),
+        )));
+    }
+    // and a file where `log/` or `derived/` belongs (each may be a link
+    // to a directory elsewhere: listing it follows the link)
+    for e in entries
+        .iter()
+        .filter(|e| !e.is_dir && (e.name == "log" || e.name == "derived"))
+    {
+        let path = dir.join(&e.name);
+        if let Err(err) = backend.list_dir(&path)
+            && err.kind() == std::io::ErrorKind::NotADirectory
+        {
+            return Err(EngineError::Storage(StorageError::io(&path, err)));
+        }
+    }
     if entries.iter().any(|e| e.name == MARKER_FILE && !e.is_dir) {
         return Ok(DirKind::Store);
     }
@@ -469,6 +498,36 @@ mod tests {
         b.write_file(Path::new("/s/ENGRAM"), b"{\"engram_store\": 99}");
         let e = prepare(&b, Path::new("/s"), false, true).unwrap_err();
         assert!(e.to_string().contains("upgrade Engram"), "{e}");
+    }
+
+    /// A directory where the marker or the lock file belongs, and a file
+    /// where `derived/` belongs, are named by every open, a read-only one
+    /// (`verify`) too: it passed them, and other commands failed with the
+    /// OS's bare "Is a directory".
+    #[test]
+    fn a_directory_for_a_file_or_a_file_for_a_directory_is_named() {
+        use engram_storage::FsBackend;
+        for (name, as_dir, says) in [
+            ("ENGRAM", true, "a directory is where this file belongs"),
+            ("LOCK", true, "a directory is where this file belongs"),
+            ("derived", false, "a file is where this directory belongs"),
+        ] {
+            let tmp = tempfile::tempdir().unwrap();
+            let s = tmp.path();
+            std::fs::create_dir_all(s.join("log")).unwrap();
+            if name != "ENGRAM" {
+                std::fs::write(s.join("ENGRAM"), b"{\"engram_store\": 1}").unwrap();
+            }
+            if as_dir {
+                std::fs::create_dir(s.join(name)).unwrap();
+            } else {
+                std::fs::write(s.join(name), b"x").unwrap();
+            }
+            let e = prepare(&FsBackend, s, false, false)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says) && e.contains(name), "{name}: {e}");
+        }
     }
 
     #[test]
