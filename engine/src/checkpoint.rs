@@ -757,6 +757,7 @@ impl StateParts {
         st.about = self.about;
         st.status_log = self.status_log;
         st.expiry_log = self.expiry_log;
+        st.ledger_ids = self.ledger.iter().map(|e| e.op_id).collect();
         st.ledger = self.ledger;
         Ok(st)
     }

@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap as HashMap;
+use rustc_hash::FxHashSet as HashSet;
 
 use engram_storage::frame::Lsn;
 use engram_storage::log::FrameLoc;
@@ -493,6 +494,9 @@ pub struct State {
     pub expiry_log: Vec<ExpiryChange>,
     /// Deletions and revocations, in log order.
     pub ledger: Vec<LedgerEntry>,
+    /// The operation ids of `ledger` (an operation frame repeated in the
+    /// log is refused when applied, `State::apply_op`).
+    pub ledger_ids: HashSet<RecordId>,
     /// The deleting operation of each tombstone this state applied (see
     /// [`State::deleted_before`]). Needed only while a compacted log is
     /// replayed from its start (compaction removes the derived state, so
@@ -572,6 +576,7 @@ impl State {
             status_log: Vec::new(),
             expiry_log: Vec::new(),
             ledger: Vec::new(),
+            ledger_ids: HashSet::default(),
             tombstone_deleted_by: HashMap::default(),
             lexical,
             lexical_loaded_lsn,

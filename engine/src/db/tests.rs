@@ -405,6 +405,45 @@ fn a_record_frame_repeated_in_the_log_is_refused_on_replay() {
     assert_eq!(st.len(), len, "the repeated frame changed the state");
 }
 
+/// An operation frame repeated in the log (a grant after the revocation
+/// that followed it) is refused when applied, before anything changes: it
+/// gave the principal the revoked label back.
+#[test]
+fn an_operation_frame_repeated_in_the_log_is_refused_on_replay() {
+    let (db, _) = store_with(1);
+    let s = db.session(Principal::admin("t"));
+    s.grant(Some("p"), Some("L"), None).unwrap();
+    s.revoke(Some("p"), Some("L"), None).unwrap();
+    let mut st = db.inner.state.write();
+    let grant = st.ledger[st.ledger.len() - 2].clone();
+    let mut frame = None;
+    db.inner
+        .log
+        .scan(grant.lsn, |f| {
+            frame = Some(f.clone());
+            Ok(std::ops::ControlFlow::Break(()))
+        })
+        .unwrap();
+    let f = frame.expect("the grant's frame");
+    let lsn = st.applied_lsn + 1;
+    let e = apply_frame(
+        &mut st,
+        f.header.frame_type,
+        f.header.frame_version,
+        f.payload(),
+        FrameLoc {
+            segment: 1,
+            offset: 0,
+            lsn,
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("already holds this operation id"), "{e}");
+    let held = &st.tenant("t").unwrap().grants;
+    assert!(held.get("p").is_none_or(|g| !g.labels.contains("L")));
+}
+
 #[test]
 fn transaction_time_going_back_on_replay_is_refused() {
     let (db, _) = store_with(1);

@@ -420,6 +420,12 @@ impl State {
         Ok(())
     }
 
+    /// Adds a ledger entry (and its id to `ledger_ids`).
+    fn push_ledger(&mut self, e: LedgerEntry) {
+        self.ledger_ids.insert(e.op_id);
+        self.ledger.push(e);
+    }
+
     /// Applies a lifecycle operation frame.
     pub fn apply_op(&mut self, a: &ArchivedStoredOp, lsn: Lsn) -> Result<()> {
         let at = a.at_ms.to_native();
@@ -428,6 +434,13 @@ impl State {
         ts.last_lsn = ts.last_lsn.max(lsn);
         let target_idx = |st: &State, b: &[u8; 16]| st.idx_in(tenant, RecordId::from_bytes(*b));
         let op_id = RecordId::from_bytes(a.id);
+        // (before anything changes: an operation is written once)
+        if self.ledger_ids.contains(&op_id) {
+            return Err(crate::error::EngineError::Corrupt {
+                what: format!("operation {op_id} at LSN {lsn}"),
+                detail: "the log already holds this operation id".into(),
+            });
+        }
         match &a.op {
             ArchivedOpBody::Review {
                 target, approve, ..
@@ -464,7 +477,7 @@ impl State {
                         self.set_status(v, Status::Deleted, at);
                     }
                 }
-                self.ledger.push(LedgerEntry {
+                self.push_ledger(LedgerEntry {
                     lsn,
                     op_id,
                     tenant: tenant_name.clone(),
@@ -488,7 +501,7 @@ impl State {
                 label,
                 role,
             } => {
-                self.ledger.push(LedgerEntry {
+                self.push_ledger(LedgerEntry {
                     lsn,
                     op_id,
                     tenant: tenant_name.clone(),
@@ -540,7 +553,7 @@ impl State {
                         }
                     }
                 }
-                self.ledger.push(LedgerEntry {
+                self.push_ledger(LedgerEntry {
                     lsn,
                     op_id,
                     tenant: tenant_name.clone(),
@@ -556,7 +569,7 @@ impl State {
                 let t = self.tenants.get_mut(&tenant).expect("tenant exists");
                 let period_ms = period_ms.as_ref().map(|p| p.to_native());
                 t.retention.insert(class.as_str().to_string(), period_ms);
-                self.ledger.push(LedgerEntry {
+                self.push_ledger(LedgerEntry {
                     lsn,
                     op_id,
                     tenant: tenant_name.clone(),
@@ -585,7 +598,7 @@ impl State {
                 } else {
                     t.holds.remove(scope.as_str());
                 }
-                self.ledger.push(LedgerEntry {
+                self.push_ledger(LedgerEntry {
                     lsn,
                     op_id,
                     tenant: tenant_name.clone(),
