@@ -112,7 +112,9 @@ impl Session {
                     reason,
                 });
             }
-            (m.id, m.valid_from)
+            // (where retrieval starts it: a record about a later event is
+            // valid from when it was written)
+            (m.id, m.valid_start())
         };
         if valid_until < from {
             return Err(EngineError::InvalidInput {

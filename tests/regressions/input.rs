@@ -253,7 +253,7 @@ fn a_validity_ending_before_the_record_is_stored_is_refused() {
     );
     let msg = fails(&store, &["ingest", bad.to_str().unwrap()]);
     assert!(
-        msg.contains("valid_until") && msg.contains("occurred_at or valid_from"),
+        msg.contains("valid_until") && msg.contains("give valid_from"),
         "{msg}"
     );
     assert_eq!(cli::json(&ok(&store, &["stats", "--json"]))["records"], 0);
@@ -263,6 +263,27 @@ fn a_validity_ending_before_the_record_is_stored_is_refused() {
         b"{\"tenant\":\"t\",\"external_id\":\"m5\",\"kind\":\"note\",\"text\":\"x\",\"occurred_at\":\"2024-06-01T00:00:00Z\",\"valid_until\":\"2025-01-01T00:00:00Z\"}\n",
     );
     ok(&store, &["ingest", good.to_str().unwrap()]);
+    // An event dated later, with no valid_from, is valid from when it is
+    // written (as retrieval reads it): an end before its date but after
+    // now is taken, at ingest and by `expire` (both said the end was
+    // before its start).
+    let planned = one(
+        tmp.path(),
+        "planned.jsonl",
+        b"{\"tenant\":\"t\",\"external_id\":\"m6\",\"kind\":\"meeting\",\"text\":\"x\",\"occurred_at\":\"2099-01-01T00:00:00Z\",\"valid_until\":\"2098-01-01T00:00:00Z\"}\n{\"tenant\":\"t\",\"external_id\":\"m7\",\"kind\":\"meeting\",\"text\":\"y\",\"occurred_at\":\"2099-01-01T00:00:00Z\"}\n",
+    );
+    ok(&store, &["ingest", planned.to_str().unwrap()]);
+    ok(
+        &store,
+        &[
+            "expire",
+            "m7",
+            "--tenant",
+            "t",
+            "--at",
+            "2098-01-01T00:00:00Z",
+        ],
+    );
 }
 
 /// A warning quoting input escapes terminal controls as every other line

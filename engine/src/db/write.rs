@@ -703,18 +703,19 @@ impl Session {
         let now = db.now();
         for (i, r) in records.iter().enumerate() {
             r.validate().map_err(|e| e.at_item(i))?;
-            // Without `occurred_at` or `valid_from`, validity starts when
-            // the record is stored (no earlier than now): an end before
-            // that would make it historical from birth, as `expire`
-            // refuses to.
-            if let (None, None, Some(until)) = (r.valid_from, r.occurred_at, r.valid_until) {
-                if until < now {
+            // Without `valid_from`, validity starts at the earlier of
+            // `occurred_at` and when the record is stored (no earlier than
+            // now; `Meta::valid_start`): an end before that would make it
+            // historical from birth, as `expire` refuses to.
+            if let (None, Some(until)) = (r.valid_from, r.valid_until) {
+                let start = r.occurred_at.map_or(now, |o| o.min(now));
+                if until < start {
                     return Err(EngineError::invalid(
                         "valid_until",
                         format!(
-                            "{} is before the start of validity (without occurred_at or valid_from, the time the record is stored, {}); give occurred_at or valid_from",
+                            "{} is before the start of validity {} (without valid_from, the earlier of occurred_at and the time the record is stored); give valid_from",
                             crate::time::format_rfc3339(until),
-                            crate::time::format_rfc3339(now)
+                            crate::time::format_rfc3339(start)
                         ),
                     )
                     .at_item(i));

@@ -277,8 +277,9 @@ impl NewRecord {
         check_time("valid_from", self.valid_from)?;
         check_time("valid_until", self.valid_until)?;
         check_time("last_verified_at", self.last_verified_at)?;
-        if let (Some(from), Some(until)) = (self.valid_from.or(self.occurred_at), self.valid_until)
-        {
+        // (without valid_from, the start is the earlier of occurred_at and
+        // the ingestion, checked where the time of storing is known)
+        if let (Some(from), Some(until)) = (self.valid_from, self.valid_until) {
             if until < from {
                 return Err(EngineError::invalid(
                     "valid_until",
