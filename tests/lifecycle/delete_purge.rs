@@ -1001,5 +1001,15 @@ fn a_chain_whose_newest_version_expired_says_why_it_takes_no_correction() {
         e.contains("was deleted") && !e.contains("cannot read"),
         "{e}"
     );
+    // a new line under the chain's external id: the same answer, not
+    // "correct the deleted version instead"
+    let e = s
+        .append(vec![
+            NewRecord::event("preference", "colour is red").with_external_id("c"),
+        ])
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, EngineError::InvalidState { .. }), "{text}");
+    assert!(text.contains("was deleted"), "{text}");
     db.close().unwrap();
 }

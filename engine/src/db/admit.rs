@@ -125,6 +125,15 @@ pub(super) fn existing_version(
         // correction of this one would only meet "already superseded").
         if visible && m.status == Status::Superseded {
             let head = *st.chain(ix).last().expect("a chain holds its versions");
+            // (a newest version that is gone is not a version to correct)
+            if let Some(reason) = session.gone_head(st, head) {
+                return Err(EngineError::InvalidState {
+                    action: format!("write (item {i})"),
+                    target: m.id,
+                    reason,
+                }
+                .at_item(i));
+            }
             return Err(EngineError::AlreadySuperseded {
                 item: Some(i),
                 target: m.id,
