@@ -223,3 +223,8 @@ def test_a_message_s_line_numbers_are_shifted_with_the_request() -> None:
         == "the batch of lines 5..=6 was rejected because of line 6"
     )
     assert _renumber_lines("online 5 items", 2) == "online 5 items"
+    # a quoted value the caller wrote is left as it was
+    assert (
+        _renumber_lines("line 1: no record with external id 'line 2'", 3)
+        == "line 4: no record with external id 'line 2'"
+    )

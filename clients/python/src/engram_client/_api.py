@@ -741,6 +741,7 @@ def decode(call: Call, content: bytes) -> Any:
 
 
 _LINES = re.compile(r"\b(lines?) (\d+)(?:(\.\.=| and )(\d+))?")
+_QUOTED = re.compile(r"('[^']*')")
 
 
 def _renumber_lines(message: str, offset: int) -> str:
@@ -754,4 +755,6 @@ def _renumber_lines(message: str, offset: int) -> str:
             out += f"{m.group(3)}{int(m.group(4)) + offset}"
         return out
 
-    return _LINES.sub(shift, message)
+    # (not inside a quoted value: what the caller wrote is quoted as it was)
+    parts = _QUOTED.split(message)
+    return "".join(p if i % 2 else _LINES.sub(shift, p) for i, p in enumerate(parts))
