@@ -305,23 +305,46 @@ fn lock_dir(opts: &Options, dir: &Path) -> Result<engram_storage::backend::LockG
 fn first_frame_id(log: &SegmentLog) -> Option<RecordId> {
     let mut id = None;
     log.scan(0, |f| {
-        let (ft, payload) = (f.header.frame_type, f.payload());
-        id = if ft == codec::FRAME_RECORD {
-            codec::view_record(payload).ok().map(|a| a.id)
-        } else if ft == codec::FRAME_OP {
-            codec::view_op(payload).ok().map(|a| a.id)
-        } else if ft == codec::FRAME_TOMBSTONE {
-            codec::read_tombstone(payload, f.header.frame_version)
-                .ok()
-                .map(|t| t.id)
-        } else {
-            None
-        }
-        .map(RecordId::from_bytes);
+        id = frame_id(f);
         Ok(std::ops::ControlFlow::Break(()))
     })
     .ok()?;
     id
+}
+
+/// The id a frame carries: its record's, tombstone's or operation's.
+fn frame_id(f: &engram_storage::FrameRef) -> Option<RecordId> {
+    let (ft, payload) = (f.header.frame_type, f.payload());
+    if ft == codec::FRAME_RECORD {
+        codec::view_record(payload).ok().map(|a| a.id)
+    } else if ft == codec::FRAME_OP {
+        codec::view_op(payload).ok().map(|a| a.id)
+    } else if ft == codec::FRAME_TOMBSTONE {
+        codec::read_tombstone(payload, f.header.frame_version)
+            .ok()
+            .map(|t| t.id)
+    } else {
+        None
+    }
+    .map(RecordId::from_bytes)
+}
+
+/// The newest id in `log` (of a record, tombstone or operation) and the
+/// ids of its operations.
+fn log_ids(
+    log: &SegmentLog,
+) -> engram_storage::StorageResult<(Option<RecordId>, BTreeSet<RecordId>)> {
+    let (mut newest, mut ops) = (None, BTreeSet::new());
+    log.scan(0, |f| {
+        if let Some(id) = frame_id(f) {
+            newest = newest.max(Some(id));
+            if f.header.frame_type == codec::FRAME_OP {
+                ops.insert(id);
+            }
+        }
+        Ok(std::ops::ControlFlow::Continue(()))
+    })?;
+    Ok((newest, ops))
 }
 
 /// Records in `log`: its record and tombstone frames (each is one record

@@ -651,6 +651,12 @@ pub fn restore(ctx: &Ctx, a: RestoreArgs) -> CliResult {
                 r.skipped
             );
         }
+        if r.ledger_lines_not_after_backup > 0 {
+            crate::outln!(
+                "{} ledger line(s) left out: the backup's log lacks their operation and holds newer ones, so they were not written after it (edited, or from another store's ledger)",
+                r.ledger_lines_not_after_backup
+            );
+        }
         if let Some(n) = r.later_records_replaced.filter(|&n| n > 0) {
             crate::outln!(
                 "{n} record(s) the store held past the backup's end (written after it was taken) are not in the restored store"

@@ -591,6 +591,51 @@ fn a_ledger_line_older_than_the_log_is_not_taken_for_a_lost_tail() {
     }
 }
 
+/// A restore re-applies only ledger lines written after the backup: one
+/// the backup's log lacks while holding newer operations (a grant line
+/// whose id was edited, older than the revocation after it) is left out
+/// and counted. It gave the principal the revoked label back.
+#[test]
+fn a_restore_leaves_out_ledger_lines_older_than_the_backup() {
+    let (dir, _backups, bdir, clock) = dirs();
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![
+        NewRecord::event("note", "vault code 4711")
+            .with_external_id("r")
+            .with_access(&["secret"]),
+    ])
+    .unwrap();
+    s.grant(Some("bob"), Some("secret"), None).unwrap();
+    clock.advance(MINUTE);
+    s.revoke(Some("bob"), Some("secret"), None).unwrap();
+    db.backup(&bdir).unwrap();
+    db.close().unwrap();
+    let path = dir.path().join("ledger.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let grant = text.lines().next().unwrap();
+    assert!(grant.contains("\"op\":\"grant\""), "{text}");
+    let id: String = grant.split("\"op_id\":\"").nth(1).unwrap()[..26].to_string();
+    let last = id.chars().last().unwrap();
+    let edited = format!("{}{}", &id[..25], if last == 'Z' { 'Y' } else { 'Z' });
+    std::fs::write(&path, text.replacen(&id, &edited, 1)).unwrap();
+
+    let r = Engram::restore(dir.path(), &bdir, &opts(&clock), None).unwrap();
+    assert_eq!(
+        (r.grants_reapplied, r.ledger_lines_not_after_backup),
+        (0, 1),
+        "{r:?}"
+    );
+    let db = open(dir.path(), &clock);
+    assert!(
+        db.session(Principal::user("t", "bob"))
+            .get(&ext("r"))
+            .is_err(),
+        "a revoked label came back through a restore"
+    );
+    db.close().unwrap();
+}
+
 /// A backup of another store is refused, naming both logs' first ids, and
 /// the store keeps its records; into a new, empty directory it restores.
 #[test]

@@ -186,6 +186,7 @@ impl Engram {
         for l in &ledger {
             check_line(l)?;
         }
+        let mut not_after_backup = 0usize;
         let (later, purged_before) = {
             let _lock = lock_dir(opts, dir)?;
             // Copy the backup's log beside the current one, then swap them
@@ -219,6 +220,8 @@ impl Engram {
                 },
             );
             let backup_first = checked.as_ref().ok().and_then(|((_, id), _, _)| *id);
+            let backup_ids = SegmentLog::open(backend.clone(), &incoming, opts.log.clone())
+                .and_then(|(log, _)| log_ids(&log));
             let damage = match checked {
                 Ok((_, last, _)) if last < taken.last_lsn => Some(format!(
                     "its log ends at LSN {last} but backup.json records {}",
@@ -329,6 +332,23 @@ impl Engram {
                 .ok()
                 .map(|()| (records, ops))
             });
+            // Only an operation written after the backup is re-applied:
+            // ids are minted in log order, so one the backup's log lacks
+            // is newer than everything it holds. An older line (edited, or
+            // from another store's ledger) is left out and counted; it
+            // gave a principal back a label the backup's log revoked after
+            // it. (Filtered before `restore.pending` is written, so a
+            // resumed restore applies the same lines.)
+            if let Ok((Some(newest), ops)) = &backup_ids {
+                ledger.retain(|l| {
+                    let older = l
+                        .op_id
+                        .parse::<RecordId>()
+                        .is_ok_and(|id| id <= *newest && !ops.contains(&id));
+                    not_after_backup += usize::from(older);
+                    !older
+                });
+            }
             // What must be re-applied goes to disk before the log is
             // touched: from here on, an interrupted restore is finished by
             // the next open.
@@ -359,6 +379,7 @@ impl Engram {
         report.restored_records = db.state().len() as u64;
         report.later_records_replaced = later.map(|(records, _)| records);
         report.later_operations_replaced = later.map(|(_, ops)| ops);
+        report.ledger_lines_not_after_backup = not_after_backup;
         db.close()?;
         let c = Engram::compact_with(dir, opts, Compacting::Store, &purged_before)?;
         report.purged = c.purged;
@@ -393,6 +414,12 @@ pub struct RestoreReport {
     pub purged: usize,
     /// Ledger entries that could not be re-applied (malformed).
     pub skipped: usize,
+    /// Ledger lines left out because the backup's log lacks their
+    /// operation and holds newer ones: they were not written after the
+    /// backup (a line edited, or copied from another store's ledger), so
+    /// there is nothing to re-apply.
+    #[serde(default)]
+    pub ledger_lines_not_after_backup: usize,
     /// Records the store held past the backup's last LSN (written after
     /// the backup was taken, if it is this store's): replaced by the
     /// restore. None when the store's log could not be read.
