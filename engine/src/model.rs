@@ -723,7 +723,7 @@ mod tests {
             (
                 NewRecord {
                     valid_until: Some(0),
-                    occurred_at: Some(10),
+                    valid_from: Some(10),
                     ..ok.clone()
                 },
                 "valid_until",

@@ -259,7 +259,11 @@ mod tests {
             ),
             "{e:?}"
         );
-        assert!(parse_typed::<Req>(b"").unwrap().reason.is_none());
+        // an empty body is not JSON where one is required
+        assert!(matches!(
+            parse_typed::<Req>(b"  ").unwrap_err(),
+            ServerError::BadJson { .. }
+        ));
         let deep = "[".repeat(100_000);
         assert_eq!(
             parse_typed::<Req>(deep.as_bytes()).unwrap_err().status(),
