@@ -329,16 +329,22 @@ fn frame_id(f: &engram_storage::FrameRef) -> Option<RecordId> {
     .map(RecordId::from_bytes)
 }
 
-/// The newest id in `log` (of a record, tombstone or operation) and the
-/// ids of its operations.
+/// The newest id in `log` of a record, a tombstone or an operation the
+/// ledger records (what an open's id generator learns from a log, so what
+/// every later id is minted above), and the ids of its operations. (Not
+/// an expiry's or a review's id: the generator does not learn those, and
+/// with the clock set back a later deletion may sort below one.)
 fn log_ids(
     log: &SegmentLog,
 ) -> engram_storage::StorageResult<(Option<RecordId>, BTreeSet<RecordId>)> {
     let (mut newest, mut ops) = (None, BTreeSet::new());
     log.scan(0, |f| {
         if let Some(id) = frame_id(f) {
-            newest = newest.max(Some(id));
-            if f.header.frame_type == codec::FRAME_OP {
+            let is_op = f.header.frame_type == codec::FRAME_OP;
+            if !is_op || restore::in_ledger(f.payload()) {
+                newest = newest.max(Some(id));
+            }
+            if is_op {
                 ops.insert(id);
             }
         }

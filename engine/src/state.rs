@@ -755,6 +755,32 @@ impl State {
         false
     }
 
+    /// Every record of `tenant` past its retention period at `now`, and
+    /// every record built on one: [`State::past_retention`] for a whole
+    /// tenant at once (a listing asks it once, not once per record).
+    pub fn past_retention_set(&self, tenant: Sym, now: i64) -> RoaringBitmap {
+        let mut out = RoaringBitmap::new();
+        let Some(t) = self.tenants.get(&tenant) else {
+            return out;
+        };
+        for (class, period) in &t.retention {
+            let (Some(p), Some(sym)) = (period, self.strings.get(class)) else {
+                continue;
+            };
+            if let Some(x) = self.bm_retention.get(&sym) {
+                let n = self.ingested_prefix(now.saturating_sub(*p));
+                let mut old = x.clone();
+                old.remove_range(n..);
+                out |= old;
+            }
+        }
+        if let Some(b) = self.bm_tenant.get(&tenant) {
+            out &= b;
+        }
+        self.add_derivatives(&mut out);
+        out
+    }
+
     /// Every version in the correction chain of `idx` (oldest first).
     pub fn chain(&self, idx: Idx) -> Vec<Idx> {
         let mut first = idx;

@@ -653,7 +653,7 @@ pub fn restore(ctx: &Ctx, a: RestoreArgs) -> CliResult {
         }
         if r.ledger_lines_not_after_backup > 0 {
             crate::outln!(
-                "{} ledger line(s) left out: the backup's log lacks their operation and holds newer ones, so they were not written after it (edited, or from another store's ledger)",
+                "{} ledger line(s) left out: the backup's log lacks their operation and holds newer ones, so they were not written after it (deletions of records an earlier restore left out, a line edited, or one from another store's ledger)",
                 r.ledger_lines_not_after_backup
             );
         }

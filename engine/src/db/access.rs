@@ -98,6 +98,22 @@ impl Session {
         }
     }
 
+    /// [`Session::can_read_with`] for a loop over many records of the
+    /// tenant: `expired` is [`State::past_retention_set`], asked once.
+    pub(crate) fn can_read_listed(
+        &self,
+        st: &State,
+        idx: Idx,
+        held: &BTreeSet<String>,
+        expired: &roaring::RoaringBitmap,
+    ) -> bool {
+        let m = st.meta(idx);
+        m.status != Status::Deleted
+            && !m.tombstone
+            && !expired.contains(idx)
+            && self.target(st, idx, held).readable
+    }
+
     /// Labels the principal holds now (admins: every label not revoked).
     pub(crate) fn held_labels(&self, st: &State) -> BTreeSet<String> {
         let Some(t) = st.tenant(self.principal.tenant()) else {

@@ -106,6 +106,7 @@ impl Session {
             return Ok(Vec::new());
         };
         let held = self.held_labels(&st);
+        let expired = st.past_retention_set(t, self.db.now());
         let mut out = Vec::new();
         // records are in log order: the first one past the cursor is found
         // by its LSN, and the walk starts there
@@ -125,7 +126,7 @@ impl Session {
             {
                 continue;
             }
-            if !self.can_read_with(&st, idx, &held) {
+            if !self.can_read_listed(&st, idx, &held, &expired) {
                 continue;
             }
             out.push(self.view(&st, idx, &held)?);

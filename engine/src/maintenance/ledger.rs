@@ -481,10 +481,14 @@ pub(crate) fn reapply_cut_ledger(
     db: &Engram,
     ledger: Vec<LedgerLine>,
 ) -> Result<Option<RestoreReport>> {
-    let missing = ledger_not_applied(db, ledger);
+    let mut missing = ledger_not_applied(db, ledger);
     if missing.is_empty() {
         return Ok(None);
     }
+    // in the order they were written (ids are minted in log order; a
+    // restore with `--ledger` may have appended older lines after newer
+    // ones), so the log they are written into keeps its ids in order
+    missing.sort_by_key(|l| l.op_id.parse::<RecordId>().ok());
     let mut report = RestoreReport::default();
     reapply_ledger(db, missing, &mut report)?;
     Ok(Some(report))
@@ -499,7 +503,8 @@ pub(crate) fn reapply_cut_ledger(
 /// (re-applying it logs nothing, so it would be found again at every open).
 ///
 /// Only an operation newer than everything the log holds can have been
-/// lost with its tail (ids are minted in log order, and the log that is
+/// lost with its tail (ids are minted above every record and ledger
+/// operation the log holds, in log order, and the log that is
 /// left is a prefix of the one that was): a line older than the log's
 /// newest record or operation is not applied but named among the ledger's
 /// problems (`verify`), as an edited line or one copied from another

@@ -186,6 +186,14 @@ impl Engram {
         for l in &ledger {
             check_line(l)?;
         }
+        // In the order the operations were written (ids are minted in log
+        // order): two ledgers merged, the store's and a `--ledger` one,
+        // are re-applied as they happened, a grant after the revocation it
+        // lifted, and the restored log keeps its ids in log order.
+        ledger.sort_by_key(|l| l.op_id.parse::<RecordId>().ok());
+        // (a line in both ledgers once: re-applying skips the second
+        // anyway, and it is counted once below)
+        ledger.dedup_by_key(|l| l.op_id.parse::<RecordId>().ok());
         let mut not_after_backup = 0usize;
         let (later, purged_before) = {
             let _lock = lock_dir(opts, dir)?;
@@ -333,7 +341,8 @@ impl Engram {
                 .map(|()| (records, ops))
             });
             // Only an operation written after the backup is re-applied:
-            // ids are minted in log order, so one the backup's log lacks
+            // ids are minted above every record and ledger operation the
+            // log holds (`log_ids`), so one the backup's log lacks
             // is newer than everything it holds. An older line (edited, or
             // from another store's ledger) is left out and counted; it
             // gave a principal back a label the backup's log revoked after
@@ -437,7 +446,7 @@ pub struct RestoreReport {
 /// restore re-applies): a deletion, revocation, grant, hold or retention
 /// setting.
 /// An undecodable payload counts as not recorded.
-fn in_ledger(payload: &[u8]) -> bool {
+pub(super) fn in_ledger(payload: &[u8]) -> bool {
     use codec::ArchivedOpBody as B;
     codec::view_op(payload).is_ok_and(|o| {
         matches!(

@@ -428,11 +428,6 @@ impl State {
 
     /// Applies a lifecycle operation frame.
     pub fn apply_op(&mut self, a: &ArchivedStoredOp, lsn: Lsn) -> Result<()> {
-        let at = a.at_ms.to_native();
-        let tenant_name = a.tenant.as_str().to_string();
-        let (tenant, ts) = self.tenant_mut(&tenant_name);
-        ts.last_lsn = ts.last_lsn.max(lsn);
-        let target_idx = |st: &State, b: &[u8; 16]| st.idx_in(tenant, RecordId::from_bytes(*b));
         let op_id = RecordId::from_bytes(a.id);
         // (before anything changes: an operation is written once)
         if self.ledger_ids.contains(&op_id) {
@@ -441,6 +436,11 @@ impl State {
                 detail: "the log already holds this operation id".into(),
             });
         }
+        let at = a.at_ms.to_native();
+        let tenant_name = a.tenant.as_str().to_string();
+        let (tenant, ts) = self.tenant_mut(&tenant_name);
+        ts.last_lsn = ts.last_lsn.max(lsn);
+        let target_idx = |st: &State, b: &[u8; 16]| st.idx_in(tenant, RecordId::from_bytes(*b));
         match &a.op {
             ArchivedOpBody::Review {
                 target, approve, ..
