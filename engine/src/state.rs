@@ -757,11 +757,13 @@ impl State {
 
     /// Every record of `tenant` past its retention period at `now`, and
     /// every record built on one: [`State::past_retention`] for a whole
-    /// tenant at once (a listing asks it once, not once per record).
-    pub fn past_retention_set(&self, tenant: Sym, now: i64) -> RoaringBitmap {
-        let mut out = RoaringBitmap::new();
+    /// tenant at once (retrieval's retention step, and a listing, ask it
+    /// once, not once per record). Also the next moment a record of the
+    /// tenant's classes expires (`i64::MAX`: none), for cached answers.
+    pub fn past_retention_set(&self, tenant: Sym, now: i64) -> (RoaringBitmap, i64) {
+        let (mut out, mut next) = (RoaringBitmap::new(), i64::MAX);
         let Some(t) = self.tenants.get(&tenant) else {
-            return out;
+            return (out, next);
         };
         for (class, period) in &t.retention {
             let (Some(p), Some(sym)) = (period, self.strings.get(class)) else {
@@ -770,15 +772,22 @@ impl State {
             if let Some(x) = self.bm_retention.get(&sym) {
                 let n = self.ingested_prefix(now.saturating_sub(*p));
                 let mut old = x.clone();
-                old.remove_range(n..);
+                if (n as usize) < self.len() {
+                    old.remove_range(n..);
+                    // record n (the first ingested after now - p) expires next
+                    next = next.min(self.meta(n).ingested_at.saturating_add(*p));
+                }
                 out |= old;
             }
         }
+        // (class bitmaps are store-wide; the tenant's own records only)
         if let Some(b) = self.bm_tenant.get(&tenant) {
             out &= b;
         }
+        // What was built on an expired record carries its content: it
+        // expires with it, as compaction then purges it with it.
         self.add_derivatives(&mut out);
-        out
+        (out, next)
     }
 
     /// Every version in the correction chain of `idx` (oldest first).

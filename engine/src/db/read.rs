@@ -106,7 +106,7 @@ impl Session {
             return Ok(Vec::new());
         };
         let held = self.held_labels(&st);
-        let expired = st.past_retention_set(t, self.db.now());
+        let (expired, _) = st.past_retention_set(t, self.db.now());
         let mut out = Vec::new();
         // records are in log order: the first one past the cursor is found
         // by its LSN, and the walk starts there

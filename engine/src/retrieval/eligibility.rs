@@ -768,29 +768,12 @@ fn compute_windowed(
     b &= &(&current | &(&superseded | &stale));
     push("status", &b);
 
-    // retention
-    let mut expired_by_policy = RoaringBitmap::new();
-    for (class, period) in &tstate.retention {
-        let (Some(p), Some(sym)) = (period, st.strings.get(class)) else {
-            continue;
-        };
-        if let Some(x) = st.bm_retention.get(&sym) {
-            let n = st.ingested_prefix(cut.now.saturating_sub(*p));
-            let mut old = x.clone();
-            if (n as usize) < st.len() {
-                old.remove_range(n..);
-                // record n (the first ingested after now - p) expires next
-                changes_at = changes_at.min(st.meta(n).ingested_at.saturating_add(*p));
-            }
-            expired_by_policy |= old;
-        }
-    }
-    // (class bitmaps are store-wide; the tenant's own records only)
-    expired_by_policy &= &b;
-    if !expired_by_policy.is_empty() {
-        // What was built on an expired record carries its content: it
-        // expires with it, as compaction then purges it with it.
-        st.add_derivatives(&mut expired_by_policy);
+    // retention: the rule every read by id asks too
+    // (`State::past_retention`), so a record built on an expired one
+    // leaves here even when its source left at an earlier step
+    let (expired_by_policy, next_expiry) = st.past_retention_set(tsym, cut.now);
+    changes_at = changes_at.min(next_expiry);
+    if !expired_by_policy.is_disjoint(&b) {
         b -= &expired_by_policy;
         push("retention", &b);
     }
