@@ -224,26 +224,25 @@ impl Engram {
                         Ok(std::ops::ControlFlow::Break(()))
                     })?;
                     let first_id = first_frame_id(&log);
-                    Ok(((first, first_id), log.last_lsn(), count_records(&log)?))
+                    let ids = log_ids(&log)?;
+                    Ok(((first, first_id), log.last_lsn(), count_records(&log)?, ids))
                 },
             );
-            let backup_first = checked.as_ref().ok().and_then(|((_, id), _, _)| *id);
-            let backup_ids = SegmentLog::open(backend.clone(), &incoming, opts.log.clone())
-                .and_then(|(log, _)| log_ids(&log));
-            let damage = match checked {
-                Ok((_, last, _)) if last < taken.last_lsn => Some(format!(
+            let backup_first = checked.as_ref().ok().and_then(|((_, id), _, _, _)| *id);
+            let damage = match &checked {
+                Ok((_, last, _, _)) if *last < taken.last_lsn => Some(format!(
                     "its log ends at LSN {last} but backup.json records {}",
                     taken.last_lsn
                 )),
-                Ok((_, last, _)) if last > taken.last_lsn => Some(format!(
+                Ok((_, last, _, _)) if *last > taken.last_lsn => Some(format!(
                     "its log holds LSNs up to {last} but backup.json records {}: \
                      backup.json does not describe this log",
                     taken.last_lsn
                 )),
-                Ok(((Some(first), _), _, _)) if first != 1 => Some(format!(
+                Ok(((Some(first), _), _, _, _)) if *first != 1 => Some(format!(
                     "its log starts at LSN {first}: segments are missing"
                 )),
-                Ok((_, _, n)) if n != taken.records => Some(format!(
+                Ok((_, _, n, _)) if *n != taken.records => Some(format!(
                     "its log holds {n} record(s) but backup.json records {}: \
                      backup.json does not describe this log",
                     taken.records
@@ -348,7 +347,7 @@ impl Engram {
             // gave a principal back a label the backup's log revoked after
             // it. (Filtered before `restore.pending` is written, so a
             // resumed restore applies the same lines.)
-            if let Ok((Some(newest), ops)) = &backup_ids {
+            if let Ok((_, _, _, (Some(newest), ops))) = &checked {
                 ledger.retain(|l| {
                     let older = l
                         .op_id
