@@ -4,6 +4,21 @@
 
 use crate::common::*;
 
+/// Changes the last character of the operation id on the first line of
+/// the store's ledger (a grant's) and returns the edited id: a line the
+/// log does not hold, a little older or newer than the original.
+fn edit_first_grant_id(store: &std::path::Path) -> String {
+    let path = store.join("ledger.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let grant = text.lines().next().unwrap();
+    assert!(grant.contains("\"op\":\"grant\""), "{text}");
+    let id: String = grant.split("\"op_id\":\"").nth(1).unwrap()[..26].to_string();
+    let last = id.chars().last().unwrap();
+    let edited = format!("{}{}", &id[..25], if last == 'Z' { 'Y' } else { 'Z' });
+    std::fs::write(&path, text.replacen(&id, &edited, 1)).unwrap();
+    edited
+}
+
 /// A data directory, a directory for backups (with the path `b` in it),
 /// and a clock.
 fn dirs() -> (
@@ -557,14 +572,7 @@ fn a_ledger_line_older_than_the_log_is_not_taken_for_a_lost_tail() {
     };
     assert!(!sees(&db));
     db.close().unwrap();
-    let path = dir.path().join("ledger.jsonl");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let grant = text.lines().next().unwrap();
-    assert!(grant.contains("\"op\":\"grant\""), "{text}");
-    let id: String = grant.split("\"op_id\":\"").nth(1).unwrap()[..26].to_string();
-    let last = id.chars().last().unwrap();
-    let edited = format!("{}{}", &id[..25], if last == 'Z' { 'Y' } else { 'Z' });
-    std::fs::write(&path, text.replacen(&id, &edited, 1)).unwrap();
+    let edited = edit_first_grant_id(dir.path());
 
     let ro = engram::Options {
         read_only: true,
@@ -611,14 +619,7 @@ fn a_restore_leaves_out_ledger_lines_older_than_the_backup() {
     s.revoke(Some("bob"), Some("secret"), None).unwrap();
     db.backup(&bdir).unwrap();
     db.close().unwrap();
-    let path = dir.path().join("ledger.jsonl");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let grant = text.lines().next().unwrap();
-    assert!(grant.contains("\"op\":\"grant\""), "{text}");
-    let id: String = grant.split("\"op_id\":\"").nth(1).unwrap()[..26].to_string();
-    let last = id.chars().last().unwrap();
-    let edited = format!("{}{}", &id[..25], if last == 'Z' { 'Y' } else { 'Z' });
-    std::fs::write(&path, text.replacen(&id, &edited, 1)).unwrap();
+    edit_first_grant_id(dir.path());
 
     let r = Engram::restore(dir.path(), &bdir, &opts(&clock), None).unwrap();
     assert_eq!(
