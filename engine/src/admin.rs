@@ -282,6 +282,7 @@ impl Engram {
                  until the store is opened again (restart the server), which recovers the log"
             ));
         }
+        report.problems.extend(self.space_dir_problems());
         let (frames, problems) = self.log().verify()?;
         report.frames = frames;
         for p in problems {
@@ -397,6 +398,32 @@ impl Engram {
             ));
         }
         Ok(report)
+    }
+
+    /// A file standing where a vector space's directory belongs: every
+    /// writable open refuses the store, naming it, so `verify` names it
+    /// too (a read-only open keeps its spaces in memory and never looks).
+    fn space_dir_problems(&self) -> Vec<String> {
+        let backend = self.backend();
+        let root = crate::layout::vectors(self.dir());
+        let Ok(entries) = backend.list_dir(&root) else {
+            // absent (no vectors yet) or itself unreadable: the open names it
+            return Vec::new();
+        };
+        entries
+            .iter()
+            .filter(|e| !e.is_dir && !crate::store_dir::is_owned_name(&e.name))
+            .map(|e| root.join(&e.name))
+            // (a link to a directory elsewhere lists as not a directory)
+            .filter_map(|path| match backend.list_dir(&path) {
+                Err(err) if err.kind() == std::io::ErrorKind::NotADirectory => Some(format!(
+                    "{}: a file is where a vector space's directory belongs; move it away, \
+                     then `engram rebuild` writes the space again",
+                    path.display()
+                )),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The tenant of a record id (operator lookup across tenants).

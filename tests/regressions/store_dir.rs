@@ -296,6 +296,53 @@ fn an_unreadable_derived_file_is_named_not_the_log() {
     Engram::open(&dir, opts(false)).unwrap().close().unwrap();
 }
 
+#[test]
+fn a_file_where_a_vector_space_directory_belongs_is_named_by_verify() {
+    use engram::{Engram, HashEmbedder, NewRecord, Options, Principal};
+    use std::sync::Arc;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let opts = |read_only: bool| Options {
+        embedder: Some(Arc::new(HashEmbedder::default())),
+        read_only,
+        create_if_missing: !read_only,
+        ..Options::default()
+    };
+    let db = Engram::open(&dir, opts(false)).unwrap();
+    db.session(Principal::admin("t"))
+        .append(vec![NewRecord::event("k", "hello world")])
+        .unwrap();
+    db.close().unwrap();
+    let space = std::fs::read_dir(dir.join("derived/vectors"))
+        .unwrap()
+        .next()
+        .expect("a vector space")
+        .unwrap()
+        .path();
+    std::fs::remove_dir_all(&space).unwrap();
+    std::fs::write(&space, "not a space").unwrap();
+    let name = space.file_name().unwrap().to_str().unwrap();
+    // a writable open refuses the store, naming the file ...
+    let err = Engram::open(&dir, opts(false)).unwrap_err().to_string();
+    assert!(err.contains(name), "{err}");
+    // ... and verify, which opens it read-only, names it as a problem
+    let db = Engram::open(&dir, opts(true)).unwrap();
+    let report = db.verify().unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.contains(name) && p.contains("vector space")),
+        "{:?}",
+        report.problems
+    );
+    db.close().unwrap();
+    std::fs::remove_file(&space).unwrap();
+    let db = Engram::open(&dir, opts(false)).unwrap();
+    assert_eq!(db.verify().unwrap().problems, Vec::<String>::new());
+    db.close().unwrap();
+}
+
 fn walk(d: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(d).unwrap().flatten() {
