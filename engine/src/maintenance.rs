@@ -412,6 +412,15 @@ pub(crate) fn check_replays(dir: &Path, opts: &Options) -> Result<()> {
     Engram::open(dir, ro)?.close()
 }
 
+/// What an open inside a compaction lets through: a backup's copy.
+fn unfinished(backup_copy: bool) -> crate::db::Unfinished {
+    if backup_copy {
+        crate::db::Unfinished::Backup
+    } else {
+        crate::db::Unfinished::Refused
+    }
+}
+
 /// What a compaction runs on.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Compacting {
@@ -440,7 +449,7 @@ impl Engram {
         let copy = what == Compacting::BackupCopy;
         // 1. Record retention expiries as deletions; find what to purge.
         let purge: HashMap<[u8; 16], StoredTombstone> = {
-            let (db, opened) = Engram::open_dir(dir, opts.clone(), copy)?;
+            let (db, opened) = Engram::open_dir(dir, opts.clone(), unfinished(copy))?;
             report.tail_cut = opened.log.truncation.map(|t| t.to_string());
             if what == Compacting::Store {
                 db.delete_expired(&mut report)?;
@@ -527,7 +536,7 @@ impl Engram {
         report.log_bytes_after = log.stats().bytes;
         drop(log);
         drop(_lock);
-        let db = Engram::open_dir(dir, opts.clone(), unfinished_backup)?.0;
+        let db = Engram::open_dir(dir, opts.clone(), unfinished(unfinished_backup))?.0;
         db.close()
     }
 

@@ -37,6 +37,12 @@ pub const BACKUP_FILE: &str = "backup.json";
 /// cut short, which no command opens (it may still hold content deleted
 /// before the backup, which the backup's own compaction purges).
 pub const PARTIAL_BACKUP_FILE: &str = "backup.partial";
+/// The file a restore into a new directory writes first and removes once
+/// the backup's log is swapped in: a store holding it (and no
+/// `restore.pending`, which the next open would finish) is a restore cut
+/// short, empty or nearly so, which no command opens until a restore is
+/// run into it again.
+pub const PARTIAL_RESTORE_FILE: &str = "restore.partial";
 /// Name of the marker file.
 pub const MARKER_FILE: &str = "ENGRAM";
 /// Store format version written in the marker by this build.
@@ -119,9 +125,10 @@ pub fn classify(backend: &dyn Backend, dir: &Path) -> Result<DirKind> {
     if entries.iter().any(|e| e.name == MARKER_FILE && !e.is_dir) {
         return Ok(DirKind::Store);
     }
+    // (a restore into a new directory marks it before creating the store)
     let names: Vec<String> = entries
         .iter()
-        .filter(|e| e.name != "LOCK")
+        .filter(|e| e.name != "LOCK" && e.name != PARTIAL_RESTORE_FILE)
         .map(|e| e.name.clone())
         .collect();
     if names.is_empty() {
@@ -200,6 +207,27 @@ pub fn refuse_unfinished_backup(backend: &dyn Backend, dir: &Path) -> Result<()>
                 "{} is a backup that did not finish (it holds {PARTIAL_BACKUP_FILE}: the backup \
                  was cut short); it is neither a store nor a backup and nothing opens it: \
                  remove the directory and take a new backup",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a store into which a restore into a new directory was cut
+/// short before the backup's log was swapped in (it holds
+/// [`PARTIAL_RESTORE_FILE`] and no `restore.pending`): opened, it would
+/// serve an empty store as if restored. `restore` into it again finishes.
+pub fn refuse_unfinished_restore(backend: &dyn Backend, dir: &Path) -> Result<()> {
+    if backend.exists(&dir.join(PARTIAL_RESTORE_FILE))
+        && !backend.exists(&crate::layout::restore_pending(dir))
+    {
+        return Err(EngineError::invalid(
+            "data directory",
+            format!(
+                "{} is a restore that did not finish (it holds {PARTIAL_RESTORE_FILE}: the \
+                 restore into a new directory was cut short before the backup's log was in \
+                 place); run `engram restore` into it again, or remove the directory",
                 dir.display()
             ),
         ));
@@ -350,6 +378,7 @@ pub fn is_owned_name(name: &str) -> bool {
                 | "settings.snap"
                 | "ledger.jsonl"
                 | "restore.pending"
+                | "restore.partial"
         )
         || base.ends_with(".seg")
 }

@@ -105,7 +105,12 @@ fn build(clock: &ManualClock, backup: Option<&str>) -> MemBackend {
 /// The store in `b` opens, verifies clean, holds every live note, and the
 /// canary is deleted.
 fn check_sound(b: &MemBackend, clock: &ManualClock, what: &str) {
-    let db = Engram::open(DIR, options(b, clock))
+    check_sound_at(b, clock, DIR, what)
+}
+
+/// [`check_sound`] for the store in `dir`.
+fn check_sound_at(b: &MemBackend, clock: &ManualClock, dir: &str, what: &str) {
+    let db = Engram::open(dir, options(b, clock))
         .unwrap_or_else(|e| panic!("{what}: store does not open: {e}"));
     let v = db.verify().unwrap();
     assert!(v.ok(), "{what}: verify: {:?}", v.problems);
@@ -268,6 +273,52 @@ fn a_power_cut_at_any_write_of_online_compaction_loses_nothing_and_resurrects_no
         "online compaction: crash images with the canary on disk {unpurged}, purged {purged}"
     );
     assert!(unpurged > 0 && purged > 0);
+}
+
+/// A restore into a new directory cut by a power failure at any write:
+/// the new directory is refused by every open, or it opens holding the
+/// backup with the ledger's later deletion applied; never an empty store
+/// served as if restored. Running the restore again finishes it.
+#[test]
+fn a_power_cut_at_any_write_of_a_restore_into_a_new_directory_leaves_no_empty_store() {
+    const TARGET: &str = "/restored";
+    let clock = ManualClock::new(1_760_000_000_000);
+    let pristine = build(&clock, Some("/backup"));
+    let ledger = Path::new(DIR).join("ledger.jsonl");
+    let restore = |b: &MemBackend| {
+        Engram::restore(TARGET, "/backup", &options(b, &clock), Some(&ledger)).unwrap();
+    };
+    let (refused, opened) = (Arc::new(Mutex::new(0)), Arc::new(Mutex::new(0)));
+    at_every_write(&pristine, restore, |b, what| {
+        check_sound(b, &clock, what);
+        for read_only in [true, false] {
+            let opts = Options {
+                read_only,
+                create_if_missing: false,
+                ..options(b, &clock)
+            };
+            match Engram::open(TARGET, opts) {
+                Ok(db) => {
+                    db.close().unwrap();
+                    check_sound_at(b, &clock, TARGET, what);
+                    *opened.lock() += 1;
+                }
+                Err(e) => {
+                    let text = e.to_string();
+                    assert!(
+                        text.contains("did not finish") || text.contains("no store"),
+                        "{what}: {text}"
+                    );
+                    *refused.lock() += 1;
+                }
+            }
+        }
+        restore(b);
+        check_sound_at(b, &clock, TARGET, &format!("{what}, restored again"));
+    });
+    let (refused, opened) = (*refused.lock(), *opened.lock());
+    eprintln!("restore into a new directory: images refused {refused}, opened {opened}");
+    assert!(refused > 0 && opened > 0);
 }
 
 /// A backup cut by a power failure at any write, taken after a deletion

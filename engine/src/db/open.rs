@@ -9,6 +9,18 @@ use crate::lexical::PreparedText;
 use super::workers::{checkpoint_loop, indexer_loop};
 use super::*;
 
+/// A store cut short that an internal open lets through, which every
+/// other open refuses.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unfinished {
+    /// Neither (every public open).
+    Refused,
+    /// A backup's copy being taken (`store_dir::PARTIAL_BACKUP_FILE`).
+    Backup,
+    /// A new store a restore is filling (`store_dir::PARTIAL_RESTORE_FILE`).
+    Restore,
+}
+
 impl Engram {
     /// Opens (creating if needed) the store in `dir`.
     pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Engram> {
@@ -17,15 +29,16 @@ impl Engram {
 
     /// Opens the store and reports what recovery did.
     pub fn open_with_report(dir: impl AsRef<Path>, opts: Options) -> Result<(Engram, OpenReport)> {
-        Self::open_dir(dir.as_ref(), opts, false)
+        Self::open_dir(dir.as_ref(), opts, Unfinished::Refused)
     }
 
-    /// [`Engram::open_with_report`]; `unfinished_backup` also opens a
-    /// backup's copy before it is finished (`Engram::backup` compacts it).
+    /// [`Engram::open_with_report`], which also opens, with `unfinished`,
+    /// a backup's copy before it is finished (`Engram::backup` compacts it)
+    /// or a new store a restore is filling.
     pub(crate) fn open_dir(
         dir: &Path,
         opts: Options,
-        unfinished_backup: bool,
+        unfinished: Unfinished,
     ) -> Result<(Engram, OpenReport)> {
         let dir = dir.to_path_buf();
         let real = opts.backend.clone();
@@ -33,7 +46,7 @@ impl Engram {
             real.as_ref(),
             &dir,
             (opts.create_if_missing, !opts.read_only),
-            unfinished_backup,
+            unfinished == Unfinished::Backup,
         )?;
         // A read-only open works through a copy-on-write overlay: it may
         // rebuild derived state in memory, and never changes a byte on disk.
@@ -50,6 +63,9 @@ impl Engram {
                 path: lock_path,
             }))?;
         recover_log_swap(backend.as_ref(), &dir)?;
+        if unfinished != Unfinished::Restore {
+            crate::store_dir::refuse_unfinished_restore(backend.as_ref(), &dir)?;
+        }
         let mut report = OpenReport::default();
         // Derived state read (without changing it) before the log: what
         // it has applied was durable in the log, so recovery must not cut

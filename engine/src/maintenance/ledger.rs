@@ -467,6 +467,11 @@ pub(crate) fn resume_restore(db: &Engram) -> Result<Option<RestoreReport>> {
     let lines = read_restore_pending(backend.as_ref(), db.dir())?;
     let mut report = RestoreReport::default();
     reapply_ledger(db, lines, &mut report)?;
+    // (a restore into a new directory cut short after its swap: finished)
+    let partial = db.dir().join(crate::store_dir::PARTIAL_RESTORE_FILE);
+    if backend.exists(&partial) {
+        backend.remove_file(&partial).map_err(io(&partial))?;
+    }
     backend.remove_file(&marker).map_err(io(&marker))?;
     backend.sync_dir(db.dir()).map_err(io(db.dir()))?;
     Ok(Some(report))

@@ -17,12 +17,15 @@ impl Engram {
     ) -> Result<RestoreReport> {
         let dir = dir.as_ref();
         let backend = opts.backend.clone();
+        // (a restore into a new directory cut short is one too: it holds
+        // nothing else)
         let fresh = matches!(
             crate::store_dir::classify(backend.as_ref(), dir),
             Ok(crate::store_dir::DirKind::Empty)
-        );
+        ) || crate::store_dir::refuse_unfinished_restore(backend.as_ref(), dir)
+            .is_err();
         let mut swapped = false;
-        let r = Self::restore_into(dir, src.as_ref(), opts, extra_ledger, &mut swapped);
+        let r = Self::restore_into(dir, src.as_ref(), opts, extra_ledger, (fresh, &mut swapped));
         // A restore into a new directory refused before its log was swapped
         // in (a damaged backup, say) leaves nothing behind.
         if r.is_err() && fresh && !swapped {
@@ -36,7 +39,7 @@ impl Engram {
         src: &Path,
         opts: &Options,
         extra_ledger: Option<&Path>,
-        swapped: &mut bool,
+        (fresh, swapped): (bool, &mut bool),
     ) -> Result<RestoreReport> {
         let backend = opts.backend.clone();
         let src_log = layout::log(src);
@@ -142,6 +145,19 @@ impl Engram {
         // directory holding anything else; it is created only now that the
         // backup and the ledger are known to be usable (a refused restore
         // leaves no new store behind).
+        // A new store is marked unfinished, before it is created, until the
+        // backup's log is in place: cut short before, it is refused by every
+        // open instead of serving an empty store as if restored.
+        let partial = dir.join(crate::store_dir::PARTIAL_RESTORE_FILE);
+        if fresh {
+            backend.create_dir_all(dir).map_err(io(dir))?;
+            write_all_durable(
+                backend.as_ref(),
+                &partial,
+                b"a restore into this new store; if no restore is running, it was cut short: run it again\n",
+            )?;
+            backend.sync_dir(dir).map_err(io(dir))?;
+        }
         crate::store_dir::prepare(backend.as_ref(), dir, true, true)?;
         // Bring the ledger file up to date with the current log (a crash
         // between a deletion and its ledger line leaves the file behind);
@@ -150,17 +166,19 @@ impl Engram {
         // and deleted after the backup is given up by nobody, and is not
         // counted below.)
         let mut deleted_now: HashSet<[u8; 16]> = HashSet::new();
-        let opened = Engram::open(dir, opts.clone()).and_then(|db| {
-            let st = db.state();
-            deleted_now.extend(
-                st.metas
-                    .iter()
-                    .filter(|m| m.tombstone || m.status == Status::Deleted)
-                    .map(|m| m.id.to_bytes()),
-            );
-            drop(st);
-            db.close()
-        });
+        let opened = Engram::open_dir(dir, opts.clone(), crate::db::Unfinished::Restore).and_then(
+            |(db, _)| {
+                let st = db.state();
+                deleted_now.extend(
+                    st.metas
+                        .iter()
+                        .filter(|m| m.tombstone || m.status == Status::Deleted)
+                        .map(|m| m.id.to_bytes()),
+                );
+                drop(st);
+                db.close()
+            },
+        );
         // That open also finishes an earlier restore interrupted after its
         // swap; if it could not, its entries must not be lost under a new
         // restore.
@@ -377,7 +395,14 @@ impl Engram {
                 backend.rename(&log_dir, &old).map_err(io(&log_dir))?;
             }
             backend.rename(&incoming, &log_dir).map_err(io(&incoming))?;
+            if backend.exists(&partial) {
+                backend.remove_file(&partial).map_err(io(&partial))?;
+            }
             backend.sync_dir(dir).map_err(io(dir))?;
+            // (the renamed directory's own entries too: one fsync per
+            // restore, and the crash tests' simulated disk, which tracks a
+            // name per file, never mixes the two logs' segments)
+            backend.sync_dir(&log_dir).map_err(io(&log_dir))?;
             crate::store_dir::remove_owned(backend.as_ref(), &old)?;
             (later, purged_before)
         };
