@@ -648,6 +648,48 @@ fn a_query_matching_nothing_expands_from_nothing() {
     assert_eq!(hits.len(), 1);
 }
 
+/// Recency after a content retriever that found nothing ranks nothing:
+/// it used to rank every eligible record then, so graph hits got
+/// recency's weight only when no text matched the query.
+#[test]
+fn recency_after_content_that_found_nothing_ranks_nothing() {
+    let clock = ManualClock::new(1_760_000_000_000);
+    let db = store(&clock, false);
+    let s = db.session(Principal::admin("t"));
+    let entity = |name: &str| NewRecord {
+        body: engram::Body::Entity {
+            entity_type: "star".into(),
+            name: name.into(),
+            aliases: vec![],
+        },
+        kind: "entity".into(),
+        ..NewRecord::default()
+    };
+    s.append(vec![
+        NewRecord::event("note", "status report"),
+        entity("Orion"),
+        entity("Vega"),
+    ])
+    .unwrap();
+    let graph_only = |text: &str| {
+        let r = s.recall(&RecallRequest::text(text)).unwrap();
+        let orion = r
+            .hits
+            .iter()
+            .find(|h| h.text.is_none() && h.found_by.iter().any(|(n, _)| n.as_str() == "graph"))
+            .unwrap_or_else(|| panic!("{text}: no graph hit"))
+            .clone();
+        assert!(
+            orion.found_by.iter().all(|(n, _)| n.as_str() != "recency"),
+            "{text}: {:?}",
+            orion.found_by
+        );
+        orion.score
+    };
+    // no text matches: recency ranks nothing, as when one does
+    assert_eq!(graph_only("orion"), graph_only("orion status"));
+}
+
 /// In a fused recall a vector orthogonal to the query, or pointing away
 /// from it, is no match: min-max fusion gave the best of a poor lot (a
 /// cosine of 0 among negatives) full weight. Alone, a vector search still

@@ -149,16 +149,23 @@ impl Session {
                     out
                 }
                 RetrieverParams::Recent => {
-                    // Next to evidence retrievers, recency re-orders what
-                    // they found: their records so far, newest first (the
-                    // newest of the whole eligible set are seldom among
-                    // them, and would re-order nothing). Alone, or before
-                    // any of them, it ranks the eligible set.
-                    let found: RoaringBitmap = outputs
+                    // After an evidence retriever, recency re-orders what
+                    // the retrievers before it found: their records so far,
+                    // newest first (the newest of the whole eligible set
+                    // are seldom among them, and would re-order nothing),
+                    // and nothing when they found nothing (the graph hits
+                    // after it would otherwise get recency's weight only
+                    // when no text matched). Alone, or before any of them,
+                    // it ranks the eligible set.
+                    let after_evidence = req.retrievers[..outputs.len()]
                         .iter()
-                        .flat_map(|o| o.candidates.iter().map(|c| c.idx))
-                        .collect();
-                    let among = if content_mask(&req.retrievers) != 0 && !found.is_empty() {
+                        .any(|s| is_evidence(s.params.kind()));
+                    let found: RoaringBitmap;
+                    let among = if after_evidence {
+                        found = outputs
+                            .iter()
+                            .flat_map(|o| o.candidates.iter().map(|c| c.idx))
+                            .collect();
                         &found
                     } else {
                         &el.bitmap
@@ -586,13 +593,7 @@ fn fuse(specs: &[RetrieverSpec], outputs: &[RetrieverOutput], fusion: Fusion) ->
 /// RETRIEVERS_MAX <= 32): every retriever but recency when an evidence
 /// retriever ran, every one otherwise.
 fn content_mask(specs: &[RetrieverSpec]) -> u32 {
-    let evidence = specs.iter().any(|s| {
-        matches!(
-            s.params.kind(),
-            RetrieverKind::Similar | RetrieverKind::Match | RetrieverKind::Expand
-        )
-    });
-    if !evidence {
+    if !specs.iter().any(|s| is_evidence(s.params.kind())) {
         return 0;
     }
     specs
@@ -600,6 +601,15 @@ fn content_mask(specs: &[RetrieverSpec]) -> u32 {
         .enumerate()
         .filter(|(_, s)| s.params.kind() != RetrieverKind::Recent)
         .fold(0, |m, (i, _)| m | 1 << i)
+}
+
+/// Whether a retriever finds evidence (similarity, keyword match, graph
+/// expansion), which recency only re-orders.
+fn is_evidence(kind: RetrieverKind) -> bool {
+    matches!(
+        kind,
+        RetrieverKind::Similar | RetrieverKind::Match | RetrieverKind::Expand
+    )
 }
 
 /// [`fuse`] in general: contributions grouped by record.
@@ -616,7 +626,7 @@ fn fuse_grouped(
         let w = spec.weight;
         let normed: Vec<f64> = match fusion {
             Fusion::Rrf { .. } => Vec::new(),
-            Fusion::Linear { norm } => normalize_scores(&r.candidates, norm),
+            Fusion::Linear { norm } => normalize_scores(&r.candidates, norm, spec.params.kind()),
         };
         for (ci, c) in r.candidates.iter().enumerate() {
             let term = match fusion {
@@ -693,7 +703,7 @@ fn fuse_single(
     let w = specs[ri].weight;
     let normed = match fusion {
         Fusion::Rrf { .. } => Vec::new(),
-        Fusion::Linear { norm } => normalize_scores(&r.candidates, norm),
+        Fusion::Linear { norm } => normalize_scores(&r.candidates, norm, specs[ri].params.kind()),
     };
     let mut out: Vec<FusionInput> = r
         .candidates
@@ -718,7 +728,7 @@ fn fuse_single(
 }
 
 /// A retriever's own scores normalised over its candidates.
-fn normalize_scores(c: &[Candidate], norm: Norm) -> Vec<f64> {
+fn normalize_scores(c: &[Candidate], norm: Norm, kind: RetrieverKind) -> Vec<f64> {
     if c.is_empty() {
         return Vec::new();
     }
@@ -735,7 +745,11 @@ fn normalize_scores(c: &[Candidate], norm: Norm) -> Vec<f64> {
                 // weight if that score says something matched, none if it
                 // is zero or below (vectors orthogonal to the query, or
                 // pointing away, are no match however few they are).
-                vec![if lo > 0.0 { 1.0 } else { 0.0 }; c.len()]
+                // Recency's score is a time, which says nothing of a match:
+                // full weight whatever the date (one dated before 1970 is a
+                // negative number of milliseconds).
+                let matched = kind == RetrieverKind::Recent || lo > 0.0;
+                vec![if matched { 1.0 } else { 0.0 }; c.len()]
             }
         }
         Norm::ZScore => {
@@ -863,11 +877,29 @@ mod tests {
     /// that score says something matched, none when it is 0 or below.
     #[test]
     fn min_max_of_equal_scores_weighs_only_a_positive_score() {
-        let norm = |scores: &[f64]| normalize_scores(&output("v", scores).candidates, Norm::MinMax);
+        let norm = |scores: &[f64]| {
+            normalize_scores(
+                &output("v", scores).candidates,
+                Norm::MinMax,
+                RetrieverKind::Similar,
+            )
+        };
         assert_eq!(norm(&[0.0, 0.0, 0.0]), [0.0, 0.0, 0.0]);
         assert_eq!(norm(&[-0.2]), [0.0]);
         assert_eq!(norm(&[0.4]), [1.0]);
         assert_eq!(norm(&[2.0, 1.0, 0.0]), [1.0, 0.5, 0.0]);
+        // recency's score is a time: a date before 1970 is below 0
+        let recent = |scores: &[f64]| {
+            normalize_scores(
+                &output("r", scores).candidates,
+                Norm::MinMax,
+                RetrieverKind::Recent,
+            )
+        };
+        assert_eq!(recent(&[-14_182_940_000.0]), [1.0]);
+        assert_eq!(recent(&[932_501_820_000.0]), [1.0]);
+        assert_eq!(recent(&[-5.0, -5.0]), [1.0, 1.0]);
+        assert_eq!(recent(&[-10.0, -5.0]), [0.0, 1.0]);
     }
 
     proptest! {
