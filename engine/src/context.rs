@@ -4,13 +4,16 @@
 //! 1. **procedural**: approved instructions, policies and procedures in the
 //!    request's scope, all of them, in a fixed order (kind, then time, then
 //!    id): included deterministically, never by similarity. Candidates
-//!    (e.g. model-written rules awaiting review) never appear;
+//!    (e.g. model-written rules awaiting review) never appear, nor do
+//!    expired rules (listed among the rules in force, an ended one could
+//!    still be followed; nor are they shown as historical semantic items);
 //! 2. **semantic**: the assertions, entities and relations most relevant to
 //!    the query (hybrid retrieval), each with its provenance (source ids,
 //!    observed/valid times, kind, status). Items whose validity ended are
 //!    included only as *historical* and labelled so; two current claims with
 //!    the same subject and predicate but different objects are both shown
-//!    and marked as a conflict, never resolved silently;
+//!    and marked as a conflict, never resolved silently (kept or left out
+//!    together by the byte budget);
 //! 3. **episodic**: the most relevant summaries;
 //! 4. **recent**: the latest turns of the conversation, oldest first.
 //!
@@ -522,13 +525,22 @@ fn fit(sections: [(&'static str, Vec<ContextItem>); 4], budget: usize) -> Vec<Co
             (0..lines[s].len()).collect()
         };
         for i in order {
-            kept_n[s] += 1;
-            kept_bytes[s] += lines[s][i];
+            if kept[s][i] {
+                continue;
+            }
+            // Claims in conflict come together or not at all: a claim
+            // marked CONFLICT must not name one the budget left out.
+            let group = conflict_group(&sections[s].1, i);
+            let bytes: usize = group.iter().map(|&g| lines[s][g]).sum();
+            kept_n[s] += group.len();
+            kept_bytes[s] += bytes;
             if len_of(&kept_n, &kept_bytes) <= budget {
-                kept[s][i] = true;
+                for g in group {
+                    kept[s][g] = true;
+                }
             } else {
-                kept_n[s] -= 1;
-                kept_bytes[s] -= lines[s][i];
+                kept_n[s] -= group.len();
+                kept_bytes[s] -= bytes;
                 // The recent turns are a stretch of the conversation: an
                 // older turn kept past a newer one left out would show
                 // turns as consecutive that were not.
@@ -554,6 +566,29 @@ fn fit(sections: [(&'static str, Vec<ContextItem>); 4], budget: usize) -> Vec<Co
             }
         })
         .collect()
+}
+
+/// Item `i` and every item of `items` linked to it by conflicts, directly
+/// or through others, ascending (just `[i]` for an item in no conflict).
+fn conflict_group(items: &[ContextItem], i: usize) -> Vec<usize> {
+    let mut group = vec![i];
+    if items[i].conflicts_with.is_empty() {
+        return group;
+    }
+    let mut next = 0;
+    while next < group.len() {
+        let a = &items[group[next]];
+        for (j, b) in items.iter().enumerate() {
+            if !group.contains(&j)
+                && (a.conflicts_with.contains(&b.id) || b.conflicts_with.contains(&a.id))
+            {
+                group.push(j);
+            }
+        }
+        next += 1;
+    }
+    group.sort_unstable();
+    group
 }
 
 /// The rendered header line of a section.
@@ -638,6 +673,32 @@ mod tests {
             used_bytes: render_len(&sections),
             sections,
         }
+    }
+
+    /// Claims in conflict are kept together or left out together, whatever
+    /// the budget: a claim marked CONFLICT used to name one the budget had
+    /// left out.
+    #[test]
+    fn claims_in_conflict_are_kept_together() {
+        let mut all = sections();
+        let sem = &mut all[1].1;
+        // the first and the last claim conflict; one between them agrees
+        sem[0].conflicts_with = vec![sem[11].id];
+        sem[11].conflicts_with = vec![sem[0].id];
+        let ids = (sem[0].id, sem[11].id);
+        let mut seen = BTreeSet::new();
+        for budget in 0..3000 {
+            let kept = &fit(all.clone(), budget)[1];
+            let has = |id| kept.items.iter().any(|it| it.id == id);
+            assert_eq!(has(ids.0), has(ids.1), "budget {budget}: {:?}", kept.items);
+            seen.insert((has(ids.0), kept.items.len()));
+        }
+        // both outcomes were reached, and some budgets kept other claims
+        // without the pair
+        assert!(seen.iter().any(|&(pair, _)| pair), "{seen:?}");
+        assert!(seen.iter().any(|&(pair, n)| !pair && n > 0), "{seen:?}");
+        assert_eq!(conflict_group(&all[1].1, 11), vec![0, 11]);
+        assert_eq!(conflict_group(&all[1].1, 5), vec![5]);
     }
 
     /// Whatever the budget, every item left out would not have fitted:
