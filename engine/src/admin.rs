@@ -263,6 +263,13 @@ impl Engram {
         self.log().write_failure()
     }
 
+    /// How long ago appends last failed for a full disk, and why, unless
+    /// one succeeded since: the store goes on, and every append fails the
+    /// same way until space is freed.
+    pub fn disk_full(&self) -> Option<(std::time::Duration, String)> {
+        self.log().disk_full()
+    }
+
     /// Checks every frame's checksums, and the in-memory state (loaded from
     /// a checkpoint or replayed) against the log: every record frame is a
     /// record of the state with the same tenant and location, the current

@@ -82,13 +82,26 @@ pub struct CreateArgs {
 
 /// `engram serve`.
 pub fn serve(ctx: &crate::cli::Ctx, a: ServeArgs) -> CliResult {
-    crate::http::serve::serve(
+    let served = crate::http::serve::serve(
         &ctx.data,
         ctx.embedder.as_deref(),
         a.config.as_deref(),
         (a.listen.as_deref(), a.key_file.as_deref()),
-    )?;
-    Ok(ExitCode::SUCCESS)
+    );
+    match served {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        // The server's stderr is its log, one JSON object per line: the
+        // reason it cannot serve (a port in use, a locked store, a damaged
+        // key file or configuration) is one more line of it.
+        Err(e) => {
+            crate::http::logging::log(
+                "error",
+                "cannot serve",
+                &[("error", serde_json::json!(e.to_string()))],
+            );
+            Ok(ExitCode::from(1))
+        }
+    }
 }
 
 fn key_file(data: &Path, a: &KeyFileArgs) -> Result<PathBuf, CliError> {

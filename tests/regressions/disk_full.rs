@@ -54,6 +54,11 @@ fn a_full_disk_fails_writes_cleanly_and_they_resume_once_space_is_freed() {
         err.to_string().contains("nothing of this write was stored"),
         "{err}"
     );
+    // the store says so until a write succeeds (the server's /readyz)
+    let (ago, why) = db.disk_full().expect("the full disk is reported");
+    assert!(ago < std::time::Duration::from_secs(60), "{ago:?}");
+    assert!(why.contains("no space left"), "{why}");
+    assert!(db.write_failure().is_none(), "the writer goes on");
     // reads keep working
     s.get(&RecordRef::External("r/0".into()))
         .expect("reads keep working");
@@ -66,6 +71,7 @@ fn a_full_disk_fails_writes_cleanly_and_they_resume_once_space_is_freed() {
     b.set_capacity(None);
     s.append(batch(acked, 50))
         .expect("writes resume once space is freed");
+    assert!(db.disk_full().is_none(), "a write succeeded since");
     acked += 50;
     // With room again, close writes its checkpoint.
     db.close().expect("close succeeds once there is room");

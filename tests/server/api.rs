@@ -4,7 +4,7 @@
 
 use std::io::Write;
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -747,6 +747,141 @@ fn sigterm_finishes_the_request_in_flight_then_closes_the_store() {
     engram(&dir, &["verify"]);
     let s = Server::start(&dir, None);
     s.json("GET", "/v1/records/e39", Some(&k), None, 200);
+}
+
+/// SIGHUP (a closed terminal) stops the server as cleanly as SIGTERM (it
+/// used to kill it at once), and a second signal ends the wait for
+/// requests in flight (it used to be ignored).
+#[test]
+fn sighup_stops_cleanly_and_a_second_signal_ends_the_wait() {
+    let (_tmp, dir) = new_store();
+    let k = tenant_key(&dir, "t", "p", "user");
+    let signal = |s: &Server, name: &str| {
+        let st = std::process::Command::new("kill")
+            .args([name, &s.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    let mut s = Server::start(&dir, None);
+    append(
+        &s,
+        &k,
+        r#"[{"kind": "note", "text": "kept", "external_id": "k1"}]"#,
+    );
+    signal(&s, "-HUP");
+    let st = s.wait(Duration::from_secs(20));
+    assert!(st.success(), "{st:?}");
+    let log = s.log_text();
+    assert!(log.contains("\"signal\":\"SIGHUP\""), "{log}");
+    assert!(log.contains("\"msg\":\"stopped\""), "{log}");
+    engram(&dir, &["verify"]);
+
+    // a request that never finishes, and a grace period of a minute
+    let mut s = Server::start(&dir, Some("[limits]\nshutdown_grace_ms = 60000\n"));
+    let mut c = TcpStream::connect(&s.addr).unwrap();
+    c.write_all(
+        head(
+            "POST",
+            "/v1/records/bulk",
+            Some(&k),
+            "application/x-ndjson",
+            Some(1000),
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    c.write_all(b"{\"kind\": \"note\", \"text\": \"half\"}\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    signal(&s, "-TERM");
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    signal(&s, "-INT");
+    let st = s.wait(Duration::from_secs(30));
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "waited {:?}",
+        started.elapsed()
+    );
+    assert!(st.success(), "{st:?}");
+    let log = s.log_text();
+    assert!(log.contains("second signal"), "{log}");
+    engram(&dir, &["verify"]);
+    let s = Server::start(&dir, None);
+    s.json("GET", "/v1/records/k1", Some(&k), None, 200);
+}
+
+/// A port in use is named at once, as a line of the JSON log, before the
+/// store is opened (it used to be opened and replayed first, and the
+/// error was a plain-text line among the JSON ones).
+#[test]
+fn a_port_in_use_is_named_before_the_store_is_opened() {
+    let (_tmp, dir) = new_store();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = std::process::Command::new(bin())
+        .arg("--data")
+        .arg(&dir)
+        .args(["serve", "--listen", &addr])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for line in err.lines() {
+        let v: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        assert_ne!(v["msg"], "store opened", "{err}");
+    }
+    assert!(err.contains("cannot serve") && err.contains(&addr), "{err}");
+    drop(taken);
+}
+
+/// A backup whose client went away still runs to its end, and is counted
+/// (the count came after the answer, which a client gone never gets).
+#[test]
+fn a_backup_whose_client_went_away_is_counted() {
+    let (tmp, dir) = new_store();
+    let store = key(&dir, &["--admin"]);
+    let k = tenant_key(&dir, "t", "p", "user");
+    let s = Server::start(&dir, None);
+    // enough to copy that the backup outlasts its client
+    let batch: Vec<Value> = (0..500)
+        .map(|i| json!({"kind": "note", "text": format!("backed up {i} {}", "x".repeat(2000))}))
+        .collect();
+    for _ in 0..8 {
+        append(&s, &k, &Value::Array(batch.clone()).to_string());
+    }
+    let dest = tmp.path().join("bk");
+    let body = json!({"dest": dest.display().to_string()}).to_string();
+    // (read by the server before it goes)
+    send_and_leave(
+        &s.addr,
+        ("POST", "/v1/backup"),
+        Some(&store),
+        ("application/json", body.as_bytes()),
+        Duration::from_millis(20),
+    );
+    let started = Instant::now();
+    loop {
+        let m = s.call("GET", "/metrics", None, None).text();
+        if m.contains("engram_lifecycle_operations_total{op=\"backup\"} 1") {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no backup counted: {m}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(dest.join("backup.json").exists());
+    // the client was gone before the answer
+    let log = s.log_text();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("/v1/backup") && l.contains("\"status\":499")),
+        "{log}"
+    );
 }
 
 #[test]

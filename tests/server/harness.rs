@@ -243,6 +243,22 @@ impl Resp {
     }
 }
 
+/// Sends a request, then goes away after `after` without reading the
+/// answer (a client that gave up).
+pub fn send_and_leave(
+    addr: &str,
+    (method, path): (&str, &str),
+    key: Option<&str>,
+    (content_type, body): (&str, &[u8]),
+    after: Duration,
+) {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.write_all(head(method, path, key, content_type, Some(body.len() as u64)).as_bytes())
+        .unwrap();
+    c.write_all(body).unwrap();
+    std::thread::sleep(after);
+}
+
 /// The head of a request (`Connection: close`).
 pub fn head(
     method: &str,

@@ -699,21 +699,13 @@ fn a_request_whose_client_went_away_is_logged_and_its_eval_stops() {
         Some("[limits]\nqueries_in_flight_max = 1\nquery_queue_wait_ms = 1000\n"),
     );
     let cases = slow_eval_cases();
-    let mut c = TcpStream::connect(&s.addr).unwrap();
-    c.write_all(
-        head(
-            "POST",
-            "/v1/eval?k=1000",
-            Some(&ann),
-            "application/x-ndjson",
-            Some(cases.len() as u64),
-        )
-        .as_bytes(),
-    )
-    .unwrap();
-    c.write_all(cases.as_bytes()).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    drop(c);
+    send_and_leave(
+        &s.addr,
+        ("POST", "/v1/eval?k=1000"),
+        Some(&ann),
+        ("application/x-ndjson", cases.as_bytes()),
+        Duration::from_millis(300),
+    );
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let log = s.log_text();

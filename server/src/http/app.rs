@@ -144,6 +144,9 @@ impl App {
                         *app.db.write() = out.db;
                         drop(paused);
                     }
+                    // (counted here: a client gone before the answer does
+                    // not undo it)
+                    app.metrics.lifecycle("compact");
                     Ok(out.report)
                 }
                 Err(e) => {

@@ -204,6 +204,7 @@ fn read_file(path: &Path) -> ServerResult<KeyFile> {
             ),
         ));
     }
+    check_entry_values(&f.keys).map_err(damaged)?;
     // `revoke` marks one entry and `authenticate` takes the first live one:
     // a second entry of the same id would keep a revoked key valid, so a
     // file holding one is refused (failing closed) rather than read.
@@ -247,6 +248,38 @@ fn check_entry_fields(raw: &serde_json::Value) -> Result<(), String> {
                 "key entry {} (id '{id}'): field `{f}` is not one a{} key has",
                 n + 1,
                 if tenant_scope { " tenant" } else { " store" }
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses an entry whose values are not of the form `keys create`
+/// writes: an id of 8 hex digits, a SHA-256 of 64, RFC 3339 times. (Such
+/// an entry matched no key anyway; read strictly, the file says it was
+/// edited by hand rather than failing one key without a word.)
+fn check_entry_values(keys: &[KeyEntry]) -> Result<(), String> {
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let time = |s: &str| engram_engine::time::parse_rfc3339(s).is_ok();
+    for (n, k) in keys.iter().enumerate() {
+        let wrong = if !hex(&k.id, 8) {
+            Some(("id", "8 hex digits", k.id.as_str()))
+        } else if !hex(&k.sha256, 64) {
+            Some(("sha256", "64 hex digits", k.sha256.as_str()))
+        } else if !time(&k.created_at) {
+            Some(("created_at", "an RFC 3339 time", k.created_at.as_str()))
+        } else {
+            k.revoked_at
+                .as_deref()
+                .filter(|r| !time(r))
+                .map(|r| ("revoked_at", "an RFC 3339 time", r))
+        };
+        if let Some((field, want, got)) = wrong {
+            return Err(format!(
+                "key entry {} (id '{}'): `{field}` must be {want}, not {:?}",
+                n + 1,
+                k.id,
+                got
             ));
         }
     }
@@ -638,6 +671,38 @@ mod tests {
         // a tenant key turned into a store key, its tenant fields left
         edit(&|v| v["keys"][0]["scope"] = "store".into());
         assert!(KeyStore::open(&path).is_err());
+        std::fs::write(&path, &good).unwrap();
+        assert!(store.authenticate(&k).0.is_some());
+    }
+
+    /// Values not of the form `keys create` writes make the whole file
+    /// damaged, named in the log: an edited sha256, id or time used to be
+    /// read, failing its own key without a word.
+    #[test]
+    fn a_value_not_of_the_written_form_fails_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(KEY_FILE_NAME);
+        let (k, _) = create(&path, tenant_grant(Role::User)).unwrap();
+        let good = std::fs::read_to_string(&path).unwrap();
+        let store = KeyStore::open(&path).unwrap();
+        for (field, value) in [
+            ("sha256", "zz"),
+            ("id", "NOTHEX!!"),
+            ("created_at", "yesterday"),
+            ("revoked_at", "last week"),
+        ] {
+            let mut v: serde_json::Value = serde_json::from_str(&good).unwrap();
+            v["keys"][0][field] = value.into();
+            std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+            let err = KeyStore::open(&path).unwrap_err().to_string();
+            assert!(
+                err.contains("damaged") && err.contains(&format!("`{field}`")),
+                "{field}: {err}"
+            );
+            let (found, problem) = store.authenticate(&k);
+            assert!(found.is_none(), "{field}");
+            assert!(problem.is_some_and(|p| p.contains(field)), "{field}");
+        }
         std::fs::write(&path, &good).unwrap();
         assert!(store.authenticate(&k).0.is_some());
     }

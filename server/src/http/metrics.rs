@@ -271,7 +271,7 @@ impl Metrics {
             ),
             (
                 "engram_http_throttled_total",
-                "Requests refused with 429 because a queue was full, by queue.",
+                "Requests refused with 429 because a queue was full, and connections refused over a connection cap, by queue.",
                 &self.throttled,
             ),
         ] {

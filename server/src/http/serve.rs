@@ -1,7 +1,7 @@
-//! `engram serve`: opens the store once, listens, serves connections until
-//! SIGTERM or SIGINT, then stops accepting, lets in-flight requests finish
-//! (up to `limits.shutdown_grace_ms`), and closes the store (which
-//! checkpoints derived state).
+//! `engram serve`: binds its port, opens the store once, serves
+//! connections until SIGTERM, SIGINT or SIGHUP, then stops accepting, lets
+//! in-flight requests finish (up to `limits.shutdown_grace_ms`, or until a
+//! second signal), and closes the store (which checkpoints derived state).
 //!
 //! Connections are HTTP/1.1 (hyper) with a deadline on reading the request
 //! head and a cap on open connections; requests go through the axum router
@@ -48,6 +48,14 @@ pub fn serve(
 ) -> ServerResult<()> {
     let cfg = Config::load(data, config, flags)?;
     let keys = KeyStore::open(&cfg.key_file)?;
+    // The port before the store: a port in use is said at once, without
+    // opening (and replaying) a store it would then close again.
+    let listener = std::net::TcpListener::bind(cfg.listen)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .map_err(|e| ServerError::Listen {
+            addr: cfg.listen.to_string(),
+            source: e,
+        })?;
     let db = open(data, embedder)?;
     if keys.n_active() == 0 {
         log(
@@ -73,7 +81,7 @@ pub fn serve(
             source: e,
         })?;
     let app: Shared = Arc::new(App::new(db.clone(), keys, cfg));
-    let served = rt.block_on(run(app.clone()));
+    let served = rt.block_on(run(app.clone(), listener));
     log("info", "closing the store", &[]);
     // the handle now (online compaction may have replaced the first)
     let closed = app.db().close();
@@ -145,14 +153,12 @@ fn open(data: &Path, embedder: Option<&str>) -> ServerResult<Engram> {
     Ok(db)
 }
 
-async fn run(app: Shared) -> ServerResult<()> {
+async fn run(app: Shared, listener: std::net::TcpListener) -> ServerResult<()> {
     let addr: SocketAddr = app.cfg.listen;
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|e| ServerError::Listen {
-            addr: addr.to_string(),
-            source: e,
-        })?;
+    let listener = TcpListener::from_std(listener).map_err(|e| ServerError::Listen {
+        addr: addr.to_string(),
+        source: e,
+    })?;
     let bound = listener.local_addr().map_err(|e| ServerError::Listen {
         addr: addr.to_string(),
         source: e,
@@ -185,53 +191,55 @@ async fn run(app: Shared) -> ServerResult<()> {
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(app.cfg.limits.connections_max));
     let per_client = PerClient::new(app.cfg.limits.connections_per_client_max);
-    let signal = signals.next();
-    tokio::pin!(signal);
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, peer) = match accepted {
-                    Ok(x) => x,
-                    Err(e) => {
-                        // out of file descriptors and the like: pause, go on
-                        log("warn", "accept failed", &[("error", json!(e.to_string()))]);
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+    let first = {
+        let signal = signals.next();
+        tokio::pin!(signal);
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => {
+                    let (stream, peer) = match accepted {
+                        Ok(x) => x,
+                        Err(e) => {
+                            // out of file descriptors and the like: pause, go on
+                            log("warn", "accept failed", &[("error", json!(e.to_string()))]);
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    let Some(mine) = per_client.open(peer.ip()) else {
+                        app.metrics.throttled("connections_per_client");
+                        drop(stream);
                         continue;
-                    }
-                };
-                let Some(mine) = per_client.open(peer.ip()) else {
-                    app.metrics.throttled("connections_per_client");
-                    drop(stream);
-                    continue;
-                };
-                let Ok(slot) = slots.clone().try_acquire_owned() else {
-                    app.metrics.throttled("connections");
-                    drop(stream);
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                let conn = conn_builder.serve_connection(
-                    TokioIo::new(stream),
-                    TowerToHyperService::new(router.clone()),
-                );
-                let watched = graceful.watch(conn);
-                let app = app.clone();
-                app.metrics.connection_opened();
-                tokio::spawn(async move {
-                    // a client that sends garbage or stalls its head just
-                    // loses its connection
-                    let _ = watched.await;
-                    app.metrics.connection_closed();
-                    drop(slot);
-                    drop(mine);
-                });
-            }
-            which = &mut signal => {
-                log("info", "shutting down: no new connections; finishing requests in flight", &[("signal", json!(which))]);
-                break;
+                    };
+                    let Ok(slot) = slots.clone().try_acquire_owned() else {
+                        app.metrics.throttled("connections");
+                        drop(stream);
+                        continue;
+                    };
+                    let _ = stream.set_nodelay(true);
+                    let conn = conn_builder.serve_connection(
+                        TokioIo::new(stream),
+                        TowerToHyperService::new(router.clone()),
+                    );
+                    let watched = graceful.watch(conn);
+                    let app = app.clone();
+                    app.metrics.connection_opened();
+                    tokio::spawn(async move {
+                        // a client that sends garbage or stalls its head just
+                        // loses its connection
+                        let _ = watched.await;
+                        app.metrics.connection_closed();
+                        drop(slot);
+                        drop(mine);
+                    });
+                }
+                which = &mut signal => {
+                    log("info", "shutting down: no new connections; finishing requests in flight", &[("signal", json!(which))]);
+                    break which;
+                }
             }
         }
-    }
+    };
     app.stop_accepting();
     drop(listener);
     let grace = Duration::from_millis(app.cfg.limits.shutdown_grace_ms);
@@ -242,14 +250,23 @@ async fn run(app: Shared) -> ServerResult<()> {
             "shutdown grace period over; closing with requests still in flight",
             &[("grace_ms", json!(app.cfg.limits.shutdown_grace_ms))],
         ),
+        // a second signal: the operator will not wait for them (every
+        // acknowledged write is durable already)
+        which = signals.next() => log(
+            "warn",
+            "second signal; closing with requests still in flight",
+            &[("signal", json!(which)), ("first", json!(first))],
+        ),
     }
     Ok(())
 }
 
-/// SIGTERM and SIGINT, watched from when [`Signals::watch`] runs.
+/// SIGTERM, SIGINT and SIGHUP (a closed terminal: stopped as cleanly as
+/// the others), watched from when [`Signals::watch`] runs.
 struct Signals {
     term: Option<tokio::signal::unix::Signal>,
     int: Option<tokio::signal::unix::Signal>,
+    hup: Option<tokio::signal::unix::Signal>,
 }
 
 impl Signals {
@@ -271,10 +288,12 @@ impl Signals {
         Signals {
             term: one(SignalKind::terminate(), "SIGTERM"),
             int: one(SignalKind::interrupt(), "SIGINT"),
+            hup: one(SignalKind::hangup(), "SIGHUP"),
         }
     }
 
-    /// Resolves on the next SIGTERM or SIGINT with the signal's name.
+    /// Resolves on the next SIGTERM, SIGINT or SIGHUP with the signal's
+    /// name.
     async fn next(&mut self) -> &'static str {
         async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
             match s {
@@ -287,6 +306,7 @@ impl Signals {
         tokio::select! {
             () = recv(&mut self.term) => "SIGTERM",
             () = recv(&mut self.int) => "SIGINT",
+            () = recv(&mut self.hup) => "SIGHUP",
         }
     }
 }

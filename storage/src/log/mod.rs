@@ -333,6 +333,9 @@ struct Shared {
     read_only: bool,
     segments: RwLock<Vec<Arc<Segment>>>,
     poisoned: Mutex<Option<String>>,
+    /// When a group last failed for a full disk, and why; cleared by the
+    /// next group written (the writer goes on after a full disk).
+    disk_full: Mutex<Option<(std::time::Instant, String)>>,
     last_lsn: AtomicU64,
     n_groups: AtomicU64,
     n_frames: AtomicU64,
@@ -763,6 +766,7 @@ impl SegmentLog {
             read_only,
             segments: RwLock::new(segments),
             poisoned: Mutex::new(None),
+            disk_full: Mutex::new(None),
             last_lsn: AtomicU64::new(prev_end),
             n_groups: AtomicU64::new(0),
             n_frames: AtomicU64::new(0),
@@ -906,6 +910,18 @@ impl SegmentLog {
     /// refused from then on, until the log is opened again.
     pub fn write_failure(&self) -> Option<String> {
         self.shared.poisoned.lock().clone()
+    }
+
+    /// How long ago a group of appends last failed for a full disk, and
+    /// why, unless a group was written since. The writer goes on after a
+    /// full disk (nothing of the failed group reached the log): every
+    /// append fails the same way until space is freed.
+    pub fn disk_full(&self) -> Option<(std::time::Duration, String)> {
+        self.shared
+            .disk_full
+            .lock()
+            .as_ref()
+            .map(|(at, why)| (at.elapsed(), why.clone()))
     }
 
     /// Last durable LSN (0 when empty).

@@ -321,6 +321,16 @@ fn commit_group(shared: &Shared, next_lsn: &mut Lsn, batches: Vec<Group>, apply:
     // as it was: those batches fail, later ones may succeed. A failure
     // after bytes may have reached the disk unacknowledged stops the
     // writer until the store is reopened and recovered.
+    {
+        let mut full = shared.disk_full.lock();
+        match &failure {
+            Some(WriteFailure::Clean(e @ StorageError::DiskFull { .. })) => {
+                *full = Some((std::time::Instant::now(), e.to_string()));
+            }
+            None if full.is_some() => *full = None,
+            _ => {}
+        }
+    }
     let failed: Option<StorageError> = failure.map(|f| match f {
         WriteFailure::Clean(e) => e,
         WriteFailure::Fatal(e) => {

@@ -153,8 +153,16 @@ pub async fn backup(
         ));
     }
     let db = app.bind().await;
-    let r = app.run(Queue::Backup, move || db.backup(&dest)).await?;
-    app.metrics.lifecycle("backup");
+    // counted where it is done: a backup runs to its end when its client
+    // goes away
+    let counted = app.clone();
+    let r = app
+        .run(Queue::Backup, move || {
+            let r = db.backup(&dest)?;
+            counted.metrics.lifecycle("backup");
+            Ok(r)
+        })
+        .await?;
     Ok(Json(r.into()))
 }
 
@@ -198,7 +206,6 @@ pub async fn compact(
 ) -> ServerResult<Json<CompactResponse>> {
     caller.operator(Operation::Compact)?;
     let r = app.compact().await?;
-    app.metrics.lifecycle("compact");
     Ok(Json(CompactResponse {
         purged: r.purged,
         retention_deleted: r.retention_deleted,

@@ -35,8 +35,9 @@ pub async fn healthz() -> Json<Status> {
 }
 
 /// The store is open and the server accepts requests (no key needed); 503
-/// while it shuts down, and once the log writer stopped after an I/O
-/// failure (writes are refused until a restart).
+/// while it shuts down, once the log writer stopped after an I/O failure
+/// (writes are refused until a restart), and while the disk is full (an
+/// append failed for it in the last 10 s and none succeeded since).
 #[utoipa::path(
     get, path = "/readyz", tag = "health",
     responses((status = 200, body = Status), (status = 503, body = ErrorBody))
@@ -50,9 +51,9 @@ pub async fn readyz(State(app): State<Shared>) -> ServerResult<Json<Status>> {
     }
     let db = app.bind().await;
     // a read of the store's state proves it is open and applying
-    let failure = crate::http::app::run_blocking(move || {
+    let (failure, full) = crate::http::app::run_blocking(move || {
         db.applied_lsn();
-        Ok(db.write_failure())
+        Ok((db.write_failure(), db.disk_full()))
     })
     .await?;
     // a store whose log writer stopped refuses every write until a restart:
@@ -63,8 +64,24 @@ pub async fn readyz(State(app): State<Shared>) -> ServerResult<Json<Status>> {
             detail: why,
         });
     }
+    // A full disk refuses every append until space is freed, but stops
+    // nothing: not ready while appends keep failing for it, ready again
+    // once one succeeds, or once none was tried for a while (a balancer
+    // that moved the traffic away sends some back to find out).
+    if let Some((ago, why)) = full
+        && ago < DISK_FULL_NOT_READY
+    {
+        return Err(ServerError::Unavailable {
+            reason: "the disk is full: every append is refused until space is freed",
+            detail: why,
+        });
+    }
     Ok(Json(Status { status: "ready" }))
 }
+
+/// How long after an append failed for a full disk `/readyz` answers 503
+/// (unless an append succeeded since).
+const DISK_FULL_NOT_READY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Metrics in the Prometheus text format: requests and latency per route
 /// template and status, append batch sizes and latency, group commits and

@@ -54,8 +54,16 @@ async fn op(
     name: &'static str,
     f: impl FnOnce() -> engram_engine::Result<OpResult> + Send + 'static,
 ) -> ServerResult<Json<OpResponse>> {
-    let r = app.write(f).await?;
-    app.metrics.lifecycle(name);
+    // counted where it is done: a client gone before the answer does not
+    // undo it
+    let counted = app.clone();
+    let r = app
+        .write(move || {
+            let r = f()?;
+            counted.metrics.lifecycle(name);
+            Ok(r)
+        })
+        .await?;
     Ok(Json(r.into()))
 }
 
@@ -99,6 +107,7 @@ pub async fn correct(
     let text = body_text(&bytes)?;
     json_object(text)?;
     let mut rec = parse_record(text, None)?;
+    let counted = app.clone();
     let (result, record) = app
         .write(move || {
             let target_id = session.resolve(&target)?;
@@ -114,6 +123,7 @@ pub async fn correct(
             }
             // one record, not a batch: its errors name no item
             let mut res = session.append(vec![rec]).map_err(|e| e.with_item(None))?;
+            counted.metrics.lifecycle("correct");
             let r = res.remove(0);
             // Stored and durable from here: what follows only shows it, and
             // a version the key may not read is not shown (never an error,
@@ -122,7 +132,6 @@ pub async fn correct(
             Ok((r, record))
         })
         .await?;
-    app.metrics.lifecycle("correct");
     Ok(Json(CorrectResponse {
         result: ItemResult::new(0, result),
         record,
