@@ -412,16 +412,18 @@ impl Engram {
     /// too (a read-only open keeps its spaces in memory and never looks).
     fn space_dir_problems(&self) -> Vec<String> {
         let backend = self.backend();
-        let root = crate::layout::vectors(self.dir());
-        let Ok(entries) = backend.list_dir(&root) else {
-            // absent (no vectors yet) or itself unreadable: the open names it
-            return Vec::new();
+        // the spaces the state holds (a read-only open keeps them in
+        // memory): a file of another name in `derived/vectors` stops
+        // nothing
+        let dirs: Vec<std::path::PathBuf> = {
+            let st = self.state();
+            st.vectors
+                .all()
+                .iter()
+                .map(|s| s.dir().to_path_buf())
+                .collect()
         };
-        entries
-            .iter()
-            .filter(|e| !e.is_dir && !crate::store_dir::is_owned_name(&e.name))
-            .map(|e| root.join(&e.name))
-            // (a link to a directory elsewhere lists as not a directory)
+        dirs.into_iter()
             .filter_map(|path| match backend.list_dir(&path) {
                 Err(err) if err.kind() == std::io::ErrorKind::NotADirectory => Some(format!(
                     "{}: a file is where a vector space's directory belongs; move it away, \

@@ -484,7 +484,8 @@ impl Session {
 /// "left out" notes and blank lines too. The text stays within the budget
 /// unless the budget is smaller than that text with no item in it, which is
 /// always rendered (the headers frame retrieved text as quoted evidence,
-/// and the notes say what was left out); then no item is kept.
+/// and the notes say what was left out); then no item is kept. Claims in
+/// conflict are one group, kept or left out together ([`conflict_group`]).
 fn fit(sections: [(&'static str, Vec<ContextItem>); 4], budget: usize) -> Vec<ContextSection> {
     let lines: Vec<Vec<usize>> = sections
         .iter()

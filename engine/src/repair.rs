@@ -133,6 +133,9 @@ impl Engram {
         let dir = dir.as_ref();
         let backend = opts.backend.clone();
         crate::store_dir::prepare(backend.as_ref(), dir, false, true)?;
+        // (its `restore.pending` would let an unfinished restore open as
+        // an empty store: the restore is what finishes it)
+        crate::store_dir::refuse_unfinished_restore(backend.as_ref(), dir)?;
         let io = |p: &Path, e| EngineError::Storage(StorageError::io(p, e));
         // The lock first: a store in use is refused with no byte changed.
         let lock_path = layout::lock(dir);

@@ -235,6 +235,29 @@ pub fn refuse_unfinished_restore(backend: &dyn Backend, dir: &Path) -> Result<()
     Ok(())
 }
 
+/// Refuses `dir` when it lies inside a store.
+pub fn refuse_inside_store(backend: &dyn Backend, dir: &Path) -> Result<()> {
+    match enclosing_store(backend, dir) {
+        Some(outer) => Err(EngineError::invalid(
+            "directory",
+            format!(
+                "{} is inside the store at {}; use a directory outside it",
+                dir.display(),
+                outer.display()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// [`refuse_unfinished_backup`] and [`refuse_unfinished_restore`]: what
+/// the commands that write beside a store without opening it (`keys`,
+/// `init`, `repair`) check first.
+pub fn refuse_unfinished(backend: &dyn Backend, dir: &Path) -> Result<()> {
+    refuse_unfinished_backup(backend, dir)?;
+    refuse_unfinished_restore(backend, dir)
+}
+
 /// [`prepare`], and for `Engram::backup` alone (its copy is opened to be
 /// compacted before it is finished), a directory holding
 /// [`PARTIAL_BACKUP_FILE`] when `unfinished_backup` is true.

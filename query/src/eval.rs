@@ -28,7 +28,7 @@
 //!
 //! This module must never touch a store.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use engram_engine::retrieval::episodic::{self, Window as EpisodicWindow};
 use engram_engine::retrieval::{
@@ -74,6 +74,23 @@ fn filter(o: &Map<String, Value>, keys: &[&str]) -> Result<Vec<String>, (String,
         return Err((k.to_string(), crate::recall::EMPTY_LIST.into()));
     }
     strs(o, keys)
+}
+
+/// Most record references one case may list as relevant, and as
+/// forbidden: each is looked up in the store.
+pub const CASE_IDS_MAX: usize = 10_000;
+
+fn capped(ids: Vec<String>, field: &str) -> Result<Vec<String>, (String, String)> {
+    if ids.len() > CASE_IDS_MAX {
+        return Err((
+            field.to_string(),
+            format!(
+                "{} ids, above the limit of {CASE_IDS_MAX} per case",
+                ids.len()
+            ),
+        ));
+    }
+    Ok(ids)
 }
 
 fn strs(o: &Map<String, Value>, keys: &[&str]) -> Result<Vec<String>, (String, String)> {
@@ -335,8 +352,14 @@ fn parse_case_as(text: &str, line: usize, session: bool) -> Result<EvalCase, Lin
             tenant,
             principal: one(&o, &["principal"])?,
             request,
-            relevant: strs(&o, &["relevant_ids", "relevant_event_ids", "relevant"])?,
-            forbidden: strs(&o, &["forbidden_ids", "forbidden_event_ids", "forbidden"])?,
+            relevant: capped(
+                strs(&o, &["relevant_ids", "relevant_event_ids", "relevant"])?,
+                "relevant_ids",
+            )?,
+            forbidden: capped(
+                strs(&o, &["forbidden_ids", "forbidden_event_ids", "forbidden"])?,
+                "forbidden_ids",
+            )?,
             slices: strs(&o, &["slice", "slices"])?,
             k_from_case: k.is_some(),
         })
@@ -398,17 +421,19 @@ impl Relevant {
     /// external id and its internal id, counts once.
     pub fn resolve(case: &EvalCase, canonical: impl Fn(&str) -> Option<String>) -> Relevant {
         let mut out = Relevant::default();
+        // (sets beside the lists: a case of many ids costs linear time)
+        let (mut ids, mut unresolved) = (HashSet::new(), HashSet::new());
         for r in &case.relevant {
             let id = match canonical(r) {
                 Some(id) => id,
                 None => {
-                    if !out.unresolved.contains(r) {
+                    if unresolved.insert(r.clone()) {
                         out.unresolved.push(r.clone());
                     }
                     r.clone()
                 }
             };
-            if !out.ids.contains(&id) {
+            if ids.insert(id.clone()) {
                 out.ids.push(id);
             }
         }
@@ -435,13 +460,16 @@ pub fn score_case(case: &EvalCase, k: usize, hits: &[Hit]) -> CaseResult {
 
 /// Scores one case's hits against its resolved relevant records.
 pub fn score_resolved(case: &EvalCase, relevant: &Relevant, k: usize, hits: &[Hit]) -> CaseResult {
-    let is = |h: &Hit, list: &[String]| names(h).iter().flatten().any(|n| list.contains(n));
+    let wanted: HashSet<&str> = relevant.ids.iter().map(String::as_str).collect();
+    let refused: HashSet<&str> = case.forbidden.iter().map(String::as_str).collect();
+    let is =
+        |h: &Hit, set: &HashSet<&str>| names(h).iter().flatten().any(|n| set.contains(n.as_str()));
     let top = &hits[..hits.len().min(k)];
-    let found: Vec<&Hit> = top.iter().filter(|h| is(h, &relevant.ids)).collect();
-    let first = top.iter().position(|h| is(h, &relevant.ids));
+    let found: Vec<&Hit> = top.iter().filter(|h| is(h, &wanted)).collect();
+    let first = top.iter().position(|h| is(h, &wanted));
     let forbidden: Vec<String> = hits
         .iter()
-        .filter(|h| is(h, &case.forbidden))
+        .filter(|h| is(h, &refused))
         .map(|h| {
             h.external_id
                 .as_deref()
@@ -827,6 +855,38 @@ mod tests {
         assert!((s.mrr - 0.5).abs() < 1e-12, "{s:?}");
         assert_eq!(s.forbidden_hits, 2);
         assert!((s.forbidden_hit_rate - 2.0 / 6.0).abs() < 1e-12, "{s:?}");
+    }
+
+    /// A case lists at most `CASE_IDS_MAX` relevant and forbidden ids (a
+    /// 100,000-id case ran for minutes past its deadline), named in the
+    /// error; a case of that many is scored in linear time.
+    #[test]
+    fn a_case_of_too_many_ids_is_refused_and_a_large_one_is_cheap() {
+        let ids = |n: usize| {
+            (0..n)
+                .map(|i| format!("\"e{i}\""))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        for field in ["relevant_ids", "forbidden_ids"] {
+            let line = format!(
+                r#"{{"query": "q", "tenant": "t", "{field}": [{}]}}"#,
+                ids(CASE_IDS_MAX + 1)
+            );
+            let e = parse_case(&line, 1).unwrap_err().to_string();
+            assert!(e.contains(field) && e.contains("10000"), "{e}");
+        }
+        let line = format!(
+            r#"{{"query": "q", "tenant": "t", "relevant_ids": [{}], "forbidden_ids": [{}]}}"#,
+            ids(CASE_IDS_MAX),
+            ids(CASE_IDS_MAX)
+        );
+        let c = parse_case(&line, 1).unwrap();
+        let started = std::time::Instant::now();
+        let r = score_case(&c, 10, &[]);
+        assert_eq!(r.relevant, CASE_IDS_MAX);
+        // quadratic, this took about a second in a debug build
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
     }
 
     #[test]

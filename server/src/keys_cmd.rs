@@ -108,8 +108,8 @@ fn key_file(data: &Path, a: &KeyFileArgs) -> Result<PathBuf, CliError> {
     if let Some(k) = &a.key_file {
         return Ok(k.clone());
     }
-    use engram_engine::store_dir::{BACKUP_FILE, DirKind, classify, refuse_unfinished_backup};
-    refuse_unfinished_backup(&engram_storage::FsBackend, data)?;
+    use engram_engine::store_dir::{BACKUP_FILE, DirKind, classify, refuse_unfinished};
+    refuse_unfinished(&engram_storage::FsBackend, data)?;
     match classify(&engram_storage::FsBackend, data)? {
         // a backup is not a store: nothing is written into it
         DirKind::Store | DirKind::Unmarked if data.join(BACKUP_FILE).exists() => {

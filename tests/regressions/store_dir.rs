@@ -338,9 +338,39 @@ fn a_file_where_a_vector_space_directory_belongs_is_named_by_verify() {
     );
     db.close().unwrap();
     std::fs::remove_file(&space).unwrap();
+    // a file of another name there stops nothing, and is no problem
+    std::fs::write(dir.join("derived/vectors/.DS_Store"), "x").unwrap();
     let db = Engram::open(&dir, opts(false)).unwrap();
     assert_eq!(db.verify().unwrap().problems, Vec::<String>::new());
     db.close().unwrap();
+}
+
+/// A store a restore into a new directory did not finish (it holds
+/// `restore.partial`) is refused by the commands that write beside a store
+/// without opening it, as by every open: `repair --truncate-after` used to
+/// write `restore.pending` there, which let it open as an empty store.
+#[test]
+fn an_unfinished_restore_is_refused_by_keys_init_and_repair() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let s = tmp.path().join("s");
+    ok(&s, &["init"]);
+    std::fs::write(s.join("restore.partial"), "cut short").unwrap();
+    for args in [
+        vec!["stats"],
+        vec!["verify"],
+        vec!["keys", "create", "--admin"],
+        vec!["init"],
+        vec!["repair", "--truncate-after", "0"],
+    ] {
+        let msg = fails(&s, &args);
+        assert!(
+            msg.contains("restore that did not finish"),
+            "{args:?}: {msg}"
+        );
+    }
+    assert!(!s.join("restore.pending").exists());
+    assert!(!s.join("keys.json").exists());
 }
 
 fn walk(d: &std::path::Path) -> Vec<std::path::PathBuf> {

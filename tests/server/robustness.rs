@@ -386,6 +386,45 @@ fn deep_nesting_huge_numbers_invalid_utf8_and_limits() {
     s.json("GET", "/healthz", None, None, 200);
 }
 
+/// A query, a recall or a context request is a question, not data: its
+/// body is refused past 1 MiB (a parsed JSON body takes tens of times its
+/// size in memory, and a few 16 MiB queries at once took the server
+/// down), while an append of 3 MB is stored.
+#[test]
+fn a_question_body_past_a_mebibyte_is_refused() {
+    let (_tmp, dir) = new_store();
+    let k = tenant_key(&dir, "t", "p", "user");
+    let s = Server::start(&dir, None);
+    let zeros = vec!["0"; 600_000].join(",");
+    for (path, body) in [
+        (
+            "/v1/query",
+            format!(r#"{{"query": "FIND ANY SIMILAR TO $v", "params": {{"v": [{zeros}]}}}}"#),
+        ),
+        (
+            "/v1/recall",
+            format!(r#"{{"text": "x", "vector": [{zeros}]}}"#),
+        ),
+        (
+            "/v1/context",
+            format!(r#"{{"text": "x", "junk": [{zeros}]}}"#),
+        ),
+    ] {
+        let r = s.call("POST", path, Some(&k), Some(&body));
+        assert_eq!(r.status, 413, "{path}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], "payload_too_large", "{path}");
+    }
+    let big = format!(
+        r#"[{{"kind": "note", "text": "{}", "external_id": "big"}}, {{"kind": "note", "text": "{}"}}, {{"kind": "note", "text": "{}"}}]"#,
+        "a ".repeat(500_000),
+        "b ".repeat(500_000),
+        "c ".repeat(500_000)
+    );
+    assert!(big.len() > 1 << 21);
+    s.json("POST", "/v1/records", Some(&k), Some(&big), 200);
+    s.json("GET", "/v1/records/big", Some(&k), None, 200);
+}
+
 #[test]
 fn a_100_mb_body_is_refused_before_it_is_read() {
     let (_tmp, dir) = new_store();

@@ -468,9 +468,12 @@ pub(crate) fn resume_restore(db: &Engram) -> Result<Option<RestoreReport>> {
     let mut report = RestoreReport::default();
     reapply_ledger(db, lines, &mut report)?;
     // (a restore into a new directory cut short after its swap: finished)
+    // (durably before the pending file goes: the other order could leave
+    // a restored store refused as unfinished)
     let partial = db.dir().join(crate::store_dir::PARTIAL_RESTORE_FILE);
     if backend.exists(&partial) {
         backend.remove_file(&partial).map_err(io(&partial))?;
+        backend.sync_dir(db.dir()).map_err(io(db.dir()))?;
     }
     backend.remove_file(&marker).map_err(io(&marker))?;
     backend.sync_dir(db.dir()).map_err(io(db.dir()))?;

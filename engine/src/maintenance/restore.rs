@@ -17,18 +17,21 @@ impl Engram {
     ) -> Result<RestoreReport> {
         let dir = dir.as_ref();
         let backend = opts.backend.clone();
-        // (a restore into a new directory cut short is one too: it holds
-        // nothing else)
-        let fresh = matches!(
+        let empty = matches!(
             crate::store_dir::classify(backend.as_ref(), dir),
             Ok(crate::store_dir::DirKind::Empty)
-        ) || crate::store_dir::refuse_unfinished_restore(backend.as_ref(), dir)
-            .is_err();
+        );
+        // (a restore into a new directory cut short is one too, marked
+        // unfinished until its log is in place)
+        let fresh =
+            empty || crate::store_dir::refuse_unfinished_restore(backend.as_ref(), dir).is_err();
         let mut swapped = false;
         let r = Self::restore_into(dir, src.as_ref(), opts, extra_ledger, (fresh, &mut swapped));
-        // A restore into a new directory refused before its log was swapped
-        // in (a damaged backup, say) leaves nothing behind.
-        if r.is_err() && fresh && !swapped {
+        // A restore into an empty directory refused before its log was
+        // swapped in (a damaged backup, say) leaves nothing behind. (Not
+        // one found unfinished: another restore may be filling it now, and
+        // only the store's lock, which this one may not hold, tells.)
+        if r.is_err() && empty && !swapped {
             let _ = crate::store_dir::remove_store_copy(backend.as_ref(), dir);
         }
         r
@@ -150,6 +153,9 @@ impl Engram {
         // open instead of serving an empty store as if restored.
         let partial = dir.join(crate::store_dir::PARTIAL_RESTORE_FILE);
         if fresh {
+            // (never inside another store, which the partial file would
+            // then be left in)
+            crate::store_dir::refuse_inside_store(backend.as_ref(), dir)?;
             backend.create_dir_all(dir).map_err(io(dir))?;
             write_all_durable(
                 backend.as_ref(),
@@ -395,10 +401,13 @@ impl Engram {
                 backend.rename(&log_dir, &old).map_err(io(&log_dir))?;
             }
             backend.rename(&incoming, &log_dir).map_err(io(&incoming))?;
+            backend.sync_dir(dir).map_err(io(dir))?;
+            // (only once the swap is durable: a removal that reached the
+            // disk before the rename would leave an empty store unmarked)
             if backend.exists(&partial) {
                 backend.remove_file(&partial).map_err(io(&partial))?;
+                backend.sync_dir(dir).map_err(io(dir))?;
             }
-            backend.sync_dir(dir).map_err(io(dir))?;
             // (the renamed directory's own entries too: one fsync per
             // restore, and the crash tests' simulated disk, which tracks a
             // name per file, never mixes the two logs' segments)

@@ -285,6 +285,11 @@ impl VectorSpace {
         })
     }
 
+    /// The space's directory (`derived/vectors/<space>`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Number of vectors.
     pub fn len(&self) -> usize {
         self.slot_to_idx.len()

@@ -298,8 +298,8 @@ fn backup_manifest(
 
 pub(super) fn cmd_init(ctx: &Ctx, a: JsonArgs) -> CliResult {
     let data = ctx.data.as_path();
-    use engram_engine::store_dir::{DirKind, classify, refuse_unfinished_backup};
-    refuse_unfinished_backup(Options::default().backend.as_ref(), data)?;
+    use engram_engine::store_dir::{DirKind, classify, refuse_unfinished};
+    refuse_unfinished(Options::default().backend.as_ref(), data)?;
     match classify(Options::default().backend.as_ref(), data)? {
         DirKind::Empty => {}
         DirKind::Store | DirKind::Unmarked => {

@@ -45,6 +45,9 @@ pub struct App {
     writes: Arc<Semaphore>,
     reads: Arc<Semaphore>,
     backups: Arc<Semaphore>,
+    /// Request bodies held while they are parsed and served, in KiB (see
+    /// [`App::hold_body`]).
+    bodies: Arc<Semaphore>,
     ready: AtomicBool,
     request_seq: AtomicU64,
     request_prefix: String,
@@ -59,6 +62,28 @@ pub struct App {
 
 /// What handlers hold.
 pub type Shared = Arc<App>;
+
+/// How many KiB of request bodies are held at once, from when a body is
+/// read until its handler returns (32 MiB). Parsed, a JSON body takes tens
+/// of times its size in memory (a tree of values), so without a bound a
+/// few clients sending bodies near `body_bytes_max` at once could exhaust
+/// the machine's memory; past it a request waits (up to its deadline).
+/// A body larger than the whole budget takes all of it.
+pub const BODIES_HELD_KIB: usize = 32 * 1024;
+
+/// Waits for `bytes`' share of `room` (KiB of [`BODIES_HELD_KIB`]).
+async fn hold(room: &Arc<Semaphore>, bytes: usize) -> BodyHold {
+    let kib = bytes.div_ceil(1024).min(BODIES_HELD_KIB);
+    if kib == 0 {
+        return BodyHold(None);
+    }
+    let n = u32::try_from(kib).unwrap_or(u32::MAX);
+    BodyHold(room.clone().acquire_many_owned(n).await.ok())
+}
+
+/// A request body's share of [`BODIES_HELD_KIB`], given back when dropped.
+#[derive(Debug)]
+pub struct BodyHold(#[allow(dead_code)] Option<tokio::sync::OwnedSemaphorePermit>);
 
 /// Which bounded queue a call goes through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,6 +111,7 @@ impl App {
             writes: Arc::new(Semaphore::new(l.appends_in_flight_max)),
             reads: Arc::new(Semaphore::new(l.queries_in_flight_max)),
             backups: Arc::new(Semaphore::new(1)),
+            bodies: Arc::new(Semaphore::new(BODIES_HELD_KIB)),
             cfg,
             metrics: Metrics::default(),
             ready: AtomicBool::new(true),
@@ -95,6 +121,11 @@ impl App {
             last_key_problem: Mutex::new(None),
             log_carried: parking_lot::Mutex::new(engram_storage::LogStats::default()),
         }
+    }
+
+    /// Waits for room to hold a body of `bytes` (see [`BODIES_HELD_KIB`]).
+    pub async fn hold_body(&self, bytes: usize) -> BodyHold {
+        hold(&self.bodies, bytes).await
     }
 
     /// The store's handle now, for what needs no gate (its directory,
@@ -387,7 +418,33 @@ fn scramble(mut x: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::scramble;
+    use super::{BODIES_HELD_KIB, Semaphore, hold, scramble};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// Bodies past the room for them wait until one is done with; a body
+    /// larger than all of it takes all of it (and is not refused).
+    #[test]
+    fn bodies_past_the_room_for_them_wait() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let room = Arc::new(Semaphore::new(BODIES_HELD_KIB));
+            let huge = hold(&room, usize::MAX).await;
+            assert_eq!(room.available_permits(), 0);
+            let waiting = tokio::time::timeout(Duration::from_millis(50), hold(&room, 10)).await;
+            assert!(waiting.is_err(), "a body was held past the room");
+            drop(huge);
+            let small = hold(&room, 10 * 1024).await;
+            assert_eq!(room.available_permits(), BODIES_HELD_KIB - 10);
+            let empty = hold(&room, 0).await;
+            assert_eq!(room.available_permits(), BODIES_HELD_KIB - 10);
+            drop((small, empty));
+            assert_eq!(room.available_permits(), BODIES_HELD_KIB);
+        });
+    }
 
     #[test]
     fn request_ids_never_repeat_and_do_not_count() {

@@ -16,22 +16,42 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::http::app::Shared;
+use crate::http::app::{BodyHold, Shared};
 use crate::http::error::{ServerError, ServerResult};
 
 /// Top-level fields no request body may carry: who acts comes from the key.
 pub const SESSION_FIELDS: &[&str] = &["tenant", "principal"];
 
-/// A whole request body, at most `limits.body_bytes_max` bytes.
+/// The body limit of a request (`POST /v1/query`, `/v1/recall` and
+/// `/v1/context` are questions, not data: [`READ_BODY_BYTES_MAX`]).
+fn body_limit(req: &Request, app: &Shared) -> u64 {
+    let limit = app.cfg.limits.body_bytes_max;
+    if matches!(req.uri().path(), "/v1/query" | "/v1/recall" | "/v1/context") {
+        limit.min(READ_BODY_BYTES_MAX)
+    } else {
+        limit
+    }
+}
+
+/// The body limit of a query, a recall and a context request (1 MiB): a
+/// statement is at most 64 KiB and a vector at most 4,096 numbers, while
+/// a parsed JSON body takes tens of times its size in memory.
+pub const READ_BODY_BYTES_MAX: u64 = 1 << 20;
+
+/// A whole request body, at most `limits.body_bytes_max` bytes, and its
+/// hold on the server's room for bodies (kept until the handler returns:
+/// see `app::BODIES_HELD_KIB`).
 #[derive(Debug)]
-pub struct RawBody(pub Bytes);
+pub struct RawBody(pub Bytes, pub BodyHold);
 
 impl FromRequest<Shared> for RawBody {
     type Rejection = ServerError;
 
     async fn from_request(req: Request, app: &Shared) -> Result<Self, Self::Rejection> {
-        let limit = app.cfg.limits.body_bytes_max;
-        read_limited(req.into_body(), limit).await.map(RawBody)
+        let limit = body_limit(&req, app);
+        let bytes = read_limited(req.into_body(), limit).await?;
+        let hold = app.hold_body(bytes.len()).await;
+        Ok(RawBody(bytes, hold))
     }
 }
 
@@ -46,7 +66,7 @@ impl FromRequest<Shared> for NoBody {
     type Rejection = ServerError;
 
     async fn from_request(req: Request, app: &Shared) -> Result<Self, Self::Rejection> {
-        let RawBody(bytes) = RawBody::from_request(req, app).await?;
+        let RawBody(bytes, _) = RawBody::from_request(req, app).await?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             Ok(NoBody)
         } else {
@@ -140,14 +160,14 @@ pub fn json_object(text: &str) -> ServerResult<serde_json::Map<String, Value>> {
 /// errors are 400 with their position, field errors 422 with the field's
 /// path.
 #[derive(Debug)]
-pub struct JsonBody<T>(pub T);
+pub struct JsonBody<T>(pub T, pub BodyHold);
 
 impl<T: DeserializeOwned> FromRequest<Shared> for JsonBody<T> {
     type Rejection = ServerError;
 
     async fn from_request(req: Request, app: &Shared) -> Result<Self, Self::Rejection> {
-        let RawBody(bytes) = RawBody::from_request(req, app).await?;
-        parse_typed(&bytes).map(JsonBody)
+        let RawBody(bytes, hold) = RawBody::from_request(req, app).await?;
+        parse_typed(&bytes).map(|t| JsonBody(t, hold))
     }
 }
 
@@ -155,15 +175,15 @@ impl<T: DeserializeOwned> FromRequest<Shared> for JsonBody<T> {
 /// [`JsonBody`] does, except that an empty body reads as `{}` (the
 /// OpenAPI document marks these bodies not required).
 #[derive(Debug)]
-pub struct OptionalJsonBody<T>(pub T);
+pub struct OptionalJsonBody<T>(pub T, pub BodyHold);
 
 impl<T: DeserializeOwned> FromRequest<Shared> for OptionalJsonBody<T> {
     type Rejection = ServerError;
 
     async fn from_request(req: Request, app: &Shared) -> Result<Self, Self::Rejection> {
-        let RawBody(bytes) = RawBody::from_request(req, app).await?;
+        let RawBody(bytes, hold) = RawBody::from_request(req, app).await?;
         let empty = body_text(&bytes)?.trim().is_empty();
-        parse_typed(if empty { b"{}" } else { &bytes }).map(OptionalJsonBody)
+        parse_typed(if empty { b"{}" } else { &bytes }).map(|t| OptionalJsonBody(t, hold))
     }
 }
 

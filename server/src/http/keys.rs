@@ -259,27 +259,30 @@ fn check_entry_fields(raw: &serde_json::Value) -> Result<(), String> {
 /// an entry matched no key anyway; read strictly, the file says it was
 /// edited by hand rather than failing one key without a word.)
 fn check_entry_values(keys: &[KeyEntry]) -> Result<(), String> {
-    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+    // (lower-case, as written; the values are never echoed: a key pasted
+    // into a field by mistake must not reach the log)
+    let hex = |s: &str, n: usize| {
+        s.len() == n
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
     let time = |s: &str| engram_engine::time::parse_rfc3339(s).is_ok();
     for (n, k) in keys.iter().enumerate() {
         let wrong = if !hex(&k.id, 8) {
-            Some(("id", "8 hex digits", k.id.as_str()))
+            Some(("id", "8 lower-case hex digits"))
         } else if !hex(&k.sha256, 64) {
-            Some(("sha256", "64 hex digits", k.sha256.as_str()))
+            Some(("sha256", "64 lower-case hex digits"))
         } else if !time(&k.created_at) {
-            Some(("created_at", "an RFC 3339 time", k.created_at.as_str()))
+            Some(("created_at", "an RFC 3339 time"))
+        } else if k.revoked_at.as_deref().is_some_and(|r| !time(r)) {
+            Some(("revoked_at", "an RFC 3339 time"))
         } else {
-            k.revoked_at
-                .as_deref()
-                .filter(|r| !time(r))
-                .map(|r| ("revoked_at", "an RFC 3339 time", r))
+            None
         };
-        if let Some((field, want, got)) = wrong {
+        if let Some((field, want)) = wrong {
             return Err(format!(
-                "key entry {} (id '{}'): `{field}` must be {want}, not {:?}",
-                n + 1,
-                k.id,
-                got
+                "key entry {}: `{field}` must be {want}, as `engram keys create` writes it",
+                n + 1
             ));
         }
     }
@@ -685,9 +688,12 @@ mod tests {
         let (k, _) = create(&path, tenant_grant(Role::User)).unwrap();
         let good = std::fs::read_to_string(&path).unwrap();
         let store = KeyStore::open(&path).unwrap();
+        let secret = "egk_0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
         for (field, value) in [
             ("sha256", "zz"),
+            ("sha256", secret),
             ("id", "NOTHEX!!"),
+            ("id", "3F9A0C1D"),
             ("created_at", "yesterday"),
             ("revoked_at", "last week"),
         ] {
@@ -699,6 +705,7 @@ mod tests {
                 err.contains("damaged") && err.contains(&format!("`{field}`")),
                 "{field}: {err}"
             );
+            assert!(!err.contains(value), "the value is echoed: {err}");
             let (found, problem) = store.authenticate(&k);
             assert!(found.is_none(), "{field}");
             assert!(problem.is_some_and(|p| p.contains(field)), "{field}");

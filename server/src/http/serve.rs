@@ -1,5 +1,5 @@
 //! `engram serve`: binds its port, opens the store once, serves
-//! connections until SIGTERM, SIGINT or SIGHUP, then stops accepting, lets
+//! connections until SIGTERM or SIGINT, then stops accepting, lets
 //! in-flight requests finish (up to `limits.shutdown_grace_ms`, or until a
 //! second signal), and closes the store (which checkpoints derived state).
 //!
@@ -48,22 +48,6 @@ pub fn serve(
 ) -> ServerResult<()> {
     let cfg = Config::load(data, config, flags)?;
     let keys = KeyStore::open(&cfg.key_file)?;
-    // The port before the store: a port in use is said at once, without
-    // opening (and replaying) a store it would then close again.
-    let listener = std::net::TcpListener::bind(cfg.listen)
-        .and_then(|l| l.set_nonblocking(true).map(|()| l))
-        .map_err(|e| ServerError::Listen {
-            addr: cfg.listen.to_string(),
-            source: e,
-        })?;
-    let db = open(data, embedder)?;
-    if keys.n_active() == 0 {
-        log(
-            "warn",
-            "no API keys yet: every /v1 request will be refused; create one with `engram keys create`",
-            &[("key_file", json!(cfg.key_file.display().to_string()))],
-        );
-    }
     let l = &cfg.limits;
     let workers = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
@@ -80,6 +64,23 @@ pub fn serve(
             addr: cfg.listen.to_string(),
             source: e,
         })?;
+    // The port before the store: a port in use is said at once, without
+    // opening (and replaying) a store it would then close again.
+    // (Connections made meanwhile wait until the store is open.)
+    let listener = rt
+        .block_on(TcpListener::bind(cfg.listen))
+        .map_err(|e| ServerError::Listen {
+            addr: cfg.listen.to_string(),
+            source: e,
+        })?;
+    let db = open(data, embedder)?;
+    if keys.n_active() == 0 {
+        log(
+            "warn",
+            "no API keys yet: every /v1 request will be refused; create one with `engram keys create`",
+            &[("key_file", json!(cfg.key_file.display().to_string()))],
+        );
+    }
     let app: Shared = Arc::new(App::new(db.clone(), keys, cfg));
     let served = rt.block_on(run(app.clone(), listener));
     log("info", "closing the store", &[]);
@@ -153,12 +154,8 @@ fn open(data: &Path, embedder: Option<&str>) -> ServerResult<Engram> {
     Ok(db)
 }
 
-async fn run(app: Shared, listener: std::net::TcpListener) -> ServerResult<()> {
+async fn run(app: Shared, listener: TcpListener) -> ServerResult<()> {
     let addr: SocketAddr = app.cfg.listen;
-    let listener = TcpListener::from_std(listener).map_err(|e| ServerError::Listen {
-        addr: addr.to_string(),
-        source: e,
-    })?;
     let bound = listener.local_addr().map_err(|e| ServerError::Listen {
         addr: addr.to_string(),
         source: e,
@@ -261,12 +258,13 @@ async fn run(app: Shared, listener: std::net::TcpListener) -> ServerResult<()> {
     Ok(())
 }
 
-/// SIGTERM, SIGINT and SIGHUP (a closed terminal: stopped as cleanly as
-/// the others), watched from when [`Signals::watch`] runs.
+/// SIGTERM and SIGINT, watched from when [`Signals::watch`] runs.
+/// (SIGHUP keeps its disposition: `nohup engram serve` must outlive its
+/// terminal, and a server started without it ends at once, losing nothing
+/// acknowledged.)
 struct Signals {
     term: Option<tokio::signal::unix::Signal>,
     int: Option<tokio::signal::unix::Signal>,
-    hup: Option<tokio::signal::unix::Signal>,
 }
 
 impl Signals {
@@ -288,12 +286,10 @@ impl Signals {
         Signals {
             term: one(SignalKind::terminate(), "SIGTERM"),
             int: one(SignalKind::interrupt(), "SIGINT"),
-            hup: one(SignalKind::hangup(), "SIGHUP"),
         }
     }
 
-    /// Resolves on the next SIGTERM, SIGINT or SIGHUP with the signal's
-    /// name.
+    /// Resolves on the next SIGTERM or SIGINT with the signal's name.
     async fn next(&mut self) -> &'static str {
         async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
             match s {
@@ -306,7 +302,6 @@ impl Signals {
         tokio::select! {
             () = recv(&mut self.term) => "SIGTERM",
             () = recv(&mut self.int) => "SIGINT",
-            () = recv(&mut self.hup) => "SIGHUP",
         }
     }
 }

@@ -134,7 +134,7 @@ impl From<BackupReport> for BackupResponse {
 pub async fn backup(
     State(app): State<Shared>,
     caller: Caller,
-    JsonBody(req): JsonBody<BackupRequest>,
+    JsonBody(req, _held): JsonBody<BackupRequest>,
 ) -> ServerResult<Json<BackupResponse>> {
     caller.operator(Operation::Backup)?;
     if req.dest.contains('\0') {

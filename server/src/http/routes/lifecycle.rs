@@ -101,7 +101,7 @@ pub async fn correct(
     State(app): State<Shared>,
     caller: Caller,
     RefPath(target): RefPath,
-    RawBody(bytes): RawBody,
+    RawBody(bytes, _held): RawBody,
 ) -> ServerResult<Json<CorrectResponse>> {
     let session = caller.session(&app, Operation::Correct).await?;
     let text = body_text(&bytes)?;
@@ -159,7 +159,7 @@ pub async fn expire(
     State(app): State<Shared>,
     caller: Caller,
     RefPath(target): RefPath,
-    JsonBody(req): JsonBody<ExpireRequest>,
+    JsonBody(req, _held): JsonBody<ExpireRequest>,
 ) -> ServerResult<Json<OpResponse>> {
     let session = caller.session(&app, Operation::Expire).await?;
     let at = parse_rfc3339(&req.at).map_err(|e| ServerError::invalid(None, "at", e.to_string()))?;
@@ -235,7 +235,7 @@ pub async fn retract(
     State(app): State<Shared>,
     caller: Caller,
     RefPath(target): RefPath,
-    OptionalJsonBody(req): OptionalJsonBody<NoteRequest>,
+    OptionalJsonBody(req, _held): OptionalJsonBody<NoteRequest>,
 ) -> ServerResult<Json<OpResponse>> {
     let session = caller.session(&app, Operation::Retract).await?;
     let text = req.text()?;
@@ -280,7 +280,7 @@ pub async fn approve(
     State(app): State<Shared>,
     caller: Caller,
     RefPath(target): RefPath,
-    OptionalJsonBody(req): OptionalJsonBody<NoteRequest>,
+    OptionalJsonBody(req, _held): OptionalJsonBody<NoteRequest>,
 ) -> ServerResult<Json<OpResponse>> {
     let session = caller.session(&app, Operation::Review).await?;
     let text = req.text()?;
@@ -302,7 +302,7 @@ pub async fn reject(
     State(app): State<Shared>,
     caller: Caller,
     RefPath(target): RefPath,
-    OptionalJsonBody(req): OptionalJsonBody<NoteRequest>,
+    OptionalJsonBody(req, _held): OptionalJsonBody<NoteRequest>,
 ) -> ServerResult<Json<OpResponse>> {
     let session = caller.session(&app, Operation::Review).await?;
     let text = req.text()?;
@@ -336,7 +336,7 @@ pub struct AccessRequest {
 pub async fn grant(
     State(app): State<Shared>,
     caller: Caller,
-    JsonBody(req): JsonBody<AccessRequest>,
+    JsonBody(req, _held): JsonBody<AccessRequest>,
 ) -> ServerResult<Json<OpResponse>> {
     let session = caller.session(&app, Operation::Grant).await?;
     op(&app, "grant", move || {
@@ -363,7 +363,7 @@ pub async fn grant(
 pub async fn revoke(
     State(app): State<Shared>,
     caller: Caller,
-    JsonBody(req): JsonBody<AccessRequest>,
+    JsonBody(req, _held): JsonBody<AccessRequest>,
 ) -> ServerResult<Json<OpResponse>> {
     let session = caller.session(&app, Operation::Revoke).await?;
     let tenant = session.principal().tenant().to_string();
@@ -440,7 +440,7 @@ pub struct RetentionRequest {
 pub async fn retention(
     State(app): State<Shared>,
     caller: Caller,
-    JsonBody(req): JsonBody<RetentionRequest>,
+    JsonBody(req, _held): JsonBody<RetentionRequest>,
 ) -> ServerResult<Json<OpResponse>> {
     let session = caller.session(&app, Operation::Retention).await?;
     let period = parse_retention_period(&req.period)
@@ -477,7 +477,7 @@ fn yes() -> bool {
 pub async fn hold(
     State(app): State<Shared>,
     caller: Caller,
-    JsonBody(req): JsonBody<HoldRequest>,
+    JsonBody(req, _held): JsonBody<HoldRequest>,
 ) -> ServerResult<Json<OpResponse>> {
     let session = caller.session(&app, Operation::Hold).await?;
     op(&app, "hold", move || session.hold(&req.scope, req.on)).await

@@ -67,7 +67,7 @@ pub struct RecallResponse {
 pub async fn recall(
     State(app): State<Shared>,
     caller: Caller,
-    RawBody(bytes): RawBody,
+    RawBody(bytes, _held): RawBody,
 ) -> ServerResult<Json<RecallResponse>> {
     let session = caller.session(&app, Operation::Read).await?;
     let text = body_text(&bytes)?;
@@ -152,7 +152,7 @@ pub struct ContextResponse {
 pub async fn context(
     State(app): State<Shared>,
     caller: Caller,
-    JsonBody(b): JsonBody<ContextBody>,
+    JsonBody(b, _held): JsonBody<ContextBody>,
 ) -> ServerResult<Json<ContextResponse>> {
     let session = caller.session(&app, Operation::Read).await?;
     let l = &app.cfg.limits;
@@ -252,7 +252,7 @@ pub async fn eval(
     State(app): State<Shared>,
     caller: Caller,
     Params(p): Params<EvalParams>,
-    RawBody(bytes): RawBody,
+    RawBody(bytes, _held): RawBody,
 ) -> ServerResult<Json<EvalResponse>> {
     let session = caller.session(&app, Operation::Read).await?;
     let l = &app.cfg.limits;
@@ -433,7 +433,7 @@ fn query_error(e: engram_query::lang::QueryError) -> ServerError {
 pub async fn query(
     State(app): State<Shared>,
     caller: Caller,
-    JsonBody(body): JsonBody<QueryBody>,
+    JsonBody(body, _held): JsonBody<QueryBody>,
 ) -> ServerResult<Json<QueryResponse>> {
     use engram_query::lang::{Params as QParams, QueryExt, Statement};
     let session = caller.session(&app, Operation::Read).await?;

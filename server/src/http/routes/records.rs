@@ -172,7 +172,7 @@ pub fn parse_record_at(
 pub async fn append(
     State(app): State<Shared>,
     caller: Caller,
-    RawBody(bytes): RawBody,
+    RawBody(bytes, _held): RawBody,
 ) -> ServerResult<Json<AppendResponse>> {
     let session = caller.session(&app, Operation::Append).await?;
     let text = body_text(&bytes)?;
