@@ -642,6 +642,18 @@ pub struct Record {
     pub lsn: u64,
 }
 
+impl Record {
+    /// The bytes of its text and of its data as JSON: what dominates the
+    /// size of a record in an answer.
+    pub fn content_bytes(&self) -> usize {
+        self.text.as_ref().map_or(0, String::len)
+            + self
+                .data
+                .as_ref()
+                .map_or(0, |d| serde_json::to_vec(d).map_or(0, |v| v.len()))
+    }
+}
+
 /// A vector attached to a record (the vector itself is not repeated).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct EmbeddingInfo {

@@ -875,6 +875,52 @@ fn a_backup_whose_client_went_away_is_counted() {
     );
 }
 
+/// A page of the listing ends once its records' text and data reach
+/// 16 MiB, and says where the next begins: a thousand records of a
+/// mebibyte each, asked for in one page, took the server down.
+#[test]
+fn a_listing_page_of_large_records_ends_early_and_goes_on() {
+    let (_tmp, dir) = new_store();
+    let k = tenant_key(&dir, "t", "p", "user");
+    let s = Server::start(&dir, None);
+    let text = "lorem ".repeat(170_000); // about 1 MiB
+    for i in 0..24 {
+        append(
+            &s,
+            &k,
+            &json!([{"kind": "note", "text": format!("{i} {text}"), "external_id": format!("big{i}")}])
+                .to_string(),
+        );
+    }
+    let mut seen = Vec::new();
+    let mut after: Option<u64> = None;
+    let mut pages = 0;
+    loop {
+        let path = match after {
+            Some(a) => format!("/v1/records?limit=1000&after_lsn={a}"),
+            None => "/v1/records?limit=1000".to_string(),
+        };
+        let page = s.json("GET", &path, Some(&k), None, 200);
+        let records = page["records"].as_array().unwrap();
+        pages += 1;
+        assert!(records.len() < 24 || pages > 1, "one page held them all");
+        let bytes: usize = records
+            .iter()
+            .map(|r| r["text"].as_str().unwrap().len())
+            .sum();
+        assert!(bytes < (16 << 20) + (2 << 20), "{bytes} bytes in a page");
+        seen.extend(records.iter().map(|r| r["external_id"].clone()));
+        match page["next_after_lsn"].as_u64() {
+            Some(a) => after = Some(a),
+            None => break,
+        }
+        assert!(pages < 10, "the listing does not end");
+    }
+    assert!(pages >= 2);
+    let want: Vec<Value> = (0..24).map(|i| json!(format!("big{i}"))).collect();
+    assert_eq!(seen, want);
+}
+
 #[test]
 fn metrics_can_require_the_store_key() {
     let (_tmp, dir) = new_store();

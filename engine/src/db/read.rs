@@ -108,6 +108,7 @@ impl Session {
         let held = self.held_labels(&st);
         let (expired, _) = st.past_retention_set(t, self.db.now());
         let mut out = Vec::new();
+        let mut bytes = 0usize;
         // records are in log order: the first one past the cursor is found
         // by its LSN, and the walk starts there
         let start = filter.after_lsn.map_or(0, |a| {
@@ -129,8 +130,10 @@ impl Session {
             if !self.can_read_listed(&st, idx, &held, &expired) {
                 continue;
             }
-            out.push(self.view(&st, idx, &held)?);
-            if out.len() >= filter.limit {
+            let r = self.view(&st, idx, &held)?;
+            bytes = bytes.saturating_add(r.content_bytes());
+            out.push(r);
+            if out.len() >= filter.limit || bytes >= filter.bytes_max {
                 break;
             }
         }
@@ -156,6 +159,11 @@ pub struct ListFilter {
     /// Only records after this log position (a record's `lsn`): give the
     /// last `lsn` of a page to get the next one.
     pub after_lsn: Option<u64>,
+    /// The page ends once its records' text and data
+    /// ([`crate::Record::content_bytes`]) reach this many bytes (after at
+    /// least one record): a page of the largest records would otherwise
+    /// need gigabytes.
+    pub bytes_max: usize,
 }
 
 impl Default for ListFilter {
@@ -168,6 +176,7 @@ impl Default for ListFilter {
             include_superseded: true,
             limit: usize::MAX,
             after_lsn: None,
+            bytes_max: usize::MAX,
         }
     }
 }

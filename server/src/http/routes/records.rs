@@ -305,17 +305,24 @@ pub async fn list(
         include_superseded: p.include_superseded.unwrap_or(true),
         limit,
         after_lsn: p.after_lsn,
+        bytes_max: LIST_PAGE_BYTES_MAX,
     };
     let records = app.read(move || session.list(&filter)).await?;
-    // a full page may have a next one (an empty next page ends it)
-    let next_after_lsn = (records.len() == limit)
-        .then(|| records.last().map(|r| r.lsn))
-        .flatten();
+    // a full page may have a next one (an empty next page ends it), and
+    // so may one its bytes ended early
+    let full = records.len() == limit
+        || records.iter().map(Record::content_bytes).sum::<usize>() >= LIST_PAGE_BYTES_MAX;
+    let next_after_lsn = full.then(|| records.last().map(|r| r.lsn)).flatten();
     Ok(Json(RecordList {
         records,
         next_after_lsn,
     }))
 }
+
+/// A listing's page ends once its records' text and data reach this many
+/// bytes (16 MiB; after at least one record), however many `limit` asks:
+/// a thousand records of a mebibyte each would need gigabytes in memory.
+pub const LIST_PAGE_BYTES_MAX: usize = 16 << 20;
 
 /// Get a record.
 ///
