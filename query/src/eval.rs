@@ -798,6 +798,7 @@ mod tests {
             occurred_at: engram_engine::time::Rfc3339(0),
             historical: false,
             text: None,
+            text_omitted: false,
             found_by: Default::default(),
             ranks: Default::default(),
             sources: vec![],

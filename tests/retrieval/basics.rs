@@ -690,6 +690,47 @@ fn recency_after_content_that_found_nothing_ranks_nothing() {
     assert_eq!(graph_only("orion"), graph_only("orion status"));
 }
 
+/// An answer's hits carry at most 16 MiB of text: the hits past it come
+/// without their text and say so (a thousand hits of a mebibyte each took
+/// a server down), in rank order, the best with their text.
+#[test]
+fn hits_past_the_text_budget_come_without_their_text() {
+    let clock = ManualClock::new(1_760_000_000_000);
+    let db = store(&clock, false);
+    let s = db.session(Principal::admin("t"));
+    let body = "lorem ".repeat(170_000); // about 1 MiB
+    for i in 0..20 {
+        s.append(vec![NewRecord::event("note", format!("zebra {i} {body}"))])
+            .unwrap();
+    }
+    let mut req = RecallRequest::text("zebra");
+    req.k = 20;
+    let hits = s.recall(&req).unwrap().hits;
+    assert_eq!(hits.len(), 20);
+    let with: Vec<usize> = hits
+        .iter()
+        .filter(|h| h.text.is_some())
+        .map(|h| h.rank)
+        .collect();
+    let total: usize = hits
+        .iter()
+        .filter_map(|h| h.text.as_ref())
+        .map(String::len)
+        .sum();
+    assert!(
+        total as u64 >= engram::retrieval::HITS_TEXT_BYTES_MAX,
+        "{total}"
+    );
+    assert!(total < (17 << 20) + (1 << 20), "{total}");
+    // the first hits carry their text, the rest are marked
+    assert_eq!(with, (1..=with.len()).collect::<Vec<_>>());
+    assert!(with.len() < 20);
+    for h in &hits[with.len()..] {
+        assert!(h.text_omitted && h.text.is_none(), "{}", h.rank);
+    }
+    assert!(hits[..with.len()].iter().all(|h| !h.text_omitted));
+}
+
 /// In a fused recall a vector orthogonal to the query, or pointing away
 /// from it, is no match: min-max fusion gave the best of a poor lot (a
 /// cosine of 0 among negatives) full weight. Alone, a vector search still

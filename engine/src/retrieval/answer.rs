@@ -35,6 +35,11 @@ pub struct Hit {
     pub historical: bool,
     /// Text.
     pub text: Option<String>,
+    /// The text was asked for but left out: the hits before this one
+    /// already carry [`HITS_TEXT_BYTES_MAX`](crate::retrieval::HITS_TEXT_BYTES_MAX)
+    /// bytes of text (read it by id).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub text_omitted: bool,
     /// Which retrievers found it, with rank.
     pub found_by: Few<(RetrieverName, usize)>,
     /// Each retriever that found it: rank and its own score.

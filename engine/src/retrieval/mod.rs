@@ -63,6 +63,11 @@ pub use search::{
 /// How a recall fuses its retrievers: a weighted sum of min-max
 /// normalised scores (docs/retrieval.md, "Fusion", says why not RRF).
 pub const RECALL_FUSION: Fusion = Fusion::Linear { norm: Norm::MinMax };
+
+/// Bytes of text one answer's hits carry at most (16 MiB): the hits past
+/// it come without their text, marked `text_omitted` (read them by id). A
+/// thousand hits of a mebibyte each would otherwise need gigabytes.
+pub const HITS_TEXT_BYTES_MAX: u64 = 16 << 20;
 /// Default weight of the recall's episodic retriever.
 pub const DEFAULT_EPISODIC_WEIGHT: f64 = 0.7;
 /// Version of the manifest layout.

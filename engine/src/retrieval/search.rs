@@ -243,7 +243,11 @@ impl Session {
             let idx = f.idx;
             let m = st.meta(idx);
             debug_assert!(el.bitmap.contains(idx) && m.id == f.id);
-            let (external_id, text) = if req.with_text {
+            // (past the answer's text budget, a hit comes without its text,
+            // and says so: a thousand hits of a mebibyte each would need
+            // gigabytes)
+            let text_omitted = req.with_text && cost.bytes_returned >= super::HITS_TEXT_BYTES_MAX;
+            let (external_id, text) = if req.with_text && !text_omitted {
                 self.db.hit_content_with(&st, idx, &mut reader)?
             } else {
                 (m.external_id.clone(), None)
@@ -270,6 +274,7 @@ impl Session {
                 occurred_at: crate::time::Rfc3339(m.occurred_at),
                 historical,
                 text,
+                text_omitted,
                 found_by: f
                     .contributions
                     .iter()
