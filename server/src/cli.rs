@@ -734,15 +734,31 @@ pub(crate) fn print_json<T: Serialize>(v: &T) -> Result<(), CliError> {
 /// Reads an input file (`-`: stdin) as UTF-8 text; an invalid byte is
 /// reported with its line.
 pub fn read_input(file: &Path) -> Result<String, CliError> {
+    read_input_capped(file, usize::MAX)
+}
+
+/// Bytes a statement, a parameter file or one record to correct may
+/// hold, read whole (a statement is at most 64 KiB, a record's text and
+/// data 1 MiB each): an endless input stops here instead of filling
+/// memory.
+pub const SMALL_INPUT_BYTES_MAX: usize = 16 << 20;
+
+/// Bytes a file of requests (`recall --queries`, `eval` cases) may hold,
+/// read whole.
+pub const REQUESTS_INPUT_BYTES_MAX: usize = 256 << 20;
+
+/// [`read_input`], refused past `cap` bytes (naming the cap) without
+/// reading further.
+pub fn read_input_capped(file: &Path, cap: usize) -> Result<String, CliError> {
     let read_err = |source| CliError::Read {
         path: file.to_path_buf(),
         source,
     };
     let bytes = if file.as_os_str() == "-" {
-        read_lines_bounded(&mut std::io::stdin().lock(), file)?
+        read_lines_bounded(&mut std::io::stdin().lock(), file, cap)?
     } else {
         let mut f = std::fs::File::open(file).map_err(read_err)?;
-        read_lines_bounded(&mut f, file)?
+        read_lines_bounded(&mut f, file, cap)?
     };
     // (decoding fails for the file as a whole: no field to name)
     engram_query::text::decode(&bytes).map_err(|e| {
@@ -788,8 +804,13 @@ pub(crate) fn scratch_dir(kind: &str) -> std::io::Result<tempfile::TempDir> {
 /// instead of filling memory.
 pub(crate) const INPUT_LINE_BYTES_MAX: usize = 64 << 20;
 
-/// Reads `r` whole, refusing a line longer than [`INPUT_LINE_BYTES_MAX`].
-fn read_lines_bounded(r: &mut impl std::io::Read, file: &Path) -> Result<Vec<u8>, CliError> {
+/// Reads `r` whole, refusing a line longer than [`INPUT_LINE_BYTES_MAX`]
+/// and an input longer than `cap`.
+fn read_lines_bounded(
+    r: &mut impl std::io::Read,
+    file: &Path,
+    cap: usize,
+) -> Result<Vec<u8>, CliError> {
     let mut out = Vec::new();
     let mut buf = vec![0u8; 1 << 16];
     let (mut line_len, mut line_no) = (0usize, 1usize);
@@ -820,6 +841,13 @@ fn read_lines_bounded(r: &mut impl std::io::Read, file: &Path) -> Result<Vec<u8>
                 INPUT_LINE_BYTES_MAX >> 20
             )));
         }
+        if out.len().saturating_add(n) > cap {
+            return Err(CliError::Message(format!(
+                "{}: longer than {} MiB, the most this input may hold (nothing was run)",
+                file.display(),
+                cap >> 20
+            )));
+        }
         out.extend_from_slice(&buf[..n]);
     }
 }
@@ -843,17 +871,33 @@ mod tests {
         use std::io::Read;
         let p = Path::new("zero");
         let mut endless = std::io::repeat(0u8).take((INPUT_LINE_BYTES_MAX + (1 << 20)) as u64);
-        let e = read_lines_bounded(&mut endless, p).unwrap_err().to_string();
+        let e = read_lines_bounded(&mut endless, p, usize::MAX)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("zero: line 1: longer than 64 MiB"), "{e}");
         let text = "a\nbb\n".repeat(1000);
-        let got = read_lines_bounded(&mut text.as_bytes(), p).unwrap();
+        let got = read_lines_bounded(&mut text.as_bytes(), p, usize::MAX).unwrap();
         assert_eq!(got, text.as_bytes());
         let mut third = "x\ny\n".to_string();
         third.push_str(&"z".repeat(INPUT_LINE_BYTES_MAX + 1));
-        let e = read_lines_bounded(&mut third.as_bytes(), p)
+        let e = read_lines_bounded(&mut third.as_bytes(), p, usize::MAX)
             .unwrap_err()
             .to_string();
         assert!(e.contains("line 3"), "{e}");
+    }
+
+    /// An endless input of short lines (`yes`) stops at the input's cap,
+    /// named, instead of filling memory; one below it reads whole.
+    #[test]
+    fn an_input_past_its_cap_is_refused_not_read_whole() {
+        let p = Path::new("yes");
+        let lines = "FIND ANY MATCH 'x'\n".repeat(100_000);
+        let e = read_lines_bounded(&mut lines.as_bytes(), p, 1 << 20)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("yes: longer than 1 MiB"), "{e}");
+        let got = read_lines_bounded(&mut lines.as_bytes(), p, 2 << 20).unwrap();
+        assert_eq!(got, lines.as_bytes());
     }
 
     #[test]

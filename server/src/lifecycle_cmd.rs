@@ -308,7 +308,7 @@ pub fn expire(ctx: &Ctx, a: ExpireArgs) -> CliResult {
 
 /// `engram correct`.
 pub fn correct(ctx: &Ctx, a: CorrectArgs) -> CliResult {
-    let text = crate::cli::read_input(&a.file)?;
+    let text = crate::cli::read_input_capped(&a.file, crate::cli::SMALL_INPUT_BYTES_MAX)?;
     // One JSON object, over as many lines as it likes: checked as JSON
     // whole first (a raw line break inside a string is no JSON, and joining
     // the lines would make it a space), then read as one ingest line.

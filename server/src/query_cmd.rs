@@ -14,7 +14,7 @@ use clap::Args;
 use engram_query::lang::{ParamValue, Params, QueryExt, QueryOutput};
 use serde_json::Value;
 
-use crate::cli::{CliError, CliResult, Ctx, read_input, session_for};
+use crate::cli::{CliError, CliResult, Ctx, read_input_capped, session_for};
 
 /// `engram query`.
 #[derive(Args, Debug)]
@@ -61,7 +61,7 @@ pub struct ShellArgs {
 fn params(a: &QueryArgs) -> Result<Params, CliError> {
     let mut p = match &a.param_file {
         Some(f) => {
-            let text = read_input(f)?;
+            let text = read_input_capped(f, crate::cli::SMALL_INPUT_BYTES_MAX)?;
             Params::from_json(&text)
                 .map_err(|e| CliError::Message(format!("{}: {e}", f.display())))?
         }
@@ -136,7 +136,7 @@ pub fn query(ctx: &Ctx, a: QueryArgs) -> CliResult {
     };
     let text = match (&a.statement, &a.file) {
         (Some(s), None) => s.clone(),
-        (None, Some(f)) => match read_input(f) {
+        (None, Some(f)) => match read_input_capped(f, crate::cli::SMALL_INPUT_BYTES_MAX) {
             Ok(t) => t,
             Err(e) => return input_error("invalid_input", e),
         },

@@ -286,7 +286,7 @@ pub fn recall(ctx: &Ctx, a: RecallArgs) -> CliResult {
 
 fn recall_inner(db: &Engram, a: &RecallArgs) -> CliResult {
     if let Some(file) = &a.queries {
-        let text = crate::cli::read_input(file)?;
+        let text = crate::cli::read_input_capped(file, crate::cli::REQUESTS_INPUT_BYTES_MAX)?;
         let tenant = a.tenant.clone().ok_or_else(|| {
             CliError::Message(
                 "--tenant is required: request lines never name a tenant or principal".into(),
@@ -424,7 +424,7 @@ pub fn eval(ctx: &Ctx, a: EvalArgs) -> CliResult {
             a.k
         )));
     }
-    let text = crate::cli::read_input(&a.cases)?;
+    let text = crate::cli::read_input_capped(&a.cases, crate::cli::REQUESTS_INPUT_BYTES_MAX)?;
     let cases = parse_cases(&text)
         .map_err(|e| CliError::Message(format!("{}: {e} (nothing was run)", a.cases.display())))?;
     if cases.is_empty() {
