@@ -284,6 +284,9 @@ class Hit(TypedDict, total=False):
     occurred_at: str
     historical: bool
     text: Optional[str]
+    #: Present (``True``) when the text was asked for but left out: the hits
+    #: before this one already carry 16 MiB of text (read it by id).
+    text_omitted: bool
     found_by: List[List[Any]]
     ranks: List[Dict[str, Any]]
 
