@@ -65,6 +65,8 @@ impl Engram {
     pub fn inspect_log(dir: impl AsRef<Path>, opts: &Options) -> Result<Inspection> {
         let dir = dir.as_ref();
         crate::store_dir::prepare(opts.backend.as_ref(), dir, false, false)?;
+        // (an unfinished restore is finished by the restore, not repaired)
+        crate::store_dir::refuse_unfinished_restore(opts.backend.as_ref(), dir)?;
         // A store in use is refused: its active segment's tail is being
         // written (and preallocated) while it would be read, which reads
         // as damage. A lock that cannot be taken at all (read-only media,

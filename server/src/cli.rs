@@ -802,7 +802,7 @@ pub(crate) fn scratch_dir(kind: &str) -> std::io::Result<tempfile::TempDir> {
 /// record's text and data are at most 1 MiB each), so that an input
 /// without line ends (`/dev/zero`, a binary file) stops with an error
 /// instead of filling memory.
-pub(crate) const INPUT_LINE_BYTES_MAX: usize = 64 << 20;
+pub(crate) const INPUT_LINE_BYTES_MAX: usize = 16 << 20;
 
 /// Reads `r` whole, refusing a line longer than [`INPUT_LINE_BYTES_MAX`]
 /// and an input longer than `cap`.
@@ -874,7 +874,7 @@ mod tests {
         let e = read_lines_bounded(&mut endless, p, usize::MAX)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("zero: line 1: longer than 64 MiB"), "{e}");
+        assert!(e.contains("zero: line 1: longer than 16 MiB"), "{e}");
         let text = "a\nbb\n".repeat(1000);
         let got = read_lines_bounded(&mut text.as_bytes(), p, usize::MAX).unwrap();
         assert_eq!(got, text.as_bytes());

@@ -682,7 +682,7 @@ fn the_shell_stops_at_a_line_without_an_end() {
     // (the shell stops reading: the rest of the write fails, as it should)
     let writer = std::thread::spawn(move || {
         let zeros = vec![0u8; 1 << 20];
-        for _ in 0..80 {
+        for _ in 0..24 {
             if stdin.write_all(&zeros).is_err() {
                 break;
             }
@@ -692,7 +692,7 @@ fn the_shell_stops_at_a_line_without_an_end() {
     writer.join().unwrap();
     let out = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
-    assert!(out.contains("line 1 is longer than 64 MiB"), "{out}");
+    assert!(out.contains("line 1 is longer than 16 MiB"), "{out}");
 }
 
 /// A statement given as an argument may begin with a `--` comment, as the

@@ -362,6 +362,7 @@ fn an_unfinished_restore_is_refused_by_keys_init_and_repair() {
         vec!["keys", "create", "--admin"],
         vec!["init"],
         vec!["repair", "--truncate-after", "0"],
+        vec!["repair"],
     ] {
         let msg = fails(&s, &args);
         assert!(

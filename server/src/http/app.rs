@@ -64,12 +64,14 @@ pub struct App {
 pub type Shared = Arc<App>;
 
 /// How many KiB of request bodies are held at once, from when a body is
-/// read until its handler returns (32 MiB). Parsed, a JSON body takes tens
-/// of times its size in memory (a tree of values), so without a bound a
-/// few clients sending bodies near `body_bytes_max` at once could exhaust
-/// the machine's memory; past it a request waits (up to its deadline).
-/// A body larger than the whole budget takes all of it.
-pub const BODIES_HELD_KIB: usize = 32 * 1024;
+/// read until its handler returns (24 MiB). Parsed, a JSON body takes up
+/// to about 75 times its size in memory (a tree of values: a 16 MiB body
+/// of small numbers peaked at 1.3 GB), so without a bound a few clients
+/// sending bodies near `body_bytes_max` at once could exhaust the
+/// machine's memory; past it a request waits (up to its deadline). One
+/// body of the default maximum (16 MiB) fits beside smaller ones, two do
+/// not. A body larger than the whole room takes all of it.
+pub const BODIES_HELD_KIB: usize = 24 * 1024;
 
 /// Waits for `bytes`' share of `room` (KiB of [`BODIES_HELD_KIB`]).
 async fn hold(room: &Arc<Semaphore>, bytes: usize) -> BodyHold {
