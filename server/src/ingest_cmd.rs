@@ -121,6 +121,18 @@ fn batch_size_arg(s: &str) -> Result<usize, String> {
     }
 }
 
+/// Text and data one window of lines holds at most (16 MiB, a third of
+/// the log's limit on one batch: frames add ids, hashes and vectors).
+const WINDOW_BYTES_MAX: usize = 16 << 20;
+
+/// A record's text and data, the bulk of its frame.
+fn record_bytes(r: &engram_engine::NewRecord) -> usize {
+    r.text.as_ref().map_or(0, String::len)
+        + r.data
+            .as_ref()
+            .map_or(0, |d| serde_json::to_vec(d).map_or(0, |v| v.len()))
+}
+
 /// Ingests parsed lines in atomic batches: windows of `batch_size` lines,
 /// one batch per tenant inside a window. Tenants are checked for every line
 /// before anything is written. `progress` advances by one per record
@@ -147,7 +159,18 @@ pub fn ingest_lines(
     // to each other, so order across tenants does not matter).
     let mut window_start = 0;
     while window_start < lines.len() {
-        let window_end = (window_start + batch_size).min(lines.len());
+        // (and at most WINDOW_BYTES_MAX of text and data, after its first
+        // line: a batch of the largest records would pass the log's limit
+        // on one batch's bytes)
+        let mut window_end = window_start;
+        let mut bytes = 0usize;
+        while window_end < lines.len() && window_end - window_start < batch_size {
+            bytes = bytes.saturating_add(record_bytes(&lines[window_end].record));
+            if window_end > window_start && bytes > WINDOW_BYTES_MAX {
+                break;
+            }
+            window_end += 1;
+        }
         let mut order: Vec<&String> = Vec::new();
         for t in &tenants[window_start..window_end] {
             if !order.contains(&t) {
@@ -381,7 +404,7 @@ fn print_summary(ctx: &Ctx, a: &IngestArgs, report: &IngestReport, store_seconds
     crate::outln!("  tenants  {}", counts(&by_tenant));
     crate::outln!("  status   {}", counts(&by_status));
     crate::outln!(
-        "  batches  atomic, up to {} line(s) each, each on disk (fsync) before it was acknowledged",
+        "  batches  atomic, up to {} line(s) and 16 MiB of text and data each, each on disk (fsync) before it was acknowledged",
         a.batch_size
     );
     if !a.verbose {

@@ -310,3 +310,26 @@ fn a_warning_quoting_input_escapes_terminal_controls() {
         "{err}"
     );
 }
+
+/// A file of the largest records ingests with the default `--batch-size`:
+/// a window of lines also ends at 16 MiB of text and data (a thousand-line
+/// window of 1 MiB records passed the log's 48 MiB limit on one batch and
+/// stored nothing).
+#[test]
+fn a_file_of_the_largest_records_ingests_in_batches_it_sizes_itself() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    ok(&store, &["init"]);
+    let text = "lorem ".repeat(170_000); // about 1 MiB
+    let body: String = (0..52)
+        .map(|i| format!("{{\"tenant\":\"t\",\"kind\":\"k\",\"external_id\":\"big{i}\",\"text\":\"{i} {text}\"}}\n"))
+        .collect();
+    assert!(body.len() > 50 << 20);
+    let file = one(tmp.path(), "big.jsonl", body.as_bytes());
+    let out = cli::text(&ok(&store, &["ingest", file.to_str().unwrap(), "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["created"], 52, "{out}");
+    assert!(v["batches"].as_u64().unwrap() >= 4, "{out}");
+    ok(&store, &["get", "big51", "--tenant", "t"]);
+}
