@@ -912,18 +912,6 @@ impl SegmentLog {
         self.shared.poisoned.lock().clone()
     }
 
-    /// How long ago a group of appends last failed for a full disk, and
-    /// why, unless a group was written since. The writer goes on after a
-    /// full disk (nothing of the failed group reached the log): every
-    /// append fails the same way until space is freed.
-    pub fn disk_full(&self) -> Option<(std::time::Duration, String)> {
-        self.shared
-            .disk_full
-            .lock()
-            .as_ref()
-            .map(|(at, why)| (at.elapsed(), why.clone()))
-    }
-
     /// Last durable LSN (0 when empty).
     pub fn last_lsn(&self) -> Lsn {
         self.shared.last_lsn.load(Ordering::Acquire)

@@ -276,6 +276,20 @@ fn preallocate(shared: &Shared, seg: &Segment, end: u64) -> StorageResult<()> {
     }
 }
 
+impl SegmentLog {
+    /// How long ago a group of appends last failed for a full disk, and
+    /// why, unless a group was written since. The writer goes on after a
+    /// full disk (nothing of the failed group reached the log): every
+    /// append fails the same way until space is freed.
+    pub fn disk_full(&self) -> Option<(std::time::Duration, String)> {
+        self.shared
+            .disk_full
+            .lock()
+            .as_ref()
+            .map(|(at, why)| (at.elapsed(), why.clone()))
+    }
+}
+
 /// Microseconds since `t` (saturating).
 fn micros_since(t: std::time::Instant) -> u64 {
     u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX)
