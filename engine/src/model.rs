@@ -473,6 +473,11 @@ pub struct NewRecord {
 }
 
 impl NewRecord {
+    /// The bytes of its text and of its data as JSON: the bulk of its frame.
+    pub fn content_bytes(&self) -> usize {
+        content_bytes(self.text.as_deref(), self.data.as_ref())
+    }
+
     /// An event with text.
     pub fn event(kind: impl Into<String>, text: impl Into<String>) -> Self {
         NewRecord {
@@ -646,12 +651,14 @@ impl Record {
     /// The bytes of its text and of its data as JSON: what dominates the
     /// size of a record in an answer.
     pub fn content_bytes(&self) -> usize {
-        self.text.as_ref().map_or(0, String::len)
-            + self
-                .data
-                .as_ref()
-                .map_or(0, |d| serde_json::to_vec(d).map_or(0, |v| v.len()))
+        content_bytes(self.text.as_deref(), self.data.as_ref())
     }
+}
+
+/// The bytes of a text and of a data value as JSON (a record's bulk, read
+/// back or to be written).
+fn content_bytes(text: Option<&str>, data: Option<&serde_json::Value>) -> usize {
+    text.map_or(0, str::len) + data.map_or(0, |d| serde_json::to_vec(d).map_or(0, |v| v.len()))
 }
 
 /// A vector attached to a record (the vector itself is not repeated).

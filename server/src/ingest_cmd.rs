@@ -125,14 +125,6 @@ fn batch_size_arg(s: &str) -> Result<usize, String> {
 /// the log's limit on one batch: frames add ids, hashes and vectors).
 const WINDOW_BYTES_MAX: usize = 16 << 20;
 
-/// A record's text and data, the bulk of its frame.
-fn record_bytes(r: &engram_engine::NewRecord) -> usize {
-    r.text.as_ref().map_or(0, String::len)
-        + r.data
-            .as_ref()
-            .map_or(0, |d| serde_json::to_vec(d).map_or(0, |v| v.len()))
-}
-
 /// Ingests parsed lines in atomic batches: windows of `batch_size` lines,
 /// one batch per tenant inside a window. Tenants are checked for every line
 /// before anything is written. `progress` advances by one per record
@@ -165,7 +157,7 @@ pub fn ingest_lines(
         let mut window_end = window_start;
         let mut bytes = 0usize;
         while window_end < lines.len() && window_end - window_start < batch_size {
-            bytes = bytes.saturating_add(record_bytes(&lines[window_end].record));
+            bytes = bytes.saturating_add(lines[window_end].record.content_bytes());
             if window_end > window_start && bytes > WINDOW_BYTES_MAX {
                 break;
             }

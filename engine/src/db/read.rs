@@ -80,6 +80,12 @@ impl Session {
 
     /// Lists readable records of the tenant in log order.
     pub fn list(&self, filter: &ListFilter) -> Result<Vec<Record>> {
+        self.list_page(filter).map(|(records, _)| records)
+    }
+
+    /// [`Session::list`], and whether the page ended at
+    /// [`ListFilter::bytes_max`] (before `limit`, with records maybe left).
+    pub fn list_page(&self, filter: &ListFilter) -> Result<(Vec<Record>, bool)> {
         self.db.check_open()?;
         // No record has an empty kind: the filter would match nothing.
         if filter.kind.as_deref() == Some("") {
@@ -100,10 +106,10 @@ impl Session {
         }
         let st = self.db.inner.state.read();
         let Some(t) = st.tenant_sym(self.principal.tenant()) else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), false));
         };
         let Some(bm) = st.bm_tenant.get(&t) else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), false));
         };
         let held = self.held_labels(&st);
         let (expired, _) = st.past_retention_set(t, self.db.now());
@@ -133,11 +139,14 @@ impl Session {
             let r = self.view(&st, idx, &held)?;
             bytes = bytes.saturating_add(r.content_bytes());
             out.push(r);
-            if out.len() >= filter.limit || bytes >= filter.bytes_max {
+            if out.len() >= filter.limit {
                 break;
             }
+            if bytes >= filter.bytes_max {
+                return Ok((out, true));
+            }
         }
-        Ok(out)
+        Ok((out, false))
     }
 }
 

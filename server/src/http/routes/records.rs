@@ -307,11 +307,10 @@ pub async fn list(
         after_lsn: p.after_lsn,
         bytes_max: LIST_PAGE_BYTES_MAX,
     };
-    let records = app.read(move || session.list(&filter)).await?;
+    let (records, cut) = app.read(move || session.list_page(&filter)).await?;
     // a full page may have a next one (an empty next page ends it), and
     // so may one its bytes ended early
-    let full = records.len() == limit
-        || records.iter().map(Record::content_bytes).sum::<usize>() >= LIST_PAGE_BYTES_MAX;
+    let full = records.len() == limit || cut;
     let next_after_lsn = full.then(|| records.last().map(|r| r.lsn)).flatten();
     Ok(Json(RecordList {
         records,
