@@ -339,6 +339,28 @@ impl App {
         .await
     }
 
+    /// [`App::run`], counting the lifecycle operation `op` once `f` did it:
+    /// inside the blocking call, so a client gone before the answer (the
+    /// handler dropped, the call running to its end) does not undo it.
+    pub async fn run_counted<T, F>(
+        self: &Arc<Self>,
+        queue: Queue,
+        op: &'static str,
+        f: F,
+    ) -> ServerResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> Result<T, EngineError> + Send + 'static,
+    {
+        let app = self.clone();
+        self.run(queue, move || {
+            let r = f()?;
+            app.metrics.lifecycle(op);
+            Ok(r)
+        })
+        .await
+    }
+
     /// [`App::run`] through the write queue.
     pub async fn write<T, F>(&self, f: F) -> ServerResult<T>
     where

@@ -153,15 +153,9 @@ pub async fn backup(
         ));
     }
     let db = app.bind().await;
-    // counted where it is done: a backup runs to its end when its client
-    // goes away
-    let counted = app.clone();
+    // (a backup runs to its end when its client goes away, and is counted)
     let r = app
-        .run(Queue::Backup, move || {
-            let r = db.backup(&dest)?;
-            counted.metrics.lifecycle("backup");
-            Ok(r)
-        })
+        .run_counted(Queue::Backup, "backup", move || db.backup(&dest))
         .await?;
     Ok(Json(r.into()))
 }

@@ -16,7 +16,7 @@ use engram_engine::{Record, RecordRef};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::http::app::Shared;
+use crate::http::app::{Queue, Shared};
 use crate::http::auth::Caller;
 use crate::http::body::{JsonBody, OptionalJsonBody, RawBody, body_text, json_object};
 use crate::http::error::{ErrorBody, ServerError, ServerResult};
@@ -54,16 +54,7 @@ async fn op(
     name: &'static str,
     f: impl FnOnce() -> engram_engine::Result<OpResult> + Send + 'static,
 ) -> ServerResult<Json<OpResponse>> {
-    // counted where it is done: a client gone before the answer does not
-    // undo it
-    let counted = app.clone();
-    let r = app
-        .write(move || {
-            let r = f()?;
-            counted.metrics.lifecycle(name);
-            Ok(r)
-        })
-        .await?;
+    let r = app.run_counted(Queue::Write, name, f).await?;
     Ok(Json(r.into()))
 }
 
@@ -107,9 +98,8 @@ pub async fn correct(
     let text = body_text(&bytes)?;
     json_object(text)?;
     let mut rec = parse_record(text, None)?;
-    let counted = app.clone();
     let (result, record) = app
-        .write(move || {
+        .run_counted(Queue::Write, "correct", move || {
             let target_id = session.resolve(&target)?;
             match &rec.supersedes {
                 None => rec.supersedes = Some(RecordRef::Id(target_id)),
@@ -123,7 +113,6 @@ pub async fn correct(
             }
             // one record, not a batch: its errors name no item
             let mut res = session.append(vec![rec]).map_err(|e| e.with_item(None))?;
-            counted.metrics.lifecycle("correct");
             let r = res.remove(0);
             // Stored and durable from here: what follows only shows it, and
             // a version the key may not read is not shown (never an error,
