@@ -236,12 +236,13 @@ pub fn refuse_unfinished_restore(backend: &dyn Backend, dir: &Path) -> Result<()
 }
 
 /// Refuses `dir` when it lies inside a store.
-pub fn refuse_inside_store(backend: &dyn Backend, dir: &Path) -> Result<()> {
+/// `what` names the directory's role and `fix` what to do instead.
+pub fn refuse_inside_store(backend: &dyn Backend, dir: &Path, what: &str, fix: &str) -> Result<()> {
     match enclosing_store(backend, dir) {
         Some(outer) => Err(EngineError::invalid(
-            "directory",
+            what,
             format!(
-                "{} is inside the store at {}; use a directory outside it",
+                "{} is inside the store at {}; {fix}",
                 dir.display(),
                 outer.display()
             ),
@@ -370,17 +371,7 @@ pub fn check_empty_target(backend: &dyn Backend, dir: &Path, what: &str) -> Resu
 /// directory but the store's own files).
 pub fn check_output_dir(backend: &dyn Backend, dir: &Path, what: &str) -> Result<()> {
     check_empty_target(backend, dir, what)?;
-    if let Some(outer) = enclosing_store(backend, dir) {
-        return Err(EngineError::invalid(
-            what,
-            format!(
-                "{} is inside the store at {}; write the output outside it",
-                dir.display(),
-                outer.display()
-            ),
-        ));
-    }
-    Ok(())
+    refuse_inside_store(backend, dir, what, "write the output outside it")
 }
 
 /// Whether Engram gives a file this name somewhere in a store (segments,

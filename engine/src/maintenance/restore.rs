@@ -155,7 +155,12 @@ impl Engram {
         if fresh {
             // (never inside another store, which the partial file would
             // then be left in)
-            crate::store_dir::refuse_inside_store(backend.as_ref(), dir)?;
+            crate::store_dir::refuse_inside_store(
+                backend.as_ref(),
+                dir,
+                "directory",
+                "use a directory outside it",
+            )?;
             backend.create_dir_all(dir).map_err(io(dir))?;
             write_all_durable(
                 backend.as_ref(),
