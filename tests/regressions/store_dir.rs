@@ -259,23 +259,31 @@ fn two_stores_sharing_a_log_directory_through_a_link_exclude_each_other() {
 /// directory) is named as the problem: a read-only open blamed the intact
 /// log frame it was applying ("open the store with a build that reads
 /// it"), and a writable open rebuilds it.
-#[test]
-fn an_unreadable_derived_file_is_named_not_the_log() {
-    use engram::{Engram, HashEmbedder, NewRecord, Options, Principal};
-    use std::sync::Arc;
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("s");
-    let opts = |read_only: bool| Options {
-        embedder: Some(Arc::new(HashEmbedder::default())),
+/// Options of a store with the hashing embedder, read-only or writable.
+fn vector_opts(read_only: bool) -> engram::Options {
+    engram::Options {
+        embedder: Some(std::sync::Arc::new(engram::HashEmbedder::default())),
         read_only,
         create_if_missing: !read_only,
-        ..Options::default()
-    };
-    let db = Engram::open(&dir, opts(false)).unwrap();
-    db.session(Principal::admin("t"))
-        .append(vec![NewRecord::event("k", "hello world")])
+        ..engram::Options::default()
+    }
+}
+
+/// A closed store in `dir` holding one record with a derived vector.
+fn store_with_a_vector(dir: &Path) {
+    let db = engram::Engram::open(dir, vector_opts(false)).unwrap();
+    db.session(engram::Principal::admin("t"))
+        .append(vec![engram::NewRecord::event("k", "hello world")])
         .unwrap();
     db.close().unwrap();
+}
+
+#[test]
+fn an_unreadable_derived_file_is_named_not_the_log() {
+    use engram::Engram;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    store_with_a_vector(&dir);
     let vectors = walk(&dir.join("derived"))
         .into_iter()
         .find(|p| p.ends_with("vectors.f32"))
@@ -284,7 +292,7 @@ fn an_unreadable_derived_file_is_named_not_the_log() {
     std::fs::create_dir(&vectors).unwrap();
     // (the checkpoint may cover the frame: force its replay)
     let _ = std::fs::remove_file(dir.join("derived").join("state.snap"));
-    match Engram::open(&dir, opts(true)) {
+    match Engram::open(&dir, vector_opts(true)) {
         Err(e) => {
             let text = e.to_string();
             assert!(text.contains("vectors.f32"), "{text}");
@@ -293,26 +301,18 @@ fn an_unreadable_derived_file_is_named_not_the_log() {
         Ok(_) => panic!("a vector file that is a directory went unnoticed"),
     }
     std::fs::remove_dir(&vectors).unwrap();
-    Engram::open(&dir, opts(false)).unwrap().close().unwrap();
+    Engram::open(&dir, vector_opts(false))
+        .unwrap()
+        .close()
+        .unwrap();
 }
 
 #[test]
 fn a_file_where_a_vector_space_directory_belongs_is_named_by_verify() {
-    use engram::{Engram, HashEmbedder, NewRecord, Options, Principal};
-    use std::sync::Arc;
+    use engram::Engram;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("s");
-    let opts = |read_only: bool| Options {
-        embedder: Some(Arc::new(HashEmbedder::default())),
-        read_only,
-        create_if_missing: !read_only,
-        ..Options::default()
-    };
-    let db = Engram::open(&dir, opts(false)).unwrap();
-    db.session(Principal::admin("t"))
-        .append(vec![NewRecord::event("k", "hello world")])
-        .unwrap();
-    db.close().unwrap();
+    store_with_a_vector(&dir);
     let space = std::fs::read_dir(dir.join("derived/vectors"))
         .unwrap()
         .next()
@@ -323,10 +323,12 @@ fn a_file_where_a_vector_space_directory_belongs_is_named_by_verify() {
     std::fs::write(&space, "not a space").unwrap();
     let name = space.file_name().unwrap().to_str().unwrap();
     // a writable open refuses the store, naming the file ...
-    let err = Engram::open(&dir, opts(false)).unwrap_err().to_string();
+    let err = Engram::open(&dir, vector_opts(false))
+        .unwrap_err()
+        .to_string();
     assert!(err.contains(name), "{err}");
     // ... and verify, which opens it read-only, names it as a problem
-    let db = Engram::open(&dir, opts(true)).unwrap();
+    let db = Engram::open(&dir, vector_opts(true)).unwrap();
     let report = db.verify().unwrap();
     assert!(
         report
@@ -340,7 +342,7 @@ fn a_file_where_a_vector_space_directory_belongs_is_named_by_verify() {
     std::fs::remove_file(&space).unwrap();
     // a file of another name there stops nothing, and is no problem
     std::fs::write(dir.join("derived/vectors/.DS_Store"), "x").unwrap();
-    let db = Engram::open(&dir, opts(false)).unwrap();
+    let db = Engram::open(&dir, vector_opts(false)).unwrap();
     assert_eq!(db.verify().unwrap().problems, Vec::<String>::new());
     db.close().unwrap();
 }

@@ -756,13 +756,6 @@ fn sigterm_finishes_the_request_in_flight_then_closes_the_store() {
 fn a_second_signal_ends_the_wait_for_requests_in_flight() {
     let (_tmp, dir) = new_store();
     let k = tenant_key(&dir, "t", "p", "user");
-    let signal = |s: &Server, name: &str| {
-        let st = std::process::Command::new("kill")
-            .args([name, &s.pid().to_string()])
-            .status()
-            .unwrap();
-        assert!(st.success());
-    };
     // a request that never finishes, and a grace period of a minute
     let mut s = Server::start(&dir, Some("[limits]\nshutdown_grace_ms = 60000\n"));
     append(
@@ -785,10 +778,10 @@ fn a_second_signal_ends_the_wait_for_requests_in_flight() {
     c.write_all(b"{\"kind\": \"note\", \"text\": \"half\"}\n")
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    signal(&s, "-TERM");
+    s.signal("-TERM");
     std::thread::sleep(Duration::from_millis(500));
     let started = Instant::now();
-    signal(&s, "-INT");
+    s.signal("-INT");
     let st = s.wait(Duration::from_secs(30));
     assert!(
         started.elapsed() < Duration::from_secs(20),

@@ -139,8 +139,13 @@ impl Server {
 
     /// Sends SIGTERM (the server then finishes requests in flight).
     pub fn signal_term(&self) {
+        self.signal("-TERM");
+    }
+
+    /// Sends a signal (`-TERM`, `-INT`, ...).
+    pub fn signal(&self, name: &str) {
         let st = Command::new("kill")
-            .args(["-TERM", &self.pid().to_string()])
+            .args([name, &self.pid().to_string()])
             .status()
             .unwrap();
         assert!(st.success());
