@@ -219,9 +219,7 @@ pub fn refuse_unfinished_backup(backend: &dyn Backend, dir: &Path) -> Result<()>
 /// [`PARTIAL_RESTORE_FILE`] and no `restore.pending`): opened, it would
 /// serve an empty store as if restored. `restore` into it again finishes.
 pub fn refuse_unfinished_restore(backend: &dyn Backend, dir: &Path) -> Result<()> {
-    if backend.exists(&dir.join(PARTIAL_RESTORE_FILE))
-        && !backend.exists(&crate::layout::restore_pending(dir))
-    {
+    if unfinished_restore(backend, dir) {
         return Err(EngineError::invalid(
             "data directory",
             format!(
@@ -249,6 +247,13 @@ pub fn refuse_inside_store(backend: &dyn Backend, dir: &Path, what: &str, fix: &
         )),
         None => Ok(()),
     }
+}
+
+/// Whether `dir` is a restore into a new directory cut short before its
+/// log swap (see [`refuse_unfinished_restore`]).
+pub fn unfinished_restore(backend: &dyn Backend, dir: &Path) -> bool {
+    backend.exists(&dir.join(PARTIAL_RESTORE_FILE))
+        && !backend.exists(&crate::layout::restore_pending(dir))
 }
 
 /// [`refuse_unfinished_backup`] and [`refuse_unfinished_restore`]: what

@@ -23,8 +23,7 @@ impl Engram {
         );
         // (a restore into a new directory cut short is one too, marked
         // unfinished until its log is in place)
-        let fresh =
-            empty || crate::store_dir::refuse_unfinished_restore(backend.as_ref(), dir).is_err();
+        let fresh = empty || crate::store_dir::unfinished_restore(backend.as_ref(), dir);
         let mut swapped = false;
         let r = Self::restore_into(dir, src.as_ref(), opts, extra_ledger, (fresh, &mut swapped));
         // A restore into an empty directory refused before its log was
