@@ -86,6 +86,22 @@ fn endpoints_do_their_job() {
         assert_eq!(e["error"]["code"], code, "{method} {path}");
     }
     s.json("GET", "/v1/records?limit=1", Some(&k.boss), None, 200);
+    // a known parameter's bad value is one field error (422) however far
+    // off it is: not a number, past the integer type, out of range
+    for path in [
+        "/v1/records?limit=abc",
+        "/v1/records?limit=18446744073709551616",
+        "/v1/records?limit=-1",
+        "/v1/records?limit=0",
+        "/v1/records?limit=4294967296",
+    ] {
+        let e = s.json("GET", path, Some(&k.boss), None, 422);
+        assert_eq!(
+            (&e["error"]["code"], &e["error"]["details"]["field"]),
+            (&json!("invalid_input"), &json!("limit")),
+            "{path}: {e}"
+        );
+    }
 
     // append: per-item results after fsync
     let r = append(

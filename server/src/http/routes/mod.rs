@@ -306,7 +306,11 @@ impl<T: DeserializeOwned + Send> FromRequestParts<Shared> for Params<T> {
 
 /// A query string's deserialization error, naming the parameter at fault
 /// when the deserializer says which (`limit: invalid digit found in
-/// string`), without the extractor's own wording around it.
+/// string`), without the extractor's own wording around it. A known
+/// parameter with a value of the wrong form (`limit=abc`, `batch=-1`,
+/// `limit=2^64`) is a field error, 422, as is one out of its range
+/// (`limit=0`): one status for a bad value, however far off it is. An
+/// unknown parameter, or a query string that does not decode, is 400.
 fn query_param_error(text: &str) -> ServerError {
     let text = text
         .strip_prefix("Failed to deserialize query string: ")
@@ -315,7 +319,11 @@ fn query_param_error(text: &str) -> ServerError {
         Some((name, reason))
             if !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') =>
         {
-            ServerError::bad_request(name, format!("not a valid value ({reason})"))
+            if reason.starts_with("unknown field") {
+                ServerError::bad_request(name, format!("not a parameter here ({reason})"))
+            } else {
+                ServerError::invalid(None, name, format!("not a valid value ({reason})"))
+            }
         }
         _ => ServerError::bad_request("query string", text),
     }
@@ -347,13 +355,24 @@ mod tests {
         );
         assert_eq!(
             e.to_string(),
-            ServerError::bad_request("limit", "not a valid value (invalid digit found in string)")
-                .to_string()
+            ServerError::invalid(
+                None,
+                "limit",
+                "not a valid value (invalid digit found in string)"
+            )
+            .to_string()
         );
+        assert_eq!(e.status(), axum::http::StatusCode::UNPROCESSABLE_ENTITY);
         let e = query_param_error(
             "Failed to deserialize query string: unknown field `x`, expected `kind`",
         );
         assert!(e.to_string().contains("unknown field `x`"), "{e}");
+        // as the deserializer says it: an unknown parameter is no bad value
+        let e = query_param_error(
+            "Failed to deserialize query string: colour: unknown field `colour`, expected `kind`",
+        );
+        assert_eq!(e.status(), axum::http::StatusCode::BAD_REQUEST, "{e}");
+        assert!(e.to_string().contains("colour"), "{e}");
         assert!(!e.to_string().contains("Failed to deserialize"), "{e}");
     }
 }
