@@ -151,6 +151,72 @@ fn a_closed_store_opens_from_its_checkpoint_and_replays_nothing() {
     assert_eq!(seen, full_replay(dir.path(), &clock));
 }
 
+/// A close that may not finish the graphs (a server's shutdown after a
+/// large ingest) checkpoints them as far as they got; the next open indexes
+/// the rest, and the graphs end up byte for byte those of a store whose
+/// close finished them.
+#[test]
+fn a_close_cut_short_leaves_the_rest_of_the_graph_to_the_next_open() {
+    let clock = ManualClock::new(T0);
+    // (the same ids in both stores: a graph's file names its slots' records)
+    let no_indexer = || engram::Options {
+        background_indexing: false,
+        id_seed: Some(7),
+        ..opts(&clock)
+    };
+    let fill = |dir: &Path| {
+        let db = Engram::open(dir, no_indexer()).unwrap();
+        let s = db.session(Principal::admin("t"));
+        let batch: Vec<NewRecord> = (0..1500)
+            .map(|i| NewRecord::event("note", format!("note {i} on topic {}", i % 37)))
+            .collect();
+        s.append(batch).unwrap();
+        db
+    };
+    let graph = |dir: &Path| {
+        let snaps: Vec<_> = files_under(&dir.join("derived"))
+            .into_iter()
+            .filter(|p| p.ends_with("hnsw.snap"))
+            .collect();
+        assert_eq!(snaps.len(), 1, "{snaps:?}");
+        std::fs::read(&snaps[0]).unwrap()
+    };
+
+    // 1,024 vectors, then 7 full batches of 64; the last 28 wait for their
+    // batch to fill (searched exactly), through any close
+    let indexable = 1024 + 7 * 64;
+    let whole = tempfile::tempdir().unwrap();
+    let db = fill(whole.path());
+    assert_eq!(db.close_within(std::time::Duration::MAX).unwrap(), 0);
+
+    let cut = tempfile::tempdir().unwrap();
+    let db = fill(cut.path());
+    let left = db.close_within(std::time::Duration::ZERO).unwrap();
+    assert_eq!(
+        left, indexable,
+        "no time to index: every vector left waiting"
+    );
+    let db = Engram::open(cut.path(), no_indexer()).unwrap();
+    let space = &db.stats().unwrap().vector_spaces[0];
+    assert_eq!((space.vectors, space.indexed), (1500, 0), "{space:?}");
+    // waiting vectors are searched exactly meanwhile
+    let hits = db
+        .session(Principal::admin("t"))
+        .recall(&RecallRequest::text("note 7 on topic 7"))
+        .unwrap()
+        .hits;
+    assert!(!hits.is_empty());
+    db.close().unwrap();
+    let db = Engram::open(cut.path(), no_indexer()).unwrap();
+    let space = &db.stats().unwrap().vector_spaces[0];
+    assert_eq!(space.indexed, indexable as usize, "{space:?}");
+    db.close().unwrap();
+    assert!(
+        graph(cut.path()) == graph(whole.path()),
+        "the graphs differ"
+    );
+}
+
 /// A relation's edge names the relation record (a record position, not a
 /// string symbol): a store with more records than distinct strings must
 /// still open from its checkpoint.

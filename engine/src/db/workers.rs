@@ -10,6 +10,13 @@ impl Engram {
     /// than 64 (they wait for the batch to fill, and are searched exactly
     /// meanwhile; see `vector::hnsw::BATCH`).
     pub fn wait_indexed(&self) -> Result<()> {
+        self.index_until(None).map(|_| ())
+    }
+
+    /// Indexes waiting vectors on every core until none is left that can
+    /// be (true) or `deadline` passes (false; the rest stay waiting,
+    /// searched exactly, for the indexer or a later call).
+    fn index_until(&self, deadline: Option<Instant>) -> Result<bool> {
         if let Some(e) = self.inner.indexer_error.lock().clone() {
             return Err(EngineError::Background {
                 worker: "indexer".into(),
@@ -33,12 +40,18 @@ impl Engram {
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let _bulk = Bulk(&self.inner.bulk_indexing);
         loop {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(false);
+            }
+            // (a step is at most 256 insertions: a deadline is overrun by
+            // about 256 x 0.5 ms / cores at most)
             let st = self.inner.state.read();
             let done = st.vectors.index_pending(256, threads)?;
             if done == 0 && st.vectors.indexable() == 0 {
                 st.vectors.trim_batch_scratch();
                 drop(st);
-                return self.inner.state.write().vectors.remap_all();
+                self.inner.state.write().vectors.remap_all()?;
+                return Ok(true);
             }
         }
     }
@@ -91,13 +104,32 @@ impl Engram {
     }
 
     /// Finishes queued work, writes a checkpoint and closes the store.
+    /// Every vector is in its graph first (see [`Engram::wait_indexed`]),
+    /// which after a large ingest can take minutes; [`Engram::close_within`]
+    /// bounds that.
     pub fn close(&self) -> Result<()> {
+        self.close_within(Duration::MAX).map(|_| ())
+    }
+
+    /// Closes the store as [`Engram::close`] does, but indexes waiting
+    /// vectors for at most about `indexing`: the checkpoint then holds the
+    /// graphs as far as they got, and the next open indexes the rest in
+    /// the background (searched exactly meanwhile). The graphs end up the
+    /// same either way (they are a function of the vectors). Returns how
+    /// many vectors the cut left waiting for the next open (0 when every
+    /// vector that can be is in its graph). For a server's shutdown, which
+    /// an operator (or a service manager's stop timeout) waits for.
+    pub fn close_within(&self, indexing: Duration) -> Result<u64> {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
-            return Ok(());
+            return Ok(0);
         }
+        let deadline = Instant::now().checked_add(indexing);
         self.stop_writer_and_workers();
         self.inner.closed.store(false, Ordering::Release);
-        let r = self.wait_indexed().and_then(|_| self.checkpoint());
+        let r = self.index_until(deadline).and_then(|_| {
+            self.checkpoint()?;
+            Ok(self.inner.state.read().vectors.indexable() as u64)
+        });
         self.inner.closed.store(true, Ordering::Release);
         // Release the directory: sessions that outlive the store now fail
         // with `Closed`, and another handle may open it.

@@ -71,6 +71,13 @@ pub const CONNECTIONS_MAX_DEFAULT: usize = 1024;
 pub const CONNECTIONS_PER_CLIENT_MAX_DEFAULT: usize = 256;
 /// How long shutdown waits for in-flight requests.
 pub const SHUTDOWN_GRACE_MS_DEFAULT: u64 = 30_000;
+/// How long closing the store at shutdown may go on putting waiting
+/// vectors into their graphs before it writes the checkpoint with the
+/// graphs as far as they got (`Engram::close_within`); the next start
+/// indexes the rest. Ten seconds: with the request grace, shutdown fits
+/// the stop timeouts service managers use (systemd's 90 s), so a large
+/// ingest's backlog never turns a stop into a kill.
+pub const SHUTDOWN_INDEX_MS_DEFAULT: u64 = 10_000;
 
 /// Limits of the server.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
@@ -118,6 +125,8 @@ pub struct Limits {
     pub connections_per_client_max: usize,
     /// See [`SHUTDOWN_GRACE_MS_DEFAULT`].
     pub shutdown_grace_ms: u64,
+    /// See [`SHUTDOWN_INDEX_MS_DEFAULT`].
+    pub shutdown_index_ms: u64,
 }
 
 impl Default for Limits {
@@ -144,6 +153,7 @@ impl Default for Limits {
             connections_max: CONNECTIONS_MAX_DEFAULT,
             connections_per_client_max: CONNECTIONS_PER_CLIENT_MAX_DEFAULT,
             shutdown_grace_ms: SHUTDOWN_GRACE_MS_DEFAULT,
+            shutdown_index_ms: SHUTDOWN_INDEX_MS_DEFAULT,
         }
     }
 }
@@ -316,7 +326,7 @@ mod tests {
         let f = dir.path().join("engram.toml");
         std::fs::write(
             &f,
-            "listen = \"127.0.0.1:9\"\nkey_file = \"k.json\"\nmetrics_auth = \"admin\"\n[limits]\nk_max = 50\n",
+            "listen = \"127.0.0.1:9\"\nkey_file = \"k.json\"\nmetrics_auth = \"admin\"\n[limits]\nk_max = 50\nshutdown_index_ms = 0\n",
         )
         .unwrap();
         let c = Config::load(dir.path(), Some(&f), (None, None)).unwrap();
@@ -324,6 +334,8 @@ mod tests {
         assert_eq!(c.key_file, dir.path().join("k.json"));
         assert_eq!(c.metrics_auth, MetricsAuth::Admin);
         assert_eq!(c.limits.k_max, 50);
+        // no indexing at close is a choice, not a zero to refuse
+        assert_eq!(c.limits.shutdown_index_ms, 0);
         assert_eq!(c.limits.body_bytes_max, BODY_BYTES_MAX_DEFAULT);
         let c = Config::load(dir.path(), Some(&f), (Some("127.0.0.1:0"), None)).unwrap();
         assert_eq!(c.listen.port(), 0);

@@ -1,7 +1,8 @@
 //! `engram serve`: binds its port, opens the store once, serves
 //! connections until SIGTERM or SIGINT, then stops accepting, lets
 //! in-flight requests finish (up to `limits.shutdown_grace_ms`, or until a
-//! second signal), and closes the store (which checkpoints derived state).
+//! second signal), and closes the store (which checkpoints derived state,
+//! indexing waiting vectors first for at most `limits.shutdown_index_ms`).
 //!
 //! Connections are HTTP/1.1 (hyper) with a deadline on reading the request
 //! head and a cap on open connections; requests go through the axum router
@@ -83,20 +84,31 @@ pub fn serve(
     }
     let app: Shared = Arc::new(App::new(db.clone(), keys, cfg));
     let served = rt.block_on(run(app.clone(), listener));
-    log("info", "closing the store", &[]);
+    let indexing = Duration::from_millis(app.cfg.limits.shutdown_index_ms);
+    log(
+        "info",
+        "closing the store",
+        &[("index_ms", json!(app.cfg.limits.shutdown_index_ms))],
+    );
     // the handle now (online compaction may have replaced the first)
-    let closed = app.db().close();
+    let closed = app.db().close_within(indexing);
     rt.shutdown_timeout(Duration::from_secs(5));
     served?;
     // Every acknowledged write is durable in the log by now; what closing
     // can fail at is derived state, rebuilt from the log at the next open:
     // logged, and the server stops as it was asked to.
-    if let Err(e) = closed {
-        log(
+    match closed {
+        Err(e) => log(
             "warn",
             "writing derived state at close failed; it is rebuilt from the log at the next open",
             &[("error", e.to_string().into())],
-        );
+        ),
+        Ok(0) => {}
+        Ok(left) => log(
+            "info",
+            "vectors left out of their graphs at close; the next start indexes them",
+            &[("vectors", json!(left))],
+        ),
     }
     log("info", "stopped", &[]);
     Ok(())
