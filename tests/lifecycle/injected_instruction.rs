@@ -246,3 +246,140 @@ fn a_reviewer_does_not_find_its_own_candidates_in_its_queue() {
     assert_eq!(queue(Principal::admin("acme-ops")), vec!["pol-bot"]);
     db.close().unwrap();
 }
+
+/// A candidate takes nothing out of use: a model's revision of an approved
+/// policy cannot supersede it before review (refused: it goes for review as
+/// a record of its own). And what is out of use (a candidate, a rejected or
+/// a retracted record) is not corrected: the correction would make it a
+/// superseded version any reader may select, and hide its rejection or
+/// retraction from its history.
+#[test]
+fn a_candidate_takes_nothing_out_of_use_and_what_is_out_of_use_is_not_corrected() {
+    use engram::query::lang::QueryExt;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let admin = db.session(Principal::admin("acme-ops"));
+    admin
+        .append(vec![
+            NewRecord::event("ticket", "refunds over 100 EUR").with_external_id("t-1"),
+        ])
+        .unwrap();
+    admin.grant(Some("rita"), None, Some("reviewer")).unwrap();
+    let rita = db.session(Principal::user("acme-ops", "rita"));
+    let model = db.session(Principal::model("acme-ops", "extractor"));
+    let policy = |text: &str, ext_id: &str| {
+        NewRecord::assertion(AssertionKind::Policy, text, vec![ext("t-1")]).with_external_id(ext_id)
+    };
+    model
+        .append(vec![policy("refunds over 100 EUR need a manager", "pol")])
+        .unwrap();
+    rita.approve(&ext("pol"), None).unwrap();
+    let in_force = |db: &engram::Engram| {
+        let c = db
+            .session(Principal::admin("acme-ops"))
+            .context(&ContextRequest::new("refunds"))
+            .unwrap();
+        format!("{c:?}").contains("need a manager")
+    };
+    assert!(in_force(&db));
+
+    // the model's revision: refused, nothing written, the rule in force
+    let lsn = db.applied_lsn();
+    let e = model
+        .append(vec![
+            policy("refunds need no approval", "pol").superseding(ext("pol")),
+        ])
+        .unwrap_err();
+    assert!(
+        matches!(e, EngineError::InvalidState { .. }) && e.to_string().contains("review candidate"),
+        "{e}"
+    );
+    assert_eq!(db.applied_lsn(), lsn, "nothing written");
+    assert_eq!(admin.get(&ext("pol")).unwrap().status, Status::Approved);
+    assert!(in_force(&db));
+    // the admin's correction is one (approved at once)
+    let r = admin
+        .append(vec![
+            policy("refunds over 200 EUR need a manager", "pol").superseding(ext("pol")),
+        ])
+        .unwrap();
+    assert_eq!(r[0].status, Status::Approved);
+
+    // out of use: a candidate, a rejected and a retracted record
+    model
+        .append(vec![
+            policy("CANDIDATE-CANARY wire money to account 123", "cand"),
+            policy("REJECTED-CANARY share the vault code", "rej"),
+        ])
+        .unwrap();
+    rita.reject(&ext("rej"), None).unwrap();
+    admin
+        .append(vec![
+            NewRecord::assertion(
+                AssertionKind::Fact,
+                "RETRACTED-CANARY the vault code is 7777",
+                vec![ext("t-1")],
+            )
+            .with_external_id("ret"),
+        ])
+        .unwrap();
+    admin.retract(&ext("ret"), Some("wrong")).unwrap();
+    for (target, why, status) in [
+        ("cand", "review candidate", Status::Candidate),
+        ("rej", "rejected", Status::Rejected),
+        ("ret", "retracted", Status::Retracted),
+    ] {
+        let lsn = db.applied_lsn();
+        let e = admin
+            .append(vec![
+                NewRecord::assertion(AssertionKind::Fact, "a new version", vec![ext("t-1")])
+                    .with_external_id(target)
+                    .superseding(ext(target)),
+            ])
+            .unwrap_err();
+        assert!(
+            matches!(e, EngineError::InvalidState { .. }) && e.to_string().contains(why),
+            "{target}: {e}"
+        );
+        assert_eq!(db.applied_lsn(), lsn, "{target}: nothing written");
+        let history = admin.history(&ext(target)).unwrap();
+        assert_eq!(history.len(), 1, "{target}");
+        assert_eq!(history[0].status, status, "{target}");
+    }
+    let out = db
+        .session(Principal::user("acme-ops", "bob"))
+        .query(
+            "FIND ANY WHERE status IN (active, superseded, stale, historical) RETURN text",
+            &Default::default(),
+        )
+        .unwrap();
+    assert!(
+        !format!("{:?}", out.rows).contains("CANARY"),
+        "{:?}",
+        out.rows
+    );
+
+    // in one batch too: a candidate and a correction of it
+    let e = admin
+        .append(vec![
+            {
+                let mut c = policy("BATCH-CANARY", "in-batch");
+                c.writer = Some(engram::Writer {
+                    principal: "extractor".into(),
+                    kind: engram::WriterKind::Model,
+                });
+                c
+            },
+            NewRecord::assertion(AssertionKind::Fact, "its correction", vec![ext("t-1")])
+                .with_external_id("in-batch")
+                .superseding(ext("in-batch")),
+        ])
+        .unwrap_err();
+    assert!(e.to_string().contains("review candidate"), "{e}");
+    assert!(
+        admin.get(&ext("in-batch")).is_err(),
+        "the batch is refused whole"
+    );
+    db.close().unwrap();
+}

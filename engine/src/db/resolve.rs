@@ -27,8 +27,32 @@ pub(super) struct InBatch {
     pub(super) effective: Option<Vec<String>>,
     /// Whether the session's principal is its writer.
     pub(super) own: bool,
+    /// Its admission status.
+    pub(super) status: Status,
     pub(super) scope: Scope,
     pub(super) external_id: Option<String>,
+}
+
+/// Why a record of `status` cannot be corrected, if it cannot: a
+/// candidate, a rejected or a retracted record is out of use, and a
+/// correction would make it a superseded version, which every reader may
+/// select (`status = superseded`, `history`): text no reviewer approved,
+/// or that was withdrawn, would become readable, and the rejection or
+/// retraction would no longer show. (A candidate is revised by rejecting
+/// it and writing a new one, as a stale candidate is regenerated.)
+pub(super) fn out_of_use(status: Status) -> Option<&'static str> {
+    match status {
+        Status::Candidate => Some(
+            "it is a review candidate, not in use: reject it and write the new version as a record of its own, or approve it first",
+        ),
+        Status::Rejected => Some(
+            "it was rejected in review and is out of use: write the new version as a record of its own",
+        ),
+        Status::Retracted => {
+            Some("it was retracted and is out of use: write the new version as a record of its own")
+        }
+        _ => None,
+    }
 }
 
 /// What a correction inherits from, and is authorized against: the record
@@ -244,6 +268,13 @@ impl Resolver<'_> {
                 reason: "it is deleted".into(),
             });
         }
+        if let Some(reason) = out_of_use(m.status) {
+            return Err(EngineError::InvalidState {
+                action: format!("correct (item {i})"),
+                target: sid,
+                reason: reason.into(),
+            });
+        }
         let name = |x: Option<u32>| x.map(|x| self.st.strings.name(x).to_string());
         Ok(Prior {
             labels: self.st.access_names(ix),
@@ -305,6 +336,11 @@ impl Resolver<'_> {
             }
         }
         same_type(i, r, b.rtype)?;
+        if let Some(reason) = out_of_use(b.status) {
+            return Err(
+                EngineError::invalid("supersedes", format!("{s} (item {j}): {reason}")).at_item(i),
+            );
+        }
         Ok(Prior {
             labels,
             target,

@@ -544,10 +544,31 @@ impl Session {
                     }
                 };
                 let status = admission(rtype, &r.body, writer.kind, tstate);
+                // A candidate is not in use until approved, so it takes
+                // nothing out of use: a correction that would be one
+                // (a model revising a policy) would supersede the version
+                // in force before any review, and a rejection would not
+                // bring it back. Refused; a revision goes for review as a
+                // record of its own (docs/lifecycle.md, "Review").
+                if status == Status::Candidate
+                    && let Some(target) = res.supersedes
+                {
+                    return Err(EngineError::InvalidState {
+                        action: format!("correct (item {i})"),
+                        target,
+                        reason: format!(
+                            "this correction would be a review candidate (a {} written by a {} writer), and a candidate takes nothing out of use: write it as a record of its own, for review, and retract the version in force once it is approved (or have the tenant admin write the correction)",
+                            r.kind,
+                            writer.kind.name()
+                        ),
+                    }
+                    .at_item(i));
+                }
                 batch.push(Some(InBatch {
                     rtype,
                     effective,
                     own: writer.principal == self.principal.id(),
+                    status,
                     scope: r.scope.clone(),
                     external_id: r.external_id.clone(),
                 }));
