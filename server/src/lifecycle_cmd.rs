@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use engram_engine::context::ContextRequest;
 use engram_engine::time::{parse_retention_period, parse_rfc3339};
 use engram_engine::trace::render_trace;
-use engram_engine::{EngineError, Engram, RecordRef};
+use engram_engine::{EngineError, Engram, Options, RecordRef};
 use serde::Serialize;
 
 use crate::cli::{CliError, CliResult, Ctx, IdArgs, resolve_cli_id, session_for};
@@ -624,7 +624,22 @@ pub fn backup(ctx: &Ctx, a: BackupArgs) -> CliResult {
 
 /// `engram restore`.
 pub fn restore(ctx: &Ctx, a: RestoreArgs) -> CliResult {
-    let opts = ctx.store_options()?;
+    // The restored store takes the backup's settings, so without
+    // `--embedder` it is opened with the backup's embedder: the directory
+    // may hold no store yet (or one remembering another embedder), and the
+    // derived vectors rebuilt now must be those every later open expects.
+    // (An unreadable choice is left to the restore, which names the file.)
+    let from_backup = match ctx.embedder {
+        Some(_) => None,
+        None => engram_engine::settings::load(Options::default().backend.as_ref(), &a.dir)
+            .ok()
+            .flatten()
+            .map(|s| s.embedder.unwrap_or_else(|| "none".to_string())),
+    };
+    let opts = match from_backup {
+        Some(name) => crate::cli::store_options(&ctx.data, Some(&name))?,
+        None => ctx.store_options()?,
+    };
     let spinner = ctx.spinner("restore");
     spinner.set_message(format!(
         "from {}, then re-applying later deletions",

@@ -1158,3 +1158,47 @@ fn a_command_whose_close_cannot_write_derived_state_still_succeeds() {
     assert!(msg.contains("no record"), "{msg}");
     ok(&store, &["verify"]);
 }
+
+/// A restore into a new directory opens the restored store with the
+/// backup's embedder (its settings are the restored store's): the records
+/// it restores get their derived vectors, as in the store backed up, and
+/// not only the ones written after.
+#[test]
+fn a_restore_into_a_new_directory_rebuilds_the_backups_derived_vectors() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    ok(&store, &["--embedder", "hash", "init"]);
+    let f = tmp.path().join("one.jsonl");
+    std::fs::write(
+        &f,
+        "{\"tenant\":\"t\",\"external_id\":\"h\",\"kind\":\"doc\",\"text\":\"hello world vector\"}\n",
+    )
+    .unwrap();
+    ok(&store, &["ingest", f.to_str().unwrap()]);
+    let backup = tmp.path().join("bk");
+    ok(&store, &["backup", backup.to_str().unwrap()]);
+    let restored = tmp.path().join("restored");
+    ok(&restored, &["restore", backup.to_str().unwrap()]);
+    let found = |dir: &std::path::Path| {
+        cli::text(&ok(
+            dir,
+            &[
+                "recall",
+                "--tenant",
+                "t",
+                "--text",
+                "hello world",
+                "--mode",
+                "vector",
+                "--json",
+            ],
+        ))
+    };
+    let there = found(&restored);
+    assert!(there.contains("\"h\""), "{there}");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&there).unwrap()["hits"],
+        serde_json::from_str::<serde_json::Value>(&found(&store)).unwrap()["hits"]
+    );
+}
