@@ -115,3 +115,113 @@ fn dependents_of_a_corrected_hypothesis_go_stale() {
     );
     db.close().unwrap();
 }
+
+/// Nothing new is built on what is out of use or outdated: a record citing
+/// a review candidate, a rejected or retracted record, a superseded version
+/// or a stale record is refused (where the same lineage written before the
+/// correction is stale, one written after would have been served as
+/// current). A correction may still cite the version it corrects, and a
+/// file ingested again after the correction still repeats what it stored.
+#[test]
+fn nothing_new_is_built_on_a_source_out_of_use_or_outdated() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let admin = db.session(Principal::admin("t"));
+    let summary = |ext_id: &str, text: &str, sources: Vec<RecordRef>| NewRecord {
+        body: Body::Summary {
+            generator: "g".into(),
+        },
+        kind: "summary".into(),
+        text: Some(text.into()),
+        sources,
+        external_id: Some(ext_id.into()),
+        ..NewRecord::default()
+    };
+    let first = vec![
+        NewRecord::event("doc", "the outage lasted 5 hours").with_external_id("ev"),
+        summary("s1", "outage lasted 5 hours", vec![ext("ev")]),
+    ];
+    admin.append(first.clone()).unwrap();
+    let old_ev = admin.get(&ext("ev")).unwrap().id;
+    admin
+        .append(vec![
+            NewRecord::event("doc", "the outage lasted 5 minutes")
+                .with_external_id("ev")
+                .superseding(ext("ev")),
+        ])
+        .unwrap();
+    assert_eq!(admin.get(&ext("s1")).unwrap().status, Status::Stale);
+    // the file ingested again: duplicates only
+    assert!(
+        admin
+            .append(first)
+            .unwrap()
+            .iter()
+            .all(|r| r.outcome == engram::AppendOutcome::Duplicate)
+    );
+
+    let model = db.session(Principal::model("t", "extractor"));
+    model
+        .append(vec![
+            NewRecord::assertion(
+                AssertionKind::Procedure,
+                "CANDIDATE-CANARY",
+                vec![ext("ev")],
+            )
+            .with_external_id("cand"),
+        ])
+        .unwrap();
+    admin
+        .append(vec![
+            NewRecord::assertion(AssertionKind::Fact, "RETRACTED-CANARY", vec![ext("ev")])
+                .with_external_id("ret"),
+        ])
+        .unwrap();
+    admin.retract(&ext("ret"), None).unwrap();
+    for (source, why) in [
+        (ext("s1"), "is stale"),
+        (RecordRef::Id(old_ev), "superseded version"),
+        (ext("cand"), "review candidate"),
+        (ext("ret"), "retracted"),
+    ] {
+        let lsn = db.applied_lsn();
+        let e = admin
+            .append(vec![summary("s2", "weekly digest", vec![source.clone()])])
+            .unwrap_err();
+        assert!(e.to_string().contains(why), "{source:?}: {e}");
+        assert_eq!(db.applied_lsn(), lsn, "{source:?}: nothing written");
+    }
+    // the same in one batch: a candidate and a summary of it
+    let e = model
+        .append(vec![
+            NewRecord::assertion(AssertionKind::Policy, "BATCH-CANARY", vec![ext("ev")])
+                .with_external_id("cand2"),
+            summary("s3", "digest of cand2", vec![ext("cand2")]),
+        ])
+        .unwrap_err();
+    assert!(e.to_string().contains("review candidate"), "{e}");
+    // what is current may be cited, and a correction may cite its old version
+    admin
+        .append(vec![summary("s2", "weekly digest", vec![ext("ev")])])
+        .unwrap();
+    admin
+        .append(vec![
+            NewRecord::assertion(AssertionKind::Fact, "it lasted 5 minutes", vec![ext("ev")])
+                .with_external_id("f"),
+        ])
+        .unwrap();
+    let r = admin
+        .append(vec![
+            NewRecord::assertion(
+                AssertionKind::Fact,
+                "it lasted 5 minutes, not 5 hours",
+                vec![ext("ev"), ext("f")],
+            )
+            .with_external_id("f")
+            .superseding(ext("f")),
+        ])
+        .unwrap();
+    assert_eq!(r[0].status, Status::Approved);
+    db.close().unwrap();
+}

@@ -89,6 +89,16 @@ impl Model {
             .collect()
     }
 
+    /// Records a new record may cite: those in use and current (nothing
+    /// new is built on a superseded version or a stale record).
+    fn citable(&self) -> Vec<RecordId> {
+        self.order
+            .iter()
+            .copied()
+            .filter(|id| matches!(self.nodes[id].status, Status::Active | Status::Approved))
+            .collect()
+    }
+
     /// Records with `id` among their sources.
     fn dependents(&self, id: RecordId) -> Vec<RecordId> {
         self.order
@@ -203,6 +213,7 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
     for (n, op) in ops.iter().enumerate() {
         clock.advance(1000);
         let live = m.live();
+        let citable = m.citable();
         match op {
             Op::Event => {
                 let r = s
@@ -221,7 +232,7 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                 m.order.push(r[0].id);
             }
             Op::Derived { summary, picks } => {
-                if live.is_empty() {
+                if citable.is_empty() {
                     continue;
                 }
                 let kind = if *summary {
@@ -229,7 +240,7 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                 } else {
                     Kind::Assertion
                 };
-                let sources = pick_sources(&live, picks);
+                let sources = pick_sources(&citable, picks);
                 let r = s.append(vec![derived(kind, n, &sources)]).unwrap();
                 m.nodes.insert(
                     r[0].id,
@@ -259,8 +270,10 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                         NewRecord::event("note", format!("corrected event {n}")),
                         vec![],
                     )
+                } else if citable.is_empty() {
+                    continue;
                 } else {
-                    let sources = pick_sources(&live, picks);
+                    let sources = pick_sources(&citable, picks);
                     (derived(kind, n, &sources), sources)
                 };
                 rec.supersedes = Some(RecordRef::Id(old));

@@ -252,3 +252,50 @@ pub(super) fn admission(
         _ => Status::Approved,
     }
 }
+
+/// Why a new record may not cite one of its sources, if it may not: what
+/// is built on a source carries its content, so a source must be in use.
+/// A review candidate is not (cite it once approved), nor a rejected or a
+/// retracted record; a superseded version or a stale record is outdated,
+/// and a record built on it now would be served as current where the same
+/// record written before the correction is stale. A correction citing the
+/// version it corrects is the exception (it says what changed). Checked
+/// once the item is known not to be a duplicate, so a file re-ingested
+/// after a correction still repeats what it stored.
+pub(super) fn source_out_of_use(
+    st: &State,
+    tsym: Option<crate::state::Sym>,
+    res: &Resolved,
+    (earlier_ids, batch): (&[RecordId], &[Option<super::resolve::InBatch>]),
+) -> Option<String> {
+    for &sid in &res.sources {
+        if res.supersedes == Some(sid) {
+            continue;
+        }
+        let in_batch = earlier_ids
+            .iter()
+            .position(|b| *b == sid)
+            .and_then(|j| batch.get(j).and_then(Option::as_ref))
+            .map(|b| b.status);
+        let status = in_batch.or_else(|| {
+            tsym.and_then(|t| st.idx_in(t, sid))
+                .map(|ix| st.meta(ix).status)
+        });
+        let why = match status {
+            Some(Status::Candidate) => {
+                "is a review candidate, not in use: cite it once it is approved"
+            }
+            Some(Status::Rejected) => "was rejected in review: nothing is built on it",
+            Some(Status::Retracted) => "was retracted: nothing is built on it",
+            Some(Status::Superseded) => {
+                "is a superseded version: cite its chain's current version (`engram history` shows it)"
+            }
+            Some(Status::Stale) => {
+                "is stale (built on a version since corrected): regenerate it from the current version, and cite that"
+            }
+            _ => continue,
+        };
+        return Some(format!("source {sid} {why}"));
+    }
+    None
+}

@@ -18,7 +18,7 @@
 //!
 //! A batch is all or nothing: any error before stage 5 stores nothing.
 
-use super::admit::{admission, existing_version, unchanged_correction};
+use super::admit::{admission, existing_version, source_out_of_use, unchanged_correction};
 use super::resolve::{InBatch, ItemResolution, Resolver};
 use super::*;
 use crate::codec::{OpBody, StoredOp};
@@ -563,6 +563,9 @@ impl Session {
                         ),
                     }
                     .at_item(i));
+                }
+                if let Some(why) = source_out_of_use(&st, tsym, &res, (&batch_ids[..i], &batch)) {
+                    return Err(EngineError::invalid("sources", why).at_item(i));
                 }
                 batch.push(Some(InBatch {
                     rtype,
