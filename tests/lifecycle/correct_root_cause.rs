@@ -225,3 +225,83 @@ fn nothing_new_is_built_on_a_source_out_of_use_or_outdated() {
     assert_eq!(r[0].status, Status::Approved);
     db.close().unwrap();
 }
+
+/// A fact true over an interval stays so when its wording is fixed: a
+/// correction giving neither `valid_from` nor `valid_until` keeps the
+/// corrected record's interval (with a note saying so), so an ended fact
+/// does not become current again beside its successor; one giving a bound
+/// states its own.
+#[test]
+fn a_correction_keeps_the_validity_interval_it_does_not_restate() {
+    use engram::query::lang::QueryExt;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    let y = |year: i64| engram::time::parse_rfc3339(&format!("{year}-01-01T00:00:00Z")).unwrap();
+    let fact = |text: &str, ext_id: &str| {
+        NewRecord::assertion(AssertionKind::Fact, text, vec![ext("e1")]).with_external_id(ext_id)
+    };
+    s.append(vec![
+        NewRecord::event("doc", "board minutes").with_external_id("e1"),
+    ])
+    .unwrap();
+    s.append(vec![
+        NewRecord {
+            valid_from: Some(y(2020)),
+            valid_until: Some(y(2023)),
+            ..fact("the ceo is alise wombat", "ceo1")
+        },
+        NewRecord {
+            valid_from: Some(y(2023)),
+            ..fact("the ceo is bob wombat", "ceo2")
+        },
+    ])
+    .unwrap();
+    let r = s
+        .append(vec![
+            fact("the ceo is alice wombat", "ceo1").superseding(ext("ceo1")),
+        ])
+        .unwrap();
+    assert!(
+        r[0].notes.iter().any(|n| n.contains("validity interval")),
+        "{:?}",
+        r[0].notes
+    );
+    let fixed = s.get(&ext("ceo1")).unwrap();
+    assert_eq!(
+        (fixed.valid_from, fixed.valid_until),
+        (Some(y(2020)), Some(y(2023)))
+    );
+    let names = |q: &str| {
+        let out = s.query(q, &Default::default()).unwrap();
+        format!("{:?}", out.rows)
+    };
+    let now = names("FIND ANY MATCH 'ceo' RETURN text");
+    assert!(now.contains("bob") && !now.contains("alice"), "{now}");
+    let then = names(
+        "FIND ANY WHERE status IN (active, historical) VALID AT 2021-06-01T00:00:00Z MATCH 'ceo' RETURN text",
+    );
+    assert!(
+        then.contains("alice wombat") && !then.contains("bob"),
+        "{then}"
+    );
+    // a bound given states the correction's own interval
+    let r = s
+        .append(vec![
+            NewRecord {
+                valid_from: Some(y(2019)),
+                ..fact("the ceo is alice wombat, from 2019", "ceo1")
+            }
+            .superseding(ext("ceo1")),
+        ])
+        .unwrap();
+    assert!(
+        r[0].notes.iter().all(|n| !n.contains("validity")),
+        "{:?}",
+        r[0].notes
+    );
+    let again = s.get(&ext("ceo1")).unwrap();
+    assert_eq!((again.valid_from, again.valid_until), (Some(y(2019)), None));
+    db.close().unwrap();
+}

@@ -31,6 +31,8 @@ pub(super) struct InBatch {
     pub(super) status: Status,
     pub(super) scope: Scope,
     pub(super) external_id: Option<String>,
+    /// Its `valid_from` and `valid_until`, when it gives either.
+    pub(super) validity: Option<(Option<i64>, Option<i64>)>,
 }
 
 /// Why a record of `status` cannot be corrected, if it cannot: a
@@ -62,6 +64,9 @@ struct Prior {
     target: crate::authz::Target,
     scope: Scope,
     external_id: Option<String>,
+    /// Its validity interval (`valid_from`, `valid_until`), when it has
+    /// one: `None` for a record valid from its start with no end.
+    validity: Option<(Option<i64>, Option<i64>)>,
     /// The refusal of a correction of a version already corrected, unless
     /// the item is a duplicate.
     superseded: Option<EngineError>,
@@ -290,6 +295,10 @@ impl Resolver<'_> {
                     .collect(),
             },
             external_id: m.external_id.as_deref().map(str::to_string),
+            // (a start that was not given is the record's own: kept with
+            // an end, so the correction is valid over the same interval)
+            validity: (m.valid_from_given || m.valid_until.is_some())
+                .then_some((Some(m.valid_from), m.valid_until)),
             superseded,
         })
     }
@@ -346,6 +355,7 @@ impl Resolver<'_> {
             target,
             scope: b.scope.clone(),
             external_id: b.external_id.clone(),
+            validity: b.validity,
             superseded: None,
         })
     }
@@ -421,7 +431,13 @@ impl Resolver<'_> {
         }
         let scope_empty = r.scope == Scope::default();
         let ext_missing = r.external_id.is_none() && prior.external_id.is_some();
-        if !(scope_empty || ext_missing) {
+        // A fact true over an interval stays so when its wording is fixed:
+        // a correction giving neither bound keeps the corrected record's
+        // (said in a note, since it changes when the record is current).
+        let validity = prior
+            .validity
+            .filter(|_| r.valid_from.is_none() && r.valid_until.is_none());
+        if !(scope_empty || ext_missing || validity.is_some()) {
             return Ok(None);
         }
         let mut c = r.clone();
@@ -430,6 +446,15 @@ impl Resolver<'_> {
         }
         if ext_missing {
             c.external_id = prior.external_id;
+        }
+        if let Some((from, until)) = validity {
+            (c.valid_from, c.valid_until) = (from, until);
+            let show = |t: Option<i64>| t.map_or("-".to_string(), crate::time::format_rfc3339);
+            notes.push(format!(
+                "inherited the corrected record's validity interval (valid_from {}, valid_until {}); give valid_from or valid_until to state another",
+                show(from),
+                show(until)
+            ));
         }
         Ok(Some(c))
     }

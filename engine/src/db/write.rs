@@ -574,6 +574,8 @@ impl Session {
                     status,
                     scope: r.scope.clone(),
                     external_id: r.external_id.clone(),
+                    validity: (r.valid_from.is_some() || r.valid_until.is_some())
+                        .then_some((r.valid_from, r.valid_until)),
                 }));
                 let stored = stored_record(
                     r,
