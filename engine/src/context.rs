@@ -108,6 +108,34 @@ pub struct ContextItem {
     pub conflicts_with: Vec<RecordId>,
     /// Writer kind (user, system, model).
     pub writer: &'static str,
+    /// Built, through its sources, on a hypothesis: a summary of a guess
+    /// is still a guess (rendered as the tag `built on a hypothesis`).
+    pub built_on_hypothesis: bool,
+}
+
+/// Whether a hypothesis is among the sources of `idx`, at any depth (the
+/// record itself aside: its own kind says so). Bounded by the records
+/// visited, as a trace is, so a lineage of any size costs a context little.
+fn built_on_hypothesis(st: &State, idx: Idx) -> bool {
+    const VISITED_MAX: usize = 4096;
+    let Some(hypothesis) = st.strings.get("hypothesis") else {
+        return false;
+    };
+    let mut seen: std::collections::HashSet<Idx> = std::collections::HashSet::new();
+    let mut stack: Vec<Idx> = st.sources.get(&idx).cloned().unwrap_or_default();
+    while let Some(s) = stack.pop() {
+        if !seen.insert(s) || seen.len() > VISITED_MAX {
+            continue;
+        }
+        let m = st.meta(s);
+        if m.rtype == RecordType::Assertion && m.kind == hypothesis {
+            return true;
+        }
+        if let Some(more) = st.sources.get(&s) {
+            stack.extend(more.iter().copied());
+        }
+    }
+    false
 }
 
 /// A section.
@@ -162,6 +190,9 @@ fn line_of(item: &ContextItem) -> String {
     let mut tags = vec![header_tag(&item.kind), item.status.to_string()];
     if item.historical {
         tags.push("HISTORICAL".into());
+    }
+    if item.built_on_hypothesis {
+        tags.push("built on a hypothesis".into());
     }
     tags.push(format!("at {}", item.observed_at));
     if let Some(u) = &item.valid_until {
@@ -256,6 +287,7 @@ impl Session {
             historical,
             conflicts_with: Vec::new(),
             writer: m.writer_kind.name(),
+            built_on_hypothesis: built_on_hypothesis(st, idx),
         })
     }
 
@@ -647,6 +679,7 @@ mod tests {
             historical: false,
             conflicts_with: Vec::new(),
             writer: "user",
+            built_on_hypothesis: false,
         }
     }
 

@@ -116,6 +116,20 @@ fn dependents_of_a_corrected_hypothesis_go_stale() {
     db.close().unwrap();
 }
 
+/// A summary of `sources`, under an external id.
+fn summary(ext_id: &str, text: &str, sources: Vec<RecordRef>) -> NewRecord {
+    NewRecord {
+        body: Body::Summary {
+            generator: "g".into(),
+        },
+        kind: "summary".into(),
+        text: Some(text.into()),
+        sources,
+        external_id: Some(ext_id.into()),
+        ..NewRecord::default()
+    }
+}
+
 /// Nothing new is built on what is out of use or outdated: a record citing
 /// a review candidate, a rejected or retracted record, a superseded version
 /// or a stale record is refused (where the same lineage written before the
@@ -128,16 +142,6 @@ fn nothing_new_is_built_on_a_source_out_of_use_or_outdated() {
     let clock = ManualClock::new(T0);
     let db = open(dir.path(), &clock);
     let admin = db.session(Principal::admin("t"));
-    let summary = |ext_id: &str, text: &str, sources: Vec<RecordRef>| NewRecord {
-        body: Body::Summary {
-            generator: "g".into(),
-        },
-        kind: "summary".into(),
-        text: Some(text.into()),
-        sources,
-        external_id: Some(ext_id.into()),
-        ..NewRecord::default()
-    };
     let first = vec![
         NewRecord::event("doc", "the outage lasted 5 hours").with_external_id("ev"),
         summary("s1", "outage lasted 5 hours", vec![ext("ev")]),
@@ -303,5 +307,59 @@ fn a_correction_keeps_the_validity_interval_it_does_not_restate() {
     );
     let again = s.get(&ext("ceo1")).unwrap();
     assert_eq!((again.valid_from, again.valid_until), (Some(y(2019)), None));
+    db.close().unwrap();
+}
+
+/// Observations are not hypotheses, through summaries too: context tags a
+/// record built on a hypothesis, at any depth, so a summary of a guess
+/// does not read as established; one built on facts only carries no tag.
+#[test]
+fn a_summary_of_a_hypothesis_is_marked_in_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![
+        NewRecord::event("log", "ibis database latency spiked at noon").with_external_id("ev"),
+        NewRecord::assertion(
+            AssertionKind::Hypothesis,
+            "the ibis database is overloaded",
+            vec![ext("ev")],
+        )
+        .with_external_id("h"),
+        NewRecord::assertion(
+            AssertionKind::Observation,
+            "ibis latency spiked at noon",
+            vec![ext("ev")],
+        )
+        .with_external_id("o"),
+        summary(
+            "guess",
+            "ibis digest: the database is overloaded",
+            vec![ext("h")],
+        ),
+        summary(
+            "guess2",
+            "ibis weekly: overloaded database",
+            vec![ext("guess")],
+        ),
+        summary("seen", "ibis digest: latency spiked", vec![ext("o")]),
+    ])
+    .unwrap();
+    db.wait_indexed().unwrap();
+    let mut req = ContextRequest::new("ibis database overloaded latency digest weekly");
+    req.episodic_k = 10;
+    let c = s.context(&req).unwrap();
+    let items: Vec<_> = c.sections.iter().flat_map(|s| s.items.iter()).collect();
+    let marked = |ext_id: &str| {
+        items
+            .iter()
+            .find(|i| i.external_id.as_deref() == Some(ext_id))
+            .unwrap_or_else(|| panic!("{ext_id} not in context: {}", c.render()))
+            .built_on_hypothesis
+    };
+    assert!(marked("guess") && marked("guess2"), "{}", c.render());
+    assert!(!marked("seen") && !marked("h"), "{}", c.render());
+    assert!(c.render().contains("built on a hypothesis"));
     db.close().unwrap();
 }
