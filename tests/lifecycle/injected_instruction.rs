@@ -199,22 +199,29 @@ fn a_candidate_on_a_corrected_source_stays_under_review_and_cannot_be_approved()
     db.close().unwrap();
 }
 
+/// A store of tenant `acme-ops` holding the ticket `t-1` (`text`), with
+/// `rita` granted the reviewer role.
+fn ticket_and_reviewer(text: &str) -> (tempfile::TempDir, engram::Engram) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path(), &ManualClock::new(T0));
+    let admin = db.session(Principal::admin("acme-ops"));
+    admin
+        .append(vec![
+            NewRecord::event("ticket", text).with_external_id("t-1"),
+        ])
+        .unwrap();
+    admin.grant(Some("rita"), None, Some("reviewer")).unwrap();
+    (dir, db)
+}
+
 /// A reviewer's queue holds what it may decide: not the candidates it
 /// wrote itself (approving them is forbidden), which another reviewer and
 /// the admin see.
 #[test]
 fn a_reviewer_does_not_find_its_own_candidates_in_its_queue() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let db = open(dir.path(), &clock);
+    let (_dir, db) = ticket_and_reviewer("restart the cache");
     let admin = db.session(Principal::admin("acme-ops"));
-    admin
-        .append(vec![
-            NewRecord::event("ticket", "restart the cache").with_external_id("t-1"),
-        ])
-        .unwrap();
     admin.grant(Some("bot"), None, Some("reviewer")).unwrap();
-    admin.grant(Some("rita"), None, Some("reviewer")).unwrap();
     let bot = db.session(Principal::model("acme-ops", "bot"));
     bot.append(vec![
         NewRecord::assertion(
@@ -256,16 +263,8 @@ fn a_reviewer_does_not_find_its_own_candidates_in_its_queue() {
 #[test]
 fn a_candidate_takes_nothing_out_of_use_and_what_is_out_of_use_is_not_corrected() {
     use engram::query::lang::QueryExt;
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let db = open(dir.path(), &clock);
+    let (_dir, db) = ticket_and_reviewer("refunds over 100 EUR");
     let admin = db.session(Principal::admin("acme-ops"));
-    admin
-        .append(vec![
-            NewRecord::event("ticket", "refunds over 100 EUR").with_external_id("t-1"),
-        ])
-        .unwrap();
-    admin.grant(Some("rita"), None, Some("reviewer")).unwrap();
     let rita = db.session(Principal::user("acme-ops", "rita"));
     let model = db.session(Principal::model("acme-ops", "extractor"));
     let policy = |text: &str, ext_id: &str| {
