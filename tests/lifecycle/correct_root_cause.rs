@@ -205,6 +205,36 @@ fn nothing_new_is_built_on_a_source_out_of_use_or_outdated() {
         ])
         .unwrap_err();
     assert!(e.to_string().contains("review candidate"), "{e}");
+    // a source an earlier item of the batch corrects is outdated as well
+    let current_ev = admin.get(&ext("ev")).unwrap().id;
+    let e = admin
+        .append(vec![
+            NewRecord::event("doc", "the outage lasted 6 minutes")
+                .with_external_id("ev")
+                .superseding(RecordRef::Id(current_ev)),
+            summary("s4", "digest", vec![RecordRef::Id(current_ev)]),
+        ])
+        .unwrap_err();
+    assert!(e.to_string().contains("corrected by item 0"), "{e}");
+    // a file holding a chain, ingested again after its first version was
+    // retracted: duplicates only (the chain's correction names a version
+    // already corrected, which is what it repeats)
+    let chain = vec![
+        NewRecord::assertion(AssertionKind::Fact, "r v1", vec![ext("ev")]).with_external_id("r"),
+        NewRecord::assertion(AssertionKind::Fact, "r v2", vec![ext("ev")])
+            .with_external_id("r")
+            .superseding(ext("r")),
+    ];
+    admin.append(chain.clone()).unwrap();
+    let v1 = admin.history(&ext("r")).unwrap()[0].id;
+    admin.retract(&RecordRef::Id(v1), None).unwrap();
+    assert!(
+        admin
+            .append(chain)
+            .unwrap()
+            .iter()
+            .all(|r| r.outcome == engram::AppendOutcome::Duplicate)
+    );
     // what is current may be cited, and a correction may cite its old version
     admin
         .append(vec![summary("s2", "weekly digest", vec![ext("ev")])])
@@ -289,6 +319,29 @@ fn a_correction_keeps_the_validity_interval_it_does_not_restate() {
     assert!(
         then.contains("alice wombat") && !then.contains("bob"),
         "{then}"
+    );
+    // the same in one batch, the record giving only its end: the
+    // correction starts where the record did, and the batch sent again is
+    // duplicates only
+    let batch = vec![
+        NewRecord {
+            occurred_at: Some(y(2010)),
+            valid_until: Some(y(2012)),
+            ..fact("the cfo is carol", "cfo")
+        },
+        fact("the cfo is carol wombat", "cfo").superseding(ext("cfo")),
+    ];
+    s.append(batch.clone()).unwrap();
+    let cfo = s.get(&ext("cfo")).unwrap();
+    assert_eq!(
+        (cfo.valid_from, cfo.valid_until),
+        (Some(y(2010)), Some(y(2012)))
+    );
+    assert!(
+        s.append(batch)
+            .unwrap()
+            .iter()
+            .all(|r| r.outcome == engram::AppendOutcome::Duplicate)
     );
     // a bound given states the correction's own interval
     let r = s

@@ -262,15 +262,30 @@ pub(super) fn admission(
 /// version it corrects is the exception (it says what changed). Checked
 /// once the item is known not to be a duplicate, so a file re-ingested
 /// after a correction still repeats what it stored.
+///
+/// A source that an earlier item of the batch corrects, or that another
+/// batch in flight corrects, is a superseded version by the time this
+/// record is applied: refused as well (`corrected`, `in_flight`).
 pub(super) fn source_out_of_use(
     st: &State,
     tsym: Option<crate::state::Sym>,
     res: &Resolved,
     (earlier_ids, batch): (&[RecordId], &[Option<super::resolve::InBatch>]),
+    (corrected, in_flight): (&dyn Fn(RecordId) -> Option<usize>, &HashSet<RecordId>),
 ) -> Option<String> {
     for &sid in &res.sources {
         if res.supersedes == Some(sid) {
             continue;
+        }
+        if let Some(j) = corrected(sid) {
+            return Some(format!(
+                "source {sid} is corrected by item {j} of this batch: cite the correction"
+            ));
+        }
+        if in_flight.contains(&sid) {
+            return Some(format!(
+                "source {sid} is being corrected by another batch in flight: once it is acknowledged, cite the correction"
+            ));
         }
         let in_batch = earlier_ids
             .iter()
@@ -298,4 +313,30 @@ pub(super) fn source_out_of_use(
         return Some(format!("source {sid} {why}"));
     }
     None
+}
+
+/// A candidate is not in use until approved, so it takes nothing out of
+/// use: a correction that would be one (a model revising a policy) would
+/// supersede the version in force before any review, and a rejection would
+/// not bring it back. Refused; a revision goes for review as a record of
+/// its own (docs/lifecycle.md, "Review").
+pub(super) fn candidate_correction(
+    status: Status,
+    res: &Resolved,
+    (i, r): (usize, &NewRecord),
+    writer: WriterKind,
+) -> Result<()> {
+    match res.supersedes {
+        Some(target) if status == Status::Candidate => Err(EngineError::InvalidState {
+            action: format!("correct (item {i})"),
+            target,
+            reason: format!(
+                "this correction would be a review candidate (a {} written by a {} writer), and a candidate takes nothing out of use: write it as a record of its own, for review, and retract the version in force once it is approved (or have the tenant admin write the correction)",
+                r.kind,
+                writer.name()
+            ),
+        }
+        .at_item(i)),
+        _ => Ok(()),
+    }
 }

@@ -273,7 +273,9 @@ impl Resolver<'_> {
                 reason: "it is deleted".into(),
             });
         }
-        if let Some(reason) = out_of_use(m.status) {
+        // (a version already corrected is refused as such, unless the
+        // item repeats that correction: deferred above)
+        if let Some(reason) = out_of_use(m.status).filter(|_| superseded.is_none()) {
             return Err(EngineError::InvalidState {
                 action: format!("correct (item {i})"),
                 target: sid,

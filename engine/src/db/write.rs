@@ -18,7 +18,9 @@
 //!
 //! A batch is all or nothing: any error before stage 5 stores nothing.
 
-use super::admit::{admission, existing_version, source_out_of_use, unchanged_correction};
+use super::admit::{
+    admission, candidate_correction, existing_version, source_out_of_use, unchanged_correction,
+};
 use super::resolve::{InBatch, ItemResolution, Resolver};
 use super::*;
 use crate::codec::{OpBody, StoredOp};
@@ -544,27 +546,11 @@ impl Session {
                     }
                 };
                 let status = admission(rtype, &r.body, writer.kind, tstate);
-                // A candidate is not in use until approved, so it takes
-                // nothing out of use: a correction that would be one
-                // (a model revising a policy) would supersede the version
-                // in force before any review, and a rejection would not
-                // bring it back. Refused; a revision goes for review as a
-                // record of its own (docs/lifecycle.md, "Review").
-                if status == Status::Candidate
-                    && let Some(target) = res.supersedes
-                {
-                    return Err(EngineError::InvalidState {
-                        action: format!("correct (item {i})"),
-                        target,
-                        reason: format!(
-                            "this correction would be a review candidate (a {} written by a {} writer), and a candidate takes nothing out of use: write it as a record of its own, for review, and retract the version in force once it is approved (or have the tenant admin write the correction)",
-                            r.kind,
-                            writer.kind.name()
-                        ),
-                    }
-                    .at_item(i));
-                }
-                if let Some(why) = source_out_of_use(&st, tsym, &res, (&batch_ids[..i], &batch)) {
+                candidate_correction(status, &res, (i, r), writer.kind)?;
+                let corrected = |sid| superseded_here.get(&sid).copied().filter(|&j| j < i);
+                let in_flight = (&corrected as &dyn Fn(_) -> _, &w.pending_superseded);
+                let earlier = (&batch_ids[..i], &batch[..]);
+                if let Some(why) = source_out_of_use(&st, tsym, &res, earlier, in_flight) {
                     return Err(EngineError::invalid("sources", why).at_item(i));
                 }
                 batch.push(Some(InBatch {
@@ -574,8 +560,9 @@ impl Session {
                     status,
                     scope: r.scope.clone(),
                     external_id: r.external_id.clone(),
+                    // (its start as applying it sets it, as for a stored one)
                     validity: (r.valid_from.is_some() || r.valid_until.is_some())
-                        .then_some((r.valid_from, r.valid_until)),
+                        .then(|| (r.valid_from.or(r.occurred_at).or(Some(now)), r.valid_until)),
                 }));
                 let stored = stored_record(
                     r,
