@@ -637,7 +637,11 @@ pub fn restore(ctx: &Ctx, a: RestoreArgs) -> CliResult {
             .map(|s| s.embedder.unwrap_or_else(|| "none".to_string())),
     };
     let opts = match from_backup {
-        Some(name) => crate::cli::store_options(&ctx.data, Some(&name))?,
+        // (an embedder this build cannot make: the restore refuses the
+        // backup, naming its settings file and what to do)
+        Some(name) => {
+            crate::cli::store_options(&ctx.data, Some(&name)).or_else(|_| ctx.store_options())?
+        }
         None => ctx.store_options()?,
     };
     let spinner = ctx.spinner("restore");
