@@ -216,6 +216,42 @@ fn nothing_new_is_built_on_a_source_out_of_use_or_outdated() {
         ])
         .unwrap_err();
     assert!(e.to_string().contains("corrected by item 0"), "{e}");
+    // a source built on what an earlier item corrects goes stale with it
+    admin
+        .append(vec![summary("s5", "digest of ev", vec![ext("ev")])])
+        .unwrap();
+    let e = admin
+        .append(vec![
+            NewRecord::event("doc", "the outage lasted 6 minutes")
+                .with_external_id("ev")
+                .superseding(ext("ev")),
+            summary("s6", "digest of the digest", vec![ext("s5")]),
+        ])
+        .unwrap_err();
+    assert!(e.to_string().contains("goes stale"), "{e}");
+    // so does one built on the version a correction corrects
+    admin
+        .append(vec![
+            NewRecord::assertion(AssertionKind::Fact, "g v1", vec![ext("ev")])
+                .with_external_id("g"),
+            summary("s7", "digest of g", vec![ext("g")]),
+        ])
+        .unwrap();
+    let e = admin
+        .append(vec![
+            NewRecord::assertion(AssertionKind::Fact, "g v2", vec![ext("s7")])
+                .with_external_id("g")
+                .superseding(ext("g")),
+        ])
+        .unwrap_err();
+    assert!(e.to_string().contains("goes stale"), "{e}");
+    // and a stale record is not regenerated from itself
+    let e = admin
+        .append(vec![
+            summary("s1", "outage lasted 5 hours", vec![ext("s1")]).superseding(ext("s1")),
+        ])
+        .unwrap_err();
+    assert!(e.to_string().contains("is stale"), "{e}");
     // a file holding a chain, ingested again after its first version was
     // retracted: duplicates only (the chain's correction names a version
     // already corrected, which is what it repeats)

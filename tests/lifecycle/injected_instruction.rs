@@ -297,6 +297,17 @@ fn a_candidate_takes_nothing_out_of_use_and_what_is_out_of_use_is_not_corrected(
     assert_eq!(db.applied_lsn(), lsn, "nothing written");
     assert_eq!(admin.get(&ext("pol")).unwrap().status, Status::Approved);
     assert!(in_force(&db));
+    // nor by turning it into a kind that needs no review
+    let e = model
+        .append(vec![
+            NewRecord::assertion(AssertionKind::Note, "no policy", vec![ext("t-1")])
+                .with_external_id("pol")
+                .superseding(ext("pol")),
+        ])
+        .unwrap_err();
+    assert!(e.to_string().contains("reviewed policy"), "{e}");
+    assert_eq!(db.applied_lsn(), lsn, "nothing written");
+    assert!(in_force(&db));
     // the admin's correction is one (approved at once)
     let r = admin
         .append(vec![

@@ -270,10 +270,19 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                         NewRecord::event("note", format!("corrected event {n}")),
                         vec![],
                     )
-                } else if citable.is_empty() {
-                    continue;
                 } else {
-                    let sources = pick_sources(&citable, picks);
+                    // (not what is built on the version it corrects: that
+                    // goes stale with the correction)
+                    let stale_with = m.derivatives(old);
+                    let here: Vec<RecordId> = citable
+                        .iter()
+                        .copied()
+                        .filter(|c| !stale_with.contains(c))
+                        .collect();
+                    if here.is_empty() {
+                        continue;
+                    }
+                    let sources = pick_sources(&here, picks);
                     (derived(kind, n, &sources), sources)
                 };
                 rec.supersedes = Some(RecordRef::Id(old));

@@ -237,13 +237,7 @@ pub(super) fn admission(
     match (rtype, body) {
         (RecordType::Event, _) => Status::Active,
         (RecordType::Assertion, Body::Assertion { kind, .. }) => {
-            let rule = tenant.and_then(|t| {
-                t.review_rules
-                    .get(&(kind.name().to_string(), writer.name().to_string()))
-                    .copied()
-            });
-            let review = rule.unwrap_or(kind.is_procedural() && writer == WriterKind::Model);
-            if review {
+            if needs_review(*kind, writer, tenant) {
                 Status::Candidate
             } else {
                 Status::Approved
@@ -253,64 +247,134 @@ pub(super) fn admission(
     }
 }
 
+/// Whether an assertion of `kind` from a `writer` of that kind waits for
+/// review: the tenant's rule for the pair, else procedural kinds written
+/// by a model.
+fn needs_review(
+    kind: AssertionKind,
+    writer: WriterKind,
+    tenant: Option<&crate::state::TenantState>,
+) -> bool {
+    let rule = tenant.and_then(|t| {
+        t.review_rules
+            .get(&(kind.name().to_string(), writer.name().to_string()))
+            .copied()
+    });
+    rule.unwrap_or(kind.is_procedural() && writer == WriterKind::Model)
+}
+
+/// What other writes in flight, and earlier items of the batch, are doing
+/// to the records an item names.
+pub(super) struct Pending<'a> {
+    /// The item of the batch, before this one, that corrects a record.
+    pub corrected: &'a dyn Fn(RecordId) -> Option<usize>,
+    /// Whether an item of the batch before this one corrects a record.
+    pub corrections_before: bool,
+    /// Records other batches in flight correct.
+    pub superseding: &'a HashSet<RecordId>,
+    /// Records retractions in flight withdraw.
+    pub retracting: &'a HashSet<RecordId>,
+}
+
 /// Why a new record may not cite one of its sources, if it may not: what
 /// is built on a source carries its content, so a source must be in use.
 /// A review candidate is not (cite it once approved), nor a rejected or a
 /// retracted record; a superseded version or a stale record is outdated,
 /// and a record built on it now would be served as current where the same
-/// record written before the correction is stale. A correction citing the
-/// version it corrects is the exception (it says what changed). Checked
-/// once the item is known not to be a duplicate, so a file re-ingested
-/// after a correction still repeats what it stored.
+/// record written before the correction is stale. Checked once the item
+/// is known not to be a duplicate, so a file re-ingested after a
+/// correction still repeats what it stored.
 ///
-/// A source that an earlier item of the batch corrects, or that another
-/// batch in flight corrects, is a superseded version by the time this
-/// record is applied: refused as well (`corrected`, `in_flight`).
+/// So is a source that goes out of use or stale by the time this record
+/// is applied: one an earlier item of the batch corrects or another batch
+/// in flight corrects or retracts, or one built (at any depth) on such a
+/// record or on the version this record corrects. A correction may cite
+/// the version it corrects (it says what changed), unless that version is
+/// stale (regenerating a stale record from itself would keep its outdated
+/// content).
 pub(super) fn source_out_of_use(
     st: &State,
     tsym: Option<crate::state::Sym>,
     res: &Resolved,
     (earlier_ids, batch): (&[RecordId], &[Option<super::resolve::InBatch>]),
-    (corrected, in_flight): (&dyn Fn(RecordId) -> Option<usize>, &HashSet<RecordId>),
+    pending: &Pending<'_>,
 ) -> Option<String> {
+    let idx = |id: RecordId| tsym.and_then(|t| st.idx_in(t, id));
+    // Why `id` goes out of use by the time this record is applied, if it
+    // does (the version this record corrects aside).
+    let going = |id: RecordId| -> Option<String> {
+        if res.supersedes == Some(id) {
+            return Some("the version this record corrects".into());
+        }
+        if let Some(j) = (pending.corrected)(id) {
+            return Some(format!("corrected by item {j} of this batch"));
+        }
+        if pending.superseding.contains(&id) {
+            return Some("being corrected by another batch in flight".into());
+        }
+        pending
+            .retracting
+            .contains(&id)
+            .then(|| "being retracted by an operation in flight".into())
+    };
     for &sid in &res.sources {
-        if res.supersedes == Some(sid) {
-            continue;
-        }
-        if let Some(j) = corrected(sid) {
-            return Some(format!(
-                "source {sid} is corrected by item {j} of this batch: cite the correction"
-            ));
-        }
-        if in_flight.contains(&sid) {
-            return Some(format!(
-                "source {sid} is being corrected by another batch in flight: once it is acknowledged, cite the correction"
-            ));
-        }
         let in_batch = earlier_ids
             .iter()
             .position(|b| *b == sid)
             .and_then(|j| batch.get(j).and_then(Option::as_ref))
             .map(|b| b.status);
-        let status = in_batch.or_else(|| {
-            tsym.and_then(|t| st.idx_in(t, sid))
-                .map(|ix| st.meta(ix).status)
-        });
+        let status = in_batch.or_else(|| idx(sid).map(|ix| st.meta(ix).status));
         let why = match status {
             Some(Status::Candidate) => {
                 "is a review candidate, not in use: cite it once it is approved"
             }
             Some(Status::Rejected) => "was rejected in review: nothing is built on it",
             Some(Status::Retracted) => "was retracted: nothing is built on it",
-            Some(Status::Superseded) => {
+            Some(Status::Superseded) if res.supersedes != Some(sid) => {
                 "is a superseded version: cite its chain's current version (`engram history` shows it)"
             }
             Some(Status::Stale) => {
                 "is stale (built on a version since corrected): regenerate it from the current version, and cite that"
             }
-            _ => continue,
+            _ => "",
         };
-        return Some(format!("source {sid} {why}"));
+        if !why.is_empty() {
+            return Some(format!("source {sid} {why}"));
+        }
+        if res.supersedes != Some(sid)
+            && let Some(why) = going(sid)
+        {
+            return Some(format!(
+                "source {sid} is {why}: cite what is current once it is"
+            ));
+        }
+        // built on something that goes out of use with this write (stored
+        // lineage only; bounded as a trace is)
+        if res.supersedes.is_none()
+            && !pending.corrections_before
+            && pending.superseding.is_empty()
+            && pending.retracting.is_empty()
+        {
+            continue;
+        }
+        let mut seen: HashSet<Idx> = HashSet::new();
+        let mut stack: Vec<Idx> = idx(sid)
+            .and_then(|ix| st.sources.get(&ix).cloned())
+            .unwrap_or_default();
+        while let Some(a) = stack.pop() {
+            if !seen.insert(a) || seen.len() > 4096 {
+                continue;
+            }
+            let aid = st.meta(a).id;
+            if let Some(why) = going(aid) {
+                return Some(format!(
+                    "source {sid} is built on {aid}, {why}: it goes stale with that correction; cite what is current"
+                ));
+            }
+            if let Some(more) = st.sources.get(&a) {
+                stack.extend(more.iter().copied());
+            }
+        }
     }
     None
 }
@@ -318,25 +382,51 @@ pub(super) fn source_out_of_use(
 /// A candidate is not in use until approved, so it takes nothing out of
 /// use: a correction that would be one (a model revising a policy) would
 /// supersede the version in force before any review, and a rejection would
-/// not bring it back. Refused; a revision goes for review as a record of
+/// not bring it back. Nor may a writer whose version of the corrected
+/// record would need review correct it into another kind (a model turning
+/// an approved policy into a note): that too takes a reviewed rule out of
+/// use without review. Refused; a revision goes for review as a record of
 /// its own (docs/lifecycle.md, "Review").
 pub(super) fn candidate_correction(
-    status: Status,
-    res: &Resolved,
+    st: &State,
+    (tsym, tenant): (
+        Option<crate::state::Sym>,
+        Option<&crate::state::TenantState>,
+    ),
+    (status, res): (Status, &Resolved),
     (i, r): (usize, &NewRecord),
     writer: WriterKind,
 ) -> Result<()> {
-    match res.supersedes {
-        Some(target) if status == Status::Candidate => Err(EngineError::InvalidState {
-            action: format!("correct (item {i})"),
-            target,
-            reason: format!(
-                "this correction would be a review candidate (a {} written by a {} writer), and a candidate takes nothing out of use: write it as a record of its own, for review, and retract the version in force once it is approved (or have the tenant admin write the correction)",
-                r.kind,
-                writer.name()
-            ),
-        }
-        .at_item(i)),
-        _ => Ok(()),
+    let Some(target) = res.supersedes else {
+        return Ok(());
+    };
+    let reviewed_kind = tsym
+        .and_then(|t| st.idx_in(t, target))
+        .map(|ix| st.meta(ix))
+        .filter(|m| m.rtype == RecordType::Assertion)
+        .and_then(|m| AssertionKind::parse(st.strings.name(m.kind)))
+        .filter(|&k| needs_review(k, writer, tenant));
+    let reason = if status == Status::Candidate {
+        format!(
+            "this correction would be a review candidate (kind '{}', written by a {} writer), and a candidate takes nothing out of use",
+            r.kind,
+            writer.name()
+        )
+    } else if let Some(k) = reviewed_kind {
+        format!(
+            "it is a reviewed {} (a {} writer's version of it needs review), and a correction of another kind would take it out of use without review",
+            k.name(),
+            writer.name()
+        )
+    } else {
+        return Ok(());
+    };
+    Err(EngineError::InvalidState {
+        action: format!("correct (item {i})"),
+        target,
+        reason: format!(
+            "{reason}: write it as a record of its own, for review, and retract the version in force once it is approved (or have the tenant admin write the correction)"
+        ),
     }
+    .at_item(i))
 }

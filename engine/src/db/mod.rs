@@ -205,6 +205,10 @@ pub(crate) struct WriterState {
     pending_ext: HashMap<(String, String), (RecordId, [u8; 32], String)>,
     /// Records being superseded by batches in flight.
     pending_superseded: HashSet<RecordId>,
+    /// Records being retracted by operations in flight: a correction of
+    /// one, applied after the retraction, would make its withdrawn text a
+    /// superseded version any reader may select.
+    pending_retracted: HashSet<RecordId>,
     /// Vector spaces being created by batches in flight.
     pending_dims: HashMap<(String, String), usize>,
 }

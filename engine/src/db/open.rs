@@ -241,6 +241,7 @@ impl Engram {
                 last_ingested_at,
                 pending_ext: HashMap::new(),
                 pending_superseded: HashSet::new(),
+                pending_retracted: HashSet::new(),
                 pending_dims: HashMap::new(),
             }),
             clock: opts.clock.clone(),

@@ -512,6 +512,13 @@ impl Resolver<'_> {
                     .or_default()
                     .push(i);
             }
+            if w.pending_retracted.contains(&sid) {
+                return Err(EngineError::InvalidState {
+                    action: "correct".into(),
+                    target: sid,
+                    reason: "it is being retracted by an operation in flight (a retracted record is out of use)".into(),
+                });
+            }
             // A conflict with state about to be stored (409, as when it is
             // stored), not a bad field: once the other batch is
             // acknowledged, a retry is a duplicate or already superseded.

@@ -876,3 +876,58 @@ fn a_line_corrected_later_in_its_batch_is_reported_superseded() {
         (Status::Superseded, Status::Active)
     );
 }
+
+/// A retraction queued but not yet applied leaves its record approved in
+/// the state: a correction resolved meanwhile would be applied after it and
+/// turn the withdrawn text into a superseded version any reader may select.
+/// The retraction is registered in flight, and the correction refused, as
+/// is a record built on it.
+#[test]
+fn a_correction_of_a_record_a_retraction_in_flight_withdraws_is_refused() {
+    let db = mem_store("/retract");
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![
+        NewRecord::event("note", "source").with_external_id("src"),
+    ])
+    .unwrap();
+    let fact = NewRecord::assertion(
+        crate::model::AssertionKind::Fact,
+        "the vault code is 7777",
+        vec![RecordRef::External("src".into())],
+    )
+    .with_external_id("f");
+    let id = s.append(vec![fact.clone()]).unwrap()[0].id;
+    // as write_op_as leaves it between queueing a retraction and its apply
+    db.inner.writer.lock().pending_retracted.insert(id);
+    let lsn = db.applied_lsn();
+    let e = s
+        .append(vec![fact.superseding(RecordRef::Id(id))])
+        .unwrap_err();
+    assert!(e.to_string().contains("being retracted"), "{e}");
+    // nor is anything built on it meanwhile
+    let e = s
+        .append(vec![NewRecord::assertion(
+            crate::model::AssertionKind::Observation,
+            "a summary of the vault code",
+            vec![RecordRef::Id(id)],
+        )])
+        .unwrap_err();
+    assert!(e.to_string().contains("being retracted"), "{e}");
+    assert_eq!(db.applied_lsn(), lsn, "nothing written");
+    // once applied, the retraction says so itself, and clears its mark
+    db.inner.writer.lock().pending_retracted.clear();
+    s.retract(&RecordRef::Id(id), None).unwrap();
+    assert!(db.inner.writer.lock().pending_retracted.is_empty());
+    let e = s
+        .append(vec![
+            NewRecord::assertion(
+                crate::model::AssertionKind::Fact,
+                "v2",
+                vec![RecordRef::External("src".into())],
+            )
+            .with_external_id("f")
+            .superseding(RecordRef::Id(id)),
+        ])
+        .unwrap_err();
+    assert!(e.to_string().contains("retracted"), "{e}");
+}

@@ -19,7 +19,8 @@
 //! A batch is all or nothing: any error before stage 5 stores nothing.
 
 use super::admit::{
-    admission, candidate_correction, existing_version, source_out_of_use, unchanged_correction,
+    Pending, admission, candidate_correction, existing_version, source_out_of_use,
+    unchanged_correction,
 };
 use super::resolve::{InBatch, ItemResolution, Resolver};
 use super::*;
@@ -546,11 +547,15 @@ impl Session {
                     }
                 };
                 let status = admission(rtype, &r.body, writer.kind, tstate);
-                candidate_correction(status, &res, (i, r), writer.kind)?;
-                let corrected = |sid| superseded_here.get(&sid).copied().filter(|&j| j < i);
-                let in_flight = (&corrected as &dyn Fn(_) -> _, &w.pending_superseded);
+                candidate_correction(&st, (tsym, tstate), (status, &res), (i, r), writer.kind)?;
+                let pending = Pending {
+                    corrected: &|sid| superseded_here.get(&sid).copied().filter(|&j| j < i),
+                    corrections_before: superseded_here.values().any(|&j| j < i),
+                    superseding: &w.pending_superseded,
+                    retracting: &w.pending_retracted,
+                };
                 let earlier = (&batch_ids[..i], &batch[..]);
-                if let Some(why) = source_out_of_use(&st, tsym, &res, earlier, in_flight) {
+                if let Some(why) = source_out_of_use(&st, tsym, &res, earlier, &pending) {
                     return Err(EngineError::invalid("sources", why).at_item(i));
                 }
                 batch.push(Some(InBatch {
@@ -636,6 +641,10 @@ impl Session {
     ) -> Result<(RecordId, u64)> {
         self.db.check_open()?;
         let _m = self.db.inner.maintenance.read();
+        let retracting = match &op {
+            OpBody::Retract { target, .. } => Some(RecordId::from_bytes(*target)),
+            _ => None,
+        };
         // Minted and queued under the writer lock, as a batch is: ids of
         // operations and records follow log order (`State::deleted_before`
         // relies on it).
@@ -650,6 +659,7 @@ impl Session {
                 }
                 None => minted,
             };
+            w.pending_retracted.extend(retracting);
             let stored = StoredOp {
                 id: id.to_bytes(),
                 tenant: self.principal.tenant().to_string(),
@@ -664,7 +674,11 @@ impl Session {
             };
             (id, self.db.inner.log.append_async(vec![frame]))
         };
-        let locs = durable(rx)?;
+        let locs = durable(rx);
+        if let Some(t) = retracting {
+            self.db.inner.writer.lock().pending_retracted.remove(&t);
+        }
+        let locs = locs?;
         self.db.check_open()?;
         Ok((id, locs[0].lsn))
     }
