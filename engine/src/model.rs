@@ -36,6 +36,16 @@ pub use check::{
 /// Version of the record schema written by this build.
 pub const SCHEMA_VERSION: u16 = 1;
 
+/// `name` with its indefinite article, for messages ("an event", "a
+/// summary").
+pub(crate) fn with_article(name: &str) -> String {
+    let vowel = name
+        .chars()
+        .next()
+        .is_some_and(|c| "aeiouAEIOU".contains(c));
+    format!("{} {name}", if vowel { "an" } else { "a" })
+}
+
 /// Default retention class.
 pub const DEFAULT_RETENTION_CLASS: &str = "standard";
 

@@ -550,6 +550,16 @@ pub fn close_store(db: &Engram) {
 /// succeeded (or stored records), so it only ever changes a store that
 /// command was allowed to change, and a failed write changes nothing.
 pub fn remember_embedder(dir: &Path, embedder: Option<&str>) -> Result<(), CliError> {
+    remember_embedder_as(dir, embedder, false)
+}
+
+/// [`remember_embedder`] for a command whose open computed every record's
+/// vectors with that embedder (a restore): the note names no rebuild.
+pub fn remember_embedder_as(
+    dir: &Path,
+    embedder: Option<&str>,
+    vectors_derived: bool,
+) -> Result<(), CliError> {
     let Some(name) = embedder else {
         return Ok(());
     };
@@ -569,9 +579,16 @@ pub fn remember_embedder(dir: &Path, embedder: Option<&str>) -> Result<(), CliEr
         Err(_) => "unreadable settings".to_string(),
     };
     engram_engine::settings::save(backend.as_ref(), dir, &wanted)?;
+    let rebuild = if vectors_derived {
+        String::new()
+    } else {
+        format!(
+            "; records stored before get its vectors from `engram --data {} rebuild`",
+            dir.display()
+        )
+    };
     crate::eoutln!(
-        "note: {} now remembers the embedder '{name}' (it was '{before}'); later commands use it without --embedder; records stored before get its vectors from `engram --data {} rebuild`",
-        dir.display(),
+        "note: {} now remembers the embedder '{name}' (it was '{before}'); later commands use it without --embedder{rebuild}",
         dir.display()
     );
     Ok(())

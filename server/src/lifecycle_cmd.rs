@@ -652,7 +652,7 @@ pub fn restore(ctx: &Ctx, a: RestoreArgs) -> CliResult {
     let r = Engram::restore(&ctx.data, &a.dir, &opts, a.ledger.as_deref());
     spinner.finish();
     let r = r?;
-    crate::cli::remember_embedder(&ctx.data, ctx.embedder.as_deref())?;
+    crate::cli::remember_embedder_as(&ctx.data, ctx.embedder.as_deref(), true)?;
     if a.json {
         json(&r)?;
     } else {

@@ -199,6 +199,9 @@ pub fn record_block(r: &Record) -> String {
         format!("{} ({})", r.writer.principal, r.writer.kind.name()),
     );
     line("ingested_at", format_rfc3339(r.ingested_at));
+    if let Some(v) = r.valid_from {
+        line("valid_from", format_rfc3339(v));
+    }
     if let Some(v) = r.valid_until {
         line("valid_until", format_rfc3339(v));
     }

@@ -205,6 +205,17 @@ fn nothing_new_is_built_on_a_source_out_of_use_or_outdated() {
         ])
         .unwrap_err();
     assert!(e.to_string().contains("review candidate"), "{e}");
+    // a correction is of its record's type, said plainly
+    let e = admin
+        .append(vec![
+            NewRecord::assertion(AssertionKind::Fact, "x", vec![ext("ev")]).superseding(ext("ev")),
+        ])
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("an assertion cannot supersede an event"),
+        "{e}"
+    );
     // a source an earlier item of the batch corrects is outdated as well
     let current_ev = admin.get(&ext("ev")).unwrap().id;
     let e = admin

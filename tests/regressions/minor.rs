@@ -1197,6 +1197,32 @@ fn a_restore_into_a_new_directory_rebuilds_the_backups_derived_vectors() {
     };
     let there = found(&restored);
     assert!(there.contains("\"h\""), "{there}");
+    // an embedder chosen for the restore computes the vectors then: its
+    // note names no rebuild
+    let chosen = tmp.path().join("chosen");
+    let said = cli::text(&ok(
+        &chosen,
+        &["--embedder", "hash-64", "restore", backup.to_str().unwrap()],
+    ));
+    assert!(
+        said.contains("now remembers the embedder 'hash-64'"),
+        "{said}"
+    );
+    assert!(!said.contains("rebuild"), "{said}");
+    assert!(found(&chosen).contains("\"h\""));
+    // and a record's validity shows both its ends
+    let f = tmp.path().join("valid.jsonl");
+    std::fs::write(
+        &f,
+        "{\"tenant\":\"t\",\"external_id\":\"v\",\"kind\":\"doc\",\"text\":\"x\",\"valid_from\":\"2020-01-01T00:00:00Z\",\"valid_until\":\"2023-01-01T00:00:00Z\"}\n",
+    )
+    .unwrap();
+    ok(&store, &["ingest", f.to_str().unwrap()]);
+    let shown = cli::text(&ok(&store, &["get", "v", "--tenant", "t"]));
+    assert!(
+        shown.contains("2020-01-01T00:00:00") && shown.contains("2023-01-01T00:00:00"),
+        "{shown}"
+    );
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&there).unwrap()["hits"],
         serde_json::from_str::<serde_json::Value>(&found(&store)).unwrap()["hits"]

@@ -408,15 +408,15 @@ pub(super) fn candidate_correction(
         .filter(|&k| needs_review(k, writer, tenant));
     let reason = if status == Status::Candidate {
         format!(
-            "this correction would be a review candidate (kind '{}', written by a {} writer), and a candidate takes nothing out of use",
+            "this correction would be a review candidate (kind '{}', written by {} writer), and a candidate takes nothing out of use",
             r.kind,
-            writer.name()
+            crate::model::with_article(writer.name())
         )
     } else if let Some(k) = reviewed_kind {
         format!(
-            "it is a reviewed {} (a {} writer's version of it needs review), and a correction of another kind would take it out of use without review",
+            "it is a reviewed {} ({} writer's version of it needs review), and a correction of another kind would take it out of use without review",
             k.name(),
-            writer.name()
+            crate::model::with_article(writer.name())
         )
     } else {
         return Ok(());

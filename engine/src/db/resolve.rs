@@ -96,7 +96,11 @@ fn same_type(i: usize, r: &NewRecord, target: RecordType) -> Result<()> {
     }
     Err(EngineError::invalid(
         "supersedes",
-        format!("a {} cannot supersede a {}", rtype.name(), target.name()),
+        format!(
+            "{} cannot supersede {}",
+            crate::model::with_article(rtype.name()),
+            crate::model::with_article(target.name())
+        ),
     )
     .at_item(i))
 }
