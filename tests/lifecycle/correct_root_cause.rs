@@ -239,7 +239,20 @@ fn nothing_new_is_built_on_a_source_out_of_use_or_outdated() {
             summary("s6", "digest of the digest", vec![ext("s5")]),
         ])
         .unwrap_err();
-    assert!(e.to_string().contains("goes stale"), "{e}");
+    assert!(e.to_string().contains("goes out of use"), "{e}");
+    // through earlier items of the batch too: one built on ev, then ev
+    // corrected, then a record citing the first (as separate batches,
+    // the last would meet a stale source)
+    let e = admin
+        .append(vec![
+            summary("m", "digest of ev", vec![RecordRef::Id(current_ev)]),
+            NewRecord::event("doc", "the outage lasted 6 minutes")
+                .with_external_id("ev")
+                .superseding(ext("ev")),
+            summary("n", "digest of m", vec![ext("m")]),
+        ])
+        .unwrap_err();
+    assert!(e.to_string().contains("goes out of use"), "{e}");
     // so does one built on the version a correction corrects
     admin
         .append(vec![
@@ -255,7 +268,7 @@ fn nothing_new_is_built_on_a_source_out_of_use_or_outdated() {
                 .superseding(ext("g")),
         ])
         .unwrap_err();
-    assert!(e.to_string().contains("goes stale"), "{e}");
+    assert!(e.to_string().contains("goes out of use"), "{e}");
     // and a stale record is not regenerated from itself
     let e = admin
         .append(vec![

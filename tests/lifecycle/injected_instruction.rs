@@ -305,7 +305,7 @@ fn a_candidate_takes_nothing_out_of_use_and_what_is_out_of_use_is_not_corrected(
                 .superseding(ext("pol")),
         ])
         .unwrap_err();
-    assert!(e.to_string().contains("reviewed policy"), "{e}");
+    assert!(e.to_string().contains("approved policy"), "{e}");
     assert_eq!(db.applied_lsn(), lsn, "nothing written");
     assert!(in_force(&db));
     // the admin's correction is one (approved at once)

@@ -334,7 +334,7 @@ pub(super) fn source_out_of_use(
                 "is a superseded version: cite its chain's current version (`engram history` shows it)"
             }
             Some(Status::Stale) => {
-                "is stale (built on a version since corrected): regenerate it from the current version, and cite that"
+                "is stale (built on a version since corrected or withdrawn): regenerate it from what is current, and cite that"
             }
             _ => "",
         };
@@ -348,8 +348,9 @@ pub(super) fn source_out_of_use(
                 "source {sid} is {why}: cite what is current once it is"
             ));
         }
-        // built on something that goes out of use with this write (stored
-        // lineage only; bounded as a trace is)
+        // built on something that goes out of use with this write (through
+        // earlier items of the batch and stored lineage; bounded as a
+        // trace is)
         if res.supersedes.is_none()
             && !pending.corrections_before
             && pending.superseding.is_empty()
@@ -357,23 +358,31 @@ pub(super) fn source_out_of_use(
         {
             continue;
         }
-        let mut seen: HashSet<Idx> = HashSet::new();
-        let mut stack: Vec<Idx> = idx(sid)
-            .and_then(|ix| st.sources.get(&ix).cloned())
-            .unwrap_or_default();
+        let sources_of = |id: RecordId| -> Vec<RecordId> {
+            let in_batch = earlier_ids
+                .iter()
+                .position(|b| *b == id)
+                .and_then(|j| batch.get(j).and_then(Option::as_ref));
+            match in_batch {
+                Some(b) => b.sources.clone(),
+                None => idx(id)
+                    .and_then(|ix| st.sources.get(&ix))
+                    .map(|v| v.iter().map(|&s| st.meta(s).id).collect())
+                    .unwrap_or_default(),
+            }
+        };
+        let mut seen: HashSet<RecordId> = HashSet::new();
+        let mut stack = sources_of(sid);
         while let Some(a) = stack.pop() {
             if !seen.insert(a) || seen.len() > 4096 {
                 continue;
             }
-            let aid = st.meta(a).id;
-            if let Some(why) = going(aid) {
+            if let Some(why) = going(a) {
                 return Some(format!(
-                    "source {sid} is built on {aid}, {why}: it goes stale with that correction; cite what is current"
+                    "source {sid} is built on {a}, {why}: it goes out of use with that write; cite what is current"
                 ));
             }
-            if let Some(more) = st.sources.get(&a) {
-                stack.extend(more.iter().copied());
-            }
+            stack.extend(sources_of(a));
         }
     }
     None
@@ -414,7 +423,7 @@ pub(super) fn candidate_correction(
         )
     } else if let Some(k) = reviewed_kind {
         format!(
-            "it is a reviewed {} ({} writer's version of it needs review), and a correction of another kind would take it out of use without review",
+            "it is an approved {} ({} writer's version of it needs review), and a correction of another kind would take it out of use without review",
             k.name(),
             crate::model::with_article(writer.name())
         )
@@ -429,4 +438,86 @@ pub(super) fn candidate_correction(
         ),
     }
     .at_item(i))
+}
+
+/// A review decision or a retraction about to be queued: checked again
+/// under the writer lock (the caller checked the record's state without
+/// it, and another decision may have been queued since) and registered in
+/// flight until applied. Without it, an approval and a rejection sent
+/// together were both answered 200 while only the first took effect, and
+/// a correction could be resolved against a record a queued retraction
+/// withdraws. Operations a restore re-applies (`reuse`) are not checked.
+pub(super) fn hold_op(
+    w: &mut WriterState,
+    st: &State,
+    tenant: &str,
+    op: &crate::codec::OpBody,
+    reuse: Option<RecordId>,
+) -> Result<Option<(bool, RecordId)>> {
+    use crate::codec::OpBody;
+    let (review, target, action) = match op {
+        OpBody::Review {
+            target, approve, ..
+        } => (true, *target, if *approve { "approve" } else { "reject" }),
+        OpBody::Retract { target, .. } => (false, *target, "retract"),
+        _ => return Ok(None),
+    };
+    let target = RecordId::from_bytes(target);
+    if reuse.is_some() {
+        return Ok(None);
+    }
+    let refuse = |reason: String| EngineError::InvalidState {
+        action: action.into(),
+        target,
+        reason,
+    };
+    if w.pending_reviewed.contains(&target) || w.pending_retracted.contains(&target) {
+        return Err(refuse(
+            "another review decision or retraction of it is in flight; once it is answered, \
+             the record's state says what is left to do"
+                .into(),
+        ));
+    }
+    let idx = st.tenant_sym(tenant).and_then(|t| st.idx_in(t, target));
+    if let Some(ix) = idx {
+        let status = st.meta(ix).status;
+        if review && status != Status::Candidate {
+            return Err(refuse(format!(
+                "it is {}, not a review candidate",
+                status.name()
+            )));
+        }
+        if matches!(status, Status::Deleted | Status::Retracted) {
+            return Err(refuse(format!("it is {}", status.name())));
+        }
+        if let OpBody::Review { approve: true, .. } = op
+            && let Some(s) = st.outdated_source(ix)
+        {
+            return Err(refuse(format!(
+                "its source {} is {} since it was written: regenerate it from the current version, and reject this one",
+                st.meta(s).id,
+                st.meta(s).status.name()
+            )));
+        }
+    }
+    if review {
+        w.pending_reviewed.insert(target);
+    } else {
+        w.pending_retracted.insert(target);
+    }
+    Ok(Some((review, target)))
+}
+
+/// The end of [`hold_op`]'s registration, once the operation is applied
+/// (or failed).
+pub(super) fn release_op(w: &mut WriterState, held: Option<(bool, RecordId)>) {
+    match held {
+        Some((true, t)) => {
+            w.pending_reviewed.remove(&t);
+        }
+        Some((false, t)) => {
+            w.pending_retracted.remove(&t);
+        }
+        None => {}
+    }
 }

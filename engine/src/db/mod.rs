@@ -209,6 +209,8 @@ pub(crate) struct WriterState {
     /// one, applied after the retraction, would make its withdrawn text a
     /// superseded version any reader may select.
     pending_retracted: HashSet<RecordId>,
+    /// Records a review decision in flight approves or rejects.
+    pending_reviewed: HashSet<RecordId>,
     /// Vector spaces being created by batches in flight.
     pending_dims: HashMap<(String, String), usize>,
 }

@@ -242,6 +242,7 @@ impl Engram {
                 pending_ext: HashMap::new(),
                 pending_superseded: HashSet::new(),
                 pending_retracted: HashSet::new(),
+                pending_reviewed: HashSet::new(),
                 pending_dims: HashMap::new(),
             }),
             clock: opts.clock.clone(),

@@ -31,8 +31,11 @@ pub(super) struct InBatch {
     pub(super) status: Status,
     pub(super) scope: Scope,
     pub(super) external_id: Option<String>,
-    /// Its `valid_from` and `valid_until`, when it gives either.
+    /// Its `valid_from` and `valid_until`, when it gives either (the start
+    /// as applying it sets it, as for a stored record).
     pub(super) validity: Option<(Option<i64>, Option<i64>)>,
+    /// Its sources, as resolved.
+    pub(super) sources: Vec<RecordId>,
 }
 
 /// Why a record of `status` cannot be corrected, if it cannot: a

@@ -931,3 +931,42 @@ fn a_correction_of_a_record_a_retraction_in_flight_withdraws_is_refused() {
         .unwrap_err();
     assert!(e.to_string().contains("retracted"), "{e}");
 }
+
+/// A review decision is checked again under the writer lock, against
+/// decisions in flight: an approval and a rejection sent together were both
+/// answered as done while only the first took effect.
+#[test]
+fn a_review_decision_while_another_is_in_flight_is_refused() {
+    let db = mem_store("/review");
+    let admin = db.session(Principal::admin("t"));
+    admin
+        .append(vec![NewRecord::event("ticket", "t").with_external_id("t")])
+        .unwrap();
+    let id = db
+        .session(Principal::model("t", "bot"))
+        .append(vec![NewRecord::assertion(
+            crate::model::AssertionKind::Policy,
+            "always refund",
+            vec![RecordRef::External("t".into())],
+        )])
+        .unwrap()[0]
+        .id;
+    // as hold_op leaves it while the first decision is queued
+    db.inner.writer.lock().pending_reviewed.insert(id);
+    let lsn = db.applied_lsn();
+    for approve in [true, false] {
+        let r = if approve {
+            admin.approve(&RecordRef::Id(id), None)
+        } else {
+            admin.reject(&RecordRef::Id(id), None)
+        };
+        let e = r.unwrap_err();
+        assert!(e.to_string().contains("in flight"), "{e}");
+    }
+    assert_eq!(db.applied_lsn(), lsn, "nothing written");
+    db.inner.writer.lock().pending_reviewed.clear();
+    admin.reject(&RecordRef::Id(id), None).unwrap();
+    assert!(db.inner.writer.lock().pending_reviewed.is_empty());
+    let e = admin.approve(&RecordRef::Id(id), None).unwrap_err();
+    assert!(e.to_string().contains("not a review candidate"), "{e}");
+}

@@ -19,8 +19,8 @@
 //! A batch is all or nothing: any error before stage 5 stores nothing.
 
 use super::admit::{
-    Pending, admission, candidate_correction, existing_version, source_out_of_use,
-    unchanged_correction,
+    Pending, admission, candidate_correction, existing_version, hold_op, release_op,
+    source_out_of_use, unchanged_correction,
 };
 use super::resolve::{InBatch, ItemResolution, Resolver};
 use super::*;
@@ -565,9 +565,9 @@ impl Session {
                     status,
                     scope: r.scope.clone(),
                     external_id: r.external_id.clone(),
-                    // (its start as applying it sets it, as for a stored one)
                     validity: (r.valid_from.is_some() || r.valid_until.is_some())
                         .then(|| (r.valid_from.or(r.occurred_at).or(Some(now)), r.valid_until)),
+                    sources: res.sources.clone(),
                 }));
                 let stored = stored_record(
                     r,
@@ -641,15 +641,18 @@ impl Session {
     ) -> Result<(RecordId, u64)> {
         self.db.check_open()?;
         let _m = self.db.inner.maintenance.read();
-        let retracting = match &op {
-            OpBody::Retract { target, .. } => Some(RecordId::from_bytes(*target)),
-            _ => None,
-        };
         // Minted and queued under the writer lock, as a batch is: ids of
         // operations and records follow log order (`State::deleted_before`
         // relies on it).
-        let (id, rx) = {
+        let (id, rx, held) = {
             let mut w = self.db.inner.writer.lock();
+            let held = hold_op(
+                &mut w,
+                &self.db.state(),
+                self.principal.tenant(),
+                &op,
+                reuse,
+            )?;
             let (minted, at) = self.db.mint_locked(&mut w);
             let id = match reuse {
                 Some(r) => {
@@ -659,7 +662,6 @@ impl Session {
                 }
                 None => minted,
             };
-            w.pending_retracted.extend(retracting);
             let stored = StoredOp {
                 id: id.to_bytes(),
                 tenant: self.principal.tenant().to_string(),
@@ -672,12 +674,10 @@ impl Session {
                 frame_version: codec::PAYLOAD_VERSION,
                 payload: codec::encode_op(&stored),
             };
-            (id, self.db.inner.log.append_async(vec![frame]))
+            (id, self.db.inner.log.append_async(vec![frame]), held)
         };
         let locs = durable(rx);
-        if let Some(t) = retracting {
-            self.db.inner.writer.lock().pending_retracted.remove(&t);
-        }
+        release_op(&mut self.db.inner.writer.lock(), held);
         let locs = locs?;
         self.db.check_open()?;
         Ok((id, locs[0].lsn))
