@@ -317,6 +317,25 @@ fn nothing_new_is_built_on_a_source_out_of_use_or_outdated() {
         ])
         .unwrap();
     assert_eq!(r[0].status, Status::Approved);
+    // a chain in one batch, each version citing the one it corrects, and a
+    // summary of its newest: as in separate batches, nothing goes stale
+    let fact = |text: &str, source: &str| {
+        NewRecord::assertion(AssertionKind::Fact, text, vec![ext(source)])
+            .with_external_id("f")
+            .superseding(ext("f"))
+    };
+    let r = admin
+        .append(vec![
+            fact("it lasted 5 minutes (v3)", "f"),
+            fact("it lasted 5 minutes (v4)", "f"),
+            summary("s8", "digest of f", vec![ext("f")]),
+        ])
+        .unwrap();
+    assert!(
+        r.iter()
+            .all(|x| x.status == Status::Approved || x.status == Status::Superseded),
+        "{r:?}"
+    );
     db.close().unwrap();
 }
 

@@ -348,33 +348,49 @@ pub(super) fn source_out_of_use(
                 "source {sid} is {why}: cite what is current once it is"
             ));
         }
-        // built on something that goes out of use with this write (through
-        // earlier items of the batch and stored lineage; bounded as a
-        // trace is)
-        if res.supersedes.is_none()
-            && !pending.corrections_before
-            && pending.superseding.is_empty()
-            && pending.retracting.is_empty()
-        {
-            continue;
-        }
-        let sources_of = |id: RecordId| -> Vec<RecordId> {
-            let in_batch = earlier_ids
+    }
+    // Built on something that goes out of use with this write: walked up
+    // from the sources through earlier items of the batch and stored
+    // lineage, at most `LINEAGE_WALK_MAX` records per item (a trace's
+    // bound, in records), and only while something is going out of use.
+    if res.supersedes.is_none()
+        && !pending.corrections_before
+        && pending.superseding.is_empty()
+        && pending.retracting.is_empty()
+    {
+        return None;
+    }
+    const LINEAGE_WALK_MAX: usize = 4096;
+    let positions: HashMap<RecordId, usize> = earlier_ids
+        .iter()
+        .enumerate()
+        .map(|(j, &b)| (b, j))
+        .collect();
+    // What a record is built on. An earlier item's link to the record it
+    // corrects is no dependence (a correction never goes stale with the
+    // version it replaces, which it may cite): not followed.
+    let sources_of = |id: RecordId| -> Vec<RecordId> {
+        match positions.get(&id).and_then(|&j| batch.get(j)?.as_ref()) {
+            Some(b) => b
+                .sources
                 .iter()
-                .position(|b| *b == id)
-                .and_then(|j| batch.get(j).and_then(Option::as_ref));
-            match in_batch {
-                Some(b) => b.sources.clone(),
-                None => idx(id)
-                    .and_then(|ix| st.sources.get(&ix))
-                    .map(|v| v.iter().map(|&s| st.meta(s).id).collect())
-                    .unwrap_or_default(),
-            }
-        };
-        let mut seen: HashSet<RecordId> = HashSet::new();
+                .copied()
+                .filter(|&s| Some(s) != b.supersedes)
+                .collect(),
+            None => idx(id)
+                .and_then(|ix| st.sources.get(&ix))
+                .map(|v| v.iter().map(|&s| st.meta(s).id).collect())
+                .unwrap_or_default(),
+        }
+    };
+    let mut seen: HashSet<RecordId> = HashSet::new();
+    for &sid in &res.sources {
         let mut stack = sources_of(sid);
         while let Some(a) = stack.pop() {
-            if !seen.insert(a) || seen.len() > 4096 {
+            if seen.len() >= LINEAGE_WALK_MAX {
+                return None;
+            }
+            if !seen.insert(a) {
                 continue;
             }
             if let Some(why) = going(a) {

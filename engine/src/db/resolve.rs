@@ -36,6 +36,8 @@ pub(super) struct InBatch {
     pub(super) validity: Option<(Option<i64>, Option<i64>)>,
     /// Its sources, as resolved.
     pub(super) sources: Vec<RecordId>,
+    /// The record it corrects, if any.
+    pub(super) supersedes: Option<RecordId>,
 }
 
 /// Why a record of `status` cannot be corrected, if it cannot: a

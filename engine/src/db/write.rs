@@ -7,14 +7,13 @@
 //!    ids, resolve references (sources, corrections, endpoints) inside the
 //!    tenant and among earlier items, inherit what a correction leaves out,
 //!    check vector dimensions;
-//! 3. admit (`admit.rs`: `existing_version`, `unchanged_correction`,
-//!    `admission`): external-id rules (duplicates store nothing, conflicts
-//!    are refused), the writer, the admission status;
+//! 3. admit (`admit.rs`): external-id rules (duplicates store nothing,
+//!    conflicts are refused), the writer, the admission status, what may
+//!    be built on what (`candidate_correction`, `source_out_of_use`);
 //! 4. encode (`stored_record`, `encode_frames`): the stored records and
 //!    their frames;
 //! 5. queue (`InFlight`): register external ids, corrections and new
-//!    vector spaces as in flight, queue the frames on the log, wait until
-//!    they are durable and applied, release.
+//!    vector spaces in flight, queue the frames, wait until applied.
 //!
 //! A batch is all or nothing: any error before stage 5 stores nothing.
 
@@ -568,6 +567,7 @@ impl Session {
                     validity: (r.valid_from.is_some() || r.valid_until.is_some())
                         .then(|| (r.valid_from.or(r.occurred_at).or(Some(now)), r.valid_until)),
                     sources: res.sources.clone(),
+                    supersedes: res.supersedes,
                 }));
                 let stored = stored_record(
                     r,
