@@ -27,7 +27,7 @@ use crate::codec::OpBody;
 use crate::db::Session;
 use crate::error::{EngineError, Result};
 use crate::id::RecordId;
-use crate::model::{RecordRef, RecordType, Status, check_name, check_reason, check_time};
+use crate::model::{RecordRef, Status, check_name, check_reason, check_time};
 use crate::principal::{ROLE_ADMIN, ROLE_REVIEWER};
 use crate::time::format_rfc3339;
 
@@ -238,21 +238,11 @@ impl Session {
             let idx = self.resolve_in(&st, target)?;
             self.authorize(&st, Operation::Retract, Some((idx, target)))?;
             let m = st.meta(idx);
-            // the record's state first: a deleted event is deleted, whatever
-            // its type would allow
-            if matches!(m.status, Status::Deleted | Status::Retracted) {
+            if let Some(reason) = crate::db::decision_refusal(&st, idx, None) {
                 return Err(EngineError::InvalidState {
                     action: "retract".into(),
                     target: m.id,
-                    reason: format!("it is {}", m.status.name()),
-                });
-            }
-            if m.rtype == RecordType::Event {
-                return Err(EngineError::InvalidState {
-                    action: "retract".into(),
-                    target: m.id,
-                    reason: "events are history and cannot be retracted; correct or delete them"
-                        .into(),
+                    reason,
                 });
             }
             let mut a = vec![m.id];
@@ -278,26 +268,12 @@ impl Session {
             let idx = self.resolve_in(&st, target)?;
             self.authorize(&st, Operation::Review, Some((idx, target)))?;
             let m = st.meta(idx);
-            if m.status != Status::Candidate {
+            if let Some(reason) = crate::db::decision_refusal(&st, idx, Some(approve)) {
                 return Err(EngineError::InvalidState {
                     action: action.into(),
                     target: m.id,
-                    reason: format!("it is {}, not a review candidate", m.status.name()),
+                    reason,
                 });
-            }
-            if approve {
-                if let Some(s) = st.outdated_source(idx) {
-                    let sm = st.meta(s);
-                    return Err(EngineError::InvalidState {
-                        action: action.into(),
-                        target: m.id,
-                        reason: format!(
-                            "its source {} is {} since it was written: regenerate it from the current version, and reject this one",
-                            sm.id,
-                            sm.status.name()
-                        ),
-                    });
-                }
             }
             m.id
         };

@@ -199,6 +199,19 @@ impl Status {
             Status::Deleted => "deleted",
         }
     }
+    /// Why a record of this status is out of use, as a predicate ("is a
+    /// review candidate, not in use"), if it is: a candidate (not yet
+    /// reviewed), a rejected or a retracted record. Nothing corrects it
+    /// (a correction would make its text a superseded version, which every
+    /// reader may select) and nothing new cites it.
+    pub fn out_of_use(self) -> Option<&'static str> {
+        match self {
+            Status::Candidate => Some("is a review candidate, not in use"),
+            Status::Rejected => Some("was rejected in review and is out of use"),
+            Status::Retracted => Some("was retracted and is out of use"),
+            _ => None,
+        }
+    }
     /// Parses a name.
     pub fn parse(s: &str) -> Option<Self> {
         [

@@ -296,7 +296,10 @@ pub(super) fn source_out_of_use(
     st: &State,
     tsym: Option<crate::state::Sym>,
     res: &Resolved,
-    (earlier_ids, batch): (&[RecordId], &[Option<super::resolve::InBatch>]),
+    (minted, batch): (
+        &HashMap<RecordId, usize>,
+        &[Option<super::resolve::InBatch>],
+    ),
     pending: &Pending<'_>,
 ) -> Option<String> {
     let idx = |id: RecordId| tsym.and_then(|t| st.idx_in(t, id));
@@ -317,19 +320,22 @@ pub(super) fn source_out_of_use(
             .contains(&id)
             .then(|| "being retracted by an operation in flight".into())
     };
+    // An earlier item of the batch that creates a record, by its id
+    // (`batch` holds the items before this one).
+    let earlier = |id: RecordId| minted.get(&id).and_then(|&j| batch.get(j)?.as_ref());
     for &sid in &res.sources {
-        let in_batch = earlier_ids
-            .iter()
-            .position(|b| *b == sid)
-            .and_then(|j| batch.get(j).and_then(Option::as_ref))
-            .map(|b| b.status);
+        let in_batch = earlier(sid).map(|b| b.status);
         let status = in_batch.or_else(|| idx(sid).map(|ix| st.meta(ix).status));
+        if let Some(s) = status
+            && let Some(what) = s.out_of_use()
+        {
+            let advice = match s {
+                Status::Candidate => "cite it once it is approved",
+                _ => "nothing is built on it",
+            };
+            return Some(format!("source {sid} {what}: {advice}"));
+        }
         let why = match status {
-            Some(Status::Candidate) => {
-                "is a review candidate, not in use: cite it once it is approved"
-            }
-            Some(Status::Rejected) => "was rejected in review: nothing is built on it",
-            Some(Status::Retracted) => "was retracted: nothing is built on it",
             Some(Status::Superseded) if res.supersedes != Some(sid) => {
                 "is a superseded version: cite its chain's current version (`engram history` shows it)"
             }
@@ -361,16 +367,11 @@ pub(super) fn source_out_of_use(
         return None;
     }
     const LINEAGE_WALK_MAX: usize = 4096;
-    let positions: HashMap<RecordId, usize> = earlier_ids
-        .iter()
-        .enumerate()
-        .map(|(j, &b)| (b, j))
-        .collect();
     // What a record is built on. An earlier item's link to the record it
     // corrects is no dependence (a correction never goes stale with the
     // version it replaces, which it may cite): not followed.
     let sources_of = |id: RecordId| -> Vec<RecordId> {
-        match positions.get(&id).and_then(|&j| batch.get(j)?.as_ref()) {
+        match earlier(id) {
             Some(b) => b
                 .sources
                 .iter()
@@ -471,13 +472,19 @@ pub(super) fn hold_op(
     reuse: Option<RecordId>,
 ) -> Result<Option<(bool, RecordId)>> {
     use crate::codec::OpBody;
-    let (review, target, action) = match op {
+    // (`approve`: `None` for a retraction)
+    let (approve, target, action) = match op {
         OpBody::Review {
             target, approve, ..
-        } => (true, *target, if *approve { "approve" } else { "reject" }),
-        OpBody::Retract { target, .. } => (false, *target, "retract"),
+        } => (
+            Some(*approve),
+            *target,
+            if *approve { "approve" } else { "reject" },
+        ),
+        OpBody::Retract { target, .. } => (None, *target, "retract"),
         _ => return Ok(None),
     };
+    let review = approve.is_some();
     let target = RecordId::from_bytes(target);
     if reuse.is_some() {
         return Ok(None);
@@ -495,26 +502,8 @@ pub(super) fn hold_op(
         ));
     }
     let idx = st.tenant_sym(tenant).and_then(|t| st.idx_in(t, target));
-    if let Some(ix) = idx {
-        let status = st.meta(ix).status;
-        if review && status != Status::Candidate {
-            return Err(refuse(format!(
-                "it is {}, not a review candidate",
-                status.name()
-            )));
-        }
-        if matches!(status, Status::Deleted | Status::Retracted) {
-            return Err(refuse(format!("it is {}", status.name())));
-        }
-        if let OpBody::Review { approve: true, .. } = op
-            && let Some(s) = st.outdated_source(ix)
-        {
-            return Err(refuse(format!(
-                "its source {} is {} since it was written: regenerate it from the current version, and reject this one",
-                st.meta(s).id,
-                st.meta(s).status.name()
-            )));
-        }
+    if let Some(reason) = idx.and_then(|ix| decision_refusal(st, ix, approve)) {
+        return Err(refuse(reason));
     }
     if review {
         w.pending_reviewed.insert(target);
@@ -522,6 +511,37 @@ pub(super) fn hold_op(
         w.pending_retracted.insert(target);
     }
     Ok(Some((review, target)))
+}
+
+/// Why a review decision (`approve`: `Some(true)` approves) or a
+/// retraction (`None`) cannot be taken on record `idx`, by its state, if it
+/// cannot. One wording for the check a session makes before queueing the
+/// operation and the one [`hold_op`] makes again under the writer lock.
+pub(crate) fn decision_refusal(st: &State, idx: Idx, approve: Option<bool>) -> Option<String> {
+    let m = st.meta(idx);
+    match approve {
+        Some(_) if m.status != Status::Candidate => Some(format!(
+            "it is {}, not a review candidate",
+            m.status.name()
+        )),
+        Some(true) => st.outdated_source(idx).map(|s| {
+            format!(
+                "its source {} is {} since it was written: regenerate it from the current version, and reject this one",
+                st.meta(s).id,
+                st.meta(s).status.name()
+            )
+        }),
+        Some(false) => None,
+        // the record's state first: a deleted event is deleted, whatever
+        // its type would allow
+        None if matches!(m.status, Status::Deleted | Status::Retracted) => {
+            Some(format!("it is {}", m.status.name()))
+        }
+        None if m.rtype == RecordType::Event => Some(
+            "events are history and cannot be retracted; correct or delete them".into(),
+        ),
+        None => None,
+    }
 }
 
 /// The end of [`hold_op`]'s registration, once the operation is applied

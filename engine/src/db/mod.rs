@@ -75,6 +75,7 @@ mod workers;
 mod write;
 
 pub(crate) use crate::state::{apply_frame, apply_frame_prepared, prepare_frame};
+pub(crate) use admit::decision_refusal;
 pub(crate) use open::{Unfinished, durable_evidence, lost_log_ops};
 pub use read::ListFilter;
 pub(crate) use write::reference_phrase;

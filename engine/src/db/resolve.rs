@@ -40,26 +40,21 @@ pub(super) struct InBatch {
     pub(super) supersedes: Option<RecordId>,
 }
 
-/// Why a record of `status` cannot be corrected, if it cannot: a
-/// candidate, a rejected or a retracted record is out of use, and a
-/// correction would make it a superseded version, which every reader may
-/// select (`status = superseded`, `history`): text no reviewer approved,
-/// or that was withdrawn, would become readable, and the rejection or
-/// retraction would no longer show. (A candidate is revised by rejecting
-/// it and writing a new one, as a stale candidate is regenerated.)
-pub(super) fn out_of_use(status: Status) -> Option<&'static str> {
-    match status {
-        Status::Candidate => Some(
-            "it is a review candidate, not in use: reject it and write the new version as a record of its own, or approve it first",
-        ),
-        Status::Rejected => Some(
-            "it was rejected in review and is out of use: write the new version as a record of its own",
-        ),
-        Status::Retracted => {
-            Some("it was retracted and is out of use: write the new version as a record of its own")
+/// Why a record of `status` cannot be corrected, if it cannot: it is out
+/// of use ([`Status::out_of_use`]), and a correction would make it a
+/// superseded version, which every reader may select (`status =
+/// superseded`, `history`): text no reviewer approved, or that was
+/// withdrawn, would become readable, and the rejection or retraction would
+/// no longer show. (A candidate is revised by rejecting it and writing a
+/// new one, as a stale candidate is regenerated.)
+pub(super) fn out_of_use(status: Status) -> Option<String> {
+    let advice = match status {
+        Status::Candidate => {
+            "reject it and write the new version as a record of its own, or approve it first"
         }
-        _ => None,
-    }
+        _ => "write the new version as a record of its own",
+    };
+    status.out_of_use().map(|why| format!("it {why}: {advice}"))
 }
 
 /// What a correction inherits from, and is authorized against: the record
@@ -288,7 +283,7 @@ impl Resolver<'_> {
             return Err(EngineError::InvalidState {
                 action: format!("correct (item {i})"),
                 target: sid,
-                reason: reason.into(),
+                reason,
             });
         }
         let name = |x: Option<u32>| x.map(|x| self.st.strings.name(x).to_string());

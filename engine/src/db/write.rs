@@ -305,11 +305,11 @@ impl Session {
             let now = db.now().max(w.last_ingested_at).max(st.last_ingested_at);
             let run = run_id.unwrap_or_else(|| w.ids.mint(now));
             prepared = Vec::with_capacity(records.len());
-            // ids minted for this batch, by external id and position
-            // external id -> positions in the batch; an external id may appear
-            // again only on a record that corrects the earlier one.
+            // minted ids by position (and back); positions by external id (it
+            // appears again only on a record that corrects the earlier one)
             let mut batch_ext: HashMap<String, Vec<usize>> = HashMap::new();
             let mut batch_ids: Vec<RecordId> = Vec::with_capacity(records.len());
+            let mut minted = HashMap::with_capacity(records.len());
             let mut superseded_here: HashMap<RecordId, usize> = HashMap::new();
             let mut new_dims: HashMap<String, usize> = HashMap::new();
             let held = if records.iter().any(has_references) {
@@ -327,6 +327,7 @@ impl Session {
             for (i, r) in records.iter().enumerate() {
                 let id = w.ids.mint(now);
                 batch_ids.push(id);
+                minted.insert(id, i);
                 if let Some(e) = &r.external_id {
                     let pos = batch_ext.entry(e.clone()).or_default();
                     if let Some(&j) = pos.last() {
@@ -553,8 +554,7 @@ impl Session {
                     superseding: &w.pending_superseded,
                     retracting: &w.pending_retracted,
                 };
-                let earlier = (&batch_ids[..i], &batch[..]);
-                if let Some(why) = source_out_of_use(&st, tsym, &res, earlier, &pending) {
+                if let Some(why) = source_out_of_use(&st, tsym, &res, (&minted, &batch), &pending) {
                     return Err(EngineError::invalid("sources", why).at_item(i));
                 }
                 batch.push(Some(InBatch {
