@@ -378,10 +378,9 @@ pub fn correct(ctx: &Ctx, a: CorrectArgs) -> CliResult {
             Err(e) => return Err(e.into()),
         };
         if a.target.json {
-            json(&new)?;
-            for n in &res[0].notes {
-                crate::eoutln!("note: {n}");
-            }
+            // the shape of `POST /v1/records/{ref}/correct`: the append
+            // result (outcome, status, notes) beside the new version
+            json(&serde_json::json!({"result": &res[0], "record": new}))?;
         } else {
             // (sent again: the version it repeats is stored already)
             let head = if res[0].outcome == engram_engine::AppendOutcome::Duplicate {

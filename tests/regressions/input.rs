@@ -333,3 +333,40 @@ fn a_file_of_the_largest_records_ingests_in_batches_it_sizes_itself() {
     assert!(v["batches"].as_u64().unwrap() >= 4, "{out}");
     ok(&store, &["get", "big51", "--tenant", "t"]);
 }
+
+/// `correct --json` answers as `POST /v1/records/{ref}/correct` does: the
+/// append result beside the new version, so the notes (here, the validity
+/// interval the correction inherits) reach a script reading stdout.
+#[test]
+fn correct_json_carries_the_append_result_and_its_notes() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let f = one(
+        tmp.path(),
+        "c.jsonl",
+        b"{\"tenant\":\"t\",\"external_id\":\"c\",\"kind\":\"note\",\"text\":\"first\",\"valid_from\":\"2020-01-01T00:00:00Z\",\"valid_until\":\"2023-01-01T00:00:00Z\"}\n",
+    );
+    ok(&store, &["ingest", f.to_str().unwrap()]);
+    let fix = one(
+        tmp.path(),
+        "fix.json",
+        b"{\"kind\":\"note\",\"text\":\"second\"}",
+    );
+    let out = cli::json(&ok(
+        &store,
+        &[
+            "correct",
+            "c",
+            fix.to_str().unwrap(),
+            "--tenant",
+            "t",
+            "--json",
+        ],
+    ));
+    assert_eq!(out["record"]["text"], "second", "{out}");
+    assert_eq!(out["result"]["outcome"], "created", "{out}");
+    assert_eq!(out["result"]["id"], out["record"]["id"], "{out}");
+    let notes = out["result"]["notes"].to_string();
+    assert!(notes.contains("valid"), "{out}");
+}
