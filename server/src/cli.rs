@@ -469,7 +469,8 @@ fn cmd_man(a: ManArgs) -> CliResult {
     // Building names every command for its page (`engram-ingest`).
     cmd.build();
     let mut page_of = &cmd;
-    for name in &a.command {
+    // (`bench ingest` as one argument names the same page as two)
+    for name in a.command.iter().flat_map(|c| c.split_whitespace()) {
         page_of = page_of.find_subcommand(name).ok_or_else(|| {
             CliError::Message(format!(
                 "no command `{}` (see `engram --help`)",

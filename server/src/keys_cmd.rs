@@ -17,7 +17,8 @@ use crate::http::keys::{self, Grant, KeyEntry, Role};
 /// `engram serve`.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// Address to listen on (`127.0.0.1:0` picks a free port; the line
+    /// Address to listen on [default: 127.0.0.1:7878, or the config's
+    /// `listen`] (`127.0.0.1:0` picks a free port; the line
     /// `listening on http://ADDR` on stdout says which).
     #[arg(long)]
     pub listen: Option<String>,

@@ -130,7 +130,7 @@ pub fn query(ctx: &Ctx, a: QueryArgs) -> CliResult {
         }
         crate::outln!(
             "{}",
-            serde_json::json!({"errors": [{"code": code, "message": e.to_string()}]})
+            serde_json::json!({"errors": [engram_query::lang::unplaced_error_json(code, &e.to_string())]})
         );
         Ok(ExitCode::from(1))
     };

@@ -107,6 +107,8 @@ fn man_pages_are_roff_for_engram_and_for_each_command() {
     assert!(ingest.contains("\\-\\-verbose"));
     let nested = stdout_ok(&["man", "bench", "ingest"]);
     assert!(nested.contains(".TH engram-bench-ingest 1"));
+    // quoted as one argument, as the help's example reads
+    assert_eq!(stdout_ok(&["man", "bench ingest"]), nested);
     let o = engram(&["man", "nope"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("no command `nope`"));

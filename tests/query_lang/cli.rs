@@ -531,6 +531,11 @@ fn a_parameter_given_twice_is_refused_and_hints_name_the_cli_ways_to_bind() {
     assert!(!o.status.success());
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
     assert_eq!(j["errors"][0]["code"], "invalid_param", "{j}");
+    // the fields of a language error, with no place in the text
+    for k in ["line", "column", "span", "hint", "detail"] {
+        assert!(j["errors"][0][k].is_null(), "{k}: {j}");
+    }
+    assert_eq!(j["errors"][0]["expected"], serde_json::json!([]), "{j}");
 }
 
 /// An error the engine raises while a statement runs carries the engine's
@@ -776,6 +781,10 @@ fn json_errors_cover_an_unreadable_statement_file() {
     assert_eq!(o.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
     assert_eq!(v["errors"][0]["code"], "no_store", "{v}");
+    assert!(
+        v["errors"][0].get("line").is_some_and(|l| l.is_null()),
+        "{v}"
+    );
 }
 
 /// Blank lines between statements are not part of the next one: they

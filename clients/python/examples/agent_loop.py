@@ -93,16 +93,22 @@ def main() -> int:
         print(f"  recall now says: {hits[0]['text']!r}")
 
         # 5. the user asks to forget the conversation: delete what they said
+        # and the agent's replies, which quote it (an event cites no
+        # sources, so a deletion reaches a reply only when it is named)
         for i in range(1, len(turns) + 1):
-            db.delete(f"{conv}/{i}", reason="user asked to be forgotten")
+            for ref in (f"{conv}/{i}", f"{conv}/{i}/reply"):
+                db.delete(ref, reason="user asked to be forgotten")
         try:
             db.get(f"{conv}/1")
             print("still there?!")
             return 1
         except NotFound:
-            print(f"deleted {len(turns)} turns of {conv}: gone at once")
+            pass
         left = db.recall(text="invoices billing plan", user=USER, conversation=conv, k=10)
-        print(f"  recall in {conv} after deletion: {len(left['hits'])} hits (the agent's replies)")
+        if left["hits"]:
+            print(f"still recalled after deletion: {[h['external_id'] for h in left['hits']]}")
+            return 1
+        print(f"deleted {len(turns)} turns of {conv} and the replies: gone at once")
     return 0
 
 

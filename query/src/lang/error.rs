@@ -536,9 +536,41 @@ impl LangError {
     }
 }
 
+/// An error with no place in a statement (its input could not be read, or
+/// the engine refused it as it ran) in the shape of
+/// [`LangError::to_json`]: `code` and `message`, no place (`null`),
+/// nothing `expected` (`[]`), so a program reads every error of a query
+/// the same way.
+pub fn unplaced_error_json(code: &str, message: &str) -> serde_json::Value {
+    serde_json::json!({
+        "code": code,
+        "message": message,
+        "line": null,
+        "column": null,
+        "span": null,
+        "expected": [],
+        "hint": null,
+        "detail": null,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unplaced_error_has_the_fields_of_a_placed_one() {
+        let placed = crate::lang::parse("FIND ANY WHERE").unwrap_err().to_json();
+        let unplaced = unplaced_error_json("not_found", "no record 'x'");
+        let keys = |v: &serde_json::Value| {
+            let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+            k.sort();
+            k
+        };
+        assert_eq!(keys(&placed), keys(&unplaced));
+        assert_eq!(unplaced["line"], serde_json::Value::Null);
+        assert_eq!(unplaced["code"], "not_found");
+    }
 
     #[test]
     fn codes_are_the_serialized_tags() {

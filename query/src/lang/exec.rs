@@ -90,7 +90,7 @@ impl QueryError {
             QueryError::Language { errors, .. } => {
                 Value::Array(errors.iter().map(|e| e.to_json()).collect())
             }
-            QueryError::Engine(e) => json!([{"code": e.code(), "message": e.to_string()}]),
+            QueryError::Engine(e) => json!([super::unplaced_error_json(e.code(), &e.to_string())]),
         }
     }
 }

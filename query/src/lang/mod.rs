@@ -47,7 +47,7 @@ pub mod span;
 
 pub use ast::Statement;
 pub use check::{CheckContext, Embedder, check};
-pub use error::{ErrorKind, LangError};
+pub use error::{ErrorKind, LangError, unplaced_error_json};
 pub use exec::{QueryError, QueryExt, QueryOutput};
 pub use params::{Binder, ParamValue, Params, QueryInput};
 pub use parser::parse;

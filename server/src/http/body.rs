@@ -194,13 +194,22 @@ pub fn parse_typed<T: DeserializeOwned>(bytes: &[u8]) -> ServerResult<T> {
     let text = body_text(bytes)?;
     let o = json_object(text)?;
     serde_path_to_error::deserialize(Value::Object(o)).map_err(|e| {
-        let field = e.path().to_string();
-        let field = if field == "." {
-            "body".to_string()
-        } else {
-            field
-        };
-        ServerError::invalid(None, field, plain_types(&e.into_inner().to_string()))
+        let path = e.path().to_string();
+        let msg = e.into_inner().to_string();
+        // a missing field is named as the field, not as the object that
+        // lacks it
+        if let Some(name) = msg
+            .strip_prefix("missing field `")
+            .and_then(|m| m.strip_suffix('`'))
+        {
+            let field = match path.as_str() {
+                "." => name.to_string(),
+                p => format!("{p}.{name}"),
+            };
+            return ServerError::invalid(None, field, "required, and missing");
+        }
+        let field = if path == "." { "body".into() } else { path };
+        ServerError::invalid(None, field, plain_types(&msg))
     })
 }
 
@@ -225,6 +234,33 @@ fn plain_types(msg: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_field_is_named_as_the_field() {
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Inner {
+            at: String,
+        }
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct B {
+            at: Option<String>,
+            inner: Option<Inner>,
+            need: String,
+        }
+        let field = |body: &[u8]| match parse_typed::<B>(body).unwrap_err() {
+            ServerError::Invalid {
+                details, message, ..
+            } => (details["field"].as_str().unwrap().to_string(), message),
+            other => panic!("{other:?}"),
+        };
+        let (f, m) = field(br#"{}"#);
+        assert_eq!(f, "need", "{m}");
+        assert!(m.contains("missing"), "{m}");
+        assert_eq!(field(br#"{"need": "x", "inner": {}}"#).0, "inner.at");
+        assert_eq!(field(br#"{"need": 1}"#).0, "need");
+    }
 
     #[test]
     fn type_errors_speak_json_not_rust() {
