@@ -86,6 +86,20 @@ fn endpoints_do_their_job() {
         assert_eq!(e["error"]["code"], code, "{method} {path}");
     }
     s.json("GET", "/v1/records?limit=1", Some(&k.boss), None, 200);
+    // the query string is read once the route, the method and the key
+    // are: a wrong method is 405, a missing key 401, and HEAD reads what
+    // GET does
+    for (method, path, key, status) in [
+        ("PUT", "/v1/records/bulk?batch=1", Some(&k.boss), 405),
+        ("PATCH", "/v1/records/x?x=1", Some(&k.boss), 405),
+        ("GET", "/v1/records?tenant=beta", None, 401),
+        ("POST", "/v1/stats?x=1", None, 405),
+        ("GET", "/v1/stats?x=1", None, 401),
+        ("HEAD", "/v1/records?limit=1", Some(&k.boss), 200),
+    ] {
+        let r = s.call(method, path, key.map(String::as_str), None);
+        assert_eq!(r.status, status, "{method} {path}: {}", r.text());
+    }
     // a known parameter's bad value is one field error (422) however far
     // off it is: not a number, past the integer type, out of range
     for path in [

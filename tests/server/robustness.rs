@@ -386,6 +386,63 @@ fn deep_nesting_huge_numbers_invalid_utf8_and_limits() {
     s.json("GET", "/healthz", None, None, 200);
 }
 
+/// The 1 MiB limit of a question is applied to its `Content-Length` before
+/// a byte of the body is read (the server waited for the body, and read up
+/// to 1 MiB of it, where a 16 MiB declaration was refused at once); a
+/// client that goes away before the end of its body is logged as gone
+/// (499 `client_closed`), not as a malformed request.
+#[test]
+fn a_questions_limit_is_checked_from_its_head_and_a_body_cut_short_is_the_clients() {
+    let (_tmp, dir) = new_store();
+    let k = tenant_key(&dir, "t", "p", "user");
+    let s = Server::start(&dir, None);
+    for path in ["/v1/query", "/v1/recall", "/v1/context"] {
+        let mut c = TcpStream::connect(&s.addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.write_all(head("POST", path, Some(&k), "application/json", Some(2_000_000)).as_bytes())
+            .unwrap();
+        // no body: the answer must come from the head alone
+        let r = read_response(&mut c).unwrap();
+        assert_eq!(r.status, 413, "{path}: {}", r.text());
+        assert_eq!(
+            r.json()["error"]["details"]["limit_bytes"],
+            1 << 20,
+            "{path}"
+        );
+    }
+    let mut c = TcpStream::connect(&s.addr).unwrap();
+    c.write_all(
+        head(
+            "POST",
+            "/v1/recall",
+            Some(&k),
+            "application/json",
+            Some(100),
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    c.write_all(br#"{"text": "#).unwrap();
+    c.shutdown(std::net::Shutdown::Both).unwrap();
+    drop(c);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let log = s.log_text();
+        // (the recall's line after the 413 above)
+        let line = log.lines().filter(|l| l.contains("\"/v1/recall\"")).nth(1);
+        if let Some(l) = line {
+            assert!(
+                l.contains("\"status\":499") && l.contains("client_closed"),
+                "{l}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "no line for the recall:\n{log}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    s.json("GET", "/healthz", None, None, 200);
+}
+
 /// A query, a recall or a context request is a question, not data: its
 /// body is refused past 1 MiB (a parsed JSON body takes tens of times its
 /// size in memory, and a few 16 MiB queries at once took the server

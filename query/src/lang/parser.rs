@@ -293,8 +293,14 @@ impl<'s> Parser<'s> {
         }
         if let (Some(c), Some(j)) = (self.clause, self.clause_of(word)) {
             if j < c {
+                // ("the retrievers" go, a clause goes)
+                let verb = if CLAUSES[j].ends_with('s') {
+                    "go"
+                } else {
+                    "goes"
+                };
                 return Some(format!(
-                    "{} goes before {}: clauses come in the order {}",
+                    "{} {verb} before {}: clauses come in the order {}",
                     CLAUSES[j],
                     CLAUSES[c],
                     CLAUSES.join(", ")

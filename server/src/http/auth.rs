@@ -158,6 +158,10 @@ impl FromRequestParts<Shared> for Caller {
     type Rejection = ServerError;
 
     async fn from_request_parts(parts: &mut Parts, app: &Shared) -> Result<Self, Self::Rejection> {
-        authenticate(app, parts)
+        let caller = authenticate(app, parts)?;
+        // (every `/v1` endpoint but the OpenAPI document takes a caller:
+        // its query string is checked once the key is)
+        crate::http::routes::check_query(parts)?;
+        Ok(caller)
     }
 }

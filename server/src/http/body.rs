@@ -22,14 +22,18 @@ use crate::http::error::{ServerError, ServerResult};
 /// Top-level fields no request body may carry: who acts comes from the key.
 pub const SESSION_FIELDS: &[&str] = &["tenant", "principal"];
 
-/// The body limit of a request (`POST /v1/query`, `/v1/recall` and
-/// `/v1/context` are questions, not data: [`READ_BODY_BYTES_MAX`]).
-fn body_limit(req: &Request, app: &Shared) -> u64 {
-    let limit = app.cfg.limits.body_bytes_max;
-    if matches!(req.uri().path(), "/v1/query" | "/v1/recall" | "/v1/context") {
-        limit.min(READ_BODY_BYTES_MAX)
-    } else {
-        limit
+/// The body limit of a route (its template, or a path without
+/// parameters): bulk ingest has its own; `POST /v1/query`, `/v1/recall`
+/// and `/v1/context` are questions, not data ([`READ_BODY_BYTES_MAX`]).
+/// The one limit both the check of `Content-Length` (before a byte is
+/// read) and the reading of a body apply.
+pub fn body_limit(limits: &crate::http::config::Limits, route: &str) -> u64 {
+    match route {
+        crate::http::routes::BULK_ROUTE => limits.bulk_body_bytes_max,
+        "/v1/query" | "/v1/recall" | "/v1/context" => {
+            limits.body_bytes_max.min(READ_BODY_BYTES_MAX)
+        }
+        _ => limits.body_bytes_max,
     }
 }
 
@@ -48,7 +52,7 @@ impl FromRequest<Shared> for RawBody {
     type Rejection = ServerError;
 
     async fn from_request(req: Request, app: &Shared) -> Result<Self, Self::Rejection> {
-        let limit = body_limit(&req, app);
+        let limit = body_limit(&app.cfg.limits, req.uri().path());
         let bytes = read_limited(req.into_body(), limit).await?;
         let hold = app.hold_body(bytes.len()).await;
         Ok(RawBody(bytes, hold))
@@ -87,11 +91,35 @@ pub async fn read_limited(body: axum::body::Body, limit: u64) -> ServerResult<By
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
             Err(ServerError::TooLarge { limit_bytes: limit })
         }
+        Err(e) if went_away(&*e) => Err(ServerError::ClientClosed),
         Err(e) => Err(ServerError::bad_request(
             "body",
             format!("could not read the request body: {e}"),
         )),
     }
+}
+
+/// Whether a body read failed because the connection closed before the
+/// body's end (rather than on a malformed body: a bad chunk size is 400).
+fn went_away(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut at = Some(e);
+    while let Some(err) = at {
+        if let Some(h) = err.downcast_ref::<hyper::Error>()
+            && (h.is_incomplete_message() || h.is_canceled())
+        {
+            return true;
+        }
+        // (hyper's body error: end of file before the declared length)
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind as K;
+            return matches!(
+                io.kind(),
+                K::UnexpectedEof | K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe
+            );
+        }
+        at = err.source();
+    }
+    false
 }
 
 /// `bytes` as UTF-8, or a 400 naming the line and column of the first

@@ -115,6 +115,11 @@ pub enum ServerError {
         /// The limit.
         limit_bytes: u64,
     },
+    /// The client went away before it sent the whole body: nobody reads
+    /// the answer, which is logged with status 499 and `client_closed`, as
+    /// a request dropped before its answer is.
+    #[error("the client closed the connection before the end of the body")]
+    ClientClosed,
     /// A field of a well-formed request is invalid. Fix it. 422.
     #[error("{message}")]
     Invalid {
@@ -262,6 +267,7 @@ impl ServerError {
             E::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             E::Conflict { .. } => StatusCode::CONFLICT,
             E::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            E::ClientClosed => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
             E::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             E::Busy { .. } => StatusCode::TOO_MANY_REQUESTS,
             E::Timeout { .. } | E::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -288,6 +294,7 @@ impl ServerError {
             E::MethodNotAllowed => "method_not_allowed",
             E::Conflict { code, .. } | E::Invalid { code, .. } => code,
             E::TooLarge { .. } => "payload_too_large",
+            E::ClientClosed => "client_closed",
             E::Busy { .. } => "busy",
             E::Timeout { .. } => "timeout",
             E::Unavailable { .. } => "unavailable",

@@ -117,6 +117,6 @@ pub async fn metrics(State(app): State<Shared>, parts: Parts) -> Response {
     get, path = "/v1/openapi.json", tag = "health",
     responses((status = 200, description = "OpenAPI document", body = Object))
 )]
-pub async fn openapi() -> Json<utoipa::openapi::OpenApi> {
+pub async fn openapi(_: super::QueryChecked) -> Json<utoipa::openapi::OpenApi> {
     Json(ApiDoc::openapi())
 }

@@ -29,7 +29,7 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use tower::ServiceBuilder;
 
-use crate::http::app::{App, Shared};
+use crate::http::app::Shared;
 use crate::http::error::{ErrorCode, LoggedDetail, ServerError};
 use crate::http::logging;
 use crate::http::metrics::method_label;
@@ -122,15 +122,6 @@ async fn method_not_allowed() -> ServerError {
     ServerError::MethodNotAllowed
 }
 
-/// The body limit of a route.
-fn body_limit(app: &App, route: &str) -> u64 {
-    if route == BULK_ROUTE {
-        app.cfg.limits.bulk_body_bytes_max
-    } else {
-        app.cfg.limits.body_bytes_max
-    }
-}
-
 /// Request id, early size check, log line and metrics of every request.
 /// The log line of a request whose client went away before its answer
 /// (the request's future is dropped; what the engine had started, a
@@ -182,12 +173,7 @@ async fn observe(State(app): State<Shared>, req: Request, next: Next) -> Respons
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let limit = body_limit(&app, &route);
-    let query = route.starts_with("/v1/") && req.uri().query().is_some_and(|q| !q.is_empty());
-    // naming the tenant or principal is refused as such, on every /v1/
-    // endpoint, whether it reads a query string or not (as in a body)
-    let session = query.then(|| session_param(req.uri())).flatten();
-    let stray_query = query && !TAKES_QUERY.contains(&(req.method().as_str(), route.as_str()));
+    let limit = crate::http::body::body_limit(&app.cfg.limits, &route);
     // (a client that goes away before its answer still gets its line)
     let mut unanswered = Unanswered {
         app: app.clone(),
@@ -200,18 +186,6 @@ async fn observe(State(app): State<Shared>, req: Request, next: Next) -> Respons
     let mut resp = match declared_len {
         // refused before a byte of the body is read
         Some(n) if n > limit => ServerError::TooLarge { limit_bytes: limit }.into_response(),
-        // a parameter no endpoint reads is a mistake (a misspelt one, or
-        // one that hopes to choose the tenant), never silently ignored
-        _ if let Some(field) = session => ServerError::SessionField {
-            item: None,
-            line: None,
-            field,
-        }
-        .into_response(),
-        _ if stray_query => {
-            ServerError::bad_request("query", "this endpoint takes no query parameters")
-                .into_response()
-        }
         _ => next.run(req).await,
     };
     unanswered.armed = false;
@@ -276,6 +250,55 @@ fn percent_escapes_well_formed(path: &str) -> bool {
             || b.get(i + 1..i + 3)
                 .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
     })
+}
+
+/// The query string of a `/v1` request, checked once its caller is known
+/// (so a request without a key is 401, and a wrong method 405, whatever
+/// its query string): a parameter naming the tenant or the principal is
+/// refused as such on every endpoint, whether it reads a query string or
+/// not (as in a body); any parameter of an endpoint that reads none is a
+/// mistake (a misspelt one, or one that hopes to choose the tenant),
+/// never silently ignored. `HEAD` reads what `GET` does.
+pub(crate) fn check_query(parts: &Parts) -> Result<(), ServerError> {
+    if parts.uri.query().is_none_or(str::is_empty) {
+        return Ok(());
+    }
+    if let Some(field) = session_param(&parts.uri) {
+        return Err(ServerError::SessionField {
+            item: None,
+            line: None,
+            field,
+        });
+    }
+    let route = parts
+        .extensions
+        .get::<MatchedPath>()
+        .map_or("", |m| m.as_str());
+    let method = match parts.method.as_str() {
+        "HEAD" => "GET",
+        m => m,
+    };
+    if TAKES_QUERY.contains(&(method, route)) {
+        Ok(())
+    } else {
+        Err(ServerError::bad_request(
+            "query",
+            "this endpoint takes no query parameters",
+        ))
+    }
+}
+
+/// [`check_query`] for an endpoint that takes no caller (the OpenAPI
+/// document).
+#[derive(Debug)]
+pub struct QueryChecked;
+
+impl FromRequestParts<Shared> for QueryChecked {
+    type Rejection = ServerError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &Shared) -> Result<Self, Self::Rejection> {
+        check_query(parts).map(|()| QueryChecked)
+    }
 }
 
 /// The first query parameter of `uri` that names the tenant or the
