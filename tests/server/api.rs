@@ -273,6 +273,8 @@ fn endpoints_do_their_job() {
             "{msg}"
         );
         assert_eq!(e["error"]["details"]["line"], 2, "{e}");
+        let id = if bad.contains("big") { "big" } else { "vec" };
+        assert_eq!(e["error"]["details"]["case_id"], id, "{e}");
     }
 
     // correction and history

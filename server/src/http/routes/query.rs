@@ -314,7 +314,11 @@ pub async fn eval(
                             "invalid {field}: case {} (line {}): {reason} (nothing was run)",
                             c.case_id, c.line
                         ),
-                        details: serde_json::json!({"line": c.line, "field": field}),
+                        details: serde_json::json!({
+                            "line": c.line,
+                            "case_id": c.case_id,
+                            "field": field
+                        }),
                     }))
                 };
                 if k == 0 || k > k_max {
