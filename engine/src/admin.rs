@@ -34,10 +34,26 @@ pub struct TenantStats {
     pub retention: BTreeMap<String, String>,
     /// Scopes under legal hold (`engram hold`), sorted.
     pub holds: Vec<String>,
+    /// The tenant's review rules (`engram review rule`), by assertion kind
+    /// and writer kind: whether such an assertion waits for review. A pair
+    /// not listed follows the default (a model's policy, instruction or
+    /// procedure waits; nothing else does).
+    pub review_rules: Vec<ReviewRule>,
+}
+
+/// One review rule of a tenant (see [`TenantStats::review_rules`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ReviewRule {
+    /// The assertion kind (`policy`, `fact`, ...).
+    pub kind: String,
+    /// The writer kind (`user`, `system`, `model`).
+    pub writer: String,
+    /// Whether such an assertion waits for review.
+    pub review: bool,
 }
 
 impl TenantStats {
-    /// Takes the tenant's retention periods and legal holds.
+    /// Takes the tenant's retention periods, legal holds and review rules.
     fn policy(&mut self, t: &crate::state::TenantState) {
         self.retention = t
             .retention
@@ -45,6 +61,15 @@ impl TenantStats {
             .map(|(class, period)| (class.clone(), crate::time::format_retention_period(*period)))
             .collect();
         self.holds = t.holds.iter().cloned().collect();
+        self.review_rules = t
+            .review_rules
+            .iter()
+            .map(|((kind, writer), &review)| ReviewRule {
+                kind: kind.clone(),
+                writer: writer.clone(),
+                review,
+            })
+            .collect();
     }
 
     /// Counts one record. A deleted record counts under the kind
@@ -220,7 +245,7 @@ impl Engram {
                 .count(&st, m);
         }
         for t in st.tenants.values() {
-            if !t.retention.is_empty() || !t.holds.is_empty() {
+            if !t.retention.is_empty() || !t.holds.is_empty() || !t.review_rules.is_empty() {
                 s.tenants.entry(t.name.clone()).or_default().policy(t);
             }
         }

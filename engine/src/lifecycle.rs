@@ -480,6 +480,32 @@ impl Session {
         })
     }
 
+    /// [`Session::set_review_rule`] by the kinds' names (`policy`,
+    /// `model`), as the CLI and the server take them: an unknown name is
+    /// `invalid_input` on `kind` or `writer`, listing the names there are.
+    pub fn set_review_rule_named(
+        &self,
+        kind: &str,
+        writer: &str,
+        review: bool,
+    ) -> Result<OpResult> {
+        use crate::model::{AssertionKind, WriterKind};
+        let k = AssertionKind::parse(kind).ok_or_else(|| {
+            let all: Vec<&str> = AssertionKind::ALL.iter().map(|k| k.name()).collect();
+            EngineError::invalid(
+                "kind",
+                format!("'{kind}' is no assertion kind (one of {})", all.join(", ")),
+            )
+        })?;
+        let w = WriterKind::parse(writer).ok_or_else(|| {
+            EngineError::invalid(
+                "writer",
+                format!("'{writer}' is no writer kind (user, system or model)"),
+            )
+        })?;
+        self.set_review_rule(k, w, review)
+    }
+
     /// Overrides the review policy for one assertion kind written by one
     /// writer kind in this tenant.
     pub fn set_review_rule(

@@ -51,6 +51,27 @@ pub enum ReviewCommand {
         #[arg(long)]
         note: Option<String>,
     },
+    /// Set whether an assertion kind from a writer kind waits for review
+    /// in a tenant (the tenant admin's; `engram stats` lists the rules).
+    Rule {
+        /// Tenant.
+        #[arg(long, value_parser = crate::cli::name_arg)]
+        tenant: String,
+        /// Assertion kind: observation, hypothesis, fact, preference, note,
+        /// instruction, policy or procedure.
+        #[arg(long)]
+        kind: String,
+        /// Writer kind: user, system or model.
+        #[arg(long)]
+        writer: String,
+        /// `true`: such assertions wait for review; `false`: they apply at
+        /// once.
+        #[arg(long, action = clap::ArgAction::Set)]
+        review: bool,
+        /// Act as this principal of the tenant instead of the tenant admin.
+        #[arg(long = "as", value_name = "PRINCIPAL", value_parser = crate::cli::name_arg)]
+        act_as: Option<String>,
+    },
 }
 
 /// `engram expire`.
@@ -236,6 +257,25 @@ fn review_inner(db: &Engram, cmd: ReviewCommand) -> CliResult {
         }
         ReviewCommand::Approve { target, note } => decide(db, target, note, true)?,
         ReviewCommand::Reject { target, note } => decide(db, target, note, false)?,
+        ReviewCommand::Rule {
+            tenant,
+            kind,
+            writer,
+            review,
+            act_as,
+        } => {
+            let res = session_for(db, &tenant, act_as.as_deref())
+                .set_review_rule_named(&kind, &writer, review)?;
+            crate::outln!(
+                "in tenant '{tenant}', a {kind} written by a {writer} {} (operation {})",
+                if review {
+                    "waits for review"
+                } else {
+                    "applies at once"
+                },
+                res.op_id
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

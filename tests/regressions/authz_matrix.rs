@@ -307,7 +307,9 @@ fn every_cell_of_the_matrix_through_the_cli() {
                     Op::Review => vec!["review", "approve", &idt],
                     Op::Grant => vec!["grant", "--principal", "someone", "--label", "l2"],
                     Op::Revoke => vec!["revoke", "--principal", "someone", "--label", "l2"],
-                    Op::ReviewRule => continue, // no CLI command; covered above
+                    Op::ReviewRule => vec![
+                        "review", "rule", "--kind", "fact", "--writer", "model", "--review", "true",
+                    ],
                     Op::Retention => vec!["retention", "--class", "ephemeral", "--period", "1h"],
                     Op::Hold => vec!["hold", "--scope", "tenant"],
                     Op::TenantStats => continue, // the CLI's stats is the operator's
@@ -316,8 +318,10 @@ fn every_cell_of_the_matrix_through_the_cli() {
                 if let Some(p) = principal {
                     // tenant-wide commands name their grantee with
                     // --principal; the actor is --as
-                    let tenant_wide =
-                        matches!(op, Op::Grant | Op::Revoke | Op::Retention | Op::Hold);
+                    let tenant_wide = matches!(
+                        op,
+                        Op::Grant | Op::Revoke | Op::Retention | Op::Hold | Op::ReviewRule
+                    );
                     args.extend([if tenant_wide { "--as" } else { "--principal" }, p]);
                 }
                 let o = cli::at(&dir, &args);

@@ -1228,3 +1228,76 @@ fn a_restore_into_a_new_directory_rebuilds_the_backups_derived_vectors() {
         serde_json::from_str::<serde_json::Value>(&found(&store)).unwrap()["hits"]
     );
 }
+
+/// A tenant's review rules are set from the CLI (`engram review rule`),
+/// not only from the embedded API, and `stats` lists them: a rule makes a
+/// model's notes wait for review, another lets its policies apply at once;
+/// an unknown kind is refused naming the kinds there are.
+#[test]
+fn review_rules_are_set_from_the_cli_and_listed_by_stats() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    ok(&store, &["init"]);
+    let rule = |kind: &str, review: &str| {
+        ok(
+            &store,
+            &[
+                "review", "rule", "--tenant", "t", "--kind", kind, "--writer", "model", "--review",
+                review,
+            ],
+        )
+    };
+    rule("note", "true");
+    rule("policy", "false");
+    let f = tmp.path().join("m.jsonl");
+    std::fs::write(
+        &f,
+        "{\"tenant\":\"t\",\"record\":\"assertion\",\"external_id\":\"n\",\"kind\":\"note\",\"text\":\"a model's note\",\"sources\":[\"e\"],\"writer\":{\"principal\":\"bot\",\"kind\":\"model\"}}\n\
+         {\"tenant\":\"t\",\"record\":\"assertion\",\"external_id\":\"p\",\"kind\":\"policy\",\"text\":\"a model's policy\",\"sources\":[\"e\"],\"writer\":{\"principal\":\"bot\",\"kind\":\"model\"}}\n",
+    )
+    .unwrap();
+    let e = tmp.path().join("e.jsonl");
+    std::fs::write(
+        &e,
+        "{\"tenant\":\"t\",\"external_id\":\"e\",\"kind\":\"turn\",\"text\":\"said\"}\n",
+    )
+    .unwrap();
+    ok(&store, &["ingest", e.to_str().unwrap()]);
+    ok(&store, &["ingest", f.to_str().unwrap()]);
+    let status = |id: &str| {
+        cli::json(&ok(&store, &["get", id, "--tenant", "t", "--json"]))["status"].clone()
+    };
+    assert_eq!(status("n"), "candidate");
+    assert_eq!(status("p"), "approved");
+    let stats = cli::json(&ok(&store, &["stats", "--json"]));
+    let rules = &stats["tenants"]["t"]["review_rules"];
+    assert_eq!(
+        rules,
+        &serde_json::json!([
+            {"kind": "note", "writer": "model", "review": true},
+            {"kind": "policy", "writer": "model", "review": false}
+        ]),
+        "{stats}"
+    );
+    let msg = fails(
+        &store,
+        &[
+            "review", "rule", "--tenant", "t", "--kind", "memo", "--writer", "model", "--review",
+            "true",
+        ],
+    );
+    assert!(msg.contains("kind") && msg.contains("procedure"), "{msg}");
+    // only the tenant admin sets them
+    let msg = fails(
+        &store,
+        &[
+            "review", "rule", "--tenant", "t", "--kind", "fact", "--writer", "model", "--review",
+            "true", "--as", "bob",
+        ],
+    );
+    assert!(
+        msg.contains("bob") || msg.contains("forbidden") || msg.contains("may not"),
+        "{msg}"
+    );
+}

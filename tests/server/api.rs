@@ -410,6 +410,37 @@ fn endpoints_do_their_job() {
         422,
     );
     assert_eq!(e["error"]["details"]["field"], "class", "{e}");
+    // a review rule: the tenant admin makes a model's facts wait for
+    // review; `GET /v1/stats` lists it; an unknown writer kind is a field
+    // error
+    s.json(
+        "POST",
+        "/v1/review/rules",
+        Some(&k.boss),
+        Some(r#"{"kind": "fact", "writer": "model", "review": true}"#),
+        200,
+    );
+    let made = append(
+        &s,
+        &k.bot,
+        r#"[{"kind": "turn", "external_id": "rr/e", "text": "the printer is on floor 3"},
+            {"record": "assertion", "kind": "fact", "external_id": "rr/f", "text": "printer on floor 3", "sources": ["rr/e"]}]"#,
+    );
+    assert_eq!(made[1]["status"], "candidate", "{made:?}");
+    let st = s.json("GET", "/v1/stats", Some(&k.boss), None, 200);
+    assert_eq!(
+        st["review_rules"],
+        json!([{"kind": "fact", "writer": "model", "review": true}]),
+        "{st}"
+    );
+    let e = s.json(
+        "POST",
+        "/v1/review/rules",
+        Some(&k.boss),
+        Some(r#"{"kind": "fact", "writer": "robot", "review": true}"#),
+        422,
+    );
+    assert_eq!(e["error"]["details"]["field"], "writer", "{e}");
     // a hold's scope value is a name like any other: at most 256 bytes
     let long = format!(r#"{{"scope": "user:{}"}}"#, "u".repeat(300));
     let e = s.json("POST", "/v1/holds", Some(&k.boss), Some(&long), 422);

@@ -142,6 +142,12 @@ const ROWS: &[(&str, &str, Option<&str>, [u16; 5])] = &[
         Some(r#"{"scope": "tenant"}"#),
         [401, 401, 403, 403, 403],
     ),
+    (
+        "POST",
+        "/v1/review/rules",
+        Some(r#"{"kind": "fact", "writer": "model", "review": true}"#),
+        [401, 401, 403, 403, 403],
+    ),
     ("GET", "/v1/stats", None, [401, 401, 403, 403, 403]),
     ("GET", "/v1/verify", None, [401, 401, 403, 403, 403]),
     (

@@ -78,6 +78,7 @@ def test_user_key_on_admin_endpoints_is_403(user: Client, store: Client, tmp_pat
         "revoke": lambda: user.revoke(grantee="ann", label="x"),
         "retention": lambda: user.retention("ephemeral", "1d"),
         "hold": lambda: user.hold("tenant"),
+        "review_rule": lambda: user.review_rule("fact", "model", review=True),
         "stats": user.stats,
         "verify": user.verify,
         "backup": lambda: user.backup(str(tmp_path / "b")),

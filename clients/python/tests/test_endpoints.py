@@ -193,6 +193,12 @@ def test_tenant_admin_operations(admin: Client, user: Client, uniq: str) -> None
         user.review_list()
 
     assert admin.retention("ephemeral", "6h")["lsn"] > 0
+    # (the default for that pair: no other test's records change)
+    assert admin.review_rule("observation", "system", review=False)["lsn"] > 0
+    rules = admin.stats()["review_rules"]
+    assert {"kind": "observation", "writer": "system", "review": False} in rules
+    with pytest.raises(InvalidInput):
+        admin.review_rule("memo", "system", review=True)
     assert admin.hold(f"user:u-{uniq}")["lsn"] > 0
     st = admin.stats()
     assert f"user:u-{uniq}" in st["holds"]

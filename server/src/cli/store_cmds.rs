@@ -150,6 +150,18 @@ pub(super) fn cmd_stats(ctx: &Ctx, a: JsonArgs) -> CliResult {
             if !ts.holds.is_empty() {
                 crate::outln!("             legal hold on {}", ts.holds.join(", "));
             }
+            for r in &ts.review_rules {
+                crate::outln!(
+                    "             review rule {} by {}: {}",
+                    r.kind,
+                    r.writer,
+                    if r.review {
+                        "needs review"
+                    } else {
+                        "applies at once"
+                    }
+                );
+            }
         }
     }
     crate::cli::close_store(&db);

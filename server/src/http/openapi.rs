@@ -36,6 +36,7 @@ use crate::http::routes::{admin, bulk, health, lifecycle, query, records};
         lifecycle::grant,
         lifecycle::revoke,
         lifecycle::retention,
+        lifecycle::review_rule,
         lifecycle::hold,
         query::recall,
         query::query,

@@ -370,6 +370,12 @@ def retention(retention_class: str, period: str) -> Call:
     return _json_call("POST", "/v1/retention", body, Retry.BUSY_ONLY)
 
 
+def review_rule(kind: str, writer: str, review: bool) -> Call:
+    """``POST /v1/review/rules``."""
+    body = {"kind": kind, "writer": writer, "review": review}
+    return _json_call("POST", "/v1/review/rules", body, Retry.BUSY_ONLY)
+
+
 def hold(scope: str, on: bool) -> Call:
     """``POST /v1/holds``."""
     return _json_call("POST", "/v1/holds", {"scope": scope, "on": on}, Retry.BUSY_ONLY)

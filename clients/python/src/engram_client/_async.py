@@ -318,6 +318,13 @@ class AsyncClient:
         tenant admin)."""
         return cast(OpResponse, await self._call(_api.retention(retention_class, period)))
 
+    async def review_rule(self, kind: str, writer: str, *, review: bool) -> OpResponse:
+        """Sets whether an assertion ``kind`` (``"policy"``, ``"fact"``, ...)
+        written by a ``writer`` kind (``"user"``, ``"system"``, ``"model"``)
+        waits for review in the key's tenant (tenant admin; ``stats()`` lists
+        the rules)."""
+        return cast(OpResponse, await self._call(_api.review_rule(kind, writer, review)))
+
     async def hold(self, scope: str, *, on: bool = True) -> OpResponse:
         """Places (or with ``on=False`` lifts) a legal hold on ``scope``:
         ``tenant``, ``user:U``, ``conversation:C``, ``agent:A``,

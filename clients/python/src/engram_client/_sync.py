@@ -303,6 +303,13 @@ class Client:
         tenant admin)."""
         return cast(OpResponse, self._call(_api.retention(retention_class, period)))
 
+    def review_rule(self, kind: str, writer: str, *, review: bool) -> OpResponse:
+        """Sets whether an assertion ``kind`` (``"policy"``, ``"fact"``, ...)
+        written by a ``writer`` kind (``"user"``, ``"system"``, ``"model"``)
+        waits for review in the key's tenant (tenant admin; ``stats()`` lists
+        the rules)."""
+        return cast(OpResponse, self._call(_api.review_rule(kind, writer, review)))
+
     def hold(self, scope: str, *, on: bool = True) -> OpResponse:
         """Places (or with ``on=False`` lifts) a legal hold on ``scope``:
         ``tenant``, ``user:U``, ``conversation:C``, ``agent:A``,

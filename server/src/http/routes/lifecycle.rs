@@ -440,6 +440,40 @@ pub async fn retention(
     .await
 }
 
+/// A review rule.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewRuleRequest {
+    /// Assertion kind: `observation`, `hypothesis`, `fact`, `preference`,
+    /// `note`, `instruction`, `policy` or `procedure`.
+    pub kind: String,
+    /// Writer kind: `user`, `system` or `model`.
+    pub writer: String,
+    /// Whether such assertions wait for review (`false`: they apply at
+    /// once).
+    pub review: bool,
+}
+
+/// Set whether an assertion kind written by a writer kind waits for review
+/// in the key's tenant (tenant admin). `GET /v1/stats` lists the rules.
+#[utoipa::path(
+    post, path = "/v1/review/rules", tag = "lifecycle",
+    request_body = ReviewRuleRequest,
+    responses((status = 200, body = OpResponse), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("api_key" = []))
+)]
+pub async fn review_rule(
+    State(app): State<Shared>,
+    caller: Caller,
+    JsonBody(req, _held): JsonBody<ReviewRuleRequest>,
+) -> ServerResult<Json<OpResponse>> {
+    let session = caller.session(&app, Operation::ReviewRule).await?;
+    op(&app, "review_rule", move || {
+        session.set_review_rule_named(&req.kind, &req.writer, req.review)
+    })
+    .await
+}
+
 /// A legal hold.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

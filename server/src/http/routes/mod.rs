@@ -70,6 +70,7 @@ pub fn router(app: Shared) -> Router {
         .route("/v1/records/{ref}/expire", post(lifecycle::expire))
         .route("/v1/records/{ref}/retract", post(lifecycle::retract))
         .route("/v1/review", get(lifecycle::review_queue))
+        .route("/v1/review/rules", post(lifecycle::review_rule))
         .route("/v1/review/{ref}/approve", post(lifecycle::approve))
         .route("/v1/review/{ref}/reject", post(lifecycle::reject))
         .route("/v1/access/grant", post(lifecycle::grant))
