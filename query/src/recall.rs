@@ -122,12 +122,19 @@ fn opt_time(o: &Map<String, Value>, f: &str) -> R<Option<i64>> {
         .transpose()
 }
 
+/// A count: a JSON number counts by its value (`1e2` is 100, as in a
+/// query parameter), if that is a whole number a double carries exactly.
 fn opt_uint(o: &Map<String, Value>, f: &str) -> R<Option<usize>> {
     match o.get(f) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Number(n)) => n
             .as_u64()
-            .map(|x| Some(x as usize))
+            .or_else(|| {
+                n.as_f64()
+                    .filter(|x| x.fract() == 0.0 && (0.0..=9_007_199_254_740_992.0).contains(x))
+                    .map(|x| x as u64)
+            })
+            .map(|x| Some(usize::try_from(x).unwrap_or(usize::MAX)))
             .ok_or_else(|| (f.to_string(), "expected a non-negative integer".into())),
         Some(_) => Err((f.to_string(), "expected an integer".into())),
     }
@@ -382,6 +389,13 @@ mod tests {
     }
 
     #[test]
+    fn a_count_counts_by_its_value() {
+        for t in [r#"{"text": "x", "k": 1e2}"#, r#"{"text": "x", "k": 100.0}"#] {
+            assert_eq!(parse_recall_line(t, 1).unwrap().request.k, 100, "{t}");
+        }
+    }
+
+    #[test]
     fn errors_name_the_field() {
         for (t, f) in [
             (r#"{"text": "x", "mode": "fuzzy"}"#, "mode"),
@@ -395,6 +409,8 @@ mod tests {
             ),
             (r#"{"text": "x", "weights": [1]}"#, "weights"),
             (r#"{"text": "x", "k": -1}"#, "k"),
+            (r#"{"text": "x", "k": 2.5}"#, "k"),
+            (r#"{"text": "x", "k": -1e2}"#, "k"),
             (r#"{"text": "x", "as_of": "soon"}"#, "as_of"),
             (r#"{"text": "x", "vector": ["a"]}"#, "vector"),
             (r#"{"text": "x", "record": "fact"}"#, "record"),

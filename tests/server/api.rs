@@ -1043,6 +1043,12 @@ fn query_runs_statements_as_the_key_and_locates_errors() {
             422,
         );
         assert_eq!(e["error"]["code"], "invalid_input", "{ast}: {e}");
+        // the field at fault by its path in the tree
+        let field = e["error"]["details"]["field"].as_str().unwrap_or_default();
+        assert!(field.starts_with("ast."), "{ast}: {e}");
+        if ast.to_string().contains("limt") {
+            assert_eq!(field, "ast.body", "{e}");
+        }
     }
     // another tenant's key and a reader without the label see nothing
     for key in [&other, &k.ann] {

@@ -456,8 +456,14 @@ pub async fn query(
             .await?
             .map_err(query_error)?,
         (None, Some(ast)) => {
-            let stmt: Statement = serde_json::from_value(ast)
-                .map_err(|e| ServerError::invalid(None, "ast", e.to_string()))?;
+            // (the field at fault by its path in the tree: `ast.find.limit`)
+            let stmt: Statement = serde_path_to_error::deserialize(ast).map_err(|e| {
+                let field = match e.path().to_string() {
+                    p if p == "." => "ast".to_string(),
+                    p => format!("ast.{p}"),
+                };
+                ServerError::invalid(None, field, e.into_inner().to_string())
+            })?;
             app.read(move || Ok(session.query_ast(&stmt, &params)))
                 .await?
                 .map_err(query_error)?
