@@ -346,6 +346,38 @@ pub fn create(path: &Path, grant: Grant) -> ServerResult<(String, KeyEntry)> {
         }
     }
     with_locked_file(path, |file| {
+        // A principal writes as a model (agent keys) or as a person, never
+        // both: the matrix knows a record's writer by name, so a user key
+        // of the name an agent key has would correct (approved at once)
+        // what that model wrote and a reviewer approved.
+        let is_model = |g: &Grant| {
+            matches!(
+                g,
+                Grant::Tenant {
+                    role: Role::Agent,
+                    ..
+                }
+            )
+        };
+        if let Grant::Tenant {
+            tenant, principal, ..
+        } = &grant
+            && let Some(other) = file.keys.iter().find(|k| {
+                matches!(&k.grant, Grant::Tenant { tenant: t, principal: p, .. }
+                    if t == tenant && p == principal)
+                    && is_model(&k.grant) != is_model(&grant)
+            })
+        {
+            return Err(ServerError::KeyUsage(format!(
+                "principal '{principal}' of tenant '{tenant}' has key {} as {} (revoked or not): a principal writes as a model (role agent) or as a person, never both; name this key's principal otherwise",
+                other.id,
+                if is_model(&other.grant) {
+                    "an agent"
+                } else {
+                    "a person"
+                }
+            )));
+        }
         let key = loop {
             let mut secret = [0u8; KEY_SECRET_BYTES];
             getrandom::fill(&mut secret).map_err(|e| {
@@ -766,6 +798,35 @@ mod tests {
         drop(f);
         assert_eq!(std::fs::metadata(&path).unwrap().modified().unwrap(), mtime);
         assert!(store.authenticate(&k).0.is_none());
+    }
+
+    #[test]
+    fn a_principal_is_a_model_or_a_person_never_both() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(KEY_FILE_NAME);
+        create(&path, tenant_grant(Role::Agent)).unwrap();
+        // another agent key of the principal is fine
+        create(&path, tenant_grant(Role::Agent)).unwrap();
+        for role in [Role::User, Role::Reviewer, Role::Admin] {
+            let e = create(&path, tenant_grant(role)).unwrap_err().to_string();
+            assert!(e.contains("'ann'") && e.contains("never both"), "{e}");
+        }
+        // the name in another tenant is another principal
+        create(
+            &path,
+            Grant::Tenant {
+                tenant: "globex".into(),
+                principal: "ann".into(),
+                role: Role::User,
+                labels: vec![],
+            },
+        )
+        .unwrap();
+        // and a person may hold several roles' keys
+        let other = dir.path().join("other.json");
+        create(&other, tenant_grant(Role::User)).unwrap();
+        create(&other, tenant_grant(Role::Reviewer)).unwrap();
+        assert!(create(&other, tenant_grant(Role::Agent)).is_err());
     }
 
     #[test]
