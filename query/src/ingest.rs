@@ -251,7 +251,10 @@ pub(crate) fn json_object(text: &str, line: usize) -> Result<Map<String, Value>,
         }),
         Err(Err(e)) => Err(LineError {
             json_at: Some((e.line(), e.column())),
-            ..whole(format!("not valid JSON: {e}"))
+            ..whole(format!(
+                "not valid JSON: {}",
+                crate::strict::json_error_reason(&e)
+            ))
         }),
     }
 }

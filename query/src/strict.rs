@@ -72,6 +72,28 @@ pub fn parse(text: &str) -> Result<Value, Result<Refusal, serde_json::Error>> {
     }
 }
 
+/// What is wrong with a document the JSON parser refused, said for the
+/// one who wrote it: the parser's message (with its position, which the
+/// caller reports on its own terms), except where that message names the
+/// parser's workings rather than the input (its depth limit, a lone
+/// UTF-16 surrogate escape).
+pub fn json_error_reason(e: &serde_json::Error) -> String {
+    let msg = e.to_string();
+    // (the parser's position, kept last where callers look for it)
+    let (what, at) = msg.split_at(msg.rfind(" at line ").unwrap_or(msg.len()));
+    if what.contains("recursion limit exceeded") {
+        return format!(
+            "nested too deeply to read (more than 127 levels of arrays and objects){at}"
+        );
+    }
+    if what.contains("surrogate") || what.starts_with("unexpected end of hex escape") {
+        return format!(
+            "{what} (an escape \\uD800 to \\uDFFF is half of a UTF-16 surrogate pair, a high one followed by a low one: write the character itself or its pair){at}"
+        );
+    }
+    msg
+}
+
 /// Why an integer at `path` is refused (inside `data`, a payload whose
 /// shape is the client's, with the way round).
 fn unsafe_integer(literal: &str, path: &str) -> String {
@@ -279,6 +301,33 @@ impl<'de> Visitor<'de> for Walk<'_> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_parser_message_about_its_workings_says_what_is_wrong_with_the_input() {
+        let why = |t: &str| match parse(t) {
+            Err(Err(e)) => json_error_reason(&e),
+            other => panic!("{t}: {other:?}"),
+        };
+        for t in [
+            r#"{"text": "\ud800"}"#,
+            r#"{"text": "\ud800x"}"#,
+            r#"{"text": "\udc00"}"#,
+        ] {
+            let m = why(t);
+            assert!(m.contains("surrogate pair"), "{t}: {m}");
+        }
+        let deep = "[".repeat(200);
+        let m = why(&deep);
+        assert!(
+            why(r#"{"text": "\ud800"}"#).ends_with(" at line 1 column 17"),
+            "{m}"
+        );
+        assert!(m.starts_with("nested too deeply to read"), "{m}");
+        assert!(m.contains(" at line 1 column "), "{m}");
+        // other messages are the parser's own
+        assert!(why(r#"{"a": }"#).starts_with("expected value"));
+    }
+
     use super::*;
 
     #[test]

@@ -393,14 +393,7 @@ impl ServerError {
 
     /// A JSON syntax error of `serde_json`, at batch item `item` if any.
     pub fn bad_json(e: &serde_json::Error, item: Option<usize>) -> Self {
-        let reason = strip_position(&e.to_string());
-        // The parser's own depth limit (128): the JSON may be valid, it is
-        // too deep to read, which is what the message says.
-        let reason = if reason.contains("recursion limit exceeded") {
-            "nested too deeply to read (more than 127 levels of arrays and objects)".to_string()
-        } else {
-            reason
-        };
+        let reason = strip_position(&engram_query::strict::json_error_reason(e));
         ServerError::BadJson {
             item,
             line: e.line(),
