@@ -505,6 +505,21 @@ pub(super) fn hold_op(
     if let Some(reason) = idx.and_then(|ix| decision_refusal(st, ix, approve)) {
         return Err(refuse(reason));
     }
+    // A source another write in flight corrects or retracts is outdated by
+    // the time this approval applies (which then leaves the record stale):
+    // refused now rather than answered "approved".
+    if approve == Some(true)
+        && let Some(s) = idx
+            .and_then(|ix| st.sources.get(&ix))
+            .into_iter()
+            .flatten()
+            .map(|&s| st.meta(s).id)
+            .find(|s| w.pending_superseded.contains(s) || w.pending_retracted.contains(s))
+    {
+        return Err(refuse(format!(
+            "its source {s} is being corrected or retracted by a write in flight: once that is applied, regenerate this record from the current version, and reject this one"
+        )));
+    }
     if review {
         w.pending_reviewed.insert(target);
     } else {

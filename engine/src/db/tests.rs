@@ -970,3 +970,45 @@ fn a_review_decision_while_another_is_in_flight_is_refused() {
     let e = admin.approve(&RecordRef::Id(id), None).unwrap_err();
     assert!(e.to_string().contains("not a review candidate"), "{e}");
 }
+
+/// An approval whose source another write in flight corrects is refused
+/// (it would be applied after the correction and leave the record stale,
+/// answered "approved"); once nothing is in flight it is decided as usual.
+#[test]
+fn an_approval_of_a_record_whose_source_a_write_in_flight_corrects_is_refused() {
+    let db = mem_store("/review-source");
+    let admin = db.session(Principal::admin("t"));
+    let ticket = admin
+        .append(vec![NewRecord::event("ticket", "t").with_external_id("t")])
+        .unwrap()[0]
+        .id;
+    let id = db
+        .session(Principal::model("t", "bot"))
+        .append(vec![NewRecord::assertion(
+            crate::model::AssertionKind::Policy,
+            "always refund",
+            vec![RecordRef::External("t".into())],
+        )])
+        .unwrap()[0]
+        .id;
+    let lsn = db.applied_lsn();
+    for pending in [true, false] {
+        // as a correction (or a retraction) queued leaves it
+        {
+            let mut w = db.inner.writer.lock();
+            if pending {
+                w.pending_superseded.insert(ticket);
+            } else {
+                w.pending_retracted.insert(ticket);
+            }
+        }
+        let e = admin.approve(&RecordRef::Id(id), None).unwrap_err();
+        assert!(e.to_string().contains("in flight"), "{e}");
+        assert!(db.inner.writer.lock().pending_reviewed.is_empty());
+        let mut w = db.inner.writer.lock();
+        w.pending_superseded.clear();
+        w.pending_retracted.clear();
+    }
+    assert_eq!(db.applied_lsn(), lsn, "nothing written");
+    admin.approve(&RecordRef::Id(id), None).unwrap();
+}
