@@ -464,6 +464,8 @@ pub(super) fn candidate_correction(
 /// together were both answered 200 while only the first took effect, and
 /// a correction could be resolved against a record a queued retraction
 /// withdraws. Operations a restore re-applies (`reuse`) are not checked.
+/// An expiry is checked (not registered): its target must not be a version
+/// a correction in flight supersedes.
 pub(super) fn hold_op(
     w: &mut WriterState,
     st: &State,
@@ -472,6 +474,23 @@ pub(super) fn hold_op(
     reuse: Option<RecordId>,
 ) -> Result<Option<(bool, RecordId)>> {
     use crate::codec::OpBody;
+    // An expiry of a version a correction in flight supersedes would end
+    // a version that is out of every current read by the time it applies
+    // (checked before the lock for stored corrections; re-applied
+    // operations aside)
+    if let OpBody::Expire { target, .. } = op
+        && reuse.is_none()
+        && w.pending_superseded
+            .contains(&RecordId::from_bytes(*target))
+    {
+        return Err(EngineError::InvalidState {
+            action: "expire".into(),
+            target: RecordId::from_bytes(*target),
+            reason:
+                "a correction of it is in flight: expire the version it makes once it is applied"
+                    .into(),
+        });
+    }
     // (`approve`: `None` for a retraction)
     let (approve, target, action) = match op {
         OpBody::Review {

@@ -1012,3 +1012,25 @@ fn an_approval_of_a_record_whose_source_a_write_in_flight_corrects_is_refused() 
     assert_eq!(db.applied_lsn(), lsn, "nothing written");
     admin.approve(&RecordRef::Id(id), None).unwrap();
 }
+
+/// An expiry of a version a correction in flight supersedes is refused
+/// under the writer lock (it would end a version out of every current
+/// read, and the correction would not inherit the end).
+#[test]
+fn an_expiry_of_a_version_a_correction_in_flight_supersedes_is_refused() {
+    let db = mem_store("/expire-race");
+    let admin = db.session(Principal::admin("t"));
+    let id = admin
+        .append(vec![NewRecord::event("fact", "t").with_external_id("f")])
+        .unwrap()[0]
+        .id;
+    db.inner.writer.lock().pending_superseded.insert(id);
+    let lsn = db.applied_lsn();
+    let e = admin
+        .expire(&RecordRef::Id(id), 4_102_444_800_000)
+        .unwrap_err();
+    assert!(e.to_string().contains("in flight"), "{e}");
+    assert_eq!(db.applied_lsn(), lsn, "nothing written");
+    db.inner.writer.lock().pending_superseded.clear();
+    admin.expire(&RecordRef::Id(id), 4_102_444_800_000).unwrap();
+}
