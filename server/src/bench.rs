@@ -199,6 +199,12 @@ impl KeptStore {
                 (Some(t), root)
             }
         };
+        if root.exists() && !root.is_dir() {
+            return Err(fail(format!(
+                "--dir {}: a file, not a directory",
+                root.display()
+            )));
+        }
         let store = root.join("store");
         let stamp = root.join(format!("bench-{bench}.params"));
         // Only a directory this bench made is written to: a missing or
@@ -228,8 +234,9 @@ impl KeptStore {
             }
             // Marks the directory as this bench's before anything is
             // built: an interrupted build is rebuilt, never reused.
-            std::fs::create_dir_all(&root)?;
-            std::fs::write(&stamp, "building")?;
+            std::fs::create_dir_all(&root)
+                .and_then(|()| std::fs::write(&stamp, "building"))
+                .map_err(|e| fail(format!("--dir {}: {e}", root.display())))?;
         }
         Ok(KeptStore {
             _tmp: tmp,
@@ -433,12 +440,29 @@ pub fn measure_with_progress(
 /// Writer threads one configuration may start (each is an OS thread).
 const WRITERS_MAX: usize = 256;
 
+/// The most records (or events per configuration) a bench generates: ten
+/// times the million the benchmarks are about, and a store of some 10 GB,
+/// where a mistyped count would otherwise start a build of terabytes or
+/// allocate its timings past memory.
+pub const BENCH_RECORDS_MAX: usize = 10_000_000;
+
+/// Refuses `value` of `flag` past `max`, naming both.
+pub fn at_most(flag: &str, value: usize, max: usize) -> Result<(), CliError> {
+    if value > max {
+        return Err(CliError::Message(format!(
+            "{flag} {value} is over the limit of {max}"
+        )));
+    }
+    Ok(())
+}
+
 /// Every numeric flag of `bench ingest`, before any work starts.
 fn check_ingest_args(a: &IngestBenchArgs) -> Result<(), CliError> {
     let refuse = |m: String| Err(CliError::Message(m));
     if a.n == 0 {
         return refuse("--n must be at least 1 (events per configuration)".into());
     }
+    at_most("--n", a.n, BENCH_RECORDS_MAX)?;
     for (flag, values, min) in [
         ("--writers", &a.writers, 1),
         ("--batch-writers", &a.batch_writers, 0),

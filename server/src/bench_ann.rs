@@ -30,6 +30,7 @@ use engram_engine::{
 };
 use serde::Serialize;
 
+use crate::bench::fail;
 use crate::cli::{CliError, CliResult, Ctx};
 
 mod dataset;
@@ -489,6 +490,11 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
             a.ef.is_empty() || a.ef.contains(&0),
             "--ef values must be at least 1",
         ),
+        (
+            a.ef.iter()
+                .any(|&e| e > engram_engine::model::limits::EF_MAX),
+            "--ef values must be at most 10000 (a recall's largest ef)",
+        ),
         (a.m < 2, "--m must be at least 2"),
         (
             a.ef_construction == 0,
@@ -520,6 +526,18 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
         ));
     }
     let (n, dim) = (base.shape[0], base.shape[1]);
+    // a NaN or an infinity is named before anything is built (the engine
+    // would refuse its row, or the query, only after the ingest)
+    for (name, m) in [("base.npy", &base), ("queries.npy", &queries)] {
+        if let Some(at) = m.data.iter().position(|x| !x.is_finite()) {
+            return Err(CliError::Message(format!(
+                "{name} row {}, component {}: {} is not a finite number",
+                at / dim.max(1),
+                at % dim.max(1),
+                m.data[at]
+            )));
+        }
+    }
     // fewer ground-truth rows than queries: a truncated or mismatched file
     // (measuring the first rows only would be silent about it)
     if let Some(q) = a.queries.filter(|&q| q > queries.shape[0]) {
@@ -552,6 +570,12 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
             return Err(CliError::Message(format!(
                 "attrs.npy must be [{n}, 3] (tenant, timestamp, deleted per base row); it is {:?}",
                 at.shape
+            )));
+        }
+        if let Some(row) = (0..n).find(|&i| !matches!(at.data[i * 3 + 2], 0 | 1)) {
+            return Err(CliError::Message(format!(
+                "attrs.npy row {row}: deleted is {}, not 0 or 1",
+                at.data[row * 3 + 2]
             )));
         }
         Some(at)
@@ -599,7 +623,14 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
     let temp;
     let (store_dir, mut kept) = match &a.store {
         Some(p) => {
-            std::fs::create_dir_all(p)?;
+            if p.exists() && !p.is_dir() {
+                return Err(fail(format!(
+                    "--store {}: a file, not a directory",
+                    p.display()
+                )));
+            }
+            std::fs::create_dir_all(p)
+                .map_err(|e| fail(format!("--store {}: {e}", p.display())))?;
             let want = Kept {
                 dataset: d.display().to_string(),
                 files: dataset_files(d),
@@ -937,6 +968,16 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
     crate::cli::close_store(&db);
     if a.json {
         crate::outln!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    // what was not measured is said (the first, the kept store's `none`,
+    // was said as it was skipped)
+    if !report.filters.is_empty() {
+        for why in skipped
+            .iter()
+            .skip(usize::from(deleted_applied && wanted("none")))
+        {
+            log(format!("skipped: {why}"));
+        }
     }
     if report.filters.is_empty() {
         // every configuration asked for was skipped: nothing was measured

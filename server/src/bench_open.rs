@@ -114,6 +114,8 @@ pub fn run(ctx: &Ctx, a: OpenBenchArgs) -> CliResult {
     if a.records == 0 || a.tenants == 0 || a.runs == 0 {
         return Err(fail("--records, --tenants and --runs must be at least 1"));
     }
+    crate::bench::at_most("--records", a.records, crate::bench::BENCH_RECORDS_MAX)?;
+    crate::bench::at_most("--runs", a.runs, 100)?;
     if a.tenants > a.records {
         return Err(fail(format!(
             "--tenants {} is more than --records {}: every tenant needs a record",

@@ -154,16 +154,18 @@ pub fn run(ctx: &Ctx, a: RecallBenchArgs) -> CliResult {
             "--records, --tenants and --queries must be at least 1",
         ));
     }
+    crate::bench::at_most("--records", a.records, crate::bench::BENCH_RECORDS_MAX)?;
+    crate::bench::at_most("--queries", a.queries, 1_000_000)?;
     if a.threads.is_empty() || a.threads.iter().any(|&t| t == 0 || t > 256) {
         return Err(fail("--threads values must be between 1 and 256"));
     }
     if !(0.0..=1.0).contains(&a.vector_share) {
         return Err(fail("--vector-share must be between 0 and 1"));
     }
-    if a.records < a.tenants * ENTITIES * 2 {
+    if a.records < a.tenants.saturating_mul(ENTITIES * 2) {
         return Err(fail(format!(
             "--records must be at least {} for {} tenants (each starts with {ENTITIES} entities and their relations)",
-            a.tenants * ENTITIES * 2,
+            a.tenants.saturating_mul(ENTITIES * 2),
             a.tenants
         )));
     }

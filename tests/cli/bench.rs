@@ -361,6 +361,38 @@ fn bench_dir_never_replaces_what_the_bench_did_not_make() {
         "keep me"
     );
     assert!(!victim.join("bench-open.params").exists());
+    // a file where the directory goes is named as such
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let o = engram(&[
+        "bench",
+        "open",
+        "--records",
+        "200",
+        "--tenants",
+        "2",
+        "--quiet",
+        "--dir",
+        file.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("a file, not a directory"),
+        "{err}"
+    );
+    // and a count past the benches' bound is refused before any work
+    for args in [
+        &["bench", "open", "--records", "100000000000"][..],
+        &["bench", "ingest", "--n", "1000000000"][..],
+        &["bench", "recall", "--synthetic", "--queries", "100000000"][..],
+    ] {
+        let o = engram(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains("over the limit"),
+            "{args:?}: {err}"
+        );
+    }
 }
 
 /// A `.npy` file of `shape` holding `data` (little-endian; `descr` is
@@ -445,6 +477,24 @@ fn bench_ann_refuses_an_inconsistent_dataset() {
     std::fs::write(d.join("filters.json"), r#"{"t1": {"tenants": [1]}}"#).unwrap();
     let err = run(&["--only", "bogus"]);
     assert!(err.contains("no ground truth named 'bogus'"), "{err}");
+    std::fs::remove_file(d.join("filters.json")).unwrap();
+    // an ef no recall takes, before any build
+    let err = run(&["--ef", "16,100000000"]);
+    assert!(err.contains("--ef values must be at most"), "{err}");
+    // a deleted flag other than 0 or 1
+    let mut attrs: Vec<i64> = (0..n * 3).map(|_| 0).collect();
+    attrs[4 * 3 + 2] = 7;
+    let attrs: Vec<u8> = attrs.iter().flat_map(|x| x.to_le_bytes()).collect();
+    npy(&d.join("attrs.npy"), "<i8", &[n, 3], &attrs);
+    let err = run(&[]);
+    assert!(err.contains("attrs.npy row 4: deleted is 7"), "{err}");
+    std::fs::remove_file(d.join("attrs.npy")).unwrap();
+    // a NaN, named by file, row and component before anything is built
+    let mut q = f32s(nq * dim);
+    q[(dim + 2) * 4..(dim + 3) * 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    npy(&d.join("queries.npy"), "<f4", &[nq, dim], &q);
+    let err = run(&[]);
+    assert!(err.contains("queries.npy row 1, component 2"), "{err}");
 }
 
 /// A closed stdout (`engram bench open | true`) ends a command quietly:
