@@ -82,7 +82,8 @@ pub struct AnnArgs {
     /// The vector plan: `auto` (the planner's choice by estimated cost),
     /// or `exact`, `prefiltered` or `walk` forced, to measure the plans
     /// against each other on the same store (the report names the plan
-    /// each filter ran).
+    /// each filter ran as the manifest does: `exact`, `prefiltered`, or
+    /// `hnsw` for a walk).
     #[arg(long, default_value = "auto")]
     pub plan: PlanChoice,
     /// Machine-readable output.
@@ -350,8 +351,10 @@ fn recall_at_10(found: &[RecordId], gt_row: &[i32], ids: &[RecordId]) -> f64 {
         .filter(|&&g| g >= 0)
         .map(|&g| ids[g as usize])
         .collect();
+    // A query nothing is eligible for: right only when it finds nothing
+    // (a hit there is a record the filter should have kept out)
     if truth.is_empty() {
-        return 1.0;
+        return if found.is_empty() { 1.0 } else { 0.0 };
     }
     let hit = found.iter().take(10).filter(|f| truth.contains(f)).count();
     hit as f64 / truth.len() as f64

@@ -59,6 +59,13 @@ pub fn run(ctx: &Ctx, dir: Option<PathBuf>) -> CliResult {
                     d.display()
                 )));
             }
+            // (before the banner: a store is never made inside another)
+            engram_engine::store_dir::refuse_inside_store(
+                &engram_storage::FsBackend,
+                &d,
+                "--dir",
+                "give a directory outside it",
+            )?;
             d
         }
         None => {

@@ -551,9 +551,16 @@ pub fn eval(ctx: &Ctx, a: EvalArgs) -> CliResult {
         for e in &errors {
             crate::outln!("ERROR {e}");
         }
+        // (the cases that ran: those that failed are the errors above,
+        // counted here as the configurations' summary counts them)
         crate::outln!(
-            "\n{} case(s), {} with relevant ids: {}  forbidden-hit rate {:.3} ({} of {} hits)",
+            "\n{} case(s){}, {} with relevant ids: {}  forbidden-hit rate {:.3} ({} of {} hits)",
             summary.cases,
+            if errors.is_empty() {
+                String::new()
+            } else {
+                format!(" run and {} failed", errors.len())
+            },
             summary.scored,
             means(&summary),
             summary.forbidden_hit_rate,

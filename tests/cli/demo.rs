@@ -114,6 +114,17 @@ fn the_demo_runs_and_leaves_a_sound_store() {
     let again = engram(&["demo", "--dir", d]);
     assert!(!again.status.success());
     assert!(text(&again).contains("not empty"), "{}", text(&again));
+    // Nor is one inside that store, and it is refused before the tour's
+    // banner.
+    let inside = format!("{d}/sub");
+    let o = engram(&["demo", "--dir", &inside]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("inside the store"), "{}", text(&o));
+    assert!(
+        o.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
 }
 
 #[test]
