@@ -710,6 +710,18 @@ pub fn session_for(db: &Engram, tenant: &str, principal: Option<&str>) -> Sessio
     }
 }
 
+/// [`session_for`] for a read (query, recall, eval, context, shell): a
+/// tenant that holds nothing in the store is said on stderr, since its
+/// empty answers would otherwise look like a search that found nothing.
+pub fn read_session_for(db: &Engram, tenant: &str, principal: Option<&str>) -> Session {
+    if !db.has_tenant(tenant) {
+        crate::eoutln!(
+            "note: tenant '{tenant}' holds nothing in this store (`engram stats` lists its tenants)"
+        );
+    }
+    session_for(db, tenant, principal)
+}
+
 /// Resolves a command-line ID to (tenant, reference).
 ///
 /// With `--tenant`, the ID is read in that tenant: `id:<id>`, `ext:<key>`,

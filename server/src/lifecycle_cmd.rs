@@ -781,7 +781,7 @@ pub fn rebuild(ctx: &Ctx, verify: bool, json_out: bool) -> CliResult {
 pub fn context(ctx: &Ctx, a: ContextArgs) -> CliResult {
     let db = ctx.open_store()?;
     let r = (|| -> CliResult {
-        let s = session_for(&db, &a.tenant, a.principal.as_deref());
+        let s = crate::cli::read_session_for(&db, &a.tenant, a.principal.as_deref());
         let mut req = ContextRequest::new(a.text.clone());
         req.user = a.user.clone();
         req.conversation = a.conversation.clone();

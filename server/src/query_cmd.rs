@@ -14,7 +14,7 @@ use clap::Args;
 use engram_query::lang::{ParamValue, Params, QueryExt, QueryOutput};
 use serde_json::Value;
 
-use crate::cli::{CliError, CliResult, Ctx, read_input_capped, session_for};
+use crate::cli::{CliError, CliResult, Ctx, read_input_capped, read_session_for};
 
 /// `engram query`.
 #[derive(Args, Debug)]
@@ -165,7 +165,7 @@ pub fn query(ctx: &Ctx, a: QueryArgs) -> CliResult {
             return input_error(code, e);
         }
     };
-    let s = session_for(&db, &a.tenant, a.principal.as_deref());
+    let s = read_session_for(&db, &a.tenant, a.principal.as_deref());
     let r = s.query(&text, &params);
     crate::cli::close_store(&db);
     match r {

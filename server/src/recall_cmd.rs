@@ -292,7 +292,7 @@ fn recall_inner(db: &Engram, a: &RecallArgs) -> CliResult {
                 "--tenant is required: request lines never name a tenant or principal".into(),
             )
         })?;
-        let s = session_for(db, &tenant, a.principal.as_deref());
+        let s = crate::cli::read_session_for(db, &tenant, a.principal.as_deref());
         let mut failures = 0;
         for parsed in engram_query::parse_recall_lines(&text) {
             let l = match parsed {
@@ -399,7 +399,7 @@ fn recall_inner(db: &Engram, a: &RecallArgs) -> CliResult {
         a.include_historical,
     )
     .map_err(|(f, r)| CliError::Message(format!("--{f}: {r}")))?;
-    let s = session_for(db, &tenant, a.principal.as_deref());
+    let s = crate::cli::read_session_for(db, &tenant, a.principal.as_deref());
     let r = s.recall(&req)?;
     if a.json {
         let line = ResultLine {

@@ -852,3 +852,26 @@ fn a_trace_statement_at_the_depth_limit_says_it_is_cut() {
     ]);
     assert!(text(&o).contains("past 32 hops"), "{}", text(&o));
 }
+
+/// A tenant that holds nothing in the store is said on stderr (a typo in
+/// `--tenant` otherwise reads as a search that found nothing); the rows
+/// stay what they are.
+#[test]
+fn a_tenant_holding_nothing_is_said() {
+    let (_tmp, d) = store();
+    let o = engram(&["--data", &d, "query", "--tenant", "tt", "FIND ANY"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("(0 rows)"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("tenant 'tt' holds nothing"), "{err}");
+    let o = engram(&[
+        "--data",
+        &d,
+        "query",
+        "--tenant",
+        "t",
+        "FIND ANY LIMIT 1",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(o.stderr.is_empty(), "{}", text(&o));
+}

@@ -440,6 +440,14 @@ impl Engram {
         self.now()
     }
 
+    /// Whether tenant `name` has anything in this store (a record, a
+    /// grant, a setting): a tool reading as an operator can say that a
+    /// tenant it was given holds nothing, a likely typo. Never asked on a
+    /// tenant's behalf: a server's tenant comes from its key.
+    pub fn has_tenant(&self, name: &str) -> bool {
+        self.state().tenant(name).is_some()
+    }
+
     /// Model id of the built-in embedder this store was opened with.
     pub fn embedder_model(&self) -> Option<String> {
         self.inner

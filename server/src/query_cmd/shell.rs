@@ -13,7 +13,7 @@ use engram_query::lang::limits::STATEMENT_BYTES_MAX;
 use engram_query::lang::{Params, QueryExt};
 
 use super::{ShellArgs, param_name, print_output};
-use crate::cli::{CliError, CliResult, Ctx, INPUT_LINE_BYTES_MAX, session_for};
+use crate::cli::{CliError, CliResult, Ctx, INPUT_LINE_BYTES_MAX, read_session_for};
 
 const HELP: &str = "\
 Statements end with `;` and may span lines. Commands:
@@ -43,7 +43,7 @@ struct Shell {
 /// Runs `engram shell`.
 pub fn shell(ctx: &Ctx, a: ShellArgs) -> CliResult {
     let db = ctx.open_store()?;
-    let s = session_for(&db, &a.tenant, a.principal.as_deref());
+    let s = read_session_for(&db, &a.tenant, a.principal.as_deref());
     let r = shell_loop(&db, &s, &a);
     crate::cli::close_store(&db);
     r
