@@ -85,13 +85,16 @@ impl Session {
         let Some(t) = st.tenant_sym(self.principal.tenant()) else {
             return Ok(Vec::new());
         };
-        let Some(c) = st.bm_status.get(&Status::Candidate) else {
+        // (a tenant known only by its settings, grants or rules holds no
+        // record, and has no bitmap)
+        let (Some(c), Some(mine)) = (st.bm_status.get(&Status::Candidate), st.bm_tenant.get(&t))
+        else {
             return Ok(Vec::new());
         };
         let held = self.held_labels(&st);
         let actor = self.actor(&st);
         let mut out = Vec::new();
-        for i in (c & &st.bm_tenant[&t]).iter() {
+        for i in (c & mine).iter() {
             // what the matrix lets this principal decide: a reviewer's own
             // candidates are not its to approve, so not in its queue
             let may = crate::authz::decide(

@@ -542,6 +542,13 @@ fn ingest(ctx: &Ctx, a: IngestBenchArgs) -> CliResult {
         bar.finish();
         let r = r?;
         let _ = std::fs::remove_dir_all(&dir);
+        if r.batch < b && !ctx.quiet {
+            crate::eoutln!(
+                "note: {w} writer(s) of {} events each append at most {} at once, not {b} (raise --n)",
+                a.n / w,
+                r.batch
+            );
+        }
         if !a.json {
             crate::outln!(
                 "writers {:>3}  batch {:>5}  {:>10.0} events/s  {:>7.1} MB/s  ack p50 {:>8.0} us  p99 {:>8.0} us  ({} fsync groups)",

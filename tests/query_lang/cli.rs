@@ -864,14 +864,7 @@ fn a_tenant_holding_nothing_is_said() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("(0 rows)"));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("tenant 'tt' holds nothing"), "{err}");
-    let o = engram(&[
-        "--data",
-        &d,
-        "query",
-        "--tenant",
-        "t",
-        "FIND ANY LIMIT 1",
-    ]);
+    let o = engram(&["--data", &d, "query", "--tenant", "t", "FIND ANY LIMIT 1"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(o.stderr.is_empty(), "{}", text(&o));
 }

@@ -366,7 +366,6 @@ pub(super) fn source_out_of_use(
     {
         return None;
     }
-    const LINEAGE_WALK_MAX: usize = 4096;
     // What a record is built on. An earlier item's link to the record it
     // corrects is no dependence (a correction never goes stale with the
     // version it replaces, which it may cite): not followed.
@@ -404,6 +403,11 @@ pub(super) fn source_out_of_use(
     }
     None
 }
+
+/// The most records one lineage walk under the writer lock visits (a
+/// trace's bound, in records): past it, the walk stops and the write is
+/// taken, which keeps the lock short.
+const LINEAGE_WALK_MAX: usize = 4096;
 
 /// A candidate is not in use until approved, so it takes nothing out of
 /// use: a correction that would be one (a model revising a policy) would
@@ -457,39 +461,51 @@ pub(super) fn candidate_correction(
     .at_item(i))
 }
 
-/// A review decision or a retraction about to be queued: checked again
-/// under the writer lock (the caller checked the record's state without
-/// it, and another decision may have been queued since) and registered in
-/// flight until applied. Without it, an approval and a rejection sent
-/// together were both answered 200 while only the first took effect, and
-/// a correction could be resolved against a record a queued retraction
-/// withdraws. Operations a restore re-applies (`reuse`) are not checked.
-/// An expiry is checked (not registered): its target must not be a version
-/// a correction in flight supersedes.
+/// What [`hold_op`] registered in flight, for [`release_op`].
+pub(super) enum Held {
+    /// A review decision of the record.
+    Reviewed(RecordId),
+    /// A retraction of the record.
+    Retracted(RecordId),
+    /// An expiry of the record.
+    Expired(RecordId),
+}
+
+/// A review decision, a retraction or an expiry about to be queued:
+/// checked again under the writer lock (the caller checked the record's
+/// state without it, and another write may have been queued since) and
+/// registered in flight until applied. Without it, an approval and a
+/// rejection sent together were both answered 200 while only the first
+/// took effect, a correction could be resolved against a record a queued
+/// retraction withdraws, or without the end a queued expiry gives it, and
+/// an expiry could end a version a queued correction supersedes.
+/// Operations a restore re-applies (`reuse`) are neither checked nor
+/// registered.
 pub(super) fn hold_op(
     w: &mut WriterState,
     st: &State,
     tenant: &str,
     op: &crate::codec::OpBody,
     reuse: Option<RecordId>,
-) -> Result<Option<(bool, RecordId)>> {
+) -> Result<Option<Held>> {
     use crate::codec::OpBody;
-    // An expiry of a version a correction in flight supersedes would end
-    // a version that is out of every current read by the time it applies
-    // (checked before the lock for stored corrections; re-applied
-    // operations aside)
-    if let OpBody::Expire { target, .. } = op
-        && reuse.is_none()
-        && w.pending_superseded
-            .contains(&RecordId::from_bytes(*target))
-    {
-        return Err(EngineError::InvalidState {
-            action: "expire".into(),
-            target: RecordId::from_bytes(*target),
-            reason:
-                "a correction of it is in flight: expire the version it makes once it is applied"
+    if reuse.is_some() {
+        return Ok(None);
+    }
+    if let OpBody::Expire { target, .. } = op {
+        let target = RecordId::from_bytes(*target);
+        // it would end a version out of every current read by the time it
+        // applies (a stored correction is refused before the lock)
+        if w.pending_superseded.contains(&target) {
+            return Err(EngineError::InvalidState {
+                action: "expire".into(),
+                target,
+                reason: "a correction of it is in flight: expire the version it makes once it is applied"
                     .into(),
-        });
+            });
+        }
+        *w.pending_expired.entry(target).or_default() += 1;
+        return Ok(Some(Held::Expired(target)));
     }
     // (`approve`: `None` for a retraction)
     let (approve, target, action) = match op {
@@ -503,11 +519,7 @@ pub(super) fn hold_op(
         OpBody::Retract { target, .. } => (None, *target, "retract"),
         _ => return Ok(None),
     };
-    let review = approve.is_some();
     let target = RecordId::from_bytes(target);
-    if reuse.is_some() {
-        return Ok(None);
-    }
     let refuse = |reason: String| EngineError::InvalidState {
         action: action.into(),
         target,
@@ -524,27 +536,61 @@ pub(super) fn hold_op(
     if let Some(reason) = idx.and_then(|ix| decision_refusal(st, ix, approve)) {
         return Err(refuse(reason));
     }
-    // A source another write in flight corrects or retracts is outdated by
-    // the time this approval applies (which then leaves the record stale):
-    // refused now rather than answered "approved".
+    // What a write in flight corrects or retracts, at any depth of the
+    // record's lineage, is outdated by the time this approval applies
+    // (which then leaves the record stale): refused now rather than
+    // answered "approved".
     if approve == Some(true)
-        && let Some(s) = idx
-            .and_then(|ix| st.sources.get(&ix))
-            .into_iter()
-            .flatten()
-            .map(|&s| st.meta(s).id)
-            .find(|s| w.pending_superseded.contains(s) || w.pending_retracted.contains(s))
+        && let Some((s, a)) = idx.and_then(|ix| outdated_in_flight(st, w, ix))
     {
+        let on = if s == a {
+            String::new()
+        } else {
+            format!(" (built on {a}, which is)")
+        };
         return Err(refuse(format!(
-            "its source {s} is being corrected or retracted by a write in flight: once that is applied, regenerate this record from the current version, and reject this one"
+            "its source {s} is being corrected or retracted by a write in flight{on}: once that is applied, regenerate this record from the current version, and reject this one"
         )));
     }
-    if review {
-        w.pending_reviewed.insert(target);
-    } else {
-        w.pending_retracted.insert(target);
+    Ok(Some(match approve {
+        Some(_) => {
+            w.pending_reviewed.insert(target);
+            Held::Reviewed(target)
+        }
+        None => {
+            w.pending_retracted.insert(target);
+            Held::Retracted(target)
+        }
+    }))
+}
+
+/// The first source of record `ix` that a write in flight corrects or
+/// retracts, or that is built (at any depth of its stored lineage) on one:
+/// (that direct source, the record in flight). The walk is bounded as a
+/// new record's is ([`LINEAGE_WALK_MAX`] records).
+fn outdated_in_flight(st: &State, w: &WriterState, ix: Idx) -> Option<(RecordId, RecordId)> {
+    if w.pending_superseded.is_empty() && w.pending_retracted.is_empty() {
+        return None;
     }
-    Ok(Some((review, target)))
+    let going =
+        |id: &RecordId| w.pending_superseded.contains(id) || w.pending_retracted.contains(id);
+    let mut seen: HashSet<Idx> = HashSet::new();
+    for &direct in st.sources.get(&ix)? {
+        let mut stack = vec![direct];
+        while let Some(a) = stack.pop() {
+            if seen.len() >= LINEAGE_WALK_MAX {
+                return None;
+            }
+            if !seen.insert(a) {
+                continue;
+            }
+            if going(&st.meta(a).id) {
+                return Some((st.meta(direct).id, st.meta(a).id));
+            }
+            stack.extend(st.sources.get(&a).into_iter().flatten().copied());
+        }
+    }
+    None
 }
 
 /// Why a review decision (`approve`: `Some(true)` approves) or a
@@ -580,13 +626,21 @@ pub(crate) fn decision_refusal(st: &State, idx: Idx, approve: Option<bool>) -> O
 
 /// The end of [`hold_op`]'s registration, once the operation is applied
 /// (or failed).
-pub(super) fn release_op(w: &mut WriterState, held: Option<(bool, RecordId)>) {
+pub(super) fn release_op(w: &mut WriterState, held: Option<Held>) {
     match held {
-        Some((true, t)) => {
+        Some(Held::Reviewed(t)) => {
             w.pending_reviewed.remove(&t);
         }
-        Some((false, t)) => {
+        Some(Held::Retracted(t)) => {
             w.pending_retracted.remove(&t);
+        }
+        Some(Held::Expired(t)) => {
+            if let Some(n) = w.pending_expired.get_mut(&t) {
+                *n -= 1;
+                if *n == 0 {
+                    w.pending_expired.remove(&t);
+                }
+            }
         }
         None => {}
     }

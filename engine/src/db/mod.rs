@@ -212,6 +212,9 @@ pub(crate) struct WriterState {
     pending_retracted: HashSet<RecordId>,
     /// Records a review decision in flight approves or rejects.
     pending_reviewed: HashSet<RecordId>,
+    /// Records expiries in flight end (how many of them): a correction of
+    /// one, resolved before the expiry applies, would not inherit its end.
+    pending_expired: HashMap<RecordId, usize>,
     /// Vector spaces being created by batches in flight.
     pending_dims: HashMap<(String, String), usize>,
 }

@@ -243,6 +243,7 @@ impl Engram {
                 pending_superseded: HashSet::new(),
                 pending_retracted: HashSet::new(),
                 pending_reviewed: HashSet::new(),
+                pending_expired: HashMap::new(),
                 pending_dims: HashMap::new(),
             }),
             clock: opts.clock.clone(),

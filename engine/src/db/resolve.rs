@@ -523,6 +523,14 @@ impl Resolver<'_> {
                     reason: "it is being retracted by an operation in flight (a retracted record is out of use)".into(),
                 });
             }
+            // (resolved now, it would not inherit the end the expiry gives)
+            if w.pending_expired.contains_key(&sid) {
+                return Err(EngineError::InvalidState {
+                    action: "correct".into(),
+                    target: sid,
+                    reason: "an expiry of it is in flight: correct it once that is applied (the correction then keeps its end)".into(),
+                });
+            }
             // A conflict with state about to be stored (409, as when it is
             // stored), not a bad field: once the other batch is
             // acknowledged, a retry is a duplicate or already superseded.

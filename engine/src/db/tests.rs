@@ -1003,7 +1003,7 @@ fn an_approval_of_a_record_whose_source_a_write_in_flight_corrects_is_refused() 
             }
         }
         let e = admin.approve(&RecordRef::Id(id), None).unwrap_err();
-        assert!(e.to_string().contains("in flight"), "{e}");
+        assert!(e.to_string().contains("its source"), "{e}");
         assert!(db.inner.writer.lock().pending_reviewed.is_empty());
         let mut w = db.inner.writer.lock();
         w.pending_superseded.clear();
@@ -1011,6 +1011,34 @@ fn an_approval_of_a_record_whose_source_a_write_in_flight_corrects_is_refused() 
     }
     assert_eq!(db.applied_lsn(), lsn, "nothing written");
     admin.approve(&RecordRef::Id(id), None).unwrap();
+    // and at any depth: a candidate citing a fact drawn from the ticket, while
+    // a correction of the ticket is in flight
+    let summary = admin
+        .append(vec![NewRecord::assertion(
+            crate::model::AssertionKind::Fact,
+            "the ticket, summed up",
+            vec![RecordRef::Id(ticket)],
+        )])
+        .unwrap()[0]
+        .id;
+    let deep = db
+        .session(Principal::model("t", "bot"))
+        .append(vec![NewRecord::assertion(
+            crate::model::AssertionKind::Policy,
+            "refund within a week",
+            vec![RecordRef::Id(summary)],
+        )])
+        .unwrap()[0]
+        .id;
+    db.inner.writer.lock().pending_superseded.insert(ticket);
+    let e = admin.approve(&RecordRef::Id(deep), None).unwrap_err();
+    assert!(
+        e.to_string().contains(&format!("its source {summary}"))
+            && e.to_string().contains(&format!("built on {ticket}")),
+        "{e}"
+    );
+    db.inner.writer.lock().pending_superseded.clear();
+    admin.approve(&RecordRef::Id(deep), None).unwrap();
 }
 
 /// An expiry of a version a correction in flight supersedes is refused
@@ -1033,4 +1061,48 @@ fn an_expiry_of_a_version_a_correction_in_flight_supersedes_is_refused() {
     assert_eq!(db.applied_lsn(), lsn, "nothing written");
     db.inner.writer.lock().pending_superseded.clear();
     admin.expire(&RecordRef::Id(id), 4_102_444_800_000).unwrap();
+    assert!(
+        db.inner.writer.lock().pending_expired.is_empty(),
+        "released"
+    );
+    // the other way round: a correction of a record an expiry in flight
+    // ends would not inherit the end
+    db.inner.writer.lock().pending_expired.insert(id, 1);
+    let e = admin
+        .append(vec![
+            NewRecord::event("fact", "t, restated").superseding(RecordRef::Id(id)),
+        ])
+        .unwrap_err();
+    assert!(e.to_string().contains("expiry of it is in flight"), "{e}");
+    db.inner.writer.lock().pending_expired.clear();
+}
+
+/// The review queue of a tenant known only by its review rules (no
+/// record, so no bitmap) is empty, whatever other tenants hold: it
+/// panicked once another tenant had a candidate, a 500 that told one
+/// tenant's admin about another's review queue.
+#[test]
+fn the_review_queue_of_a_tenant_without_records_is_empty() {
+    let db = mem_store("/review-empty");
+    let rules_only = db.session(Principal::admin("t5"));
+    rules_only
+        .set_review_rule(
+            crate::model::AssertionKind::Fact,
+            crate::model::WriterKind::User,
+            true,
+        )
+        .unwrap();
+    db.session(Principal::admin("t1"))
+        .append(vec![NewRecord::event("ticket", "t").with_external_id("t")])
+        .unwrap();
+    let c = db
+        .session(Principal::model("t1", "bot"))
+        .append(vec![NewRecord::assertion(
+            crate::model::AssertionKind::Policy,
+            "always refund",
+            vec![RecordRef::External("t".into())],
+        )])
+        .unwrap();
+    assert_eq!(c[0].status, Status::Candidate);
+    assert!(rules_only.review_queue().unwrap().is_empty());
 }
