@@ -469,6 +469,21 @@ pub(super) enum Held {
     Retracted(RecordId),
     /// An expiry of the record.
     Expired(RecordId),
+    /// A deletion: every record it deletes.
+    Deleted(Vec<RecordId>),
+}
+
+/// Counts `id` in (or, `add` false, out of) a map of records operations in
+/// flight reach.
+fn count(map: &mut HashMap<RecordId, usize>, id: RecordId, add: bool) {
+    if add {
+        *map.entry(id).or_default() += 1;
+    } else if let Some(n) = map.get_mut(&id) {
+        *n -= 1;
+        if *n == 0 {
+            map.remove(&id);
+        }
+    }
 }
 
 /// A review decision, a retraction or an expiry about to be queued:
@@ -477,8 +492,10 @@ pub(super) enum Held {
 /// registered in flight until applied. Without it, an approval and a
 /// rejection sent together were both answered 200 while only the first
 /// took effect, a correction could be resolved against a record a queued
-/// retraction withdraws, or without the end a queued expiry gives it, and
-/// an expiry could end a version a queued correction supersedes.
+/// retraction withdraws, or without the end a queued expiry gives it, an
+/// expiry could end a version a queued correction supersedes, and a
+/// decision, retraction or expiry of a record a queued deletion deletes
+/// was answered as taken.
 /// Operations a restore re-applies (`reuse`) are neither checked nor
 /// registered.
 pub(super) fn hold_op(
@@ -492,6 +509,34 @@ pub(super) fn hold_op(
     if reuse.is_some() {
         return Ok(None);
     }
+    let idx_of = |id: RecordId| st.tenant_sym(tenant).and_then(|t| st.idx_in(t, id));
+    if let OpBody::Delete { target, reason } = op {
+        let set: Vec<RecordId> = idx_of(RecordId::from_bytes(*target))
+            .map(|ix| st.deletion_set_for(ix, reason.as_deref()))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|i| st.meta(i).id)
+            .collect();
+        for &id in &set {
+            count(&mut w.pending_deleted, id, true);
+        }
+        return Ok(Some(Held::Deleted(set)));
+    }
+    // an operation on a record a deletion in flight deletes would be
+    // answered as taken on a record deleted by the time it applies
+    let named = match op {
+        OpBody::Expire { target, .. }
+        | OpBody::Review { target, .. }
+        | OpBody::Retract { target, .. } => Some(RecordId::from_bytes(*target)),
+        _ => None,
+    };
+    if let Some(target) = named.filter(|t| w.pending_deleted.contains_key(t)) {
+        return Err(EngineError::InvalidState {
+            action: op_action(op).into(),
+            target,
+            reason: "a deletion of it is in flight: it is deleted once that is applied".into(),
+        });
+    }
     if let OpBody::Expire { target, .. } = op {
         let target = RecordId::from_bytes(*target);
         // it would end a version out of every current read by the time it
@@ -504,21 +549,18 @@ pub(super) fn hold_op(
                     .into(),
             });
         }
-        *w.pending_expired.entry(target).or_default() += 1;
+        count(&mut w.pending_expired, target, true);
         return Ok(Some(Held::Expired(target)));
     }
     // (`approve`: `None` for a retraction)
-    let (approve, target, action) = match op {
+    let (approve, target) = match op {
         OpBody::Review {
             target, approve, ..
-        } => (
-            Some(*approve),
-            *target,
-            if *approve { "approve" } else { "reject" },
-        ),
-        OpBody::Retract { target, .. } => (None, *target, "retract"),
+        } => (Some(*approve), *target),
+        OpBody::Retract { target, .. } => (None, *target),
         _ => return Ok(None),
     };
+    let action = op_action(op);
     let target = RecordId::from_bytes(target);
     let refuse = |reason: String| EngineError::InvalidState {
         action: action.into(),
@@ -532,7 +574,7 @@ pub(super) fn hold_op(
                 .into(),
         ));
     }
-    let idx = st.tenant_sym(tenant).and_then(|t| st.idx_in(t, target));
+    let idx = idx_of(target);
     if let Some(reason) = idx.and_then(|ix| decision_refusal(st, ix, approve)) {
         return Err(refuse(reason));
     }
@@ -624,6 +666,18 @@ pub(crate) fn decision_refusal(st: &State, idx: Idx, approve: Option<bool>) -> O
     }
 }
 
+/// The name of an operation in an error.
+fn op_action(op: &crate::codec::OpBody) -> &'static str {
+    use crate::codec::OpBody;
+    match op {
+        OpBody::Review { approve: true, .. } => "approve",
+        OpBody::Review { .. } => "reject",
+        OpBody::Retract { .. } => "retract",
+        OpBody::Expire { .. } => "expire",
+        _ => "change",
+    }
+}
+
 /// The end of [`hold_op`]'s registration, once the operation is applied
 /// (or failed).
 pub(super) fn release_op(w: &mut WriterState, held: Option<Held>) {
@@ -634,12 +688,10 @@ pub(super) fn release_op(w: &mut WriterState, held: Option<Held>) {
         Some(Held::Retracted(t)) => {
             w.pending_retracted.remove(&t);
         }
-        Some(Held::Expired(t)) => {
-            if let Some(n) = w.pending_expired.get_mut(&t) {
-                *n -= 1;
-                if *n == 0 {
-                    w.pending_expired.remove(&t);
-                }
+        Some(Held::Expired(t)) => count(&mut w.pending_expired, t, false),
+        Some(Held::Deleted(set)) => {
+            for id in set {
+                count(&mut w.pending_deleted, id, false);
             }
         }
         None => {}

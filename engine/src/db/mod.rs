@@ -215,6 +215,11 @@ pub(crate) struct WriterState {
     /// Records expiries in flight end (how many of them): a correction of
     /// one, resolved before the expiry applies, would not inherit its end.
     pending_expired: HashMap<RecordId, usize>,
+    /// Records deletions in flight delete (how many of them), each
+    /// deletion's whole set: a decision, retraction or expiry of one,
+    /// queued after the deletion, would be answered as taken on a record
+    /// deleted when it applies.
+    pending_deleted: HashMap<RecordId, usize>,
     /// Vector spaces being created by batches in flight.
     pending_dims: HashMap<(String, String), usize>,
 }

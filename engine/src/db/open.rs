@@ -244,6 +244,7 @@ impl Engram {
                 pending_retracted: HashSet::new(),
                 pending_reviewed: HashSet::new(),
                 pending_expired: HashMap::new(),
+                pending_deleted: HashMap::new(),
                 pending_dims: HashMap::new(),
             }),
             clock: opts.clock.clone(),

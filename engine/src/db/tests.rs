@@ -1106,3 +1106,56 @@ fn the_review_queue_of_a_tenant_without_records_is_empty() {
     assert_eq!(c[0].status, Status::Candidate);
     assert!(rules_only.review_queue().unwrap().is_empty());
 }
+
+/// A decision, a retraction or an expiry of a record a deletion in flight
+/// deletes (the deletion's whole set: a candidate built on the deleted
+/// record too) is refused: applied after the deletion, it was answered
+/// 200 for a record that is gone.
+#[test]
+fn an_operation_on_a_record_a_deletion_in_flight_deletes_is_refused() {
+    let db = mem_store("/delete-race");
+    let admin = db.session(Principal::admin("t"));
+    let ticket = admin
+        .append(vec![NewRecord::event("ticket", "t").with_external_id("t")])
+        .unwrap()[0]
+        .id;
+    let cand = db
+        .session(Principal::model("t", "bot"))
+        .append(vec![NewRecord::assertion(
+            crate::model::AssertionKind::Policy,
+            "always refund",
+            vec![RecordRef::Id(ticket)],
+        )])
+        .unwrap()[0]
+        .id;
+    // as hold_op leaves a deletion of the ticket while it is queued
+    {
+        let st = db.state();
+        let ix = st.idx_in(st.tenant_sym("t").unwrap(), ticket).unwrap();
+        let set = st.deletion_set_for(ix, None);
+        assert_eq!(set.len(), 2, "the ticket and the candidate built on it");
+        let mut w = db.inner.writer.lock();
+        for i in set {
+            w.pending_deleted.insert(st.meta(i).id, 1);
+        }
+    }
+    let lsn = db.applied_lsn();
+    let r = RecordRef::Id(cand);
+    for e in [
+        admin.approve(&r, None).unwrap_err(),
+        admin.reject(&r, None).unwrap_err(),
+        admin.retract(&r, None).unwrap_err(),
+        admin
+            .expire(&RecordRef::Id(ticket), 4_102_444_800_000)
+            .unwrap_err(),
+    ] {
+        assert!(e.to_string().contains("deletion of it is in flight"), "{e}");
+    }
+    assert_eq!(db.applied_lsn(), lsn, "nothing written");
+    db.inner.writer.lock().pending_deleted.clear();
+    // a deletion registers its set while queued and releases it
+    admin.delete(&RecordRef::Id(ticket), None).unwrap();
+    assert!(db.inner.writer.lock().pending_deleted.is_empty());
+    let e = admin.approve(&r, None).unwrap_err();
+    assert!(e.to_string().contains("deleted"), "{e}");
+}
