@@ -530,6 +530,18 @@ pub(super) fn hold_op(
         | OpBody::Retract { target, .. } => Some(RecordId::from_bytes(*target)),
         _ => None,
     };
+    if let OpBody::Retract { target, .. } = op
+        && w.pending_superseded
+            .contains(&RecordId::from_bytes(*target))
+    {
+        return Err(EngineError::InvalidState {
+            action: "retract".into(),
+            target: RecordId::from_bytes(*target),
+            reason:
+                "a correction of it is in flight: retract the version it makes once it is applied"
+                    .into(),
+        });
+    }
     if let Some(target) = named.filter(|t| w.pending_deleted.contains_key(t)) {
         return Err(EngineError::InvalidState {
             action: op_action(op).into(),
@@ -661,6 +673,12 @@ pub(crate) fn decision_refusal(st: &State, idx: Idx, approve: Option<bool>) -> O
         }
         None if m.rtype == RecordType::Event => Some(
             "events are history and cannot be retracted; correct or delete them".into(),
+        ),
+        // out of every current read already: a retraction would change
+        // nothing in force (as an expiry of it is refused)
+        None if m.status == Status::Superseded => Some(
+            "it is a superseded version: retract the chain's current version (`engram history` names it)"
+                .into(),
         ),
         None => None,
     }

@@ -1159,3 +1159,39 @@ fn an_operation_on_a_record_a_deletion_in_flight_deletes_is_refused() {
     let e = admin.approve(&r, None).unwrap_err();
     assert!(e.to_string().contains("deleted"), "{e}");
 }
+
+/// A retraction of a superseded version is refused (it would change
+/// nothing in force), and so is one of a version a correction in flight
+/// supersedes (applied after the correction, it left the rule in force).
+#[test]
+fn a_retraction_of_a_superseded_version_is_refused() {
+    let db = mem_store("/retract-superseded");
+    let admin = db.session(Principal::admin("t"));
+    admin
+        .append(vec![NewRecord::event("ticket", "t").with_external_id("t")])
+        .unwrap();
+    let rule = |text: &str| {
+        NewRecord::assertion(
+            crate::model::AssertionKind::Policy,
+            text,
+            vec![RecordRef::External("t".into())],
+        )
+    };
+    let old = admin.append(vec![rule("refund in 7 days")]).unwrap()[0].id;
+    let new = admin
+        .append(vec![
+            rule("refund in 14 days").superseding(RecordRef::Id(old)),
+        ])
+        .unwrap()[0]
+        .id;
+    let e = admin.retract(&RecordRef::Id(old), None).unwrap_err();
+    assert!(e.to_string().contains("superseded version"), "{e}");
+    db.inner.writer.lock().pending_superseded.insert(new);
+    let e = admin.retract(&RecordRef::Id(new), None).unwrap_err();
+    assert!(
+        e.to_string().contains("correction of it is in flight"),
+        "{e}"
+    );
+    db.inner.writer.lock().pending_superseded.clear();
+    admin.retract(&RecordRef::Id(new), None).unwrap();
+}
