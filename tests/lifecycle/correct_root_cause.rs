@@ -276,9 +276,10 @@ fn nothing_new_is_built_on_a_source_out_of_use_or_outdated() {
         ])
         .unwrap_err();
     assert!(e.to_string().contains("is stale"), "{e}");
-    // a file holding a chain, ingested again after its first version was
-    // retracted: duplicates only (the chain's correction names a version
-    // already corrected, which is what it repeats)
+    // a file holding a chain, ingested again: duplicates only (the chain's
+    // correction names a version already corrected, which is what it
+    // repeats); its first version, superseded, cannot be retracted (that
+    // would change nothing in force)
     let chain = vec![
         NewRecord::assertion(AssertionKind::Fact, "r v1", vec![ext("ev")]).with_external_id("r"),
         NewRecord::assertion(AssertionKind::Fact, "r v2", vec![ext("ev")])
@@ -287,7 +288,8 @@ fn nothing_new_is_built_on_a_source_out_of_use_or_outdated() {
     ];
     admin.append(chain.clone()).unwrap();
     let v1 = admin.history(&ext("r")).unwrap()[0].id;
-    admin.retract(&RecordRef::Id(v1), None).unwrap();
+    let e = admin.retract(&RecordRef::Id(v1), None).unwrap_err();
+    assert!(e.to_string().contains("superseded version"), "{e}");
     assert!(
         admin
             .append(chain)
