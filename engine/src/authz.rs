@@ -183,7 +183,7 @@ pub enum Decision {
 /// The matrix. See the module documentation and `docs/security.md`.
 pub fn decide(actor: Actor<'_>, op: Operation, target: Option<Target>) -> Decision {
     use Decision::{Allow, Forbidden, Hidden};
-    let (admin, reviewer) = match actor {
+    let (admin, reviewer, model) = match actor {
         Actor::Operator => {
             return if op.is_store_wide() {
                 Allow
@@ -194,8 +194,11 @@ pub fn decide(actor: Actor<'_>, op: Operation, target: Option<Target>) -> Decisi
             };
         }
         Actor::Principal {
-            admin, reviewer, ..
-        } => (admin, reviewer),
+            admin,
+            reviewer,
+            kind,
+            ..
+        } => (admin, reviewer, kind == WriterKind::Model),
     };
     if op.is_store_wide() {
         return Forbidden(
@@ -209,6 +212,15 @@ pub fn decide(actor: Actor<'_>, op: Operation, target: Option<Target>) -> Decisi
         }
     }
     let own = target.is_some_and(|t| t.own);
+    // Review is people checking what models write: a model decides no
+    // review and sets no review rule, whatever roles it was granted (an
+    // admin role would otherwise let it approve its own candidates, which
+    // it cannot write approved).
+    if model && matches!(op, Operation::Review | Operation::ReviewRule) {
+        return Forbidden(
+            "a model does not decide review: review is a person's check of what models write",
+        );
+    }
     match op {
         Operation::Read | Operation::Append => Allow,
         Operation::Correct | Operation::Expire | Operation::Delete | Operation::Retract => {
@@ -350,5 +362,43 @@ mod tests {
             decide(p(false, false), Operation::Review, Some(THEIRS)),
             Decision::Forbidden(_)
         ));
+    }
+
+    /// A model decides no review and sets no review rule, whatever roles
+    /// it holds (a model granted the admin role approved its own
+    /// candidate); its other rights are its roles'.
+    #[test]
+    fn a_model_decides_no_review_whatever_its_roles() {
+        let model = |admin, reviewer| Actor::Principal {
+            id: "bot",
+            kind: WriterKind::Model,
+            admin,
+            reviewer,
+        };
+        for (admin, reviewer) in [(true, true), (true, false), (false, true)] {
+            for (op, t) in [
+                (Operation::Review, Some(THEIRS)),
+                (Operation::Review, Some(MINE)),
+                (Operation::Review, None),
+                (Operation::ReviewRule, None),
+            ] {
+                assert!(
+                    matches!(
+                        decide(model(admin, reviewer), op, t),
+                        Decision::Forbidden(_)
+                    ),
+                    "{op:?} admin {admin} reviewer {reviewer}"
+                );
+            }
+        }
+        assert_eq!(
+            decide(model(true, false), Operation::Grant, None),
+            Decision::Allow
+        );
+        // a hidden target stays hidden
+        assert_eq!(
+            decide(model(true, true), Operation::Review, Some(HIDDEN)),
+            Decision::Hidden
+        );
     }
 }

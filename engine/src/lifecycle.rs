@@ -490,6 +490,8 @@ impl Session {
         review: bool,
     ) -> Result<OpResult> {
         use crate::model::{AssertionKind, WriterKind};
+        // (who may, before what: a refused caller learns nothing of the names)
+        self.require(Operation::ReviewRule)?;
         let k = AssertionKind::parse(kind).ok_or_else(|| {
             let all: Vec<&str> = AssertionKind::ALL.iter().map(|k| k.name()).collect();
             EngineError::invalid(

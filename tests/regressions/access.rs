@@ -1173,7 +1173,7 @@ fn a_chain_sent_again_adds_no_versions_and_a_change_back_is_kept() {
 
 /// A model writer granted the reviewer role may not approve its own
 /// candidate policy (it would put its own instruction into procedural
-/// memory); another reviewer may.
+/// memory): a model decides no review at all; a person reviewer may.
 #[test]
 fn a_writer_with_the_reviewer_role_may_not_approve_its_own_candidate() {
     use engram::{AssertionKind, Status};
@@ -1193,7 +1193,10 @@ fn a_writer_with_the_reviewer_role_may_not_approve_its_own_candidate() {
     assert_eq!(r.status, Status::Candidate);
     match bot.approve(&RecordRef::Id(r.id), None) {
         Err(EngineError::Forbidden { reason, .. }) => {
-            assert!(reason.contains("writer"), "{reason}")
+            assert!(
+                reason.contains("a model does not decide review"),
+                "{reason}"
+            )
         }
         other => panic!("a writer approved its own candidate: {other:?}"),
     }
@@ -1632,4 +1635,36 @@ fn a_correction_the_corrector_cannot_read_back_is_reported_as_stored() {
         let history = ok(&store, &["history", "n", "--tenant", "A"]);
         assert!(cli::text(&history).contains("now secret"));
     }
+}
+
+/// A record's writer is a principal of one kind: a person's session (or
+/// key) named like a model is not that model, and may not change what the
+/// model wrote (it would correct a reviewed rule with no review); the
+/// model itself may.
+#[test]
+fn a_person_named_like_a_model_is_not_its_writer() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let model = db.session(Principal::model("A", "bot"));
+    let person = db.session(Principal::user("A", "bot"));
+    let id = model
+        .append(vec![NewRecord::event("m", "the model's note")])
+        .unwrap()[0]
+        .id;
+    let r = RecordRef::Id(id);
+    for e in [
+        person.delete(&r, None).unwrap_err(),
+        person.expire(&r, 4_102_444_800_000).unwrap_err(),
+        person
+            .append(vec![
+                NewRecord::event("m", "the person's version").superseding(r.clone()),
+            ])
+            .unwrap_err(),
+    ] {
+        assert!(matches!(e, EngineError::Forbidden { .. }), "{e}");
+    }
+    model.expire(&r, 4_102_444_800_000).unwrap();
+    model.delete(&r, None).unwrap();
+    db.close().unwrap();
 }

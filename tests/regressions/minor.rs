@@ -1097,10 +1097,27 @@ fn review_list_shows_a_principals_own_queue() {
             "{\"tenant\":\"t\",\"record\":\"assertion\",\"kind\":\"procedure\",\"text\":\"always do X\",",
             "\"writer\":{\"principal\":\"bot\",\"kind\":\"model\"},\"sources\":[\"e1\"]}\n",
             "{\"tenant\":\"t\",\"record\":\"assertion\",\"kind\":\"procedure\",\"text\":\"never do Y\",",
-            "\"writer\":{\"principal\":\"rita\",\"kind\":\"model\"},\"sources\":[\"e1\"]}\n",
+            "\"writer\":{\"principal\":\"rita\",\"kind\":\"user\"},\"sources\":[\"e1\"]}\n",
         ),
     )
     .unwrap();
+    // (a person's procedure waits for review too: rita's own candidate)
+    ok(&store, &["init"]);
+    ok(
+        &store,
+        &[
+            "review",
+            "rule",
+            "--tenant",
+            "t",
+            "--kind",
+            "procedure",
+            "--writer",
+            "user",
+            "--review",
+            "true",
+        ],
+    );
     ok(&store, &["ingest", file.to_str().unwrap()]);
     ok(
         &store,

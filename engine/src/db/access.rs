@@ -231,7 +231,11 @@ impl Session {
         crate::authz::Target {
             readable: st.strings.name(m.tenant) == self.principal.tenant()
                 && m.access.iter().all(|l| held.contains(st.strings.name(*l))),
-            own: st.strings.name(m.writer) == self.principal.id(),
+            // the writer is a principal of one kind: a person's key or
+            // session named like a model is not that model (a tombstone
+            // keeps its writer's name only)
+            own: st.strings.name(m.writer) == self.principal.id()
+                && (m.tombstone || m.writer_kind == self.principal.kind()),
         }
     }
 

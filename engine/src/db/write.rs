@@ -442,8 +442,7 @@ impl Session {
                 // stored version when sent in a later batch.
                 let unchanged_here = res
                     .supersedes
-                    // (the first item holding that id made it: a later
-                    // one repeats it)
+                    // (the first item holding that id made it, not a repeat)
                     .and_then(|s| batch_ids[..i].iter().position(|b| *b == s))
                     .filter(|&j| {
                         let first = &prepared[j].stored;
@@ -560,7 +559,8 @@ impl Session {
                 batch.push(Some(InBatch {
                     rtype,
                     effective,
-                    own: writer.principal == self.principal.id(),
+                    own: writer.principal == self.principal.id()
+                        && writer.kind == self.principal.kind(),
                     status,
                     scope: r.scope.clone(),
                     external_id: r.external_id.clone(),
