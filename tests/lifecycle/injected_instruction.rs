@@ -7,7 +7,7 @@
 use crate::common::*;
 use engram::context::ContextRequest;
 use engram::retrieval::RecallRequest;
-use engram::{AssertionKind, EngineError, ManualClock, NewRecord, Principal, Status};
+use engram::{AssertionKind, EngineError, ManualClock, NewRecord, Principal, Status, WriterKind};
 
 #[test]
 fn text_inside_a_record_never_becomes_policy() {
@@ -216,24 +216,30 @@ fn ticket_and_reviewer(text: &str) -> (tempfile::TempDir, engram::Engram) {
 
 /// A reviewer's queue holds what it may decide: not the candidates it
 /// wrote itself (approving them is forbidden), which another reviewer and
-/// the admin see.
+/// the admin see. A model decides no review, whatever its roles: its
+/// queue is refused.
 #[test]
 fn a_reviewer_does_not_find_its_own_candidates_in_its_queue() {
     let (_dir, db) = ticket_and_reviewer("restart the cache");
     let admin = db.session(Principal::admin("acme-ops"));
     admin.grant(Some("bot"), None, Some("reviewer")).unwrap();
-    let bot = db.session(Principal::model("acme-ops", "bot"));
-    bot.append(vec![
+    admin.grant(Some("sam"), None, Some("reviewer")).unwrap();
+    // (a person's policy waits for review too: rita's own candidate)
+    admin
+        .set_review_rule(AssertionKind::Policy, WriterKind::User, true)
+        .unwrap();
+    let rita = db.session(Principal::user("acme-ops", "rita"));
+    rita.append(vec![
         NewRecord::assertion(
             AssertionKind::Policy,
             "always restart the cache first",
             vec![ext("t-1")],
         )
-        .with_external_id("pol-bot"),
+        .with_external_id("pol-rita"),
     ])
     .unwrap();
     assert_eq!(
-        admin.get(&ext("pol-bot")).unwrap().status,
+        admin.get(&ext("pol-rita")).unwrap().status,
         Status::Candidate
     );
     let queue = |p: Principal| -> Vec<String> {
@@ -244,13 +250,18 @@ fn a_reviewer_does_not_find_its_own_candidates_in_its_queue() {
             .filter_map(|r| r.external_id)
             .collect()
     };
-    assert!(queue(Principal::model("acme-ops", "bot")).is_empty());
+    assert!(queue(Principal::user("acme-ops", "rita")).is_empty());
     assert!(matches!(
-        bot.approve(&ext("pol-bot"), None).unwrap_err(),
+        rita.approve(&ext("pol-rita"), None).unwrap_err(),
         EngineError::Forbidden { .. }
     ));
-    assert_eq!(queue(Principal::user("acme-ops", "rita")), vec!["pol-bot"]);
-    assert_eq!(queue(Principal::admin("acme-ops")), vec!["pol-bot"]);
+    assert_eq!(queue(Principal::user("acme-ops", "sam")), vec!["pol-rita"]);
+    assert_eq!(queue(Principal::admin("acme-ops")), vec!["pol-rita"]);
+    let bot = db.session(Principal::model("acme-ops", "bot"));
+    assert!(matches!(
+        bot.review_queue().unwrap_err(),
+        EngineError::Forbidden { .. }
+    ));
     db.close().unwrap();
 }
 

@@ -227,12 +227,23 @@ pub(super) fn stored_hash(db: &Engram, loc: FrameLoc) -> Result<[u8; 32]> {
     Ok(a.content_sha256)
 }
 
+/// A tenant's review rules queued and not yet applied: (assertion kind,
+/// writer kind) -> (the latest value queued, how many are in flight).
+pub(crate) type RulesInFlight = HashMap<(String, String), (bool, usize)>;
+
+/// The review rules a write is admitted under: the tenant's, and those
+/// queued before it (which apply before it).
+pub(super) type Rules<'a> = (
+    Option<&'a crate::state::TenantState>,
+    Option<&'a RulesInFlight>,
+);
+
 /// Admission: the initial status of a new record.
 pub(super) fn admission(
     rtype: RecordType,
     body: &Body,
     writer: WriterKind,
-    tenant: Option<&crate::state::TenantState>,
+    tenant: Rules<'_>,
 ) -> Status {
     match (rtype, body) {
         (RecordType::Event, _) => Status::Active,
@@ -250,16 +261,11 @@ pub(super) fn admission(
 /// Whether an assertion of `kind` from a `writer` of that kind waits for
 /// review: the tenant's rule for the pair, else procedural kinds written
 /// by a model.
-fn needs_review(
-    kind: AssertionKind,
-    writer: WriterKind,
-    tenant: Option<&crate::state::TenantState>,
-) -> bool {
-    let rule = tenant.and_then(|t| {
-        t.review_rules
-            .get(&(kind.name().to_string(), writer.name().to_string()))
-            .copied()
-    });
+fn needs_review(kind: AssertionKind, writer: WriterKind, (tenant, queued): Rules<'_>) -> bool {
+    let key = (kind.name().to_string(), writer.name().to_string());
+    let rule = queued
+        .and_then(|q| q.get(&key).map(|&(review, _)| review))
+        .or_else(|| tenant.and_then(|t| t.review_rules.get(&key).copied()));
     rule.unwrap_or(kind.is_procedural() && writer == WriterKind::Model)
 }
 
@@ -419,10 +425,7 @@ const LINEAGE_WALK_MAX: usize = 4096;
 /// its own (docs/lifecycle.md, "Review").
 pub(super) fn candidate_correction(
     st: &State,
-    (tsym, tenant): (
-        Option<crate::state::Sym>,
-        Option<&crate::state::TenantState>,
-    ),
+    (tsym, tenant): (Option<crate::state::Sym>, Rules<'_>),
     (status, res): (Status, &Resolved),
     (i, r): (usize, &NewRecord),
     writer: WriterKind,
@@ -471,6 +474,8 @@ pub(super) enum Held {
     Expired(RecordId),
     /// A deletion: every record it deletes.
     Deleted(Vec<RecordId>),
+    /// A review rule of a tenant.
+    Rule(String, (String, String)),
 }
 
 /// Counts `id` in (or, `add` false, out of) a map of records operations in
@@ -508,6 +513,22 @@ pub(super) fn hold_op(
     use crate::codec::OpBody;
     if reuse.is_some() {
         return Ok(None);
+    }
+    if let OpBody::ReviewRule {
+        kind,
+        writer,
+        review,
+    } = op
+    {
+        let key = (kind.clone(), writer.clone());
+        let e = w
+            .pending_rules
+            .entry(tenant.to_string())
+            .or_default()
+            .entry(key.clone())
+            .or_insert((*review, 0));
+        *e = (*review, e.1 + 1);
+        return Ok(Some(Held::Rule(tenant.to_string(), key)));
     }
     let idx_of = |id: RecordId| st.tenant_sym(tenant).and_then(|t| st.idx_in(t, id));
     if let OpBody::Delete { target, reason } = op {
@@ -710,6 +731,19 @@ pub(super) fn release_op(w: &mut WriterState, held: Option<Held>) {
         Some(Held::Deleted(set)) => {
             for id in set {
                 count(&mut w.pending_deleted, id, false);
+            }
+        }
+        Some(Held::Rule(tenant, key)) => {
+            if let Some(rules) = w.pending_rules.get_mut(&tenant) {
+                if let Some(e) = rules.get_mut(&key) {
+                    e.1 -= 1;
+                    if e.1 == 0 {
+                        rules.remove(&key);
+                    }
+                }
+                if rules.is_empty() {
+                    w.pending_rules.remove(&tenant);
+                }
             }
         }
         None => {}

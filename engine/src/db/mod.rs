@@ -220,6 +220,10 @@ pub(crate) struct WriterState {
     /// queued after the deletion, would be answered as taken on a record
     /// deleted when it applies.
     pending_deleted: HashMap<RecordId, usize>,
+    /// Review rules in flight, by tenant: (assertion kind, writer kind) ->
+    /// (the latest queued value, how many are queued). A write admitted
+    /// after a rule is queued follows it, as it follows the log's order.
+    pending_rules: HashMap<String, admit::RulesInFlight>,
     /// Vector spaces being created by batches in flight.
     pending_dims: HashMap<(String, String), usize>,
 }

@@ -245,6 +245,7 @@ impl Engram {
                 pending_reviewed: HashSet::new(),
                 pending_expired: HashMap::new(),
                 pending_deleted: HashMap::new(),
+                pending_rules: HashMap::new(),
                 pending_dims: HashMap::new(),
             }),
             clock: opts.clock.clone(),

@@ -1195,3 +1195,60 @@ fn a_retraction_of_a_superseded_version_is_refused() {
     db.inner.writer.lock().pending_superseded.clear();
     admin.retract(&RecordRef::Id(new), None).unwrap();
 }
+
+/// A write admitted after a review rule is queued follows that rule (it
+/// applies after the rule, in log order): a model's policy written while a
+/// rule tightening review is in flight was approved at once.
+#[test]
+fn a_write_follows_the_review_rules_queued_before_it() {
+    let db = mem_store("/rules-in-flight");
+    let admin = db.session(Principal::admin("t"));
+    admin
+        .set_review_rule(
+            crate::model::AssertionKind::Policy,
+            crate::model::WriterKind::Model,
+            false,
+        )
+        .unwrap();
+    admin
+        .append(vec![NewRecord::event("ticket", "t").with_external_id("t")])
+        .unwrap();
+    let bot = db.session(Principal::model("t", "bot"));
+    let policy = |text: &str| {
+        NewRecord::assertion(
+            crate::model::AssertionKind::Policy,
+            text,
+            vec![RecordRef::External("t".into())],
+        )
+    };
+    assert_eq!(
+        bot.append(vec![policy("refund at once")]).unwrap()[0].status,
+        Status::Approved
+    );
+    // as hold_op leaves a rule making models' policies wait, while queued
+    db.inner
+        .writer
+        .lock()
+        .pending_rules
+        .entry("t".into())
+        .or_default()
+        .insert(("policy".into(), "model".into()), (true, 1));
+    assert_eq!(
+        bot.append(vec![policy("refund in a week")]).unwrap()[0].status,
+        Status::Candidate
+    );
+    db.inner.writer.lock().pending_rules.clear();
+    // a rule set registers itself while queued and is gone once applied
+    admin
+        .set_review_rule(
+            crate::model::AssertionKind::Policy,
+            crate::model::WriterKind::Model,
+            true,
+        )
+        .unwrap();
+    assert!(db.inner.writer.lock().pending_rules.is_empty());
+    assert_eq!(
+        bot.append(vec![policy("refund in a month")]).unwrap()[0].status,
+        Status::Candidate
+    );
+}

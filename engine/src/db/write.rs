@@ -401,8 +401,7 @@ impl Session {
             let mut batch: Vec<Option<InBatch>> = Vec::with_capacity(records.len());
             for (i, r) in records.iter().enumerate() {
                 if let Some(&j) = repeats.get(&i) {
-                    // (the record it repeats, as resolved: a stored one
-                    // when that item turned out a duplicate itself)
+                    // (what it repeats as resolved: stored, if that item was a duplicate)
                     batch_ids[i] = batch_ids[j];
                     batch.push(None);
                     let first = &prepared[j];
@@ -545,8 +544,9 @@ impl Session {
                         me
                     }
                 };
-                let status = admission(rtype, &r.body, writer.kind, tstate);
-                candidate_correction(&st, (tsym, tstate), (status, &res), (i, r), writer.kind)?;
+                let rules = (tstate, w.pending_rules.get(&tenant));
+                let status = admission(rtype, &r.body, writer.kind, rules);
+                candidate_correction(&st, (tsym, rules), (status, &res), (i, r), writer.kind)?;
                 let pending = Pending {
                     corrected: &|sid| superseded_here.get(&sid).copied().filter(|&j| j < i),
                     corrections_before: superseded_here.values().any(|&j| j < i),
