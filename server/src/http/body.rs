@@ -91,35 +91,45 @@ pub async fn read_limited(body: axum::body::Body, limit: u64) -> ServerResult<By
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
             Err(ServerError::TooLarge { limit_bytes: limit })
         }
-        Err(e) if went_away(&*e) => Err(ServerError::ClientClosed),
-        Err(e) => Err(ServerError::bad_request(
-            "body",
-            format!("could not read the request body: {e}"),
-        )),
+        Err(e) => match went_away(&*e) {
+            Some(true) => Err(ServerError::ClientClosed),
+            // (a client may half-close and still read the answer)
+            Some(false) => Err(ServerError::bad_request(
+                "body",
+                "the body ended before its declared length (Content-Length, or its last chunk) was read",
+            )),
+            None => Err(ServerError::bad_request(
+                "body",
+                format!("could not read the request body: {e}"),
+            )),
+        },
     }
 }
 
-/// Whether a body read failed because the connection closed before the
-/// body's end (rather than on a malformed body: a bad chunk size is 400).
-fn went_away(e: &(dyn std::error::Error + 'static)) -> bool {
+/// Why a body read failed, when the connection is the cause: `Some(true)`
+/// when it is gone (reset or aborted: nobody reads the answer),
+/// `Some(false)` when it reached its end before the body's (a client that
+/// half-closed may still read the answer); `None` for anything else (a
+/// malformed body: a bad chunk size).
+fn went_away(e: &(dyn std::error::Error + 'static)) -> Option<bool> {
     let mut at = Some(e);
     while let Some(err) = at {
         if let Some(h) = err.downcast_ref::<hyper::Error>()
             && (h.is_incomplete_message() || h.is_canceled())
         {
-            return true;
+            return Some(true);
         }
-        // (hyper's body error: end of file before the declared length)
         if let Some(io) = err.downcast_ref::<std::io::Error>() {
             use std::io::ErrorKind as K;
-            return matches!(
-                io.kind(),
-                K::UnexpectedEof | K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe
-            );
+            return match io.kind() {
+                K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe => Some(true),
+                K::UnexpectedEof => Some(false),
+                _ => None,
+            };
         }
         at = err.source();
     }
-    false
+    None
 }
 
 /// `bytes` as UTF-8, or a 400 naming the line and column of the first
