@@ -4,7 +4,7 @@
 //!
 //! Handlers are thin: each authenticates ([`Caller`](crate::http::auth::Caller)), passes the gate
 //! for its [`Operation`](engram_engine::authz::Operation), builds one
-//! engine request, runs it through a bounded queue ([`App`]) and maps the
+//! engine request, runs it through a bounded queue ([`App`](crate::http::app::App)) and maps the
 //! result. Endpoints, by module: [`records`] (append, bulk, get, history,
 //! trace, list), [`lifecycle`] (correct, expire, delete, retract, review,
 //! grant, revoke, retention, holds), [`query`] (recall, context, eval),
@@ -289,7 +289,7 @@ pub(crate) fn check_query(parts: &Parts) -> Result<(), ServerError> {
     }
 }
 
-/// [`check_query`] for an endpoint that takes no caller (the OpenAPI
+/// `check_query` for an endpoint that takes no caller (the OpenAPI
 /// document).
 #[derive(Debug)]
 pub struct QueryChecked;
