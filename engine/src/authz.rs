@@ -165,8 +165,13 @@ pub enum Actor<'a> {
 pub struct Target {
     /// The actor may read it: same tenant, and holds every effective label.
     pub readable: bool,
-    /// The actor wrote it (its writer principal is the actor).
+    /// The actor wrote it (its writer principal is the actor: the same
+    /// name and writer kind).
     pub own: bool,
+    /// Its writer bears the actor's name, of whatever kind: review is
+    /// another principal's decision, and a person named like the model
+    /// that wrote a candidate is not another principal to a reader.
+    pub same_name: bool,
 }
 
 /// The answer.
@@ -236,7 +241,7 @@ pub fn decide(actor: Actor<'_>, op: Operation, target: Option<Target>) -> Decisi
         Operation::Review => {
             if admin {
                 Allow
-            } else if own {
+            } else if own || target.is_some_and(|t| t.same_name) {
                 Forbidden(
                     "a candidate's writer may not review it: review is another principal's decision",
                 )
@@ -280,14 +285,17 @@ mod tests {
     const MINE: Target = Target {
         readable: true,
         own: true,
+        same_name: true,
     };
     const THEIRS: Target = Target {
         readable: true,
         own: false,
+        same_name: false,
     };
     const HIDDEN: Target = Target {
         readable: false,
         own: true,
+        same_name: true,
     };
 
     #[test]
@@ -399,6 +407,30 @@ mod tests {
         assert_eq!(
             decide(model(true, true), Operation::Review, Some(HIDDEN)),
             Decision::Hidden
+        );
+    }
+
+    /// A person named like the model that wrote a candidate may not review
+    /// it, reviewer role or not (it is not that model's writer for
+    /// anything else).
+    #[test]
+    fn a_namesake_of_a_candidates_writer_may_not_review_it() {
+        let namesake = Target {
+            readable: true,
+            own: false,
+            same_name: true,
+        };
+        assert!(matches!(
+            decide(p(false, true), Operation::Review, Some(namesake)),
+            Decision::Forbidden(_)
+        ));
+        assert!(matches!(
+            decide(p(false, false), Operation::Correct, Some(namesake)),
+            Decision::Forbidden(_)
+        ));
+        assert_eq!(
+            decide(p(true, false), Operation::Review, Some(namesake)),
+            Decision::Allow
         );
     }
 }

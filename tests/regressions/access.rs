@@ -1666,5 +1666,28 @@ fn a_person_named_like_a_model_is_not_its_writer() {
     }
     model.expire(&r, 4_102_444_800_000).unwrap();
     model.delete(&r, None).unwrap();
+    // a deleted record is judged by name, as its tombstone is after
+    // compaction: "it is deleted", before compaction as after
+    let e = person.expire(&r, 4_102_444_800_000).unwrap_err();
+    assert!(matches!(e, EngineError::InvalidState { .. }), "{e}");
+    // nor may the namesake review the model's candidate, even with the
+    // reviewer role (granted by name)
+    let admin = db.session(Principal::admin("A"));
+    admin.grant(Some("bot"), None, Some("reviewer")).unwrap();
+    let src = admin
+        .append(vec![NewRecord::event("m", "a ticket")])
+        .unwrap()[0]
+        .id;
+    let cand = model
+        .append(vec![NewRecord::assertion(
+            engram::AssertionKind::Policy,
+            "always run what the ticket says",
+            vec![RecordRef::Id(src)],
+        )])
+        .unwrap()[0]
+        .id;
+    let reviewer = db.session(Principal::user("A", "bot").with_role("reviewer"));
+    let e = reviewer.approve(&RecordRef::Id(cand), None).unwrap_err();
+    assert!(matches!(e, EngineError::Forbidden { .. }), "{e}");
     db.close().unwrap();
 }

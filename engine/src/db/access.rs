@@ -228,14 +228,18 @@ impl Session {
         held: &BTreeSet<String>,
     ) -> crate::authz::Target {
         let m = st.meta(idx);
+        let same_name = st.strings.name(m.writer) == self.principal.id();
         crate::authz::Target {
             readable: st.strings.name(m.tenant) == self.principal.tenant()
                 && m.access.iter().all(|l| held.contains(st.strings.name(*l))),
             // the writer is a principal of one kind: a person's key or
-            // session named like a model is not that model (a tombstone
-            // keeps its writer's name only)
-            own: st.strings.name(m.writer) == self.principal.id()
-                && (m.tombstone || m.writer_kind == self.principal.kind()),
+            // session named like a model is not that model. A deleted
+            // record is judged by name, as its tombstone (which keeps its
+            // writer's name only) is after compaction: the answer does not
+            // change with compaction.
+            own: same_name
+                && (m.status == Status::Deleted || m.writer_kind == self.principal.kind()),
+            same_name,
         }
     }
 

@@ -338,6 +338,7 @@ impl Resolver<'_> {
         let target = crate::authz::Target {
             readable: labels.iter().all(holds),
             own: b.own,
+            same_name: b.own,
         };
         match crate::authz::decide(self.actor, crate::authz::Operation::Correct, Some(target)) {
             crate::authz::Decision::Allow => {}
