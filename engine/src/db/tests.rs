@@ -932,25 +932,34 @@ fn a_correction_of_a_record_a_retraction_in_flight_withdraws_is_refused() {
     assert!(e.to_string().contains("retracted"), "{e}");
 }
 
+/// A store with a ticket (an event, external id `t`, tenant `t`) and a
+/// model's policy built on it, a review candidate: (store, ticket, policy).
+fn ticket_and_candidate(dir: &str) -> (Engram, RecordId, RecordId) {
+    let db = mem_store(dir);
+    let ticket = db
+        .session(Principal::admin("t"))
+        .append(vec![NewRecord::event("ticket", "t").with_external_id("t")])
+        .unwrap()[0]
+        .id;
+    let cand = db
+        .session(Principal::model("t", "bot"))
+        .append(vec![NewRecord::assertion(
+            crate::model::AssertionKind::Policy,
+            "always refund",
+            vec![RecordRef::Id(ticket)],
+        )])
+        .unwrap()[0]
+        .id;
+    (db, ticket, cand)
+}
+
 /// A review decision is checked again under the writer lock, against
 /// decisions in flight: an approval and a rejection sent together were both
 /// answered as done while only the first took effect.
 #[test]
 fn a_review_decision_while_another_is_in_flight_is_refused() {
-    let db = mem_store("/review");
+    let (db, _, id) = ticket_and_candidate("/review");
     let admin = db.session(Principal::admin("t"));
-    admin
-        .append(vec![NewRecord::event("ticket", "t").with_external_id("t")])
-        .unwrap();
-    let id = db
-        .session(Principal::model("t", "bot"))
-        .append(vec![NewRecord::assertion(
-            crate::model::AssertionKind::Policy,
-            "always refund",
-            vec![RecordRef::External("t".into())],
-        )])
-        .unwrap()[0]
-        .id;
     // as hold_op leaves it while the first decision is queued
     db.inner.writer.lock().pending_reviewed.insert(id);
     let lsn = db.applied_lsn();
@@ -976,21 +985,8 @@ fn a_review_decision_while_another_is_in_flight_is_refused() {
 /// answered "approved"); once nothing is in flight it is decided as usual.
 #[test]
 fn an_approval_of_a_record_whose_source_a_write_in_flight_corrects_is_refused() {
-    let db = mem_store("/review-source");
+    let (db, ticket, id) = ticket_and_candidate("/review-source");
     let admin = db.session(Principal::admin("t"));
-    let ticket = admin
-        .append(vec![NewRecord::event("ticket", "t").with_external_id("t")])
-        .unwrap()[0]
-        .id;
-    let id = db
-        .session(Principal::model("t", "bot"))
-        .append(vec![NewRecord::assertion(
-            crate::model::AssertionKind::Policy,
-            "always refund",
-            vec![RecordRef::External("t".into())],
-        )])
-        .unwrap()[0]
-        .id;
     let lsn = db.applied_lsn();
     for pending in [true, false] {
         // as a correction (or a retraction) queued leaves it
@@ -1113,21 +1109,8 @@ fn the_review_queue_of_a_tenant_without_records_is_empty() {
 /// 200 for a record that is gone.
 #[test]
 fn an_operation_on_a_record_a_deletion_in_flight_deletes_is_refused() {
-    let db = mem_store("/delete-race");
+    let (db, ticket, cand) = ticket_and_candidate("/delete-race");
     let admin = db.session(Principal::admin("t"));
-    let ticket = admin
-        .append(vec![NewRecord::event("ticket", "t").with_external_id("t")])
-        .unwrap()[0]
-        .id;
-    let cand = db
-        .session(Principal::model("t", "bot"))
-        .append(vec![NewRecord::assertion(
-            crate::model::AssertionKind::Policy,
-            "always refund",
-            vec![RecordRef::Id(ticket)],
-        )])
-        .unwrap()[0]
-        .id;
     // as hold_op leaves a deletion of the ticket while it is queued
     {
         let st = db.state();
