@@ -851,12 +851,20 @@ impl State {
         }
     }
 
-    /// The kind a reader is shown for record `idx`: `deleted` for a
-    /// deleted record (a kind is free text, content like any other; its
-    /// tombstone's kind reads the same after compaction), else its own.
-    pub fn shown_kind(&self, idx: Idx) -> &str {
+    /// Whether record `idx` is shown as a tombstone at `now`: deleted, or
+    /// past its retention period (what `compact` deletes, shown as it will
+    /// be then).
+    pub fn shown_gone(&self, idx: Idx, now: i64) -> bool {
+        self.metas[idx as usize].status == Status::Deleted || self.past_retention(idx, now)
+    }
+
+    /// The kind a reader is shown for record `idx` at `now`: `deleted` for
+    /// a record [`State::shown_gone`] (a kind is free text, content like
+    /// any other; its tombstone's kind reads the same after compaction),
+    /// else its own.
+    pub fn shown_kind(&self, idx: Idx, now: i64) -> &str {
         let m = &self.metas[idx as usize];
-        if m.status == Status::Deleted {
+        if self.shown_gone(idx, now) {
             "deleted"
         } else {
             self.strings.name(m.kind)

@@ -27,7 +27,7 @@ use serde::Serialize;
 use crate::db::Session;
 use crate::error::Result;
 use crate::id::RecordId;
-use crate::model::{RecordRef, RecordType};
+use crate::model::{RecordRef, RecordType, Status};
 use crate::state::{Idx, State};
 use crate::time::format_rfc3339;
 
@@ -206,15 +206,21 @@ impl Session {
         depth: usize,
     ) -> Result<TraceNode> {
         let m = st.meta(i);
+        let now = self.db.now();
         // Only visible records reach here (same tenant, labels held); a
-        // deleted one shows as a tombstone without content.
+        // deleted one, or one past its retention period, shows as a
+        // tombstone without content.
         let readable = self.can_read(st, i);
         let mut node = TraceNode {
             id: m.id,
             record: m.rtype.name(),
-            kind: st.shown_kind(i).to_string(),
+            kind: st.shown_kind(i, now).to_string(),
             // an ended current record is historical, as retrieval shows it
-            status: st.shown_status(i, m.status, self.db.now(), None),
+            status: if st.shown_gone(i, now) {
+                Status::Deleted.name()
+            } else {
+                st.shown_status(i, m.status, now, None)
+            },
             side,
             depth,
             external_id: None,

@@ -964,6 +964,85 @@ fn a_record_past_retention_is_not_read_by_id_or_listed_before_compact() {
     db.close().unwrap();
 }
 
+/// Past its retention period, before `compact`, a record shows in a trace
+/// as a deleted one does (kind and status `deleted`, no content), and an
+/// append reusing its external id is answered as it will be once deleted,
+/// whatever its content: a principal that did not write it learned the
+/// record's id and live status, and whether a guess of its content was
+/// right (a duplicate or "different content").
+#[test]
+fn a_record_past_retention_is_shown_and_answered_as_deleted_before_compact() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.set_retention("ephemeral", Some(60 * MINUTE)).unwrap();
+    let secret = || NewRecord {
+        retention_class: Some("ephemeral".into()),
+        ..NewRecord::event("note", "door code 4471").with_external_id("e")
+    };
+    let writer = db.session(Principal::user("t", "w"));
+    writer.append(vec![secret()]).unwrap();
+    s.append(vec![
+        NewRecord::event("note", "a note kept").with_external_id("k"),
+    ])
+    .unwrap();
+    s.append(vec![NewRecord {
+        body: Body::Summary {
+            generator: "g@1".into(),
+        },
+        kind: "summary".into(),
+        text: Some("summary of the door code".into()),
+        sources: vec![ext("e"), ext("k")],
+        external_id: Some("sum".into()),
+        ..NewRecord::default()
+    }])
+    .unwrap();
+    let (e, sum) = (
+        s.resolve(&ext("e")).unwrap(),
+        s.resolve(&ext("sum")).unwrap(),
+    );
+    clock.advance(61 * MINUTE);
+    let t = s.trace(&ext("k")).unwrap();
+    let node = t
+        .nodes
+        .iter()
+        .find(|n| n.id == sum)
+        .expect("the summary's node");
+    assert_eq!(
+        (node.kind.as_str(), node.status),
+        ("deleted", "deleted"),
+        "{node:?}"
+    );
+    assert!(
+        node.text.is_none() && node.external_id.is_none(),
+        "{node:?}"
+    );
+    // the writer, another user, the admin: any content, one answer
+    let other = db.session(Principal::user("t", "u"));
+    for session in [&writer, &other, &s] {
+        let same = session.append(vec![secret()]).unwrap_err().to_string();
+        let guess = session
+            .append(vec![NewRecord {
+                retention_class: Some("ephemeral".into()),
+                ..NewRecord::event("note", "door code 1234").with_external_id("e")
+            }])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(same, guess, "the answer told whether the guess was right");
+        assert!(same.contains("past its retention period"), "{same}");
+        assert!(!same.contains("4471"), "{same}");
+    }
+    // a correction of it is still taken until compact (lifecycle.md)
+    s.append(vec![NewRecord {
+        retention_class: Some("ephemeral".into()),
+        supersedes: Some(RecordRef::Id(e)),
+        ..NewRecord::event("note", "door code changed").with_external_id("e")
+    }])
+    .unwrap();
+    db.close().unwrap();
+}
+
 /// A chain whose newest version `compact` deleted at the end of its
 /// retention period takes no more corrections or expiries, and says why:
 /// a correction was told to correct the deleted version, and an expiry

@@ -218,6 +218,40 @@ fn attachments_under_as_of_hold_only_what_existed_then() {
     );
 }
 
+/// A derivative past its retention period, before `compact`, is attached
+/// as a deleted one is: kind and status `deleted`, no text (its kind and
+/// live status were shown).
+#[test]
+fn an_attached_derivative_past_retention_shows_as_deleted() {
+    use engram::ManualClock;
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let db = fixture::open(tmp.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.set_retention("ephemeral", Some(60_000)).unwrap();
+    let lines = engram::query::parse_jsonl(
+        r#"{"external_id":"m1","kind":"user_message","text":"billing issue"}
+{"external_id":"d0","record":"assertion","kind":"fact","text":"a short-lived fact","sources":["m1"],"retention_class":"ephemeral"}"#,
+    )
+    .unwrap();
+    s.append(lines.into_iter().map(|l| l.record).collect())
+        .unwrap();
+    clock.advance(120_000);
+    let out = run(
+        &s,
+        "FIND events WITH DERIVATIVES RETURN external_id, derivatives",
+        &Params::new(),
+    );
+    assert_eq!(out.rows.len(), 1);
+    let d = &out.rows[0]["derivatives"][0];
+    assert_eq!(
+        (d["kind"].as_str(), d["status"].as_str()),
+        (Some("deleted"), Some("deleted")),
+        "{d}"
+    );
+    assert!(d["text"].is_null() && d["external_id"].is_null(), "{d}");
+}
+
 /// `RECENT` with `AROUND` and no evidence retriever: recency is what ranks,
 /// and the neighbourhood grows around its hits; they are not dropped.
 #[test]

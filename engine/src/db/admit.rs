@@ -110,15 +110,40 @@ pub(super) fn existing_version(
         )
         .at_item(i));
     }
+    // Past its retention period a record reads as not found until compact
+    // deletes it, and is answered here as it will be then (named only to a
+    // principal whose labels reach it), so an append confirms neither its
+    // id nor its content; a correction of it is still taken until then
+    // (docs/lifecycle.md, "Retention and legal holds").
+    let now = session.db.now();
+    let correcting = supersedes == Some(m.id) || continues_batch;
+    if !correcting && st.past_retention(ix, now) {
+        if !visible {
+            return Err(in_use());
+        }
+        return Err(EngineError::invalid(
+            "external_id",
+            format!(
+                "'{e}' names record {} which is past its retention period; its content is no longer served or re-ingested (compact deletes it)",
+                m.id
+            ),
+        )
+        .at_item(i));
+    }
     // Re-sending any version of the chain is a no-op (a file holding a
-    // record and its correction re-ingests cleanly).
+    // record and its correction re-ingests cleanly), unless that version
+    // is past its retention period.
     for v in st.chain(ix) {
         let vm = st.meta(v);
-        if !vm.tombstone && readable(v) && stored_hash(&session.db, vm.loc)? == hash {
+        if !vm.tombstone
+            && readable(v)
+            && !st.past_retention(v, now)
+            && stored_hash(&session.db, vm.loc)? == hash
+        {
             return Ok(Some((vm.id, vm.loc.lsn, vm.status)));
         }
     }
-    if supersedes != Some(m.id) && !continues_batch {
+    if !correcting {
         // The key names a version its chain has moved past (a correction
         // gave the chain another external id): what to correct is the
         // chain's current version, named when readable (advising a
@@ -389,9 +414,30 @@ pub(super) fn source_out_of_use(
                 .unwrap_or_default(),
         }
     };
-    let mut seen: HashSet<RecordId> = HashSet::new();
-    for &sid in &res.sources {
-        let mut stack = sources_of(sid);
+    walk_lineage(res.sources.iter().map(|&s| (s, sources_of(s))), sources_of, going).map(
+        |(sid, a, why)| {
+            format!(
+                "source {sid} is built on {a}, {why}: it goes out of use with that write; cite what is current"
+            )
+        },
+    )
+}
+
+/// Walks up lineage, depth first, from each start's first records
+/// (`starts`: a start and the records its walk begins with), each record
+/// once, and returns the first record `hit` has something to say about:
+/// (the start it was reached from, that record, what `hit` said). At most
+/// [`LINEAGE_WALK_MAX`] records in all (a trace's bound, in records): past
+/// it, nothing is found, which keeps the writer lock short. One walker for
+/// a new record's sources and an approval's lineage.
+fn walk_lineage<N: Copy + Eq + std::hash::Hash, R>(
+    starts: impl IntoIterator<Item = (N, Vec<N>)>,
+    sources_of: impl Fn(N) -> Vec<N>,
+    hit: impl Fn(N) -> Option<R>,
+) -> Option<(N, N, R)> {
+    let mut seen: HashSet<N> = HashSet::new();
+    for (start, first) in starts {
+        let mut stack = first;
         while let Some(a) = stack.pop() {
             if seen.len() >= LINEAGE_WALK_MAX {
                 return None;
@@ -399,10 +445,8 @@ pub(super) fn source_out_of_use(
             if !seen.insert(a) {
                 continue;
             }
-            if let Some(why) = going(a) {
-                return Some(format!(
-                    "source {sid} is built on {a}, {why}: it goes out of use with that write; cite what is current"
-                ));
+            if let Some(r) = hit(a) {
+                return Some((start, a, r));
             }
             stack.extend(sources_of(a));
         }
@@ -491,7 +535,8 @@ fn count(map: &mut HashMap<RecordId, usize>, id: RecordId, add: bool) {
     }
 }
 
-/// A review decision, a retraction or an expiry about to be queued:
+/// A review decision, a retraction, an expiry, a deletion or a review
+/// rule about to be queued:
 /// checked again under the writer lock (the caller checked the record's
 /// state without it, and another write may have been queued since) and
 /// registered in flight until applied. Without it, an approval and a
@@ -538,6 +583,8 @@ pub(super) fn hold_op(
             .into_iter()
             .map(|i| st.meta(i).id)
             .collect();
+        // The apply computes the set again, from the state it meets then:
+        // writes queued before this one may have built more on the target.
         for &id in &set {
             count(&mut w.pending_deleted, id, true);
         }
@@ -647,25 +694,13 @@ fn outdated_in_flight(st: &State, w: &WriterState, ix: Idx) -> Option<(RecordId,
     if w.pending_superseded.is_empty() && w.pending_retracted.is_empty() {
         return None;
     }
-    let going =
-        |id: &RecordId| w.pending_superseded.contains(id) || w.pending_retracted.contains(id);
-    let mut seen: HashSet<Idx> = HashSet::new();
-    for &direct in st.sources.get(&ix)? {
-        let mut stack = vec![direct];
-        while let Some(a) = stack.pop() {
-            if seen.len() >= LINEAGE_WALK_MAX {
-                return None;
-            }
-            if !seen.insert(a) {
-                continue;
-            }
-            if going(&st.meta(a).id) {
-                return Some((st.meta(direct).id, st.meta(a).id));
-            }
-            stack.extend(st.sources.get(&a).into_iter().flatten().copied());
-        }
-    }
-    None
+    let sources_of = |a: Idx| st.sources.get(&a).cloned().unwrap_or_default();
+    let going = |a: Idx| {
+        let id = st.meta(a).id;
+        (w.pending_superseded.contains(&id) || w.pending_retracted.contains(&id)).then_some(())
+    };
+    let starts = st.sources.get(&ix)?.iter().map(|&d| (d, vec![d]));
+    walk_lineage(starts, sources_of, going).map(|(d, a, ())| (st.meta(d).id, st.meta(a).id))
 }
 
 /// Why a review decision (`approve`: `Some(true)` approves) or a
@@ -747,5 +782,56 @@ pub(super) fn release_op(w: &mut WriterState, held: Option<Held>) {
             }
         }
         None => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LINEAGE_WALK_MAX, walk_lineage};
+
+    /// Record `n` is built on `n + 1`, up to `len`.
+    fn chain(len: u32) -> impl Fn(u32) -> Vec<u32> {
+        move |n| if n < len { vec![n + 1] } else { vec![] }
+    }
+
+    #[test]
+    fn the_walk_names_the_start_a_record_was_reached_from() {
+        // 10 -> 11 -> 12 and 20 -> 21: 21 is the one going out of use
+        let sources = |n: u32| match n {
+            10 => vec![11],
+            11 => vec![12],
+            20 => vec![21],
+            _ => vec![],
+        };
+        let hit = |n: u32| (n == 21).then_some("going");
+        let found = walk_lineage([(10, vec![10]), (20, vec![20])], sources, hit);
+        assert_eq!(found, Some((20, 21, "going")));
+        // a start's walk begins with what it is given, not with the start
+        let found = walk_lineage([(21, sources(21))], sources, hit);
+        assert_eq!(found, None);
+    }
+
+    #[test]
+    fn the_walk_visits_each_record_once_and_stops_at_its_bound() {
+        let visits = std::cell::Cell::new(0);
+        // both starts share the chain below 1: it is walked once
+        let hit = |_: u32| {
+            visits.set(visits.get() + 1);
+            None::<()>
+        };
+        assert_eq!(
+            walk_lineage([(0, vec![1]), (0, vec![1])], chain(100), hit),
+            None
+        );
+        assert_eq!(visits.get(), 100);
+        // a hit past the bound is not reached; one within it is
+        let len = LINEAGE_WALK_MAX as u32 + 10;
+        let at_end = |n: u32| (n == len).then_some(());
+        assert_eq!(walk_lineage([(0, vec![1])], chain(len), at_end), None);
+        let within = |n: u32| (n == 5).then_some(());
+        assert_eq!(
+            walk_lineage([(0, vec![1])], chain(len), within),
+            Some((0, 5, ()))
+        );
     }
 }

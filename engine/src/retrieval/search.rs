@@ -498,6 +498,7 @@ impl Session {
         (as_of, valid_at): (Option<i64>, i64),
         el: &super::eligibility::Eligibility,
     ) -> Result<(Vec<Linked>, Vec<Linked>)> {
+        let now = self.db.now();
         let walk = |depth_max: Option<usize>, up: bool| -> Result<Vec<Linked>> {
             let Some(depth_max) = depth_max else {
                 return Ok(Vec::new());
@@ -541,9 +542,9 @@ impl Session {
                     id: m.id,
                     external_id,
                     record: m.rtype.name(),
-                    kind: st.shown_kind(i).to_string(),
-                    status: if m.status == crate::model::Status::Deleted {
-                        m.status.name()
+                    kind: st.shown_kind(i, now).to_string(),
+                    status: if st.shown_gone(i, now) {
+                        crate::model::Status::Deleted.name()
                     } else {
                         st.shown_status(i, el.status(st, i), valid_at, as_of)
                     },
