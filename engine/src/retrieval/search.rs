@@ -406,11 +406,17 @@ impl Session {
             let first = *st.chain(i).first()?;
             crate::retrieval::graph::walkable_version(st, first, traversable)
         };
-        let add = |i: Idx, out: &mut Vec<Idx>| {
-            if traversable.contains(i) && !out.contains(&i) {
+        // (in the order found, each once: a membership test by bitmap, as a
+        // statement may seed from ten thousand hits)
+        let mut taken = RoaringBitmap::new();
+        let mut add = |i: Idx, out: &mut Vec<Idx>| {
+            if traversable.contains(i) && taken.insert(i) {
                 out.push(i);
             }
         };
+        let mut records_taken = RoaringBitmap::new();
+        // a retriever named twice seeds once
+        let mut retrievers_seen: Vec<&str> = Vec::new();
         // entities a record is or talks about, as they stand now (a
         // relation written about an older version leads to the current one)
         let linked = |i: Idx| -> Vec<Idx> {
@@ -442,7 +448,7 @@ impl Session {
                         if st.meta(i).rtype == RecordType::Entity {
                             add(i, &mut out);
                         } else {
-                            if !records.contains(&i) {
+                            if records_taken.insert(i) {
                                 records.push(i);
                             }
                             for e in linked(i) {
@@ -452,6 +458,10 @@ impl Session {
                     }
                 }
                 Seed::Retriever { name } => {
+                    if retrievers_seen.contains(&name.as_str()) {
+                        continue;
+                    }
+                    retrievers_seen.push(name);
                     if let Some(o) = earlier.iter().find(|o| *o.retriever == **name) {
                         for c in &o.candidates {
                             if let Some(i) = st.idx(c.id) {

@@ -133,9 +133,15 @@ fn find(f: &Find, b: &Binder<'_>) -> Result<SearchRequest, LangError> {
                                 seeds.push(ESeed::Entity { name: n });
                             }
                         }
-                        Seed::Record(r) => seeds.push(ESeed::Record {
-                            reference: reference(r, b)?,
-                        }),
+                        // (a list parameter is spliced in, as the checker
+                        // counted it)
+                        Seed::Record(r) => {
+                            for v in b.strings_of(r.value())? {
+                                seeds.push(ESeed::Record {
+                                    reference: named(r, v)?,
+                                });
+                            }
+                        }
                         Seed::Retriever(n) => seeds.push(ESeed::Retriever {
                             name: n.value.clone(),
                         }),
@@ -284,17 +290,19 @@ fn expr(e: &Expr, b: &Binder<'_>) -> Result<FilterExpr, LangError> {
 }
 
 fn reference(r: &RecordRef, b: &Binder<'_>) -> Result<ERef, LangError> {
+    named(r, b.string(r.value())?)
+}
+
+/// The record `r` names by its bound value `v`.
+fn named(r: &RecordRef, v: String) -> Result<ERef, LangError> {
     match r {
-        RecordRef::Id { value, span } => {
-            let v = b.string(value)?;
-            v.parse::<RecordId>().map(ERef::Id).map_err(|_| {
-                LangError::new(
-                    super::error::ErrorKind::InvalidRecordId { text: v.clone() },
-                    *span,
-                )
-            })
-        }
-        RecordRef::External { value, .. } => Ok(ERef::External(b.string(value)?)),
+        RecordRef::Id { span, .. } => v.parse::<RecordId>().map(ERef::Id).map_err(|_| {
+            LangError::new(
+                super::error::ErrorKind::InvalidRecordId { text: v.clone() },
+                *span,
+            )
+        }),
+        RecordRef::External { .. } => Ok(ERef::External(v)),
     }
 }
 

@@ -6,7 +6,9 @@
 use std::io::{BufRead, IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use engram_engine::{Engram, Session};
 use engram_query::lang::limits::STATEMENT_BYTES_MAX;
@@ -38,6 +40,39 @@ struct Shell {
     failed: bool,
     /// Input comes from a terminal (not a pipe or a file).
     interactive: bool,
+    /// Set by Ctrl-C (SIGINT) while a statement runs, when input comes
+    /// from a terminal: the prompt comes back instead of the process
+    /// ending. Without a terminal, Ctrl-C ends the run, as for any command.
+    interrupt: Option<Arc<AtomicBool>>,
+}
+
+/// Watches SIGINT from now on: each one sets the flag returned (and no
+/// longer ends the process). `None` when the watch cannot be set up (the
+/// shell then runs as before: Ctrl-C during a statement ends it).
+fn watch_interrupts() -> Option<Arc<AtomicBool>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .ok()?;
+    // registered here, before the first prompt: no window in which a
+    // Ctrl-C still ends the process
+    let mut sigint = rt
+        .block_on(async { signal(SignalKind::interrupt()) })
+        .ok()?;
+    let flag = Arc::new(AtomicBool::new(false));
+    let set = flag.clone();
+    std::thread::Builder::new()
+        .name("shell-sigint".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                while sigint.recv().await.is_some() {
+                    set.store(true, Ordering::SeqCst);
+                }
+            })
+        })
+        .ok()?;
+    Some(flag)
 }
 
 /// Runs `engram shell`.
@@ -136,7 +171,11 @@ fn shell_loop(db: &Engram, s: &Session, a: &ShellArgs) -> CliResult {
         params: Params::new(),
         failed: false,
         interactive: std::io::stdin().is_terminal(),
+        interrupt: None,
     };
+    if sh.interactive {
+        sh.interrupt = watch_interrupts();
+    }
     let who = who(a);
     if sh.interactive {
         crate::outln!(
@@ -388,7 +427,15 @@ fn run_one(sh: &mut Shell, s: &Session, text: &str, first_line: usize) {
         text.to_string()
     };
     let started = Instant::now();
-    match s.query(&stmt, &sh.params) {
+    let Some(answer) = answer_or_interrupt(sh, s, stmt) else {
+        crate::errln!(
+            "interrupted after {:.3} ms: its answer is dropped (a read: it changed nothing; it finishes in the background)",
+            started.elapsed().as_secs_f64() * 1e3
+        );
+        sh.failed = true;
+        return;
+    };
+    match answer {
         Ok(out) => print_output(&out, true),
         Err(e) => {
             if !sh.interactive {
@@ -400,6 +447,59 @@ fn run_one(sh: &mut Shell, s: &Session, text: &str, first_line: usize) {
     }
     if sh.timing {
         crate::outln!("time: {:.3} ms", started.elapsed().as_secs_f64() * 1e3);
+    }
+}
+
+/// Runs a statement; `None` when Ctrl-C came first. With the interrupt
+/// watched, the statement runs on its own thread and the prompt comes
+/// back at Ctrl-C: the engine has no cancellation point inside a query,
+/// and statements only read, so an abandoned one changes nothing.
+fn answer_or_interrupt(
+    sh: &Shell,
+    s: &Session,
+    stmt: String,
+) -> Option<Result<engram_query::lang::QueryOutput, engram_query::lang::QueryError>> {
+    let Some(flag) = &sh.interrupt else {
+        return Some(s.query(&stmt, &sh.params));
+    };
+    let (session, params) = (s.clone(), sh.params.clone());
+    match unless_interrupted(flag, move || session.query(&stmt, &params)) {
+        Ok(answer) => answer,
+        Err(detail) => Some(Err(engram_engine::EngineError::Background {
+            worker: "statement thread".into(),
+            detail,
+        }
+        .into())),
+    }
+}
+
+/// `work`'s answer, run on its own thread, or `None` as soon as `flag` is
+/// set (from when this is called); an error when the thread cannot start
+/// or ends without an answer.
+fn unless_interrupted<T: Send + 'static>(
+    flag: &AtomicBool,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<Option<T>, String> {
+    flag.store(false, Ordering::SeqCst);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("shell-statement".into())
+        .spawn(move || {
+            let _ = tx.send(work());
+        })
+        .map_err(|e| format!("cannot start it: {e}"))?;
+    loop {
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(answer) => return Ok(Some(answer)),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if flag.swap(false, Ordering::SeqCst) {
+                    return Ok(None);
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err("it stopped without an answer".into());
+            }
+        }
     }
 }
 
@@ -572,5 +672,46 @@ mod tests {
         }
         assert!(matches!(p.take(), Gathered::Oversized(1)));
         assert!(p.is_blank());
+    }
+
+    /// Ctrl-C at the shell reaches its flag, and the process lives on (it
+    /// ended the process, and the session with it, while a statement ran).
+    #[test]
+    fn an_interrupt_sets_the_flag_and_ends_nothing() {
+        let flag = watch_interrupts().expect("SIGINT is watched");
+        let sent = std::process::Command::new("kill")
+            .args(["-INT", &std::process::id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let waited = Instant::now();
+        while !flag.load(Ordering::SeqCst) {
+            assert!(
+                waited.elapsed() < Duration::from_secs(10),
+                "no interrupt seen"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// A statement interrupted gives the prompt back at once, without its
+    /// answer; one left alone gives its answer; an interrupt before it
+    /// started does not count.
+    #[test]
+    fn an_interrupted_statement_gives_the_prompt_back() {
+        let flag = Arc::new(AtomicBool::new(true));
+        assert_eq!(unless_interrupted(&flag, || 7), Ok(Some(7)));
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let set = flag.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            set.store(true, Ordering::SeqCst);
+        });
+        // (the work waits until the test ends: it is never answered)
+        let answer = unless_interrupted(&flag, move || wait.recv().is_ok());
+        assert_eq!(answer, Ok(None));
+        drop(release);
+        let failed = unless_interrupted(&flag, || -> u8 { panic!("a statement's panic") });
+        assert!(failed.is_err(), "{failed:?}");
     }
 }

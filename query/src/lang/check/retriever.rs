@@ -530,5 +530,28 @@ impl Checker<'_> {
                 }
             }
         }
+        // Every retriever weighted 0 ranks nothing: the hits would come in
+        // id order, each scored 0 (a recall refuses the same).
+        let zero = |name: &str| {
+            f.weights
+                .iter()
+                .find(|w| w.name.value == name)
+                .and_then(|w| self.bind.number(&w.value).ok())
+                .is_some_and(|v| v == 0.0)
+        };
+        if f.retrievers.iter().all(|r| zero(r.name()))
+            && let Some(last) = f.weights.iter().rev().find(|w| zero(&w.name.value))
+        {
+            self.push_hint(
+                ErrorKind::OutOfRange {
+                    what: format!("the weight of `{}`", last.name.value),
+                    got: "0".into(),
+                    range: "0..=1000000 with one retriever's weight above 0".into(),
+                },
+                last.value.span(),
+                "every retriever is weighted 0 (0 turns a retriever off), so nothing would rank the \
+                 hits: give one a weight above 0, or leave it out of WEIGHTS to keep its default",
+            );
+        }
     }
 }
