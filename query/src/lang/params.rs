@@ -175,6 +175,17 @@ impl Params {
         };
         let mut out = Params::new();
         for (k, x) in o {
+            // a name no statement can write ("", "1a", "$q") would be
+            // taken and never used: refused, as the CLI's `--param` is
+            if !crate::lang::lexer::is_identifier(k) {
+                return Err((
+                    String::new(),
+                    format!(
+                        "{k:?} is not a parameter name (a letter or _, then letters, digits \
+                         or _; written without its `$`)"
+                    ),
+                ));
+            }
             let value = ParamValue::from_json(x).map_err(|reason| (k.clone(), reason))?;
             out.insert(k.clone(), value);
         }
@@ -408,6 +419,10 @@ mod tests {
             r#"[1]"#,
             // a parameter given twice: which one was meant?
             r#"{"n": 2, "n": 3}"#,
+            // names no statement can write (taken and never used before)
+            r#"{"": 5}"#,
+            r#"{"1a": 5}"#,
+            r#"{"$n": 5}"#,
         ] {
             let e = Params::from_json(bad).unwrap_err();
             assert_eq!(e.code(), "invalid_param", "{bad}");
