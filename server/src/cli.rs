@@ -714,12 +714,18 @@ pub fn session_for(db: &Engram, tenant: &str, principal: Option<&str>) -> Sessio
 /// tenant that holds nothing in the store is said on stderr, since its
 /// empty answers would otherwise look like a search that found nothing.
 pub fn read_session_for(db: &Engram, tenant: &str, principal: Option<&str>) -> Session {
+    note_if_unknown_tenant(db, tenant);
+    session_for(db, tenant, principal)
+}
+
+/// Says on stderr that `tenant` holds nothing in the store, when it does
+/// not: a typo would otherwise read as a search that found nothing.
+pub fn note_if_unknown_tenant(db: &Engram, tenant: &str) {
     if !db.has_tenant(tenant) {
         crate::eoutln!(
             "note: tenant '{tenant}' holds nothing in this store (`engram stats` lists its tenants)"
         );
     }
-    session_for(db, tenant, principal)
 }
 
 /// Resolves a command-line ID to (tenant, reference).

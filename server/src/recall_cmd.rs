@@ -448,6 +448,13 @@ pub fn eval(ctx: &Ctx, a: EvalArgs) -> CliResult {
     }
     let db = ctx.open_store()?;
     check_cases(&db, &a, &cases, &[])?;
+    // a tenant that holds nothing (a typo) is said once, as the reads say it
+    let mut tenants: Vec<&str> = cases.iter().map(|c| c.tenant.as_str()).collect();
+    tenants.sort_unstable();
+    tenants.dedup();
+    for t in tenants {
+        crate::cli::note_if_unknown_tenant(&db, t);
+    }
     // made once the cases can run: a refused open or case leaves `--out`
     // as it was, so the same command can be run again
     if let Some(out) = &a.out {

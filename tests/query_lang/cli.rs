@@ -867,4 +867,17 @@ fn a_tenant_holding_nothing_is_said() {
     let o = engram(&["--data", &d, "query", "--tenant", "t", "FIND ANY LIMIT 1"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(o.stderr.is_empty(), "{}", text(&o));
+    // `engram eval`: once per tenant of its cases that holds nothing
+    let cases = std::path::Path::new(&d).join("..").join("cases.jsonl");
+    std::fs::write(
+        &cases,
+        "{\"case_id\": \"a\", \"query\": \"x\", \"tenant\": \"tt\", \"relevant\": [\"r\"]}\n\
+         {\"case_id\": \"b\", \"query\": \"y\", \"tenant\": \"tt\", \"relevant\": [\"r\"]}\n\
+         {\"case_id\": \"c\", \"query\": \"y\", \"tenant\": \"t\", \"relevant\": [\"r\"]}\n",
+    )
+    .unwrap();
+    let o = engram(&["--data", &d, "eval", cases.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.matches("tenant 'tt' holds nothing").count(), 1, "{err}");
+    assert!(!err.contains("tenant 't' holds"), "{err}");
 }
