@@ -239,10 +239,21 @@ pub enum EngineError {
     /// A reference is both an internal id and another record's external
     /// id. Give up: say which one is meant.
     #[error(
-        "'{reference}' is both an internal id and an external id in tenant '{tenant}'; \
-         write id:{reference} for the internal id or ext:{reference} for the external id"
+        "{}'{reference}' is both an internal id and an external id in tenant '{tenant}'; \
+         write id:{reference} for the internal id or ext:{reference} for the external id",
+        match (item, field) {
+            (Some(i), Some(f)) => format!("item {i}: {f}: "),
+            (Some(i), None) => format!("item {i}: "),
+            (None, Some(f)) => format!("{f}: "),
+            (None, None) => String::new(),
+        }
     )]
     AmbiguousReference {
+        /// Position in the batch, if any.
+        item: Option<usize>,
+        /// The field holding the reference (`supersedes`, `sources[2]`),
+        /// when it is one of a record's.
+        field: Option<String>,
         /// The tenant.
         tenant: String,
         /// The reference as given.
@@ -284,6 +295,33 @@ impl EngineError {
             item: None,
             field: field.into(),
             reason: reason.into(),
+        }
+    }
+
+    /// [`EngineError::AmbiguousReference`] for reference `r` in `tenant`,
+    /// not yet placed in a batch.
+    pub fn ambiguous(tenant: &str, r: &crate::model::RecordRef) -> Self {
+        EngineError::AmbiguousReference {
+            item: None,
+            field: None,
+            tenant: tenant.to_string(),
+            reference: r.to_string(),
+        }
+    }
+
+    /// Places an ambiguous reference at item `i`'s `field`; other errors
+    /// as they are.
+    pub(crate) fn placed(self, i: usize, at: &str) -> Self {
+        match self {
+            EngineError::AmbiguousReference {
+                tenant, reference, ..
+            } => EngineError::AmbiguousReference {
+                item: Some(i),
+                field: Some(at.to_string()),
+                tenant,
+                reference,
+            },
+            other => other,
         }
     }
 
@@ -337,6 +375,17 @@ impl EngineError {
                 expected,
                 got,
             },
+            EngineError::AmbiguousReference {
+                field,
+                tenant,
+                reference,
+                ..
+            } => EngineError::AmbiguousReference {
+                item: idx,
+                field,
+                tenant,
+                reference,
+            },
             other => other,
         }
     }
@@ -348,7 +397,8 @@ impl EngineError {
             | EngineError::LimitExceeded { item, .. }
             | EngineError::ExternalIdConflict { item, .. }
             | EngineError::AlreadySuperseded { item, .. }
-            | EngineError::DimensionMismatch { item, .. } => *item,
+            | EngineError::DimensionMismatch { item, .. }
+            | EngineError::AmbiguousReference { item, .. } => *item,
             EngineError::SupersedesCycle { item, .. } => Some(*item),
             _ => None,
         }

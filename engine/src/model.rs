@@ -36,6 +36,12 @@ pub use check::{
 /// Version of the record schema written by this build.
 pub const SCHEMA_VERSION: u16 = 1;
 
+/// Why `replace_access` on a record without `supersedes` is refused: one
+/// wording for the store and for `engram ingest`, which checks it when it
+/// reads the file (a correction command names its target after its body).
+pub const REPLACE_ACCESS_WITHOUT_CORRECTION: &str =
+    "applies to a correction only (with supersedes): a new record's access is its own `access`";
+
 /// `name` with its indefinite article, for messages ("an event", "a
 /// summary").
 pub(crate) fn with_article(name: &str) -> String {

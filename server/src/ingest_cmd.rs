@@ -86,6 +86,11 @@ pub struct IngestReport {
     pub batches: usize,
     /// Per line, in file order.
     pub records: Vec<IngestedLine>,
+    /// Why the ingest stopped, when a batch was refused: `records` then
+    /// lists what the batches before it stored (durable, and a duplicate
+    /// when the file is sent again).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The tenant a line is written to: its own, else `--tenant`; a line naming
@@ -136,6 +141,26 @@ pub fn ingest_lines(
     batch_size: usize,
     progress: &Progress,
 ) -> Result<IngestReport, CliError> {
+    let mut report = IngestReport::default();
+    ingest_lines_into(
+        db,
+        lines,
+        default_tenant,
+        (batch_size, progress),
+        &mut report,
+    )?;
+    Ok(report)
+}
+
+/// [`ingest_lines`], reporting into `report` as batches are stored: on a
+/// refused batch, `report` holds what the batches before it stored.
+fn ingest_lines_into(
+    db: &Engram,
+    lines: Vec<IngestLine>,
+    default_tenant: Option<&str>,
+    (batch_size, progress): (usize, &Progress),
+    report: &mut IngestReport,
+) -> Result<(), CliError> {
     if batch_size == 0 {
         return Err(CliError::msg("--batch-size must be at least 1"));
     }
@@ -145,7 +170,6 @@ pub fn ingest_lines(
         .collect::<Result<Vec<String>, String>>()
         .map_err(CliError::Message)?;
     let run = db.new_run_id();
-    let mut report = IngestReport::default();
     // Windows of `batch_size` lines; inside a window, one atomic batch per
     // tenant (lines keep their order within a tenant; tenants cannot refer
     // to each other, so order across tenants does not matter).
@@ -175,9 +199,9 @@ pub fn ingest_lines(
                 .collect();
             let session = db.session(Principal::admin(tenant.clone()));
             let records: Vec<_> = idxs.iter().map(|&i| lines[i].record.clone()).collect();
-            let results = session
-                .append_run(records, Some(run))
-                .map_err(|e| RejectedBatch {
+            let results = session.append_run(records, Some(run)).map_err(|e| {
+                report.records.sort_by_key(|r| r.line);
+                RejectedBatch {
                     n_lines: idxs.len(),
                     tenant: tenant.clone(),
                     first_line: lines[window_start].line,
@@ -186,7 +210,8 @@ pub fn ingest_lines(
                     n_stored_before: report.created + report.duplicates,
                     n_batches_before: report.batches,
                     source: e,
-                })?;
+                }
+            })?;
             report.batches += 1;
             progress.inc(idxs.len() as u64);
             for (&i, r) in idxs.iter().zip(results) {
@@ -208,7 +233,7 @@ pub fn ingest_lines(
         window_start = window_end;
     }
     report.records.sort_by_key(|r| r.line);
-    Ok(report)
+    Ok(())
 }
 
 /// Malformed lines of a file: the first few with their errors, and how
@@ -276,6 +301,18 @@ fn parse_file(ctx: &Ctx, a: &IngestArgs, text: &str) -> Result<Vec<IngestLine>, 
         }
         let error = match item {
             Ok(l) => match line_tenant(&l, a.tenant.as_deref()) {
+                // a line's own fields, as the store would refuse it in its
+                // batch, after earlier batches were stored (a correction
+                // command names its target after its body: not a parse
+                // error there)
+                Ok(_) if l.record.replace_access && l.record.supersedes.is_none() => Some((
+                    format!(
+                        "line {}: replace_access: {}",
+                        l.line,
+                        engram_engine::model::REPLACE_ACCESS_WITHOUT_CORRECTION
+                    ),
+                    false,
+                )),
                 Ok(_) => {
                     lines.push(l);
                     None
@@ -313,7 +350,14 @@ pub fn ingest(ctx: &Ctx, a: IngestArgs) -> CliResult {
     let started = Instant::now();
     let bar = ctx.counter("ingest", lines.len() as u64, "records");
     let at_open = db.applied_lsn();
-    let result = ingest_lines(&db, lines, a.tenant.as_deref(), a.batch_size, &bar);
+    let mut report = IngestReport::default();
+    let result = ingest_lines_into(
+        &db,
+        lines,
+        a.tenant.as_deref(),
+        (a.batch_size, &bar),
+        &mut report,
+    );
     if db.applied_lsn() > at_open {
         // stored records carry this embedder's vectors, even if a later
         // batch failed
@@ -333,7 +377,15 @@ pub fn ingest(ctx: &Ctx, a: IngestArgs) -> CliResult {
     // successful ingest into a failed one.
     let closed = db.close();
     closing.finish();
-    let report = result?;
+    if let Err(e) = result {
+        // with --json, what the batches before the refused one stored is
+        // still machine output: a script learns their ids
+        if a.json {
+            report.error = Some(e.to_string());
+            print_json(&report)?;
+        }
+        return Err(e);
+    }
     if let Err(e) = closed {
         crate::eoutln!(
             "warning: every record reported below is stored and durable; writing derived state at close failed ({e}); it is rebuilt from the log at the next open"

@@ -370,3 +370,114 @@ fn correct_json_carries_the_append_result_and_its_notes() {
     let notes = out["result"]["notes"].to_string();
     assert!(notes.contains("valid"), "{out}");
 }
+
+/// A bare reference that is a stored record's internal id and an earlier
+/// item's external id is refused as ambiguous within a batch, as it is
+/// from a later batch, naming the item and the field (within a batch it
+/// silently meant the batch's item: a correction of the wrong record).
+#[test]
+fn an_ambiguous_reference_is_refused_within_a_batch_naming_its_item() {
+    use engram::{EngineError, Engram, NewRecord, Options, Principal, RecordRef};
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let s = db.session(Principal::admin("t"));
+    let stored = s
+        .append(vec![
+            NewRecord::event("note", "base").with_external_id("base"),
+        ])
+        .unwrap()[0]
+        .id
+        .to_string();
+    let bare = || Some(RecordRef::parse(&stored));
+    let fix = |text: &str| NewRecord {
+        supersedes: bare(),
+        ..NewRecord::event("note", text)
+    };
+    let lookalike = NewRecord::event("note", "lookalike").with_external_id(stored.as_str());
+    let e = s.append(vec![lookalike.clone(), fix("fix")]).unwrap_err();
+    assert!(
+        matches!(&e, EngineError::AmbiguousReference { item: Some(1), field: Some(f), .. } if f == "supersedes"),
+        "{e}"
+    );
+    assert!(e.to_string().starts_with("item 1: supersedes: "), "{e}");
+    let listed = s.list(&engram::ListFilter::default()).unwrap();
+    assert_eq!(
+        listed.len(),
+        1,
+        "nothing of the batch was stored: {listed:?}"
+    );
+    // from a later batch: the same refusal, with its item and field
+    s.append(vec![lookalike]).unwrap();
+    let e = s
+        .append(vec![NewRecord::event("note", "other"), fix("fix2")])
+        .unwrap_err();
+    assert!(
+        matches!(&e, EngineError::AmbiguousReference { item: Some(1), field: Some(f), .. } if f == "supersedes"),
+        "{e}"
+    );
+    db.close().unwrap();
+}
+
+/// A line with `replace_access` and no `supersedes` is refused when the
+/// file is read, as every line's own fields are: the store found it in
+/// its batch, after earlier batches of the file were stored.
+#[test]
+fn replace_access_without_a_correction_is_refused_before_anything_is_stored() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    ok(&store, &["init"]);
+    let mut body = String::new();
+    for i in 0..5 {
+        body.push_str(&format!(
+            "{{\"tenant\":\"t\",\"external_id\":\"g{i}\",\"kind\":\"note\",\"text\":\"g\"}}\n"
+        ));
+    }
+    body.push_str("{\"tenant\":\"t\",\"kind\":\"note\",\"text\":\"x\",\"replace_access\":true}\n");
+    let f = one(tmp.path(), "ra.jsonl", body.as_bytes());
+    let msg = fails(
+        &store,
+        &["ingest", f.to_str().unwrap(), "--batch-size", "2"],
+    );
+    assert!(
+        msg.contains("line 6: replace_access: applies to a correction only")
+            && msg.contains("nothing was stored"),
+        "{msg}"
+    );
+    assert_eq!(cli::json(&ok(&store, &["stats", "--json"]))["records"], 0);
+}
+
+/// `ingest --json` stopped by a refused batch still prints, on stdout, the
+/// lines the batches before it stored (ids included) and the error: a
+/// script otherwise learned only a count, on stderr.
+#[test]
+fn ingest_json_reports_what_was_stored_before_a_refused_batch() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    ok(&store, &["init"]);
+    let body = "{\"tenant\":\"t\",\"external_id\":\"a\",\"kind\":\"note\",\"text\":\"a\"}\n\
+                {\"tenant\":\"t\",\"external_id\":\"b\",\"kind\":\"note\",\"text\":\"b\"}\n\
+                {\"tenant\":\"t\",\"kind\":\"note\",\"text\":\"c\",\"supersedes\":\"nowhere\"}\n";
+    let f = one(tmp.path(), "partial.jsonl", body.as_bytes());
+    let o = cli::at(
+        &store,
+        &["ingest", f.to_str().unwrap(), "--batch-size", "2", "--json"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", cli::text(&o));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
+    assert_eq!(report["created"], 2, "{report}");
+    let lines: Vec<u64> = report["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lines, [1, 2], "{report}");
+    assert!(report["records"][0]["id"].is_string(), "{report}");
+    assert!(
+        report["error"].as_str().unwrap().contains("line 3"),
+        "{report}"
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("line 3"));
+}

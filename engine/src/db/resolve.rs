@@ -202,6 +202,18 @@ impl Resolver<'_> {
                         .iter()
                         .position(|b| *b == batch_ids[j])
                         .unwrap_or(j);
+                    // A bare reference whose id reading names another
+                    // (stored) record is ambiguous, as it is from a later
+                    // batch: never a guess.
+                    let stored = rf
+                        .as_id()
+                        .and_then(|id| self.tsym.and_then(|t| self.st.idx_in(t, id)))
+                        .filter(|&ix| self.visible(ix));
+                    if let Some(ix) = stored
+                        && self.st.meta(ix).id != batch_ids[j]
+                    {
+                        return Err(EngineError::ambiguous(self.tenant, rf).placed(i, field));
+                    }
                     return self.earlier(rf, field, (i, j), batch_ids[j]);
                 }
                 if let Some(&j) = pos.iter().find(|&&j| j > i) {
@@ -223,7 +235,7 @@ impl Resolver<'_> {
             .and_then(|e| self.tstate?.by_external_id(e));
         match one_of(by_id, by_ext, rf, self.tenant, |ix| self.visible(ix)) {
             Some(Ok(ix)) => Ok((self.st.meta(ix).id, Place::Stored(ix))),
-            Some(Err(e)) => Err(e),
+            Some(Err(e)) => Err(e.placed(i, field)),
             None => Err(self.missing(rf, field, i)),
         }
     }

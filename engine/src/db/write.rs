@@ -253,10 +253,7 @@ pub(super) fn one_of(
     let by_id = by_id.filter(|&i| visible(i));
     let by_ext = by_ext.filter(|&i| visible(i));
     match (by_id, by_ext) {
-        (Some(a), Some(b)) if a != b => Some(Err(EngineError::AmbiguousReference {
-            tenant: tenant.to_string(),
-            reference: r.to_string(),
-        })),
+        (Some(a), Some(b)) if a != b => Some(Err(EngineError::ambiguous(tenant, r))),
         (Some(a), _) | (None, Some(a)) => Some(Ok(a)),
         (None, None) => None,
     }
@@ -753,7 +750,7 @@ impl Session {
             if r.replace_access && r.supersedes.is_none() {
                 return Err(EngineError::invalid(
                     "replace_access",
-                    "applies to a correction only (with supersedes): a new record's access is its own `access`",
+                    crate::model::REPLACE_ACCESS_WITHOUT_CORRECTION,
                 )
                 .at_item(i));
             }

@@ -488,10 +488,15 @@ impl From<EngineError> for ServerError {
                 message,
                 details: json!({"field": "model", "available": available}),
             },
-            E::AmbiguousReference { reference, .. } => ServerError::Invalid {
+            E::AmbiguousReference {
+                item,
+                field,
+                reference,
+                ..
+            } => ServerError::Invalid {
                 code,
                 message,
-                details: json!({"reference": reference}),
+                details: json!({"item": item, "field": field, "reference": reference}),
             },
             E::NotFound { .. } => ServerError::NotFound,
             E::ExternalIdConflict {
