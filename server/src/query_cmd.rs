@@ -292,6 +292,7 @@ pub fn print_output(out: &QueryOutput, summary: bool) {
     }
 }
 
+mod interrupt;
 mod shell;
 pub use shell::shell;
 

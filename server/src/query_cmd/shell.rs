@@ -7,13 +7,13 @@ use std::io::{BufRead, IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use engram_engine::{Engram, Session};
 use engram_query::lang::limits::STATEMENT_BYTES_MAX;
 use engram_query::lang::{Params, QueryExt};
 
+use super::interrupt::{Interrupts, Outcome};
 use super::{ShellArgs, param_name, print_output};
 use crate::cli::{CliError, CliResult, Ctx, INPUT_LINE_BYTES_MAX, read_session_for};
 
@@ -40,39 +40,11 @@ struct Shell {
     failed: bool,
     /// Input comes from a terminal (not a pipe or a file).
     interactive: bool,
-    /// Set by Ctrl-C (SIGINT) while a statement runs, when input comes
-    /// from a terminal: the prompt comes back instead of the process
-    /// ending. Without a terminal, Ctrl-C ends the run, as for any command.
-    interrupt: Option<Arc<AtomicBool>>,
-}
-
-/// Watches SIGINT from now on: each one sets the flag returned (and no
-/// longer ends the process). `None` when the watch cannot be set up (the
-/// shell then runs as before: Ctrl-C during a statement ends it).
-fn watch_interrupts() -> Option<Arc<AtomicBool>> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .ok()?;
-    // registered here, before the first prompt: no window in which a
-    // Ctrl-C still ends the process
-    let mut sigint = rt
-        .block_on(async { signal(SignalKind::interrupt()) })
-        .ok()?;
-    let flag = Arc::new(AtomicBool::new(false));
-    let set = flag.clone();
-    std::thread::Builder::new()
-        .name("shell-sigint".into())
-        .spawn(move || {
-            rt.block_on(async move {
-                while sigint.recv().await.is_some() {
-                    set.store(true, Ordering::SeqCst);
-                }
-            })
-        })
-        .ok()?;
-    Some(flag)
+    /// Ctrl-C while a statement runs, when input comes from a terminal:
+    /// the prompt comes back instead of the process ending
+    /// (`interrupt.rs`). Without a terminal, Ctrl-C ends the run, as for
+    /// any command.
+    interrupt: Option<Arc<Interrupts>>,
 }
 
 /// Runs `engram shell`.
@@ -174,7 +146,7 @@ fn shell_loop(db: &Engram, s: &Session, a: &ShellArgs) -> CliResult {
         interrupt: None,
     };
     if sh.interactive {
-        sh.interrupt = watch_interrupts();
+        sh.interrupt = Interrupts::watch();
     }
     let who = who(a);
     if sh.interactive {
@@ -276,19 +248,26 @@ fn shell_loop(db: &Engram, s: &Session, a: &ShellArgs) -> CliResult {
             continue;
         };
         let mut start = 0;
+        let mut interrupted = false;
         for end in ends {
             pending.push(&piece[start..end], line_no);
             start = end;
             match pending.take() {
                 Gathered::Oversized(first) => sh.refuse_oversized(first),
                 Gathered::Text(text, first) => {
-                    if is_statement(&text) {
-                        run_one(&mut sh, s, &text, first);
+                    if is_statement(&text) && !run_one(&mut sh, s, &text, first) {
+                        interrupted = true;
+                        break;
                     }
                 }
             }
         }
         let _ = std::io::stdout().flush();
+        if interrupted {
+            // the rest of the line is dropped: Ctrl-C gives the prompt back
+            pending = Pending::default();
+            continue;
+        }
         // what follows the last `;`: the scan's state already describes it
         let rest = &piece[last..];
         if rest.trim_start().starts_with('\\') {
@@ -306,7 +285,9 @@ fn shell_loop(db: &Engram, s: &Session, a: &ShellArgs) -> CliResult {
     if !quit && pending.scan.open() {
         match pending.take() {
             Gathered::Oversized(first) => sh.refuse_oversized(first),
-            Gathered::Text(text, first) => run_one(&mut sh, s, &text, first),
+            Gathered::Text(text, first) => {
+                run_one(&mut sh, s, &text, first);
+            }
         }
     }
     if let (Some(e), Some(h)) = (editor.as_mut(), history_path(a)) {
@@ -417,8 +398,9 @@ impl Shell {
 
 /// Runs one statement, which starts on input line `first_line`. Its error
 /// positions count from the statement's first line; without a terminal,
-/// the error says which input line that is.
-fn run_one(sh: &mut Shell, s: &Session, text: &str, first_line: usize) {
+/// the error says which input line that is. False when Ctrl-C interrupted
+/// it (the rest of its input line is dropped: the prompt comes back).
+fn run_one(sh: &mut Shell, s: &Session, text: &str, first_line: usize) -> bool {
     // (leading blank lines would shift the statement's own positions)
     let text = text.trim_start();
     let stmt = if sh.explain && !text.to_ascii_uppercase().starts_with("EXPLAIN") {
@@ -427,13 +409,35 @@ fn run_one(sh: &mut Shell, s: &Session, text: &str, first_line: usize) {
         text.to_string()
     };
     let started = Instant::now();
-    let Some(answer) = answer_or_interrupt(sh, s, stmt) else {
-        crate::errln!(
-            "interrupted after {:.3} ms: its answer is dropped (a read: it changed nothing; it finishes in the background)",
-            started.elapsed().as_secs_f64() * 1e3
-        );
-        sh.failed = true;
-        return;
+    let outcome = match &sh.interrupt {
+        None => Outcome::Answer(s.query(&stmt, &sh.params)),
+        Some(i) => {
+            let (session, params) = (s.clone(), sh.params.clone());
+            i.run(
+                move || session.query(&stmt, &params),
+                || {
+                    crate::errln!(
+                        "waiting for the interrupted statement to finish (Ctrl-C quits the shell)"
+                    )
+                },
+            )
+        }
+    };
+    let answer = match outcome {
+        Outcome::Answer(a) => a,
+        Outcome::Interrupted => {
+            crate::errln!(
+                "interrupted after {:.3} ms: its answer is dropped (a read: it changed nothing; it finishes in the background)",
+                started.elapsed().as_secs_f64() * 1e3
+            );
+            sh.failed = true;
+            return false;
+        }
+        Outcome::Failed(why) => {
+            crate::errln!("error: the statement failed: {why}");
+            sh.failed = true;
+            return true;
+        }
     };
     match answer {
         Ok(out) => print_output(&out, true),
@@ -448,59 +452,7 @@ fn run_one(sh: &mut Shell, s: &Session, text: &str, first_line: usize) {
     if sh.timing {
         crate::outln!("time: {:.3} ms", started.elapsed().as_secs_f64() * 1e3);
     }
-}
-
-/// Runs a statement; `None` when Ctrl-C came first. With the interrupt
-/// watched, the statement runs on its own thread and the prompt comes
-/// back at Ctrl-C: the engine has no cancellation point inside a query,
-/// and statements only read, so an abandoned one changes nothing.
-fn answer_or_interrupt(
-    sh: &Shell,
-    s: &Session,
-    stmt: String,
-) -> Option<Result<engram_query::lang::QueryOutput, engram_query::lang::QueryError>> {
-    let Some(flag) = &sh.interrupt else {
-        return Some(s.query(&stmt, &sh.params));
-    };
-    let (session, params) = (s.clone(), sh.params.clone());
-    match unless_interrupted(flag, move || session.query(&stmt, &params)) {
-        Ok(answer) => answer,
-        Err(detail) => Some(Err(engram_engine::EngineError::Background {
-            worker: "statement thread".into(),
-            detail,
-        }
-        .into())),
-    }
-}
-
-/// `work`'s answer, run on its own thread, or `None` as soon as `flag` is
-/// set (from when this is called); an error when the thread cannot start
-/// or ends without an answer.
-fn unless_interrupted<T: Send + 'static>(
-    flag: &AtomicBool,
-    work: impl FnOnce() -> T + Send + 'static,
-) -> Result<Option<T>, String> {
-    flag.store(false, Ordering::SeqCst);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
-        .name("shell-statement".into())
-        .spawn(move || {
-            let _ = tx.send(work());
-        })
-        .map_err(|e| format!("cannot start it: {e}"))?;
-    loop {
-        match rx.recv_timeout(Duration::from_millis(50)) {
-            Ok(answer) => return Ok(Some(answer)),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                if flag.swap(false, Ordering::SeqCst) {
-                    return Ok(None);
-                }
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                return Err("it stopped without an answer".into());
-            }
-        }
-    }
+    true
 }
 
 /// A value in single quotes, as statements write strings (`'it''s'`),
@@ -672,46 +624,5 @@ mod tests {
         }
         assert!(matches!(p.take(), Gathered::Oversized(1)));
         assert!(p.is_blank());
-    }
-
-    /// Ctrl-C at the shell reaches its flag, and the process lives on (it
-    /// ended the process, and the session with it, while a statement ran).
-    #[test]
-    fn an_interrupt_sets_the_flag_and_ends_nothing() {
-        let flag = watch_interrupts().expect("SIGINT is watched");
-        let sent = std::process::Command::new("kill")
-            .args(["-INT", &std::process::id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success());
-        let waited = Instant::now();
-        while !flag.load(Ordering::SeqCst) {
-            assert!(
-                waited.elapsed() < Duration::from_secs(10),
-                "no interrupt seen"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// A statement interrupted gives the prompt back at once, without its
-    /// answer; one left alone gives its answer; an interrupt before it
-    /// started does not count.
-    #[test]
-    fn an_interrupted_statement_gives_the_prompt_back() {
-        let flag = Arc::new(AtomicBool::new(true));
-        assert_eq!(unless_interrupted(&flag, || 7), Ok(Some(7)));
-        let (release, wait) = std::sync::mpsc::channel::<()>();
-        let set = flag.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(100));
-            set.store(true, Ordering::SeqCst);
-        });
-        // (the work waits until the test ends: it is never answered)
-        let answer = unless_interrupted(&flag, move || wait.recv().is_ok());
-        assert_eq!(answer, Ok(None));
-        drop(release);
-        let failed = unless_interrupted(&flag, || -> u8 { panic!("a statement's panic") });
-        assert!(failed.is_err(), "{failed:?}");
     }
 }
