@@ -1033,13 +1033,47 @@ fn a_record_past_retention_is_shown_and_answered_as_deleted_before_compact() {
         assert!(same.contains("past its retention period"), "{same}");
         assert!(!same.contains("4471"), "{same}");
     }
-    // a correction of it is still taken until compact (lifecycle.md)
-    s.append(vec![NewRecord {
+    // a correction of it is still taken until compact (lifecycle.md), and
+    // one repeating its content is a new version, not a duplicate that
+    // would confirm a guess of it
+    let same = s
+        .append(vec![NewRecord {
+            supersedes: Some(RecordRef::Id(e)),
+            ..secret()
+        }])
+        .unwrap();
+    assert_eq!(same[0].outcome, engram::AppendOutcome::Created, "{same:?}");
+    assert_ne!(same[0].id, e);
+    db.close().unwrap();
+}
+
+/// A labelled record past its retention period: a principal without the
+/// label is answered "in use", as for a deleted one, whatever the content.
+#[test]
+fn a_hidden_record_past_retention_is_in_use_to_a_principal_without_its_label() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.set_retention("ephemeral", Some(60 * MINUTE)).unwrap();
+    let secret = |text: &str| NewRecord {
         retention_class: Some("ephemeral".into()),
-        supersedes: Some(RecordRef::Id(e)),
-        ..NewRecord::event("note", "door code changed").with_external_id("e")
-    }])
-    .unwrap();
+        access: vec!["hr".into()],
+        ..NewRecord::event("note", text).with_external_id("h")
+    };
+    s.append(vec![secret("salary 9000")]).unwrap();
+    clock.advance(61 * MINUTE);
+    let u = db.session(Principal::user("t", "u"));
+    let right = u.append(vec![secret("salary 9000")]).unwrap_err();
+    let wrong = u.append(vec![secret("salary 1")]).unwrap_err();
+    assert!(
+        matches!(
+            &right,
+            EngineError::ExternalIdConflict { existing: None, .. }
+        ),
+        "{right}"
+    );
+    assert_eq!(right.to_string(), wrong.to_string());
     db.close().unwrap();
 }
 

@@ -203,4 +203,15 @@ fn an_id_seed_takes_a_list_parameter() {
         )
     );
     assert!(got.contains(&"e1") && got.contains(&"rel3"), "{got:?}");
+    // bound to no ids: refused, as `ENTITY ($names)` bound to `[]` is
+    let mut empty = Params::new();
+    empty.insert("ids", ParamValue::List(Vec::new()));
+    for text in [
+        "FIND ANY EXPAND FROM ID ($ids) RETURN external_id",
+        "FIND ANY EXPAND FROM $ids RETURN external_id",
+        "FIND ANY EXPAND FROM ENTITY ($ids) RETURN external_id",
+    ] {
+        let e = s.query(text, &empty).unwrap_err().to_string();
+        assert!(e.contains("empty_list"), "{text}: {e}");
+    }
 }

@@ -223,6 +223,9 @@ pub(super) fn unchanged_correction(
         let m = st.meta(v);
         if m.tombstone
             || m.status == Status::Deleted
+            // (its content is no longer served: a duplicate would confirm
+            // a guess of it)
+            || st.past_retention(v, db.now())
             // the same record: its external id too (which is not hashed)
             || r.external_id.as_deref() != m.external_id.as_deref()
             || (v != target && !readable(v))

@@ -447,7 +447,16 @@ impl Checker<'_> {
     fn record_ref(&mut self, r: &RecordRef, many: bool) -> usize {
         let bound = |c: &mut Self, value: &Arg<String>| {
             if many {
-                c.ok(c.bind.strings_of(value))
+                let ids = c.ok(c.bind.strings_of(value))?;
+                // (as `ENTITY ($names)` bound to `[]` is)
+                if ids.is_empty() {
+                    let what = match r {
+                        RecordRef::Id { .. } => "ID",
+                        RecordRef::External { .. } => "the external ids",
+                    };
+                    c.push(ErrorKind::EmptyList { what: what.into() }, value.span());
+                }
+                Some(ids)
             } else {
                 c.ok(c.bind.string(value)).map(|s| vec![s])
             }
