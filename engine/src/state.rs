@@ -894,6 +894,22 @@ impl State {
         }
     }
 
+    /// [`State::shown_status`], or `deleted` for a record
+    /// [`State::shown_gone`] at `now` (a trace's node, an attachment).
+    pub fn shown_status_or_gone(
+        &self,
+        idx: Idx,
+        status: Status,
+        (valid_at, as_of): (i64, Option<i64>),
+        now: i64,
+    ) -> &'static str {
+        if self.shown_gone(idx, now) {
+            Status::Deleted.name()
+        } else {
+            self.shown_status(idx, status, valid_at, as_of)
+        }
+    }
+
     /// The status each record changed after transaction time `t` had at
     /// `t`: the `from` of its first transition made after it. Records
     /// missing from the map have their current status.

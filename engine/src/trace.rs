@@ -27,7 +27,7 @@ use serde::Serialize;
 use crate::db::Session;
 use crate::error::Result;
 use crate::id::RecordId;
-use crate::model::{RecordRef, RecordType, Status};
+use crate::model::{RecordRef, RecordType};
 use crate::state::{Idx, State};
 use crate::time::format_rfc3339;
 
@@ -216,11 +216,7 @@ impl Session {
             record: m.rtype.name(),
             kind: st.shown_kind(i, now).to_string(),
             // an ended current record is historical, as retrieval shows it
-            status: if st.shown_gone(i, now) {
-                Status::Deleted.name()
-            } else {
-                st.shown_status(i, m.status, now, None)
-            },
+            status: st.shown_status_or_gone(i, m.status, (now, None), now),
             side,
             depth,
             external_id: None,

@@ -560,6 +560,17 @@ fn episodic_neighbours_in_a_very_long_conversation() {
         scanned <= DEFAULT.seeds as u64 * (2 * SCAN_AROUND + 1),
         "the conversation was scanned whole: {scanned}"
     );
+    // every retriever weighted 0 ranks nothing: refused, as the query
+    // language refuses it (the hits came in id order, each scored 0)
+    let mut off = req.clone();
+    for r in &mut off.retrievers {
+        r.weight = 0.0;
+    }
+    let e = s.search(&off).unwrap_err();
+    assert!(
+        e.to_string().contains("every retriever is weighted 0"),
+        "{e}"
+    );
 }
 
 /// Next to a content retriever, recency re-orders what it found: every

@@ -1497,3 +1497,38 @@ fn a_byte_order_mark_opening_a_body_is_skipped() {
     let r = s.json("POST", "/v1/recall", Some(&k.ann), Some(recall), 200);
     assert_eq!(r["hits"].as_array().unwrap().len(), 1, "{r}");
 }
+
+/// An ambiguous reference (one record's internal id, another's external
+/// id) is a 422 naming the batch item and field it was in, inside a batch
+/// as across batches; a read's has neither.
+#[test]
+fn an_ambiguous_reference_names_its_item_and_field() {
+    let (_tmp, dir) = new_store();
+    let boss = tenant_key(&dir, "acme", "boss", "admin");
+    let s = Server::start(&dir, None);
+    let r = s.json(
+        "POST",
+        "/v1/records",
+        Some(&boss),
+        Some(r#"[{"kind": "note", "text": "base"}]"#),
+        200,
+    );
+    let id = r["results"][0]["id"].as_str().unwrap().to_string();
+    let batch = format!(
+        r#"[{{"kind": "note", "external_id": "{id}", "text": "lookalike"}},
+            {{"kind": "note", "text": "fix", "supersedes": "{id}"}}]"#
+    );
+    let e = s.json("POST", "/v1/records", Some(&boss), Some(&batch), 422);
+    assert_eq!(e["error"]["code"], "ambiguous_reference", "{e}");
+    assert_eq!(e["error"]["details"]["item"], 1, "{e}");
+    assert_eq!(e["error"]["details"]["field"], "supersedes", "{e}");
+    // stored now: the same from a later batch, and a read names no item
+    let lookalike = format!(r#"[{{"kind": "note", "external_id": "{id}", "text": "lookalike"}}]"#);
+    s.json("POST", "/v1/records", Some(&boss), Some(&lookalike), 200);
+    let later = format!(r#"[{{"kind": "note", "text": "fix", "supersedes": "{id}"}}]"#);
+    let e = s.json("POST", "/v1/records", Some(&boss), Some(&later), 422);
+    assert_eq!(e["error"]["details"]["item"], 0, "{e}");
+    let e = s.json("GET", &format!("/v1/records/{id}"), Some(&boss), None, 422);
+    assert_eq!(e["error"]["code"], "ambiguous_reference", "{e}");
+    assert_eq!(e["error"]["details"], json!({"reference": id}), "{e}");
+}

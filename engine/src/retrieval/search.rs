@@ -553,11 +553,7 @@ impl Session {
                     external_id,
                     record: m.rtype.name(),
                     kind: st.shown_kind(i, now).to_string(),
-                    status: if st.shown_gone(i, now) {
-                        crate::model::Status::Deleted.name()
-                    } else {
-                        st.shown_status(i, el.status(st, i), valid_at, as_of)
-                    },
+                    status: st.shown_status_or_gone(i, el.status(st, i), (valid_at, as_of), now),
                     depth,
                     text,
                 });

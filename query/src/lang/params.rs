@@ -197,7 +197,11 @@ impl<'de> Deserialize<'de> for Params {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Params, D::Error> {
         let v = serde_json::Value::deserialize(d)?;
         Params::from_json_value(&v).map_err(|(name, reason)| {
-            serde::de::Error::custom(format!("parameter ${name}: {reason}"))
+            serde::de::Error::custom(if name.is_empty() {
+                format!("parameters: {reason}")
+            } else {
+                format!("parameter ${name}: {reason}")
+            })
         })
     }
 }

@@ -493,11 +493,22 @@ impl From<EngineError> for ServerError {
                 field,
                 reference,
                 ..
-            } => ServerError::Invalid {
-                code,
-                message,
-                details: json!({"item": item, "field": field, "reference": reference}),
-            },
+            } => {
+                // (item and field only for a reference of a record in a
+                // batch; a read's reference has neither)
+                let mut details = json!({"reference": reference});
+                if let Some(i) = item {
+                    details["item"] = json!(i);
+                }
+                if let Some(f) = field {
+                    details["field"] = json!(f);
+                }
+                ServerError::Invalid {
+                    code,
+                    message,
+                    details,
+                }
+            }
             E::NotFound { .. } => ServerError::NotFound,
             E::ExternalIdConflict {
                 item,

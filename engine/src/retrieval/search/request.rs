@@ -299,6 +299,16 @@ impl SearchRequest {
                 got: self.retrievers.len() as u64,
             });
         }
+        // every retriever off: nothing would rank the hits (the query
+        // checker says the same with a position)
+        if !self.retrievers.is_empty() && self.retrievers.iter().all(|r| r.weight == 0.0) {
+            return bad(
+                "weight",
+                "every retriever is weighted 0 (0 turns a retriever off), so nothing would rank \
+                 the hits: give one a weight above 0"
+                    .into(),
+            );
+        }
         for (i, r) in self.retrievers.iter().enumerate() {
             // (at most RETRIEVERS_MAX: a scan of those before it)
             if self.retrievers[..i].iter().any(|p| p.name == r.name) {
