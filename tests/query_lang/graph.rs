@@ -142,10 +142,8 @@ fn an_external_id_seed_under_as_of_is_the_version_current_at_the_cut() {
 }
 
 /// Seeds named more than once (a retriever, an entity, a record) seed
-/// once: the same answer as naming each once. (What this guards is the
-/// answer; the cost of repeats, once quadratic, is measured in the
-/// closing figures of the change that made seeds a bitmap, not timed
-/// here.)
+/// once: the same answer as naming each once. (This guards the answer;
+/// the cost of repeats, once quadratic, is not timed in a test.)
 #[test]
 fn a_seed_named_twice_seeds_once() {
     let (_tmp, db, _) = graph();
