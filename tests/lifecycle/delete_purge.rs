@@ -891,6 +891,20 @@ fn the_writer_of_a_purged_record_is_answered_as_before_compaction() {
     db.close().unwrap();
 }
 
+/// A summary `sum` of the records `e` and `k`.
+fn summary_of_e_and_k(text: &str) -> NewRecord {
+    NewRecord {
+        body: Body::Summary {
+            generator: "g@1".into(),
+        },
+        kind: "summary".into(),
+        text: Some(text.into()),
+        sources: vec![ext("e"), ext("k")],
+        external_id: Some("sum".into()),
+        ..NewRecord::default()
+    }
+}
+
 /// A record past its retention period, and what was built on it, are not
 /// read by id, listed, or shown in a trace before `compact` deletes them,
 /// as retrieval leaves them out: their content was readable by id and in
@@ -910,17 +924,8 @@ fn a_record_past_retention_is_not_read_by_id_or_listed_before_compact() {
         NewRecord::event("note", "a note kept").with_external_id("k"),
     ])
     .unwrap();
-    s.append(vec![NewRecord {
-        body: Body::Summary {
-            generator: "g@1".into(),
-        },
-        kind: "summary".into(),
-        text: Some("summary of past-canary-8".into()),
-        sources: vec![ext("e"), ext("k")],
-        external_id: Some("sum".into()),
-        ..NewRecord::default()
-    }])
-    .unwrap();
+    s.append(vec![summary_of_e_and_k("summary of past-canary-8")])
+        .unwrap();
     let listed = |s: &engram::Session| {
         s.list(&engram::ListFilter::default())
             .unwrap()
@@ -987,17 +992,8 @@ fn a_record_past_retention_is_shown_and_answered_as_deleted_before_compact() {
         NewRecord::event("note", "a note kept").with_external_id("k"),
     ])
     .unwrap();
-    s.append(vec![NewRecord {
-        body: Body::Summary {
-            generator: "g@1".into(),
-        },
-        kind: "summary".into(),
-        text: Some("summary of the door code".into()),
-        sources: vec![ext("e"), ext("k")],
-        external_id: Some("sum".into()),
-        ..NewRecord::default()
-    }])
-    .unwrap();
+    s.append(vec![summary_of_e_and_k("summary of the door code")])
+        .unwrap();
     let (e, sum) = (
         s.resolve(&ext("e")).unwrap(),
         s.resolve(&ext("sum")).unwrap(),
