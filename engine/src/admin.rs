@@ -295,8 +295,10 @@ impl Engram {
         self.log().disk_full()
     }
 
-    /// Checks every frame's checksums, and the in-memory state (loaded from
-    /// a checkpoint or replayed) against the log: every record frame is a
+    /// Checks every frame's checksums and that its payload reads as a
+    /// replay reads it (its version, its decoding, a record's `data`), and
+    /// the in-memory state (loaded from a checkpoint or replayed) against
+    /// the log: every record frame is a
     /// record of the state with the same tenant and location, the current
     /// holder of an external id is the one the state resolves it to, the
     /// state holds no record the log does not, and every client vector's
@@ -341,6 +343,20 @@ impl Engram {
                 reason: e.to_string(),
             };
             let ft = f.header.frame_type;
+            // every frame read as a replay would read it (the checkpoint
+            // may cover it now; a replay without it would stop there)
+            let checked = crate::state::check_frame(ft, f.header.frame_version, f.payload());
+            if let Err(why) = &checked {
+                row_problems.push(format!(
+                    "log segment {} offset {} (LSN {}): the frame's payload does not read: {why}; opening without the checkpoint, or reading the record, fails there (restore a backup, or `engram repair`)",
+                    loc.segment, loc.offset, loc.lsn
+                ));
+                let record_readable =
+                    ft == codec::FRAME_RECORD && codec::view_record(f.payload()).is_ok();
+                if !record_readable {
+                    return Ok(ControlFlow::Continue(()));
+                }
+            }
             if ft == codec::FRAME_RECORD {
                 let a = codec::view_record(f.payload()).map_err(bad)?;
                 in_log.push((

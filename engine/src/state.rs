@@ -994,7 +994,7 @@ pub fn is_retention_reason(reason: Option<&str>) -> bool {
 }
 
 mod apply;
-pub use apply::{apply_frame, apply_frame_prepared, prepare_frame};
+pub use apply::{apply_frame, apply_frame_prepared, check_frame, prepare_frame};
 
 #[cfg(test)]
 mod tests;

@@ -84,7 +84,7 @@ pub enum Command {
     Log(LogArgs),
     /// Counts per tenant, kind and status; log and index sizes.
     Stats(JsonArgs),
-    /// Check every frame's checksum and the in-memory state against the log (exit 1 on problems).
+    /// Check every frame's checksums and payload, and the loaded state's records and client vectors against the log (exit 1 on problems; `rebuild --verify` derives everything again and compares).
     Verify(JsonArgs),
     /// Rebuild derived state from the log.
     Rebuild(RebuildArgs),

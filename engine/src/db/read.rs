@@ -269,7 +269,10 @@ impl Engram {
         let r = codec::record_to_owned(a);
         let data = match &r.data_json {
             Some(s) => Some(serde_json::from_str(s).map_err(|e| EngineError::Corrupt {
-                what: "record data".into(),
+                what: format!(
+                    "data of record {} (log segment {} offset {}, LSN {})",
+                    m.id, m.loc.segment, m.loc.offset, m.loc.lsn
+                ),
                 detail: e.to_string(),
             })?),
             None => None,

@@ -63,8 +63,8 @@ pub struct VerifyResponse {
     pub problems: Vec<String>,
 }
 
-/// Check every log frame's checksums and the in-memory state against the log, on
-/// the open store (store key).
+/// Check every log frame's checksums and payload, and the loaded state's records
+/// and client vectors against the log, on the open store (store key).
 #[utoipa::path(
     get, path = "/v1/verify", tag = "admin",
     responses((status = 200, body = VerifyResponse), (status = 403, body = ErrorBody)),
