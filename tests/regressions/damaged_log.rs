@@ -830,46 +830,40 @@ fn verify_reads_every_frames_payload_as_a_replay_would() {
         .position(|w| w == b"zqzq")
         .expect("the data's bytes");
     b[at] = 0x01;
-    let mut off = 64;
-    loop {
-        let h = decode_header(&b[off..]).unwrap();
-        let end = off + h.encoded_len();
-        if (off..end).contains(&at) {
-            let payload = b[off + 32..off + 32 + h.payload_len as usize].to_vec();
-            let v = h.frame_version;
-            encode_into(
-                &mut b[off..end],
-                h.lsn,
-                h.frame_type,
-                v,
-                h.flags,
-                h.durable_before,
-                &payload,
-            );
-            break;
+    // The header of the frame holding segment byte `at` (the first record
+    // frame: `None`), and where it starts.
+    let find = |b: &[u8], at: Option<usize>| {
+        let mut off = 64;
+        loop {
+            let h = decode_header(&b[off..]).unwrap();
+            let end = off + h.encoded_len();
+            match at {
+                Some(at) if (off..end).contains(&at) => return (off, h),
+                None if h.frame_type == FrameType(1) => return (off, h),
+                _ => off = end,
+            }
         }
-        off = end;
-    }
-    // the first record frame, sealed again with payload version 4
-    let mut off = 64;
-    let h = loop {
-        let h = decode_header(&b[off..]).unwrap();
-        if h.frame_type == FrameType(1) {
-            break h;
-        }
-        off += h.encoded_len();
     };
-    let payload = b[off + 32..off + 32 + h.payload_len as usize].to_vec();
-    let end = off + h.encoded_len();
-    encode_into(
-        &mut b[off..end],
-        h.lsn,
-        h.frame_type,
-        4,
-        h.flags,
-        h.durable_before,
-        &payload,
-    );
+    // Seals the frame at `off` again, its payload as it is now, with
+    // payload version `v`.
+    let reseal = |b: &mut [u8], (off, h): (usize, engram_storage::frame::FrameHeader), v: u8| {
+        let payload = b[off + 32..off + 32 + h.payload_len as usize].to_vec();
+        let end = off + h.encoded_len();
+        encode_into(
+            &mut b[off..end],
+            h.lsn,
+            h.frame_type,
+            v,
+            h.flags,
+            h.durable_before,
+            &payload,
+        );
+    };
+    let (off, h) = find(&b, Some(at));
+    reseal(&mut b, (off, h), h.frame_version);
+    // the first record frame, sealed again with payload version 4
+    let first = find(&b, None);
+    reseal(&mut b, first, 4);
     std::fs::write(&seg, &b).unwrap();
     // the checkpoint covers the frame: the store opens and serves it
     let db = Engram::open(&dir, Options::default()).unwrap();
