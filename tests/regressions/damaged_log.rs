@@ -889,3 +889,21 @@ fn verify_reads_every_frames_payload_as_a_replay_would() {
     assert!(e.to_string().contains(&id.to_string()), "{e}");
     db.close().unwrap();
 }
+
+/// A damaged state checkpoint is no problem (the state is replayed from
+/// the log), but `verify` says so, as the reads do: it said nothing.
+#[test]
+fn verify_notes_a_damaged_checkpoint() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 20);
+    ok(&store, &["ingest", file.to_str().unwrap()]);
+    let snap = store.join("derived").join("state.snap");
+    assert!(snap.is_file());
+    std::fs::write(&snap, b"garbage").unwrap();
+    let v = cli::json(&ok(&store, &["verify", "--json"]));
+    assert_eq!(v["ok"], true, "{v}");
+    let notes = v["notes"].to_string();
+    assert!(notes.contains("state checkpoint is not used"), "{v}");
+}

@@ -237,6 +237,20 @@ pub(super) fn cmd_verify(ctx: &Ctx, a: JsonArgs) -> CliResult {
                     report.ledger_lines_missing
                 ));
             }
+            // derived state is rebuilt from the log, so no problem; but a
+            // damaged derived file is worth saying (the reads say it too)
+            if let Some(why) = &report.checkpoint_discarded {
+                notes.push(format!(
+                    "the state checkpoint is not used ({why}): the whole log was replayed for this check, \
+                     and the next command that opens the store for writing writes a new one when it closes"
+                ));
+            }
+            for m in &report.vectors_rebuilt {
+                notes.push(format!(
+                    "the vector index of '{m}' was not usable and is built again from the log by every open \
+                     until one that writes closes the store"
+                ));
+            }
             if report.restore_pending {
                 notes.push(
                     "a restore's last step (re-applying later deletions) is pending; the next command that opens the store for writing (every command but verify and backup) finishes it"
