@@ -448,3 +448,26 @@ fn a_store_file_is_never_created_through_a_link_to_nothing() {
         std::fs::remove_file(&path).unwrap();
     }
 }
+
+/// A directory where a segment file belongs is named as such: it was
+/// skipped, and the store was refused as one whose log holds no whole
+/// segment (or, with one segment left, as a gap).
+#[test]
+fn a_directory_in_place_of_a_segment_is_named() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 5);
+    ok(&store, &["ingest", file.to_str().unwrap()]);
+    let seg = cli::segments(&store).pop().unwrap();
+    std::fs::rename(&seg, tmp.path().join("moved.seg")).unwrap();
+    std::fs::create_dir(&seg).unwrap();
+    let name = seg.file_name().unwrap().to_str().unwrap().to_string();
+    for args in [&["stats"][..], &["verify"][..]] {
+        let msg = fails(&store, args);
+        assert!(
+            msg.contains(&name) && msg.contains("a directory is where this segment file belongs"),
+            "{args:?}: {msg}"
+        );
+    }
+}

@@ -405,6 +405,19 @@ impl SegmentLog {
         };
         for entry in entries {
             if entry.is_dir {
+                // named like a segment: the segment it stands for is
+                // missing, which recovery would read as a gap or an empty
+                // log; said as what it is
+                if segment::parse_segment_file_name(&entry.name).is_some() {
+                    let p = dir.join(&entry.name);
+                    return Err(StorageError::io(
+                        &p,
+                        std::io::Error::new(
+                            std::io::ErrorKind::InvalidInput,
+                            "a directory is where this segment file belongs (move it away)",
+                        ),
+                    ));
+                }
                 continue;
             }
             if let Some(no) = segment::parse_segment_file_name(&entry.name) {
