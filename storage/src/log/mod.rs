@@ -394,43 +394,10 @@ impl SegmentLog {
     ) -> StorageResult<(SegmentLog, RecoveryReport)> {
         opts.validate()?;
         let read_only = ropts.read_only;
-        let mut numbers = Vec::new();
         if !read_only {
             backend.create_dir_all(dir).map_err(io_err(dir))?;
         }
-        let entries = if backend.exists(dir) {
-            backend.list_dir(dir).map_err(io_err(dir))?
-        } else {
-            Vec::new()
-        };
-        for entry in entries {
-            if entry.is_dir {
-                // named like a segment: the segment it stands for is
-                // missing, which recovery would read as a gap or an empty
-                // log; said as what it is
-                if segment::parse_segment_file_name(&entry.name).is_some() {
-                    let p = dir.join(&entry.name);
-                    return Err(StorageError::io(
-                        &p,
-                        std::io::Error::new(
-                            std::io::ErrorKind::InvalidInput,
-                            "a directory is where this segment file belongs (move it away)",
-                        ),
-                    ));
-                }
-                continue;
-            }
-            if let Some(no) = segment::parse_segment_file_name(&entry.name) {
-                numbers.push(no);
-            } else if entry.name.ends_with(".tmp") && !read_only {
-                // Leftover of an interrupted segment rewrite; the original
-                // segment is still in place.
-                let p = dir.join(&entry.name);
-                backend.remove_file(&p).map_err(io_err(&p))?;
-                backend.sync_dir(dir).map_err(io_err(dir))?;
-            }
-        }
-        numbers.sort_unstable();
+        let numbers = segment::segment_numbers(&*backend, dir, !read_only)?;
         let mut report = RecoveryReport::default();
         let mut segments: Vec<Arc<Segment>> = Vec::new();
         // The last LSN the segments so far cover: frames must continue from it.

@@ -95,17 +95,7 @@ struct Walk {
 
 /// Walks the log from its start and stops at the first problem.
 fn walk(backend: &dyn Backend, dir: &Path) -> StorageResult<Walk> {
-    let mut numbers = Vec::new();
-    if backend.exists(dir) {
-        for e in backend.list_dir(dir).map_err(io_err(dir))? {
-            if !e.is_dir {
-                if let Some(no) = segment::parse_segment_file_name(&e.name) {
-                    numbers.push(no);
-                }
-            }
-        }
-    }
-    numbers.sort_unstable();
+    let numbers = segment::segment_numbers(backend, dir, false)?;
     let mut intact: Vec<SegInfo> = Vec::new();
     let mut problem = None;
     let mut rest = Vec::new();

@@ -71,6 +71,52 @@ pub fn segment_file_name(no: u64) -> String {
     format!("{no:020}{SEGMENT_SUFFIX}")
 }
 
+/// The numbers of the segment files of log directory `dir`, in order
+/// (none when it does not exist). A directory named like a segment is
+/// refused by name: the segment it stands for is missing, which recovery
+/// would read as a gap or an empty log. With `remove_tmp`, leftovers of
+/// an interrupted segment rewrite (`*.tmp`: the original segment is still
+/// in place) are removed.
+pub fn segment_numbers(
+    backend: &dyn crate::backend::Backend,
+    dir: &Path,
+    remove_tmp: bool,
+) -> StorageResult<Vec<u64>> {
+    let mut numbers = Vec::new();
+    if !backend.exists(dir) {
+        return Ok(numbers);
+    }
+    let entries = backend
+        .list_dir(dir)
+        .map_err(|e| StorageError::io(dir, e))?;
+    for entry in entries {
+        let no = parse_segment_file_name(&entry.name);
+        if entry.is_dir {
+            if no.is_some() {
+                return Err(StorageError::io(
+                    dir.join(&entry.name),
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        "a directory is where this segment file belongs (move it away)",
+                    ),
+                ));
+            }
+        } else if let Some(no) = no {
+            numbers.push(no);
+        } else if remove_tmp && entry.name.ends_with(".tmp") {
+            let p = dir.join(&entry.name);
+            backend
+                .remove_file(&p)
+                .map_err(|e| StorageError::io(&p, e))?;
+            backend
+                .sync_dir(dir)
+                .map_err(|e| StorageError::io(dir, e))?;
+        }
+    }
+    numbers.sort_unstable();
+    Ok(numbers)
+}
+
 /// Parses a segment file name back into its number.
 pub fn parse_segment_file_name(name: &str) -> Option<u64> {
     let digits = name.strip_suffix(SEGMENT_SUFFIX)?;
