@@ -92,6 +92,7 @@ impl Session {
             return Ok(Vec::new());
         };
         let held = self.held_labels(&st);
+        let (expired, _) = st.past_retention_set(t, self.db.now());
         let actor = self.actor(&st);
         let mut out = Vec::new();
         for i in (c & mine).iter() {
@@ -102,7 +103,7 @@ impl Session {
                 crate::authz::Operation::Review,
                 Some(self.target(&st, i, &held)),
             ) == crate::authz::Decision::Allow;
-            if may && self.can_read_with(&st, i, &held) {
+            if may && self.can_read_listed(&st, i, &held, &expired) {
                 out.push(self.view(&st, i, &held)?);
             }
         }

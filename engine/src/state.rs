@@ -851,24 +851,12 @@ impl State {
         }
     }
 
-    /// Whether record `idx` is shown as a tombstone at `now`: deleted, or
-    /// past its retention period (what `compact` deletes, shown as it will
-    /// be then).
-    pub fn shown_gone(&self, idx: Idx, now: i64) -> bool {
-        self.metas[idx as usize].status == Status::Deleted || self.past_retention(idx, now)
-    }
-
-    /// The kind a reader is shown for record `idx` at `now`: `deleted` for
-    /// a record [`State::shown_gone`] (a kind is free text, content like
-    /// any other; its tombstone's kind reads the same after compaction),
-    /// else its own.
-    pub fn shown_kind(&self, idx: Idx, now: i64) -> &str {
-        let m = &self.metas[idx as usize];
-        if self.shown_gone(idx, now) {
-            "deleted"
-        } else {
-            self.strings.name(m.kind)
-        }
+    /// Whether record `idx` is shown as a tombstone: deleted, or past its
+    /// retention period (in `expired`, the tenant's
+    /// [`State::past_retention_set`], asked once per request: what
+    /// `compact` deletes, shown as it will be then).
+    pub fn shown_gone(&self, idx: Idx, expired: &RoaringBitmap) -> bool {
+        self.metas[idx as usize].status == Status::Deleted || expired.contains(idx)
     }
 
     /// How a record's status `status` (the one it had at `as_of`, or now)
@@ -894,19 +882,25 @@ impl State {
         }
     }
 
-    /// [`State::shown_status`], or `deleted` for a record
-    /// [`State::shown_gone`] at `now` (a trace's node, an attachment).
-    pub fn shown_status_or_gone(
+    /// The kind and status a trace's node or an attachment shows for
+    /// record `idx`, whose status is `status` (the one it had at `as_of`,
+    /// or now): both `deleted` for a record [`State::shown_gone`] (a kind
+    /// is free text, content like any other; its tombstone reads the same
+    /// after compaction), else its kind and [`State::shown_status`].
+    pub fn shown_kind_and_status(
         &self,
         idx: Idx,
         status: Status,
         (valid_at, as_of): (i64, Option<i64>),
-        now: i64,
-    ) -> &'static str {
-        if self.shown_gone(idx, now) {
-            Status::Deleted.name()
+        expired: &RoaringBitmap,
+    ) -> (&str, &'static str) {
+        if self.shown_gone(idx, expired) {
+            ("deleted", Status::Deleted.name())
         } else {
-            self.shown_status(idx, status, valid_at, as_of)
+            (
+                self.strings.name(self.metas[idx as usize].kind),
+                self.shown_status(idx, status, valid_at, as_of),
+            )
         }
     }
 
@@ -994,7 +988,7 @@ pub fn is_retention_reason(reason: Option<&str>) -> bool {
 }
 
 mod apply;
-pub use apply::{apply_frame, apply_frame_prepared, check_frame, prepare_frame};
+pub use apply::{FrameCheck, apply_frame, apply_frame_prepared, check_frame, prepare_frame};
 
 #[cfg(test)]
 mod tests;

@@ -186,9 +186,14 @@ impl Session {
                 .then(a.2.cmp(&b.2))
                 .then_with(|| st.meta(a.0).id.cmp(&st.meta(b.0).id))
         });
+        // what is past its retention period, asked once for every node
+        let expired = st
+            .tenant_sym(self.principal.tenant())
+            .map(|t| st.past_retention_set(t, self.db.now()).0)
+            .unwrap_or_default();
         let mut nodes = Vec::with_capacity(order.len());
         for (i, side, depth) in order {
-            nodes.push(self.trace_node(&st, i, side, depth)?);
+            nodes.push(self.trace_node(&st, (&held, &expired), i, (side, depth))?);
         }
         Ok(Trace {
             target: st.meta(target).id,
@@ -198,25 +203,29 @@ impl Session {
         })
     }
 
+    /// One node of a trace: `held` are the principal's labels, `expired`
+    /// the tenant's records past their retention period
+    /// ([`State::past_retention_set`]), both asked once per trace.
     fn trace_node(
         &self,
         st: &State,
+        (held, expired): (&BTreeSet<String>, &roaring::RoaringBitmap),
         i: Idx,
-        side: &'static str,
-        depth: usize,
+        (side, depth): (&'static str, usize),
     ) -> Result<TraceNode> {
         let m = st.meta(i);
         let now = self.db.now();
         // Only visible records reach here (same tenant, labels held); a
         // deleted one, or one past its retention period, shows as a
         // tombstone without content.
-        let readable = self.can_read(st, i);
+        let readable = self.can_read_listed(st, i, held, expired);
+        // (an ended current record is historical, as retrieval shows it)
+        let (kind, status) = st.shown_kind_and_status(i, m.status, (now, None), expired);
         let mut node = TraceNode {
             id: m.id,
             record: m.rtype.name(),
-            kind: st.shown_kind(i, now).to_string(),
-            // an ended current record is historical, as retrieval shows it
-            status: st.shown_status_or_gone(i, m.status, (now, None), now),
+            kind: kind.to_string(),
+            status,
             side,
             depth,
             external_id: None,
@@ -261,10 +270,9 @@ impl Session {
         if m.rtype == RecordType::Entity {
             // Edges the principal could follow: relations it may read
             // (labels held), not deleted.
-            let held = self.held_labels(st);
             let n = st.edges.get(&i).map_or(0, |e| {
                 e.iter()
-                    .filter(|e| self.can_read_with(st, e.relation, &held))
+                    .filter(|e| self.can_read_listed(st, e.relation, held, expired))
                     .count()
             });
             node.artifacts

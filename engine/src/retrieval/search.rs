@@ -237,6 +237,9 @@ impl Session {
         let selection: Vec<RecordId> = fusion.iter().take(req.limit).map(|f| f.id).collect();
         let mut hits = Vec::with_capacity(selection.len());
         let mut reader = self.db.frame_reader();
+        // the tenant's records past their retention period, asked once
+        // for every hit's attachments
+        let expired = std::cell::OnceCell::new();
         for (i, f) in fusion.iter().take(req.limit).enumerate() {
             // Every fused record is a checked candidate (`assert_eligible`
             // above) or, without retrievers, a member of the bitmap.
@@ -256,7 +259,13 @@ impl Session {
             let (sources, derivatives) = if req.attach == Attach::default() {
                 (Vec::new(), Vec::new())
             } else {
-                self.attach(&st, idx, req.attach, &held, (req.as_of, cut.valid_at), &el)?
+                let expired = expired.get_or_init(|| {
+                    st.tenant_sym(self.principal.tenant())
+                        .map(|t| st.past_retention_set(t, self.db.now()).0)
+                        .unwrap_or_default()
+                });
+                let seen = (&held, expired);
+                self.attach(&st, idx, req.attach, seen, (req.as_of, cut.valid_at), &el)?
             };
             let historical = el.historical.contains(idx);
             hits.push(Hit {
@@ -504,11 +513,10 @@ impl Session {
         st: &State,
         idx: Idx,
         attach: Attach,
-        held: &BTreeSet<String>,
+        (held, expired): (&BTreeSet<String>, &RoaringBitmap),
         (as_of, valid_at): (Option<i64>, i64),
         el: &super::eligibility::Eligibility,
     ) -> Result<(Vec<Linked>, Vec<Linked>)> {
-        let now = self.db.now();
         let walk = |depth_max: Option<usize>, up: bool| -> Result<Vec<Linked>> {
             let Some(depth_max) = depth_max else {
                 return Ok(Vec::new());
@@ -542,18 +550,21 @@ impl Session {
             let mut out = Vec::with_capacity(seen.len());
             for (i, depth) in seen {
                 let m = st.meta(i);
-                let (external_id, text) = if m.tombstone || !self.can_read(st, i) {
+                let readable = self.can_read_listed(st, i, held, expired);
+                let (external_id, text) = if m.tombstone || !readable {
                     (None, None)
                 } else {
                     self.db.hit_content(st, i)?
                 };
                 let external_id = external_id.as_deref().map(str::to_string);
+                let (kind, status) =
+                    st.shown_kind_and_status(i, el.status(st, i), (valid_at, as_of), expired);
                 out.push(Linked {
                     id: m.id,
                     external_id,
                     record: m.rtype.name(),
-                    kind: st.shown_kind(i, now).to_string(),
-                    status: st.shown_status_or_gone(i, el.status(st, i), (valid_at, as_of), now),
+                    kind: kind.to_string(),
+                    status,
                     depth,
                     text,
                 });
