@@ -346,19 +346,17 @@ impl Engram {
             // every frame read as a replay would read it (the checkpoint
             // may cover it now; a replay without it would stop there)
             let checked = crate::state::check_frame(ft, f.header.frame_version, f.payload());
-            if let Err(why) = &checked {
+            if let Some(why) = &checked.problem {
                 row_problems.push(format!(
                     "log segment {} offset {} (LSN {}): the frame's payload does not read: {why}; opening without the checkpoint, or reading the record, fails there (restore a backup, or `engram repair`)",
                     loc.segment, loc.offset, loc.lsn
                 ));
-                let record_readable =
-                    ft == codec::FRAME_RECORD && codec::view_record(f.payload()).is_ok();
-                if !record_readable {
+                // (a record that decodes is still compared with the state)
+                if checked.record.is_none() {
                     return Ok(ControlFlow::Continue(()));
                 }
             }
-            if ft == codec::FRAME_RECORD {
-                let a = codec::view_record(f.payload()).map_err(bad)?;
+            if let Some(a) = checked.record {
                 in_log.push((
                     RecordId::from_bytes(a.id),
                     a.tenant.as_str().to_string(),

@@ -36,12 +36,6 @@ pub use check::{
 /// Version of the record schema written by this build.
 pub const SCHEMA_VERSION: u16 = 1;
 
-/// Why `replace_access` on a record without `supersedes` is refused: one
-/// wording for the store and for `engram ingest`, which checks it when it
-/// reads the file (a correction command names its target after its body).
-pub const REPLACE_ACCESS_WITHOUT_CORRECTION: &str =
-    "applies to a correction only (with supersedes): a new record's access is its own `access`";
-
 /// `name` with its indefinite article, for messages ("an event", "a
 /// summary").
 pub(crate) fn with_article(name: &str) -> String {
@@ -502,6 +496,18 @@ pub struct NewRecord {
 }
 
 impl NewRecord {
+    /// `replace_access` on a record that corrects none, refused as
+    /// (field, why): one rule for the store and for `engram ingest`, which
+    /// asks it when it reads the file. Not part of `validate`: a
+    /// correction command parses its body first and names its target
+    /// after.
+    pub fn misplaced_replace_access(&self) -> Option<(&'static str, &'static str)> {
+        (self.replace_access && self.supersedes.is_none()).then_some((
+            "replace_access",
+            "applies to a correction only (with supersedes): a new record's access is its own `access`",
+        ))
+    }
+
     /// The bytes of its text and of its data as JSON: the bulk of its frame.
     pub fn content_bytes(&self) -> usize {
         content_bytes(self.text.as_deref(), self.data.as_ref())

@@ -305,18 +305,13 @@ fn parse_file(ctx: &Ctx, a: &IngestArgs, text: &str) -> Result<Vec<IngestLine>, 
                 // batch, after earlier batches were stored (a correction
                 // command names its target after its body: not a parse
                 // error there)
-                Ok(_) if l.record.replace_access && l.record.supersedes.is_none() => Some((
-                    format!(
-                        "line {}: replace_access: {}",
-                        l.line,
-                        engram_engine::model::REPLACE_ACCESS_WITHOUT_CORRECTION
-                    ),
-                    false,
-                )),
-                Ok(_) => {
-                    lines.push(l);
-                    None
-                }
+                Ok(_) => match l.record.misplaced_replace_access() {
+                    Some((field, why)) => Some((format!("line {}: {field}: {why}", l.line), false)),
+                    None => {
+                        lines.push(l);
+                        None
+                    }
+                },
                 Err(e) => Some((e, true)),
             },
             Err(e) => Some((e.to_string(), false)),

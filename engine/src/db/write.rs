@@ -745,14 +745,8 @@ impl Session {
                     .at_item(i));
                 }
             }
-            // Checked here, not in `validate`: a correction endpoint parses
-            // its body first and names the corrected record after.
-            if r.replace_access && r.supersedes.is_none() {
-                return Err(EngineError::invalid(
-                    "replace_access",
-                    crate::model::REPLACE_ACCESS_WITHOUT_CORRECTION,
-                )
-                .at_item(i));
+            if let Some((field, why)) = r.misplaced_replace_access() {
+                return Err(EngineError::invalid(field, why).at_item(i));
             }
         }
         // Each record's canonical `data`, normalized access and retention,

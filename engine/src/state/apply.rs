@@ -672,6 +672,17 @@ fn readable_version(ft: engram_storage::frame::FrameType, version: u8) -> Result
     }
 }
 
+/// What [`check_frame`] found of one frame.
+pub struct FrameCheck<'a> {
+    /// A record frame's payload, viewed, when it decodes (even when its
+    /// version or its `data` does not read): what `verify` compares with
+    /// the state, without viewing it again.
+    pub record: Option<&'a ArchivedStoredRecord>,
+    /// Why a replay or a read by id could not read the frame, if it could
+    /// not.
+    pub problem: Option<String>,
+}
+
 /// Reads a frame's payload as a replay and a read by id would, without
 /// applying it: its version, its decoding, a record's `data` as JSON.
 /// What `verify` asks of every frame, so a frame that a checkpoint covers
@@ -681,17 +692,20 @@ pub fn check_frame(
     ft: engram_storage::frame::FrameType,
     version: u8,
     payload: &[u8],
-) -> Result<(), String> {
-    readable_version(ft, version)?;
-    let r = if ft == codec::FRAME_RECORD {
-        codec::view_record(payload).and_then(|a| match a.data_json.as_ref() {
-            Some(d) => serde_json::from_str::<serde_json::Value>(d.as_str())
-                .map(|_| ())
-                .map_err(|e| crate::error::EngineError::Corrupt {
-                    what: "record data".into(),
-                    detail: e.to_string(),
-                }),
-            None => Ok(()),
+) -> FrameCheck<'_> {
+    let mut record = None;
+    let decoded = if ft == codec::FRAME_RECORD {
+        codec::view_record(payload).and_then(|a| {
+            record = Some(a);
+            match a.data_json.as_ref() {
+                Some(d) => serde_json::from_str::<serde_json::Value>(d.as_str())
+                    .map(|_| ())
+                    .map_err(|e| crate::error::EngineError::Corrupt {
+                        what: "record data".into(),
+                        detail: e.to_string(),
+                    }),
+                None => Ok(()),
+            }
         })
     } else if ft == codec::FRAME_OP {
         codec::view_op(payload).map(|_| ())
@@ -700,9 +714,16 @@ pub fn check_frame(
     } else if ft == codec::FRAME_VECTOR {
         codec::view_vector(payload).map(|_| ())
     } else {
-        return Err(format!("unknown frame type {}", ft.0));
+        return FrameCheck {
+            record,
+            problem: Some(format!("unknown frame type {}", ft.0)),
+        };
     };
-    r.map_err(|e| e.to_string())
+    let problem = match readable_version(ft, version) {
+        Err(why) => Some(why),
+        Ok(()) => decoded.err().map(|e| e.to_string()),
+    };
+    FrameCheck { record, problem }
 }
 
 /// [`apply_frame`], with what [`prepare_frame`] computed for the frame.
