@@ -482,8 +482,21 @@ fn lex_number(src: &str, start: usize) -> Result<(Token, usize), LangError> {
             .with_hint("write the number out: 1000 rather than 1e3"));
         }
         let Some(unit) = unit else {
-            return Err(invalid("the unit must be one of s, m, h, d, w")
-                .with_hint("write a duration as an integer and a unit: 90s, 15m, 6h, 7d, 2w"));
+            // A word that starts with a digit is a duration to the lexer;
+            // outside `now - ...` it is more often text left unquoted, or
+            // a name (which starts with a letter).
+            let after_sign = src[..start].trim_end().ends_with(['-', '+']);
+            let hint = "write a duration as an integer and a unit: 90s, 15m, 6h, 7d, 2w";
+            return Err(invalid("the unit must be one of s, m, h, d, w").with_hint(
+                if after_sign {
+                    hint.to_string()
+                } else {
+                    format!(
+                        "{hint}; text is quoted: '{}'; a name starts with a letter",
+                        truncated(text)
+                    )
+                },
+            ));
         };
         if fraction {
             return Err(invalid("the amount must be an integer")
