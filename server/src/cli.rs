@@ -993,6 +993,21 @@ mod tests {
             )
         );
         assert!(e.source().unwrap().downcast_ref::<EngineError>().is_some());
+        // the file line stands in for the engine's position in the batch
+        let e = CliError::from(RejectedBatch {
+            n_lines: 3,
+            tenant: "t".into(),
+            first_line: 4,
+            last_line: 6,
+            line: Some(6),
+            n_stored_before: 0,
+            n_batches_before: 0,
+            source: engine().at_item(2),
+        });
+        assert_eq!(
+            e.to_string(),
+            "batch of 3 line(s) of tenant 't' between lines 4 and 6 rejected, nothing of it stored: line 6: invalid text: too long (nothing was stored)"
+        );
         assert_eq!(CliError::msg("plain").to_string(), "plain");
     }
 }

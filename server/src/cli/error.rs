@@ -77,8 +77,8 @@ pub enum CliError {
 /// A batch of `engram ingest` the engine refused.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "batch of {n_lines} line(s) of tenant '{tenant}' between lines {first_line} and {last_line} rejected, nothing of it stored: {}{source}{}",
-    line_prefix(.line),
+    "batch of {n_lines} line(s) of tenant '{tenant}' between lines {first_line} and {last_line} rejected, nothing of it stored: {}{}",
+    source_at_line(.source, .line),
     stored_before_text(.n_stored_before, .n_batches_before)
 )]
 pub struct RejectedBatch {
@@ -121,8 +121,19 @@ fn path_prefix(path: &Option<PathBuf>) -> String {
         .unwrap_or_default()
 }
 
-fn line_prefix(line: &Option<usize>) -> String {
-    line.map(|l| format!("line {l}: ")).unwrap_or_default()
+/// The engine's refusal of a batch, under the file line it names: the
+/// line replaces the engine's position in the batch (`item N: `), which a
+/// file's reader has no use for.
+fn source_at_line(source: &EngineError, line: &Option<usize>) -> String {
+    let text = source.to_string();
+    match (line, source.item()) {
+        (Some(l), Some(i)) => {
+            let rest = text.strip_prefix(&format!("item {i}: ")).unwrap_or(&text);
+            format!("line {l}: {rest}")
+        }
+        (Some(l), None) => format!("line {l}: {text}"),
+        (None, _) => text,
+    }
 }
 
 fn stored_before_text(n_stored: &usize, n_batches: &usize) -> String {
