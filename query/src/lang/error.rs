@@ -472,9 +472,10 @@ impl LangError {
                 start -= 1;
             }
             let (line, col) = line_col(source, start);
-            let line_start = source[..start].rfind('\n').map_or(0, |i| i + 1);
+            // (a line ends at `\n`, `\r\n` or a lone `\r`, as `line_col` counts)
+            let line_start = source[..start].rfind(['\n', '\r']).map_or(0, |i| i + 1);
             let line_end = source[line_start..]
-                .find('\n')
+                .find(['\n', '\r'])
                 .map_or(source.len(), |i| line_start + i);
             let mut end = (d.span.end as usize).clamp(start, line_end);
             while !source.is_char_boundary(end) {

@@ -180,8 +180,9 @@ pub fn lex(src: &str) -> Result<Vec<Token>, LangError> {
                 i += 1;
                 continue;
             }
+            // a comment runs to the end of its line (`\n`, `\r\n` or `\r`)
             b'-' if b.get(i + 1) == Some(&b'-') => {
-                while i < b.len() && b[i] != b'\n' {
+                while i < b.len() && b[i] != b'\n' && b[i] != b'\r' {
                     i += 1;
                 }
                 continue;
@@ -562,6 +563,18 @@ mod tests {
         assert_eq!(toks[13].kind, TokenKind::Time(1_749_513_600_000));
         assert_eq!(toks[14].kind, TokenKind::Ne);
         assert_eq!(toks.last().unwrap().span, Span::at(src.len()));
+    }
+
+    #[test]
+    fn a_comment_ends_at_a_lone_carriage_return() {
+        assert_eq!(
+            kinds("LIMIT -- five\r5"),
+            [
+                TokenKind::Word,
+                TokenKind::Number { fraction: false },
+                TokenKind::Eof
+            ]
+        );
     }
 
     #[test]

@@ -85,17 +85,20 @@ impl<'de> Deserialize<'de> for Span {
 /// The 1-based line and column (counted in characters) of byte `offset` in
 /// `source`. An offset past the end is the position just after the last
 /// character; an offset inside a character is that character's position.
+/// A line ends at `\n`, `\r\n` or a lone `\r` (as editors count them).
 pub fn line_col(source: &str, offset: usize) -> (u32, u32) {
     let mut line = 1u32;
     let mut col = 1u32;
-    for (i, c) in source.char_indices() {
+    let mut chars = source.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
         if i >= offset {
             break;
         }
         if i + c.len_utf8() > offset {
             break;
         }
-        if c == '\n' {
+        let lone_cr = c == '\r' && chars.peek().is_none_or(|&(_, n)| n != '\n');
+        if c == '\n' || lone_cr {
             line = line.saturating_add(1);
             col = 1;
         } else {
@@ -108,6 +111,15 @@ pub fn line_col(source: &str, offset: usize) -> (u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lone_carriage_return_ends_a_line() {
+        let s = "ab\rcd\r\nef";
+        assert_eq!(line_col(s, 3), (2, 1));
+        assert_eq!(line_col(s, 4), (2, 2));
+        // `\r\n` is one line break
+        assert_eq!(line_col(s, 7), (3, 1));
+    }
 
     #[test]
     fn lines_and_columns_count_characters() {

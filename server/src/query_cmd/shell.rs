@@ -368,8 +368,9 @@ impl Scan {
                     self.text = true;
                 }
                 '-' if chars.peek().map(|p| p.1) == Some('-') => {
+                    // (to the end of its line, as the lexer reads it)
                     for (_, c) in chars.by_ref() {
-                        if c == '\n' {
+                        if c == '\n' || c == '\r' {
                             break;
                         }
                     }
@@ -580,6 +581,8 @@ mod tests {
         assert!(!ends_statement("FIND ANY MATCH 'a;b'"));
         assert!(ends_statement("FIND ANY MATCH 'it''s;';"));
         assert!(!ends_statement("FIND ANY -- done;\n"));
+        // a comment ends at a lone `\r` too, as the lexer ends it
+        assert!(ends_statement("FIND ANY -- done\rLIMIT 3;"));
         assert!(!ends_statement("FIND ANY; LIMIT"));
     }
 
