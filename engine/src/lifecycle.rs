@@ -341,23 +341,17 @@ impl Session {
             Operation::Revoke
         })?;
         check_grant(principal, label, role)?;
-        // Lifting a tenant-wide revocation that is not in effect is a
-        // mistake worth naming, as lifting a hold nobody placed is (a
-        // mistyped label would otherwise read as lifted while the real
-        // revocation stays). A restore re-applies the log's own operations.
-        if let (true, None, Some(l), None) = (grant, principal, label, reuse) {
+        // A grant or revocation that would change nothing is a mistake
+        // worth naming, as lifting a hold nobody placed is: a mistyped
+        // label would otherwise read as lifted (or revoked) while the real
+        // revocation (or grant) stays. A restore re-applies the log's own
+        // operations.
+        if reuse.is_none() {
             let st = self.db.state();
-            let revoked = st
-                .tenant(self.principal.tenant())
-                .is_some_and(|t| t.revoked_labels.contains(l));
-            if !revoked {
-                return Err(EngineError::invalid(
-                    "label",
-                    format!(
-                        "no tenant-wide revocation of '{l}' is in effect in tenant '{}'; nothing was granted (a grant to one principal names it)",
-                        self.principal.tenant()
-                    ),
-                ));
+            if let Some(why) =
+                access_no_op(&st, self.principal.tenant(), grant, principal, label, role)
+            {
+                return Err(why);
             }
         }
         let (principal, label, role) = (
@@ -582,4 +576,90 @@ pub(crate) fn check_grant(
         }
     }
     Ok(())
+}
+
+/// Why a grant or a revocation would change nothing in `tenant`, if it
+/// would not (see `Session::access_as`): a tenant-wide grant of a label
+/// not revoked tenant-wide; a revocation from a principal of a label or
+/// role the store does not grant it (a label an API key gives is changed
+/// on the key); a tenant-wide revocation of a label already revoked, or
+/// that no record or grant of the tenant carries.
+fn access_no_op(
+    st: &crate::state::State,
+    tenant: &str,
+    grant: bool,
+    principal: Option<&str>,
+    label: Option<&str>,
+    role: Option<&str>,
+) -> Option<EngineError> {
+    let t = st.tenant(tenant);
+    let invalid = |field: &str, why: String| Some(EngineError::invalid(field, why));
+    match (grant, principal) {
+        (true, None) => {
+            let l = label?;
+            if t.is_some_and(|t| t.revoked_labels.contains(l)) {
+                return None;
+            }
+            invalid(
+                "label",
+                format!(
+                    "no tenant-wide revocation of '{l}' is in effect in tenant '{tenant}'; nothing was granted (a grant to one principal names it)"
+                ),
+            )
+        }
+        (true, Some(_)) => None,
+        (false, Some(p)) => {
+            let g = t.and_then(|t| t.grants.get(p));
+            let (field, name) = [
+                (
+                    "label",
+                    label,
+                    g.is_some_and(|g| label.is_some_and(|l| g.labels.contains(l))),
+                ),
+                (
+                    "role",
+                    role,
+                    g.is_some_and(|g| role.is_some_and(|r| g.roles.contains(r))),
+                ),
+            ]
+            .into_iter()
+            .find_map(|(field, name, held)| Some((field, name?)).filter(|_| !held))?;
+            invalid(
+                field,
+                format!(
+                    "principal '{p}' holds no grant of {field} '{name}' in tenant '{tenant}'; nothing was revoked (a {field} an API key gives holds until the key is revoked; `revoke --label` without a principal withdraws a label from everyone)"
+                ),
+            )
+        }
+        (false, None) => {
+            let l = label?;
+            let Some(t) = t else {
+                return invalid(
+                    "label",
+                    format!(
+                        "tenant '{tenant}' holds no record or grant carrying label '{l}'; nothing was revoked"
+                    ),
+                );
+            };
+            if t.revoked_labels.contains(l) {
+                return invalid(
+                    "label",
+                    format!(
+                        "'{l}' is already revoked tenant-wide in tenant '{tenant}'; nothing was revoked"
+                    ),
+                );
+            }
+            let carried = st.strings.get(l).is_some_and(|s| t.labels.contains(&s))
+                || t.grants.values().any(|g| g.labels.contains(l));
+            if carried {
+                return None;
+            }
+            invalid(
+                "label",
+                format!(
+                    "no record or grant of tenant '{tenant}' carries label '{l}'; nothing was revoked (a mistyped label would leave the real one readable)"
+                ),
+            )
+        }
+    }
 }

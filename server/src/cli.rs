@@ -767,10 +767,25 @@ pub(crate) fn print_json<T: Serialize>(v: &T) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Reads an input file (`-`: stdin) as UTF-8 text; an invalid byte is
+/// Bytes `engram ingest` reads whole before its first batch (its lines
+/// are all parsed and checked before any is stored).
+pub const INGEST_INPUT_BYTES_MAX: usize = 1 << 30;
+
+/// Lines `engram ingest` reads whole: a parsed line takes about a
+/// kilobyte more than its text in memory, so an endless input of short
+/// lines (`yes | engram ingest -`) stops here, at about 2 GiB, rather
+/// than at the byte cap.
+pub const INGEST_LINES_MAX: usize = 2_000_000;
+
+/// Reads the file (`-`: stdin) of `engram ingest` as UTF-8 text, within
+/// [`INGEST_INPUT_BYTES_MAX`] and [`INGEST_LINES_MAX`]; an invalid byte is
 /// reported with its line.
-pub fn read_input(file: &Path) -> Result<String, CliError> {
-    read_input_capped(file, usize::MAX)
+pub fn read_ingest_input(file: &Path) -> Result<String, CliError> {
+    read_input_within(
+        file,
+        (INGEST_INPUT_BYTES_MAX, INGEST_LINES_MAX),
+        "; give it in parts (`split -l 1000000`), or stream it to a server's POST /v1/records/bulk",
+    )
 }
 
 /// Bytes a statement, a parameter file or one record to correct may
@@ -786,15 +801,21 @@ pub const REQUESTS_INPUT_BYTES_MAX: usize = 256 << 20;
 /// [`read_input`], refused past `cap` bytes (naming the cap) without
 /// reading further.
 pub fn read_input_capped(file: &Path, cap: usize) -> Result<String, CliError> {
+    read_input_within(file, (cap, usize::MAX), "")
+}
+
+/// [`read_input_capped`] within `(bytes, lines)`; `hint` ends the message
+/// of a cap reached.
+fn read_input_within(file: &Path, cap: (usize, usize), hint: &str) -> Result<String, CliError> {
     let read_err = |source| CliError::Read {
         path: file.to_path_buf(),
         source,
     };
     let bytes = if file.as_os_str() == "-" {
-        read_lines_bounded(&mut std::io::stdin().lock(), file, cap)?
+        read_lines_bounded(&mut std::io::stdin().lock(), file, cap, hint)?
     } else {
         let mut f = std::fs::File::open(file).map_err(read_err)?;
-        read_lines_bounded(&mut f, file, cap)?
+        read_lines_bounded(&mut f, file, cap, hint)?
     };
     // (decoding fails for the file as a whole: no field to name)
     engram_query::text::decode(&bytes).map_err(|e| {
@@ -841,11 +862,13 @@ pub(crate) fn scratch_dir(kind: &str) -> std::io::Result<tempfile::TempDir> {
 pub(crate) const INPUT_LINE_BYTES_MAX: usize = 16 << 20;
 
 /// Reads `r` whole, refusing a line longer than [`INPUT_LINE_BYTES_MAX`]
-/// and an input longer than `cap`.
+/// and an input longer than `cap` (bytes, lines); `hint` ends the
+/// message of a cap reached.
 fn read_lines_bounded(
     r: &mut impl std::io::Read,
     file: &Path,
-    cap: usize,
+    (cap, lines_cap): (usize, usize),
+    hint: &str,
 ) -> Result<Vec<u8>, CliError> {
     let mut out = Vec::new();
     let mut buf = vec![0u8; 1 << 16];
@@ -879,9 +902,17 @@ fn read_lines_bounded(
         }
         if out.len().saturating_add(n) > cap {
             return Err(CliError::Message(format!(
-                "{}: longer than {} MiB, the most this input may hold (nothing was run)",
+                "{}: longer than {} MiB, the most this input may hold (nothing was run){hint}",
                 file.display(),
                 cap >> 20
+            )));
+        }
+        // (line_no - 1 lines have ended; a line started after the last
+        // one is one more)
+        if line_no.saturating_sub(usize::from(line_len == 0)) > lines_cap {
+            return Err(CliError::Message(format!(
+                "{}: more than {lines_cap} lines, the most this input may hold (nothing was run){hint}",
+                file.display(),
             )));
         }
         out.extend_from_slice(&buf[..n]);
@@ -907,16 +938,17 @@ mod tests {
         use std::io::Read;
         let p = Path::new("zero");
         let mut endless = std::io::repeat(0u8).take((INPUT_LINE_BYTES_MAX + (1 << 20)) as u64);
-        let e = read_lines_bounded(&mut endless, p, usize::MAX)
+        let e = read_lines_bounded(&mut endless, p, (usize::MAX, usize::MAX), "")
             .unwrap_err()
             .to_string();
         assert!(e.contains("zero: line 1: longer than 16 MiB"), "{e}");
         let text = "a\nbb\n".repeat(1000);
-        let got = read_lines_bounded(&mut text.as_bytes(), p, usize::MAX).unwrap();
+        let got =
+            read_lines_bounded(&mut text.as_bytes(), p, (usize::MAX, usize::MAX), "").unwrap();
         assert_eq!(got, text.as_bytes());
         let mut third = "x\ny\n".to_string();
         third.push_str(&"z".repeat(INPUT_LINE_BYTES_MAX + 1));
-        let e = read_lines_bounded(&mut third.as_bytes(), p, usize::MAX)
+        let e = read_lines_bounded(&mut third.as_bytes(), p, (usize::MAX, usize::MAX), "")
             .unwrap_err()
             .to_string();
         assert!(e.contains("line 3"), "{e}");
@@ -928,12 +960,27 @@ mod tests {
     fn an_input_past_its_cap_is_refused_not_read_whole() {
         let p = Path::new("yes");
         let lines = "FIND ANY MATCH 'x'\n".repeat(100_000);
-        let e = read_lines_bounded(&mut lines.as_bytes(), p, 1 << 20)
+        let e = read_lines_bounded(&mut lines.as_bytes(), p, (1 << 20, usize::MAX), "")
             .unwrap_err()
             .to_string();
         assert!(e.contains("yes: longer than 1 MiB"), "{e}");
-        let got = read_lines_bounded(&mut lines.as_bytes(), p, 2 << 20).unwrap();
+        let got = read_lines_bounded(&mut lines.as_bytes(), p, (2 << 20, usize::MAX), "").unwrap();
         assert_eq!(got, lines.as_bytes());
+        // the cap in lines: as many as it allows read whole, with or
+        // without a last line end; one more refused, with the hint
+        let got = read_lines_bounded(&mut lines.as_bytes(), p, (usize::MAX, 100_000), "").unwrap();
+        assert_eq!(got, lines.as_bytes());
+        let cut = lines.trim_end();
+        let got = read_lines_bounded(&mut cut.as_bytes(), p, (usize::MAX, 100_000), "").unwrap();
+        assert_eq!(got, cut.as_bytes());
+        let more = format!("{lines}x");
+        let e = read_lines_bounded(&mut more.as_bytes(), p, (usize::MAX, 100_000), "; in parts")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("yes: more than 100000 lines") && e.ends_with("; in parts"),
+            "{e}"
+        );
     }
 
     #[test]

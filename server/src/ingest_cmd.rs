@@ -23,7 +23,7 @@ use engram_engine::{AppendOutcome, Engram, Principal, RecordId, Status};
 use engram_query::IngestLine;
 use serde::Serialize;
 
-use crate::cli::{CliError, CliResult, Ctx, RejectedBatch, print_json, read_input};
+use crate::cli::{CliError, CliResult, Ctx, RejectedBatch, print_json, read_ingest_input};
 use crate::progress::Progress;
 
 /// Malformed lines named in the error of a rejected file (the count of all
@@ -338,7 +338,7 @@ fn parse_file(ctx: &Ctx, a: &IngestArgs, text: &str) -> Result<Vec<IngestLine>, 
 
 /// Runs `engram ingest`.
 pub fn ingest(ctx: &Ctx, a: IngestArgs) -> CliResult {
-    let text = read_input(&a.file)?;
+    let text = read_ingest_input(&a.file)?;
     let lines = parse_file(ctx, &a, &text)?;
     drop(text);
     let db = ctx.open_store_with(true)?;

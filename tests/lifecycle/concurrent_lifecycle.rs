@@ -122,7 +122,8 @@ fn racing_writers_and_readers_leave_a_store_that_verifies_and_rebuilds_identical
                         Err(e) => assert!(lost_race(&e), "writer {w}: unexpected error {e:?}"),
                     }
                 }
-                // revocations race with everything else too
+                // grants and revocations race with everything else too
+                s.grant(Some(&format!("p{w}")), Some("hr"), None).unwrap();
                 s.revoke(Some(&format!("p{w}")), Some("hr"), None).unwrap();
             });
         }
@@ -199,8 +200,10 @@ fn concurrent_lifecycle_operations_each_get_one_whole_ledger_line() {
             sc.spawn(move || {
                 let s = db.session(Principal::admin("t"));
                 for i in 0..24usize {
-                    s.revoke(Some(&format!("p{w}-{i}")), Some("hr"), None)
-                        .unwrap();
+                    // (a revoke needs a grant to withdraw)
+                    let p = format!("p{w}-{i}");
+                    s.grant(Some(&p), Some("hr"), None).unwrap();
+                    s.revoke(Some(&p), Some("hr"), None).unwrap();
                     if i < 8 {
                         s.delete(&RecordRef::Id(notes[w * 8 + i]), None).unwrap();
                     }
@@ -219,7 +222,7 @@ fn concurrent_lifecycle_operations_each_get_one_whole_ledger_line() {
             "duplicate line {line}"
         );
     }
-    assert_eq!(ids.len(), 8 * 24 + 64, "one line per operation");
+    assert_eq!(ids.len(), 8 * 24 * 2 + 64, "one line per operation");
 }
 
 /// Two corrections of one record racing: the loser gets a conflict

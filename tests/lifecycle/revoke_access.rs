@@ -128,5 +128,44 @@ fn revocation_reaches_sources_and_derivatives() {
         }
     }
     assert_eq!(db.stats().unwrap().last_lsn, ops, "a refused grant wrote");
+    // so is a revocation that withdraws nothing: a label or role the
+    // principal was never granted (a typo in either name), a label
+    // already revoked tenant-wide or that nothing of the tenant carries;
+    // the real grant stays, and nothing is written
+    admin
+        .revoke(None, Some("security_investigation"), None)
+        .unwrap();
+    let ops = db.stats().unwrap().last_lsn;
+    for (principal, label, role, field) in [
+        (Some("dana"), Some("security_investigation"), None, "label"),
+        (Some("eve"), Some("security_investigaton"), None, "label"),
+        (Some("Eve"), Some("security_investigation"), None, "label"),
+        (Some("eve"), None, Some("reviewer"), "role"),
+        (None, Some("security_investigation"), None, "label"),
+        (None, Some("security_investigaton"), None, "label"),
+    ] {
+        match admin.revoke(principal, label, role) {
+            Err(EngineError::InvalidInput {
+                field: f, reason, ..
+            }) => {
+                assert_eq!(f, field);
+                assert!(
+                    reason.contains(label.or(role).unwrap())
+                        && reason.contains("nothing was revoked"),
+                    "{reason}"
+                );
+            }
+            other => panic!("{principal:?} {label:?} {role:?}: {other:?}"),
+        }
+    }
+    assert_eq!(
+        db.stats().unwrap().last_lsn,
+        ops,
+        "a refused revocation wrote"
+    );
+    admin
+        .grant(None, Some("security_investigation"), None)
+        .unwrap();
+    assert!(sees(&eve, "sum-88"), "eve's grant stays");
     db.close().unwrap();
 }

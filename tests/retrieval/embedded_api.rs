@@ -265,7 +265,8 @@ fn verify_right_after_a_lifecycle_operation_is_clean() {
     s.delete(&RecordRef::External("x".into()), None).unwrap();
     let v = db.verify().unwrap();
     assert!(v.ok(), "{:?}", v.problems);
-    // a revocation alone: no record at all
+    // operations alone: no record at all
+    s.grant(Some("p"), Some("hr"), None).unwrap();
     s.revoke(None, Some("hr"), None).unwrap();
     let v = db.verify().unwrap();
     assert!(v.ok(), "{:?}", v.problems);

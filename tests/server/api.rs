@@ -1361,10 +1361,34 @@ fn a_revoke_that_a_key_still_carries_says_so() {
         ],
     );
     let s = Server::start(&dir, None);
+    let alice_id = &alice[4..12];
+    // a label only the key gives: nothing to revoke in the store, refused,
+    // naming the key
     let body = json!({"grantee": "alice", "label": "secret"}).to_string();
+    let r = s.json("POST", "/v1/access/revoke", Some(&boss), Some(&body), 422);
+    let msg = r["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"));
+    assert!(
+        msg.contains("holds no grant")
+            && msg.contains(alice_id)
+            && msg.contains("keys revoke")
+            && msg.contains("tenant-wide"),
+        "{msg}"
+    );
+    // granted in the store too: the grant is revoked, the key named
+    let grant = |body: &serde_json::Value| {
+        s.json(
+            "POST",
+            "/v1/access/grant",
+            Some(&boss),
+            Some(&body.to_string()),
+            200,
+        )
+    };
+    grant(&json!({"grantee": "alice", "label": "secret"}));
     let r = s.json("POST", "/v1/access/revoke", Some(&boss), Some(&body), 200);
     let note = r["note"].as_str().unwrap_or_else(|| panic!("{r}"));
-    let alice_id = &alice[4..12];
     assert!(
         note.contains(alice_id) && note.contains("keys revoke") && note.contains("tenant-wide"),
         "{note}"
@@ -1381,6 +1405,7 @@ fn a_revoke_that_a_key_still_carries_says_so() {
             "reviewer",
         ],
     );
+    grant(&json!({"grantee": "rev1", "role": "reviewer"}));
     let body = json!({"grantee": "rev1", "role": "reviewer"}).to_string();
     let r = s.json("POST", "/v1/access/revoke", Some(&boss), Some(&body), 200);
     let note = r["note"].as_str().unwrap_or_else(|| panic!("{r}"));
@@ -1388,19 +1413,31 @@ fn a_revoke_that_a_key_still_carries_says_so() {
         note.contains("keys revoke") && !note.contains("tenant-wide"),
         "{note}"
     );
-    // another principal's revoke, or a label its keys lack: no note
+    // another principal's revoke: no note; a label nobody granted (a
+    // typo), or a grantee misspelt: refused, nothing said of keys
+    grant(&json!({"grantee": "bob", "label": "secret"}));
+    let body = json!({"grantee": "bob", "label": "secret"}).to_string();
+    let r = s.json("POST", "/v1/access/revoke", Some(&boss), Some(&body), 200);
+    assert!(r.get("note").is_none(), "{r}");
     for body in [
         json!({"grantee": "bob", "label": "secret"}),
         json!({"grantee": "alice", "label": "other"}),
+        json!({"grantee": "Bob", "label": "secret"}),
     ] {
         let r = s.json(
             "POST",
             "/v1/access/revoke",
             Some(&boss),
             Some(&body.to_string()),
-            200,
+            422,
         );
-        assert!(r.get("note").is_none(), "{r}");
+        let msg = r["error"]["message"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{r}"));
+        assert!(
+            msg.contains("nothing was revoked") && !msg.contains("keys revoke"),
+            "{msg}"
+        );
     }
 }
 

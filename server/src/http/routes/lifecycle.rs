@@ -357,6 +357,30 @@ pub async fn revoke(
     let session = caller.session(&app, Operation::Revoke).await?;
     let tenant = session.principal().tenant().to_string();
     let (grantee, label, role) = (req.grantee.clone(), req.label.clone(), req.role.clone());
+    // A key's labels and role hold on top of the store's grants: a revoke
+    // from one principal leaves what its keys carry (a tenant-wide revoke
+    // of a label reaches keys too). Said beside the answer, or beside the
+    // refusal of a revoke the store's grants do not hold.
+    let keys_note = grantee.as_ref().and_then(|p| {
+        let keys = app
+            .keys
+            .carrying(&tenant, p, label.as_deref(), role.as_deref());
+        // (a role is granted to principals only: no tenant-wide revoke)
+        let or_tenant_wide = if label.is_some() {
+            ", or revoke the label tenant-wide"
+        } else {
+            ""
+        };
+        (!keys.is_empty()).then(|| {
+            format!(
+                "principal '{p}' still holds it through API key(s) {} (a key's labels and role \
+                 hold on top of the store's grants): revoke those keys (`engram keys revoke \
+                 ID`){or_tenant_wide}",
+                keys.join(", ")
+            )
+        })
+    });
+    let refusal_note = keys_note.clone();
     let mut answer = op(&app, "revoke", move || {
         session
             .revoke(
@@ -365,30 +389,26 @@ pub async fn revoke(
                 req.role.as_deref(),
             )
             .map_err(grantee_field)
+            .map_err(|e| match (e, refusal_note) {
+                (
+                    engram_engine::EngineError::InvalidInput {
+                        item,
+                        field,
+                        reason,
+                    },
+                    Some(note),
+                ) if field == "label" || field == "role" => {
+                    engram_engine::EngineError::InvalidInput {
+                        item,
+                        field,
+                        reason: format!("{reason}; {note}"),
+                    }
+                }
+                (e, _) => e,
+            })
     })
     .await?;
-    // A key's labels and role hold on top of the store's grants: a revoke
-    // from one principal leaves what its keys carry (a tenant-wide revoke
-    // of a label reaches keys too).
-    if let Some(p) = &grantee {
-        let keys = app
-            .keys
-            .carrying(&tenant, p, label.as_deref(), role.as_deref());
-        if !keys.is_empty() {
-            // (a role is granted to principals only: no tenant-wide revoke)
-            let or_tenant_wide = if label.is_some() {
-                ", or revoke the label tenant-wide"
-            } else {
-                ""
-            };
-            answer.0.note = Some(format!(
-                "principal '{p}' still holds it through API key(s) {} (a key's labels and role \
-                 hold on top of the store's grants): revoke those keys (`engram keys revoke \
-                 ID`){or_tenant_wide}",
-                keys.join(", ")
-            ));
-        }
-    }
+    answer.0.note = keys_note;
     Ok(answer)
 }
 
