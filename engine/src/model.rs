@@ -688,6 +688,31 @@ impl Record {
     pub fn content_bytes(&self) -> usize {
         content_bytes(self.text.as_deref(), self.data.as_ref())
     }
+
+    /// [`Record::content_bytes`] with its text counted as a JSON answer
+    /// writes it ([`json_text_bytes`]): what a page's byte budget counts.
+    pub fn answer_bytes(&self) -> usize {
+        self.text.as_deref().map_or(0, json_text_bytes)
+            + self
+                .data
+                .as_ref()
+                .map_or(0, |d| serde_json::to_vec(d).map_or(0, |v| v.len()))
+    }
+}
+
+/// The bytes of `text` inside a JSON string, as serde_json escapes it: a
+/// quote, a backslash and `\b \f \n \r \t` take two bytes, every other
+/// control character six (`\u0001`). What an answer carrying the text
+/// costs: a mebibyte of control characters is six in JSON, and a byte
+/// budget counting raw text would let an answer grow six times over it.
+pub fn json_text_bytes(text: &str) -> usize {
+    text.bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | 0x08 | 0x0c | b'\n' | b'\r' | b'\t' => 2,
+            0..=0x1f => 6,
+            _ => 1,
+        })
+        .sum()
 }
 
 /// The bytes of a text and of a data value as JSON (a record's bulk, read
@@ -722,6 +747,20 @@ fn ser_opt_time<S: serde::Serializer>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_text_bytes_counts_what_serde_json_writes() {
+        for t in [
+            "",
+            "plain",
+            "quote \" and \\",
+            "\u{1}\u{1f}\n\t\r\u{8}\u{c}",
+            "é 日本 \u{7f}",
+        ] {
+            let written = serde_json::to_string(t).unwrap().len() - 2;
+            assert_eq!(json_text_bytes(t), written, "{t:?}");
+        }
+    }
 
     #[test]
     fn query_vectors_are_judged_the_same_on_the_fast_and_the_exact_path() {

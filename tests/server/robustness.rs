@@ -838,3 +838,70 @@ fn slow_eval_cases() -> String {
         .map(|i| format!("{{\"query\": \"note lorem {i}\", \"relevant_ids\": [\"x\"]}}\n"))
         .collect()
 }
+
+/// An answer waiting for a client that does not read it holds its room
+/// among answers in flight: past the room, a large answer is `429 busy`
+/// (small ones are not held); once the client has read nothing for
+/// `write_stall_timeout_ms`, its connection is closed and the room given
+/// back.
+#[test]
+fn an_answer_nobody_reads_holds_its_room_until_its_connection_is_let_go() {
+    let (_tmp, dir) = new_store();
+    let k = tenant_key(&dir, "t", "p", "user");
+    let s = Server::start(
+        &dir,
+        Some("[limits]\nanswer_bytes_in_flight_max = 4194304\nwrite_stall_timeout_ms = 1500\n"),
+    );
+    // a page of about 16 MiB: far more than loopback buffers hold
+    let text = "\u{1}".repeat(1 << 20);
+    for i in 0..4 {
+        let body = json!([{"kind": "note", "text": text, "external_id": format!("big{i}")}]);
+        append(&s, &k, &body.to_string());
+    }
+    append(
+        &s,
+        &k,
+        r#"[{"kind": "note", "text": "small", "external_id": "small"}]"#,
+    );
+    let page = "/v1/records?limit=1000";
+    let mut idle = TcpStream::connect(&s.addr).unwrap();
+    idle.write_all(head("GET", page, Some(&k), "", None).as_bytes())
+        .unwrap();
+    // its answer is built (its status line came) and holds the room
+    let mut first = [0u8; 12];
+    idle.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200");
+    let r = s.call("GET", page, Some(&k), None);
+    assert_eq!(r.status, 429, "an answer while the room is held");
+    assert_eq!(r.json()["error"]["code"], "busy");
+    assert_eq!(r.header("retry-after"), Some("1"));
+    // a small answer takes no room
+    let r = s.call("GET", "/v1/records/small", Some(&k), None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    // the idle client is let go after the stall limit: the room is back
+    let started = Instant::now();
+    loop {
+        let r = s.call("GET", page, Some(&k), None);
+        if r.status == 200 {
+            // (a page ends past 16 MiB as JSON writes it: each of these
+            // records is 6 MiB there, \u0001 for every byte)
+            let page = r.json();
+            assert_eq!(page["records"].as_array().unwrap().len(), 3);
+            assert!(page["next_after_lsn"].is_u64());
+            break;
+        }
+        assert_eq!(r.status, 429);
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the room never came back"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    // the idle connection was closed before its answer was all sent
+    idle.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut rest = Vec::new();
+    let _ = idle.read_to_end(&mut rest);
+    assert!(rest.len() < 6 << 20, "{} bytes sent", rest.len());
+}

@@ -137,7 +137,7 @@ impl Session {
                 continue;
             }
             let r = self.view(&st, idx, &held)?;
-            bytes = bytes.saturating_add(r.content_bytes());
+            bytes = bytes.saturating_add(r.answer_bytes());
             out.push(r);
             if out.len() >= filter.limit {
                 break;

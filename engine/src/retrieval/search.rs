@@ -240,6 +240,8 @@ impl Session {
         // the tenant's records past their retention period, asked once
         // for every hit's attachments
         let expired = std::cell::OnceCell::new();
+        // the hits' text as the answer writes it (JSON escapes counted)
+        let mut answer_text_bytes = 0u64;
         for (i, f) in fusion.iter().take(req.limit).enumerate() {
             // Every fused record is a checked candidate (`assert_eligible`
             // above) or, without retrievers, a member of the bitmap.
@@ -249,13 +251,16 @@ impl Session {
             // (past the answer's text budget, a hit comes without its text,
             // and says so: a thousand hits of a mebibyte each would need
             // gigabytes)
-            let text_omitted = req.with_text && cost.bytes_returned >= super::HITS_TEXT_BYTES_MAX;
+            let text_omitted = req.with_text && answer_text_bytes >= super::HITS_TEXT_BYTES_MAX;
             let (external_id, text) = if req.with_text && !text_omitted {
                 self.db.hit_content_with(&st, idx, &mut reader)?
             } else {
                 (m.external_id.clone(), None)
             };
             cost.bytes_returned += text.as_ref().map_or(0, |t| t.len() as u64);
+            answer_text_bytes += text
+                .as_deref()
+                .map_or(0, |t| crate::model::json_text_bytes(t) as u64);
             let (sources, derivatives) = if req.attach == Attach::default() {
                 (Vec::new(), Vec::new())
             } else {

@@ -63,6 +63,13 @@ pub const APPEND_QUEUE_WAIT_MS_DEFAULT: u64 = 0;
 pub const QUERIES_IN_FLIGHT_MAX_DEFAULT: usize = 32;
 /// How long a read waits for a slot before 429.
 pub const QUERY_QUEUE_WAIT_MS_DEFAULT: u64 = 250;
+/// Bytes of answers built and waiting for their clients to read them
+/// (512 MiB): an answer of 64 KiB or more that finds no room is answered
+/// `429 busy` (docs/server.md, "Limits"; counted in KiB).
+pub const ANSWER_BYTES_IN_FLIGHT_MAX_DEFAULT: u64 = 512 << 20;
+/// How long a client may read nothing of its answer before its
+/// connection is closed (the answer's memory given back).
+pub const WRITE_STALL_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 /// Open connections; more are closed at once.
 pub const CONNECTIONS_MAX_DEFAULT: usize = 1024;
 /// Open connections from one client address: a quarter of
@@ -119,6 +126,10 @@ pub struct Limits {
     pub queries_in_flight_max: usize,
     /// See [`QUERY_QUEUE_WAIT_MS_DEFAULT`].
     pub query_queue_wait_ms: u64,
+    /// See [`ANSWER_BYTES_IN_FLIGHT_MAX_DEFAULT`].
+    pub answer_bytes_in_flight_max: u64,
+    /// See [`WRITE_STALL_TIMEOUT_MS_DEFAULT`].
+    pub write_stall_timeout_ms: u64,
     /// See [`CONNECTIONS_MAX_DEFAULT`].
     pub connections_max: usize,
     /// See [`CONNECTIONS_PER_CLIENT_MAX_DEFAULT`].
@@ -150,6 +161,8 @@ impl Default for Limits {
             append_queue_wait_ms: APPEND_QUEUE_WAIT_MS_DEFAULT,
             queries_in_flight_max: QUERIES_IN_FLIGHT_MAX_DEFAULT,
             query_queue_wait_ms: QUERY_QUEUE_WAIT_MS_DEFAULT,
+            answer_bytes_in_flight_max: ANSWER_BYTES_IN_FLIGHT_MAX_DEFAULT,
+            write_stall_timeout_ms: WRITE_STALL_TIMEOUT_MS_DEFAULT,
             connections_max: CONNECTIONS_MAX_DEFAULT,
             connections_per_client_max: CONNECTIONS_PER_CLIENT_MAX_DEFAULT,
             shutdown_grace_ms: SHUTDOWN_GRACE_MS_DEFAULT,
@@ -248,7 +261,7 @@ impl Config {
 impl Limits {
     /// Refuses zero limits and limits above what the engine enforces.
     pub fn check(&self) -> Result<(), String> {
-        let nonzero: [(&str, u64); 15] = [
+        let nonzero: [(&str, u64); 17] = [
             ("body_bytes_max", self.body_bytes_max),
             ("bulk_body_bytes_max", self.bulk_body_bytes_max),
             ("bulk_line_bytes_max", self.bulk_line_bytes_max as u64),
@@ -270,6 +283,11 @@ impl Limits {
                 "connections_per_client_max",
                 self.connections_per_client_max as u64,
             ),
+            (
+                "answer_bytes_in_flight_max",
+                self.answer_bytes_in_flight_max,
+            ),
+            ("write_stall_timeout_ms", self.write_stall_timeout_ms),
         ];
         for (name, v) in nonzero {
             if v == 0 {

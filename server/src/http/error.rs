@@ -137,7 +137,8 @@ pub enum ServerError {
     )]
     Busy {
         /// `appends`, `queries` or `backups` (backups and compactions
-        /// share one slot).
+        /// share one slot), or `answer_bytes` (answers built and not yet
+        /// read by their clients: `http::answer`).
         what: &'static str,
         /// Seconds to wait.
         retry_after_s: u64,
@@ -234,7 +235,8 @@ pub struct ErrorDetail {
     /// external_id_conflict, already_superseded, invalid_state,
     /// payload_too_large, invalid_input, limit_exceeded,
     /// ambiguous_reference, query_error, busy, timeout, unavailable,
-    /// internal.
+    /// internal; and, for a line of a bulk ingest's results only,
+    /// batch_rejected (its batch was refused for another line).
     pub code: String,
     /// What is wrong, naming the item, line or field at fault.
     pub message: String,
@@ -580,10 +582,10 @@ impl IntoResponse for ServerError {
 
 /// What a busy queue holds, in words.
 fn busy_noun(queue: &str) -> &str {
-    if queue == "backups" {
-        "backups or compactions"
-    } else {
-        queue
+    match queue {
+        "backups" => "backups or compactions",
+        "answer_bytes" => "bytes of answers not yet read by their clients",
+        q => q,
     }
 }
 

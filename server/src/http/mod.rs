@@ -15,6 +15,7 @@
 //! every queue and every body is bounded. This module must never read or
 //! write a file of the store except its own key file.
 
+pub mod answer;
 pub mod app;
 pub mod auth;
 pub mod body;

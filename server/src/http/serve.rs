@@ -226,6 +226,11 @@ async fn run(app: Shared, listener: TcpListener) -> ServerResult<()> {
                         continue;
                     };
                     let _ = stream.set_nodelay(true);
+                    // (a client reading nothing of its answer is let go)
+                    let stream = crate::http::answer::WriteStall::new(
+                        stream,
+                        Duration::from_millis(app.cfg.limits.write_stall_timeout_ms),
+                    );
                     let conn = conn_builder.serve_connection(
                         TokioIo::new(stream),
                         TowerToHyperService::new(router.clone()),

@@ -184,11 +184,13 @@ async fn observe(State(app): State<Shared>, req: Request, next: Next) -> Respons
         started,
         armed: true,
     };
-    let mut resp = match declared_len {
+    let resp = match declared_len {
         // refused before a byte of the body is read
         Some(n) if n > limit => ServerError::TooLarge { limit_bytes: limit }.into_response(),
         _ => next.run(req).await,
     };
+    // (an answer waiting for its client holds its room until read)
+    let mut resp = crate::http::answer::hold(&app, resp);
     unanswered.armed = false;
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         resp.headers_mut().insert("x-request-id", v);
