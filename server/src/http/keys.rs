@@ -191,8 +191,16 @@ fn read_file(path: &Path) -> ServerResult<KeyFile> {
             format!("damaged ({e}); restore it, or move it away and create keys again"),
         )
     };
-    let raw: serde_json::Value =
-        serde_json::from_slice(&bytes).map_err(|e| damaged(e.to_string()))?;
+    // strictly: a key repeated in an entry (`"revoked_at"` twice, the
+    // second null) would otherwise be read as its last value, leaving a
+    // key valid that an editor meant to revoke
+    let text = std::str::from_utf8(&bytes).map_err(|e| damaged(format!("not UTF-8: {e}")))?;
+    let raw = engram_query::strict::parse(text).map_err(|e| {
+        damaged(match e {
+            Ok((field, why)) => format!("{field}: {why}"),
+            Err(e) => e.to_string(),
+        })
+    })?;
     check_entry_fields(&raw).map_err(damaged)?;
     let f: KeyFile = serde_json::from_value(raw).map_err(|e| damaged(e.to_string()))?;
     if f.version != KEY_FILE_VERSION {
@@ -744,6 +752,36 @@ mod tests {
         }
         std::fs::write(&path, &good).unwrap();
         assert!(store.authenticate(&k).0.is_some());
+    }
+
+    /// A field repeated in an entry (the last value would win: a revoked
+    /// key brought back by a second `"revoked_at": null`, a key moved to
+    /// another tenant by a second `"tenant"`) fails closed.
+    #[test]
+    fn a_field_repeated_in_an_entry_fails_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(KEY_FILE_NAME);
+        let (k, entry) = create(&path, tenant_grant(Role::User)).unwrap();
+        revoke(&path, &entry.id).unwrap();
+        let store = KeyStore::open(&path).unwrap();
+        assert!(store.authenticate(&k).0.is_none());
+        let revoked = std::fs::read_to_string(&path).unwrap();
+        let at = revoked.find("\"revoked_at\"").unwrap();
+        let end = at + revoked[at..].find(['\n', ',']).unwrap();
+        let twice = format!(
+            "{}, \"revoked_at\": null{}",
+            &revoked[..end],
+            &revoked[end..]
+        );
+        std::fs::write(&path, twice).unwrap();
+        let err = KeyStore::open(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("damaged") && err.contains("revoked_at"),
+            "{err}"
+        );
+        let (found, problem) = store.authenticate(&k);
+        assert!(found.is_none(), "a revoked key came back");
+        assert!(problem.is_some());
     }
 
     #[test]
