@@ -497,7 +497,7 @@ fn ingest(ctx: &Ctx, a: IngestBenchArgs) -> CliResult {
     };
     check_ingest_args(&a)?;
     let mut configs: Vec<(usize, usize)> = a.writers.iter().map(|&w| (w, 1)).collect();
-    if a.batch.contains(&1) {
+    if a.batch.contains(&1) && !ctx.quiet {
         crate::eoutln!(
             "note: --batch 1 adds no configuration: single-event appends are what --writers measures"
         );
@@ -505,6 +505,9 @@ fn ingest(ctx: &Ctx, a: IngestBenchArgs) -> CliResult {
     for &b in a.batch.iter().filter(|&&b| b > 1) {
         configs.extend(a.batch_writers.iter().filter(|&&w| w > 0).map(|&w| (w, b)));
     }
+    // a configuration named twice (`--writers 1,1`) is measured once
+    let mut seen = std::collections::HashSet::new();
+    configs.retain(|c| seen.insert(*c));
     // The global `--embedder` gives every event a vector (the bench's
     // stores are fresh: nothing saved to follow).
     let opts = Options {

@@ -34,7 +34,7 @@ use crate::bench::fail;
 use crate::cli::{CliError, CliResult, Ctx};
 
 mod dataset;
-use dataset::{check_filter_def, dataset_files};
+use dataset::dataset_files;
 
 /// `engram bench ann`.
 #[derive(Args, Debug)]
@@ -544,10 +544,10 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
     // fewer ground-truth rows than queries: a truncated or mismatched file
     // (measuring the first rows only would be silent about it)
     if let Some(q) = a.queries.filter(|&q| q > queries.shape[0]) {
-        crate::eoutln!(
+        log(format!(
             "note: --queries {q}: queries.npy holds {}; measuring all of them",
             queries.shape[0]
-        );
+        ));
     }
     let asked = a.queries.unwrap_or(queries.shape[0]).min(queries.shape[0]);
     if gt.shape.first().is_some_and(|&rows| rows < asked) {
@@ -567,51 +567,7 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
         )));
     }
     check_gt("gt.npy", &gt, n, n_queries)?;
-    let attrs = if d.join("attrs.npy").exists() {
-        let at = read_npy::<i64>(&d.join("attrs.npy"))?;
-        if at.shape.len() != 2 || at.shape[0] != n || at.shape[1] != 3 {
-            return Err(CliError::Message(format!(
-                "attrs.npy must be [{n}, 3] (tenant, timestamp, deleted per base row); it is {:?}",
-                at.shape
-            )));
-        }
-        if let Some(row) = (0..n).find(|&i| !matches!(at.data[i * 3 + 2], 0 | 1)) {
-            return Err(CliError::Message(format!(
-                "attrs.npy row {row}: deleted is {}, not 0 or 1",
-                at.data[row * 3 + 2]
-            )));
-        }
-        Some(at)
-    } else {
-        None
-    };
-    // A malformed filters.json stops the run before anything is measured.
-    if let Ok(fjson) = std::fs::read_to_string(d.join("filters.json")) {
-        let defs: serde_json::Value = serde_json::from_str(&fjson)
-            .map_err(|e| CliError::Message(format!("filters.json: {e}")))?;
-        let Some(named) = defs.as_object() else {
-            return Err(CliError::Message(
-                "filters.json: expected an object of named filters".into(),
-            ));
-        };
-        for (name, def) in named {
-            check_filter_def(def)
-                .map_err(|e| CliError::Message(format!("filters.json: filter '{name}': {e}")))?;
-        }
-        // and so does an `--only` naming no filter (before the build)
-        if let Some(unknown) = a
-            .only
-            .iter()
-            .find(|o| *o != "none" && !named.contains_key(o.as_str()))
-        {
-            let mut names: Vec<&str> = named.keys().map(String::as_str).collect();
-            names.sort_unstable();
-            return Err(CliError::Message(format!(
-                "--only: no ground truth named '{unknown}' (available: none, {})",
-                names.join(", ")
-            )));
-        }
-    }
+    let attrs = dataset::attributes_and_filters(d, n, (&a.only, a.no_filters))?;
     let texts: Vec<Option<String>> = match std::fs::read_to_string(d.join("base.jsonl")) {
         Ok(t) => t
             .lines()
@@ -762,10 +718,12 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
         .find(|v| v.model == "dataset")
         .map(|v| v.graph_bytes)
         .unwrap_or(0);
-    log(format!(
-        "graph built in {build_seconds:.1}s ({:.0} bytes/vector)",
-        graph_bytes as f64 / n as f64
-    ));
+    let per_vector = graph_bytes as f64 / n as f64;
+    log(if reused {
+        format!("graph read from the kept store ({per_vector:.0} bytes/vector)")
+    } else {
+        format!("graph built in {build_seconds:.1}s ({per_vector:.0} bytes/vector)")
+    });
     let mut report = AnnReport {
         dataset: d.display().to_string(),
         n,
@@ -955,23 +913,9 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
             f32_file_resident: vector_file_rss().map(|b| per(b as f64)),
             f32_rows: (4 * sp.dim) as f64,
         };
-        if !a.json {
-            crate::outln!(
-                "memory per vector: graph {:.0} B, int8 codes {:.0} B, f32 rows resident {} (of {:.0} B); the walk read {}",
-                m.graph,
-                m.codes,
-                m.f32_file_resident
-                    .map_or_else(|| "unknown".to_string(), |b| format!("{b:.0} B")),
-                m.f32_rows,
-                m.graph_reads
-            );
-        }
         report.memory = Some(m);
     }
     crate::cli::close_store(&db);
-    if a.json {
-        crate::outln!("{}", serde_json::to_string_pretty(&report)?);
-    }
     // what was not measured is said (the first, the kept store's `none`,
     // was said as it was skipped)
     if !report.filters.is_empty() {
@@ -984,6 +928,7 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
     }
     if report.filters.is_empty() {
         // every configuration asked for was skipped: nothing was measured
+        // (and nothing is printed on stdout, as for any refused command)
         return Err(CliError::Message(format!(
             "nothing measured: every configuration asked for was skipped ({})",
             if skipped.is_empty() {
@@ -992,6 +937,19 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
                 skipped.join("; ")
             }
         )));
+    }
+    if a.json {
+        crate::outln!("{}", serde_json::to_string_pretty(&report)?);
+    } else if let Some(m) = &report.memory {
+        crate::outln!(
+            "memory per vector: graph {:.0} B, int8 codes {:.0} B, f32 rows resident {} (of {:.0} B); the walk read {}",
+            m.graph,
+            m.codes,
+            m.f32_file_resident
+                .map_or_else(|| "unknown".to_string(), |b| format!("{b:.0} B")),
+            m.f32_rows,
+            m.graph_reads
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

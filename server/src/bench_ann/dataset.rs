@@ -1,7 +1,11 @@
-//! Checks of a `bench ann` dataset: which files a kept store was built
-//! from, and what a filter definition of `filters.json` may hold.
+//! Checks of a `bench ann` dataset: its attributes and filters, which
+//! files a kept store was built from, and what a filter definition of
+//! `filters.json` may hold.
 
 use std::path::Path;
+
+use super::{Npy, read_npy};
+use crate::cli::CliError;
 
 /// The length and modification time of the dataset's `base.npy` and
 /// `attrs.npy`, as text (`-` for a file that is absent).
@@ -60,6 +64,75 @@ pub(super) fn check_filter_def(def: &serde_json::Value) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The dataset's `attrs.npy` (tenant, timestamp and deleted per base row),
+/// if it has one, checked against its `n` base rows; `filters.json`'s
+/// definitions checked, and `--only`'s names (`only`) against them: what
+/// would stop the run is said before anything is built.
+pub(super) fn attributes_and_filters(
+    d: &Path,
+    n: usize,
+    (only, no_filters): (&[String], bool),
+) -> Result<Option<Npy<i64>>, CliError> {
+    let attrs = if d.join("attrs.npy").exists() {
+        let at = read_npy::<i64>(&d.join("attrs.npy"))?;
+        if at.shape.len() != 2 || at.shape[0] != n || at.shape[1] != 3 {
+            return Err(CliError::Message(format!(
+                "attrs.npy must be [{n}, 3] (tenant, timestamp, deleted per base row); it is {:?}",
+                at.shape
+            )));
+        }
+        if let Some(row) = (0..n).find(|&i| !matches!(at.data[i * 3 + 2], 0 | 1)) {
+            return Err(CliError::Message(format!(
+                "attrs.npy row {row}: deleted is {}, not 0 or 1",
+                at.data[row * 3 + 2]
+            )));
+        }
+        Some(at)
+    } else {
+        None
+    };
+    // A malformed filters.json stops the run before anything is measured.
+    if let Ok(fjson) = std::fs::read_to_string(d.join("filters.json")) {
+        let defs: serde_json::Value = serde_json::from_str(&fjson)
+            .map_err(|e| CliError::Message(format!("filters.json: {e}")))?;
+        let Some(named) = defs.as_object() else {
+            return Err(CliError::Message(
+                "filters.json: expected an object of named filters".into(),
+            ));
+        };
+        for (name, def) in named {
+            check_filter_def(def)
+                .map_err(|e| CliError::Message(format!("filters.json: filter '{name}': {e}")))?;
+        }
+        // and so does an `--only` naming no filter (before the build)
+        if let Some(unknown) = only
+            .iter()
+            .find(|o| *o != "none" && !named.contains_key(o.as_str()))
+        {
+            let mut names: Vec<&str> = named.keys().map(String::as_str).collect();
+            names.sort_unstable();
+            return Err(CliError::Message(format!(
+                "--only: no ground truth named '{unknown}' (available: none, {})",
+                names.join(", ")
+            )));
+        }
+    }
+    // `--only` asking only for filtered configurations that cannot run
+    // measures nothing: said before anything is built
+    let filtered_only = !only.is_empty() && only.iter().all(|o| o != "none");
+    if filtered_only && no_filters {
+        return Err(CliError::Message(
+            "--only names filtered configurations only, and --no-filters skips them all: nothing to measure".into(),
+        ));
+    }
+    if filtered_only && (attrs.is_none() || !d.join("filters.json").exists()) {
+        return Err(CliError::Message(
+            "--only names filtered configurations only, and the dataset has no attrs.npy and filters.json: nothing to measure".into(),
+        ));
+    }
+    Ok(attrs)
 }
 
 #[cfg(test)]
