@@ -258,6 +258,41 @@ fn bench_ann_measures_full_hits_and_ids_only() {
     ]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--hits"));
+    // a run that can measure nothing is refused before it builds, and one
+    // that measured nothing (a kept store whose deletions are applied has
+    // no `none`) prints nothing on stdout, JSON or not
+    let kept = dir.path().join("kept");
+    let ann = |extra: &[&str]| {
+        let mut args = vec![
+            "bench",
+            "ann",
+            "--dataset",
+            ds.to_str().unwrap(),
+            "--store",
+            kept.to_str().unwrap(),
+            "--ef",
+            "16",
+            "-q",
+        ];
+        args.extend(extra);
+        engram(&args)
+    };
+    let o = ann(&["--no-filters", "--only", "t1"]);
+    assert!(!o.status.success() && o.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("nothing to measure"));
+    assert!(ann(&["--only", "t1"]).status.success());
+    for json in [&[][..], &["--json"][..]] {
+        let mut args = vec!["--only", "none"];
+        args.extend(json);
+        let o = ann(&args);
+        assert!(!o.status.success(), "{json:?}");
+        assert!(
+            o.stdout.is_empty(),
+            "{json:?}: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+        assert!(String::from_utf8_lossy(&o.stderr).contains("nothing measured"));
+    }
 }
 
 /// `engram bench ingest` with vectors, with and without the background
