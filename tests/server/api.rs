@@ -276,6 +276,25 @@ fn endpoints_do_their_job() {
         let id = if bad.contains("big") { "big" } else { "vec" };
         assert_eq!(e["error"]["details"]["case_id"], id, "{e}");
     }
+    // a case refused as it is read (a field of its own) is named by its
+    // id too
+    for (bad, field) in [
+        ("{\"case_id\": \"zero\", \"query\": \"x\", \"k\": 0}\n", "k"),
+        (
+            "{\"case_id\": \"zero\", \"query\": \"x\", \"mode\": \"fuzzy\"}\n",
+            "mode",
+        ),
+    ] {
+        let body = format!("{{\"case_id\": \"ok\", \"query\": \"payment\"}}\n{bad}");
+        let e = s.json("POST", "/v1/eval", Some(&k.ann), Some(&body), 422);
+        let d = &e["error"]["details"];
+        assert_eq!(
+            (d["line"].as_u64(), d["field"].as_str()),
+            (Some(2), Some(field)),
+            "{e}"
+        );
+        assert_eq!(d["case_id"], "zero", "{e}");
+    }
 
     // correction and history
     let c = s.json(

@@ -267,7 +267,20 @@ pub async fn eval(
     let text = body_text(&bytes)?;
     let cases = parse_session_cases(text).map_err(|e| {
         let line = e.line;
-        line_error(e, None, Some(line))
+        let mut err = line_error(e, None, Some(line));
+        // a case refused for a field of its own (`k` 0, a bad `mode`) is
+        // named by its id too, when its line holds one
+        if let ServerError::Invalid { details, .. } = &mut err {
+            let case_id = text
+                .lines()
+                .nth(line.saturating_sub(1))
+                .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .and_then(|v| v.get("case_id")?.as_str().map(str::to_string));
+            if let (Some(id), Some(d)) = (case_id, details.as_object_mut()) {
+                d.insert("case_id".into(), id.into());
+            }
+        }
+        err
     })?;
     if cases.is_empty() {
         return Err(ServerError::invalid(None, "body", "no cases"));
