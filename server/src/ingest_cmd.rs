@@ -256,12 +256,23 @@ impl RejectedLines {
     /// The error for the file: one malformed line reads as it always did;
     /// several are listed under a header.
     fn into_error(self, file: &Path, first_is_tenant_error: bool) -> CliError {
+        // A file of one JSON document (an array, or an object written over
+        // several lines) is the likeliest mistake behind these: said once.
+        let whole_document = self.shown.first().is_some_and(|e| {
+            e.starts_with("line 1: ")
+                && (e.contains("found a list") || e.contains("EOF while parsing an object"))
+        });
+        let hint = if whole_document {
+            "\nhint: an ingest file holds one JSON object per line (JSON Lines), not a JSON array or an object written over several lines (`jq -c '.[]' in.json > in.jsonl` writes an array's objects one per line)"
+        } else {
+            ""
+        };
         if self.n_rejected == 1 {
             let e = &self.shown[0];
             return CliError::Message(if first_is_tenant_error {
                 e.clone()
             } else {
-                format!("{}: {e} (nothing was stored)", file.display())
+                format!("{}: {e} (nothing was stored){hint}", file.display())
             });
         }
         let mut msg = format!(
@@ -279,6 +290,7 @@ impl RejectedLines {
                 self.n_rejected - self.shown.len()
             ));
         }
+        msg.push_str(hint);
         CliError::Message(msg)
     }
 }
@@ -472,6 +484,25 @@ mod tests {
         );
         let e = rejected(1).into_error(Path::new("f.jsonl"), true);
         assert_eq!(e.to_string(), "line 1: text: required");
+    }
+
+    /// A JSON array, or an object over several lines, gets the hint that
+    /// a file holds one object per line; other malformed lines do not.
+    #[test]
+    fn a_whole_json_document_is_told_the_file_format() {
+        for first in [
+            "line 1: expected a JSON object, found a list",
+            "line 1: not valid JSON: EOF while parsing an object at line 1 column 1",
+        ] {
+            let mut r = RejectedLines::default();
+            r.push(first.to_string());
+            let e = r.into_error(Path::new("f.json"), false).to_string();
+            assert!(e.contains("one JSON object per line"), "{e}");
+        }
+        let e = rejected(2)
+            .into_error(Path::new("f.jsonl"), false)
+            .to_string();
+        assert!(!e.contains("hint"), "{e}");
     }
 
     #[test]

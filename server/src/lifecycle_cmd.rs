@@ -333,10 +333,11 @@ pub fn expire(ctx: &Ctx, a: ExpireArgs) -> CliResult {
         if a.target.json {
             json(&res)?;
         } else {
+            // (the time as stored, to the millisecond, not as typed)
             crate::outln!(
                 "{} is historical after {} (operation {})",
                 res.affected[0],
-                a.at,
+                crate::cli::ts(at),
                 res.op_id
             );
         }

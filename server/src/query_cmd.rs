@@ -22,6 +22,10 @@ pub struct QueryArgs {
     /// The statement (or use -f FILE). It may begin with a `--` comment.
     #[arg(allow_hyphen_values = true)]
     pub statement: Option<String>,
+    /// Words after the statement: a statement left unquoted (refused,
+    /// saying to quote it).
+    #[arg(hide = true)]
+    pub unquoted: Vec<String>,
     /// Read the statement from a file (`-` for stdin).
     #[arg(short = 'f', long = "file", conflicts_with = "statement")]
     pub file: Option<PathBuf>,
@@ -134,6 +138,15 @@ pub fn query(ctx: &Ctx, a: QueryArgs) -> CliResult {
         );
         Ok(ExitCode::from(1))
     };
+    if let (Some(first), false) = (&a.statement, a.unquoted.is_empty()) {
+        return input_error(
+            "invalid_input",
+            CliError::Message(format!(
+                "the statement is one argument: quote it, as in engram query --tenant T \"{first} {} ...\" (or give it with -f FILE)",
+                a.unquoted[0]
+            )),
+        );
+    }
     let text = match (&a.statement, &a.file) {
         (Some(s), None) => s.clone(),
         (None, Some(f)) => match read_input_capped(f, crate::cli::SMALL_INPUT_BYTES_MAX) {

@@ -1318,3 +1318,33 @@ fn review_rules_are_set_from_the_cli_and_listed_by_stats() {
         "{msg}"
     );
 }
+
+/// `log --limit 0` is refused (it listed nothing and said "0 record(s)",
+/// as for an empty store), as the server refuses `limit=0`.
+#[test]
+fn log_limit_zero_is_refused() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path());
+    let msg = fails(&store, &["log", "--tenant", "t", "--limit", "0"]);
+    assert!(msg.contains("--limit must be at least 1"), "{msg}");
+    ok(&store, &["log", "--tenant", "t", "--limit", "1"]);
+}
+
+/// A statement left unquoted (`engram query --tenant t FIND ANY`) is
+/// told to be quoted, not "unexpected argument 'ANY'".
+#[test]
+fn an_unquoted_statement_is_told_to_be_quoted() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path());
+    let msg = fails(
+        &store,
+        &["query", "--tenant", "t", "FIND", "ANY", "LIMIT", "1"],
+    );
+    assert!(
+        msg.contains("quote it") && msg.contains("\"FIND ANY ...\""),
+        "{msg}"
+    );
+    ok(&store, &["query", "--tenant", "t", "FIND ANY LIMIT 1"]);
+}

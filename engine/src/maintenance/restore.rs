@@ -74,7 +74,7 @@ impl Engram {
             return Err(EngineError::invalid(
                 "backup directory",
                 format!(
-                    "{} has no backup.json: the backup did not finish; take a new one",
+                    "{} has no backup.json: it is no finished backup (a store is not one: `engram backup DIR` takes one of it; a backup cut short has none either: take a new one)",
                     src.display()
                 ),
             ));

@@ -45,6 +45,12 @@ pub(super) fn cmd_get(ctx: &Ctx, a: IdArgs, history: bool) -> CliResult {
 }
 
 pub(super) fn cmd_log(ctx: &Ctx, a: LogArgs) -> CliResult {
+    // (0 would list nothing and say so, as if the store held nothing)
+    if a.limit == Some(0) {
+        return Err(CliError::msg(
+            "--limit must be at least 1 (leave it out to list every record)",
+        ));
+    }
     let parse = |s: &Option<String>, f: &str| -> Result<Option<i64>, CliError> {
         s.as_deref()
             .map(|t| parse_query_time(t).map_err(|e| CliError::Message(format!("--{f}: {e}"))))
