@@ -798,8 +798,9 @@ pub const SMALL_INPUT_BYTES_MAX: usize = 16 << 20;
 /// read whole.
 pub const REQUESTS_INPUT_BYTES_MAX: usize = 256 << 20;
 
-/// [`read_input`], refused past `cap` bytes (naming the cap) without
-/// reading further.
+/// An input file (`-`: stdin) read whole as UTF-8 text (an invalid byte
+/// reported with its line), refused past `cap` bytes (naming the cap)
+/// without reading further.
 pub fn read_input_capped(file: &Path, cap: usize) -> Result<String, CliError> {
     read_input_within(file, (cap, usize::MAX), "")
 }
