@@ -878,6 +878,16 @@ fn an_answer_nobody_reads_holds_its_room_until_its_connection_is_let_go() {
     // a small answer takes no room
     let r = s.call("GET", "/v1/records/small", Some(&k), None);
     assert_eq!(r.status, 200, "{}", r.text());
+    // a write's answer is never dropped for want of room (it says what
+    // was stored): a large one is sent unheld
+    let many: Vec<serde_json::Value> = (0..1000)
+        .map(|i| json!({"kind": "note", "text": format!("n{i}")}))
+        .collect();
+    let body = serde_json::Value::Array(many).to_string();
+    let r = s.call("POST", "/v1/records", Some(&k), Some(&body));
+    assert_eq!(r.status, 200, "a write's answer while the room is held");
+    assert!(r.text().len() > 64 << 10);
+    assert_eq!(r.json()["results"].as_array().map(Vec::len), Some(1000));
     // the idle client is let go after the stall limit: the room is back
     let started = Instant::now();
     loop {

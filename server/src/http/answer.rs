@@ -10,9 +10,10 @@
 //! - [`hold`]: every answer of at least [`ANSWER_HOLD_MIN_BYTES`] takes
 //!   its size from `answer_bytes_in_flight_max` (in KiB) until its body
 //!   is dropped (sent, or its connection closed). Taken at once or not
-//!   at all: an answer that finds no room is dropped and answered `429
-//!   busy` with `Retry-After` (waiting for room would hold it in memory
-//!   outside the bound).
+//!   at all: a read's answer that finds no room is dropped and answered
+//!   `429 busy` with `Retry-After` (waiting for room would hold it in
+//!   memory outside the bound); a write's is sent unheld (it says what
+//!   was stored), bounded by the write queue.
 //! - [`WriteStall`]: a connection whose client reads nothing of its
 //!   answer for `write_stall_timeout_ms` is closed, so an answer nobody
 //!   reads gives its room back.
@@ -35,10 +36,24 @@ use super::error::ServerError;
 /// bound them (1,024 connections of 64 KiB are 64 MiB).
 pub const ANSWER_HOLD_MIN_BYTES: u64 = 64 << 10;
 
+/// Whether the answer of `method` on `route` may be dropped for want of
+/// room: a read's (asked again, it answers the same). A write's answer is
+/// never dropped (it says what was stored: a client told to retry would
+/// store again what has no external id): without room it is sent unheld,
+/// its memory bounded by the write queue.
+pub fn refusable(method: &str, route: &str) -> bool {
+    method == "GET"
+        || matches!(
+            route,
+            "/v1/recall" | "/v1/query" | "/v1/context" | "/v1/eval"
+        )
+}
+
 /// `resp` holding its share of the room for answers until its body is
-/// dropped, or `429 busy` when the room is full (the answer dropped).
-/// A body of unknown size (a bulk ingest's streamed report) is not held.
-pub fn hold(app: &Shared, resp: Response) -> Response {
+/// dropped; when the room is full, `429 busy` for a read (the answer
+/// dropped: see [`refusable`]), the answer unheld for a write. A body of
+/// unknown size (a bulk ingest's streamed report) is not held.
+pub fn hold(app: &Shared, resp: Response, refusable: bool) -> Response {
     let Some(bytes) = resp.body().size_hint().exact() else {
         return resp;
     };
@@ -53,6 +68,7 @@ pub fn hold(app: &Shared, resp: Response) -> Response {
                 _permit: permit,
             })
         }),
+        None if !refusable => resp,
         None => {
             app.metrics.throttled("answer_bytes");
             ServerError::Busy {

@@ -190,7 +190,8 @@ async fn observe(State(app): State<Shared>, req: Request, next: Next) -> Respons
         _ => next.run(req).await,
     };
     // (an answer waiting for its client holds its room until read)
-    let mut resp = crate::http::answer::hold(&app, resp);
+    let mut resp =
+        crate::http::answer::hold(&app, resp, crate::http::answer::refusable(method, &route));
     unanswered.armed = false;
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         resp.headers_mut().insert("x-request-id", v);
