@@ -48,9 +48,8 @@ pub struct App {
     /// Request bodies held while they are parsed and served, in KiB (see
     /// [`App::hold_body`]).
     bodies: Arc<Semaphore>,
-    /// Answers built and not yet read by their clients, in KiB (see
-    /// [`App::hold_answer`]).
-    answers: Arc<Semaphore>,
+    /// Answers built and not yet read by their clients (`http::answer`).
+    pub answers: Arc<crate::http::answer::AnswerRoom>,
     ready: AtomicBool,
     request_seq: AtomicU64,
     request_prefix: String,
@@ -90,14 +89,6 @@ async fn hold(room: &Arc<Semaphore>, bytes: usize) -> BodyHold {
 #[derive(Debug)]
 pub struct BodyHold(#[allow(dead_code)] Option<tokio::sync::OwnedSemaphorePermit>);
 
-/// KiB of room for answers of `bytes` (at least one; at most what a
-/// semaphore's one acquisition takes).
-fn answer_room_kib(bytes: u64) -> usize {
-    usize::try_from(bytes.div_ceil(1024))
-        .unwrap_or(usize::MAX)
-        .clamp(1, u32::MAX as usize)
-}
-
 /// Which bounded queue a call goes through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Queue {
@@ -125,9 +116,9 @@ impl App {
             reads: Arc::new(Semaphore::new(l.queries_in_flight_max)),
             backups: Arc::new(Semaphore::new(1)),
             bodies: Arc::new(Semaphore::new(BODIES_HELD_KIB)),
-            answers: Arc::new(Semaphore::new(answer_room_kib(
+            answers: Arc::new(crate::http::answer::AnswerRoom::new(
                 l.answer_bytes_in_flight_max,
-            ))),
+            )),
             cfg,
             metrics: Metrics::default(),
             ready: AtomicBool::new(true),
@@ -142,17 +133,6 @@ impl App {
     /// Waits for room to hold a body of `bytes` (see [`BODIES_HELD_KIB`]).
     pub async fn hold_body(&self, bytes: usize) -> BodyHold {
         hold(&self.bodies, bytes).await
-    }
-
-    /// Room for an answer of `bytes` among the answers not yet read by
-    /// their clients (`answer_bytes_in_flight_max`), taken at once or
-    /// not at all (`None`: no room now; see `http::answer`). An answer
-    /// larger than the whole room takes all of it.
-    pub fn hold_answer(&self, bytes: u64) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        let room = answer_room_kib(self.cfg.limits.answer_bytes_in_flight_max);
-        let kib = usize::try_from(bytes.div_ceil(1024)).map_or(room, |k| k.min(room));
-        let n = u32::try_from(kib).unwrap_or(u32::MAX);
-        self.answers.clone().try_acquire_many_owned(n).ok()
     }
 
     /// The store's handle now, for what needs no gate (its directory,

@@ -233,7 +233,13 @@ async fn run(app: Shared, listener: TcpListener) -> ServerResult<()> {
                     );
                     let conn = conn_builder.serve_connection(
                         TokioIo::new(stream),
-                        TowerToHyperService::new(router.clone()),
+                        // (the client's address, for its share of the
+                        // room for answers)
+                        TowerToHyperService::new(
+                            tower::ServiceBuilder::new()
+                                .layer(axum::Extension(crate::http::answer::Peer(peer.ip())))
+                                .service(router.clone()),
+                        ),
                     );
                     let watched = graceful.watch(conn);
                     let app = app.clone();

@@ -184,14 +184,21 @@ async fn observe(State(app): State<Shared>, req: Request, next: Next) -> Respons
         started,
         armed: true,
     };
+    let client = req
+        .extensions()
+        .get::<crate::http::answer::Peer>()
+        .map(|p| p.0);
+    let refusable = crate::http::answer::refusable(method, &route);
     let resp = match declared_len {
         // refused before a byte of the body is read
         Some(n) if n > limit => ServerError::TooLarge { limit_bytes: limit }.into_response(),
+        // a write runs only while its answer will have room (its answer
+        // is never dropped once it has run: `http::answer`)
+        _ if !refusable && !app.answers.open_for_write(client) => crate::http::answer::busy(&app),
         _ => next.run(req).await,
     };
     // (an answer waiting for its client holds its room until read)
-    let mut resp =
-        crate::http::answer::hold(&app, resp, crate::http::answer::refusable(method, &route));
+    let mut resp = crate::http::answer::hold(&app, resp, client, refusable);
     unanswered.armed = false;
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         resp.headers_mut().insert("x-request-id", v);
