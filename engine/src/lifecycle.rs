@@ -44,6 +44,10 @@ pub struct OpResult {
     /// are not named: a record the principal cannot read does not exist for
     /// it (docs/security.md).
     pub affected: Vec<RecordId>,
+    /// What the operation did that the caller may not expect (a
+    /// tenant-wide revocation of a label nothing carries yet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl Session {
@@ -135,6 +139,7 @@ impl Session {
             op_id,
             lsn,
             affected: vec![id],
+            note: None,
         })
     }
 
@@ -227,6 +232,7 @@ impl Session {
             op_id,
             lsn,
             affected,
+            note: None,
         })
     }
 
@@ -257,6 +263,7 @@ impl Session {
             op_id,
             lsn,
             affected,
+            note: None,
         })
     }
 
@@ -286,6 +293,7 @@ impl Session {
             op_id,
             lsn,
             affected: vec![id],
+            note: None,
         })
     }
 
@@ -341,19 +349,22 @@ impl Session {
             Operation::Revoke
         })?;
         check_grant(principal, label, role)?;
-        // A grant or revocation that would change nothing is a mistake
-        // worth naming, as lifting a hold nobody placed is: a mistyped
-        // label would otherwise read as lifted (or revoked) while the real
-        // revocation (or grant) stays. A restore re-applies the log's own
-        // operations.
-        if reuse.is_none() {
-            let st = self.db.state();
-            if let Some(why) =
-                access_no_op(&st, self.principal.tenant(), grant, principal, label, role)
-            {
-                return Err(why);
-            }
-        }
+        // A tenant-wide grant or a revocation that would change nothing is
+        // a mistake worth naming, as lifting a hold nobody placed is: a
+        // mistyped label would otherwise read as lifted (or revoked) while
+        // the real revocation (or grant) stays (`access_no_op`). A restore
+        // re-applies the log's own operations.
+        let note = match reuse {
+            None => access_no_op(
+                &self.db.state(),
+                self.principal.tenant(),
+                grant,
+                principal,
+                label,
+                role,
+            )?,
+            Some(_) => None,
+        };
         let (principal, label, role) = (
             principal.map(str::to_string),
             label.map(str::to_string),
@@ -381,6 +392,7 @@ impl Session {
             op_id,
             lsn,
             affected: Vec::new(),
+            note,
         })
     }
 
@@ -418,6 +430,7 @@ impl Session {
             op_id,
             lsn,
             affected: Vec::new(),
+            note: None,
         })
     }
 
@@ -471,6 +484,7 @@ impl Session {
             op_id,
             lsn,
             affected: Vec::new(),
+            note: None,
         })
     }
 
@@ -520,6 +534,7 @@ impl Session {
             op_id,
             lsn,
             affected: Vec::new(),
+            note: None,
         })
     }
 }
@@ -582,8 +597,11 @@ pub(crate) fn check_grant(
 /// would not (see `Session::access_as`): a tenant-wide grant of a label
 /// not revoked tenant-wide; a revocation from a principal of a label or
 /// role the store does not grant it (a label an API key gives is changed
-/// on the key); a tenant-wide revocation of a label already revoked, or
-/// that no record or grant of the tenant carries.
+/// on the key); a tenant-wide revocation of a label already revoked.
+/// `Ok(Some(note))`: done, but worth saying: a tenant-wide revocation of
+/// a label that no record or grant of the tenant carries yet (it applies
+/// to records written with it later, so it is taken; a mistyped label
+/// would leave the real one readable, so it is said).
 fn access_no_op(
     st: &crate::state::State,
     tenant: &str,
@@ -591,14 +609,14 @@ fn access_no_op(
     principal: Option<&str>,
     label: Option<&str>,
     role: Option<&str>,
-) -> Option<EngineError> {
+) -> Result<Option<String>> {
     let t = st.tenant(tenant);
-    let invalid = |field: &str, why: String| Some(EngineError::invalid(field, why));
+    let invalid = |field: &str, why: String| Err(EngineError::invalid(field, why));
     match (grant, principal) {
         (true, None) => {
-            let l = label?;
+            let Some(l) = label else { return Ok(None) };
             if t.is_some_and(|t| t.revoked_labels.contains(l)) {
-                return None;
+                return Ok(None);
             }
             invalid(
                 "label",
@@ -607,10 +625,10 @@ fn access_no_op(
                 ),
             )
         }
-        (true, Some(_)) => None,
+        (true, Some(_)) => Ok(None),
         (false, Some(p)) => {
             let g = t.and_then(|t| t.grants.get(p));
-            let (field, name) = [
+            let missing = [
                 (
                     "label",
                     label,
@@ -623,7 +641,10 @@ fn access_no_op(
                 ),
             ]
             .into_iter()
-            .find_map(|(field, name, held)| Some((field, name?)).filter(|_| !held))?;
+            .find_map(|(field, name, held)| Some((field, name?)).filter(|_| !held));
+            let Some((field, name)) = missing else {
+                return Ok(None);
+            };
             invalid(
                 field,
                 format!(
@@ -632,16 +653,8 @@ fn access_no_op(
             )
         }
         (false, None) => {
-            let l = label?;
-            let Some(t) = t else {
-                return invalid(
-                    "label",
-                    format!(
-                        "tenant '{tenant}' holds no record or grant carrying label '{l}'; nothing was revoked"
-                    ),
-                );
-            };
-            if t.revoked_labels.contains(l) {
+            let Some(l) = label else { return Ok(None) };
+            if t.is_some_and(|t| t.revoked_labels.contains(l)) {
                 return invalid(
                     "label",
                     format!(
@@ -649,17 +662,15 @@ fn access_no_op(
                     ),
                 );
             }
-            let carried = st.strings.get(l).is_some_and(|s| t.labels.contains(&s))
-                || t.grants.values().any(|g| g.labels.contains(l));
-            if carried {
-                return None;
-            }
-            invalid(
-                "label",
+            let carried = t.is_some_and(|t| {
+                st.strings.get(l).is_some_and(|s| t.labels.contains(&s))
+                    || t.grants.values().any(|g| g.labels.contains(l))
+            });
+            Ok((!carried).then(|| {
                 format!(
-                    "no record or grant of tenant '{tenant}' carries label '{l}'; nothing was revoked (a mistyped label would leave the real one readable)"
-                ),
-            )
+                    "no record or grant of tenant '{tenant}' carries label '{l}' yet: revoked for the records written with it from now on (if the label is mistyped, the real one is still readable)"
+                )
+            }))
         }
     }
 }

@@ -259,8 +259,8 @@ impl RejectedLines {
         // A file of one JSON document (an array, or an object written over
         // several lines) is the likeliest mistake behind these: said once.
         let whole_document = self.shown.first().is_some_and(|e| {
-            e.starts_with("line 1: ")
-                && (e.contains("found a list") || e.contains("EOF while parsing an object"))
+            e == "line 1: expected a JSON object, found a list"
+                || e.starts_with("line 1: not valid JSON: EOF while parsing a")
         });
         let hint = if whole_document {
             "\nhint: an ingest file holds one JSON object per line (JSON Lines), not a JSON array or an object written over several lines (`jq -c '.[]' in.json > in.jsonl` writes an array's objects one per line)"
@@ -493,6 +493,7 @@ mod tests {
         for first in [
             "line 1: expected a JSON object, found a list",
             "line 1: not valid JSON: EOF while parsing an object at line 1 column 1",
+            "line 1: not valid JSON: EOF while parsing a list at line 1 column 1",
         ] {
             let mut r = RejectedLines::default();
             r.push(first.to_string());
@@ -502,6 +503,11 @@ mod tests {
         let e = rejected(2)
             .into_error(Path::new("f.jsonl"), false)
             .to_string();
+        assert!(!e.contains("hint"), "{e}");
+        // a field of a line holding a list is no whole document
+        let mut r = RejectedLines::default();
+        r.push("line 1: scope: expected an object, found a list".into());
+        let e = r.into_error(Path::new("f.jsonl"), false).to_string();
         assert!(!e.contains("hint"), "{e}");
     }
 

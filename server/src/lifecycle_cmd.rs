@@ -518,6 +518,9 @@ pub fn access(ctx: &Ctx, a: AccessArgs, revoke: bool) -> CliResult {
                     res.op_id
                 ),
             }
+            if let Some(n) = &res.note {
+                crate::outln!("note: {n}");
+            }
         }
         Ok(ExitCode::SUCCESS)
     })();

@@ -168,8 +168,8 @@ pub struct ListFilter {
     /// Only records after this log position (a record's `lsn`): give the
     /// last `lsn` of a page to get the next one.
     pub after_lsn: Option<u64>,
-    /// The page ends once its records' text and data
-    /// ([`crate::Record::content_bytes`]) reach this many bytes (after at
+    /// The page ends once its records' text and data as an answer writes
+    /// them ([`crate::Record::answer_bytes`]) reach this many bytes (after at
     /// least one record): a page of the largest records would otherwise
     /// need gigabytes.
     pub bytes_max: usize,

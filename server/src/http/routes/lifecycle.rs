@@ -33,7 +33,9 @@ pub struct OpResponse {
     /// Records whose status changed (for a delete: everything removed).
     pub affected: Vec<String>,
     /// What the operation did not change that the caller may expect it to
-    /// (a revoke from a principal whose API key carries the label or role).
+    /// (a revoke from a principal whose API key carries the label or role),
+    /// or did that the caller may not expect (a tenant-wide revoke of a
+    /// label nothing carries yet).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
@@ -44,7 +46,7 @@ impl From<OpResult> for OpResponse {
             op_id: r.op_id.to_string(),
             lsn: r.lsn,
             affected: r.affected.iter().map(ToString::to_string).collect(),
-            note: None,
+            note: r.note,
         }
     }
 }
@@ -408,7 +410,9 @@ pub async fn revoke(
             })
     })
     .await?;
-    answer.0.note = keys_note;
+    if keys_note.is_some() {
+        answer.0.note = keys_note;
+    }
     Ok(answer)
 }
 
