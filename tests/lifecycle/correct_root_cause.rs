@@ -441,6 +441,45 @@ fn a_correction_keeps_the_validity_interval_it_does_not_restate() {
     );
     let again = s.get(&ext("ceo1")).unwrap();
     assert_eq!((again.valid_from, again.valid_until), (Some(y(2019)), None));
+    // a record that occurs later than it is stored (a planned event) is
+    // valid from when it was stored, the earlier of the two: its
+    // correction keeps that start, not its occurred_at, so the chain stays
+    // current now, stored before or in the same batch
+    let day = 86_400_000;
+    let planned = |text: &str, ext_id: &str| NewRecord {
+        occurred_at: Some(T0 + 30 * day),
+        valid_until: Some(T0 + 60 * day),
+        ..NewRecord::event("plan", text).with_external_id(ext_id)
+    };
+    s.append(vec![planned("offsite in lisbon", "plan1")])
+        .unwrap();
+    s.append(vec![
+        NewRecord::event("plan", "offsite in porto").superseding(ext("plan1")),
+    ])
+    .unwrap();
+    let batch = vec![
+        planned("launch in june", "plan2"),
+        NewRecord::event("plan", "launch in july").superseding(ext("plan2")),
+    ];
+    s.append(batch.clone()).unwrap();
+    // (sent again later, duplicates only: the start is the stored one)
+    clock.advance(day);
+    assert!(
+        s.append(batch)
+            .unwrap()
+            .iter()
+            .all(|r| r.outcome == engram::AppendOutcome::Duplicate)
+    );
+    for (id, text) in [("plan1", "porto"), ("plan2", "july")] {
+        let fixed = s.get(&ext(id)).unwrap();
+        assert!(
+            fixed.valid_from.is_some_and(|f| f <= T0),
+            "{id}: {:?}",
+            fixed.valid_from
+        );
+        let now = names("FIND ANY WHERE kind = 'plan' RETURN text");
+        assert!(now.contains(text), "{id}: {now}");
+    }
     db.close().unwrap();
 }
 

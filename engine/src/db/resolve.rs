@@ -313,10 +313,11 @@ impl Resolver<'_> {
                     .collect(),
             },
             external_id: m.external_id.as_deref().map(str::to_string),
-            // (a start that was not given is the record's own: kept with
-            // an end, so the correction is valid over the same interval)
+            // (a start that was not given is the record's own, the
+            // earlier of its occurred_at and its ingestion: kept with an
+            // end, so the correction is valid over the same interval)
             validity: (m.valid_from_given || m.valid_until.is_some())
-                .then_some((Some(m.valid_from), m.valid_until)),
+                .then_some((Some(m.valid_start()), m.valid_until)),
             superseded,
         })
     }

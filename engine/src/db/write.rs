@@ -561,8 +561,12 @@ impl Session {
                     status,
                     scope: r.scope.clone(),
                     external_id: r.external_id.clone(),
-                    validity: (r.valid_from.is_some() || r.valid_until.is_some())
-                        .then(|| (r.valid_from.or(r.occurred_at).or(Some(now)), r.valid_until)),
+                    // (a start not given: the earlier of occurred_at and
+                    // now, as applying it will set it)
+                    validity: (r.valid_from.is_some() || r.valid_until.is_some()).then(|| {
+                        let start = r.occurred_at.map_or(now, |o| o.min(now));
+                        (r.valid_from.or(Some(start)), r.valid_until)
+                    }),
                     sources: res.sources.clone(),
                     supersedes: res.supersedes,
                 }));
