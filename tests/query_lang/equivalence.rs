@@ -170,3 +170,43 @@ fn statements_and_recall_requests_take_one_path() {
     }
     db.close().unwrap();
 }
+
+/// A retriever weighted 0 is turned off: a statement holding one returns
+/// exactly what the statement without it returns (rows, scores, ranks),
+/// its hits neither results nor re-ordered by `RECENT` nor near `AROUND`;
+/// an EXPAND naming it still seeds from it.
+#[test]
+fn a_retriever_weighted_zero_is_as_if_absent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (db, _clock) = super::fixture::build(tmp.path());
+    let s = db.session(Principal::admin("t"));
+    let rows = |q: &str| {
+        let out = s
+            .query(q, &Params::default())
+            .unwrap_or_else(|e| panic!("{q}\n{e}"));
+        format!("{:?}", out.rows)
+    };
+    let off = "SIMILAR TO 'Acme renews in Q3' AS s";
+    for (rest, fusion) in [
+        ("MATCH 'billing' AS m RECENT AS r", "FUSE LINEAR"),
+        ("MATCH 'billing' AS m RECENT AS r", "FUSE RRF"),
+        ("RECENT AS r", "FUSE LINEAR"),
+        ("MATCH 'diet' AS m AROUND AS a", "FUSE LINEAR"),
+    ] {
+        let without = format!("FIND ANY {rest} {fusion} RETURN id, score, ranks");
+        let with =
+            format!("FIND ANY {off} {rest} {fusion} WEIGHTS (s = 0) RETURN id, score, ranks");
+        assert_eq!(rows(&with), rows(&without), "{with}");
+    }
+    // seeds from a retriever weighted 0, named by an EXPAND
+    let off = "SIMILAR TO 'database outage postmortem' TOP 20 AS s";
+    let seeded = rows(&format!(
+        "FIND ANY {off} EXPAND FROM s HOPS 1 AS g WEIGHTS (s = 0) RETURN id, ranks"
+    ));
+    let alone = rows(&format!(
+        "FIND ANY {off} EXPAND FROM s HOPS 1 AS g RETURN id, ranks"
+    ));
+    let by = |rows: &str, r: &str| rows.matches(&format!("String(\"{r}\")")).count();
+    assert!(by(&seeded, "g") > 0 && by(&seeded, "s") == 0, "{seeded}");
+    assert!(by(&alone, "s") > 0, "{alone}");
+}

@@ -77,8 +77,14 @@ impl Session {
         let mut times = (0u64, 0u64, 0u64);
         let mut vector_plan = None;
 
-        for spec in &req.retrievers {
+        for (i, spec) in req.retrievers.iter().enumerate() {
             let out = match &spec.params {
+                // Weight 0 turns a retriever off: not run, unless a later
+                // EXPAND seeds from it by name (then it runs for those
+                // seeds only: its hits are no results, see `active`).
+                _ if !active(spec) && !seeds_later(&req.retrievers[i + 1..], &spec.name) => {
+                    RetrieverOutput::skipped("weight 0: turned off")
+                }
                 RetrieverParams::Similar {
                     text,
                     vector,
@@ -157,14 +163,18 @@ impl Session {
                     // after it would otherwise get recency's weight only
                     // when no text matched). Alone, or before any of them,
                     // it ranks the eligible set.
-                    let after_evidence = req.retrievers[..outputs.len()]
+                    // (a retriever turned off, weight 0, is not one)
+                    let before = &req.retrievers[..outputs.len()];
+                    let after_evidence = before
                         .iter()
-                        .any(|s| is_evidence(s.params.kind()));
+                        .any(|s| active(s) && is_evidence(s.params.kind()));
                     let found: RoaringBitmap;
                     let among = if after_evidence {
                         found = outputs
                             .iter()
-                            .flat_map(|o| o.candidates.iter().map(|c| c.idx))
+                            .zip(before)
+                            .filter(|(_, s)| active(s))
+                            .flat_map(|(o, _)| o.candidates.iter().map(|c| c.idx))
                             .collect();
                         &found
                     } else {
@@ -190,7 +200,8 @@ impl Session {
                     direction,
                     max_nodes,
                 } => {
-                    let seed_idx = self.expansion_seeds(&st, seeds, &el.traversable, &outputs);
+                    let earlier = (&req.retrievers[..outputs.len()], &outputs[..]);
+                    let seed_idx = self.expansion_seeds(&st, seeds, &el.traversable, earlier);
                     let out = match seed_idx {
                         Some((s, records)) if !s.is_empty() || !records.is_empty() => {
                             // predicates the store never saw match no relation
@@ -404,7 +415,7 @@ impl Session {
         st: &State,
         seeds: &[Seed],
         traversable: &RoaringBitmap,
-        earlier: &[RetrieverOutput],
+        (specs, earlier): (&[RetrieverSpec], &[RetrieverOutput]),
     ) -> Option<(Vec<Idx>, Vec<Idx>)> {
         let mut out: Vec<Idx> = Vec::new();
         let mut records: Vec<Idx> = Vec::new();
@@ -495,7 +506,13 @@ impl Session {
                     // hits of the content retrievers: recency's are only
                     // new, not about the query (a query matching nothing
                     // would otherwise expand from the newest records)
-                    for o in earlier.iter().filter(|o| o.kind != RetrieverKind::Recent) {
+                    // (and of the retrievers turned on: a retriever
+                    // weighted 0 seeds only when named)
+                    let content = earlier
+                        .iter()
+                        .zip(specs)
+                        .filter(|(o, s)| o.kind != RetrieverKind::Recent && active(s));
+                    for (o, _) in content {
                         for c in o.candidates.iter().take(*n) {
                             if let Some(i) = st.idx(c.id) {
                                 for e in linked(i) {
@@ -621,14 +638,34 @@ fn fuse(specs: &[RetrieverSpec], outputs: &[RetrieverOutput], fusion: Fusion) ->
 /// RETRIEVERS_MAX <= 32): every retriever but recency when an evidence
 /// retriever ran, every one otherwise.
 fn content_mask(specs: &[RetrieverSpec]) -> u32 {
-    if !specs.iter().any(|s| is_evidence(s.params.kind())) {
+    if !specs
+        .iter()
+        .any(|s| active(s) && is_evidence(s.params.kind()))
+    {
         return 0;
     }
     specs
         .iter()
         .enumerate()
-        .filter(|(_, s)| s.params.kind() != RetrieverKind::Recent)
+        .filter(|(_, s)| active(s) && s.params.kind() != RetrieverKind::Recent)
         .fold(0, |m, (i, _)| m | 1 << i)
+}
+
+/// Whether a retriever is turned on: weight 0 turns it off (its hits are
+/// no results and re-order nothing; it runs only to seed an EXPAND that
+/// names it), as if the request did not hold it.
+fn active(spec: &RetrieverSpec) -> bool {
+    spec.weight > 0.0
+}
+
+/// Whether an EXPAND among `later` seeds from the retriever `name`.
+fn seeds_later(later: &[RetrieverSpec], name: &str) -> bool {
+    later.iter().any(|s| match &s.params {
+        RetrieverParams::Expand { seeds, .. } => seeds
+            .iter()
+            .any(|seed| matches!(seed, Seed::Retriever { name: n } if n == name)),
+        _ => false,
+    })
 }
 
 /// Whether a retriever finds evidence (similarity, keyword match, graph
@@ -651,6 +688,9 @@ fn fuse_grouped(
     let total = outputs.iter().map(|o| o.candidates.len()).sum();
     let mut all: Vec<(RecordId, usize, usize, f64, Idx)> = Vec::with_capacity(total);
     for (ri, (spec, r)) in specs.iter().zip(outputs).enumerate() {
+        if !active(spec) {
+            continue;
+        }
         let w = spec.weight;
         let normed: Vec<f64> = match fusion {
             Fusion::Rrf { .. } => Vec::new(),
@@ -668,7 +708,13 @@ fn fuse_grouped(
     // order, the order its score adds them in (a retriever names a record
     // once, so the key is unique). With one retriever's candidates, every
     // record is already alone.
-    if outputs.iter().filter(|o| !o.candidates.is_empty()).count() > 1 {
+    if outputs
+        .iter()
+        .zip(specs)
+        .filter(|(o, s)| active(s) && !o.candidates.is_empty())
+        .count()
+        > 1
+    {
         all.sort_unstable_by_key(|c| (c.0, c.1));
     }
     debug_assert!(
@@ -710,7 +756,7 @@ fn fuse_single(
     let mut proposing = outputs
         .iter()
         .enumerate()
-        .filter(|(_, o)| !o.candidates.is_empty());
+        .filter(|&(i, o)| active(&specs[i]) && !o.candidates.is_empty());
     let (ri, r) = proposing.next()?;
     if proposing.next().is_some() {
         return None;
@@ -864,110 +910,4 @@ pub fn implicit_expansion(
 }
 
 #[cfg(test)]
-mod tests {
-    use proptest::prelude::*;
-
-    use super::*;
-
-    fn spec(name: &str, weight: f64, recent: bool) -> RetrieverSpec {
-        RetrieverSpec {
-            name: name.into(),
-            top: 10,
-            weight,
-            params: if recent {
-                RetrieverParams::Recent
-            } else {
-                RetrieverParams::Match { text: None }
-            },
-        }
-    }
-
-    fn output(name: &str, scores: &[f64]) -> RetrieverOutput {
-        RetrieverOutput {
-            retriever: name.into(),
-            ..RetrieverOutput::ran(
-                scores
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &score)| Candidate {
-                        // ids out of rank order, some scores tied
-                        id: RecordId(((i * 7919) % 101) as u128),
-                        rank: i + 1,
-                        score,
-                        idx: i as Idx,
-                    })
-                    .collect(),
-            )
-        }
-    }
-
-    /// Min-max over candidates that all scored the same: full weight when
-    /// that score says something matched, none when it is 0 or below.
-    #[test]
-    fn min_max_of_equal_scores_weighs_only_a_positive_score() {
-        let norm = |scores: &[f64]| {
-            normalize_scores(
-                &output("v", scores).candidates,
-                Norm::MinMax,
-                RetrieverKind::Similar,
-            )
-        };
-        assert_eq!(norm(&[0.0, 0.0, 0.0]), [0.0, 0.0, 0.0]);
-        assert_eq!(norm(&[-0.2]), [0.0]);
-        assert_eq!(norm(&[0.4]), [1.0]);
-        assert_eq!(norm(&[2.0, 1.0, 0.0]), [1.0, 0.5, 0.0]);
-        // recency's score is a time: a date before 1970 is below 0
-        let recent = |scores: &[f64]| {
-            normalize_scores(
-                &output("r", scores).candidates,
-                Norm::MinMax,
-                RetrieverKind::Recent,
-            )
-        };
-        assert_eq!(recent(&[-14_182_940_000.0]), [1.0]);
-        assert_eq!(recent(&[932_501_820_000.0]), [1.0]);
-        assert_eq!(recent(&[-5.0, -5.0]), [1.0, 1.0]);
-        assert_eq!(recent(&[-10.0, -5.0]), [0.0, 1.0]);
-    }
-
-    proptest! {
-        /// The one-retriever shortcut ranks exactly as the grouping path:
-        /// same records, contributions and scores, in the same order.
-        #[test]
-        fn fuse_single_is_fuse(
-            scores in prop::collection::vec(prop::sample::select(vec![0.0, 0.5, 1.0, 2.0, -1.0]), 0..40),
-            weight in prop::sample::select(vec![0.0, 0.3, 1.0]),
-            fusion in prop::sample::select(vec![
-                Fusion::Rrf { k: RRF_K },
-                Fusion::Linear { norm: Norm::MinMax },
-                Fusion::Linear { norm: Norm::ZScore },
-            ]),
-            // which of three retrievers proposed, and whether it is recency
-            who in 0usize..3,
-            recent in any::<bool>(),
-            others_recent in any::<bool>(),
-            // the others propose too (records shared by index)
-            others in prop::collection::vec(prop::sample::select(vec![0.0, 1.0, 3.0]), 0..12),
-        ) {
-            let specs: Vec<RetrieverSpec> = (0..3)
-                .map(|i| spec(&format!("r{i}"), weight, if i == who { recent } else { others_recent }))
-                .collect();
-            let outputs: Vec<RetrieverOutput> = (0..3)
-                .map(|i| output(&format!("r{i}"), if i == who { &scores } else { &others }))
-                .collect();
-            let grouped = fuse_grouped(&specs, &outputs, fusion);
-            prop_assert_eq!(&fuse(&specs, &outputs, fusion), &grouped);
-            // Taken exactly when one retriever proposed (the others share
-            // `others`: both or neither) and it is not recency beside a
-            // content retriever.
-            let one_proposer = !scores.is_empty() && others.is_empty();
-            let recency_beside_content = recent && !others_recent;
-            let covered = one_proposer && !recency_beside_content;
-            let single = fuse_single(&specs, &outputs, fusion);
-            prop_assert_eq!(single.is_some(), covered);
-            if let Some(single) = single {
-                prop_assert_eq!(single, grouped);
-            }
-        }
-    }
-}
+mod tests;
