@@ -680,6 +680,11 @@ pub struct Record {
     pub generator: Option<String>,
     /// Log sequence number of the record's frame.
     pub lsn: u64,
+    /// Its text and data are left out of this answer: a history past its
+    /// byte budget ([`crate::db::HISTORY_BYTES_MAX`]; read the version by
+    /// id).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub content_omitted: bool,
 }
 
 impl Record {

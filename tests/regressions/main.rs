@@ -10,6 +10,7 @@ mod common;
 
 mod access;
 mod authz_matrix;
+mod budgets;
 mod cli;
 mod damaged_log;
 mod disk_full;

@@ -77,7 +77,7 @@ mod write;
 pub(crate) use crate::state::{apply_frame, apply_frame_prepared, prepare_frame};
 pub(crate) use admit::decision_refusal;
 pub(crate) use open::{Unfinished, durable_evidence, lost_log_ops};
-pub use read::ListFilter;
+pub use read::{HISTORY_BYTES_MAX, ListFilter};
 pub(crate) use write::reference_phrase;
 
 /// How a store is opened.

@@ -3,6 +3,11 @@
 
 use super::*;
 
+/// Bytes of text and data (as JSON writes them) one history answer
+/// carries at most, newest versions first (16 MiB, as a listing's page):
+/// older versions past it come with `content_omitted` (read them by id).
+pub const HISTORY_BYTES_MAX: usize = 16 << 20;
+
 impl Session {
     /// Reads a record by id or external id. Records of other tenants, records
     /// the principal may not read, and deleted records are all "not found".
@@ -61,14 +66,25 @@ impl Session {
         let chain = st.chain(idx);
         let held = self.held_labels(&st);
         let mut out = Vec::new();
-        for i in chain {
+        // newest first: past the byte budget, older versions come without
+        // their content (a chain of a hundred mebibyte versions would
+        // otherwise be one answer of gigabytes)
+        let mut bytes = 0usize;
+        for i in chain.into_iter().rev() {
             if self.can_read_with(&st, i, &held) {
-                out.push(self.view(&st, i, &held)?);
+                let mut v = self.view(&st, i, &held)?;
+                if bytes >= HISTORY_BYTES_MAX {
+                    (v.text, v.data, v.content_omitted) = (None, None, true);
+                } else {
+                    bytes = bytes.saturating_add(v.answer_bytes());
+                }
+                out.push(v);
             }
         }
         if out.is_empty() {
             return Err(self.not_found(r));
         }
+        out.reverse();
         Ok(out)
     }
 
@@ -336,6 +352,7 @@ impl Engram {
             confidence: r.confidence,
             generator: r.generator,
             lsn: m.loc.lsn,
+            content_omitted: false,
         })
     }
 

@@ -281,7 +281,14 @@ impl Session {
                         .unwrap_or_default()
                 });
                 let seen = (&held, expired);
-                self.attach(&st, idx, req.attach, seen, (req.as_of, cut.valid_at), &el)?
+                self.attach(
+                    &st,
+                    (idx, req.attach),
+                    seen,
+                    (req.as_of, cut.valid_at),
+                    &el,
+                    &mut answer_text_bytes,
+                )?
             };
             let historical = el.historical.contains(idx);
             hits.push(Hit {
@@ -530,16 +537,20 @@ impl Session {
     /// Sources and derivatives of a hit, as far as the principal may read.
     /// Under `as_of`, only records ingested by then, with the status they
     /// had then (a record deleted since is shown deleted, without text).
+    /// Their text counts in the answer's text budget (`text_bytes`, the
+    /// hits' so far, as JSON writes it): past
+    /// [`super::HITS_TEXT_BYTES_MAX`], a linked record comes without it
+    /// (`text_omitted`).
     fn attach(
         &self,
         st: &State,
-        idx: Idx,
-        attach: Attach,
+        (idx, attach): (Idx, Attach),
         (held, expired): (&BTreeSet<String>, &RoaringBitmap),
         (as_of, valid_at): (Option<i64>, i64),
         el: &super::eligibility::Eligibility,
+        text_bytes: &mut u64,
     ) -> Result<(Vec<Linked>, Vec<Linked>)> {
-        let walk = |depth_max: Option<usize>, up: bool| -> Result<Vec<Linked>> {
+        let mut walk = |depth_max: Option<usize>, up: bool| -> Result<Vec<Linked>> {
             let Some(depth_max) = depth_max else {
                 return Ok(Vec::new());
             };
@@ -573,11 +584,17 @@ impl Session {
             for (i, depth) in seen {
                 let m = st.meta(i);
                 let readable = self.can_read_listed(st, i, held, expired);
+                let text_omitted = *text_bytes >= super::HITS_TEXT_BYTES_MAX;
                 let (external_id, text) = if m.tombstone || !readable {
                     (None, None)
+                } else if text_omitted {
+                    (m.external_id.clone(), None)
                 } else {
                     self.db.hit_content(st, i)?
                 };
+                *text_bytes += text
+                    .as_deref()
+                    .map_or(0, |t| crate::model::json_text_bytes(t) as u64);
                 let external_id = external_id.as_deref().map(str::to_string);
                 let (kind, status) =
                     st.shown_kind_and_status(i, el.status(st, i), (valid_at, as_of), expired);
@@ -589,6 +606,7 @@ impl Session {
                     status,
                     depth,
                     text,
+                    text_omitted: text_omitted && readable && !m.tombstone,
                 });
             }
             out.sort_by(|a, b| a.depth.cmp(&b.depth).then(a.id.cmp(&b.id)));

@@ -172,6 +172,9 @@ fn run(s: &Session, stmt: &Statement, ctx: &CheckContext) -> Result<QueryOutput,
         } => {
             let t = s.trace(&target)?;
             let mut rows = Vec::new();
+            // the rows' text, as JSON writes it: past the answer's budget
+            // (as a FIND's), a row's text is null
+            let mut text_bytes = 0u64;
             for n in &t.nodes {
                 let side_ok = match direction {
                     TraceDirection::Sources => n.side == "upstream",
@@ -182,11 +185,17 @@ fn run(s: &Session, stmt: &Statement, ctx: &CheckContext) -> Result<QueryOutput,
                 {
                     continue;
                 }
-                let full = if needs_record(&returns) && n.readable {
+                let mut full = if needs_record(&returns) && n.readable {
                     s.get(&RecordRef::Id(n.id)).ok()
                 } else {
                     None
                 };
+                if let Some(r) = full.as_mut() {
+                    if text_bytes >= engram_engine::retrieval::HITS_TEXT_BYTES_MAX {
+                        (r.text, r.data) = (None, None);
+                    }
+                    text_bytes += r.answer_bytes() as u64;
+                }
                 let mut row = Map::new();
                 for f in &returns {
                     let v = match f {
@@ -252,8 +261,13 @@ fn linked(v: &[Linked]) -> Value {
     Value::Array(
         v.iter()
             .map(|l| {
-                json!({"id": l.id.to_string(), "external_id": l.external_id, "record": l.record,
-                       "kind": l.kind, "status": l.status, "depth": l.depth, "text": l.text})
+                let mut o = json!({"id": l.id.to_string(), "external_id": l.external_id, "record": l.record,
+                       "kind": l.kind, "status": l.status, "depth": l.depth, "text": l.text});
+                // (past the answer's text budget: read it by id)
+                if l.text_omitted {
+                    o["text_omitted"] = json!(true);
+                }
+                o
             })
             .collect(),
     )

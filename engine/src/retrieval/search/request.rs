@@ -278,6 +278,10 @@ pub struct Linked {
     pub depth: usize,
     /// Text (none for a tombstone).
     pub text: Option<String>,
+    /// Its text left out: the answer's text budget was spent
+    /// ([`crate::retrieval::HITS_TEXT_BYTES_MAX`]; read it by id).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub text_omitted: bool,
 }
 
 impl SearchRequest {
