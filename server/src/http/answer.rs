@@ -16,7 +16,7 @@
 //!   store again what has no external id): it is counted even past the
 //!   room, and a write is refused before it runs while the room (or its
 //!   client's share) is used up, so write answers too stay bounded.
-//! - [`Held`] hands an answer to the connection in frames copied out of
+//! - `Held` hands an answer to the connection in frames copied out of
 //!   it, so the answer's memory is given back as its room is, not pinned
 //!   by the last frame in the connection's buffer.
 //! - [`WriteStall`]: a connection whose client takes less than
@@ -250,9 +250,11 @@ impl HttpBody for Held {
 }
 
 /// Bytes a client must take of its answer in each `write_stall_timeout_ms`
-/// while the answer waits for it (1 MiB: about 35 KiB/s over the default
-/// 30 s): a client reading a few bytes now and then would otherwise hold
-/// its answer, and its room, for hours.
+/// while the answer waits for it (1 MiB: about 17 KiB/s over the default
+/// 60 s; the kernel wakes a writer only once a good part of its socket's
+/// buffer is free, so a client must read somewhat faster still): a client
+/// reading a few bytes now and then would otherwise hold its answer, and
+/// its room, for hours.
 pub const STALL_MIN_BYTES: u64 = 1 << 20;
 
 /// A connection that fails a write (and so is closed) once its client has

@@ -69,7 +69,7 @@ pub const QUERY_QUEUE_WAIT_MS_DEFAULT: u64 = 250;
 pub const ANSWER_BYTES_IN_FLIGHT_MAX_DEFAULT: u64 = 512 << 20;
 /// How long a client may read nothing of its answer before its
 /// connection is closed (the answer's memory given back).
-pub const WRITE_STALL_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+pub const WRITE_STALL_TIMEOUT_MS_DEFAULT: u64 = 60_000;
 /// Open connections; more are closed at once.
 pub const CONNECTIONS_MAX_DEFAULT: usize = 1024;
 /// Open connections from one client address: a quarter of
