@@ -697,11 +697,7 @@ impl Record {
     /// [`Record::content_bytes`] with its text counted as a JSON answer
     /// writes it ([`json_text_bytes`]): what a page's byte budget counts.
     pub fn answer_bytes(&self) -> usize {
-        self.text.as_deref().map_or(0, json_text_bytes)
-            + self
-                .data
-                .as_ref()
-                .map_or(0, |d| serde_json::to_vec(d).map_or(0, |v| v.len()))
+        self.text.as_deref().map_or(0, json_text_bytes) + data_bytes(self.data.as_ref())
     }
 }
 
@@ -723,7 +719,12 @@ pub fn json_text_bytes(text: &str) -> usize {
 /// The bytes of a text and of a data value as JSON (a record's bulk, read
 /// back or to be written).
 fn content_bytes(text: Option<&str>, data: Option<&serde_json::Value>) -> usize {
-    text.map_or(0, str::len) + data.map_or(0, |d| serde_json::to_vec(d).map_or(0, |v| v.len()))
+    text.map_or(0, str::len) + data_bytes(data)
+}
+
+/// The bytes of a data value as JSON.
+fn data_bytes(data: Option<&serde_json::Value>) -> usize {
+    data.map_or(0, |d| serde_json::to_vec(d).map_or(0, |v| v.len()))
 }
 
 /// A vector attached to a record (the vector itself is not repeated).

@@ -187,10 +187,7 @@ impl Session {
                 .then_with(|| st.meta(a.0).id.cmp(&st.meta(b.0).id))
         });
         // what is past its retention period, asked once for every node
-        let expired = st
-            .tenant_sym(self.principal.tenant())
-            .map(|t| st.past_retention_set(t, self.db.now()).0)
-            .unwrap_or_default();
+        let expired = self.past_retention_now(&st);
         let mut nodes = Vec::with_capacity(order.len());
         for (i, side, depth) in order {
             nodes.push(self.trace_node(&st, (&held, &expired), i, (side, depth))?);

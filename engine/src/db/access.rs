@@ -98,6 +98,15 @@ impl Session {
         }
     }
 
+    /// The session tenant's records past their retention period now
+    /// ([`State::past_retention_set`]): what [`Session::can_read_listed`]
+    /// and [`State::shown_kind_and_status`] take, asked once per request.
+    pub(crate) fn past_retention_now(&self, st: &State) -> roaring::RoaringBitmap {
+        st.tenant_sym(self.principal.tenant())
+            .map(|t| st.past_retention_set(t, self.db.now()).0)
+            .unwrap_or_default()
+    }
+
     /// [`Session::can_read_with`] for a loop over many records of the
     /// tenant: `expired` is [`State::past_retention_set`], asked once.
     pub(crate) fn can_read_listed(

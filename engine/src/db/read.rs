@@ -4,9 +4,10 @@
 use super::*;
 
 /// Bytes of text and data (as JSON writes them) one history answer
-/// carries at most, newest versions first (16 MiB, as a listing's page):
-/// older versions past it come with `content_omitted` (read them by id).
-pub const HISTORY_BYTES_MAX: usize = 16 << 20;
+/// carries at most, newest versions first: the budget of a recall's hits
+/// ([`crate::retrieval::HITS_TEXT_BYTES_MAX`], 16 MiB). Older versions
+/// past it come with `content_omitted` (read them by id).
+pub const HISTORY_BYTES_MAX: u64 = crate::retrieval::HITS_TEXT_BYTES_MAX;
 
 impl Session {
     /// Reads a record by id or external id. Records of other tenants, records
@@ -69,14 +70,14 @@ impl Session {
         // newest first: past the byte budget, older versions come without
         // their content (a chain of a hundred mebibyte versions would
         // otherwise be one answer of gigabytes)
-        let mut bytes = 0usize;
+        let mut bytes = 0u64;
         for i in chain.into_iter().rev() {
             if self.can_read_with(&st, i, &held) {
                 let mut v = self.view(&st, i, &held)?;
                 if bytes >= HISTORY_BYTES_MAX {
                     (v.text, v.data, v.content_omitted) = (None, None, true);
                 } else {
-                    bytes = bytes.saturating_add(v.answer_bytes());
+                    bytes = bytes.saturating_add(v.answer_bytes() as u64);
                 }
                 out.push(v);
             }

@@ -275,11 +275,7 @@ impl Session {
             let (sources, derivatives) = if req.attach == Attach::default() {
                 (Vec::new(), Vec::new())
             } else {
-                let expired = expired.get_or_init(|| {
-                    st.tenant_sym(self.principal.tenant())
-                        .map(|t| st.past_retention_set(t, self.db.now()).0)
-                        .unwrap_or_default()
-                });
+                let expired = expired.get_or_init(|| self.past_retention_now(&st));
                 let seen = (&held, expired);
                 self.attach(
                     &st,
