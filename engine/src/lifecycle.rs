@@ -628,6 +628,18 @@ fn access_no_op(
         (true, Some(_)) => Ok(None),
         (false, Some(p)) => {
             let g = t.and_then(|t| t.grants.get(p));
+            if g.is_none() && (label.is_some() || role.is_some()) {
+                let asked = label.map_or_else(
+                    || format!("role '{}'", role.unwrap_or_default()),
+                    |l| format!("label '{l}'"),
+                );
+                return invalid(
+                    "principal",
+                    format!(
+                        "principal '{p}' holds no grant in tenant '{tenant}', so none of {asked}; nothing was revoked (check the principal's name; a label an API key gives holds until the key is revoked)"
+                    ),
+                );
+            }
             let missing = [
                 (
                     "label",

@@ -139,7 +139,12 @@ fn revocation_reaches_sources_and_derivatives() {
     for (principal, label, role, field) in [
         (Some("dana"), Some("security_investigation"), None, "label"),
         (Some("eve"), Some("security_investigaton"), None, "label"),
-        (Some("Eve"), Some("security_investigation"), None, "label"),
+        (
+            Some("Eve"),
+            Some("security_investigation"),
+            None,
+            "principal",
+        ),
         (Some("eve"), None, Some("reviewer"), "role"),
         (None, Some("security_investigation"), None, "label"),
     ] {

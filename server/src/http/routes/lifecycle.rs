@@ -399,7 +399,7 @@ pub async fn revoke(
                         reason,
                     },
                     Some(note),
-                ) if field == "label" || field == "role" => {
+                ) if ["label", "role", "grantee"].contains(&field.as_str()) => {
                     engram_engine::EngineError::InvalidInput {
                         item,
                         field,
