@@ -5,7 +5,9 @@
 from __future__ import annotations
 
 import json
-from typing import Any, List, Optional
+from typing import Any, Iterator, List, Optional
+
+import anyio
 
 import httpx
 import pytest
@@ -458,3 +460,115 @@ def test_a_closed_client_and_an_empty_answer_are_engram_errors() -> None:
         c.get("x")
     assert "closed" in str(e2.value)
     assert len(script.requests) == 1
+
+
+HOSTILE_ANSWERS = [
+    # (status, body): none of them an Engram server's
+    (200, b"[" * 100_000 + b"]" * 100_000),  # nested past the decoder's depth
+    (400, b'{"error": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+    (200, b"null"),
+    (200, b"[1, 2, 3]"),
+    (200, b'"a string"'),
+]
+
+
+@pytest.mark.parametrize("status,body", HOSTILE_ANSWERS)
+def test_a_hostile_answer_is_an_engram_error_sync_and_async(status: int, body: bytes) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, content=body)
+
+    c = Client("http://engram.test", "egk_k", retry=FAST, transport=httpx.MockTransport(handler))
+    for call in (lambda: c.get("x"), lambda: c.health(), lambda: c.delete("x")):
+        with pytest.raises(EngramError):
+            call()
+
+    async def run() -> None:
+        a = AsyncClient(
+            "http://engram.test",
+            "egk_k",
+            retry=FAST,
+            transport=httpx.MockTransport(handler),
+        )
+        with pytest.raises(EngramError):
+            await a.get("x")
+
+    anyio.run(run)
+
+
+def test_an_error_body_of_the_wrong_types_keeps_the_status_code() -> None:
+    body = json.dumps({"error": {"code": {"a": 1}, "message": ["m"]}}).encode()
+    s = Script(httpx.Response(422, content=body))
+    c, _ = client(s, RetryPolicy(max_attempts=1))
+    with pytest.raises(EngramError) as e:
+        c.get("x")
+    assert e.value.code == "http_422" and e.value.status == 422
+
+
+def test_an_answer_past_max_answer_bytes_is_refused_as_it_arrives() -> None:
+    chunks_sent: List[int] = []
+
+    def endless() -> Iterator[bytes]:
+        # a JSON string that never ends, with no Content-Length
+        yield b'"'
+        while True:
+            chunks_sent.append(1)
+            yield b"x" * 65536
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=endless())
+
+    limit = 1 << 20
+    c = Client(
+        "http://engram.test",
+        "egk_k",
+        retry=FAST,
+        transport=httpx.MockTransport(handler),
+        max_answer_bytes=limit,
+    )
+    with pytest.raises(EngramError) as e:
+        c.get("x")
+    assert e.value.code == "invalid_response" and "max_answer_bytes" in str(e.value)
+    # it stopped reading at the limit, not at the end of the answer
+    assert len(chunks_sent) <= limit // 65536 + 2
+    # a declared length past the limit is refused before its body is read
+    big = httpx.Response(200, content=b"{}", headers={"content-length": str(limit + 1)})
+    c2, _ = client(Script(big), RetryPolicy(max_attempts=1))
+    c2.max_answer_bytes = limit
+    with pytest.raises(EngramError) as e:
+        c2.get("x")
+    assert "max_answer_bytes" in str(e.value)
+    with pytest.raises(ValueError):
+        Client("http://engram.test", "egk_k", max_answer_bytes=0)
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        b'{"line":"abc","outcome":"created"}\n',
+        b'{"line":null}\n',
+        b'{"line":true,"outcome":"created"}\n',
+        b'{"line":1,"outcome":"created","error":"boom"}\n',
+        b'{"summary":[]}\n',
+        b'{"summary":{"lines":"x"}}\n',
+        b'{"error":"boom"}\n',
+        b'{"summary":{"lines":1,"complete":true}}\n{"summary":{"lines":1,"complete":true}}\n',
+    ],
+)
+def test_a_bulk_answer_of_the_wrong_shape_is_invalid_response(lines: bytes) -> None:
+    s = Script(httpx.Response(200, content=lines))
+    c, _ = client(s, RetryPolicy(max_attempts=1))
+    stream = c.bulk([{"kind": "note", "text": "x"}])
+    with pytest.raises(EngramError) as e:
+        stream.run()
+    assert e.value.code == "invalid_response", lines
+    assert stream.summary["complete"] is False
+
+
+def test_an_eval_case_is_one_line_as_a_bulk_item_is() -> None:
+    s = Script(httpx.Response(200, json={"cases": []}))
+    c, _ = client(s, RetryPolicy(max_attempts=1))
+    with pytest.raises(ValueError):
+        c.eval(['{"case_id":"a","text":"x"}\n{"case_id":"b","text":"y"}'])
+    assert s.requests == []
+    c.eval([b'{"case_id":"a","text":"x"}', {"case_id": "b", "text": "y"}])
+    assert s.requests[0].content == b'{"case_id":"a","text":"x"}\n{"case_id":"b","text":"y"}\n'

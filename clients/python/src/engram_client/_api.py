@@ -11,10 +11,10 @@ import json
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, NoReturn, Optional, Tuple, Union
 from urllib.parse import quote
 
-from .errors import EngramError, TransportError, error_class
+from .errors import EngramError, TransportError, error_class, text_field
 
 __version__ = "0.1.0"
 
@@ -403,12 +403,14 @@ def context(text: str, fields: Mapping[str, Any]) -> Call:
     return _json_call("POST", "/v1/context", body, Retry.IDEMPOTENT)
 
 
-def eval_cases(cases: Iterable[Union[Mapping[str, Any], str]], k: Optional[int]) -> Call:
+def eval_cases(cases: Iterable[Union[Mapping[str, Any], str, bytes]], k: Optional[int]) -> Call:
     """``POST /v1/eval``: the cases as NDJSON."""
-    lines = [c if isinstance(c, str) else dumps(c).decode("utf-8") for c in cases]
+    # (a case is one line, as a bulk item is: a str or bytes holding two
+    # would send two cases)
+    lines = [ndjson_line(c, "an eval case") for c in cases]
     if not lines:
         raise ValueError("eval needs at least one case")
-    body = ("\n".join(lines) + "\n").encode("utf-8")
+    body = b"".join(lines)
     return Call(
         "POST",
         "/v1/eval",
@@ -494,17 +496,23 @@ _CODE_STATUS = {
 def stream_error(err: Mapping[str, Any]) -> EngramError:
     """The exception for an ``{"error": ...}`` line that ends a bulk stream
     (a failure of the body or of the store, not of one line)."""
-    code = str(err.get("code") or "internal")
+    code = text_field(err.get("code"), "internal")
     status = _CODE_STATUS.get(code, 500)
     details = err.get("details")
     return error_class(status, code)(
-        status, code, str(err.get("message") or ""), details if isinstance(details, dict) else {}
+        status, code, text_field(err.get("message"), ""), details if isinstance(details, dict) else {}
     )
 
 
 def bulk_line(item: Any) -> bytes:
     """One NDJSON line (with its newline) for a bulk item: a record dict, or
     a JSON line as ``str``/``bytes`` (it may not contain a newline)."""
+    return ndjson_line(item, "a bulk item")
+
+
+def ndjson_line(item: Any, what: str) -> bytes:
+    """One NDJSON line (with its newline) for ``item``: a dict, or a JSON
+    line as ``str``/``bytes`` (it may not contain a newline)."""
     if isinstance(item, Mapping):
         return dumps(item) + b"\n"
     if isinstance(item, str):
@@ -512,9 +520,9 @@ def bulk_line(item: Any) -> bytes:
     if isinstance(item, (bytes, bytearray)):
         b = bytes(item).rstrip(b"\r\n")
         if b"\n" in b:
-            raise ValueError("a bulk item must be one line: it contains a newline")
+            raise ValueError(f"{what} must be one line: it contains a newline")
         return b + b"\n"
-    raise TypeError(f"a bulk item must be a dict, str or bytes, not {type(item).__name__}")
+    raise TypeError(f"{what} must be a dict, str or bytes, not {type(item).__name__}")
 
 
 def bulk_call(batch: int) -> Call:
@@ -569,34 +577,34 @@ class BulkTotals:
             return None
         try:
             obj = json.loads(raw)
-        except ValueError as e:  # UnicodeDecodeError and JSONDecodeError alike
+        except (ValueError, RecursionError) as e:  # UnicodeDecodeError, JSONDecodeError, nesting
             obj = e
         if not isinstance(obj, dict) or not ({"summary", "line", "error"} & obj.keys()):
             # another service on that address (a proxy's page, say): the
             # same error every other call raises for such an answer
-            self.failed()
-            why = (
+            self.not_engram(
                 obj
-                if isinstance(obj, ValueError)
+                if isinstance(obj, Exception)
                 else "not a JSON object"
                 if not isinstance(obj, dict)
                 else "no summary, line or error"
             )
-            raise EngramError(
-                200,
-                "invalid_response",
-                f"a line of the answer to POST /v1/records/bulk is not an Engram answer "
-                f"({why}); is the client's URL an Engram server's?",
-            )
         if "summary" in obj:
             s = obj["summary"]
-            for k in ("lines", "created", "duplicates", "rejected", "batches", "batches_rejected"):
-                self.summary[k] += int(s.get(k, 0))
-            self.summary["complete"] = self.summary["complete"] and bool(s.get("complete", False))
+            counts = ("lines", "created", "duplicates", "rejected", "batches", "batches_rejected")
+            if not isinstance(s, dict) or not all(_count(s.get(k, 0)) for k in counts):
+                self.not_engram("a summary that is not an object of counts")
+            if self._summaries_seen >= self.summary["requests"] + 1:
+                self.not_engram("a second summary line")
+            for k in counts:
+                self.summary[k] += s.get(k, 0)
+            self.summary["complete"] = self.summary["complete"] and s.get("complete") is True
             self._summaries_seen += 1
             self._pending = dict.fromkeys(self._pending, 0)
             return None
         if "line" in obj:
+            if not _count(obj["line"]) or not isinstance(obj.get("error", {}), dict):
+                self.not_engram("a result line without a line number, or with an error not an object")
             self._pending["lines"] += 1
             outcome = obj.get("outcome")
             if outcome == "created":
@@ -605,7 +613,7 @@ class BulkTotals:
                 self._pending["duplicates"] += 1
             elif "error" in obj:
                 self._pending["rejected"] += 1
-            obj["line"] = int(obj["line"]) + offset
+            obj["line"] += offset
             err = obj.get("error")
             details = err.get("details") if isinstance(err, dict) else None
             if isinstance(details, dict) and offset:
@@ -616,6 +624,8 @@ class BulkTotals:
                 err["message"] = _renumber_lines(err["message"], offset)
             return obj
         if "error" in obj:
+            if not isinstance(obj["error"], dict):
+                self.not_engram("an error that is not an object")
             # The body failed: what it left unstored (renumbered over the
             # whole iterable) goes in the error's details, raised at the
             # end of the request, after the summary that follows.
@@ -629,6 +639,16 @@ class BulkTotals:
             self._stream_error = err
             return None
         return None  # (unreachable: one of the three keys is there)
+
+    def not_engram(self, why: object) -> NoReturn:
+        """Ends the stream on a line no Engram server sends."""
+        self.failed()
+        raise EngramError(
+            200,
+            "invalid_response",
+            f"a line of the answer to POST /v1/records/bulk is not an Engram answer "
+            f"({why}); is the client's URL an Engram server's?",
+        )
 
     def request_ended(self) -> None:
         """Checks that the request's stream ended with its summary; raises
@@ -644,6 +664,11 @@ class BulkTotals:
             )
         if err is not None:
             raise err
+
+
+def _count(v: object) -> bool:
+    """Whether ``v`` is a count an answer may hold (an int, not a bool)."""
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 def bulk_sizes(batch: Optional[int], lines_per_request: Optional[int]) -> Tuple[int, int]:
@@ -736,14 +761,63 @@ def decode(call: Call, content: bytes) -> Any:
         if call.answer == "text":
             return content.decode("utf-8")
         # (every Engram answer has a body: an empty one is not Engram's)
-        return json.loads(content)
-    except ValueError as e:  # UnicodeDecodeError and JSONDecodeError alike
-        raise EngramError(
-            200,
-            "invalid_response",
-            f"the answer to {call.method} {call.path} is not an Engram answer ({e}); "
-            "is the client's URL an Engram server's?",
-        ) from e
+        doc = json.loads(content)
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError, JSONDecodeError, nesting
+        raise not_engram(call, str(e) or type(e).__name__) from e
+    if not isinstance(doc, dict):
+        # every JSON answer of the API is an object (docs/openapi.json)
+        raise not_engram(call, f"a JSON {type(doc).__name__}, not an object")
+    return doc
+
+
+def not_engram(call: Call, why: str) -> EngramError:
+    """The error for an answer to ``call`` that no Engram server sends."""
+    return EngramError(
+        200,
+        "invalid_response",
+        f"the answer to {call.method} {call.path} is not an Engram answer ({why}); "
+        "is the client's URL an Engram server's?",
+    )
+
+
+def too_large(call: Call, limit: int) -> EngramError:
+    """The error for an answer to ``call`` longer than ``max_answer_bytes``."""
+    return EngramError(
+        200,
+        "invalid_response",
+        f"the answer to {call.method} {call.path} is longer than max_answer_bytes "
+        f"({limit} bytes); no Engram answer is that large (its pages and hits are "
+        "budgeted to 16 MiB of text): is the client's URL an Engram server's? "
+        "(raise max_answer_bytes if it is)",
+    )
+
+
+class AnswerReader:
+    """Collects an answer's body, refusing one longer than ``limit`` bytes
+    before it is held whole (a hostile or mistaken server cannot make the
+    client allocate what it sends)."""
+
+    def __init__(self, call: Call, headers: Mapping[str, str], limit: int) -> None:
+        self.call, self.limit = call, limit
+        self.body = bytearray()
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise too_large(call, limit)
+
+    def take(self, chunk: bytes) -> None:
+        self.body += chunk
+        if len(self.body) > self.limit:
+            raise too_large(self.call, self.limit)
+
+
+DEFAULT_MAX_ANSWER_BYTES = 256 * 1024 * 1024
+
+
+def check_max_answer_bytes(limit: int) -> int:
+    """``max_answer_bytes`` as given to a client, checked."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"max_answer_bytes must be a positive int, not {limit!r}")
+    return limit
 
 
 _LINES = re.compile(r"\b(lines?) (\d+)(?:(\.\.=| and )(\d+))?")

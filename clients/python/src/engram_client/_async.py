@@ -20,7 +20,7 @@ import httpx
 
 from . import _api
 from ._api import Call, RetryPolicy, TimeLike
-from .errors import EngramError, error_from_response
+from .errors import EngramError, error_from_parts
 from .models import (
     AppendResponse,
     BackupResponse,
@@ -71,6 +71,10 @@ class AsyncClient:
         http_client: an ``httpx.AsyncClient`` to use instead of creating one
             (``base_url``, ``timeout``, ``headers`` and ``transport`` are
             then ignored; the caller closes it).
+        max_answer_bytes: the longest answer body the client reads (256
+            MiB by default; no Engram answer comes near it). A longer one
+            raises :class:`EngramError` ``invalid_response`` as it arrives,
+            before it is held whole.
 
     Use it as a context manager, or call :meth:`close`.
 
@@ -91,9 +95,11 @@ class AsyncClient:
         headers: Optional[Mapping[str, str]] = None,
         transport: Optional[httpx.AsyncBaseTransport] = None,
         http_client: Optional[httpx.AsyncClient] = None,
+        max_answer_bytes: int = _api.DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:
         self.key = _api.check_key(key)
         self.retry = retry or RetryPolicy()
+        self.max_answer_bytes = _api.check_max_answer_bytes(max_answer_bytes)
         self._owns_http = http_client is None
         self._http = http_client or httpx.AsyncClient(
             base_url=base_url.rstrip("/"),
@@ -125,13 +131,16 @@ class AsyncClient:
             if self._http.is_closed:
                 raise _api.closed_client_error()
             try:
-                resp = await self._http.request(
+                async with self._http.stream(
                     call.method,
                     call.path,
                     params=call.params or None,
                     content=call.body,
                     headers=_api.request_headers(call, self.key),
-                )
+                ) as resp:
+                    answer = _api.AnswerReader(call, resp.headers, self.max_answer_bytes)
+                    async for chunk in resp.aiter_bytes():
+                        answer.take(chunk)
             except httpx.InvalidURL as exc:
                 # a reference or parameter no URL can carry (too long, or
                 # characters a URL cannot hold): the caller's argument
@@ -143,8 +152,8 @@ class AsyncClient:
                     continue
                 raise err from exc
             if resp.is_success:
-                return _api.decode(call, resp.content)
-            err = error_from_response(resp)
+                return _api.decode(call, bytes(answer.body))
+            err = error_from_parts(resp.status_code, bytes(answer.body), resp.headers)
             if self.retry.should_retry(call.retry, err, attempt):
                 await self._sleep(self.retry.delay(attempt, err.retry_after))
                 continue
@@ -253,7 +262,8 @@ class AsyncClient:
         return cast(History, await self._call(_api.history(ref)))
 
     async def trace(self, ref: str) -> Trace:
-        """Lineage of a record: ``{"target", "nodes", "edges"}``."""
+        """Lineage of a record: ``{"target", "nodes", "edges", "truncated"}``
+        (``truncated``: the lineage goes on past 32 hops)."""
         return cast(Trace, await self._call(_api.trace(ref)))
 
     # --- lifecycle ------------------------------------------------------------------
@@ -357,10 +367,11 @@ class AsyncClient:
         return cast(ContextResponse, await self._call(_api.context(text, fields)))
 
     async def eval(
-        self, cases: Iterable[Union[Mapping[str, Any], str]], *, k: Optional[int] = None
+        self, cases: Iterable[Union[Mapping[str, Any], str, bytes]], *, k: Optional[int] = None
     ) -> EvalResponse:
         """Scores recall against cases (``engram eval`` format, no tenant or
-        principal): recall@k, precision@k, MRR, forbidden-hit rate."""
+        principal): recall@k, precision@k, MRR, forbidden-hit rate. A case
+        is a dict or one JSON line (``str`` or ``bytes``), as a bulk item is."""
         return cast(EvalResponse, await self._call(_api.eval_cases(cases, k)))
 
     async def query(self, text: str, params: Optional[Mapping[str, Any]] = None) -> QueryResponse:
@@ -493,9 +504,11 @@ class AsyncBulkStream(AsyncIterator[BulkLine]):
                     headers=_api.request_headers(call, client.key),
                 ) as resp:
                     if not resp.is_success:
-                        await resp.aread()
                         self._totals.failed()
-                        raise error_from_response(resp)
+                        answer = _api.AnswerReader(call, resp.headers, client.max_answer_bytes)
+                        async for chunk in resp.aiter_bytes():
+                            answer.take(chunk)
+                        raise error_from_parts(resp.status_code, bytes(answer.body), resp.headers)
                     async for raw in resp.aiter_lines():
                         out = self._totals.take(raw.encode("utf-8"), offset)
                         if out is not None:

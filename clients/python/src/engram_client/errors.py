@@ -252,12 +252,12 @@ def error_from_parts(
     code, message, details = f"http_{status}", "", {}
     try:
         doc = json.loads(body.decode("utf-8")) if body else None
-    except (UnicodeDecodeError, ValueError):
+    except (ValueError, RecursionError):  # UnicodeDecodeError, JSONDecodeError, nesting
         doc = None
     err = doc.get("error") if isinstance(doc, dict) else None
     if isinstance(err, dict):
-        code = str(err.get("code") or code)
-        message = str(err.get("message") or "")
+        code = text_field(err.get("code"), code)
+        message = text_field(err.get("message"), "")
         d = err.get("details")
         details = d if isinstance(d, dict) else {}
     else:
@@ -271,6 +271,12 @@ def error_from_parts(
         request_id=headers.get("x-request-id"),
         retry_after=parse_retry_after(headers.get("retry-after")),
     )
+
+
+def text_field(value: object, default: str) -> str:
+    """An error body's ``code`` or ``message``: a non-empty string, else
+    ``default`` (a body that puts anything else there is not Engram's)."""
+    return value if isinstance(value, str) and value else default
 
 
 def error_from_response(response: Any) -> EngramError:

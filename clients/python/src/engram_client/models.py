@@ -214,6 +214,7 @@ class Trace(TypedDict, total=False):
     target: str
     nodes: List[Dict[str, Any]]
     edges: List[Dict[str, Any]]
+    truncated: bool
 
 
 class CorrectResponse(TypedDict):
