@@ -328,3 +328,60 @@ fn valid_until_under_as_of_is_what_was_known_then() {
         "now, the expiry shows"
     );
 }
+
+/// Without `INCLUDE SUPERSEDED`, a `TRACE` does not walk through the
+/// versions it leaves out: the sources and subject only an older version
+/// had are not the current record's lineage (they came back at depth 2
+/// with no row at depth 1 above them).
+#[test]
+fn a_trace_does_not_pass_through_the_superseded_versions_it_leaves_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (db, _clock) = fixture::build(tmp.path());
+    let s = db.session(Principal::admin("t"));
+    let lines = engram::query::parse_jsonl(
+        r#"{"external_id":"src/old","kind":"note","text":"the first source"}
+{"external_id":"src/new","kind":"note","text":"the second source"}
+{"external_id":"who","record":"entity","entity_type":"person","name":"Who"}
+{"external_id":"fact","record":"assertion","kind":"fact","text":"a fact","sources":["src/old"],"subject":"who"}
+{"external_id":"use","record":"summary","generator":"sum@1","text":"built on the old fact","sources":["fact"]}
+{"external_id":"fact","record":"assertion","kind":"fact","text":"the fact, corrected","sources":["src/new"],"supersedes":"fact"}
+"#,
+    )
+    .unwrap();
+    s.append(lines.into_iter().map(|l| l.record).collect())
+        .unwrap();
+    let none = Params::new();
+    let rows = |text: &str| {
+        let out = run(&s, text, &none);
+        let mut v: Vec<String> = out
+            .rows
+            .iter()
+            .map(|r| format!("{} {} {}", r["external_id"], r["status"], r["depth"]))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        rows("TRACE 'fact' SOURCES"),
+        [r#""src/new" "active" 1"#],
+        "only the current version's source"
+    );
+    let all = rows("TRACE 'fact' SOURCES INCLUDE SUPERSEDED");
+    assert_eq!(all.len(), 4, "{all:?}");
+    for want in [
+        r#""fact" "superseded" 1"#,
+        r#""src/new" "active" 1"#,
+        r#""src/old" "active" 2"#,
+        r#""who" "approved" 2"#,
+    ] {
+        assert!(all.contains(&want.to_string()), "{want}: {all:?}");
+    }
+    // downstream of the first source: the old version and what was built
+    // on it are reached only through a superseded record
+    assert!(rows("TRACE 'src/old' DERIVATIVES").is_empty());
+    assert_eq!(
+        rows("TRACE 'src/old' DERIVATIVES INCLUDE SUPERSEDED").len(),
+        3,
+        "the old fact, its correction and the summary"
+    );
+}

@@ -25,8 +25,12 @@
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use engram_engine::id::RecordId;
 use engram_engine::retrieval::{Hit, Linked, Manifest};
 use engram_engine::time::format_rfc3339;
+use engram_engine::trace::{Trace, TraceNode};
 use engram_engine::{EngineError, Record, RecordRef, Session};
 
 use super::ast::{ReturnField, Statement, TraceDirection};
@@ -171,6 +175,10 @@ fn run(s: &Session, stmt: &Statement, ctx: &CheckContext) -> Result<QueryOutput,
             returns,
         } => {
             let t = s.trace(&target)?;
+            // without INCLUDE SUPERSEDED the walk does not pass through a
+            // superseded version: what only the older version came from
+            // or led to is not the record's lineage
+            let walked = (!include_superseded).then(|| around_current(&t));
             let mut rows = Vec::new();
             // the rows' text, as JSON writes it: past the answer's budget
             // (as a FIND's), a row's text is null
@@ -181,8 +189,14 @@ fn run(s: &Session, stmt: &Statement, ctx: &CheckContext) -> Result<QueryOutput,
                     TraceDirection::Derivatives => n.side == "downstream",
                     TraceDirection::Both => n.side != "target",
                 };
-                if !side_ok || n.depth > depth || (!include_superseded && n.status == "superseded")
-                {
+                let n_depth = match &walked {
+                    Some(w) => match w.get(&n.id) {
+                        Some(&d) => d,
+                        None => continue,
+                    },
+                    None => n.depth,
+                };
+                if !side_ok || n_depth > depth {
                     continue;
                 }
                 let mut full = if needs_record(&returns) && n.readable {
@@ -206,7 +220,7 @@ fn run(s: &Session, stmt: &Statement, ctx: &CheckContext) -> Result<QueryOutput,
                         ReturnField::Status => json!(n.status),
                         ReturnField::Text => json!(full.as_ref().and_then(|r| r.text.clone())),
                         ReturnField::OccurredAt => json!(n.occurred_at),
-                        ReturnField::Depth => json!(n.depth),
+                        ReturnField::Depth => json!(n_depth),
                         other => record_field(full.as_ref(), *other),
                     };
                     row.insert(f.name().to_string(), v);
@@ -223,6 +237,41 @@ fn run(s: &Session, stmt: &Statement, ctx: &CheckContext) -> Result<QueryOutput,
             })
         }
     }
+}
+
+/// The trace's records reached from its target without passing through a
+/// superseded version, each with its hops on that walk (upstream along
+/// sources, corrected versions and the entities a record is about;
+/// downstream along derivatives and corrections; each side over its own
+/// nodes, as the engine walked them). Superseded records are not in it.
+fn around_current(t: &Trace) -> HashMap<RecordId, usize> {
+    let nodes: HashMap<RecordId, &TraceNode> = t.nodes.iter().map(|n| (n.id, n)).collect();
+    let mut up: HashMap<RecordId, Vec<RecordId>> = HashMap::new();
+    let mut down: HashMap<RecordId, Vec<RecordId>> = HashMap::new();
+    for e in &t.edges {
+        if e.relation == "about" {
+            up.entry(e.from).or_default().push(e.to);
+        } else {
+            up.entry(e.to).or_default().push(e.from);
+            down.entry(e.from).or_default().push(e.to);
+        }
+    }
+    let mut out = HashMap::new();
+    for (side, next) in [("upstream", &up), ("downstream", &down)] {
+        let mut q = VecDeque::from([(t.target, 0usize)]);
+        let mut seen = HashSet::from([t.target]);
+        while let Some((at, d)) = q.pop_front() {
+            for &x in next.get(&at).into_iter().flatten() {
+                let Some(n) = nodes.get(&x) else { continue };
+                if n.side != side || n.status == "superseded" || !seen.insert(x) {
+                    continue;
+                }
+                out.insert(x, d + 1);
+                q.push_back((x, d + 1));
+            }
+        }
+    }
+    out
 }
 
 /// Whether a projection needs fields only the full record has.
