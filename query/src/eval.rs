@@ -618,8 +618,9 @@ mod tests {
             .unwrap()
             .search(&req);
         assert_eq!(c.fusion, Fusion::Rrf { k: 10.0 });
-        // (a weight of 0 turns its retriever off)
-        assert!(c.retrievers.iter().all(|r| r.name != "lexical"));
+        // (a weight of 0 turns its retriever off: the search does not run it)
+        let lex = c.retrievers.iter().find(|r| r.name == "lexical").unwrap();
+        assert_eq!(lex.weight, 0.0);
         let ep = c.retrievers.iter().find(|r| r.name == "episodic").unwrap();
         assert_eq!(ep.weight, 0.2);
         assert!(matches!(

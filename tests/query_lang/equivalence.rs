@@ -49,7 +49,9 @@ fn statement(r: &RecallRequest) -> String {
     let text = r.text.as_deref().unwrap_or("");
     let mut weights = Vec::new();
     if r.mode != Mode::Lexical {
-        s.push_str(&format!(" SIMILAR TO $q TOP {top} AS vector"));
+        // (a client's vector is `$v`; the text is then the lexical one's)
+        let q = if r.vector.is_some() { "$v" } else { "$q" };
+        s.push_str(&format!(" SIMILAR TO {q} TOP {top} AS vector"));
         weights.push(format!("vector = {}", r.weights.vector));
     }
     if r.mode != Mode::Vector {
@@ -115,6 +117,32 @@ fn statements_and_recall_requests_take_one_path() {
             filters.occurred_after = Some(1_750_000_000_000 + rng.below(120) as i64 * 60_000);
         }
         let text = format!("{} {}", rng.pick(WORDS), rng.pick(WORDS));
+        // weights of 0 turn retrievers off, in both forms alike (not both
+        // content retrievers, and not the one of a one-retriever mode:
+        // refused)
+        let mut weights = Weights {
+            graph: 0.0,
+            ..Weights::default()
+        };
+        if mode == Mode::Hybrid {
+            match rng.below(6) {
+                0 => weights.vector = 0.0,
+                1 => weights.lexical = 0.0,
+                _ => {}
+            }
+            if rng.below(4) == 0 {
+                weights.recency = 0.0;
+            }
+            if rng.below(4) == 0 {
+                weights.episodic = 0.0;
+            }
+        }
+        // sometimes the client's own vector
+        let vector = (mode != Mode::Lexical && rng.below(4) == 0).then(|| {
+            (0..engram::embed::HASH_EMBEDDER_DIM)
+                .map(|_| rng.below(1000) as f32 / 1000.0 - 0.5)
+                .collect::<std::sync::Arc<[f32]>>()
+        });
         let req = RecallRequest {
             text: Some(text.clone()),
             mode,
@@ -122,10 +150,8 @@ fn statements_and_recall_requests_take_one_path() {
             filters,
             // the language has no graph retriever of a recall's implicit
             // kind (seeds from the text and the other retrievers' hits)
-            weights: Weights {
-                graph: 0.0,
-                ..Weights::default()
-            },
+            weights,
+            vector,
             with_text: rng.below(3) != 0,
             ..RecallRequest::default()
         };
@@ -150,6 +176,9 @@ fn statements_and_recall_requests_take_one_path() {
         }
         let mut p = Params::new();
         p.insert("q", ParamValue::String(text));
+        if let Some(v) = &req.vector {
+            p.insert("v", ParamValue::Vector(v.to_vec()));
+        }
         let stmt = statement(&req);
         let out = s
             .query(&format!("EXPLAIN {stmt}"), &p)

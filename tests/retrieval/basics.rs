@@ -806,13 +806,26 @@ fn a_weight_of_zero_turns_a_retriever_off() {
     req.weights.episodic = 0.0;
     let r = s.recall(&req).unwrap();
     assert!(r.hits.is_empty(), "{:?}", r.hits);
-    assert!(
-        r.manifest
-            .retrievers
-            .iter()
-            .all(|o| o.retriever.as_str() == "lexical"),
-        "{:?}",
-        r.manifest.retrievers
+    // only lexical ran; the others are there, said to be off (a statement
+    // weighting them 0 says the same), and the graph, which no statement
+    // names, is left out
+    let ran: Vec<(&str, bool)> = r
+        .manifest
+        .retrievers
+        .iter()
+        .map(|o| {
+            let off = o.skipped.as_deref() == Some("weight 0: turned off");
+            (o.retriever.as_str(), off)
+        })
+        .collect();
+    assert_eq!(
+        ran,
+        [
+            ("vector", true),
+            ("lexical", false),
+            ("recency", true),
+            ("episodic", true)
+        ]
     );
     req.text = Some("cat".into());
     assert_eq!(s.recall(&req).unwrap().hits.len(), 1);

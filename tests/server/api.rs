@@ -219,15 +219,17 @@ fn endpoints_do_their_job() {
         Some(r#"{"text": "checkout", "explain": true, "weights": {"episodic": 0, "lexical": 2}}"#),
         200,
     );
-    let names: Vec<&str> = weighted["manifest"]["query"]["retrievers"]
+    // (a weight of 0 turns a retriever off: not run, and said so)
+    let ran: Vec<(&str, &serde_json::Value)> = weighted["manifest"]["retrievers"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|r| r["name"].as_str().unwrap())
+        .map(|r| (r["retriever"].as_str().unwrap(), &r["skipped"]))
         .collect();
     assert!(
-        !names.contains(&"episodic") && names.contains(&"lexical"),
-        "{names:?}"
+        ran.contains(&("episodic", &json!("weight 0: turned off")))
+            && ran.contains(&("lexical", &serde_json::Value::Null)),
+        "{ran:?}"
     );
     let bad = s.call(
         "POST",

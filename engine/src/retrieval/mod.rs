@@ -390,16 +390,23 @@ impl RecallRequest {
             (self.k * CANDIDATES_PER_K).max(self.k)
         };
         let mut retrievers = Vec::new();
-        // (in hybrid mode a weight of 0 turns its retriever off; a mode
-        // naming one retriever runs it)
-        let on = |w: f64| self.mode != Mode::Hybrid || w > 0.0;
-        if self.mode != Mode::Lexical && on(self.weights.vector) {
+        // In hybrid mode every retriever is there, and a weight of 0 turns
+        // one off as it does in a statement (the search does not run it;
+        // its manifest entry says so), so a recall and the statement that
+        // says the same have the same manifest. The implicit graph
+        // expansion, which no statement can name, is left out at 0. (A
+        // mode naming one retriever refuses its weight at 0:
+        // `check_recall`.)
+        let hybrid = self.mode == Mode::Hybrid;
+        if self.mode != Mode::Lexical {
             retrievers.push(RetrieverSpec {
                 name: "vector".into(),
                 top,
                 weight: self.weights.vector,
                 params: RetrieverParams::Similar {
-                    text: text.clone(),
+                    // (a client's vector is what is searched: the text is
+                    // the lexical retriever's, as `SIMILAR TO $v` says)
+                    text: text.clone().filter(|_| self.vector.is_none()),
                     vector: self.vector.clone(),
                     model: self.model.clone(),
                     min: None,
@@ -407,7 +414,7 @@ impl RecallRequest {
                 },
             });
         }
-        if self.mode != Mode::Vector && on(self.weights.lexical) {
+        if self.mode != Mode::Vector {
             retrievers.push(RetrieverSpec {
                 name: "lexical".into(),
                 top,
@@ -415,7 +422,7 @@ impl RecallRequest {
                 params: RetrieverParams::Match { text: text.clone() },
             });
         }
-        if self.mode == Mode::Hybrid && self.weights.recency > 0.0 {
+        if hybrid {
             retrievers.push(RetrieverSpec {
                 name: "recency".into(),
                 top,
@@ -423,7 +430,7 @@ impl RecallRequest {
                 params: RetrieverParams::Recent,
             });
         }
-        if self.mode == Mode::Hybrid && self.weights.graph > 0.0 {
+        if hybrid && self.weights.graph > 0.0 {
             retrievers.push(search::implicit_expansion(
                 "graph",
                 text.as_deref(),
@@ -431,7 +438,7 @@ impl RecallRequest {
                 self.weights.graph,
             ));
         }
-        if self.mode == Mode::Hybrid && self.weights.episodic > 0.0 {
+        if hybrid {
             retrievers.push(RetrieverSpec {
                 name: "episodic".into(),
                 top,
