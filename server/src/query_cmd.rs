@@ -116,11 +116,14 @@ pub(crate) fn param_value(
 /// then letters, digits or `_`. A leading `$` is allowed and dropped.
 fn param_name(raw: &str) -> Result<&str, String> {
     let name = raw.strip_prefix('$').unwrap_or(raw);
-    if engram_query::lang::lexer::is_identifier(name) {
+    if engram_query::lang::lexer::is_param_name(name) {
         Ok(name)
     } else {
         Err(format!(
-            "'{raw}' is not a parameter name (a letter or _, then letters, digits or _)"
+            "'{}' is not a parameter name (a letter or _, then letters, digits or _, at most {} \
+             bytes)",
+            raw.chars().take(80).collect::<String>(),
+            engram_query::lang::limits::IDENT_BYTES_MAX
         ))
     }
 }

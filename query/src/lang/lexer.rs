@@ -89,6 +89,13 @@ pub fn is_identifier(s: &str) -> bool {
         && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
 }
 
+/// Whether `s` can name a parameter: an identifier of at most
+/// [`IDENT_BYTES_MAX`](crate::lang::limits::IDENT_BYTES_MAX) bytes, as
+/// `$name` in a statement must be (a longer one could never be used).
+pub fn is_param_name(s: &str) -> bool {
+    is_identifier(s) && s.len() <= crate::lang::limits::IDENT_BYTES_MAX
+}
+
 /// What a token is.
 #[derive(Clone, Debug, PartialEq)]
 pub enum TokenKind {

@@ -177,12 +177,14 @@ impl Params {
         for (k, x) in o {
             // a name no statement can write ("", "1a", "$q") would be
             // taken and never used: refused, as the CLI's `--param` is
-            if !crate::lang::lexer::is_identifier(k) {
+            if !crate::lang::lexer::is_param_name(k) {
                 return Err((
                     String::new(),
                     format!(
-                        "{k:?} is not a parameter name (a letter or _, then letters, digits \
-                         or _; written without its `$`)"
+                        "{:?} is not a parameter name (a letter or _, then letters, digits \
+                         or _, at most {} bytes; written without its `$`)",
+                        crate::lang::lexer::truncated(k),
+                        crate::lang::limits::IDENT_BYTES_MAX
                     ),
                 ));
             }
@@ -431,6 +433,11 @@ mod tests {
             let e = Params::from_json(bad).unwrap_err();
             assert_eq!(e.code(), "invalid_param", "{bad}");
         }
+        // a name past what `$name` may be (64 bytes): never usable either
+        let long = format!(r#"{{"{}": 5}}"#, "x".repeat(65));
+        let e = Params::from_json(&long).unwrap_err();
+        assert!(e.to_string().contains("at most 64 bytes"), "{e}");
+        assert!(Params::from_json(&format!(r#"{{"{}": 5}}"#, "x".repeat(64))).is_ok());
     }
 
     /// A parameter among a list's items bound to a list is spliced in, in

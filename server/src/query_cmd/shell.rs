@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use engram_engine::{Engram, Session};
 use engram_query::lang::limits::STATEMENT_BYTES_MAX;
-use engram_query::lang::{Params, QueryExt};
+use engram_query::lang::{ParamValue, Params, QueryExt};
 
 use super::interrupt::{Interrupts, Outcome};
 use super::{ShellArgs, param_name, print_output};
@@ -458,11 +458,33 @@ fn run_one(sh: &mut Shell, s: &Session, text: &str, first_line: usize) -> bool {
 
 /// A value in single quotes, as statements write strings (`'it''s'`),
 /// without them; anything else as it is.
-fn unquote(v: &str) -> String {
-    match v.strip_prefix('\'').and_then(|x| x.strip_suffix('\'')) {
-        Some(inner) if v.len() >= 2 => inner.replace("''", "'"),
-        _ => v.to_string(),
+/// A `\param` value as written: `'text'` (a quote inside doubled, as in a
+/// statement) is that text, checked as a statement's string is; anything
+/// else is JSON, or text as it stands.
+fn shell_param_value(v: &str) -> Result<ParamValue, String> {
+    let Some(open) = v.strip_prefix('\'') else {
+        return super::param_value(v, str::to_string);
+    };
+    // the closing quote: the first single quote not doubled
+    let mut text = String::new();
+    let mut rest = open.char_indices().peekable();
+    while let Some((i, c)) = rest.next() {
+        if c != '\'' {
+            text.push(c);
+        } else if rest.peek().is_some_and(|&(_, n)| n == '\'') {
+            rest.next();
+            text.push('\'');
+        } else if open[i + 1..].trim().is_empty() {
+            return Ok(ParamValue::String(text));
+        } else {
+            return Err(format!(
+                "text after the closing quote of {v:.40}: a quote inside the text is doubled ('it''s')"
+            ));
+        }
     }
+    Err(format!(
+        "unterminated string {v:.40}: a text value in quotes ends with a quote"
+    ))
 }
 
 /// Runs a backslash command; false to quit.
@@ -501,11 +523,14 @@ fn command(sh: &mut Shell, s: &Session, cmd: &str, who: &str) -> bool {
             sh.failed = true;
         }
         "\\param" => match (parts.next(), parts.next()) {
-            (Some(name), Some(value)) => {
-                let rest: Vec<&str> = std::iter::once(value).chain(parts).collect();
-                let value = rest.join(" ");
-                // 'text', as a statement writes a string, is the text
-                let v = super::param_value(&value, unquote);
+            (Some(name), Some(_)) => {
+                // the value: the rest of the line as written (its spaces
+                // kept), after the command and the name
+                let line = cmd.trim_start();
+                let after_cmd =
+                    line[line.find(char::is_whitespace).unwrap_or(line.len())..].trim_start();
+                let value = after_cmd[name.len()..].trim();
+                let v = shell_param_value(value);
                 match (param_name(name), v) {
                     (Ok(name), Ok(v)) => {
                         sh.params.insert(name, v);
@@ -573,6 +598,35 @@ fn describe(s: &Session) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_quoted_param_value_is_checked_as_a_statement_string() {
+        let text = |v: &str| match shell_param_value(v) {
+            Ok(ParamValue::String(s)) => Ok(s),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e),
+        };
+        assert_eq!(text("'a  b'").unwrap(), "a  b", "spaces kept");
+        assert_eq!(text("'it''s'").unwrap(), "it's");
+        assert_eq!(text("''").unwrap(), "");
+        assert!(
+            text("'unterminated billing")
+                .unwrap_err()
+                .contains("unterminated")
+        );
+        assert!(text("'").unwrap_err().contains("unterminated"));
+        assert!(
+            text("'a' 'b'")
+                .unwrap_err()
+                .contains("after the closing quote")
+        );
+        // unquoted: JSON, else the text as it stands
+        assert_eq!(text("plain words").unwrap(), "plain words");
+        assert!(matches!(
+            shell_param_value("[1, 0.5]"),
+            Ok(ParamValue::Vector(_))
+        ));
+    }
 
     #[test]
     fn a_statement_ends_at_a_semicolon_outside_strings_and_comments() {
