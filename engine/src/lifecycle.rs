@@ -180,14 +180,14 @@ impl Session {
         let id = {
             let st = self.db.state();
             // A restore re-applies a deletion the tenant already decided,
-            // whatever labels are held (or revoked) now.
-            let idx = if reuse.is_none() {
+            // and compaction one the tenant's retention period decided
+            // (only `delete_expired` gives a `retention:` reason), whatever
+            // labels are held (or revoked tenant-wide, which hides a
+            // record from the admin too) now.
+            let idx = if reuse.is_none() && !crate::state::is_retention_reason(reason) {
                 let idx = self.resolve_in(&st, target)?;
                 self.authorize(&st, Operation::Delete, Some((idx, target)))?;
-                // (a retention expiry reaches the version only)
-                if !crate::state::is_retention_reason(reason) {
-                    self.authorize_chain(&st, Operation::Delete, idx)?;
-                }
+                self.authorize_chain(&st, Operation::Delete, idx)?;
                 idx
             } else {
                 self.resolve_unfiltered(&st, target)?

@@ -966,6 +966,29 @@ fn a_record_past_retention_is_not_read_by_id_or_listed_before_compact() {
         u.get(&ext("e")),
         Err(EngineError::NotFound { .. })
     ));
+    // an expired version corrected by a version kept: its id reads as not
+    // found in history too (it answered with the chain's live versions,
+    // saying the id existed and which chain it was in)
+    let old = s
+        .append(vec![NewRecord {
+            retention_class: Some("ephemeral".into()),
+            ..NewRecord::event("note", "first version").with_external_id("c")
+        }])
+        .unwrap()[0]
+        .id;
+    s.append(vec![NewRecord {
+        retention_class: Some("standard".into()),
+        supersedes: Some(ext("c")),
+        ..NewRecord::event("note", "second version").with_external_id("c")
+    }])
+    .unwrap();
+    assert_eq!(s.history(&RecordRef::Id(old)).unwrap().len(), 2);
+    clock.advance(61 * MINUTE);
+    assert!(matches!(
+        s.history(&RecordRef::Id(old)),
+        Err(EngineError::NotFound { .. })
+    ));
+    assert_eq!(s.history(&ext("c")).unwrap().len(), 1, "the kept version");
     db.close().unwrap();
 }
 
@@ -1129,5 +1152,60 @@ fn a_chain_whose_newest_version_expired_says_why_it_takes_no_correction() {
     let text = e.to_string();
     assert!(matches!(e, EngineError::InvalidState { .. }), "{text}");
     assert!(text.contains("was deleted"), "{text}");
+    db.close().unwrap();
+}
+
+/// Retention is the tenant's decision, applied by compaction whatever
+/// labels are revoked: a record past its period that carries a label
+/// revoked tenant-wide (hidden from the admin too) is deleted and purged
+/// like any other, and compaction, which purges every tenant, does not
+/// stop on it (it did, with "no record", leaving another tenant's deleted
+/// text on disk).
+#[test]
+fn retention_reaches_a_record_whose_label_is_revoked_tenant_wide() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(dir.path(), &clock);
+    let other = db.session(Principal::admin("other"));
+    other
+        .append(vec![
+            NewRecord::event("note", "other-tenant-erased-canary-8").with_external_id("o1"),
+        ])
+        .unwrap();
+    other.delete(&ext("o1"), None).unwrap();
+    let s = db.session(Principal::admin("t"));
+    s.set_retention("eph", Some(MINUTE)).unwrap();
+    s.append(vec![
+        NewRecord {
+            retention_class: Some("eph".into()),
+            ..NewRecord::event("note", "revoked-expired-canary-9")
+                .with_external_id("x")
+                .with_access(&["blue"])
+        },
+        NewRecord {
+            retention_class: Some("eph".into()),
+            ..NewRecord::event("note", "plain-expired-canary-10").with_external_id("a")
+        },
+    ])
+    .unwrap();
+    s.revoke(None, Some("blue"), None).unwrap();
+    clock.advance(2 * MINUTE);
+    // online, as `engram serve`'s compaction runs, and then offline
+    let out = db.compact_online(|| ()).unwrap();
+    assert_eq!(out.report.retention_deleted, 2, "{:?}", out.report);
+    out.db.close().unwrap();
+    Engram::compact(dir.path(), &opts(&clock)).unwrap();
+    for gone in [
+        "other-tenant-erased-canary-8",
+        "revoked-expired-canary-9",
+        "plain-expired-canary-10",
+    ] {
+        assert!(grep(dir.path(), gone).is_empty(), "{gone} purged");
+    }
+    // lifting the revocation brings nothing back
+    let db = open(dir.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.grant(None, Some("blue"), None).unwrap();
+    assert!(s.get(&ext("x")).is_err());
     db.close().unwrap();
 }

@@ -64,8 +64,13 @@ impl Session {
         self.db.check_open()?;
         let st = self.db.inner.state.read();
         let idx = self.resolve_in(&st, r)?;
-        let chain = st.chain(idx);
         let held = self.held_labels(&st);
+        // the version named must be one `get` reads (not deleted, not past
+        // its retention period): its id says nothing of its chain otherwise
+        if !self.can_read_with(&st, idx, &held) {
+            return Err(self.not_found(r));
+        }
+        let chain = st.chain(idx);
         let mut out = Vec::new();
         // newest first: past the byte budget, older versions come without
         // their content (a chain of a hundred mebibyte versions would
