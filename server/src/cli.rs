@@ -537,13 +537,29 @@ pub fn store_options(dir: &Path, embedder: Option<&str>) -> Result<Options, CliE
 /// the log at the next open, so the failure is a warning and the command's
 /// answer stands. (Why: an exit code of 1 after an acknowledged deletion
 /// told a script the deletion had not happened.)
+///
+/// Vectors still waiting for their HNSW graph (a server stopped without its
+/// close, a large load) are indexed for at most [`CLOSE_INDEX_MS`], as a
+/// server's shutdown does by default: the next open goes on from there in
+/// the background (waiting vectors are searched exactly meanwhile). (Why:
+/// a `log --limit 1` after a killed server spent minutes finishing every
+/// graph.) `ingest` closes with every graph finished instead: a load is
+/// followed by searches.
 pub fn close_store(db: &Engram) {
-    if let Err(e) = db.close() {
-        crate::eoutln!(
+    match db.close_within(std::time::Duration::from_millis(CLOSE_INDEX_MS)) {
+        Ok(0) => {}
+        Ok(left) => crate::eoutln!(
+            "note: {left} vector(s) still wait for their HNSW graph; the next open indexes them in the background (searched exactly meanwhile)"
+        ),
+        Err(e) => crate::eoutln!(
             "warning: writing derived state at close failed ({e}); what this command stored is durable in the log, and derived state is rebuilt from it at the next open"
-        );
+        ),
     }
 }
+
+/// How long a command's close indexes waiting vectors at most (the default
+/// of `engram serve`'s `limits.shutdown_index_ms`).
+pub const CLOSE_INDEX_MS: u64 = crate::http::config::SHUTDOWN_INDEX_MS_DEFAULT;
 
 /// Saves the `--embedder` choice into the store in `dir` when it differs
 /// from what the store remembers (or the settings file is damaged), saying
