@@ -459,6 +459,14 @@ fn a_directory_in_place_of_a_segment_is_named() {
     let store = tmp.path().join("store");
     let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 5);
     ok(&store, &["ingest", file.to_str().unwrap()]);
+    // an operation in the ledger (which alone, with no segment, says
+    // acknowledged frames are gone): the directory is still named
+    let listed = cli::json(&ok(
+        &store,
+        &["log", "--tenant", "t", "--limit", "1", "--json"],
+    ));
+    let id = listed["id"].as_str().unwrap().to_string();
+    ok(&store, &["delete", &id, "--tenant", "t"]);
     let seg = cli::segments(&store).pop().unwrap();
     std::fs::rename(&seg, tmp.path().join("moved.seg")).unwrap();
     std::fs::create_dir(&seg).unwrap();

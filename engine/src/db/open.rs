@@ -503,6 +503,9 @@ pub(crate) fn lost_log_ops(
     dir: &Path,
 ) -> Result<Option<u64>> {
     let log = crate::layout::log(dir);
+    // A directory where a segment file belongs is named as such (the log's
+    // own listing refuses it), not reported as a missing segment.
+    engram_storage::log::segment::segment_numbers(backend, &log, false)?;
     // A segment counts unless recovery would remove it as a start cut
     // short (a header's length or less, and no whole header: the same
     // test), so a log whose only segments are such is as gone as one with
