@@ -1348,3 +1348,29 @@ fn an_unquoted_statement_is_told_to_be_quoted() {
     );
     ok(&store, &["query", "--tenant", "t", "FIND ANY LIMIT 1"]);
 }
+
+/// `verify` of a backup with bytes appended after its last frame says what
+/// `restore` does with it (takes every frame backup.json records and
+/// ignores the rest), where it said the copy was damaged and that restore
+/// refused it while restore took it.
+#[test]
+fn verify_of_a_backup_with_bytes_appended_says_what_restore_does() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path());
+    let backup = tmp.path().join("backup");
+    ok(&store, &["backup", backup.to_str().unwrap()]);
+    let seg = cli::segments(&backup).pop().unwrap();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes.extend_from_slice(&[0x5a; 300]);
+    std::fs::write(&seg, &bytes).unwrap();
+    let out = ok(&backup, &["verify"]);
+    let msg = cli::text(&out);
+    assert!(
+        msg.contains("restore ignores them") && !msg.contains("restore refuses"),
+        "{msg}"
+    );
+    let restored = tmp.path().join("restored");
+    ok(&restored, &["restore", backup.to_str().unwrap()]);
+    ok(&restored, &["verify"]);
+}

@@ -210,7 +210,7 @@ pub(super) fn cmd_verify(ctx: &Ctx, a: JsonArgs) -> CliResult {
         Ok((db, report)) => {
             if let Some(b) = &backup {
                 let last = db.stats()?.last_lsn;
-                if report.log.torn_tail_pending.is_some() || last != b.last_lsn {
+                if last != b.last_lsn {
                     problems.push(format!(
                         "this backup's log ends at LSN {last}{} but its backup.json records LSN {}: \
                          the copy is damaged (restore refuses it); take a new backup",
@@ -220,6 +220,15 @@ pub(super) fn cmd_verify(ctx: &Ctx, a: JsonArgs) -> CliResult {
                             ""
                         },
                         b.last_lsn
+                    ));
+                } else if let Some(t) = &report.log.torn_tail_pending {
+                    // every frame the backup recorded is whole: a restore
+                    // takes them and stops there
+                    notes.push(format!(
+                        "this backup's log holds every frame its backup.json records (to LSN {last}), \
+                         then {} byte(s) that are no frame at segment {} offset {} ({}): restore \
+                         ignores them; the backup file was changed after it was taken",
+                        t.bytes_dropped, t.segment, t.offset, t.reason
                     ));
                 }
             }
