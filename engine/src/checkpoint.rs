@@ -11,12 +11,14 @@
 //! ```text
 //! body := anchor strings metas by_ext_free bitmaps lineage graph tenants
 //!         status_log expiry_log ledger spaces
-//! anchor := applied_lsn:u64 segment:u64 offset:u64 lsn:u64 payload_crc:u32
+//! anchor := applied_lsn:u64 segment:u64 offset:u64 lsn:u64 anchor_crc:u32
 //!           last_ingested_at:i64
 //! ```
 //!
-//! The anchor names the last frame applied and its payload checksum: an
-//! open uses the checkpoint only if the log holds that very frame there.
+//! The anchor names the last frame applied and its checksum (its payload's,
+//! combined with the sealed segments before it: [`anchor_crc`]): an open
+//! uses the checkpoint only if the log holds that very frame there, after
+//! the same segments.
 //!
 //! The checkpoint is derived state: a damaged one, one of another format
 //! version, or one whose lexical snapshot or vector files do not sit at the
@@ -55,9 +57,10 @@ use bytes::{R, W, corrupt};
 pub const MAGIC: [u8; 8] = *b"ENGRSTAT";
 /// Format version of the body (2: the ledger holds legal holds; 3: and
 /// retention settings; 4: and grants; 5: whether each record's
-/// `valid_from` was given). A checkpoint of an earlier version, which lacks
-/// them, is not used and the log is replayed.
-pub const VERSION: u32 = 5;
+/// `valid_from` was given; 6: the anchor checksum covers the segments
+/// before the anchor's, [`anchor_crc`]). A checkpoint of an earlier
+/// version, which lacks them, is not used and the log is replayed.
+pub const VERSION: u32 = 6;
 
 const STATUSES: [Status; 8] = [
     Status::Active,
@@ -78,14 +81,37 @@ fn status_code(s: Status) -> u8 {
         .unwrap_or(0)
 }
 
-/// The payload checksum of the last frame `st` applied, read from `log`
-/// (0 for an empty state): it ties a checkpoint to the log it was taken
-/// of, so a checkpoint of another log with the same LSNs is refused.
+/// The anchor checksum of the last frame `st` applied, read from `log`
+/// (0 for an empty state): its payload checksum combined with
+/// [`SegmentLog::sealed_fingerprint`] of the segments before it. It ties a
+/// checkpoint (and the lexical snapshot) to the log it was taken of: a
+/// checkpoint of another log with the same LSNs is refused, and so is one
+/// of this store before a compaction rewrote a segment before the anchor's
+/// (its record locations there moved; the anchor frame itself did not).
 pub fn anchor_crc(log: &SegmentLog, st: &State) -> Result<u32> {
     match st.applied_loc {
-        Some(loc) if loc.lsn != 0 => Ok(log.read(loc.segment, loc.offset)?.header.payload_crc),
+        Some(loc) if loc.lsn != 0 => {
+            let payload = log.read(loc.segment, loc.offset)?.header.payload_crc;
+            Ok(combine(payload, log.sealed_fingerprint(loc.segment)))
+        }
         _ => Ok(0),
     }
+}
+
+/// Whether `log` holds, at `(segment, offset)`, the frame of LSN `lsn`
+/// whose [`anchor_crc`] is `crc` (the check both derived snapshots make
+/// before they are used).
+pub fn anchored(log: &SegmentLog, (segment, offset, lsn): (u64, u64, u64), crc: u32) -> bool {
+    log.read(segment, offset).is_ok_and(|f| {
+        f.header.lsn == lsn && combine(f.header.payload_crc, log.sealed_fingerprint(segment)) == crc
+    })
+}
+
+fn combine(payload_crc: u32, sealed: u32) -> u32 {
+    let mut b = [0u8; 8];
+    b[..4].copy_from_slice(&payload_crc.to_le_bytes());
+    b[4..].copy_from_slice(&sealed.to_le_bytes());
+    crc32c::crc32c(&b)
 }
 
 /// Encodes everything of `st` but its indexes (the lexical index and the
@@ -801,16 +827,13 @@ pub fn load(
     if p.applied_lsn != snap.applied_lsn || p.applied_loc.lsn != p.applied_lsn {
         return Err("its header and body disagree on the LSN".into());
     }
-    if p.applied_lsn > 0 {
-        match log.read(p.applied_loc.segment, p.applied_loc.offset) {
-            Ok(f) if f.header.lsn == p.applied_lsn && f.header.payload_crc == p.anchor_crc => {}
-            _ => {
-                return Err(format!(
-                    "the log holds no frame of LSN {} where it says (it was taken of another log)",
-                    p.applied_lsn
-                ));
-            }
-        }
+    let at = (p.applied_loc.segment, p.applied_loc.offset, p.applied_lsn);
+    if p.applied_lsn > 0 && !anchored(log, at, p.anchor_crc) {
+        return Err(format!(
+            "the log holds no frame of LSN {} where it says, or its segments before it were \
+             rewritten since (it was taken of another log, or before a compaction)",
+            p.applied_lsn
+        ));
     }
     Ok(Some(d))
 }

@@ -506,3 +506,75 @@ mod power_cut {
         assert!(used.len() >= 3, "checkpoints used: {used:?}");
     }
 }
+
+/// Derived state taken before a compaction is not used after it, also when
+/// the log has several segments and the compaction rewrote only one before
+/// the anchor's (the anchor frame itself did not move, so its place and
+/// checksum alone matched): its record locations in the rewritten segment
+/// are stale, and its lexical snapshot holds the purged record's terms.
+/// The open replays the log and rebuilds the index instead; every record
+/// reads, and the purged text is in no file. A store that was not
+/// compacted still opens from its checkpoint with several segments.
+#[test]
+fn derived_state_from_before_a_compaction_is_not_used_with_several_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let small = || engram::Options {
+        log: engram::storage::LogOptions {
+            segment_bytes_max: 64 * 1024,
+            ..engram::storage::LogOptions::default()
+        },
+        ..opts(&clock)
+    };
+    let db = Engram::open(dir.path(), small()).unwrap();
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![
+        NewRecord::event("note", "purged-canary-quetzal in the first segment")
+            .with_external_id("gone"),
+        NewRecord::event("note", "kept early note").with_external_id("early"),
+    ])
+    .unwrap();
+    for i in 0..40 {
+        s.append(vec![NewRecord::event(
+            "note",
+            format!("filler {i} {}", "x".repeat(4000)),
+        )])
+        .unwrap();
+    }
+    s.append(vec![
+        NewRecord::event("note", "kept late note").with_external_id("late"),
+    ])
+    .unwrap();
+    db.close().unwrap();
+    let segments = std::fs::read_dir(dir.path().join("log")).unwrap().count();
+    assert!(segments >= 3, "{segments} segment(s)");
+    // reopened as it was: from its checkpoint
+    let (db, r) = Engram::open_with_report(dir.path(), small()).unwrap();
+    assert!(r.checkpoint_lsn > 0 && r.frames_replayed == 0, "{r:?}");
+    db.close().unwrap();
+    let old = tempfile::tempdir().unwrap();
+    copy_dir(&dir.path().join("derived"), old.path());
+    let db = Engram::open(dir.path(), small()).unwrap();
+    db.session(Principal::admin("t"))
+        .delete(&ext("gone"), None)
+        .unwrap();
+    db.close().unwrap();
+    Engram::compact(dir.path(), &small()).unwrap();
+    // the derived files of before the compaction put back
+    std::fs::remove_dir_all(dir.path().join("derived")).unwrap();
+    copy_dir(old.path(), &dir.path().join("derived"));
+    let (db, r) = Engram::open_with_report(dir.path(), small()).unwrap();
+    assert_eq!(r.checkpoint_lsn, 0, "{r:?}");
+    assert!(r.lexical_rebuilt, "{r:?}");
+    let s = db.session(Principal::admin("t"));
+    for kept in ["early", "late"] {
+        s.get(&ext(kept)).unwrap();
+    }
+    assert!(s.get(&ext("gone")).is_err());
+    assert!(db.verify().unwrap().ok());
+    db.close().unwrap();
+    assert!(
+        grep(dir.path(), "purged-canary-quetzal").is_empty(),
+        "the purged text is in a file"
+    );
+}

@@ -126,10 +126,7 @@ impl Engram {
         // Used only when it names the frame this log holds at its LSN (a
         // snapshot of another store or an earlier log does not).
         let anchored = |lsn: u64, a: crate::lexical::snapshot::Anchor| {
-            lsn == 0
-                || log
-                    .read(a.segment, a.offset)
-                    .is_ok_and(|f| f.header.lsn == lsn && f.header.payload_crc == a.payload_crc)
+            lsn == 0 || crate::checkpoint::anchored(&log, (a.segment, a.offset, lsn), a.payload_crc)
         };
         let (lexical, lexical_lsn) = match lexical_read {
             Some((lsn, a, Ok(ix))) if lsn <= last_lsn && anchored(lsn, a) => (ix, lsn),

@@ -17,18 +17,21 @@ use super::{Bm25Error, Bm25Index};
 /// Magic of the snapshot file.
 pub const MAGIC: [u8; 8] = *b"ENGRBM25";
 /// Version of the snapshot file (the body has its own, see [`super::bm25`]).
-/// 2: the body begins with the [`Anchor`]; a version 1 file is not used.
-pub const VERSION: u32 = 2;
+/// 2: the body begins with the [`Anchor`]; 3: its checksum covers the
+/// segments before the anchor's ([`crate::checkpoint::anchor_crc`]). A file
+/// of an earlier version is not used.
+pub const VERSION: u32 = 3;
 
-/// The log frame a snapshot was taken at: where it lies and its payload's
-/// CRC32C (all zero for an empty log).
+/// The log frame a snapshot was taken at: where it lies and its anchor
+/// checksum ([`crate::checkpoint::anchor_crc`]; all zero for an empty log).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Anchor {
     /// Segment of the frame.
     pub segment: u64,
     /// Its offset in the segment.
     pub offset: u64,
-    /// Its payload's CRC32C.
+    /// Its anchor checksum: its payload's CRC32C combined with the sealed
+    /// segments before it ([`crate::checkpoint::anchor_crc`]).
     pub payload_crc: u32,
 }
 

@@ -927,6 +927,25 @@ impl SegmentLog {
             .collect()
     }
 
+    /// A checksum of the segments before segment `before` (sealed: only a
+    /// rewrite or a repair cut changes them): each one's number, first LSN,
+    /// rewrite end and durable length. A derived snapshot anchored in a
+    /// later segment keeps record locations in these; a compaction that
+    /// rewrote one of them moved those locations, and changes this value
+    /// (the segment's header gains its `end_lsn`, its length shrinks).
+    pub fn sealed_fingerprint(&self, before: u64) -> u32 {
+        let mut crc = 0u32;
+        for s in self.shared.segments.read().iter().filter(|s| s.no < before) {
+            let mut b = [0u8; 32];
+            b[0..8].copy_from_slice(&s.no.to_le_bytes());
+            b[8..16].copy_from_slice(&s.first_lsn.to_le_bytes());
+            b[16..24].copy_from_slice(&s.end_lsn.unwrap_or(0).to_le_bytes());
+            b[24..32].copy_from_slice(&s.durable_len().to_le_bytes());
+            crc = crc32c::crc32c_append(crc, &b);
+        }
+        crc
+    }
+
     /// Copies every segment, up to its durable end at one instant, into
     /// `dir` (same file names), each synced; returns the last LSN copied.
     /// Appends may go on meanwhile: what they add is not part of the copy.
