@@ -3,9 +3,10 @@
 //!
 //! ```text
 //! request --> eligibility bitmap --> vector  (exact scan | filtered HNSW) --+
-//!                               \--> lexical (BM25 over eligible docs)  ---+--> weighted RRF --> top k
+//!                               \--> lexical (BM25 over eligible docs)  ---+--> linear fusion --> top k
 //!                               \--> recency (newest eligible)          ---+
 //!                               \--> graph   (entity expansion; see graph)-+
+//!                               \--> episodic (neighbours in time)      ---+
 //! ```
 //!
 //! **Planner** (vector retriever; [`plan`]). Let `E` be the number of
@@ -23,10 +24,12 @@
 //!
 //! The chosen plan is in the manifest.
 //!
-//! **Fusion**: weighted reciprocal rank fusion: `score(d) = sum over
-//! retrievers r of w_r / (rrf_k + rank_r(d))`, ranks from 1, `rrf_k = 60`;
-//! ties broken by id. Default weights: vector 1.0, lexical 1.0, graph 0.5,
-//! recency 0.1. Recency only re-orders records that a content retriever
+//! **Fusion** of a recall ([`RECALL_FUSION`]): linear over min-max
+//! normalised scores, `score(d) = sum over retrievers r of w_r x
+//! norm_r(d)`; ties broken by id (a statement may ask for weighted
+//! reciprocal rank fusion instead, `FUSE RRF`). Default weights: vector
+//! 1.0, lexical 1.0, episodic 0.7, graph 0.5, recency 0.1; a weight of 0
+//! turns a retriever off. Recency only re-orders records that a content retriever
 //! (vector, lexical, graph) found; a record found by recency alone is not
 //! returned, unless no content retriever ran (recency, perhaps with the
 //! episodic neighbourhood of its hits, is then what ranks).
