@@ -108,6 +108,12 @@ pub(crate) fn param_value(
              JSON list of finite numbers (a text starting with '[' is written as a JSON string)",
             value.chars().take(40).collect::<String>()
         )),
+        // (a number JSON cannot hold is no text either: `1e400` was bound
+        // as a string, and refused as the wrong type where it was used)
+        Err(e) if e.to_string().starts_with("number out of range") => Err(format!(
+            "'{}' is a number past the range of a 64-bit float",
+            value.chars().take(40).collect::<String>()
+        )),
         Err(_) => Ok(ParamValue::String(text(value))),
     }
 }
@@ -333,6 +339,11 @@ mod tests {
             param_value("\"[x]\"", str::to_string),
             Ok(ParamValue::String(s)) if s == "[x]"
         ));
+        // a number past f64 is refused as one, not bound as text
+        for big in ["1e400", "-1e999"] {
+            let e = param_value(big, str::to_string).unwrap_err();
+            assert!(e.contains("past the range"), "{big}: {e}");
+        }
     }
     use super::*;
 
