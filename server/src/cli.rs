@@ -196,7 +196,7 @@ pub struct LogArgs {
     #[arg(long)]
     pub kind: Option<String>,
     /// At most this many records.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub limit: Option<usize>,
     /// Act as this principal instead of the tenant admin.
     #[arg(long, value_parser = crate::cli::name_arg, requires = "tenant")]

@@ -39,10 +39,10 @@ pub struct RecallArgs {
     #[arg(long)]
     pub mode: Option<String>,
     /// Results.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, allow_negative_numbers = true)]
     pub k: usize,
     /// HNSW ef_search.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub ef: Option<usize>,
     /// Only this scope user (repeatable: any of them).
     #[arg(long)]
@@ -94,7 +94,7 @@ pub struct EvalArgs {
     /// The JSONL file of cases.
     pub cases: PathBuf,
     /// Cutoff k (cases may set their own).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, allow_negative_numbers = true)]
     pub k: usize,
     /// Save every manifest and result here (a new or empty directory,
     /// outside any store; not with --config).
