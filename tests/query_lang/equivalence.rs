@@ -227,6 +227,17 @@ fn a_retriever_weighted_zero_is_as_if_absent() {
             format!("FIND ANY {off} {rest} {fusion} WEIGHTS (s = 0) RETURN id, score, ranks");
         assert_eq!(rows(&with), rows(&without), "{with}");
     }
+    // a similarity search beside retrievers weighted 0 is alone: its
+    // nearest neighbours, whatever their similarity (fused with another,
+    // those at 0 or below are no match)
+    let alone = rows(
+        "FIND ANY SIMILAR TO 'Acme renews in Q3' TOP 60 AS v LIMIT 60 RETURN id, score, ranks",
+    );
+    let beside = rows(
+        "FIND ANY SIMILAR TO 'Acme renews in Q3' TOP 60 AS v MATCH 'billing' AS m RECENT AS r \
+         WEIGHTS (m = 0, r = 0) LIMIT 60 RETURN id, score, ranks",
+    );
+    assert_eq!(beside, alone);
     // seeds from a retriever weighted 0, named by an EXPAND
     let off = "SIMILAR TO 'database outage postmortem' TOP 20 AS s";
     let seeded = rows(&format!(

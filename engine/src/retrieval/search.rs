@@ -113,9 +113,10 @@ impl Session {
                     // would otherwise take a share of the fusion (min-max
                     // gives the best of a poor lot full weight) and seed
                     // the graph. (Alone, a similarity search returns its
-                    // nearest, as any vector search does; L2 similarities
-                    // are never above 0.)
-                    if req.retrievers.len() > 1
+                    // nearest, as any vector search does, also beside
+                    // retrievers weighted 0, which are as if absent; L2
+                    // similarities are never above 0.)
+                    if req.retrievers.iter().filter(|s| active(s)).count() > 1
                         && plan
                             .as_ref()
                             .is_some_and(|p| p.metric != crate::vector::distance::Metric::L2.name())
