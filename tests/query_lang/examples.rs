@@ -376,6 +376,34 @@ fn a_trace_does_not_pass_through_the_superseded_versions_it_leaves_out() {
     ] {
         assert!(all.contains(&want.to_string()), "{want}: {all:?}");
     }
+    // an older version past its retention period shows `deleted`, and is
+    // not walked through either
+    let (db2_dir, clock) = (
+        tempfile::tempdir().unwrap(),
+        engram::ManualClock::new(fixture::JUNE_1),
+    );
+    let db2 = fixture::open(db2_dir.path(), &clock);
+    let s2 = db2.session(Principal::admin("t"));
+    s2.set_retention("eph", Some(fixture::DAY)).unwrap();
+    let lines = engram::query::parse_jsonl(
+        r#"{"external_id":"a","kind":"note","text":"the first source"}
+{"external_id":"b","kind":"note","text":"the second source"}
+{"external_id":"c","record":"assertion","kind":"fact","text":"a fact","sources":["a"],"retention_class":"eph"}
+{"external_id":"c","record":"assertion","kind":"fact","text":"the fact, corrected","sources":["b"],"supersedes":"c"}
+"#,
+    )
+    .unwrap();
+    s2.append(lines.into_iter().map(|l| l.record).collect())
+        .unwrap();
+    clock.advance(2 * fixture::DAY);
+    let out = run(&s2, "TRACE 'c' SOURCES", &none);
+    let got: Vec<String> = out
+        .rows
+        .iter()
+        .map(|r| format!("{} {}", r["external_id"], r["depth"]))
+        .collect();
+    assert_eq!(got, [r#""b" 1"#], "{got:?}");
+    db2.close().unwrap();
     // downstream of the first source: the old version and what was built
     // on it are reached only through a superseded record
     assert!(rows("TRACE 'src/old' DERIVATIVES").is_empty());

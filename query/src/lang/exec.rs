@@ -256,6 +256,14 @@ fn around_current(t: &Trace) -> HashMap<RecordId, usize> {
             down.entry(e.from).or_default().push(e.to);
         }
     }
+    // an older version: one a correction supersedes, whatever its status
+    // shows (past retention or deleted by it, it shows `deleted`)
+    let older: HashSet<RecordId> = t
+        .edges
+        .iter()
+        .filter(|e| e.relation == "corrected_by")
+        .map(|e| e.from)
+        .collect();
     let mut out = HashMap::new();
     for (side, next) in [("upstream", &up), ("downstream", &down)] {
         let mut q = VecDeque::from([(t.target, 0usize)]);
@@ -263,7 +271,11 @@ fn around_current(t: &Trace) -> HashMap<RecordId, usize> {
         while let Some((at, d)) = q.pop_front() {
             for &x in next.get(&at).into_iter().flatten() {
                 let Some(n) = nodes.get(&x) else { continue };
-                if n.side != side || n.status == "superseded" || !seen.insert(x) {
+                if n.side != side
+                    || n.status == "superseded"
+                    || older.contains(&x)
+                    || !seen.insert(x)
+                {
                     continue;
                 }
                 out.insert(x, d + 1);
