@@ -510,7 +510,7 @@ def test_an_answer_past_max_answer_bytes_is_refused_as_it_arrives() -> None:
     def endless() -> Iterator[bytes]:
         # a JSON string that never ends, with no Content-Length
         yield b'"'
-        while True:
+        for _ in range(200):  # (ends, so a client without the cap fails, not hangs)
             chunks_sent.append(1)
             yield b"x" * 65536
 
@@ -572,3 +572,60 @@ def test_an_eval_case_is_one_line_as_a_bulk_item_is() -> None:
     assert s.requests == []
     c.eval([b'{"case_id":"a","text":"x"}', {"case_id": "b", "text": "y"}])
     assert s.requests[0].content == b'{"case_id":"a","text":"x"}\n{"case_id":"b","text":"y"}\n'
+
+
+def test_a_bulk_answer_line_past_max_answer_bytes_is_refused_as_it_arrives() -> None:
+    sent: List[int] = []
+
+    def endless() -> Iterator[bytes]:
+        yield b'{"line": 1, "outcome": "created", "id": "'
+        for _ in range(200):  # (ends, so a client without the cap fails, not hangs)
+            sent.append(1)
+            yield b"x" * 65536
+
+    limit = 1 << 20
+    c = Client(
+        "http://engram.test",
+        "egk_k",
+        retry=FAST,
+        transport=httpx.MockTransport(lambda r: httpx.Response(200, content=endless())),
+        max_answer_bytes=limit,
+    )
+    stream = c.bulk([{"kind": "note", "text": "x"}])
+    with pytest.raises(EngramError) as e:
+        stream.run()
+    assert e.value.code == "invalid_response" and "max_answer_bytes" in str(e.value)
+    assert len(sent) <= limit // 65536 + 2
+
+
+def test_bulk_lines_split_across_chunks_are_read_whole() -> None:
+    body = (
+        b'{"line": 1, "outcome": "created", "id": "a"}\n'
+        b'{"line": 2, "outcome": "duplicate", "id": "b"}\r\n'
+        b'{"summary": {"lines": 2, "created": 1, "duplicates": 1, "rejected": 0,'
+        b' "batches": 1, "batches_rejected": 0, "complete": true}}'
+    )
+
+    def pieces() -> Iterator[bytes]:
+        for i in range(0, len(body), 7):
+            yield body[i : i + 7]
+
+    c = Client(
+        "http://engram.test",
+        "egk_k",
+        retry=FAST,
+        transport=httpx.MockTransport(lambda r: httpx.Response(200, content=pieces())),
+    )
+    stream = c.bulk([{"kind": "note", "text": "x"}, {"kind": "note", "text": "y"}])
+    lines = list(stream)
+    assert [ln["outcome"] for ln in lines] == ["created", "duplicate"]
+    assert stream.summary["created"] == 1 and stream.summary["complete"] is True
+
+
+def test_an_error_answer_past_max_answer_bytes_keeps_its_status() -> None:
+    big = httpx.Response(503, content=b"{}", headers={"content-length": str(10 << 20)})
+    c, _ = client(Script(big), RetryPolicy(max_attempts=1))
+    c.max_answer_bytes = 1 << 20
+    with pytest.raises(EngramError) as e:
+        c.get("x")
+    assert e.value.status == 503 and e.value.code == "invalid_response"

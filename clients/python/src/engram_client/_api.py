@@ -780,10 +780,11 @@ def not_engram(call: Call, why: str) -> EngramError:
     )
 
 
-def too_large(call: Call, limit: int) -> EngramError:
-    """The error for an answer to ``call`` longer than ``max_answer_bytes``."""
+def too_large(call: Call, limit: int, status: int = 200) -> EngramError:
+    """The error for an answer to ``call`` longer than ``max_answer_bytes``
+    (``status``: the answer's)."""
     return EngramError(
-        200,
+        status,
         "invalid_response",
         f"the answer to {call.method} {call.path} is longer than max_answer_bytes "
         f"({limit} bytes); no Engram answer is that large (its pages and hits are "
@@ -797,16 +798,49 @@ class AnswerReader:
     before it is held whole (a hostile or mistaken server cannot make the
     client allocate what it sends)."""
 
-    def __init__(self, call: Call, headers: Mapping[str, str], limit: int) -> None:
-        self.call, self.limit = call, limit
+    def __init__(
+        self, call: Call, headers: Mapping[str, str], limit: int, status: int = 200
+    ) -> None:
+        self.call, self.limit, self.status = call, limit, status
         self.body = bytearray()
         declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise too_large(call, limit)
+            raise too_large(call, limit, status)
 
     def take(self, chunk: bytes) -> None:
         self.body += chunk
         if len(self.body) > self.limit:
+            raise too_large(self.call, self.limit, self.status)
+
+
+class LineReader:
+    """Splits a streamed answer (bulk's NDJSON) into lines as it arrives,
+    refusing a line longer than ``limit`` bytes before it is held whole
+    (the stream itself may be as long as the request was)."""
+
+    def __init__(self, call: Call, limit: int) -> None:
+        self.call, self.limit = call, limit
+        self.partial = bytearray()
+
+    def take(self, chunk: bytes) -> List[bytes]:
+        """The lines ``chunk`` completes (without their newline)."""
+        if b"\n" not in chunk:
+            self.partial += chunk
+            self._check()
+            return []
+        parts = chunk.split(b"\n")
+        self.partial += parts[0]
+        self._check()
+        lines = [bytes(self.partial)] + parts[1:-1]
+        self.partial = bytearray(parts[-1])
+        return lines
+
+    def rest(self) -> List[bytes]:
+        """The last line, when the stream did not end with a newline."""
+        return [bytes(self.partial)] if self.partial else []
+
+    def _check(self) -> None:
+        if len(self.partial) > self.limit:
             raise too_large(self.call, self.limit)
 
 

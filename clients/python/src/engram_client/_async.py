@@ -138,7 +138,9 @@ class AsyncClient:
                     content=call.body,
                     headers=_api.request_headers(call, self.key),
                 ) as resp:
-                    answer = _api.AnswerReader(call, resp.headers, self.max_answer_bytes)
+                    answer = _api.AnswerReader(
+                        call, resp.headers, self.max_answer_bytes, resp.status_code
+                    )
                     async for chunk in resp.aiter_bytes():
                         answer.take(chunk)
             except httpx.InvalidURL as exc:
@@ -505,12 +507,20 @@ class AsyncBulkStream(AsyncIterator[BulkLine]):
                 ) as resp:
                     if not resp.is_success:
                         self._totals.failed()
-                        answer = _api.AnswerReader(call, resp.headers, client.max_answer_bytes)
+                        answer = _api.AnswerReader(
+                            call, resp.headers, client.max_answer_bytes, resp.status_code
+                        )
                         async for chunk in resp.aiter_bytes():
                             answer.take(chunk)
                         raise error_from_parts(resp.status_code, bytes(answer.body), resp.headers)
-                    async for raw in resp.aiter_lines():
-                        out = self._totals.take(raw.encode("utf-8"), offset)
+                    lines = _api.LineReader(call, client.max_answer_bytes)
+                    async for chunk in resp.aiter_bytes():
+                        for raw in lines.take(chunk):
+                            out = self._totals.take(raw, offset)
+                            if out is not None:
+                                yield cast(BulkLine, out)
+                    for raw in lines.rest():
+                        out = self._totals.take(raw, offset)
                         if out is not None:
                             yield cast(BulkLine, out)
             except httpx.InvalidURL as exc:
