@@ -989,6 +989,22 @@ fn a_record_past_retention_is_not_read_by_id_or_listed_before_compact() {
         Err(EngineError::NotFound { .. })
     ));
     assert_eq!(s.history(&ext("c")).unwrap().len(), 1, "the kept version");
+    // the newest version past retention: the external id names it, and
+    // reads as not found; the older version still reads by its id
+    let first = s
+        .append(vec![NewRecord::event("note", "kept first").with_external_id("d")])
+        .unwrap()[0]
+        .id;
+    s.append(vec![NewRecord {
+        retention_class: Some("ephemeral".into()),
+        supersedes: Some(ext("d")),
+        ..NewRecord::event("note", "short-lived second").with_external_id("d")
+    }])
+    .unwrap();
+    clock.advance(61 * MINUTE);
+    assert!(s.get(&ext("d")).is_err() && s.history(&ext("d")).is_err());
+    assert_eq!(s.history(&RecordRef::Id(first)).unwrap().len(), 1);
+    s.get(&RecordRef::Id(first)).unwrap();
     db.close().unwrap();
 }
 

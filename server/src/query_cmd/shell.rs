@@ -458,6 +458,17 @@ fn run_one(sh: &mut Shell, s: &Session, text: &str, first_line: usize) -> bool {
 
 /// A value in single quotes, as statements write strings (`'it''s'`),
 /// without them; anything else as it is.
+/// The name and the value of a `\param NAME VALUE` line: the value is the
+/// rest of the line as written (its inner spaces kept), after the command
+/// and the name. `None` when either is missing.
+fn param_args(cmd: &str) -> Option<(&str, &str)> {
+    let line = cmd.trim_start();
+    let after_cmd = line[line.find(char::is_whitespace)?..].trim_start();
+    let name_end = after_cmd.find(char::is_whitespace)?;
+    let (name, value) = (&after_cmd[..name_end], after_cmd[name_end..].trim());
+    (!value.is_empty()).then_some((name, value))
+}
+
 /// A `\param` value as written: `'text'` (a quote inside doubled, as in a
 /// statement) is that text, checked as a statement's string is; anything
 /// else is JSON, or text as it stands.
@@ -522,14 +533,8 @@ fn command(sh: &mut Shell, s: &Session, cmd: &str, who: &str) -> bool {
             );
             sh.failed = true;
         }
-        "\\param" => match (parts.next(), parts.next()) {
-            (Some(name), Some(_)) => {
-                // the value: the rest of the line as written (its spaces
-                // kept), after the command and the name
-                let line = cmd.trim_start();
-                let after_cmd =
-                    line[line.find(char::is_whitespace).unwrap_or(line.len())..].trim_start();
-                let value = after_cmd[name.len()..].trim();
+        "\\param" => match param_args(cmd) {
+            Some((name, value)) => {
                 let v = shell_param_value(value);
                 match (param_name(name), v) {
                     (Ok(name), Ok(v)) => {
@@ -598,6 +603,18 @@ fn describe(s: &Session) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_param_line_splits_into_its_name_and_the_rest_as_written() {
+        assert_eq!(param_args("\\param q 'a  b'"), Some(("q", "'a  b'")));
+        assert_eq!(param_args("  \\param\tq   x  y  "), Some(("q", "x  y")));
+        // a value holding the name's text, a wide space between them
+        assert_eq!(param_args("\\param q\u{3000}q q"), Some(("q", "q q")));
+        assert_eq!(param_args("\\param é 'é'"), Some(("é", "'é'")));
+        assert_eq!(param_args("\\param q"), None);
+        assert_eq!(param_args("\\param q   "), None);
+        assert_eq!(param_args("\\param"), None);
+    }
 
     #[test]
     fn a_quoted_param_value_is_checked_as_a_statement_string() {
