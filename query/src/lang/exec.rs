@@ -256,12 +256,16 @@ fn around_current(t: &Trace) -> HashMap<RecordId, usize> {
             down.entry(e.from).or_default().push(e.to);
         }
     }
-    // an older version: one a correction supersedes, whatever its status
-    // shows (past retention or deleted by it, it shows `deleted`)
+    // an older version: one a live correction supersedes, whatever its
+    // own status shows (past retention, or deleted by it, it shows
+    // `deleted`); a deleted chain shows every version as the tombstone it
+    // is, as a trace does
     let older: HashSet<RecordId> = t
         .edges
         .iter()
-        .filter(|e| e.relation == "corrected_by")
+        .filter(|e| {
+            e.relation == "corrected_by" && nodes.get(&e.to).is_some_and(|n| n.status != "deleted")
+        })
         .map(|e| e.from)
         .collect();
     let mut out = HashMap::new();
