@@ -15,6 +15,10 @@
 //!    and marked as a conflict, never resolved silently (kept or left out
 //!    together by the byte budget);
 //! 3. **episodic**: the most relevant summaries;
+//!
+//!    (semantic and episodic items scoped to another user or agent than
+//!    the request names are left out; their conversation does not narrow
+//!    them, so what earlier conversations left reaches a new one)
 //! 4. **recent**: the latest turns of the conversation, oldest first.
 //!
 //! Everything passes the same eligibility as retrieval (tenant, current
@@ -237,6 +241,20 @@ impl Context {
     }
 }
 
+/// Whether a memory (a semantic or episodic item) belongs in the
+/// request's context: not scoped to another user or agent than a request
+/// naming one. Its conversation does not narrow it: what earlier
+/// conversations left is what long-term memory is for (a summary scoped to
+/// last week's conversation was never offered to this week's).
+fn in_memory_scope(st: &State, idx: Idx, req: &ContextRequest) -> bool {
+    let m = st.meta(idx);
+    let ok = |have: Option<u32>, want: &Option<String>| match (have, want) {
+        (Some(h), Some(w)) => st.strings.name(h) == w,
+        _ => true,
+    };
+    ok(m.user, &req.user) && ok(m.agent, &req.agent)
+}
+
 fn in_scope(st: &State, idx: Idx, req: &ContextRequest) -> bool {
     let m = st.meta(idx);
     let ok = |have: Option<u32>, want: &Option<String>| match have {
@@ -247,7 +265,37 @@ fn in_scope(st: &State, idx: Idx, req: &ContextRequest) -> bool {
 }
 
 impl Session {
-    fn context_item(&self, st: &State, idx: Idx, historical: bool) -> Result<ContextItem> {
+    /// The entity `id` names, when the principal may read it (`held`: its
+    /// labels): its record, for its name and aliases.
+    fn readable_entity(
+        &self,
+        st: &State,
+        id: RecordId,
+        held: &BTreeSet<String>,
+    ) -> Option<crate::model::Record> {
+        let i = st.idx(id)?;
+        if !self.can_read_with(st, i, held) {
+            return None;
+        }
+        self.db.record_view(st, i).ok()
+    }
+
+    /// How a claim's subject or object entity is rendered: its name when
+    /// the principal may read it (an id means nothing to a model), else
+    /// its id, as before.
+    fn entity_text(&self, st: &State, id: RecordId, held: &BTreeSet<String>) -> String {
+        self.readable_entity(st, id, held)
+            .and_then(|r| r.name)
+            .unwrap_or_else(|| id.to_string())
+    }
+
+    fn context_item(
+        &self,
+        st: &State,
+        idx: Idx,
+        historical: bool,
+        held: &BTreeSet<String>,
+    ) -> Result<ContextItem> {
         let m = st.meta(idx);
         let (external_id, text) = self.db.hit_content(st, idx)?;
         let text = match text {
@@ -259,10 +307,12 @@ impl Session {
                     (Some(n), _) => format!("{} ({})", n, r.entity_type.unwrap_or_default()),
                     (None, Some(p)) => format!(
                         "{} {} {}",
-                        r.subject.map(|s| s.to_string()).unwrap_or_default(),
+                        r.subject
+                            .map(|s| self.entity_text(st, s, held))
+                            .unwrap_or_default(),
                         p,
                         r.object
-                            .map(|o| o.to_string())
+                            .map(|o| self.entity_text(st, o, held))
                             .or(r.object_value)
                             .unwrap_or_default()
                     ),
@@ -396,18 +446,19 @@ impl Session {
         });
         let proc_items: Vec<ContextItem> = procedural
             .iter()
-            .map(|&i| self.context_item(&st, i, false))
+            .map(|&i| self.context_item(&st, i, false, &held))
             .collect::<Result<_>>()?;
 
         // 2. semantic, with conflicts
         let mut sem_items = Vec::new();
         for h in &semantic.hits {
             let Some(i) = st.idx(h.id) else { continue };
-            if st.meta(i).akind.is_some_and(AssertionKind::is_procedural) || !in_scope(&st, i, req)
+            if st.meta(i).akind.is_some_and(AssertionKind::is_procedural)
+                || !in_memory_scope(&st, i, req)
             {
                 continue;
             }
-            sem_items.push((i, self.context_item(&st, i, h.historical)?));
+            sem_items.push((i, self.context_item(&st, i, h.historical, &held)?));
             if sem_items.len() >= req.semantic_k {
                 break;
             }
@@ -421,31 +472,40 @@ impl Session {
                 }
             }
         }
-        // The claimed object of each grouped item: an entity id or a value.
-        let mut object_of: BTreeMap<usize, String> = BTreeMap::new();
+        // What each grouped item's object may be called: an entity by its
+        // id, and (when the principal may read it) its external id, name
+        // and aliases; a value by itself; case and outer spaces aside. Two
+        // claims agree when they share a name: `lives_in Berlin` (a value)
+        // and `lives_in` the entity named Berlin say the same.
+        let mut object_of: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
         for members in groups.values().filter(|m| m.len() > 1) {
             for &n in members {
                 let r = self.db.record_view(&st, sem_items[n].0)?;
-                let obj = r
-                    .object
-                    .map(|o| o.to_string())
-                    .or(r.object_value)
-                    .unwrap_or_default();
-                object_of.insert(n, obj);
+                let mut names = BTreeSet::new();
+                if let Some(o) = r.object {
+                    names.insert(o.to_string());
+                    if let Some(e) = self.readable_entity(&st, o, &held) {
+                        names.extend(e.external_id);
+                        names.extend(e.name);
+                        names.extend(e.aliases);
+                    }
+                }
+                names.extend(r.object_value);
+                object_of.insert(n, names.iter().map(|x| x.trim().to_lowercase()).collect());
             }
         }
+        let agree = |a: usize, b: usize| match (object_of.get(&a), object_of.get(&b)) {
+            (Some(x), Some(y)) => !x.is_disjoint(y),
+            _ => true,
+        };
         for members in groups.values() {
-            let values: BTreeSet<&String> =
-                members.iter().filter_map(|n| object_of.get(n)).collect();
-            if values.len() > 1 {
-                for &n in members {
-                    let others: Vec<RecordId> = members
-                        .iter()
-                        .filter(|&&o| o != n && object_of.get(&o) != object_of.get(&n))
-                        .map(|&o| sem_items[o].1.id)
-                        .collect();
-                    sem_items[n].1.conflicts_with = others;
-                }
+            for &n in members {
+                let others: Vec<RecordId> = members
+                    .iter()
+                    .filter(|&&o| o != n && !agree(n, o))
+                    .map(|&o| sem_items[o].1.id)
+                    .collect();
+                sem_items[n].1.conflicts_with = others;
             }
         }
 
@@ -453,10 +513,10 @@ impl Session {
         let mut epi_items = Vec::new();
         for h in episodic.hits.iter() {
             let Some(i) = st.idx(h.id) else { continue };
-            if !in_scope(&st, i, req) {
+            if !in_memory_scope(&st, i, req) {
                 continue;
             }
-            epi_items.push(self.context_item(&st, i, h.historical)?);
+            epi_items.push(self.context_item(&st, i, h.historical, &held)?);
             if epi_items.len() >= req.episodic_k {
                 break;
             }
@@ -482,7 +542,12 @@ impl Session {
                     turns.truncate(req.recent_turns);
                     turns.reverse();
                     for i in turns {
-                        recent_items.push(self.context_item(&st, i, el.historical.contains(i))?);
+                        recent_items.push(self.context_item(
+                            &st,
+                            i,
+                            el.historical.contains(i),
+                            &held,
+                        )?);
                     }
                 }
             }

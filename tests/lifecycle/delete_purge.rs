@@ -992,7 +992,9 @@ fn a_record_past_retention_is_not_read_by_id_or_listed_before_compact() {
     // the newest version past retention: the external id names it, and
     // reads as not found; the older version still reads by its id
     let first = s
-        .append(vec![NewRecord::event("note", "kept first").with_external_id("d")])
+        .append(vec![
+            NewRecord::event("note", "kept first").with_external_id("d"),
+        ])
         .unwrap()[0]
         .id;
     s.append(vec![NewRecord {

@@ -1374,3 +1374,84 @@ fn verify_of_a_backup_with_bytes_appended_says_what_restore_does() {
     ok(&restored, &["restore", backup.to_str().unwrap()]);
     ok(&restored, &["verify"]);
 }
+
+/// Working memory across sessions (an agent's memory loop): a summary and
+/// a preference scoped to last session's conversation reach this
+/// session's context (they were left out unless the conversation was the
+/// same); one scoped to another user does not. A claim whose object is a
+/// value naming an entity agrees with a relation to that entity (both were
+/// marked CONFLICT), while claims that differ still are; and a relation
+/// renders with its entities' names, not their ids.
+#[test]
+fn context_carries_earlier_conversations_and_names_entities() {
+    use engram::context::ContextRequest;
+    use engram::{Engram, HashEmbedder, Options, Principal};
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = Options {
+        embedder: Some(std::sync::Arc::new(HashEmbedder::default())),
+        ..Options::default()
+    };
+    let db = Engram::open(tmp.path().join("s"), opts).unwrap();
+    let s = db.session(Principal::admin("t"));
+    let lines = engram::query::parse_jsonl(
+        r#"{"external_id":"m1","kind":"user_message","text":"I prefer aisle seats and live in Berlin.","scope":{"user":"zoe","conversation":"trip-1"}}
+{"external_id":"a/aisle","record":"assertion","kind":"preference","text":"Zoe prefers aisle seats on flights.","sources":["m1"],"scope":{"user":"zoe","conversation":"trip-1"}}
+{"external_id":"s/trip-1","record":"summary","generator":"sum@1","text":"Trip 1: Zoe wants aisle seats on flights.","sources":["m1"],"scope":{"user":"zoe","conversation":"trip-1"}}
+{"external_id":"s/other","record":"summary","generator":"sum@1","text":"Max wants window seats on flights.","sources":["m1"],"scope":{"user":"max","conversation":"trip-9"}}
+{"external_id":"e/zoe","record":"entity","entity_type":"person","name":"Zoe"}
+{"external_id":"e/berlin","record":"entity","entity_type":"city","name":"Berlin","aliases":["BER"]}
+{"external_id":"r/lives","record":"relation","subject":"e/zoe","predicate":"lives_in","object":"e/berlin"}
+{"external_id":"a/lives","record":"assertion","kind":"fact","subject":"e/zoe","predicate":"lives_in","object":"berlin","text":"Zoe lives in Berlin.","sources":["m1"]}
+"#,
+    )
+    .unwrap();
+    s.append(lines.into_iter().map(|l| l.record).collect())
+        .unwrap();
+    db.wait_indexed().unwrap();
+    let ctx = |text: &str| {
+        let mut r = ContextRequest::new(text);
+        r.user = Some("zoe".into());
+        r.conversation = Some("trip-2".into());
+        r.semantic_k = 20;
+        r.episodic_k = 20;
+        s.context(&r).unwrap()
+    };
+    let ext_of = |c: &engram::context::Context, section: &str| -> Vec<String> {
+        c.sections
+            .iter()
+            .filter(|x| x.name == section)
+            .flat_map(|x| x.items.iter().filter_map(|i| i.external_id.clone()))
+            .collect()
+    };
+    let c = ctx("book a flight seat for Zoe");
+    assert!(
+        ext_of(&c, "episodic").contains(&"s/trip-1".to_string()),
+        "{c:?}"
+    );
+    assert!(
+        !ext_of(&c, "episodic").contains(&"s/other".to_string()),
+        "{c:?}"
+    );
+    assert!(
+        ext_of(&c, "semantic").contains(&"a/aisle".to_string()),
+        "{c:?}"
+    );
+    // where Zoe lives: the relation and the claim agree
+    let c = ctx("where does Zoe live, Berlin");
+    let rendered = c.render();
+    assert!(!rendered.contains("CONFLICT"), "{rendered}");
+    assert!(rendered.contains("Zoe lives_in Berlin"), "{rendered}");
+    // a claim that differs is still marked
+    let lines = engram::query::parse_jsonl(
+        r#"{"external_id":"a/paris","record":"assertion","kind":"fact","subject":"e/zoe","predicate":"lives_in","object":"Paris","text":"Zoe lives in Paris.","sources":["m1"]}
+"#,
+    )
+    .unwrap();
+    s.append(lines.into_iter().map(|l| l.record).collect())
+        .unwrap();
+    db.wait_indexed().unwrap();
+    let rendered = ctx("where does Zoe live, Berlin or Paris").render();
+    assert!(rendered.contains("CONFLICT"), "{rendered}");
+    drop(s);
+    db.close().unwrap();
+}
