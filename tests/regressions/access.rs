@@ -376,10 +376,20 @@ fn an_append_neither_names_nor_confirms_a_hidden_record_by_its_external_id() {
     assert!(e.to_string().contains("deleted"), "{e}");
     // A writer retrying its own append is told "duplicate", even when it
     // does not hold the labels it wrote (an agent filing restricted notes).
-    let own = carl
+    let filed = carl
         .append(vec![secret("c/1", "carl's restricted note")])
-        .unwrap()[0]
-        .id;
+        .unwrap();
+    let own = filed[0].id;
+    // and is told at once that it cannot read it back (it reads "not
+    // found" to its writer); the admin filing a new label is told nothing
+    assert!(
+        filed[0].notes.iter().any(|n| n.contains("does not hold")),
+        "{:?}",
+        filed[0].notes
+    );
+    let mut fresh = NewRecord::event("m", "a label nobody holds yet");
+    fresh.access = vec!["brand-new".into()];
+    assert!(admin.append(vec![fresh]).unwrap()[0].notes.is_empty());
     let again = carl
         .append(vec![secret("c/1", "carl's restricted note")])
         .unwrap();

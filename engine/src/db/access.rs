@@ -148,6 +148,39 @@ impl Session {
         held
     }
 
+    /// The note for a record written with access labels its writer does
+    /// not hold (`held`; for the tenant admin, a label revoked
+    /// tenant-wide): the record then reads "not found" to the principal
+    /// that just wrote it, which is said rather than left to surprise.
+    pub(crate) fn labels_not_held_note(
+        &self,
+        st: &State,
+        access: &[String],
+        held: &BTreeSet<String>,
+    ) -> Option<String> {
+        let admin = self.acts_as_admin(st);
+        let revoked = st
+            .tenant(self.principal.tenant())
+            .map(|t| &t.revoked_labels);
+        let unheld: Vec<&str> = access
+            .iter()
+            .filter(|l| {
+                if admin {
+                    revoked.is_some_and(|r| r.contains(*l))
+                } else {
+                    !held.contains(*l)
+                }
+            })
+            .map(String::as_str)
+            .collect();
+        (!unheld.is_empty()).then(|| {
+            format!(
+                "the record carries access label(s) {} that this principal does not hold: it cannot read the record back, nor delete it (the tenant admin can, or a grant of the label)",
+                unheld.join(", ")
+            )
+        })
+    }
+
     /// Whether the principal is its tenant's administrator: the tenant's
     /// admin principal, or one holding the `admin` role (granted, or from
     /// its credential). One definition for labels, the matrix and

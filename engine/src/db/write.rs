@@ -541,6 +541,8 @@ impl Session {
                         me
                     }
                 };
+                let held = held_once.get_or_init(|| self.held_labels(&st));
+                notes.extend(self.labels_not_held_note(&st, &access, held));
                 let rules = (tstate, w.pending_rules.get(&tenant));
                 let status = admission(rtype, &r.body, writer.kind, rules);
                 candidate_correction(&st, (tsym, rules), (status, &res), (i, r), writer.kind)?;
