@@ -541,8 +541,11 @@ impl Session {
                         me
                     }
                 };
-                let held = held_once.get_or_init(|| self.held_labels(&st));
-                notes.extend(self.labels_not_held_note(&st, &access, held));
+                // (most records carry no label: nothing to ask then)
+                if !access.is_empty() {
+                    let held = held_once.get_or_init(|| self.held_labels(&st));
+                    notes.extend(self.labels_not_held_note(&st, &access, held));
+                }
                 let rules = (tstate, w.pending_rules.get(&tenant));
                 let status = admission(rtype, &r.body, writer.kind, rules);
                 candidate_correction(&st, (tsym, rules), (status, &res), (i, r), writer.kind)?;
