@@ -412,6 +412,11 @@ pub struct Relevant {
     pub ids: Vec<String>,
     /// References that name no record the principal can read.
     pub unresolved: Vec<String>,
+    /// `ids` are internal ids resolved against the store: a hit is
+    /// relevant by its internal id alone (a record whose external id
+    /// spells another record's internal id is not that record). Without a
+    /// store, a hit is relevant by either of its ids.
+    pub by_internal_id: bool,
 }
 
 impl Relevant {
@@ -437,12 +442,16 @@ impl Relevant {
                 out.ids.push(id);
             }
         }
+        out.by_internal_id = true;
         out
     }
 
     /// The case's references as given, repeats merged (no store at hand).
     fn as_given(case: &EvalCase) -> Relevant {
-        Relevant::resolve(case, |r| Some(r.to_string()))
+        Relevant {
+            by_internal_id: false,
+            ..Relevant::resolve(case, |r| Some(r.to_string()))
+        }
     }
 }
 
@@ -464,9 +473,23 @@ pub fn score_resolved(case: &EvalCase, relevant: &Relevant, k: usize, hits: &[Hi
     let refused: HashSet<&str> = case.forbidden.iter().map(String::as_str).collect();
     let is =
         |h: &Hit, set: &HashSet<&str>| names(h).iter().flatten().any(|n| set.contains(n.as_str()));
+    // the relevant record a hit is, if any
+    let relevant_as = |h: &Hit| -> Option<String> {
+        let [id, ext] = names(h);
+        let names = if relevant.by_internal_id {
+            [id, None]
+        } else {
+            [id, ext]
+        };
+        names
+            .into_iter()
+            .flatten()
+            .find(|n| wanted.contains(n.as_str()))
+    };
     let top = &hits[..hits.len().min(k)];
-    let found: Vec<&Hit> = top.iter().filter(|h| is(h, &wanted)).collect();
-    let first = top.iter().position(|h| is(h, &wanted));
+    // each relevant record once, however many hits name it
+    let found: HashSet<String> = top.iter().filter_map(relevant_as).collect();
+    let first = top.iter().position(|h| relevant_as(h).is_some());
     let forbidden: Vec<String> = hits
         .iter()
         .filter(|h| is(h, &refused))
@@ -914,6 +937,30 @@ mod tests {
         assert_eq!((r.relevant, r.relevant_found), (2, 1));
         assert!((r.recall.unwrap() - 0.5).abs() < 1e-12);
         assert_eq!(r.unresolved, vec!["nope".to_string()]);
+    }
+
+    #[test]
+    fn an_external_id_spelling_a_relevant_internal_id_is_not_that_record() {
+        // the second hit is the relevant record; the first only carries
+        // its internal id as an external id
+        let a_id = RecordId(2).to_string();
+        let hits = [hit(&a_id, 1), hit("a", 2)];
+        let c = parse_case(
+            &format!(r#"{{"case_id": "c", "query": "q", "tenant": "t", "relevant": ["{a_id}"]}}"#),
+            1,
+        )
+        .unwrap();
+        // resolved against a store: by internal id alone
+        let rel = Relevant::resolve(&c, |r| (r == a_id).then(|| a_id.clone()));
+        let r = score_resolved(&c, &rel, 3, &hits);
+        assert_eq!((r.relevant, r.relevant_found), (1, 1));
+        assert!((r.recall.unwrap() - 1.0).abs() < 1e-12);
+        assert!((r.reciprocal_rank.unwrap() - 0.5).abs() < 1e-12);
+        // as given (no store): either name counts, the record still once
+        let r = score_case(&c, 3, &hits);
+        assert_eq!((r.relevant, r.relevant_found), (1, 1));
+        assert!((r.recall.unwrap() - 1.0).abs() < 1e-12);
+        assert!((r.precision.unwrap() - 1.0 / 3.0).abs() < 1e-12);
     }
 }
 
