@@ -944,6 +944,19 @@ fn a_record_past_retention_is_not_read_by_id_or_listed_before_compact() {
         assert!(s.history(&ext(gone)).is_err(), "{gone} in history");
     }
     assert_eq!(listed(&s), ["k"]);
+    // nothing new is built on it (it was taken as a source, the new
+    // record then reading as not found to its own writer)
+    let later = NewRecord {
+        external_id: Some("sum2".into()),
+        sources: vec![ext("e")],
+        ..summary_of_e_and_k("built on it later")
+    };
+    let e = s.append(vec![later]).unwrap_err();
+    assert!(
+        matches!(&e, EngineError::InvalidInput { field, reason, .. }
+            if field == "sources" && reason.contains("past its retention period")),
+        "{e}"
+    );
     let t = s.trace(&ext("k")).unwrap();
     for n in &t.nodes {
         assert!(

@@ -308,6 +308,8 @@ pub(super) struct Pending<'a> {
     pub superseding: &'a HashSet<RecordId>,
     /// Records retractions in flight withdraw.
     pub retracting: &'a HashSet<RecordId>,
+    /// The store's clock (what is past its retention period).
+    pub now: i64,
 }
 
 /// Why a new record may not cite one of its sources, if it may not: what
@@ -368,6 +370,13 @@ pub(super) fn source_out_of_use(
                 _ => "nothing is built on it",
             };
             return Some(format!("source {sid} {what}: {advice}"));
+        }
+        // past its retention period its content is no longer served: a
+        // record built on it would carry what the tenant let go
+        if in_batch.is_none() && idx(sid).is_some_and(|ix| st.past_retention(ix, pending.now)) {
+            return Some(format!(
+                "source {sid} is past its retention period: nothing is built on it"
+            ));
         }
         let why = match status {
             Some(Status::Superseded) if res.supersedes != Some(sid) => {

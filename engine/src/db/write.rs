@@ -315,7 +315,7 @@ impl Session {
                 BTreeSet::new()
             };
             let actor = self.actor(&st);
-            // The labels held, computed once if an external id is met again.
+            // The labels held, asked once, when an external id recurs or a record is labelled.
             let held_once = std::cell::OnceCell::new();
             // item -> the earlier item of the batch it repeats exactly (same
             // external id, same content): a duplicate, as it would be in a
@@ -541,7 +541,6 @@ impl Session {
                         me
                     }
                 };
-                // (most records carry no label: nothing to ask then)
                 if !access.is_empty() {
                     let held = held_once.get_or_init(|| self.held_labels(&st));
                     notes.extend(self.labels_not_held_note(&st, &access, held));
@@ -554,6 +553,7 @@ impl Session {
                     corrections_before: superseded_here.values().any(|&j| j < i),
                     superseding: &w.pending_superseded,
                     retracting: &w.pending_retracted,
+                    now: self.db.now(),
                 };
                 if let Some(why) = source_out_of_use(&st, tsym, &res, (&minted, &batch), &pending) {
                     return Err(EngineError::invalid("sources", why).at_item(i));
