@@ -355,13 +355,25 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let cli = match Cli::try_parse_from(args) {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let cli = match Cli::try_parse_from(&args) {
         Ok(c) => c,
         Err(e) => {
             return match e.kind() {
                 clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
                     let _ = e.print();
                     ExitCode::SUCCESS
+                }
+                // `engram query --json` answers in JSON whatever goes wrong,
+                // its command line included
+                _ if query_json(&args) => {
+                    let message = e.render().to_string();
+                    let message = message.trim_start_matches("error: ").trim_end();
+                    crate::outln!(
+                        "{}",
+                        serde_json::json!({"errors": [engram_query::lang::unplaced_error_json("usage", message)]})
+                    );
+                    ExitCode::from(2)
                 }
                 // an error quotes the argument: plain text, controls escaped
                 _ => {
@@ -394,6 +406,26 @@ where
             ExitCode::from(1)
         }
     }
+}
+
+/// Whether a command line that did not parse is `engram query ... --json`
+/// (the first word that is not a global option names the command).
+fn query_json(args: &[OsString]) -> bool {
+    let mut words = args.iter().skip(1).map(|a| a.to_str().unwrap_or(""));
+    let mut command = None;
+    while let Some(w) = words.next() {
+        match w {
+            "--data" | "--embedder" => {
+                words.next();
+            }
+            w if w.starts_with('-') => {}
+            w => {
+                command = Some(w);
+                break;
+            }
+        }
+    }
+    command == Some("query") && words.any(|w| w == "--json")
 }
 
 fn dispatch(cli: Cli) -> CliResult {

@@ -536,6 +536,44 @@ fn a_parameter_given_twice_is_refused_and_hints_name_the_cli_ways_to_bind() {
         assert!(j["errors"][0][k].is_null(), "{k}: {j}");
     }
     assert_eq!(j["errors"][0]["expected"], serde_json::json!([]), "{j}");
+    // so is a command line that does not parse (exit status 2, as for
+    // every command's usage error), global options before the command
+    // or not; without --json it is text on stderr
+    for args in [
+        vec![
+            "--data",
+            &d,
+            "query",
+            "--tenant",
+            "t",
+            "--json",
+            "FIND ANY",
+            "--param-file",
+        ],
+        vec!["-q", "--data", &d, "query", "--json", "--tenant"],
+    ] {
+        let o = engram(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
+        assert_eq!(j["errors"][0]["code"], "usage", "{j}");
+        let message = j["errors"][0]["message"].as_str().unwrap();
+        assert!(message.contains("--"), "{message}");
+    }
+    let o = engram(&[
+        "--data",
+        &d,
+        "query",
+        "--tenant",
+        "t",
+        "FIND ANY",
+        "--param-file",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        o.stdout.is_empty() && text(&o).contains("--param-file"),
+        "{}",
+        text(&o)
+    );
 }
 
 /// An error the engine raises while a statement runs carries the engine's
