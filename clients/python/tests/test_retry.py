@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator, List, Optional
+from typing import Any, AsyncIterator, Iterator, List, Optional
 
 import anyio
 
@@ -138,15 +138,33 @@ def test_503_not_retried_for_two_corrections_of_one_stored_chain() -> None:
     with pytest.raises(Timeout):
         c.append(twice)
     assert len(s.requests) == 1 and slept == []
-    # one correction per chain, or a chain the batch creates, is re-sent
+    # nor one correction naming its chain by external id: sent again after
+    # another writer's correction, it would correct that one
+    s = Script(error(503, "timeout", "1"), OK_APPEND)
+    c, slept = client(s)
+    with pytest.raises(Timeout):
+        c.append(twice[:1])
+    assert len(s.requests) == 1 and slept == []
+    # a correction naming the version it corrects, or a chain the batch
+    # creates, is re-sent (found again, it is a duplicate)
+    version = "01KBX3Q0M5V4J8ZT7W2N6R9C1D"
     for batch in (
-        twice[:1],
+        [dict(twice[0], supersedes=version)],
+        [dict(twice[0], supersedes=version.lower())],
+        [dict(twice[0], supersedes="id:" + version)],
         [{"kind": "pref", "text": "A", "external_id": "r1"}] + twice,
     ):
         s = Script(error(503, "timeout", "1"), OK_APPEND)
         c, slept = client(s)
         c.append(batch)
         assert len(s.requests) == 2, batch
+    # text shaped like no internal id names a chain
+    for not_an_id in ("81KBX3Q0M5V4J8ZT7W2N6R9C1D", "01KBX3Q0M5V4J8ZT7W2N6R9C1U", "ext:" + version):
+        s = Script(error(503, "timeout", "1"), OK_APPEND)
+        c, slept = client(s)
+        with pytest.raises(Timeout):
+            c.append([dict(twice[0], supersedes=not_an_id)])
+        assert len(s.requests) == 1, not_an_id
 
 
 def test_503_not_retried_for_other_writes_but_429_is() -> None:
@@ -629,3 +647,87 @@ def test_an_error_answer_past_max_answer_bytes_keeps_its_status() -> None:
     with pytest.raises(EngramError) as e:
         c.get("x")
     assert e.value.status == 503 and e.value.code == "invalid_response"
+
+
+def _lost_after_two_results(request: httpx.Request) -> httpx.Response:
+    """Reads the whole body, reports its first two lines, then the
+    connection is lost (a server killed mid-answer)."""
+    request.read()
+
+    def lines() -> Iterator[bytes]:
+        yield b'{"line": 1, "outcome": "created", "id": "a"}\n'
+        yield b'{"line": 2, "outcome": "created", "id": "b"}\n'
+        raise httpx.ReadError("connection reset")
+
+    return httpx.Response(200, content=lines())
+
+
+def test_a_bulk_request_whose_connection_is_lost_names_the_items_unconfirmed() -> None:
+    items = [{"kind": "note", "external_id": f"n{i}", "text": "x"} for i in range(5)]
+    c = Client(
+        "http://engram.test",
+        "egk_k",
+        retry=FAST,
+        transport=httpx.MockTransport(_lost_after_two_results),
+    )
+    stream = c.bulk(items)
+    seen = []
+    with pytest.raises(TransportError) as e:
+        for r in stream:
+            seen.append(r["line"])
+    assert seen == [1, 2]
+    assert e.value.details["unconfirmed"] == {"from_line": 3, "to_line": 5}
+    s = stream.summary
+    assert (s["lines"], s["created"], s["requests"], s["complete"]) == (2, 2, 1, False)
+
+    # a later request that failed with no answer (the mock transport reads
+    # a body before its handler runs): the items it took, and only those,
+    # are named; the rest are still in the iterable
+    ok = (
+        b'{"line": 1, "outcome": "created", "id": "a"}\n'
+        b'{"line": 2, "outcome": "created", "id": "b"}\n'
+        b'{"summary": {"lines": 2, "created": 2, "duplicates": 0, "rejected": 0,'
+        b' "batches": 1, "batches_rejected": 0, "complete": true}}\n'
+    )
+    answers: List[Any] = [httpx.Response(200, content=ok), httpx.ConnectError("refused")]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        a = answers.pop(0)
+        if isinstance(a, Exception):
+            raise a
+        request.read()
+        return a
+
+    left = iter(items)
+    c = Client("http://engram.test", "egk_k", retry=FAST, transport=httpx.MockTransport(handler))
+    stream = c.bulk(left, lines_per_request=2)
+    with pytest.raises(TransportError) as e:
+        stream.run()
+    assert e.value.details["unconfirmed"] == {"from_line": 3, "to_line": 4}
+    assert e.value.details["connect"] is True
+    assert [r["external_id"] for r in left] == ["n4"]
+    assert (stream.summary["lines"], stream.summary["requests"]) == (2, 2)
+
+
+def test_the_async_bulk_names_the_items_unconfirmed_too() -> None:
+    async def lost(request: httpx.Request) -> httpx.Response:
+        await request.aread()
+
+        async def lines() -> AsyncIterator[bytes]:
+            yield b'{"line": 1, "outcome": "created", "id": "a"}\n'
+            yield b'{"line": 2, "outcome": "created", "id": "b"}\n'
+            raise httpx.ReadError("connection reset")
+
+        return httpx.Response(200, content=lines())
+
+    async def run() -> None:
+        async with AsyncClient(
+            "http://engram.test", "egk_k", retry=FAST, transport=httpx.MockTransport(lost)
+        ) as a:
+            stream = a.bulk([{"kind": "note", "external_id": f"n{i}", "text": "x"} for i in range(4)])
+            with pytest.raises(TransportError) as e:
+                await stream.run()
+            assert e.value.details["unconfirmed"] == {"from_line": 3, "to_line": 4}
+            assert stream.summary["requests"] == 1
+
+    anyio.run(run)

@@ -234,25 +234,32 @@ def _drop_none(d: Mapping[str, Any]) -> Dict[str, Any]:
 # --- records ---------------------------------------------------------------
 
 
+# An internal id as the server reads one: 26 Crockford base-32 characters
+# (no U), the first at most 7; or any text after ``id:``.
+_INTERNAL_ID = re.compile(r"(?:id:.*|[0-7OoIiLl][0-9A-TV-Za-tv-z]{25})", re.DOTALL)
+
+
 def _safe_to_resend(items: List[Any]) -> bool:
     """Whether sending ``items`` again after a first attempt that may have
     been stored stores nothing new: every record has an external id (a
-    re-sent record is a ``duplicate``), and no chain the batch did not
-    create is corrected twice in it. (A correction naming a chain by its
-    external id corrects the version current when it arrives: sent again,
-    the first of two corrections would correct the second's version.)"""
+    re-sent record is a ``duplicate``), and every correction of a chain
+    the batch did not create names the version it corrects by its internal
+    id. A correction naming a chain by its external id corrects the
+    version current when it arrives: sent again after another writer's
+    correction, it would correct that one and be stored a second time
+    (and sent again within one batch, the first of two corrections would
+    correct the second's version). Naming the version, a re-sent
+    correction finds it corrected by the same content: a ``duplicate``."""
     created = set()
-    corrections: Dict[str, int] = {}
     for r in items:
         if not isinstance(r, Mapping) or not r.get("external_id"):
             return False
         e = str(r["external_id"])
-        if r.get("supersedes") is None:
+        target = r.get("supersedes")
+        if target is None:
             created.add(e)
-        elif e not in created:
-            corrections[e] = corrections.get(e, 0) + 1
-            if corrections[e] > 1:
-                return False
+        elif str(target) not in created and not _INTERNAL_ID.fullmatch(str(target)):
+            return False
     return True
 
 
@@ -559,6 +566,8 @@ class BulkTotals:
         # authoritative) arrives: what a stream that failed before its
         # summary had already reported
         self._pending = {"lines": 0, "created": 0, "duplicates": 0, "rejected": 0}
+        # result lines of the current request (its lines reported so far)
+        self._request_results = 0
 
     def failed(self) -> None:
         """The current request's stream ended without its summary: its
@@ -606,6 +615,7 @@ class BulkTotals:
             if not _count(obj["line"]) or not isinstance(obj.get("error", {}), dict):
                 self.not_engram("a result line without a line number, or with an error not an object")
             self._pending["lines"] += 1
+            self._request_results += 1
             outcome = obj.get("outcome")
             if outcome == "created":
                 self._pending["created"] += 1
@@ -650,10 +660,28 @@ class BulkTotals:
             f"({why}); is the client's URL an Engram server's?",
         )
 
+    def connection_lost(self, err: EngramError, offset: int, taken: int) -> EngramError:
+        """The current request, whose first item is ``offset + 1`` overall
+        and which took ``taken`` items from the iterable, ended with no
+        answer (the connection lost or never made): its reported lines are
+        the totals, and ``err.details["unconfirmed"]`` names the items taken
+        whose outcome was never reported (stored or not: send them again;
+        with external ids, what was stored is a ``duplicate``)."""
+        self.failed()
+        self.summary["requests"] += 1
+        reported, self._request_results = self._request_results, 0
+        if taken > reported:
+            err.details["unconfirmed"] = {
+                "from_line": offset + reported + 1,
+                "to_line": offset + taken,
+            }
+        return err
+
     def request_ended(self) -> None:
         """Checks that the request's stream ended with its summary; raises
         the error that ended it, if one did."""
         self.summary["requests"] += 1
+        self._request_results = 0
         err, self._stream_error = self._stream_error, None
         if self._summaries_seen != self.summary["requests"]:
             self.failed()

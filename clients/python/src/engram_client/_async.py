@@ -476,12 +476,15 @@ class AsyncBulkStream(AsyncIterator[BulkLine]):
             if first is sentinel:
                 self._finished = True
                 return
-            sent = [0]
+            # items sent in this request, and taken from the iterable
+            sent, taken = [0], [1]
             # An item that cannot be sent ends the body where it is: the
             # lines before it are stored and reported, then it is raised.
             bad: List[BaseException] = []
 
-            async def body(first: Any = first, sent: List[int] = sent) -> AsyncIterator[bytes]:
+            async def body(
+                first: Any = first, sent: List[int] = sent, taken: List[int] = taken
+            ) -> AsyncIterator[bytes]:
                 item = first
                 while True:
                     try:
@@ -496,6 +499,7 @@ class AsyncBulkStream(AsyncIterator[BulkLine]):
                     item = await _anext(it, sentinel)
                     if item is sentinel:
                         return
+                    taken[0] += 1
 
             try:
                 async with client._http.stream(
@@ -528,8 +532,8 @@ class AsyncBulkStream(AsyncIterator[BulkLine]):
                 # characters a URL cannot hold): the caller's argument
                 raise ValueError(_api.invalid_url_message(exc)) from exc
             except httpx.TransportError as exc:
-                self._totals.failed()
-                raise _api.transport_error(exc, self._client.key) from exc
+                err = _api.transport_error(exc, self._client.key)
+                raise self._totals.connection_lost(err, offset, taken[0]) from exc
             self._totals.request_ended()
             offset += sent[0]
             if bad:

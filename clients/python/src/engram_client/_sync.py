@@ -461,12 +461,15 @@ class BulkStream(Iterator[BulkLine]):
             if first is sentinel:
                 self._finished = True
                 return
-            sent = [0]
+            # items sent in this request, and taken from the iterable
+            sent, taken = [0], [1]
             # An item that cannot be sent ends the body where it is: the
             # lines before it are stored and reported, then it is raised.
             bad: List[BaseException] = []
 
-            def body(first: Any = first, sent: List[int] = sent) -> Iterator[bytes]:
+            def body(
+                first: Any = first, sent: List[int] = sent, taken: List[int] = taken
+            ) -> Iterator[bytes]:
                 item = first
                 while True:
                     try:
@@ -481,6 +484,7 @@ class BulkStream(Iterator[BulkLine]):
                     item = next(it, sentinel)
                     if item is sentinel:
                         return
+                    taken[0] += 1
 
             try:
                 with client._http.stream(
@@ -513,8 +517,8 @@ class BulkStream(Iterator[BulkLine]):
                 # characters a URL cannot hold): the caller's argument
                 raise ValueError(_api.invalid_url_message(exc)) from exc
             except httpx.TransportError as exc:
-                self._totals.failed()
-                raise _api.transport_error(exc, self._client.key) from exc
+                err = _api.transport_error(exc, self._client.key)
+                raise self._totals.connection_lost(err, offset, taken[0]) from exc
             self._totals.request_ended()
             offset += sent[0]
             if bad:
