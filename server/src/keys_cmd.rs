@@ -106,10 +106,21 @@ pub fn serve(ctx: &crate::cli::Ctx, a: ServeArgs) -> CliResult {
 }
 
 fn key_file(data: &Path, a: &KeyFileArgs) -> Result<PathBuf, CliError> {
+    use engram_engine::store_dir::{
+        BACKUP_FILE, DirKind, classify, refuse_inside_store, refuse_unfinished,
+    };
     if let Some(k) = &a.key_file {
+        // (a store's own directories are its maintenance's: compaction,
+        // rebuild and restore replace them; its root holds its keys.json)
+        let parent = k.parent().filter(|p| !p.as_os_str().is_empty());
+        refuse_inside_store(
+            &engram_storage::FsBackend,
+            parent.unwrap_or(Path::new(".")),
+            "--key-file",
+            "keep a key file outside a store's directories (a store's own is keys.json in its root)",
+        )?;
         return Ok(k.clone());
     }
-    use engram_engine::store_dir::{BACKUP_FILE, DirKind, classify, refuse_unfinished};
     refuse_unfinished(&engram_storage::FsBackend, data)?;
     match classify(&engram_storage::FsBackend, data)? {
         // a backup is not a store: nothing is written into it

@@ -479,3 +479,35 @@ fn a_directory_in_place_of_a_segment_is_named() {
         );
     }
 }
+
+/// A key file is never written into a store's own directories (its
+/// maintenance replaces them); one in a store's root, or outside any
+/// store, is written.
+#[test]
+fn a_key_file_inside_a_stores_directories_is_refused() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let s = tmp.path().join("s");
+    ok(&s, &["init"]);
+    for inside in ["log/k.json", "derived/k.json", "derived/new/k.json"] {
+        let path = s.join(inside);
+        let msg = fails(
+            &s,
+            &[
+                "keys",
+                "create",
+                "--admin",
+                "--key-file",
+                path.to_str().unwrap(),
+            ],
+        );
+        assert!(msg.contains("inside the store"), "{inside}: {msg}");
+        assert!(!path.exists(), "{inside} written");
+    }
+    let outside = tmp.path().join("k.json");
+    for path in [s.join("other-keys.json"), outside] {
+        let p = path.to_str().unwrap();
+        ok(&s, &["keys", "create", "--admin", "--key-file", p]);
+        assert!(path.exists(), "{p}");
+    }
+}
