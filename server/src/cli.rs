@@ -245,9 +245,11 @@ pub struct RepairArgs {
 }
 
 /// Parses a tenant or principal argument: a non-empty name within the
-/// engine's limits.
+/// engine's limits, with no invisible character (as the engine holds a
+/// tenant or principal written in a record: one that prints like another
+/// is refused, not read as a tenant holding nothing).
 pub fn name_arg(s: &str) -> Result<String, String> {
-    engram_engine::model::check_name("name", s)
+    engram_engine::model::check_identifier("name", s)
         .map(|()| s.to_string())
         .map_err(|e| match e {
             EngineError::InvalidInput { reason, .. } => reason,

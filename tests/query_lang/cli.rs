@@ -559,6 +559,21 @@ fn a_parameter_given_twice_is_refused_and_hints_name_the_cli_ways_to_bind() {
         let message = j["errors"][0]["message"].as_str().unwrap();
         assert!(message.contains("--"), "{message}");
     }
+    // a tenant that prints like another is refused, not read as one
+    // holding nothing
+    let o = engram(&[
+        "--data",
+        &d,
+        "query",
+        "--json",
+        "--tenant",
+        "t\u{200b}",
+        "FIND ANY",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
+    let message = j["errors"][0]["message"].as_str().unwrap();
+    assert!(message.contains("U+200B"), "{message}");
     let o = engram(&[
         "--data",
         &d,
