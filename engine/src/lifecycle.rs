@@ -78,9 +78,10 @@ impl Session {
 
     /// Sets the end of validity of a record: past `valid_until` it is
     /// historical. Fails if `valid_until` is before the record's start of
-    /// validity.
+    /// validity. Errors name it `at`, as the CLI's `--at` and the
+    /// server's `{"at": ...}` do.
     pub fn expire(&self, target: &RecordRef, valid_until: i64) -> Result<OpResult> {
-        check_time("valid_until", Some(valid_until))?;
+        check_time("at", Some(valid_until))?;
         let (id, from) = {
             let st = self.db.state();
             let idx = self.resolve_in(&st, target)?;
@@ -123,7 +124,7 @@ impl Session {
         if valid_until < from {
             return Err(EngineError::InvalidInput {
                 item: None,
-                field: "valid_until".into(),
+                field: "at".into(),
                 reason: format!(
                     "{} is before the record's start of validity {}",
                     format_rfc3339(valid_until),

@@ -273,8 +273,9 @@ pub(crate) fn at_line(line: usize) -> impl Fn((String, String)) -> LineError {
 /// otherwise be silently lost).
 pub(crate) fn known_fields(o: &Map<String, Value>, fields: &[&str]) -> FieldResult<()> {
     match o.keys().find(|k| !fields.contains(&k.as_str())) {
+        // (an empty key is named as JSON writes it)
         Some(k) => err(
-            k,
+            if k.is_empty() { "\"\"" } else { k },
             format!("unknown field; known fields: {}", fields.join(", ")),
         ),
         None => Ok(()),
@@ -644,6 +645,10 @@ mod tests {
             (
                 r#"{"tenant": "t", "kind": "k", "text": "x", "occured_at": "2025-01-01"}"#,
                 "occured_at",
+            ),
+            (
+                r#"{"tenant": "t", "kind": "k", "text": "x", "": 1}"#,
+                "\"\"",
             ),
             (
                 r#"{"tenant": "t", "kind": "k", "text": "x", "embedding": {"model": "m", "vector": [1, "a"]}}"#,

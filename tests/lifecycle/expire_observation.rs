@@ -107,7 +107,7 @@ fn an_expired_observation_is_history_not_current_state() {
     let lsn = db.applied_lsn();
     let e = s.expire(&ext("disk"), T0 - MINUTE).unwrap_err();
     assert!(
-        matches!(e, EngineError::InvalidInput { ref field, .. } if field == "valid_until"),
+        matches!(e, EngineError::InvalidInput { ref field, .. } if field == "at"),
         "{e}"
     );
     assert_eq!(db.applied_lsn(), lsn);
