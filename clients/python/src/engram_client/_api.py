@@ -58,7 +58,8 @@ class RetryPolicy:
     ``unavailable``) and lost connections only for idempotent requests:
     reads, and appends whose records all carry an ``external_id`` (the
     server stores a re-sent record once and reports it as ``duplicate``)
-    and that correct no stored chain twice. Other appends and lifecycle
+    and that correct a stored chain only by naming the version corrected
+    as ``id:<id>``. Other appends and lifecycle
     operations are not re-sent after a 503 or a dropped connection: the
     first attempt may have been stored. Bulk ingest is never retried by
     the client.
@@ -234,9 +235,10 @@ def _drop_none(d: Mapping[str, Any]) -> Dict[str, Any]:
 # --- records ---------------------------------------------------------------
 
 
-# An internal id as the server reads one: 26 Crockford base-32 characters
-# (no U), the first at most 7; or any text after ``id:``.
-_INTERNAL_ID = re.compile(r"(?:id:.*|[0-7OoIiLl][0-9A-TV-Za-tv-z]{25})", re.DOTALL)
+# A reference that can only name a version by its internal id: ``id:``
+# then the id. (Bare, the same 26 characters are also read as an external
+# id when no record has that internal id: a chain named by external id.)
+_VERSION_REF = re.compile(r"id:.*", re.DOTALL)
 
 
 def _safe_to_resend(items: List[Any]) -> bool:
@@ -244,7 +246,7 @@ def _safe_to_resend(items: List[Any]) -> bool:
     been stored stores nothing new: every record has an external id (a
     re-sent record is a ``duplicate``), and every correction of a chain
     the batch did not create names the version it corrects by its internal
-    id. A correction naming a chain by its external id corrects the
+    id, as ``id:<id>``. A correction naming a chain by its external id corrects the
     version current when it arrives: sent again after another writer's
     correction, it would correct that one and be stored a second time
     (and sent again within one batch, the first of two corrections would
@@ -258,7 +260,7 @@ def _safe_to_resend(items: List[Any]) -> bool:
         target = r.get("supersedes")
         if target is None:
             created.add(e)
-        elif str(target) not in created and not _INTERNAL_ID.fullmatch(str(target)):
+        elif str(target) not in created and not _VERSION_REF.fullmatch(str(target)):
             return False
     return True
 
@@ -669,27 +671,38 @@ class BulkTotals:
         with external ids, what was stored is a ``duplicate``)."""
         self.failed()
         self.summary["requests"] += 1
+        self._unconfirmed(err, offset, taken)
+        # (what a failed body's error line had said it left unstored)
+        stream_err, self._stream_error = self._stream_error, None
+        if stream_err is not None and "not_stored" in stream_err.details:
+            err.details["not_stored"] = stream_err.details["not_stored"]
+        return err
+
+    def _unconfirmed(self, err: EngramError, offset: int, taken: int) -> None:
+        """Names in ``err`` the items of the current request whose outcome
+        was not reported (see :meth:`connection_lost`)."""
         reported, self._request_results = self._request_results, 0
         if taken > reported:
             err.details["unconfirmed"] = {
                 "from_line": offset + reported + 1,
                 "to_line": offset + taken,
             }
-        return err
 
-    def request_ended(self) -> None:
-        """Checks that the request's stream ended with its summary; raises
-        the error that ended it, if one did."""
+    def request_ended(self, offset: int, taken: int) -> None:
+        """Checks that the request (first item ``offset + 1``, ``taken``
+        items) ended its stream with its summary; raises the error that
+        ended it, if one did."""
         self.summary["requests"] += 1
-        self._request_results = 0
         err, self._stream_error = self._stream_error, None
         if self._summaries_seen != self.summary["requests"]:
             self.failed()
-            if err is not None:
-                raise err
-            raise TransportError(
-                0, "transport", "the bulk response ended before its summary line", {}
-            )
+            if err is None:
+                err = TransportError(
+                    0, "transport", "the bulk response ended before its summary line", {}
+                )
+            self._unconfirmed(err, offset, taken)
+            raise err
+        self._request_results = 0
         if err is not None:
             raise err
 

@@ -177,7 +177,11 @@ class Client:
         ``details.field``). Re-sending records with the same external ids and
         content is reported as ``duplicate``. The batch is retried after a
         429, a 503 or a lost connection only when **every** record carries an
-        ``external_id``; otherwise only after a 429 (which stores nothing).
+        ``external_id`` and every correction of a stored chain names the
+        version it corrects as ``"supersedes": "id:<id>"`` (one naming the
+        chain by external id would, re-sent after another writer's
+        correction, be stored again); otherwise only after a 429 (which
+        stores nothing).
         """
         return cast(AppendResponse, self._call(_api.append(records)))
 
@@ -519,7 +523,7 @@ class BulkStream(Iterator[BulkLine]):
             except httpx.TransportError as exc:
                 err = _api.transport_error(exc, self._client.key)
                 raise self._totals.connection_lost(err, offset, taken[0]) from exc
-            self._totals.request_ended()
+            self._totals.request_ended(offset, taken[0])
             offset += sent[0]
             if bad:
                 self._totals.summary["complete"] = False
