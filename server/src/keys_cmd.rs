@@ -106,19 +106,8 @@ pub fn serve(ctx: &crate::cli::Ctx, a: ServeArgs) -> CliResult {
 }
 
 fn key_file(data: &Path, a: &KeyFileArgs) -> Result<PathBuf, CliError> {
-    use engram_engine::store_dir::{
-        BACKUP_FILE, DirKind, classify, refuse_inside_store, refuse_unfinished,
-    };
+    use engram_engine::store_dir::{BACKUP_FILE, DirKind, classify, refuse_unfinished};
     if let Some(k) = &a.key_file {
-        // (a store's own directories are its maintenance's: compaction,
-        // rebuild and restore replace them; its root holds its keys.json)
-        let parent = k.parent().filter(|p| !p.as_os_str().is_empty());
-        refuse_inside_store(
-            &engram_storage::FsBackend,
-            parent.unwrap_or(Path::new(".")),
-            "--key-file",
-            "keep a key file outside a store's directories (a store's own is keys.json in its root)",
-        )?;
         return Ok(k.clone());
     }
     refuse_unfinished(&engram_storage::FsBackend, data)?;
@@ -136,6 +125,47 @@ fn key_file(data: &Path, a: &KeyFileArgs) -> Result<PathBuf, CliError> {
             data.display()
         ))),
     }
+}
+
+/// The directories a store's maintenance owns (compaction, rebuild,
+/// repair and restore replace or remove them).
+const OWNED_DIRS: [&str; 6] = [
+    "log",
+    "derived",
+    "quarantine",
+    "compact.staging",
+    "log.restore",
+    "log.old",
+];
+
+/// Refuses a key file to be created inside one of a store's own
+/// directories ([`OWNED_DIRS`]): it would be replaced or removed with
+/// them. A store's root, a directory of the operator's inside it, or any
+/// place outside a store is fine. (Listing and revoking read and write a
+/// key file wherever it is, so one written there can be moved.)
+fn refuse_owned_dir(path: &Path) -> Result<(), CliError> {
+    use engram_engine::store_dir::MARKER_FILE;
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    for store in abs.ancestors().skip(1) {
+        if !store.join(MARKER_FILE).exists() {
+            continue;
+        }
+        let below = abs.strip_prefix(store).ok().and_then(|r| {
+            let mut parts = r.components();
+            let first = parts.next()?;
+            // (the file itself in the root is not below a directory)
+            parts.next()?;
+            first.as_os_str().to_str()
+        });
+        if let Some(dir) = below.filter(|d| OWNED_DIRS.contains(d)) {
+            return Err(CliError::Message(format!(
+                "--key-file {}: inside {dir}/ of the store at {}, which its maintenance replaces; keep a key file outside a store's own directories (a store's is keys.json in its root)",
+                path.display(),
+                store.display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn describe(k: &KeyEntry) -> String {
@@ -179,6 +209,7 @@ pub fn keys(data: &Path, cmd: KeysCommand) -> CliResult {
     match cmd {
         KeysCommand::Create(a) => {
             let path = key_file(data, &a.file)?;
+            refuse_owned_dir(&path)?;
             let grant = if a.admin {
                 Grant::Store
             } else {

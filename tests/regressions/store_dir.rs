@@ -480,9 +480,10 @@ fn a_directory_in_place_of_a_segment_is_named() {
     }
 }
 
-/// A key file is never written into a store's own directories (its
-/// maintenance replaces them); one in a store's root, or outside any
-/// store, is written.
+/// A key file is never created in a store's own directories (its
+/// maintenance replaces them); one in a store's root, in a directory of
+/// the operator's inside it, or outside any store, is. One already there
+/// is still listed (to move it).
 #[test]
 fn a_key_file_inside_a_stores_directories_is_refused() {
     let _serial = crate::cli::serial();
@@ -501,13 +502,20 @@ fn a_key_file_inside_a_stores_directories_is_refused() {
                 path.to_str().unwrap(),
             ],
         );
-        assert!(msg.contains("inside the store"), "{inside}: {msg}");
+        assert!(
+            msg.contains("which its maintenance replaces"),
+            "{inside}: {msg}"
+        );
         assert!(!path.exists(), "{inside} written");
     }
     let outside = tmp.path().join("k.json");
-    for path in [s.join("other-keys.json"), outside] {
+    std::fs::create_dir(s.join("secrets")).unwrap();
+    for path in [s.join("other-keys.json"), s.join("secrets/k.json"), outside] {
         let p = path.to_str().unwrap();
         ok(&s, &["keys", "create", "--admin", "--key-file", p]);
         assert!(path.exists(), "{p}");
     }
+    let there = s.join("log/k.json");
+    std::fs::copy(tmp.path().join("k.json"), &there).unwrap();
+    ok(&s, &["keys", "list", "--key-file", there.to_str().unwrap()]);
 }
