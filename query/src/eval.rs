@@ -290,6 +290,21 @@ fn parse_case_as(text: &str, line: usize, session: bool) -> Result<EvalCase, Lin
                 (None, None) => return Err(("scope.tenant".to_string(), "required".to_string())),
             }
         };
+        // as the engine holds a tenant or principal written in a record:
+        // one that prints like another is refused, not run as a tenant
+        // holding nothing
+        let identifier = |field: &str, name: &Option<String>| match name {
+            Some(n) => engram_engine::model::check_identifier(field, n).map_err(|e| match e {
+                engram_engine::EngineError::InvalidInput { reason, .. } => {
+                    (field.to_string(), reason)
+                }
+                e => (field.to_string(), e.to_string()),
+            }),
+            None => Ok(()),
+        };
+        identifier("tenant", &(!tenant.is_empty()).then(|| tenant.clone()))?;
+        let principal = one(&o, &["principal"])?;
+        identifier("principal", &principal)?;
         let filters = Filters {
             users: filter(scope, &["user", "user_id"])?,
             conversations: filter(scope, &["conversation", "conversation_id"])?,
@@ -350,7 +365,7 @@ fn parse_case_as(text: &str, line: usize, session: bool) -> Result<EvalCase, Lin
             line,
             case_id,
             tenant,
-            principal: one(&o, &["principal"])?,
+            principal,
             request,
             relevant: capped(
                 strs(&o, &["relevant_ids", "relevant_event_ids", "relevant"])?,
@@ -665,6 +680,25 @@ mod tests {
         ] {
             let e = EvalConfig::parse(bad).unwrap_err();
             assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_tenant_or_principal_that_prints_like_another_is_refused() {
+        for (t, field) in [
+            (r#"{"query": "q", "tenant": "t\u200b"}"#, "tenant"),
+            (
+                r#"{"query": "q", "scope": {"tenant": "t\u200b"}}"#,
+                "tenant",
+            ),
+            (
+                r#"{"query": "q", "tenant": "t", "principal": "p\u00ad"}"#,
+                "principal",
+            ),
+        ] {
+            let e = parse_case(t, 2).unwrap_err();
+            assert_eq!((e.line, e.field.as_str()), (2, field), "{t}");
+            assert!(e.reason.contains("invisible"), "{}", e.reason);
         }
     }
 
