@@ -369,8 +369,10 @@ where
                 // `engram query --json` answers in JSON whatever goes wrong,
                 // its command line included
                 _ if query_json(&args) => {
+                    // (the error, without the usage and help lines after it)
                     let message = e.render().to_string();
-                    let message = message.trim_start_matches("error: ").trim_end();
+                    let message = message.trim_start_matches("error: ");
+                    let message = message.split("\n\n").next().unwrap_or("").trim_end();
                     crate::outln!(
                         "{}",
                         serde_json::json!({"errors": [engram_query::lang::unplaced_error_json("usage", message)]})
@@ -586,7 +588,7 @@ pub fn close_store(db: &Engram) {
             "note: {left} vector(s) still wait for their HNSW graph; the next open indexes them in the background (searched exactly meanwhile)"
         ),
         Err(e) => crate::eoutln!(
-            "warning: writing derived state at close failed ({e}); what this command stored is durable in the log, and derived state is rebuilt from it at the next open"
+            "warning: writing derived state at close failed ({e}); every acknowledged write is durable in the log, and derived state is rebuilt from it at the next open"
         ),
     }
 }

@@ -558,6 +558,7 @@ fn a_parameter_given_twice_is_refused_and_hints_name_the_cli_ways_to_bind() {
         assert_eq!(j["errors"][0]["code"], "usage", "{j}");
         let message = j["errors"][0]["message"].as_str().unwrap();
         assert!(message.contains("--"), "{message}");
+        assert!(!message.contains("Usage:"), "{message}");
     }
     // a tenant that prints like another is refused, not read as one
     // holding nothing
