@@ -1315,6 +1315,82 @@ fn a_deleted_entity_is_not_an_endpoint_or_a_subject() {
     db.close().unwrap();
 }
 
+/// A claim may not name a superseded version of an entity by its id: a
+/// correction that gave the entity a label restricts what is written
+/// about it from then on, and a relation to the older version escaped it
+/// (readable without the label). The external id names the current
+/// version; a claim written before the correction is still a duplicate
+/// when sent again.
+#[test]
+fn a_superseded_entity_version_is_not_an_endpoint_or_a_subject() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let admin = db.session(Principal::admin("t"));
+    let entity = |ext: &str, name: &str| NewRecord {
+        body: engram::Body::Entity {
+            entity_type: "service".into(),
+            name: name.into(),
+            aliases: vec![],
+        },
+        kind: "entity".into(),
+        external_id: Some(ext.into()),
+        ..NewRecord::default()
+    };
+    let relation = |ext: &str, subject: RecordRef| NewRecord {
+        body: engram::Body::Relation {
+            subject,
+            predicate: "owns".into(),
+            object: RecordRef::External("m".into()),
+        },
+        kind: "relation".into(),
+        external_id: Some(ext.into()),
+        ..NewRecord::default()
+    };
+    let ids = admin
+        .append(vec![entity("n", "billing"), entity("m", "ledger")])
+        .unwrap();
+    let n1 = ids[0].id;
+    let before = relation("r_before", RecordRef::Id(n1));
+    admin.append(vec![before.clone()]).unwrap();
+    let mut restricted = entity("n", "billing (restricted)");
+    restricted.supersedes = Some(RecordRef::External("n".into()));
+    restricted.access = vec!["L2".into()];
+    admin.append(vec![restricted]).unwrap();
+    // by the older version's id: refused, for a relation and a claim
+    let e = admin
+        .append(vec![relation("r_old", RecordRef::Id(n1))])
+        .unwrap_err();
+    assert!(
+        matches!(&e, EngineError::InvalidInput { field, reason, .. }
+            if field == "subject" && reason.contains("superseded version")),
+        "{e:?}"
+    );
+    let claim = NewRecord {
+        body: engram::Body::Assertion {
+            kind: engram::AssertionKind::Fact,
+            subject: Some(RecordRef::Id(n1)),
+            predicate: Some("runs_on".into()),
+            object: Some("k8s".into()),
+        },
+        kind: "fact".into(),
+        sources: vec![RecordRef::External("r_before".into())],
+        ..NewRecord::default()
+    };
+    let e = admin.append(vec![claim]).unwrap_err();
+    assert!(e.to_string().contains("superseded version"), "{e:?}");
+    // by the external id: the current version, whose label it carries
+    admin
+        .append(vec![relation("r_cur", RecordRef::External("n".into()))])
+        .unwrap();
+    admin.grant(Some("p1"), Some("L1"), None).unwrap();
+    let p1 = db.session(Principal::user("t", "p1"));
+    assert!(p1.get(&RecordRef::External("r_cur".into())).is_err());
+    // the claim written before the correction, sent again: a duplicate
+    let again = admin.append(vec![before]).unwrap().remove(0);
+    assert_eq!(again.outcome, engram::AppendOutcome::Duplicate);
+    db.close().unwrap();
+}
+
 /// A writer that cannot read what it wrote (it lacks a label it gave) gets
 /// a duplicate for a retry of the same content, and for anything else the
 /// plain "in use": never the record's id, nor that it was deleted.

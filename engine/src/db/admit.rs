@@ -328,6 +328,11 @@ pub(super) struct Pending<'a> {
 /// the version it corrects (it says what changed), unless that version is
 /// stale (regenerating a stale record from itself would keep its outdated
 /// content).
+///
+/// A claim's ends are judged first: a relation's subject or object, or an
+/// assertion's subject, may not be a superseded version or one past its
+/// retention period. The refusal names the field at fault and item
+/// `item`.
 pub(super) fn source_out_of_use(
     st: &State,
     tsym: Option<crate::state::Sym>,
@@ -337,8 +342,62 @@ pub(super) fn source_out_of_use(
         &[Option<super::resolve::InBatch>],
     ),
     pending: &Pending<'_>,
-) -> Option<String> {
+    item: usize,
+) -> Result<()> {
+    match refs_out_of_use(st, tsym, res, (minted, batch), pending) {
+        Some((field, why)) => Err(EngineError::invalid(field, why).at_item(item)),
+        None => Ok(()),
+    }
+}
+
+/// [`source_out_of_use`]'s field at fault and reason.
+fn refs_out_of_use(
+    st: &State,
+    tsym: Option<crate::state::Sym>,
+    res: &Resolved,
+    (minted, batch): (
+        &HashMap<RecordId, usize>,
+        &[Option<super::resolve::InBatch>],
+    ),
+    pending: &Pending<'_>,
+) -> Option<(&'static str, String)> {
     let idx = |id: RecordId| tsym.and_then(|t| st.idx_in(t, id));
+    // A claim's ends (a relation's subject and object, an assertion's
+    // subject) are what is written about: a superseded version would
+    // escape what its chain's current version says, the labels a
+    // correction added included; one past its retention period is no
+    // longer served.
+    for (field, end) in [("subject", res.subject), ("object", res.object)] {
+        let Some(ix) = end.and_then(idx) else {
+            continue;
+        };
+        let id = st.meta(ix).id;
+        if st.meta(ix).status == Status::Superseded {
+            return Some((
+                field,
+                format!(
+                    "{field} {id} is a superseded version: name its chain's current version (its external id names it)"
+                ),
+            ));
+        }
+        if st.past_retention(ix, pending.now) {
+            return Some((field, format!("{field} {id} is past its retention period")));
+        }
+    }
+    source_out_of_use_why(st, idx, res, (minted, batch), pending).map(|why| ("sources", why))
+}
+
+/// [`source_out_of_use`] for the sources.
+fn source_out_of_use_why(
+    st: &State,
+    idx: impl Fn(RecordId) -> Option<Idx>,
+    res: &Resolved,
+    (minted, batch): (
+        &HashMap<RecordId, usize>,
+        &[Option<super::resolve::InBatch>],
+    ),
+    pending: &Pending<'_>,
+) -> Option<String> {
     // Why `id` goes out of use by the time this record is applied, if it
     // does (the version this record corrects aside).
     let going = |id: RecordId| -> Option<String> {

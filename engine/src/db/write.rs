@@ -555,9 +555,7 @@ impl Session {
                     retracting: &w.pending_retracted,
                     now: self.db.now(),
                 };
-                if let Some(why) = source_out_of_use(&st, tsym, &res, (&minted, &batch), &pending) {
-                    return Err(EngineError::invalid("sources", why).at_item(i));
-                }
+                source_out_of_use(&st, tsym, &res, (&minted, &batch), &pending, i)?;
                 batch.push(Some(InBatch {
                     rtype,
                     effective,
