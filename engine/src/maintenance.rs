@@ -615,12 +615,49 @@ impl Engram {
                 ),
             ));
         }
+        let created = !backend.exists(dest);
         backend.create_dir_all(dest).map_err(|e| {
-            EngineError::invalid(
-                "backup directory",
-                format!("{} cannot be created: {}", dest.display(), io_reason(&e)),
-            )
+            match StorageError::io(dest, e) {
+                // (no room for a directory entry: the disk's, not the path's)
+                full @ StorageError::DiskFull { .. } => EngineError::Storage(full),
+                StorageError::Io { source, .. } => EngineError::invalid(
+                    "backup directory",
+                    format!(
+                        "{} cannot be created: {}",
+                        dest.display(),
+                        io_reason(&source)
+                    ),
+                ),
+                other => EngineError::Storage(other),
+            }
         })?;
+        let taken = self.backup_into(backend, dest);
+        if taken.is_err() {
+            // What it wrote goes with it (on a full disk, the partial copy
+            // held the space to free, and the directory it left refused
+            // the retry its error asked for). The destination was empty:
+            // whatever is in it now is the backup's. (A process stopped
+            // meanwhile leaves it marked unfinished, `backup.partial`.)
+            let _ = if created {
+                backend.remove_dir_all(dest)
+            } else {
+                backend.list_dir(dest).and_then(|entries| {
+                    entries.iter().try_for_each(|e| {
+                        let p = dest.join(&e.name);
+                        if e.is_dir {
+                            backend.remove_dir_all(&p)
+                        } else {
+                            backend.remove_file(&p)
+                        }
+                    })
+                })
+            };
+        }
+        taken
+    }
+
+    /// [`Engram::backup`] into `dest`, an empty directory it may write.
+    fn backup_into(&self, backend: &dyn Backend, dest: &Path) -> Result<BackupReport> {
         // Marked unfinished until `backup.json` is durable: a backup cut
         // short is no store and no backup (store_dir::PARTIAL_BACKUP_FILE).
         let partial = dest.join(crate::store_dir::PARTIAL_BACKUP_FILE);

@@ -264,8 +264,19 @@ impl Engram {
         });
         Self::start_threads(&inner)?;
         let db = Engram { inner };
-        // The ledger file must hold every deletion and revocation of the log.
-        let (ledger, missing) = db.sync_ledger_counted()?;
+        // The ledger file must hold every deletion and revocation of the
+        // log. One that cannot be written now for a full disk lags until
+        // the next open or operation writes it (`verify` says so
+        // meanwhile): a store on a full disk still opens to be read. Any
+        // other failure to write it (a link to nothing, a directory in its
+        // place) refuses the open, naming it.
+        let (ledger, missing, written) = db.sync_ledger_counted()?;
+        match written {
+            Err(e @ EngineError::Storage(engram_storage::StorageError::DiskFull { .. })) => {
+                db.ledger_lags("at open", Some(e));
+            }
+            written => written?,
+        }
         if db.inner.opts.read_only {
             report.ledger_lines_missing = missing;
             report.restore_pending = backend_has_restore_pending(&db);

@@ -630,12 +630,15 @@ type Rewritten = (usize, LedgerLine);
 /// (damaged in place), is repaired by rewriting the file whole, the log's
 /// entry in place of the damaged line.
 /// Returns the damaged lines it rewrote, as (line number, the log's line),
-/// and the file's lines as it left them.
+/// the file's lines as it read them (damaged ones replaced), the log's
+/// entries it lacked, and whether writing them succeeded (the file is
+/// then as they say, whole or lagging).
+#[allow(clippy::type_complexity)]
 fn reconcile_ledger(
     backend: &dyn Backend,
     dir: &Path,
     st: &State,
-) -> Result<(Vec<Rewritten>, Vec<LedgerLine>, Vec<LedgerLine>)> {
+) -> Result<(Vec<Rewritten>, Vec<LedgerLine>, Vec<LedgerLine>, Result<()>)> {
     let (mut lines, torn) = read_ledger_checked(backend, dir)?;
     let have: BTreeSet<String> = lines.iter().map(|l| l.op_id.clone()).collect();
     let missing: Vec<LedgerLine> = st
@@ -648,18 +651,20 @@ fn reconcile_ledger(
     for (n, want) in &damaged {
         lines[n - 1] = want.clone();
     }
-    if torn || !damaged.is_empty() {
+    let written = if torn || !damaged.is_empty() {
         let mut all = lines.clone();
         all.extend(missing.iter().cloned());
-        write_all_durable(backend, &ledger_path(dir), render_ledger(&all).as_bytes())?;
+        write_all_durable(backend, &ledger_path(dir), render_ledger(&all).as_bytes())
     } else if !missing.is_empty() {
         append_durable(
             backend,
             &ledger_path(dir),
             render_ledger(&missing).as_bytes(),
-        )?;
-    }
-    Ok((damaged, lines, missing))
+        )
+    } else {
+        Ok(())
+    };
+    Ok((damaged, lines, missing, written.map_err(EngineError::from)))
 }
 
 /// How `verify` names a ledger file that could not be written after an
@@ -675,11 +680,18 @@ impl Engram {
     /// is stored and applied would tell its caller it did not happen.)
     pub(crate) fn sync_ledger_after_op(&self, op: RecordId) {
         let synced = self.sync_ledger();
+        self.ledger_lags(&format!("after operation {op}"), synced.err());
+    }
+
+    /// Says in `verify`'s problems that the ledger file lags the log
+    /// because writing it failed `when` (`Some` error), or that it no
+    /// longer does (`None`).
+    pub(crate) fn ledger_lags(&self, when: &str, failed: Option<EngineError>) {
         let mut found = self.ledger_sync();
         found.retain(|p| !p.starts_with(LEDGER_LAGS));
-        if let Err(e) = synced {
+        if let Some(e) = failed {
             found.push(format!(
-                "{LEDGER_LAGS}: it could not be written after operation {op} ({e}); the operation is stored in the log, and the next open or lifecycle operation writes the ledger from it"
+                "{LEDGER_LAGS}: it could not be written {when} ({e}); every operation is stored in the log, and the next open or lifecycle operation writes the ledger from it"
             ));
         }
     }
@@ -687,17 +699,22 @@ impl Engram {
     /// Brings the ledger file up to date with the log; returns its lines
     /// as it left them (so an open reads the file once).
     pub(crate) fn sync_ledger(&self) -> Result<Vec<LedgerLine>> {
-        Ok(self.sync_ledger_counted()?.0)
+        let (lines, _, written) = self.sync_ledger_counted()?;
+        written?;
+        Ok(lines)
     }
 
     /// [`Engram::sync_ledger`], also counting the operations of the log
     /// the file lacked (a crash between an operation and its line, or a
     /// file cut short): a read-only open writes them in memory only, and
-    /// `verify` says so.
-    pub(crate) fn sync_ledger_counted(&self) -> Result<(Vec<LedgerLine>, usize)> {
+    /// `verify` says so. A failure to write the file is returned beside
+    /// the lines, not as the error: an open goes on without it (on a full
+    /// disk, a store whose last operation's line could not be written
+    /// would otherwise not open at all, for a side record the log holds).
+    pub(crate) fn sync_ledger_counted(&self) -> Result<(Vec<LedgerLine>, usize, Result<()>)> {
         let mut found = self.ledger_sync();
         let st = self.state();
-        let (damaged, mut lines, missing) =
+        let (damaged, mut lines, missing, written) =
             reconcile_ledger(self.backend().as_ref(), self.dir(), &st)?;
         let n_missing = missing.len();
         lines.extend(missing);
@@ -711,7 +728,7 @@ impl Engram {
                 )
             }));
         }
-        Ok((lines, n_missing))
+        Ok((lines, n_missing, written))
     }
 }
 

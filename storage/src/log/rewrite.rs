@@ -133,8 +133,17 @@ impl SegmentLog {
         let f = backend
             .open(&tmp, OpenMode::Truncate)
             .map_err(io_err(&tmp))?;
-        f.write_all_at(&out, 0).map_err(io_err(&tmp))?;
-        f.sync_data().map_err(io_err(&tmp))?;
+        let written = f
+            .write_all_at(&out, 0)
+            .and_then(|()| f.sync_data())
+            .map_err(io_err(&tmp));
+        if let Err(e) = written {
+            // (on a full disk, the partial copy holds the space a retry
+            // needs; the next writable open would remove it too)
+            drop(f);
+            let _ = backend.remove_file(&tmp);
+            return Err(e);
+        }
         backend.rename(&tmp, &seg.path).map_err(io_err(&seg.path))?;
         backend
             .sync_dir(&self.shared.dir)
