@@ -213,3 +213,81 @@ fn an_id_seed_takes_a_list_parameter() {
         assert!(e.contains("empty_list"), "{text}: {e}");
     }
 }
+
+/// Under `AS OF`, a seed named by external id whose chain gained a label
+/// after the cut is the version current then, for a principal without the
+/// label too (the seed vanished: its current version was looked up with
+/// the principal's labels, and hidden); as by the name it had then.
+#[test]
+fn an_external_id_seed_under_as_of_is_found_past_a_label_added_later() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = Engram::open(
+        tmp.path().join("s"),
+        Options {
+            clock: Arc::new(clock.clone()),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let admin = db.session(Principal::admin("t"));
+    let lines = r#"{"external_id":"e0","record":"entity","entity_type":"person","name":"Ann"}
+{"external_id":"e1","record":"entity","entity_type":"person","name":"Ben"}
+{"external_id":"r1","record":"relation","subject":"e0","predicate":"knows","object":"e1"}
+"#;
+    let records = engram::query::parse_jsonl(lines).unwrap();
+    admin
+        .append(records.into_iter().map(|l| l.record).collect())
+        .unwrap();
+    clock.advance(10_000);
+    let fix = engram::query::parse_jsonl(
+        r#"{"external_id":"e0","supersedes":"e0","record":"entity","entity_type":"person","name":"Ann2","access":["ops"]}"#,
+    )
+    .unwrap();
+    admin
+        .append(fix.into_iter().map(|l| l.record).collect())
+        .unwrap();
+    clock.advance(10_000);
+    let cut = engram::time::format_rfc3339(T0 + 5_000);
+    let bob = db.session(Principal::user("t", "bob"));
+    let by_ext = format!("FIND ANY AS OF '{cut}' EXPAND FROM 'e0' HOPS 0..1 RETURN external_id");
+    let by_name =
+        format!("FIND ANY AS OF '{cut}' EXPAND FROM ENTITY 'Ann' HOPS 0..1 RETURN external_id");
+    assert_eq!(ext_ids(&bob, &by_ext), ["e0", "e1", "r1"]);
+    assert_eq!(ext_ids(&bob, &by_ext), ext_ids(&bob, &by_name));
+    // now, the chain's current version is hidden from bob: nothing
+    let now = "FIND ANY EXPAND FROM 'e0' HOPS 0..1 RETURN external_id";
+    assert!(ext_ids(&bob, now).is_empty());
+    assert_eq!(ext_ids(&admin, now), ["e0", "e1", "r1"]);
+}
+
+/// `WHERE status = active` walks as a statement without a status term
+/// does: only naming another status lets the walk pass through a
+/// relation of that status (a relation whose validity ended was walked as
+/// soon as any status term was written).
+#[test]
+fn a_status_term_widens_the_walk_only_by_the_statuses_it_names() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Engram::open(tmp.path().join("s"), Options::default()).unwrap();
+    let s = db.session(Principal::admin("t"));
+    let lines = r#"{"external_id":"A","record":"entity","entity_type":"person","name":"Ann"}
+{"external_id":"C","record":"entity","entity_type":"person","name":"Cal"}
+{"external_id":"AC","record":"relation","subject":"A","predicate":"knows","object":"C","valid_from":"2020-01-01T00:00:00Z","valid_until":"2022-01-01T00:00:00Z"}
+"#;
+    let records = engram::query::parse_jsonl(lines).unwrap();
+    s.append(records.into_iter().map(|l| l.record).collect())
+        .unwrap();
+    let q = |filter: &str| {
+        ext_ids(
+            &s,
+            &format!("FIND ANY {filter} EXPAND FROM 'A' HOPS 0..3 RETURN external_id"),
+        )
+    };
+    assert_eq!(q(""), ["A"]);
+    assert_eq!(q("WHERE status = active"), ["A"]);
+    // a term on another field may select any status: the walk passes
+    // through the ended relation, and returns what the filter selects
+    assert_eq!(q("WHERE status = active OR kind = 'x'"), ["A", "C"]);
+    assert_eq!(q("WHERE status IN (active, historical)"), ["A", "AC", "C"]);
+    assert_eq!(q("WHERE status = superseded"), Vec::<String>::new());
+}

@@ -30,7 +30,9 @@ impl Session {
 
     /// Resolves `r` in the session's tenant whatever labels the session
     /// holds: only for re-applying operations the tenant already decided
-    /// (a restore's deletions), never for a request.
+    /// (a restore's deletions), or to find a chain whose versions are then
+    /// each held to what the request may read (an expansion's seed under
+    /// `AS OF`); never to answer a request with the record found.
     pub(crate) fn resolve_unfiltered(&self, st: &State, r: &RecordRef) -> Result<Idx> {
         self.resolve_filtered(st, r, false)
     }

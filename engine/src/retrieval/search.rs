@@ -473,7 +473,17 @@ impl Session {
                     }
                 }
                 Seed::Record { reference } => {
-                    if let Some(i) = self.resolve_in(st, reference).ok().and_then(at_cut) {
+                    // (under `AS OF`, the version current at the cut may be
+                    // readable where the chain's current one is not, behind
+                    // a label a later correction added: its chain is found
+                    // whatever the labels, and only a version the request
+                    // may walk, `traversable`, is taken)
+                    let found = self
+                        .resolve_in(st, reference)
+                        .ok()
+                        .and_then(at_cut)
+                        .or_else(|| self.resolve_unfiltered(st, reference).ok().and_then(at_cut));
+                    if let Some(i) = found {
                         if st.meta(i).rtype == RecordType::Entity {
                             add(i, &mut out);
                         } else {
