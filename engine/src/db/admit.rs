@@ -344,23 +344,6 @@ pub(super) fn source_out_of_use(
     pending: &Pending<'_>,
     item: usize,
 ) -> Result<()> {
-    match refs_out_of_use(st, tsym, res, (minted, batch), pending) {
-        Some((field, why)) => Err(EngineError::invalid(field, why).at_item(item)),
-        None => Ok(()),
-    }
-}
-
-/// [`source_out_of_use`]'s field at fault and reason.
-fn refs_out_of_use(
-    st: &State,
-    tsym: Option<crate::state::Sym>,
-    res: &Resolved,
-    (minted, batch): (
-        &HashMap<RecordId, usize>,
-        &[Option<super::resolve::InBatch>],
-    ),
-    pending: &Pending<'_>,
-) -> Option<(&'static str, String)> {
     let idx = |id: RecordId| tsym.and_then(|t| st.idx_in(t, id));
     // A claim's ends (a relation's subject and object, an assertion's
     // subject) are what is written about: a superseded version would
@@ -372,19 +355,19 @@ fn refs_out_of_use(
             continue;
         };
         let id = st.meta(ix).id;
-        if st.meta(ix).status == Status::Superseded {
-            return Some((
-                field,
-                format!(
-                    "{field} {id} is a superseded version: name its chain's current version (its external id names it)"
-                ),
-            ));
-        }
-        if st.past_retention(ix, pending.now) {
-            return Some((field, format!("{field} {id} is past its retention period")));
-        }
+        let why = if st.meta(ix).status == Status::Superseded {
+            "is a superseded version: name its chain's current version (its external id names it)"
+        } else if st.past_retention(ix, pending.now) {
+            "is past its retention period"
+        } else {
+            continue;
+        };
+        return Err(EngineError::invalid(field, format!("{field} {id} {why}")).at_item(item));
     }
-    source_out_of_use_why(st, idx, res, (minted, batch), pending).map(|why| ("sources", why))
+    match source_out_of_use_why(st, idx, res, (minted, batch), pending) {
+        Some(why) => Err(EngineError::invalid("sources", why).at_item(item)),
+        None => Ok(()),
+    }
 }
 
 /// [`source_out_of_use`] for the sources.
