@@ -1388,6 +1388,44 @@ fn a_superseded_entity_version_is_not_an_endpoint_or_a_subject() {
     // the claim written before the correction, sent again: a duplicate
     let again = admin.append(vec![before]).unwrap().remove(0);
     assert_eq!(again.outcome, engram::AppendOutcome::Duplicate);
+    // a correction and a claim about the version it corrects, in one
+    // batch: the claim is refused as well
+    let n2 = admin.get(&RecordRef::External("n".into())).unwrap().id;
+    let mut again_restricted = entity("n", "billing (more restricted)");
+    again_restricted.supersedes = Some(RecordRef::External("n".into()));
+    again_restricted.access = vec!["L3".into()];
+    let e = admin
+        .append(vec![
+            again_restricted,
+            relation("r_same", RecordRef::Id(n2)),
+        ])
+        .unwrap_err();
+    assert!(
+        matches!(&e, EngineError::InvalidInput { field, item: Some(1), .. } if field == "subject"),
+        "{e:?}"
+    );
+    // a model's policy about the entity waits for review; corrected
+    // since, it is not approved
+    admin.grant(Some("bot"), Some("L2"), None).unwrap();
+    let bot = db.session(Principal::model("t", "bot"));
+    let policy = NewRecord {
+        body: engram::Body::Assertion {
+            kind: engram::AssertionKind::Policy,
+            subject: Some(RecordRef::Id(n2)),
+            predicate: Some("deploys".into()),
+            object: Some("fridays".into()),
+        },
+        kind: "policy".into(),
+        text: Some("billing deploys on fridays".into()),
+        sources: vec![RecordRef::External("r_cur".into())],
+        ..NewRecord::default()
+    };
+    let candidate = bot.append(vec![policy]).unwrap().remove(0).id;
+    let mut fix = entity("n", "billing (renamed)");
+    fix.supersedes = Some(RecordRef::External("n".into()));
+    admin.append(vec![fix]).unwrap();
+    let e = admin.approve(&RecordRef::Id(candidate), None).unwrap_err();
+    assert!(e.to_string().contains("superseded version"), "{e}");
     db.close().unwrap();
 }
 

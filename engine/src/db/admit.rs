@@ -355,8 +355,13 @@ pub(super) fn source_out_of_use(
             continue;
         };
         let id = st.meta(ix).id;
-        let why = if st.meta(ix).status == Status::Superseded {
-            "is a superseded version: name its chain's current version (its external id names it)"
+        // (a version an earlier item or a batch in flight corrects is
+        // superseded by the time this record is applied)
+        let why = if st.meta(ix).status == Status::Superseded
+            || (pending.corrected)(id).is_some()
+            || pending.superseding.contains(&id)
+        {
+            "is a superseded version, or corrected before this record is applied: name its chain's current version (its external id names it)"
         } else if st.past_retention(ix, pending.now) {
             "is past its retention period"
         } else {
@@ -768,13 +773,29 @@ pub(crate) fn decision_refusal(st: &State, idx: Idx, approve: Option<bool>) -> O
             "it is {}, not a review candidate",
             m.status.name()
         )),
-        Some(true) => st.outdated_source(idx).map(|s| {
-            format!(
-                "its source {} is {} since it was written: regenerate it from the current version, and reject this one",
-                st.meta(s).id,
-                st.meta(s).status.name()
-            )
-        }),
+        Some(true) => st
+            .outdated_source(idx)
+            .map(|s| {
+                format!(
+                    "its source {} is {} since it was written: regenerate it from the current version, and reject this one",
+                    st.meta(s).id,
+                    st.meta(s).status.name()
+                )
+            })
+            // (what it is about, as a new claim's ends: a superseded
+            // version would escape what its chain's current one says)
+            .or_else(|| {
+                [m.subject, m.object]
+                    .into_iter()
+                    .flatten()
+                    .find(|&e| st.meta(e).status == Status::Superseded)
+                    .map(|e| {
+                        format!(
+                            "the entity it is about, {}, is a superseded version since it was written: write it again about the current version, and reject this one",
+                            st.meta(e).id
+                        )
+                    })
+            }),
         Some(false) => None,
         // the record's state first: a deleted event is deleted, whatever
         // its type would allow
