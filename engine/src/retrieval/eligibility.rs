@@ -121,9 +121,11 @@ pub struct Eligibility {
     pub bitmap: RoaringBitmap,
     /// Of those, the ones whose validity ended before `valid_at`.
     pub historical: RoaringBitmap,
-    /// The set before the request's own filters (tenant, time, status,
-    /// access, retention, validity only): what graph expansion may walk
-    /// through; results are still restricted to `bitmap`.
+    /// What graph expansion may walk through: the set before the
+    /// request's own filters (tenant, time, access, retention, validity),
+    /// in the active status class and the classes the filter may select
+    /// ([`FilterExpr::selectable_statuses`]); results are still restricted
+    /// to `bitmap`.
     pub traversable: RoaringBitmap,
     /// Steps with counts (shared: every manifest of a cached result
     /// names them without a copy).

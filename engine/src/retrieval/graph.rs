@@ -22,7 +22,8 @@
 //! not walked and an ineligible entity is not entered, so the graph never
 //! leaks across a tenant or access boundary. (The request's own filters,
 //! such as "relations only", restrict what is returned, not what may be
-//! walked through.)
+//! walked through; the statuses it may select do widen what may be:
+//! `Eligibility::traversable`.)
 //!
 //! This module must never read record content beyond names and links.
 

@@ -473,16 +473,24 @@ impl Session {
                     }
                 }
                 Seed::Record { reference } => {
-                    // (under `AS OF`, the version current at the cut may be
-                    // readable where the chain's current one is not, behind
-                    // a label a later correction added: its chain is found
-                    // whatever the labels, and only a version the request
-                    // may walk, `traversable`, is taken)
+                    // (an external id names its chain's current version,
+                    // which may be hidden where the version current at an
+                    // `AS OF` cut is not, behind a label a later correction
+                    // added: the chain it names is found whatever the
+                    // labels, and only a version the request may walk,
+                    // `traversable`, is taken. An internal id names one
+                    // version: never looked up past the labels, so a
+                    // hidden one is told from a missing one by nothing.)
+                    let by_ext = || {
+                        let e = reference.as_external()?;
+                        let ext = RecordRef::External(e.to_string());
+                        self.resolve_unfiltered(st, &ext).ok().and_then(at_cut)
+                    };
                     let found = self
                         .resolve_in(st, reference)
                         .ok()
                         .and_then(at_cut)
-                        .or_else(|| self.resolve_unfiltered(st, reference).ok().and_then(at_cut));
+                        .or_else(by_ext);
                     if let Some(i) = found {
                         if st.meta(i).rtype == RecordType::Entity {
                             add(i, &mut out);
