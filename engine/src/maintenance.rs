@@ -57,6 +57,7 @@ use crate::id::RecordId;
 use crate::layout;
 use crate::model::{Record, RecordRef, Status};
 use crate::state::{LedgerEntry, LedgerWhat, State};
+use crate::store_dir::absolute;
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
     move |e| EngineError::Storage(StorageError::io(path, e))
@@ -257,29 +258,6 @@ fn purge_set(
     purge
 }
 
-/// Whether `path` is `dir` or below it (compared after making both
-/// absolute, without requiring them to exist).
-/// `p` made absolute from the working directory, `.` and `..` applied
-/// lexically.
-fn absolute(p: &Path) -> std::path::PathBuf {
-    let p = if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        std::env::current_dir().unwrap_or_default().join(p)
-    };
-    let mut out = std::path::PathBuf::new();
-    for c in p.components() {
-        match c {
-            std::path::Component::ParentDir => {
-                out.pop();
-            }
-            std::path::Component::CurDir => {}
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// What went wrong in an I/O error, in words, without the OS's error
 /// number (" (os error 2)").
 fn io_reason(e: &std::io::Error) -> String {
@@ -290,6 +268,8 @@ fn io_reason(e: &std::io::Error) -> String {
     }
 }
 
+/// Whether `path` is `dir` or below it (compared after making both
+/// absolute, without requiring them to exist).
 fn inside(path: &Path, dir: &Path) -> bool {
     absolute(path).starts_with(absolute(dir))
 }
@@ -616,6 +596,18 @@ impl Engram {
             ));
         }
         let created = !backend.exists(dest);
+        // (an empty destination may hold a lock file or a marker of an
+        // unfinished restore, which `classify` takes as empty: kept)
+        let before: HashSet<String> = if created {
+            HashSet::new()
+        } else {
+            backend
+                .list_dir(dest)
+                .map_err(io(dest))?
+                .into_iter()
+                .map(|e| e.name)
+                .collect()
+        };
         backend.create_dir_all(dest).map_err(|e| {
             match StorageError::io(dest, e) {
                 // (no room for a directory entry: the disk's, not the path's)
@@ -635,21 +627,24 @@ impl Engram {
         if taken.is_err() {
             // What it wrote goes with it (on a full disk, the partial copy
             // held the space to free, and the directory it left refused
-            // the retry its error asked for). The destination was empty:
-            // whatever is in it now is the backup's. (A process stopped
+            // the retry its error asked for): the directory it created, or
+            // what was not in the destination before. (A process stopped
             // meanwhile leaves it marked unfinished, `backup.partial`.)
             let _ = if created {
                 backend.remove_dir_all(dest)
             } else {
                 backend.list_dir(dest).and_then(|entries| {
-                    entries.iter().try_for_each(|e| {
-                        let p = dest.join(&e.name);
-                        if e.is_dir {
-                            backend.remove_dir_all(&p)
-                        } else {
-                            backend.remove_file(&p)
-                        }
-                    })
+                    entries
+                        .iter()
+                        .filter(|e| !before.contains(&e.name))
+                        .try_for_each(|e| {
+                            let p = dest.join(&e.name);
+                            if e.is_dir {
+                                backend.remove_dir_all(&p)
+                            } else {
+                                backend.remove_file(&p)
+                            }
+                        })
                 })
             };
         }

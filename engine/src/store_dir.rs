@@ -329,6 +329,27 @@ pub(crate) fn prepare_dir(
     }
 }
 
+/// `p` made absolute from the working directory, `.` and `..` applied
+/// lexically (nothing needs to exist).
+pub fn absolute(p: &Path) -> std::path::PathBuf {
+    let p = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(p)
+    };
+    let mut out = std::path::PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// The nearest directory above `dir` (made absolute, and with symbolic
 /// links resolved as far as the path exists) holding a store marker, if
 /// any.

@@ -145,7 +145,10 @@ const OWNED_DIRS: [&str; 6] = [
 /// key file wherever it is, so one written there can be moved.)
 fn refuse_owned_dir(path: &Path) -> Result<(), CliError> {
     use engram_engine::store_dir::MARKER_FILE;
-    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    use engram_storage::Backend;
+    // where the file would really be: `..` taken lexically, then the
+    // links of the part of the path that exists resolved
+    let abs = engram_storage::FsBackend.real_path(&engram_engine::store_dir::absolute(path));
     for store in abs.ancestors().skip(1) {
         if !store.join(MARKER_FILE).exists() {
             continue;

@@ -490,7 +490,18 @@ fn a_key_file_inside_a_stores_directories_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let s = tmp.path().join("s");
     ok(&s, &["init"]);
-    for inside in ["log/k.json", "derived/k.json", "derived/new/k.json"] {
+    // (through a link into the store, or `..` past a directory of the
+    // operator's, too)
+    std::os::unix::fs::symlink(s.join("log"), tmp.path().join("lnk")).unwrap();
+    std::fs::create_dir(s.join("mine")).unwrap();
+    for inside in [
+        "log/k.json",
+        "derived/k.json",
+        "derived/new/k.json",
+        "mine/../log/k.json",
+        "missing/../derived/k.json",
+        "../lnk/k.json",
+    ] {
         let path = s.join(inside);
         let msg = fails(
             &s,

@@ -716,6 +716,10 @@ impl Engram {
         let st = self.state();
         let (damaged, mut lines, missing, written) =
             reconcile_ledger(self.backend().as_ref(), self.dir(), &st)?;
+        // (written now: a lag said earlier is over)
+        if written.is_ok() {
+            found.retain(|p| !p.starts_with(LEDGER_LAGS));
+        }
         let n_missing = missing.len();
         lines.extend(missing);
         // A writable open has fixed the file; a read-only one only in
