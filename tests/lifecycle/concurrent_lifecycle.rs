@@ -328,3 +328,87 @@ fn racing_corrections_by_external_id_never_read_as_a_key_conflict() {
     drop(admin);
     db.close().unwrap();
 }
+
+/// Approvals racing corrections of the entity their claim is about: no
+/// claim is approved after its subject's version was superseded (an
+/// approval while the correction was in flight was answered "approved",
+/// leaving an approved claim about a superseded version, whose
+/// correction may have added a label).
+#[test]
+fn an_approval_never_lands_after_its_subjects_correction() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Engram::open(dir.path(), Options::default()).unwrap();
+    let admin = db.session(Principal::admin("t"));
+    let entity = |name: String| NewRecord {
+        body: Body::Entity {
+            entity_type: "service".into(),
+            name,
+            aliases: vec![],
+        },
+        kind: "entity".into(),
+        external_id: Some("svc".into()),
+        ..NewRecord::default()
+    };
+    admin.append(vec![entity("svc 0".into())]).unwrap();
+    let src = admin
+        .append(vec![NewRecord::event("note", "a ticket")])
+        .unwrap()[0]
+        .id;
+    let approved: Mutex<Vec<(RecordId, u64)>> = Mutex::default();
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            for i in 1..40 {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                let mut c = entity(format!("svc {i}"));
+                c.supersedes = Some(RecordRef::External("svc".into()));
+                match admin.append(vec![c]) {
+                    Ok(_) => {}
+                    Err(e) => assert!(lost_race(&e), "{e}"),
+                }
+            }
+        });
+        sc.spawn(|| {
+            let bot = db.session(Principal::model("t", "bot"));
+            for i in 0..120 {
+                let policy = NewRecord {
+                    body: Body::Assertion {
+                        kind: AssertionKind::Policy,
+                        subject: Some(RecordRef::External("svc".into())),
+                        predicate: Some("deploys".into()),
+                        object: Some(format!("window {i}")),
+                    },
+                    kind: "policy".into(),
+                    text: Some(format!("deploy in window {i}")),
+                    sources: vec![RecordRef::Id(src)],
+                    ..NewRecord::default()
+                };
+                let made = match bot.append(vec![policy]) {
+                    Ok(made) => made,
+                    Err(e) => {
+                        assert!(lost_race(&e), "{e}");
+                        continue;
+                    }
+                };
+                match admin.approve(&RecordRef::Id(made[0].id), None) {
+                    Ok(op) => approved.lock().push((made[0].id, op.lsn)),
+                    Err(e) => assert!(lost_race(&e), "{e}"),
+                }
+            }
+        });
+    });
+    let approved = approved.into_inner();
+    assert!(!approved.is_empty());
+    for (claim, lsn) in approved {
+        let subject = admin.get(&RecordRef::Id(claim)).unwrap().subject.unwrap();
+        let v = admin.get(&RecordRef::Id(subject)).unwrap();
+        if let Some(next) = v.superseded_by {
+            let next = admin.get(&RecordRef::Id(next)).unwrap();
+            assert!(
+                next.lsn > lsn,
+                "claim {claim} approved at LSN {lsn}, after its subject {subject} was superseded at {}",
+                next.lsn
+            );
+        }
+    }
+    db.close().unwrap();
+}

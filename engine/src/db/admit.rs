@@ -350,18 +350,31 @@ pub(super) fn source_out_of_use(
     // escape what its chain's current version says, the labels a
     // correction added included; one past its retention period is no
     // longer served.
-    for (field, end) in [("subject", res.subject), ("object", res.object)] {
-        let Some(ix) = end.and_then(idx) else {
-            continue;
-        };
-        let id = st.meta(ix).id;
-        // (a version an earlier item or a batch in flight corrects is
-        // superseded by the time this record is applied)
-        let why = if st.meta(ix).status == Status::Superseded
-            || (pending.corrected)(id).is_some()
-            || pending.superseding.contains(&id)
-        {
-            "is a superseded version, or corrected before this record is applied: name its chain's current version (its external id names it)"
+    for (field, id) in [("subject", res.subject), ("object", res.object)] {
+        let Some(id) = id else { continue };
+        // (a version an earlier item corrects is superseded by the time
+        // this record is applied, stored or itself an earlier item)
+        if let Some(j) = (pending.corrected)(id) {
+            return Err(EngineError::invalid(
+                field,
+                format!("{field} {id} is corrected by item {j} of this batch: name the version item {j} makes"),
+            )
+            .at_item(item));
+        }
+        // (one a batch in flight corrects: a conflict with state about to
+        // be stored, 409 as in `resolve`, not a bad field)
+        if pending.superseding.contains(&id) {
+            return Err(EngineError::InvalidState {
+                action: format!("write (item {item})"),
+                target: id,
+                reason: format!(
+                    "its {field} is being corrected by another batch in flight: send it again once that batch is acknowledged (its external id then names the new version)"
+                ),
+            });
+        }
+        let Some(ix) = idx(id) else { continue };
+        let why = if st.meta(ix).status == Status::Superseded {
+            "is a superseded version: name its chain's current version (`engram history` shows it)"
         } else if st.past_retention(ix, pending.now) {
             "is past its retention period"
         } else {
@@ -731,6 +744,22 @@ pub(super) fn hold_op(
         };
         return Err(refuse(format!(
             "its source {s} is being corrected or retracted by a write in flight{on}: once that is applied, regenerate this record from the current version, and reject this one"
+        )));
+    }
+    // (the entity it is about, corrected by a write in flight, is a
+    // superseded version by the time this approval applies)
+    if approve == Some(true)
+        && let Some(e) = idx.and_then(|ix| {
+            let m = st.meta(ix);
+            [m.subject, m.object]
+                .into_iter()
+                .flatten()
+                .map(|e| st.meta(e).id)
+                .find(|e| w.pending_superseded.contains(e))
+        })
+    {
+        return Err(refuse(format!(
+            "the entity it is about, {e}, is being corrected by a write in flight: once that is applied, write it again about the current version, and reject this one"
         )));
     }
     Ok(Some(match approve {
