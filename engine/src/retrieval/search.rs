@@ -463,6 +463,7 @@ impl Session {
             }
         };
         let tenant = st.tenant(self.principal.tenant())?;
+        let tenant_sym = st.tenant_sym(self.principal.tenant());
         for s in seeds {
             match s {
                 Seed::Entity { name } => {
@@ -480,17 +481,26 @@ impl Session {
                     // labels, and only a version the request may walk,
                     // `traversable`, is taken. An internal id names one
                     // version: never looked up past the labels, so a
-                    // hidden one is told from a missing one by nothing.)
+                    // hidden one is told from a missing one by nothing;
+                    // and text whose id reading names a record, or that
+                    // reads two ways, is never a guess.)
                     let by_ext = || {
                         let e = reference.as_external()?;
+                        if reference
+                            .as_id()
+                            .and_then(|id| st.idx_in(tenant_sym?, id))
+                            .is_some()
+                        {
+                            return None;
+                        }
                         let ext = RecordRef::External(e.to_string());
                         self.resolve_unfiltered(st, &ext).ok().and_then(at_cut)
                     };
-                    let found = self
-                        .resolve_in(st, reference)
-                        .ok()
-                        .and_then(at_cut)
-                        .or_else(by_ext);
+                    let found = match self.resolve_in(st, reference) {
+                        Ok(i) => at_cut(i),
+                        Err(EngineError::NotFound { .. }) => by_ext(),
+                        Err(_) => None,
+                    };
                     if let Some(i) = found {
                         if st.meta(i).rtype == RecordType::Entity {
                             add(i, &mut out);
