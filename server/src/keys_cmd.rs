@@ -146,9 +146,11 @@ const OWNED_DIRS: [&str; 6] = [
 fn refuse_owned_dir(path: &Path) -> Result<(), CliError> {
     use engram_engine::store_dir::MARKER_FILE;
     use engram_storage::Backend;
-    // where the file would really be: `..` taken lexically, then the
-    // links of the part of the path that exists resolved
-    let abs = engram_storage::FsBackend.real_path(&engram_engine::store_dir::absolute(path));
+    // where the file would really be: the part of the path that exists
+    // resolved as the system does (links, then `..`), then `..` taken
+    // lexically in the rest
+    let joined = std::env::current_dir().unwrap_or_default().join(path);
+    let abs = engram_engine::store_dir::absolute(&engram_storage::FsBackend.real_path(&joined));
     for store in abs.ancestors().skip(1) {
         if !store.join(MARKER_FILE).exists() {
             continue;

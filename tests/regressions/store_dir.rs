@@ -493,6 +493,10 @@ fn a_key_file_inside_a_stores_directories_is_refused() {
     // (through a link into the store, or `..` past a directory of the
     // operator's, too)
     std::os::unix::fs::symlink(s.join("log"), tmp.path().join("lnk")).unwrap();
+    // (`..` after a link is taken from where the link leads, as the
+    // system does: lnk2/.. is derived/)
+    std::fs::create_dir_all(s.join("derived/x")).unwrap();
+    std::os::unix::fs::symlink(s.join("derived/x"), tmp.path().join("lnk2")).unwrap();
     std::fs::create_dir(s.join("mine")).unwrap();
     for inside in [
         "log/k.json",
@@ -501,6 +505,7 @@ fn a_key_file_inside_a_stores_directories_is_refused() {
         "mine/../log/k.json",
         "missing/../derived/k.json",
         "../lnk/k.json",
+        "../lnk2/../k.json",
     ] {
         let path = s.join(inside);
         let msg = fails(
