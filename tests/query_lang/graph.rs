@@ -24,9 +24,8 @@ fn ext_ids(s: &Session, text: &str) -> Vec<String> {
     ids
 }
 
-/// Bob works for Acme, Carol works for Acme, Dan knows Bob; Bob is then
-/// corrected (renamed Robert) at `T0 + 10 s`.
-fn graph() -> (tempfile::TempDir, Engram, String) {
+/// A new store whose clock starts at `T0`.
+fn clocked_store() -> (tempfile::TempDir, ManualClock, Engram) {
     let tmp = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T0);
     let db = Engram::open(
@@ -37,6 +36,13 @@ fn graph() -> (tempfile::TempDir, Engram, String) {
         },
     )
     .unwrap();
+    (tmp, clock, db)
+}
+
+/// Bob works for Acme, Carol works for Acme, Dan knows Bob; Bob is then
+/// corrected (renamed Robert) at `T0 + 10 s`.
+fn graph() -> (tempfile::TempDir, Engram, String) {
+    let (tmp, clock, db) = clocked_store();
     let s = db.session(Principal::admin("t"));
     let lines = r#"{"external_id":"bob","record":"entity","entity_type":"person","name":"Bob"}
 {"external_id":"acme","record":"entity","entity_type":"org","name":"Acme"}
@@ -220,16 +226,7 @@ fn an_id_seed_takes_a_list_parameter() {
 /// the principal's labels, and hidden); as by the name it had then.
 #[test]
 fn an_external_id_seed_under_as_of_is_found_past_a_label_added_later() {
-    let tmp = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let db = Engram::open(
-        tmp.path().join("s"),
-        Options {
-            clock: Arc::new(clock.clone()),
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let (_tmp, clock, db) = clocked_store();
     let admin = db.session(Principal::admin("t"));
     let lines = r#"{"external_id":"e0","record":"entity","entity_type":"person","name":"Ann"}
 {"external_id":"e1","record":"entity","entity_type":"person","name":"Ben"}

@@ -27,6 +27,18 @@ fn batch(n0: usize, n: usize) -> Vec<NewRecord> {
         .collect()
 }
 
+/// A store of 200 records on `b`, written without preallocation (so the
+/// disk's use is what was written): its options and the open handle.
+fn store_of_200(b: &MemBackend) -> (Options, Engram) {
+    let mut o = opts(b);
+    o.log.preallocate_bytes = 0;
+    let db = Engram::open(Path::new("/store"), o.clone()).unwrap();
+    db.session(Principal::admin("t"))
+        .append(batch(0, 200))
+        .unwrap();
+    (o, db)
+}
+
 #[test]
 fn a_full_disk_fails_writes_cleanly_and_they_resume_once_space_is_freed() {
     let _serial = crate::cli::serial();
@@ -98,11 +110,7 @@ fn derived_state_that_cannot_be_written_at_close_loses_nothing() {
     let _serial = crate::cli::serial();
     let b = MemBackend::new();
     let dir = Path::new("/store");
-    let mut o = opts(&b);
-    o.log.preallocate_bytes = 0;
-    let db = Engram::open(dir, o).unwrap();
-    let s = db.session(Principal::admin("t"));
-    s.append(batch(0, 200)).unwrap();
+    let (_, db) = store_of_200(&b);
     b.set_capacity(Some(b.used_bytes()));
     let closed = db.close();
     assert!(
@@ -219,12 +227,7 @@ fn a_store_opens_on_a_full_disk_with_its_ledger_lagging() {
 fn a_backup_cut_short_by_a_full_disk_leaves_nothing_and_can_be_retried() {
     let _serial = crate::cli::serial();
     let b = MemBackend::new();
-    let dir = Path::new("/store");
-    let mut o = opts(&b);
-    o.log.preallocate_bytes = 0;
-    let db = Engram::open(dir, o).unwrap();
-    let s = db.session(Principal::admin("t"));
-    s.append(batch(0, 200)).unwrap();
+    let (_, db) = store_of_200(&b);
     let used = b.used_bytes();
     // room for part of the copy only
     b.set_capacity(Some(used + 64 * 1024));
@@ -267,11 +270,8 @@ fn a_compaction_cut_short_by_a_full_disk_leaves_no_partial_segment() {
     let _serial = crate::cli::serial();
     let b = MemBackend::new();
     let dir = Path::new("/store");
-    let mut o = opts(&b);
-    o.log.preallocate_bytes = 0;
-    let db = Engram::open(dir, o.clone()).unwrap();
+    let (o, db) = store_of_200(&b);
     let s = db.session(Principal::admin("t"));
-    s.append(batch(0, 200)).unwrap();
     s.delete(&RecordRef::External("r/0".into()), None).unwrap();
     db.close().unwrap();
     let used = b.used_bytes();
