@@ -44,7 +44,7 @@ pub struct AnnArgs {
     /// made by `benches/make_ann_dataset.py`).
     #[arg(long)]
     pub dataset: PathBuf,
-    /// HNSW M.
+    /// HNSW M (2 to 256).
     #[arg(long, default_value_t = 16)]
     pub m: usize,
     /// HNSW ef_construction.
@@ -59,7 +59,7 @@ pub struct AnnArgs {
     /// Use only the first N queries.
     #[arg(long)]
     pub queries: Option<usize>,
-    /// Passes over the queries per configuration; the fastest is reported
+    /// Passes over the queries per configuration (at most 1000); the fastest is reported
     /// (a shared machine's noise only ever slows a pass down).
     #[arg(long, default_value_t = 1)]
     pub rounds: usize,
@@ -325,6 +325,11 @@ fn vector_file_rss() -> Option<u64> {
 
 /// Query threads at most (as `engram bench recall` and `bench ingest`).
 const THREADS_MAX: usize = 256;
+/// `--rounds` at most (a thousand passes over the queries is past any use).
+const ROUNDS_MAX: usize = 1000;
+/// `--m` at most: a graph's node keeps up to `2 m` neighbours, and past a
+/// few hundred the graph is larger than the vectors it indexes.
+const M_MAX: usize = 256;
 
 /// Checks a ground-truth file against the dataset: 2-d, a row for every
 /// measured query, at least 10 columns (recall@10), and every id a base
@@ -498,10 +503,11 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
                 .any(|&e| e > engram_engine::model::limits::EF_MAX),
             "--ef values must be at most 10000 (a recall's largest ef)",
         ),
-        (a.m < 2, "--m must be at least 2"),
+        (a.rounds > ROUNDS_MAX, "--rounds must be at most 1000"),
+        (!(2..=M_MAX).contains(&a.m), "--m must be between 2 and 256"),
         (
-            a.ef_construction == 0,
-            "--ef-construction must be at least 1",
+            a.ef_construction == 0 || a.ef_construction > engram_engine::model::limits::EF_MAX,
+            "--ef-construction must be between 1 and 10000",
         ),
     ] {
         if bad {
@@ -568,16 +574,20 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
     }
     check_gt("gt.npy", &gt, n, n_queries)?;
     let attrs = dataset::attributes_and_filters(d, n, (&a.only, a.no_filters))?;
-    let texts: Vec<Option<String>> = match std::fs::read_to_string(d.join("base.jsonl")) {
-        Ok(t) => t
-            .lines()
-            .map(|l| {
-                serde_json::from_str::<serde_json::Value>(l)
-                    .ok()
-                    .and_then(|v| v.get("text").and_then(|t| t.as_str()).map(str::to_string))
-            })
-            .collect(),
-        Err(_) => Vec::new(),
+    // texts, when the dataset has them: one line per base row, each read
+    // whole (a damaged line, or a file of another length, is named rather
+    // than measured as rows without text)
+    let texts: Vec<String> = if d.join("base.jsonl").exists() {
+        let texts = crate::bench_recall::read_texts(&d.join("base.jsonl"))?;
+        if texts.len() != n {
+            return Err(CliError::Message(format!(
+                "base.jsonl has {} text line(s) for {n} base row(s): one per row, in order",
+                texts.len()
+            )));
+        }
+        texts
+    } else {
+        Vec::new()
     };
     let temp;
     let (store_dir, mut kept) = match &a.store {
@@ -676,11 +686,7 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
                     };
                     let mut r = NewRecord::event(
                         "document",
-                        texts
-                            .get(i)
-                            .cloned()
-                            .flatten()
-                            .unwrap_or_else(|| format!("row {i}")),
+                        texts.get(i).cloned().unwrap_or_else(|| format!("row {i}")),
                     )
                     .with_external_id(format!("row-{i}"))
                     .with_scope(Scope {

@@ -453,7 +453,9 @@ impl Seed {
     }
 }
 
-fn read_texts(path: &Path) -> Result<Vec<String>, CliError> {
+/// The `text` of each line of a JSON-lines file (blank lines skipped); a
+/// line that is not an object with a string `text` is named by its number.
+pub(crate) fn read_texts(path: &Path) -> Result<Vec<String>, CliError> {
     #[derive(Deserialize)]
     struct Row {
         text: String,
@@ -461,8 +463,8 @@ fn read_texts(path: &Path) -> Result<Vec<String>, CliError> {
     let body =
         std::fs::read_to_string(path).map_err(|e| fail(format!("{}: {e}", path.display())))?;
     body.lines()
-        .filter(|l| !l.trim().is_empty())
         .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
         .map(|(n, l)| {
             serde_json::from_str::<Row>(l)
                 .map(|r| r.text)

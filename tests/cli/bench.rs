@@ -524,6 +524,28 @@ fn bench_ann_refuses_an_inconsistent_dataset() {
     let err = run(&[]);
     assert!(err.contains("attrs.npy row 4: deleted is 7"), "{err}");
     std::fs::remove_file(d.join("attrs.npy")).unwrap();
+    // graph parameters past any use, before any build
+    let err = run(&["--m", "100000"]);
+    assert!(err.contains("--m must be between 2 and 256"), "{err}");
+    let err = run(&["--rounds", "1000000"]);
+    assert!(err.contains("--rounds must be at most 1000"), "{err}");
+    // a damaged text line, named by its number, and texts for fewer rows
+    // (both were measured as rows without text)
+    let lines: Vec<String> = (0..n)
+        .map(|i| format!(r#"{{"id": {i}, "text": "row {i}"}}"#))
+        .collect();
+    let mut damaged = lines.clone();
+    damaged[6] = r#"{"id": 6, "text": "row"#.into();
+    std::fs::write(d.join("base.jsonl"), damaged.join("\n")).unwrap();
+    let err = run(&[]);
+    assert!(err.contains("base.jsonl line 7"), "{err}");
+    std::fs::write(d.join("base.jsonl"), lines[..n - 1].join("\n")).unwrap();
+    let err = run(&[]);
+    assert!(
+        err.contains("base.jsonl has 19 text line(s) for 20 base row(s)"),
+        "{err}"
+    );
+    std::fs::remove_file(d.join("base.jsonl")).unwrap();
     // a NaN, named by file, row and component before anything is built
     let mut q = f32s(nq * dim);
     q[(dim + 2) * 4..(dim + 3) * 4].copy_from_slice(&f32::NAN.to_le_bytes());

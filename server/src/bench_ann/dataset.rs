@@ -38,6 +38,13 @@ pub(super) fn check_filter_def(def: &serde_json::Value) -> Result<(), String> {
         return Err("expected an object".into());
     };
     for (k, v) in fields {
+        // an empty list would read as no tenant term, so every row
+        if v.as_array().is_some_and(Vec::is_empty) && k == "tenants" {
+            return Err(
+                "`tenants` is empty: name at least one tenant, or leave the key out for every tenant"
+                    .into(),
+            );
+        }
         let ok = match k.as_str() {
             "tenants" => v
                 .as_array()
@@ -161,6 +168,7 @@ mod tests {
                 json!({"tenants": ["0"]}),
                 "`tenants` must be an array of integers",
             ),
+            (json!({"tenants": []}), "`tenants` is empty"),
             (
                 json!({"ts_min": "2024-01-01"}),
                 "`ts_min` must be an integer",
