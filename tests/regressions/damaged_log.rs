@@ -125,6 +125,27 @@ fn a_cut_at_a_batch_that_is_not_intact_is_refused() {
     ok(&store, &["verify"]);
 }
 
+/// A cut at a healthy log's end cuts nothing, and says so (it said "cut
+/// the log after LSN 30; 0 byte(s) moved").
+#[test]
+fn a_cut_at_the_logs_end_says_nothing_was_cut() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 30);
+    ok(
+        &store,
+        &["ingest", file.to_str().unwrap(), "--batch-size", "10"],
+    );
+    let text = String::from_utf8(ok(&store, &["repair", "--truncate-after", "30"]).stdout).unwrap();
+    assert!(
+        text.contains("the log already ends at LSN 30: nothing cut"),
+        "{text}"
+    );
+    let stats = cli::json(&ok(&store, &["stats", "--json"]));
+    assert_eq!(stats["records"], 30);
+}
+
 fn small_segments() -> Options {
     Options {
         log: LogOptions {

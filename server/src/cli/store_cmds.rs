@@ -489,6 +489,13 @@ pub(super) fn cmd_repair(ctx: &Ctx, a: RepairArgs) -> CliResult {
     let r = Engram::repair_log(data, &opts, keep)?;
     if a.json {
         print_json(&r)?;
+    } else if r.bytes_quarantined == 0 {
+        // a cut at the log's end: nothing moved
+        crate::outln!(
+            "the log already ends at LSN {}: nothing cut; {} applied again from the ledger; derived state rebuilt",
+            r.kept_through,
+            crate::lifecycle_cmd::reapplied_counts(&r.reapplied)
+        );
     } else {
         crate::outln!(
             "cut the log after LSN {}; {} byte(s) moved to {}; {} applied again from the ledger; derived state rebuilt",
