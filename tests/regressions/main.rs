@@ -12,6 +12,7 @@ mod access;
 mod authz_matrix;
 mod budgets;
 mod cli;
+mod clock;
 mod damaged_log;
 mod disk_full;
 mod faults;

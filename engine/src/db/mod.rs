@@ -236,6 +236,12 @@ pub(crate) struct Inner {
     state: Arc<RwLock<State>>,
     writer: Mutex<WriterState>,
     clock: Arc<dyn Clock>,
+    /// The latest transaction time the store holds or has minted (records
+    /// and lifecycle operations): the engine's `now` never reads earlier,
+    /// so a clock stepped back (or a store moved to a host whose clock is
+    /// behind) neither dates a write before one it follows nor makes the
+    /// present read as a moment before the store's last write.
+    clock_floor: std::sync::atomic::AtomicI64,
     opts: Options,
     recovery: RecoveryReport,
     /// A durable frame that could not be applied to memory: the state no
@@ -432,8 +438,21 @@ impl Engram {
         Ok(())
     }
 
+    /// The engine's present: the clock's reading, never earlier than the
+    /// latest transaction time the store holds (see `Inner::clock_floor`).
     pub(crate) fn now(&self) -> i64 {
-        self.inner.clock.now_ms()
+        self.inner.clock.now_ms().max(
+            self.inner
+                .clock_floor
+                .load(std::sync::atomic::Ordering::Acquire),
+        )
+    }
+
+    /// Records `at` as a transaction time minted (the floor of `now`).
+    pub(crate) fn raise_clock_floor(&self, at: i64) {
+        self.inner
+            .clock_floor
+            .fetch_max(at, std::sync::atomic::Ordering::AcqRel);
     }
 
     /// A fresh id to label one ingest run (pass it to [`Session::append_run`]).
@@ -447,7 +466,8 @@ impl Engram {
     }
 
     /// The engine clock's reading (ms since the epoch): what `now` means in
-    /// requests.
+    /// requests. Never earlier than the latest transaction time the store
+    /// holds, whatever the system clock says.
     pub fn now_ms(&self) -> i64 {
         self.now()
     }
@@ -488,6 +508,7 @@ impl Engram {
             .max(w.last_ingested_at)
             .max(self.inner.state.read().last_ingested_at);
         w.last_ingested_at = now;
+        self.raise_clock_floor(now);
         (w.ids.mint(now), now)
     }
 }

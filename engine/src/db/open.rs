@@ -226,7 +226,12 @@ impl Engram {
         if let Some(m) = state.ledger.iter().map(|e| e.op_id).max() {
             ids.observe(m);
         }
-        let last_ingested_at = state.last_ingested_at;
+        // the latest transaction time: of a record, or of an operation a
+        // read may travel past (a status change, an expiry, a ledger
+        // entry). Replay keeps an operation's time apart from the records'
+        // (a record dated before an operation it follows, by a clock
+        // stepped back before this rule, must still replay)
+        let last_ingested_at = state.latest_transaction_time();
         let inner = Arc::new(Inner {
             dir,
             backend,
@@ -246,6 +251,7 @@ impl Engram {
                 pending_dims: HashMap::new(),
             }),
             clock: opts.clock.clone(),
+            clock_floor: std::sync::atomic::AtomicI64::new(last_ingested_at),
             opts,
             recovery: log_report,
             apply_error: Arc::new(Mutex::new(None)),

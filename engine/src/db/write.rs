@@ -613,6 +613,7 @@ impl Session {
             // then queue
             in_flight = InFlight::register(&mut w, &tenant, &prepared, &records, new_dims);
             w.last_ingested_at = now;
+            db.raise_clock_floor(now);
             drop(st);
             rx = db.inner.log.append_async(frames);
         }
