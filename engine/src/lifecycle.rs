@@ -350,6 +350,8 @@ impl Session {
             Operation::Revoke
         })?;
         check_grant(principal, label, role)?;
+        // (checked and applied as one, against a twin sent together)
+        let _serial = reuse.is_none().then(|| self.db.serial_access_op());
         // A tenant-wide grant or a revocation that would change nothing is
         // a mistake worth naming, as lifting a hold nobody placed is: a
         // mistyped label would otherwise read as lifted (or revoked) while
@@ -451,6 +453,8 @@ impl Session {
     ) -> Result<OpResult> {
         self.require(Operation::Hold)?;
         check_hold_scope(scope)?;
+        // (checked and applied as one, against a twin sent together)
+        let _serial = reuse.is_none().then(|| self.db.serial_access_op());
         // Lifting a hold nobody placed is a mistake worth naming (a
         // mistyped scope would otherwise read as lifted). A restore
         // re-applies the log's own operations as they were.

@@ -275,6 +275,112 @@ fn racing_corrections_of_one_record_conflict_rather_than_fail_as_input() {
     db.close().unwrap();
 }
 
+/// Two identical operations sent together (a deletion of one record, or
+/// of two versions of its chain; a revocation; a tenant-wide revocation
+/// and grant; a hold lifted): exactly one is taken, one ledger line, and
+/// the other is refused as it is one after the other. Both were answered
+/// as taken, with two ledger lines.
+#[test]
+fn twin_operations_sent_together_are_taken_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let owner = Engram::open(dir.path(), Options::default()).unwrap();
+    let db = &owner;
+    let admin = db.session(Principal::admin("t"));
+    let race = |a: &(dyn Fn() -> Result<engram::lifecycle::OpResult, EngineError> + Sync),
+                b: &(dyn Fn() -> Result<engram::lifecycle::OpResult, EngineError> + Sync)| {
+        let barrier = std::sync::Barrier::new(2);
+        let (x, y) = std::thread::scope(|s| {
+            let bx = &barrier;
+            let hx = s.spawn(move || {
+                bx.wait();
+                a()
+            });
+            let hy = s.spawn(move || {
+                bx.wait();
+                b()
+            });
+            (hx.join().unwrap(), hy.join().unwrap())
+        });
+        (x.is_ok() as usize + y.is_ok() as usize, [x, y])
+    };
+    let lines = || {
+        std::fs::read_to_string(dir.path().join("ledger.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    for round in 0..15 {
+        // a record, and its chain's two versions
+        let first = admin
+            .append(vec![
+                NewRecord::event("note", format!("round {round}"))
+                    .with_external_id(format!("n{round}")),
+            ])
+            .unwrap()[0]
+            .id;
+        let mut fix = NewRecord::event("note", format!("round {round} fixed"));
+        fix.supersedes = Some(RecordRef::Id(first));
+        let second = admin.append(vec![fix]).unwrap()[0].id;
+        let before = lines();
+        let del = |id: RecordId| {
+            move || {
+                db.session(Principal::admin("t"))
+                    .delete(&RecordRef::Id(id), None)
+            }
+        };
+        let (taken, outcomes) = race(&del(second), &del(second));
+        assert_eq!(taken, 1, "round {round}: {outcomes:?}");
+        for o in outcomes.iter().filter_map(|o| o.as_ref().err()) {
+            assert!(matches!(o, EngineError::InvalidState { .. }), "{o:?}");
+        }
+        assert_eq!(lines(), before + 1, "round {round}: one ledger line");
+        // two versions of one chain (each deletion deletes the whole chain)
+        let third = admin
+            .append(vec![NewRecord::event("note", format!("other {round}"))])
+            .unwrap()[0]
+            .id;
+        let mut fix = NewRecord::event("note", format!("other {round} fixed"));
+        fix.supersedes = Some(RecordRef::Id(third));
+        let fourth = admin.append(vec![fix]).unwrap()[0].id;
+        let (taken, outcomes) = race(&del(third), &del(fourth));
+        assert_eq!(taken, 1, "round {round}: {outcomes:?}");
+        // a principal's label revoked twice
+        let p = format!("p{round}");
+        admin.grant(Some(&p), Some("hr"), None).unwrap();
+        let revoke = || {
+            db.session(Principal::admin("t"))
+                .revoke(Some(&p), Some("hr"), None)
+        };
+        let (taken, outcomes) = race(&revoke, &revoke);
+        assert_eq!(taken, 1, "round {round}: {outcomes:?}");
+        // a label revoked tenant-wide twice, then granted back twice
+        let label = format!("l{round}");
+        let wide = |grant: bool| {
+            let label = label.clone();
+            move || {
+                let s = db.session(Principal::admin("t"));
+                if grant {
+                    s.grant(None, Some(&label), None)
+                } else {
+                    s.revoke(None, Some(&label), None)
+                }
+            }
+        };
+        let (taken, outcomes) = race(&wide(false), &wide(false));
+        assert_eq!(taken, 1, "round {round}: {outcomes:?}");
+        let (taken, outcomes) = race(&wide(true), &wide(true));
+        assert_eq!(taken, 1, "round {round}: {outcomes:?}");
+        // a hold lifted twice
+        let scope = format!("user:u{round}");
+        admin.hold(&scope, true).unwrap();
+        let lift = || db.session(Principal::admin("t")).hold(&scope, false);
+        let (taken, outcomes) = race(&lift, &lift);
+        assert_eq!(taken, 1, "round {round}: {outcomes:?}");
+    }
+    drop(admin);
+    owner.close().unwrap();
+}
+
 /// Corrections naming one chain by its external id, racing: one that
 /// arrives while another batch's version is applied but not yet released
 /// corrects that version (or loses as a conflict of state), never gets

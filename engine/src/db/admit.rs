@@ -616,8 +616,8 @@ fn count(map: &mut HashMap<RecordId, usize>, id: RecordId, add: bool) {
 /// took effect, a correction could be resolved against a record a queued
 /// retraction withdraws, or without the end a queued expiry gives it, an
 /// expiry could end a version a queued correction supersedes, and a
-/// decision, retraction or expiry of a record a queued deletion deletes
-/// was answered as taken.
+/// decision, retraction, expiry or deletion of a record a queued deletion
+/// deletes was answered as taken.
 /// Operations a restore re-applies (`reuse`) are neither checked nor
 /// registered.
 pub(super) fn hold_op(
@@ -649,6 +649,17 @@ pub(super) fn hold_op(
     }
     let idx_of = |id: RecordId| st.tenant_sym(tenant).and_then(|t| st.idx_in(t, id));
     if let OpBody::Delete { target, reason } = op {
+        // a record a deletion in flight deletes is deleted by the time this
+        // one applies: refused as a deleted one is (two deletions sent
+        // together were both answered as taken, two lines in the ledger)
+        let named = RecordId::from_bytes(*target);
+        if w.pending_deleted.contains_key(&named) {
+            return Err(EngineError::InvalidState {
+                action: "delete".into(),
+                target: named,
+                reason: "a deletion of it is in flight: it is deleted once that is applied".into(),
+            });
+        }
         let set: Vec<RecordId> = idx_of(RecordId::from_bytes(*target))
             .map(|ix| st.deletion_set_for(ix, reason.as_deref()))
             .unwrap_or_default()

@@ -269,6 +269,12 @@ pub(crate) struct Inner {
     closed: AtomicBool,
     /// Held shared by appends, exclusively by maintenance (compaction, restore).
     maintenance: RwLock<()>,
+    /// Held by a grant, a revocation or a legal hold from the check that
+    /// refuses one changing nothing until it is applied: two sent together
+    /// were both taken (two ledger lines) where one after the other the
+    /// second is refused. Such operations are rare; none waits on another
+    /// lock while holding this one but the writer's and `maintenance`.
+    access_ops: Mutex<()>,
     /// Serialises reconciling `ledger.jsonl` with the log: two deletions
     /// reconciling at once would interleave their appends. Holds what
     /// reconciling found damaged in the file since open (reported by
@@ -446,6 +452,12 @@ impl Engram {
                 .clock_floor
                 .load(std::sync::atomic::Ordering::Acquire),
         )
+    }
+
+    /// Serialises access and hold operations from their check to their
+    /// application (see `Inner::access_ops`).
+    pub(crate) fn serial_access_op(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.inner.access_ops.lock()
     }
 
     /// Records `at` as a transaction time minted (the floor of `now`).

@@ -266,6 +266,7 @@ impl Engram {
             checkpointer: Mutex::new(None),
             closed: AtomicBool::new(false),
             maintenance: RwLock::new(()),
+            access_ops: Mutex::new(()),
             ledger_sync: Mutex::new(Vec::new()),
         });
         Self::start_threads(&inner)?;
