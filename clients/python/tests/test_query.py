@@ -13,7 +13,7 @@ from typing import Any, Dict, Iterator, List
 import pytest
 from conftest import Session
 
-from engram_client import Client, QueryError
+from engram_client import Client, InvalidInput, QueryError
 
 EXAMPLES: Dict[str, str] = {
     "1_user_billing_as_of": """
@@ -245,3 +245,18 @@ def test_a_wrong_statement_says_where_and_what(lang: Client) -> None:
     with pytest.raises(QueryError) as unbound:
         lang.query("FIND ANY MATCH $missing")
     assert unbound.value.line == 1
+
+
+def test_a_time_parameter_finer_than_a_millisecond_is_refused_not_cut(lang: Client) -> None:
+    # a parameter may be either end of a range: cut, `occurred_at < $t`
+    # left out records that occurred before t (the server refuses the same
+    # bound written as a string)
+    import datetime as dt
+
+    t = dt.datetime(2024, 2, 29, 12, 0, 0, 123500, tzinfo=dt.timezone.utc)
+    with pytest.raises(InvalidInput) as e:
+        lang.query("FIND ANY WHERE occurred_at < $t", params={"t": t})
+    assert "$t" in str(e.value) and "millisecond" in str(e.value), str(e.value)
+    # to the millisecond, it is taken
+    whole = t.replace(microsecond=123000)
+    lang.query("FIND ANY WHERE occurred_at < $t", params={"t": whole})

@@ -430,10 +430,25 @@ def eval_cases(cases: Iterable[Union[Mapping[str, Any], str, bytes]], k: Optiona
     )
 
 
+def _exact_time(v: Any) -> Any:
+    """A query parameter as sent: a ``datetime`` finer than the millisecond
+    keeps its whole fraction (a parameter may be either end of a range, so
+    neither cutting nor rounding keeps what it selects: the server then
+    refuses it as it refuses such a string, naming the parameter); lists
+    likewise, element by element; anything else as it is."""
+    if isinstance(v, _dt.datetime) and v.microsecond % 1000:
+        if v.tzinfo is None:
+            v = v.replace(tzinfo=_dt.timezone.utc)
+        return v.isoformat(timespec="microseconds").replace("+00:00", "Z")
+    if isinstance(v, list):
+        return [_exact_time(x) for x in v]
+    return v
+
+
 def query(body: Dict[str, Any], params: Optional[Mapping[str, Any]]) -> Call:
     """``POST /v1/query`` with ``query`` text or an ``ast``, and parameters."""
     if params:
-        body["params"] = dict(params)
+        body["params"] = {k: _exact_time(v) for k, v in params.items()}
     return _json_call("POST", "/v1/query", body, Retry.IDEMPOTENT)
 
 
