@@ -147,6 +147,33 @@ pub fn query(ctx: &Ctx, a: QueryArgs) -> CliResult {
         );
         Ok(ExitCode::from(1))
     };
+    // a command line that does not parse, as clap's own refusals: exit 2
+    let usage_error = |message: String| -> CliResult {
+        if a.json {
+            crate::outln!(
+                "{}",
+                serde_json::json!({"errors": [engram_query::lang::unplaced_error_json("usage", &message)]})
+            );
+        } else {
+            crate::output::emit_err(format_args!(
+                "error: {}",
+                crate::output::terminal_safe(&message)
+            ));
+        }
+        Ok(ExitCode::from(2))
+    };
+    // `--jsn`, `-x`: an option mistyped before the statement (the statement
+    // may begin with a `--` comment, so it is taken as one; a comment alone,
+    // on one line with nothing after it, is no statement either)
+    if let Some(first) = a
+        .statement
+        .as_deref()
+        .filter(|s| s.starts_with('-') && s.len() > 1 && !s.contains(char::is_whitespace))
+    {
+        return usage_error(format!(
+            "unexpected argument '{first}' (see engram query --help; a statement beginning with a `--` comment continues on its next line)"
+        ));
+    }
     if let (Some(first), false) = (&a.statement, a.unquoted.is_empty()) {
         return input_error(
             "invalid_input",
@@ -162,6 +189,9 @@ pub fn query(ctx: &Ctx, a: QueryArgs) -> CliResult {
             Ok(t) => t,
             Err(e) => return input_error("invalid_input", e),
         },
+        (None, None) => {
+            return usage_error("give a statement, or -f FILE".into());
+        }
         _ => {
             return input_error(
                 "invalid_input",

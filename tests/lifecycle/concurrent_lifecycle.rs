@@ -286,23 +286,24 @@ fn twin_operations_sent_together_are_taken_once() {
     let owner = Engram::open(dir.path(), Options::default()).unwrap();
     let db = &owner;
     let admin = db.session(Principal::admin("t"));
-    let race = |a: &(dyn Fn() -> Result<engram::lifecycle::OpResult, EngineError> + Sync),
-                b: &(dyn Fn() -> Result<engram::lifecycle::OpResult, EngineError> + Sync)| {
-        let barrier = std::sync::Barrier::new(2);
-        let (x, y) = std::thread::scope(|s| {
-            let bx = &barrier;
-            let hx = s.spawn(move || {
-                bx.wait();
-                a()
+    let race =
+        |a: &(dyn Fn() -> Result<engram::lifecycle::OpResult, EngineError> + Sync),
+         b: &(dyn Fn() -> Result<engram::lifecycle::OpResult, EngineError> + Sync)| {
+            let barrier = std::sync::Barrier::new(2);
+            let (x, y) = std::thread::scope(|s| {
+                let bx = &barrier;
+                let hx = s.spawn(move || {
+                    bx.wait();
+                    a()
+                });
+                let hy = s.spawn(move || {
+                    bx.wait();
+                    b()
+                });
+                (hx.join().unwrap(), hy.join().unwrap())
             });
-            let hy = s.spawn(move || {
-                bx.wait();
-                b()
-            });
-            (hx.join().unwrap(), hy.join().unwrap())
-        });
-        (x.is_ok() as usize + y.is_ok() as usize, [x, y])
-    };
+            (x.is_ok() as usize + y.is_ok() as usize, [x, y])
+        };
     let lines = || {
         std::fs::read_to_string(dir.path().join("ledger.jsonl"))
             .unwrap_or_default()

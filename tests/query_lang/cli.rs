@@ -551,15 +551,34 @@ fn a_parameter_given_twice_is_refused_and_hints_name_the_cli_ways_to_bind() {
             "--param-file",
         ],
         vec!["-q", "--data", &d, "query", "--json", "--tenant"],
+        // an option mistyped before the statement (it was read as the
+        // statement, and the statement as words left unquoted), an
+        // unknown option alone (read as a `--` comment), no statement
+        vec![
+            "--data", &d, "query", "--tenant", "t", "--json", "--jsn", "FIND ANY",
+        ],
+        vec!["--data", &d, "query", "--json", "--tenant", "t", "--bogus"],
+        vec!["--data", &d, "query", "--json", "--tenant", "t"],
     ] {
         let o = engram(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
         let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
         assert_eq!(j["errors"][0]["code"], "usage", "{j}");
         let message = j["errors"][0]["message"].as_str().unwrap();
-        assert!(message.contains("--"), "{message}");
+        assert!(
+            message.contains("--") || message.contains("give a statement"),
+            "{message}"
+        );
         assert!(!message.contains("Usage:"), "{message}");
     }
+    // and in text, the option named
+    let o = engram(&["--data", &d, "query", "--tenant", "t", "-x", "FIND ANY"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("unexpected argument '-x'"),
+        "{}",
+        text(&o)
+    );
     // a tenant that prints like another is refused, not read as one
     // holding nothing
     let o = engram(&[
@@ -816,11 +835,11 @@ fn json_errors_cover_an_unreadable_statement_file() {
             .contains("nope.eql"),
         "{v}"
     );
-    // no statement at all
+    // no statement at all: a usage error, as a missing argument is
     let o = engram(&["--data", &d, "query", "--tenant", "t", "--json"]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
-    assert_eq!(v["errors"][0]["code"], "invalid_input", "{v}");
+    assert_eq!(v["errors"][0]["code"], "usage", "{v}");
     // and a store that is not there
     let none = tmp.path().join("no-store");
     let o = engram(&[
