@@ -260,11 +260,19 @@ pub fn print_manifest(m: &Manifest) {
     } else {
         m.fusion_method.to_string()
     };
-    crate::outln!(
-        "  fusion     {method} over {} candidate(s); weights {}",
-        m.fusion.len(),
-        weights.join(", ")
-    );
+    if weights.is_empty() {
+        // a listing: no retriever ranks it, so nothing is fused
+        crate::outln!(
+            "  fusion     none (no retriever: a listing, newest first) over {} candidate(s)",
+            m.fusion.len()
+        );
+    } else {
+        crate::outln!(
+            "  fusion     {method} over {} candidate(s); weights {}",
+            m.fusion.len(),
+            weights.join(", ")
+        );
+    }
     crate::outln!(
         "  cost       {} scanned, {} distances, {} graph nodes, {} postings, {} bytes returned",
         m.cost.records_scanned,

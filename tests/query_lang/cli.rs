@@ -184,6 +184,24 @@ fn engram_shell_param_quotes_and_describe_arguments() {
     assert!(out.contains("takes no argument"), "{out}");
 }
 
+/// With `\explain on`, an error's place is in the statement as typed (the
+/// shell wrote `EXPLAIN ` before it, so it said 1:14 for 1:6 and quoted
+/// a line never typed); a statement runs explained, and a listing's
+/// manifest says no retriever fused it.
+#[test]
+fn engram_shell_explain_on_keeps_error_places() {
+    let (_tmp, d) = store();
+    let o = shell_piped(
+        &["--data", &d, "shell", "--tenant", "t"],
+        b"\\explain on\nFIND bogus;\nFIND ANY LIMIT 1;\n",
+    );
+    let out = text(&o);
+    assert!(out.contains("--> 1:6"), "{out}");
+    assert!(!out.contains("EXPLAIN FIND bogus"), "{out}");
+    assert!(out.contains("manifest (snapshot LSN"), "{out}");
+    assert!(out.contains("fusion     none (no retriever"), "{out}");
+}
+
 /// A line that is not UTF-8 skips its statement with an error and the
 /// shell goes on; a line may hold several statements.
 #[test]

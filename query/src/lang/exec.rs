@@ -103,6 +103,15 @@ impl QueryError {
 pub trait QueryExt {
     /// Parses, checks and runs a statement in its text form.
     fn query(&self, text: &str, params: &Params) -> Result<QueryOutput, QueryError>;
+    /// [`QueryExt::query`], run as if it began with `EXPLAIN` when
+    /// `explain` is set (the shell's `\explain on`): its error positions
+    /// stay those of the text as written.
+    fn query_explained(
+        &self,
+        text: &str,
+        params: &Params,
+        explain: bool,
+    ) -> Result<QueryOutput, QueryError>;
     /// Checks and runs a statement in its JSON (AST) form.
     fn query_ast(&self, stmt: &Statement, params: &Params) -> Result<QueryOutput, QueryError>;
 }
@@ -123,11 +132,21 @@ fn context(s: &Session, params: &Params) -> CheckContext {
 
 impl QueryExt for Session {
     fn query(&self, text: &str, params: &Params) -> Result<QueryOutput, QueryError> {
+        self.query_explained(text, params, false)
+    }
+
+    fn query_explained(
+        &self,
+        text: &str,
+        params: &Params,
+        explain: bool,
+    ) -> Result<QueryOutput, QueryError> {
         let lang = |errors: Vec<LangError>| QueryError::Language {
             errors,
             text: Some(text.to_string()),
         };
-        let stmt = super::parse(text).map_err(|e| lang(vec![e]))?;
+        let mut stmt = super::parse(text).map_err(|e| lang(vec![e]))?;
+        stmt.explain |= explain;
         let ctx = context(self, params);
         check(&stmt, &ctx).map_err(|es| lang(es.into_iter().map(|e| e.located(text)).collect()))?;
         run(self, &stmt, &ctx).map_err(|e| match e {

@@ -404,18 +404,16 @@ impl Shell {
 fn run_one(sh: &mut Shell, s: &Session, text: &str, first_line: usize) -> bool {
     // (leading blank lines would shift the statement's own positions)
     let text = text.trim_start();
-    let stmt = if sh.explain && !text.to_ascii_uppercase().starts_with("EXPLAIN") {
-        format!("EXPLAIN {text}")
-    } else {
-        text.to_string()
-    };
+    // (`\explain on` marks the parsed statement: its text, and so its
+    // error positions, stay as typed)
+    let (stmt, explain) = (text.to_string(), sh.explain);
     let started = Instant::now();
     let outcome = match &sh.interrupt {
-        None => Outcome::Answer(s.query(&stmt, &sh.params)),
+        None => Outcome::Answer(s.query_explained(&stmt, &sh.params, explain)),
         Some(i) => {
             let (session, params) = (s.clone(), sh.params.clone());
             i.run(
-                move || session.query(&stmt, &params),
+                move || session.query_explained(&stmt, &params, explain),
                 || {
                     crate::errln!(
                         "waiting for the interrupted statement to finish (Ctrl-C quits the shell)"
