@@ -52,8 +52,10 @@ pub struct Cli {
     /// Built-in embedder deriving vectors from text: `none`, `hash` (lexical
     /// feature hashing, 256 dims; not semantic), `hash-<dims>`, or
     /// `minilm:DIR` (all-MiniLM-L6-v2 from a local model directory; builds
-    /// with the `minilm` feature). Remembered by the store; default for a
-    /// new store: none (clients send vectors).
+    /// with the `minilm` feature). Remembered by the store when a command
+    /// that writes to it succeeds (a read, such as recall or query, uses it
+    /// for itself only); default for a new store: none (clients send
+    /// vectors).
     #[arg(long, global = true)]
     pub embedder: Option<String>,
     /// No progress on stderr (progress is drawn only on a terminal anyway).

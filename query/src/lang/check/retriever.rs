@@ -306,7 +306,13 @@ impl Checker<'_> {
             if h.max == 0 {
                 self.push(
                     ErrorKind::OutOfRange {
-                        what: "HOPS".into(),
+                        // (`HOPS 0..0`: 0 may start a range, not end it;
+                        // `HOPS 0` is read as 1..0)
+                        what: if h.min == 0 {
+                            "HOPS (its upper end)".into()
+                        } else {
+                            "HOPS".into()
+                        },
                         got: "0".into(),
                         range: format!("1..={HOPS_MAX}"),
                     },
