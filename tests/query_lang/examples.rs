@@ -329,6 +329,46 @@ fn valid_until_under_as_of_is_what_was_known_then() {
     );
 }
 
+/// `RETURN side` tells a `TRACE ... BOTH` row's way from the traced record
+/// (a source and a derivative at depth 1 read alike without it); a `FIND`
+/// asking for it is refused, as for `depth`.
+#[test]
+fn a_trace_both_row_says_its_side() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (db, _clock) = fixture::build(tmp.path());
+    let s = db.session(Principal::admin("t"));
+    let lines = engram::query::parse_jsonl(
+        r#"{"external_id":"src","kind":"note","text":"the source"}
+{"external_id":"mid","record":"summary","generator":"sum@1","text":"the middle","sources":["src"]}
+{"external_id":"top","record":"summary","generator":"sum@1","text":"the top","sources":["mid"]}
+"#,
+    )
+    .unwrap();
+    s.append(lines.into_iter().map(|l| l.record).collect())
+        .unwrap();
+    let out = run(
+        &s,
+        "TRACE 'mid' BOTH RETURN external_id, depth, side",
+        &Params::new(),
+    );
+    let mut rows: Vec<String> = out
+        .rows
+        .iter()
+        .map(|r| format!("{} {} {}", r["external_id"], r["depth"], r["side"]))
+        .collect();
+    rows.sort();
+    assert_eq!(
+        rows,
+        [r#""src" 1 "source""#, r#""top" 1 "derivative""#],
+        "{rows:?}"
+    );
+    let e = s
+        .query("FIND ANY RETURN id, side", &Params::new())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("a TRACE field"), "{e}");
+}
+
 /// Without `INCLUDE SUPERSEDED`, a `TRACE` does not walk through the
 /// versions it leaves out: the sources and subject only an older version
 /// had are not the current record's lineage (they came back at depth 2

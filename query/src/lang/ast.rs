@@ -323,11 +323,14 @@ pub enum ReturnField {
     Labels,
     /// Hops from the traced record (TRACE only).
     Depth,
+    /// Which way a row lies from the traced record, `source` or
+    /// `derivative` (TRACE only: tells the two apart under `BOTH`).
+    Side,
 }
 
 impl ReturnField {
     /// All fields, in documentation order.
-    pub const ALL: [ReturnField; 17] = [
+    pub const ALL: [ReturnField; 18] = [
         ReturnField::Id,
         ReturnField::ExternalId,
         ReturnField::Record,
@@ -345,6 +348,7 @@ impl ReturnField {
         ReturnField::Scope,
         ReturnField::Labels,
         ReturnField::Depth,
+        ReturnField::Side,
     ];
     /// As written.
     pub fn name(self) -> &'static str {
@@ -366,6 +370,7 @@ impl ReturnField {
             ReturnField::Scope => "scope",
             ReturnField::Labels => "labels",
             ReturnField::Depth => "depth",
+            ReturnField::Side => "side",
         }
     }
     /// Parses a name, case-insensitively.

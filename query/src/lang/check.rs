@@ -383,6 +383,9 @@ impl Checker<'_> {
                 ReturnField::Depth => {
                     Some("depth is the distance from a traced record, a TRACE field")
                 }
+                ReturnField::Side => {
+                    Some("side says which way a row lies from a traced record, a TRACE field")
+                }
                 _ => None,
             }
         };

@@ -240,6 +240,11 @@ fn run(s: &Session, stmt: &Statement, ctx: &CheckContext) -> Result<QueryOutput,
                         ReturnField::Text => json!(full.as_ref().and_then(|r| r.text.clone())),
                         ReturnField::OccurredAt => json!(n.occurred_at),
                         ReturnField::Depth => json!(n_depth),
+                        ReturnField::Side => json!(if n.side == "upstream" {
+                            "source"
+                        } else {
+                            "derivative"
+                        }),
                         other => record_field(full.as_ref(), *other),
                     };
                     row.insert(f.name().to_string(), v);
@@ -396,7 +401,7 @@ fn find_row(
             ReturnField::Sources => linked(&h.sources),
             ReturnField::Derivatives => linked(&h.derivatives),
             ReturnField::OccurredAt => json!(h.occurred_at),
-            ReturnField::Depth => Value::Null,
+            ReturnField::Depth | ReturnField::Side => Value::Null,
             other => record_field(full.as_ref(), *other),
         };
         row.insert(f.name().to_string(), v);
