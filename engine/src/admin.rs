@@ -288,6 +288,14 @@ impl Engram {
         self.log().write_failure()
     }
 
+    /// Why the store refuses every call, if applying a durable log frame
+    /// to memory failed (a derived file that could not be written on a
+    /// full disk, or with no memory left): the log holds the frame, so
+    /// reopening the store recovers; nothing acknowledged was lost.
+    pub fn apply_failure(&self) -> Option<String> {
+        self.apply_error()
+    }
+
     /// How long ago appends last failed for a full disk, and why, unless
     /// one succeeded since: the store goes on, and every append fails the
     /// same way until space is freed.

@@ -382,6 +382,46 @@ fn twin_operations_sent_together_are_taken_once() {
     owner.close().unwrap();
 }
 
+/// Many deletions of one record at once: exactly one is taken, whether the
+/// others meet it in flight or applied (a deletion that checked the record
+/// before the first applied, and queued after its registration in flight
+/// ended, was taken too).
+#[test]
+fn many_deletions_of_one_record_are_taken_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Engram::open(dir.path(), Options::default()).unwrap();
+    let admin = db.session(Principal::admin("t"));
+    for round in 0..60 {
+        let id = admin
+            .append(vec![NewRecord::event("note", format!("round {round}"))])
+            .unwrap()[0]
+            .id;
+        let barrier = std::sync::Barrier::new(6);
+        let taken: usize = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..6)
+                .map(|_| {
+                    let (db, barrier) = (&db, &barrier);
+                    s.spawn(move || {
+                        barrier.wait();
+                        match db
+                            .session(Principal::admin("t"))
+                            .delete(&RecordRef::Id(id), None)
+                        {
+                            Ok(_) => 1,
+                            Err(EngineError::InvalidState { .. }) => 0,
+                            Err(e) => panic!("round {round}: {e:?}"),
+                        }
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(taken, 1, "round {round}");
+    }
+    drop(admin);
+    db.close().unwrap();
+}
+
 /// Corrections naming one chain by its external id, racing: one that
 /// arrives while another batch's version is applied but not yet released
 /// corrects that version (or loses as a conflict of state), never gets

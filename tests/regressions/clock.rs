@@ -1,7 +1,7 @@
-//! The engine's present when the system clock steps back: transaction time
-//! never goes back (records, and lifecycle operations, across a reopen
-//! too), and the present never reads as a moment before the store's last
-//! write, so the validity rule does not depend on when a request runs.
+//! The system clock stepped back: transaction time never goes back
+//! (records, and lifecycle operations, across a reopen too), the validity
+//! rule gives one answer whenever a request runs, and a record written
+//! meanwhile is valid from the clock's present, so its writer reads it.
 
 use crate::common::{T0, ext, open};
 use engram::retrieval::RecallRequest;
@@ -54,17 +54,21 @@ fn a_record_written_after_an_operation_is_dated_after_it_across_a_reopen() {
         r2.ingested_at,
         T0 + 10 * SECOND
     );
-    // the store as it was at :09.5: r1 alone, not yet expired
+    // the store as it was at :09.5: r1 alone, not yet expired (r2, dated
+    // :09, was in it, valid from then)
     let mut q = RecallRequest::text("zebra");
     q.as_of = Some(T0 + 9 * SECOND + 500);
-    q.valid_at = Some(T0 + 6 * SECOND);
+    q.valid_at = Some(T0 + 9 * SECOND + 500);
     assert_eq!(found(&s, q), ["r1"]);
     db.close().unwrap();
 }
 
-/// With the clock behind the store's last write, the present is that
-/// write's time: a record is valid now and at any later moment, and not at
-/// an earlier one, whether or not the moment is past the system clock.
+/// With the clock behind the store's last write, the validity rule is the
+/// same at the present as at any moment: a record is not valid before its
+/// start, whether or not that moment is past the clock (the present read
+/// every record as started). A record written meanwhile is dated after the
+/// last write (transaction time), and valid from the clock's present (its
+/// `occurred_at` left out), so its writer reads it.
 #[test]
 fn a_clock_behind_the_store_keeps_the_validity_rule() {
     let _serial = crate::cli::serial();
@@ -76,25 +80,31 @@ fn a_clock_behind_the_store_keeps_the_validity_rule() {
         NewRecord::event("note", "zebra a").with_external_id("a"),
     ])
     .unwrap();
-    let at = |valid_at: Option<i64>| {
+    let at = |s: &engram::Session, valid_at: Option<i64>| {
         let mut q = RecallRequest::text("zebra");
         q.valid_at = valid_at;
-        found(&s, q)
+        found(s, q)
     };
-    clock.set(T0 - 3600 * SECOND);
-    assert_eq!(at(None), ["a"], "a writer reads its own write");
-    assert_eq!(db.now_ms(), T0, "the present is the store's last write");
-    // before the record's start: not valid, on either side of the clock
-    assert!(at(Some(T0 - 5 * SECOND)).is_empty());
-    assert!(at(Some(T0 - 7200 * SECOND)).is_empty());
-    assert_eq!(at(Some(T0 + 5 * SECOND)), ["a"]);
+    let back = T0 - 3600 * SECOND;
+    clock.set(back);
+    assert!(at(&s, None).is_empty(), "a starts at T0, after the present");
+    assert!(at(&s, Some(back)).is_empty());
+    assert!(at(&s, Some(T0 - 5 * SECOND)).is_empty());
+    assert_eq!(at(&s, Some(T0 + 5 * SECOND)), ["a"]);
+    s.append(vec![
+        NewRecord::event("note", "zebra b").with_external_id("b"),
+    ])
+    .unwrap();
+    let b = s.get(&ext("b")).unwrap();
+    assert!(b.ingested_at >= T0, "dated {} before a", b.ingested_at);
+    assert_eq!(b.occurred_at, back, "it occurred at the clock's present");
+    assert_eq!(at(&s, None), ["b"], "a writer reads its own write");
+    assert_eq!(at(&s, Some(T0 + 5 * SECOND)), ["a", "b"]);
     // and the same after a reopen with the clock still behind
     db.close().unwrap();
     let db = open(tmp.path(), &clock);
     let s = db.session(Principal::admin("t"));
-    let mut q = RecallRequest::text("zebra");
-    q.valid_at = Some(T0 - 5 * SECOND);
-    assert!(found(&s, q).is_empty());
-    assert_eq!(found(&s, RecallRequest::text("zebra")), ["a"]);
+    assert_eq!(at(&s, None), ["b"]);
+    assert!(at(&s, Some(T0 - 5 * SECOND)) == ["b"]);
     db.close().unwrap();
 }

@@ -302,3 +302,51 @@ fn a_compaction_cut_short_by_a_full_disk_leaves_no_partial_segment() {
     assert_eq!(db.stats().unwrap().records, 200);
     db.close().unwrap();
 }
+
+/// A derived file (the vectors) that cannot grow on a full disk, while the
+/// log still has preallocated room: the frame is durable but cannot be
+/// applied, so the store stops applying and says why (a server's
+/// `/readyz` is then 503, and its answers 503, not 500), and a reopen
+/// with room again has every record, the one whose apply failed too.
+#[test]
+fn a_derived_file_that_cannot_grow_stops_the_store_and_a_reopen_recovers() {
+    let _serial = crate::cli::serial();
+    let b = MemBackend::new();
+    let dir = Path::new("/store");
+    let o = Options {
+        embedder: Some(Arc::new(engram::HashEmbedder::default())),
+        ..opts(&b)
+    };
+    let db = Engram::open(dir, o.clone()).unwrap();
+    let s = db.session(Principal::admin("t"));
+    s.append(batch(0, 5)).unwrap();
+    assert!(db.apply_failure().is_none());
+    // the log keeps its preallocated room; nothing else may grow
+    b.set_capacity(Some(b.used_bytes()));
+    let mut written = 5;
+    let failed = loop {
+        match s.append(batch(written, 20)) {
+            Ok(_) => written += 20,
+            Err(e) => break e,
+        }
+        assert!(written < 2_000, "the vectors never outgrew the disk");
+    };
+    let why = db.apply_failure().expect("the store says it stopped");
+    assert!(why.contains("vectors"), "{why}");
+    assert!(matches!(failed, EngineError::Background { .. }), "{failed}");
+    // every later call is refused the same way, as unavailable
+    let later = s.get(&RecordRef::External("r/0".into())).unwrap_err();
+    assert!(matches!(later, EngineError::Background { .. }), "{later}");
+    drop(s);
+    let _ = db.close();
+    b.set_capacity(None);
+    let db = Engram::open(dir, o).unwrap();
+    let s = db.session(Principal::admin("t"));
+    for i in 0..written + 20 {
+        s.get(&RecordRef::External(format!("r/{i}")))
+            .unwrap_or_else(|e| panic!("r/{i}: {e}"));
+    }
+    assert!(db.apply_failure().is_none());
+    assert!(db.verify().unwrap().ok());
+    db.close().unwrap();
+}

@@ -580,6 +580,16 @@ pub(super) fn candidate_correction(
     .at_item(i))
 }
 
+/// What stage 3 decided for a record: its content hash, effective access
+/// and retention, the writer it is attributed to, its admission status.
+pub(super) struct Admitted {
+    pub(super) hash: [u8; 32],
+    pub(super) access: Vec<String>,
+    pub(super) retention: String,
+    pub(super) writer: Writer,
+    pub(super) status: Status,
+}
+
 /// What [`hold_op`] registered in flight, for [`release_op`].
 pub(super) enum Held {
     /// A review decision of the record.
@@ -652,12 +662,19 @@ pub(super) fn hold_op(
         // a record a deletion in flight deletes is deleted by the time this
         // one applies: refused as a deleted one is (two deletions sent
         // together were both answered as taken, two lines in the ledger)
+        // (and one applied since the caller checked the record without the
+        // lock: its registration in flight is over by then)
         let named = RecordId::from_bytes(*target);
-        if w.pending_deleted.contains_key(&named) {
+        let deleted = idx_of(named).is_some_and(|ix| st.meta(ix).status == Status::Deleted);
+        if deleted || w.pending_deleted.contains_key(&named) {
             return Err(EngineError::InvalidState {
                 action: "delete".into(),
                 target: named,
-                reason: "a deletion of it is in flight: it is deleted once that is applied".into(),
+                reason: if deleted {
+                    "it is already deleted".into()
+                } else {
+                    "a deletion of it is in flight: it is deleted once that is applied".into()
+                },
             });
         }
         let set: Vec<RecordId> = idx_of(RecordId::from_bytes(*target))

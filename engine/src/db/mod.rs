@@ -236,12 +236,6 @@ pub(crate) struct Inner {
     state: Arc<RwLock<State>>,
     writer: Mutex<WriterState>,
     clock: Arc<dyn Clock>,
-    /// The latest transaction time the store holds or has minted (records
-    /// and lifecycle operations): the engine's `now` never reads earlier,
-    /// so a clock stepped back (or a store moved to a host whose clock is
-    /// behind) neither dates a write before one it follows nor makes the
-    /// present read as a moment before the store's last write.
-    clock_floor: std::sync::atomic::AtomicI64,
     opts: Options,
     recovery: RecoveryReport,
     /// A durable frame that could not be applied to memory: the state no
@@ -272,8 +266,9 @@ pub(crate) struct Inner {
     /// Held by a grant, a revocation or a legal hold from the check that
     /// refuses one changing nothing until it is applied: two sent together
     /// were both taken (two ledger lines) where one after the other the
-    /// second is refused. Such operations are rare; none waits on another
-    /// lock while holding this one but the writer's and `maintenance`.
+    /// second is refused. Such operations are rare. Held across their
+    /// write (the writer lock, `maintenance`, the wait until applied) and
+    /// the ledger's update; nothing takes it while holding any of those.
     access_ops: Mutex<()>,
     /// Serialises reconciling `ledger.jsonl` with the log: two deletions
     /// reconciling at once would interleave their appends. Holds what
@@ -444,27 +439,24 @@ impl Engram {
         Ok(())
     }
 
-    /// The engine's present: the clock's reading, never earlier than the
-    /// latest transaction time the store holds (see `Inner::clock_floor`).
+    /// The engine clock's reading: the present of reads (the default
+    /// `valid_at`, retention). Transaction time is this made
+    /// non-decreasing ([`Engram::mint_locked`]); reads do not take that
+    /// floor, so a clock once ahead (a write stamped then) does not move
+    /// the present, and with it retention, ahead for good.
     pub(crate) fn now(&self) -> i64 {
-        self.inner.clock.now_ms().max(
-            self.inner
-                .clock_floor
-                .load(std::sync::atomic::Ordering::Acquire),
-        )
+        self.inner.clock.now_ms()
+    }
+
+    /// The failure that stopped applying the log, if any.
+    pub(crate) fn apply_error(&self) -> Option<String> {
+        self.inner.apply_error.lock().clone()
     }
 
     /// Serialises access and hold operations from their check to their
     /// application (see `Inner::access_ops`).
     pub(crate) fn serial_access_op(&self) -> parking_lot::MutexGuard<'_, ()> {
         self.inner.access_ops.lock()
-    }
-
-    /// Records `at` as a transaction time minted (the floor of `now`).
-    pub(crate) fn raise_clock_floor(&self, at: i64) {
-        self.inner
-            .clock_floor
-            .fetch_max(at, std::sync::atomic::Ordering::AcqRel);
     }
 
     /// A fresh id to label one ingest run (pass it to [`Session::append_run`]).
@@ -478,8 +470,7 @@ impl Engram {
     }
 
     /// The engine clock's reading (ms since the epoch): what `now` means in
-    /// requests. Never earlier than the latest transaction time the store
-    /// holds, whatever the system clock says.
+    /// requests.
     pub fn now_ms(&self) -> i64 {
         self.now()
     }
@@ -520,7 +511,6 @@ impl Engram {
             .max(w.last_ingested_at)
             .max(self.inner.state.read().last_ingested_at);
         w.last_ingested_at = now;
-        self.raise_clock_floor(now);
         (w.ids.mint(now), now)
     }
 }

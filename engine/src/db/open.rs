@@ -251,7 +251,6 @@ impl Engram {
                 pending_dims: HashMap::new(),
             }),
             clock: opts.clock.clone(),
-            clock_floor: std::sync::atomic::AtomicI64::new(last_ingested_at),
             opts,
             recovery: log_report,
             apply_error: Arc::new(Mutex::new(None)),

@@ -18,7 +18,7 @@
 //! A batch is all or nothing: any error before stage 5 stores nothing.
 
 use super::admit::{
-    Pending, admission, candidate_correction, existing_version, hold_op, release_op,
+    Admitted, Pending, admission, candidate_correction, existing_version, hold_op, release_op,
     source_out_of_use, unchanged_correction,
 };
 use super::resolve::{InBatch, ItemResolution, Resolver};
@@ -299,7 +299,8 @@ impl Session {
             let st = db.inner.state.read();
             let tsym = st.tenant_sym(&tenant);
             let tstate = st.tenant(&tenant);
-            let now = db.now().max(w.last_ingested_at).max(st.last_ingested_at);
+            let wall = db.now();
+            let now = wall.max(w.last_ingested_at).max(st.last_ingested_at);
             let run = run_id.unwrap_or_else(|| w.ids.mint(now));
             prepared = Vec::with_capacity(records.len());
             // minted ids by position (and back); positions by external id (it
@@ -580,6 +581,7 @@ impl Session {
                         id: batch_ids[i],
                         tenant: &tenant,
                         now,
+                        wall,
                         run,
                     },
                     Admitted {
@@ -613,7 +615,6 @@ impl Session {
             // then queue
             in_flight = InFlight::register(&mut w, &tenant, &prepared, &records, new_dims);
             w.last_ingested_at = now;
-            db.raise_clock_floor(now);
             drop(st);
             rx = db.inner.log.append_async(frames);
         }
@@ -907,18 +908,11 @@ struct Stamp<'a> {
     tenant: &'a str,
     /// Transaction time of the batch.
     now: i64,
+    /// The clock's reading (`occurred_at`'s default): `now` unless the clock
+    /// is behind the store (docs/format.md, "Time").
+    wall: i64,
     /// The ingest run.
     run: RecordId,
-}
-
-/// What stage 3 decided for a record: its content hash, effective access
-/// and retention, the writer it is attributed to, its admission status.
-struct Admitted {
-    hash: [u8; 32],
-    access: Vec<String>,
-    retention: String,
-    writer: Writer,
-    status: Status,
 }
 
 /// Stage 4: the stored form of a record whose references are resolved.
@@ -962,7 +956,7 @@ fn stored_record(
         scope_agent: r.scope.agent.clone(),
         scope_labels,
         kind: r.kind.clone(),
-        occurred_at_ms: r.occurred_at.unwrap_or(stamp.now),
+        occurred_at_ms: r.occurred_at.unwrap_or(stamp.wall),
         ingested_at_ms: stamp.now,
         valid_from_ms: r.valid_from,
         valid_until_ms: r.valid_until,

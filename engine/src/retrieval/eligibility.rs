@@ -813,11 +813,13 @@ fn compute_windowed(
     }
     // records not yet valid at valid_at (their start, `Meta::valid_start`,
     // in the future of it): at a past moment any record may be; at the
-    // present or later only one valid from after its ingestion can be
-    // (every other starts at its ingestion at the latest), until its
-    // valid_from
+    // present or later, and at or past every ingestion, only one valid
+    // from after its ingestion can be (every other starts at its ingestion
+    // at the latest), until its valid_from. (Past the present but before
+    // an ingestion: a clock behind the store's last write, which stamped
+    // a transaction time ahead of it.)
     let later_only;
-    let maybe_later = if cut.valid_at < cut.now {
+    let maybe_later = if cut.valid_at < cut.now.max(st.last_ingested_at) {
         &b
     } else {
         later_only = &b & &st.bm_valid_later;

@@ -540,6 +540,13 @@ impl From<EngineError> for ServerError {
                 reason: "the store is read-only",
                 detail: message,
             },
+            // the store stopped applying its log (a derived file that could
+            // not be written on a full disk, no memory left): every call
+            // fails until the server is restarted, which recovers it
+            E::Background { .. } => ServerError::Unavailable {
+                reason: "the store stopped after a failure in the background; restart the server (nothing acknowledged is lost)",
+                detail: message,
+            },
             E::Storage(ref s) if s.is_damage() => ServerError::Internal { detail: message },
             E::Storage(_) => ServerError::Unavailable {
                 reason: "the store could not complete the operation (storage failure); retry later",

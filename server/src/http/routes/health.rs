@@ -36,7 +36,8 @@ pub async fn healthz() -> Json<Status> {
 
 /// The store is open and the server accepts requests (no key needed); 503
 /// while it shuts down, once the log writer stopped after an I/O failure
-/// (writes are refused until a restart), and while the disk is full (an
+/// (writes are refused until a restart), once applying the log to memory
+/// failed (every call is refused until a restart), and while the disk is full (an
 /// append failed for it in the last 10 s and none succeeded since).
 #[utoipa::path(
     get, path = "/readyz", tag = "health",
@@ -51,11 +52,19 @@ pub async fn readyz(State(app): State<Shared>) -> ServerResult<Json<Status>> {
     }
     let db = app.bind().await;
     // a read of the store's state proves it is open and applying
-    let (failure, full) = crate::http::app::run_blocking(move || {
+    let (failure, full, applying) = crate::http::app::run_blocking(move || {
         db.applied_lsn();
-        Ok((db.write_failure(), db.disk_full()))
+        Ok((db.write_failure(), db.disk_full(), db.apply_failure()))
     })
     .await?;
+    // nor is one that stopped applying its log (every call fails until
+    // the store is opened again)
+    if let Some(why) = applying {
+        return Err(ServerError::Unavailable {
+            reason: "the store stopped applying its log after a failure; restart the server",
+            detail: why,
+        });
+    }
     // a store whose log writer stopped refuses every write until a restart:
     // not ready (a load balancer moves traffic, an orchestrator restarts)
     if let Some(why) = failure {
