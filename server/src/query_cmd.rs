@@ -175,13 +175,10 @@ pub fn query(ctx: &Ctx, a: QueryArgs) -> CliResult {
         ));
     }
     if let (Some(first), false) = (&a.statement, a.unquoted.is_empty()) {
-        return input_error(
-            "invalid_input",
-            CliError::Message(format!(
-                "the statement is one argument: quote it, as in engram query --tenant T \"{first} {} ...\" (or give it with -f FILE)",
-                a.unquoted[0]
-            )),
-        );
+        return usage_error(format!(
+            "the statement is one argument: quote it, as in engram query --tenant T \"{first} {} ...\" (or give it with -f FILE)",
+            a.unquoted[0]
+        ));
     }
     let text = match (&a.statement, &a.file) {
         (Some(s), None) => s.clone(),
