@@ -435,12 +435,12 @@ def _exact_time(v: Any) -> Any:
     keeps its whole fraction (a parameter may be either end of a range, so
     neither cutting nor rounding keeps what it selects: the server then
     refuses it as it refuses such a string, naming the parameter); lists
-    likewise, element by element; anything else as it is."""
+    and tuples likewise, element by element; anything else as it is."""
     if isinstance(v, _dt.datetime) and v.microsecond % 1000:
         if v.tzinfo is None:
             v = v.replace(tzinfo=_dt.timezone.utc)
         return v.isoformat(timespec="microseconds").replace("+00:00", "Z")
-    if isinstance(v, list):
+    if isinstance(v, (list, tuple)):
         return [_exact_time(x) for x in v]
     return v
 
