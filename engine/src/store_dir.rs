@@ -436,7 +436,9 @@ pub fn remove_owned(backend: &dyn Backend, path: &Path) -> Result<Vec<String>> {
 /// (online compaction's staging copy): its marker and lock file, then
 /// everything [`remove_owned`] removes.
 pub fn remove_store_copy(backend: &dyn Backend, path: &Path) -> Result<Vec<String>> {
-    for name in [MARKER_FILE, "LOCK"] {
+    // (the marker, also as written before its rename: a copy cut short
+    // there holds nothing else)
+    for name in [MARKER_FILE, "ENGRAM.tmp", "LOCK"] {
         let p = path.join(name);
         if backend.exists(&p) {
             backend.remove_file(&p).map_err(io(&p))?;

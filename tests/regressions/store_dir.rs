@@ -535,3 +535,22 @@ fn a_key_file_inside_a_stores_directories_is_refused() {
     std::fs::copy(tmp.path().join("k.json"), &there).unwrap();
     ok(&s, &["keys", "list", "--key-file", there.to_str().unwrap()]);
 }
+
+/// A compaction cut short while writing its copy's marker leaves
+/// `compact.staging/ENGRAM.tmp`: the next writable open removes it, as it
+/// removes any staging copy (the marker's temporary name read as a file
+/// Engram does not own, so the directory stayed). What is not Engram's
+/// stays.
+#[test]
+fn a_staging_copy_cut_short_at_its_marker_is_removed_at_open() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 3);
+    ok(&store, &["ingest", file.to_str().unwrap()]);
+    let staging = store.join("compact.staging");
+    std::fs::create_dir_all(&staging).unwrap();
+    std::fs::write(staging.join("ENGRAM.tmp"), "engram store\n").unwrap();
+    ok(&store, &["stats"]);
+    assert!(!staging.exists(), "compact.staging/ENGRAM.tmp left");
+}
