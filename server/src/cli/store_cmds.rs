@@ -239,7 +239,7 @@ pub(super) fn cmd_verify(ctx: &Ctx, a: JsonArgs) -> CliResult {
                 .filter(|_| backup.is_none())
             {
                 notes.push(format!(
-                    "the log ends with an unacknowledged torn write ({} bytes at segment {} offset {}: {}); \
+                    "the log ends with a torn write, which nothing proves was acknowledged ({} bytes at segment {} offset {}: {}); \
                      the next command that opens the store for writing (every command but verify and backup) cuts it",
                     t.bytes_dropped, t.segment, t.offset, t.reason
                 ));
