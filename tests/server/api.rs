@@ -1213,6 +1213,65 @@ fn compaction_purges_while_serving() {
     assert!(left.is_empty(), "deleted content left in {left:?}");
 }
 
+/// Appends waiting for a write slot while an online compaction holds them
+/// all give up when it swaps the store in (429, to retry), rather than
+/// hold the swap, and so the compaction, until their wait runs out: with a
+/// 20 s wait the compaction took 20 s, and every waiting append failed
+/// anyway.
+#[test]
+fn appends_waiting_during_online_compaction_do_not_hold_it() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (_tmp, dir) = new_store();
+    let k = keys(&dir);
+    let s = Server::start(&dir, Some("[limits]\nappend_queue_wait_ms = 20000\n"));
+    let notes: Vec<Value> = (0..50)
+        .map(|i| json!({"kind": "note", "external_id": format!("n{i}"), "text": format!("note {i}")}))
+        .collect();
+    append(&s, &k.ann, &Value::Array(notes).to_string());
+    s.json("DELETE", "/v1/records/n3", Some(&k.ann), None, 200);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..3)
+        .map(|w| {
+            let (addr, key, stop) = (s.addr.clone(), k.ann.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut statuses = Vec::new();
+                let mut i = 0;
+                while !stop.load(Ordering::Acquire) {
+                    let body = format!(r#"[{{"kind": "note", "text": "writer {w} note {i}"}}]"#);
+                    let r = request(
+                        &addr,
+                        "POST",
+                        "/v1/records",
+                        Some(&key),
+                        Some(body.as_bytes()),
+                        "application/json",
+                    )
+                    .unwrap();
+                    statuses.push(r.status);
+                    i += 1;
+                }
+                statuses
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    let c = s.json("POST", "/v1/compact", Some(&k.store), None, 200);
+    let took = started.elapsed();
+    stop.store(true, Ordering::Release);
+    assert_eq!(c["purged"], 1, "{c}");
+    for w in writers {
+        for status in w.join().unwrap() {
+            assert!(matches!(status, 200 | 429), "{status}");
+        }
+    }
+    assert!(
+        took < Duration::from_secs(15),
+        "the compaction waited for the appends' 20 s: {took:?}"
+    );
+}
+
 /// Store maintenance has no request deadline: with a 1 ms deadline every
 /// other request may time out, but a compaction answers with its report.
 #[test]

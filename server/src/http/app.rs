@@ -36,6 +36,14 @@ pub struct App {
     /// Held shared by every engine call, exclusively by online
     /// compaction's swap of the store's files ([`App::bind`]).
     swap_gate: Arc<RwLock<()>>,
+    /// Set while online compaction waits for the swap gate: a request
+    /// waiting for a write slot holds the gate (its session is bound) and
+    /// can get no slot before the swap (compaction holds them all), so it
+    /// gives up at once (429) rather than hold the swap, and the whole
+    /// compaction, until its wait runs out.
+    swap_wanted: AtomicBool,
+    /// Wakes the requests waiting for a write slot when `swap_wanted` is set.
+    swap_notify: tokio::sync::Notify,
     /// The API keys.
     pub keys: KeyStore,
     /// Configuration and limits.
@@ -111,6 +119,8 @@ impl App {
         App {
             db: parking_lot::RwLock::new(db),
             swap_gate: Arc::new(RwLock::new(())),
+            swap_wanted: AtomicBool::new(false),
+            swap_notify: tokio::sync::Notify::new(),
             keys,
             writes: Arc::new(Semaphore::new(l.appends_in_flight_max)),
             reads: Arc::new(Semaphore::new(l.queries_in_flight_max)),
@@ -174,7 +184,11 @@ impl App {
         run_blocking(move || {
             let db = app.db();
             let gate = app.swap_gate.clone();
-            let out = db.compact_online(|| gate.blocking_write());
+            let out = db.compact_online(|| {
+                app.swap_wanted.store(true, Ordering::SeqCst);
+                app.swap_notify.notify_waiters();
+                gate.blocking_write()
+            });
             let r = match out {
                 Ok(out) => {
                     if let Some(paused) = out.reads_paused {
@@ -210,6 +224,7 @@ impl App {
                     Err(ServerError::from(e))
                 }
             };
+            app.swap_wanted.store(false, Ordering::SeqCst);
             drop(writes);
             r
         })
@@ -298,10 +313,27 @@ impl App {
             Ok(p) => Some(p),
             Err(_) if wait_ms == 0 => None,
             Err(_) => {
-                tokio::time::timeout(Duration::from_millis(wait_ms), sem.clone().acquire_owned())
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
+                let wait = tokio::time::timeout(
+                    Duration::from_millis(wait_ms),
+                    sem.clone().acquire_owned(),
+                );
+                if matches!(queue, Queue::Write) {
+                    // (registered before the flag is read: a swap wanted
+                    // in between still wakes it)
+                    let swap = self.swap_notify.notified();
+                    tokio::pin!(swap);
+                    swap.as_mut().enable();
+                    if self.swap_wanted.load(Ordering::SeqCst) {
+                        None
+                    } else {
+                        tokio::select! {
+                            got = wait => got.ok().and_then(Result::ok),
+                            () = swap => None,
+                        }
+                    }
+                } else {
+                    wait.await.ok().and_then(Result::ok)
+                }
             }
         };
         got.ok_or_else(|| {
