@@ -190,6 +190,31 @@ fn endpoints_do_their_job() {
     // an empty kind matches nothing: refused, naming the parameter
     let e = s.json("GET", "/v1/records?kind=", Some(&k.ann), None, 422);
     assert_eq!(e["error"]["details"]["field"], "kind", "{e}");
+    // and so does one no record may have (it listed nothing, 200); a `%`
+    // that starts no escape is bad encoding
+    for bad in ["%0A", "%20note", "note%00"] {
+        let e = s.json(
+            "GET",
+            &format!("/v1/records?kind={bad}"),
+            Some(&k.ann),
+            None,
+            422,
+        );
+        assert_eq!(e["error"]["details"]["field"], "kind", "{e}");
+    }
+    let e = s.json("GET", "/v1/records?kind=%ZZ", Some(&k.ann), None, 400);
+    assert!(
+        e["error"]["message"].as_str().unwrap().contains("%25"),
+        "{e}"
+    );
+    let e = s.json(
+        "POST",
+        "/v1/recall",
+        Some(&k.ann),
+        Some(r#"{"text": "checkout", "kind": "\u0000"}"#),
+        422,
+    );
+    assert_eq!(e["error"]["details"]["field"], "kind", "{e}");
 
     // recall, with and without the manifest
     let hits = s.json(

@@ -116,6 +116,11 @@ impl Session {
                 "empty: a kind is never empty; leave it out for records of every kind",
             ));
         }
+        // nor does a kind no record may have (a control character, spaces
+        // around it, past the length of a name)
+        if let Some(k) = &filter.kind {
+            crate::model::check_name("kind", k)?;
+        }
         // (as a recall refuses occurred_after past occurred_before: an
         // empty answer would hide the mistake)
         if let (Some(a), Some(b)) = (filter.since, filter.until)

@@ -239,6 +239,11 @@ fn validate(req: &RecallRequest) -> Result<()> {
                 "an empty value matches nothing; leave it out",
             ));
         }
+        // nor does one no record may hold (a control character, spaces
+        // around it, past the length of a name)
+        for v in values {
+            crate::model::check_name(field, v)?;
+        }
     }
     let text = req.text.as_deref().map(str::trim).filter(|t| !t.is_empty());
     if let Some(t) = &req.text {

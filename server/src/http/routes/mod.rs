@@ -290,6 +290,14 @@ pub(crate) fn check_query(parts: &Parts) -> Result<(), ServerError> {
         m => m,
     };
     if TAKES_QUERY.contains(&(method, route)) {
+        // a `%` that starts no escape is bad encoding (the decoder would
+        // keep it as it is: `kind=%ZZ` listed records of a kind `%ZZ`)
+        if !percent_escapes_well_formed(parts.uri.query().unwrap_or("")) {
+            return Err(ServerError::bad_request(
+                "query string",
+                "a '%' not followed by two hex digits; write '%' itself as %25",
+            ));
+        }
         Ok(())
     } else {
         Err(ServerError::bad_request(
