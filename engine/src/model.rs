@@ -348,6 +348,10 @@ impl RecordRef {
                 .map_err(|_| format!("'{rest}' after id: is not an internal id"));
         }
         if let Some(rest) = s.strip_prefix("ext:") {
+            // (as `id:` with nothing after it is: no external id is empty)
+            if rest.is_empty() {
+                return Err("nothing after ext:: an external id is never empty".into());
+            }
             return Ok(RecordRef::External(rest.to_string()));
         }
         Ok(match s.parse::<RecordId>() {

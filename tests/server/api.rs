@@ -202,6 +202,10 @@ fn endpoints_do_their_job() {
         );
         assert_eq!(e["error"]["details"]["field"], "kind", "{e}");
     }
+    // a reference naming nothing by its form: `id:` and `ext:` alike
+    for bad in ["/v1/records/id:", "/v1/records/ext:"] {
+        s.json("GET", bad, Some(&k.ann), None, 400);
+    }
     let e = s.json("GET", "/v1/records?kind=%ZZ", Some(&k.ann), None, 400);
     assert!(
         e["error"]["message"].as_str().unwrap().contains("%25"),
