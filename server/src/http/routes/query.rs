@@ -32,8 +32,8 @@ use crate::http::routes::records::line_error;
 pub struct RecallResponse {
     /// The request's `id`, echoed.
     pub query_id: Option<String>,
-    /// Hits, best first: id, external_id, score, record, kind, status,
-    /// occurred_at, historical, text, found_by.
+    /// Hits, best first: rank, id, external_id, score, record, kind,
+    /// status, occurred_at, historical, text, found_by, ranks.
     #[schema(value_type = Vec<Object>)]
     pub hits: Vec<Hit>,
     /// With `"explain": true`: the manifest (normalized query, principal,
