@@ -782,10 +782,23 @@ fn keys_created_and_revoked_apply_to_a_running_server() {
     drop(c);
     // A key file removed while serving: every key is refused, and the
     // server log says why.
+    let kept = std::fs::read(dir.join("keys.json")).unwrap();
     std::fs::remove_file(dir.join("keys.json")).unwrap();
     assert_eq!(s.call("GET", "/v1/records", Some(&admin), None).status, 401);
     let log = s.log_text();
     assert!(log.contains("keys.json was removed"), "{log}");
+    // and the server is not ready (it answered ready while refusing every
+    // key), nor while the file is damaged; ready again once it is whole
+    let e = s.json("GET", "/readyz", None, None, 503);
+    assert!(
+        e["error"]["message"].as_str().unwrap().contains("key file"),
+        "{e}"
+    );
+    std::fs::write(dir.join("keys.json"), b"{broken").unwrap();
+    s.json("GET", "/readyz", None, None, 503);
+    std::fs::write(dir.join("keys.json"), &kept).unwrap();
+    assert_eq!(s.json("GET", "/readyz", None, None, 200)["status"], "ready");
+    assert_eq!(s.call("GET", "/v1/records", Some(&admin), None).status, 200);
 }
 
 #[test]

@@ -472,6 +472,9 @@ fn stamp(path: &Path) -> Option<Stamp> {
 struct Loaded {
     stamp: Option<Stamp>,
     keys: Vec<KeyEntry>,
+    /// Why the file as last read leaves no key valid (unreadable,
+    /// damaged, removed), if it does.
+    problem: Option<String>,
 }
 
 /// The keys a running server accepts, re-read whenever the file changes.
@@ -495,7 +498,11 @@ impl KeyStore {
         let keys = read_file(path)?.keys;
         Ok(KeyStore {
             path: path.to_path_buf(),
-            loaded: RwLock::new(Loaded { stamp: st, keys }),
+            loaded: RwLock::new(Loaded {
+                stamp: st,
+                keys,
+                problem: None,
+            }),
         })
     }
 
@@ -571,9 +578,20 @@ impl KeyStore {
             Err(e) => (Vec::new(), Some(e.to_string())),
         };
         if let Ok(mut l) = self.loaded.write() {
-            *l = Loaded { stamp: now, keys };
+            *l = Loaded {
+                stamp: now,
+                keys,
+                problem: err.clone(),
+            };
         }
         err.map_or(Ok(()), Err)
+    }
+
+    /// Why no key is valid now, if the key file as it stands leaves none
+    /// (unreadable, damaged, removed): `/readyz` is then not ready.
+    pub fn file_problem(&self) -> Option<String> {
+        let _ = self.refresh();
+        self.loaded.read().ok().and_then(|l| l.problem.clone())
     }
 
     /// What `key` grants, or `None` for a malformed, unknown or revoked

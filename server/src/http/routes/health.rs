@@ -37,7 +37,8 @@ pub async fn healthz() -> Json<Status> {
 /// The store is open and the server accepts requests (no key needed); 503
 /// while it shuts down, once the log writer stopped after an I/O failure
 /// (writes are refused until a restart), once applying the log to memory
-/// failed (every call is refused until a restart), and while the disk is full (an
+/// failed (every call is refused until a restart), while the key file
+/// leaves no key valid (damaged, unreadable, removed), and while the disk is full (an
 /// append failed for it in the last 10 s and none succeeded since).
 #[utoipa::path(
     get, path = "/readyz", tag = "health",
@@ -48,6 +49,15 @@ pub async fn readyz(State(app): State<Shared>) -> ServerResult<Json<Status>> {
         return Err(ServerError::Unavailable {
             reason: "the server is shutting down",
             detail: "readyz during shutdown".into(),
+        });
+    }
+    // a key file that leaves no key valid refuses every request: not
+    // ready (a balancer would keep sending traffic to a server that
+    // answers each with 401)
+    if let Some(why) = app.keys.file_problem() {
+        return Err(ServerError::Unavailable {
+            reason: "the key file is unusable: every key is refused until it is fixed",
+            detail: why,
         });
     }
     let db = app.bind().await;
