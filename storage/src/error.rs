@@ -40,7 +40,7 @@ pub enum StorageError {
 
     /// Another process holds the data directory. Give up, or stop the other
     /// process first.
-    #[error("data directory {path} is in use by another process (lock file is held)")]
+    #[error("data directory {path} is in use by another process (it holds the store's lock)")]
     Locked {
         /// The lock file.
         path: PathBuf,
