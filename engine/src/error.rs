@@ -182,7 +182,8 @@ pub enum EngineError {
     /// report the frame (an engine bug).
     #[error(
         "the log frame at LSN {lsn} (segment {segment}, offset {offset}) is intact but could not be applied: {reason}; \
-         nothing was changed (open the store with a build that reads it, or report it as a bug)"
+         nothing was changed (open the store with a build that reads it, or report it as a bug; when it is \
+         the log's last batch, `engram repair --truncate-after` the LSN before it cuts it, into quarantine/)"
     )]
     Apply {
         /// Segment of the frame.
