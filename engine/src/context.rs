@@ -246,6 +246,10 @@ impl Context {
 /// naming one. Its conversation does not narrow it: what earlier
 /// conversations left is what long-term memory is for (a summary scoped to
 /// last week's conversation was never offered to this week's).
+/// Claims a context adds beyond `semantic_k`, at most, because they
+/// contest a claim it shows.
+const RIVALS_MAX: usize = 32;
+
 fn in_memory_scope(st: &State, idx: Idx, req: &ContextRequest) -> bool {
     let m = st.meta(idx);
     let ok = |have: Option<u32>, want: &Option<String>| match (have, want) {
@@ -373,6 +377,11 @@ impl Session {
                     "an empty value matches nothing; leave it out",
                 ));
             }
+            // nor does one no record may hold (spaces around it, a control
+            // character): every item scoped to the name would drop silently
+            if let Some(v) = v {
+                crate::model::check_name(field, v)?;
+            }
         }
         // Retrieval first (it takes its own read lock).
         let base = RecallRequest {
@@ -463,6 +472,35 @@ impl Session {
                 break;
             }
         }
+        // A current claim the cut left out that may contest a shown one
+        // (the same subject and predicate) joins, and stays only if it
+        // does: a conflict is shown whole, never resolved by rank.
+        let contested: BTreeSet<(u32, u32)> = sem_items
+            .iter()
+            .filter(|(_, item)| !item.historical)
+            .filter_map(|(i, _)| Some((st.meta(*i).subject?, st.meta(*i).predicate?)))
+            .collect();
+        let shown: BTreeSet<Idx> = sem_items.iter().map(|(i, _)| *i).collect();
+        let mut joined = BTreeSet::new();
+        if !contested.is_empty() {
+            let rivals: Vec<Idx> = el
+                .bitmap
+                .iter()
+                .filter(|&i| {
+                    let m = st.meta(i);
+                    !shown.contains(&i)
+                        && !el.historical.contains(i)
+                        && matches!((m.subject, m.predicate), (Some(s), Some(p)) if contested.contains(&(s, p)))
+                        && !m.akind.is_some_and(AssertionKind::is_procedural)
+                        && in_memory_scope(&st, i, req)
+                })
+                .take(RIVALS_MAX)
+                .collect();
+            for i in rivals {
+                sem_items.push((i, self.context_item(&st, i, false, &held)?));
+                joined.insert(i);
+            }
+        }
         let mut groups: BTreeMap<(u32, u32), Vec<usize>> = BTreeMap::new();
         for (n, (i, item)) in sem_items.iter().enumerate() {
             let m = st.meta(*i);
@@ -494,8 +532,9 @@ impl Session {
                 object_of.insert(n, names.iter().map(|x| x.trim().to_lowercase()).collect());
             }
         }
+        // (claims naming no object say nothing to disagree on)
         let agree = |a: usize, b: usize| match (object_of.get(&a), object_of.get(&b)) {
-            (Some(x), Some(y)) => !x.is_disjoint(y),
+            (Some(x), Some(y)) if !x.is_empty() && !y.is_empty() => !x.is_disjoint(y),
             _ => true,
         };
         for members in groups.values() {
@@ -508,6 +547,9 @@ impl Session {
                 sem_items[n].1.conflicts_with = others;
             }
         }
+        // (a rival that contests nothing shown leaves; conflicts are
+        // mutual, so no claim kept names one that left)
+        sem_items.retain(|(i, item)| !joined.contains(i) || !item.conflicts_with.is_empty());
 
         // 3. episodic
         let mut epi_items = Vec::new();

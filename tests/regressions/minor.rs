@@ -1455,3 +1455,76 @@ fn context_carries_earlier_conversations_and_names_entities() {
     drop(s);
     db.close().unwrap();
 }
+
+/// A claim the context shows is marked as contested by a current claim
+/// outside its top `semantic_k` (with the same subject and predicate and
+/// another object), which joins it: the conflict was resolved by rank,
+/// the lower side dropped and the shown one unmarked. Claims naming no
+/// object are not in conflict (they were marked so); a name no record may
+/// hold is refused (it dropped every item scoped to it without a word).
+#[test]
+fn a_conflict_outside_the_top_claims_is_shown_whole() {
+    use engram::context::ContextRequest;
+    use engram::{Engram, HashEmbedder, Options, Principal};
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = Options {
+        embedder: Some(std::sync::Arc::new(HashEmbedder::default())),
+        ..Options::default()
+    };
+    let db = Engram::open(tmp.path().join("s"), opts).unwrap();
+    let s = db.session(Principal::admin("t"));
+    let mut jsonl = String::from(
+        r#"{"external_id":"e","kind":"note","text":"account notes"}
+{"external_id":"acct","record":"entity","entity_type":"account","name":"acct42"}
+{"external_id":"fa","record":"assertion","kind":"fact","subject":"acct","predicate":"payout_iban","object":"DE001","text":"payout iban for acct42 is DE001","sources":["e"]}
+{"external_id":"fb","record":"assertion","kind":"fact","subject":"acct","predicate":"payout_iban","object":"XX999","text":"bank details changed to XX999","sources":["e"]}
+{"external_id":"p1","record":"assertion","kind":"preference","subject":"acct","predicate":"likes","text":"acct42 likes tea","sources":["e"]}
+{"external_id":"p2","record":"assertion","kind":"preference","subject":"acct","predicate":"likes","text":"acct42 likes tea, confirmed again","sources":["e"]}
+"#,
+    );
+    for i in 0..30 {
+        jsonl.push_str(&format!(
+            "{{\"external_id\":\"n{i}\",\"record\":\"assertion\",\"kind\":\"fact\",\"text\":\"payout iban acct42 note {i}\",\"sources\":[\"e\"]}}\n"
+        ));
+    }
+    let lines = engram::query::parse_jsonl(&jsonl).unwrap();
+    s.append(lines.into_iter().map(|l| l.record).collect())
+        .unwrap();
+    db.wait_indexed().unwrap();
+    let mut r = ContextRequest::new("payout iban for acct42 is DE001");
+    r.semantic_k = 1;
+    let c = s.context(&r).unwrap();
+    let semantic: Vec<&engram::context::ContextItem> = c
+        .sections
+        .iter()
+        .filter(|x| x.name == "semantic")
+        .flat_map(|x| x.items.iter())
+        .collect();
+    let by_ext = |e: &str| {
+        semantic
+            .iter()
+            .find(|i| i.external_id.as_deref() == Some(e))
+            .copied()
+    };
+    let fa = by_ext("fa").expect("the best claim is shown");
+    let fb = by_ext("fb").expect("the claim contesting it joins");
+    assert_eq!(fa.conflicts_with, vec![fb.id]);
+    assert_eq!(fb.conflicts_with, vec![fa.id]);
+    // two claims with no object say nothing to disagree on
+    let mut r = ContextRequest::new("acct42 likes tea");
+    r.semantic_k = 40;
+    let rendered = s.context(&r).unwrap().render();
+    let tea: Vec<&str> = rendered
+        .lines()
+        .filter(|l| l.contains("likes tea"))
+        .collect();
+    assert_eq!(tea.len(), 2, "{rendered}");
+    assert!(tea.iter().all(|l| !l.contains("CONFLICT")), "{rendered}");
+    // a user name no record may hold
+    let mut r = ContextRequest::new("acct42");
+    r.user = Some(" u1".into());
+    let e = s.context(&r).unwrap_err();
+    assert!(e.to_string().contains("user"), "{e}");
+    drop(s);
+    db.close().unwrap();
+}
