@@ -812,20 +812,15 @@ fn compute_windowed(
         }
     }
     // records not yet valid at valid_at (their start, `Meta::valid_start`,
-    // in the future of it): at a past moment any record may be; at the
-    // present or later, and at or past every ingestion, only one valid
-    // from after its ingestion can be (every other starts at its ingestion
-    // at the latest), until its valid_from. (Past the present but before
-    // an ingestion: a clock behind the store's last write, which stamped
-    // a transaction time ahead of it.)
-    let later_only;
-    let maybe_later = if cut.valid_at < cut.now.max(st.last_ingested_at) {
-        &b
-    } else {
-        later_only = &b & &st.bm_valid_later;
-        &later_only
-    };
-    for idx in maybe_later.iter() {
+    // in the future of it): a record not valid only from after its
+    // ingestion starts at its ingestion at the latest, so only those
+    // ingested after valid_at (a suffix of the table: ingestion never goes
+    // back along it) and those valid later (`bm_valid_later`) can be, at
+    // any valid_at: at the present, the newest records only when the
+    // clock is behind the store's last write
+    let later_only = &b & &st.bm_valid_later;
+    let ingested_after = b.range(st.ingested_prefix(cut.valid_at)..);
+    for idx in later_only.iter().chain(ingested_after) {
         let from = st.meta(idx).valid_start();
         if from > cut.valid_at {
             not_yet.insert(idx);
