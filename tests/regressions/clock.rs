@@ -108,3 +108,34 @@ fn a_clock_behind_the_store_keeps_the_validity_rule() {
     assert!(at(&s, Some(T0 - 5 * SECOND)) == ["b"]);
     db.close().unwrap();
 }
+
+/// With the clock behind the store, a record bounded by `valid_until` and
+/// corrected later in its own batch hands its correction the start it has
+/// (the clock's present), as a stored record's correction is handed: it
+/// handed the transaction time, still ahead, and the new version read as
+/// not valid yet while the old one was superseded.
+#[test]
+fn a_correction_in_the_same_batch_starts_where_its_version_does() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(tmp.path(), &clock);
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![NewRecord::event("note", "zebra seed")])
+        .unwrap();
+    clock.set(T0 - 3600 * SECOND);
+    let mut first = NewRecord::event("note", "zebra first").with_external_id("x");
+    first.valid_until = Some(T0 + 3600 * SECOND);
+    let fixed = NewRecord::event("note", "zebra fixed").superseding(ext("x"));
+    s.append(vec![first, fixed]).unwrap();
+    let q = RecallRequest::text("zebra fixed");
+    let hits: Vec<String> = s
+        .recall(&q)
+        .unwrap()
+        .hits
+        .iter()
+        .filter_map(|h| h.text.as_deref().map(str::to_string))
+        .collect();
+    assert!(hits.contains(&"zebra fixed".to_string()), "{hits:?}");
+    db.close().unwrap();
+}

@@ -568,7 +568,7 @@ impl Session {
                     // (a start not given: the earlier of occurred_at and
                     // now, as applying it will set it)
                     validity: (r.valid_from.is_some() || r.valid_until.is_some()).then(|| {
-                        let start = r.occurred_at.map_or(now, |o| o.min(now));
+                        let start = r.occurred_at.map_or(wall, |o| o.min(now));
                         (r.valid_from.or(Some(start)), r.valid_until)
                     }),
                     sources: res.sources.clone(),
@@ -724,7 +724,10 @@ impl Session {
             });
         }
         crate::model::check_tenant(self.principal.tenant())?;
-        let n_records = db.inner.state.read().len();
+        let (n_records, last) = {
+            let st = db.inner.state.read();
+            (st.len(), st.last_ingested_at)
+        };
         if n_records + records.len() > limits::RECORDS_MAX {
             return Err(EngineError::LimitExceeded {
                 item: None,
@@ -733,7 +736,10 @@ impl Session {
                 got: (n_records + records.len()) as u64,
             });
         }
+        // (the clock, `occurred_at`'s default, and the transaction time at
+        // least, which ends a start given later)
         let now = db.now();
+        let stamped = now.max(last);
         for (i, r) in records.iter().enumerate() {
             r.validate().map_err(|e| e.at_item(i))?;
             // Without `valid_from`, validity starts at the earlier of
@@ -741,7 +747,7 @@ impl Session {
             // now; `Meta::valid_start`): an end before that would make it
             // historical from birth, as `expire` refuses to.
             if let (None, Some(until)) = (r.valid_from, r.valid_until) {
-                let start = r.occurred_at.map_or(now, |o| o.min(now));
+                let start = r.occurred_at.map_or(now, |o| o.min(stamped));
                 if until < start {
                     return Err(EngineError::invalid(
                         "valid_until",
