@@ -73,6 +73,15 @@ pub struct App {
 /// What handlers hold.
 pub type Shared = Arc<App>;
 
+/// Clears a flag when dropped.
+struct ClearOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for ClearOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
 /// How many KiB of request bodies are held at once, from when a body is
 /// read until its handler returns (24 MiB). Parsed, a JSON body takes up
 /// to about 75 times its size in memory (a tree of values: a 16 MiB body
@@ -182,6 +191,9 @@ impl App {
             })?;
         let app = self.clone();
         run_blocking(move || {
+            // (cleared however the compaction ends, a panic included: set,
+            // every append that must wait for a slot is refused at once)
+            let _clear = ClearOnDrop(&app.swap_wanted);
             let db = app.db();
             let gate = app.swap_gate.clone();
             let out = db.compact_online(|| {
@@ -194,6 +206,9 @@ impl App {
                     if let Some(paused) = out.reads_paused {
                         app.carry_log_counters(&db);
                         *app.db.write() = out.db;
+                        // (every waiter was refused: requests that bind
+                        // after the swap wait for a slot as usual)
+                        app.swap_wanted.store(false, Ordering::SeqCst);
                         drop(paused);
                     }
                     // (counted here: a client gone before the answer does
@@ -224,7 +239,6 @@ impl App {
                     Err(ServerError::from(e))
                 }
             };
-            app.swap_wanted.store(false, Ordering::SeqCst);
             drop(writes);
             r
         })
