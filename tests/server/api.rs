@@ -796,6 +796,12 @@ fn keys_created_and_revoked_apply_to_a_running_server() {
     );
     std::fs::write(dir.join("keys.json"), b"{broken").unwrap();
     s.json("GET", "/readyz", None, None, 503);
+    // the probe read the damage first: the log still says it, once
+    let said = |s: &Server| s.log_text().matches("key file unusable").count();
+    assert_eq!(said(&s), 2, "{}", s.log_text());
+    s.json("GET", "/readyz", None, None, 503);
+    assert_eq!(s.call("GET", "/v1/records", Some(&admin), None).status, 401);
+    assert_eq!(said(&s), 2, "{}", s.log_text());
     std::fs::write(dir.join("keys.json"), &kept).unwrap();
     assert_eq!(s.json("GET", "/readyz", None, None, 200)["status"], "ready");
     assert_eq!(s.call("GET", "/v1/records", Some(&admin), None).status, 200);

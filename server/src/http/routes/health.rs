@@ -55,6 +55,9 @@ pub async fn readyz(State(app): State<Shared>) -> ServerResult<Json<Status>> {
     // ready (a balancer would keep sending traffic to a server that
     // answers each with 401)
     if let Some(why) = app.keys.file_problem() {
+        // (said in the log once, as a request's key check says it: the
+        // probe may be the first to read the file since it changed)
+        app.key_problem(why.clone());
         return Err(ServerError::Unavailable {
             reason: "the key file is unusable: every key is refused until it is fixed",
             detail: why,
