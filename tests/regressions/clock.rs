@@ -9,6 +9,21 @@ use engram::{ManualClock, NewRecord, Principal};
 
 const SECOND: i64 = 1000;
 
+/// A store on a temporary directory, its clock at `T0` (the suite's
+/// serial lock held while the test runs).
+fn clocked() -> (
+    std::sync::MutexGuard<'static, ()>,
+    tempfile::TempDir,
+    ManualClock,
+    engram::Engram,
+) {
+    let serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let db = open(tmp.path(), &clock);
+    (serial, tmp, clock, db)
+}
+
 fn found(s: &engram::Session, q: RecallRequest) -> Vec<String> {
     let mut out: Vec<String> = s
         .recall(&q)
@@ -27,10 +42,7 @@ fn found(s: &engram::Session, q: RecallRequest) -> Vec<String> {
 /// expiry the store already held).
 #[test]
 fn a_record_written_after_an_operation_is_dated_after_it_across_a_reopen() {
-    let _serial = crate::cli::serial();
-    let tmp = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let db = open(tmp.path(), &clock);
+    let (_serial, tmp, clock, db) = clocked();
     let s = db.session(Principal::admin("t"));
     s.append(vec![
         NewRecord::event("note", "zebra r1").with_external_id("r1"),
@@ -71,10 +83,7 @@ fn a_record_written_after_an_operation_is_dated_after_it_across_a_reopen() {
 /// `occurred_at` left out), so its writer reads it.
 #[test]
 fn a_clock_behind_the_store_keeps_the_validity_rule() {
-    let _serial = crate::cli::serial();
-    let tmp = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let db = open(tmp.path(), &clock);
+    let (_serial, tmp, clock, db) = clocked();
     let s = db.session(Principal::admin("t"));
     s.append(vec![
         NewRecord::event("note", "zebra a").with_external_id("a"),
@@ -116,10 +125,7 @@ fn a_clock_behind_the_store_keeps_the_validity_rule() {
 /// not valid yet while the old one was superseded.
 #[test]
 fn a_correction_in_the_same_batch_starts_where_its_version_does() {
-    let _serial = crate::cli::serial();
-    let tmp = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let db = open(tmp.path(), &clock);
+    let (_serial, _tmp, clock, db) = clocked();
     let s = db.session(Principal::admin("t"));
     s.append(vec![NewRecord::event("note", "zebra seed")])
         .unwrap();
