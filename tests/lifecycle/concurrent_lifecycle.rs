@@ -238,22 +238,12 @@ fn racing_corrections_of_one_record_conflict_rather_than_fail_as_input() {
             .append(vec![NewRecord::event("note", format!("round {round}"))])
             .unwrap()[0]
             .id;
-        let barrier = std::sync::Barrier::new(2);
-        let outcomes: Vec<Result<(), EngineError>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..2)
-                .map(|w| {
-                    let (db, barrier) = (&db, &barrier);
-                    s.spawn(move || {
-                        let mut fix = NewRecord::event("note", format!("round {round} fix {w}"));
-                        fix.supersedes = Some(RecordRef::Id(id));
-                        barrier.wait();
-                        db.session(Principal::admin("t"))
-                            .append(vec![fix])
-                            .map(|_| ())
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        let outcomes: Vec<Result<(), EngineError>> = together(2, |w| {
+            let mut fix = NewRecord::event("note", format!("round {round} fix {w}"));
+            fix.supersedes = Some(RecordRef::Id(id));
+            db.session(Principal::admin("t"))
+                .append(vec![fix])
+                .map(|_| ())
         });
         assert!(
             outcomes.iter().any(Result::is_ok),
@@ -280,6 +270,23 @@ fn racing_corrections_of_one_record_conflict_rather_than_fail_as_input() {
 /// and grant; a hold lifted): exactly one is taken, one ledger line, and
 /// the other is refused as it is one after the other. Both were answered
 /// as taken, with two ledger lines.
+/// `f(w)` on `n` threads released together; their results in order.
+fn together<R: Send>(n: usize, f: impl Fn(usize) -> R + Sync) -> Vec<R> {
+    let barrier = std::sync::Barrier::new(n);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|w| {
+                let (f, barrier) = (&f, &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    f(w)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
 #[test]
 fn twin_operations_sent_together_are_taken_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -289,19 +296,9 @@ fn twin_operations_sent_together_are_taken_once() {
     let race =
         |a: &(dyn Fn() -> Result<engram::lifecycle::OpResult, EngineError> + Sync),
          b: &(dyn Fn() -> Result<engram::lifecycle::OpResult, EngineError> + Sync)| {
-            let barrier = std::sync::Barrier::new(2);
-            let (x, y) = std::thread::scope(|s| {
-                let bx = &barrier;
-                let hx = s.spawn(move || {
-                    bx.wait();
-                    a()
-                });
-                let hy = s.spawn(move || {
-                    bx.wait();
-                    b()
-                });
-                (hx.join().unwrap(), hy.join().unwrap())
-            });
+            let [x, y]: [_; 2] = together(2, |w| if w == 0 { a() } else { b() })
+                .try_into()
+                .unwrap();
             (x.is_ok() as usize + y.is_ok() as usize, [x, y])
         };
     let lines = || {
@@ -396,26 +393,18 @@ fn many_deletions_of_one_record_are_taken_once() {
             .append(vec![NewRecord::event("note", format!("round {round}"))])
             .unwrap()[0]
             .id;
-        let barrier = std::sync::Barrier::new(6);
-        let taken: usize = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..6)
-                .map(|_| {
-                    let (db, barrier) = (&db, &barrier);
-                    s.spawn(move || {
-                        barrier.wait();
-                        match db
-                            .session(Principal::admin("t"))
-                            .delete(&RecordRef::Id(id), None)
-                        {
-                            Ok(_) => 1,
-                            Err(EngineError::InvalidState { .. }) => 0,
-                            Err(e) => panic!("round {round}: {e:?}"),
-                        }
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).sum()
-        });
+        let taken: usize = together(6, |_| {
+            match db
+                .session(Principal::admin("t"))
+                .delete(&RecordRef::Id(id), None)
+            {
+                Ok(_) => 1,
+                Err(EngineError::InvalidState { .. }) => 0,
+                Err(e) => panic!("round {round}: {e:?}"),
+            }
+        })
+        .into_iter()
+        .sum();
         assert_eq!(taken, 1, "round {round}");
     }
     drop(admin);
