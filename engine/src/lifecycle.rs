@@ -165,9 +165,12 @@ impl Session {
 
     /// Deletes an expired version of a record and what was built on it,
     /// with reason `retention:<class>` (compaction).
+    /// The caller brings the ledger file up to date once, after all of
+    /// them (one sync per deletion read the whole file each time: a
+    /// compaction expiring thousands of records took minutes).
     pub(crate) fn delete_expired(&self, id: RecordId, class: &str) -> Result<OpResult> {
         let reason = format!("{}{class}", crate::state::RETENTION_REASON_PREFIX);
-        self.delete_as(&RecordRef::Id(id), Some(&reason), None)
+        self.delete_synced(&RecordRef::Id(id), Some(&reason), None, false)
     }
 
     /// [`Session::delete`], re-applying the operation `reuse` (restore; the
@@ -177,6 +180,18 @@ impl Session {
         target: &RecordRef,
         reason: Option<&str>,
         reuse: Option<RecordId>,
+    ) -> Result<OpResult> {
+        self.delete_synced(target, reason, reuse, reuse.is_none())
+    }
+
+    /// [`Session::delete_as`], bringing the ledger file up to date after
+    /// it when `sync` says so.
+    fn delete_synced(
+        &self,
+        target: &RecordRef,
+        reason: Option<&str>,
+        reuse: Option<RecordId>,
+        sync: bool,
     ) -> Result<OpResult> {
         let id = {
             let st = self.db.state();
@@ -211,8 +226,9 @@ impl Session {
             },
             reuse,
         )?;
-        // A restore re-applying operations syncs the ledger once at its end.
-        if reuse.is_none() {
+        // A restore re-applying operations, and compaction's retention
+        // deletions, sync the ledger once at their end.
+        if sync {
             self.db.sync_ledger_after_op(op_id);
         }
         // What the deletion covered when it was applied (listed after, not

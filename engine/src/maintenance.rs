@@ -198,6 +198,12 @@ impl Engram {
                 Err(e) => return Err(e),
             }
         }
+        // the ledger file once, for all of them (as after one operation:
+        // a failure to write it leaves it lagging, and `verify` says so)
+        if !expired.is_empty() {
+            let synced = self.sync_ledger();
+            self.ledger_lags("after retention deletions", synced.err());
+        }
         Ok(())
     }
 }
