@@ -518,11 +518,19 @@ fn an_approval_never_lands_after_its_subjects_correction() {
                     sources: vec![RecordRef::Id(src)],
                     ..NewRecord::default()
                 };
-                let made = match bot.append(vec![policy]) {
-                    Ok(made) => made,
-                    Err(e) => {
-                        assert!(lost_race(&e), "{e}");
-                        continue;
+                // (refused while a correction of its subject is in flight:
+                // sent again, as a client would, so that some land between
+                // corrections however slow the disk is)
+                let mut tries = 0;
+                let made = loop {
+                    match bot.append(vec![policy.clone()]) {
+                        Ok(made) => break made,
+                        Err(e) => {
+                            assert!(lost_race(&e), "{e}");
+                            tries += 1;
+                            assert!(tries < 2000, "never written: {e}");
+                            std::thread::sleep(std::time::Duration::from_micros(200));
+                        }
                     }
                 };
                 match admin.approve(&RecordRef::Id(made[0].id), None) {
