@@ -235,14 +235,37 @@ impl Checker<'_> {
             StrList::Items { items, .. } => {
                 for (a, v) in items.iter().zip(&values) {
                     self.text_value(item_what, v, NAME_BYTES_MAX, a.span());
+                    self.name_value(item_what, v, a.span());
                 }
             }
             StrList::Param { span, .. } => {
                 for v in &values {
                     self.text_value(item_what, v, NAME_BYTES_MAX, *span);
+                    self.name_value(item_what, v, *span);
                 }
             }
         }
+    }
+
+    /// A name no record may hold (the write path's rule: no control
+    /// character, no spaces around it): as a filter it matched nothing,
+    /// without a word. (Empty and overlong are `text_value`'s.)
+    fn name_value(&mut self, what: &str, s: &str, span: Span) {
+        let reason = if s.chars().any(char::is_control) {
+            "holds a control character"
+        } else if !s.trim().is_empty() && s.trim() != s {
+            "starts or ends with whitespace"
+        } else {
+            return;
+        };
+        self.push(
+            ErrorKind::BadValue {
+                what: what.into(),
+                got: format!("{s:?}"),
+                reason: reason.into(),
+            },
+            span,
+        );
     }
 
     fn time(&mut self, t: &TimeExpr) {

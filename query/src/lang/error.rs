@@ -134,6 +134,17 @@ pub enum ErrorKind {
         /// What.
         what: String,
     },
+    /// A name no record may hold (a control character, spaces around it):
+    /// as a filter it would match nothing.
+    #[error("{what} {got} {reason}: no record has such a name")]
+    BadValue {
+        /// What.
+        what: String,
+        /// The value, quoted and escaped.
+        got: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A list with no items (only possible in the JSON form).
     #[error("{what} has no items")]
     EmptyList {
@@ -296,6 +307,7 @@ impl ErrorKind {
             ErrorKind::LimitExceeded { .. } => "limit_exceeded",
             ErrorKind::OutOfRange { .. } => "out_of_range",
             ErrorKind::EmptyValue { .. } => "empty_value",
+            ErrorKind::BadValue { .. } => "bad_value",
             ErrorKind::EmptyList { .. } => "empty_list",
             ErrorKind::DeletedNotAllowed => "deleted_not_allowed",
             ErrorKind::UnknownRetriever { .. } => "unknown_retriever",
