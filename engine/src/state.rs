@@ -518,18 +518,6 @@ pub struct State {
     pub applied_loc: Option<engram_storage::FrameLoc>,
 }
 
-impl State {
-    /// The latest transaction time the state holds: of a record, a status
-    /// change, an expiry or a ledger entry (what `as_of` reads travel
-    /// past; a review rule's time is not kept, and no read travels it).
-    pub fn latest_transaction_time(&self) -> i64 {
-        let ops = self.status_log.iter().map(|c| c.at);
-        let ops = ops.chain(self.expiry_log.iter().map(|c| c.at));
-        let ops = ops.chain(self.ledger.iter().map(|e| e.at));
-        ops.fold(self.last_ingested_at, i64::max)
-    }
-}
-
 impl std::fmt::Debug for State {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("State")

@@ -6,6 +6,17 @@ use super::*;
 use crate::lexical::PreparedText;
 
 impl State {
+    /// The latest transaction time the state holds: of a record (kept by
+    /// the applies below), a status change, an expiry or a ledger entry
+    /// (what `as_of` reads travel past; a review rule's time is not kept,
+    /// and no read travels it).
+    pub fn latest_transaction_time(&self) -> i64 {
+        let ops = self.status_log.iter().map(|c| c.at);
+        let ops = ops.chain(self.expiry_log.iter().map(|c| c.at));
+        let ops = ops.chain(self.ledger.iter().map(|e| e.at));
+        ops.fold(self.last_ingested_at, i64::max)
+    }
+
     /// Applies a record frame; `prepared` is its text as
     /// [`Bm25Index::prepare`](crate::lexical::Bm25Index::prepare) looked it
     /// up while the frame was being synced, if it was.
