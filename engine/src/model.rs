@@ -29,8 +29,8 @@ pub mod limits;
 
 pub(crate) use check::check_time;
 pub use check::{
-    canonical_data, check_identifier, check_name, check_query_vector, check_reason, check_tenant,
-    check_vector,
+    NameFault, canonical_data, check_identifier, check_name, check_query_vector, check_reason,
+    check_tenant, check_vector, name_fault,
 };
 
 /// Version of the record schema written by this build.

@@ -19,19 +19,51 @@ pub fn check_name(field: &str, s: &str) -> Result<()> {
             got: s.len() as u64,
         });
     }
+    match name_fault(s) {
+        Some(fault) => Err(EngineError::invalid(field, fault.rule())),
+        None => Ok(()),
+    }
+}
+
+/// What makes a string a name no record may hold, beside its length: the
+/// one rule [`check_name`] applies on the write path and filters (recall,
+/// the query language) apply to the values they are given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameFault {
+    /// A control character anywhere (a line end, a tab, NUL, ...).
+    ControlCharacter,
+    /// Whitespace at the start or the end.
+    SurroundingWhitespace,
+}
+
+impl NameFault {
+    /// The rule, as an error states it: "must not ...".
+    pub fn rule(self) -> &'static str {
+        match self {
+            NameFault::ControlCharacter => "must not contain control characters",
+            NameFault::SurroundingWhitespace => "must not start or end with whitespace",
+        }
+    }
+
+    /// What the value does, as a located error states it.
+    pub fn found(self) -> &'static str {
+        match self {
+            NameFault::ControlCharacter => "holds a control character",
+            NameFault::SurroundingWhitespace => "starts or ends with whitespace",
+        }
+    }
+}
+
+/// The fault that keeps `s` from being a name, if any (emptiness and length
+/// are the caller's: their limits differ by field).
+pub fn name_fault(s: &str) -> Option<NameFault> {
     if s.chars().any(char::is_control) {
-        return Err(EngineError::invalid(
-            field,
-            "must not contain control characters",
-        ));
+        Some(NameFault::ControlCharacter)
+    } else if s.trim() != s {
+        Some(NameFault::SurroundingWhitespace)
+    } else {
+        None
     }
-    if s.trim() != s {
-        return Err(EngineError::invalid(
-            field,
-            "must not start or end with whitespace",
-        ));
-    }
-    Ok(())
 }
 
 /// Checks the free-text reason or note of a lifecycle operation: at most
@@ -437,5 +469,24 @@ mod tests {
         let mut r = crate::model::NewRecord::event("note", "x");
         r.access = vec!["secret\u{200b}".into()];
         assert!(r.validate().is_err(), "an access label is an identifier");
+    }
+
+    #[test]
+    fn one_name_rule_for_writes_and_filters() {
+        for (s, fault) in [
+            ("note\n", Some(NameFault::ControlCharacter)),
+            ("a\u{0}b", Some(NameFault::ControlCharacter)),
+            (" note", Some(NameFault::SurroundingWhitespace)),
+            ("note\u{3000}", Some(NameFault::SurroundingWhitespace)),
+            ("a note", None),
+            ("noté", None),
+        ] {
+            assert_eq!(name_fault(s), fault, "{s:?}");
+            let written = check_name("kind", s);
+            match fault {
+                Some(f) => assert!(written.unwrap_err().to_string().contains(f.rule())),
+                None => assert!(written.is_ok(), "{s:?}"),
+            }
+        }
     }
 }

@@ -28,6 +28,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use engram_engine::id::RecordId;
 use engram_engine::lexical::{MAX_TOKEN_CHARS, tokens};
+use engram_engine::model::name_fault;
 
 use super::ast::*;
 use super::error::{ErrorKind, LangError};
@@ -251,21 +252,19 @@ impl Checker<'_> {
     /// character, no spaces around it): as a filter it matched nothing,
     /// without a word. (Empty and overlong are `text_value`'s.)
     fn name_value(&mut self, what: &str, s: &str, span: Span) {
-        let reason = if s.chars().any(char::is_control) {
-            "holds a control character"
-        } else if !s.trim().is_empty() && s.trim() != s {
-            "starts or ends with whitespace"
-        } else {
-            return;
-        };
-        self.push(
-            ErrorKind::BadValue {
-                what: what.into(),
-                got: format!("{s:?}"),
-                reason: reason.into(),
-            },
-            span,
-        );
+        if s.trim().is_empty() {
+            return; // text_value's: one error for one fault
+        }
+        if let Some(fault) = name_fault(s) {
+            self.push(
+                ErrorKind::BadValue {
+                    what: what.into(),
+                    got: format!("{s:?}"),
+                    reason: fault.found().into(),
+                },
+                span,
+            );
+        }
     }
 
     fn time(&mut self, t: &TimeExpr) {
