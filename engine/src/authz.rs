@@ -241,14 +241,14 @@ pub fn decide(actor: Actor<'_>, op: Operation, target: Option<Target>) -> Decisi
         Operation::Review => {
             if admin {
                 Allow
+            } else if !reviewer {
+                Forbidden("review needs the reviewer role")
             } else if own || target.is_some_and(|t| t.same_name) {
                 Forbidden(
                     "a candidate's writer may not review it: review is another principal's decision",
                 )
-            } else if reviewer {
-                Allow
             } else {
-                Forbidden("review needs the reviewer role")
+                Allow
             }
         }
         Operation::LowerAccess
@@ -370,6 +370,14 @@ mod tests {
             decide(p(false, false), Operation::Review, Some(THEIRS)),
             Decision::Forbidden(_)
         ));
+        // without the role, the role is the reason given, also to a
+        // record's writer (it may not be a candidate at all)
+        for target in [MINE, THEIRS] {
+            assert_eq!(
+                decide(p(false, false), Operation::Review, Some(target)),
+                Decision::Forbidden("review needs the reviewer role")
+            );
+        }
     }
 
     /// A model decides no review and sets no review rule, whatever roles
