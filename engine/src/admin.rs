@@ -324,6 +324,12 @@ impl Engram {
                  until the store is opened again (restart the server), which recovers the log"
             ));
         }
+        if let Some(why) = self.apply_failure() {
+            report.problems.push(format!(
+                "applying the log to memory stopped ({why}): every call is refused until the \
+                 store is opened again (restart the server), which applies the log again"
+            ));
+        }
         report.problems.extend(self.space_dir_problems());
         let (frames, problems) = self.log().verify()?;
         report.frames = frames;

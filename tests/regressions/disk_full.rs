@@ -337,6 +337,14 @@ fn a_derived_file_that_cannot_grow_stops_the_store_and_a_reopen_recovers() {
     // every later call is refused the same way, as unavailable
     let later = s.get(&RecordRef::External("r/0".into())).unwrap_err();
     assert!(matches!(later, EngineError::Background { .. }), "{later}");
+    // and verify does not call the open store sound
+    let v = db.verify().unwrap();
+    assert!(!v.ok(), "{:?}", v.problems);
+    assert!(
+        v.problems.iter().any(|p| p.contains("applying the log")),
+        "{:?}",
+        v.problems
+    );
     drop(s);
     let _ = db.close();
     b.set_capacity(None);
