@@ -1259,6 +1259,35 @@ fn compaction_purges_while_serving() {
     assert_eq!(v["ok"], true, "{v}");
     let left = crate::common::grep(&dir, CANARY);
     assert!(left.is_empty(), "deleted content left in {left:?}");
+    // nor in a file compaction replaced that the server still holds open
+    // (or mapped): a name gone from the directory is not bytes gone
+    let held = deleted_files_held(s.pid(), &dir);
+    assert!(held.is_empty(), "the server still holds {held:?}");
+}
+
+/// The files under `dir` that process `pid` holds open or mapped although
+/// they were removed from the directory (Linux's "(deleted)" links).
+fn deleted_files_held(pid: u32, dir: &std::path::Path) -> Vec<String> {
+    let dir = std::fs::canonicalize(dir).unwrap();
+    let dir = dir.to_string_lossy().into_owned();
+    let mut held: Vec<String> = Vec::new();
+    if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        for fd in fds.flatten() {
+            if let Ok(target) = std::fs::read_link(fd.path()) {
+                held.push(target.to_string_lossy().into_owned());
+            }
+        }
+    }
+    if let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+        held.extend(
+            maps.lines()
+                .filter_map(|l| l.find('/').map(|i| l[i..].to_string())),
+        );
+    }
+    held.retain(|f| f.starts_with(&dir) && f.ends_with(" (deleted)"));
+    held.sort();
+    held.dedup();
+    held
 }
 
 /// Appends waiting for a write slot while an online compaction holds them

@@ -55,7 +55,10 @@ impl Engram {
     /// `pause_reads` is not called.
     ///
     /// After a swap this handle (and its sessions) answer
-    /// [`EngineError::Closed`]: use the returned one.
+    /// [`EngineError::Closed`]: use the returned one. The files it opened
+    /// (the log segments the compaction replaced, whose bytes hold the
+    /// purged content) stay open until the last clone of it is dropped:
+    /// drop every clone (a server keeps none but the one it serves from).
     pub fn compact_online<G>(
         &self,
         pause_reads: impl FnOnce() -> G,

@@ -82,7 +82,10 @@ pub fn serve(
             &[("key_file", json!(cfg.key_file.display().to_string()))],
         );
     }
-    let app: Shared = Arc::new(App::new(db.clone(), keys, cfg));
+    // (moved, not cloned: a clone kept here would hold the files the
+    // first handle opened, the log segments online compaction purges
+    // included, open until the server stops)
+    let app: Shared = Arc::new(App::new(db, keys, cfg));
     let served = rt.block_on(run(app.clone(), listener));
     let indexing = Duration::from_millis(app.cfg.limits.shutdown_index_ms);
     log(
