@@ -211,6 +211,13 @@ fn endpoints_do_their_job() {
         e["error"]["message"].as_str().unwrap().contains("%25"),
         "{e}"
     );
+    // escapes of bytes that are not UTF-8 (read as U+FFFD, a kind of that
+    // name matched)
+    let e = s.json("GET", "/v1/records?kind=%FF", Some(&k.ann), None, 400);
+    assert!(
+        e["error"]["message"].as_str().unwrap().contains("UTF-8"),
+        "{e}"
+    );
     let e = s.json(
         "POST",
         "/v1/recall",

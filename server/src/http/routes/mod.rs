@@ -263,6 +263,48 @@ fn percent_escapes_well_formed(path: &str) -> bool {
     })
 }
 
+/// `s` with its escapes decoded (each `%` starts one: see
+/// [`percent_escapes_well_formed`]).
+fn percent_decoded(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let byte = (b[i] == b'%')
+            .then(|| b.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match byte {
+            Some(x) => {
+                out.push(x);
+                i += 3;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// What is wrong with the encoding of a query string, if anything: a `%`
+/// that starts no escape (the decoder would keep it as it is: `kind=%ZZ`
+/// listed records of a kind `%ZZ`), or escapes that decode to bytes that
+/// are not UTF-8 (the decoder would put U+FFFD in their place: `kind=%FF`
+/// listed records of a kind `\u{fffd}`).
+fn query_encoding_fault(query: &str) -> Option<&'static str> {
+    if !percent_escapes_well_formed(query) {
+        return Some("a '%' not followed by two hex digits; write '%' itself as %25");
+    }
+    query
+        .split('&')
+        .flat_map(|pair| pair.split('='))
+        .any(|part| std::str::from_utf8(&percent_decoded(part)).is_err())
+        .then_some("percent-escapes that decode to bytes that are not UTF-8")
+}
+
 /// The query string of a `/v1` request, checked once its caller is known
 /// (so a request without a key is 401, and a wrong method 405, whatever
 /// its query string): a parameter naming the tenant or the principal is
@@ -290,15 +332,10 @@ pub(crate) fn check_query(parts: &Parts) -> Result<(), ServerError> {
         m => m,
     };
     if TAKES_QUERY.contains(&(method, route)) {
-        // a `%` that starts no escape is bad encoding (the decoder would
-        // keep it as it is: `kind=%ZZ` listed records of a kind `%ZZ`)
-        if !percent_escapes_well_formed(parts.uri.query().unwrap_or("")) {
-            return Err(ServerError::bad_request(
-                "query string",
-                "a '%' not followed by two hex digits; write '%' itself as %25",
-            ));
+        match query_encoding_fault(parts.uri.query().unwrap_or("")) {
+            Some(fault) => Err(ServerError::bad_request("query string", fault)),
+            None => Ok(()),
         }
-        Ok(())
     } else {
         Err(ServerError::bad_request(
             "query",
@@ -388,6 +425,31 @@ mod tests {
         ] {
             assert!(!percent_escapes_well_formed(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_query_string_decodes_to_utf8_or_is_refused() {
+        for ok in [
+            "kind=note",
+            "kind=caf%C3%A9",
+            "kind=%25FF",
+            "a=1&b=%E2%9C%93",
+            "k=+",
+        ] {
+            assert_eq!(query_encoding_fault(ok), None, "{ok}");
+        }
+        for bad in ["kind=%FF", "kind=caf%C3", "%C3=x", "a=1&b=%80"] {
+            assert!(
+                query_encoding_fault(bad).is_some_and(|f| f.contains("UTF-8")),
+                "{bad}"
+            );
+        }
+        assert!(query_encoding_fault("kind=%ZZ").is_some_and(|f| f.contains("%25")));
+        assert_eq!(
+            percent_decoded("a%2"),
+            b"a%2",
+            "a cut escape is kept as it is"
+        );
     }
 
     #[test]
