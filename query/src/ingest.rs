@@ -210,14 +210,7 @@ fn embedding(v: &Value, field: &str) -> FieldResult<Embedding> {
             "expected an object {\"model\": ..., \"vector\": [...]}",
         );
     };
-    for k in o.keys() {
-        if k != "model" && k != "vector" {
-            return err(
-                &format!("{field}.{k}"),
-                "unknown field (expected model, vector)",
-            );
-        }
-    }
+    known_subfields(o, field, &["model", "vector"])?;
     let model = opt_str(o, "model")
         .map_err(|(f, r)| (format!("{field}.{f}"), r))?
         .ok_or_else(|| (format!("{field}.model"), "required".to_string()))?;
@@ -282,6 +275,31 @@ pub(crate) fn known_fields(o: &Map<String, Value>, fields: &[&str]) -> FieldResu
     }
 }
 
+/// Refuses any key of the object `parent` holds that is not in `fields`,
+/// named as `parent.key`.
+fn known_subfields(o: &Map<String, Value>, parent: &str, fields: &[&str]) -> FieldResult<()> {
+    match o.keys().find(|k| !fields.contains(&k.as_str())) {
+        Some(k) => err(
+            &format!("{parent}.{k}"),
+            format!("unknown field (expected {})", fields.join(", ")),
+        ),
+        None => Ok(()),
+    }
+}
+
+/// The fields that belong to one record type only, and the types whose
+/// fields they are (a field of another type is refused by name rather
+/// than dropped).
+const TYPE_FIELDS: &[(&str, &[RecordType])] = &[
+    ("entity_type", &[RecordType::Entity]),
+    ("name", &[RecordType::Entity]),
+    ("aliases", &[RecordType::Entity]),
+    ("subject", &[RecordType::Relation, RecordType::Assertion]),
+    ("predicate", &[RecordType::Relation, RecordType::Assertion]),
+    ("object", &[RecordType::Relation, RecordType::Assertion]),
+    ("generator", &[RecordType::Summary]),
+];
+
 /// Parses one line. `default_tenant` is the command line's `--tenant`.
 pub fn parse_line(text: &str, line: usize) -> Result<IngestLine, LineError> {
     let o = json_object(text, line)?;
@@ -311,14 +329,7 @@ fn parse_object(o: &Map<String, Value>) -> FieldResult<(Option<String>, NewRecor
     let scope = match o.get("scope") {
         None | Some(Value::Null) => Scope::default(),
         Some(Value::Object(s)) => {
-            for k in s.keys() {
-                if !["user", "conversation", "agent", "labels"].contains(&k.as_str()) {
-                    return err(
-                        &format!("scope.{k}"),
-                        "unknown field (expected user, conversation, agent, labels)",
-                    );
-                }
-            }
+            known_subfields(s, "scope", &["user", "conversation", "agent", "labels"])?;
             let sub = |f: &str| opt_str(s, f).map_err(|(_, r)| (format!("scope.{f}"), r));
             Scope {
                 user: sub("user")?,
@@ -344,6 +355,7 @@ fn parse_object(o: &Map<String, Value>) -> FieldResult<(Option<String>, NewRecor
     let writer = match o.get("writer") {
         None | Some(Value::Null) => None,
         Some(Value::Object(w)) => {
+            known_subfields(w, "writer", &["principal", "kind"])?;
             let principal = opt_str(w, "principal")
                 .map_err(|(_, r)| ("writer.principal".to_string(), r))?
                 .ok_or_else(|| ("writer.principal".to_string(), "required".to_string()))?;
@@ -386,9 +398,12 @@ fn parse_object(o: &Map<String, Value>) -> FieldResult<(Option<String>, NewRecor
     let derivation = match o.get("derivation") {
         None | Some(Value::Null) => None,
         Some(Value::Object(d)) => Some(Derivation {
-            extractor: opt_str(d, "extractor")
-                .map_err(|(_, r)| ("derivation.extractor".to_string(), r))?
-                .ok_or_else(|| ("derivation.extractor".to_string(), "required".to_string()))?,
+            extractor: {
+                known_subfields(d, "derivation", &["extractor", "model_config", "generated"])?;
+                opt_str(d, "extractor")
+                    .map_err(|(_, r)| ("derivation.extractor".to_string(), r))?
+                    .ok_or_else(|| ("derivation.extractor".to_string(), "required".to_string()))?
+            },
             model_config: match d.get("model_config") {
                 None | Some(Value::Null) => None,
                 Some(Value::String(s)) => Some(s.clone()),
@@ -427,26 +442,21 @@ fn parse_object(o: &Map<String, Value>) -> FieldResult<(Option<String>, NewRecor
         .map(|s| RecordRef::parse_text(s).map_err(|e| ("sources".to_string(), e)))
         .collect::<FieldResult<_>>()?;
     let refs = |f: &str| opt_ref(o, f);
-    let body = match rtype {
-        RecordType::Event => {
-            for f in [
-                "entity_type",
-                "name",
-                "aliases",
-                "subject",
-                "predicate",
-                "object",
-                "generator",
-            ] {
-                if o.get(f).is_some_and(|v| !v.is_null()) {
-                    return err(
-                        f,
-                        "not a field of events (set \"record\" to entity, relation, assertion or summary)",
-                    );
-                }
-            }
-            Body::Event
+    for (f, types) in TYPE_FIELDS {
+        if !types.contains(&rtype) && o.get(*f).is_some_and(|v| !v.is_null()) {
+            let names: Vec<&str> = types.iter().map(|t| t.name()).collect();
+            return err(
+                f,
+                format!(
+                    "not a field of {}s (a field of {}: set \"record\")",
+                    rtype.name(),
+                    names.join(" and ")
+                ),
+            );
         }
+    }
+    let body = match rtype {
+        RecordType::Event => Body::Event,
         RecordType::Entity => Body::Entity {
             entity_type: opt_str(o, "entity_type")?.ok_or_else(|| {
                 (
@@ -607,6 +617,53 @@ mod tests {
         assert_eq!((e.line, e.field.as_str()), (7, "data"), "{e}");
         assert!(e.to_string().contains("canonical JSON"), "{e}");
         parse_line(&line(max - 100), 1).expect("within the limit");
+    }
+
+    /// A misspelt field inside an object, or a field of another record
+    /// type, is refused by name (it was dropped without a word: a
+    /// derivation's `genrated` read as not generated).
+    #[test]
+    fn unknown_nested_fields_and_fields_of_another_type_are_refused() {
+        let field = |l: &str| parse_line(l, 1).unwrap_err().field;
+        let a = r#""tenant":"t","record":"assertion","kind":"fact","text":"a","sources":["x"]"#;
+        assert_eq!(
+            field(&format!(
+                r#"{{{a},"derivation":{{"extractor":"e","genrated":true}}}}"#
+            )),
+            "derivation.genrated"
+        );
+        assert_eq!(
+            field(r#"{"tenant":"t","kind":"k","text":"a","writer":{"principal":"p","x":1}}"#),
+            "writer.x"
+        );
+        assert_eq!(
+            field(r#"{"tenant":"t","kind":"k","text":"a","scope":{"usr":"u"}}"#),
+            "scope.usr"
+        );
+        let e = r#""tenant":"t","record":"entity","entity_type":"service","name":"db""#;
+        assert_eq!(field(&format!(r#"{{{e},"predicate":"p"}}"#)), "predicate");
+        let r = r#""tenant":"t","record":"relation","subject":"a","predicate":"p","object":"b""#;
+        assert_eq!(field(&format!(r#"{{{r},"name":"n"}}"#)), "name");
+        assert_eq!(field(&format!(r#"{{{a},"generator":"g"}}"#)), "generator");
+        assert_eq!(
+            field(r#"{"tenant":"t","kind":"k","text":"a","aliases":[]}"#),
+            "aliases"
+        );
+        // the fields of the line's own type, and null for another's, parse
+        parse_line(
+            &format!(r#"{{{a},"subject":"s","predicate":"p","object":"o","name":null}}"#),
+            1,
+        )
+        .unwrap();
+        parse_line(&format!(r#"{{{e},"aliases":["x"]}}"#), 1).unwrap();
+        let d = parse_line(
+            &format!(
+                r#"{{{a},"derivation":{{"extractor":"e","model_config":"m","generated":true}}}}"#
+            ),
+            1,
+        )
+        .unwrap();
+        assert!(d.record.derivation.unwrap().generated);
     }
 
     /// A fault of the line as a whole names no field.
