@@ -546,6 +546,12 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
                 m.data[at]
             )));
         }
+        // and so is a row the engine refuses whole (all zeros, too many
+        // dimensions), by its file and row
+        for (row, v) in m.data.chunks(dim.max(1)).enumerate() {
+            engram_engine::model::check_query_vector("vector", v)
+                .map_err(|e| CliError::Message(format!("{name} row {row}: {e}")))?;
+        }
     }
     // fewer ground-truth rows than queries: a truncated or mismatched file
     // (measuring the first rows only would be silent about it)
@@ -698,7 +704,16 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
                     r
                 })
                 .collect();
-            ids.extend(s.append(batch)?.into_iter().map(|r| r.id));
+            // an error about one record names its row of the dataset
+            let stored = s.append(batch).map_err(|e| match e.item() {
+                Some(i) => CliError::Message(format!(
+                    "dataset row {} (base.npy, base.jsonl, attrs.npy): {}",
+                    start + i,
+                    e.with_item(None)
+                )),
+                None => CliError::from(e),
+            })?;
+            ids.extend(stored.into_iter().map(|r| r.id));
             bar.set_position(end as u64);
         }
         bar.finish();

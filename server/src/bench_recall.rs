@@ -458,17 +458,27 @@ impl Seed {
 pub(crate) fn read_texts(path: &Path) -> Result<Vec<String>, CliError> {
     #[derive(Deserialize)]
     struct Row {
+        id: Option<i64>,
         text: String,
     }
     let body =
         std::fs::read_to_string(path).map_err(|e| fail(format!("{}: {e}", path.display())))?;
+    // (a byte-order mark is no part of the first line, as ingest reads it)
+    let body = body.strip_prefix('\u{feff}').unwrap_or(&body);
     body.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(n, l)| {
-            serde_json::from_str::<Row>(l)
-                .map(|r| r.text)
-                .map_err(|e| fail(format!("{} line {}: {e}", path.display(), n + 1)))
+        .enumerate()
+        .map(|(row, (n, l))| {
+            let at = |what: String| fail(format!("{} line {}: {what}", path.display(), n + 1));
+            let r = serde_json::from_str::<Row>(l).map_err(|e| at(e.to_string()))?;
+            // one line per row, in order: an `id` says which row it is
+            match r.id {
+                Some(id) if id != row as i64 => Err(at(format!(
+                    "id {id} on the line of row {row}: one line per row, in order"
+                ))),
+                _ => Ok(r.text),
+            }
         })
         .collect()
 }
@@ -996,6 +1006,21 @@ fn print_report(r: &RecallBenchResult) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn texts_are_one_line_per_row_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("base.jsonl");
+        std::fs::write(&p, "\u{feff}{\"id\": 0, \"text\": \"a\"}\n\n{\"id\": 1, \"text\": \"b\"}\n{\"text\": \"c\"}\n").unwrap();
+        assert_eq!(read_texts(&p).unwrap(), ["a", "b", "c"]);
+        std::fs::write(
+            &p,
+            "{\"id\": 0, \"text\": \"a\"}\n{\"id\": 8, \"text\": \"b\"}\n",
+        )
+        .unwrap();
+        let e = read_texts(&p).unwrap_err().to_string();
+        assert!(e.contains("line 2: id 8 on the line of row 1"), "{e}");
+    }
 
     fn args(records: usize, tenants: usize) -> RecallBenchArgs {
         RecallBenchArgs {

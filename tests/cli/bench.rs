@@ -523,7 +523,44 @@ fn bench_ann_refuses_an_inconsistent_dataset() {
     npy(&d.join("attrs.npy"), "<i8", &[n, 3], &attrs);
     let err = run(&[]);
     assert!(err.contains("attrs.npy row 4: deleted is 7"), "{err}");
+    // a timestamp no time holds (its milliseconds overflowed: a panic)
+    let mut attrs: Vec<i64> = (0..n * 3).map(|_| 0).collect();
+    attrs[5 * 3 + 1] = 10_000_000_000_000_000;
+    let attrs: Vec<u8> = attrs.iter().flat_map(|x| x.to_le_bytes()).collect();
+    npy(&d.join("attrs.npy"), "<i8", &[n, 3], &attrs);
+    let err = run(&[]);
+    assert!(
+        err.contains("attrs.npy row 5: timestamp is 10000000000000000"),
+        "{err}"
+    );
+    // a filter named as the unfiltered run
+    let attrs: Vec<u8> = (0..n * 3).flat_map(|_| 0i64.to_le_bytes()).collect();
+    npy(&d.join("attrs.npy"), "<i8", &[n, 3], &attrs);
+    std::fs::write(d.join("filters.json"), r#"{"none": {"tenants": [1]}}"#).unwrap();
+    let err = run(&[]);
+    assert!(err.contains("a filter named 'none'"), "{err}");
+    std::fs::remove_file(d.join("filters.json")).unwrap();
     std::fs::remove_file(d.join("attrs.npy")).unwrap();
+    // a row the engine refuses is named by its file and row
+    let mut q = f32s(nq * dim);
+    q[dim * 4..dim * 8].fill(0);
+    npy(&d.join("queries.npy"), "<f4", &[nq, dim], &q);
+    let err = run(&[]);
+    assert!(err.contains("queries.npy row 1: "), "{err}");
+    assert!(err.contains("all components are zero"), "{err}");
+    npy(&d.join("queries.npy"), "<f4", &[nq, dim], &f32s(nq * dim));
+    let texts: String = (0..n)
+        .map(|i| {
+            format!(
+                "{{\"id\": {i}, \"text\": \"{}\"}}\n",
+                if i == 3 { "" } else { "t" }
+            )
+        })
+        .collect();
+    std::fs::write(d.join("base.jsonl"), texts).unwrap();
+    let err = run(&[]);
+    assert!(err.contains("dataset row 3 (base.npy, base.jsonl"), "{err}");
+    std::fs::remove_file(d.join("base.jsonl")).unwrap();
     // graph parameters past any use, before any build
     let err = run(&["--m", "100000"]);
     assert!(err.contains("--m must be between 2 and 256"), "{err}");

@@ -49,7 +49,8 @@ pub(super) fn check_filter_def(def: &serde_json::Value) -> Result<(), String> {
             "tenants" => v
                 .as_array()
                 .is_some_and(|a| a.iter().all(serde_json::Value::is_i64)),
-            "ts_min" | "n_eligible" => v.is_i64(),
+            "ts_min" => v.as_i64().is_some_and(|t| TIMESTAMPS.contains(&t)),
+            "n_eligible" => v.is_i64(),
             "predicate" => v.is_string(),
             "selectivity" => v.is_number(),
             other => {
@@ -63,7 +64,8 @@ pub(super) fn check_filter_def(def: &serde_json::Value) -> Result<(), String> {
                 "`{k}` must be {}",
                 match k.as_str() {
                     "tenants" => "an array of integers",
-                    "ts_min" | "n_eligible" => "an integer",
+                    "ts_min" => TIMESTAMP_RULE,
+                    "n_eligible" => "an integer",
                     "predicate" => "a string",
                     _ => "a number",
                 }
@@ -72,6 +74,13 @@ pub(super) fn check_filter_def(def: &serde_json::Value) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// The timestamps (Unix seconds) a record's `occurred_at` may take: years
+/// 0001 to 9999.
+const TIMESTAMPS: std::ops::RangeInclusive<i64> = -62_135_596_800..=253_402_300_799;
+
+/// [`TIMESTAMPS`], as an error says it.
+const TIMESTAMP_RULE: &str = "an integer of Unix seconds within years 0001..9999";
 
 /// The dataset's `attrs.npy` (tenant, timestamp and deleted per base row),
 /// if it has one, checked against its `n` base rows; `filters.json`'s
@@ -96,6 +105,12 @@ pub(super) fn attributes_and_filters(
                 at.data[row * 3 + 2]
             )));
         }
+        if let Some(row) = (0..n).find(|&i| !TIMESTAMPS.contains(&at.data[i * 3 + 1])) {
+            return Err(CliError::Message(format!(
+                "attrs.npy row {row}: timestamp is {}, not {TIMESTAMP_RULE}",
+                at.data[row * 3 + 1]
+            )));
+        }
         Some(at)
     } else {
         None
@@ -109,6 +124,11 @@ pub(super) fn attributes_and_filters(
                 "filters.json: expected an object of named filters".into(),
             ));
         };
+        if named.contains_key("none") {
+            return Err(CliError::Message(
+                "filters.json: a filter named 'none': the name is the unfiltered run's (gt.npy); rename it".into(),
+            ));
+        }
         for (name, def) in named {
             check_filter_def(def)
                 .map_err(|e| CliError::Message(format!("filters.json: filter '{name}': {e}")))?;
@@ -173,6 +193,12 @@ mod tests {
                 json!({"ts_min": "2024-01-01"}),
                 "`ts_min` must be an integer",
             ),
+            // past what a time may hold (it overflowed into milliseconds)
+            (
+                json!({"ts_min": 4_611_686_018_427_387_904_i64}),
+                "years 0001..9999",
+            ),
+            (json!({"ts_min": -62_135_596_801_i64}), "years 0001..9999"),
             (json!([0]), "expected an object"),
         ] {
             let e = check_filter_def(&bad).unwrap_err();
