@@ -675,6 +675,10 @@ mod tests {
             ("a:episodic=-1", "number >= 0"),
             ("a:fusion=max", "rrf, minmax or zscore"),
             ("a:fusion=minmax,rrf_k=5", "rrf_k goes with fusion=rrf"),
+            ("a:rrf_k=0", "from 1 to 10000"),
+            ("a:rrf_k=1.5", "from 1 to 10000"),
+            ("a:rrf_k=99999999999", "from 1 to 10000"),
+            ("a:episodic=0,episodic=1", "episodic given twice"),
             ("a:colour=red", "unknown key 'colour'"),
             ("a:window=two", "whole number"),
         ] {
@@ -1053,11 +1057,17 @@ impl EvalConfig {
         };
         let mut rrf_k = None;
         let mut norm = None;
+        let mut seen: Vec<&str> = Vec::new();
         for kv in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (k, v) = kv
                 .split_once('=')
                 .ok_or_else(|| format!("'{kv}' in configuration {name}: expected key=value"))?;
             let (k, v) = (k.trim(), v.trim());
+            // (the last would win without a word)
+            if seen.contains(&k) {
+                return Err(format!("{k} given twice in configuration {name}"));
+            }
+            seen.push(k);
             let num = || {
                 v.parse::<f64>()
                     .ok()
@@ -1099,7 +1109,17 @@ impl EvalConfig {
                         }
                     })
                 }
-                "rrf_k" => rrf_k = Some(num()?),
+                "rrf_k" => {
+                    // as the query language's `RRF K` takes it
+                    let max = crate::lang::limits::RRF_K_MAX;
+                    let k = v.parse::<u64>().ok().filter(|k| (1..=max).contains(k));
+                    let k = k.ok_or_else(|| {
+                        format!(
+                            "rrf_k={v} in configuration {name}: expected a whole number from 1 to {max}"
+                        )
+                    })?;
+                    rrf_k = Some(k as f64)
+                }
                 "window" => c.episodic.window = int()?,
                 "seeds" => c.episodic.seeds = int()?,
                 "decay" => c.episodic.decay = num()?,
