@@ -82,7 +82,7 @@ pub const FIELDS: &[&str] = &[
 
 /// A parse error: which line, which field, what is wrong.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("line {line}: {}{reason}", field_prefix(field))]
+#[error("line {line}: {}", self.fault())]
 pub struct LineError {
     /// 1-based line number.
     pub line: usize,
@@ -95,12 +95,15 @@ pub struct LineError {
     pub json_at: Option<(usize, usize)>,
 }
 
-/// `field: ` before a reason, nothing for the line as a whole (`-`).
-fn field_prefix(field: &str) -> String {
-    if field == "-" {
-        String::new()
-    } else {
-        format!("{field}: ")
+impl LineError {
+    /// What is wrong, without the line: `field: reason`, or the reason
+    /// alone for the line as a whole (`-`).
+    pub fn fault(&self) -> String {
+        if self.field == "-" {
+            self.reason.clone()
+        } else {
+            format!("{}: {}", self.field, self.reason)
+        }
     }
 }
 
@@ -673,6 +676,8 @@ mod tests {
         assert_eq!(e.field, "-");
         let text = e.to_string();
         assert!(text.starts_with("line 3: not valid JSON"), "{text}");
+        // (recall --queries shows the fault beside its own line number)
+        assert!(e.fault().starts_with("not valid JSON"), "{}", e.fault());
     }
 
     #[test]

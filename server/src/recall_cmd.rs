@@ -317,10 +317,10 @@ fn recall_inner(db: &Engram, a: &RecallArgs) -> CliResult {
                             .and_then(|v| v.get("id").and_then(engram_query::recall_query_id));
                         crate::outln!(
                             "{}",
-                            serde_json::json!({"line": e.line, "query_id": query_id, "error": format!("{}: {}", e.field, e.reason)})
+                            serde_json::json!({"line": e.line, "query_id": query_id, "error": e.fault()})
                         );
                     } else {
-                        crate::outln!("== line {}: error: {}: {}", e.line, e.field, e.reason);
+                        crate::outln!("== line {}: error: {}", e.line, e.fault());
                     }
                     continue;
                 }
