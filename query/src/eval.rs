@@ -321,15 +321,12 @@ fn parse_case_as(text: &str, line: usize, session: bool) -> Result<EvalCase, Lin
                 .map(|s| parse_query_time(&s).map_err(|e| (f.to_string(), e.to_string())))
                 .transpose()
         };
-        let k = match o.get("k") {
-            None | Some(Value::Null) => None,
-            Some(Value::Number(n)) => Some(
-                n.as_u64()
-                    .filter(|&k| k > 0)
-                    .ok_or_else(|| ("k".to_string(), "expected a positive integer".to_string()))?
-                    as usize,
-            ),
-            Some(_) => return Err(("k".to_string(), "expected an integer".to_string())),
+        // (counted as a recall line counts it: `1e1` is 10)
+        let k = match crate::recall::opt_uint(&o, "k")? {
+            Some(0) => {
+                return Err(("k".to_string(), "expected a positive integer".to_string()));
+            }
+            k => k,
         };
         let text = one(&o, &["query", "text"])?.filter(|t| !t.trim().is_empty());
         // A case that can never run is malformed, like a bad `k`: refused
@@ -375,7 +372,14 @@ fn parse_case_as(text: &str, line: usize, session: bool) -> Result<EvalCase, Lin
                 strs(&o, &["forbidden_ids", "forbidden_event_ids", "forbidden"])?,
                 "forbidden_ids",
             )?,
-            slices: strs(&o, &["slice", "slices"])?,
+            slices: {
+                let slices = strs(&o, &["slice", "slices"])?;
+                // (a slice of no name is a row a report cannot label)
+                if slices.iter().any(|s| s.trim().is_empty()) {
+                    return Err(("slices".to_string(), "a slice name is empty".to_string()));
+                }
+                slices
+            },
             k_from_case: k.is_some(),
         })
     })()
@@ -814,6 +818,19 @@ mod tests {
         }
         let c = parse_case(r#"{"tenant": "t", "vector": [1, 0]}"#, 1).unwrap();
         assert_eq!(c.request.mode, Mode::Vector);
+        // `k` counts as in a recall line: `1e1` is 10; 0 and 2.5 are refused
+        let c = parse_case(r#"{"tenant": "t", "query": "x", "k": 1e1}"#, 1).unwrap();
+        assert_eq!((c.request.k, c.k_from_case), (10, true));
+        let e = parse_case(r#"{"tenant": "t", "query": "x", "slice": [""]}"#, 1).unwrap_err();
+        assert_eq!(e.field, "slices");
+        for bad in ["0", "2.5", "-1"] {
+            let e = parse_case(
+                &format!(r#"{{"tenant": "t", "query": "x", "k": {bad}}}"#),
+                1,
+            )
+            .unwrap_err();
+            assert_eq!(e.field, "k", "{bad}");
+        }
     }
 
     #[test]

@@ -124,7 +124,7 @@ fn opt_time(o: &Map<String, Value>, f: &str) -> R<Option<i64>> {
 
 /// A count: a JSON number counts by its value (`1e2` is 100, as in a
 /// query parameter), if that is a whole number a double carries exactly.
-fn opt_uint(o: &Map<String, Value>, f: &str) -> R<Option<usize>> {
+pub(crate) fn opt_uint(o: &Map<String, Value>, f: &str) -> R<Option<usize>> {
     match o.get(f) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Number(n)) => n
