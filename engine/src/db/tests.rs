@@ -878,3 +878,20 @@ fn a_line_corrected_later_in_its_batch_is_reported_superseded() {
         (Status::Superseded, Status::Active)
     );
 }
+
+/// A correction repeated in its batch answers with the external id it
+/// inherits, as the first does (it answered none).
+#[test]
+fn a_repeated_correction_answers_with_its_inherited_external_id() {
+    let db = mem_store("/repeated-correction");
+    let s = db.session(Principal::admin("t"));
+    s.append(vec![NewRecord::event("note", "v1").with_external_id("a")])
+        .unwrap();
+    let fix = || NewRecord::event("note", "v2").superseding(RecordRef::External("a".into()));
+    let r = s.append(vec![fix(), fix()]).unwrap();
+    assert_eq!(r[0].outcome, AppendOutcome::Created);
+    assert_eq!(r[1].outcome, AppendOutcome::Duplicate);
+    assert_eq!(r[0].external_id.as_deref(), Some("a"));
+    assert_eq!(r[1].external_id, r[0].external_id);
+    db.close().unwrap();
+}

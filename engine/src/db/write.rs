@@ -62,7 +62,10 @@ impl Prepared {
             outcome: AppendOutcome::Duplicate,
             status,
             lsn,
-            notes: duplicate_notes(r),
+            notes: (!r.embeddings.is_empty())
+                .then(|| DUPLICATE_VECTORS_NOTE.to_string())
+                .into_iter()
+                .collect(),
             frame: 0,
             same_as,
         }
@@ -80,19 +83,11 @@ struct Validated {
     normalized: Vec<Normalized>,
 }
 
-/// What a duplicate's answer says about what it carried and did not store:
-/// vectors are not part of a record's content hash, so a duplicate with
-/// other vectors keeps the stored record's.
-fn duplicate_notes(r: &NewRecord) -> Vec<String> {
-    if r.embeddings.is_empty() {
-        return Vec::new();
-    }
-    vec![
-        "a duplicate stores nothing, its vectors included: the record keeps the vectors it has \
-         (a correction with supersedes gives it others)"
-            .to_string(),
-    ]
-}
+/// What a duplicate's answer says when it carried vectors: they are not
+/// part of a record's content hash, so a duplicate with other vectors
+/// keeps the stored record's.
+const DUPLICATE_VECTORS_NOTE: &str = "a duplicate stores nothing, its vectors included: the \
+    record keeps the vectors it has (a correction with supersedes gives it others)";
 
 /// SHA-256 of the record's canonical content (docs/format.md §6.1): the
 /// canonical JSON of an object holding what the record says, with references
@@ -404,8 +399,10 @@ impl Session {
                     batch.push(None);
                     let first = &prepared[j];
                     let same_as = (first.outcome == AppendOutcome::Created).then_some(j);
-                    let p =
+                    let mut p =
                         Prepared::duplicate(batch_ids[j], r, (first.status, first.lsn), same_as);
+                    // (the first's external id, given or inherited, is the repeat's)
+                    p.stored.external_id.clone_from(&first.stored.external_id);
                     prepared.push(p);
                     continue;
                 }
