@@ -255,7 +255,7 @@ impl RejectedLines {
 
     /// The error for the file: one malformed line reads as it always did;
     /// several are listed under a header.
-    fn into_error(self, file: &Path, first_is_tenant_error: bool) -> CliError {
+    fn into_error(self, file: &Path) -> CliError {
         // A file of one JSON document (an array, or an object written over
         // several lines) is the likeliest mistake behind these: said once.
         let whole_document = self.shown.first().is_some_and(|e| {
@@ -269,11 +269,10 @@ impl RejectedLines {
         };
         if self.n_rejected == 1 {
             let e = &self.shown[0];
-            return CliError::Message(if first_is_tenant_error {
-                e.clone()
-            } else {
-                format!("{}: {e} (nothing was stored){hint}", file.display())
-            });
+            return CliError::Message(format!(
+                "{}: {e} (nothing was stored){hint}",
+                file.display()
+            ));
         }
         let mut msg = format!(
             "{}: {} line(s) rejected, nothing was stored:",
@@ -302,7 +301,6 @@ fn parse_file(ctx: &Ctx, a: &IngestArgs, text: &str) -> Result<Vec<IngestLine>, 
     let bar = ctx.counter("parse ", n_lines as u64, "lines");
     let mut lines = Vec::new();
     let mut rejected = RejectedLines::default();
-    let mut first_is_tenant_error = false;
     for (n_parsed, item) in engram_query::parse_jsonl_lines(text).enumerate() {
         if n_parsed % PARSE_PROGRESS_STEP_LINES == 0 {
             let line = match &item {
@@ -318,26 +316,23 @@ fn parse_file(ctx: &Ctx, a: &IngestArgs, text: &str) -> Result<Vec<IngestLine>, 
                 // command names its target after its body: not a parse
                 // error there)
                 Ok(_) => match l.record.misplaced_replace_access() {
-                    Some((field, why)) => Some((format!("line {}: {field}: {why}", l.line), false)),
+                    Some((field, why)) => Some(format!("line {}: {field}: {why}", l.line)),
                     None => {
                         lines.push(l);
                         None
                     }
                 },
-                Err(e) => Some((e, true)),
+                Err(e) => Some(e),
             },
-            Err(e) => Some((e.to_string(), false)),
+            Err(e) => Some(e.to_string()),
         };
-        if let Some((e, is_tenant)) = error {
-            if rejected.n_rejected == 0 {
-                first_is_tenant_error = is_tenant;
-            }
+        if let Some(e) = error {
             rejected.push(e);
         }
     }
     bar.finish();
     if rejected.n_rejected > 0 {
-        return Err(rejected.into_error(&a.file, first_is_tenant_error));
+        return Err(rejected.into_error(&a.file));
     }
     if lines.is_empty() {
         return Err(CliError::Message(format!(
@@ -477,13 +472,11 @@ mod tests {
 
     #[test]
     fn one_malformed_line_reads_as_it_always_did() {
-        let e = rejected(1).into_error(Path::new("f.jsonl"), false);
+        let e = rejected(1).into_error(Path::new("f.jsonl"));
         assert_eq!(
             e.to_string(),
             "f.jsonl: line 1: text: required (nothing was stored)"
         );
-        let e = rejected(1).into_error(Path::new("f.jsonl"), true);
-        assert_eq!(e.to_string(), "line 1: text: required");
     }
 
     /// A JSON array, or an object over several lines, gets the hint that
@@ -497,26 +490,22 @@ mod tests {
         ] {
             let mut r = RejectedLines::default();
             r.push(first.to_string());
-            let e = r.into_error(Path::new("f.json"), false).to_string();
+            let e = r.into_error(Path::new("f.json")).to_string();
             assert!(e.contains("one JSON object per line"), "{e}");
         }
-        let e = rejected(2)
-            .into_error(Path::new("f.jsonl"), false)
-            .to_string();
+        let e = rejected(2).into_error(Path::new("f.jsonl")).to_string();
         assert!(!e.contains("hint"), "{e}");
         // a field of a line holding a list is no whole document
         let mut r = RejectedLines::default();
         r.push("line 1: scope: expected an object, found a list".into());
-        let e = r.into_error(Path::new("f.jsonl"), false).to_string();
+        let e = r.into_error(Path::new("f.jsonl")).to_string();
         assert!(!e.contains("hint"), "{e}");
     }
 
     #[test]
     fn many_malformed_lines_are_listed_up_to_the_limit_then_counted() {
         let n = REJECTED_LINES_SHOWN + 3;
-        let text = rejected(n)
-            .into_error(Path::new("f.jsonl"), false)
-            .to_string();
+        let text = rejected(n).into_error(Path::new("f.jsonl")).to_string();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[0],
@@ -525,9 +514,7 @@ mod tests {
         assert_eq!(lines.len(), 1 + REJECTED_LINES_SHOWN + 1, "{text}");
         assert_eq!(lines[1], "  line 1: text: required");
         assert_eq!(lines[REJECTED_LINES_SHOWN + 1], "  ... and 3 more line(s)");
-        let exact = rejected(2)
-            .into_error(Path::new("f.jsonl"), false)
-            .to_string();
+        let exact = rejected(2).into_error(Path::new("f.jsonl")).to_string();
         assert_eq!(exact.lines().count(), 3, "no '... more' line: {exact}");
     }
 }
