@@ -950,7 +950,7 @@ fn read_lines_bounded(
         }
         if line_len > INPUT_LINE_BYTES_MAX {
             return Err(CliError::Message(format!(
-                "{}: line {line_no}: longer than {} MiB without a line end (not a JSONL or text file?)",
+                "{}: line {line_no}: longer than {} MiB, the most a line may hold (not a JSONL or text file?)",
                 file.display(),
                 INPUT_LINE_BYTES_MAX >> 20
             )));

@@ -198,7 +198,7 @@ fn shell_loop(db: &Engram, s: &Session, a: &ShellArgs) -> CliResult {
                     Ok(0) => break,
                     Ok(n) if n as u64 == cap && raw.last() != Some(&b'\n') => {
                         crate::errln!(
-                            "error: line {line_no} is longer than {} MiB without a line end (not a text file?); reading stopped",
+                            "error: line {line_no} is longer than {} MiB, the most a line may hold (not a text file?); reading stopped",
                             INPUT_LINE_BYTES_MAX >> 20
                         );
                         sh.failed = true;
