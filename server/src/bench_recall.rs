@@ -458,7 +458,7 @@ impl Seed {
 pub(crate) fn read_texts(path: &Path) -> Result<Vec<String>, CliError> {
     #[derive(Deserialize)]
     struct Row {
-        id: Option<i64>,
+        id: Option<serde_json::Value>,
         text: String,
     }
     let body =
@@ -473,7 +473,7 @@ pub(crate) fn read_texts(path: &Path) -> Result<Vec<String>, CliError> {
             let at = |what: String| fail(format!("{} line {}: {what}", path.display(), n + 1));
             let r = serde_json::from_str::<Row>(l).map_err(|e| at(e.to_string()))?;
             // one line per row, in order: an `id` says which row it is
-            match r.id {
+            match r.id.as_ref().and_then(serde_json::Value::as_i64) {
                 Some(id) if id != row as i64 => Err(at(format!(
                     "id {id} on the line of row {row}: one line per row, in order"
                 ))),

@@ -362,10 +362,9 @@ pub fn correct(ctx: &Ctx, a: CorrectArgs) -> CliResult {
     let one_line: String = text.lines().map(str::trim).collect::<Vec<_>>().join(" ");
     let parsed = engram_query::parse_line(&one_line, 1).map_err(|e| {
         CliError::Message(format!(
-            "{}: {}: {} (nothing was stored)",
+            "{}: {} (nothing was stored)",
             a.file.display(),
-            e.field,
-            e.reason
+            e.fault()
         ))
     })?;
     let db = ctx.open_store_to_write()?;

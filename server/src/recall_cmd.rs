@@ -106,8 +106,9 @@ pub struct EvalArgs {
     /// Run the cases under each of these configurations and print a
     /// comparison per slice instead of per-case lines:
     /// `NAME:key=value,...` (keys: mode, vector, lexical, recency, graph,
-    /// episodic, fusion=rrf|minmax|zscore, rrf_k, window, seeds, decay,
-    /// gap_ms). Repeat it; e.g. `--config base --config ep:episodic=0.5`.
+    /// episodic, fusion=rrf|minmax|zscore, rrf_k (a whole number from 1 to
+    /// 10000), window, seeds, decay, gap_ms; each at most once). Repeat it;
+    /// e.g. `--config base --config ep:episodic=0.5`.
     #[arg(long = "config", value_name = "NAME:SPEC")]
     pub configs: Vec<String>,
 }

@@ -1278,7 +1278,9 @@ fn deleted_files_held(pid: u32, dir: &std::path::Path) -> Vec<String> {
     let dir = std::fs::canonicalize(dir).unwrap();
     let dir = dir.to_string_lossy().into_owned();
     let mut held: Vec<String> = Vec::new();
-    if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+    if cfg!(target_os = "linux") {
+        assert!(pid != 0, "the server runs");
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).expect("its open files are listed");
         for fd in fds.flatten() {
             if let Ok(target) = std::fs::read_link(fd.path()) {
                 held.push(target.to_string_lossy().into_owned());

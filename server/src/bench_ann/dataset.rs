@@ -77,7 +77,8 @@ pub(super) fn check_filter_def(def: &serde_json::Value) -> Result<(), String> {
 
 /// The timestamps (Unix seconds) a record's `occurred_at` may take: years
 /// 0001 to 9999.
-const TIMESTAMPS: std::ops::RangeInclusive<i64> = -62_135_596_800..=253_402_300_799;
+const TIMESTAMPS: std::ops::RangeInclusive<i64> =
+    engram_engine::time::TIMESTAMP_MIN_MS / 1000..=engram_engine::time::TIMESTAMP_MAX_MS / 1000;
 
 /// [`TIMESTAMPS`], as an error says it.
 const TIMESTAMP_RULE: &str = "an integer of Unix seconds within years 0001..9999";

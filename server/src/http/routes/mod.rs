@@ -273,6 +273,7 @@ fn percent_decoded(s: &str) -> Vec<u8> {
         let byte = (b[i] == b'%')
             .then(|| b.get(i + 1..i + 3))
             .flatten()
+            .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
             .and_then(|h| std::str::from_utf8(h).ok())
             .and_then(|h| u8::from_str_radix(h, 16).ok());
         match byte {
@@ -450,6 +451,7 @@ mod tests {
             b"a%2",
             "a cut escape is kept as it is"
         );
+        assert_eq!(percent_decoded("%+F%41"), b"%+FA", "no sign in an escape");
     }
 
     #[test]
