@@ -1628,12 +1628,57 @@ fn a_correction_by_path_takes_replace_access() {
 }
 
 /// A context request without a budget gets the default, or the configured
-/// maximum when that is lower (it was refused, naming a field it lacked).
+/// maximum when that is lower (it was refused, naming a field it lacked);
+/// so do its counts, a recall's `k` and an evaluation's.
 #[test]
 fn a_context_without_a_budget_fits_a_lower_configured_maximum() {
     let (_tmp, dir) = new_store();
     let ann = tenant_key(&dir, "acme", "ann", "user");
-    let s = Server::start(&dir, Some("[limits]\ncontext_budget_bytes_max = 4096\n"));
+    let s = Server::start(
+        &dir,
+        Some("[limits]\ncontext_budget_bytes_max = 4096\ncontext_items_max = 2\nk_max = 3\n"),
+    );
+    let notes: Vec<Value> = (0..6)
+        .map(|i| json!({"kind": "note", "text": format!("checkout note {i}")}))
+        .collect();
+    append(&s, &ann, &Value::Array(notes).to_string());
+    let r = s.json(
+        "POST",
+        "/v1/recall",
+        Some(&ann),
+        Some(r#"{"text": "checkout"}"#),
+        200,
+    );
+    assert_eq!(r["hits"].as_array().unwrap().len(), 3, "{r}");
+    s.json(
+        "POST",
+        "/v1/recall",
+        Some(&ann),
+        Some(r#"{"text": "checkout", "k": 4}"#),
+        422,
+    );
+    let e = s.call(
+        "POST",
+        "/v1/eval",
+        Some(&ann),
+        Some("{\"query\": \"checkout\", \"relevant\": []}\n"),
+    );
+    assert_eq!(e.status, 200, "{}", e.text());
+    let c = s.json(
+        "POST",
+        "/v1/context",
+        Some(&ann),
+        Some(r#"{"text": "checkout", "recent_turns": 0}"#),
+        200,
+    );
+    assert!(c["context"].is_object(), "{c}");
+    s.json(
+        "POST",
+        "/v1/context",
+        Some(&ann),
+        Some(r#"{"text": "checkout", "semantic_k": 3}"#),
+        422,
+    );
     let r = s.json(
         "POST",
         "/v1/context",

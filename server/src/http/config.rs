@@ -229,15 +229,23 @@ impl Config {
             }
         };
         let cfg_path = || file.map_or_else(|| PathBuf::from("--config"), Path::to_path_buf);
-        let (listen_text, listen_source) = match (listen_flag, &parsed.listen) {
-            (Some(l), _) => (l.to_string(), PathBuf::from("--listen")),
-            (None, Some(l)) => (l.clone(), cfg_path()),
-            (None, None) => (LISTEN_DEFAULT.to_string(), PathBuf::from("--listen")),
+        let address = |text: &str, source: PathBuf, name: &str| {
+            text.parse::<SocketAddr>().map_err(|_| ServerError::Config {
+                path: source,
+                reason: format!("{name}: '{text}' is not an address like 127.0.0.1:7878"),
+            })
         };
-        let listen = listen_text.parse().map_err(|_| ServerError::Config {
-            path: listen_source,
-            reason: format!("'{listen_text}' is not an address like 127.0.0.1:7878"),
-        })?;
+        // (the file's, checked even when --listen overrides it: a mistake
+        // in it would surface only once the flag is dropped)
+        let from_file = match &parsed.listen {
+            Some(l) => Some(address(l, cfg_path(), "listen")?),
+            None => None,
+        };
+        let listen = match (listen_flag, from_file) {
+            (Some(l), _) => address(l, PathBuf::from("--listen"), "--listen")?,
+            (None, Some(l)) => l,
+            (None, None) => address(LISTEN_DEFAULT, PathBuf::from("--listen"), "--listen")?,
+        };
         let key_file = match parsed.key_file {
             _ if let Some(k) = key_file_flag => k.to_path_buf(),
             Some(k) if k.is_absolute() => k,
@@ -258,10 +266,14 @@ impl Config {
     }
 }
 
+/// The most slots of a kind (appends, queries, connections) a server may
+/// be configured with: far above what a machine serves at once.
+pub const SLOTS_MAX: usize = 1_000_000;
+
 impl Limits {
     /// Refuses zero limits and limits above what the engine enforces.
     pub fn check(&self) -> Result<(), String> {
-        let nonzero: [(&str, u64); 17] = [
+        let nonzero: [(&str, u64); 18] = [
             ("body_bytes_max", self.body_bytes_max),
             ("bulk_body_bytes_max", self.bulk_body_bytes_max),
             ("bulk_line_bytes_max", self.bulk_line_bytes_max as u64),
@@ -274,6 +286,7 @@ impl Limits {
                 self.context_budget_bytes_max as u64,
             ),
             ("eval_cases_max", self.eval_cases_max as u64),
+            ("context_items_max", self.context_items_max as u64),
             ("list_limit_max", self.list_limit_max as u64),
             ("request_timeout_ms", self.request_timeout_ms),
             ("appends_in_flight_max", self.appends_in_flight_max as u64),
@@ -316,6 +329,24 @@ impl Limits {
             if v > cap {
                 return Err(format!(
                     "limits.{name} is {v}, over the engine's limit of {cap}"
+                ));
+            }
+        }
+        // slots are counted by semaphores, which hold at most so many
+        // permits (past it the server panicked at start)
+        let slots = [
+            ("appends_in_flight_max", self.appends_in_flight_max),
+            ("queries_in_flight_max", self.queries_in_flight_max),
+            ("connections_max", self.connections_max),
+            (
+                "connections_per_client_max",
+                self.connections_per_client_max,
+            ),
+        ];
+        for (name, v) in slots {
+            if v > SLOTS_MAX {
+                return Err(format!(
+                    "limits.{name} is {v}, over the most of {SLOTS_MAX}"
                 ));
             }
         }
@@ -371,6 +402,13 @@ mod tests {
             ("[limits]\nk_maxx = 5\n", "k_maxx"),
             ("[limits]\nk_max = 5000\n", "k_max"),
             ("[limits]\nbody_bytes_max = 0\n", "body_bytes_max"),
+            ("[limits]\ncontext_items_max = 0\n", "context_items_max"),
+            // (past what a semaphore holds: a panic at start)
+            (
+                "[limits]\nappends_in_flight_max = 2305843009213693952\n",
+                "appends_in_flight_max",
+            ),
+            ("[limits]\nconnections_max = 1000001\n", "connections_max"),
             ("listen = \"nowhere\"\n", "nowhere"),
             ("lisen = 1\n", "lisen"),
         ] {
@@ -382,5 +420,9 @@ mod tests {
         }
         let e = Config::load(dir.path(), None, (Some("x"), None)).unwrap_err();
         assert!(e.to_string().contains("--listen"), "{e}");
+        // the file's listen is checked also when --listen overrides it
+        std::fs::write(&f, "listen = \"nonsense\"\n").unwrap();
+        let e = Config::load(dir.path(), Some(&f), (Some("127.0.0.1:1"), None)).unwrap_err();
+        assert!(e.to_string().contains("listen: 'nonsense'"), "{e}");
     }
 }

@@ -293,8 +293,59 @@ fn check_entry_values(keys: &[KeyEntry]) -> Result<(), String> {
                 n + 1
             ));
         }
+        // (a name a session may not have: `keys create` refuses it)
+        if let Err(e) = check_grant_names(&k.grant) {
+            return Err(format!(
+                "key entry {}: {e}, as `engram keys create` checks it",
+                n + 1
+            ));
+        }
     }
     Ok(())
+}
+
+/// The names a tenant key carries (tenant, principal, labels), by the
+/// rules a session's names follow: `keys create` refuses a key of other
+/// names, and a key file holding one (edited by hand) is read as damaged.
+fn check_grant_names(grant: &Grant) -> engram_engine::Result<()> {
+    if let Grant::Tenant {
+        tenant,
+        principal,
+        labels,
+        ..
+    } = grant
+    {
+        engram_engine::model::check_identifier("tenant", tenant)?;
+        engram_engine::model::check_identifier("principal", principal)?;
+        for l in labels {
+            engram_engine::model::check_identifier("label", l)?;
+        }
+    }
+    Ok(())
+}
+
+/// The file `path` names, through symbolic links (a key file may be a
+/// link to one kept elsewhere: it is written, and locked, where it is, so
+/// the server reading the target sees a revocation; replacing the link
+/// would leave the target unchanged).
+fn followed(path: &Path) -> PathBuf {
+    let mut p = path.to_path_buf();
+    // (a bound, for a loop of links: the system refuses it when read)
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => match std::fs::read_link(&p) {
+                Ok(target) => {
+                    p = match p.parent() {
+                        Some(dir) if target.is_relative() => dir.join(target),
+                        _ => target,
+                    }
+                }
+                Err(_) => break,
+            },
+            _ => break,
+        }
+    }
+    p
 }
 
 fn write_file(path: &Path, f: &KeyFile) -> ServerResult<()> {
@@ -310,6 +361,22 @@ fn with_locked_file<T>(
     path: &Path,
     f: impl FnOnce(&mut KeyFile) -> ServerResult<(T, bool)>,
 ) -> ServerResult<T> {
+    let path = &followed(path);
+    // what would fail under the lock fails before it, leaving no lock
+    // file beside something that is no key file (a directory, a store's
+    // own file, a missing directory)
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => return Err(key_err(path, "not a file (a directory?)")),
+        Ok(_) => drop(read_file(path)?),
+        Err(_)
+            if !path
+                .parent()
+                .is_none_or(|d| d.as_os_str().is_empty() || d.is_dir()) =>
+        {
+            return Err(key_err(path, "its directory does not exist"));
+        }
+        Err(_) => {}
+    }
     let mut lock_name = path.as_os_str().to_owned();
     lock_name.push(".lock");
     let lock_path = PathBuf::from(lock_name);
@@ -336,23 +403,7 @@ fn with_locked_file<T>(
 /// `path`, and returns the key (the only time it exists outside the
 /// caller's hands) with its entry.
 pub fn create(path: &Path, grant: Grant) -> ServerResult<(String, KeyEntry)> {
-    if let Grant::Tenant {
-        tenant,
-        principal,
-        labels,
-        ..
-    } = &grant
-    {
-        let check = |field: &str, v: &str| {
-            engram_engine::model::check_identifier(field, v)
-                .map_err(|e| ServerError::KeyUsage(e.to_string()))
-        };
-        check("tenant", tenant)?;
-        check("principal", principal)?;
-        for l in labels {
-            check("label", l)?;
-        }
-    }
+    check_grant_names(&grant).map_err(|e| ServerError::KeyUsage(e.to_string()))?;
     with_locked_file(path, |file| {
         // A principal writes as a model (agent keys) or as a person, never
         // both: the matrix knows a record's writer by name, so a user key
@@ -732,8 +783,85 @@ mod tests {
         // a tenant key turned into a store key, its tenant fields left
         edit(&|v| v["keys"][0]["scope"] = "store".into());
         assert!(KeyStore::open(&path).is_err());
+        // a name a session may not have (`keys create` refuses it): a key
+        // appended as principal " x", or was a key of tenant ""
+        for (field, value) in [
+            ("principal", serde_json::json!(" x")),
+            ("tenant", serde_json::json!("")),
+            ("tenant", serde_json::json!("ac\u{7}me")),
+            ("labels", serde_json::json!([""])),
+            ("principal", serde_json::json!("p".repeat(100_000))),
+        ] {
+            let mut v: serde_json::Value = serde_json::from_str(&good).unwrap();
+            v["keys"][0][field] = value.clone();
+            std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+            let err = KeyStore::open(&path).unwrap_err().to_string();
+            assert!(
+                err.contains("damaged") && err.contains("key entry 1"),
+                "{value}: {err}"
+            );
+            assert!(store.authenticate(&k).0.is_none(), "{value}");
+        }
         std::fs::write(&path, &good).unwrap();
         assert!(store.authenticate(&k).0.is_some());
+    }
+
+    /// A key file that is a link to one kept elsewhere is written where
+    /// it is: a revocation through the link reaches the file a server
+    /// reads (it replaced the link, and the key stayed valid).
+    #[test]
+    fn a_linked_key_file_is_written_through_its_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("etc").join(KEY_FILE_NAME);
+        std::fs::create_dir(dir.path().join("etc")).unwrap();
+        let (k, entry) = create(&target, tenant_grant(Role::User)).unwrap();
+        let link = dir.path().join("store-keys.json");
+        std::os::unix::fs::symlink("etc/keys.json", &link).unwrap();
+        let served = KeyStore::open(&target).unwrap();
+        revoke(&link, &entry.id).unwrap();
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert!(
+            served.authenticate(&k).0.is_none(),
+            "the revocation reached the target"
+        );
+        create(&link, tenant_grant(Role::Reviewer)).unwrap();
+        assert_eq!(list(&target).unwrap().len(), 2);
+        assert!(!dir.path().join("store-keys.json.lock").exists());
+    }
+
+    /// A key command refused for its path leaves no lock file behind.
+    #[test]
+    fn a_refused_key_file_leaves_no_lock_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let not_keys = dir.path().join("ENGRAM");
+        std::fs::write(&not_keys, "a store's marker").unwrap();
+        for path in [
+            dir.path().to_path_buf(),
+            not_keys.clone(),
+            dir.path().join("missing").join(KEY_FILE_NAME),
+        ] {
+            let e = create(&path, tenant_grant(Role::User))
+                .unwrap_err()
+                .to_string();
+            let mut lock = path.as_os_str().to_owned();
+            lock.push(".lock");
+            assert!(!PathBuf::from(lock).exists(), "{}: {e}", path.display());
+        }
+        let e = create(
+            &dir.path().join("missing").join(KEY_FILE_NAME),
+            tenant_grant(Role::User),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("directory does not exist") && !e.contains(".lock"),
+            "{e}"
+        );
     }
 
     /// Values not of the form `keys create` writes make the whole file

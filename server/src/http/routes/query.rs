@@ -71,9 +71,14 @@ pub async fn recall(
 ) -> ServerResult<Json<RecallResponse>> {
     let session = caller.session(&app, Operation::Read).await?;
     let text = body_text(&bytes)?;
-    json_object(text)?;
-    let line = engram_query::parse_recall_line(text, 1).map_err(|e| line_error(e, None, None))?;
+    let given = json_object(text)?;
+    let mut line =
+        engram_query::parse_recall_line(text, 1).map_err(|e| line_error(e, None, None))?;
     let l = &app.cfg.limits;
+    // `k` left out: the default, or the configured maximum when lower
+    if given.get("k").is_none_or(serde_json::Value::is_null) {
+        line.request.k = line.request.k.min(l.k_max);
+    }
     if line.request.k > l.k_max {
         return Err(ServerError::invalid(
             None,
@@ -164,15 +169,12 @@ pub async fn context(
     req.budget_bytes = b
         .budget_bytes
         .unwrap_or(CONTEXT_BUDGET_BYTES_DEFAULT.min(l.context_budget_bytes_max));
-    if let Some(k) = b.semantic_k {
-        req.semantic_k = k;
-    }
-    if let Some(k) = b.episodic_k {
-        req.episodic_k = k;
-    }
-    if let Some(n) = b.recent_turns {
-        req.recent_turns = n;
-    }
+    // each count given, else its default or the configured maximum when
+    // that is lower (as the budget)
+    let most = l.context_items_max;
+    req.semantic_k = b.semantic_k.unwrap_or(req.semantic_k.min(most));
+    req.episodic_k = b.episodic_k.unwrap_or(req.episodic_k.min(most));
+    req.recent_turns = b.recent_turns.unwrap_or(req.recent_turns.min(most));
     if let Some(h) = b.include_historical {
         req.include_historical = h;
     }
@@ -256,7 +258,7 @@ pub async fn eval(
 ) -> ServerResult<Json<EvalResponse>> {
     let session = caller.session(&app, Operation::Read).await?;
     let l = &app.cfg.limits;
-    let k_default = p.k.unwrap_or(10);
+    let k_default = p.k.unwrap_or(10.min(l.k_max));
     if k_default == 0 || k_default > l.k_max {
         return Err(ServerError::invalid(
             None,
