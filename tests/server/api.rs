@@ -1379,6 +1379,78 @@ fn compaction_is_not_cut_by_the_request_deadline() {
     assert_eq!(c["purged"], 1, "{c}");
 }
 
+/// A compaction whose client went away runs on, and holds the one slot of
+/// backups and compactions until it ends: a backup sent meanwhile took the
+/// slot and the server hung (the backup held the swap gate the compaction
+/// waited for); a second compaction waited behind the first.
+#[test]
+fn a_compaction_whose_client_left_still_holds_its_slot() {
+    let (tmp, dir) = new_store();
+    let lines = tmp.path().join("in.jsonl");
+    let mut text = String::new();
+    for i in 0..3000 {
+        text.push_str(&format!(
+            "{{\"tenant\": \"t\", \"kind\": \"note\", \"external_id\": \"n{i}\", \"text\": \"note {i} about the harbour and its ships\"}}\n"
+        ));
+    }
+    std::fs::write(&lines, text).unwrap();
+    engram(
+        &dir,
+        &[
+            "--embedder",
+            "hash",
+            "ingest",
+            "-q",
+            lines.to_str().unwrap(),
+        ],
+    );
+    engram(&dir, &["delete", "n7", "--tenant", "t", "--reason", "test"]);
+    let store = key(&dir, &["--admin"]);
+    let s = Server::start(&dir, None);
+    let started = std::time::Instant::now();
+    send_and_leave(
+        &s.addr,
+        ("POST", "/v1/compact"),
+        Some(&store),
+        ("application/json", b""),
+        Duration::from_millis(100),
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let dest = tmp.path().join("backup");
+    let body = json!({"dest": dest.to_str().unwrap()}).to_string();
+    let second = s.call("POST", "/v1/compact", Some(&store), None);
+    let backup = s.call("POST", "/v1/backup", Some(&store), Some(&body));
+    let busy = started.elapsed();
+    // the first compaction must still have been running for this to say
+    // anything: it took seconds in every run (3,000 vectors' graph)
+    assert_eq!(second.status, 429, "{}", second.text());
+    assert_eq!(backup.status, 429, "{}", backup.text());
+    assert!(busy < Duration::from_secs(5), "answered after {busy:?}");
+    // and it ends: the store serves, and the next compaction finds the
+    // deleted record purged
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let c = loop {
+        let r = s.call("POST", "/v1/compact", Some(&store), None);
+        if r.status == 200 {
+            break r.json();
+        }
+        assert_eq!(r.status, 429, "{}", r.text());
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the compaction never ended"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(c["purged"], 0, "{c}");
+    s.json(
+        "GET",
+        "/v1/records/n8",
+        Some(&tenant_key(&dir, "t", "p", "user")),
+        None,
+        200,
+    );
+}
+
 /// An endpoint that reads no body refuses one rather than ignoring it: a
 /// deletion's reason sent in a body would be dropped without a word.
 #[test]

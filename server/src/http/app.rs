@@ -180,7 +180,7 @@ impl App {
         self: &Arc<Self>,
     ) -> ServerResult<engram_engine::maintenance::CompactReport> {
         let n = u32::try_from(self.cfg.limits.appends_in_flight_max).unwrap_or(u32::MAX);
-        let _one = self.slot(Queue::Backup).await?;
+        let one = self.slot(Queue::Backup).await?;
         let writes = self
             .writes
             .clone()
@@ -191,6 +191,13 @@ impl App {
             })?;
         let app = self.clone();
         run_blocking(move || {
+            // The one slot of backups and compactions is held until the
+            // compaction ends, not until its handler does: a client that
+            // goes away drops the handler while the compaction runs on, and
+            // a backup taking the slot then held the swap gate the
+            // compaction waited for (every request hung), or a second
+            // compaction waited for every write slot behind it.
+            let _one = one;
             // (cleared however the compaction ends, a panic included: set,
             // every append that must wait for a slot is refused at once)
             let _clear = ClearOnDrop(&app.swap_wanted);
