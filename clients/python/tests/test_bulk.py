@@ -188,6 +188,38 @@ def test_a_failed_body_reports_what_it_left_unstored_and_its_summary() -> None:
     assert (s["batches"], s["created"], s["complete"]) == (2, 3, False)
 
 
+def test_items_taken_past_the_lines_a_failed_body_read_are_named_unstored() -> None:
+    import httpx
+
+    from engram_client import Unauthorized
+
+    # a key revoked during the first batch: the server read lines 1..2 and
+    # stored nothing, while the client had sent items up to the fourth
+    body = (
+        b'{"error": {"code": "unauthorized", "message": "revoked", "details": {}},'
+        b' "not_stored": {"from_line": 1, "to_line": 2}}\n'
+        b'{"summary": {"lines": 2, "created": 0, "duplicates": 0, "rejected": 0,'
+        b' "batches": 0, "batches_rejected": 0, "complete": false}}\n'
+    )
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        request.read()
+        return httpx.Response(200, content=body)
+
+    c = Client("http://engram.test/", "egk_k", transport=httpx.MockTransport(handler))
+    taken: List[int] = []
+
+    def items() -> Any:
+        for i in range(10):
+            taken.append(i)
+            yield {"kind": "note", "text": str(i)}
+
+    with pytest.raises(Unauthorized) as e:
+        c.bulk(items(), batch=2, lines_per_request=4).run()
+    assert len(taken) == 4
+    assert e.value.details["not_stored"] == {"from_line": 1, "to_line": 4}
+
+
 def test_a_bulk_stream_can_be_closed_early(user: Client, uniq: str) -> None:
     stream = user.bulk(records(f"{uniq}-close", 50), batch=5)
     first = next(stream)

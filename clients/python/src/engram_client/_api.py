@@ -719,6 +719,17 @@ class BulkTotals:
             raise err
         self._request_results = 0
         if err is not None:
+            # The items this request took after the lines the server read
+            # were never read by it, so never stored: the range to send
+            # again reaches the last one (it named the server's lines only,
+            # and the client had already read on).
+            unstored = err.details.get("not_stored")
+            if (
+                isinstance(unstored, dict)
+                and isinstance(unstored.get("to_line"), int)
+                and unstored["to_line"] < offset + taken
+            ):
+                unstored["to_line"] = offset + taken
             raise err
 
 

@@ -169,7 +169,9 @@ class AsyncClient:
 
     async def ready(self) -> Status:
         """``GET /readyz``: ``{"status": "ready"}``; raises
-        :class:`~engram_client.Unavailable` while the server shuts down."""
+        :class:`~engram_client.Unavailable` (503) while the server is not
+        ready, and :class:`~engram_client.TransportError` once it stops
+        listening (a server shutting down closes its listener first)."""
         return cast(Status, await self._call(_api.probe("/readyz")))
 
     async def metrics(self) -> str:
