@@ -186,17 +186,28 @@ fn describe(k: &KeyEntry) -> String {
             role,
             labels,
         } => format!(
-            "{}  tenant '{tenant}' principal '{principal}' role {}{}  created {}{state}",
+            // (names quoted as JSON strings: a quote or a comma inside one
+            // reads as part of it, never as the next field or label)
+            "{}  tenant {} principal {} role {}{}  created {}{state}",
             k.id,
+            quoted(tenant),
+            quoted(principal),
             role.name(),
             if labels.is_empty() {
                 String::new()
             } else {
-                format!(" labels {}", labels.join(","))
+                let each: Vec<String> = labels.iter().map(|l| quoted(l)).collect();
+                format!(" labels {}", each.join(", "))
             },
             k.created_at
         ),
     }
+}
+
+/// `s` as a JSON string: in quotes, with quotes and control characters
+/// escaped.
+fn quoted(s: &str) -> String {
+    serde_json::Value::from(s).to_string()
 }
 
 /// The public view of an entry (no hash).
@@ -286,4 +297,37 @@ pub fn keys(data: &Path, cmd: KeysCommand) -> CliResult {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A name holding a quote or a comma reads as one name: a tenant named
+    /// `t' principal 'x` printed like a key of principal `x`, and one label
+    /// `a,b` like two.
+    #[test]
+    fn listed_names_read_as_one_name_each() {
+        let entry = |tenant: &str, labels: &[&str]| KeyEntry {
+            id: "00c6ff04".into(),
+            sha256: String::new(),
+            grant: Grant::Tenant {
+                tenant: tenant.into(),
+                principal: "p3".into(),
+                role: Role::User,
+                labels: labels.iter().map(|l| l.to_string()).collect(),
+            },
+            created_at: "2026-12-07T04:24:06.209Z".into(),
+            revoked_at: None,
+        };
+        let tricky = describe(&entry("t' principal 'x", &["a,b"]));
+        assert!(
+            tricky.contains(r#"tenant "t' principal 'x" principal "p3""#),
+            "{tricky}"
+        );
+        assert_ne!(
+            describe(&entry("t", &["a,b"])),
+            describe(&entry("t", &["a", "b"]))
+        );
+    }
 }

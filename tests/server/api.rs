@@ -1379,6 +1379,28 @@ fn compaction_is_not_cut_by_the_request_deadline() {
     assert_eq!(c["purged"], 1, "{c}");
 }
 
+/// `/metrics` counts the keys of the key file as it stands: a revocation
+/// showed only after some other request had read the file again.
+#[test]
+fn metrics_count_keys_as_the_file_stands() {
+    let (_tmp, dir) = new_store();
+    let ann = tenant_key(&dir, "acme", "ann", "user");
+    tenant_key(&dir, "acme", "bob", "user");
+    let s = Server::start(&dir, None);
+    let active = |s: &Server| -> String {
+        let m = s.call("GET", "/metrics", None, None);
+        String::from_utf8_lossy(&m.body)
+            .lines()
+            .find_map(|l| l.strip_prefix("engram_api_keys_active "))
+            .expect("the gauge is exported")
+            .trim()
+            .to_string()
+    };
+    assert_eq!(active(&s), "2");
+    engram(&dir, &["keys", "revoke", &ann[4..12]]);
+    assert_eq!(active(&s), "1");
+}
+
 /// A compaction whose client went away runs on, and holds the one slot of
 /// backups and compactions until it ends: a backup sent meanwhile took the
 /// slot and the server hung (the backup held the swap gate the compaction

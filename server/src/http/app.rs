@@ -316,7 +316,14 @@ impl App {
                 l.queries_in_flight_max - self.reads.available_permits(),
                 l.queries_in_flight_max,
             ),
-            keys_active: self.keys.n_active(),
+            // (the key file as it stands now: a scrape sees a revocation
+            // without waiting for a request to read the file again)
+            keys_active: {
+                if let Some(problem) = self.keys.file_problem() {
+                    self.key_problem(problem);
+                }
+                self.keys.n_active()
+            },
             ready: self.is_ready(),
         }
     }
