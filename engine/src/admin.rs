@@ -22,7 +22,9 @@ use crate::id::RecordId;
 pub struct TenantStats {
     /// Records (all versions, all statuses).
     pub records: u64,
-    /// By kind.
+    /// By kind, of the records not deleted (a deleted record's kind is
+    /// not kept, as its tombstone keeps none: it counts in `by_status` and
+    /// `by_type` only, so a kind named `deleted` is only ever a kind).
     pub by_kind: BTreeMap<String, u64>,
     /// By record type.
     pub by_type: BTreeMap<String, u64>,
@@ -72,17 +74,15 @@ impl TenantStats {
             .collect();
     }
 
-    /// Counts one record. A deleted record counts under the kind
-    /// `deleted`, as its tombstone will after compaction: nothing of what
-    /// it said, its kind included, shows once it is deleted.
+    /// Counts one record. A deleted record counts under no kind, as its
+    /// tombstone will after compaction: nothing of what it said, its kind
+    /// included, shows once it is deleted.
     fn count(&mut self, st: &crate::state::State, m: &crate::state::Meta) {
         self.records += 1;
-        let kind = if m.status == crate::model::Status::Deleted {
-            "deleted"
-        } else {
-            st.strings.name(m.kind)
-        };
-        *self.by_kind.entry(kind.to_string()).or_default() += 1;
+        if m.status != crate::model::Status::Deleted {
+            let kind = st.strings.name(m.kind);
+            *self.by_kind.entry(kind.to_string()).or_default() += 1;
+        }
         *self.by_type.entry(m.rtype.name().to_string()).or_default() += 1;
         *self
             .by_status
@@ -619,6 +619,8 @@ mod tests {
             .append(vec![
                 NewRecord::event("kindmark-secret", "x"),
                 NewRecord::event("note", "y"),
+                // a kind of that name is a kind like any other
+                NewRecord::event("deleted", "z"),
             ])
             .unwrap();
         s.delete(&crate::RecordRef::Id(r[0].id), None).unwrap();
@@ -630,6 +632,7 @@ mod tests {
         };
         let want: std::collections::BTreeMap<String, u64> =
             [("deleted".to_string(), 1), ("note".to_string(), 1)].into();
+        assert_eq!(db.stats().unwrap().tenants["a"].by_status["deleted"], 1);
         assert_eq!(kinds(&db), want);
         db.close().unwrap();
         Engram::compact(dir.path(), &Options::default()).unwrap();
