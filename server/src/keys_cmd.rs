@@ -155,6 +155,26 @@ fn refuse_owned_dir(path: &Path) -> Result<(), CliError> {
         if !store.join(MARKER_FILE).exists() {
             continue;
         }
+        // a file of the store's own in its root (the ledger, the
+        // settings, a restore's marker: `keys create` wrote a key file
+        // over a store file that did not exist yet, and the store no longer
+        // opened)
+        let in_root = abs.strip_prefix(store).ok().and_then(|r| {
+            let mut parts = r.components();
+            let only = parts.next()?;
+            parts
+                .next()
+                .is_none()
+                .then(|| only.as_os_str().to_str())
+                .flatten()
+        });
+        if let Some(name) = in_root.filter(|n| is_store_file_name(n)) {
+            return Err(CliError::Message(format!(
+                "--key-file {}: {name} is a file of the store at {} itself; name the key file otherwise (a store's is keys.json in its root)",
+                path.display(),
+                store.display()
+            )));
+        }
         let below = abs.strip_prefix(store).ok().and_then(|r| {
             let mut parts = r.components();
             let first = parts.next()?;
@@ -171,6 +191,15 @@ fn refuse_owned_dir(path: &Path) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+/// Whether a store gives a file of its root this name (or a directory:
+/// [`OWNED_DIRS`]).
+fn is_store_file_name(name: &str) -> bool {
+    use engram_engine::store_dir::{BACKUP_FILE, MARKER_FILE, PARTIAL_BACKUP_FILE, is_owned_name};
+    is_owned_name(name)
+        || OWNED_DIRS.contains(&name)
+        || [MARKER_FILE, "LOCK", BACKUP_FILE, PARTIAL_BACKUP_FILE].contains(&name)
 }
 
 fn describe(k: &KeyEntry) -> String {
@@ -225,7 +254,10 @@ pub fn keys(data: &Path, cmd: KeysCommand) -> CliResult {
     match cmd {
         KeysCommand::Create(a) => {
             let path = key_file(data, &a.file)?;
+            // the path, and the file it names through links (a link to a
+            // file not there yet led into a store's log/)
             refuse_owned_dir(&path)?;
+            refuse_owned_dir(&keys::followed(&path))?;
             let grant = if a.admin {
                 Grant::Store
             } else {

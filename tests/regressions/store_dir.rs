@@ -524,6 +524,45 @@ fn a_key_file_inside_a_stores_directories_is_refused() {
         );
         assert!(!path.exists(), "{inside} written");
     }
+    // a link to a file not there yet, inside log/ (it went through)
+    let dangling = tmp.path().join("dangling.json");
+    std::os::unix::fs::symlink(s.join("log/k.json"), &dangling).unwrap();
+    let msg = fails(
+        &s,
+        &[
+            "keys",
+            "create",
+            "--admin",
+            "--key-file",
+            dangling.to_str().unwrap(),
+        ],
+    );
+    assert!(msg.contains("which its maintenance replaces"), "{msg}");
+    assert!(!s.join("log/k.json").exists() && !s.join("log/k.json.lock").exists());
+    // a file of the store's own in its root, not there yet (the store no
+    // longer opened)
+    for name in [
+        "ledger.jsonl",
+        "settings.snap",
+        "restore.pending",
+        "backup.json",
+    ] {
+        let path = s.join(name);
+        let _ = std::fs::remove_file(&path);
+        let msg = fails(
+            &s,
+            &[
+                "keys",
+                "create",
+                "--admin",
+                "--key-file",
+                path.to_str().unwrap(),
+            ],
+        );
+        assert!(msg.contains("is a file of the store"), "{name}: {msg}");
+        assert!(!path.exists(), "{name} written");
+    }
+    ok(&s, &["stats"]);
     let outside = tmp.path().join("k.json");
     std::fs::create_dir(s.join("secrets")).unwrap();
     for path in [s.join("other-keys.json"), s.join("secrets/k.json"), outside] {

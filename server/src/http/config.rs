@@ -273,7 +273,7 @@ pub const SLOTS_MAX: usize = 1_000_000;
 impl Limits {
     /// Refuses zero limits and limits above what the engine enforces.
     pub fn check(&self) -> Result<(), String> {
-        let nonzero: [(&str, u64); 18] = [
+        let nonzero: [(&str, u64); 20] = [
             ("body_bytes_max", self.body_bytes_max),
             ("bulk_body_bytes_max", self.bulk_body_bytes_max),
             ("bulk_line_bytes_max", self.bulk_line_bytes_max as u64),
@@ -289,6 +289,10 @@ impl Limits {
             ("context_items_max", self.context_items_max as u64),
             ("list_limit_max", self.list_limit_max as u64),
             ("request_timeout_ms", self.request_timeout_ms),
+            // (0 dropped every client that did not send its head at once,
+            // and ended every chunked body)
+            ("header_read_timeout_ms", self.header_read_timeout_ms),
+            ("body_idle_timeout_ms", self.body_idle_timeout_ms),
             ("appends_in_flight_max", self.appends_in_flight_max as u64),
             ("queries_in_flight_max", self.queries_in_flight_max as u64),
             ("connections_max", self.connections_max as u64),
@@ -403,6 +407,8 @@ mod tests {
             ("[limits]\nk_max = 5000\n", "k_max"),
             ("[limits]\nbody_bytes_max = 0\n", "body_bytes_max"),
             ("[limits]\ncontext_items_max = 0\n", "context_items_max"),
+            ("[limits]\nheader_read_timeout_ms = 0\n", "header_read_timeout_ms"),
+            ("[limits]\nbody_idle_timeout_ms = 0\n", "body_idle_timeout_ms"),
             // (past what a semaphore holds: a panic at start)
             (
                 "[limits]\nappends_in_flight_max = 2305843009213693952\n",

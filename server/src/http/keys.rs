@@ -328,7 +328,7 @@ fn check_grant_names(grant: &Grant) -> engram_engine::Result<()> {
 /// link to one kept elsewhere: it is written, and locked, where it is, so
 /// the server reading the target sees a revocation; replacing the link
 /// would leave the target unchanged).
-fn followed(path: &Path) -> PathBuf {
+pub(crate) fn followed(path: &Path) -> PathBuf {
     let mut p = path.to_path_buf();
     // (a bound, for a loop of links: the system refuses it when read)
     for _ in 0..40 {
@@ -470,6 +470,10 @@ pub fn list(path: &Path) -> ServerResult<Vec<KeyEntry>> {
 
 /// Revokes key `id`; it is refused from the next request on.
 pub fn revoke(path: &Path, id: &str) -> ServerResult<KeyEntry> {
+    // (said before any lock file is made beside a file that is not there)
+    if !followed(path).exists() {
+        return Err(key_err(path, "no key file here: there is no key to revoke"));
+    }
     with_locked_file(path, |file| {
         let Some(k) = file.keys.iter_mut().find(|k| k.id == id) else {
             return Err(ServerError::KeyUsage(format!(
@@ -862,6 +866,10 @@ mod tests {
             e.contains("directory does not exist") && !e.contains(".lock"),
             "{e}"
         );
+        let absent = dir.path().join("absent.json");
+        let e = revoke(&absent, "deadbeef").unwrap_err().to_string();
+        assert!(e.contains("no key file"), "{e}");
+        assert!(!dir.path().join("absent.json.lock").exists());
     }
 
     /// Values not of the form `keys create` writes make the whole file
