@@ -260,3 +260,36 @@ def test_a_message_s_line_numbers_are_shifted_with_the_request() -> None:
         _renumber_lines("line 1: no record with external id 'line 2'", 3)
         == "line 4: no record with external id 'line 2'"
     )
+
+
+def test_a_request_refused_whole_names_every_item_it_took_unstored() -> None:
+    import httpx
+
+    from engram_client import Unauthorized
+
+    # the key revoked between two requests of one bulk ingest: the second
+    # is refused before any batch, after the client took its items
+    answers = [
+        (
+            200,
+            b'{"line": 1, "outcome": "created", "id": "a"}\n'
+            b'{"line": 2, "outcome": "created", "id": "b"}\n'
+            b'{"summary": {"lines": 2, "created": 2, "duplicates": 0, "rejected": 0,'
+            b' "batches": 1, "batches_rejected": 0, "complete": true}}\n',
+        ),
+        (401, b'{"error": {"code": "unauthorized", "message": "revoked", "details": {}}}'),
+    ]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        request.read()
+        status, body = answers.pop(0)
+        return httpx.Response(status, content=body)
+
+    c = Client("http://engram.test/", "egk_k", transport=httpx.MockTransport(handler))
+    items = [{"kind": "note", "text": t} for t in "abcdef"]
+    got: List[Any] = []
+    with pytest.raises(Unauthorized) as e:
+        for r in c.bulk(items, batch=2, lines_per_request=2):
+            got.append(r)
+    assert [r["line"] for r in got] == [1, 2]
+    assert e.value.details["not_stored"] == {"from_line": 3, "to_line": 4}

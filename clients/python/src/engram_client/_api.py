@@ -677,6 +677,18 @@ class BulkTotals:
             f"({why}); is the client's URL an Engram server's?",
         )
 
+    def refused(self, err: EngramError, offset: int, taken: int) -> EngramError:
+        """The current request (first item ``offset + 1``, ``taken`` items
+        from the iterable) was answered with an error status: refused whole
+        before any batch (a stored batch would have started a 200 stream),
+        so every item it took is in ``err.details["not_stored"]``: send them
+        again, then the rest of the iterable."""
+        self.summary["requests"] += 1
+        self._request_results = 0
+        if taken > 0:
+            err.details["not_stored"] = {"from_line": offset + 1, "to_line": offset + taken}
+        return err
+
     def connection_lost(self, err: EngramError, offset: int, taken: int) -> EngramError:
         """The current request, whose first item is ``offset + 1`` overall
         and which took ``taken`` items from the iterable, ended with no

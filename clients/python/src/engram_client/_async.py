@@ -522,7 +522,11 @@ class AsyncBulkStream(AsyncIterator[BulkLine]):
                         )
                         async for chunk in resp.aiter_bytes():
                             answer.take(chunk)
-                        raise error_from_parts(resp.status_code, bytes(answer.body), resp.headers)
+                        raise self._totals.refused(
+                            error_from_parts(resp.status_code, bytes(answer.body), resp.headers),
+                            offset,
+                            taken[0],
+                        )
                     lines = _api.LineReader(call, client.max_answer_bytes)
                     async for chunk in resp.aiter_bytes():
                         for raw in lines.take(chunk):

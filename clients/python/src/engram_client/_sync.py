@@ -507,7 +507,11 @@ class BulkStream(Iterator[BulkLine]):
                         )
                         for chunk in resp.iter_bytes():
                             answer.take(chunk)
-                        raise error_from_parts(resp.status_code, bytes(answer.body), resp.headers)
+                        raise self._totals.refused(
+                            error_from_parts(resp.status_code, bytes(answer.body), resp.headers),
+                            offset,
+                            taken[0],
+                        )
                     lines = _api.LineReader(call, client.max_answer_bytes)
                     for chunk in resp.iter_bytes():
                         for raw in lines.take(chunk):
