@@ -373,11 +373,22 @@ fn parse_case_as(text: &str, line: usize, session: bool) -> Result<EvalCase, Lin
                 "forbidden_ids",
             )?,
             slices: {
-                let slices = strs(&o, &["slice", "slices"])?;
-                // (a slice of no name is a row a report cannot label)
+                let mut slices = strs(&o, &["slice", "slices"])?;
+                // (a slice of no name is a row a report cannot label, and
+                // `overall` is the report's row of every case)
                 if slices.iter().any(|s| s.trim().is_empty()) {
                     return Err(("slices".to_string(), "a slice name is empty".to_string()));
                 }
+                if slices.iter().any(|s| s == "overall") {
+                    return Err((
+                        "slices".to_string(),
+                        "'overall' names the row of every case; name the slice otherwise"
+                            .to_string(),
+                    ));
+                }
+                // a case counts once in a slice it names twice
+                let mut seen = std::collections::HashSet::new();
+                slices.retain(|s| seen.insert(s.clone()));
                 slices
             },
             k_from_case: k.is_some(),
@@ -823,6 +834,14 @@ mod tests {
         assert_eq!((c.request.k, c.k_from_case), (10, true));
         let e = parse_case(r#"{"tenant": "t", "query": "x", "slice": [""]}"#, 1).unwrap_err();
         assert_eq!(e.field, "slices");
+        let e = parse_case(r#"{"tenant": "t", "query": "x", "slice": "overall"}"#, 1).unwrap_err();
+        assert_eq!(e.field, "slices");
+        let c = parse_case(
+            r#"{"tenant": "t", "query": "x", "slices": ["a", "b", "a"]}"#,
+            1,
+        )
+        .unwrap();
+        assert_eq!(c.slices, ["a", "b"]);
         for bad in ["0", "2.5", "-1"] {
             let e = parse_case(
                 &format!(r#"{{"tenant": "t", "query": "x", "k": {bad}}}"#),

@@ -407,8 +407,14 @@ mod tests {
             ("[limits]\nk_max = 5000\n", "k_max"),
             ("[limits]\nbody_bytes_max = 0\n", "body_bytes_max"),
             ("[limits]\ncontext_items_max = 0\n", "context_items_max"),
-            ("[limits]\nheader_read_timeout_ms = 0\n", "header_read_timeout_ms"),
-            ("[limits]\nbody_idle_timeout_ms = 0\n", "body_idle_timeout_ms"),
+            (
+                "[limits]\nheader_read_timeout_ms = 0\n",
+                "header_read_timeout_ms",
+            ),
+            (
+                "[limits]\nbody_idle_timeout_ms = 0\n",
+                "body_idle_timeout_ms",
+            ),
             // (past what a semaphore holds: a panic at start)
             (
                 "[limits]\nappends_in_flight_max = 2305843009213693952\n",
