@@ -272,7 +272,7 @@ fn a_write_that_raced_a_deletion_is_deleted_when_applied() {
             notes: Vec::new(),
         })
         .collect();
-    super::write::said_deleted(&db.state(), &mut answers);
+    super::write::said_as_applied(&db.state(), &mut answers);
     let said: Vec<Status> = answers.iter().map(|a| a.status).collect();
     assert_eq!(said, [Status::Deleted, Status::Deleted, Status::Active]);
     assert!(db.verify().unwrap().ok());
@@ -893,5 +893,47 @@ fn a_repeated_correction_answers_with_its_inherited_external_id() {
     assert_eq!(r[1].outcome, AppendOutcome::Duplicate);
     assert_eq!(r[0].external_id.as_deref(), Some("a"));
     assert_eq!(r[1].external_id, r[0].external_id);
+    db.close().unwrap();
+}
+
+/// A summary sent with a correction of its source, in one batch, is
+/// answered `stale`, as the batch leaves it (it was said `approved`, and a
+/// read said `stale`); a summary of it too.
+#[test]
+fn a_summary_whose_source_its_batch_corrects_is_answered_stale() {
+    let db = mem_store("/stale-in-batch");
+    let s = db.session(Principal::admin("t"));
+    let ext = |e: &str| RecordRef::External(e.into());
+    let summary = |id: &str, of: &str| NewRecord {
+        body: Body::Summary {
+            generator: "g@1".into(),
+        },
+        kind: "summary".into(),
+        text: Some(format!("summary of {of}")),
+        sources: vec![ext(of)],
+        external_id: Some(id.into()),
+        ..NewRecord::default()
+    };
+    let r = s
+        .append(vec![
+            NewRecord::event("note", "v1").with_external_id("p"),
+            summary("s", "p"),
+            summary("s_of_s", "s"),
+            NewRecord::event("note", "v2").superseding(ext("p")),
+        ])
+        .unwrap();
+    let statuses: Vec<Status> = r.iter().map(|x| x.status).collect();
+    assert_eq!(
+        statuses,
+        [
+            Status::Superseded,
+            Status::Stale,
+            Status::Stale,
+            Status::Active
+        ]
+    );
+    for (i, x) in r.iter().enumerate() {
+        assert_eq!(s.get(&RecordRef::Id(x.id)).unwrap().status, statuses[i]);
+    }
     db.close().unwrap();
 }

@@ -26,7 +26,7 @@ use super::*;
 use crate::codec::{OpBody, StoredOp};
 
 mod answer;
-pub(super) use answer::said_deleted;
+pub(super) use answer::said_as_applied;
 use answer::{await_repeated, results};
 
 /// A record as the write path prepared it.
@@ -627,7 +627,7 @@ impl Session {
             p.outcome == AppendOutcome::Created
                 && (p.stored.supersedes.is_some() || !p.stored.sources.is_empty())
         }) {
-            said_deleted(&db.state(), &mut out);
+            said_as_applied(&db.state(), &mut out);
         }
         Ok(out)
     }

@@ -80,13 +80,24 @@ pub(super) fn await_repeated(
 /// A record a deletion reached by the time its batch is acknowledged is
 /// said `deleted`: a write that raced a deletion (checked before it was
 /// applied, logged after it) is deleted as it is applied, and deleted is
-/// final, so the answer never calls it current.
-pub(in crate::db) fn said_deleted(state: &State, out: &mut [AppendResult]) {
+/// final, so the answer never calls it current. Likewise a record said
+/// current that is `stale` by then: a later line of its batch corrected or
+/// retracted what it was built on (a summary and a correction of its
+/// source sent together: the answer said `approved`, a read `stale`).
+pub(in crate::db) fn said_as_applied(state: &State, out: &mut [AppendResult]) {
     for r in out.iter_mut() {
-        if let Some(i) = state.idx(r.id)
-            && state.meta(i).status == Status::Deleted
-        {
-            r.status = Status::Deleted;
+        let Some(i) = state.idx(r.id) else { continue };
+        match state.meta(i).status {
+            Status::Deleted => r.status = Status::Deleted,
+            Status::Stale
+                if matches!(
+                    r.status,
+                    Status::Active | Status::Approved | Status::Candidate
+                ) =>
+            {
+                r.status = Status::Stale
+            }
+            _ => {}
         }
     }
 }
