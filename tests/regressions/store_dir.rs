@@ -498,6 +498,19 @@ fn a_key_file_inside_a_stores_directories_is_refused() {
     std::fs::create_dir_all(s.join("derived/x")).unwrap();
     std::os::unix::fs::symlink(s.join("derived/x"), tmp.path().join("lnk2")).unwrap();
     std::fs::create_dir(s.join("mine")).unwrap();
+    // a key file created at `path`, refused: the error
+    let create_at = |path: &std::path::Path| {
+        fails(
+            &s,
+            &[
+                "keys",
+                "create",
+                "--admin",
+                "--key-file",
+                path.to_str().unwrap(),
+            ],
+        )
+    };
     for inside in [
         "log/k.json",
         "derived/k.json",
@@ -508,16 +521,7 @@ fn a_key_file_inside_a_stores_directories_is_refused() {
         "../lnk2/../k.json",
     ] {
         let path = s.join(inside);
-        let msg = fails(
-            &s,
-            &[
-                "keys",
-                "create",
-                "--admin",
-                "--key-file",
-                path.to_str().unwrap(),
-            ],
-        );
+        let msg = create_at(&path);
         assert!(
             msg.contains("which its maintenance replaces"),
             "{inside}: {msg}"
@@ -527,16 +531,7 @@ fn a_key_file_inside_a_stores_directories_is_refused() {
     // a link to a file not there yet, inside log/ (it went through)
     let dangling = tmp.path().join("dangling.json");
     std::os::unix::fs::symlink(s.join("log/k.json"), &dangling).unwrap();
-    let msg = fails(
-        &s,
-        &[
-            "keys",
-            "create",
-            "--admin",
-            "--key-file",
-            dangling.to_str().unwrap(),
-        ],
-    );
+    let msg = create_at(&dangling);
     assert!(msg.contains("which its maintenance replaces"), "{msg}");
     assert!(!s.join("log/k.json").exists() && !s.join("log/k.json.lock").exists());
     // a file of the store's own in its root, not there yet (the store no
@@ -549,16 +544,7 @@ fn a_key_file_inside_a_stores_directories_is_refused() {
     ] {
         let path = s.join(name);
         let _ = std::fs::remove_file(&path);
-        let msg = fails(
-            &s,
-            &[
-                "keys",
-                "create",
-                "--admin",
-                "--key-file",
-                path.to_str().unwrap(),
-            ],
-        );
+        let msg = create_at(&path);
         assert!(msg.contains("is a file of the store"), "{name}: {msg}");
         assert!(!path.exists(), "{name} written");
     }

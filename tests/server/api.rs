@@ -1358,21 +1358,31 @@ fn appends_waiting_during_online_compaction_do_not_hold_it() {
     );
 }
 
+/// A store of `n` notes `n0`.. of tenant `t`, ingested with `flags`, `n7`
+/// deleted (what a compaction purges).
+fn store_with_a_deleted_note(n: usize, flags: &[&str]) -> (tempfile::TempDir, std::path::PathBuf) {
+    let (tmp, dir) = new_store();
+    let lines = tmp.path().join("in.jsonl");
+    let text: String = (0..n)
+        .map(|i| {
+            format!(
+                "{{\"tenant\": \"t\", \"kind\": \"note\", \"external_id\": \"n{i}\", \"text\": \"note {i} about the harbour and its ships\"}}\n"
+            )
+        })
+        .collect();
+    std::fs::write(&lines, text).unwrap();
+    let mut args: Vec<&str> = flags.to_vec();
+    args.extend(["ingest", "-q", lines.to_str().unwrap()]);
+    engram(&dir, &args);
+    engram(&dir, &["delete", "n7", "--tenant", "t", "--reason", "test"]);
+    (tmp, dir)
+}
+
 /// Store maintenance has no request deadline: with a 1 ms deadline every
 /// other request may time out, but a compaction answers with its report.
 #[test]
 fn compaction_is_not_cut_by_the_request_deadline() {
-    let (tmp, dir) = new_store();
-    let lines = tmp.path().join("in.jsonl");
-    let mut text = String::new();
-    for i in 0..200 {
-        text.push_str(&format!(
-            "{{\"tenant\": \"t\", \"kind\": \"note\", \"external_id\": \"n{i}\", \"text\": \"note {i}\"}}\n"
-        ));
-    }
-    std::fs::write(&lines, text).unwrap();
-    engram(&dir, &["ingest", lines.to_str().unwrap()]);
-    engram(&dir, &["delete", "n7", "--tenant", "t", "--reason", "test"]);
+    let (_tmp, dir) = store_with_a_deleted_note(200, &[]);
     let store = key(&dir, &["--admin"]);
     let s = Server::start(&dir, Some("[limits]\nrequest_timeout_ms = 1\n"));
     let c = s.json("POST", "/v1/compact", Some(&store), None, 200);
@@ -1407,26 +1417,8 @@ fn metrics_count_keys_as_the_file_stands() {
 /// waited for); a second compaction waited behind the first.
 #[test]
 fn a_compaction_whose_client_left_still_holds_its_slot() {
-    let (tmp, dir) = new_store();
-    let lines = tmp.path().join("in.jsonl");
-    let mut text = String::new();
-    for i in 0..3000 {
-        text.push_str(&format!(
-            "{{\"tenant\": \"t\", \"kind\": \"note\", \"external_id\": \"n{i}\", \"text\": \"note {i} about the harbour and its ships\"}}\n"
-        ));
-    }
-    std::fs::write(&lines, text).unwrap();
-    engram(
-        &dir,
-        &[
-            "--embedder",
-            "hash",
-            "ingest",
-            "-q",
-            lines.to_str().unwrap(),
-        ],
-    );
-    engram(&dir, &["delete", "n7", "--tenant", "t", "--reason", "test"]);
+    // (vectors: their graph makes the compaction take seconds)
+    let (tmp, dir) = store_with_a_deleted_note(3000, &["--embedder", "hash"]);
     let store = key(&dir, &["--admin"]);
     let s = Server::start(&dir, None);
     let started = std::time::Instant::now();
@@ -1736,21 +1728,11 @@ fn a_context_without_a_budget_fits_a_lower_configured_maximum() {
         .map(|i| json!({"kind": "note", "text": format!("checkout note {i}")}))
         .collect();
     append(&s, &ann, &Value::Array(notes).to_string());
-    let r = s.json(
-        "POST",
-        "/v1/recall",
-        Some(&ann),
-        Some(r#"{"text": "checkout"}"#),
-        200,
-    );
+    let post =
+        |path: &str, body: &str, status: u16| s.json("POST", path, Some(&ann), Some(body), status);
+    let r = post("/v1/recall", r#"{"text": "checkout"}"#, 200);
     assert_eq!(r["hits"].as_array().unwrap().len(), 3, "{r}");
-    s.json(
-        "POST",
-        "/v1/recall",
-        Some(&ann),
-        Some(r#"{"text": "checkout", "k": 4}"#),
-        422,
-    );
+    post("/v1/recall", r#"{"text": "checkout", "k": 4}"#, 422);
     let e = s.call(
         "POST",
         "/v1/eval",
@@ -1758,34 +1740,22 @@ fn a_context_without_a_budget_fits_a_lower_configured_maximum() {
         Some("{\"query\": \"checkout\", \"relevant\": []}\n"),
     );
     assert_eq!(e.status, 200, "{}", e.text());
-    let c = s.json(
-        "POST",
+    let c = post(
         "/v1/context",
-        Some(&ann),
-        Some(r#"{"text": "checkout", "recent_turns": 0}"#),
+        r#"{"text": "checkout", "recent_turns": 0}"#,
         200,
     );
     assert!(c["context"].is_object(), "{c}");
-    s.json(
-        "POST",
+    post(
         "/v1/context",
-        Some(&ann),
-        Some(r#"{"text": "checkout", "semantic_k": 3}"#),
+        r#"{"text": "checkout", "semantic_k": 3}"#,
         422,
     );
-    let r = s.json(
-        "POST",
-        "/v1/context",
-        Some(&ann),
-        Some(r#"{"text": "checkout"}"#),
-        200,
-    );
+    let r = post("/v1/context", r#"{"text": "checkout"}"#, 200);
     assert!(r["context"]["used_bytes"].as_u64().unwrap() <= 4096, "{r}");
-    s.json(
-        "POST",
+    post(
         "/v1/context",
-        Some(&ann),
-        Some(r#"{"text": "checkout", "budget_bytes": 8192}"#),
+        r#"{"text": "checkout", "budget_bytes": 8192}"#,
         422,
     );
 }
