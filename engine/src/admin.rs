@@ -611,7 +611,7 @@ mod tests {
     }
 
     #[test]
-    fn a_deleted_record_counts_under_the_kind_deleted_before_and_after_compaction() {
+    fn a_deleted_record_counts_under_no_kind_before_and_after_compaction() {
         let dir = tempfile::tempdir().unwrap();
         let db = Engram::open(dir.path(), Options::default()).unwrap();
         let s = db.session(Principal::admin("a"));

@@ -379,7 +379,7 @@ fn parse_case_as(text: &str, line: usize, session: bool) -> Result<EvalCase, Lin
                 if slices.iter().any(|s| s.trim().is_empty()) {
                     return Err(("slices".to_string(), "a slice name is empty".to_string()));
                 }
-                if slices.iter().any(|s| s == "overall") {
+                if slices.iter().any(|s| s.trim() == "overall") {
                     return Err((
                         "slices".to_string(),
                         "'overall' names the row of every case; name the slice otherwise"
@@ -834,8 +834,10 @@ mod tests {
         assert_eq!((c.request.k, c.k_from_case), (10, true));
         let e = parse_case(r#"{"tenant": "t", "query": "x", "slice": [""]}"#, 1).unwrap_err();
         assert_eq!(e.field, "slices");
-        let e = parse_case(r#"{"tenant": "t", "query": "x", "slice": "overall"}"#, 1).unwrap_err();
-        assert_eq!(e.field, "slices");
+        for overall in ["overall", " overall "] {
+            let line = format!(r#"{{"tenant": "t", "query": "x", "slice": "{overall}"}}"#);
+            assert_eq!(parse_case(&line, 1).unwrap_err().field, "slices");
+        }
         let c = parse_case(
             r#"{"tenant": "t", "query": "x", "slices": ["a", "b", "a"]}"#,
             1,

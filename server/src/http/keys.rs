@@ -293,8 +293,11 @@ fn check_entry_values(keys: &[KeyEntry]) -> Result<(), String> {
                 n + 1
             ));
         }
-        // (a name a session may not have: `keys create` refuses it)
-        if let Err(e) = check_grant_names(&k.grant) {
+        // (a name a session may not have: `keys create` refuses it; a
+        // revoked key's are left as they are, as it grants nothing)
+        if let Err(e) = check_grant_names(&k.grant)
+            && k.revoked_at.is_none()
+        {
             return Err(format!(
                 "key entry {}: {e}, as `engram keys create` checks it",
                 n + 1
@@ -368,6 +371,10 @@ fn with_locked_file<T>(
     match std::fs::metadata(path) {
         Ok(m) if !m.is_file() => return Err(key_err(path, "not a file (a directory?)")),
         Ok(_) => drop(read_file(path)?),
+        // (a loop of links, no permission, a file where a directory is)
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(key_err(path, e.to_string()));
+        }
         Err(_)
             if !path
                 .parent()
@@ -806,6 +813,12 @@ mod tests {
             );
             assert!(store.authenticate(&k).0.is_none(), "{value}");
         }
+        // a revoked key's names are left as they are (it grants nothing)
+        let mut v: serde_json::Value = serde_json::from_str(&good).unwrap();
+        v["keys"][0]["principal"] = " x".into();
+        v["keys"][0]["revoked_at"] = "2026-01-01T00:00:00Z".into();
+        std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+        KeyStore::open(&path).expect("a revoked entry's names are not checked");
         std::fs::write(&path, &good).unwrap();
         assert!(store.authenticate(&k).0.is_some());
     }
@@ -866,6 +879,16 @@ mod tests {
             e.contains("directory does not exist") && !e.contains(".lock"),
             "{e}"
         );
+        // a loop of links: refused before any lock
+        let (a, b) = (
+            dir.path().join("loop-a.json"),
+            dir.path().join("loop-b.json"),
+        );
+        std::os::unix::fs::symlink(&b, &a).unwrap();
+        std::os::unix::fs::symlink(&a, &b).unwrap();
+        assert!(create(&a, tenant_grant(Role::User)).is_err());
+        assert!(!dir.path().join("loop-a.json.lock").exists());
+        assert!(!dir.path().join("loop-b.json.lock").exists());
         let absent = dir.path().join("absent.json");
         let e = revoke(&absent, "deadbeef").unwrap_err().to_string();
         assert!(e.contains("no key file"), "{e}");
