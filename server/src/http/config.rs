@@ -222,10 +222,24 @@ impl Config {
                     path: p.to_path_buf(),
                     reason: format!("cannot read: {e}"),
                 })?;
-                toml::from_str(&text).map_err(|e| ServerError::Config {
-                    path: p.to_path_buf(),
-                    reason: e.to_string().trim_end().to_string(),
-                })?
+                let mut parsed: ConfigFile =
+                    toml::from_str(&text).map_err(|e| ServerError::Config {
+                        path: p.to_path_buf(),
+                        reason: e.to_string().trim_end().to_string(),
+                    })?;
+                // A bulk batch left to its default fits a lower
+                // `batch_records_max` (the start was refused, naming a
+                // setting the file never gave); one given is checked.
+                let given = toml::from_str::<toml::Table>(&text).is_ok_and(|t| {
+                    t.get("limits")
+                        .and_then(toml::Value::as_table)
+                        .is_some_and(|l| l.contains_key("bulk_batch_default"))
+                });
+                if !given {
+                    let l = &mut parsed.limits;
+                    l.bulk_batch_default = l.bulk_batch_default.min(l.batch_records_max);
+                }
+                parsed
             }
         };
         let cfg_path = || file.map_or_else(|| PathBuf::from("--config"), Path::to_path_buf);
@@ -432,6 +446,18 @@ mod tests {
         }
         let e = Config::load(dir.path(), None, (Some("x"), None)).unwrap_err();
         assert!(e.to_string().contains("--listen"), "{e}");
+        // a bulk batch left to its default fits a lower batch_records_max;
+        // one given above it is refused
+        std::fs::write(&f, "[limits]\nbatch_records_max = 500\n").unwrap();
+        let c = Config::load(dir.path(), Some(&f), (None, None)).unwrap();
+        assert_eq!(c.limits.bulk_batch_default, 500);
+        std::fs::write(
+            &f,
+            "[limits]\nbatch_records_max = 500\nbulk_batch_default = 1000\n",
+        )
+        .unwrap();
+        let e = Config::load(dir.path(), Some(&f), (None, None)).unwrap_err();
+        assert!(e.to_string().contains("bulk_batch_default"), "{e}");
         // the file's listen is checked also when --listen overrides it
         std::fs::write(&f, "listen = \"nonsense\"\n").unwrap();
         let e = Config::load(dir.path(), Some(&f), (Some("127.0.0.1:1"), None)).unwrap_err();
