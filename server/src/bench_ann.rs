@@ -35,6 +35,7 @@ use crate::cli::{CliError, CliResult, Ctx};
 
 mod dataset;
 use dataset::dataset_files;
+pub(crate) use dataset::read_texts;
 
 /// `engram bench ann`.
 #[derive(Args, Debug)]
@@ -584,7 +585,7 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
     // whole (a damaged line, or a file of another length, is named rather
     // than measured as rows without text)
     let texts: Vec<String> = if d.join("base.jsonl").exists() {
-        let texts = crate::bench_recall::read_texts(&d.join("base.jsonl"))?;
+        let texts = read_texts(&d.join("base.jsonl"))?;
         if texts.len() != n {
             return Err(CliError::Message(format!(
                 "base.jsonl has {} text line(s) for {n} base row(s): one per row, in order",

@@ -21,7 +21,7 @@ use engram_engine::{
 use serde::{Deserialize, Serialize};
 
 use crate::bench::{fail, has_vector, percentile, tenant_name};
-use crate::bench_ann::read_npy;
+use crate::bench_ann::{read_npy, read_texts};
 use crate::bench_open::{dir_bytes, rss_mib};
 use crate::cli::{CliError, CliResult, Ctx};
 
@@ -451,36 +451,6 @@ impl Seed {
             self.query_vectors[row * self.dim..(row + 1) * self.dim].to_vec(),
         )
     }
-}
-
-/// The `text` of each line of a JSON-lines file (blank lines skipped); a
-/// line that is not an object with a string `text` is named by its number.
-pub(crate) fn read_texts(path: &Path) -> Result<Vec<String>, CliError> {
-    #[derive(Deserialize)]
-    struct Row {
-        id: Option<serde_json::Value>,
-        text: String,
-    }
-    let body =
-        std::fs::read_to_string(path).map_err(|e| fail(format!("{}: {e}", path.display())))?;
-    // (a byte-order mark is no part of the first line, as ingest reads it)
-    let body = body.strip_prefix('\u{feff}').unwrap_or(&body);
-    body.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .enumerate()
-        .map(|(row, (n, l))| {
-            let at = |what: String| fail(format!("{} line {}: {what}", path.display(), n + 1));
-            let r = serde_json::from_str::<Row>(l).map_err(|e| at(e.to_string()))?;
-            // one line per row, in order: an `id` says which row it is
-            match r.id.as_ref().and_then(serde_json::Value::as_i64) {
-                Some(id) if id != row as i64 => Err(at(format!(
-                    "id {id} on the line of row {row}: one line per row, in order"
-                ))),
-                _ => Ok(r.text),
-            }
-        })
-        .collect()
 }
 
 fn normalize(v: &mut [f32]) {
@@ -1006,21 +976,6 @@ fn print_report(r: &RecallBenchResult) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn texts_are_one_line_per_row_in_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("base.jsonl");
-        std::fs::write(&p, "\u{feff}{\"id\": 0, \"text\": \"a\"}\n\n{\"id\": 1, \"text\": \"b\"}\n{\"text\": \"c\"}\n").unwrap();
-        assert_eq!(read_texts(&p).unwrap(), ["a", "b", "c"]);
-        std::fs::write(
-            &p,
-            "{\"id\": 0, \"text\": \"a\"}\n{\"id\": 8, \"text\": \"b\"}\n",
-        )
-        .unwrap();
-        let e = read_texts(&p).unwrap_err().to_string();
-        assert!(e.contains("line 2: id 8 on the line of row 1"), "{e}");
-    }
 
     fn args(records: usize, tenants: usize) -> RecallBenchArgs {
         RecallBenchArgs {

@@ -1,10 +1,14 @@
 //! Checks of a `bench ann` dataset: its attributes and filters, which
 //! files a kept store was built from, and what a filter definition of
-//! `filters.json` may hold.
+//! `filters.json` may hold; and the texts of `base.jsonl` and
+//! `queries.jsonl` (shared with `bench recall --seed-data`).
 
 use std::path::Path;
 
+use serde::Deserialize;
+
 use super::{Npy, read_npy};
+use crate::bench::fail;
 use crate::cli::CliError;
 
 /// The length and modification time of the dataset's `base.npy` and
@@ -163,9 +167,39 @@ pub(super) fn attributes_and_filters(
     Ok(attrs)
 }
 
+/// The `text` of each line of a JSON-lines file (blank lines skipped); a
+/// line that is not an object with a string `text` is named by its number.
+pub(crate) fn read_texts(path: &Path) -> Result<Vec<String>, CliError> {
+    #[derive(Deserialize)]
+    struct Row {
+        id: Option<serde_json::Value>,
+        text: String,
+    }
+    let body =
+        std::fs::read_to_string(path).map_err(|e| fail(format!("{}: {e}", path.display())))?;
+    // (a byte-order mark is no part of the first line, as ingest reads it)
+    let body = body.strip_prefix('\u{feff}').unwrap_or(&body);
+    body.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .enumerate()
+        .map(|(row, (n, l))| {
+            let at = |what: String| fail(format!("{} line {}: {what}", path.display(), n + 1));
+            let r = serde_json::from_str::<Row>(l).map_err(|e| at(e.to_string()))?;
+            // one line per row, in order: an `id` says which row it is
+            match r.id.as_ref().and_then(serde_json::Value::as_i64) {
+                Some(id) if id != row as i64 => Err(at(format!(
+                    "id {id} on the line of row {row}: one line per row, in order"
+                ))),
+                _ => Ok(r.text),
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::check_filter_def;
+    use super::{check_filter_def, read_texts};
     use serde_json::json;
 
     #[test]
@@ -205,5 +239,20 @@ mod tests {
             let e = check_filter_def(&bad).unwrap_err();
             assert!(e.contains(says), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn texts_are_one_line_per_row_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("base.jsonl");
+        std::fs::write(&p, "\u{feff}{\"id\": 0, \"text\": \"a\"}\n\n{\"id\": 1, \"text\": \"b\"}\n{\"text\": \"c\"}\n").unwrap();
+        assert_eq!(read_texts(&p).unwrap(), ["a", "b", "c"]);
+        std::fs::write(
+            &p,
+            "{\"id\": 0, \"text\": \"a\"}\n{\"id\": 8, \"text\": \"b\"}\n",
+        )
+        .unwrap();
+        let e = read_texts(&p).unwrap_err().to_string();
+        assert!(e.contains("line 2: id 8 on the line of row 1"), "{e}");
     }
 }
