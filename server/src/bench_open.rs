@@ -55,9 +55,11 @@ pub struct OpenBenchArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
-    /// Internal: measure one open of the store in this directory and print
-    /// its figures as JSON (the parent runs this in a child process).
-    #[arg(long, hide = true)]
+    /// Measure one open of an already built store and print its figures
+    /// as one JSON line, without building anything: DIR is any store, such
+    /// as the `store` directory inside a `--dir` an earlier run kept. A
+    /// run measures each open this way, in a fresh child process.
+    #[arg(long, value_name = "DIR")]
     pub measure: Option<PathBuf>,
 }
 

@@ -66,9 +66,12 @@ pub struct RecallBenchArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
-    /// Internal: measure the store in this directory and print JSON (the
-    /// parent runs this in a child process).
-    #[arg(long, hide = true)]
+    /// Measure an already built store and print its figures as one JSON
+    /// line, without building anything: DIR is the `store` directory inside
+    /// a `--dir` an earlier run kept (give the same `--records`,
+    /// `--tenants`, `--vector-share` and seed data it was built with). A
+    /// run measures its store this way, in a fresh child process.
+    #[arg(long, value_name = "DIR")]
     pub measure: Option<PathBuf>,
 }
 

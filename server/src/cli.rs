@@ -1110,6 +1110,23 @@ mod tests {
             e.to_string(),
             "batch of 3 line(s) of tenant 't' between lines 4 and 6 rejected, nothing of it stored: line 6: invalid text: too long (nothing was stored)"
         );
+        // records of earlier batches may be duplicates: they are in the
+        // store, not necessarily stored by this run
+        let e = CliError::from(RejectedBatch {
+            n_lines: 1,
+            tenant: "t".into(),
+            first_line: 2,
+            last_line: 2,
+            line: Some(2),
+            n_stored_before: 1,
+            n_batches_before: 1,
+            source: engine(),
+        });
+        assert!(
+            e.to_string()
+                .contains("1 record(s) in 1 batch(es) sent before this one are in the store, created by this run or already there"),
+            "{e}"
+        );
         assert_eq!(CliError::msg("plain").to_string(), "plain");
     }
 }

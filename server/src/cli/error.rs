@@ -141,8 +141,9 @@ fn stored_before_text(n_stored: &usize, n_batches: &usize) -> String {
         // batches gather one tenant's lines, so a batch sent before this
         // one may hold later lines of another tenant
         format!(
-            " ({n_stored} record(s) in {n_batches} batch(es) sent before this one were stored; \
-             a batch holds one tenant's lines, so they may include later lines of other tenants)"
+            " ({n_stored} record(s) in {n_batches} batch(es) sent before this one are in the store, \
+             created by this run or already there; a batch holds one tenant's lines, so they may \
+             include later lines of other tenants)"
         )
     } else {
         " (nothing was stored)".to_string()
