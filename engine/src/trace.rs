@@ -89,6 +89,19 @@ pub struct Trace {
     /// The lineage goes on past [`TRACE_DEPTH_MAX`] hops in some
     /// direction: records further away are not in `nodes`.
     pub truncated: bool,
+    /// Which directions go on past the limit (`truncated` is either), for
+    /// a reader of one side only, such as `TRACE ... SOURCES`.
+    #[serde(skip)]
+    pub truncated_sides: TruncatedSides,
+}
+
+/// The directions of a [`Trace`] that go on past [`TRACE_DEPTH_MAX`] hops.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TruncatedSides {
+    /// Sources (and what a record corrects or is about) further away.
+    pub upstream: bool,
+    /// Derivatives (and corrections) further away.
+    pub downstream: bool,
 }
 
 impl Session {
@@ -103,7 +116,7 @@ impl Session {
         let mut edges: BTreeSet<TraceEdge> = BTreeSet::new();
         let mut sides: BTreeMap<Idx, (&'static str, usize)> = BTreeMap::new();
         sides.insert(target, ("target", 0));
-        let mut truncated = false;
+        let mut cut = TruncatedSides::default();
         // upstream
         let mut q = VecDeque::from([(target, 0usize)]);
         while let Some((i, d)) = q.pop_front() {
@@ -124,7 +137,7 @@ impl Session {
                 }
                 if d >= TRACE_DEPTH_MAX {
                     // (said, not shown: the walk stops at the limit)
-                    truncated |= !sides.contains_key(&u);
+                    cut.upstream |= !sides.contains_key(&u);
                     continue;
                 }
                 let (from, to) = if rel == "about" {
@@ -159,7 +172,7 @@ impl Session {
                     continue;
                 }
                 if d >= TRACE_DEPTH_MAX {
-                    truncated |= !sides.contains_key(&x);
+                    cut.downstream |= !sides.contains_key(&x);
                     continue;
                 }
                 edges.insert(TraceEdge {
@@ -196,7 +209,8 @@ impl Session {
             target: st.meta(target).id,
             nodes,
             edges: edges.into_iter().collect(),
-            truncated,
+            truncated: cut.upstream || cut.downstream,
+            truncated_sides: cut,
         })
     }
 
@@ -400,6 +414,7 @@ mod tests {
             nodes: vec![node],
             edges: vec![],
             truncated: false,
+            truncated_sides: TruncatedSides::default(),
         };
         let out = render_trace(&t);
         assert_eq!(out.lines().count(), 3, "{out}");
@@ -445,6 +460,7 @@ mod tests {
             ],
             edges: vec![edge(1, 3), edge(1, 4), edge(3, 5)],
             truncated: false,
+            truncated_sides: TruncatedSides::default(),
         };
         let out = render_trace(&t);
         let ids: Vec<String> = out

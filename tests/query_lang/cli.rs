@@ -911,11 +911,14 @@ fn a_trace_statement_at_the_depth_limit_says_it_is_cut() {
         .id;
     for i in 0..40 {
         prev = s
-            .append(vec![NewRecord::assertion(
-                AssertionKind::Note,
-                format!("level {i}"),
-                vec![RecordRef::Id(prev)],
-            )])
+            .append(vec![
+                NewRecord::assertion(
+                    AssertionKind::Note,
+                    format!("level {i}"),
+                    vec![RecordRef::Id(prev)],
+                )
+                .with_external_id(format!("n{}", i + 1)),
+            ])
             .unwrap()[0]
             .id;
     }
@@ -929,6 +932,18 @@ fn a_trace_statement_at_the_depth_limit_says_it_is_cut() {
     };
     let v = run("TRACE 'n0' DERIVATIVES");
     assert_eq!(v["rows"].as_array().unwrap().len(), 32);
+    assert_eq!(v["truncated"], true, "{v}");
+    // only the side the statement lists counts: n0 has no sources, and
+    // n39's one derivative is within reach though its sources go on
+    let v = run("TRACE 'n0' SOURCES");
+    assert!(v.get("truncated").is_none(), "{v}");
+    let v = run("TRACE 'n39' DERIVATIVES");
+    assert_eq!(v["rows"].as_array().unwrap().len(), 1);
+    assert!(v.get("truncated").is_none(), "{v}");
+    let v = run("TRACE 'n39' SOURCES");
+    assert_eq!(v["rows"].as_array().unwrap().len(), 32);
+    assert_eq!(v["truncated"], true, "{v}");
+    let v = run("TRACE 'n39' BOTH");
     assert_eq!(v["truncated"], true, "{v}");
     // a smaller DEPTH is the statement's own limit
     let v = run("TRACE 'n0' DERIVATIVES DEPTH 5");

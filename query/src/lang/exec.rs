@@ -256,8 +256,13 @@ fn run(s: &Session, stmt: &Statement, ctx: &CheckContext) -> Result<QueryOutput,
                 rows,
                 manifest: None,
                 statement,
-                // (a smaller DEPTH is the statement's own limit)
-                truncated: t.truncated && depth >= engram_engine::trace::TRACE_DEPTH_MAX,
+                // the sides the statement lists (a smaller DEPTH is the
+                // statement's own limit)
+                truncated: match direction {
+                    TraceDirection::Sources => t.truncated_sides.upstream,
+                    TraceDirection::Derivatives => t.truncated_sides.downstream,
+                    TraceDirection::Both => t.truncated,
+                } && depth >= engram_engine::trace::TRACE_DEPTH_MAX,
             })
         }
     }

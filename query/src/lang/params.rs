@@ -179,7 +179,7 @@ impl Params {
             // taken and never used: refused, as the CLI's `--param` is
             if !crate::lang::lexer::is_param_name(k) {
                 return Err((
-                    String::new(),
+                    crate::lang::lexer::truncated(k),
                     format!(
                         "{:?} is not a parameter name (a letter or _, then letters, digits \
                          or _, at most {} bytes; written without its `$`)",
@@ -433,6 +433,12 @@ mod tests {
             let e = Params::from_json(bad).unwrap_err();
             assert_eq!(e.code(), "invalid_param", "{bad}");
         }
+        // the error's detail names the refused name
+        let e = Params::from_json(r#"{"9bad": 5}"#).unwrap_err();
+        assert!(
+            matches!(e.kind(), ErrorKind::InvalidParam { name, .. } if name == "9bad"),
+            "{e:?}"
+        );
         // a name past what `$name` may be (64 bytes): never usable either
         let long = format!(r#"{{"{}": 5}}"#, "x".repeat(65));
         let e = Params::from_json(&long).unwrap_err();

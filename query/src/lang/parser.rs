@@ -248,7 +248,13 @@ impl<'s> Parser<'s> {
                 found: self.describe(t),
             }
         };
-        let mut e = LangError::new(kind, t.span).with_expected(self.expected_list());
+        // The word found is not among what was expected, even when a form
+        // of it is (`AS name` after a retriever, not `AS OF`).
+        let mut expected = self.expected_list();
+        if let Some(w) = self.word_at(0) {
+            expected.retain(|x| !x.eq_ignore_ascii_case(w));
+        }
+        let mut e = LangError::new(kind, t.span).with_expected(expected);
         if let Some(h) = self.hint() {
             e = e.with_hint(h);
         }

@@ -511,7 +511,9 @@ impl Checker<'_> {
             }
             if let Some(v) = self.ok(self.bind.number(&w.value)) {
                 let max = engram_engine::model::limits::WEIGHT_MAX;
-                if v.is_finite() && v > max {
+                // a whole weight above the limit is a count past it; one
+                // with a fraction (1000000.4) is out of range as written
+                if v.is_finite() && v > max && v.fract() == 0.0 {
                     // `as` saturates: a weight of 1e300 is reported as u64::MAX
                     self.over(
                         format!("the weight of `{}`", w.name.value),

@@ -408,7 +408,8 @@ pub struct QueryResponse {
     /// The statement in canonical form.
     pub statement: String,
     /// `TRACE` only, when true: the lineage goes on past the engine's limit
-    /// of 32 hops (records further away are not listed).
+    /// of 32 hops on a side the statement lists (records further away are
+    /// not listed).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
 }
