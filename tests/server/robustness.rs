@@ -437,6 +437,76 @@ fn a_questions_limit_is_checked_from_its_head_and_a_body_cut_short_is_told_so() 
     s.json("GET", "/healthz", None, None, 200);
 }
 
+/// A transfer coding other than `chunked` is refused, even before
+/// `chunked` (the HTTP layer read `gzip, chunked` as chunked and stored
+/// the bytes as if the gzip coding were not there).
+#[test]
+fn a_transfer_coding_other_than_chunked_is_refused() {
+    let (_tmp, dir) = new_store();
+    let k = tenant_key(&dir, "t", "p", "user");
+    let s = Server::start(&dir, None);
+    let body = r#"[{"kind": "note", "text": "sent gzip, chunked"}]"#;
+    for coding in ["gzip, chunked", "chunked, identity, chunked"] {
+        let mut c = TcpStream::connect(&s.addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.write_all(
+            format!(
+                "POST /v1/records HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {k}\r\n\
+                 Content-Type: application/json\r\nConnection: close\r\nTransfer-Encoding: {coding}\r\n\r\n\
+                 {:x}\r\n{body}\r\n0\r\n\r\n",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        let r = read_response(&mut c).unwrap();
+        assert_eq!(r.status, 400, "{coding}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], "bad_request", "{coding}");
+        assert!(r.text().contains("transfer-encoding"), "{}", r.text());
+    }
+    // nothing was stored, and plain chunked still is
+    let listed = s.json("GET", "/v1/records", Some(&k), None, 200);
+    assert!(!listed.to_string().contains("sent gzip"), "{listed}");
+    let mut c = TcpStream::connect(&s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(
+        format!(
+            "POST /v1/records HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {k}\r\n\
+             Content-Type: application/json\r\nConnection: close\r\nTransfer-Encoding: Chunked\r\n\r\n\
+             {:x}\r\n{body}\r\n0\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let r = read_response(&mut c).unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    // malformed chunks: the answer says what was wrong (it said only that
+    // the body could not be read), on a plain and on a bulk append
+    for (path, chunks, says) in [
+        ("/v1/records", "zz\r\nabc\r\n0\r\n\r\n", "chunk size"),
+        ("/v1/records", "3\r\nabcXX0\r\n\r\n", "chunk"),
+        ("/v1/records/bulk", "zz\r\nabc\r\n0\r\n\r\n", "chunk size"),
+    ] {
+        let mut c = TcpStream::connect(&s.addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.write_all(
+            format!(
+                "POST {path} HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {k}\r\n\
+                 Connection: close\r\nTransfer-Encoding: chunked\r\n\r\n{chunks}"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        let r = read_response(&mut c).unwrap();
+        let text = r.text();
+        assert!(
+            text.contains("could not read the request body: ") && text.contains(says),
+            "{path} {chunks:?}: {text}"
+        );
+    }
+}
+
 /// A query, a recall or a context request is a question, not data: its
 /// body is refused past 1 MiB (a parsed JSON body takes tens of times its
 /// size in memory, and a few 16 MiB queries at once took the server

@@ -71,7 +71,9 @@ impl FromRequest<Shared> for NoBody {
 
     async fn from_request(req: Request, app: &Shared) -> Result<Self, Self::Rejection> {
         let RawBody(bytes, _) = RawBody::from_request(req, app).await?;
-        if bytes.iter().all(u8::is_ascii_whitespace) {
+        // (a byte-order mark opening a body is skipped, as by every body)
+        let rest = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
+        if rest.iter().all(u8::is_ascii_whitespace) {
             Ok(NoBody)
         } else {
             Err(ServerError::bad_request(
@@ -91,18 +93,36 @@ pub async fn read_limited(body: axum::body::Body, limit: u64) -> ServerResult<By
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
             Err(ServerError::TooLarge { limit_bytes: limit })
         }
-        Err(e) => match went_away(&*e) {
-            Some(true) => Err(ServerError::ClientClosed),
-            // (a client may half-close and still read the answer)
-            Some(false) => Err(ServerError::bad_request(
-                "body",
-                "the body ended before its declared length (Content-Length, or its last chunk) was read",
-            )),
-            None => Err(ServerError::bad_request(
-                "body",
-                format!("could not read the request body: {e}"),
-            )),
-        },
+        Err(e) => Err(body_read_error(&*e)),
+    }
+}
+
+/// The error of a body read that failed other than by its size: the
+/// client gone (499), a body that ended before its declared length, or
+/// malformed framing, named by the HTTP layer's own words (a bad chunk
+/// size, a chunk without its line end, ...).
+pub fn body_read_error(e: &(dyn std::error::Error + 'static)) -> ServerError {
+    match went_away(e) {
+        Some(true) => ServerError::ClientClosed,
+        // (a client may half-close and still read the answer)
+        Some(false) => ServerError::bad_request(
+            "body",
+            "the body ended before its declared length (Content-Length, or its last chunk) was read",
+        ),
+        None => {
+            // the outer error says only that reading failed; its sources
+            // say what was wrong
+            let mut why = e.to_string();
+            let mut at = e.source();
+            while let Some(s) = at {
+                let text = s.to_string();
+                if !why.contains(&text) {
+                    why = format!("{why}: {text}");
+                }
+                at = s.source();
+            }
+            ServerError::bad_request("body", format!("could not read the request body: {why}"))
+        }
     }
 }
 

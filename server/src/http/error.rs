@@ -95,9 +95,15 @@ pub enum ServerError {
         /// Path.
         path: String,
     },
-    /// The route exists for other methods. 405.
-    #[error("method not allowed")]
-    MethodNotAllowed,
+    /// The route exists for other methods (the answer's `Allow` header
+    /// lists them). 405.
+    #[error("method {method} not allowed on {path} (the Allow header lists the methods it takes)")]
+    MethodNotAllowed {
+        /// Method.
+        method: String,
+        /// Path.
+        path: String,
+    },
     /// The request conflicts with stored state (external id taken,
     /// record already corrected, lifecycle state). Do not retry as is. 409.
     #[error("{message}")]
@@ -266,7 +272,7 @@ impl ServerError {
             E::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             E::Forbidden { .. } => StatusCode::FORBIDDEN,
             E::NotFound | E::NoRoute { .. } => StatusCode::NOT_FOUND,
-            E::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            E::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             E::Conflict { .. } => StatusCode::CONFLICT,
             E::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             E::ClientClosed => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
@@ -293,7 +299,7 @@ impl ServerError {
             E::Forbidden { .. } => "forbidden",
             E::NotFound => "not_found",
             E::NoRoute { .. } => "no_route",
-            E::MethodNotAllowed => "method_not_allowed",
+            E::MethodNotAllowed { .. } => "method_not_allowed",
             E::Conflict { code, .. } | E::Invalid { code, .. } => code,
             E::TooLarge { .. } => "payload_too_large",
             E::ClientClosed => "client_closed",

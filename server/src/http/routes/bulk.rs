@@ -280,10 +280,7 @@ impl Bulk {
                 Ok(None) => break,
                 Ok(Some(Err(e))) => {
                     self.note_cut(n_line, &line, overlong);
-                    return Err(Stop::Failed(ServerError::bad_request(
-                        "body",
-                        format!("could not read the request body: {e}"),
-                    )));
+                    return Err(Stop::Failed(crate::http::body::body_read_error(&e)));
                 }
                 Ok(Some(Ok(b))) => b,
             };

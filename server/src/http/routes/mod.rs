@@ -119,8 +119,11 @@ async fn no_route(req: Request) -> ServerError {
     }
 }
 
-async fn method_not_allowed() -> ServerError {
-    ServerError::MethodNotAllowed
+async fn method_not_allowed(req: Request) -> ServerError {
+    ServerError::MethodNotAllowed {
+        method: req.method().to_string(),
+        path: req.uri().path().chars().take(200).collect(),
+    }
 }
 
 /// Request id, early size check, log line and metrics of every request.
@@ -189,7 +192,19 @@ async fn observe(State(app): State<Shared>, req: Request, next: Next) -> Respons
         .get::<crate::http::answer::Peer>()
         .map(|p| p.0);
     let refusable = crate::http::answer::refusable(method, &route);
+    let coding = unsupported_coding(req.headers());
     let resp = match declared_len {
+        // framing first: a coding the body is not decoded from (the HTTP
+        // layer takes `gzip, chunked` as chunked and would hand on the
+        // compressed bytes as the body)
+        _ if coding.is_some() => ServerError::bad_request(
+            "transfer-encoding",
+            format!(
+                "the coding '{}' is not supported: send the body as it is, or chunked",
+                coding.unwrap_or_default()
+            ),
+        )
+        .into_response(),
         // refused before a byte of the body is read
         Some(n) if n > limit => ServerError::TooLarge { limit_bytes: limit }.into_response(),
         // a write runs only while its answer will have room (its answer
@@ -224,6 +239,20 @@ async fn observe(State(app): State<Shared>, req: Request, next: Next) -> Respons
     }
     logging::log(level, "request", &fields);
     resp
+}
+
+/// The first transfer coding of `headers` other than `chunked` (the
+/// HTTP layer refuses one without `chunked` last, and reads the body of
+/// one with it as chunked, whatever comes before).
+fn unsupported_coding(headers: &axum::http::HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| v.to_str().unwrap_or("?").split(','))
+        .map(str::trim)
+        // (empty list elements are allowed, and mean nothing)
+        .find(|c| !c.is_empty() && !c.eq_ignore_ascii_case("chunked"))
+        .map(|c| c.chars().take(40).collect())
 }
 
 /// A record reference from the path: an internal id, `id:<id>`,
