@@ -100,6 +100,24 @@ fn flipped_bits_in_the_last_frame_drop_only_that_frame() {
         matches!(t.reason, TruncationReason::InvalidTail { ref detail } if detail.contains("payload checksum")),
         "{t:?}"
     );
+    // the report names where the cut begins (it said "0 frame(s) nothing
+    // proved acknowledged dropped", as if nothing went)
+    let said = t.to_string();
+    assert!(
+        said.contains("after LSN 9 (a torn tail: payload checksum")
+            && said.ends_with("nothing cut is known to have been acknowledged"),
+        "{said}"
+    );
+    let batch = engram_storage::log::Truncation {
+        dropped_lsns: vec![10, 11, 12],
+        ..t
+    };
+    assert!(
+        batch
+            .to_string()
+            .contains("LSNs 10 to 12, complete but of a batch left unfinished, went too"),
+        "{batch}"
+    );
 }
 
 #[test]

@@ -196,6 +196,8 @@ pub struct Truncation {
     pub bytes_dropped: u64,
     /// LSNs of complete frames removed (members of an unfinished batch).
     pub dropped_lsns: Vec<Lsn>,
+    /// The last LSN kept: everything cut came after it.
+    pub after_lsn: Lsn,
     /// Why.
     pub reason: TruncationReason,
 }
@@ -204,13 +206,21 @@ impl std::fmt::Display for Truncation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "cut {} bytes at segment {} offset {} ({}); {} frame(s) nothing proved acknowledged dropped",
-            self.bytes_dropped,
-            self.segment,
-            self.offset,
-            self.reason,
-            self.dropped_lsns.len()
-        )
+            "cut {} bytes at segment {} offset {}, after LSN {} ({}); ",
+            self.bytes_dropped, self.segment, self.offset, self.after_lsn, self.reason,
+        )?;
+        match self.dropped_lsns.as_slice() {
+            [] => {}
+            [one] => write!(
+                f,
+                "LSN {one}, complete but of a batch left unfinished, went too; "
+            )?,
+            [first, .., last] => write!(
+                f,
+                "LSNs {first} to {last}, complete but of a batch left unfinished, went too; "
+            )?,
+        }
+        f.write_str("nothing cut is known to have been acknowledged")
     }
 }
 
@@ -614,17 +624,11 @@ impl SegmentLog {
                         ),
                     });
                 }
+                // (the unfinished batch's complete frames cut with a
+                // torn tail are named by the truncation's `dropped_lsns`)
                 let reason = match &scan.stop {
-                    Some((_, r)) if scan.unfinished_batch_lsns.is_empty() => {
-                        TruncationReason::InvalidTail {
-                            detail: r.to_string(),
-                        }
-                    }
                     Some((_, r)) => TruncationReason::InvalidTail {
-                        detail: format!(
-                            "{r}; {} complete frame(s) of an unfinished batch before it were dropped too",
-                            scan.unfinished_batch_lsns.len()
-                        ),
+                        detail: r.to_string(),
                     },
                     None => TruncationReason::UnfinishedBatch,
                 };
@@ -650,6 +654,7 @@ impl SegmentLog {
                         offset: scan.batch_end,
                         bytes_dropped: len - scan.batch_end,
                         dropped_lsns: scan.unfinished_batch_lsns.clone(),
+                        after_lsn: last_kept,
                         reason,
                     },
                 });
