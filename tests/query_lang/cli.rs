@@ -959,6 +959,58 @@ fn a_trace_statement_at_the_depth_limit_says_it_is_cut() {
     assert!(text(&o).contains("past 32 hops"), "{}", text(&o));
 }
 
+/// Without `INCLUDE SUPERSEDED`, a `TRACE` is cut only where its own walk
+/// (which passes no superseded version) reaches the limit: a correction
+/// built on the root of a 41-record chain has one source, though the
+/// version it corrects has 40 upstream.
+#[test]
+fn a_trace_past_a_superseded_version_is_not_cut_by_it() {
+    use engram::{AssertionKind, Engram, NewRecord, Options, Principal, RecordRef};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let db = Engram::open(&dir, Options::default()).unwrap();
+    let s = db.session(Principal::admin("t"));
+    let root = s
+        .append(vec![NewRecord::event("k", "root").with_external_id("n0")])
+        .unwrap()[0]
+        .id;
+    let mut prev = root;
+    for i in 0..40 {
+        prev = s
+            .append(vec![NewRecord::assertion(
+                AssertionKind::Note,
+                format!("level {i}"),
+                vec![RecordRef::Id(prev)],
+            )])
+            .unwrap()[0]
+            .id;
+    }
+    s.append(vec![
+        NewRecord::assertion(
+            AssertionKind::Note,
+            "level 39, corrected",
+            vec![RecordRef::Id(root)],
+        )
+        .superseding(RecordRef::Id(prev))
+        .with_external_id("fixed"),
+    ])
+    .unwrap();
+    drop(s);
+    db.close().unwrap();
+    let d = dir.to_str().unwrap();
+    let run = |stmt: &str| {
+        let o = engram(&["--data", d, "query", "--tenant", "t", "--json", stmt]);
+        assert!(o.status.success(), "{}", text(&o));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let v = run("TRACE 'fixed' SOURCES");
+    assert_eq!(v["rows"].as_array().unwrap().len(), 1, "{v}");
+    assert!(v.get("truncated").is_none(), "{v}");
+    // through the corrected version, the lineage goes on past 32 hops
+    let v = run("TRACE 'fixed' SOURCES INCLUDE SUPERSEDED");
+    assert_eq!(v["truncated"], true, "{v}");
+}
+
 /// A tenant that holds nothing in the store is said on stderr (a typo in
 /// `--tenant` otherwise reads as a search that found nothing); the rows
 /// stay what they are.

@@ -446,7 +446,11 @@ fn a_transfer_coding_other_than_chunked_is_refused() {
     let k = tenant_key(&dir, "t", "p", "user");
     let s = Server::start(&dir, None);
     let body = r#"[{"kind": "note", "text": "sent gzip, chunked"}]"#;
-    for coding in ["gzip, chunked", "chunked, identity, chunked"] {
+    for coding in [
+        "gzip, chunked",
+        "chunked, identity, chunked",
+        "chunked, chunked",
+    ] {
         let mut c = TcpStream::connect(&s.addr).unwrap();
         c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         c.write_all(

@@ -280,7 +280,9 @@ pub enum ErrorKind {
 }
 
 fn invalid_param(name: &str, reason: &str) -> String {
-    if name.is_empty() {
+    // (a name no statement can write is the fault itself: `$9bad`
+    // would say it as one)
+    if !crate::lang::lexer::is_param_name(name) {
         format!("the parameters are invalid: {reason}")
     } else {
         format!("parameter ${name} is invalid: {reason}")

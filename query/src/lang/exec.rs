@@ -202,6 +202,10 @@ fn run(s: &Session, stmt: &Statement, ctx: &CheckContext) -> Result<QueryOutput,
             // the rows' text, as JSON writes it: past the answer's budget
             // (as a FIND's), a row's text is null
             let mut text_bytes = 0u64;
+            // whether the walk the rows come from reaches the engine's
+            // limit: a row at it, or a record of the side further away
+            let max = engram_engine::trace::TRACE_DEPTH_MAX;
+            let (mut at_max, mut past_max) = (false, false);
             for n in &t.nodes {
                 let side_ok = match direction {
                     TraceDirection::Sources => n.side == "upstream",
@@ -215,6 +219,10 @@ fn run(s: &Session, stmt: &Statement, ctx: &CheckContext) -> Result<QueryOutput,
                     },
                     None => n.depth,
                 };
+                if side_ok {
+                    at_max |= n_depth >= max;
+                    past_max |= n_depth > max;
+                }
                 if !side_ok || n_depth > depth {
                     continue;
                 }
@@ -257,12 +265,17 @@ fn run(s: &Session, stmt: &Statement, ctx: &CheckContext) -> Result<QueryOutput,
                 manifest: None,
                 statement,
                 // the sides the statement lists (a smaller DEPTH is the
-                // statement's own limit)
-                truncated: match direction {
-                    TraceDirection::Sources => t.truncated_sides.upstream,
-                    TraceDirection::Derivatives => t.truncated_sides.downstream,
-                    TraceDirection::Both => t.truncated,
-                } && depth >= engram_engine::trace::TRACE_DEPTH_MAX,
+                // statement's own limit): the engine's walk cut there and,
+                // for the walk that passes no superseded version (never
+                // shorter than the engine's), it reached the limit too; or
+                // that walk went past the limit inside the engine's
+                truncated: depth >= max
+                    && ((match direction {
+                        TraceDirection::Sources => t.truncated_sides.upstream,
+                        TraceDirection::Derivatives => t.truncated_sides.downstream,
+                        TraceDirection::Both => t.truncated,
+                    } && (walked.is_none() || at_max))
+                        || past_max),
             })
         }
     }

@@ -439,6 +439,12 @@ mod tests {
             matches!(e.kind(), ErrorKind::InvalidParam { name, .. } if name == "9bad"),
             "{e:?}"
         );
+        // and the message does not write it as a parameter (`$9bad`)
+        assert!(
+            e.to_string()
+                .starts_with("the parameters are invalid: \"9bad\" is not"),
+            "{e}"
+        );
         // a name past what `$name` may be (64 bytes): never usable either
         let long = format!(r#"{{"{}": 5}}"#, "x".repeat(65));
         let e = Params::from_json(&long).unwrap_err();

@@ -226,9 +226,13 @@ pub(super) fn cmd_verify(ctx: &Ctx, a: JsonArgs) -> CliResult {
                     // takes them and stops there
                     notes.push(format!(
                         "this backup's log holds every frame its backup.json records (to LSN {last}), \
-                         then {} byte(s) that are no frame at segment {} offset {} ({}): restore \
+                         then {} byte(s) that are no frame at segment {} offset {} ({}{}): restore \
                          ignores them; the backup file was changed after it was taken",
-                        t.bytes_dropped, t.segment, t.offset, t.reason
+                        t.bytes_dropped,
+                        t.segment,
+                        t.offset,
+                        t.reason,
+                        with_batch(t)
                     ));
                 }
             }
@@ -239,9 +243,14 @@ pub(super) fn cmd_verify(ctx: &Ctx, a: JsonArgs) -> CliResult {
                 .filter(|_| backup.is_none())
             {
                 notes.push(format!(
-                    "the log ends with a torn write, which nothing proves was acknowledged ({} bytes at segment {} offset {}: {}); \
+                    "the log ends with a torn write, which nothing proves was acknowledged ({} bytes at segment {} offset {}, {}: {}{}); \
                      the next command that opens the store for writing (every command but verify and backup) cuts it",
-                    t.bytes_dropped, t.segment, t.offset, t.reason
+                    t.bytes_dropped,
+                    t.segment,
+                    t.offset,
+                    t.after(),
+                    t.reason,
+                    with_batch(t)
                 ));
             }
             if report.ledger_lines_missing > 0 {
@@ -324,6 +333,13 @@ pub(super) fn cmd_verify(ctx: &Ctx, a: JsonArgs) -> CliResult {
 }
 
 /// The `backup.json` of a backup directory (None: `data` is not a backup).
+/// The complete frames of an unfinished batch a pending cut takes too,
+/// as a clause to add after its reason (empty when there are none).
+fn with_batch(t: &engram_storage::log::Truncation) -> String {
+    t.unfinished_batch()
+        .map_or_else(String::new, |b| format!("; {b}, goes with it"))
+}
+
 fn backup_manifest(
     data: &std::path::Path,
 ) -> Result<Option<engram_engine::maintenance::BackupReport>, String> {

@@ -45,6 +45,7 @@ use crate::error::{StorageError, StorageResult};
 use crate::frame::{self, FLAG_BATCH_END, FrameHeader, FrameType, Lsn};
 use crate::oneshot;
 pub use read::FrameReader;
+pub use recovery::{Truncation, TruncationReason};
 pub use rewrite::Rewrite;
 pub use segment::{FrameLoc, FrameRef};
 use segment::{SEGMENT_HEADER_BYTES, Segment};
@@ -161,68 +162,6 @@ pub const PREPARE_MIN_FRAMES: usize = 32;
 
 /// Result of an append: where each frame went.
 pub type AppendOutcome = Vec<FrameLoc>;
-
-/// Why recovery cut the tail of the log.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TruncationReason {
-    /// Bytes after the last good frame did not form a valid frame
-    /// (torn write, flipped bits, garbage or zero fill: `detail` says which).
-    InvalidTail {
-        /// The first problem found.
-        detail: String,
-    },
-    /// Complete frames of a batch whose final frame never made it.
-    UnfinishedBatch,
-}
-
-impl std::fmt::Display for TruncationReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            TruncationReason::InvalidTail { detail } => write!(f, "a torn tail: {detail}"),
-            TruncationReason::UnfinishedBatch => f.write_str("a batch left unfinished"),
-        }
-    }
-}
-
-/// What recovery removed from the end of the log. None of it was ever
-/// acknowledged.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Truncation {
-    /// Segment that was cut.
-    pub segment: u64,
-    /// New length of the segment file.
-    pub offset: u64,
-    /// Bytes removed.
-    pub bytes_dropped: u64,
-    /// LSNs of complete frames removed (members of an unfinished batch).
-    pub dropped_lsns: Vec<Lsn>,
-    /// The last LSN kept: everything cut came after it.
-    pub after_lsn: Lsn,
-    /// Why.
-    pub reason: TruncationReason,
-}
-
-impl std::fmt::Display for Truncation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "cut {} bytes at segment {} offset {}, after LSN {} ({}); ",
-            self.bytes_dropped, self.segment, self.offset, self.after_lsn, self.reason,
-        )?;
-        match self.dropped_lsns.as_slice() {
-            [] => {}
-            [one] => write!(
-                f,
-                "LSN {one}, complete but of a batch left unfinished, went too; "
-            )?,
-            [first, .., last] => write!(
-                f,
-                "LSNs {first} to {last}, complete but of a batch left unfinished, went too; "
-            )?,
-        }
-        f.write_str("nothing cut is known to have been acknowledged")
-    }
-}
 
 /// What opening the log found and did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -167,6 +167,88 @@ fn find_durable_frame_after(bytes: &[u8], damaged_at: u64) -> Option<(u64, u32)>
     None
 }
 
+/// Why recovery cut the tail of the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TruncationReason {
+    /// Bytes after the last good frame did not form a valid frame
+    /// (torn write, flipped bits, garbage or zero fill: `detail` says which).
+    InvalidTail {
+        /// The first problem found.
+        detail: String,
+    },
+    /// Complete frames of a batch whose final frame never made it.
+    UnfinishedBatch,
+}
+
+impl std::fmt::Display for TruncationReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TruncationReason::InvalidTail { detail } => write!(f, "a torn tail: {detail}"),
+            TruncationReason::UnfinishedBatch => f.write_str("a batch left unfinished"),
+        }
+    }
+}
+
+/// What recovery removed from the end of the log. None of it was ever
+/// acknowledged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Truncation {
+    /// Segment that was cut.
+    pub segment: u64,
+    /// New length of the segment file.
+    pub offset: u64,
+    /// Bytes removed.
+    pub bytes_dropped: u64,
+    /// LSNs of complete frames removed (members of an unfinished batch).
+    pub dropped_lsns: Vec<Lsn>,
+    /// The last LSN kept: everything cut came after it.
+    pub after_lsn: Lsn,
+    /// Why.
+    pub reason: TruncationReason,
+}
+
+impl Truncation {
+    /// Where the cut begins: after the LSN it keeps, or at the log's start.
+    pub fn after(&self) -> String {
+        match self.after_lsn {
+            0 => "at the log's start".to_string(),
+            l => format!("after LSN {l}"),
+        }
+    }
+
+    /// The complete frames the cut takes with it, of a batch left
+    /// unfinished (`None` when there are none).
+    pub fn unfinished_batch(&self) -> Option<String> {
+        match self.dropped_lsns.as_slice() {
+            [] => None,
+            [one] => Some(format!(
+                "LSN {one}, complete but of a batch left unfinished"
+            )),
+            [first, .., last] => Some(format!(
+                "LSNs {first} to {last}, complete but of a batch left unfinished"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Truncation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cut {} bytes at segment {} offset {}, {} ({}); ",
+            self.bytes_dropped,
+            self.segment,
+            self.offset,
+            self.after(),
+            self.reason,
+        )?;
+        if let Some(b) = self.unfinished_batch() {
+            write!(f, "{b}, went too; ")?;
+        }
+        f.write_str("nothing cut is known to have been acknowledged")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -280,7 +280,11 @@ impl Bulk {
                 Ok(None) => break,
                 Ok(Some(Err(e))) => {
                     self.note_cut(n_line, &line, overlong);
-                    return Err(Stop::Failed(crate::http::body::body_read_error(&e)));
+                    return Err(match crate::http::body::body_read_error(&e) {
+                        // (nobody reads an error line)
+                        ServerError::ClientClosed => Stop::Gone,
+                        other => Stop::Failed(other),
+                    });
                 }
                 Ok(Some(Ok(b))) => b,
             };

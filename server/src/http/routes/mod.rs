@@ -200,7 +200,7 @@ async fn observe(State(app): State<Shared>, req: Request, next: Next) -> Respons
         _ if coding.is_some() => ServerError::bad_request(
             "transfer-encoding",
             format!(
-                "the coding '{}' is not supported: send the body as it is, or chunked",
+                "{}: send the body as it is, or chunked once",
                 coding.unwrap_or_default()
             ),
         )
@@ -241,18 +241,33 @@ async fn observe(State(app): State<Shared>, req: Request, next: Next) -> Respons
     resp
 }
 
-/// The first transfer coding of `headers` other than `chunked` (the
-/// HTTP layer refuses one without `chunked` last, and reads the body of
-/// one with it as chunked, whatever comes before).
+/// What is wrong with the transfer codings of `headers`, unless they are
+/// none or `chunked` alone (the HTTP layer refuses a list without
+/// `chunked` last, and reads the body of one with it as chunked once,
+/// whatever comes before: `gzip, chunked` or `chunked, chunked` would hand
+/// on coded bytes as the body).
 fn unsupported_coding(headers: &axum::http::HeaderMap) -> Option<String> {
-    headers
+    let codings: Vec<&str> = headers
         .get_all(header::TRANSFER_ENCODING)
         .iter()
         .flat_map(|v| v.to_str().unwrap_or("?").split(','))
         .map(str::trim)
         // (empty list elements are allowed, and mean nothing)
-        .find(|c| !c.is_empty() && !c.eq_ignore_ascii_case("chunked"))
-        .map(|c| c.chars().take(40).collect())
+        .filter(|c| !c.is_empty())
+        .collect();
+    match codings.as_slice() {
+        [] => None,
+        [one] if one.eq_ignore_ascii_case("chunked") => None,
+        _ => Some(
+            match codings.iter().find(|c| !c.eq_ignore_ascii_case("chunked")) {
+                Some(c) => format!(
+                    "the coding '{}' is not supported",
+                    c.chars().take(40).collect::<String>()
+                ),
+                None => "chunked is given more than once".to_string(),
+            },
+        ),
+    }
 }
 
 /// A record reference from the path: an internal id, `id:<id>`,
