@@ -896,19 +896,22 @@ fn the_shell_skips_blank_lines_between_statements() {
     assert!(!out.contains("longer than 64 KiB"), "{out}");
 }
 
-/// A `TRACE` statement at the engine's 32-hop limit says when the lineage
-/// goes on past it (it returned 32 levels and said nothing).
-#[test]
-fn a_trace_statement_at_the_depth_limit_says_it_is_cut() {
+/// A store of tenant `t` holding a chain `n0` (an event) <- `n1` <- ... <-
+/// `n40`, each assertion built on the one before; `more` then writes in
+/// the same session (given the ids of `n0` and `n40`).
+fn chain_store(
+    more: impl FnOnce(&engram::Session, engram::RecordId, engram::RecordId),
+) -> (tempfile::TempDir, String) {
     use engram::{AssertionKind, Engram, NewRecord, Options, Principal, RecordRef};
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("s");
     let db = Engram::open(&dir, Options::default()).unwrap();
     let s = db.session(Principal::admin("t"));
-    let mut prev = s
+    let root = s
         .append(vec![NewRecord::event("k", "root").with_external_id("n0")])
         .unwrap()[0]
         .id;
+    let mut prev = root;
     for i in 0..40 {
         prev = s
             .append(vec![
@@ -922,14 +925,28 @@ fn a_trace_statement_at_the_depth_limit_says_it_is_cut() {
             .unwrap()[0]
             .id;
     }
+    more(&s, root, prev);
     drop(s);
     db.close().unwrap();
-    let d = dir.to_str().unwrap();
-    let run = |stmt: &str| {
-        let o = engram(&["--data", d, "query", "--tenant", "t", "--json", stmt]);
+    let d = dir.to_str().unwrap().to_string();
+    (tmp, d)
+}
+
+/// Runs a statement with `--json` on tenant `t` of the store in `dir`.
+fn json_query(dir: &str) -> impl Fn(&str) -> serde_json::Value + '_ {
+    move |stmt| {
+        let o = engram(&["--data", dir, "query", "--tenant", "t", "--json", stmt]);
         assert!(o.status.success(), "{}", text(&o));
         serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
-    };
+    }
+}
+
+/// A `TRACE` statement at the engine's 32-hop limit says when the lineage
+/// goes on past it (it returned 32 levels and said nothing).
+#[test]
+fn a_trace_statement_at_the_depth_limit_says_it_is_cut() {
+    let (_tmp, dir) = chain_store(|_, _, _| {});
+    let run = json_query(&dir);
     let v = run("TRACE 'n0' DERIVATIVES");
     assert_eq!(v["rows"].as_array().unwrap().len(), 32);
     assert_eq!(v["truncated"], true, "{v}");
@@ -950,7 +967,7 @@ fn a_trace_statement_at_the_depth_limit_says_it_is_cut() {
     assert!(v.get("truncated").is_none(), "{v}");
     let o = engram(&[
         "--data",
-        d,
+        &dir,
         "query",
         "--tenant",
         "t",
@@ -965,44 +982,20 @@ fn a_trace_statement_at_the_depth_limit_says_it_is_cut() {
 /// version it corrects has 40 upstream.
 #[test]
 fn a_trace_past_a_superseded_version_is_not_cut_by_it() {
-    use engram::{AssertionKind, Engram, NewRecord, Options, Principal, RecordRef};
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("s");
-    let db = Engram::open(&dir, Options::default()).unwrap();
-    let s = db.session(Principal::admin("t"));
-    let root = s
-        .append(vec![NewRecord::event("k", "root").with_external_id("n0")])
-        .unwrap()[0]
-        .id;
-    let mut prev = root;
-    for i in 0..40 {
-        prev = s
-            .append(vec![NewRecord::assertion(
+    use engram::{AssertionKind, NewRecord, RecordRef};
+    let (_tmp, dir) = chain_store(|s, root, last| {
+        s.append(vec![
+            NewRecord::assertion(
                 AssertionKind::Note,
-                format!("level {i}"),
-                vec![RecordRef::Id(prev)],
-            )])
-            .unwrap()[0]
-            .id;
-    }
-    s.append(vec![
-        NewRecord::assertion(
-            AssertionKind::Note,
-            "level 39, corrected",
-            vec![RecordRef::Id(root)],
-        )
-        .superseding(RecordRef::Id(prev))
-        .with_external_id("fixed"),
-    ])
-    .unwrap();
-    drop(s);
-    db.close().unwrap();
-    let d = dir.to_str().unwrap();
-    let run = |stmt: &str| {
-        let o = engram(&["--data", d, "query", "--tenant", "t", "--json", stmt]);
-        assert!(o.status.success(), "{}", text(&o));
-        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
-    };
+                "level 39, corrected",
+                vec![RecordRef::Id(root)],
+            )
+            .superseding(RecordRef::Id(last))
+            .with_external_id("fixed"),
+        ])
+        .unwrap();
+    });
+    let run = json_query(&dir);
     let v = run("TRACE 'fixed' SOURCES");
     assert_eq!(v["rows"].as_array().unwrap().len(), 1, "{v}");
     assert!(v.get("truncated").is_none(), "{v}");
