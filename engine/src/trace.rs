@@ -93,6 +93,24 @@ pub struct Trace {
     /// a reader of one side only, such as `TRACE ... SOURCES`.
     #[serde(skip)]
     pub truncated_sides: TruncatedSides,
+    /// Where the walk stopped at the limit: each node with a record past
+    /// it that is not listed, for a reader whose walk passes no
+    /// superseded version (`TRACE` without `INCLUDE SUPERSEDED`).
+    #[serde(skip)]
+    pub cut_at: Vec<CutAt>,
+}
+
+/// A node of a [`Trace`] at [`TRACE_DEPTH_MAX`] hops with a record past
+/// the limit that the trace does not list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CutAt {
+    /// The node.
+    pub from: RecordId,
+    /// On the upstream side (sources) rather than the downstream one.
+    pub upstream: bool,
+    /// Some record past it is no superseded version (a walk that passes
+    /// none would go on there too).
+    pub current: bool,
 }
 
 /// The directions of a [`Trace`] that go on past [`TRACE_DEPTH_MAX`] hops.
@@ -117,6 +135,22 @@ impl Session {
         let mut sides: BTreeMap<Idx, (&'static str, usize)> = BTreeMap::new();
         sides.insert(target, ("target", 0));
         let mut cut = TruncatedSides::default();
+        let mut cut_at: Vec<CutAt> = Vec::new();
+        let note_cut = |cut_at: &mut Vec<CutAt>, from: Idx, past: Idx, upstream: bool| {
+            let current = st.meta(past).superseded_by.is_none();
+            let from = st.meta(from).id;
+            match cut_at
+                .iter_mut()
+                .find(|c| c.from == from && c.upstream == upstream)
+            {
+                Some(c) => c.current |= current,
+                None => cut_at.push(CutAt {
+                    from,
+                    upstream,
+                    current,
+                }),
+            }
+        };
         // upstream
         let mut q = VecDeque::from([(target, 0usize)]);
         while let Some((i, d)) = q.pop_front() {
@@ -137,7 +171,10 @@ impl Session {
                 }
                 if d >= TRACE_DEPTH_MAX {
                     // (said, not shown: the walk stops at the limit)
-                    cut.upstream |= !sides.contains_key(&u);
+                    if !sides.contains_key(&u) {
+                        cut.upstream = true;
+                        note_cut(&mut cut_at, i, u, true);
+                    }
                     continue;
                 }
                 let (from, to) = if rel == "about" {
@@ -172,7 +209,10 @@ impl Session {
                     continue;
                 }
                 if d >= TRACE_DEPTH_MAX {
-                    cut.downstream |= !sides.contains_key(&x);
+                    if !sides.contains_key(&x) {
+                        cut.downstream = true;
+                        note_cut(&mut cut_at, i, x, false);
+                    }
                     continue;
                 }
                 edges.insert(TraceEdge {
@@ -211,6 +251,7 @@ impl Session {
             edges: edges.into_iter().collect(),
             truncated: cut.upstream || cut.downstream,
             truncated_sides: cut,
+            cut_at,
         })
     }
 
@@ -415,6 +456,7 @@ mod tests {
             edges: vec![],
             truncated: false,
             truncated_sides: TruncatedSides::default(),
+            cut_at: vec![],
         };
         let out = render_trace(&t);
         assert_eq!(out.lines().count(), 3, "{out}");
@@ -461,6 +503,7 @@ mod tests {
             edges: vec![edge(1, 3), edge(1, 4), edge(3, 5)],
             truncated: false,
             truncated_sides: TruncatedSides::default(),
+            cut_at: vec![],
         };
         let out = render_trace(&t);
         let ids: Vec<String> = out

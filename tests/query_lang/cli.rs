@@ -1002,6 +1002,25 @@ fn a_trace_past_a_superseded_version_is_not_cut_by_it() {
     // through the corrected version, the lineage goes on past 32 hops
     let v = run("TRACE 'fixed' SOURCES INCLUDE SUPERSEDED");
     assert_eq!(v["truncated"], true, "{v}");
+    // n7 corrected: n40's walk reaches n8 at 32 hops, and past it only
+    // n7's superseded version: not cut, though a row is at the limit
+    let (_tmp, dir) = chain_store(|s, root, _| {
+        s.append(vec![
+            NewRecord::assertion(
+                AssertionKind::Note,
+                "level 6, corrected",
+                vec![RecordRef::Id(root)],
+            )
+            .superseding(RecordRef::External("n7".into())),
+        ])
+        .unwrap();
+    });
+    let run = json_query(&dir);
+    let v = run("TRACE 'n40' SOURCES");
+    assert_eq!(v["rows"].as_array().unwrap().len(), 32, "{v}");
+    assert!(v.get("truncated").is_none(), "{v}");
+    let v = run("TRACE 'n40' SOURCES INCLUDE SUPERSEDED");
+    assert_eq!(v["truncated"], true, "{v}");
 }
 
 /// A tenant that holds nothing in the store is said on stderr (a typo in

@@ -1426,6 +1426,7 @@ fn a_compaction_whose_client_left_still_holds_its_slot() {
     // (vectors: their graph makes the compaction take seconds)
     let (tmp, dir) = store_with_a_deleted_note(3000, &["--embedder", "hash"]);
     let store = key(&dir, &["--admin"]);
+    let user = tenant_key(&dir, "t", "p", "user");
     let s = Server::start(&dir, None);
     let started = std::time::Instant::now();
     send_and_leave(
@@ -1440,11 +1441,27 @@ fn a_compaction_whose_client_left_still_holds_its_slot() {
     let body = json!({"dest": dest.to_str().unwrap()}).to_string();
     let second = s.call("POST", "/v1/compact", Some(&store), None);
     let backup = s.call("POST", "/v1/backup", Some(&store), Some(&body));
+    // a bulk batch is refused as an append is (it waited out the whole
+    // compaction, unanswered)
+    let bulk = s.call(
+        "POST",
+        "/v1/records/bulk",
+        Some(&user),
+        Some("{\"kind\": \"note\", \"external_id\": \"late\", \"text\": \"sent during\"}\n"),
+    );
     let busy = started.elapsed();
     // the first compaction must still have been running for this to say
     // anything: it took seconds in every run (3,000 vectors' graph)
     assert_eq!(second.status, 429, "{}", second.text());
     assert_eq!(backup.status, 429, "{}", backup.text());
+    assert!(
+        bulk.text().contains(r#""code":"busy""#)
+            && bulk
+                .text()
+                .contains(r#""not_stored":{"from_line":1,"to_line":1}"#),
+        "{}",
+        bulk.text()
+    );
     assert!(busy < Duration::from_secs(5), "answered after {busy:?}");
     // and it ends: the store serves, and the next compaction finds the
     // deleted record purged

@@ -450,6 +450,7 @@ fn a_transfer_coding_other_than_chunked_is_refused() {
         "gzip, chunked",
         "chunked, identity, chunked",
         "chunked, chunked",
+        ", chunked",
     ] {
         let mut c = TcpStream::connect(&s.addr).unwrap();
         c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();

@@ -205,7 +205,7 @@ fn run(s: &Session, stmt: &Statement, ctx: &CheckContext) -> Result<QueryOutput,
             // whether the walk the rows come from reaches the engine's
             // limit: a row at it, or a record of the side further away
             let max = engram_engine::trace::TRACE_DEPTH_MAX;
-            let (mut at_max, mut past_max) = (false, false);
+            let mut past_max = false;
             for n in &t.nodes {
                 let side_ok = match direction {
                     TraceDirection::Sources => n.side == "upstream",
@@ -220,7 +220,6 @@ fn run(s: &Session, stmt: &Statement, ctx: &CheckContext) -> Result<QueryOutput,
                     None => n.depth,
                 };
                 if side_ok {
-                    at_max |= n_depth >= max;
                     past_max |= n_depth > max;
                 }
                 if !side_ok || n_depth > depth {
@@ -265,17 +264,23 @@ fn run(s: &Session, stmt: &Statement, ctx: &CheckContext) -> Result<QueryOutput,
                 manifest: None,
                 statement,
                 // the sides the statement lists (a smaller DEPTH is the
-                // statement's own limit): the engine's walk cut there and,
-                // for the walk that passes no superseded version (never
-                // shorter than the engine's), it reached the limit too; or
-                // that walk went past the limit inside the engine's
+                // statement's own limit): the engine's walk stopped there
+                // and, for the walk that passes no superseded version, at a
+                // row of the limit's depth with a current record past it;
+                // or that walk went past the limit inside the engine's
                 truncated: depth >= max
-                    && ((match direction {
-                        TraceDirection::Sources => t.truncated_sides.upstream,
-                        TraceDirection::Derivatives => t.truncated_sides.downstream,
-                        TraceDirection::Both => t.truncated,
-                    } && (walked.is_none() || at_max))
-                        || past_max),
+                    && (past_max
+                        || t.cut_at.iter().any(|c| {
+                            let side = match direction {
+                                TraceDirection::Sources => c.upstream,
+                                TraceDirection::Derivatives => !c.upstream,
+                                TraceDirection::Both => true,
+                            };
+                            side && match &walked {
+                                None => true,
+                                Some(w) => c.current && w.get(&c.from) == Some(&max),
+                            }
+                        })),
             })
         }
     }

@@ -44,6 +44,14 @@ pub struct App {
     swap_wanted: AtomicBool,
     /// Wakes the requests waiting for a write slot when `swap_wanted` is set.
     swap_notify: tokio::sync::Notify,
+    /// Set from when an online compaction starts taking the write slots
+    /// until it ends: a bulk batch, which otherwise waits for a slot
+    /// (the stream's backpressure), is refused then (429 `busy`), as an
+    /// append is, rather than wait out the whole compaction unanswered.
+    compacting: Arc<AtomicBool>,
+    /// Wakes the bulk batches waiting for a write slot when `compacting`
+    /// is set.
+    compact_notify: tokio::sync::Notify,
     /// The API keys.
     pub keys: KeyStore,
     /// Configuration and limits.
@@ -77,6 +85,15 @@ pub type Shared = Arc<App>;
 struct ClearOnDrop<'a>(&'a AtomicBool);
 
 impl Drop for ClearOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
+/// [`ClearOnDrop`] of a flag that can move into a blocking task.
+struct ClearArcOnDrop(Arc<AtomicBool>);
+
+impl Drop for ClearArcOnDrop {
     fn drop(&mut self) {
         self.0.store(false, Ordering::SeqCst);
     }
@@ -130,6 +147,8 @@ impl App {
             swap_gate: Arc::new(RwLock::new(())),
             swap_wanted: AtomicBool::new(false),
             swap_notify: tokio::sync::Notify::new(),
+            compacting: Arc::new(AtomicBool::new(false)),
+            compact_notify: tokio::sync::Notify::new(),
             keys,
             writes: Arc::new(Semaphore::new(l.appends_in_flight_max)),
             reads: Arc::new(Semaphore::new(l.queries_in_flight_max)),
@@ -181,6 +200,11 @@ impl App {
     ) -> ServerResult<engram_engine::maintenance::CompactReport> {
         let n = u32::try_from(self.cfg.limits.appends_in_flight_max).unwrap_or(u32::MAX);
         let one = self.slot(Queue::Backup).await?;
+        // (cleared when the compaction ends, or when this handler is
+        // dropped before it starts)
+        self.compacting.store(true, Ordering::SeqCst);
+        let compacting = ClearArcOnDrop(self.compacting.clone());
+        self.compact_notify.notify_waiters();
         let writes = self
             .writes
             .clone()
@@ -198,6 +222,7 @@ impl App {
             // compaction waited for (every request hung), or a second
             // compaction waited for every write slot behind it.
             let _one = one;
+            let _compacting = compacting;
             // (cleared however the compaction ends, a panic included: set,
             // every append that must wait for a slot is refused at once)
             let _clear = ClearOnDrop(&app.swap_wanted);
@@ -373,18 +398,32 @@ impl App {
         })
     }
 
-    /// Takes a slot of `queue`, waiting as long as it takes (bulk ingest:
-    /// the stream's backpressure).
-    pub async fn wait_slot(&self, queue: Queue) -> OwnedSemaphorePermit {
-        let sem = match queue {
-            Queue::Write => &self.writes,
-            Queue::Read => &self.reads,
-            Queue::Backup => &self.backups,
-        };
+    /// A write slot for a bulk batch: waiting as long as the queue is full
+    /// (the stream's backpressure), but refused (429 `busy`) while an
+    /// online compaction holds the slots, which may take minutes, as an
+    /// append is.
+    pub async fn bulk_write_slot(&self) -> ServerResult<OwnedSemaphorePermit> {
         loop {
-            // the semaphores are never closed
-            if let Ok(p) = sem.clone().acquire_owned().await {
-                return p;
+            // (registered before the flag is read: a compaction starting
+            // in between still wakes it)
+            let started = self.compact_notify.notified();
+            tokio::pin!(started);
+            started.as_mut().enable();
+            if self.compacting.load(Ordering::SeqCst) {
+                self.metrics.throttled("appends");
+                return Err(ServerError::Busy {
+                    what: "appends",
+                    retry_after_s: 1,
+                });
+            }
+            tokio::select! {
+                got = self.writes.clone().acquire_owned() => {
+                    // (the semaphores are never closed)
+                    if let Ok(p) = got {
+                        return Ok(p);
+                    }
+                }
+                () = started => {}
             }
         }
     }

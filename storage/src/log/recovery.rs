@@ -245,7 +245,9 @@ impl std::fmt::Display for Truncation {
         if let Some(b) = self.unfinished_batch() {
             write!(f, "{b}, went too; ")?;
         }
-        f.write_str("nothing cut is known to have been acknowledged")
+        // (the ledger may prove an operation in it acknowledged: it is
+        // applied again then, and said so)
+        f.write_str("the log holds no proof that any of it was acknowledged")
     }
 }
 

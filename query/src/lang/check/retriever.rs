@@ -513,8 +513,9 @@ impl Checker<'_> {
                 let max = engram_engine::model::limits::WEIGHT_MAX;
                 // a whole weight above the limit is a count past it; one
                 // with a fraction (1000000.4) is out of range as written
-                if v.is_finite() && v > max && v.fract() == 0.0 {
-                    // `as` saturates: a weight of 1e300 is reported as u64::MAX
+                // (2^53: past it, a double holds no longer every whole
+                // number, and JSON readers no longer every count)
+                if v.is_finite() && v > max && v.fract() == 0.0 && v < 9_007_199_254_740_992.0 {
                     self.over(
                         format!("the weight of `{}`", w.name.value),
                         max as u64,

@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use utoipa::IntoParams;
 
-use crate::http::app::{Queue, Shared, run_blocking};
+use crate::http::app::{Shared, run_blocking};
 use crate::http::auth::Caller;
 use crate::http::error::{ErrorBody, ServerError, ServerResult};
 use crate::http::routes::Params;
@@ -422,12 +422,18 @@ impl Bulk {
         let lines: Vec<usize> = pending.iter().map(|p| p.line).collect();
         let records: Vec<NewRecord> = pending.into_iter().filter_map(|p| p.record.ok()).collect();
         let n = records.len();
+        let range = (first, lines.last().copied().unwrap_or(first));
         // a full writer queue makes the stream wait (backpressure) rather
-        // than fail half-way
-        let permit = self.app.wait_slot(Queue::Write).await;
+        // than fail half-way; an online compaction ends it (429 `busy`)
+        let permit = match self.app.bulk_write_slot().await {
+            Ok(p) => p,
+            Err(e) => {
+                self.unsent = Some(range);
+                return Err(Stop::Failed(e));
+            }
+        };
         // the key as it stands now (a key's grant never changes: only
         // revocation ends it)
-        let range = (first, lines.last().copied().unwrap_or(first));
         if let Err(e) = crate::http::auth::authenticate_key(&self.app, &self.key) {
             self.unsent = Some(range);
             return Err(Stop::Failed(e));

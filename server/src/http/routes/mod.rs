@@ -252,14 +252,15 @@ fn unsupported_coding(headers: &axum::http::HeaderMap) -> Option<String> {
         .iter()
         .flat_map(|v| v.to_str().unwrap_or("?").split(','))
         .map(str::trim)
-        // (empty list elements are allowed, and mean nothing)
-        .filter(|c| !c.is_empty())
         .collect();
     match codings.as_slice() {
         [] => None,
         [one] if one.eq_ignore_ascii_case("chunked") => None,
         _ => Some(
+            // (an empty element, which the HTTP layer refuses at the end
+            // of the list, is refused anywhere)
             match codings.iter().find(|c| !c.eq_ignore_ascii_case("chunked")) {
+                Some(&"") => "an empty transfer coding in the list".to_string(),
                 Some(c) => format!(
                     "the coding '{}' is not supported",
                     c.chars().take(40).collect::<String>()
