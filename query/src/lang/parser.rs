@@ -282,7 +282,9 @@ impl<'s> Parser<'s> {
     fn hint(&self) -> Option<String> {
         let word = self.word_at(0)?;
         let up = word.to_ascii_uppercase();
-        if let Some(o) = &self.options {
+        // (`AS OF` is a clause, not a retriever's `AS name`)
+        let as_of = up == "AS" && self.is_kw_at(1, "OF");
+        if let Some(o) = self.options.as_ref().filter(|_| !as_of) {
             if let (Some(j), Some(r)) = (o.order.iter().position(|k| *k == up), o.reached) {
                 if j < r {
                     return Some(format!(
