@@ -98,6 +98,11 @@ pub struct Trace {
     /// superseded version (`TRACE` without `INCLUDE SUPERSEDED`).
     #[serde(skip)]
     pub cut_at: Vec<CutAt>,
+    /// Edges between listed records that the walk reached only at the
+    /// limit (not in `edges`, which holds the steps it took), for a
+    /// reader's own walk over the nodes.
+    #[serde(skip)]
+    pub limit_edges: Vec<TraceEdge>,
 }
 
 /// A node of a [`Trace`] at [`TRACE_DEPTH_MAX`] hops with a record past
@@ -108,8 +113,8 @@ pub struct CutAt {
     pub from: RecordId,
     /// On the upstream side (sources) rather than the downstream one.
     pub upstream: bool,
-    /// Some record past it is no superseded version (a walk that passes
-    /// none would go on there too).
+    /// Some record past it is no older version (a walk that passes none
+    /// would go on there too).
     pub current: bool,
 }
 
@@ -135,22 +140,8 @@ impl Session {
         let mut sides: BTreeMap<Idx, (&'static str, usize)> = BTreeMap::new();
         sides.insert(target, ("target", 0));
         let mut cut = TruncatedSides::default();
-        let mut cut_at: Vec<CutAt> = Vec::new();
-        let note_cut = |cut_at: &mut Vec<CutAt>, from: Idx, past: Idx, upstream: bool| {
-            let current = st.meta(past).superseded_by.is_none();
-            let from = st.meta(from).id;
-            match cut_at
-                .iter_mut()
-                .find(|c| c.from == from && c.upstream == upstream)
-            {
-                Some(c) => c.current |= current,
-                None => cut_at.push(CutAt {
-                    from,
-                    upstream,
-                    current,
-                }),
-            }
-        };
+        // the steps past the limit: (from, past it, relation, upstream)
+        let mut past: Vec<(Idx, Idx, &'static str, bool)> = Vec::new();
         // upstream
         let mut q = VecDeque::from([(target, 0usize)]);
         while let Some((i, d)) = q.pop_front() {
@@ -171,10 +162,7 @@ impl Session {
                 }
                 if d >= TRACE_DEPTH_MAX {
                     // (said, not shown: the walk stops at the limit)
-                    if !sides.contains_key(&u) {
-                        cut.upstream = true;
-                        note_cut(&mut cut_at, i, u, true);
-                    }
+                    past.push((i, u, rel, true));
                     continue;
                 }
                 let (from, to) = if rel == "about" {
@@ -209,10 +197,7 @@ impl Session {
                     continue;
                 }
                 if d >= TRACE_DEPTH_MAX {
-                    if !sides.contains_key(&x) {
-                        cut.downstream = true;
-                        note_cut(&mut cut_at, i, x, false);
-                    }
+                    past.push((i, x, rel, false));
                     continue;
                 }
                 edges.insert(TraceEdge {
@@ -224,6 +209,52 @@ impl Session {
                     v.insert(("downstream", d + 1));
                     q.push_back((x, d + 1));
                 }
+            }
+        }
+        // what is past its retention period, asked once for every node
+        let expired = self.past_retention_now(&st);
+        // A step past the limit to a record listed anyway (on either side)
+        // cuts nothing: its edge is kept aside for a reader's own walk. To
+        // any other record it cuts the walk there, for a walk that passes no
+        // older version too when that record is none (as
+        // `TRACE` without `INCLUDE SUPERSEDED` tells older versions: shown
+        // `superseded`, or superseded by a version shown and not gone).
+        let mut cut_at: Vec<CutAt> = Vec::new();
+        let mut limit_edges: BTreeSet<TraceEdge> = BTreeSet::new();
+        for (i, x, rel, upstream) in past {
+            let (mi, mx) = (st.meta(i), st.meta(x));
+            if sides.contains_key(&x) {
+                let (from, to) = match (upstream, rel) {
+                    (true, "about") | (false, _) => (mi.id, mx.id),
+                    (true, _) => (mx.id, mi.id),
+                };
+                limit_edges.insert(TraceEdge {
+                    from,
+                    to,
+                    relation: rel,
+                });
+                continue;
+            }
+            if upstream {
+                cut.upstream = true;
+            } else {
+                cut.downstream = true;
+            }
+            let current = if st.shown_gone(x, &expired) {
+                !matches!(mx.superseded_by, Some(n) if visible(n) && !st.shown_gone(n, &expired))
+            } else {
+                mx.superseded_by.is_none()
+            };
+            match cut_at
+                .iter_mut()
+                .find(|c| c.from == mi.id && c.upstream == upstream)
+            {
+                Some(c) => c.current |= current,
+                None => cut_at.push(CutAt {
+                    from: mi.id,
+                    upstream,
+                    current,
+                }),
             }
         }
         let mut order: Vec<(Idx, &'static str, usize)> =
@@ -239,8 +270,6 @@ impl Session {
                 .then(a.2.cmp(&b.2))
                 .then_with(|| st.meta(a.0).id.cmp(&st.meta(b.0).id))
         });
-        // what is past its retention period, asked once for every node
-        let expired = self.past_retention_now(&st);
         let mut nodes = Vec::with_capacity(order.len());
         for (i, side, depth) in order {
             nodes.push(self.trace_node(&st, (&held, &expired), i, (side, depth))?);
@@ -252,6 +281,7 @@ impl Session {
             truncated: cut.upstream || cut.downstream,
             truncated_sides: cut,
             cut_at,
+            limit_edges: limit_edges.into_iter().collect(),
         })
     }
 
@@ -457,6 +487,7 @@ mod tests {
             truncated: false,
             truncated_sides: TruncatedSides::default(),
             cut_at: vec![],
+            limit_edges: vec![],
         };
         let out = render_trace(&t);
         assert_eq!(out.lines().count(), 3, "{out}");
@@ -504,6 +535,7 @@ mod tests {
             truncated: false,
             truncated_sides: TruncatedSides::default(),
             cut_at: vec![],
+            limit_edges: vec![],
         };
         let out = render_trace(&t);
         let ids: Vec<String> = out

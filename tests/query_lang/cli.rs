@@ -1023,6 +1023,44 @@ fn a_trace_past_a_superseded_version_is_not_cut_by_it() {
     assert_eq!(v["truncated"], true, "{v}");
 }
 
+/// A record the engine's walk lists early through an older version, and
+/// the statement's walk (which passes none) reaches only past the limit:
+/// the statement is cut (the engine keeps the step it took at the limit).
+#[test]
+fn a_trace_reaching_a_listed_record_only_past_the_limit_is_cut() {
+    use engram::{AssertionKind, Engram, NewRecord, Options, Principal, RecordRef};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let db = Engram::open(&dir, Options::default()).unwrap();
+    let s = db.session(Principal::admin("t"));
+    let one = |r: NewRecord| s.append(vec![r]).unwrap()[0].id;
+    let note = |text: &str, sources: Vec<RecordRef>| {
+        NewRecord::assertion(AssertionKind::Note, text.to_string(), sources)
+    };
+    let src = one(NewRecord::event("k", "the source"));
+    let r = one(note("r", vec![RecordRef::Id(src)]));
+    // c32 <- c31 <- ... <- c1, c32 built on r
+    let mut c = one(note("c32", vec![RecordRef::Id(r)]));
+    for i in (1..32).rev() {
+        c = one(note(&format!("c{i}"), vec![RecordRef::Id(c)]));
+    }
+    let old = one(note("o", vec![RecordRef::Id(r)]));
+    one(note("target", vec![RecordRef::Id(c), RecordRef::Id(old)]).with_external_id("tt"));
+    // o corrected: the statement's walk no longer passes it
+    one(note("o, corrected", vec![RecordRef::Id(src)]).superseding(RecordRef::Id(old)));
+    drop(s);
+    db.close().unwrap();
+    let d = dir.to_str().unwrap().to_string();
+    let run = json_query(&d);
+    let v = run("TRACE 'tt' SOURCES RETURN depth");
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 32, "c1..c32: {v}");
+    assert_eq!(
+        v["truncated"], true,
+        "r and the source lie past 32 hops: {v}"
+    );
+}
+
 /// A tenant that holds nothing in the store is said on stderr (a typo in
 /// `--tenant` otherwise reads as a search that found nothing); the rows
 /// stay what they are.

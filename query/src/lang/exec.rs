@@ -295,7 +295,9 @@ fn around_current(t: &Trace) -> HashMap<RecordId, usize> {
     let nodes: HashMap<RecordId, &TraceNode> = t.nodes.iter().map(|n| (n.id, n)).collect();
     let mut up: HashMap<RecordId, Vec<RecordId>> = HashMap::new();
     let mut down: HashMap<RecordId, Vec<RecordId>> = HashMap::new();
-    for e in &t.edges {
+    // (with the edges the engine's walk reached only at its limit: this
+    // walk, passing no older version, may take them sooner)
+    for e in t.edges.iter().chain(&t.limit_edges) {
         if e.relation == "about" {
             up.entry(e.from).or_default().push(e.to);
         } else {
@@ -310,6 +312,7 @@ fn around_current(t: &Trace) -> HashMap<RecordId, usize> {
     let older: HashSet<RecordId> = t
         .edges
         .iter()
+        .chain(&t.limit_edges)
         .filter(|e| {
             e.relation == "corrected_by" && nodes.get(&e.to).is_some_and(|n| n.status != "deleted")
         })
