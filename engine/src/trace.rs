@@ -103,6 +103,11 @@ pub struct Trace {
     /// reader's own walk over the nodes.
     #[serde(skip)]
     pub limit_edges: Vec<TraceEdge>,
+    /// The listed records that are older versions (superseded by a
+    /// correction shown, not gone), which a walk passing no older version
+    /// does not pass; the rule `cut_at`'s `current` follows.
+    #[serde(skip)]
+    pub older: Vec<RecordId>,
 }
 
 /// A node of a [`Trace`] at [`TRACE_DEPTH_MAX`] hops with a record past
@@ -219,6 +224,15 @@ impl Session {
         // older version too when that record is none (as
         // `TRACE` without `INCLUDE SUPERSEDED` tells older versions: shown
         // `superseded`, or superseded by a version shown and not gone).
+        // An older version: one a correction supersedes that is shown
+        // (not gone, and readable), whatever its own status shows (past
+        // retention it shows `deleted`); a version whose correction is
+        // hidden shows `superseded`, and a deleted chain shows every
+        // version as the tombstone it is.
+        let older = |x: Idx| match st.meta(x).superseded_by {
+            None => false,
+            Some(n) => !st.shown_gone(x, &expired) || (visible(n) && !st.shown_gone(n, &expired)),
+        };
         let mut cut_at: Vec<CutAt> = Vec::new();
         let mut limit_edges: BTreeSet<TraceEdge> = BTreeSet::new();
         for (i, x, rel, upstream) in past {
@@ -240,14 +254,11 @@ impl Session {
             } else {
                 cut.downstream = true;
             }
-            let current = if st.shown_gone(x, &expired) {
-                !matches!(mx.superseded_by, Some(n) if visible(n) && !st.shown_gone(n, &expired))
-            } else {
-                mx.superseded_by.is_none()
-            };
+            let current = !older(x);
+            // (the steps from one record on one side come one after another)
             match cut_at
-                .iter_mut()
-                .find(|c| c.from == mi.id && c.upstream == upstream)
+                .last_mut()
+                .filter(|c| c.from == mi.id && c.upstream == upstream)
             {
                 Some(c) => c.current |= current,
                 None => cut_at.push(CutAt {
@@ -270,6 +281,11 @@ impl Session {
                 .then(a.2.cmp(&b.2))
                 .then_with(|| st.meta(a.0).id.cmp(&st.meta(b.0).id))
         });
+        let older_listed: Vec<RecordId> = order
+            .iter()
+            .filter(|&&(i, _, _)| older(i))
+            .map(|&(i, _, _)| st.meta(i).id)
+            .collect();
         let mut nodes = Vec::with_capacity(order.len());
         for (i, side, depth) in order {
             nodes.push(self.trace_node(&st, (&held, &expired), i, (side, depth))?);
@@ -282,6 +298,7 @@ impl Session {
             truncated_sides: cut,
             cut_at,
             limit_edges: limit_edges.into_iter().collect(),
+            older: older_listed,
         })
     }
 
@@ -488,6 +505,7 @@ mod tests {
             truncated_sides: TruncatedSides::default(),
             cut_at: vec![],
             limit_edges: vec![],
+            older: vec![],
         };
         let out = render_trace(&t);
         assert_eq!(out.lines().count(), 3, "{out}");
@@ -536,6 +554,7 @@ mod tests {
             truncated_sides: TruncatedSides::default(),
             cut_at: vec![],
             limit_edges: vec![],
+            older: vec![],
         };
         let out = render_trace(&t);
         let ids: Vec<String> = out

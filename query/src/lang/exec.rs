@@ -305,19 +305,11 @@ fn around_current(t: &Trace) -> HashMap<RecordId, usize> {
             down.entry(e.from).or_default().push(e.to);
         }
     }
-    // an older version: one a live correction supersedes, whatever its
-    // own status shows (past retention, or deleted by it, it shows
-    // `deleted`); a deleted chain shows every version as the tombstone it
-    // is, as a trace does
-    let older: HashSet<RecordId> = t
-        .edges
-        .iter()
-        .chain(&t.limit_edges)
-        .filter(|e| {
-            e.relation == "corrected_by" && nodes.get(&e.to).is_some_and(|n| n.status != "deleted")
-        })
-        .map(|e| e.from)
-        .collect();
+    // an older version, as the engine tells it (`Trace::older`): one a
+    // live correction supersedes, whatever its own status shows (past
+    // retention, or deleted by it, it shows `deleted`); a deleted chain
+    // shows every version as the tombstone it is, as a trace does
+    let older: HashSet<RecordId> = t.older.iter().copied().collect();
     let mut out = HashMap::new();
     for (side, next) in [("upstream", &up), ("downstream", &down)] {
         let mut q = VecDeque::from([(t.target, 0usize)]);
