@@ -89,13 +89,10 @@ pub struct Trace {
     /// The lineage goes on past [`TRACE_DEPTH_MAX`] hops in some
     /// direction: records further away are not in `nodes`.
     pub truncated: bool,
-    /// Which directions go on past the limit (`truncated` is either), for
-    /// a reader of one side only, such as `TRACE ... SOURCES`.
-    #[serde(skip)]
-    pub truncated_sides: TruncatedSides,
     /// Where the walk stopped at the limit: each node with a record past
-    /// it that is not listed, for a reader whose walk passes no
-    /// superseded version (`TRACE` without `INCLUDE SUPERSEDED`).
+    /// it that is not listed, and its side (`truncated` is whether there is
+    /// one), for a reader of one side only or whose walk passes no older
+    /// version (`TRACE ... SOURCES`, `TRACE` without `INCLUDE SUPERSEDED`).
     #[serde(skip)]
     pub cut_at: Vec<CutAt>,
     /// Edges between listed records that the walk reached only at the
@@ -123,15 +120,6 @@ pub struct CutAt {
     pub current: bool,
 }
 
-/// The directions of a [`Trace`] that go on past [`TRACE_DEPTH_MAX`] hops.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TruncatedSides {
-    /// Sources (and what a record corrects or is about) further away.
-    pub upstream: bool,
-    /// Derivatives (and corrections) further away.
-    pub downstream: bool,
-}
-
 impl Session {
     /// The lineage graph of a record (see the module documentation).
     pub fn trace(&self, r: &RecordRef) -> Result<Trace> {
@@ -144,7 +132,6 @@ impl Session {
         let mut edges: BTreeSet<TraceEdge> = BTreeSet::new();
         let mut sides: BTreeMap<Idx, (&'static str, usize)> = BTreeMap::new();
         sides.insert(target, ("target", 0));
-        let mut cut = TruncatedSides::default();
         // the steps past the limit: (from, past it, relation, upstream)
         let mut past: Vec<(Idx, Idx, &'static str, bool)> = Vec::new();
         // upstream
@@ -218,14 +205,8 @@ impl Session {
         }
         // what is past its retention period, asked once for every node
         let expired = self.past_retention_now(&st);
-        // A step past the limit to a record listed anyway (on either side)
-        // cuts nothing: its edge is kept aside for a reader's own walk. To
-        // any other record it cuts the walk there, for a walk that passes no
-        // older version too when that record is none (as
-        // `TRACE` without `INCLUDE SUPERSEDED` tells older versions: shown
-        // `superseded`, or superseded by a version shown and not gone).
-        // An older version: one a correction supersedes that is shown
-        // (not gone, and readable), whatever its own status shows (past
+        // An older version: one a correction supersedes that is shown (not
+        // gone, and readable), whatever its own status shows (past
         // retention it shows `deleted`); a version whose correction is
         // hidden shows `superseded`, and a deleted chain shows every
         // version as the tombstone it is.
@@ -235,6 +216,10 @@ impl Session {
         };
         let mut cut_at: Vec<CutAt> = Vec::new();
         let mut limit_edges: BTreeSet<TraceEdge> = BTreeSet::new();
+        // A step past the limit to a record listed anyway (on either side)
+        // cuts nothing: its edge is kept aside for a reader's own walk. To
+        // any other record it cuts the walk there, and for a walk passing no
+        // older version too when that record is none.
         for (i, x, rel, upstream) in past {
             let (mi, mx) = (st.meta(i), st.meta(x));
             if sides.contains_key(&x) {
@@ -248,11 +233,6 @@ impl Session {
                     relation: rel,
                 });
                 continue;
-            }
-            if upstream {
-                cut.upstream = true;
-            } else {
-                cut.downstream = true;
             }
             let current = !older(x);
             // (the steps from one record on one side come one after another)
@@ -294,8 +274,7 @@ impl Session {
             target: st.meta(target).id,
             nodes,
             edges: edges.into_iter().collect(),
-            truncated: cut.upstream || cut.downstream,
-            truncated_sides: cut,
+            truncated: !cut_at.is_empty(),
             cut_at,
             limit_edges: limit_edges.into_iter().collect(),
             older: older_listed,
@@ -502,7 +481,6 @@ mod tests {
             nodes: vec![node],
             edges: vec![],
             truncated: false,
-            truncated_sides: TruncatedSides::default(),
             cut_at: vec![],
             limit_edges: vec![],
             older: vec![],
@@ -551,7 +529,6 @@ mod tests {
             ],
             edges: vec![edge(1, 3), edge(1, 4), edge(3, 5)],
             truncated: false,
-            truncated_sides: TruncatedSides::default(),
             cut_at: vec![],
             limit_edges: vec![],
             older: vec![],

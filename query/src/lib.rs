@@ -17,6 +17,10 @@ pub mod strict;
 pub mod text;
 
 pub use ingest::{IngestLine, LineError, parse_jsonl, parse_jsonl_lines, parse_line};
+
+/// 2^53: every whole number up to it is exact in a double (a JSON number),
+/// and counts are read as whole numbers only up to it.
+pub(crate) const EXACT_WHOLE_MAX: f64 = 9_007_199_254_740_992.0;
 pub use recall::{
     RecallLine, parse_recall_jsonl, parse_recall_line, parse_recall_lines, recall_query_id,
 };

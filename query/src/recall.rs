@@ -131,7 +131,7 @@ pub(crate) fn opt_uint(o: &Map<String, Value>, f: &str) -> R<Option<usize>> {
             .as_u64()
             .or_else(|| {
                 n.as_f64()
-                    .filter(|x| x.fract() == 0.0 && (0.0..=9_007_199_254_740_992.0).contains(x))
+                    .filter(|x| x.fract() == 0.0 && (0.0..=crate::EXACT_WHOLE_MAX).contains(x))
                     .map(|x| x as u64)
             })
             .map(|x| Some(usize::try_from(x).unwrap_or(usize::MAX)))

@@ -202,8 +202,8 @@ fn run(s: &Session, stmt: &Statement, ctx: &CheckContext) -> Result<QueryOutput,
             // the rows' text, as JSON writes it: past the answer's budget
             // (as a FIND's), a row's text is null
             let mut text_bytes = 0u64;
-            // whether the walk the rows come from reaches the engine's
-            // limit: a row at it, or a record of the side further away
+            // whether the walk the rows come from lists a record of its
+            // side(s) past the engine's limit
             let max = engram_engine::trace::TRACE_DEPTH_MAX;
             let mut past_max = false;
             for n in &t.nodes {
@@ -263,11 +263,11 @@ fn run(s: &Session, stmt: &Statement, ctx: &CheckContext) -> Result<QueryOutput,
                 rows,
                 manifest: None,
                 statement,
-                // the sides the statement lists (a smaller DEPTH is the
+                // on the sides the statement lists (a smaller DEPTH is the
                 // statement's own limit): the engine's walk stopped there
-                // and, for the walk that passes no superseded version, at a
-                // row of the limit's depth with a current record past it;
-                // or that walk went past the limit inside the engine's
+                // (for the walk that passes no older version: at a row of
+                // the limit's depth, with a record past it that is none), or
+                // that walk went past the limit among the engine's nodes
                 truncated: depth >= max
                     && (past_max
                         || t.cut_at.iter().any(|c| {
@@ -317,11 +317,8 @@ fn around_current(t: &Trace) -> HashMap<RecordId, usize> {
         while let Some((at, d)) = q.pop_front() {
             for &x in next.get(&at).into_iter().flatten() {
                 let Some(n) = nodes.get(&x) else { continue };
-                if n.side != side
-                    || n.status == "superseded"
-                    || older.contains(&x)
-                    || !seen.insert(x)
-                {
+                // (a version shown `superseded` is an older one)
+                if n.side != side || older.contains(&x) || !seen.insert(x) {
                     continue;
                 }
                 out.insert(x, d + 1);

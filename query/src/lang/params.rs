@@ -321,9 +321,8 @@ impl<'a> Binder<'a> {
         match a {
             Arg::Lit { value, .. } => Ok(*value),
             Arg::Param { name, span } => match self.lookup(name, *span)? {
-                // 2^53: every integer below is exact in an f64.
                 ParamValue::Number(n)
-                    if *n >= 0.0 && n.fract() == 0.0 && *n <= 9_007_199_254_740_992.0 =>
+                    if *n >= 0.0 && n.fract() == 0.0 && *n <= crate::EXACT_WHOLE_MAX =>
                 {
                     Ok(*n as u64)
                 }

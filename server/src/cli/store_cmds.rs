@@ -332,7 +332,6 @@ pub(super) fn cmd_verify(ctx: &Ctx, a: JsonArgs) -> CliResult {
     })
 }
 
-/// The `backup.json` of a backup directory (None: `data` is not a backup).
 /// The complete frames of an unfinished batch a pending cut takes too,
 /// as a clause to add after its reason (empty when there are none).
 fn with_batch(t: &engram_storage::log::Truncation) -> String {
@@ -340,6 +339,7 @@ fn with_batch(t: &engram_storage::log::Truncation) -> String {
         .map_or_else(String::new, |b| format!("; {b}, goes with it"))
 }
 
+/// The `backup.json` of a backup directory (None: `data` is not a backup).
 fn backup_manifest(
     data: &std::path::Path,
 ) -> Result<Option<engram_engine::maintenance::BackupReport>, String> {

@@ -81,19 +81,11 @@ pub struct App {
 /// What handlers hold.
 pub type Shared = Arc<App>;
 
-/// Clears a flag when dropped.
-struct ClearOnDrop<'a>(&'a AtomicBool);
+/// Clears a flag when dropped (a reference to it, or an `Arc` that can
+/// move into a blocking task).
+struct ClearOnDrop<F: std::ops::Deref<Target = AtomicBool>>(F);
 
-impl Drop for ClearOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::SeqCst);
-    }
-}
-
-/// [`ClearOnDrop`] of a flag that can move into a blocking task.
-struct ClearArcOnDrop(Arc<AtomicBool>);
-
-impl Drop for ClearArcOnDrop {
+impl<F: std::ops::Deref<Target = AtomicBool>> Drop for ClearOnDrop<F> {
     fn drop(&mut self) {
         self.0.store(false, Ordering::SeqCst);
     }
@@ -203,7 +195,7 @@ impl App {
         // (cleared when the compaction ends, or when this handler is
         // dropped before it starts)
         self.compacting.store(true, Ordering::SeqCst);
-        let compacting = ClearArcOnDrop(self.compacting.clone());
+        let compacting = ClearOnDrop(self.compacting.clone());
         self.compact_notify.notify_waiters();
         let writes = self
             .writes

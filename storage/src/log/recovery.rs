@@ -189,8 +189,9 @@ impl std::fmt::Display for TruncationReason {
     }
 }
 
-/// What recovery removed from the end of the log. None of it was ever
-/// acknowledged.
+/// What recovery removed from the end of the log. Nothing in the log
+/// proves any of it acknowledged (the ledger may prove an operation in it
+/// so, which the engine then applies again).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Truncation {
     /// Segment that was cut.

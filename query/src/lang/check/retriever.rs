@@ -513,9 +513,9 @@ impl Checker<'_> {
                 let max = engram_engine::model::limits::WEIGHT_MAX;
                 // a whole weight above the limit is a count past it; one
                 // with a fraction (1000000.4) is out of range as written
-                // (2^53: past it, a double holds no longer every whole
+                // (from 2^53 on, a double holds no longer every whole
                 // number, and JSON readers no longer every count)
-                if v.is_finite() && v > max && v.fract() == 0.0 && v < 9_007_199_254_740_992.0 {
+                if v.is_finite() && v > max && v.fract() == 0.0 && v < crate::EXACT_WHOLE_MAX {
                     self.over(
                         format!("the weight of `{}`", w.name.value),
                         max as u64,
