@@ -61,13 +61,65 @@ pub struct ShellArgs {
     pub history: Option<PathBuf>,
 }
 
+/// A refused `--param` or `--param-file`: its message, and the parameter
+/// it names when there is one (the `detail` of `--json`'s error, as
+/// `POST /v1/query` gives it).
+struct ParamError {
+    error: CliError,
+    invalid: Option<engram_query::lang::LangError>,
+}
+
+impl ParamError {
+    /// The input could not be read (no parameter to name).
+    fn input(error: CliError) -> ParamError {
+        ParamError {
+            error,
+            invalid: None,
+        }
+    }
+
+    /// `message` about the parameter `name`, refused for `reason`.
+    fn named(message: String, name: &str, reason: String) -> ParamError {
+        use engram_query::lang::{ErrorKind, LangError, Span};
+        ParamError {
+            error: CliError::Message(message),
+            invalid: Some(LangError::new(
+                ErrorKind::InvalidParam {
+                    name: name.to_string(),
+                    reason,
+                },
+                Span::default(),
+            )),
+        }
+    }
+
+    /// The error as `--json` prints it: the CLI's message, the refused
+    /// parameter in `detail`.
+    fn to_json(&self) -> Value {
+        let message = self.error.to_string();
+        match &self.invalid {
+            Some(e) => {
+                let mut j = e.to_json();
+                j["message"] = Value::String(message);
+                j
+            }
+            None => engram_query::lang::unplaced_error_json("invalid_param", &message),
+        }
+    }
+}
+
 /// Builds the parameters of `--param` and `--param-file`.
-fn params(a: &QueryArgs) -> Result<Params, CliError> {
+fn params(a: &QueryArgs) -> Result<Params, Box<ParamError>> {
     let mut p = match &a.param_file {
         Some(f) => {
-            let text = read_input_capped(f, crate::cli::SMALL_INPUT_BYTES_MAX)?;
-            Params::from_json(&text)
-                .map_err(|e| CliError::Message(format!("{}: {e}", f.display())))?
+            let text = read_input_capped(f, crate::cli::SMALL_INPUT_BYTES_MAX)
+                .map_err(|e| Box::new(ParamError::input(e)))?;
+            Params::from_json(&text).map_err(|e| {
+                Box::new(ParamError {
+                    error: CliError::Message(format!("{}: {e}", f.display())),
+                    invalid: Some(e),
+                })
+            })?
         }
         None => Params::new(),
     };
@@ -76,18 +128,24 @@ fn params(a: &QueryArgs) -> Result<Params, CliError> {
     let mut given = std::collections::BTreeSet::new();
     for kv in &a.params {
         let Some((name, value)) = kv.split_once('=') else {
-            return Err(CliError::Message(format!(
+            return Err(Box::new(ParamError::input(CliError::Message(format!(
                 "--param {kv}: expected NAME=VALUE"
-            )));
+            )))));
         };
-        let name = param_name(name).map_err(|e| CliError::Message(format!("--param {kv}: {e}")))?;
+        let name = param_name(name).map_err(|e| {
+            let raw = engram_query::lang::lexer::truncated(name);
+            Box::new(ParamError::named(format!("--param {kv}: {e}"), &raw, e))
+        })?;
         if !given.insert(name) {
-            return Err(CliError::Message(format!(
-                "--param {name} is given twice; give each parameter once"
+            let reason = "given twice; give each parameter once".to_string();
+            return Err(Box::new(ParamError::named(
+                format!("--param {name} is {reason}"),
+                name,
+                reason,
             )));
         }
         let v = param_value(value, |v| v.to_string())
-            .map_err(|e| CliError::Message(format!("--param {name}: {e}")))?;
+            .map_err(|e| Box::new(ParamError::named(format!("--param {name}: {e}"), name, e)))?;
         p.insert(name, v);
     }
     Ok(p)
@@ -198,7 +256,11 @@ pub fn query(ctx: &Ctx, a: QueryArgs) -> CliResult {
     };
     let params = match params(&a) {
         Ok(p) => p,
-        Err(e) => return input_error("invalid_param", e),
+        Err(e) if a.json => {
+            crate::outln!("{}", serde_json::json!({"errors": [e.to_json()]}));
+            return Ok(ExitCode::from(1));
+        }
+        Err(e) => return Err(e.error),
     };
     let db = match ctx.open_store() {
         Ok(db) => db,

@@ -554,6 +554,34 @@ fn a_parameter_given_twice_is_refused_and_hints_name_the_cli_ways_to_bind() {
         assert!(j["errors"][0][k].is_null(), "{k}: {j}");
     }
     assert_eq!(j["errors"][0]["expected"], serde_json::json!([]), "{j}");
+    // a refused parameter it can name is named in `detail`, as `POST
+    // /v1/query` names it: a bad name, a value, a name given twice, a
+    // name in --param-file
+    let file = format!("{d}-params.json");
+    std::fs::write(&file, r#"{"1abc": 1}"#).unwrap();
+    for (args, name) in [
+        (vec!["--param", "1abc=1"], "1abc"),
+        (vec!["--param", "v=[1,NaN]"], "v"),
+        (vec!["--param", "n=1", "--param", "n=2"], "n"),
+        (vec!["--param-file", file.as_str()], "1abc"),
+    ] {
+        let mut all = vec!["--data", &d, "query", "--tenant", "t", "--json", "FIND ANY"];
+        all.extend(&args);
+        let o = engram(&all);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
+        let e = &j["errors"][0];
+        assert_eq!(e["code"], "invalid_param", "{j}");
+        assert_eq!(e["detail"]["name"], name, "{args:?}: {j}");
+        assert!(e["detail"]["reason"].is_string(), "{j}");
+        // the message says where the parameter came from
+        let from = if args[0] == "--param-file" {
+            file.as_str()
+        } else {
+            "--param"
+        };
+        assert!(e["message"].as_str().unwrap().starts_with(from), "{j}");
+    }
     // so is a command line that does not parse (exit status 2, as for
     // every command's usage error), global options before the command
     // or not; without --json it is text on stderr

@@ -158,7 +158,7 @@ pub struct Token {
 }
 
 /// `s`, cut to 40 characters for an error message.
-pub(crate) fn truncated(s: &str) -> String {
+pub fn truncated(s: &str) -> String {
     const MAX_CHARS: usize = 40;
     if s.chars().count() > MAX_CHARS {
         let mut t: String = s.chars().take(MAX_CHARS).collect();
