@@ -456,11 +456,11 @@ pub fn decode(body: &[u8]) -> Result<Decoded> {
     let dependents = r.idx_lists()?;
     let about = r.idx_lists()?;
     let n = r.len()?;
-    let mut edges = HashMap::with_capacity_and_hasher(n, Default::default());
+    let mut edges = HashMap::with_capacity_and_hasher(r.cap(n), Default::default());
     for _ in 0..n {
         let k = r.u32()?;
         let m = r.len()?;
-        let mut v = Vec::with_capacity(m);
+        let mut v = Vec::with_capacity(r.cap(m));
         for _ in 0..m {
             v.push(Edge {
                 relation: r.u32()?,
@@ -471,7 +471,7 @@ pub fn decode(body: &[u8]) -> Result<Decoded> {
         edges.insert(k, v);
     }
     let n = r.len()?;
-    let mut tenants = HashMap::with_capacity_and_hasher(n, Default::default());
+    let mut tenants = HashMap::with_capacity_and_hasher(r.cap(n), Default::default());
     for _ in 0..n {
         let k = r.u32()?;
         let name = r.str()?;
@@ -528,7 +528,7 @@ pub fn decode(body: &[u8]) -> Result<Decoded> {
         );
     }
     let n = r.len()?;
-    let mut status_log = Vec::with_capacity(n);
+    let mut status_log = Vec::with_capacity(r.cap(n));
     for _ in 0..n {
         status_log.push(StatusChange {
             at: r.i64()?,
@@ -538,7 +538,7 @@ pub fn decode(body: &[u8]) -> Result<Decoded> {
         });
     }
     let n = r.len()?;
-    let mut expiry_log = Vec::with_capacity(n);
+    let mut expiry_log = Vec::with_capacity(r.cap(n));
     for _ in 0..n {
         expiry_log.push(ExpiryChange {
             at: r.i64()?,
@@ -547,7 +547,7 @@ pub fn decode(body: &[u8]) -> Result<Decoded> {
         });
     }
     let n = r.len()?;
-    let mut ledger = Vec::with_capacity(n);
+    let mut ledger = Vec::with_capacity(r.cap(n));
     for _ in 0..n {
         let lsn = r.u64()?;
         let op_id = r.id()?;
@@ -587,7 +587,7 @@ pub fn decode(body: &[u8]) -> Result<Decoded> {
         });
     }
     let n = r.len()?;
-    let mut spaces = Vec::with_capacity(n);
+    let mut spaces = Vec::with_capacity(r.cap(n));
     for _ in 0..n {
         spaces.push(SpaceSlots {
             tenant: r.str()?,

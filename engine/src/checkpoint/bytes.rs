@@ -153,6 +153,13 @@ impl<'a> R<'a> {
         }
         usize::try_from(n).map_err(|_| corrupt("length"))
     }
+    /// A capacity to reserve for `n` items still to read: at most one per
+    /// 8 bytes left (a damaged length, which [`R::len`] bounds only by 8
+    /// items per byte, must not reserve thousands of times the file's size
+    /// before the read fails; a collection with smaller items grows).
+    pub(super) fn cap(&self, n: usize) -> usize {
+        n.min((self.b.len() - self.p) / 8 + 1)
+    }
     pub(super) fn bool(&mut self) -> Result<bool> {
         Ok(self.u8()? != 0)
     }
@@ -200,7 +207,7 @@ impl<'a> R<'a> {
     }
     pub(super) fn sym_bitmaps(&mut self) -> Result<HashMap<Sym, RoaringBitmap>> {
         let n = self.len()?;
-        let mut m = HashMap::with_capacity_and_hasher(n, Default::default());
+        let mut m = HashMap::with_capacity_and_hasher(self.cap(n), Default::default());
         for _ in 0..n {
             let k = self.u32()?;
             m.insert(k, self.bitmap()?);
@@ -209,11 +216,34 @@ impl<'a> R<'a> {
     }
     pub(super) fn idx_lists(&mut self) -> Result<HashMap<Idx, Vec<Idx>>> {
         let n = self.len()?;
-        let mut m = HashMap::with_capacity_and_hasher(n, Default::default());
+        let mut m = HashMap::with_capacity_and_hasher(self.cap(n), Default::default());
         for _ in 0..n {
             let k = self.u32()?;
             m.insert(k, self.u32s()?);
         }
         Ok(m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_damaged_count_reserves_no_more_than_the_bytes_left_allow() {
+        let mut b = Vec::new();
+        b.extend_from_slice(&700u64.to_le_bytes());
+        b.extend_from_slice(&[0u8; 80]);
+        let mut r = R { b: &b, p: 0 };
+        // 700 passes `len` (8 items per byte left, plus 64) ...
+        let n = r.len().unwrap();
+        assert_eq!(n, 700);
+        // ... but reserves one item per 8 bytes left
+        assert_eq!(r.cap(n), 11);
+        assert_eq!(r.cap(3), 3);
+        // and a map of that count fails on the bytes, as before
+        let mut b = 700u64.to_le_bytes().to_vec();
+        b.extend_from_slice(&[0u8; 80]);
+        assert!(R { b: &b, p: 0 }.idx_lists().is_err());
     }
 }

@@ -99,14 +99,14 @@ impl Hnsw {
         }
         h.entry = entry;
         h.max_level = max_level;
-        h.level0 = vec![0; len as usize * h.stride0()];
-        h.upper_at = Vec::with_capacity(len as usize);
         // Every list costs at least its 2-byte count: bound the total number
         // of lists by the remaining input before allocating for them.
         let lists: usize = h.levels.iter().map(|&l| 1 + l as usize).sum();
         if lists > (r.buf.len() - r.pos) / 2 {
             return Err(r.err(levels_at, "levels exceed input"));
         }
+        h.level0 = vec![0; len as usize * h.stride0()];
+        h.upper_at = Vec::with_capacity(len as usize);
         let mut upper_words = 0usize;
         for &l in &h.levels {
             let at = if l == 0 {
