@@ -247,7 +247,7 @@ pub fn decode_header(bytes: &[u8]) -> Result<SegmentHeader, HeaderProblem> {
             "header size {header_bytes}, expected {SEGMENT_HEADER_BYTES}"
         )));
     }
-    Ok(SegmentHeader {
+    let header = SegmentHeader {
         segment_no: u64::from_le_bytes(
             h[offsets::SEGMENT_NO..offsets::SEGMENT_NO + 8]
                 .try_into()
@@ -275,8 +275,23 @@ pub fn decode_header(bytes: &[u8]) -> Result<SegmentHeader, HeaderProblem> {
             0 => None,
             l => Some(l),
         },
-    })
+    };
+    // LSNs count frames: no log reaches 2^62 of them. A header past that
+    // (intact by its checksum, so written on purpose) is damage: the
+    // arithmetic on the next LSN must never wrap.
+    if header.first_lsn > LSN_MAX || header.end_lsn.is_some_and(|l| l > LSN_MAX) {
+        return Err(HeaderProblem::Damaged(format!(
+            "LSN past {LSN_MAX} (first {}, end {})",
+            header.first_lsn,
+            header.end_lsn.unwrap_or(0)
+        )));
+    }
+    Ok(header)
 }
+
+/// The largest LSN a segment's header may name (2^62): far past any log,
+/// and far enough from `u64::MAX` that the next LSN never wraps.
+pub const LSN_MAX: Lsn = 1 << 62;
 
 /// An open segment.
 #[derive(Debug)]
@@ -563,6 +578,19 @@ mod tests {
             decode_header(&h[..10]).unwrap_err(),
             HeaderProblem::Incomplete
         );
+        // an intact header naming an LSN no log reaches is damage (the
+        // next LSN after it would wrap)
+        for h in [
+            encode_header_with_end(1, 1, Some(u64::MAX), None),
+            encode_header_with_end(1, LSN_MAX + 1, None, None),
+        ] {
+            assert!(
+                matches!(decode_header(&h), Err(HeaderProblem::Damaged(ref m)) if m.contains("LSN past")),
+                "{:?}",
+                decode_header(&h)
+            );
+        }
+        assert!(decode_header(&encode_header_with_end(1, 1, Some(LSN_MAX), None)).is_ok());
     }
 
     #[test]
