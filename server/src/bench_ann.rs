@@ -210,10 +210,13 @@ pub fn read_npy<T: NpyElem>(path: &Path) -> Result<Npy<T>, CliError> {
         .filter(|s| !s.is_empty())
         .map(|s| s.parse().map_err(|_| bad("bad shape")))
         .collect::<Result<_, _>>()?;
-    let n: usize = shape.iter().product();
     let size = std::mem::size_of::<T>();
+    let n_bytes = shape
+        .iter()
+        .try_fold(size, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| bad("shape too large"))?;
     let body = &bytes[hstart + hlen..];
-    if body.len() != n * size {
+    if body.len() != n_bytes {
         return Err(bad("data length does not match the shape"));
     }
     let data = body.chunks_exact(size).map(T::from_le).collect();
@@ -974,4 +977,32 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn npy(shape: &str, body: &[u8]) -> Vec<u8> {
+        let header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({shape}), }}\n");
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        b.extend_from_slice(header.as_bytes());
+        b.extend_from_slice(body);
+        b
+    }
+
+    #[test]
+    fn a_shape_past_the_address_space_is_refused_not_wrapped() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("v.npy");
+        std::fs::write(&p, npy("2, 2", &[0u8; 16])).unwrap();
+        let ok = read_npy::<f32>(&p).unwrap();
+        assert_eq!((ok.shape, ok.data.len()), (vec![2, 2], 4));
+        // 2^32 x 2^32 x 4 bytes wraps to 0 in 64 bits: an empty body
+        // matched it, and the rows were indexed later
+        std::fs::write(&p, npy("4294967296, 4294967296", &[])).unwrap();
+        let e = read_npy::<f32>(&p).unwrap_err().to_string();
+        assert!(e.contains("shape too large"), "{e}");
+    }
 }
