@@ -432,6 +432,40 @@ pub fn remove_owned(backend: &dyn Backend, path: &Path) -> Result<Vec<String>> {
     Ok(foreign)
 }
 
+/// Clears the outgoing log of a restore's swap (`old`, `log.old/`): removes
+/// what Engram owns, and moves what it does not (a file someone left in
+/// `log/`, which Engram ignores there) back into `log`, where it was.
+/// Returns what is left in `old` (a name `log` holds too, or everything
+/// when there is no `log`); `old` is gone when that is empty. A `log.old/`
+/// left holding a foreign file made every later restore fail its rename.
+pub fn clear_outgoing_log(backend: &dyn Backend, old: &Path, log: &Path) -> Result<Vec<String>> {
+    remove_owned(backend, old)?;
+    if !backend.exists(old) {
+        return Ok(Vec::new());
+    }
+    let mut left = Vec::new();
+    let has_log = backend.exists(log);
+    for e in backend.list_dir(old).map_err(io(old))? {
+        let from = old.join(&e.name);
+        let to = log.join(&e.name);
+        if has_log && !backend.exists(&to) {
+            backend.rename(&from, &to).map_err(io(&from))?;
+        } else {
+            left.push(from.display().to_string());
+        }
+    }
+    if has_log {
+        backend.sync_dir(log).map_err(io(log))?;
+    }
+    if left.is_empty() {
+        backend.remove_dir_all(old).map_err(io(old))?;
+        if let Some(parent) = old.parent() {
+            backend.sync_dir(parent).map_err(io(parent))?;
+        }
+    }
+    Ok(left)
+}
+
 /// Removes a copy of a store Engram made under `path` for its own use
 /// (online compaction's staging copy): its marker and lock file, then
 /// everything [`remove_owned`] removes.

@@ -84,6 +84,35 @@ fn rebuild_and_restore_leave_files_engram_does_not_name() {
             .any(|p| p.ends_with("app.log")),
         "restore deleted a file it does not own"
     );
+    // it stays where it was put (a file left in `log.old/` made every
+    // later restore fail its rename: "Directory not empty")
+    assert_eq!(
+        std::fs::read_to_string(store.join("log/app.log")).unwrap(),
+        "app"
+    );
+    assert!(!store.join("log.old").exists(), "log.old/ left behind");
+    ok(&store, &["restore", bk.to_str().unwrap()]);
+    ok(&store, &["restore", bk.to_str().unwrap()]);
+    assert!(store.join("log/app.log").exists());
+    // a `log.old/` left by an earlier build is emptied back into `log/` at
+    // the next open; a name both hold is refused by restore, naming it,
+    // before anything changes
+    std::fs::create_dir(store.join("log.old")).unwrap();
+    std::fs::write(store.join("log.old/notes.txt"), "n").unwrap();
+    std::fs::write(store.join("log.old/app.log"), "older").unwrap();
+    ok(&store, &["stats"]);
+    assert_eq!(
+        std::fs::read_to_string(store.join("log/notes.txt")).unwrap(),
+        "n"
+    );
+    let out = fails(&store, &["restore", bk.to_str().unwrap()]);
+    assert!(out.contains("log.old") && out.contains("app.log"), "{out}");
+    assert!(out.contains("nothing was changed"), "{out}");
+    assert!(!store.join("log.restore").exists());
+    assert_eq!(cli::json(&ok(&store, &["stats", "--json"]))["records"], 5);
+    std::fs::remove_file(store.join("log.old/app.log")).unwrap();
+    ok(&store, &["restore", bk.to_str().unwrap()]);
+    assert!(!store.join("log.old").exists());
 }
 
 #[test]

@@ -385,6 +385,22 @@ impl Engram {
                     !older
                 });
             }
+            // The outgoing log's place must be free for the swap's rename
+            // (a file left there is moved back into `log/`; one whose name
+            // `log/` holds too is the operator's to move).
+            let old = dir.join("log.old");
+            let left = crate::store_dir::clear_outgoing_log(backend.as_ref(), &old, &log_dir)?;
+            if !left.is_empty() {
+                crate::store_dir::remove_owned(backend.as_ref(), &incoming)?;
+                return Err(EngineError::invalid(
+                    "store directory",
+                    format!(
+                        "{} holds files Engram does not own, which the log's swap would                          overwrite ({}); move them away and restore again; nothing was changed",
+                        old.display(),
+                        left.join(", ")
+                    ),
+                ));
+            }
             // What must be re-applied goes to disk before the log is
             // touched: from here on, an interrupted restore is finished by
             // the next open.
@@ -399,8 +415,6 @@ impl Engram {
                 write_all_durable(backend.as_ref(), &dir.join("settings.snap"), &bytes)?;
             }
             remove_derived(backend.as_ref(), dir)?;
-            let old = dir.join("log.old");
-            crate::store_dir::remove_owned(backend.as_ref(), &old)?;
             if backend.exists(&log_dir) {
                 backend.rename(&log_dir, &old).map_err(io(&log_dir))?;
             }
@@ -416,7 +430,7 @@ impl Engram {
             // restore, and the crash tests' simulated disk, which tracks a
             // name per file, never mixes the two logs' segments)
             backend.sync_dir(&log_dir).map_err(io(&log_dir))?;
-            crate::store_dir::remove_owned(backend.as_ref(), &old)?;
+            crate::store_dir::clear_outgoing_log(backend.as_ref(), &old, &log_dir)?;
             (later, purged_before)
         };
         // Opening finds `restore.pending` and re-applies its entries.
