@@ -601,6 +601,15 @@ impl Engram {
                 ),
             ));
         }
+        // nor inside another store, whose maintenance removes what it
+        // owns under its directories (a restore there moved the backup
+        // into its `log.old/`)
+        crate::store_dir::refuse_inside_store(
+            backend,
+            dest,
+            "backup directory",
+            "a backup must live outside every store",
+        )?;
         let created = !backend.exists(dest);
         // (an empty destination may hold a lock file or a marker of an
         // unfinished restore, which `classify` takes as empty: kept)

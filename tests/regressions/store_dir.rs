@@ -608,3 +608,23 @@ fn a_staging_copy_cut_short_at_its_marker_is_removed_at_open() {
     ok(&store, &["stats"]);
     assert!(!staging.exists(), "compact.staging/ENGRAM.tmp left");
 }
+
+#[test]
+fn a_backup_inside_another_store_is_refused() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 3);
+    ok(&a, &["ingest", file.to_str().unwrap()]);
+    ok(&b, &["ingest", file.to_str().unwrap()]);
+    let before = snapshot(&b);
+    // (a restore of `b` moved such a backup into its `log.old/`)
+    for inner in ["log/bk", "derived/bk", "bk"] {
+        let dest = b.join(inner);
+        let out = fails(&a, &["backup", dest.to_str().unwrap()]);
+        assert!(out.contains("is inside the store at"), "{inner}: {out}");
+        assert!(!dest.exists(), "{inner}: created");
+    }
+    assert_eq!(before, snapshot(&b), "the other store changed");
+    ok(&a, &["backup", tmp.path().join("bk").to_str().unwrap()]);
+}
