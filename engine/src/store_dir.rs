@@ -145,7 +145,7 @@ fn first_segment_name() -> String {
 }
 
 /// Checks the marker's format version.
-fn check_marker(backend: &dyn Backend, dir: &Path) -> Result<()> {
+pub fn check_marker(backend: &dyn Backend, dir: &Path) -> Result<()> {
     let path = dir.join(MARKER_FILE);
     let bytes = read_all(backend, &path)?.unwrap_or_default();
     let v: serde_json::Value =

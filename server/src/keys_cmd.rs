@@ -119,7 +119,14 @@ fn key_file(data: &Path, a: &KeyFileArgs) -> Result<PathBuf, CliError> {
                 data.display()
             )))
         }
-        DirKind::Store | DirKind::Unmarked => Ok(keys::default_key_file(data)),
+        // a store this build cannot read (a newer format, a damaged
+        // marker): refused as every other command refuses it, nothing
+        // written beside it
+        DirKind::Store => {
+            engram_engine::store_dir::check_marker(&engram_storage::FsBackend, data)?;
+            Ok(keys::default_key_file(data))
+        }
+        DirKind::Unmarked => Ok(keys::default_key_file(data)),
         _ => Err(CliError::Message(format!(
             "no store at {} (create one with `engram init`, or pass --key-file)",
             data.display()

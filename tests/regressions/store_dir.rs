@@ -628,3 +628,27 @@ fn a_backup_inside_another_store_is_refused() {
     assert_eq!(before, snapshot(&b), "the other store changed");
     ok(&a, &["backup", tmp.path().join("bk").to_str().unwrap()]);
 }
+
+#[test]
+fn keys_refuse_a_store_this_build_cannot_read_and_write_nothing() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("s");
+    ok(&store, &["init"]);
+    for (marker, says) in [
+        (r#"{"engram_store": 2}"#, "this build reads up to"),
+        ("not json", "not valid JSON"),
+    ] {
+        std::fs::write(store.join("ENGRAM"), marker).unwrap();
+        let before = snapshot(&store);
+        for args in [
+            vec!["keys", "create", "--tenant", "acme", "--principal", "p"],
+            vec!["keys", "list"],
+        ] {
+            let out = fails(&store, &args);
+            assert!(out.contains(says), "{args:?}: {out}");
+        }
+        assert_eq!(before, snapshot(&store), "{marker}: written into");
+        assert!(!store.join("keys.json").exists());
+    }
+}
