@@ -360,6 +360,14 @@ pub fn ingest(ctx: &Ctx, a: IngestArgs) -> CliResult {
         (a.batch_size, &bar),
         &mut report,
     );
+    if report.created + report.duplicates > 0 {
+        crate::output::change_made(format!(
+            "stored {} record(s): {} created, {} already there",
+            report.created + report.duplicates,
+            report.created,
+            report.duplicates
+        ));
+    }
     if db.applied_lsn() > at_open {
         // stored records carry this embedder's vectors, even if a later
         // batch failed

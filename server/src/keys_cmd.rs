@@ -288,12 +288,30 @@ pub fn keys(data: &Path, cmd: KeysCommand) -> CliResult {
                 }
             };
             let (key, entry) = keys::create(&path, grant).map_err(err)?;
-            if a.file.json {
+            let shown = if a.file.json {
                 let mut v = public(&entry);
                 v["key"] = key.into();
-                crate::outln!("{v}");
+                crate::output::try_emit(format_args!("{v}"))
             } else {
-                crate::outln!("{key}");
+                crate::output::try_emit(format_args!("{key}"))
+            };
+            // The secret is shown only here: a key whose secret nobody
+            // received is revoked at once, not left active and unknown.
+            if let Err(e) = shown {
+                let id = &entry.id;
+                return Err(CliError::Message(match keys::revoke(&path, id) {
+                    Ok(_) => format!(
+                        "cannot write the new key to stdout ({e}); key {id} was revoked at once, \
+                         so no active key is left that nobody holds; run the command again with \
+                         a writable stdout"
+                    ),
+                    Err(r) => format!(
+                        "cannot write the new key to stdout ({e}), and revoking it failed ({r}): \
+                         revoke it with `engram keys revoke {id}`"
+                    ),
+                }));
+            }
+            if !a.file.json {
                 crate::eoutln!(
                     "created key {} ({}); it is shown only now: store it safely",
                     entry.id,
@@ -326,6 +344,7 @@ pub fn keys(data: &Path, cmd: KeysCommand) -> CliResult {
                 .iter()
                 .any(|k| k.id == id && k.revoked_at.is_some());
             let k = keys::revoke(&path, &id).map_err(err)?;
+            crate::output::change_made(format!("key {id} is revoked"));
             if file.json {
                 crate::outln!("{}", public(&k));
             } else if was_revoked {

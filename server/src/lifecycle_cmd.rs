@@ -288,6 +288,12 @@ fn decide(db: &Engram, t: IdArgs, note: Option<String>, approve: bool) -> Result
     } else {
         s.reject(&r, note.as_deref())?
     };
+    crate::output::change_made(format!(
+        "{} {} (operation {})",
+        if approve { "approved" } else { "rejected" },
+        res.affected[0],
+        res.op_id
+    ));
     if t.json {
         json(&res)?;
     } else {
@@ -330,6 +336,10 @@ pub fn expire(ctx: &Ctx, a: ExpireArgs) -> CliResult {
     let r = (|| -> CliResult {
         let (tenant, r) = resolve_cli_id(&db, &a.target)?;
         let res = session_for(&db, &tenant, a.target.principal.as_deref()).expire(&r, at)?;
+        crate::output::change_made(format!(
+            "expired {} (operation {})",
+            res.affected[0], res.op_id
+        ));
         if a.target.json {
             json(&res)?;
         } else {
@@ -394,6 +404,7 @@ pub fn correct(ctx: &Ctx, a: CorrectArgs) -> CliResult {
             }
         }
         let res = s.append(vec![rec]).map_err(|e| e.with_item(None))?;
+        crate::output::change_made(format!("stored the correction {}", res[0].id));
         // The new version is stored whatever happens next: one this
         // principal cannot read (a label it does not hold, or a deletion
         // that raced it) is said so, never reported as a failure.
@@ -446,6 +457,11 @@ pub fn delete(ctx: &Ctx, a: DeleteArgs) -> CliResult {
         let (tenant, r) = resolve_cli_id(&db, &a.target)?;
         let res = session_for(&db, &tenant, a.target.principal.as_deref())
             .delete(&r, a.reason.as_deref())?;
+        crate::output::change_made(format!(
+            "deleted {} record(s) (operation {})",
+            res.affected.len(),
+            res.op_id
+        ));
         if a.target.json {
             json(&res)?;
         } else {
@@ -483,6 +499,11 @@ pub fn access(ctx: &Ctx, a: AccessArgs, revoke: bool) -> CliResult {
                 a.role.as_deref(),
             )?
         };
+        crate::output::change_made(format!(
+            "{} (operation {})",
+            if revoke { "revoked" } else { "granted" },
+            res.op_id
+        ));
         if a.json {
             json(&res)?;
         } else {
@@ -535,6 +556,7 @@ pub fn retention(ctx: &Ctx, a: RetentionArgs) -> CliResult {
     let r = session_for(&db, &a.tenant, a.act_as.as_deref()).set_retention(&a.class, period);
     crate::cli::close_store(&db);
     let res = r?;
+    crate::output::change_made(format!("set the retention (operation {})", res.op_id));
     crate::outln!(
         "retention of class '{}' in tenant '{}': {} (operation {})",
         a.class,
@@ -551,6 +573,7 @@ pub fn hold(ctx: &Ctx, a: HoldArgs) -> CliResult {
     let r = session_for(&db, &a.tenant, a.act_as.as_deref()).hold(&a.scope, !a.off);
     crate::cli::close_store(&db);
     let res = r?;
+    crate::output::change_made(format!("set the legal hold (operation {})", res.op_id));
     crate::outln!(
         "legal hold on '{}' in tenant '{}' {} (operation {})",
         a.scope,
@@ -578,6 +601,7 @@ pub fn compact(ctx: &Ctx, json_out: bool) -> CliResult {
         }
         e => CliError::Engine(e),
     })?;
+    crate::output::change_made(format!("compacted, {} record(s) purged", r.purged));
     if let Some(t) = &r.tail_cut {
         crate::eoutln!("recovery: {t}");
     }
@@ -651,6 +675,7 @@ pub fn backup(ctx: &Ctx, a: BackupArgs) -> CliResult {
     spinner.finish();
     crate::cli::close_store(&db);
     let r = r?;
+    crate::output::change_made(format!("wrote the backup to {}", a.dir.display()));
     if a.json {
         json(&r)?;
     } else {
@@ -694,6 +719,7 @@ pub fn restore(ctx: &Ctx, a: RestoreArgs) -> CliResult {
     let r = Engram::restore(&ctx.data, &a.dir, &opts, a.ledger.as_deref());
     spinner.finish();
     let r = r?;
+    crate::output::change_made(format!("restored {} record(s)", r.restored_records));
     crate::cli::remember_embedder_as(&ctx.data, ctx.embedder.as_deref(), true)?;
     if a.json {
         json(&r)?;

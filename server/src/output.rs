@@ -22,9 +22,40 @@ pub fn emit(line: std::fmt::Arguments<'_>) {
             drop(out);
             std::panic::resume_unwind(Box::new(StdoutClosed));
         }
-        emit_err(format_args!("error: cannot write output: {e}"));
+        match CHANGE_MADE.lock().take() {
+            Some(done) => emit_err(format_args!(
+                "error: cannot write output: {e}; the command had made its change before \
+                 (it is stored and durable: {done}): do not repeat it as if it had failed"
+            )),
+            None => emit_err(format_args!("error: cannot write output: {e}")),
+        }
         std::process::exit(1);
     }
+}
+
+/// Writes one line to stdout, flushed, like [`emit`], but returns a failure
+/// (a closed stdout included) to the caller instead of ending the command:
+/// for output whose loss the command must answer itself (a new key's
+/// secret, shown only once).
+pub fn try_emit(line: std::fmt::Arguments<'_>) -> std::io::Result<()> {
+    use std::io::Write;
+    let text = safe_line(line);
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|_| out.write_all(b"\n"))
+        .and_then(|_| out.flush())
+}
+
+/// What the running command changed in the store, once the change is
+/// durable: said by [`emit`] if the output that reports it cannot be
+/// written (`>/dev/full`), so its exit status 1 is not read as the change
+/// having failed.
+static CHANGE_MADE: parking_lot::Mutex<Option<String>> = parking_lot::Mutex::new(None);
+
+/// Records that the running command made its change (`done`, e.g.
+/// "deleted 3 record(s)"); see [`emit`].
+pub fn change_made(done: impl Into<String>) {
+    *CHANGE_MADE.lock() = Some(done.into());
 }
 
 /// Writes one line to stderr, control characters escaped (see

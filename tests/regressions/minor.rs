@@ -1530,3 +1530,55 @@ fn a_conflict_outside_the_top_claims_is_shown_whole() {
     drop(s);
     db.close().unwrap();
 }
+
+/// A command whose output cannot be written (`>/dev/full`) after it made
+/// its change says the change was made (its status 1 is the output's), and
+/// a new key whose secret nobody received is revoked at once.
+#[test]
+fn an_unwritable_stdout_after_a_change_says_the_change_was_made() {
+    let _serial = crate::cli::serial();
+    if std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .is_err()
+    {
+        return; // (no /dev/full on this system)
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path());
+    let to_full = |args: &[&str]| {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let mut all = vec!["--data", store.to_str().unwrap()];
+        all.extend_from_slice(args);
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+            .args(&all)
+            .stdout(std::process::Stdio::from(full))
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {o:?}");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let err = to_full(&["delete", "ext:a", "--tenant", "t"]);
+    assert!(
+        err.contains("cannot write output") && err.contains("deleted 1 record(s)"),
+        "{err}"
+    );
+    // (it was: a deleted record is no record to read)
+    let out = fails(&store, &["get", "ext:a", "--tenant", "t"]);
+    assert!(out.contains("no record"), "{out}");
+    let err = to_full(&["keys", "create", "--tenant", "t", "--principal", "p"]);
+    assert!(err.contains("was revoked at once"), "{err}");
+    let keys = cli::json(&ok(&store, &["keys", "list", "--json"]));
+    let keys = keys.as_array().unwrap();
+    assert_eq!(keys.len(), 1);
+    assert!(!keys[0]["revoked_at"].is_null(), "{keys:?}");
+    // a command that changed nothing says nothing of a change
+    let err = to_full(&["log", "--tenant", "t"]);
+    assert!(
+        err.contains("cannot write output") && !err.contains("made its change"),
+        "{err}"
+    );
+}
