@@ -138,6 +138,9 @@ pub struct RecallBenchResult {
     pub deleted: usize,
     /// Semantic records superseded by a correction.
     pub corrected: usize,
+    /// Events carrying the access label `restricted` (the querying users
+    /// do not hold it).
+    pub restricted: usize,
     /// Where texts and vectors came from.
     pub seed: String,
     /// Bytes of the log.
@@ -225,6 +228,7 @@ pub fn run(ctx: &Ctx, a: RecallBenchArgs) -> CliResult {
         vectors: built.vectors,
         deleted: built.deleted,
         corrected: built.corrected,
+        restricted: built.restricted,
         seed: seed.name.clone(),
         log_bytes: dir_bytes(&store.join("log")),
         build_s,
@@ -243,7 +247,7 @@ pub fn run(ctx: &Ctx, a: RecallBenchArgs) -> CliResult {
 }
 
 /// Bumped when the generator changes, so a kept store is rebuilt.
-const GENERATOR_VERSION: u32 = 2;
+const GENERATOR_VERSION: u32 = 3;
 /// Entities per tenant (a chain of `depends_on` relations joins them).
 const ENTITIES: usize = 12;
 const ENTITY_NAMES: [&str; ENTITIES] = [
@@ -271,11 +275,17 @@ const EVENT_KINDS: [&str; 4] = [
 const SEMANTIC_EVERY: usize = 10;
 /// One event in `DELETE_EVERY` is deleted after the build.
 const DELETE_EVERY: usize = 100;
-/// One semantic record in `CORRECT_EVERY` corrects (supersedes) the one
-/// before it.
+/// A semantic record whose index (`j / SEMANTIC_EVERY`) is a multiple of
+/// `CORRECT_EVERY` corrects (supersedes) the last one of an earlier batch,
+/// at most once per batch: the first of each batch of 1,000 records from
+/// a tenant's third on (its first batch has no facts: their sources are
+/// events of earlier batches), about one fact in a hundred.
 const CORRECT_EVERY: usize = 50;
 /// One event in `RESTRICTED_EVERY` carries the access label `restricted`
-/// (the querying users do not hold it).
+/// (the querying users do not hold it): those at index 5 mod 10, which is
+/// never a semantic record's (0 mod 10). (Generator 2 labelled index 0 mod
+/// 10, so only a tenant's first batch, before it had sources for facts,
+/// had restricted events: at most 97 per tenant.)
 const RESTRICTED_EVERY: usize = 10;
 const BASE_TIME_MS: i64 = 1_700_000_000_000;
 
@@ -491,6 +501,7 @@ struct Built {
     vectors: usize,
     deleted: usize,
     corrected: usize,
+    restricted: usize,
 }
 
 /// A tenant's progress through the build.
@@ -571,8 +582,9 @@ fn record(
                 conversation: Some(format!("conv_{}", j / 50)),
                 ..Scope::default()
             });
-        if j.is_multiple_of(RESTRICTED_EVERY) {
+        if j % RESTRICTED_EVERY == RESTRICTED_EVERY / 2 {
             r = r.with_access(&["restricted"]);
+            built.restricted += 1;
         }
         r
     };
@@ -608,6 +620,7 @@ fn build(ctx: &Ctx, store: &Path, plan: &Plan, seed: &Seed) -> Result<Built, Cli
         vectors: 0,
         deleted: 0,
         corrected: 0,
+        restricted: 0,
     };
     let mut left = total;
     while left > 0 {
@@ -910,13 +923,14 @@ impl Stats {
 fn print_report(r: &RecallBenchResult) {
     let m = &r.measured;
     crate::outln!(
-        "store: {} records over {} tenants (largest {}), {} with vectors, {} deleted, {} corrected; log {:.0} MiB",
+        "store: {} records over {} tenants (largest {}), {} with vectors, {} deleted, {} corrected, {} restricted; log {:.0} MiB",
         r.records,
         r.tenants,
         r.largest_tenant,
         r.vectors,
         r.deleted,
         r.corrected,
+        r.restricted,
         r.log_bytes as f64 / 1048576.0
     );
     crate::outln!("texts and vectors: {}", r.seed);

@@ -37,6 +37,10 @@ fn bench_recall_measures_a_generated_store_and_reuses_it() {
     assert!(r["build_s"].as_f64().unwrap() > 0.0);
     assert!(r["vectors"].as_u64().unwrap() > 0);
     assert!(r["deleted"].as_u64().unwrap() > 0);
+    // one event in ten carries the label the querying users do not hold
+    // (a generator labelled only a tenant's first batch: at most 97 each)
+    let restricted = r["restricted"].as_u64().unwrap();
+    assert!((240..=330).contains(&restricted), "restricted {restricted}");
     let m = &r["measured"];
     assert_eq!(m["empty"], 0, "every query finds something");
     let runs = m["runs"].as_array().unwrap();
@@ -63,6 +67,7 @@ fn bench_recall_measures_a_generated_store_and_reuses_it() {
     let again = run();
     assert_eq!(again["build_s"], 0.0);
     assert_eq!(again["vectors"], r["vectors"]);
+    assert_eq!(again["restricted"], r["restricted"]);
 }
 
 /// The smallest store a bench accepts runs: tenants too small to hold a
