@@ -5,17 +5,19 @@
 //! This module must never change records; the only thing it rewrites is the
 //! derived state checkpoint.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::ControlFlow;
 use std::path::Path;
 
 use engram_storage::{FrameLoc, StorageError};
+use roaring::RoaringBitmap;
 use serde::Serialize;
 
 use crate::codec;
 use crate::db::{Engram, Options, Session};
 use crate::error::{EngineError, Result};
 use crate::id::RecordId;
+use crate::state::{Idx, Sym};
 
 /// Counts of one tenant.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -30,6 +32,11 @@ pub struct TenantStats {
     pub by_type: BTreeMap<String, u64>,
     /// By status.
     pub by_status: BTreeMap<String, u64>,
+    /// Records out of every read for good (deleted, or past their
+    /// retention period, which `by_status` still counts as they were)
+    /// whose content is still in the store's files: the next compaction
+    /// purges them, except those a legal hold keeps (0: nothing waits).
+    pub awaiting_compaction: u64,
     /// Retention period per class set in the tenant (`engram retention`),
     /// as that command reads it (`30d`, `forever`). A class not listed
     /// is kept until deleted.
@@ -77,8 +84,14 @@ impl TenantStats {
     /// Counts one record. A deleted record counts under no kind, as its
     /// tombstone will after compaction: nothing of what it said, its kind
     /// included, shows once it is deleted.
-    fn count(&mut self, st: &crate::state::State, m: &crate::state::Meta) {
+    /// Counts record `idx`; `expired`: its tenant's records past their
+    /// retention period ([`crate::state::State::past_retention_set`]).
+    fn count(&mut self, st: &crate::state::State, idx: Idx, expired: &RoaringBitmap) {
+        let m = st.meta(idx);
         self.records += 1;
+        if !m.tombstone && st.shown_gone(idx, expired) {
+            self.awaiting_compaction += 1;
+        }
         if m.status != crate::model::Status::Deleted {
             let kind = st.strings.name(m.kind);
             *self.by_kind.entry(kind.to_string()).or_default() += 1;
@@ -238,11 +251,16 @@ impl Engram {
             records: st.len() as u64,
             ..StoreStats::default()
         };
-        for m in &st.metas {
+        let now = self.now_ms();
+        let mut expired: HashMap<Sym, RoaringBitmap> = HashMap::new();
+        for (idx, m) in (0..).zip(&st.metas) {
+            let past = expired
+                .entry(m.tenant)
+                .or_insert_with(|| st.past_retention_set(m.tenant, now).0);
             s.tenants
                 .entry(st.strings.name(m.tenant).to_string())
                 .or_default()
-                .count(&st, m);
+                .count(&st, idx, past);
         }
         for t in st.tenants.values() {
             if !t.retention.is_empty() || !t.holds.is_empty() || !t.review_rules.is_empty() {
@@ -529,9 +547,13 @@ impl Session {
             tenant: tenant.to_string(),
             ..TenantView::default()
         };
-        if let Some(bm) = st.tenant_sym(tenant).and_then(|t| st.bm_tenant.get(&t)) {
+        if let Some((sym, bm)) = st
+            .tenant_sym(tenant)
+            .and_then(|t| Some((t, st.bm_tenant.get(&t)?)))
+        {
+            let expired = st.past_retention_set(sym, self.db.now_ms()).0;
             for idx in bm.iter() {
-                view.counts.count(&st, st.meta(idx));
+                view.counts.count(&st, idx, &expired);
             }
         }
         if let Some(t) = st.tenant(tenant) {
@@ -548,6 +570,55 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use crate::{EngineError, Engram, NewRecord, Options, Principal};
+
+    #[test]
+    fn stats_count_what_waits_for_compaction() {
+        use crate::time::ManualClock;
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(1_700_000_000_000);
+        let opts = Options {
+            clock: Arc::new(clock.clone()),
+            ..Options::default()
+        };
+        let db = Engram::open(dir.path(), opts.clone()).unwrap();
+        let admin = db.session(Principal::admin("a"));
+        admin.set_retention("short", Some(5_000)).unwrap();
+        let mut short = NewRecord::event("note", "short lived");
+        short.retention_class = Some("short".into());
+        let res = admin
+            .append(vec![
+                NewRecord::event("note", "kept"),
+                NewRecord::event("note", "to delete"),
+                short,
+            ])
+            .unwrap();
+        let waiting = |db: &Engram| {
+            let store = db.stats().unwrap().tenants["a"].awaiting_compaction;
+            let tenant = db
+                .session(Principal::admin("a"))
+                .tenant_stats()
+                .unwrap()
+                .counts
+                .awaiting_compaction;
+            assert_eq!(store, tenant);
+            store
+        };
+        assert_eq!(waiting(&db), 0);
+        admin
+            .delete(&crate::RecordRef::Id(res[1].id), None)
+            .unwrap();
+        assert_eq!(waiting(&db), 1);
+        // past its retention period: out of every read, still on disk
+        clock.advance(10_000);
+        assert_eq!(waiting(&db), 2);
+        db.close().unwrap();
+        Engram::compact(dir.path(), &opts).unwrap();
+        let db = Engram::open(dir.path(), opts).unwrap();
+        assert_eq!(waiting(&db), 0);
+        assert_eq!(db.stats().unwrap().tenants["a"].records, 3);
+        db.close().unwrap();
+    }
 
     #[test]
     fn tenant_stats_count_the_tenant_only_and_need_its_admin() {

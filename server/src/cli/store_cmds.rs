@@ -150,6 +150,12 @@ pub(super) fn cmd_stats(ctx: &Ctx, a: JsonArgs) -> CliResult {
                 .map(|(k, n)| format!("{k} {n}"))
                 .collect();
             crate::outln!("             status {}", statuses.join(", "));
+            if ts.awaiting_compaction > 0 {
+                crate::outln!(
+                    "             {} record(s) out of every read whose content is still on disk: `engram compact` purges it (a server: POST /v1/compact)",
+                    ts.awaiting_compaction
+                );
+            }
             for (class, period) in &ts.retention {
                 crate::outln!("             retention {class}: {period}");
             }
