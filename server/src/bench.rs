@@ -199,12 +199,7 @@ impl KeptStore {
                 (Some(t), root)
             }
         };
-        if root.exists() && !root.is_dir() {
-            return Err(fail(format!(
-                "--dir {}: a file, not a directory",
-                root.display()
-            )));
-        }
+        check_bench_dir("--dir", &root)?;
         let store = root.join("store");
         let stamp = root.join(format!("bench-{bench}.params"));
         // Only a directory this bench made is written to: a missing or
@@ -486,10 +481,32 @@ fn check_ingest_args(a: &IngestBenchArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// A directory a bench builds stores in (`name` its flag): not a file,
+/// and not inside a store (whose maintenance removes what it owns under
+/// its directories), checked before anything is written there.
+pub(crate) fn check_bench_dir(name: &str, dir: &Path) -> Result<(), CliError> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(fail(format!(
+            "{name} {}: a file, not a directory",
+            dir.display()
+        )));
+    }
+    engram_engine::store_dir::refuse_inside_store(
+        &engram_storage::FsBackend,
+        dir,
+        name,
+        "give a directory outside every store",
+    )?;
+    Ok(())
+}
+
 fn ingest(ctx: &Ctx, a: IngestBenchArgs) -> CliResult {
     let tmp;
     let root = match &a.dir {
-        Some(d) => d.clone(),
+        Some(d) => {
+            check_bench_dir("--dir", d)?;
+            d.clone()
+        }
         None => {
             tmp = bench_tempdir()?;
             tmp.path().to_path_buf()

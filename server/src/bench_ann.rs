@@ -602,12 +602,7 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
     let temp;
     let (store_dir, mut kept) = match &a.store {
         Some(p) => {
-            if p.exists() && !p.is_dir() {
-                return Err(fail(format!(
-                    "--store {}: a file, not a directory",
-                    p.display()
-                )));
-            }
+            crate::bench::check_bench_dir("--store", p)?;
             std::fs::create_dir_all(p)
                 .map_err(|e| fail(format!("--store {}: {e}", p.display())))?;
             let want = Kept {

@@ -957,7 +957,7 @@ fn read_lines_bounded(
         }
         if out.len().saturating_add(n) > cap {
             return Err(CliError::Message(format!(
-                "{}: longer than {} MiB, the most this input may hold (nothing was run){hint}",
+                "{}: longer than {} MiB, the most this input may hold (nothing was done){hint}",
                 file.display(),
                 cap >> 20
             )));
@@ -966,7 +966,7 @@ fn read_lines_bounded(
         // one is one more)
         if line_no.saturating_sub(usize::from(line_len == 0)) > lines_cap {
             return Err(CliError::Message(format!(
-                "{}: more than {lines_cap} lines, the most this input may hold (nothing was run){hint}",
+                "{}: more than {lines_cap} lines, the most this input may hold (nothing was done){hint}",
                 file.display(),
             )));
         }

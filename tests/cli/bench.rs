@@ -420,6 +420,51 @@ fn bench_dir_never_replaces_what_the_bench_did_not_make() {
         !o.status.success() && err.contains("a file, not a directory"),
         "{err}"
     );
+    let o = engram(&[
+        "bench",
+        "ingest",
+        "--n",
+        "10",
+        "--quiet",
+        "--dir",
+        file.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("--dir") && err.contains("a file, not a directory"),
+        "{err}"
+    );
+    // a directory inside a store is refused before anything is written
+    // there (a params file and a store were left in its derived/ and log/)
+    let ds = tmp.path().join("ds");
+    std::fs::create_dir(&ds).unwrap();
+    write_dataset(&ds, 30, 2, 7);
+    let before = walk(&store);
+    for args in [
+        vec![
+            "bench",
+            "open",
+            "--records",
+            "200",
+            "--tenants",
+            "2",
+            "--dir",
+        ],
+        vec!["bench", "ingest", "--n", "10", "--dir"],
+        vec!["bench", "ann", "--dataset", ds.to_str().unwrap(), "--store"],
+    ] {
+        let inner = store.join("derived").join("b");
+        let mut all = args.clone();
+        all.extend([inner.to_str().unwrap(), "--quiet"]);
+        let o = engram(&all);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains("is inside the store at"),
+            "{args:?}: {err}"
+        );
+        assert!(!inner.exists(), "{args:?}");
+    }
+    assert_eq!(before, walk(&store));
     // and a count past the benches' bound is refused before any work
     for args in [
         &["bench", "open", "--records", "100000000000"][..],
@@ -771,4 +816,21 @@ fn bench_ann_does_not_reuse_a_store_of_a_dataset_written_again() {
     assert!(!o.status.success(), "a stale store was measured");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("written again"), "{err}");
+}
+
+/// Every path under `dir`, sorted.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p.clone());
+            }
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
 }

@@ -243,22 +243,27 @@ impl Config {
             }
         };
         let cfg_path = || file.map_or_else(|| PathBuf::from("--config"), Path::to_path_buf);
-        let address = |text: &str, source: PathBuf, name: &str| {
+        // (`name`: the key in the file; the flag is named by the error's
+        // path already)
+        let address = |text: &str, source: PathBuf, name: Option<&str>| {
             text.parse::<SocketAddr>().map_err(|_| ServerError::Config {
                 path: source,
-                reason: format!("{name}: '{text}' is not an address like 127.0.0.1:7878"),
+                reason: format!(
+                    "{}'{text}' is not an address like 127.0.0.1:7878",
+                    name.map(|n| format!("{n}: ")).unwrap_or_default()
+                ),
             })
         };
         // (the file's, checked even when --listen overrides it: a mistake
         // in it would surface only once the flag is dropped)
         let from_file = match &parsed.listen {
-            Some(l) => Some(address(l, cfg_path(), "listen")?),
+            Some(l) => Some(address(l, cfg_path(), Some("listen"))?),
             None => None,
         };
         let listen = match (listen_flag, from_file) {
-            (Some(l), _) => address(l, PathBuf::from("--listen"), "--listen")?,
+            (Some(l), _) => address(l, PathBuf::from("--listen"), None)?,
             (None, Some(l)) => l,
-            (None, None) => address(LISTEN_DEFAULT, PathBuf::from("--listen"), "--listen")?,
+            (None, None) => address(LISTEN_DEFAULT, PathBuf::from("--listen"), None)?,
         };
         let key_file = match parsed.key_file {
             _ if let Some(k) = key_file_flag => k.to_path_buf(),
@@ -446,6 +451,8 @@ mod tests {
         }
         let e = Config::load(dir.path(), None, (Some("x"), None)).unwrap_err();
         assert!(e.to_string().contains("--listen"), "{e}");
+        // (named once: the flag is the error's path)
+        assert_eq!(e.to_string().matches("--listen").count(), 1, "{e}");
         // a bulk batch left to its default fits a lower batch_records_max;
         // one given above it is refused
         std::fs::write(&f, "[limits]\nbatch_records_max = 500\n").unwrap();
