@@ -203,8 +203,8 @@ class Client:
         "lsn"}`` or ``{"line", "error"}``), each arriving once its batch is
         durable; then ``.summary`` holds the totals.
 
-        The server cuts the lines into atomic batches of ``batch`` (default
-        1000): a batch with an invalid line stores nothing and every line of
+        The server cuts the lines into atomic batches of ``batch`` (default:
+        the server's ``bulk_batch_default``, 1000 unless configured): a batch with an invalid line stores nothing and every line of
         it reports an error (``batch_rejected`` for the valid ones), and the
         stream goes on. ``line`` numbers count items of ``records`` from 1.
 
@@ -275,7 +275,11 @@ class Client:
         return cast(OpResponse, self._call(_api.expire(ref, at)))
 
     def delete(self, ref: str, *, reason: Optional[str] = None) -> OpResponse:
-        """Deletes the record, its versions and everything derived from them."""
+        """Deletes the record, its versions and everything derived from them.
+
+        They are out of every read at once; their bytes stay in the store's
+        files until a compaction purges them (``compact()`` with the store
+        key, or ``engram compact`` on a stopped store)."""
         return cast(OpResponse, self._call(_api.delete(ref, reason)))
 
     def retract(self, ref: str, *, reason: Optional[str] = None) -> OpResponse:

@@ -167,8 +167,9 @@ pub struct DeleteParams {
 }
 
 /// Delete a record, every version of its correction chain and everything
-/// derived from them. They are ineligible at once; `engram compact`
-/// purges their bytes.
+/// derived from them. They are ineligible at once; a compaction purges
+/// their bytes (`POST /v1/compact` with the store key, or `engram compact`
+/// on a stopped store).
 #[utoipa::path(
     delete, path = "/v1/records/{ref}", tag = "lifecycle",
     params(("ref" = String, Path, description = "The record"), DeleteParams),
