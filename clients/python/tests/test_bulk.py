@@ -246,20 +246,39 @@ def test_bulk_on_a_closed_client_is_an_engram_error() -> None:
         c.bulk([{"kind": "note", "text": "x"}]).run()
 
 
-def test_a_message_s_line_numbers_are_shifted_with_the_request() -> None:
-    from engram_client._api import _renumber_lines
+def test_a_result_s_numbers_are_shifted_and_its_message_is_the_server_s() -> None:
+    import json
 
-    assert _renumber_lines("line 1: bad (lines 1 and 3)", 10) == "line 11: bad (lines 11 and 13)"
+    from engram_client._api import BulkTotals
+
+    raw = {
+        "line": 1,
+        "error": {
+            "code": "external_id_conflict",
+            "message": "line 1: external_id 'see line 3 X' is stored with other content; "
+            'send a correction with "supersedes": "see line 3 X"',
+            "details": {"line": 1, "external_id": "see line 3 X"},
+        },
+    }
+    got = BulkTotals().take(json.dumps(raw).encode(), 4)
+    assert got is not None
+    assert got["line"] == 5
+    assert got["error"]["details"]["line"] == 5
+    # the message's leading line is counted over the iterable too; a value
+    # quoted in it (an external id naming a line) is never rewritten
+    assert got["error"]["message"] == raw["error"]["message"].replace("line 1:", "line 5:")
+    assert got["error"]["message"].count("see line 3 X") == 2
+    # a batch refused because of another line names the lines over the
+    # whole iterable
+    from engram_client._api import _renumber_message
+
     assert (
-        _renumber_lines("the batch of lines 3..=4 was rejected because of line 4", 2)
+        _renumber_message(
+            "batch_rejected", "the batch of lines 3..=4 was rejected because of line 4", 2
+        )
         == "the batch of lines 5..=6 was rejected because of line 6"
     )
-    assert _renumber_lines("online 5 items", 2) == "online 5 items"
-    # a quoted value the caller wrote is left as it was
-    assert (
-        _renumber_lines("line 1: no record with external id 'line 2'", 3)
-        == "line 4: no record with external id 'line 2'"
-    )
+    assert _renumber_message("invalid_input", "no line 2: here", 2) == "no line 2: here"
 
 
 def test_a_request_refused_whole_names_every_item_it_took_unstored() -> None:
@@ -293,3 +312,14 @@ def test_a_request_refused_whole_names_every_item_it_took_unstored() -> None:
             got.append(r)
     assert [r["line"] for r in got] == [1, 2]
     assert e.value.details["not_stored"] == {"from_line": 3, "to_line": 4}
+
+
+def test_without_a_batch_the_server_s_default_applies() -> None:
+    from engram_client._api import bulk_call, bulk_sizes
+
+    # no `?batch`: a server whose batch_records_max is below 1000 refused
+    # every bulk ingest that did not name one
+    assert bulk_sizes(None, None) == (None, 2000)
+    assert "batch" not in (bulk_call(None).params or {})
+    assert bulk_sizes(300, None) == (300, 600)
+    assert bulk_call(300).params == {"batch": "300"}

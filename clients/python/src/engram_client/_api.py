@@ -21,7 +21,9 @@ __version__ = "0.1.0"
 USER_AGENT = f"engram-client-python/{__version__}"
 
 DEFAULT_BULK_BATCH = 1000
-"""Lines per atomic batch the client asks for when ``batch`` is not given."""
+"""Lines per atomic batch a request's size is reckoned in when ``batch`` is
+not given (the server's ``bulk_batch_default``, 1000 unless configured:
+the client asks for no batch size then)."""
 
 BULK_BATCHES_PER_REQUEST = 2
 """Batches sent in one bulk HTTP request (see ``Client.bulk``)."""
@@ -549,8 +551,9 @@ def ndjson_line(item: Any, what: str) -> bytes:
     raise TypeError(f"{what} must be a dict, str or bytes, not {type(item).__name__}")
 
 
-def bulk_call(batch: int) -> Call:
-    """``POST /v1/records/bulk?batch=N`` (the body is streamed separately)."""
+def bulk_call(batch: Optional[int]) -> Call:
+    """``POST /v1/records/bulk?batch=N`` (the body is streamed separately;
+    without ``batch``, the server's ``bulk_batch_default`` applies)."""
     return Call(
         "POST",
         "/v1/records/bulk",
@@ -648,7 +651,7 @@ class BulkTotals:
                     if isinstance(details.get(k), int):
                         details[k] += offset
             if isinstance(err, dict) and isinstance(err.get("message"), str) and offset:
-                err["message"] = _renumber_lines(err["message"], offset)
+                err["message"] = _renumber_message(err.get("code"), err["message"], offset)
             return obj
         if "error" in obj:
             if not isinstance(obj["error"], dict):
@@ -750,12 +753,19 @@ def _count(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
-def bulk_sizes(batch: Optional[int], lines_per_request: Optional[int]) -> Tuple[int, int]:
-    """The batch to ask for, and the lines to send per HTTP request."""
-    b = DEFAULT_BULK_BATCH if batch is None else int(batch)
-    if b < 1:
+def bulk_sizes(
+    batch: Optional[int], lines_per_request: Optional[int]
+) -> Tuple[Optional[int], int]:
+    """The batch to ask for (``None``: the server's default), and the lines
+    to send per HTTP request."""
+    if batch is not None and int(batch) < 1:
         raise ValueError("batch must be at least 1")
-    per = b * BULK_BATCHES_PER_REQUEST if lines_per_request is None else int(lines_per_request)
+    b = None if batch is None else int(batch)
+    per = (
+        (b or DEFAULT_BULK_BATCH) * BULK_BATCHES_PER_REQUEST
+        if lines_per_request is None
+        else int(lines_per_request)
+    )
     if per < 1:
         raise ValueError("lines_per_request must be at least 1")
     return b, per
@@ -933,14 +943,17 @@ def check_max_answer_bytes(limit: int) -> int:
     return limit
 
 
-_LINES = re.compile(r"\b(lines?) (\d+)(?:(\.\.=| and )(\d+))?")
-_QUOTED = re.compile(r"('[^']*')")
+_LEADING_LINE = re.compile(r"line (\d+): ")
+_BATCH_LINES = re.compile(r"\b(lines?) (\d+)(?:(\.\.=)(\d+))?")
 
 
-def _renumber_lines(message: str, offset: int) -> str:
-    """A bulk error's message with the line numbers it names ("line 2",
-    "lines 3..=4", "lines 1 and 3") counted over the whole iterable rather
-    than the one request, as its `line` and `details` are."""
+def _renumber_message(code: Any, message: str, offset: int) -> str:
+    """A bulk error's message with the line numbers the server put in it
+    counted over the whole iterable rather than the one request, as its
+    `line` and `details` are: the leading "line N: " of a line's error, and
+    the lines of a `batch_rejected` message (the server's own text, with no
+    value of the caller's in it). Nothing else is touched: a value quoted in
+    a message (an external id that reads "line 3") stays as it was sent."""
 
     def shift(m: "re.Match[str]") -> str:
         out = f"{m.group(1)} {int(m.group(2)) + offset}"
@@ -948,6 +961,10 @@ def _renumber_lines(message: str, offset: int) -> str:
             out += f"{m.group(3)}{int(m.group(4)) + offset}"
         return out
 
-    # (not inside a quoted value: what the caller wrote is quoted as it was)
-    parts = _QUOTED.split(message)
-    return "".join(p if i % 2 else _LINES.sub(shift, p) for i, p in enumerate(parts))
+    if code == "batch_rejected":
+        return _BATCH_LINES.sub(shift, message)
+    m = _LEADING_LINE.match(message)
+    if m is None:
+        return message
+    return f"line {int(m.group(1)) + offset}: " + message[m.end() :]
+
