@@ -404,36 +404,19 @@ fn bench_dir_never_replaces_what_the_bench_did_not_make() {
     // a file where the directory goes is named as such
     let file = tmp.path().join("a-file");
     std::fs::write(&file, "x").unwrap();
-    let o = engram(&[
-        "bench",
-        "open",
-        "--records",
-        "200",
-        "--tenants",
-        "2",
-        "--quiet",
-        "--dir",
-        file.to_str().unwrap(),
-    ]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        !o.status.success() && err.contains("a file, not a directory"),
-        "{err}"
-    );
-    let o = engram(&[
-        "bench",
-        "ingest",
-        "--n",
-        "10",
-        "--quiet",
-        "--dir",
-        file.to_str().unwrap(),
-    ]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        !o.status.success() && err.contains("--dir") && err.contains("a file, not a directory"),
-        "{err}"
-    );
+    for args in [
+        &["bench", "open", "--records", "200", "--tenants", "2"][..],
+        &["bench", "ingest", "--n", "10"][..],
+    ] {
+        let mut all = args.to_vec();
+        all.extend(["--quiet", "--dir", file.to_str().unwrap()]);
+        let o = engram(&all);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains("--dir") && err.contains("a file, not a directory"),
+            "{args:?}: {err}"
+        );
+    }
     // a directory inside a store is refused before anything is written
     // there (a params file and a store were left in its derived/ and log/)
     let ds = tmp.path().join("ds");
