@@ -610,6 +610,19 @@ impl Engram {
             "backup directory",
             "a backup must live outside every store",
         )?;
+        // (a store's log/ may be a link to a directory elsewhere, with no
+        // marker above it)
+        if let Some(log) = crate::store_dir::enclosing_log_dir(backend, dest) {
+            return Err(EngineError::invalid(
+                "backup directory",
+                format!(
+                    "{} is inside {}, which holds a log's segment files (a store's log, or a \
+                     backup's): a backup must live outside every store",
+                    dest.display(),
+                    log.display()
+                ),
+            ));
+        }
         let created = !backend.exists(dest);
         // (an empty destination may hold a lock file or a marker of an
         // unfinished restore, which `classify` takes as empty: kept)

@@ -354,6 +354,12 @@ pub fn absolute(p: &Path) -> std::path::PathBuf {
 /// links resolved as far as the path exists) holding a store marker, if
 /// any.
 fn enclosing_store(backend: &dyn Backend, dir: &Path) -> Option<std::path::PathBuf> {
+    enclosing(dir, |a| backend.exists(&a.join(MARKER_FILE)))
+}
+
+/// The nearest directory above `dir` (as written, or with its links
+/// resolved) for which `is` holds.
+fn enclosing(dir: &Path, is: impl Fn(&Path) -> bool) -> Option<std::path::PathBuf> {
     let abs = if dir.is_absolute() {
         dir.to_path_buf()
     } else {
@@ -365,11 +371,23 @@ fn enclosing_store(backend: &dyn Backend, dir: &Path) -> Option<std::path::PathB
         let real = std::fs::canonicalize(a).ok()?;
         Some(real.join(abs.strip_prefix(a).ok()?))
     });
-    [Some(abs), resolved].into_iter().flatten().find_map(|p| {
-        p.ancestors()
-            .skip(1)
-            .find(|a| backend.exists(&a.join(MARKER_FILE)))
-            .map(Path::to_path_buf)
+    [Some(abs), resolved]
+        .into_iter()
+        .flatten()
+        .find_map(|p| p.ancestors().skip(1).find(|a| is(a)).map(Path::to_path_buf))
+}
+
+/// The nearest directory above `dir` holding a log's segment files: a
+/// store's `log/`, also where a link makes it live outside the store
+/// (which [`refuse_inside_store`] cannot see: no marker is above it).
+pub fn enclosing_log_dir(backend: &dyn Backend, dir: &Path) -> Option<std::path::PathBuf> {
+    enclosing(dir, |a| {
+        backend.list_dir(a).is_ok_and(|entries| {
+            entries.iter().any(|e| {
+                !e.is_dir
+                    && engram_storage::log::segment::parse_segment_file_name(&e.name).is_some()
+            })
+        })
     })
 }
 
@@ -435,28 +453,33 @@ pub fn remove_owned(backend: &dyn Backend, path: &Path) -> Result<Vec<String>> {
 /// Clears the outgoing log of a restore's swap (`old`, `log.old/`): removes
 /// what Engram owns, and moves what it does not (a file someone left in
 /// `log/`, which Engram ignores there) back into `log`, where it was.
-/// Returns what is left in `old` (a name `log` holds too, or everything
-/// when there is no `log`); `old` is gone when that is empty. A `log.old/`
-/// left holding a foreign file made every later restore fail its rename.
+/// Returns what is left in `old` (a name `log` holds too); `old` is gone
+/// when that is empty. A `log.old/` left holding a foreign file made every
+/// later restore fail its rename. Without a `log`, `old` is the store's
+/// only log (a swap cut short whose undoing failed): nothing is touched,
+/// and `old` is returned; so is an `old` that is a file, not a directory.
 pub fn clear_outgoing_log(backend: &dyn Backend, old: &Path, log: &Path) -> Result<Vec<String>> {
+    if !backend.exists(old) {
+        return Ok(Vec::new());
+    }
+    if !backend.exists(log) || backend.list_dir(old).is_err() {
+        return Ok(vec![old.display().to_string()]);
+    }
     remove_owned(backend, old)?;
     if !backend.exists(old) {
         return Ok(Vec::new());
     }
     let mut left = Vec::new();
-    let has_log = backend.exists(log);
     for e in backend.list_dir(old).map_err(io(old))? {
         let from = old.join(&e.name);
         let to = log.join(&e.name);
-        if has_log && !backend.exists(&to) {
-            backend.rename(&from, &to).map_err(io(&from))?;
-        } else {
+        if backend.exists(&to) {
             left.push(from.display().to_string());
+        } else {
+            backend.rename(&from, &to).map_err(io(&from))?;
         }
     }
-    if has_log {
-        backend.sync_dir(log).map_err(io(log))?;
-    }
+    backend.sync_dir(log).map_err(io(log))?;
     if left.is_empty() {
         backend.remove_dir_all(old).map_err(io(old))?;
         if let Some(parent) = old.parent() {
@@ -535,6 +558,26 @@ mod tests {
         let p = PathBuf::from(p);
         b.create_dir_all(p.parent().unwrap()).unwrap();
         b.open(&p, OpenMode::Create).unwrap();
+    }
+
+    #[test]
+    fn the_outgoing_log_is_cleared_only_beside_a_log() {
+        let b = MemBackend::new();
+        let seg = "/s/log.old/00000000000000000001.seg";
+        touch(&b, seg);
+        touch(&b, "/s/log.old/notes.txt");
+        let (old, log) = (Path::new("/s/log.old"), Path::new("/s/log"));
+        // no `log/`: `log.old/` is the store's only log, left whole
+        assert_eq!(
+            clear_outgoing_log(&b, old, log).unwrap(),
+            vec!["/s/log.old"]
+        );
+        assert!(b.exists(Path::new(seg)));
+        // beside a log: its segments go, the foreign file goes back
+        touch(&b, "/s/log/00000000000000000001.seg");
+        assert!(clear_outgoing_log(&b, old, log).unwrap().is_empty());
+        assert!(!b.exists(old));
+        assert!(b.exists(Path::new("/s/log/notes.txt")));
     }
 
     #[test]

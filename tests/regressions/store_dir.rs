@@ -107,12 +107,24 @@ fn rebuild_and_restore_leave_files_engram_does_not_name() {
     );
     let out = fails(&store, &["restore", bk.to_str().unwrap()]);
     assert!(out.contains("log.old") && out.contains("app.log"), "{out}");
-    assert!(out.contains("nothing was changed"), "{out}");
+    assert!(out.contains("the restore did not start"), "{out}");
+    assert!(!out.contains("  "), "{out}");
     assert!(!store.join("log.restore").exists());
     assert_eq!(cli::json(&ok(&store, &["stats", "--json"]))["records"], 5);
     std::fs::remove_file(store.join("log.old/app.log")).unwrap();
     ok(&store, &["restore", bk.to_str().unwrap()]);
     assert!(!store.join("log.old").exists());
+    // a file in `log.old`'s place is no outgoing log: every open goes on,
+    // and a restore names it
+    std::fs::write(store.join("log.old"), "mine").unwrap();
+    ok(&store, &["stats"]);
+    let out = fails(&store, &["restore", bk.to_str().unwrap()]);
+    assert!(out.contains("log.old"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(store.join("log.old")).unwrap(),
+        "mine"
+    );
+    assert_eq!(cli::json(&ok(&store, &["stats", "--json"]))["records"], 5);
 }
 
 #[test]
@@ -627,6 +639,19 @@ fn a_backup_inside_another_store_is_refused() {
     }
     assert_eq!(before, snapshot(&b), "the other store changed");
     ok(&a, &["backup", tmp.path().join("bk").to_str().unwrap()]);
+    // nor inside its log where a link makes it live outside the store
+    // (no marker above it)
+    #[cfg(unix)]
+    {
+        let elsewhere = tmp.path().join("b-log");
+        std::fs::rename(b.join("log"), &elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, b.join("log")).unwrap();
+        ok(&b, &["stats"]);
+        let dest = elsewhere.join("bk");
+        let out = fails(&a, &["backup", dest.to_str().unwrap()]);
+        assert!(out.contains("segment files"), "{out}");
+        assert!(!dest.exists());
+    }
 }
 
 #[test]

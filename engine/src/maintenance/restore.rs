@@ -395,7 +395,10 @@ impl Engram {
                 return Err(EngineError::invalid(
                     "store directory",
                     format!(
-                        "{} holds files Engram does not own, which the log's swap would                          overwrite ({}); move them away and restore again; nothing was changed",
+                        "{} holds what the log's swap would overwrite ({}): a file Engram does \
+                         not own whose name log/ holds too, a file in the directory's place, or \
+                         the store's only log (a swap cut short: open the store once to put it \
+                         back); move it away and restore again; the restore did not start",
                         old.display(),
                         left.join(", ")
                     ),
