@@ -75,8 +75,9 @@ pub fn segment_file_name(no: u64) -> String {
 /// (none when it does not exist). A directory named like a segment is
 /// refused by name: the segment it stands for is missing, which recovery
 /// would read as a gap or an empty log. With `remove_tmp`, leftovers of
-/// an interrupted segment rewrite (`*.tmp`: the original segment is still
-/// in place) are removed.
+/// an interrupted segment rewrite (a segment's name and `.tmp`: the
+/// original segment is still in place) are removed; any other file is not
+/// the log's, and stays.
 pub fn segment_numbers(
     backend: &dyn crate::backend::Backend,
     dir: &Path,
@@ -103,7 +104,12 @@ pub fn segment_numbers(
             }
         } else if let Some(no) = no {
             numbers.push(no);
-        } else if remove_tmp && entry.name.ends_with(".tmp") {
+        } else if remove_tmp
+            && entry
+                .name
+                .strip_suffix(".tmp")
+                .is_some_and(|n| parse_segment_file_name(n).is_some())
+        {
             let p = dir.join(&entry.name);
             backend
                 .remove_file(&p)
@@ -591,6 +597,27 @@ mod tests {
             );
         }
         assert!(decode_header(&encode_header_with_end(1, 1, Some(LSN_MAX), None)).is_ok());
+    }
+
+    #[test]
+    fn only_a_rewrite_s_leftover_is_removed_from_the_log_directory() {
+        use crate::backend::{Backend, MemBackend, OpenMode};
+        let b = MemBackend::new();
+        let dir = Path::new("/s/log");
+        b.create_dir_all(dir).unwrap();
+        for name in [
+            "00000000000000000001.seg",
+            "00000000000000000001.seg.tmp",
+            "notes.tmp",
+            "app.log",
+        ] {
+            b.open(&dir.join(name), OpenMode::Create).unwrap();
+        }
+        assert_eq!(segment_numbers(&b, dir, true).unwrap(), vec![1]);
+        assert!(!b.exists(&dir.join("00000000000000000001.seg.tmp")));
+        // a file of someone else's, named .tmp or not, stays
+        assert!(b.exists(&dir.join("notes.tmp")));
+        assert!(b.exists(&dir.join("app.log")));
     }
 
     #[test]
