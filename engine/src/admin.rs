@@ -81,11 +81,11 @@ impl TenantStats {
             .collect();
     }
 
-    /// Counts one record. A deleted record counts under no kind, as its
-    /// tombstone will after compaction: nothing of what it said, its kind
-    /// included, shows once it is deleted.
-    /// Counts record `idx`; `expired`: its tenant's records past their
-    /// retention period ([`crate::state::State::past_retention_set`]).
+    /// Counts record `idx` (`expired`: its tenant's records past their
+    /// retention period, [`crate::state::State::past_retention_set`]). A
+    /// deleted record counts under no kind, as its tombstone will after
+    /// compaction: nothing of what it said, its kind included, shows once
+    /// it is deleted.
     fn count(&mut self, st: &crate::state::State, idx: Idx, expired: &RoaringBitmap) {
         let m = st.meta(idx);
         self.records += 1;

@@ -360,12 +360,11 @@ pub fn ingest(ctx: &Ctx, a: IngestArgs) -> CliResult {
         (a.batch_size, &bar),
         &mut report,
     );
-    if report.created + report.duplicates > 0 {
+    // (a run whose every line was already stored changed nothing)
+    if report.created > 0 {
         crate::output::change_made(format!(
-            "stored {} record(s): {} created, {} already there",
-            report.created + report.duplicates,
-            report.created,
-            report.duplicates
+            "stored {} new record(s) ({} already there)",
+            report.created, report.duplicates
         ));
     }
     if db.applied_lsn() > at_open {

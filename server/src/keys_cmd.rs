@@ -105,6 +105,30 @@ pub fn serve(ctx: &crate::cli::Ctx, a: ServeArgs) -> CliResult {
     }
 }
 
+/// Whether stdout is the null device (where a closed stdout is, too: the
+/// Rust runtime opens /dev/null for a standard descriptor it finds closed).
+fn stdout_is_null() -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsFd;
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let Ok(fd) = std::io::stdout().as_fd().try_clone_to_owned() else {
+            return true;
+        };
+        let (Ok(out), Ok(null)) = (
+            std::fs::File::from(fd).metadata(),
+            std::fs::metadata("/dev/null"),
+        ) else {
+            return false;
+        };
+        out.file_type().is_char_device() && out.rdev() == null.rdev()
+    }
+    #[cfg(not(unix))]
+    {
+        false
+    }
+}
+
 fn key_file(data: &Path, a: &KeyFileArgs) -> Result<PathBuf, CliError> {
     use engram_engine::store_dir::{BACKUP_FILE, DirKind, classify, refuse_unfinished};
     if let Some(k) = &a.key_file {
@@ -287,6 +311,16 @@ pub fn keys(data: &Path, cmd: KeysCommand) -> CliResult {
                     }),
                 }
             };
+            // A stdout that discards what is written to it (`>/dev/null`;
+            // a closed one, `>&-`, which the runtime opens on /dev/null)
+            // would show the key to nobody.
+            if stdout_is_null() {
+                return Err(CliError::Message(
+                    "stdout is /dev/null (or was closed): the new key would be shown to nobody; \
+                     no key was created"
+                        .into(),
+                ));
+            }
             let (key, entry) = keys::create(&path, grant).map_err(err)?;
             let shown = if a.file.json {
                 let mut v = public(&entry);

@@ -266,6 +266,7 @@ fn review_inner(db: &Engram, cmd: ReviewCommand) -> CliResult {
         } => {
             let res = session_for(db, &tenant, act_as.as_deref())
                 .set_review_rule_named(&kind, &writer, review)?;
+            crate::output::change_made(format!("set the review rule (operation {})", res.op_id));
             crate::outln!(
                 "in tenant '{tenant}', a {kind} written by a {writer} {} (operation {})",
                 if review {

@@ -1575,6 +1575,29 @@ fn an_unwritable_stdout_after_a_change_says_the_change_was_made() {
     let keys = keys.as_array().unwrap();
     assert_eq!(keys.len(), 1);
     assert!(!keys[0]["revoked_at"].is_null(), "{keys:?}");
+    // stdout on /dev/null (where a closed one is put): no key is created
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+        .args([
+            "--data",
+            store.to_str().unwrap(),
+            "keys",
+            "create",
+            "--tenant",
+            "t",
+        ])
+        .args(["--principal", "p"])
+        .stdout(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no key was created"));
+    let keys = cli::json(&ok(&store, &["keys", "list", "--json"]));
+    assert_eq!(keys.as_array().unwrap().len(), 1, "{keys}");
+    let err = to_full(&[
+        "review", "rule", "--tenant", "t", "--kind", "note", "--writer", "model", "--review",
+        "true",
+    ]);
+    assert!(err.contains("set the review rule"), "{err}");
     // a command that changed nothing says nothing of a change
     let err = to_full(&["log", "--tenant", "t"]);
     assert!(

@@ -152,7 +152,7 @@ pub(super) fn cmd_stats(ctx: &Ctx, a: JsonArgs) -> CliResult {
             crate::outln!("             status {}", statuses.join(", "));
             if ts.awaiting_compaction > 0 {
                 crate::outln!(
-                    "             {} record(s) out of every read whose content is still on disk: `engram compact` purges it (a server: POST /v1/compact)",
+                    "             {} record(s) out of every read whose content is still on disk: `engram compact` purges it (a server: POST /v1/compact), except what a legal hold keeps",
                     ts.awaiting_compaction
                 );
             }
@@ -381,6 +381,7 @@ pub(super) fn cmd_init(ctx: &Ctx, a: JsonArgs) -> CliResult {
     let db = ctx.open_store_with(true)?;
     let embedder = db.embedder_model().unwrap_or_else(|| "none".into());
     crate::cli::close_store(&db);
+    crate::output::change_made(format!("created the store at {}", data.display()));
     if a.json {
         print_json(
             &serde_json::json!({"created": data.display().to_string(), "embedder": embedder}),
@@ -509,6 +510,7 @@ pub(super) fn cmd_repair(ctx: &Ctx, a: RepairArgs) -> CliResult {
         return Ok(ExitCode::SUCCESS);
     };
     let r = Engram::repair_log(data, &opts, keep)?;
+    crate::output::change_made(format!("cut the log after LSN {}", r.kept_through));
     if a.json {
         print_json(&r)?;
     } else if r.bytes_quarantined == 0 {
