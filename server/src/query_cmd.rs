@@ -159,20 +159,27 @@ pub(crate) fn param_value(
     value: &str,
     text: impl FnOnce(&str) -> String,
 ) -> Result<ParamValue, String> {
-    match serde_json::from_str::<Value>(value) {
+    // strictly, as `--param-file` and `POST /v1/query` read parameters: an
+    // integer past 2^53 was rounded to the nearest double
+    match engram_query::strict::parse(value) {
         Ok(j) => ParamValue::from_json(&j),
-        Err(e) if value.trim_start().starts_with(['[', '{']) => Err(format!(
+        Err(Ok((at, reason))) => Err(if at == "-" {
+            reason
+        } else {
+            format!("{at}: {reason}")
+        }),
+        Err(Err(e)) if value.trim_start().starts_with(['[', '{']) => Err(format!(
             "'{}' opens like a JSON list or object but does not parse ({e}); a vector is a \
              JSON list of finite numbers (a text starting with '[' is written as a JSON string)",
             value.chars().take(40).collect::<String>()
         )),
         // (a number JSON cannot hold is no text either: `1e400` was bound
         // as a string, and refused as the wrong type where it was used)
-        Err(e) if e.to_string().starts_with("number out of range") => Err(format!(
+        Err(Err(e)) if e.to_string().starts_with("number out of range") => Err(format!(
             "'{}' is a number past the range of a 64-bit float",
             value.chars().take(40).collect::<String>()
         )),
-        Err(_) => Ok(ParamValue::String(text(value))),
+        Err(Err(_)) => Ok(ParamValue::String(text(value))),
     }
 }
 
@@ -427,6 +434,16 @@ mod tests {
         assert!(matches!(
             param_value("\"[x]\"", str::to_string),
             Ok(ParamValue::String(s)) if s == "[x]"
+        ));
+        // an integer a double cannot carry is refused, as `--param-file`
+        // and `POST /v1/query` refuse it (it was rounded)
+        let e = param_value("9007199254740993", str::to_string).unwrap_err();
+        assert!(e.contains("beyond 2^53"), "{e}");
+        let e = param_value("[1, 2, 9007199254740993]", str::to_string).unwrap_err();
+        assert!(e.starts_with("[2]: ") && e.contains("beyond 2^53"), "{e}");
+        assert!(matches!(
+            param_value("9007199254740992", str::to_string),
+            Ok(ParamValue::Number(_))
         ));
         // a number past f64 is refused as one, not bound as text
         for big in ["1e400", "-1e999"] {
