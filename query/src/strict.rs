@@ -183,21 +183,34 @@ enum Segment {
     Key(String),
 }
 
-/// A path as refusals name it: `data.ids[2]`.
+/// A path as refusals name it: `data.ids[2]`. A key longer than
+/// [`KEY_SHOWN_MAX`] characters is cut, marked with `...`: a refusal
+/// quoting a key of megabytes (several times, in its message and its
+/// field) made an answer several times the body's size.
 fn render(path: &[Segment]) -> String {
     let mut out = String::new();
     for s in path {
         match s {
             Segment::Index(i) => out.push_str(&format!("[{i}]")),
-            Segment::Key(k) if out.is_empty() => out.push_str(k),
             Segment::Key(k) => {
-                out.push('.');
-                out.push_str(k);
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                match k.char_indices().nth(KEY_SHOWN_MAX) {
+                    Some((cut, _)) => {
+                        out.push_str(&k[..cut]);
+                        out.push_str("...");
+                    }
+                    None => out.push_str(k),
+                }
             }
         }
     }
     out
 }
+
+/// Characters of a key a refusal's path shows.
+const KEY_SHOWN_MAX: usize = 64;
 
 /// The walk over one document. The path of the value being read is one
 /// stack the walk pushes onto and pops, shared by every level, and written
@@ -450,6 +463,19 @@ mod tests {
     /// here (38 s for an eighth of it); the walk takes well under a second.
     /// The bound below is a hundred times that, so only the quadratic walk
     /// fails it.
+    #[test]
+    fn a_long_key_is_cut_in_a_refusal_s_path() {
+        let key = "k".repeat(100_000);
+        let e = parse(&format!(r#"{{"{key}": {{"a": 1, "a": 2}}}}"#))
+            .unwrap_err()
+            .unwrap();
+        assert_eq!(e.0, format!("{}....a", "k".repeat(KEY_SHOWN_MAX)));
+        let e = parse(r#"{"data": {"é": {"x": 1, "x": 1}}}"#)
+            .unwrap_err()
+            .unwrap();
+        assert_eq!(e.0, "data.é.x");
+    }
+
     #[test]
     fn many_values_under_a_long_key_parse_in_linear_time() {
         let key = "k".repeat(4 << 20);
