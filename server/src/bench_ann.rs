@@ -627,14 +627,14 @@ pub fn run(ctx: &Ctx, a: AnnArgs) -> CliResult {
                     "it was kept by a run over another dataset, a dataset since written \
                      again, or other parameters"
                 } else if p.join("ENGRAM").exists() {
-                    "it holds a store but no record of a finished run (one interrupted \
-                     while building leaves this)"
+                    "it holds a store but no record of a finished run of this bench (a \
+                     store of yours, or one a run interrupted while building left)"
                 } else {
                     "it is no store kept by `engram bench ann`"
                 };
                 return Err(CliError::Message(format!(
-                    "--store {}: not empty, and not reusable: {why}; remove it, or give \
-                     another directory",
+                    "--store {}: not empty, and not reusable: {why}; give another \
+                     directory (or remove this one if a bench made it)",
                     p.display()
                 )));
             }

@@ -273,12 +273,26 @@ def test_a_result_s_numbers_are_shifted_and_its_message_is_the_server_s() -> Non
     from engram_client._api import _renumber_message
 
     assert (
-        _renumber_message(
-            "batch_rejected", "the batch of lines 3..=4 was rejected because of line 4", 2
-        )
+        _renumber_message("the batch of lines 3..=4 was rejected because of line 4", 2)
         == "the batch of lines 5..=6 was rejected because of line 6"
     )
-    assert _renumber_message("invalid_input", "no line 2: here", 2) == "no line 2: here"
+    # every line the server names, in any code's message
+    assert (
+        _renumber_message(
+            "line 4: invalid external_id: 'd' appears twice in the batch (lines 1 and 4) "
+            "and line 4 does not supersede it",
+            10,
+        )
+        == "line 14: invalid external_id: 'd' appears twice in the batch (lines 11 and 14) "
+        "and line 14 does not supersede it"
+    )
+    assert (
+        _renumber_message("not valid JSON at line 3 column 2: x", 6)
+        == "not valid JSON at line 9 column 2: x"
+    )
+    assert _renumber_message("id 'line 2: x' and \"lines 3\"", 2) == (
+        "id 'line 2: x' and \"lines 3\""
+    )
 
 
 def test_a_request_refused_whole_names_every_item_it_took_unstored() -> None:

@@ -651,7 +651,7 @@ class BulkTotals:
                     if isinstance(details.get(k), int):
                         details[k] += offset
             if isinstance(err, dict) and isinstance(err.get("message"), str) and offset:
-                err["message"] = _renumber_message(err.get("code"), err["message"], offset)
+                err["message"] = _renumber_message(err["message"], offset)
             return obj
         if "error" in obj:
             if not isinstance(obj["error"], dict):
@@ -943,17 +943,17 @@ def check_max_answer_bytes(limit: int) -> int:
     return limit
 
 
-_LEADING_LINE = re.compile(r"line (\d+): ")
-_BATCH_LINES = re.compile(r"\b(lines?) (\d+)(?:(\.\.=)(\d+))?")
+_LINE_REFS = re.compile(r"(?<![\w'\"])(lines?) (\d+)(?:(\.\.=| and )(\d+))?")
+_QUOTED = re.compile(r"('[^']*'|\"[^\"]*\")")
 
 
-def _renumber_message(code: Any, message: str, offset: int) -> str:
-    """A bulk error's message with the line numbers the server put in it
+def _renumber_message(message: str, offset: int) -> str:
+    """A bulk error's message with the line numbers the server wrote in it
+    ("line 4: ...", "(lines 1 and 4)", "lines 3..=4", "at line 3 column 2")
     counted over the whole iterable rather than the one request, as its
-    `line` and `details` are: the leading "line N: " of a line's error, and
-    the lines of a `batch_rejected` message (the server's own text, with no
-    value of the caller's in it). Nothing else is touched: a value quoted in
-    a message (an external id that reads "line 3") stays as it was sent."""
+    `line` and `details` are. A value quoted in the message (an external id
+    that reads 'line 3') is left as it was sent: a reference inside quotes,
+    or inside a word, is not the server's."""
 
     def shift(m: "re.Match[str]") -> str:
         out = f"{m.group(1)} {int(m.group(2)) + offset}"
@@ -961,10 +961,6 @@ def _renumber_message(code: Any, message: str, offset: int) -> str:
             out += f"{m.group(3)}{int(m.group(4)) + offset}"
         return out
 
-    if code == "batch_rejected":
-        return _BATCH_LINES.sub(shift, message)
-    m = _LEADING_LINE.match(message)
-    if m is None:
-        return message
-    return f"line {int(m.group(1)) + offset}: " + message[m.end() :]
-
+    # (outside quoted values: what the caller wrote is quoted as it was)
+    parts = _QUOTED.split(message)
+    return "".join(p if i % 2 else _LINE_REFS.sub(shift, p) for i, p in enumerate(parts))

@@ -204,16 +204,20 @@ class Client:
         durable; then ``.summary`` holds the totals.
 
         The server cuts the lines into atomic batches of ``batch`` (default:
-        the server's ``bulk_batch_default``, 1000 unless configured): a batch with an invalid line stores nothing and every line of
-        it reports an error (``batch_rejected`` for the valid ones), and the
+        the server's ``bulk_batch_default``, 1000 unless configured): a
+        batch with an invalid line stores nothing and every line of it
+        reports an error (``batch_rejected`` for the valid ones), and the
         stream goes on. ``line`` numbers count items of ``records`` from 1.
 
         An HTTP/1.1 client built on httpx sends a request body whole before
         it reads the answer, while the server stops reading a bulk body when
         a few batches of results wait unread. So the iterable is sent as
         consecutive requests of ``lines_per_request`` lines (default two
-        batches): memory stays bounded, and results arrive as each request's
-        batches are stored (a request's end also ends its last batch).
+        batches of ``batch``, or 2,000 lines without it): memory stays
+        bounded, and results arrive as each request's batches are stored (a
+        request's end also ends its last batch, so give ``batch`` when a
+        batch must not be cut short, or a ``lines_per_request`` that is a
+        multiple of the server's batch).
         Bulk ingest is not retried; re-sending lines
         with external ids is idempotent, and the results say which lines
         were stored. A failure of the whole stream (the store failing, the

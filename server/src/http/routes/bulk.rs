@@ -161,13 +161,26 @@ enum Stop {
 }
 
 /// `msg` with each "item N" / "items N and M" (positions in the batch)
-/// said as the body's line numbers (`lines[N]`).
+/// said as the body's line numbers (`lines[N]`). Only a word of the
+/// message's own: "item" inside a word, or opening a quoted value (an
+/// external id `'item 0'`), is the client's text and stays as sent.
 fn items_as_lines(msg: &str, lines: &[usize]) -> String {
     let mut out = String::with_capacity(msg.len());
     let mut rest = msg;
     while let Some(at) = rest.find("item") {
+        let before = out
+            .chars()
+            .last()
+            .into_iter()
+            .chain(rest[..at].chars().last())
+            .last();
         out.push_str(&rest[..at]);
         let after = &rest[at + 4..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '\'' || c == '"' || c == '_') {
+            out.push_str("item");
+            rest = after;
+            continue;
+        }
         let (plural, after) = match after.strip_prefix('s') {
             Some(a) => (true, a),
             None => (false, after),
@@ -584,5 +597,14 @@ mod tests {
             "an itemized note"
         );
         assert_eq!(items_as_lines("item 9: x", &lines), "item 9: x");
+        // a value the client wrote, quoted in the message, stays as sent
+        assert_eq!(
+            items_as_lines(
+                "item 1: external id 'item 0' and \"item 2\" (item 2)",
+                &lines
+            ),
+            "line 2: external id 'item 0' and \"item 2\" (line 4)"
+        );
+        assert_eq!(items_as_lines("subitem 1", &lines), "subitem 1");
     }
 }
