@@ -377,16 +377,28 @@ fn enclosing(dir: &Path, is: impl Fn(&Path) -> bool) -> Option<std::path::PathBu
         .find_map(|p| p.ancestors().skip(1).find(|a| is(a)).map(Path::to_path_buf))
 }
 
-/// The nearest directory above `dir` holding a log's segment files: a
-/// store's `log/`, also where a link makes it live outside the store
-/// (which [`refuse_inside_store`] cannot see: no marker is above it).
+/// The nearest directory above `dir` that is a log: segment files and
+/// nothing else (beside the part of `dir` being made in it): a store's
+/// `log/`, also where a link makes it live outside the store (which
+/// [`refuse_inside_store`] cannot see: no marker is above it). A directory
+/// holding a copied segment among other files is no log.
 pub fn enclosing_log_dir(backend: &dyn Backend, dir: &Path) -> Option<std::path::PathBuf> {
+    use engram_storage::log::segment::parse_segment_file_name;
+    let segment = |n: &str| parse_segment_file_name(n).is_some();
+    let below = |a: &Path| {
+        dir.strip_prefix(a)
+            .ok()
+            .and_then(|r| r.components().next())
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+    };
     enclosing(dir, |a| {
         backend.list_dir(a).is_ok_and(|entries| {
-            entries.iter().any(|e| {
-                !e.is_dir
-                    && engram_storage::log::segment::parse_segment_file_name(&e.name).is_some()
-            })
+            entries.iter().any(|e| !e.is_dir && segment(&e.name))
+                && entries.iter().all(|e| {
+                    (!e.is_dir && segment(&e.name))
+                        || e.name.strip_suffix(".tmp").is_some_and(segment)
+                        || below(a).as_deref() == Some(e.name.as_str())
+                })
         })
     })
 }
@@ -453,17 +465,40 @@ pub fn remove_owned(backend: &dyn Backend, path: &Path) -> Result<Vec<String>> {
 /// Clears the outgoing log of a restore's swap (`old`, `log.old/`): removes
 /// what Engram owns, and moves what it does not (a file someone left in
 /// `log/`, which Engram ignores there) back into `log`, where it was.
-/// Returns what is left in `old` (a name `log` holds too); `old` is gone
-/// when that is empty. A `log.old/` left holding a foreign file made every
-/// later restore fail its rename. Without a `log`, `old` is the store's
-/// only log (a swap cut short whose undoing failed): nothing is touched,
-/// and `old` is returned; so is an `old` that is a file, not a directory.
+/// Returns what is left in `old` (a name `log` holds too, or a file whose
+/// move failed); `old` is gone when that is empty. A `log.old/` left
+/// holding a foreign file made every later restore fail its rename.
+/// Without a `log`, `old` is the store's only log (a swap cut short whose
+/// undoing failed): nothing is touched, and `old` is returned; so is an
+/// `old` that is a file, not a directory. An `old` that is a symbolic link
+/// (a `log/` that led to another disk) loses the segments where it leads
+/// and then the link itself: the other files there (`lost+found`, say)
+/// stay where they are.
 pub fn clear_outgoing_log(backend: &dyn Backend, old: &Path, log: &Path) -> Result<Vec<String>> {
     if !backend.exists(old) {
         return Ok(Vec::new());
     }
-    if !backend.exists(log) || backend.list_dir(old).is_err() {
+    let Ok(entries) = backend.list_dir(old) else {
         return Ok(vec![old.display().to_string()]);
+    };
+    if !backend.exists(log) {
+        return Ok(vec![old.display().to_string()]);
+    }
+    if is_link(backend, old) {
+        for e in entries
+            .iter()
+            .filter(|e| !e.is_dir && is_owned_name(&e.name))
+        {
+            let p = old.join(&e.name);
+            backend.remove_file(&p).map_err(io(&p))?;
+        }
+        let real = backend.real_path(old);
+        backend.sync_dir(&real).map_err(io(&real))?;
+        backend.remove_file(old).map_err(io(old))?;
+        if let Some(parent) = old.parent() {
+            backend.sync_dir(parent).map_err(io(parent))?;
+        }
+        return Ok(Vec::new());
     }
     remove_owned(backend, old)?;
     if !backend.exists(old) {
@@ -473,10 +508,10 @@ pub fn clear_outgoing_log(backend: &dyn Backend, old: &Path, log: &Path) -> Resu
     for e in backend.list_dir(old).map_err(io(old))? {
         let from = old.join(&e.name);
         let to = log.join(&e.name);
-        if backend.exists(&to) {
+        // (a move that fails, across file systems say, leaves the file in
+        // `old`: named, never an error that would stop every open)
+        if backend.exists(&to) || backend.rename(&from, &to).is_err() {
             left.push(from.display().to_string());
-        } else {
-            backend.rename(&from, &to).map_err(io(&from))?;
         }
     }
     backend.sync_dir(log).map_err(io(log))?;
@@ -487,6 +522,16 @@ pub fn clear_outgoing_log(backend: &dyn Backend, old: &Path, log: &Path) -> Resu
         }
     }
     Ok(left)
+}
+
+/// Whether `path` is itself a symbolic link (its parent's links aside).
+fn is_link(backend: &dyn Backend, path: &Path) -> bool {
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => {
+            backend.real_path(path) != backend.real_path(parent).join(name)
+        }
+        _ => false,
+    }
 }
 
 /// Removes a copy of a store Engram made under `path` for its own use

@@ -677,3 +677,65 @@ fn keys_refuse_a_store_this_build_cannot_read_and_write_nothing() {
         assert!(!store.join("keys.json").exists());
     }
 }
+
+/// A restore over a `log/` that is a link to another directory: the old
+/// log's segments go from there, files of other names there stay where
+/// they are (a move across file systems failed, and every later open
+/// failed with it), and the store opens with the restored log.
+#[cfg(unix)]
+#[test]
+fn a_restore_over_a_linked_log_leaves_the_link_target_s_other_files() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 4);
+    ok(&store, &["ingest", file.to_str().unwrap()]);
+    let bk = tmp.path().join("bk");
+    ok(&store, &["backup", bk.to_str().unwrap()]);
+    let elsewhere = tmp.path().join("disk2");
+    std::fs::rename(store.join("log"), &elsewhere).unwrap();
+    std::fs::create_dir(elsewhere.join("lost+found")).unwrap();
+    std::fs::write(elsewhere.join("README"), "mine").unwrap();
+    std::os::unix::fs::symlink(&elsewhere, store.join("log")).unwrap();
+    ok(&store, &["restore", bk.to_str().unwrap()]);
+    assert!(!store.join("log.old").exists());
+    assert!(
+        !std::fs::symlink_metadata(store.join("log"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        std::fs::read_to_string(elsewhere.join("README")).unwrap(),
+        "mine"
+    );
+    assert!(elsewhere.join("lost+found").is_dir());
+    let segments = std::fs::read_dir(&elsewhere)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".seg")
+        })
+        .count();
+    assert_eq!(
+        segments, 0,
+        "the old log's segments stayed where the link led"
+    );
+    assert_eq!(cli::json(&ok(&store, &["stats", "--json"]))["records"], 4);
+    // a copied segment among other files does not make a directory a log:
+    // a backup under it is accepted
+    let home = tmp.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::fs::write(home.join("notes.txt"), "n").unwrap();
+    let seg = std::fs::read_dir(store.join("log"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::copy(&seg, home.join(seg.file_name().unwrap())).unwrap();
+    ok(&store, &["backup", home.join("bk").to_str().unwrap()]);
+}

@@ -437,8 +437,9 @@ fn recover_log_swap(backend: &dyn Backend, dir: &Path) -> Result<()> {
     // The incoming copy is renamed to `log/` in one step: while it exists,
     // the swap has not happened and the store keeps its own log.
     let swapped = !backend.exists(&incoming);
-    if !backend.exists(&log) && backend.exists(&old) {
-        // crashed between the two renames: put the old log back
+    if !backend.exists(&log) && backend.list_dir(&old).is_ok() {
+        // crashed between the two renames: put the old log back (a
+        // directory: a file of that name is no log)
         backend.rename(&old, &log).map_err(io(&old))?;
     }
     // an incoming copy that never became the log is abandoned (rerun the restore)
