@@ -163,11 +163,17 @@ pub(crate) fn param_value(
     // integer past 2^53 was rounded to the nearest double
     match engram_query::strict::parse(value) {
         Ok(j) => ParamValue::from_json(&j),
-        Err(Ok((at, reason))) => Err(if at == "-" {
-            reason
-        } else {
-            format!("{at}: {reason}")
-        }),
+        // (only a value that is JSON: text that merely opens with a long
+        // number, `20240612093015123Z`, is text, as before)
+        Err(Ok((at, reason))) if serde_json::from_str::<Value>(value).is_ok() => Err(format!(
+            "{}{reason} (write it as a JSON string, '\"...\"', to bind it as text)",
+            if at == "-" {
+                String::new()
+            } else {
+                format!("{at}: ")
+            }
+        )),
+        Err(Ok(_)) => Ok(ParamValue::String(text(value))),
         Err(Err(e)) if value.trim_start().starts_with(['[', '{']) => Err(format!(
             "'{}' opens like a JSON list or object but does not parse ({e}); a vector is a \
              JSON list of finite numbers (a text starting with '[' is written as a JSON string)",
@@ -445,6 +451,13 @@ mod tests {
             param_value("9007199254740992", str::to_string),
             Ok(ParamValue::Number(_))
         ));
+        // text that only opens with such a number is text, as before
+        for text in ["20240612093015123Z", "9007199254740993 apples"] {
+            assert!(
+                matches!(param_value(text, str::to_string), Ok(ParamValue::String(ref s)) if s == text),
+                "{text}"
+            );
+        }
         // a number past f64 is refused as one, not bound as text
         for big in ["1e400", "-1e999"] {
             let e = param_value(big, str::to_string).unwrap_err();
