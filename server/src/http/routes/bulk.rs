@@ -161,10 +161,28 @@ enum Stop {
 }
 
 /// `msg` with each "item N" / "items N and M" (positions in the batch)
-/// said as the body's line numbers (`lines[N]`). Only a word of the
-/// message's own: "item" inside a word, or opening a quoted value (an
-/// external id `'item 0'`), is the client's text and stays as sent.
+/// said as the body's line numbers (`lines[N]`). Only the message's own
+/// words: a quoted value (an external id `'batch item 0'`) is the client's
+/// text and stays as sent, and so does "item" inside a word.
 fn items_as_lines(msg: &str, lines: &[usize]) -> String {
+    let mut out = String::with_capacity(msg.len());
+    let mut rest = msg;
+    while let Some(open) = rest.find(['\'', '"']) {
+        let quote = &rest[open..open + 1];
+        let Some(len) = rest[open + 1..].find(quote) else {
+            break;
+        };
+        let close = open + 1 + len + 1;
+        out.push_str(&unquoted_items_as_lines(&rest[..open], lines));
+        out.push_str(&rest[open..close]);
+        rest = &rest[close..];
+    }
+    out.push_str(&unquoted_items_as_lines(rest, lines));
+    out
+}
+
+/// [`items_as_lines`] on text with no quoted value in it.
+fn unquoted_items_as_lines(msg: &str, lines: &[usize]) -> String {
     let mut out = String::with_capacity(msg.len());
     let mut rest = msg;
     while let Some(at) = rest.find("item") {
@@ -606,5 +624,14 @@ mod tests {
             "line 2: external id 'item 0' and \"item 2\" (line 4)"
         );
         assert_eq!(items_as_lines("subitem 1", &lines), "subitem 1");
+        assert_eq!(
+            items_as_lines("item 1: id 'batch item 0' (items 0 and 2)", &lines),
+            "line 2: id 'batch item 0' (lines 1 and 4)"
+        );
+        // an unclosed quote quotes nothing
+        assert_eq!(
+            items_as_lines("item 1: it's (item 2)", &lines),
+            "line 2: it's (line 4)"
+        );
     }
 }
