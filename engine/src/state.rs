@@ -762,7 +762,8 @@ impl State {
     /// tenant's classes expires (`i64::MAX`: none), for cached answers.
     pub fn past_retention_set(&self, tenant: Sym, now: i64) -> (RoaringBitmap, i64) {
         let (mut out, mut next) = (RoaringBitmap::new(), i64::MAX);
-        let Some(t) = self.tenants.get(&tenant) else {
+        // (a tenant without records has none past retention)
+        let (Some(t), Some(own)) = (self.tenants.get(&tenant), self.bm_tenant.get(&tenant)) else {
             return (out, next);
         };
         for (class, period) in &t.retention {
@@ -771,7 +772,9 @@ impl State {
             };
             if let Some(x) = self.bm_retention.get(&sym) {
                 let n = self.ingested_prefix(now.saturating_sub(*p));
-                let mut old = x.clone();
+                // (class bitmaps are store-wide: the tenant's own records
+                // only, taken before anything is copied)
+                let mut old = x & own;
                 if (n as usize) < self.len() {
                     old.remove_range(n..);
                     // record n (the first ingested after now - p) expires next
@@ -779,10 +782,6 @@ impl State {
                 }
                 out |= old;
             }
-        }
-        // (class bitmaps are store-wide; the tenant's own records only)
-        if let Some(b) = self.bm_tenant.get(&tenant) {
-            out &= b;
         }
         // What was built on an expired record carries its content: it
         // expires with it, as compaction then purges it with it.
