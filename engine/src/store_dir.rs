@@ -484,6 +484,20 @@ pub fn clear_outgoing_log(backend: &dyn Backend, old: &Path, log: &Path) -> Resu
     if !backend.exists(log) {
         return Ok(vec![old.display().to_string()]);
     }
+    // `old` leading where the log is (a link to it, or the log a link to
+    // it): clearing it would clear the live log. A link is removed, the
+    // rest left alone.
+    let (real_old, real_log) = (backend.real_path(old), backend.real_path(log));
+    if real_old.starts_with(&real_log) || real_log.starts_with(&real_old) {
+        if is_link(backend, old) {
+            backend.remove_file(old).map_err(io(old))?;
+            if let Some(parent) = old.parent() {
+                backend.sync_dir(parent).map_err(io(parent))?;
+            }
+            return Ok(Vec::new());
+        }
+        return Ok(vec![old.display().to_string()]);
+    }
     if is_link(backend, old) {
         for e in entries
             .iter()
@@ -534,10 +548,28 @@ fn is_link(backend: &dyn Backend, path: &Path) -> bool {
     }
 }
 
+/// [`remove_owned`] for a directory Engram makes for a while and removes
+/// (`log.restore/`, `compact.staging/`): a symbolic link found there is
+/// none of Engram's making, and only the link is removed, never what it
+/// leads to (a link to `log` would have cleared the live log).
+pub fn remove_transient(backend: &dyn Backend, path: &Path) -> Result<Vec<String>> {
+    if backend.exists(path) && is_link(backend, path) {
+        backend.remove_file(path).map_err(io(path))?;
+        if let Some(parent) = path.parent() {
+            backend.sync_dir(parent).map_err(io(parent))?;
+        }
+        return Ok(Vec::new());
+    }
+    remove_owned(backend, path)
+}
+
 /// Removes a copy of a store Engram made under `path` for its own use
 /// (online compaction's staging copy): its marker and lock file, then
-/// everything [`remove_owned`] removes.
+/// everything [`remove_owned`] removes (a link there: the link only).
 pub fn remove_store_copy(backend: &dyn Backend, path: &Path) -> Result<Vec<String>> {
+    if backend.exists(path) && is_link(backend, path) {
+        return remove_transient(backend, path);
+    }
     // (the marker, also as written before its rename: a copy cut short
     // there holds nothing else)
     for name in [MARKER_FILE, "ENGRAM.tmp", "LOCK"] {

@@ -739,3 +739,39 @@ fn a_restore_over_a_linked_log_leaves_the_link_target_s_other_files() {
     std::fs::copy(&seg, home.join(seg.file_name().unwrap())).unwrap();
     ok(&store, &["backup", home.join("bk").to_str().unwrap()]);
 }
+
+/// A `log.old` that leads where the log is (a link to `log`, or to where a
+/// linked `log` leads) is no outgoing log: an open cleared it, and with it
+/// every segment of the live log.
+#[cfg(unix)]
+#[test]
+fn a_log_old_leading_to_the_live_log_is_never_cleared() {
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 6);
+    ok(&store, &["ingest", file.to_str().unwrap()]);
+    std::os::unix::fs::symlink("log", store.join("log.old")).unwrap();
+    ok(&store, &["stats"]);
+    assert_eq!(cli::json(&ok(&store, &["stats", "--json"]))["records"], 6);
+    // the log a link to a directory elsewhere, log.old a second link there
+    let elsewhere = tmp.path().join("disk2");
+    std::fs::rename(store.join("log"), &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, store.join("log")).unwrap();
+    // (the first link was removed, as a link to nothing of its own)
+    assert!(std::fs::symlink_metadata(store.join("log.old")).is_err());
+    std::os::unix::fs::symlink(&elsewhere, store.join("log.old")).unwrap();
+    ok(&store, &["stats"]);
+    assert_eq!(cli::json(&ok(&store, &["stats", "--json"]))["records"], 6);
+    ok(&store, &["verify"]);
+    // nor are the other places a restore or a compaction makes and
+    // removes, when a link stands there
+    std::os::unix::fs::symlink("log", store.join("log.restore")).unwrap();
+    std::os::unix::fs::symlink(".", store.join("compact.staging")).unwrap();
+    ok(&store, &["stats"]);
+    assert!(store.join("ENGRAM").exists());
+    assert!(std::fs::symlink_metadata(store.join("log.restore")).is_err());
+    assert!(std::fs::symlink_metadata(store.join("compact.staging")).is_err());
+    assert_eq!(cli::json(&ok(&store, &["stats", "--json"]))["records"], 6);
+    ok(&store, &["verify"]);
+}

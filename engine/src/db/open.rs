@@ -443,7 +443,7 @@ fn recover_log_swap(backend: &dyn Backend, dir: &Path) -> Result<()> {
         backend.rename(&old, &log).map_err(io(&old))?;
     }
     // an incoming copy that never became the log is abandoned (rerun the restore)
-    crate::store_dir::remove_owned(backend, &incoming)?;
+    crate::store_dir::remove_transient(backend, &incoming)?;
     crate::store_dir::clear_outgoing_log(backend, &old, &log)?;
     // an online compaction that never swapped its copy in is abandoned
     crate::store_dir::remove_store_copy(backend, &layout::compact_staging(dir))?;

@@ -230,7 +230,7 @@ impl Engram {
             // `db::recover_log_swap`). Derived state is dropped.
             let log_dir = layout::log(dir);
             let incoming = dir.join("log.restore");
-            crate::store_dir::remove_owned(backend.as_ref(), &incoming)?;
+            crate::store_dir::remove_transient(backend.as_ref(), &incoming)?;
             backend.create_dir_all(&incoming).map_err(io(&incoming))?;
             for e in backend.list_dir(&src_log).map_err(io(&src_log))? {
                 if e.is_dir
@@ -279,7 +279,7 @@ impl Engram {
                 Err(e) => Some(format!("its log does not open: {e}")),
             };
             if let Some(why) = damage {
-                crate::store_dir::remove_owned(backend.as_ref(), &incoming)?;
+                crate::store_dir::remove_transient(backend.as_ref(), &incoming)?;
                 return Err(EngineError::invalid(
                     "backup directory",
                     format!("{} is damaged: {why}; nothing was changed", src.display()),
@@ -304,7 +304,7 @@ impl Engram {
             // An empty backup says nothing of whose it was: restoring it
             // over a store with records would remove them all.
             if let (Some(ours), None) = (current.as_ref().and_then(first_frame_id), backup_first) {
-                crate::store_dir::remove_owned(backend.as_ref(), &incoming)?;
+                crate::store_dir::remove_transient(backend.as_ref(), &incoming)?;
                 return Err(EngineError::invalid(
                     "backup directory",
                     format!(
@@ -319,7 +319,7 @@ impl Engram {
                 (current.as_ref().and_then(first_frame_id), backup_first)
             {
                 if ours != theirs {
-                    crate::store_dir::remove_owned(backend.as_ref(), &incoming)?;
+                    crate::store_dir::remove_transient(backend.as_ref(), &incoming)?;
                     return Err(EngineError::invalid(
                         "backup directory",
                         format!(
@@ -391,7 +391,7 @@ impl Engram {
             let old = dir.join("log.old");
             let left = crate::store_dir::clear_outgoing_log(backend.as_ref(), &old, &log_dir)?;
             if !left.is_empty() {
-                crate::store_dir::remove_owned(backend.as_ref(), &incoming)?;
+                crate::store_dir::remove_transient(backend.as_ref(), &incoming)?;
                 return Err(EngineError::invalid(
                     "store directory",
                     format!(
