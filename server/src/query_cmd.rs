@@ -180,11 +180,20 @@ pub(crate) fn param_value(
             value.chars().take(40).collect::<String>()
         )),
         // (a number JSON cannot hold is no text either: `1e400` was bound
-        // as a string, and refused as the wrong type where it was used)
-        Err(Err(e)) if e.to_string().starts_with("number out of range") => Err(format!(
-            "'{}' is a number past the range of a 64-bit float",
-            value.chars().take(40).collect::<String>()
-        )),
+        // as a string, and refused as the wrong type where it was used;
+        // text that only opens with one, `1e400x`, is text)
+        Err(Err(e))
+            if e.to_string().starts_with("number out of range")
+                && value
+                    .trim()
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || b"eE+-.".contains(&b)) =>
+        {
+            Err(format!(
+                "'{}' is a number past the range of a 64-bit float",
+                value.chars().take(40).collect::<String>()
+            ))
+        }
         Err(Err(_)) => Ok(ParamValue::String(text(value))),
     }
 }
@@ -452,7 +461,12 @@ mod tests {
             Ok(ParamValue::Number(_))
         ));
         // text that only opens with such a number is text, as before
-        for text in ["20240612093015123Z", "9007199254740993 apples"] {
+        for text in [
+            "20240612093015123Z",
+            "9007199254740993 apples",
+            "1e400x",
+            "-1e999 z",
+        ] {
             assert!(
                 matches!(param_value(text, str::to_string), Ok(ParamValue::String(ref s)) if s == text),
                 "{text}"
