@@ -86,9 +86,8 @@ def test_line_numbers_in_error_details_count_over_the_whole_iterable(
     assert out[1]["outcome"] == "created" and out[3]["outcome"] == "created"
     assert out[2]["error"]["details"]["line"] == 2
     assert out[2]["error"]["details"]["field"] == "occurred_at"
-    # the message too names the line over the whole iterable
-    assert "line 2" in out[2]["error"]["message"], out[2]["error"]["message"]
-    assert "line 1" not in out[2]["error"]["message"]
+    # the message is the server's, numbered within its request
+    assert out[2]["error"]["message"].startswith("line 1:"), out[2]["error"]["message"]
 
 
 def test_an_item_that_cannot_be_sent_ends_the_stream_after_what_was_stored(
@@ -264,35 +263,9 @@ def test_a_result_s_numbers_are_shifted_and_its_message_is_the_server_s() -> Non
     assert got is not None
     assert got["line"] == 5
     assert got["error"]["details"]["line"] == 5
-    # the message's leading line is counted over the iterable too; a value
-    # quoted in it (an external id naming a line) is never rewritten
-    assert got["error"]["message"] == raw["error"]["message"].replace("line 1:", "line 5:")
-    assert got["error"]["message"].count("see line 3 X") == 2
-    # a batch refused because of another line names the lines over the
-    # whole iterable
-    from engram_client._api import _renumber_message
-
-    assert (
-        _renumber_message("the batch of lines 3..=4 was rejected because of line 4", 2)
-        == "the batch of lines 5..=6 was rejected because of line 6"
-    )
-    # every line the server names, in any code's message
-    assert (
-        _renumber_message(
-            "line 4: invalid external_id: 'd' appears twice in the batch (lines 1 and 4) "
-            "and line 4 does not supersede it",
-            10,
-        )
-        == "line 14: invalid external_id: 'd' appears twice in the batch (lines 11 and 14) "
-        "and line 14 does not supersede it"
-    )
-    assert (
-        _renumber_message("not valid JSON at line 3 column 2: x", 6)
-        == "not valid JSON at line 9 column 2: x"
-    )
-    assert _renumber_message("id 'line 2: x' and \"lines 3\"", 2) == (
-        "id 'line 2: x' and \"lines 3\""
-    )
+    # the message is the server's text, numbered within its request: a
+    # value quoted in it (an external id naming a line) is never rewritten
+    assert got["error"]["message"] == raw["error"]["message"]
 
 
 def test_a_request_refused_whole_names_every_item_it_took_unstored() -> None:

@@ -650,8 +650,10 @@ class BulkTotals:
                 for k in ("line", "culprit_line", "first_line", "last_line"):
                     if isinstance(details.get(k), int):
                         details[k] += offset
-            if isinstance(err, dict) and isinstance(err.get("message"), str) and offset:
-                err["message"] = _renumber_message(err["message"], offset)
+            # (the message stays the server's text, its lines counted within
+            # its request: rewriting numbers in it could not tell the
+            # server's words from a value quoted in them, an external id
+            # reading "it's line 2")
             return obj
         if "error" in obj:
             if not isinstance(obj["error"], dict):
@@ -941,26 +943,3 @@ def check_max_answer_bytes(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ValueError(f"max_answer_bytes must be a positive int, not {limit!r}")
     return limit
-
-
-_LINE_REFS = re.compile(r"(?<![\w'\"])(lines?) (\d+)(?:(\.\.=| and )(\d+))?")
-_QUOTED = re.compile(r"('[^']*'|\"[^\"]*\")")
-
-
-def _renumber_message(message: str, offset: int) -> str:
-    """A bulk error's message with the line numbers the server wrote in it
-    ("line 4: ...", "(lines 1 and 4)", "lines 3..=4", "at line 3 column 2")
-    counted over the whole iterable rather than the one request, as its
-    `line` and `details` are. A value quoted in the message (an external id
-    that reads 'line 3') is left as it was sent: a reference inside quotes,
-    or inside a word, is not the server's."""
-
-    def shift(m: "re.Match[str]") -> str:
-        out = f"{m.group(1)} {int(m.group(2)) + offset}"
-        if m.group(4) is not None:
-            out += f"{m.group(3)}{int(m.group(4)) + offset}"
-        return out
-
-    # (outside quoted values: what the caller wrote is quoted as it was)
-    parts = _QUOTED.split(message)
-    return "".join(p if i % 2 else _LINE_REFS.sub(shift, p) for i, p in enumerate(parts))
