@@ -362,8 +362,22 @@ fn count_records(log: &SegmentLog) -> engram_storage::StorageResult<u64> {
 /// snapshots, vector files, a legacy catalog): only files Engram names;
 /// anything else stays.
 pub(crate) fn remove_derived(backend: &dyn Backend, dir: &Path) -> Result<()> {
+    let derived = layout::derived(dir);
+    // (a `derived` linked where the log is, or around the store, would
+    // take the log's segments with it)
+    if backend.exists(&derived) && crate::store_dir::overlaps_another_part(backend, &derived) {
+        return Err(EngineError::invalid(
+            "store directory",
+            format!(
+                "{} leads where another part of the store is (its log, or the store itself): \
+                 removing derived state there would remove that too; give derived/ a place \
+                 of its own, then run the command again; nothing was changed",
+                derived.display()
+            ),
+        ));
+    }
     crate::store_dir::remove_owned(backend, &layout::legacy_catalog(dir))?;
-    crate::store_dir::remove_owned(backend, &layout::derived(dir))?;
+    crate::store_dir::remove_owned(backend, &derived)?;
     backend.sync_dir(dir).map_err(io(dir))?;
     Ok(())
 }

@@ -475,6 +475,10 @@ pub fn remove_owned(backend: &dyn Backend, path: &Path) -> Result<Vec<String>> {
 /// and then the link itself: the other files there (`lost+found`, say)
 /// stay where they are.
 pub fn clear_outgoing_log(backend: &dyn Backend, old: &Path, log: &Path) -> Result<Vec<String>> {
+    if backend.is_dangling_link(old) {
+        unlink(backend, old)?;
+        return Ok(Vec::new());
+    }
     if !backend.exists(old) {
         return Ok(Vec::new());
     }
@@ -484,34 +488,32 @@ pub fn clear_outgoing_log(backend: &dyn Backend, old: &Path, log: &Path) -> Resu
     if !backend.exists(log) {
         return Ok(vec![old.display().to_string()]);
     }
-    // `old` leading where the log is (a link to it, or the log a link to
-    // it): clearing it would clear the live log. A link is removed, the
-    // rest left alone.
-    let (real_old, real_log) = (backend.real_path(old), backend.real_path(log));
-    if real_old.starts_with(&real_log) || real_log.starts_with(&real_old) {
+    // `old` leading where another part of the store is (a link to the
+    // log, or the log a link to it): clearing it would clear that part. A
+    // link is removed, the rest left alone.
+    if overlaps_another_part(backend, old) {
         if is_link(backend, old) {
-            backend.remove_file(old).map_err(io(old))?;
-            if let Some(parent) = old.parent() {
-                backend.sync_dir(parent).map_err(io(parent))?;
-            }
+            unlink(backend, old)?;
             return Ok(Vec::new());
         }
         return Ok(vec![old.display().to_string()]);
     }
     if is_link(backend, old) {
-        for e in entries
-            .iter()
-            .filter(|e| !e.is_dir && is_owned_name(&e.name))
-        {
+        // (segments only: a link elsewhere may lead to another store's
+        // root, whose ledger and settings bear names Engram owns)
+        for e in entries.iter().filter(|e| {
+            !e.is_dir
+                && (engram_storage::log::segment::parse_segment_file_name(&e.name).is_some()
+                    || e.name.strip_suffix(".tmp").is_some_and(|n| {
+                        engram_storage::log::segment::parse_segment_file_name(n).is_some()
+                    }))
+        }) {
             let p = old.join(&e.name);
             backend.remove_file(&p).map_err(io(&p))?;
         }
         let real = backend.real_path(old);
         backend.sync_dir(&real).map_err(io(&real))?;
-        backend.remove_file(old).map_err(io(old))?;
-        if let Some(parent) = old.parent() {
-            backend.sync_dir(parent).map_err(io(parent))?;
-        }
+        unlink(backend, old)?;
         return Ok(Vec::new());
     }
     remove_owned(backend, old)?;
@@ -539,37 +541,91 @@ pub fn clear_outgoing_log(backend: &dyn Backend, old: &Path, log: &Path) -> Resu
 }
 
 /// Whether `path` is itself a symbolic link (its parent's links aside).
-fn is_link(backend: &dyn Backend, path: &Path) -> bool {
-    match (path.parent(), path.file_name()) {
-        (Some(parent), Some(name)) => {
-            backend.real_path(path) != backend.real_path(parent).join(name)
+pub(crate) fn is_link(backend: &dyn Backend, path: &Path) -> bool {
+    backend.is_dangling_link(path)
+        || match (path.parent(), path.file_name()) {
+            (Some(parent), Some(name)) => {
+                backend.real_path(path) != backend.real_path(parent).join(name)
+            }
+            _ => false,
         }
-        _ => false,
+}
+
+/// Removes the link `path` (not what it leads to), durably.
+fn unlink(backend: &dyn Backend, path: &Path) -> Result<()> {
+    backend.remove_file(path).map_err(io(path))?;
+    if let Some(parent) = path.parent() {
+        backend.sync_dir(parent).map_err(io(parent))?;
     }
+    Ok(())
+}
+
+/// The directories of the store in `dir` that clearing one of the others
+/// must never reach.
+const STORE_PARTS: [&str; 5] = [
+    "log",
+    "derived",
+    "log.restore",
+    "log.old",
+    "compact.staging",
+];
+
+/// Whether `path`, one of its store's directories, leads where another
+/// of them is, inside it or around it, or around the store itself (a link
+/// `log.old -> log`, a `log` linked into `log.restore/`, a `derived` and
+/// a `log` linked to one directory): clearing it would clear that part.
+pub(crate) fn overlaps_another_part(backend: &dyn Backend, path: &Path) -> bool {
+    let (Some(store), Some(name)) = (path.parent(), path.file_name()) else {
+        return false;
+    };
+    let real = backend.real_path(path);
+    if backend.real_path(store).starts_with(&real) {
+        return true;
+    }
+    STORE_PARTS
+        .iter()
+        .filter(|p| std::ffi::OsStr::new(p) != name)
+        .map(|p| store.join(p))
+        .filter(|p| backend.exists(p))
+        .any(|p| {
+            let other = backend.real_path(&p);
+            other.starts_with(&real) || real.starts_with(&other)
+        })
 }
 
 /// [`remove_owned`] for a directory Engram makes for a while and removes
 /// (`log.restore/`, `compact.staging/`): a symbolic link found there is
 /// none of Engram's making, and only the link is removed, never what it
-/// leads to (a link to `log` would have cleared the live log).
+/// leads to (a link to `log` would have cleared the live log); a
+/// directory there that another part of the store leads into (a `log`
+/// linked into it) is left alone.
 pub fn remove_transient(backend: &dyn Backend, path: &Path) -> Result<Vec<String>> {
-    if backend.exists(path) && is_link(backend, path) {
-        backend.remove_file(path).map_err(io(path))?;
-        if let Some(parent) = path.parent() {
-            backend.sync_dir(parent).map_err(io(parent))?;
-        }
+    if is_link(backend, path) {
+        unlink(backend, path)?;
         return Ok(Vec::new());
+    }
+    if backend.exists(path) && overlaps_another_part(backend, path) {
+        return Ok(vec![path.display().to_string()]);
     }
     remove_owned(backend, path)
 }
 
-/// Removes a copy of a store Engram made under `path` for its own use
-/// (online compaction's staging copy): its marker and lock file, then
-/// everything [`remove_owned`] removes (a link there: the link only).
-pub fn remove_store_copy(backend: &dyn Backend, path: &Path) -> Result<Vec<String>> {
-    if backend.exists(path) && is_link(backend, path) {
+/// [`remove_store_copy`] for online compaction's staging copy
+/// (`compact.staging/`): a link there is only unlinked, and a directory
+/// another part of the store leads into is left alone, as
+/// [`remove_transient`] does.
+pub fn remove_staging(backend: &dyn Backend, path: &Path) -> Result<Vec<String>> {
+    if is_link(backend, path) || (backend.exists(path) && overlaps_another_part(backend, path)) {
         return remove_transient(backend, path);
     }
+    remove_store_copy(backend, path)
+}
+
+/// Removes a copy of a store Engram made under `path` for its own use
+/// (online compaction's staging copy, a restore's new store that did not
+/// finish): its marker and lock file, then everything [`remove_owned`]
+/// removes.
+pub fn remove_store_copy(backend: &dyn Backend, path: &Path) -> Result<Vec<String>> {
     // (the marker, also as written before its rename: a copy cut short
     // there holds nothing else)
     for name in [MARKER_FILE, "ENGRAM.tmp", "LOCK"] {

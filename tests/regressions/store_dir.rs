@@ -775,3 +775,52 @@ fn a_log_old_leading_to_the_live_log_is_never_cleared() {
     assert_eq!(cli::json(&ok(&store, &["stats", "--json"]))["records"], 6);
     ok(&store, &["verify"]);
 }
+
+/// Links between the store's own directories, made by hand: no open,
+/// restore or compaction clears one part of the store through another
+/// (each of these removed the live log's segments, or left a store no
+/// open read).
+#[cfg(unix)]
+#[test]
+fn links_between_a_store_s_parts_never_clear_the_log() {
+    use std::os::unix::fs::symlink;
+    let _serial = crate::cli::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 5);
+    ok(&store, &["ingest", file.to_str().unwrap()]);
+    let bk = tmp.path().join("bk");
+    ok(&store, &["backup", bk.to_str().unwrap()]);
+    let records =
+        |store: &std::path::Path| cli::json(&ok(store, &["stats", "--json"]))["records"].clone();
+    // a dangling log.old: unlinked, and a restore goes through
+    symlink("nowhere", store.join("log.old")).unwrap();
+    ok(&store, &["stats"]);
+    assert!(std::fs::symlink_metadata(store.join("log.old")).is_err());
+    symlink("log.restore", store.join("log.old")).unwrap();
+    ok(&store, &["restore", bk.to_str().unwrap()]);
+    assert_eq!(records(&store), 5);
+    ok(&store, &["verify"]);
+    // the log linked into log.restore/: left alone by every open
+    std::fs::rename(store.join("log"), store.join("log.restore")).unwrap();
+    symlink("log.restore", store.join("log")).unwrap();
+    ok(&store, &["stats"]);
+    assert_eq!(records(&store), 5);
+    std::fs::remove_file(store.join("log")).unwrap();
+    std::fs::rename(store.join("log.restore"), store.join("log")).unwrap();
+    // derived and log linked to one directory: what removes derived state
+    // refuses, the log intact
+    let shared = tmp.path().join("ssd");
+    std::fs::rename(store.join("log"), &shared).unwrap();
+    symlink(&shared, store.join("log")).unwrap();
+    std::fs::remove_dir_all(store.join("derived")).unwrap();
+    symlink(&shared, store.join("derived")).unwrap();
+    let out = fails(&store, &["rebuild"]);
+    assert!(
+        out.contains("leads where another part of the store is"),
+        "{out}"
+    );
+    std::fs::remove_file(store.join("derived")).unwrap();
+    assert_eq!(records(&store), 5);
+    ok(&store, &["verify"]);
+}

@@ -435,8 +435,10 @@ fn recover_log_swap(backend: &dyn Backend, dir: &Path) -> Result<()> {
     let old = dir.join("log.old");
     let incoming = dir.join("log.restore");
     // The incoming copy is renamed to `log/` in one step: while it exists,
-    // the swap has not happened and the store keeps its own log.
-    let swapped = !backend.exists(&incoming);
+    // the swap has not happened and the store keeps its own log. (Only a
+    // directory of Engram's making is one: a link or a file there is not.)
+    let swapped =
+        backend.list_dir(&incoming).is_err() || crate::store_dir::is_link(backend, &incoming);
     if !backend.exists(&log) && backend.list_dir(&old).is_ok() {
         // crashed between the two renames: put the old log back (a
         // directory: a file of that name is no log)
@@ -446,7 +448,7 @@ fn recover_log_swap(backend: &dyn Backend, dir: &Path) -> Result<()> {
     crate::store_dir::remove_transient(backend, &incoming)?;
     crate::store_dir::clear_outgoing_log(backend, &old, &log)?;
     // an online compaction that never swapped its copy in is abandoned
-    crate::store_dir::remove_store_copy(backend, &layout::compact_staging(dir))?;
+    crate::store_dir::remove_staging(backend, &layout::compact_staging(dir))?;
     // The entries a restore was to re-apply belong to the restored log only:
     // with the swap undone they must not touch the store's own log.
     let marker = layout::restore_pending(dir);

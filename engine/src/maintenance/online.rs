@@ -30,7 +30,7 @@ use super::{CompactReport, purge_set, remove_derived};
 use crate::db::{Engram, Options};
 use crate::error::{EngineError, Result};
 use crate::layout;
-use crate::store_dir::remove_store_copy;
+use crate::store_dir::{remove_staging, remove_store_copy};
 
 /// What [`Engram::compact_online`] returns.
 #[derive(Debug)]
@@ -90,7 +90,7 @@ impl Engram {
         // is known already.
         let staging = layout::compact_staging(&dir);
         let staged = (|| -> Result<()> {
-            remove_store_copy(backend.as_ref(), &staging)?;
+            remove_staging(backend.as_ref(), &staging)?;
             self.copy_store(backend.as_ref(), &staging)?;
             let copy_opts = Options {
                 create_if_missing: false,
@@ -99,7 +99,7 @@ impl Engram {
             Self::purge_log(&staging, &copy_opts, &purge, &mut report, false)
         })();
         if let Err(e) = staged {
-            let _ = remove_store_copy(backend.as_ref(), &staging);
+            let _ = remove_staging(backend.as_ref(), &staging);
             return Err(e);
         }
         // The swap.
