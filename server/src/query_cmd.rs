@@ -163,16 +163,23 @@ pub(crate) fn param_value(
     // integer past 2^53 was rounded to the nearest double
     match engram_query::strict::parse(value) {
         Ok(j) => ParamValue::from_json(&j),
-        // (only a value that is JSON: text that merely opens with a long
-        // number, `20240612093015123Z`, is text, as before)
-        Err(Ok((at, reason))) if serde_json::from_str::<Value>(value).is_ok() => Err(format!(
-            "{}{reason} (write it as a JSON string, '\"...\"', to bind it as text)",
-            if at == "-" {
-                String::new()
-            } else {
-                format!("{at}: ")
-            }
-        )),
+        // (only a value that is JSON, opens like a list or an object, or
+        // is a number alone: text that merely opens with a long number,
+        // `20240612093015123Z`, is text, as before)
+        Err(Ok((at, reason)))
+            if serde_json::from_str::<Value>(value).is_ok()
+                || value.trim_start().starts_with(['[', '{'])
+                || number_shaped(value) =>
+        {
+            Err(format!(
+                "{}{reason} (write it as a JSON string, '\"...\"', to bind it as text)",
+                if at == "-" {
+                    String::new()
+                } else {
+                    format!("{at}: ")
+                }
+            ))
+        }
         Err(Ok(_)) => Ok(ParamValue::String(text(value))),
         Err(Err(e)) if value.trim_start().starts_with(['[', '{']) => Err(format!(
             "'{}' opens like a JSON list or object but does not parse ({e}); a vector is a \
@@ -182,13 +189,7 @@ pub(crate) fn param_value(
         // (a number JSON cannot hold is no text either: `1e400` was bound
         // as a string, and refused as the wrong type where it was used;
         // text that only opens with one, `1e400x`, is text)
-        Err(Err(e))
-            if e.to_string().starts_with("number out of range")
-                && value
-                    .trim()
-                    .bytes()
-                    .all(|b| b.is_ascii_digit() || b"eE+-.".contains(&b)) =>
-        {
+        Err(Err(e)) if e.to_string().starts_with("number out of range") && number_shaped(value) => {
             Err(format!(
                 "'{}' is a number past the range of a 64-bit float",
                 value.chars().take(40).collect::<String>()
@@ -196,6 +197,15 @@ pub(crate) fn param_value(
         }
         Err(Err(_)) => Ok(ParamValue::String(text(value))),
     }
+}
+
+/// Whether `value` is written as a number alone (digits, sign, point,
+/// exponent), whatever its size.
+fn number_shaped(value: &str) -> bool {
+    let v = value.trim();
+    !v.is_empty()
+        && v.bytes()
+            .all(|b| b.is_ascii_digit() || b"eE+-.".contains(&b))
 }
 
 /// A parameter's name as statements write it (`$name`): a letter or `_`,
@@ -460,6 +470,16 @@ mod tests {
             param_value("9007199254740992", str::to_string),
             Ok(ParamValue::Number(_))
         ));
+        // a number too long even for a double, alone or in a list, is
+        // refused as a number, not bound as text
+        let long = "9".repeat(400);
+        for v in [
+            long.clone(),
+            format!("[0.5, {long}]"),
+            "[9007199254740993, 1".to_string(),
+        ] {
+            assert!(param_value(&v, str::to_string).is_err(), "{v}");
+        }
         // text that only opens with such a number is text, as before
         for text in [
             "20240612093015123Z",
