@@ -383,7 +383,7 @@ fn enclosing(dir: &Path, is: impl Fn(&Path) -> bool) -> Option<std::path::PathBu
 /// [`refuse_inside_store`] cannot see: no marker is above it). A directory
 /// holding a copied segment among other files is no log.
 pub fn enclosing_log_dir(backend: &dyn Backend, dir: &Path) -> Option<std::path::PathBuf> {
-    use engram_storage::log::segment::parse_segment_file_name;
+    use engram_storage::log::segment::{is_rewrite_leftover, parse_segment_file_name};
     let segment = |n: &str| parse_segment_file_name(n).is_some();
     let below = |a: &Path| {
         dir.strip_prefix(a)
@@ -396,7 +396,7 @@ pub fn enclosing_log_dir(backend: &dyn Backend, dir: &Path) -> Option<std::path:
             entries.iter().any(|e| !e.is_dir && segment(&e.name))
                 && entries.iter().all(|e| {
                     (!e.is_dir && segment(&e.name))
-                        || e.name.strip_suffix(".tmp").is_some_and(segment)
+                        || is_rewrite_leftover(&e.name)
                         || below(a).as_deref() == Some(e.name.as_str())
                 })
         })
@@ -501,12 +501,10 @@ pub fn clear_outgoing_log(backend: &dyn Backend, old: &Path, log: &Path) -> Resu
     if is_link(backend, old) {
         // (segments only: a link elsewhere may lead to another store's
         // root, whose ledger and settings bear names Engram owns)
+        use engram_storage::log::segment::{is_rewrite_leftover, parse_segment_file_name};
         for e in entries.iter().filter(|e| {
             !e.is_dir
-                && (engram_storage::log::segment::parse_segment_file_name(&e.name).is_some()
-                    || e.name.strip_suffix(".tmp").is_some_and(|n| {
-                        engram_storage::log::segment::parse_segment_file_name(n).is_some()
-                    }))
+                && (parse_segment_file_name(&e.name).is_some() || is_rewrite_leftover(&e.name))
         }) {
             let p = old.join(&e.name);
             backend.remove_file(&p).map_err(io(&p))?;

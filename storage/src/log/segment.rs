@@ -104,12 +104,7 @@ pub fn segment_numbers(
             }
         } else if let Some(no) = no {
             numbers.push(no);
-        } else if remove_tmp
-            && entry
-                .name
-                .strip_suffix(".tmp")
-                .is_some_and(|n| parse_segment_file_name(n).is_some())
-        {
+        } else if remove_tmp && is_rewrite_leftover(&entry.name) {
             let p = dir.join(&entry.name);
             backend
                 .remove_file(&p)
@@ -121,6 +116,13 @@ pub fn segment_numbers(
     }
     numbers.sort_unstable();
     Ok(numbers)
+}
+
+/// Whether `name` is what an interrupted segment rewrite leaves: a
+/// segment's name and `.tmp`.
+pub fn is_rewrite_leftover(name: &str) -> bool {
+    name.strip_suffix(".tmp")
+        .is_some_and(|n| parse_segment_file_name(n).is_some())
 }
 
 /// Parses a segment file name back into its number.
