@@ -82,11 +82,13 @@
 //! bound down and, after each, takes a lower bound of the k-th best score so
 //! far (partial sums only grow). Once the bounds of the terms left add up
 //! to less than it, a document none of the scored terms matched cannot
-//! reach the top k: the terms left are never enumerated, only probed
-//! (`contains`) for the documents whose partial sum plus that bound can
-//! still make it. Pruning compares after rounding to the returned `f32`, with
-//! a margin, and never prunes a tie, so the results are exactly those of
-//! exhaustive scoring (property test `pruning_keeps_the_exhaustive_top_k`;
+//! reach the top k: the terms left are never enumerated. The documents
+//! whose partial sum plus that bound can still make it are the candidates;
+//! each term left is intersected with them in bulk (roaring `&`), its
+//! partial scores added, the lower bound raised again, and the candidates
+//! the terms after it can no longer lift to it dropped. Pruning compares
+//! after rounding to the returned `f32`, with a margin, and never prunes a
+//! tie, so the results are exactly those of exhaustive scoring (property test `pruning_keeps_the_exhaustive_top_k`;
 //! [`Bm25Index::search_exhaustive`] is the reference). Corpus statistics
 //! stay those of the eligible set: a term's document frequency is counted
 //! with `intersection_len`, which enumerates nothing; N and the token total
@@ -994,6 +996,38 @@ mod tests {
                 prop_assert_eq!(&idx.search_with(&q, &e, k, &mut s, &corpus), &want);
                 if let Some(c) = corpus.get() {
                     prop_assert_eq!(*c, idx.corpus_stats(&e));
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(40))]
+
+        /// Longer queries over larger corpora leave several terms to be
+        /// taken over the candidates once pruning starts (each narrowing
+        /// them): the results are still exactly the exhaustive top k,
+        /// with either accumulator.
+        #[test]
+        fn narrowing_the_candidates_keeps_the_exhaustive_top_k(
+            seed in any::<u64>(), k in 1usize..40, n in 500usize..3000,
+        ) {
+            let mut rng = Rng(seed);
+            let docs = zipf_corpus(&mut rng, n);
+            let idx = build(Bm25Params::default(), &docs);
+            for round in 0..4 {
+                let e = if round == 0 {
+                    docs.iter().map(|d| d.0).collect()
+                } else {
+                    eligible(&mut rng, &docs)
+                };
+                let words: Vec<&str> = (0..4 + rng.below(8)).map(|_| zipf_word(&mut rng)).collect();
+                let q = words.join(" ");
+                let mut s = LexicalStats::default();
+                let want = idx.search_impl(&q, &e, k, &mut s, &OnceLock::new(), None, false);
+                for dense in [Some(true), Some(false)] {
+                    let got = idx.search_impl(&q, &e, k, &mut s, &OnceLock::new(), dense, true);
+                    prop_assert_eq!(&got, &want, "query {:?}, dense {:?}", q, dense);
                 }
             }
         }

@@ -21,37 +21,57 @@ const DENSE_SPAN_SLACK: usize = 4096;
 /// their thread for the next query; larger ones are freed after use.
 const DENSE_KEEP_MAX: usize = 1 << 22;
 
+/// A dense accumulator: a score slot per document of the span, and a bit
+/// per slot saying it was touched.
+type Dense = (Vec<f64>, Vec<u64>);
+
 thread_local! {
     /// This thread's dense score accumulator, all zeros between queries.
-    static DENSE: std::cell::RefCell<Vec<f64>> = const { std::cell::RefCell::new(Vec::new()) };
+    static DENSE: std::cell::RefCell<Dense> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 /// Runs `f` on an all-zero accumulator of `span` slots indexed by
-/// `doc - lo`, and a list where `f` must record every document whose slot
-/// it makes non-zero. Afterwards only those slots are reset, so a query
-/// pays for the slots it touched, not for allocating and clearing an array
-/// over the whole id span (at a million records, 8 MB per query). The
+/// `doc - lo`, and an all-zero bitset of `span` bits where `f` must set
+/// the bit of every slot it makes non-zero. Afterwards only those slots
+/// are reset (and the bitset, a word per 64 slots), so a query pays for
+/// the slots it touched, not for allocating and clearing an array over
+/// the whole id span (at a million records, 8 MB per query). The bitset
+/// also lists the touched documents in ascending order without a sort. The
 /// accumulator is taken out of the thread's slot while in use: a nested
 /// call gets a fresh one, and a panic in `f` drops it rather than leaving
 /// a dirty one behind.
-fn with_dense<R>(lo: u32, span: usize, f: impl FnOnce(&mut [f64], &mut Vec<u32>) -> R) -> R {
-    let mut acc = DENSE.with(|c| std::mem::take(&mut *c.borrow_mut()));
+fn with_dense<R>(span: usize, f: impl FnOnce(&mut [f64], &mut [u64]) -> R) -> R {
+    let (mut acc, mut bits) = DENSE.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    let words = span.div_ceil(64);
     if acc.len() < span {
         acc.resize(span, 0.0);
     }
-    let mut touched = Vec::new();
-    let r = f(&mut acc[..span], &mut touched);
-    for d in touched {
-        acc[(d - lo) as usize] = 0.0;
+    if bits.len() < words {
+        bits.resize(words, 0);
     }
+    let r = f(&mut acc[..span], &mut bits[..words]);
+    for_each_set(&bits[..words], |i| acc[i] = 0.0);
+    bits[..words].fill(0);
     debug_assert!(
         acc.iter().all(|&x| x == 0.0),
         "a touched slot was not recorded"
     );
     if acc.len() <= DENSE_KEEP_MAX {
-        DENSE.with(|c| *c.borrow_mut() = acc);
+        DENSE.with(|c| *c.borrow_mut() = (acc, bits));
     }
     r
+}
+
+/// Calls `f` with the index of every set bit of `bits`, ascending.
+#[inline]
+fn for_each_set(bits: &[u64], mut f: impl FnMut(usize)) {
+    for (w, &word) in bits.iter().enumerate() {
+        let mut b = word;
+        while b != 0 {
+            f(w * 64 + b.trailing_zeros() as usize);
+            b &= b - 1;
+        }
+    }
 }
 
 /// Term-frequency lookup for ascending documents of one term: a forward
@@ -135,8 +155,8 @@ fn below(bound: f64, theta: f64) -> bool {
 /// With `prune` (MaxScore), terms are scored until the bounds of the terms
 /// left add up to less than a lower bound of the k-th best score. A
 /// document none of the scored terms matched cannot reach the top k then,
-/// so the terms left are never enumerated: they are only probed for the
-/// documents that can still make it. The lower bound of the k-th best
+/// so the terms left are never enumerated: they are only intersected with
+/// the documents that can still make it ([`finish`]). The lower bound of the k-th best
 /// score after a term is the larger of the previous one and the k-th best
 /// partial sum among the documents that term touched (partial sums only
 /// grow). Without `prune`, every posting of every term is scored (the
@@ -176,8 +196,16 @@ fn top_k(
         materialize,
     };
     if dense {
-        with_dense(lo, span, |acc, touched| {
-            run.with(&mut DenseAcc { acc, touched, lo }, stats)
+        with_dense(span, |acc, bits| {
+            run.with(
+                &mut DenseAcc {
+                    acc,
+                    bits,
+                    touched: 0,
+                    lo,
+                },
+                stats,
+            )
         })
     } else {
         run.with(&mut SortedAcc::default(), stats)
@@ -191,35 +219,41 @@ trait Accumulator {
     fn add(&mut self, docs: &[u32], partial: impl FnMut(u32) -> f64, sums: &mut Vec<f64>);
     /// Documents touched so far.
     fn touched(&self) -> usize;
-    /// Every touched document with its sum.
+    /// Every touched document with its sum, ascending by document.
     fn for_each(&self, f: impl FnMut(u32, f64));
 }
 
-/// A dense array over the id span (see [`with_dense`]).
+/// A dense array over the id span, with a bit per touched slot (see
+/// [`with_dense`]).
 struct DenseAcc<'a> {
     acc: &'a mut [f64],
-    touched: &'a mut Vec<u32>,
+    bits: &'a mut [u64],
+    touched: usize,
     lo: u32,
 }
 
 impl Accumulator for DenseAcc<'_> {
     fn add(&mut self, docs: &[u32], mut partial: impl FnMut(u32) -> f64, sums: &mut Vec<f64>) {
         for &d in docs {
-            let slot = &mut self.acc[(d - self.lo) as usize];
-            if *slot == 0.0 {
-                self.touched.push(d);
+            let i = (d - self.lo) as usize;
+            let (word, bit) = (&mut self.bits[i / 64], 1u64 << (i % 64));
+            if *word & bit == 0 {
+                *word |= bit;
+                self.touched += 1;
             }
+            let slot = &mut self.acc[i];
             *slot += partial(d);
             sums.push(*slot);
         }
     }
     fn touched(&self) -> usize {
-        self.touched.len()
+        self.touched
     }
+    // a slot's index is below the span, at most `hi - lo + 1`, so the
+    // document `lo + index` is a u32
+    #[allow(clippy::cast_possible_truncation)]
     fn for_each(&self, mut f: impl FnMut(u32, f64)) {
-        for &d in self.touched.iter() {
-            f(d, self.acc[(d - self.lo) as usize]);
-        }
+        for_each_set(self.bits, |i| f(self.lo + i as u32, self.acc[i]));
     }
 }
 
@@ -318,7 +352,7 @@ impl Run<'_, '_> {
         finish(
             acc,
             &terms[scored_terms..],
-            left[scored_terms],
+            &left[scored_terms..],
             theta,
             scorer,
             k,
@@ -327,13 +361,23 @@ impl Run<'_, '_> {
     }
 }
 
-/// The top `k` once the terms before `rest` are in `acc`: each document
-/// that the bound `bound` of the terms left cannot rule out is probed for
-/// them.
+/// The top `k` once the terms before `rest` are in `acc`; `left[i]` is
+/// what the terms from `rest[i]` on can add to any document (`left` has one
+/// more entry than `rest`, the last 0).
+///
+/// The documents whose partial sum plus `left[0]` can still reach `theta`
+/// (a lower bound of the k-th best score) are the candidates. The terms
+/// left are taken one at a time, as the scored ones were: a term's
+/// documents among the candidates are found by intersecting its postings
+/// with them (in bulk, not by a lookup per candidate and term), their
+/// partial scores are added, `theta` is raised to the k-th best sum so far
+/// (sums only grow), and the candidates that the terms after it can no
+/// longer lift to `theta` are dropped. Each document's partial scores are
+/// still added in term order, so the sums are those of exhaustive scoring.
 fn finish(
     acc: &impl Accumulator,
     rest: &[RankedTerm<'_>],
-    bound: f64,
+    left: &[f64],
     theta: f64,
     scorer: &Scorer<'_>,
     k: usize,
@@ -349,21 +393,46 @@ fn finish(
         });
         return top.into_sorted();
     }
+    let mut theta = theta;
     let mut candidates: Vec<(u32, f64)> = Vec::new();
     acc.for_each(|d, s| {
-        if !below(s + bound, theta) {
+        if !below(s + left[0], theta) {
             candidates.push((d, s));
         }
     });
-    candidates.sort_unstable_by_key(|&(d, _)| d);
-    let mut cursors: Vec<TfCursor<'_>> = rest.iter().map(|r| TfCursor::new(r.t.postings)).collect();
-    for (d, mut s) in candidates {
-        for (r, tfs) in rest.iter().zip(&mut cursors) {
-            stats.postings_read += 1;
-            if r.t.postings.docs.contains(d) {
-                s += scorer.partial(r.w, tfs.tf(d), d);
-            }
+    debug_assert!(candidates.windows(2).all(|w| w[0].0 < w[1].0));
+    let mut sums: Vec<f64> = Vec::new();
+    for (i, r) in rest.iter().enumerate() {
+        if candidates.is_empty() {
+            break;
         }
+        stats.postings_read += candidates.len() as u64;
+        let docs = candidates.iter().map(|&(d, _)| d);
+        // (ascending and distinct, as the accumulator lists them)
+        let among =
+            RoaringBitmap::from_sorted_iter(docs.clone()).unwrap_or_else(|_| docs.collect());
+        let hits = &r.t.postings.docs & &among;
+        let mut tfs = TfCursor::new(r.t.postings);
+        let mut at = 0;
+        for d in &hits {
+            // every hit is a candidate, and hits ascend
+            while candidates[at].0 < d {
+                at += 1;
+            }
+            candidates[at].1 += scorer.partial(r.w, tfs.tf(d), d);
+        }
+        if i + 1 == rest.len() {
+            break;
+        }
+        if candidates.len() >= k {
+            sums.clear();
+            sums.extend(candidates.iter().map(|&(_, s)| s));
+            let (_, &mut kth, _) = sums.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+            theta = theta.max(kth);
+        }
+        candidates.retain(|&(_, s)| !below(s + left[i + 1], theta));
+    }
+    for (d, s) in candidates {
         if round_score(s) >= top.floor {
             top.offer(d, s);
         }
