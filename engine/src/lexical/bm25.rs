@@ -1500,6 +1500,14 @@ mod tests {
         ] {
             assert_eq!(gallop(s, x), want, "{s:?} {x}");
         }
+        // past the elements counted linearly, and at their edge
+        for len in [15usize, 16, 17, 40, 300] {
+            let s: Vec<u32> = (0..len as u32).map(|i| 3 * i + 1).collect();
+            for x in 0..3 * len as u32 + 3 {
+                let want = s.partition_point(|&v| v < x);
+                assert_eq!(gallop(&s, x), want, "len {len}, x {x}");
+            }
+        }
     }
 
     #[test]
