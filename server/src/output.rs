@@ -11,15 +11,8 @@ pub struct StdoutClosed;
 /// a temporary directory removed), which exits quietly; no panic message
 /// is printed.
 pub fn emit(line: std::fmt::Arguments<'_>) {
-    use std::io::Write;
-    let text = safe_line(line);
-    let mut out = std::io::stdout().lock();
-    if let Err(e) = out
-        .write_all(text.as_bytes())
-        .and_then(|_| out.write_all(b"\n"))
-    {
+    if let Err(e) = try_emit(line) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
-            drop(out);
             std::panic::resume_unwind(Box::new(StdoutClosed));
         }
         match CHANGE_MADE.lock().take() {
