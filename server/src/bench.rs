@@ -485,6 +485,17 @@ fn check_ingest_args(a: &IngestBenchArgs) -> Result<(), CliError> {
 /// and not inside a store (whose maintenance removes what it owns under
 /// its directories), checked before anything is written there.
 pub(crate) fn check_bench_dir(name: &str, dir: &Path) -> Result<(), CliError> {
+    // (a link leading nowhere cannot be checked against the stores, and
+    // a directory cannot be made in its place)
+    if dir.symlink_metadata().is_ok() && !dir.exists() {
+        let to = std::fs::read_link(dir)
+            .map(|t| format!(" (to {})", t.display()))
+            .unwrap_or_default();
+        return Err(fail(format!(
+            "{name} {}: a link that leads nowhere{to}; give a directory, or a path where one can be made",
+            dir.display()
+        )));
+    }
     if dir.exists() && !dir.is_dir() {
         return Err(fail(format!(
             "{name} {}: a file, not a directory",

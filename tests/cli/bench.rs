@@ -417,6 +417,30 @@ fn bench_dir_never_replaces_what_the_bench_did_not_make() {
             "{args:?}: {err}"
         );
     }
+    // a link leading nowhere (here, where a store's derived/ would hold
+    // it) is named as such, and nothing is made where it leads
+    #[cfg(unix)]
+    {
+        let dangling = tmp.path().join("dangling");
+        let target = store.join("derived").join("gone");
+        std::os::unix::fs::symlink(&target, &dangling).unwrap();
+        for args in [
+            &["bench", "open", "--records", "200", "--tenants", "2"][..],
+            &["bench", "ingest", "--n", "10"][..],
+        ] {
+            let mut all = args.to_vec();
+            all.extend(["--quiet", "--dir", dangling.to_str().unwrap()]);
+            let o = engram(&all);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(
+                !o.status.success()
+                    && err.contains("--dir")
+                    && err.contains("a link that leads nowhere"),
+                "{args:?}: {err}"
+            );
+            assert!(!target.exists(), "{args:?}");
+        }
+    }
     // a directory inside a store is refused before anything is written
     // there (a params file and a store were left in its derived/ and log/)
     let ds = tmp.path().join("ds");
