@@ -88,7 +88,9 @@
 //! partial scores added, the lower bound raised again, and the candidates
 //! the terms after it can no longer lift to it dropped. Pruning compares
 //! after rounding to the returned `f32`, with a margin, and never prunes a
-//! tie, so the results are exactly those of exhaustive scoring (property test `pruning_keeps_the_exhaustive_top_k`;
+//! tie, so the results are exactly those of exhaustive scoring (property
+//! tests `pruning_keeps_the_exhaustive_top_k` and
+//! `narrowing_the_candidates_keeps_the_exhaustive_top_k`;
 //! [`Bm25Index::search_exhaustive`] is the reference). Corpus statistics
 //! stay those of the eligible set: a term's document frequency is counted
 //! with `intersection_len`, which enumerates nothing; N and the token total
@@ -919,6 +921,48 @@ mod tests {
             }
         }
         WORDS[WORDS.len() - 1]
+    }
+
+    /// Once a rare term's documents are the only candidates, the terms
+    /// left are taken over them one at a time and the candidates they can
+    /// no longer lift to the k-th best are dropped, with the exhaustive
+    /// results, under either accumulator.
+    #[test]
+    fn the_terms_left_narrow_the_candidates() {
+        let docs: Vec<(u32, String)> = (0..3000u32)
+            .map(|i| {
+                let mut text = String::from("memory");
+                if i % 2 == 0 {
+                    text.push_str(" agent");
+                }
+                if i % 3 == 0 {
+                    text.push_str(" graph");
+                }
+                if i % 100 == 7 {
+                    text.push_str(" incident");
+                }
+                if i % 300 == 7 {
+                    text.push_str(" incident");
+                }
+                (i * 5, text)
+            })
+            .collect();
+        let idx = build(Bm25Params::default(), &docs);
+        let all: RoaringBitmap = docs.iter().map(|d| d.0).collect();
+        let some: RoaringBitmap = docs.iter().map(|d| d.0).filter(|d| d % 7 != 0).collect();
+        for e in [&all, &some] {
+            let mut s = LexicalStats::default();
+            let q = "incident graph agent memory";
+            let want = idx.search_impl(q, e, 3, &mut s, &OnceLock::new(), None, false);
+            assert_eq!(want.len(), 3);
+            for dense in [Some(true), Some(false)] {
+                let before = search::DROPPED.with(|c| c.get());
+                let got = idx.search_impl(q, e, 3, &mut s, &OnceLock::new(), dense, true);
+                assert_eq!(got, want, "dense {dense:?}");
+                let dropped = search::DROPPED.with(|c| c.get()) - before;
+                assert!(dropped > 0, "dense {dense:?}: no candidate was dropped");
+            }
+        }
     }
 
     /// Pruning reads fewer postings and returns exactly the exhaustive

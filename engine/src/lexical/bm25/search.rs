@@ -33,9 +33,10 @@ thread_local! {
 /// Runs `f` on an all-zero accumulator of `span` slots indexed by
 /// `doc - lo`, and an all-zero bitset of `span` bits where `f` must set
 /// the bit of every slot it makes non-zero. Afterwards only those slots
-/// are reset (and the bitset, a word per 64 slots), so a query pays for
-/// the slots it touched, not for allocating and clearing an array over
-/// the whole id span (at a million records, 8 MB per query). The bitset
+/// are reset, and the bitset (a word per 64 slots), so a query pays for
+/// the slots it touched and a pass over the bitset, not for allocating
+/// and clearing an array over the whole id span (at a million records,
+/// 8 MB per query). The bitset
 /// also lists the touched documents in ascending order without a sort. The
 /// accumulator is taken out of the thread's slot while in use: a nested
 /// call gets a fresh one, and a panic in `f` drops it rather than leaving
@@ -119,11 +120,12 @@ impl<'a> TfCursor<'a> {
     }
 }
 
-/// Index of the first element of ascending `s` that is >= `x`: the first
-/// [`LINEAR`] elements are counted without a branch (most seeks of a
-/// tenant's documents move a few entries, and a mispredicted branch per
-/// halving cost more than the compares), then exponential and binary
-/// search: O(log i) for answer `i`.
+/// Index of the first element of ascending `s` that is >= `x`. When `s`
+/// holds at least [`LINEAR`] elements, those first ones are counted
+/// without a branch (most seeks of a tenant's documents move a few
+/// entries, and a mispredicted branch per halving cost more than the
+/// compares); past them, or in a shorter `s`, exponential then binary
+/// search: O(LINEAR + log i) for answer `i`.
 pub(super) fn gallop(s: &[u32], x: u32) -> usize {
     if let Some(head) = s.get(..LINEAR) {
         let below = head.iter().filter(|&&v| v < x).count();
@@ -267,8 +269,8 @@ impl Accumulator for DenseAcc<'_> {
     fn touched(&self) -> usize {
         self.touched
     }
-    // a slot's index is below the span, at most `hi - lo + 1`, so the
-    // document `lo + index` is a u32
+    // a slot's index is below the span, `hi - lo + 1`, so the document
+    // `lo + index` is at most `hi`, a u32
     #[allow(clippy::cast_possible_truncation)]
     fn for_each(&self, mut f: impl FnMut(u32, f64)) {
         for_each_set(self.bits, |i| f(self.lo + i as u32, self.acc[i]));
@@ -379,6 +381,13 @@ impl Run<'_, '_> {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Candidates [`finish`] dropped on this thread: tests check that the
+    /// narrowing runs, not only that its results are right.
+    pub(super) static DROPPED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 /// The top `k` once the terms before `rest` are in `acc`; `left[i]` is
 /// what the terms from `rest[i]` on can add to any document (`left` has one
 /// more entry than `rest`, the last 0).
@@ -448,7 +457,11 @@ fn finish(
             let (_, &mut kth, _) = sums.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
             theta = theta.max(kth);
         }
+        #[cfg(test)]
+        let before = candidates.len();
         candidates.retain(|&(_, s)| !below(s + left[i + 1], theta));
+        #[cfg(test)]
+        DROPPED.with(|c| c.set(c.get() + (before - candidates.len()) as u64));
     }
     for (d, s) in candidates {
         if round_score(s) >= top.floor {
