@@ -401,46 +401,33 @@ fn bench_dir_never_replaces_what_the_bench_did_not_make() {
         "keep me"
     );
     assert!(!victim.join("bench-open.params").exists());
-    // a file where the directory goes is named as such
+    // a file where the directory goes, and a link leading nowhere (here,
+    // where a store's derived/ would hold it), are named as such, and
+    // nothing is made where the link leads
     let file = tmp.path().join("a-file");
     std::fs::write(&file, "x").unwrap();
-    for args in [
-        &["bench", "open", "--records", "200", "--tenants", "2"][..],
-        &["bench", "ingest", "--n", "10"][..],
+    let dangling = tmp.path().join("dangling");
+    let target = store.join("derived").join("gone");
+    std::os::unix::fs::symlink(&target, &dangling).unwrap();
+    for (dir, said) in [
+        (&file, "a file, not a directory"),
+        (&dangling, "a link that leads nowhere"),
     ] {
-        let mut all = args.to_vec();
-        all.extend(["--quiet", "--dir", file.to_str().unwrap()]);
-        let o = engram(&all);
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(
-            !o.status.success() && err.contains("--dir") && err.contains("a file, not a directory"),
-            "{args:?}: {err}"
-        );
-    }
-    // a link leading nowhere (here, where a store's derived/ would hold
-    // it) is named as such, and nothing is made where it leads
-    #[cfg(unix)]
-    {
-        let dangling = tmp.path().join("dangling");
-        let target = store.join("derived").join("gone");
-        std::os::unix::fs::symlink(&target, &dangling).unwrap();
         for args in [
             &["bench", "open", "--records", "200", "--tenants", "2"][..],
             &["bench", "ingest", "--n", "10"][..],
         ] {
             let mut all = args.to_vec();
-            all.extend(["--quiet", "--dir", dangling.to_str().unwrap()]);
+            all.extend(["--quiet", "--dir", dir.to_str().unwrap()]);
             let o = engram(&all);
             let err = String::from_utf8_lossy(&o.stderr);
             assert!(
-                !o.status.success()
-                    && err.contains("--dir")
-                    && err.contains("a link that leads nowhere"),
+                !o.status.success() && err.contains("--dir") && err.contains(said),
                 "{args:?}: {err}"
             );
-            assert!(!target.exists(), "{args:?}");
         }
     }
+    assert!(!target.exists());
     // a directory inside a store is refused before anything is written
     // there (a params file and a store were left in its derived/ and log/)
     let ds = tmp.path().join("ds");
