@@ -428,16 +428,19 @@ fn finish(
         }
     });
     debug_assert!(candidates.windows(2).all(|w| w[0].0 < w[1].0));
+    // The candidates' documents, rebuilt only when some were dropped.
+    let bitmap_of = |candidates: &[(u32, f64)]| {
+        let docs = candidates.iter().map(|&(d, _)| d);
+        // (ascending and distinct, as the accumulator lists them)
+        RoaringBitmap::from_sorted_iter(docs.clone()).unwrap_or_else(|_| docs.collect())
+    };
+    let mut among = bitmap_of(&candidates);
     let mut sums: Vec<f64> = Vec::new();
     for (i, r) in rest.iter().enumerate() {
         if candidates.is_empty() {
             break;
         }
         stats.postings_read += candidates.len() as u64;
-        let docs = candidates.iter().map(|&(d, _)| d);
-        // (ascending and distinct, as the accumulator lists them)
-        let among =
-            RoaringBitmap::from_sorted_iter(docs.clone()).unwrap_or_else(|_| docs.collect());
         let hits = &r.t.postings.docs & &among;
         let mut tfs = TfCursor::new(r.t.postings);
         let mut at = 0;
@@ -457,11 +460,13 @@ fn finish(
             let (_, &mut kth, _) = sums.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
             theta = theta.max(kth);
         }
-        #[cfg(test)]
         let before = candidates.len();
         candidates.retain(|&(_, s)| !below(s + left[i + 1], theta));
-        #[cfg(test)]
-        DROPPED.with(|c| c.set(c.get() + (before - candidates.len()) as u64));
+        if candidates.len() < before {
+            #[cfg(test)]
+            DROPPED.with(|c| c.set(c.get() + (before - candidates.len()) as u64));
+            among = bitmap_of(&candidates);
+        }
     }
     for (d, s) in candidates {
         if round_score(s) >= top.floor {
