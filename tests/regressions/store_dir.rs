@@ -296,10 +296,6 @@ fn two_stores_sharing_a_log_directory_through_a_link_exclude_each_other() {
     db.close().unwrap();
 }
 
-/// A derived file that cannot be read (a vector file replaced by a
-/// directory) is named as the problem: a read-only open blamed the intact
-/// log frame it was applying ("open the store with a build that reads
-/// it"), and a writable open rebuilds it.
 /// Options of a store with the hashing embedder, read-only or writable.
 fn vector_opts(read_only: bool) -> engram::Options {
     engram::Options {
@@ -308,6 +304,14 @@ fn vector_opts(read_only: bool) -> engram::Options {
         create_if_missing: !read_only,
         ..engram::Options::default()
     }
+}
+
+/// A store at `dir/store` holding `n` ingested events of tenant `t`.
+fn ingested(dir: &Path, n: usize) -> std::path::PathBuf {
+    let store = dir.join("store");
+    let file = cli::events_file(dir, "ev.jsonl", "t", n);
+    ok(&store, &["ingest", file.to_str().unwrap()]);
+    store
 }
 
 /// A closed store in `dir` holding one record with a derived vector.
@@ -319,6 +323,10 @@ fn store_with_a_vector(dir: &Path) {
     db.close().unwrap();
 }
 
+/// A derived file that cannot be read (a vector file replaced by a
+/// directory) is named as the problem: a read-only open blamed the intact
+/// log frame it was applying ("open the store with a build that reads
+/// it"), and a writable open rebuilds it.
 #[test]
 fn an_unreadable_derived_file_is_named_not_the_log() {
     use engram::Engram;
@@ -611,9 +619,7 @@ fn a_key_file_inside_a_stores_directories_is_refused() {
 fn a_staging_copy_cut_short_at_its_marker_is_removed_at_open() {
     let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
-    let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 3);
-    ok(&store, &["ingest", file.to_str().unwrap()]);
+    let store = ingested(tmp.path(), 3);
     let staging = store.join("compact.staging");
     std::fs::create_dir_all(&staging).unwrap();
     std::fs::write(staging.join("ENGRAM.tmp"), "engram store\n").unwrap();
@@ -687,9 +693,7 @@ fn keys_refuse_a_store_this_build_cannot_read_and_write_nothing() {
 fn a_restore_over_a_linked_log_leaves_the_link_target_s_other_files() {
     let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
-    let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 4);
-    ok(&store, &["ingest", file.to_str().unwrap()]);
+    let store = ingested(tmp.path(), 4);
     let bk = tmp.path().join("bk");
     ok(&store, &["backup", bk.to_str().unwrap()]);
     let elsewhere = tmp.path().join("disk2");
@@ -748,9 +752,7 @@ fn a_restore_over_a_linked_log_leaves_the_link_target_s_other_files() {
 fn a_log_old_leading_to_the_live_log_is_never_cleared() {
     let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
-    let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 6);
-    ok(&store, &["ingest", file.to_str().unwrap()]);
+    let store = ingested(tmp.path(), 6);
     std::os::unix::fs::symlink("log", store.join("log.old")).unwrap();
     ok(&store, &["stats"]);
     assert_eq!(cli::json(&ok(&store, &["stats", "--json"]))["records"], 6);
@@ -786,9 +788,7 @@ fn links_between_a_store_s_parts_never_clear_the_log() {
     use std::os::unix::fs::symlink;
     let _serial = crate::cli::serial();
     let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
-    let file = cli::events_file(tmp.path(), "ev.jsonl", "t", 5);
-    ok(&store, &["ingest", file.to_str().unwrap()]);
+    let store = ingested(tmp.path(), 5);
     let bk = tmp.path().join("bk");
     ok(&store, &["backup", bk.to_str().unwrap()]);
     let records =
