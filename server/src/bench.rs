@@ -95,8 +95,13 @@ pub struct IngestResult {
     pub ack_latency_us_p50: f64,
     /// 99th percentile acknowledgement latency, microseconds.
     pub ack_latency_us_p99: f64,
-    /// fsyncs (group commits) per second.
+    /// Group commits of the configuration (each one or more fsyncs of
+    /// appended frames).
     pub groups: u64,
+    /// Mean time of one `fdatasync` of appended frames, microseconds: the
+    /// disk's share of an acknowledgement, beside which the engine's is
+    /// read (a group's appends wait for it, however little the engine does).
+    pub fsync_us_mean: f64,
     /// Seconds from the last acknowledgement until the background indexer
     /// had every vector a graph batch can take in its graph (0 without an
     /// embedder).
@@ -389,7 +394,9 @@ pub fn measure_with_progress(
     }
     let seconds = started.elapsed().as_secs_f64();
     let events = n;
-    let groups = db.log_stats().n_groups;
+    let log = db.log_stats();
+    let groups = log.n_groups;
+    let fsync_us_mean = log.fsync_us_total as f64 / log.n_fsyncs.max(1) as f64;
     // How long the graphs lag behind the last acknowledgement: the
     // background indexer alone (no `wait_indexed`), or, with no indexer
     // running (`--no-indexer`), `wait_indexed` on every core.
@@ -428,6 +435,7 @@ pub fn measure_with_progress(
         ack_latency_us_p50: percentile(&lat, 0.5),
         ack_latency_us_p99: percentile(&lat, 0.99),
         groups,
+        fsync_us_mean,
         index_catch_up_s,
     })
 }
@@ -582,14 +590,15 @@ fn ingest(ctx: &Ctx, a: IngestBenchArgs) -> CliResult {
         }
         if !a.json {
             crate::outln!(
-                "writers {:>3}  batch {:>5}  {:>10.0} events/s  {:>7.1} MB/s  ack p50 {:>8.0} us  p99 {:>8.0} us  ({} fsync groups)",
+                "writers {:>3}  batch {:>5}  {:>10.0} events/s  {:>7.1} MB/s  ack p50 {:>8.0} us  p99 {:>8.0} us  ({} fsync groups, fsync {:.0} us)",
                 r.writers,
                 r.batch,
                 r.events_per_s,
                 r.mb_per_s,
                 r.ack_latency_us_p50,
                 r.ack_latency_us_p99,
-                r.groups
+                r.groups,
+                r.fsync_us_mean
             );
             if opts.embedder.is_some() {
                 crate::outln!(

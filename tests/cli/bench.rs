@@ -337,6 +337,10 @@ fn bench_ingest_with_vectors_runs_with_and_without_the_indexer() {
             assert_eq!(r["events"], 300, "{r}");
             assert!(r["events_per_s"].as_f64().unwrap() > 0.0, "{r}");
             assert!(r["index_catch_up_s"].as_f64().unwrap() >= 0.0, "{r}");
+            // the disk's share of an acknowledgement, as a number
+            let fsync = r["fsync_us_mean"].as_f64().expect("fsync_us_mean");
+            assert!(fsync.is_finite() && fsync >= 0.0, "{r}");
+            assert!(r["groups"].as_u64().unwrap() >= 1, "{r}");
         }
     }
 }
