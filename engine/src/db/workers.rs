@@ -219,7 +219,14 @@ pub(super) fn checkpoint_loop(inner: std::sync::Weak<Inner>, rx: crossbeam_chann
 }
 
 /// The log counts as busy for this long after it moved.
-const INGEST_QUIET: Duration = Duration::from_millis(5);
+/// Long enough to span the gap between one writer's batches of 1000 (each
+/// takes some 10-25 ms to append), so a batch load counts as appends
+/// arriving, not as a quiet log between its batches.
+const INGEST_QUIET: Duration = Duration::from_millis(50);
+
+/// How often the indexer looks again while it waits for appends below the
+/// lag.
+const WAIT_POLL: Duration = Duration::from_millis(5);
 
 /// Vectors the graphs may fall behind while appends arrive before the
 /// indexer works anyway. A turn holds no state lock while it plans (see
@@ -233,6 +240,30 @@ const INGEST_FIRST_LAG: usize = 8192;
 /// graphs can take `indexable` vectors now.
 fn appends_first(since_moved: Duration, indexable: usize) -> bool {
     since_moved < INGEST_QUIET && indexable < INGEST_FIRST_LAG
+}
+
+/// The indexer's share of its own time while appends arrive and the
+/// graphs lag past [`INGEST_FIRST_LAG`], in percent: after each turn it
+/// pauses for the rest. Under sustained ingest the graphs cannot keep up on
+/// a few cores anyway (an insertion costs about ten times the CPU of the
+/// rest of an event's ingest), so the lag grows whatever the indexer does;
+/// running flat out there took 29-50% of 16 single-event writers'
+/// acknowledged rate, paced 6-7% (docs/benchmarks.md, "A paced indexer"). Once the log is quiet, the
+/// indexer works without pause.
+const INGEST_INDEX_SHARE: u32 = 10;
+
+/// The longest pause after one turn: a turn held up (preempted, or waiting
+/// for a lock) does not stop the indexer for long.
+const PAUSE_MAX: Duration = Duration::from_millis(50);
+
+/// How long the indexer pauses after a turn that took `turn`, the log
+/// having moved `since_moved` ago: its share of the time while appends
+/// arrive, no pause once they stopped.
+fn pause_after_turn(since_moved: Duration, turn: Duration) -> Duration {
+    if since_moved >= INGEST_QUIET {
+        return Duration::ZERO;
+    }
+    (turn * (100 - INGEST_INDEX_SHARE) / INGEST_INDEX_SHARE).min(PAUSE_MAX)
 }
 
 /// The indexer thread's nice value: CPU goes to appends and queries first.
@@ -313,7 +344,7 @@ pub(super) fn indexer_loop(
         // Appends first: while they arrive, the graph waits, up to a lag.
         if appends_first(moved.elapsed(), indexable) {
             drop(st);
-            std::thread::sleep(INGEST_QUIET);
+            std::thread::sleep(WAIT_POLL);
             continue;
         }
         // A node per turn, planned without the state's lock: the commit
@@ -325,9 +356,15 @@ pub(super) fn indexer_loop(
             continue;
         };
         drop(st);
+        let started = Instant::now();
         if let Err(e) = turn.run(&rows, 1) {
             err.lock().get_or_insert(e.to_string());
             return;
+        }
+        // Past the lag, while appends arrive: a share of the time only.
+        let pause = pause_after_turn(moved.elapsed(), started.elapsed());
+        if !pause.is_zero() {
+            std::thread::sleep(pause);
         }
     }
 }
@@ -363,5 +400,25 @@ mod tests {
         assert!(!appends_first(busy, INGEST_FIRST_LAG));
         assert!(!appends_first(INGEST_QUIET, 1));
         assert!(!appends_first(Duration::from_secs(1), 0));
+    }
+
+    #[test]
+    fn past_the_lag_the_indexer_takes_its_share_while_appends_arrive() {
+        let busy = INGEST_QUIET / 2;
+        let turn = Duration::from_micros(500);
+        let pause = pause_after_turn(busy, turn);
+        // the turn is INGEST_INDEX_SHARE percent of turn + pause
+        assert_eq!(
+            (turn * 100).as_micros(),
+            ((turn + pause) * INGEST_INDEX_SHARE).as_micros()
+        );
+        // a turn held up long pauses at most PAUSE_MAX
+        assert_eq!(pause_after_turn(busy, Duration::from_secs(1)), PAUSE_MAX);
+        // once the log is quiet, no pause
+        assert_eq!(pause_after_turn(INGEST_QUIET, turn), Duration::ZERO);
+        assert_eq!(
+            pause_after_turn(Duration::from_secs(1), turn),
+            Duration::ZERO
+        );
     }
 }
