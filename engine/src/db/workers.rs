@@ -242,15 +242,77 @@ fn appends_first(since_moved: Duration, indexable: usize) -> bool {
     since_moved < INGEST_QUIET && indexable < INGEST_FIRST_LAG
 }
 
-/// The indexer's share of its own time while appends arrive and the
-/// graphs lag past [`INGEST_FIRST_LAG`], in percent: after each turn it
-/// pauses for the rest. Under sustained ingest the graphs cannot keep up on
-/// a few cores anyway (an insertion costs about ten times the CPU of the
-/// rest of an event's ingest), so the lag grows whatever the indexer does;
-/// running flat out there took 29-50% of 16 single-event writers'
-/// acknowledged rate, paced 6-7% (docs/benchmarks.md, "A paced indexer"). Once the log is quiet, the
-/// indexer works without pause.
+/// The indexer's share of its own time while appends arrive faster than
+/// it could index them flat out, the graphs lagging past
+/// [`INGEST_FIRST_LAG`], in percent: after each turn it pauses for the
+/// rest. Then the graphs fall behind whatever the indexer does (an
+/// insertion costs about ten times the CPU of the rest of an event's
+/// ingest), and running flat out took 29-50% of 16 single-event writers'
+/// acknowledged rate, paced 1-7% (docs/benchmarks.md, "A paced indexer").
+/// Appends it can keep up with, and a quiet log, get it flat out: the lag,
+/// and the exact scans of the vectors waiting, stay short.
 const INGEST_INDEX_SHARE: u32 = 10;
+
+/// How often the indexer compares the rate vectors arrive at with the
+/// rate it indexes them at ([`Pace`]).
+const PACE_WINDOW: Duration = Duration::from_millis(50);
+
+/// Time in turns below which a window says nothing of the indexer's rate.
+const PACE_BUSY_MIN: Duration = Duration::from_millis(10);
+
+/// Whether appends outrun the indexer: vectors arrive (`arrived` over
+/// `window`) faster than it indexes them per second of its own work
+/// (`capacity`, vectors per second in turns; unknown until measured).
+fn outrun(arrived: usize, window: Duration, capacity: Option<f64>) -> bool {
+    match capacity {
+        Some(c) if !window.is_zero() => arrived as f64 / window.as_secs_f64() > c,
+        _ => false,
+    }
+}
+
+/// The indexer's measure of the recent past, window by window: vectors
+/// arrived, vectors it put in the graphs and the time its turns took.
+struct Pace {
+    started: Instant,
+    total: usize,
+    in_graphs: usize,
+    busy: Duration,
+    /// Vectors per second of turns, from the last window that measured it.
+    capacity: Option<f64>,
+    /// Whether the last window's appends outran the indexer.
+    outrun: bool,
+}
+
+impl Pace {
+    fn new(total: usize, in_graphs: usize) -> Self {
+        Pace {
+            started: Instant::now(),
+            total,
+            in_graphs,
+            busy: Duration::ZERO,
+            capacity: None,
+            outrun: false,
+        }
+    }
+
+    /// Counts taken at the top of a turn: closes the window once it is
+    /// [`PACE_WINDOW`] old.
+    fn observe(&mut self, total: usize, in_graphs: usize) {
+        let window = self.started.elapsed();
+        if window < PACE_WINDOW {
+            return;
+        }
+        let indexed = in_graphs.saturating_sub(self.in_graphs);
+        if self.busy >= PACE_BUSY_MIN && indexed > 0 {
+            self.capacity = Some(indexed as f64 / self.busy.as_secs_f64());
+        }
+        self.outrun = outrun(total.saturating_sub(self.total), window, self.capacity);
+        self.started = Instant::now();
+        self.total = total;
+        self.in_graphs = in_graphs;
+        self.busy = Duration::ZERO;
+    }
+}
 
 /// The longest pause after one turn: a turn held up (preempted, or waiting
 /// for a lock) does not stop the indexer for long.
@@ -305,6 +367,7 @@ pub(super) fn indexer_loop(
     // When the log last moved (see `INGEST_FIRST_LAG`).
     let mut applied = 0;
     let mut moved = Instant::now();
+    let mut pace: Option<Pace> = None;
     loop {
         // A closed channel means the store is closing: the backlog is left
         // to `close`'s `wait_indexed` (every core) or to the next open.
@@ -320,7 +383,10 @@ pub(super) fn indexer_loop(
             }
         }
         let st = state.read();
-        let indexable = st.vectors.indexable();
+        let (pending, indexable) = st.vectors.pending_and_indexable();
+        let total = st.vectors.total();
+        let pace = pace.get_or_insert_with(|| Pace::new(total, total - pending));
+        pace.observe(total, total - pending);
         if indexable == 0 {
             drop(st);
             if !remapped {
@@ -361,10 +427,15 @@ pub(super) fn indexer_loop(
             err.lock().get_or_insert(e.to_string());
             return;
         }
-        // Past the lag, while appends arrive: a share of the time only.
-        let pause = pause_after_turn(moved.elapsed(), started.elapsed());
-        if !pause.is_zero() {
-            std::thread::sleep(pause);
+        let turn = started.elapsed();
+        pace.busy += turn;
+        // Past the lag, while appends arrive faster than it could index
+        // them: a share of the time only.
+        if pace.outrun {
+            let pause = pause_after_turn(moved.elapsed(), turn);
+            if !pause.is_zero() {
+                std::thread::sleep(pause);
+            }
         }
     }
 }
@@ -420,5 +491,44 @@ mod tests {
             pause_after_turn(Duration::from_secs(1), turn),
             Duration::ZERO
         );
+    }
+
+    #[test]
+    fn the_indexer_paces_itself_only_when_appends_outrun_it() {
+        let second = Duration::from_secs(1);
+        // 2,000 vectors per second of turns: 25,000 arriving a second
+        // outrun it, 1,000 do not
+        assert!(outrun(25_000, second, Some(2_000.0)));
+        assert!(!outrun(1_000, second, Some(2_000.0)));
+        assert!(outrun(600, Duration::from_millis(250), Some(2_000.0)));
+        // unmeasured: flat out
+        assert!(!outrun(25_000, second, None));
+        assert!(!outrun(25_000, Duration::ZERO, Some(1.0)));
+    }
+
+    #[test]
+    fn a_window_measures_the_indexers_rate_and_the_arrivals() {
+        let mut p = Pace::new(10_000, 0);
+        // within the window: nothing decided
+        p.busy = Duration::from_millis(100);
+        p.observe(20_000, 200);
+        assert_eq!((p.capacity, p.outrun), (None, false));
+        // a window closed: 200 vectors in 0.1 s of turns (2,000/s) while
+        // 10,000 arrived in about 0.25 s
+        p.started -= PACE_WINDOW;
+        p.observe(20_000, 200);
+        assert_eq!(p.capacity, Some(2_000.0));
+        assert!(p.outrun);
+        assert_eq!(
+            (p.total, p.in_graphs, p.busy),
+            (20_000, 200, Duration::ZERO)
+        );
+        // the next window: few arrivals, too little work to measure the
+        // rate again; the last measure stands
+        p.started -= PACE_WINDOW;
+        p.busy = Duration::from_millis(1);
+        p.observe(20_010, 264);
+        assert_eq!(p.capacity, Some(2_000.0));
+        assert!(!p.outrun);
     }
 }

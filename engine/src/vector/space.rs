@@ -915,6 +915,11 @@ impl VectorSpaces {
         self.spaces.iter().map(|s| s.indexable()).sum()
     }
 
+    /// Vectors over every space, in their graphs or not.
+    pub fn total(&self) -> usize {
+        self.spaces.iter().map(|s| s.len()).sum()
+    }
+
     /// (pending, indexable) over every space, each from one look at its
     /// graph.
     pub fn pending_and_indexable(&self) -> (usize, usize) {
