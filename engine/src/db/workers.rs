@@ -248,7 +248,7 @@ fn appends_first(since_moved: Duration, indexable: usize) -> bool {
 /// rest. Then the graphs fall behind whatever the indexer does (an
 /// insertion costs about ten times the CPU of the rest of an event's
 /// ingest), and running flat out took 29-50% of 16 single-event writers'
-/// acknowledged rate, paced 1-7% (docs/benchmarks.md, "A paced indexer").
+/// acknowledged rate, paced 0-7% (docs/benchmarks.md, "A paced indexer").
 /// Appends it can keep up with, and a quiet log, get it flat out: the lag,
 /// and the exact scans of the vectors waiting, stay short.
 const INGEST_INDEX_SHARE: u32 = 10;
@@ -270,14 +270,24 @@ fn outrun(arrived: usize, window: Duration, capacity: Option<f64>) -> bool {
     }
 }
 
-/// The indexer's measure of the recent past, window by window: vectors
-/// arrived, vectors it put in the graphs and the time its turns took.
+/// Vectors the graphs must have taken before a measure of the indexer's
+/// rate counts: past the first 1,024 slots a graph takes whole batches, so
+/// a shorter span would see none or one of them.
+const PACE_INDEXED_MIN: usize = crate::vector::hnsw::BATCH as usize;
+
+/// The indexer's measure of the recent past: the vectors that arrived in
+/// the last window, and its own rate (vectors put in the graphs per second
+/// of its turns), measured over as many windows as it takes to see
+/// [`PACE_BUSY_MIN`] of work and [`PACE_INDEXED_MIN`] vectors indexed.
 struct Pace {
+    /// When the current window started, and the vectors then.
     started: Instant,
     total: usize,
+    /// The vectors in the graphs when the current measure of the rate
+    /// started, and the time in turns since.
     in_graphs: usize,
     busy: Duration,
-    /// Vectors per second of turns, from the last window that measured it.
+    /// Vectors per second of turns, from the last measure.
     capacity: Option<f64>,
     /// Whether the last window's appends outran the indexer.
     outrun: bool,
@@ -296,21 +306,40 @@ impl Pace {
     }
 
     /// Counts taken at the top of a turn: closes the window once it is
-    /// [`PACE_WINDOW`] old.
+    /// [`PACE_WINDOW`] old, and the measure of the rate once it has seen
+    /// enough.
     fn observe(&mut self, total: usize, in_graphs: usize) {
+        if in_graphs < self.in_graphs {
+            // graphs rebuilt under it: measure anew
+            self.in_graphs = in_graphs;
+            self.busy = Duration::ZERO;
+        }
         let window = self.started.elapsed();
         if window < PACE_WINDOW {
             return;
         }
-        let indexed = in_graphs.saturating_sub(self.in_graphs);
-        if self.busy >= PACE_BUSY_MIN && indexed > 0 {
+        let indexed = in_graphs - self.in_graphs;
+        if self.busy >= PACE_BUSY_MIN && indexed >= PACE_INDEXED_MIN {
             self.capacity = Some(indexed as f64 / self.busy.as_secs_f64());
+            self.in_graphs = in_graphs;
+            self.busy = Duration::ZERO;
         }
         self.outrun = outrun(total.saturating_sub(self.total), window, self.capacity);
         self.started = Instant::now();
         self.total = total;
-        self.in_graphs = in_graphs;
-        self.busy = Duration::ZERO;
+    }
+}
+
+/// Sleeps for `d` unless the store closes meanwhile (wake-ups for new
+/// vectors do not cut it short). Returns whether the store is closing.
+fn pause(rx: &crossbeam_channel::Receiver<()>, d: Duration) -> bool {
+    let until = Instant::now() + d;
+    loop {
+        match rx.recv_deadline(until) {
+            Ok(()) => continue,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => return false,
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return true,
+        }
     }
 }
 
@@ -377,6 +406,8 @@ pub(super) fn indexer_loop(
         }
         // `wait_indexed` is at work on every core: step aside.
         if bulk.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            // the graphs grow without this thread's turns: measure anew
+            pace = None;
             match rx.recv_timeout(Duration::from_millis(20)) {
                 Ok(()) | Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
@@ -431,11 +462,8 @@ pub(super) fn indexer_loop(
         pace.busy += turn;
         // Past the lag, while appends arrive faster than it could index
         // them: a share of the time only.
-        if pace.outrun {
-            let pause = pause_after_turn(moved.elapsed(), turn);
-            if !pause.is_zero() {
-                std::thread::sleep(pause);
-            }
+        if pace.outrun && pause(&rx, pause_after_turn(moved.elapsed(), turn)) {
+            return;
         }
     }
 }
@@ -514,7 +542,7 @@ mod tests {
         p.observe(20_000, 200);
         assert_eq!((p.capacity, p.outrun), (None, false));
         // a window closed: 200 vectors in 0.1 s of turns (2,000/s) while
-        // 10,000 arrived in about 0.25 s
+        // 10,000 arrived in one window (some 50 ms)
         p.started -= PACE_WINDOW;
         p.observe(20_000, 200);
         assert_eq!(p.capacity, Some(2_000.0));
@@ -523,12 +551,59 @@ mod tests {
             (p.total, p.in_graphs, p.busy),
             (20_000, 200, Duration::ZERO)
         );
-        // the next window: few arrivals, too little work to measure the
-        // rate again; the last measure stands
+    }
+
+    #[test]
+    fn paced_windows_add_up_to_a_new_measure() {
+        let mut p = Pace::new(10_000, 0);
+        p.busy = Duration::from_millis(100);
         p.started -= PACE_WINDOW;
-        p.busy = Duration::from_millis(1);
-        p.observe(20_010, 264);
+        p.observe(20_000, 200);
         assert_eq!(p.capacity, Some(2_000.0));
+        // paced: 4 ms of turns a window, a batch committed in the second;
+        // neither window alone measures, and the decision goes on
+        let window = |p: &mut Pace, total, in_graphs| {
+            p.busy += Duration::from_millis(4);
+            p.started -= PACE_WINDOW;
+            p.observe(total, in_graphs);
+        };
+        window(&mut p, 21_000, 200);
+        assert_eq!(p.capacity, Some(2_000.0));
+        assert!(p.outrun);
+        window(&mut p, 22_000, 264);
+        assert_eq!(p.capacity, Some(2_000.0));
+        assert_eq!(
+            p.busy,
+            Duration::from_millis(8),
+            "the time in turns adds up"
+        );
+        // the third window has seen 12 ms of turns and a batch: 64 / 12 ms
+        window(&mut p, 23_000, 264);
+        let c = p.capacity.unwrap();
+        assert!((c - 64.0 / 0.012).abs() < 1e-6, "{c}");
+        assert_eq!((p.in_graphs, p.busy), (264, Duration::ZERO));
+        // appends slow to a trickle: flat out again
+        window(&mut p, 23_010, 264);
         assert!(!p.outrun);
+        // graphs rebuilt under it (fewer vectors in them): measured anew
+        p.busy = Duration::from_millis(30);
+        p.observe(23_010, 10);
+        assert_eq!((p.in_graphs, p.busy), (10, Duration::ZERO));
+    }
+
+    #[test]
+    fn a_pause_ends_early_only_when_the_store_closes() {
+        let (tx, rx) = crossbeam_channel::bounded::<()>(1);
+        tx.send(()).unwrap();
+        let t = Instant::now();
+        assert!(!pause(&rx, Duration::from_millis(30)));
+        assert!(
+            t.elapsed() >= Duration::from_millis(30),
+            "a wake-up cut it short"
+        );
+        drop(tx);
+        let t = Instant::now();
+        assert!(pause(&rx, Duration::from_secs(10)));
+        assert!(t.elapsed() < Duration::from_secs(5));
     }
 }
