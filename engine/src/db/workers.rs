@@ -537,13 +537,15 @@ mod tests {
     #[test]
     fn a_window_measures_the_indexers_rate_and_the_arrivals() {
         let mut p = Pace::new(10_000, 0);
-        // within the window: nothing decided
+        // within the window (started later than now, whatever the
+        // scheduler does): nothing decided
+        p.started = Instant::now() + Duration::from_secs(3600);
         p.busy = Duration::from_millis(100);
         p.observe(20_000, 200);
         assert_eq!((p.capacity, p.outrun), (None, false));
+        p.started = Instant::now() - PACE_WINDOW;
         // a window closed: 200 vectors in 0.1 s of turns (2,000/s) while
         // 10,000 arrived in one window (some 50 ms)
-        p.started -= PACE_WINDOW;
         p.observe(20_000, 200);
         assert_eq!(p.capacity, Some(2_000.0));
         assert!(p.outrun);
@@ -585,6 +587,13 @@ mod tests {
         // appends slow to a trickle: flat out again
         window(&mut p, 23_010, 264);
         assert!(!p.outrun);
+        // enough time in turns but less than a batch indexed: no measure
+        // (the graphs grow a batch at a time)
+        p.busy = Duration::from_millis(30);
+        p.started -= PACE_WINDOW;
+        p.observe(23_020, 300);
+        assert_eq!(p.capacity, Some(c));
+        assert_eq!((p.in_graphs, p.busy), (264, Duration::from_millis(30)));
         // graphs rebuilt under it (fewer vectors in them): measured anew
         p.busy = Duration::from_millis(30);
         p.observe(23_010, 10);
