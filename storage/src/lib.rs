@@ -49,7 +49,7 @@ pub use backend::{Backend, BackendFile, FsBackend, MapOptions, Mapping, MemBacke
 pub use error::{StorageError, StorageResult};
 pub use frame::{FrameType, Lsn};
 pub use log::{
-    AppendOutcome, FrameLoc, FrameRef, LogOptions, LogStats, RecoveryOptions, RecoveryReport,
-    SegmentLog, Truncation, TruncationReason,
+    Acknowledgements, AppendOutcome, FrameLoc, FrameRef, LogOptions, LogStats, RecoveryOptions,
+    RecoveryReport, SegmentLog, Truncation, TruncationReason,
 };
 pub use overlay::OverlayBackend;

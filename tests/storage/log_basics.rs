@@ -23,7 +23,7 @@ fn open(b: &MemBackend, opts: LogOptions) -> SegmentLog {
     let backend: Arc<dyn Backend> = Arc::new(b.clone());
     let (log, report) = SegmentLog::open(backend, Path::new("/data/log"), opts).unwrap();
     assert!(report.truncation.is_none(), "{report:?}");
-    log.start_writer(Box::new(|_| {})).unwrap();
+    log.start_writer(Box::new(|_, _| {})).unwrap();
     log
 }
 
@@ -245,7 +245,7 @@ fn a_large_group_is_prepared_before_it_is_committed_and_a_failed_one_never_commi
         Some(Box::new(move |frames| {
             p.lock().push(("prepare", frames[0].loc.lsn, frames.len()));
         })),
-        Box::new(move |frames| {
+        Box::new(move |frames, _| {
             c.lock().push(("commit", frames[0].loc.lsn, frames.len()));
         }),
     )
@@ -319,4 +319,129 @@ fn rewrite_drops_and_replaces_frames_keeping_lsns() {
     let log = open(&b, LogOptions::default());
     assert_eq!(log.append(vec![frame(b"x")]).unwrap()[0].lsn, 6);
     assert!(log.verify().unwrap().1.is_empty());
+}
+
+/// Waits up to ten seconds for `flag`.
+fn eventually(flag: &std::sync::atomic::AtomicBool) -> bool {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < until {
+        if flag.load(std::sync::atomic::Ordering::Acquire) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    false
+}
+
+/// Appends `frames` on a thread of its own; the flag is set once the append
+/// is answered.
+fn append_aside(
+    log: &Arc<SegmentLog>,
+    frames: Vec<PendingFrame>,
+) -> Arc<std::sync::atomic::AtomicBool> {
+    let answered = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (log, flag) = (log.clone(), answered.clone());
+    std::thread::spawn(move || {
+        log.append(frames).unwrap();
+        flag.store(true, std::sync::atomic::Ordering::Release);
+    });
+    answered
+}
+
+#[test]
+fn a_commit_hook_acknowledges_its_group_when_it_sends_and_otherwise_once_it_returns() {
+    let b = MemBackend::new();
+    let backend: Arc<dyn Backend> = Arc::new(b.clone());
+    let (log, _) =
+        SegmentLog::open(backend, Path::new("/data/log"), LogOptions::default()).unwrap();
+    let (entered, entered_rx) = std::sync::mpsc::channel::<u64>();
+    let (gate, gate_rx) = std::sync::mpsc::channel::<()>();
+    log.start_writer(Box::new(move |frames, acks| {
+        if frames[0].payload == b"early" {
+            acks.send();
+        }
+        entered.send(frames[0].loc.lsn).unwrap();
+        // held here until the test lets the hook return
+        let _ = gate_rx.recv_timeout(std::time::Duration::from_secs(10));
+    }))
+    .unwrap();
+    let log = Arc::new(log);
+    // sent by the hook: answered while the hook still runs
+    let early = append_aside(&log, vec![frame(b"early")]);
+    assert_eq!(entered_rx.recv().unwrap(), 1);
+    assert!(eventually(&early), "the hook sent, yet the append waits");
+    gate.send(()).unwrap();
+    // not sent: answered only once the hook returns
+    let late = append_aside(&log, vec![frame(b"late")]);
+    assert_eq!(entered_rx.recv().unwrap(), 2);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(!late.load(std::sync::atomic::Ordering::Acquire));
+    gate.send(()).unwrap();
+    assert!(eventually(&late));
+}
+
+#[test]
+fn a_group_over_two_segments_is_acknowledged_only_from_its_last_segment_hook() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let b = MemBackend::new();
+    // (one segment holds a small frame and one of 2,500 bytes, not two)
+    let opts = LogOptions {
+        segment_bytes_max: 4096,
+        ..LogOptions::default()
+    };
+    let backend: Arc<dyn Backend> = Arc::new(b.clone());
+    let (log, _) = SegmentLog::open(backend, Path::new("/data/log"), opts).unwrap();
+    let (entered, entered_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    let (gate, gate_rx) = std::sync::mpsc::channel::<()>();
+    log.start_writer(Box::new(move |frames, acks| {
+        // every call tries to acknowledge at once
+        acks.send();
+        let last = frames.last().unwrap().payload.to_vec();
+        let held = last[0] == b'a';
+        entered.send(last).unwrap();
+        if held {
+            let _ = gate_rx.recv_timeout(std::time::Duration::from_secs(10));
+        }
+    }))
+    .unwrap();
+    let log = Arc::new(log);
+    // The writer is held in its first write while `a` and `b` queue behind
+    // it, so that they are written as one group: `a` where the first frame
+    // is, `b` in the next segment.
+    let (write_gate, write_gate_rx) = std::sync::mpsc::channel::<()>();
+    let write_gate_rx = parking_lot::Mutex::new(write_gate_rx);
+    let armed = Arc::new(AtomicBool::new(true));
+    let arm = armed.clone();
+    b.on_write(Arc::new(move |_| {
+        if arm.swap(false, Ordering::AcqRel) {
+            write_gate_rx.lock().recv().unwrap();
+        }
+    }));
+    let first = append_aside(&log, vec![frame(b"x")]);
+    while armed.load(Ordering::Acquire) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let a = append_aside(&log, vec![frame(&[b'a'; 2500])]);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let bb = append_aside(&log, vec![frame(&[b'b'; 2500])]);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    write_gate.send(()).unwrap();
+    // the hook's call for the segment holding `a` sent, and `a` waits
+    loop {
+        let last = entered_rx.recv().unwrap();
+        if last[0] == b'a' {
+            break;
+        }
+    }
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(
+        !a.load(Ordering::Acquire),
+        "acknowledged before its group's last segment was applied"
+    );
+    assert!(!bb.load(Ordering::Acquire));
+    gate.send(()).unwrap();
+    assert_eq!(entered_rx.recv().unwrap(), vec![b'b'; 2500]);
+    assert!(eventually(&first) && eventually(&a) && eventually(&bb));
+    let stats = log.stats();
+    assert_eq!((stats.last_lsn, stats.n_segments), (3, 2), "{stats:?}");
 }

@@ -30,7 +30,7 @@ fn frame(i: u32) -> PendingFrame {
 fn make_log(dir: &Path) -> (PathBuf, Vec<u64>) {
     let backend: Arc<dyn Backend> = Arc::new(FsBackend);
     let (log, _) = SegmentLog::open(backend, dir, LogOptions::default()).unwrap();
-    log.start_writer(Box::new(|_| {})).unwrap();
+    log.start_writer(Box::new(|_, _| {})).unwrap();
     let mut ends = Vec::new();
     for i in 0..10 {
         let l = log.append(vec![frame(i)]).unwrap();
@@ -198,7 +198,7 @@ fn read_checks_both_checksums_and_read_verified_the_bounds() {
     let d = tempfile::tempdir().unwrap();
     let backend: Arc<dyn Backend> = Arc::new(FsBackend);
     let (log, _) = SegmentLog::open(backend, d.path(), LogOptions::default()).unwrap();
-    log.start_writer(Box::new(|_| {})).unwrap();
+    log.start_writer(Box::new(|_, _| {})).unwrap();
     let locs: Vec<_> = (0..5)
         .map(|i| log.append(vec![frame(i)]).unwrap()[0])
         .collect();

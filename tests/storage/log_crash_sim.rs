@@ -33,7 +33,7 @@ fn run_round(seed: u64) -> bool {
     };
     let backend: Arc<dyn Backend> = Arc::new(b.clone());
     let (log, _) = SegmentLog::open(backend, Path::new("/db/log"), opts.clone()).unwrap();
-    log.start_writer(Box::new(|_| {})).unwrap();
+    log.start_writer(Box::new(|_, _| {})).unwrap();
     let log = Arc::new(log);
     // lsn -> payload of every acknowledged frame
     let acked: Arc<Mutex<BTreeMap<u64, Vec<u8>>>> = Arc::default();

@@ -9,6 +9,13 @@ use crate::lexical::PreparedText;
 use super::workers::{checkpoint_loop, indexer_loop};
 use super::*;
 
+/// The smallest group (frames in its last segment) acknowledged before it
+/// is applied, while the commit hook holds the state's write lock. Below
+/// it, the apply takes tens of microseconds, less than waking the writers
+/// early and parking them again on that lock (docs/benchmarks.md,
+/// "Large batches acknowledged under the lock, applied after").
+const ACK_BEFORE_APPLY_MIN_FRAMES: usize = engram_storage::log::PREPARE_MIN_FRAMES;
+
 /// A store cut short that an internal open lets through, which every
 /// other open refuses.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -350,11 +357,20 @@ impl Engram {
             });
             inner.log.start_writer_prepared(
                 Some(prepare),
-                Box::new(move |frames: &[CommittedFrame<'_>]| {
+                Box::new(move |frames: &[CommittedFrame<'_>], acks| {
                     let vectors_pending;
                     {
                         let mut ready = prepared.lock();
                         let mut st = hook_state.write();
+                        // A large group is acknowledged once no reader can
+                        // start before it is applied: every read takes the
+                        // state's lock, which this hook holds until then.
+                        // Its writers prepare their next batches meanwhile.
+                        // (A small group's writers would only wake to wait
+                        // for the lock: it is acknowledged once applied.)
+                        if frames.len() >= ACK_BEFORE_APPLY_MIN_FRAMES {
+                            acks.send();
+                        }
                         for f in frames {
                             while ready.front().is_some_and(|(lsn, _)| *lsn < f.loc.lsn) {
                                 ready.pop_front();

@@ -937,3 +937,44 @@ fn a_summary_whose_source_its_batch_corrects_is_answered_stale() {
     }
     db.close().unwrap();
 }
+
+/// A large batch is acknowledged before it is applied (with the state's
+/// write lock held): a read that another thread starts once the append
+/// returns still finds every record of it, and a recall ranks them.
+#[test]
+fn a_large_batch_is_read_by_another_thread_as_soon_as_it_is_acknowledged() {
+    let db = mem_store("/ack");
+    let n = engram_storage::log::PREPARE_MIN_FRAMES * 2;
+    let (tx, rx) = crossbeam_channel::bounded::<(usize, Vec<RecordId>)>(0);
+    std::thread::scope(|sc| {
+        let reader = db.session(Principal::admin("t"));
+        sc.spawn(move || {
+            while let Ok((round, ids)) = rx.recv() {
+                // the last record first: the end of the batch applied last
+                for id in ids.iter().rev() {
+                    let got = reader.get(&RecordRef::Id(*id));
+                    assert!(got.is_ok(), "round {round}: {id} acknowledged, not found");
+                }
+                let hits = reader
+                    .recall(&crate::retrieval::RecallRequest {
+                        text: Some(format!("round{round}")),
+                        k: n,
+                        ..Default::default()
+                    })
+                    .unwrap()
+                    .hits;
+                assert_eq!(hits.len(), n, "round {round}");
+            }
+        });
+        let s = db.session(Principal::admin("t"));
+        for round in 0..40 {
+            let batch = (0..n)
+                .map(|i| NewRecord::event("note", format!("round{round} item {i}")))
+                .collect();
+            let ids = s.append(batch).unwrap().iter().map(|r| r.id).collect();
+            tx.send((round, ids)).unwrap();
+        }
+        drop(tx);
+    });
+    db.close().unwrap();
+}

@@ -688,7 +688,8 @@ impl Session {
 }
 
 /// Waits for frames queued with `SegmentLog::append_async` to be durable
-/// (and applied): where they went, or why they are not.
+/// (and applied, or held under the state's write lock to be applied, which
+/// every read waits for): where they went, or why they are not.
 fn durable(
     queued: engram_storage::StorageResult<
         engram_storage::oneshot::Receiver<

@@ -49,6 +49,7 @@ pub use recovery::{Truncation, TruncationReason};
 pub use rewrite::Rewrite;
 pub use segment::{FrameLoc, FrameRef};
 use segment::{SEGMENT_HEADER_BYTES, Segment};
+pub use writer::Acknowledgements;
 use writer::{APPLY_QUEUE_GROUPS, ApplyMsg, applier_loop, create_segment, writer_loop};
 
 /// Default bound on a segment file's size.
@@ -142,10 +143,11 @@ pub struct CommittedFrame<'a> {
     pub payload: &'a [u8],
 }
 
-/// Called on the log's applier thread after each group's fsync and before
-/// the group is acknowledged, with the group's frames in LSN order (one
-/// call per segment the group touched).
-pub type CommitHook = Box<dyn FnMut(&[CommittedFrame<'_>]) + Send>;
+/// Called on the log's applier thread after each group's fsync, with the
+/// group's frames in LSN order (one call per segment the group touched,
+/// the last one with the group's [`Acknowledgements`]). The group is
+/// acknowledged when the last call sends them, or once it returns.
+pub type CommitHook = Box<dyn FnMut(&[CommittedFrame<'_>], &mut Acknowledgements<'_>) + Send>;
 
 /// Called on the same thread as the [`CommitHook`], with a large group's
 /// frames once they are written and while their fsync runs, always before
@@ -769,8 +771,9 @@ impl SegmentLog {
     }
 
     /// Queues one atomic batch; the receiver yields its locations once the
-    /// batch is durable and applied (or an error: then the batch may or may
-    /// not survive a restart, exactly like a failed commit anywhere).
+    /// batch is durable and the commit hook acknowledged it (sent its
+    /// [`Acknowledgements`], or returned), or an error: then the batch may
+    /// or may not survive a restart, exactly like a failed commit anywhere.
     /// Batches queued by one thread are made durable in queue order.
     pub fn append_async(
         &self,

@@ -2,8 +2,9 @@
 //! queued batches into a group, lays their frames out back to back, writes
 //! them with one positional write and one `fdatasync` per segment touched
 //! (rotating, sealing and preallocating segments as it goes), then hands
-//! the group to the applier thread, which runs the commit hook and only
-//! then acknowledges every batch. A run of at least
+//! the group to the applier thread, which runs the commit hook and
+//! acknowledges every batch when the hook sends the group's
+//! [`Acknowledgements`] or once it returns. A run of at least
 //! [`PREPARE_MIN_FRAMES`] frames is also handed over once written, before
 //! its fsync, for the prepare hook. A failed write or sync poisons the log.
 //! Both threads poll their queues briefly before they park, where their
@@ -62,10 +63,37 @@ pub(super) enum ApplyMsg {
 /// A durable group on its way to the commit hook and the acknowledgements.
 pub(super) struct ApplyJob {
     runs: Vec<Arc<Run>>,
-    replies: Vec<(
-        oneshot::Sender<StorageResult<AppendOutcome>>,
-        StorageResult<AppendOutcome>,
-    )>,
+    replies: Vec<Reply>,
+}
+
+/// A batch's acknowledgement, and what it says.
+type Reply = (
+    oneshot::Sender<StorageResult<AppendOutcome>>,
+    StorageResult<AppendOutcome>,
+);
+
+/// The acknowledgements of a durable group, handed to the last
+/// [`CommitHook`](super::CommitHook) call of the group (earlier calls get
+/// none to send). A hook that makes the group visible under a lock its
+/// readers take can acknowledge it once it holds that lock, before it
+/// applies the group: any read that starts after an acknowledgement then
+/// waits for the lock, and finds the group applied. What the hook does
+/// after sending is off the acknowledgement's path; the log never sends
+/// before the group's fsync returned. Unsent, they go once the hook returns.
+pub struct Acknowledgements<'a> {
+    replies: Option<&'a mut Vec<Reply>>,
+}
+
+impl Acknowledgements<'_> {
+    /// Acknowledges the group's batches now (the first call; later calls,
+    /// and calls made before the group's last segment, do nothing).
+    pub fn send(&mut self) {
+        if let Some(replies) = self.replies.take() {
+            for (reply, result) in replies.drain(..) {
+                reply.send(result);
+            }
+        }
+    }
 }
 
 /// Frames written to one segment by one group: the bytes as written, and
@@ -102,13 +130,18 @@ pub(super) fn applier_loop(
                     p(&run.frames());
                 }
             }
-            ApplyMsg::Apply(job) => {
-                for run in &job.runs {
-                    hook(&run.frames());
+            ApplyMsg::Apply(mut job) => {
+                let last = job.runs.len().saturating_sub(1);
+                for (i, run) in job.runs.iter().enumerate() {
+                    let mut acks = Acknowledgements {
+                        replies: (i == last).then_some(&mut job.replies),
+                    };
+                    hook(&run.frames(), &mut acks);
                 }
-                for (reply, result) in job.replies {
-                    reply.send(result);
+                Acknowledgements {
+                    replies: Some(&mut job.replies),
                 }
+                .send();
             }
         }
     }

@@ -54,9 +54,10 @@ pub(super) fn await_repeated(
                 engram_storage::StorageError::Poisoned { reason },
             ));
         }
-        // A batch is applied before it leaves the in-flight table, so one
-        // neither queued (seen under the writer lock) nor applied after
-        // that failed to write.
+        // A batch leaves the in-flight table only once it is applied or
+        // the applier holds the state's write lock to apply it (which the
+        // read below waits for), so one neither queued (seen under the
+        // writer lock) nor applied after that failed to write.
         let queued = waiting.iter().any(|&k| {
             let w = db.inner.writer.lock();
             w.pending_ext.values().any(|(pid, _, _)| *pid == out[k].id)
