@@ -9,12 +9,22 @@ use crate::lexical::PreparedText;
 use super::workers::{checkpoint_loop, indexer_loop};
 use super::*;
 
-/// The smallest group (frames in its last segment) acknowledged before it
-/// is applied, while the commit hook holds the state's write lock. Below
-/// it, the apply takes tens of microseconds, less than waking the writers
-/// early and parking them again on that lock (docs/benchmarks.md,
-/// "Large batches acknowledged under the lock, applied after").
+/// The fewest frames per batch (in a group's last segment) for which a
+/// group is acknowledged before it is applied, while the commit hook holds
+/// the state's write lock. Below it, a writer has too little to prepare
+/// for its next batch to pay for waking early and parking again on that
+/// lock: sixteen single-event writers, or a server's connections each
+/// appending one record and its vector (two frames), lost up to a fifth of
+/// their rate (docs/benchmarks.md, "Large batches acknowledged under the
+/// lock, applied after").
 const ACK_BEFORE_APPLY_MIN_FRAMES: usize = engram_storage::log::PREPARE_MIN_FRAMES;
+
+/// Whether the batches of a group's segment hold
+/// [`ACK_BEFORE_APPLY_MIN_FRAMES`] frames or more each, on average.
+fn large_batches(frames: &[CommittedFrame<'_>]) -> bool {
+    let batches = frames.iter().filter(|f| f.header.is_batch_end()).count();
+    frames.len() >= ACK_BEFORE_APPLY_MIN_FRAMES * batches.max(1)
+}
 
 /// A store cut short that an internal open lets through, which every
 /// other open refuses.
@@ -362,13 +372,14 @@ impl Engram {
                     {
                         let mut ready = prepared.lock();
                         let mut st = hook_state.write();
-                        // A large group is acknowledged once no reader can
-                        // start before it is applied: every read takes the
-                        // state's lock, which this hook holds until then.
-                        // Its writers prepare their next batches meanwhile.
-                        // (A small group's writers would only wake to wait
-                        // for the lock: it is acknowledged once applied.)
-                        if frames.len() >= ACK_BEFORE_APPLY_MIN_FRAMES {
+                        // A group of large batches is acknowledged once no
+                        // reader can start before it is applied: every read
+                        // takes the state's lock, which this hook holds
+                        // until then. Its writers prepare their next batches
+                        // meanwhile. (Writers of small batches would only
+                        // wake to wait for the lock: theirs is acknowledged
+                        // once applied.)
+                        if large_batches(frames) {
                             acks.send();
                         }
                         for f in frames {
@@ -635,5 +646,56 @@ pub(crate) fn durable_evidence(
         (lex, "the lexical index snapshot")
     } else {
         (ckpt, "the state checkpoint")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engram_storage::frame::{FLAG_BATCH_END, FrameHeader};
+    use engram_storage::log::FrameLoc;
+
+    /// A segment's frames: batches of the given sizes, one after another.
+    fn group(batches: &[usize]) -> Vec<CommittedFrame<'static>> {
+        let mut out = Vec::new();
+        for &n in batches {
+            for i in 0..n {
+                let lsn = out.len() as u64 + 1;
+                out.push(CommittedFrame {
+                    loc: FrameLoc {
+                        segment: 1,
+                        offset: 0,
+                        lsn,
+                    },
+                    header: FrameHeader {
+                        payload_len: 0,
+                        lsn,
+                        frame_type: codec::FRAME_RECORD,
+                        frame_version: codec::PAYLOAD_VERSION,
+                        flags: if i + 1 == n { FLAG_BATCH_END } else { 0 },
+                        durable_before: 0,
+                        payload_crc: 0,
+                    },
+                    payload: &[],
+                });
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn only_batches_of_32_frames_or_more_each_are_acknowledged_before_they_are_applied() {
+        let min = ACK_BEFORE_APPLY_MIN_FRAMES;
+        assert!(large_batches(&group(&[1000])));
+        assert!(large_batches(&group(&[min])));
+        assert!(!large_batches(&group(&[min - 1])));
+        assert!(large_batches(&group(&[1000, 1000, 1000, 1000])));
+        // sixteen writers' single records with their vectors: 32 frames,
+        // sixteen batches
+        assert!(!large_batches(&group(&[2; 16])));
+        assert!(!large_batches(&group(&[1; 64])));
+        // counted on average: one large batch among small ones
+        assert!(large_batches(&group(&[100, 1, 1])));
+        assert!(!large_batches(&group(&[40, 1, 1])));
     }
 }
