@@ -333,16 +333,17 @@ fn eventually(flag: &std::sync::atomic::AtomicBool) -> bool {
     false
 }
 
-/// Appends `frames` on a thread of its own; the flag is set once the append
-/// is answered.
+/// Queues `frames` (batches queued by one thread are written in queue
+/// order); the flag is set once the append is answered.
 fn append_aside(
     log: &Arc<SegmentLog>,
     frames: Vec<PendingFrame>,
 ) -> Arc<std::sync::atomic::AtomicBool> {
     let answered = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (log, flag) = (log.clone(), answered.clone());
+    let reply = log.append_async(frames).unwrap();
+    let flag = answered.clone();
     std::thread::spawn(move || {
-        log.append(frames).unwrap();
+        reply.recv().unwrap().unwrap();
         flag.store(true, std::sync::atomic::Ordering::Release);
     });
     answered
@@ -361,8 +362,9 @@ fn a_commit_hook_acknowledges_its_group_when_it_sends_and_otherwise_once_it_retu
             acks.send();
         }
         entered.send(frames[0].loc.lsn).unwrap();
-        // held here until the test lets the hook return
-        let _ = gate_rx.recv_timeout(std::time::Duration::from_secs(10));
+        // held here until the test lets the hook return (longer than the
+        // test waits for an answer)
+        let _ = gate_rx.recv_timeout(std::time::Duration::from_secs(60));
     }))
     .unwrap();
     let log = Arc::new(log);
@@ -400,7 +402,7 @@ fn a_group_over_two_segments_is_acknowledged_only_from_its_last_segment_hook() {
         let held = last[0] == b'a';
         entered.send(last).unwrap();
         if held {
-            let _ = gate_rx.recv_timeout(std::time::Duration::from_secs(10));
+            let _ = gate_rx.recv_timeout(std::time::Duration::from_secs(60));
         }
     }))
     .unwrap();
@@ -421,10 +423,10 @@ fn a_group_over_two_segments_is_acknowledged_only_from_its_last_segment_hook() {
     while armed.load(Ordering::Acquire) {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
+    // (both queued by this thread while the writer is held: one group, in
+    // this order)
     let a = append_aside(&log, vec![frame(&[b'a'; 2500])]);
-    std::thread::sleep(std::time::Duration::from_millis(50));
     let bb = append_aside(&log, vec![frame(&[b'b'; 2500])]);
-    std::thread::sleep(std::time::Duration::from_millis(50));
     write_gate.send(()).unwrap();
     // the hook's call for the segment holding `a` sent, and `a` waits
     loop {
