@@ -471,7 +471,9 @@ impl Bm25Index {
     pub fn prepare(&self, text: &str) -> PreparedText {
         let mut p = PreparedText {
             generation: self.token_ids.generation,
-            ids: Vec::new(),
+            // (a token and its separator take six bytes or more in most
+            // texts: room for all of them, without growing the list)
+            ids: Vec::with_capacity(text.len() / 6 + 1),
             unknown: Vec::new(),
             tokens: String::new(),
         };

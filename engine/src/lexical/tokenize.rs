@@ -111,6 +111,31 @@ pub fn tokenize_with(text: &str, opts: TokenizerOptions, out: &mut Vec<String>) 
 /// token that is a run of lowercase ASCII letters and digits between ASCII
 /// separators (most tokens of most texts) is passed as a slice of `text`
 /// itself; any other is built in `scratch` first. No allocation per token.
+/// [`ASCII_CLASS`] bit of an ASCII letter or digit.
+const ALNUM: u8 = 1;
+/// [`ASCII_CLASS`] bit of an ASCII uppercase letter.
+const UPPER: u8 = 2;
+
+/// The class of each byte value: one table load per byte of a run, where
+/// the range tests took several compares and branches.
+const ASCII_CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut c: u8 = 0;
+    loop {
+        if c.is_ascii_alphanumeric() {
+            t[c as usize] = ALNUM;
+        }
+        if c.is_ascii_uppercase() {
+            t[c as usize] |= UPPER;
+        }
+        if c == u8::MAX {
+            break;
+        }
+        c += 1;
+    }
+    t
+};
+
 pub fn tokens_each(text: &str, scratch: &mut String, mut f: impl FnMut(&str)) {
     scratch.clear();
     // chars of the token being built in `scratch` (0: none)
@@ -126,13 +151,18 @@ pub fn tokens_each(text: &str, scratch: &mut String, mut f: impl FnMut(&str)) {
     let mut i = 0;
     while i < bytes.len() {
         let b = bytes[i];
-        if b.is_ascii_alphanumeric() {
+        if ASCII_CLASS[b as usize] & ALNUM != 0 {
             let run = i;
-            let mut upper = false;
-            while i < bytes.len() && bytes[i].is_ascii_alphanumeric() {
-                upper |= bytes[i].is_ascii_uppercase();
+            let mut class = 0;
+            while let Some(&c) = bytes.get(i) {
+                let c = ASCII_CLASS[c as usize];
+                if c & ALNUM == 0 {
+                    break;
+                }
+                class |= c;
                 i += 1;
             }
+            let upper = class & UPPER != 0;
             let n = i - run;
             // The whole token, when nothing came before the run and an
             // ASCII separator (or the end) comes after it.
