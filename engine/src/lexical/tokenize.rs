@@ -105,12 +105,6 @@ pub fn tokenize_with(text: &str, opts: TokenizerOptions, out: &mut Vec<String>) 
     });
 }
 
-/// Calls `f` with each token of `text`, in order, under the rules above
-/// (without stopword removal): the one implementation of the rules, which
-/// every other entry point and the index's write path go through. A
-/// token that is a run of lowercase ASCII letters and digits between ASCII
-/// separators (most tokens of most texts) is passed as a slice of `text`
-/// itself; any other is built in `scratch` first. No allocation per token.
 /// [`ASCII_CLASS`] bit of an ASCII letter or digit.
 const ALNUM: u8 = 1;
 /// [`ASCII_CLASS`] bit of an ASCII uppercase letter.
@@ -136,6 +130,12 @@ const ASCII_CLASS: [u8; 256] = {
     t
 };
 
+/// Calls `f` with each token of `text`, in order, under the rules above
+/// (without stopword removal): the one implementation of the rules, which
+/// every other entry point and the index's write path go through. A
+/// token that is a run of lowercase ASCII letters and digits between ASCII
+/// separators (most tokens of most texts) is passed as a slice of `text`
+/// itself; any other is built in `scratch` first. No allocation per token.
 pub fn tokens_each(text: &str, scratch: &mut String, mut f: impl FnMut(&str)) {
     scratch.clear();
     // chars of the token being built in `scratch` (0: none)
