@@ -380,6 +380,8 @@ fn a_commit_hook_acknowledges_its_group_when_it_sends_and_otherwise_once_it_retu
     assert!(!late.load(std::sync::atomic::Ordering::Acquire));
     gate.send(()).unwrap();
     assert!(eventually(&late));
+    // (counted once its hook returned, before the next group's)
+    assert_eq!(log.stats().n_groups_acknowledged_early, 1);
 }
 
 #[test]

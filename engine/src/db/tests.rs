@@ -976,5 +976,14 @@ fn a_large_batch_is_read_by_another_thread_as_soon_as_it_is_acknowledged() {
         }
         drop(tx);
     });
+    // Every batch took that path, and single events do not: they are
+    // acknowledged once applied (and so once the applier counted the
+    // groups before them).
+    let s = db.session(Principal::admin("t"));
+    for i in 0..10 {
+        s.append(vec![NewRecord::event("note", format!("single {i}"))])
+            .unwrap();
+    }
+    assert_eq!(db.log_stats().n_groups_acknowledged_early, 40);
     db.close().unwrap();
 }

@@ -241,6 +241,9 @@ pub struct LogStats {
     /// Time from the start of writing a group to its frames being durable,
     /// summed over the group commits since open, in microseconds.
     pub group_commit_us_total: u64,
+    /// Group commits the commit hook acknowledged before it returned (sent
+    /// their [`Acknowledgements`], to apply them after), since open.
+    pub n_groups_acknowledged_early: u64,
 }
 
 impl LogStats {
@@ -252,6 +255,7 @@ impl LogStats {
         self.fsync_us_total += other.fsync_us_total;
         self.n_fsyncs += other.n_fsyncs;
         self.group_commit_us_total += other.group_commit_us_total;
+        self.n_groups_acknowledged_early += other.n_groups_acknowledged_early;
     }
 }
 
@@ -289,6 +293,7 @@ struct Shared {
     disk_full: Mutex<Option<(std::time::Instant, String)>>,
     last_lsn: AtomicU64,
     n_groups: AtomicU64,
+    n_groups_acknowledged_early: AtomicU64,
     n_frames: AtomicU64,
     fsync_us_total: AtomicU64,
     n_fsyncs: AtomicU64,
@@ -695,6 +700,7 @@ impl SegmentLog {
             disk_full: Mutex::new(None),
             last_lsn: AtomicU64::new(prev_end),
             n_groups: AtomicU64::new(0),
+            n_groups_acknowledged_early: AtomicU64::new(0),
             n_frames: AtomicU64::new(0),
             fsync_us_total: AtomicU64::new(0),
             n_fsyncs: AtomicU64::new(0),
@@ -748,9 +754,10 @@ impl SegmentLog {
         let shared = self.shared.clone();
         let io = |e| StorageError::io(&self.shared.dir, e);
         let prepares = prepare.is_some();
+        let counters = self.shared.clone();
         let applier = std::thread::Builder::new()
             .name("engram-log-apply".into())
-            .spawn(move || applier_loop(apply_rx, prepare, hook))
+            .spawn(move || applier_loop(&counters, apply_rx, prepare, hook))
             .map_err(io)?;
         let handle = std::thread::Builder::new()
             .name("engram-log-writer".into())
@@ -856,6 +863,10 @@ impl SegmentLog {
             fsync_us_total: self.shared.fsync_us_total.load(Ordering::Relaxed),
             n_fsyncs: self.shared.n_fsyncs.load(Ordering::Relaxed),
             group_commit_us_total: self.shared.group_commit_us_total.load(Ordering::Relaxed),
+            n_groups_acknowledged_early: self
+                .shared
+                .n_groups_acknowledged_early
+                .load(Ordering::Relaxed),
         }
     }
 

@@ -118,6 +118,7 @@ impl Run {
 }
 
 pub(super) fn applier_loop(
+    shared: &Shared,
     rx: Receiver<ApplyMsg>,
     mut prepare: Option<PrepareHook>,
     mut hook: CommitHook,
@@ -132,11 +133,17 @@ pub(super) fn applier_loop(
             }
             ApplyMsg::Apply(mut job) => {
                 let last = job.runs.len().saturating_sub(1);
+                let unsent = !job.replies.is_empty();
                 for (i, run) in job.runs.iter().enumerate() {
                     let mut acks = Acknowledgements {
                         replies: (i == last).then_some(&mut job.replies),
                     };
                     hook(&run.frames(), &mut acks);
+                }
+                if unsent && job.replies.is_empty() {
+                    shared
+                        .n_groups_acknowledged_early
+                        .fetch_add(1, Ordering::Relaxed);
                 }
                 Acknowledgements {
                     replies: Some(&mut job.replies),
