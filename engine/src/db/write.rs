@@ -1,6 +1,7 @@
 //! The write path of one atomic batch (`Session::append_run`), in stages:
 //!
-//! 1. validate (`Session::validate_batch`, no lock): sizes, every record,
+//! 1. validate (`Session::validate_batch`, `write/validate.rs`; the state
+//!    read only for the record limit, at its end): sizes, every record,
 //!    canonical `data`, normalized access and retention, and the content
 //!    hash of records that name no other record;
 //! 2. resolve (under the writer lock, in `append_run`; `resolve.rs`): mint
@@ -26,8 +27,10 @@ use super::*;
 use crate::codec::{OpBody, StoredOp};
 
 mod answer;
+mod validate;
 pub(super) use answer::said_as_applied;
 use answer::{await_repeated, results};
+use validate::Validated;
 
 /// A record as the write path prepared it.
 struct Prepared {
@@ -70,17 +73,6 @@ impl Prepared {
             same_as,
         }
     }
-}
-
-/// A record's access labels (sorted, deduplicated), retention class, and
-/// content hash when it names no other record (computed before the lock).
-type Normalized = (Vec<String>, String, Option<[u8; 32]>);
-
-/// What stage 1 hands to the locked stages.
-struct Validated {
-    /// Each record's `data` in canonical JSON.
-    data_json: Vec<Option<String>>,
-    normalized: Vec<Normalized>,
 }
 
 /// What a duplicate's answer says when it carried vectors: they are not
@@ -701,117 +693,6 @@ fn durable(
         .recv()
         .map_err(|_| EngineError::Closed)
         .and_then(|r| r.map_err(EngineError::from))
-}
-
-impl Session {
-    /// Stage 1, without a lock: checks the batch's size and every record,
-    /// puts `data` in canonical form, normalizes access and retention, and
-    /// hashes every record that names no other record.
-    fn validate_batch(&self, records: &[NewRecord]) -> Result<Validated> {
-        let db = &self.db;
-        db.check_open()?;
-        if records.is_empty() {
-            return Err(EngineError::invalid("batch", "no records"));
-        }
-        if records.len() > limits::BATCH_RECORDS_MAX {
-            return Err(EngineError::LimitExceeded {
-                item: None,
-                what: "records in one batch".into(),
-                limit: limits::BATCH_RECORDS_MAX as u64,
-                got: records.len() as u64,
-            });
-        }
-        crate::model::check_tenant(self.principal.tenant())?;
-        // The state is read only where a record needs it (an end of
-        // validity without a start) and, briefly, at the end: while a
-        // large batch acknowledged before its apply is applied, its writer
-        // validates and hashes the next one here (docs/architecture.md, "A
-        // large group is acknowledged under the state's write lock").
-        let needs_last = records
-            .iter()
-            .any(|r| r.valid_from.is_none() && r.valid_until.is_some());
-        let last = if needs_last {
-            db.inner.state.read().last_ingested_at
-        } else {
-            i64::MIN
-        };
-        // (the clock, `occurred_at`'s default, and the transaction time at
-        // least, which ends a start given later)
-        let now = db.now();
-        let stamped = now.max(last);
-        for (i, r) in records.iter().enumerate() {
-            r.validate().map_err(|e| e.at_item(i))?;
-            // Without `valid_from`, validity starts at the earlier of
-            // `occurred_at` and when the record is stored (no earlier than
-            // now; `Meta::valid_start`): an end before that would make it
-            // historical from birth, as `expire` refuses to.
-            if let (None, Some(until)) = (r.valid_from, r.valid_until) {
-                let start = r.occurred_at.map_or(now, |o| o.min(stamped));
-                if until < start {
-                    return Err(EngineError::invalid(
-                        "valid_until",
-                        format!(
-                            "{} is before the start of validity {} (without valid_from, the earlier of occurred_at and the time the record is stored); give valid_from",
-                            crate::time::format_rfc3339(until),
-                            crate::time::format_rfc3339(start)
-                        ),
-                    )
-                    .at_item(i));
-                }
-            }
-            if let Some((field, why)) = r.misplaced_replace_access() {
-                return Err(EngineError::invalid(field, why).at_item(i));
-            }
-        }
-        // Each record's canonical `data`, normalized access and retention,
-        // and the content hash of a record that names no other record:
-        // computed before the writer lock, over the cores for a large batch.
-        let per_record: Vec<Result<(Option<String>, Normalized)>> =
-            crate::split::map(records, crate::split::SPLIT_MIN, |i, r| {
-                let data = r
-                    .data
-                    .as_ref()
-                    .map(|d| crate::model::canonical_data(d).map_err(|e| e.at_item(i)))
-                    .transpose()?;
-                let mut access = r.access.clone();
-                access.sort();
-                access.dedup();
-                let retention = r
-                    .retention_class
-                    .clone()
-                    .unwrap_or_else(|| DEFAULT_RETENTION_CLASS.to_string());
-                let hash = (!has_references(r)).then(|| {
-                    content_hash(
-                        r,
-                        &Resolved::default(),
-                        &retention,
-                        &access,
-                        data.as_deref(),
-                    )
-                });
-                Ok((data, (access, retention, hash)))
-            });
-        let mut data_json = Vec::with_capacity(records.len());
-        let mut normalized: Vec<Normalized> = Vec::with_capacity(records.len());
-        for r in per_record {
-            let (d, n) = r?;
-            data_json.push(d);
-            normalized.push(n);
-        }
-        let n_records = db.inner.state.read().len();
-        if n_records + records.len() > limits::RECORDS_MAX {
-            return Err(EngineError::LimitExceeded {
-                item: None,
-                what: "records in the store".into(),
-                limit: limits::RECORDS_MAX as u64,
-                got: (n_records + records.len()) as u64,
-            });
-        }
-        Ok(Validated {
-            data_json,
-            normalized,
-        })
-    }
 }
 
 /// Stage 4: each created record's frame, followed by one frame per client
