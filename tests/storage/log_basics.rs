@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use engram_storage::backend::Fault;
 use engram_storage::frame::FrameType;
-use engram_storage::log::{LogOptions, PendingFrame, Rewrite};
+use engram_storage::log::{CommitHook, LogOptions, PendingFrame, Rewrite};
 use engram_storage::{Backend, MemBackend, SegmentLog, StorageError};
 
 fn frame(payload: &[u8]) -> PendingFrame {
@@ -20,10 +20,15 @@ fn frame(payload: &[u8]) -> PendingFrame {
 }
 
 fn open(b: &MemBackend, opts: LogOptions) -> SegmentLog {
+    open_with(b, opts, Box::new(|_, _| {}))
+}
+
+/// [`open`], with `hook` as the commit hook.
+fn open_with(b: &MemBackend, opts: LogOptions, hook: CommitHook) -> SegmentLog {
     let backend: Arc<dyn Backend> = Arc::new(b.clone());
     let (log, report) = SegmentLog::open(backend, Path::new("/data/log"), opts).unwrap();
     assert!(report.truncation.is_none(), "{report:?}");
-    log.start_writer(Box::new(|_, _| {})).unwrap();
+    log.start_writer(hook).unwrap();
     log
 }
 
@@ -352,12 +357,9 @@ fn append_aside(
 #[test]
 fn a_commit_hook_acknowledges_its_group_when_it_sends_and_otherwise_once_it_returns() {
     let b = MemBackend::new();
-    let backend: Arc<dyn Backend> = Arc::new(b.clone());
-    let (log, _) =
-        SegmentLog::open(backend, Path::new("/data/log"), LogOptions::default()).unwrap();
     let (entered, entered_rx) = std::sync::mpsc::channel::<u64>();
     let (gate, gate_rx) = std::sync::mpsc::channel::<()>();
-    log.start_writer(Box::new(move |frames, acks| {
+    let hook: CommitHook = Box::new(move |frames, acks| {
         if frames[0].payload == b"early" {
             acks.send();
         }
@@ -365,9 +367,8 @@ fn a_commit_hook_acknowledges_its_group_when_it_sends_and_otherwise_once_it_retu
         // held here until the test lets the hook return (longer than the
         // test waits for an answer)
         let _ = gate_rx.recv_timeout(std::time::Duration::from_secs(60));
-    }))
-    .unwrap();
-    let log = Arc::new(log);
+    });
+    let log = Arc::new(open_with(&b, LogOptions::default(), hook));
     // sent by the hook: answered while the hook still runs
     let early = append_aside(&log, vec![frame(b"early")]);
     assert_eq!(entered_rx.recv().unwrap(), 1);
@@ -393,11 +394,9 @@ fn a_group_over_two_segments_is_acknowledged_only_from_its_last_segment_hook() {
         segment_bytes_max: 4096,
         ..LogOptions::default()
     };
-    let backend: Arc<dyn Backend> = Arc::new(b.clone());
-    let (log, _) = SegmentLog::open(backend, Path::new("/data/log"), opts).unwrap();
     let (entered, entered_rx) = std::sync::mpsc::channel::<Vec<u8>>();
     let (gate, gate_rx) = std::sync::mpsc::channel::<()>();
-    log.start_writer(Box::new(move |frames, acks| {
+    let hook: CommitHook = Box::new(move |frames, acks| {
         // every call tries to acknowledge at once
         acks.send();
         let last = frames.last().unwrap().payload.to_vec();
@@ -406,9 +405,8 @@ fn a_group_over_two_segments_is_acknowledged_only_from_its_last_segment_hook() {
         if held {
             let _ = gate_rx.recv_timeout(std::time::Duration::from_secs(60));
         }
-    }))
-    .unwrap();
-    let log = Arc::new(log);
+    });
+    let log = Arc::new(open_with(&b, opts, hook));
     // The writer is held in its first write while `a` and `b` queue behind
     // it, so that they are written as one group: `a` where the first frame
     // is, `b` in the next segment.
