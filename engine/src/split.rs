@@ -8,8 +8,8 @@
 
 use std::sync::OnceLock;
 
-/// Items below which splitting is not worth a thread (spawning and joining
-/// one costs tens of microseconds; an item of the write path a few).
+/// Items below which splitting is not worth a hand-off (waking a helper
+/// costs tens of microseconds; an item of the write path a few).
 pub const SPLIT_MIN: usize = 256;
 
 /// Threads to split over: the cores, at most 4.
@@ -18,20 +18,53 @@ fn threads() -> usize {
     *N.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(4)))
 }
 
-/// `f` of every item, in order: on one thread below `min` items (or on one
-/// core), else over contiguous chunks on scoped threads, the calling thread
-/// taking the first.
-pub fn map<T: Sync, R: Send>(items: &[T], min: usize, f: impl Fn(usize, &T) -> R + Sync) -> Vec<R> {
-    map_with(items, min, threads(), true, f)
+/// The helpers: one thread fewer than [`threads`] (the caller takes the
+/// first chunk), started on first use and parked between batches. None on
+/// one core, or when the threads could not be started (the work then runs
+/// on the caller's thread).
+///
+/// Why threads kept, not spawned per batch: a thread spawned on a virtual
+/// machine is queued on its parent's busy core and starts when the parent
+/// blocks, about 1.7 ms later (measured in docs/benchmarks.md, "Helpers
+/// that are woken, not spawned"), which is the whole of a batch's stage; a
+/// parked thread woken by the kernel starts on the idle core.
+fn helpers() -> Option<&'static rayon::ThreadPool> {
+    static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let n = threads();
+        (n > 1)
+            .then(|| {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(n - 1)
+                    .thread_name(|i| format!("engram-split-{i}"))
+                    .build()
+                    .ok()
+            })
+            .flatten()
+    })
+    .as_ref()
 }
 
-/// [`map`] on `threads`; `spawn: false` acts as if no thread could be
-/// started (the fallback, for tests).
+/// `f` of every item, in order: on one thread below `min` items (or on one
+/// core), else over contiguous chunks, the calling thread taking the first
+/// and the helpers the others.
+pub fn map<T: Sync, R: Send>(items: &[T], min: usize, f: impl Fn(usize, &T) -> R + Sync) -> Vec<R> {
+    map_with(items, min, threads(), helpers(), f)
+}
+
+/// Chunks per thread: a caller whose helper is busy with another batch
+/// takes the chunks the helper has not claimed.
+const CHUNKS_PER_THREAD: usize = 4;
+
+/// [`map`] over `threads` threads on `pool` (None: as if no helper could
+/// be started, the fallback, for tests). The items are cut into chunks
+/// that the caller and the helpers claim one at a time, so a busy helper
+/// delays nothing but the chunk it holds.
 fn map_with<T: Sync, R: Send>(
     items: &[T],
     min: usize,
     threads: usize,
-    spawn: bool,
+    pool: Option<&rayon::ThreadPool>,
     f: impl Fn(usize, &T) -> R + Sync,
 ) -> Vec<R> {
     let parts = if items.len() < min.max(2) {
@@ -39,54 +72,67 @@ fn map_with<T: Sync, R: Send>(
     } else {
         threads.clamp(1, items.len())
     };
-    if parts == 1 {
+    let Some(pool) = pool.filter(|_| parts > 1) else {
         return items.iter().enumerate().map(|(i, t)| f(i, t)).collect();
-    }
-    let chunk = items.len().div_ceil(parts);
-    let f = &f;
-    let run = move |k: usize| -> Vec<R> {
-        let at = k * chunk;
-        let end = (at + chunk).min(items.len());
-        items[at..end]
-            .iter()
-            .enumerate()
-            .map(|(i, t)| f(at + i, t))
-            .collect()
     };
-    std::thread::scope(|sc| {
-        // A chunk whose thread cannot be started (the process is at its
-        // thread limit) runs on the calling thread instead.
-        let others: Vec<Result<_, usize>> = (1..parts)
-            .filter(|&k| k * chunk < items.len())
-            .map(|k| {
-                if !spawn {
-                    return Err(k);
-                }
-                std::thread::Builder::new()
-                    .spawn_scoped(sc, move || run(k))
-                    .map_err(|_| k)
-            })
-            .collect();
-        let mut out = run(0);
-        out.reserve(items.len() - out.len());
-        for h in others {
-            match h {
-                Ok(h) => match h.join() {
-                    Ok(part) => out.extend(part),
-                    // The item's panic, on the caller's thread.
-                    Err(p) => std::panic::resume_unwind(p),
-                },
-                Err(k) => out.extend(run(k)),
+    let chunk = items.len().div_ceil(parts * CHUNKS_PER_THREAD);
+    let n_chunks = items.len().div_ceil(chunk);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let (f, next) = (&f, &next);
+    // the chunks one thread claimed, each with its number
+    let claim = move || -> Vec<(usize, Vec<R>)> {
+        let mut done = Vec::new();
+        loop {
+            let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if k >= n_chunks {
+                return done;
             }
+            let at = k * chunk;
+            let end = (at + chunk).min(items.len());
+            let part = items[at..end]
+                .iter()
+                .enumerate()
+                .map(|(i, t)| f(at + i, t))
+                .collect();
+            done.push((k, part));
         }
-        out
-    })
+    };
+    // A panic in any chunk reaches the caller once the others are done
+    // (rayon's scope).
+    let mut helped: Vec<Vec<(usize, Vec<R>)>> = (1..parts).map(|_| Vec::new()).collect();
+    let mine = pool.in_place_scope(|sc| {
+        for slot in helped.iter_mut() {
+            sc.spawn(move |_| *slot = claim());
+        }
+        claim()
+    });
+    let mut parts: Vec<(usize, Vec<R>)> = mine
+        .into_iter()
+        .chain(helped.into_iter().flatten())
+        .collect();
+    parts.sort_unstable_by_key(|(k, _)| *k);
+    let mut out = Vec::with_capacity(items.len());
+    for (_, part) in parts {
+        out.extend(part);
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A pool of one helper, as on two cores.
+    fn pool() -> &'static rayon::ThreadPool {
+        static POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();
+        POOL.get_or_init(|| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(1)
+                .build()
+                .expect("a test pool")
+        })
+    }
 
     proptest! {
         /// Split or not, the results are the loop's, in item order.
@@ -95,30 +141,76 @@ mod tests {
             let items: Vec<u64> = (0..n as u64).map(|i| i.wrapping_mul(0x9E37_79B9)).collect();
             let f = |i: usize, x: &u64| (i, x ^ 5);
             let want: Vec<(usize, u64)> = items.iter().enumerate().map(|(i, x)| f(i, x)).collect();
-            prop_assert_eq!(&map_with(&items, min, threads, true, f), &want);
-            // no thread could be started: the same, on the caller's thread
-            prop_assert_eq!(&map_with(&items, min, threads, false, f), &want);
+            prop_assert_eq!(&map_with(&items, min, threads, Some(pool()), f), &want);
+            // no helper could be started: the same, on the caller's thread
+            prop_assert_eq!(&map_with(&items, min, threads, None, f), &want);
         }
     }
 
     #[test]
     fn large_inputs_do_use_other_threads() {
+        use std::sync::atomic::{AtomicBool, Ordering};
         let items = vec![0u8; 1000];
         let me = std::thread::current().id();
-        let ids = map_with(&items, 10, 2, true, |_, _| std::thread::current().id());
+        // The caller's first item waits until a helper has run one: the
+        // test does not depend on how fast the helper wakes.
+        let helped = AtomicBool::new(false);
+        let ids = map_with(&items, 10, 2, Some(pool()), |i, _| {
+            let id = std::thread::current().id();
+            if id != me {
+                helped.store(true, Ordering::Release);
+            } else if i == 0 {
+                let start = std::time::Instant::now();
+                while !helped.load(Ordering::Acquire) {
+                    assert!(
+                        start.elapsed() < std::time::Duration::from_secs(60),
+                        "no helper ran"
+                    );
+                    std::thread::yield_now();
+                }
+            }
+            id
+        });
         assert_eq!(ids[0], me);
-        assert_ne!(ids[999], me);
-        let small = map_with(&items[..5], 10, 2, true, |_, _| std::thread::current().id());
+        assert!(ids.iter().any(|&t| t != me));
+        let small = map_with(&items[..5], 10, 2, Some(pool()), |_, _| {
+            std::thread::current().id()
+        });
         assert!(small.iter().all(|&t| t == me));
-        let unspawned = map_with(&items, 10, 2, false, |_, _| std::thread::current().id());
+        let unspawned = map_with(&items, 10, 2, None, |_, _| std::thread::current().id());
         assert!(unspawned.iter().all(|&t| t == me));
+    }
+
+    #[test]
+    fn a_caller_takes_the_chunks_of_a_busy_helper() {
+        use std::sync::mpsc;
+        // the helper is held by another job until this map is done
+        let (release, held) = mpsc::channel::<()>();
+        let (started, running) = mpsc::channel::<()>();
+        pool().spawn(move || {
+            started.send(()).unwrap();
+            let _ = held.recv_timeout(std::time::Duration::from_secs(60));
+        });
+        running.recv().unwrap();
+        let me = std::thread::current().id();
+        let items = vec![0u8; 1000];
+        // (the helper is let go at the last item: the map then waits only
+        // for its job, which finds nothing left to claim)
+        let release = std::sync::Mutex::new(release);
+        let ids = map_with(&items, 10, 2, Some(pool()), |i, _| {
+            if i == 999 {
+                release.lock().unwrap().send(()).unwrap();
+            }
+            std::thread::current().id()
+        });
+        assert!(ids.iter().all(|&t| t == me), "every chunk on the caller");
     }
 
     #[test]
     #[should_panic(expected = "item 600")]
     fn a_panic_on_another_thread_reaches_the_caller() {
         let items = vec![0u8; 1000];
-        map_with(&items, 10, 2, true, |i, _| {
+        map_with(&items, 10, 2, Some(pool()), |i, _| {
             if i == 600 {
                 panic!("item 600");
             }
