@@ -447,3 +447,38 @@ fn a_group_over_two_segments_is_acknowledged_only_from_its_last_segment_hook() {
     let stats = log.stats();
     assert_eq!((stats.last_lsn, stats.n_segments), (3, 2), "{stats:?}");
 }
+
+/// Zeros for the next groups are written between groups: once less than
+/// half a preallocation step is left after the last frame, the active
+/// segment grows by a step before the next group is written (a group's
+/// own write then seldom waits for zeros).
+#[test]
+fn the_active_segment_is_preallocated_ahead_between_groups() {
+    let b = MemBackend::new();
+    let step = 64 << 10;
+    let log = open(
+        &b,
+        LogOptions {
+            preallocate_bytes: step,
+            ..LogOptions::default()
+        },
+    );
+    let len = || {
+        let path = log.segments().last().unwrap().1.clone();
+        b.open(&path, engram_storage::backend::OpenMode::Read)
+            .unwrap()
+            .len()
+            .unwrap()
+    };
+    // 40 KiB: the group's own preallocation makes one step, of which less
+    // than half is left after it
+    log.append(vec![frame(&vec![7u8; 40 << 10])]).unwrap();
+    // a later group is written after the writer's work between groups
+    let l = log.append(vec![frame(b"next")]).unwrap();
+    let end = l[0].offset + engram_storage::frame::encoded_len(4) as u64;
+    assert!(
+        len() >= end + step / 2,
+        "{} bytes zero-filled after the last frame (at {end}), below half a step",
+        len() - end
+    );
+}
