@@ -46,8 +46,8 @@ fn helpers() -> Option<&'static rayon::ThreadPool> {
 }
 
 /// `f` of every item, in order: on one thread below `min` items (or on one
-/// core), else over contiguous chunks, the calling thread taking the first
-/// and the helpers the others.
+/// core), else over contiguous chunks that the calling thread and the
+/// helpers claim one at a time.
 pub fn map<T: Sync, R: Send>(items: &[T], min: usize, f: impl Fn(usize, &T) -> R + Sync) -> Vec<R> {
     map_with(items, min, threads(), helpers(), f)
 }
