@@ -482,3 +482,23 @@ fn the_active_segment_is_preallocated_ahead_between_groups() {
         len() - end
     );
 }
+
+/// On a disk without room for a preallocation step, a group's own attempt
+/// gives way (its zeros are cut) and the writer does not try again between
+/// groups: one attempt per group, as without preallocating ahead.
+#[test]
+fn after_a_preallocation_finds_no_room_none_is_tried_between_groups() {
+    let b = MemBackend::new();
+    let log = open(&b, LogOptions::default());
+    // room for the frames, not for a step of zeros
+    b.set_capacity(Some(b.used_bytes() + (256 << 10)));
+    let before = b.writes_attempted();
+    // each group: one zero-fill that gives way, and its frame
+    log.append(vec![frame(b"first")]).unwrap();
+    log.append(vec![frame(b"second")]).unwrap();
+    assert_eq!(
+        b.writes_attempted() - before,
+        4,
+        "a preallocation was tried between the groups"
+    );
+}

@@ -208,6 +208,12 @@ impl MemBackend {
         self.faults.lock().used_bytes
     }
 
+    /// Writes attempted so far on all files, those that failed for lack of
+    /// room included (not those an injected fault failed).
+    pub fn writes_attempted(&self) -> u64 {
+        self.faults.lock().n_writes
+    }
+
     /// Installs a hook run after every write (outside all internal locks),
     /// e.g. to take a [`MemBackend::crash_image`] between a write and its
     /// sync.

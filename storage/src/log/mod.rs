@@ -291,6 +291,10 @@ struct Shared {
     /// When a group last failed for a full disk, and why; cleared by the
     /// next group written (the writer goes on after a full disk).
     disk_full: Mutex<Option<(std::time::Instant, String)>>,
+    /// The last preallocation found no room (its zeros were cut): the
+    /// writer does not preallocate ahead between groups until one succeeds,
+    /// so on a full disk a group's own attempt stays the only one.
+    preallocation_gave_way: std::sync::atomic::AtomicBool,
     last_lsn: AtomicU64,
     n_groups: AtomicU64,
     n_groups_acknowledged_early: AtomicU64,
@@ -698,6 +702,7 @@ impl SegmentLog {
             segments: RwLock::new(segments),
             poisoned: Mutex::new(None),
             disk_full: Mutex::new(None),
+            preallocation_gave_way: std::sync::atomic::AtomicBool::new(false),
             last_lsn: AtomicU64::new(prev_end),
             n_groups: AtomicU64::new(0),
             n_groups_acknowledged_early: AtomicU64::new(0),

@@ -2,9 +2,9 @@
 //! queued batches into a group, lays their frames out back to back, writes
 //! them with one positional write and one `fdatasync` per segment touched
 //! (rotating, sealing and preallocating segments as it goes, and
-//! preallocating ahead between groups), then hands
-//! the group to the applier thread, which runs the commit hook and
-//! acknowledges every batch when the hook sends the group's
+//! preallocating ahead between groups), then hands the group to the
+//! applier thread, which runs the commit hook and acknowledges every
+//! batch when the hook sends the group's
 //! [`Acknowledgements`] or once it returns. A run of at least
 //! [`PREPARE_MIN_FRAMES`] frames is also handed over once written, before
 //! its fsync, for the prepare hook. A failed write or sync poisons the log.
@@ -279,10 +279,15 @@ fn seal(seg: &Segment) -> StorageResult<()> {
 /// while the appenders prepare their next batches, so that a group's own
 /// write seldom waits for zeros to be written and synced (with batches of
 /// 1000 events, one group in six did, for 3-5 ms). A failure here is left
-/// to the next group's own preallocation, which meets and reports it.
+/// to the next group's own preallocation, which meets and reports it; after
+/// a preallocation that found no room, nothing is tried here until one
+/// succeeds.
 fn preallocate_ahead(shared: &Shared) {
     let step = shared.opts.preallocate_bytes;
-    if step == 0 || shared.poisoned.lock().is_some() {
+    if step == 0
+        || shared.preallocation_gave_way.load(Ordering::Relaxed)
+        || shared.poisoned.lock().is_some()
+    {
         return;
     }
     let Some(seg) = shared.segments.read().last().cloned() else {
@@ -324,11 +329,15 @@ fn preallocate(shared: &Shared, seg: &Segment, end: u64) -> StorageResult<()> {
     match filled {
         Ok(()) => {
             seg.zeroed_len.store(target, Ordering::Release);
+            shared
+                .preallocation_gave_way
+                .store(false, Ordering::Relaxed);
             Ok(())
         }
         // Preallocation is an optimisation: without room for it, write
         // without it (each commit's fsync then also flushes the file size).
         Err(StorageError::DiskFull { .. }) => {
+            shared.preallocation_gave_way.store(true, Ordering::Relaxed);
             seg.file.set_len(zeroed).map_err(io_err(&seg.path))?;
             Ok(())
         }
